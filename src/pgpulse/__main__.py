@@ -1,0 +1,5 @@
+"""``python -m pgpulse`` runs the command line."""
+
+from pgpulse.cli import main
+
+main()

@@ -1,0 +1,366 @@
+"""The ``pgpulse`` command. A thin edge: it parses options and calls the library.
+
+Every option has a ``PGPULSE_*`` environment fallback (shown in ``--help``). Errors print one
+line on stderr and exit non-zero: 2 for refused input, 3 for a database that does not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import json
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from pgpulse import logs
+from pgpulse.app import App, connect
+from pgpulse.crontab import entry_to_spec, parse_crontab
+from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
+from pgpulse.engine import NodeConfig
+from pgpulse.errors import DatabaseUnavailable, PulseError
+from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
+from pgpulse.report import print_records, print_status
+from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
+from pgpulse.store import Store
+
+T = TypeVar("T")
+CONTEXT = {"auto_envvar_prefix": "PGPULSE", "show_default": True,
+           "help_option_names": ["-h", "--help"]}
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; turn Pulse errors into one line on stderr and an exit code."""
+    try:
+        return asyncio.run(coro)
+    except DatabaseUnavailable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(3)
+    except PulseError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+    """Decorator: open the configured database (migrated) and pass the store first."""
+    @click.pass_obj
+    @wraps(func)
+    def command(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        async def main() -> Any:
+            async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+                return await func(store, *args, **kwargs)
+        return _run(main())
+    return command
+
+
+@click.group(context_settings=CONTEXT)
+@click.option("--database-url", envvar="PGPULSE_DATABASE_URL", show_envvar=True,
+              help="PostgreSQL DSN. Unset: use the embedded PostgreSQL in --data-dir.")
+@click.option("--data-dir", envvar="PGPULSE_DATA_DIR", show_envvar=True,
+              type=click.Path(file_okay=False, path_type=Path), default=None,
+              help=f"Embedded PostgreSQL data folder [default: {default_data_dir()}].")
+@click.option("--log-level", envvar="PGPULSE_LOG_LEVEL", show_envvar=True, default="INFO",
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-format", envvar="PGPULSE_LOG_FORMAT", show_envvar=True, default="text",
+              type=click.Choice(["text", "json"]), help="json: one JSON object per line.")
+@click.pass_context
+def main(ctx: click.Context, database_url: str | None, data_dir: Path | None, log_level: str,
+         log_format: str) -> None:
+    """Pulse: a distributed cron scheduler with PostgreSQL as its only moving part."""
+    logs.configure(log_level, log_format)
+    ctx.obj = {"database_url": database_url, "data_dir": data_dir}
+
+
+@main.command()
+@with_store
+async def migrate(store: Store) -> None:
+    """Apply pending schema migrations (nodes also do this at start)."""
+    click.echo("schema is up to date")
+
+
+# -- node --------------------------------------------------------------------------------------
+
+@main.group()
+def node() -> None:
+    """Run a scheduler node."""
+
+
+def load_app(spec: str | None) -> App:
+    """Import ``module:attribute`` and return the :class:`App` it names (built-ins only if
+    ``None``). Raises :class:`click.BadParameter` naming the value."""
+    if not spec:
+        return App()
+    module_name, _, attr = spec.partition(":")
+    try:
+        app = getattr(importlib.import_module(module_name), attr or "app")
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--app") from exc
+    if not isinstance(app, App):
+        raise click.BadParameter(f"{spec!r} is not a pgpulse.App", param_hint="--app")
+    return app
+
+
+@node.command("run")
+@click.option("--app", "app_spec", show_envvar=True, help="module:attribute of your pgpulse.App.")
+@click.option("--node-id", show_envvar=True, help="Unique node id [default: host-pid-random].")
+@click.option("--slots", type=click.IntRange(1, 1000), default=10, show_envvar=True,
+              help="Worker slots: attempts run at once.")
+@click.option("--lease", type=click.FloatRange(1), default=30.0, show_envvar=True,
+              help="Lease seconds granted per claim and renewal.")
+@click.option("--heartbeat", type=click.FloatRange(0.1), default=2.0, show_envvar=True,
+              help="Seconds between heartbeats / lease renewals.")
+@click.option("--poll", type=click.FloatRange(0.05), default=5.0, show_envvar=True,
+              help="Longest sleep between claims when nothing is known to be due.")
+@click.option("--drain-timeout", type=click.FloatRange(0), default=10.0, show_envvar=True,
+              help="On SIGTERM, seconds running attempts may take to finish.")
+@click.option("--shell-dry-run", is_flag=True, show_envvar=True,
+              help="shell jobs record their command instead of running it.")
+@click.pass_obj
+def node_run(obj: dict[str, Any], app_spec: str | None, node_id: str | None, slots: int,
+             lease: float, heartbeat: float, poll: float, drain_timeout: float,
+             shell_dry_run: bool) -> None:
+    """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit)."""
+    app = load_app(app_spec)
+    options: dict[str, Any] = {"lease": lease, "heartbeat_interval": heartbeat,
+                               "node_ttl": max(3 * heartbeat, 2 * heartbeat + 1),
+                               "poll_interval": poll, "slots": slots,
+                               "drain_timeout": drain_timeout,
+                               "handler_options": {"shell_dry_run": shell_dry_run}}
+    if node_id:
+        options["node_id"] = node_id
+    try:
+        config = NodeConfig(**options)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lease") from exc
+    _run(app.run_node(obj["database_url"], data_dir=obj["data_dir"], config=config))
+
+
+# -- jobs --------------------------------------------------------------------------------------
+
+@main.group()
+def job() -> None:
+    """Create, list, show, pause, resume, trigger and delete jobs."""
+
+
+tenant_option = click.option("--tenant", default="default", show_envvar=True,
+                             help="The job's tenant.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+@job.command("create")
+@click.argument("name")
+@click.option("--schedule", required=True, help="Cron expression, @macro or @every duration.")
+@click.option("--handler", required=True, help="Handler name (shell, http, or your own).")
+@tenant_option
+@click.option("--tz", "timezone", default="UTC", help="IANA time zone of the schedule.")
+@click.option("--payload", default="{}", help="JSON object handed to the handler.")
+@click.option("--catch-up", type=click.Choice(CATCH_UP_POLICIES), default="skip")
+@click.option("--backfill-limit", type=int, default=None,
+              help="With backfill: run only the newest N missed occurrences.")
+@click.option("--misfire-grace", type=float, default=60.0, help="Seconds late that still run.")
+@click.option("--max-attempts", type=int, default=3)
+@click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
+@click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")
+@with_store
+async def job_create(store: Store, name: str, **fields: Any) -> None:
+    """Create or update (upsert) job NAME."""
+    spec = JobSpec.create(name=name, source="cli", **fields)
+    [(job_id, created)] = await store.upsert_jobs([spec])
+    row = await store.get_job(spec.tenant, name)
+    click.echo(f"{'created' if created else 'updated'} job {name} (id {job_id}); "
+               f"next occurrence {row['scheduled_for'].isoformat()}")
+
+
+@job.command("list")
+@tenant_option
+@json_option
+@with_store
+async def job_list(store: Store, tenant: str, as_json: bool) -> None:
+    """List jobs of a tenant."""
+    rows = await store.list_jobs(tenant)
+    print_records(rows, as_json, ["name", "schedule", "timezone", "handler", "catch_up",
+                                  "status", "scheduled_for", "last_outcome", "last_error"])
+
+
+@job.command("show")
+@click.argument("name")
+@tenant_option
+@json_option
+@with_store
+async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
+    """Show one job, with its next five occurrences in its own time zone."""
+    row = await store.get_job(tenant, name)
+    schedule = parse_schedule(row["schedule"], row["timezone"])
+    upcoming, cursor = [], row["scheduled_for"]
+    for _ in range(5):
+        upcoming.append(cursor)
+        cursor = schedule.next_after(cursor, anchor=row["anchor_at"])
+    row["description"] = schedule.describe()
+    row["upcoming"] = [_local(t, row["timezone"]) for t in upcoming]
+    if as_json:
+        click.echo(json.dumps(row, default=str, indent=2))
+        return
+    for key, value in row.items():
+        click.echo(f"{key:>18}: {value}")
+
+
+def _local(instant: datetime, timezone: str) -> str:
+    from zoneinfo import ZoneInfo
+
+    return instant.astimezone(ZoneInfo(timezone)).isoformat()
+
+
+def _state_command(verb: str, doc: str) -> None:
+    @job.command(verb, help=doc)
+    @click.argument("name")
+    @tenant_option
+    @with_store
+    async def command(store: Store, name: str, tenant: str) -> None:
+        method = getattr(store, f"{verb}_job")
+        result = await method(tenant, name)
+        suffix = f" (occurrence {result.isoformat()})" if isinstance(result, datetime) else ""
+        click.echo(f"{verb}d {name}{suffix}" if verb != "trigger" else
+                   f"triggered {name}{suffix}")
+
+
+_state_command("pause", "Pause job NAME (an idle or failed job; not claimed until resumed).")
+_state_command("resume", "Resume job NAME at its next occurrence after now.")
+_state_command("trigger", "Run job NAME now, once, as an extra occurrence.")
+_state_command("delete", "Delete job NAME and its run history.")
+
+
+# -- schedules and crontabs ------------------------------------------------------------------
+
+@main.group()
+def schedule() -> None:
+    """Check schedule arithmetic."""
+
+
+@schedule.command("next", epilog=SCHEDULE_HELP)
+@click.argument("expression")
+@click.option("--tz", "timezone", default="UTC", help="IANA time zone.")
+@click.option("--count", type=click.IntRange(1, 1000), default=5)
+@click.option("--after", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S",
+                                               "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"]),
+              help="Start instant, ISO-8601 (UTC if no offset) [default: now].")
+def schedule_next(expression: str, timezone: str, count: int, after: datetime | None) -> None:
+    """Print the next occurrences of EXPRESSION, in UTC and in its time zone."""
+    try:
+        parsed = parse_schedule(expression, timezone)
+    except PulseError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    cursor = after or datetime.now(UTC)
+    if cursor.tzinfo is None:
+        cursor = cursor.replace(tzinfo=UTC)
+    anchor = cursor
+    click.echo(f"{parsed.describe()}")
+    for _ in range(count):
+        cursor = parsed.next_after(cursor, anchor=anchor)
+        click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
+
+
+@main.group()
+def crontab() -> None:
+    """Import crontab files."""
+
+
+@crontab.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@tenant_option
+@click.option("--system", is_flag=True, help="System format: a user field before the command.")
+@click.option("--catch-up", type=click.Choice(CATCH_UP_POLICIES), default="skip",
+              help="Catch-up policy of the imported jobs.")
+@with_store
+async def crontab_import(store: Store, path: Path, tenant: str, system: bool,
+                         catch_up: CatchUp) -> None:
+    """Turn the lines of a crontab file into shell jobs (idempotent).
+
+    Every line is imported or refused with file:line and the reason. If any line is refused,
+    nothing is written and the command exits 2.
+    """
+    text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+    parsed = parse_crontab(text, path=str(path), system=system)
+    for error in parsed.errors:
+        click.echo(f"refused {error}", err=True)
+    if parsed.errors:
+        click.echo(f"error: {len(parsed.errors)} line(s) refused; nothing imported", err=True)
+        sys.exit(2)
+    specs = [dataclasses.replace(entry_to_spec(e, tenant=tenant), catch_up=catch_up)
+             for e in parsed.entries]
+    results = await store.upsert_jobs(specs)
+    for spec, (_, created) in zip(specs, results, strict=True):
+        click.echo(f"{'created' if created else 'kept   '} {spec.name}  [{spec.schedule}] "
+                   f"{spec.payload.get('command', '')}")
+    click.echo(f"imported {len(specs)} job(s) from {path}")
+
+
+# -- status ------------------------------------------------------------------------------------
+
+@main.command()
+@json_option
+@with_store
+async def status(store: Store, as_json: bool) -> None:
+    """Nodes, shards, the leader, job counts and the current lag."""
+    nodes = await store.cluster_nodes(ttl=10.0)
+    counts = await store.cluster_counts()
+    print_status(nodes, counts, as_json)
+
+
+@main.command()
+@click.argument("job_name", required=False)
+@click.option("--tenant", default=None, help="Only this tenant.")
+@click.option("--limit", type=click.IntRange(1, 10000), default=30)
+@json_option
+@with_store
+async def runs(store: Store, job_name: str | None, tenant: str | None, limit: int,
+               as_json: bool) -> None:
+    """Recent runs (of JOB_NAME, if given), newest first."""
+    rows = await store.list_runs(tenant=tenant, name=job_name, limit=limit)
+    print_records(rows, as_json, ["name", "scheduled_for", "outcome", "attempts", "node_id",
+                                  "duration", "error"])
+
+
+# -- embedded database -------------------------------------------------------------------------
+
+@main.group()
+def db() -> None:
+    """Manage the embedded PostgreSQL."""
+
+
+@db.command("url")
+@click.pass_obj
+def db_url(obj: dict[str, Any]) -> None:
+    """Start the embedded server if needed and print its DSN (for psql)."""
+    try:
+        click.echo(start_embedded(obj["data_dir"]))
+    except PulseError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(3)
+
+
+@db.command("stop")
+@click.pass_obj
+def db_stop(obj: dict[str, Any]) -> None:
+    """Stop the embedded server now."""
+    stopped = stop_embedded(obj["data_dir"])
+    click.echo("stopped" if stopped else "not running")
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("crontabs", nargs=-1, type=click.Path(exists=True, dir_okay=False,
+                                                      path_type=Path))
+@click.option("--duration", type=click.FloatRange(20, 170), default=75.0,
+              help="Seconds the three nodes run.")
+@click.pass_obj
+def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float) -> None:
+    """Three nodes share the Relay crontab (plus CRONTABS); one is killed midway."""
+    from pgpulse.demo import run_demo
+
+    sys.exit(_run(run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration)))

@@ -1,0 +1,94 @@
+"""Connections: turn a DSN (or the embedded default) into checked connections and a pool.
+
+Every connection carries ``application_name = 'pgpulse:<node id>'`` so ``pgpulse status`` can tell
+which node holds the leader lock, and uses dict rows.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from pgpulse.embedded import start_embedded
+from pgpulse.errors import DatabaseUnavailable
+
+#: Seconds to wait for a server to answer before calling it unreachable.
+CONNECT_TIMEOUT = 5
+
+AsyncConn = psycopg.AsyncConnection[DictRow]
+
+
+def resolve_dsn(database_url: str | None, data_dir: Path | None = None) -> str:
+    """Return the DSN to use: ``database_url`` if given, else the embedded server's.
+
+    Args:
+        database_url: a libpq URI or key=value DSN, or ``None``/empty for the embedded default.
+        data_dir: the embedded server's data folder (ignored when a DSN is given).
+
+    Raises:
+        DatabaseUnavailable: the embedded server could not start.
+    """
+    if database_url:
+        return database_url
+    return start_embedded(data_dir)
+
+
+def redact(dsn: str) -> str:
+    """Return ``dsn`` with any password replaced by ``***`` (for error messages and logs)."""
+    dsn = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
+
+
+def _kwargs(application_name: str) -> dict[str, Any]:
+    return {
+        "application_name": application_name[:63],
+        "connect_timeout": CONNECT_TIMEOUT,
+        "row_factory": dict_row,
+    }
+
+
+async def connect(dsn: str, *, application_name: str = "pgpulse",
+                  autocommit: bool = True) -> AsyncConn:
+    """Open one connection (for LISTEN, the leader lock, migrations, the CLI).
+
+    Raises:
+        DatabaseUnavailable: the server does not answer or refuses; the message names the DSN
+            (password redacted) and the driver's reason.
+    """
+    try:
+        return await psycopg.AsyncConnection.connect(
+            dsn, autocommit=autocommit, **_kwargs(application_name)
+        )
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnavailable(
+            f"database {redact(dsn)!r} does not answer: {reason}", field="database_url",
+            value=redact(dsn),
+        ) from exc
+
+
+async def open_pool(dsn: str, *, application_name: str, max_size: int,
+                    min_size: int = 1) -> AsyncConnectionPool[AsyncConn]:
+    """Open a checked connection pool (autocommit connections, dict rows).
+
+    Raises:
+        DatabaseUnavailable: the first connection could not be made.
+    """
+    probe = await connect(dsn, application_name=application_name)
+    await probe.close()
+    pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max(max_size, min_size),
+        kwargs={"autocommit": True, **_kwargs(application_name)},
+        connection_class=psycopg.AsyncConnection[DictRow],
+        open=False,
+        name=application_name,
+    )
+    await pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+    return pool

@@ -1,0 +1,168 @@
+"""Dispatch of one claimed job: decide at claim time, run one attempt, write its fenced outcome.
+
+The decisions are pure (:func:`plan_finish` over :mod:`pgpulse.planner`); the only I/O is the
+handler call and one ``finish_run`` write. Cancellation of the attempt's task is how the engine
+stops a run whose lease is lost or whose node shuts down: a cancelled attempt writes nothing here
+(the engine releases shutdown claims; a lost lease has nothing left to write to).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pgpulse.errors import UnknownHandler
+from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
+from pgpulse.planner import Advance, advance, plan_claim, retry_delay
+from pgpulse.store import ClaimedJob, RunOutcome, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """How one attempt ended: ``ok``, or the error text; plus captured output (truncated)."""
+
+    ok: bool
+    error: str | None = None
+    output: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishPlan:
+    """The fenced write that ends an attempt (arguments of :meth:`Store.finish_run`)."""
+
+    outcome: RunOutcome
+    advance: Advance | None = None
+    retry_in: float | None = None
+    error: str | None = None
+    output: str | None = None
+    skip_reason: str | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :meth:`Store.finish_run`."""
+        return {"advance": self.advance, "retry_in": self.retry_in, "error": self.error,
+                "output": self.output, "skip_reason": self.skip_reason}
+
+
+def _skip_reason(job: ClaimedJob) -> str:
+    if job.catch_up == "skip":
+        return f"missed: later than misfire_grace ({job.misfire_grace:g}s)"
+    if job.catch_up == "coalesce":
+        return "coalesced into a later occurrence"
+    return f"missed: beyond backfill_limit ({job.backfill_limit})"
+
+
+def plan_finish(job: ClaimedJob, result: AttemptResult, now: datetime,
+                rng: random.Random | None = None) -> FinishPlan:
+    """Decide how an attempt's end is written (pure).
+
+    Success moves the job to its next occurrence computed from ``scheduled_for`` with the
+    catch-up policy applied at ``now``. A failure with attempts left retries the same
+    occurrence after an exponential backoff with jitter; the last failure ends the run
+    ``failed`` and moves on (design.md, retry policy: a recurring job never dies of one failure).
+
+    Args:
+        job: the claimed job.
+        result: how the attempt ended.
+        now: the database's instant estimated at the end of the attempt (claim time plus the
+            monotonic time elapsed since).
+        rng: random source for the jitter (tests pass a seeded one).
+    """
+    if not result.ok and job.attempt < job.max_attempts:
+        return FinishPlan("retrying", retry_in=retry_delay(job.attempt, job.retry_backoff, rng),
+                          error=result.error, output=result.output)
+    nxt = advance(job.parsed_schedule, job.policy, after=job.scheduled_for, now=now,
+                  anchor=job.anchor_at)
+    return FinishPlan("succeeded" if result.ok else "failed", advance=nxt, error=result.error,
+                      output=result.output, skip_reason=_skip_reason(job))
+
+
+async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext) -> AttemptResult:
+    """Run the handler once under the job's timeout and classify how it ended.
+
+    Raises:
+        asyncio.CancelledError: the engine cancelled the attempt (lost lease, shutdown).
+    """
+    try:
+        async with asyncio.timeout(job.timeout):
+            output = await call_handler(handler, ctx)
+    except TimeoutError:
+        return AttemptResult(False, f"timed out after {job.timeout:g}s")
+    except HandlerFailed as exc:
+        return AttemptResult(False, str(exc), truncate_output(exc.output))
+    except Exception as exc:  # any handler error is a failed attempt, by design
+        return AttemptResult(False, f"{type(exc).__name__}: {exc}")
+    return AttemptResult(True, None, truncate_output(output))
+
+
+class Dispatcher:
+    """Runs claimed jobs of one node.
+
+    Args:
+        store: the store to write outcomes through.
+        handlers: the node's handlers by name.
+        node_id: this node's id (goes into each :class:`RunContext`).
+        options: node-level handler options (e.g. ``shell_dry_run``).
+        clock: returns the database's current instant as the node estimates it.
+    """
+
+    def __init__(self, store: Store, handlers: Mapping[str, Handler], node_id: str,
+                 options: Mapping[str, Any], clock: Callable[[ClaimedJob], datetime]) -> None:
+        self.store = store
+        self.handlers = handlers
+        self.node_id = node_id
+        self.options = options
+        self.clock = clock
+
+    async def dispatch(self, job: ClaimedJob) -> RunOutcome | None:
+        """Take a claimed job to the end of its attempt.
+
+        Returns:
+            The outcome written, or ``None`` when the fenced write found the lease lost.
+
+        Raises:
+            asyncio.CancelledError: the attempt was cancelled; nothing was written.
+        """
+        decision = plan_claim(job.parsed_schedule, job.policy, scheduled_for=job.scheduled_for,
+                              attempt=job.attempt, max_attempts=job.max_attempts,
+                              now=job.db_now, anchor=job.anchor_at)
+        if decision.action != "run":
+            assert decision.advance is not None
+            outcome: RunOutcome = "skipped" if decision.action == "skip" else "fenced"
+            error = (None if outcome == "skipped" else
+                     f"attempts exhausted: {job.max_attempts} leases lost or expired")
+            ok = await self.store.finish_run(job, outcome, advance=decision.advance, error=error,
+                                             skip_reason=_skip_reason(job))
+            log.info("%s %s/%s at %s", outcome, job.tenant, job.name, job.scheduled_for,
+                     extra={"action": f"run_{outcome}", "job": job.name})
+            return outcome if ok else None
+        try:
+            handler = self.handlers[job.handler]
+        except (KeyError, UnknownHandler):
+            reason = f"handler {job.handler!r} is not registered on node {self.node_id}"
+            ok = await self.store.finish_run(job, "failed", status="failed", error=reason)
+            log.error("job %s/%s failed: %s", job.tenant, job.name, reason,
+                      extra={"action": "job_failed", "job": job.name})
+            return "failed" if ok else None
+        ctx = RunContext(job_id=job.id, job_name=job.name, tenant=job.tenant,
+                         payload=job.payload, scheduled_for=job.scheduled_for,
+                         attempt=job.attempt, run_id=job.run_id,
+                         fencing_token=job.fencing_token, timeout=job.timeout,
+                         node_id=self.node_id, options=self.options)
+        result = await run_attempt(job, handler, ctx)
+        plan = plan_finish(job, result, self.clock(job))
+        ok = await self.store.finish_run(job, plan.outcome, **plan.kwargs())
+        if not ok:
+            log.warning("lease of %s/%s lost before its outcome was written; nothing recorded",
+                        job.tenant, job.name, extra={"action": "write_fenced", "job": job.name})
+            return None
+        log.info("%s %s/%s at %s (attempt %d)", plan.outcome, job.tenant, job.name,
+                 job.scheduled_for, job.attempt,
+                 extra={"action": f"run_{plan.outcome}", "job": job.name})
+        return plan.outcome

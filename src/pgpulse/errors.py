@@ -1,0 +1,79 @@
+"""The one exception hierarchy of Pulse.
+
+Every error that bad input can cause is a :class:`PulseError` subclass that carries the
+offending ``field`` and ``value``, so a CLI, an API or a test can say exactly what was refused.
+Raising one of these at the boundary guarantees that nothing was written (design.md, invariant 8).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PulseError(Exception):
+    """Base class of every error Pulse raises on purpose.
+
+    Args:
+        message: a one-line, human-readable explanation.
+        field: the name of the input field that was refused (``"schedule"``, ``"timezone"``,
+            ``"payload"``...), or ``None`` when the error is not about one field.
+        value: the refused value, kept as given.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, value: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.value = value
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidInput(PulseError):
+    """An input field has a value Pulse refuses (a generic validation failure)."""
+
+
+class InvalidSchedule(InvalidInput):
+    """A schedule expression is malformed or can never fire (``0 0 30 2 *``)."""
+
+
+class UnknownTimeZone(InvalidInput):
+    """A time zone name is not in the IANA database (``Mars/Olympus``)."""
+
+
+class InvalidPayload(InvalidInput):
+    """A payload is not valid JSON, or not a JSON object."""
+
+
+class UnknownHandler(InvalidInput):
+    """A job names a handler that is neither built in nor registered by any node."""
+
+
+class CrontabError(InvalidInput):
+    """A crontab line cannot be imported; ``str()`` gives ``file:line: reason``."""
+
+    def __init__(self, path: str, line_no: int, reason: str, *, line: str = "") -> None:
+        super().__init__(f"{path}:{line_no}: {reason}", field="crontab", value=line)
+        self.path = path
+        self.line_no = line_no
+        self.reason = reason
+
+
+class JobNotFound(PulseError):
+    """No job has the given (tenant, name)."""
+
+    def __init__(self, tenant: str, name: str) -> None:
+        super().__init__(f"no job named {name!r} in tenant {tenant!r}", field="name", value=name)
+        self.tenant = tenant
+
+
+class DatabaseUnavailable(PulseError):
+    """The database named by a DSN (or the embedded server) does not answer."""
+
+
+class LeaseLost(PulseError):
+    """A node no longer holds the lease of a run: its fencing token is stale or the lease expired.
+
+    Raised into a handler's task (as the cancellation reason) when the node self-fences.
+    """

@@ -1,0 +1,136 @@
+"""Handlers: the named Python callables that do a job's work, and the context they receive.
+
+A handler is ``def handler(ctx: RunContext) -> str | None`` or the ``async def`` equivalent.
+Sync handlers run in a worker thread; async ones on the node's event loop. Returning normally is
+success (the returned text, if any, is kept as the run's captured output, truncated); raising is
+a failed attempt. :class:`HandlerFailed` lets a handler fail with captured output attached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeAlias
+
+from pgpulse.errors import InvalidInput, UnknownHandler
+
+#: Longest captured output kept per run, in characters (the tail is cut, a marker is appended).
+MAX_OUTPUT_CHARS = 16_384
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a handler knows about the attempt it is running.
+
+    Attributes:
+        job_id: the job's numeric id.
+        job_name: the job's name within its tenant.
+        tenant: the job's tenant.
+        payload: the job's JSON payload (a dict; treat it as read-only).
+        scheduled_for: the occurrence's logical instant (aware, UTC), never a wall-clock reading.
+        attempt: 1 for the first attempt of this occurrence, 2 for the first retry, ...
+        run_id: id of the ``job_runs`` row shared by every attempt of this occurrence.
+        fencing_token: grows on every claim of the job; guard external side effects with it
+            (an effect written with a smaller token than one already seen must be refused).
+        timeout: the attempt's time limit in seconds, or ``None``.
+        node_id: the node running the attempt.
+        options: node-level settings for handlers (e.g. ``{"shell_dry_run": True}``).
+    """
+
+    job_id: int
+    job_name: str
+    tenant: str
+    payload: Mapping[str, Any]
+    scheduled_for: datetime
+    attempt: int
+    run_id: int
+    fencing_token: int
+    timeout: float | None
+    node_id: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+HandlerResult: TypeAlias = str | None
+Handler: TypeAlias = Callable[[RunContext], HandlerResult | Awaitable[HandlerResult]]
+
+
+class HandlerFailed(Exception):  # named as "the handler failed", by design
+    """Raised by a handler to fail an attempt and keep its captured output.
+
+    Args:
+        message: why the attempt failed (stored as the run's error).
+        output: captured output to store with the run (truncated to ``MAX_OUTPUT_CHARS``).
+    """
+
+    def __init__(self, message: str, *, output: str | None = None) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+def truncate_output(text: str | None, limit: int = MAX_OUTPUT_CHARS) -> str | None:
+    """Return ``text`` cut to at most ``limit`` characters, ending with a marker that says how
+    many characters were dropped. Idempotent: a result is never cut again."""
+    if text is None or len(text) <= limit:
+        return text
+    keep = max(limit - 64, 0)
+    return text[:keep] + f"\n[... {len(text) - keep} more characters truncated]"
+
+
+class HandlerRegistry(Mapping[str, Handler]):
+    """Name -> handler map of one node (or one :class:`~pgpulse.app.App`).
+
+    Raises:
+        InvalidInput: on :meth:`register` with a name already taken, or a non-callable.
+        UnknownHandler: on item lookup of a name never registered; ``field`` is ``"handler"``.
+    """
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def register(self, name: str, handler: Handler) -> None:
+        """Register ``handler`` under ``name``; a name can be registered once."""
+        if not callable(handler):
+            raise InvalidInput(f"handler {name!r} is not callable", field="handler", value=name)
+        if name in self._handlers and self._handlers[name] is not handler:
+            raise InvalidInput(f"handler {name!r} is already registered", field="handler",
+                               value=name)
+        self._handlers[name] = handler
+
+    def __getitem__(self, name: str) -> Handler:
+        try:
+            return self._handlers[name]
+        except KeyError:
+            raise UnknownHandler(
+                f"handler {name!r} is not registered on this node "
+                f"(known: {', '.join(sorted(self._handlers)) or 'none'})",
+                field="handler", value=name,
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._handlers)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+async def call_handler(handler: Handler, ctx: RunContext) -> HandlerResult:
+    """Run ``handler`` for one attempt: async handlers are awaited, sync ones run in a thread.
+
+    Cancellation (timeout, lost lease, shutdown) cancels an async handler at its next await; a
+    sync handler's thread cannot be interrupted, so its result is discarded instead.
+
+    Raises:
+        Whatever the handler raises.
+    """
+    if inspect.iscoroutinefunction(handler):
+        result = await handler(ctx)
+    else:
+        result = await asyncio.to_thread(handler, ctx)
+        if inspect.isawaitable(result):
+            result = await result
+    if result is None or isinstance(result, str):
+        return result
+    return repr(result)

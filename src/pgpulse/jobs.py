@@ -1,0 +1,194 @@
+"""Job definitions: the validated value object every boundary (CLI, code, crontab) builds.
+
+A :class:`JobSpec` is pure data. Building one through :meth:`JobSpec.create` validates every field
+and raises an :class:`~pgpulse.errors.InvalidInput` subclass naming the field and value, so the
+store never sees a bad definition (design.md, invariant 8).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from pgpulse.errors import InvalidInput, InvalidPayload
+from pgpulse.schedule import Schedule, parse_schedule
+
+CatchUp = Literal["skip", "backfill", "coalesce"]
+CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
+
+#: Names of jobs, tenants and handlers: printable, no whitespace at the ends, at most 200 chars.
+_NAME_RE = re.compile(r"^[^\s\x00-\x1f](?:[^\x00-\x1f]{0,198}[^\s\x00-\x1f])?$")
+_HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+
+
+def _check_name(field_name: str, value: object, pattern: re.Pattern[str] = _NAME_RE) -> str:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise InvalidInput(
+            f"{field_name} {value!r} is not a valid name "
+            "(1-200 printable characters, no leading or trailing space)",
+            field=field_name,
+            value=value,
+        )
+    return value
+
+
+def _check_number(
+    field_name: str, value: object, *, minimum: float, integer: bool = False
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{field_name} must be a number, got {value!r}", field=field_name,
+                           value=value)
+    if not math.isfinite(value) or value < minimum:
+        raise InvalidInput(f"{field_name} must be a finite number of at least {minimum}, "
+                           f"got {value!r}", field=field_name, value=value)
+    if integer and int(value) != value:
+        raise InvalidInput(f"{field_name} must be a whole number, got {value!r}",
+                           field=field_name, value=value)
+    return float(value)
+
+
+def parse_payload(value: object) -> dict[str, Any]:
+    """Return a job payload as a JSON object.
+
+    Args:
+        value: a ``dict`` (must be JSON-serialisable) or a ``str`` holding a JSON object.
+
+    Returns:
+        The payload as a ``dict``.
+
+    Raises:
+        InvalidPayload: the string is not JSON, the JSON is not an object, or the dict holds
+            values JSON cannot encode; ``field`` is ``"payload"``.
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InvalidPayload(
+                f"payload is not valid JSON ({exc.msg} at char {exc.pos}): {value!r}",
+                field="payload", value=value,
+            ) from None
+    if not isinstance(value, dict):
+        raise InvalidPayload(f"payload must be a JSON object, got {value!r}", field="payload",
+                             value=value)
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"payload cannot be encoded as JSON: {exc}", field="payload",
+                             value=value) from None
+    return cast(dict[str, Any], value)
+
+
+def _check_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
+    try:
+        return parse_payload(meta or {})
+    except InvalidPayload as exc:
+        raise InvalidInput(str(exc).replace("payload", "meta", 1), field="meta",
+                           value=meta) from None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A validated job definition, unique by (tenant, name).
+
+    Attributes:
+        tenant: owner of the job; jobs of different tenants never clash by name.
+        name: the job's name within its tenant.
+        schedule: the schedule expression as given (cron, macro or ``@every``).
+        timezone: IANA zone name the cron fields are read in (default ``UTC``).
+        handler: name of the registered handler that runs the job (``shell``, ``http``...).
+        payload: JSON object handed to the handler.
+        catch_up: ``skip``, ``backfill`` or ``coalesce`` (design.md, Policies).
+        backfill_limit: with ``backfill``, keep only the newest N missed occurrences; ``None``
+            keeps all.
+        misfire_grace: seconds an occurrence may be late and still run under ``skip``.
+        max_attempts: attempts per occurrence before the run is failed (>= 1).
+        retry_backoff: base of the exponential retry backoff, seconds (> 0).
+        timeout: per-attempt limit in seconds, or ``None`` for no limit.
+        source: where the definition came from (``cli``, ``code``, ``crontab:FILE:LINE``).
+        meta: free-form facts kept with the job (crontab user, ``MAILTO``...), a JSON object.
+    """
+
+    tenant: str
+    name: str
+    schedule: str
+    handler: str
+    timezone: str = "UTC"
+    payload: dict[str, Any] = field(default_factory=dict)
+    catch_up: CatchUp = "skip"
+    backfill_limit: int | None = None
+    misfire_grace: float = 60.0
+    max_attempts: int = 3
+    retry_backoff: float = 1.0
+    timeout: float | None = 3600.0
+    source: str = "api"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        name: str,
+        schedule: str,
+        handler: str,
+        tenant: str = "default",
+        timezone: str = "UTC",
+        payload: object = None,
+        catch_up: str = "skip",
+        backfill_limit: int | None = None,
+        misfire_grace: float = 60.0,
+        max_attempts: int = 3,
+        retry_backoff: float = 1.0,
+        timeout: float | None = 3600.0,
+        source: str = "api",
+        meta: dict[str, Any] | None = None,
+    ) -> JobSpec:
+        """Validate every field and build a :class:`JobSpec`.
+
+        Units: ``misfire_grace``, ``retry_backoff`` and ``timeout`` are seconds.
+
+        Raises:
+            InvalidSchedule: the schedule is malformed or can never fire.
+            UnknownTimeZone: ``timezone`` is not an IANA zone.
+            InvalidPayload: ``payload`` is not a JSON object (or JSON text of one).
+            InvalidInput: any other field is out of range; ``field`` names it.
+        """
+        _check_name("tenant", tenant)
+        _check_name("name", name)
+        _check_name("handler", handler, _HANDLER_RE)
+        parse_schedule(schedule, timezone)  # raises InvalidSchedule / UnknownTimeZone
+        if catch_up not in CATCH_UP_POLICIES:
+            raise InvalidInput(
+                f"catch_up must be one of {', '.join(CATCH_UP_POLICIES)}, got {catch_up!r}",
+                field="catch_up", value=catch_up,
+            )
+        if backfill_limit is not None:
+            _check_number("backfill_limit", backfill_limit, minimum=1, integer=True)
+        _check_number("misfire_grace", misfire_grace, minimum=0)
+        _check_number("max_attempts", max_attempts, minimum=1, integer=True)
+        _check_number("retry_backoff", retry_backoff, minimum=0.001)
+        if timeout is not None:
+            _check_number("timeout", timeout, minimum=0.001)
+        return cls(
+            tenant=tenant,
+            name=name,
+            schedule=schedule.strip(),
+            handler=handler,
+            timezone=timezone,
+            payload=parse_payload({} if payload is None else payload),
+            catch_up=catch_up,
+            backfill_limit=None if backfill_limit is None else int(backfill_limit),
+            misfire_grace=float(misfire_grace),
+            max_attempts=int(max_attempts),
+            retry_backoff=float(retry_backoff),
+            timeout=None if timeout is None else float(timeout),
+            source=source,
+            meta=_check_meta(meta),
+        )
+
+    def parsed_schedule(self) -> Schedule:
+        """Return the parsed :class:`~pgpulse.schedule.Schedule` of this job (pure, no I/O)."""
+        return parse_schedule(self.schedule, self.timezone)

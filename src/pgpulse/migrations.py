@@ -1,0 +1,72 @@
+"""Schema migrations: numbered SQL files applied in order, once, under an advisory lock.
+
+Two nodes starting at once both call :func:`migrate`; the transaction-scoped advisory lock makes
+the second wait for the first and then find nothing left to apply, so migrating is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from pgpulse.sql import migration_files
+
+log = logging.getLogger(__name__)
+
+#: Advisory lock key serialising migrations ("PMIG").
+MIGRATION_LOCK_KEY = 0x504D4947
+
+_CREATE_TABLE = """
+CREATE TABLE IF NOT EXISTS pgpulse_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
+    """Apply every pending migration in one transaction.
+
+    Args:
+        conn: an open connection in autocommit mode or idle outside a transaction.
+
+    Returns:
+        The versions applied by this call, ascending (empty when already up to date).
+
+    Raises:
+        psycopg.Error: a migration failed; the transaction is rolled back and nothing changes.
+    """
+    applied_now: list[int] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+        await conn.execute(_CREATE_TABLE)
+        cur = conn.cursor(row_factory=tuple_row)
+        await cur.execute("SELECT version FROM pgpulse_migrations")
+        done = {row[0] for row in await cur.fetchall()}
+        for version, name, sql in migration_files():
+            if version in done:
+                continue
+            log.info("applying migration %04d_%s", version, name,
+                     extra={"action": "migration_applied", "version": version})
+            await conn.execute(sql)
+            await conn.execute(
+                "INSERT INTO pgpulse_migrations (version, name) VALUES (%s, %s)", (version, name)
+            )
+            applied_now.append(version)
+    return applied_now
+
+
+async def schema_version(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Return the highest applied migration version, or 0 on a database Pulse never touched."""
+    cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute("SELECT to_regclass('pgpulse_migrations') IS NOT NULL")
+    row = await cur.fetchone()
+    if not row or not row[0]:
+        return 0
+    await cur.execute("SELECT coalesce(max(version), 0) FROM pgpulse_migrations")
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,501 @@
+"""Schedule arithmetic: cron expressions, macros and ``@every`` intervals (pure, no I/O, no clock).
+
+Every instant going in must be timezone-aware; every instant coming out is an aware UTC datetime
+with whole seconds. The rules are those of Vixie cron as Debian ships it (design.md, invariant 7):
+
+* Day-of-month and day-of-week: if either field starts with ``*`` a day must match both,
+  otherwise either (Debian cron, ``DOM_STAR``/``DOW_STAR`` in ``entry.c``).
+* Daylight saving: a job whose minute or hour field starts with ``*`` follows elapsed time: it
+  fires at every matching instant that exists, never inside a skipped hour, in both passes of a
+  repeated hour. Any other job is a fixed-time job: a local time inside a skipped hour fires at the
+  first instant after the gap, one inside a repeated hour on the first pass only (Debian cron's
+  DST handling in ``cron.c``).
+* ``a/n`` means ``a-max/n`` (a cronie extension); day-of-week 7 is Sunday, like 0.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pgpulse.errors import InvalidSchedule, UnknownTimeZone
+
+__all__ = ["SCHEDULE_HELP", "Schedule", "parse_schedule"]
+
+SCHEDULE_HELP = """\
+Schedules follow Vixie/Debian cron and are read in the job's time zone.
+  cron      'minute hour day-of-month month day-of-week', e.g. '30 4 * * mon-fri';
+            six fields put seconds first: '*/15 * * * * *'.
+            Each field: * 5 1-5 1,15 */10 1-30/10 5/10 (= 5-max/10); names jan-dec and sun-sat;
+            day-of-week 0 and 7 are Sunday. When day-of-month and day-of-week both start
+            with something other than '*', a day matching either one fires.
+  macros    @yearly @annually @monthly @weekly @daily @midnight @hourly
+  interval  @every 30s, @every 15m, @every 1h30m, @every 2d (units d h m s, at least 1s)"""
+
+_SECOND = timedelta(seconds=1)
+# The Gregorian calendar repeats every 400 years (146 097 days, a whole number of weeks), so a
+# schedule with no occurrence in 400 years has none at all. ~10 years would be too short: Feb 29
+# that is a Sunday (``0 0 29 2 */7``) can be 28 to 40 years apart.
+_HORIZON_YEARS = 400
+_MONTH_NAMES = ("", "January", "February", "March", "April", "May", "June", "July", "August",
+                "September", "October", "November", "December")
+_DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
+_MAX_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+# (field name, lowest value, highest value, names accepted for values)
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
+    ("second", 0, 59, {}),
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day-of-month", 1, 31, {}),
+    ("month", 1, 12, {n[:3].lower(): i for i, n in enumerate(_MONTH_NAMES) if n}),
+    ("day-of-week", 0, 7, {n[:3].lower(): i for i, n in enumerate(_DAY_NAMES)}),
+)
+_MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+           "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+           "@hourly": "0 * * * *"}
+_EVERY_RE = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
+_EVERY_UNITS = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+
+Time = tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Cron:
+    """A parsed cron expression: each field precomputed as a sorted tuple (internal)."""
+
+    texts: tuple[str, ...]  # the six field texts, seconds first ("0" when not given)
+    has_seconds: bool
+    seconds: tuple[int, ...]
+    minutes: tuple[int, ...]
+    hours: tuple[int, ...]
+    doms: tuple[int, ...]
+    months: frozenset[int]
+    dows: tuple[int, ...]  # 0-6, Sunday = 0
+    day_or: bool  # neither day field starts with '*': a day matching either fires
+    elapsed: bool  # minute or hour field starts with '*': follows elapsed time across DST
+    # The matching days of a month depend only on its length and the weekday of its 1st:
+    # (days in month, Python weekday of the 1st) -> sorted matching days.
+    month_days: dict[tuple[int, int], tuple[int, ...]]
+
+    def next_wall(self, start: datetime, last_year: int) -> datetime | None:
+        """Return the first naive wall time >= ``start`` matching every field, or None.
+
+        Whole non-matching months and days are skipped; gives up after the end of ``last_year``.
+        """
+        year, month, day = start.year, start.month, start.day
+        first_time: Time = (self.hours[0], self.minutes[0], self.seconds[0])
+        time = self._time_at_or_after(start.hour, start.minute, start.second)
+        while year <= last_year:
+            if month in self.months:
+                first_weekday, length = calendar.monthrange(year, month)
+                days = self.month_days[length, first_weekday]
+                for d in days[bisect_left(days, day):]:
+                    found = time if d == day else first_time
+                    if found is not None:
+                        return datetime(year, month, d, *found)
+            year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+            day, time = 1, first_time
+        return None
+
+    def _time_at_or_after(self, hour: int, minute: int, second: int) -> Time | None:
+        hours, minutes, seconds = self.hours, self.minutes, self.seconds
+        i = bisect_left(hours, hour)
+        if i < len(hours) and hours[i] == hour:
+            j = bisect_left(minutes, minute)
+            if j < len(minutes) and minutes[j] == minute:
+                k = bisect_left(seconds, second)
+                if k < len(seconds):
+                    return hour, minute, seconds[k]
+                j += 1
+            if j < len(minutes):
+                return hour, minutes[j], seconds[0]
+            i += 1
+        return (hours[i], minutes[0], seconds[0]) if i < len(hours) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """When a job is due: a cron expression (or macro) read in a time zone, or an interval.
+
+    Build one with :func:`parse_schedule`. All methods are pure.
+
+    Attributes:
+        expr: the expression as given, stripped.
+        timezone: the IANA time zone name the cron fields are read in.
+        kind: ``"cron"`` (cron expression or macro) or ``"interval"`` (``@every``).
+        interval: the period of an ``@every`` schedule, else None.
+    """
+
+    expr: str
+    timezone: str
+    kind: Literal["cron", "interval"]
+    interval: timedelta | None = None
+    _zone: ZoneInfo = field(default=ZoneInfo("UTC"), repr=False, compare=False)
+    _cron: _Cron | None = field(default=None, repr=False, compare=False)
+
+    def next_after(self, after: datetime, *, anchor: datetime | None = None) -> datetime:
+        """Return the first occurrence strictly later than ``after``.
+
+        Args:
+            after: an aware instant, any zone (typically the current ``scheduled_for``).
+            anchor: interval schedules only: an aware instant on the schedule's grid; the
+                occurrences are ``anchor + k * interval`` for every integer k (truncated to whole
+                seconds). None means ``after`` itself, so the result is ``after + interval``.
+                Ignored by cron schedules.
+
+        Returns:
+            An aware UTC datetime (``tzinfo=datetime.UTC``), microsecond 0. O(1) for intervals.
+
+        Raises:
+            ValueError: ``after`` or ``anchor`` is naive.
+            InvalidSchedule: a cron schedule has no occurrence within 400 years (one that only
+                matches wall times skipped by DST in its zone, e.g.).
+        """
+        start = _utc_seconds(after, "after")
+        if self.interval is not None:
+            grid = start if anchor is None else _utc_seconds(anchor, "anchor")
+            return grid + ((start - grid) // self.interval + 1) * self.interval
+        cron = self._cron
+        assert cron is not None  # parse_schedule sets exactly one of interval and _cron
+        last_year = min(start.year + _HORIZON_YEARS, 9999)
+        found = (_next_elapsed if cron.elapsed else _next_fixed)(cron, self._zone, start, last_year)
+        if found is None:
+            raise InvalidSchedule(
+                f"schedule {self.expr!r}: no occurrence within {_HORIZON_YEARS} years after "
+                f"{start.isoformat()} in time zone {self.timezone}",
+                field="schedule", value=self.expr)
+        return found
+
+    def occurrences_between(self, start: datetime, end: datetime, *,
+                            anchor: datetime | None = None, limit: int) -> list[datetime]:
+        """Return the occurrences ``t`` with ``start < t <= end``, ascending, at most ``limit``.
+
+        Args:
+            start, end: aware instants, any zone.
+            anchor: as for :meth:`next_after`; None means ``start``.
+            limit: the most occurrences to return (the search stops there); must be >= 0.
+
+        Returns:
+            Aware UTC datetimes, each what repeated :meth:`next_after` calls would give.
+
+        Raises:
+            ValueError: a naive instant or a negative ``limit``.
+        """
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        last = _utc_seconds(end, "end")
+        grid = start if anchor is None else anchor
+        found: list[datetime] = []
+        current = start
+        while len(found) < limit:
+            current = self.next_after(current, anchor=grid)
+            if current > last:
+                break
+            found.append(current)
+        return found
+
+    def describe(self) -> str:
+        """Return a short English description, e.g. ``"at 04:30 on Friday (Europe/London)"``."""
+        if self.interval is not None:
+            return "every " + _describe_interval(self.interval)
+        assert self._cron is not None
+        parts = (_describe_time(self._cron), _describe_days(self._cron))
+        return " ".join(p for p in parts if p) + f" ({self.timezone})"
+
+
+@lru_cache(maxsize=4096)
+def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
+    """Parse and validate a schedule (cached on ``(expr, timezone)``).
+
+    Args:
+        expr: a cron expression (5 fields, or 6 with seconds first), a macro (``@daily``...) or
+            an interval (``@every 1h30m``); see :data:`SCHEDULE_HELP`. Cron semantics follow
+            Vixie cron as Debian ships it; ``a/n`` follows cronie.
+        timezone: an IANA time zone name the cron fields are read in.
+
+    Returns:
+        The :class:`Schedule`.
+
+    Raises:
+        InvalidSchedule: malformed, ``@reboot``, or can never fire (``0 0 30 2 *``); the message
+            names the offending cron field; ``field="schedule"``, ``value=expr``.
+        UnknownTimeZone: ``timezone`` is not an IANA name; ``field="timezone"``.
+    """
+    text = expr.strip()
+    words = text.split()
+    head = words[0].lower() if words else ""
+    if head == "@every":
+        interval = _parse_every(expr, words[1:])
+        return Schedule(text, timezone, "interval", interval, _load_zone(timezone))
+    if head == "@reboot":
+        raise _invalid(expr, "Pulse has no reboot event; use a one-off trigger instead")
+    if head.startswith("@"):
+        if head not in _MACROS or len(words) > 1:
+            raise _invalid(expr, f"unknown macro {text!r} (known: {', '.join(_MACROS)}, @every)")
+        words = _MACROS[head].split()
+    cron = _parse_cron(expr, words)
+    return Schedule(text, timezone, "cron", None, _load_zone(timezone), cron)
+
+
+def _invalid(expr: str, reason: str) -> InvalidSchedule:
+    return InvalidSchedule(f"schedule {expr!r}: {reason}", field="schedule", value=expr)
+
+
+def _load_zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a directory name
+        raise UnknownTimeZone(f"unknown time zone {name!r} (expected an IANA name such as "
+                              "'Europe/London')", field="timezone", value=name) from exc
+
+
+def _parse_every(expr: str, args: list[str]) -> timedelta:
+    duration = args[0] if len(args) == 1 else " ".join(args)
+    match = _EVERY_RE.fullmatch(duration)
+    if not duration or match is None:
+        raise _invalid(expr, f"@every duration {duration!r} is not valid: use whole numbers "
+                             "with units d, h, m, s in that order (30s, 15m, 1h30m, 2d)")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    try:
+        interval = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError:
+        raise _invalid(expr, f"@every duration {duration!r} is too long") from None
+    if interval < _SECOND:
+        raise _invalid(expr, f"@every duration {duration!r} must be at least 1s")
+    return interval
+
+
+def _parse_cron(expr: str, words: list[str]) -> _Cron:
+    if len(words) not in (5, 6):
+        raise _invalid(expr, f"expected 5 fields (or 6 with seconds first), got {len(words)}")
+    texts = tuple(words) if len(words) == 6 else ("0", *words)
+    sec, mins, hrs, doms, months, dows = (
+        _parse_field(expr, index, text) for index, text in enumerate(texts))
+    dows = frozenset(d % 7 for d in dows)
+    day_or = not (texts[3].startswith("*") or texts[5].startswith("*"))
+    if not day_or and not any(d <= _MAX_DAYS[m] for m in months for d in doms):
+        month_list = _join([_MONTH_NAMES[m] for m in sorted(months)], "or")
+        raise _invalid(expr, f"day-of-month field: {texts[3]} never occurs in {month_list}, "
+                             "so the schedule can never fire")
+
+    def matches(day: int, weekday: int) -> bool:
+        return (day in doms or weekday in dows) if day_or else (day in doms and weekday in dows)
+
+    month_days = {  # cron weekday of day d when the 1st is Python weekday f: (f + d) % 7
+        (length, first): tuple(d for d in range(1, length + 1) if matches(d, (first + d) % 7))
+        for length in range(28, 32) for first in range(7)}
+    return _Cron(texts, len(words) == 6, tuple(sorted(sec)), tuple(sorted(mins)),
+                 tuple(sorted(hrs)), tuple(sorted(doms)), months, tuple(sorted(dows)), day_or,
+                 texts[1].startswith("*") or texts[2].startswith("*"), month_days)
+
+
+def _parse_field(expr: str, index: int, text: str) -> frozenset[int]:
+    values: set[int] = set()
+    for item in text.split(","):
+        if not item:
+            raise _field_error(expr, index, f"empty list item in {text!r}")
+        base, slash, step_text = item.partition("/")
+        if slash and not (step_text.isascii() and step_text.isdigit()):
+            raise _field_error(expr, index, f"step {step_text!r} is not a number")
+        step = int(step_text) if slash else 1
+        if step == 0:
+            raise _field_error(expr, index, f"step 0 in {item!r} is not allowed (minimum 1)")
+        if base == "*":
+            first, last = _FIELDS[index][1:3]
+        elif "-" in base:
+            start, _, stop = base.partition("-")
+            first, last = _field_value(expr, index, start), _field_value(expr, index, stop)
+            if first > last:
+                raise _field_error(expr, index, f"range {base!r} is reversed (start after end)")
+        else:
+            first = _field_value(expr, index, base)
+            last = _FIELDS[index][2] if slash else first  # cronie: 'a/n' means 'a-max/n'
+        values.update(range(first, last + 1, step))
+    return frozenset(values)
+
+
+def _field_value(expr: str, index: int, token: str) -> int:
+    _, low, high, names = _FIELDS[index]
+    if token.lower() in names:
+        return names[token.lower()]
+    if not (token.isascii() and token.isdigit()):
+        kind = "a number or a name" if names else "a number"
+        raise _field_error(expr, index, f"{token!r} is not {kind}")
+    if not low <= int(token) <= high:
+        raise _field_error(expr, index, f"{int(token)} is out of range {low}-{high}")
+    return int(token)
+
+
+def _field_error(expr: str, index: int, reason: str) -> InvalidSchedule:
+    return _invalid(expr, f"{_FIELDS[index][0]} field: {reason}")
+
+
+def _utc_seconds(moment: datetime, name: str) -> datetime:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime, got naive {moment!r}")
+    return moment.astimezone(UTC).replace(microsecond=0)
+
+
+# --- daylight saving -------------------------------------------------------------------------
+# A naive wall time w has two UTC offsets, on the first (fold=0) and second (fold=1) pass:
+# equal -> w exists once; first > second -> w is repeated (fall back); first < second -> w is
+# skipped (spring forward). Instants are aware UTC datetimes; wall times are naive local ones.
+
+
+def _offsets(zone: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
+    first, second = zone.utcoffset(wall.replace(fold=0)), zone.utcoffset(wall.replace(fold=1))
+    assert first is not None and second is not None  # a ZoneInfo always knows the offset
+    return first, second
+
+
+def _wall(instant: datetime, offset: timedelta) -> datetime:
+    return (instant + offset).replace(tzinfo=None)
+
+
+def _instant(wall: datetime, offset: timedelta) -> datetime:
+    return (wall - offset).replace(tzinfo=UTC)
+
+
+def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """Return the first whole-second instant in (before, after] with ``after``'s UTC offset.
+
+    Assumes exactly one offset change in between (tzdata transitions fall on whole seconds).
+    """
+    target = after.astimezone(zone).utcoffset()
+    low, high = int(before.timestamp()), int(after.timestamp())
+    while high - low > 1:
+        mid = (low + high) // 2
+        if datetime.fromtimestamp(mid, zone).utcoffset() == target:
+            high = mid
+        else:
+            low = mid
+    return datetime.fromtimestamp(high, UTC)
+
+
+def _next_fixed(cron: _Cron, zone: ZoneInfo, after: datetime, last_year: int) -> datetime | None:
+    """Fixed-time job: each matching wall time once, at its first pass or just after its gap."""
+    local = after.astimezone(zone)
+    if local.fold:  # in a repeated hour's second pass: its wall times fired on the first pass
+        first, second = _offsets(zone, local.replace(tzinfo=None))
+        change = _transition(zone, after - (first - second), after)
+        wall = cron.next_wall(_wall(change, first), last_year)  # from the repeated hour's end
+    else:
+        wall = cron.next_wall(local.replace(tzinfo=None) + _SECOND, last_year)
+    if wall is None:
+        return None
+    first, second = _offsets(zone, wall)
+    if first >= second:  # exists, or repeated: first pass
+        return _instant(wall, first)
+    # Skipped: fire at the first instant after the gap. It is later than `after`, whose wall
+    # time is before this one; wall times sharing the gap map to the same instant (fire once).
+    return _transition(zone, _instant(wall, second), _instant(wall, first))
+
+
+def _next_elapsed(cron: _Cron, zone: ZoneInfo, after: datetime,
+                  last_year: int) -> datetime | None:
+    """Elapsed-time job: every instant whose wall time matches (none in gaps, both passes)."""
+    local = after.astimezone(zone)
+    now_wall = local.replace(tzinfo=None, fold=0)
+    wall = cron.next_wall(now_wall + _SECOND, last_year)
+    first, second = _offsets(zone, now_wall)
+    if first > second and not local.fold:
+        # In a repeated hour's first pass: its rest comes first, then its whole second pass,
+        # and only then the wall times after it.
+        change = _transition(zone, after, after + (first - second))
+        end = _wall(change, first)
+        if wall is not None and wall < end:
+            return _instant(wall, first)
+        again = cron.next_wall(_wall(change, second), last_year)
+        if again is not None and again < end:
+            return _instant(again, second)
+    while wall is not None:
+        first, second = _offsets(zone, wall)
+        if first == second:
+            return _instant(wall, first)
+        if first > second:  # repeated: the first pass, unless `after` is already past it
+            early = _instant(wall, first)
+            return early if early > after else _instant(wall, second)
+        change = _transition(zone, _instant(wall, second), _instant(wall, first))
+        wall = cron.next_wall(_wall(change, second), last_year)  # resume after the gap
+    return None
+
+
+# --- describe --------------------------------------------------------------------------------
+
+
+def _join(items: Sequence[str], word: str = "and") -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
+
+
+def _values(values: tuple[int, ...], names: Sequence[str] = ()) -> str:
+    def label(v: int) -> str:
+        return names[v] if names else str(v)
+
+    step = values[1] - values[0] if len(values) >= 4 else 0
+    if step > 1 and values == tuple(range(values[0], values[-1] + 1, step)):
+        return f"{label(values[0])} through {label(values[-1])} in steps of {step}"
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    parts: list[str] = []
+    for low, high in runs:
+        if high - low >= 2:
+            parts.append(f"{label(low)} through {label(high)}")
+        else:
+            parts.extend(label(v) for v in range(low, high + 1))
+    return _join(parts)
+
+
+def _describe_interval(interval: timedelta) -> str:
+    rest = int(interval.total_seconds())
+    parts: list[str] = []
+    for unit, size in _EVERY_UNITS:
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count} {unit}{'s' if count > 1 else ''}")
+    if len(parts) == 1 and parts[0].startswith("1 "):
+        return parts[0][2:]  # "every hour", not "every 1 hour"
+    return " ".join(parts)
+
+
+def _describe_time(cron: _Cron) -> str:
+    secs, mins, hrs = cron.seconds, cron.minutes, cron.hours
+    if len(secs) * len(mins) * len(hrs) <= 4:
+        pattern = "{:02d}:{:02d}:{:02d}" if cron.has_seconds else "{:02d}:{:02d}"
+        return "at " + _join([pattern.format(h, m, s) for h in hrs for m in mins for s in secs])
+    pieces: list[str] = []
+    units = (("second", secs, 60), ("minute", mins, 60), ("hour", hrs, 24))
+    for unit, values, size in units[0 if cron.has_seconds else 1:]:
+        step = values[1] - values[0] if len(values) > 1 else 0
+        if len(values) == size:
+            if not pieces:
+                pieces.append(f"every {unit}")
+        elif step > 1 and size % step == 0 and values == tuple(range(0, size, step)):
+            pieces.append(f"every {step} {unit}s")
+        else:
+            pieces.append(f"{'at ' if not pieces else ''}{unit} {_values(values)}")
+    return " past ".join(pieces)
+
+
+def _describe_days(cron: _Cron) -> str:
+    doms = "day-of-month " + _values(cron.doms)
+    dows = _values(cron.dows, _DAY_NAMES)
+    if cron.day_or:
+        days = f"on {doms} or on {dows}"
+    elif len(cron.doms) == 31:
+        days = "" if len(cron.dows) == 7 else f"on {dows}"
+    else:
+        days = f"on {doms}" + ("" if len(cron.dows) == 7 else f" if it is a {dows}")
+    months = sorted(cron.months)
+    in_months = "" if len(months) == 12 else f"in {_values(tuple(months), _MONTH_NAMES)}"
+    return " ".join(p for p in (days, in_months) if p)

@@ -1,0 +1,56 @@
+"""Pulse's SQL, kept as SQL: ``queries.sql`` holds named blocks, ``migrations/`` the schema.
+
+Loaded once at import; the engine and store look statements up by name (``QUERIES["claim_due"]``)
+rather than building SQL strings in Python.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import Final
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def _load_queries(text: str) -> dict[str, str]:
+    """Split ``queries.sql`` into ``{name: statement}`` at each ``-- name: NAME`` line."""
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"queries.sql defines {name!r} twice")
+        lines = body.strip().splitlines()
+        while lines and lines[0].lstrip().startswith("--"):
+            lines.pop(0)  # the block's doc comment stays in the file, not in what is sent
+        queries[name] = "\n".join(lines).strip().rstrip(";")
+    return queries
+
+
+QUERIES: Final[dict[str, str]] = _load_queries(
+    resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
+)
+
+
+def migration_files() -> list[tuple[int, str, str]]:
+    """Return every migration as ``(version, name, sql)``, ordered by version.
+
+    Files are named ``NNNN_description.sql``; the numbers must run 1, 2, 3... without a gap.
+
+    Raises:
+        ValueError: a file is misnamed, or the numbering has a gap or a duplicate.
+    """
+    folder = resources.files(__package__).joinpath("migrations")
+    found: list[tuple[int, str, str]] = []
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".sql"):
+            continue
+        match = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
+        if match is None:
+            raise ValueError(f"migration file {entry.name!r} is not named NNNN_name.sql")
+        found.append((int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
+    found.sort()
+    versions = [version for version, _, _ in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise ValueError(f"migration numbers must run 1..N without gaps, found {versions}")
+    return found

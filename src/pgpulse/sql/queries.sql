@@ -1,0 +1,328 @@
+-- Every statement Pulse sends, as named blocks ("-- name: NAME"), loaded once by pgpulse.sql.
+-- Clock rule (design.md, invariant 1): instants come from the database's now(). Tests may pass
+-- a fixed instant as %(now)s; production code always passes NULL.
+
+-- name: claim_due
+-- Claim up to %(limit)s due idle jobs of the shards %(shards)s for node %(node)s in one statement:
+-- lock with SKIP LOCKED (never wait on another poller), move to running with a new lease and
+-- fencing token, and open (or re-open, for a retry) the occurrence's job_runs row.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), due AS (
+    SELECT j.id
+    FROM scheduled_jobs j, clock
+    WHERE j.status = 'idle'
+      AND j.next_run_at <= clock.now
+      AND j.shard_id = ANY(%(shards)s::smallint[])
+    ORDER BY j.next_run_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
+    UPDATE scheduled_jobs j
+    SET status = 'running',
+        attempt = j.attempt + 1,
+        fencing_token = j.fencing_token + 1,
+        locked_by = %(node)s,
+        lease_expires_at = clock.now + make_interval(secs => %(lease)s),
+        updated_at = clock.now
+    FROM due, clock
+    WHERE j.id = due.id
+    RETURNING j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
+              j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
+              j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
+              extract(epoch FROM j.timeout)::float8 AS timeout, j.anchor_at, j.scheduled_for,
+              j.attempt, j.fencing_token
+), runs AS (
+    INSERT INTO job_runs AS r (job_id, scheduled_for, attempts, outcome, node_id, fencing_token,
+                               started_at)
+    SELECT c.id, c.scheduled_for, c.attempt, 'running', %(node)s, c.fencing_token, clock.now
+    FROM claimed c, clock
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    SET attempts = excluded.attempts, outcome = 'running', node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
+        finished_at = NULL
+    RETURNING r.job_id, r.id AS run_id
+)
+SELECT c.*, runs.run_id, clock.now AS db_now
+FROM claimed c JOIN runs ON runs.job_id = c.id, clock
+ORDER BY c.scheduled_for;
+
+-- name: next_due
+-- The earliest future due instant among idle jobs of the shards %(shards)s (NULL if none), so an
+-- idle node sleeps exactly until then. Reads the head of scheduled_jobs_due only.
+SELECT min(next_run_at) AS next_due, coalesce(%(now)s::timestamptz, now()) AS db_now
+FROM scheduled_jobs
+WHERE status = 'idle'
+  AND next_run_at > coalesce(%(now)s::timestamptz, now())
+  AND shard_id = ANY(%(shards)s::smallint[]);
+
+-- name: finish_run
+-- Fenced end of an attempt. Changes nothing unless job %(job_id)s is still running under
+-- %(token)s (a zombie's late write is a no-op). In one statement: the job row moves to its next
+-- state, the run row takes its outcome, and skipped occurrences get their own rows.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), job AS (
+    UPDATE scheduled_jobs j
+    SET status = %(status)s,
+        scheduled_for = %(scheduled_for)s,
+        next_run_at = coalesce(%(next_run_at)s::timestamptz,
+                               clock.now + make_interval(secs => %(retry_in)s)),
+        attempt = CASE WHEN %(reset_attempt)s THEN 0 ELSE j.attempt END,
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        last_outcome = %(outcome)s,
+        last_error = %(error)s,
+        last_finished_at = clock.now,
+        updated_at = clock.now
+    FROM clock
+    WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s AND j.status = 'running'
+    RETURNING j.id
+), run AS (
+    UPDATE job_runs r
+    SET outcome = %(outcome)s, error = %(error)s, output = %(output)s,
+        finished_at = CASE WHEN %(outcome)s = 'retrying' THEN NULL ELSE clock.now END,
+        attempts = CASE WHEN %(outcome)s = 'skipped' THEN 0 ELSE r.attempts END,
+        started_at = CASE WHEN %(outcome)s = 'skipped' THEN NULL ELSE r.started_at END
+    FROM job, clock
+    WHERE r.id = %(run_id)s AND r.job_id = job.id AND r.fencing_token = %(token)s
+    RETURNING r.id
+), skipped AS (
+    INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
+    SELECT job.id, s.at, 0, 'skipped', %(skip_reason)s, clock.now
+    FROM job, clock, unnest(%(skipped)s::timestamptz[]) AS s(at)
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM job) AS jobs, (SELECT count(*) FROM run) AS runs,
+       (SELECT count(*) FROM skipped) AS skipped;
+
+-- name: renew_leases
+-- Heartbeat for running work: extend the lease of each (job id, fencing token) pair this node
+-- still holds. Returns the ids renewed; a pair missing from the result has lost its lease.
+UPDATE scheduled_jobs j
+SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease)s)
+FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
+WHERE j.id = held.id AND j.fencing_token = held.token AND j.status = 'running'
+  AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
+RETURNING j.id;
+
+-- name: release_runs
+-- Hand claims back at shutdown so no one waits for lease expiry. Fenced per pair; the attempt
+-- is not counted, the run row goes back to 'retrying'.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), job AS (
+    UPDATE scheduled_jobs j
+    SET status = 'idle', next_run_at = clock.now, attempt = greatest(j.attempt - 1, 0),
+        locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
+    FROM clock, unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
+    WHERE j.id = held.id AND j.fencing_token = held.token AND j.status = 'running'
+    RETURNING j.id, j.scheduled_for, j.fencing_token
+)
+UPDATE job_runs r
+SET outcome = 'retrying', error = %(reason)s, attempts = greatest(r.attempts - 1, 0)
+FROM job
+WHERE r.job_id = job.id AND r.scheduled_for = job.scheduled_for
+  AND r.fencing_token = job.fencing_token
+RETURNING r.job_id;
+
+-- name: reap_expired_leases
+-- Sweeper (leader only): running jobs whose lease expired go back to idle, due at once. The run
+-- row stays; the next claim makes it the next attempt of the same run.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), expired AS (
+    SELECT j.id
+    FROM scheduled_jobs j, clock
+    WHERE j.status = 'running' AND j.lease_expires_at < clock.now
+    ORDER BY j.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), job AS (
+    UPDATE scheduled_jobs j
+    SET status = 'idle', next_run_at = clock.now,
+        last_error = 'lease of node ' || coalesce(j.locked_by, '?') || ' expired',
+        locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
+    FROM expired, clock
+    WHERE j.id = expired.id
+    RETURNING j.id, j.scheduled_for, j.fencing_token, j.shard_id, j.last_error
+), run AS (
+    UPDATE job_runs r
+    SET outcome = 'retrying', error = job.last_error
+    FROM job
+    WHERE r.job_id = job.id AND r.scheduled_for = job.scheduled_for AND r.outcome = 'running'
+    RETURNING r.id
+)
+SELECT job.id, job.shard_id, pg_notify('pgpulse_wakeup', job.shard_id::text)
+FROM job;
+
+-- name: register_node
+INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, state, started_at,
+                                last_heartbeat)
+VALUES (%(node)s, %(hostname)s, %(pid)s, %(slots)s, %(handlers)s, 'alive',
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (node_id) DO UPDATE
+SET hostname = excluded.hostname, pid = excluded.pid, slots = excluded.slots,
+    handlers = excluded.handlers, state = 'alive', last_heartbeat = excluded.last_heartbeat;
+
+-- name: heartbeat
+-- Record this node's liveness and load, and return every node that is alive by the database's
+-- clock (heartbeat within %(ttl)s seconds), this one included, with the clock reading.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), me AS (
+    UPDATE pgpulse_nodes n
+    SET last_heartbeat = clock.now, running = %(running)s, shards = %(shards)s::smallint[],
+        state = %(state)s
+    FROM clock
+    WHERE n.node_id = %(node)s
+    RETURNING n.node_id, n.state
+)
+SELECT n.node_id, clock.now AS db_now
+FROM pgpulse_nodes n, clock
+WHERE n.node_id <> %(node)s AND n.state = 'alive'
+  AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
+UNION ALL
+SELECT me.node_id, clock.now FROM me, clock WHERE me.state = 'alive';
+
+-- name: stop_node
+UPDATE pgpulse_nodes
+SET state = 'stopped', running = 0, shards = '{}', last_heartbeat = coalesce(%(now)s::timestamptz, now())
+WHERE node_id = %(node)s;
+
+-- name: prune
+-- Housekeeping (leader only): forget finished runs older than %(keep)s seconds and nodes that
+-- have been silent for a day.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), runs AS (
+    DELETE FROM job_runs r
+    USING clock
+    WHERE r.finished_at < clock.now - make_interval(secs => %(keep)s)
+    RETURNING 1
+), nodes AS (
+    DELETE FROM pgpulse_nodes n
+    USING clock
+    WHERE n.last_heartbeat < clock.now - interval '1 day'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS nodes;
+
+-- name: upsert_job
+-- Create or update job (tenant, name). A new job, or one whose schedule or time zone changed,
+-- gets %(scheduled_for)s as its next occurrence (computed by the caller from the database's now
+-- read by db_now); an unchanged schedule keeps the job's state, so re-importing is a no-op.
+INSERT INTO scheduled_jobs AS j (tenant, name, schedule, schedule_kind, timezone, handler, payload,
+                                 catch_up, backfill_limit, misfire_grace, max_attempts,
+                                 retry_backoff, timeout, source, meta, anchor_at, scheduled_for,
+                                 next_run_at)
+VALUES (%(tenant)s, %(name)s, %(schedule)s, %(schedule_kind)s, %(timezone)s, %(handler)s,
+        %(payload)s, %(catch_up)s, %(backfill_limit)s, make_interval(secs => %(misfire_grace)s),
+        %(max_attempts)s, make_interval(secs => %(retry_backoff)s),
+        make_interval(secs => %(timeout)s), %(source)s, %(meta)s, %(anchor_at)s,
+        %(scheduled_for)s, %(scheduled_for)s)
+ON CONFLICT (tenant, name) DO UPDATE
+SET schedule = excluded.schedule, schedule_kind = excluded.schedule_kind,
+    timezone = excluded.timezone, handler = excluded.handler, payload = excluded.payload,
+    catch_up = excluded.catch_up, backfill_limit = excluded.backfill_limit,
+    misfire_grace = excluded.misfire_grace, max_attempts = excluded.max_attempts,
+    retry_backoff = excluded.retry_backoff, timeout = excluded.timeout, source = excluded.source,
+    meta = excluded.meta,
+    anchor_at = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+                     THEN j.anchor_at ELSE excluded.anchor_at END,
+    scheduled_for = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+                           OR j.status = 'running'
+                         THEN j.scheduled_for ELSE excluded.scheduled_for END,
+    next_run_at = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+                         OR j.status = 'running'
+                       THEN j.next_run_at ELSE excluded.next_run_at END,
+    attempt = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+                     OR j.status = 'running'
+                   THEN j.attempt ELSE 0 END,
+    updated_at = now()
+RETURNING j.id, j.shard_id, (xmax = 0) AS created, pg_notify('pgpulse_wakeup', j.shard_id::text);
+
+-- name: now
+SELECT now() AS db_now;
+
+-- name: get_job
+SELECT j.*, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
+       extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
+       extract(epoch FROM j.timeout)::float8 AS timeout_s
+FROM scheduled_jobs j
+WHERE j.tenant = %(tenant)s AND j.name = %(name)s;
+
+-- name: list_jobs
+SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.status,
+       j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.last_outcome, j.last_error,
+       j.last_finished_at
+FROM scheduled_jobs j
+WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+ORDER BY j.tenant, j.name;
+
+-- name: set_paused
+-- Pause (from idle or failed) or resume (from paused or failed, holding %(scheduled_for)s, the
+-- next occurrence after now). A running job cannot change state here: the caller says so.
+UPDATE scheduled_jobs j
+SET status = %(status)s,
+    scheduled_for = coalesce(%(scheduled_for)s, j.scheduled_for),
+    next_run_at = coalesce(%(scheduled_for)s, j.next_run_at),
+    attempt = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.attempt ELSE 0 END,
+    last_error = CASE WHEN %(status)s = 'idle' THEN NULL ELSE j.last_error END,
+    updated_at = now()
+WHERE j.tenant = %(tenant)s AND j.name = %(name)s AND j.status = ANY(%(from_status)s::text[])
+RETURNING j.id, j.status, pg_notify('pgpulse_wakeup', j.shard_id::text);
+
+-- name: trigger_job
+-- Trigger now: an idle job whose next occurrence is in the future gets an extra occurrence at the
+-- database's now; afterwards the schedule continues from that instant, which reaches the same
+-- next occurrence. A job that is already due is left as it is (it runs now anyway).
+UPDATE scheduled_jobs j
+SET scheduled_for = CASE WHEN j.scheduled_for > now() THEN now() ELSE j.scheduled_for END,
+    next_run_at = now(),
+    updated_at = now()
+WHERE j.tenant = %(tenant)s AND j.name = %(name)s AND j.status = 'idle'
+RETURNING j.id, j.scheduled_for, pg_notify('pgpulse_wakeup', j.shard_id::text);
+
+-- name: job_status
+SELECT status FROM scheduled_jobs WHERE tenant = %(tenant)s AND name = %(name)s;
+
+-- name: delete_job
+DELETE FROM scheduled_jobs WHERE tenant = %(tenant)s AND name = %(name)s RETURNING id;
+
+-- name: list_runs
+SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id, r.started_at,
+       r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
+       r.error, r.output, r.fencing_token
+FROM job_runs r JOIN scheduled_jobs j ON j.id = r.job_id
+WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+  AND (%(name)s::text IS NULL OR j.name = %(name)s)
+ORDER BY r.id DESC
+LIMIT %(limit)s;
+
+-- name: cluster_nodes
+SELECT n.node_id, n.hostname, n.pid, n.state, n.started_at, n.last_heartbeat,
+       n.last_heartbeat > now() - make_interval(secs => %(ttl)s) AND n.state = 'alive' AS alive,
+       n.shards, n.running, n.slots,
+       (SELECT a.application_name = 'pgpulse:' || n.node_id
+        FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.classid::bigint = 0
+          AND l.objid::bigint = %(leader_key)s AND l.granted
+        LIMIT 1) AS leader
+FROM pgpulse_nodes n
+ORDER BY n.node_id;
+
+-- name: cluster_counts
+SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) FILTER (WHERE status = 'paused') AS paused,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) AS total,
+       extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
+                                                           AND next_run_at <= now()))::float8
+           AS max_lag
+FROM scheduled_jobs;
+
+-- name: known_handlers
+SELECT DISTINCT unnest(handlers) AS handler FROM pgpulse_nodes;

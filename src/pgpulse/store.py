@@ -1,0 +1,398 @@
+"""The store: every read and write Pulse makes, as intent-named methods over one connection pool.
+
+Each method runs statements from ``sql/queries.sql`` and says in its docstring what it locks and
+what it fences. Instants are aware datetimes; durations are seconds. ``now`` parameters exist for
+tests only — production callers leave them ``None`` so the database's clock decides (design.md,
+invariant 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
+from pgpulse.database import AsyncConn
+from pgpulse.errors import InvalidInput, JobNotFound, UnknownHandler
+from pgpulse.jobs import JobSpec
+from pgpulse.migrations import migrate
+from pgpulse.planner import Advance, CatchUpPolicy
+from pgpulse.schedule import Schedule, parse_schedule
+from pgpulse.sql import QUERIES
+
+#: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
+LEADER_LOCK_KEY = 0x50756C73
+
+RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job this node holds a lease on, as the claim returned it.
+
+    Attributes mirror ``scheduled_jobs`` columns; durations are seconds. ``run_id`` is the
+    ``job_runs`` row of ``scheduled_for``; ``db_now`` is the database's instant of the claim.
+    """
+
+    id: int
+    tenant: str
+    name: str
+    schedule: str
+    timezone: str
+    handler: str
+    payload: dict[str, Any]
+    catch_up: Literal["skip", "backfill", "coalesce"]
+    backfill_limit: int | None
+    misfire_grace: float
+    max_attempts: int
+    retry_backoff: float
+    timeout: float | None
+    anchor_at: datetime
+    scheduled_for: datetime
+    attempt: int
+    fencing_token: int
+    run_id: int
+    db_now: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ClaimedJob:
+        """Build from a ``claim_due`` row."""
+        return cls(**{name: row[name] for name in cls.__slots__})
+
+    @property
+    def parsed_schedule(self) -> Schedule:
+        """The job's schedule (parsed once per process, cached)."""
+        return parse_schedule(self.schedule, self.timezone)
+
+    @property
+    def policy(self) -> CatchUpPolicy:
+        """The job's catch-up policy."""
+        return CatchUpPolicy(self.catch_up, self.misfire_grace, self.backfill_limit)
+
+
+class Store:
+    """Intent-named access to Pulse's tables.
+
+    Args:
+        pool: an open pool of autocommit connections with dict rows
+            (:func:`pgpulse.database.open_pool`).
+    """
+
+    def __init__(self, pool: AsyncConnectionPool[AsyncConn]) -> None:
+        self.pool = pool
+
+    async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(QUERIES[name], params or {})
+            return list(await cur.fetchall()) if cur.description else []
+
+    # -- schema ----------------------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations (serialised by an advisory lock); return versions applied."""
+        async with self.pool.connection() as conn:
+            return await migrate(conn)
+
+    async def db_now(self) -> datetime:
+        """The database's current instant."""
+        return (await self._rows("now"))[0]["db_now"]  # type: ignore[no-any-return]
+
+    # -- job definitions -------------------------------------------------------------------
+
+    async def validate_handlers(self, specs: Iterable[JobSpec],
+                                extra_handlers: Collection[str] = ()) -> None:
+        """Refuse specs whose handler no node knows, or whose built-in payload is malformed.
+
+        A handler is known when it is built in (``shell``, ``http``), registered by any node that
+        ever ran against this database, or in ``extra_handlers`` (the caller's own app).
+
+        Raises:
+            UnknownHandler: ``field`` is ``"handler"``, ``value`` the name.
+            InvalidPayload: a ``shell``/``http`` payload lacks or mistypes a field.
+        """
+        specs = list(specs)
+        known = set(BUILTIN_HANDLERS) | set(extra_handlers)
+        if any(spec.handler not in known for spec in specs):
+            known |= {row["handler"] for row in await self._rows("known_handlers")}
+        for spec in specs:
+            if spec.handler not in known:
+                raise UnknownHandler(
+                    f"handler {spec.handler!r} of job {spec.name!r} is not built in and no "
+                    f"node has registered it (known: {', '.join(sorted(known))})",
+                    field="handler", value=spec.handler,
+                )
+            validator = PAYLOAD_VALIDATORS.get(spec.handler)
+            if validator is not None:
+                validator(spec.payload)
+
+    async def upsert_jobs(self, specs: Sequence[JobSpec], *,
+                          extra_handlers: Collection[str] = (),
+                          now: datetime | None = None) -> list[tuple[int, bool]]:
+        """Create or update jobs by (tenant, name), all in one transaction.
+
+        A new job (or one whose schedule or time zone changed) holds the first occurrence after
+        the database's now; an unchanged schedule keeps the job's state, so upserting the same
+        spec twice is a no-op. A running job keeps its current occurrence; the new definition
+        takes effect from its next one.
+
+        Returns:
+            ``(job id, created)`` per spec, in order.
+
+        Raises:
+            UnknownHandler, InvalidPayload: see :meth:`validate_handlers`; nothing is written.
+        """
+        await self.validate_handlers(specs, extra_handlers)
+        names = [(spec.tenant, spec.name) for spec in specs]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise InvalidInput(f"job {dup[1]!r} of tenant {dup[0]!r} is given twice",
+                               field="name", value=dup[1])
+        results: list[tuple[int, bool]] = []
+        async with self.pool.connection() as conn, conn.transaction():
+            clock = now or (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
+            for spec in specs:
+                schedule = spec.parsed_schedule()
+                first = schedule.next_after(clock, anchor=clock)
+                cur = await conn.execute(QUERIES["upsert_job"], {
+                    "tenant": spec.tenant, "name": spec.name, "schedule": spec.schedule,
+                    "schedule_kind": schedule.kind, "timezone": spec.timezone,
+                    "handler": spec.handler, "payload": Jsonb(spec.payload),
+                    "catch_up": spec.catch_up, "backfill_limit": spec.backfill_limit,
+                    "misfire_grace": spec.misfire_grace, "max_attempts": spec.max_attempts,
+                    "retry_backoff": spec.retry_backoff, "timeout": spec.timeout,
+                    "source": spec.source, "meta": Jsonb(spec.meta), "anchor_at": clock,
+                    "scheduled_for": first,
+                })
+                row = await cur.fetchone()
+                assert row is not None
+                results.append((row["id"], row["created"]))
+        return results
+
+    async def get_job(self, tenant: str, name: str) -> dict[str, Any]:
+        """Return one job row. Raises :class:`JobNotFound`."""
+        rows = await self._rows("get_job", {"tenant": tenant, "name": name})
+        if not rows:
+            raise JobNotFound(tenant, name)
+        return rows[0]
+
+    async def list_jobs(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
+        return await self._rows("list_jobs", {"tenant": tenant})
+
+    async def pause_job(self, tenant: str, name: str) -> None:
+        """Pause an idle or failed job: it is not claimed until resumed.
+
+        Raises:
+            JobNotFound: no such job.
+            InvalidInput: the job is running (pause it when the run ends) — nothing changes.
+        """
+        await self._set_status(tenant, name, "paused", ("idle", "failed", "paused"), None)
+
+    async def resume_job(self, tenant: str, name: str, *, now: datetime | None = None) -> None:
+        """Resume a paused (or failed) job at its first occurrence after now.
+
+        Occurrences that fell inside the pause are not run: pausing means "not these".
+
+        Raises:
+            JobNotFound: no such job.
+            InvalidInput: the job is neither paused nor failed.
+        """
+        job = await self.get_job(tenant, name)
+        clock = now or await self.db_now()
+        schedule = parse_schedule(job["schedule"], job["timezone"])
+        first = schedule.next_after(clock, anchor=job["anchor_at"])
+        await self._set_status(tenant, name, "idle", ("paused", "failed"), first)
+
+    async def _set_status(self, tenant: str, name: str, status: str, from_status: Sequence[str],
+                          scheduled_for: datetime | None) -> None:
+        rows = await self._rows("set_paused", {
+            "tenant": tenant, "name": name, "status": status, "from_status": list(from_status),
+            "scheduled_for": scheduled_for,
+        })
+        if not rows:
+            current = await self._rows("job_status", {"tenant": tenant, "name": name})
+            if not current:
+                raise JobNotFound(tenant, name)
+            raise InvalidInput(
+                f"job {name!r} is {current[0]['status']}; it can become {status} only from "
+                f"{' or '.join(from_status)}", field="status", value=current[0]["status"],
+            )
+
+    async def trigger_job(self, tenant: str, name: str) -> datetime:
+        """Add an extra occurrence at the database's now (the schedule continues after it).
+
+        Returns:
+            The occurrence the job now holds (now, or an older one already due).
+
+        Raises:
+            JobNotFound: no such job.
+            InvalidInput: the job is running, paused or failed — nothing changes.
+        """
+        rows = await self._rows("trigger_job", {"tenant": tenant, "name": name})
+        if not rows:
+            current = await self._rows("job_status", {"tenant": tenant, "name": name})
+            if not current:
+                raise JobNotFound(tenant, name)
+            raise InvalidInput(f"job {name!r} is {current[0]['status']}; only an idle job can "
+                               "be triggered", field="status", value=current[0]["status"])
+        return rows[0]["scheduled_for"]  # type: ignore[no-any-return]
+
+    async def delete_job(self, tenant: str, name: str) -> None:
+        """Delete a job and its run history. A node still running it finds its fenced writes
+        change nothing. Raises :class:`JobNotFound`."""
+        if not await self._rows("delete_job", {"tenant": tenant, "name": name}):
+            raise JobNotFound(tenant, name)
+
+    # -- the hot path ----------------------------------------------------------------------
+
+    async def claim_due(self, node: str, shards: Sequence[int], limit: int, *, lease: float,
+                        now: datetime | None = None) -> list[ClaimedJob]:
+        """Claim up to ``limit`` due idle jobs of ``shards`` for ``node``, oldest due first.
+
+        Concurrency: one statement; rows are locked ``FOR UPDATE SKIP LOCKED`` so concurrent
+        claimers never wait on each other and never receive the same job. Each claimed job gets
+        status ``running``, ``attempt + 1``, a new fencing token and a lease of ``lease``
+        seconds; its ``job_runs`` row is opened (or re-opened for the next attempt).
+        """
+        if limit <= 0 or not shards:
+            return []
+        rows = await self._rows("claim_due", {
+            "node": node, "shards": list(shards), "limit": limit, "lease": lease, "now": now,
+        })
+        return [ClaimedJob.from_row(row) for row in rows]
+
+    async def next_due(self, shards: Sequence[int], *,
+                       now: datetime | None = None) -> tuple[datetime | None, datetime]:
+        """Return (earliest future ``next_run_at`` among idle jobs of ``shards``, db now)."""
+        row = (await self._rows("next_due", {"shards": list(shards), "now": now}))[0]
+        return row["next_due"], row["db_now"]
+
+    async def finish_run(  # every argument is one column of the fenced write
+        self,
+        job: ClaimedJob,
+        outcome: RunOutcome,
+        *,
+        advance: Advance | None = None,
+        retry_in: float | None = None,
+        status: Literal["idle", "failed"] = "idle",
+        error: str | None = None,
+        output: str | None = None,
+        skip_reason: str | None = None,
+        now: datetime | None = None,
+    ) -> bool:
+        """End the current attempt of ``job`` — fenced by its token — in one statement.
+
+        Exactly one of ``advance`` (move to ``advance.scheduled_for``, recording its skipped
+        occurrences) or ``retry_in`` (seconds until the next attempt of the same occurrence)
+        applies; with neither, the job keeps its occurrence (used with ``status="failed"``).
+
+        Returns:
+            ``True`` if the write took effect; ``False`` if the lease was lost (the job is no
+            longer running under this token), in which case nothing changed.
+        """
+        if advance is not None:
+            scheduled_for, next_run_at = advance.scheduled_for, advance.scheduled_for
+            skipped: list[datetime] = list(advance.skipped)
+        else:
+            scheduled_for, next_run_at, skipped = job.scheduled_for, None, []
+            if retry_in is None:
+                next_run_at = job.scheduled_for
+        rows = await self._rows("finish_run", {
+            "job_id": job.id, "token": job.fencing_token, "run_id": job.run_id,
+            "status": status, "scheduled_for": scheduled_for, "next_run_at": next_run_at,
+            "retry_in": retry_in or 0.0, "reset_attempt": advance is not None,
+            "outcome": outcome, "error": error, "output": output, "skipped": skipped,
+            "skip_reason": skip_reason, "now": now,
+        })
+        return bool(rows[0]["jobs"])
+
+    async def renew_leases(self, held: Sequence[tuple[int, int]], *, lease: float,
+                           now: datetime | None = None) -> set[int]:
+        """Extend the lease of each (job id, fencing token) still held; return the ids renewed.
+
+        Fenced: a pair whose token is stale, whose job is no longer running, or whose lease has
+        already expired is not renewed — its holder must stop the run (design.md, invariant 3).
+        """
+        if not held:
+            return set()
+        rows = await self._rows("renew_leases", {
+            "job_ids": [job_id for job_id, _ in held], "tokens": [tok for _, tok in held],
+            "lease": lease, "now": now,
+        })
+        return {row["id"] for row in rows}
+
+    async def release_runs(self, held: Sequence[tuple[int, int]], *, reason: str,
+                           now: datetime | None = None) -> int:
+        """Hand claims back (graceful shutdown): each held job is due again at once and the
+        attempt is not counted. Fenced per pair. Returns how many were released."""
+        if not held:
+            return 0
+        rows = await self._rows("release_runs", {
+            "job_ids": [job_id for job_id, _ in held], "tokens": [tok for _, tok in held],
+            "reason": reason, "now": now,
+        })
+        return len(rows)
+
+    # -- cluster ---------------------------------------------------------------------------
+
+    async def reap_expired_leases(self, *, limit: int = 1000,
+                                  now: datetime | None = None) -> int:
+        """Return running jobs whose lease expired to idle, due at once (leader only).
+
+        Locks the expired rows ``SKIP LOCKED``; the run row stays open as ``retrying`` so the
+        next claim is the next attempt of the same run. Returns how many were reaped.
+        """
+        return len(await self._rows("reap_expired_leases", {"limit": limit, "now": now}))
+
+    async def register_node(self, node: str, *, hostname: str, pid: int, slots: int,
+                            handlers: Collection[str], now: datetime | None = None) -> None:
+        """Insert or refresh this node's registry row (state ``alive``)."""
+        await self._rows("register_node", {
+            "node": node, "hostname": hostname, "pid": pid, "slots": slots,
+            "handlers": sorted(handlers), "now": now,
+        })
+
+    async def heartbeat(self, node: str, *, running: int, shards: Sequence[int], ttl: float,
+                        state: str = "alive",
+                        now: datetime | None = None) -> tuple[list[str], datetime | None]:
+        """Record this node's heartbeat; return (ids of live nodes, db now).
+
+        A node is live when its state is ``alive`` and its heartbeat is younger than ``ttl``
+        seconds by the database's clock. If this node's row is missing (pruned), it is not in
+        the list and the caller should register again.
+        """
+        rows = await self._rows("heartbeat", {
+            "node": node, "running": running, "shards": list(shards), "ttl": ttl,
+            "state": state, "now": now,
+        })
+        return [row["node_id"] for row in rows], (rows[0]["db_now"] if rows else None)
+
+    async def stop_node(self, node: str) -> None:
+        """Mark this node stopped (it owns no shards from now on)."""
+        await self._rows("stop_node", {"node": node, "now": None})
+
+    async def prune(self, *, keep_runs: float, now: datetime | None = None) -> tuple[int, int]:
+        """Delete finished runs older than ``keep_runs`` seconds and nodes silent for a day.
+        Returns (runs deleted, nodes deleted)."""
+        row = (await self._rows("prune", {"keep": keep_runs, "now": now}))[0]
+        return row["runs"], row["nodes"]
+
+    # -- reading for people ----------------------------------------------------------------
+
+    async def list_runs(self, *, tenant: str | None = None, name: str | None = None,
+                        limit: int = 50) -> list[dict[str, Any]]:
+        """Most recent runs first (of one job, one tenant, or all)."""
+        return await self._rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
+
+    async def cluster_nodes(self, *, ttl: float) -> list[dict[str, Any]]:
+        """Every registered node with liveness (by ``ttl`` seconds) and whether it leads."""
+        return await self._rows("cluster_nodes", {"ttl": ttl, "leader_key": LEADER_LOCK_KEY})
+
+    async def cluster_counts(self) -> dict[str, Any]:
+        """Counts of due, running, paused, failed and all jobs, and the worst lag (seconds)."""
+        return (await self._rows("cluster_counts"))[0]

@@ -1,0 +1,90 @@
+"""Leadership and the lease sweeper.
+
+One node at a time is the leader: it holds a session-level advisory lock
+(:data:`~pgpulse.store.LEADER_LOCK_KEY`) on a dedicated connection. If that node dies, its session
+ends, PostgreSQL releases the lock, and the next node to try becomes leader. The leader returns
+expired leases to the pool and prunes old history (design.md, "Cluster behaviour").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+
+from pgpulse.database import AsyncConn, connect
+from pgpulse.store import LEADER_LOCK_KEY, Store
+
+log = logging.getLogger(__name__)
+
+
+class Sweeper:
+    """Tries to lead; while leading, reaps expired leases and prunes history.
+
+    Args:
+        store: the store.
+        dsn: where to open the leader's dedicated session.
+        node_id: this node's id (the session's ``application_name`` is ``pgpulse:<id>``).
+        keep_runs: seconds of finished run history to keep.
+        prune_every: seconds between two prunes.
+    """
+
+    def __init__(self, store: Store, dsn: str, node_id: str, *, keep_runs: float,
+                 prune_every: float = 3600.0) -> None:
+        self.store = store
+        self.dsn = dsn
+        self.node_id = node_id
+        self.keep_runs = keep_runs
+        self.prune_every = prune_every
+        self._conn: AsyncConn | None = None
+        self._last_prune = float("-inf")
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this node held the leader lock at the last check."""
+        return self._conn is not None and not self._conn.closed
+
+    async def _ensure_leadership(self) -> bool:
+        if self._conn is not None and self._conn.closed:
+            self._conn = None
+            log.warning("leader session lost", extra={"action": "leader_lost"})
+        if self._conn is None:
+            conn = await connect(self.dsn, application_name=f"pgpulse:{self.node_id}")
+            cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (LEADER_LOCK_KEY,))
+            row = await cur.fetchone()
+            if not (row and row["ok"]):
+                await conn.close()
+                return False
+            self._conn = conn
+            log.info("node %s is the leader", self.node_id, extra={"action": "leader_elected"})
+        else:
+            await self._conn.execute("SELECT 1")  # notice a dead session now, not later
+        return True
+
+    async def run_once(self) -> int:
+        """One sweeper step: (re)take leadership if free; if leading, reap expired leases and
+        prune when due. Returns how many leases were reaped (0 when not leading)."""
+        try:
+            if not await self._ensure_leadership():
+                return 0
+        except psycopg.Error:
+            await self.close()
+            raise
+        reaped = await self.store.reap_expired_leases()
+        if reaped:
+            log.warning("returned %d expired leases to the pool", reaped,
+                        extra={"action": "leases_reaped", "count": reaped})
+        if time.monotonic() - self._last_prune >= self.prune_every:
+            self._last_prune = time.monotonic()
+            runs, nodes = await self.store.prune(keep_runs=self.keep_runs)
+            if runs or nodes:
+                log.info("pruned %d runs and %d silent nodes", runs, nodes,
+                         extra={"action": "pruned", "runs": runs, "nodes": nodes})
+        return reaped
+
+    async def close(self) -> None:
+        """Give leadership up (closing the session releases the lock)."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()

@@ -1,0 +1,104 @@
+"""Test fixtures: a real PostgreSQL, a migrated template database, one fresh clone per test.
+
+The server is the one named by ``PGPULSE_TEST_DATABASE_URL`` (e.g. the local PostgreSQL 15), or,
+by default, an embedded PostgreSQL started in a temporary folder for this session. Each test gets
+its own database cloned from a template migrated once (``CREATE DATABASE ... TEMPLATE``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from pgpulse.database import open_pool
+from pgpulse.embedded import start_embedded
+from pgpulse.migrations import migrate
+from pgpulse.store import Store
+
+
+def _with_db(dsn: str, dbname: str) -> str:
+    return conninfo.make_conninfo(dsn, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    """DSN of the server under test (maintenance database)."""
+    url = os.environ.get("PGPULSE_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    folder = Path(tempfile.mkdtemp(prefix="pgpulse-test-"))
+    yield start_embedded(folder)
+
+
+@pytest.fixture(scope="session")
+def template_db(server_dsn: str) -> Iterator[str]:
+    """Name of a database migrated once for the whole session."""
+    name = f"pgpulse_tpl_{os.getpid()}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+    async def _migrate() -> None:
+        async with await psycopg.AsyncConnection.connect(
+            _with_db(server_dsn, name), autocommit=True
+        ) as aconn:
+            await migrate(aconn)
+
+    asyncio.run(_migrate())
+    yield name
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(name)))
+
+
+@pytest.fixture
+def dsn(server_dsn: str, template_db: str) -> Iterator[str]:
+    """DSN of a fresh, migrated database for one test."""
+    name = f"pgpulse_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(template_db)))
+    yield _with_db(server_dsn, name)
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(name)))
+
+
+@pytest.fixture
+def empty_dsn(server_dsn: str) -> Iterator[str]:
+    """DSN of a fresh database with no Pulse schema (for migration tests)."""
+    name = f"pgpulse_e_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield _with_db(server_dsn, name)
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(name)))
+
+
+@pytest.fixture
+async def store(dsn: str) -> AsyncIterator[Store]:
+    """A Store over a fresh database."""
+    pool = await open_pool(dsn, application_name="pgpulse-test", max_size=12)
+    try:
+        yield Store(pool)
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+def db(dsn: str) -> Iterator[psycopg.Connection[dict[str, object]]]:
+    """A plain sync connection to the test database, for arranging and asserting."""
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        yield conn

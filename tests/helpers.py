@@ -1,0 +1,29 @@
+"""Small builders shared by the database tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pgpulse.jobs import JobSpec
+from pgpulse.store import Store
+
+
+def utc(*args: int) -> datetime:
+    """An aware UTC datetime: ``utc(2026, 1, 1, 0, 0, 30)``."""
+    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+
+
+def spec(name: str, schedule: str = "* * * * *", handler: str = "noop", **kw: Any) -> JobSpec:
+    """A valid JobSpec with test defaults."""
+    return JobSpec.create(name=name, schedule=schedule, handler=handler, **kw)
+
+
+async def add(store: Store, *specs: JobSpec, now: datetime | None = None) -> list[int]:
+    """Upsert ``specs`` (their handlers are accepted as the test's own) and return their ids."""
+    rows = await store.upsert_jobs(list(specs), extra_handlers={s.handler for s in specs},
+                                   now=now)
+    return [job_id for job_id, _ in rows]
+
+
+ALL_SHARDS = list(range(64))

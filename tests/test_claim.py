@@ -1,0 +1,119 @@
+"""The claim, lease and fencing contract of the store, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import psycopg
+
+from helpers import ALL_SHARDS, add, spec, utc
+from pgpulse.store import Store
+
+T0 = utc(2026, 1, 1, 0, 0, 30)
+LATER = T0 + timedelta(minutes=5)  # every job created at T0 is due by then
+
+
+async def test_eight_concurrent_claimers_never_receive_the_same_job(store: Store) -> None:
+    await add(store, *(spec(f"job-{i}") for i in range(400)), now=T0)
+
+    async def claimer(n: int) -> list[int]:
+        got: list[int] = []
+        while batch := await store.claim_due(f"node-{n}", ALL_SHARDS, 7, lease=30, now=LATER):
+            got.extend(job.id for job in batch)
+        return got
+
+    results = await asyncio.gather(*(claimer(n) for n in range(8)))
+    claimed = [job_id for ids in results for job_id in ids]
+    assert len(claimed) == 400
+    assert len(set(claimed)) == 400  # nobody received a job twice
+    assert sum(1 for ids in results if ids) >= 2  # the work really was shared
+
+
+async def test_a_claimer_skips_rows_locked_by_another_instead_of_waiting(
+    store: Store, dsn: str
+) -> None:
+    ids = await add(store, *(spec(f"job-{i}") for i in range(10)), now=T0)
+    async with await psycopg.AsyncConnection.connect(dsn) as holder:
+        # Another poller's transaction holds five rows locked and does not commit.
+        await holder.execute("SELECT id FROM scheduled_jobs WHERE id = ANY(%s) FOR UPDATE",
+                             (ids[:5],))
+        started = time.monotonic()
+        batch = await store.claim_due("node-b", ALL_SHARDS, 10, lease=30, now=LATER)
+        waited = time.monotonic() - started
+        assert sorted(job.id for job in batch) == sorted(ids[5:])
+        assert waited < 5  # it did not sit in a lock queue until the holder finished
+        await holder.rollback()
+
+
+async def test_claim_takes_only_owned_shards_and_opens_the_run(store: Store, db) -> None:
+    ids = await add(store, *(spec(f"job-{i}") for i in range(128)), now=T0)
+    batch = await store.claim_due("node-a", [0, 1], 100, lease=30, now=LATER)
+    assert {job.id % 64 for job in batch} <= {0, 1}
+    assert len(batch) == sum(1 for i in ids if i % 64 in (0, 1))
+    job = batch[0]
+    assert job.attempt == 1 and job.fencing_token == 1
+    assert job.db_now == LATER
+    run = db.execute("SELECT * FROM job_runs WHERE id = %s", (job.run_id,)).fetchone()
+    assert run["outcome"] == "running" and run["attempts"] == 1
+    assert run["scheduled_for"] == job.scheduled_for and run["node_id"] == "node-a"
+    row = db.execute("SELECT status, lease_expires_at, locked_by FROM scheduled_jobs "
+                     "WHERE id = %s", (job.id,)).fetchone()
+    assert row == {"status": "running", "lease_expires_at": LATER + timedelta(seconds=30),
+                   "locked_by": "node-a"}
+
+
+async def test_claim_limit_is_respected_and_not_due_jobs_stay(store: Store) -> None:
+    await add(store, *(spec(f"job-{i}") for i in range(5)), now=T0)
+    assert await store.claim_due("n", ALL_SHARDS, 2, lease=30, now=LATER) != []
+    assert len(await store.claim_due("n", ALL_SHARDS, 2, lease=30, now=LATER)) == 2
+    assert len(await store.claim_due("n", ALL_SHARDS, 2, lease=30, now=LATER)) == 1
+    assert await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=T0) == []
+
+
+async def test_stale_token_completion_changes_nothing(store: Store, db) -> None:
+    """A zombie (paused past its lease) wakes and tries to complete: fencing refuses it."""
+    [job_id] = await add(store, spec("billing"), now=T0)
+    [zombie] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
+    # node-a is paused; its lease expires; the sweeper returns the job; node-b claims it.
+    after_lease = LATER + timedelta(seconds=31)
+    assert await store.reap_expired_leases(now=after_lease) == 1
+    [taker] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=after_lease)
+    assert taker.fencing_token == zombie.fencing_token + 1
+    assert taker.attempt == 2 and taker.run_id == zombie.run_id  # same run, next attempt
+
+    before = db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone()
+    run_before = db.execute("SELECT * FROM job_runs WHERE id = %s", (zombie.run_id,)).fetchone()
+    wrote = await store.finish_run(zombie, "succeeded", retry_in=1.0, error="zombie")
+    assert wrote is False
+    assert db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone() == before
+    assert db.execute("SELECT * FROM job_runs WHERE id = %s",
+                      (zombie.run_id,)).fetchone() == run_before
+    # The zombie cannot renew its lease either; the rightful holder can.
+    assert await store.renew_leases([(job_id, zombie.fencing_token)], lease=30) == set()
+    assert await store.renew_leases([(job_id, taker.fencing_token)], lease=30,
+                                    now=after_lease) == {job_id}
+
+
+async def test_release_hands_the_claim_back_without_counting_the_attempt(
+    store: Store, db
+) -> None:
+    [job_id] = await add(store, spec("cleanup"), now=T0)
+    [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
+    assert await store.release_runs([(job_id, job.fencing_token)], reason="shutdown") == 1
+    row = db.execute("SELECT status, attempt, lease_expires_at FROM scheduled_jobs WHERE id = %s",
+                     (job_id,)).fetchone()
+    assert row == {"status": "idle", "attempt": 0, "lease_expires_at": None}
+    run = db.execute("SELECT outcome, attempts, error FROM job_runs WHERE id = %s",
+                     (job.run_id,)).fetchone()
+    assert run == {"outcome": "retrying", "attempts": 0, "error": "shutdown"}
+    [again] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30)
+    assert again.attempt == 1 and again.run_id == job.run_id
+
+
+async def test_reaper_ignores_live_leases(store: Store) -> None:
+    await add(store, spec("a"), spec("b"), now=T0)
+    await store.claim_due("node-a", ALL_SHARDS, 2, lease=30, now=LATER)
+    assert await store.reap_expired_leases(now=LATER + timedelta(seconds=29)) == 0
+    assert await store.reap_expired_leases(now=LATER + timedelta(seconds=31)) == 2

@@ -1,0 +1,243 @@
+"""One node's engine against a real PostgreSQL: claiming, retries, timeouts, leases, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from helpers import add, spec
+from pgpulse.engine import Node, NodeConfig
+from pgpulse.handlers import Handler, RunContext
+from pgpulse.sharding import SHARD_COUNT
+from pgpulse.store import Store
+
+FAST = {"heartbeat_interval": 0.2, "lease": 2.0, "node_ttl": 1.0, "poll_interval": 0.5,
+        "drain_timeout": 0.5}
+
+
+def node(store: Store, dsn: str, handlers: Mapping[str, Handler], **config: Any) -> Node:
+    return Node(store, dsn, handlers, NodeConfig(**{**FAST, **config}))
+
+
+@contextlib.asynccontextmanager
+async def running(n: Node) -> AsyncIterator[Node]:
+    task = asyncio.create_task(n.run())
+    async with asyncio.timeout(10):
+        await n.started.wait()
+    try:
+        yield n
+    finally:
+        n.stop()
+        async with asyncio.timeout(10):
+            await task
+
+
+async def wait_until(predicate: Any, within: float = 15.0) -> None:
+    """Poll ``predicate()`` (sync or async) until true; fail after ``within`` seconds."""
+    async with asyncio.timeout(within):
+        while True:
+            result = predicate()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return
+            await asyncio.sleep(0.05)
+
+
+async def test_two_nodes_split_the_shards_without_overlap(store: Store, dsn: str) -> None:
+    a, b = node(store, dsn, {}), node(store, dsn, {})
+    await a.start()
+    assert a.shards == tuple(range(SHARD_COUNT))  # alone, it owns everything
+    await b.start()
+    await a.heartbeat_once()
+    assert set(a.shards) | set(b.shards) == set(range(SHARD_COUNT))
+    assert not set(a.shards) & set(b.shards)
+    assert a.shards and b.shards
+
+
+async def test_an_every_second_job_runs_each_occurrence_once(store: Store, dsn: str,
+                                                            db: Any) -> None:
+    seen: list[RunContext] = []
+
+    async def tick(ctx: RunContext) -> str:
+        seen.append(ctx)
+        return f"tick {ctx.attempt}"
+
+    await add(store, spec("tick", schedule="@every 1s", handler="tick"))
+    async with running(node(store, dsn, {"tick": tick})):
+        await wait_until(lambda: len(seen) >= 3)
+    times = [ctx.scheduled_for for ctx in seen]
+    assert [(b - a).total_seconds() for a, b in itertools.pairwise(times)] == [1.0] * (
+        len(times) - 1)
+    runs = db.execute("SELECT scheduled_for, outcome, attempts, output FROM job_runs "
+                      "ORDER BY scheduled_for").fetchall()
+    done = [r for r in runs if r["outcome"] == "succeeded"]
+    assert [r["scheduled_for"] for r in done] == times[: len(done)]
+    assert all(r["attempts"] == 1 and r["output"] == "tick 1" for r in done)
+
+
+async def test_failures_retry_then_succeed_in_the_same_run(store: Store, dsn: str,
+                                                          db: Any) -> None:
+    attempts: list[int] = []
+
+    def flaky(ctx: RunContext) -> str:  # a sync handler: runs in a worker thread
+        attempts.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise RuntimeError(f"boom {ctx.attempt}")
+        return "ok"
+
+    await add(store, spec("flaky", handler="flaky", max_attempts=3, retry_backoff=0.05))
+    await store.trigger_job("default", "flaky")
+    async with running(node(store, dsn, {"flaky": flaky})):
+        await wait_until(lambda: db.execute(
+            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'").fetchone()["n"])
+    assert attempts == [1, 2, 3]
+    run = db.execute("SELECT outcome, attempts, error, output FROM job_runs").fetchone()
+    assert run == {"outcome": "succeeded", "attempts": 3, "error": None, "output": "ok"}
+
+
+async def test_exhausted_attempts_fail_the_run_and_the_job_moves_on(
+    store: Store, dsn: str, db: Any
+) -> None:
+    async def broken(ctx: RunContext) -> None:
+        raise ValueError("no upstream")
+
+    await add(store, spec("broken", schedule="0 0 1 1 *", handler="broken", max_attempts=2,
+                          retry_backoff=0.05))
+    before = db.execute("SELECT scheduled_for FROM scheduled_jobs").fetchone()["scheduled_for"]
+    occurrence = await store.trigger_job("default", "broken")
+    async with running(node(store, dsn, {"broken": broken})):
+        await wait_until(lambda: db.execute(
+            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'").fetchone()["n"])
+    run = db.execute("SELECT scheduled_for, outcome, attempts, error FROM job_runs").fetchone()
+    assert run == {"scheduled_for": occurrence, "outcome": "failed", "attempts": 2,
+                   "error": "ValueError: no upstream"}
+    job = db.execute("SELECT status, scheduled_for, attempt, last_outcome FROM scheduled_jobs"
+                     ).fetchone()
+    assert job == {"status": "idle", "scheduled_for": before, "attempt": 0,
+                   "last_outcome": "failed"}
+
+
+async def test_unknown_handler_fails_the_job_clearly(store: Store, dsn: str, db: Any) -> None:
+    await add(store, spec("orphan", handler="gone"))
+    await store.trigger_job("default", "orphan")
+    n = node(store, dsn, {})
+    async with running(n):
+        await wait_until(lambda: db.execute(
+            "SELECT status FROM scheduled_jobs").fetchone()["status"] == "failed")
+    job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
+    assert job == {"status": "failed",
+                   "last_error": f"handler 'gone' is not registered on node {n.node_id}"}
+
+
+async def test_a_run_past_its_timeout_is_cancelled_and_fails(store: Store, dsn: str,
+                                                            db: Any) -> None:
+    cancelled = asyncio.Event()
+
+    async def slow(ctx: RunContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    await add(store, spec("slow", handler="slow", timeout=0.2, max_attempts=1))
+    await store.trigger_job("default", "slow")
+    async with running(node(store, dsn, {"slow": slow})):
+        await wait_until(lambda: db.execute(
+            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'").fetchone()["n"])
+    assert cancelled.is_set()
+    assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == "timed out after 0.2s"
+
+
+async def test_a_node_that_cannot_renew_cancels_its_run_before_the_lease_ends(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """No heartbeat reaches the database (as in a partition): the watchdog self-fences."""
+    cancelled = asyncio.Event()
+
+    async def long(ctx: RunContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    await add(store, spec("long", handler="long"))
+    await store.trigger_job("default", "long")
+    n = node(store, dsn, {"long": long}, lease=1.0, heartbeat_interval=0.4)
+    await n.start()
+    assert await n.claim_once() == 1  # no run loop: nothing will renew the lease
+    async with asyncio.timeout(5):
+        await cancelled.wait()
+    row = db.execute("SELECT status, lease_expires_at > now() AS lease_left FROM scheduled_jobs"
+                     ).fetchone()
+    assert row == {"status": "running", "lease_left": True}  # cancelled before expiry
+    run = db.execute("SELECT outcome FROM job_runs").fetchone()
+    assert run["outcome"] == "running"  # nothing recorded as done
+
+
+async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str,
+                                                        db: Any) -> None:
+    cancelled = asyncio.Event()
+
+    async def long(ctx: RunContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    await add(store, spec("long", handler="long"))
+    await store.trigger_job("default", "long")
+    n = node(store, dsn, {"long": long})
+    await n.start()
+    assert await n.claim_once() == 1
+    db.execute("UPDATE scheduled_jobs SET fencing_token = fencing_token + 1")  # taken over
+    await n.renew_once()
+    async with asyncio.timeout(2):
+        await cancelled.wait()
+    assert db.execute("SELECT outcome FROM job_runs").fetchone()["outcome"] == "running"
+
+
+async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str,
+                                                         db: Any) -> None:
+    started = asyncio.Event()
+
+    async def stuck(ctx: RunContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    await add(store, spec("stuck", handler="stuck"))
+    await store.trigger_job("default", "stuck")
+    n = node(store, dsn, {"stuck": stuck})
+    async with running(n):
+        async with asyncio.timeout(10):
+            await started.wait()
+    job = db.execute("SELECT status, attempt, locked_by FROM scheduled_jobs").fetchone()
+    assert job == {"status": "idle", "attempt": 0, "locked_by": None}
+    run = db.execute("SELECT outcome, error FROM job_runs").fetchone()
+    assert run == {"outcome": "retrying",
+                   "error": f"released by node {n.node_id} at shutdown"}
+    state = db.execute("SELECT state FROM pgpulse_nodes").fetchone()["state"]
+    assert state == "stopped"
+
+
+async def test_the_leader_reaps_expired_leases(store: Store, dsn: str, db: Any) -> None:
+    await add(store, spec("x"))
+    await store.trigger_job("default", "x")
+    await store.claim_due("dead-node", list(range(SHARD_COUNT)), 1, lease=30)
+    db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - interval '1 second'")
+    n = node(store, dsn, {})
+    try:
+        assert await n.sweeper.run_once() == 1
+        assert n.sweeper.is_leader
+        other = node(store, dsn, {})
+        assert await other.sweeper.run_once() == 0 and not other.sweeper.is_leader
+    finally:
+        await n.sweeper.close()
+    job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
+    assert job == {"status": "idle", "last_error": "lease of node dead-node expired"}

@@ -1,0 +1,47 @@
+"""Migrations: contiguous numbering, idempotence, and two nodes migrating at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+
+from pgpulse.migrations import migrate, schema_version
+from pgpulse.sql import QUERIES, migration_files
+
+
+def test_migration_numbering_is_contiguous_from_one() -> None:
+    versions = [version for version, _, _ in migration_files()]
+    assert versions == list(range(1, len(versions) + 1))
+    assert versions[0] == 1
+
+
+def test_every_named_query_is_loaded() -> None:
+    for name in ("claim_due", "finish_run", "renew_leases", "release_runs",
+                 "reap_expired_leases", "upsert_job", "heartbeat"):
+        assert QUERIES[name].lstrip().upper().startswith(("WITH", "SELECT", "UPDATE", "INSERT"))
+
+
+async def test_migrating_twice_is_a_no_op(empty_dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        assert await schema_version(conn) == 0
+        first = await migrate(conn)
+        second = await migrate(conn)
+        assert first == [v for v, _, _ in migration_files()]
+        assert second == []
+        assert await schema_version(conn) == len(first)
+
+
+async def test_two_nodes_migrating_at_once_do_not_race(empty_dsn: str) -> None:
+    conns = [await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) for _ in range(4)]
+    try:
+        results = await asyncio.gather(*(migrate(c) for c in conns))
+    finally:
+        for conn in conns:
+            await conn.close()
+    applied = [r for r in results if r]
+    assert len(applied) == 1, results  # exactly one connection applied the schema
+    async with await psycopg.AsyncConnection.connect(empty_dsn) as conn:
+        cur = await conn.execute("SELECT count(*) FROM pgpulse_migrations")
+        row = await cur.fetchone()
+        assert row is not None and row[0] == len(migration_files())
