@@ -141,7 +141,9 @@ async def test_shell_output_is_truncated_like_truncate_output() -> None:
     out = await shell_handler(make_ctx({"command": "head -c 100000 /dev/zero | tr '\\0' x"}))
     assert out == truncate_output("x" * 100_000)
     assert out is not None
-    assert out.startswith("x" * MAX_OUTPUT_CHARS + "\n[... ")
+    assert len(out) <= MAX_OUTPUT_CHARS
+    assert out.startswith("x" * (MAX_OUTPUT_CHARS - 64) + "\n[... ")
+    assert out.endswith(f"[... {100_000 - MAX_OUTPUT_CHARS + 64} more characters truncated]")
 
 
 async def test_shell_decodes_multibyte_characters_split_across_reads() -> None:

@@ -12,8 +12,8 @@ Expected instants are written in UTC with the local wall time in a comment. Tran
 from __future__ import annotations
 
 import timeit
-from functools import lru_cache
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -25,8 +25,9 @@ from pgpulse.errors import InvalidSchedule, UnknownTimeZone
 from pgpulse.schedule import SCHEDULE_HELP, Schedule, parse_schedule
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0,
+        microsecond: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=UTC)
 
 
 def following(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
@@ -411,6 +412,39 @@ def zoned_instants(draw: st.DrawFn) -> tuple[str, datetime]:
         seconds=draw(st.integers(*seconds)))
 
 
+@st.composite
+def dst_cases(draw: st.DrawFn, seconds: bool = True) -> tuple[str, str, datetime]:
+    """An expression aimed at the wall hours around one DST change, and an instant before it."""
+    zone = draw(st.sampled_from([z for z in ZONES if TRANSITIONS[z]]))
+    change = draw(st.sampled_from(TRANSITIONS[zone]))
+    tz = ZoneInfo(zone)
+    hour, last = (change - timedelta(seconds=1)).astimezone(tz).hour, change.astimezone(tz).hour
+    hours = [hour]
+    while hours[-1] != last:  # every wall hour from before the change to after it (mod 24)
+        hours.append((hours[-1] + 1) % 24)
+    local = change.astimezone(tz)
+    fields = [
+        draw(st.sampled_from(["*", *MINUTE_FIELDS])),
+        draw(st.sampled_from(["*", ",".join(map(str, hours)), *map(str, hours)])),
+        draw(st.sampled_from(["*", str(local.day)])),
+        draw(st.sampled_from(["*", str(local.month)])),
+        draw(st.sampled_from(["*", str(local.isoweekday() % 7)])),
+    ]
+    if seconds and draw(st.booleans()):
+        fields.insert(0, draw(st.sampled_from(["*", *SECOND_FIELDS])))
+    after = change + timedelta(seconds=draw(st.integers(-3 * 3600, 3600)))
+    return " ".join(fields), zone, after
+
+
+@st.composite
+def cases(draw: st.DrawFn, seconds: bool = True) -> tuple[str, str, datetime]:
+    """(expression, zone, instant): general ones, or ones aimed at a DST change."""
+    if draw(st.booleans()):
+        return draw(dst_cases(seconds))
+    zone, after = draw(zoned_instants())
+    return draw(expressions(seconds)), zone, after
+
+
 PROPERTY_SETTINGS = settings(max_examples=300, deadline=None,
                              suppress_health_check=[HealthCheck.too_slow])
 
@@ -422,7 +456,7 @@ def _parse_or_reject(expr: str, zone: str) -> Schedule:
         reject()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _matcher(expr: str) -> CronSim:
     """A field oracle: cronsim's parsed sets (its field syntax is the one we accept)."""
     return CronSim(expr.upper(), datetime(2000, 1, 1))
@@ -453,9 +487,9 @@ def _fires_at(expr: str, zone: ZoneInfo, instant: datetime, step: timedelta) -> 
 
 
 @PROPERTY_SETTINGS
-@given(expressions(), zoned_instants())
-def test_next_after_is_later_matches_and_exists(expr: str, moment: tuple[str, datetime]) -> None:
-    zone, after = moment
+@given(cases())
+def test_next_after_is_later_matches_and_exists(case: tuple[str, str, datetime]) -> None:
+    expr, zone, after = case
     schedule = _parse_or_reject(expr, zone)
     got = schedule.next_after(after)
     assert got > after
@@ -468,10 +502,10 @@ def test_next_after_is_later_matches_and_exists(expr: str, moment: tuple[str, da
 
 
 @PROPERTY_SETTINGS
-@given(expressions(seconds=False), zoned_instants())
-def test_next_after_misses_nothing(expr: str, moment: tuple[str, datetime]) -> None:
+@given(cases(seconds=False))
+def test_next_after_misses_nothing(case: tuple[str, str, datetime]) -> None:
     """Scan every minute of the next 26 hours with the brute-force rule: same first hit."""
-    zone, after = moment
+    expr, zone, after = case
     schedule = _parse_or_reject(expr, zone)
     got, tz, minute = schedule.next_after(after), ZoneInfo(zone), timedelta(minutes=1)
     candidate = after.replace(second=0, microsecond=0) + minute
@@ -484,11 +518,13 @@ def test_next_after_misses_nothing(expr: str, moment: tuple[str, datetime]) -> N
 
 
 @PROPERTY_SETTINGS
-@given(st.one_of(expressions(), st.sampled_from(["@every 45s", "@every 1h30m", "@every 7m"])),
-       zoned_instants(), st.integers(0, 3 * 86400), st.integers(0, 40))
-def test_occurrences_between_is_repeated_next_after(expr: str, moment: tuple[str, datetime],
-                                                    span: int, limit: int) -> None:
-    zone, start = moment
+@given(cases(), st.sampled_from(["", "@every 45s", "@every 1h30m", "@every 7m"]),
+       st.integers(0, 3 * 86400), st.integers(0, 40))
+def test_occurrences_between_is_repeated_next_after(case: tuple[str, str, datetime],
+                                                    interval: str, span: int,
+                                                    limit: int) -> None:
+    expr, zone, start = case
+    expr = interval or expr
     schedule = _parse_or_reject(expr, zone)
     end = start + timedelta(seconds=span)
     expected: list[datetime] = []
@@ -525,7 +561,7 @@ def random_expressions(draw: st.DrawFn) -> str:
                     for i in range(5))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(random_expressions(), st.datetimes(datetime(2000, 1, 1), datetime(2090, 1, 1),
                                           timezones=st.just(UTC)))
 def test_same_as_cronsim_in_utc(expr: str, start: datetime) -> None:

@@ -110,15 +110,19 @@ class Dispatcher:
         node_id: this node's id (goes into each :class:`RunContext`).
         options: node-level handler options (e.g. ``shell_dry_run``).
         clock: returns the database's current instant as the node estimates it.
+        on_finishing: called just before an attempt's outcome is written, so the node stops
+            renewing (and never cancels) an attempt whose fenced write is under way.
     """
 
     def __init__(self, store: Store, handlers: Mapping[str, Handler], node_id: str,
-                 options: Mapping[str, Any], clock: Callable[[ClaimedJob], datetime]) -> None:
+                 options: Mapping[str, Any], clock: Callable[[ClaimedJob], datetime],
+                 on_finishing: Callable[[ClaimedJob], None] = lambda job: None) -> None:
         self.store = store
         self.handlers = handlers
         self.node_id = node_id
         self.options = options
         self.clock = clock
+        self.on_finishing = on_finishing
 
     async def dispatch(self, job: ClaimedJob) -> RunOutcome | None:
         """Take a claimed job to the end of its attempt.
@@ -134,6 +138,7 @@ class Dispatcher:
                               now=job.db_now, anchor=job.anchor_at)
         if decision.action != "run":
             assert decision.advance is not None
+            self.on_finishing(job)
             outcome: RunOutcome = "skipped" if decision.action == "skip" else "fenced"
             error = (None if outcome == "skipped" else
                      f"attempts exhausted: {job.max_attempts} leases lost or expired")
@@ -146,6 +151,7 @@ class Dispatcher:
             handler = self.handlers[job.handler]
         except (KeyError, UnknownHandler):
             reason = f"handler {job.handler!r} is not registered on node {self.node_id}"
+            self.on_finishing(job)
             ok = await self.store.finish_run(job, "failed", status="failed", error=reason)
             log.error("job %s/%s failed: %s", job.tenant, job.name, reason,
                       extra={"action": "job_failed", "job": job.name})
@@ -157,6 +163,7 @@ class Dispatcher:
                          node_id=self.node_id, options=self.options)
         result = await run_attempt(job, handler, ctx)
         plan = plan_finish(job, result, self.clock(job))
+        self.on_finishing(job)
         ok = await self.store.finish_run(job, plan.outcome, **plan.kwargs())
         if not ok:
             log.warning("lease of %s/%s lost before its outcome was written; nothing recorded",

@@ -88,6 +88,7 @@ class _Attempt:
     claimed_mono: float
     timer: asyncio.TimerHandle | None = None
     stop_reason: str | None = None
+    finishing: bool = False  # its fenced outcome write is under way: do not renew or cancel
 
 
 class Node:
@@ -111,7 +112,7 @@ class Node:
         self.running: dict[int, _Attempt] = {}
         self.sweeper = Sweeper(store, dsn, self.node_id, keep_runs=self.config.keep_runs)
         self.dispatcher = Dispatcher(store, handlers, self.node_id, self.config.handler_options,
-                                     self._estimated_db_now)
+                                     self._estimated_db_now, self._finishing)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.started = asyncio.Event()
@@ -207,6 +208,11 @@ class Node:
                       extra={"action": "record_failed", "job": attempt.job.name})
         self._wake.set()
 
+    def _finishing(self, job: ClaimedJob) -> None:
+        attempt = self.running.get(job.id)
+        if attempt is not None:
+            attempt.finishing = True
+
     def _arm_watchdog(self, attempt: _Attempt, renewed_mono: float) -> None:
         if attempt.timer is not None:
             attempt.timer.cancel()
@@ -272,14 +278,15 @@ class Node:
 
     async def renew_once(self) -> None:
         """Renew the leases of every running attempt; cancel those the database refused."""
-        held = [(a.job.id, a.job.fencing_token) for a in self.running.values()]
+        held = [(a.job.id, a.job.fencing_token) for a in self.running.values()
+                if not a.finishing]
         if not held:
             return
         sent = time.monotonic()
         renewed = await self.store.renew_leases(held, lease=self.config.lease)
         for job_id, _token in held:
             attempt = self.running.get(job_id)
-            if attempt is None:
+            if attempt is None or attempt.finishing:
                 continue
             if job_id in renewed:
                 self._arm_watchdog(attempt, sent)

@@ -124,7 +124,9 @@ class _Cron:
 class Schedule:
     """When a job is due: a cron expression (or macro) read in a time zone, or an interval.
 
-    Build one with :func:`parse_schedule`. All methods are pure.
+    Build one with :func:`parse_schedule`. All methods are pure. Cron schedules follow Vixie
+    cron as Debian ships it, including its day-of-month/day-of-week and DST rules (see the
+    module docstring); instants in and out are aware datetimes, out always in UTC.
 
     Attributes:
         expr: the expression as given, stripped.
@@ -142,6 +144,11 @@ class Schedule:
 
     def next_after(self, after: datetime, *, anchor: datetime | None = None) -> datetime:
         """Return the first occurrence strictly later than ``after``.
+
+        A cron schedule is read in its time zone: an elapsed-time job (minute or hour field
+        starting with ``*``) skips wall times lost to DST and fires in both passes of a repeated
+        hour; a fixed-time job fires once per matching wall time, just after the gap if that time
+        is skipped, on the first pass if it is repeated (Debian cron).
 
         Args:
             after: an aware instant, any zone (typically the current ``scheduled_for``).

@@ -27,9 +27,12 @@ def _load_queries(text: str) -> dict[str, str]:
     return queries
 
 
-QUERIES: Final[dict[str, str]] = _load_queries(
-    resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
-)
+def load_queries(filename: str) -> dict[str, str]:
+    """Load the named blocks of a packaged ``.sql`` file (``queries.sql``, ``demo.sql``)."""
+    return _load_queries(resources.files(__package__).joinpath(filename).read_text("utf-8"))
+
+
+QUERIES: Final[dict[str, str]] = load_queries("queries.sql")
 
 
 def migration_files() -> list[tuple[int, str, str]]:

@@ -1,0 +1,144 @@
+"""The command line against a real PostgreSQL: the job lifecycle, crontab import, status, and
+bad input refused with a clear error that writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from pgpulse.cli import main
+
+SHELL_PAYLOAD = '{"command": "echo hi"}'
+
+
+def cli(dsn: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["--database-url", dsn, "--log-level", "WARNING", *args])
+
+
+def job_rows(db: Any) -> list[dict[str, Any]]:
+    return db.execute("SELECT * FROM scheduled_jobs ORDER BY id").fetchall()
+
+
+def test_schedule_next_prints_exact_instants_across_a_dst_gap() -> None:
+    result = CliRunner().invoke(main, ["schedule", "next", "30 1 * * *", "--tz", "Europe/London",
+                                       "--count", "2", "--after", "2026-03-28T12:00:00"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    # 01:30 does not exist on 2026-03-29 (01:00 -> 02:00): it fires at the end of the gap.
+    assert lines[1:] == ["2026-03-29T01:00:00+00:00  2026-03-29T02:00:00+01:00",
+                         "2026-03-30T00:30:00+00:00  2026-03-30T01:30:00+01:00"]
+
+
+def test_job_lifecycle(dsn: str, db: Any) -> None:
+    created = cli(dsn, "job", "create", "backup", "--schedule", "0 3 * * *", "--handler",
+                  "shell", "--payload", SHELL_PAYLOAD, "--tz", "Europe/Paris")
+    assert created.exit_code == 0, created.output
+    assert created.output.startswith("created job backup")
+    again = cli(dsn, "job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell",
+                "--payload", SHELL_PAYLOAD, "--tz", "Europe/Paris")
+    assert again.output.startswith("updated job backup")
+    assert len(job_rows(db)) == 1
+
+    listed = json.loads(cli(dsn, "job", "list", "--json").output)
+    assert [(j["name"], j["status"], j["timezone"]) for j in listed] == [
+        ("backup", "idle", "Europe/Paris")]
+    shown = json.loads(cli(dsn, "job", "show", "backup", "--json").output)
+    assert len(shown["upcoming"]) == 5
+    assert all(t.endswith(("+01:00", "+02:00")) and "T03:00:00" in t for t in shown["upcoming"])
+
+    assert cli(dsn, "job", "pause", "backup").exit_code == 0
+    assert job_rows(db)[0]["status"] == "paused"
+    refused = cli(dsn, "job", "trigger", "backup")
+    assert refused.exit_code == 2 and "paused" in refused.output
+    assert cli(dsn, "job", "resume", "backup").exit_code == 0
+    assert job_rows(db)[0]["status"] == "idle"
+    triggered = cli(dsn, "job", "trigger", "backup")
+    assert triggered.exit_code == 0 and "triggered backup" in triggered.output
+    row = job_rows(db)[0]
+    assert row["scheduled_for"] == row["next_run_at"]
+    assert db.execute("SELECT %s::timestamptz <= now() AS due", (row["next_run_at"],)
+                      ).fetchone()["due"]
+    assert cli(dsn, "job", "delete", "backup").exit_code == 0
+    assert job_rows(db) == []
+    missing = cli(dsn, "job", "delete", "backup")
+    assert missing.exit_code == 2 and "no job named 'backup'" in missing.output
+
+
+def test_crontab_import_is_idempotent(dsn: str, db: Any, tmp_path: Path) -> None:
+    tab = tmp_path / "nightly.crontab"
+    tab.write_text("MAILTO=ops@example.com\n# backups\n15 2 * * * /usr/local/bin/backup%now\n"
+                   "*/10 * * * 1-5 echo hello\n")
+    first = cli(dsn, "crontab", "import", str(tab))
+    assert first.exit_code == 0, first.output
+    before = job_rows(db)
+    assert len(before) == 2
+    backup = next(j for j in before if "backup" in j["name"])
+    assert backup["payload"]["command"] == "/usr/local/bin/backup"
+    assert backup["payload"]["stdin"] == "now\n"
+    assert backup["meta"]["mailto"] == "ops@example.com"
+    second = cli(dsn, "crontab", "import", str(tab))
+    assert second.exit_code == 0 and "created" not in second.output
+    after = job_rows(db)
+    assert [(j["id"], j["name"], j["scheduled_for"]) for j in after] == [
+        (j["id"], j["name"], j["scheduled_for"]) for j in before]
+
+
+def test_crontab_with_a_bad_line_imports_nothing(dsn: str, db: Any, tmp_path: Path) -> None:
+    tab = tmp_path / "mixed.crontab"
+    tab.write_text("0 1 * * * echo fine\n@reboot echo boot\n61 * * * * echo bad\n")
+    result = cli(dsn, "crontab", "import", str(tab))
+    assert result.exit_code == 2
+    assert f"{tab}:2:" in result.output and "reboot" in result.output
+    assert f"{tab}:3:" in result.output and "61" in result.output
+    assert job_rows(db) == []
+
+
+@pytest.mark.parametrize(("args", "field", "words"), [
+    pytest.param(["--schedule", "61 * * * *"], "schedule", ["minute", "61"], id="invalid_cron"),
+    pytest.param(["--schedule", "0 0 30 2 *"], "schedule", ["never"], id="never_fires"),
+    pytest.param(["--tz", "Mars/Olympus"], "timezone", ["Mars/Olympus"], id="unknown_zone"),
+    pytest.param(["--payload", "{not json"], "payload", ["not valid JSON"], id="payload_not_json"),
+    pytest.param(["--payload", "[1, 2]"], "payload", ["JSON object"], id="payload_not_object"),
+    pytest.param(["--payload", "{}"], "payload", ["command"], id="shell_without_command"),
+    pytest.param(["--handler", "nope"], "handler", ["'nope'"], id="unknown_handler"),
+    pytest.param(["--max-attempts", "0"], "max_attempts", ["max_attempts"], id="zero_attempts"),
+])
+def test_bad_input_is_refused_naming_the_field_and_changes_nothing(
+    dsn: str, db: Any, args: list[str], field: str, words: list[str]
+) -> None:
+    good = cli(dsn, "job", "create", "billing", "--schedule", "0 * * * *", "--handler", "shell",
+               "--payload", SHELL_PAYLOAD)
+    assert good.exit_code == 0, good.output
+    before = job_rows(db)
+    base = {"--schedule": "*/5 * * * *", "--handler": "shell", "--payload": SHELL_PAYLOAD}
+    overrides = dict(zip(args[::2], args[1::2], strict=True))
+    flat = [x for k, v in {**base, **overrides}.items() for x in (k, v)]
+    for name in ("billing", "new-job"):  # an update of a stored job, and a new job
+        result = cli(dsn, "job", "create", name, *flat)
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("error: ")
+        for word in words:
+            assert word in result.output, result.output
+    assert job_rows(db) == before
+
+
+def test_unreachable_database_is_a_clear_error() -> None:
+    result = CliRunner().invoke(main, ["--database-url",
+                                       "postgresql://pulse:secret@127.0.0.1:1/nothing",
+                                       "job", "list"])
+    assert result.exit_code == 3
+    assert "does not answer" in result.output and "127.0.0.1" in result.output
+    assert "secret" not in result.output
+
+
+def test_status_and_runs_as_json(dsn: str) -> None:
+    assert cli(dsn, "job", "create", "a", "--schedule", "@every 5m", "--handler", "shell",
+               "--payload", SHELL_PAYLOAD).exit_code == 0
+    status = json.loads(cli(dsn, "status", "--json").output)
+    assert status["leader"] is None and status["nodes"] == []
+    assert status["jobs"]["total"] == 1 and status["jobs"]["due"] == 0
+    assert json.loads(cli(dsn, "runs", "--json").output) == []
