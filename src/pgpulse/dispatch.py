@@ -16,12 +16,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
+
 from pgpulse.errors import UnknownHandler
 from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
 from pgpulse.planner import Advance, advance, plan_claim, retry_delay
 from pgpulse.store import ClaimedJob, RunOutcome, Store
 
 log = logging.getLogger(__name__)
+
+#: Seconds one outcome write may take before it is abandoned and retried.
+WRITE_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,26 @@ class Dispatcher:
         self.clock = clock
         self.on_finishing = on_finishing
 
+    async def _record(self, job: ClaimedJob, outcome: RunOutcome, **kwargs: Any) -> bool:
+        """Write an attempt's outcome (fenced), retrying through connection loss.
+
+        The write is idempotent under fencing: if a lost reply hid a commit, the retry finds the
+        job no longer running under this token and changes nothing. Retries go on until the
+        write lands or the engine cancels the attempt at its lease deadline.
+        """
+        self.on_finishing(job)
+        delay = 0.1
+        while True:
+            try:
+                async with asyncio.timeout(WRITE_TIMEOUT):
+                    return await self.store.finish_run(job, outcome, **kwargs)
+            except (psycopg.OperationalError, TimeoutError) as exc:
+                log.warning("recording %s of %s/%s failed (%s); retrying in %.1fs", outcome,
+                            job.tenant, job.name, exc or type(exc).__name__, delay,
+                            extra={"action": "record_retry", "job": job.name})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     async def dispatch(self, job: ClaimedJob) -> RunOutcome | None:
         """Take a claimed job to the end of its attempt.
 
@@ -138,12 +163,11 @@ class Dispatcher:
                               now=job.db_now, anchor=job.anchor_at)
         if decision.action != "run":
             assert decision.advance is not None
-            self.on_finishing(job)
             outcome: RunOutcome = "skipped" if decision.action == "skip" else "fenced"
             error = (None if outcome == "skipped" else
                      f"attempts exhausted: {job.max_attempts} leases lost or expired")
-            ok = await self.store.finish_run(job, outcome, advance=decision.advance, error=error,
-                                             skip_reason=_skip_reason(job))
+            ok = await self._record(job, outcome, advance=decision.advance, error=error,
+                                    skip_reason=_skip_reason(job))
             log.info("%s %s/%s at %s", outcome, job.tenant, job.name, job.scheduled_for,
                      extra={"action": f"run_{outcome}", "job": job.name})
             return outcome if ok else None
@@ -151,8 +175,7 @@ class Dispatcher:
             handler = self.handlers[job.handler]
         except (KeyError, UnknownHandler):
             reason = f"handler {job.handler!r} is not registered on node {self.node_id}"
-            self.on_finishing(job)
-            ok = await self.store.finish_run(job, "failed", status="failed", error=reason)
+            ok = await self._record(job, "failed", status="failed", error=reason)
             log.error("job %s/%s failed: %s", job.tenant, job.name, reason,
                       extra={"action": "job_failed", "job": job.name})
             return "failed" if ok else None
@@ -163,8 +186,7 @@ class Dispatcher:
                          node_id=self.node_id, options=self.options)
         result = await run_attempt(job, handler, ctx)
         plan = plan_finish(job, result, self.clock(job))
-        self.on_finishing(job)
-        ok = await self.store.finish_run(job, plan.outcome, **plan.kwargs())
+        ok = await self._record(job, plan.outcome, **plan.kwargs())
         if not ok:
             log.warning("lease of %s/%s lost before its outcome was written; nothing recorded",
                         job.tenant, job.name, extra={"action": "write_fenced", "job": job.name})

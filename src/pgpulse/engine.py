@@ -88,7 +88,8 @@ class _Attempt:
     claimed_mono: float
     timer: asyncio.TimerHandle | None = None
     stop_reason: str | None = None
-    finishing: bool = False  # its fenced outcome write is under way: do not renew or cancel
+    finishing: bool = False  # its fenced outcome write is under way: a refused renewal
+    #                           means that write committed or will be refused; no cancel
 
 
 class Node:
@@ -242,16 +243,19 @@ class Node:
             self._wake.clear()
             free = self.config.slots - len(self.running)
             try:
-                claimed = await self.claim_once()
-                if free > 0 and claimed == free:
-                    continue  # filled every slot; more may be due — wait for a slot below
-                delay = self.config.poll_interval
-                if self.shards and free > 0:
-                    next_due, db_now = await self.store.next_due(self.shards)
-                    if next_due is not None:
-                        delay = min(delay, (next_due - db_now).total_seconds() + 0.001)
-            except (psycopg.Error, OSError) as exc:
-                log.warning("claim failed: %s", exc, extra={"action": "claim_failed"})
+                # A claim whose reply is lost is not lost work: its leases expire and are reaped.
+                async with asyncio.timeout(self.config.lease / 2):
+                    claimed = await self.claim_once()
+                    if free > 0 and claimed == free:
+                        continue  # filled every slot; more may be due: wait for a slot below
+                    delay = self.config.poll_interval
+                    if self.shards and free > 0:
+                        next_due, db_now = await self.store.next_due(self.shards)
+                        if next_due is not None:
+                            delay = min(delay, (next_due - db_now).total_seconds() + 0.001)
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                log.warning("claim failed: %s", exc or type(exc).__name__,
+                            extra={"action": "claim_failed"})
                 delay = self.config.heartbeat_interval
             await _wait(self._wake, max(delay, 0.0))
 
@@ -278,19 +282,18 @@ class Node:
 
     async def renew_once(self) -> None:
         """Renew the leases of every running attempt; cancel those the database refused."""
-        held = [(a.job.id, a.job.fencing_token) for a in self.running.values()
-                if not a.finishing]
+        held = [(a.job.id, a.job.fencing_token) for a in self.running.values()]
         if not held:
             return
         sent = time.monotonic()
         renewed = await self.store.renew_leases(held, lease=self.config.lease)
         for job_id, _token in held:
             attempt = self.running.get(job_id)
-            if attempt is None or attempt.finishing:
+            if attempt is None:
                 continue
             if job_id in renewed:
                 self._arm_watchdog(attempt, sent)
-            else:
+            elif not attempt.finishing:
                 self._lease_lost(job_id, "the database refused the renewal")
 
     async def _every(self, step: Any, name: str) -> None:
