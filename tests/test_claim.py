@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 
 from helpers import ALL_SHARDS, add, spec, utc
+from pgpulse.sql import QUERIES
 from pgpulse.store import Store
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
@@ -117,3 +119,27 @@ async def test_reaper_ignores_live_leases(store: Store) -> None:
     await store.claim_due("node-a", ALL_SHARDS, 2, lease=30, now=LATER)
     assert await store.reap_expired_leases(now=LATER + timedelta(seconds=29)) == 0
     assert await store.reap_expired_leases(now=LATER + timedelta(seconds=31)) == 2
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes.extend(_plan_nodes(child))
+    return nodes
+
+
+async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store, dsn: str) -> None:
+    """The due bound must be an index condition: nothing due means nothing read (the seed's
+    trap, and ours once: a bound joined from a CTE made every idle poll scan every idle row)."""
+    await add(store, *(spec(f"job-{i}") for i in range(3000)), now=T0)
+    params = {"node": "n", "shards": ALL_SHARDS, "limit": 100, "lease": 30, "now": T0}
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["claim_due"], params)  # type: ignore[operator]
+        row = await cur.fetchone()
+        await conn.rollback()
+    assert row is not None
+    scans = [n for n in _plan_nodes(row[0][0]["Plan"])
+             if n.get("Index Name") == "scheduled_jobs_due"]
+    assert scans, "the claim does not use the partial index on idle rows"
+    assert all(n["Actual Rows"] == 0 and "Index Cond" in n for n in scans), scans

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import os
@@ -314,19 +315,25 @@ class Node:
                     self._wake.set()  # anything notified while we were not listening
                     gen = conn.notifies()
                     stop = asyncio.ensure_future(self._stopping.wait())
+                    nxt: asyncio.Future[Any] | None = None
                     try:
                         while not self._stopping.is_set():
                             nxt = asyncio.ensure_future(anext(gen))
                             done, _ = await asyncio.wait({nxt, stop},
                                                          return_when=asyncio.FIRST_COMPLETED)
                             if nxt not in done:
-                                nxt.cancel()
                                 break
                             note = nxt.result()
                             if not note.payload or int(note.payload) in self.shards:
                                 self._wake.set()
                     finally:
-                        stop.cancel()
+                        # Both must be gone before the connection closes, or close() waits on
+                        # the notification reader forever (also when this task is cancelled).
+                        for pending in (stop, nxt):
+                            if pending is not None and not pending.done():
+                                pending.cancel()
+                                with contextlib.suppress(asyncio.CancelledError, Exception):
+                                    await pending
             except (psycopg.Error, OSError, StopAsyncIteration) as exc:
                 log.warning("listen session lost: %s", exc, extra={"action": "listen_lost"})
                 await _wait(self._stopping, self.config.heartbeat_interval)

@@ -109,6 +109,9 @@ class HandlerRegistry(Mapping[str, Handler]):
                 field="handler", value=name,
             ) from None
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._handlers
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._handlers)
 

@@ -6,13 +6,15 @@
 -- Claim up to %(limit)s due idle jobs of the shards %(shards)s for node %(node)s in one statement:
 -- lock with SKIP LOCKED (never wait on another poller), move to running with a new lease and
 -- fencing token, and open (or re-open, for a retry) the occurrence's job_runs row.
+-- The due bound is written inline (not joined from clock) so it is an index condition: the scan
+-- of scheduled_jobs_due stops at the first row not yet due, however many are stored.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), due AS (
     SELECT j.id
-    FROM scheduled_jobs j, clock
+    FROM scheduled_jobs j
     WHERE j.status = 'idle'
-      AND j.next_run_at <= clock.now
+      AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
       AND j.shard_id = ANY(%(shards)s::smallint[])
     ORDER BY j.next_run_at
     LIMIT %(limit)s
@@ -134,8 +136,8 @@ WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), expired AS (
     SELECT j.id
-    FROM scheduled_jobs j, clock
-    WHERE j.status = 'running' AND j.lease_expires_at < clock.now
+    FROM scheduled_jobs j
+    WHERE j.status = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
     ORDER BY j.lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED

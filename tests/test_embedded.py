@@ -1,0 +1,30 @@
+"""The embedded PostgreSQL: shared by the processes of one data folder, pruned of dead users,
+stopped on demand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+
+from pgpulse.embedded import start_embedded, stop_embedded
+
+
+def test_dead_users_are_pruned_and_db_stop_stops_the_server(tmp_path: Path) -> None:
+    # A process that used the server and was killed -9 left its pid in the handle list.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(dead.stdout)
+    uri = start_embedded(tmp_path)
+    handles = tmp_path / "pgdata" / ".handle_pids.json"
+    handles.write_text(json.dumps([dead_pid, *json.loads(handles.read_text())]))
+    assert start_embedded(tmp_path) == uri  # a second user joins the same server
+    assert dead_pid not in json.loads(handles.read_text())
+    with psycopg.connect(uri) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert stop_embedded(tmp_path) is True
+    assert stop_embedded(tmp_path) is False  # already stopped
+    assert not (tmp_path / "pgdata" / "postmaster.pid").exists()
