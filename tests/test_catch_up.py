@@ -14,6 +14,7 @@ import pytest
 from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse.dispatch import Dispatcher
 from pgpulse.handlers import RunContext
+from pgpulse.recorder import OutcomeRecorder
 from pgpulse.store import Store
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
@@ -26,7 +27,8 @@ async def drain(store: Store, now: Any, seen: list[RunContext]) -> None:
     async def noop(ctx: RunContext) -> None:
         seen.append(ctx)
 
-    dispatcher = Dispatcher(store, {"noop": noop}, "node-a", {}, clock=lambda job: job.db_now)
+    dispatcher = Dispatcher(OutcomeRecorder(store), {"noop": noop}, "node-a", {},
+                            clock=lambda job: job.db_now)
     for _ in range(1000):
         batch = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
         if not batch:

@@ -11,7 +11,7 @@ import psycopg
 
 from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse.sql import QUERIES
-from pgpulse.store import Store
+from pgpulse.store import Outcome, Store
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)  # every job created at T0 is due by then
@@ -87,8 +87,8 @@ async def test_stale_token_completion_changes_nothing(store: Store, db) -> None:
 
     before = db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone()
     run_before = db.execute("SELECT * FROM job_runs WHERE id = %s", (zombie.run_id,)).fetchone()
-    wrote = await store.finish_run(zombie, "succeeded", retry_in=1.0, error="zombie")
-    assert wrote is False
+    wrote = await store.finish_runs([Outcome(zombie, "retrying", retry_in=1.0, error="zombie")])
+    assert wrote == set()
     assert db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone() == before
     assert db.execute("SELECT * FROM job_runs WHERE id = %s",
                       (zombie.run_id,)).fetchone() == run_before

@@ -1,9 +1,11 @@
 """Dispatch of one claimed job: decide at claim time, run one attempt, write its fenced outcome.
 
 The decisions are pure (:func:`plan_finish` over :mod:`pgpulse.planner`); the only I/O is the
-handler call and one ``finish_run`` write. Cancellation of the attempt's task is how the engine
-stops a run whose lease is lost or whose node shuts down: a cancelled attempt writes nothing here
-(the engine releases shutdown claims; a lost lease has nothing left to write to).
+handler call and one fenced outcome, handed to the node's
+:class:`~pgpulse.recorder.OutcomeRecorder` (group commit). Cancelling the attempt's task is how
+the engine stops a run whose lease is lost or whose node shuts down: an attempt cancelled before
+its outcome was decided writes nothing (the engine releases shutdown claims; a lost lease has
+nothing left to write to).
 """
 
 from __future__ import annotations
@@ -16,17 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
-
 from pgpulse.errors import UnknownHandler
 from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
-from pgpulse.planner import Advance, advance, plan_claim, retry_delay
-from pgpulse.store import ClaimedJob, RunOutcome, Store
+from pgpulse.planner import advance, plan_claim, retry_delay
+from pgpulse.recorder import OutcomeRecorder
+from pgpulse.store import ClaimedJob, Outcome, RunOutcome
 
 log = logging.getLogger(__name__)
-
-#: Seconds one outcome write may take before it is abandoned and retried.
-WRITE_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,23 +36,6 @@ class AttemptResult:
     output: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class FinishPlan:
-    """The fenced write that ends an attempt (arguments of :meth:`Store.finish_run`)."""
-
-    outcome: RunOutcome
-    advance: Advance | None = None
-    retry_in: float | None = None
-    error: str | None = None
-    output: str | None = None
-    skip_reason: str | None = None
-
-    def kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :meth:`Store.finish_run`."""
-        return {"advance": self.advance, "retry_in": self.retry_in, "error": self.error,
-                "output": self.output, "skip_reason": self.skip_reason}
-
-
 def _skip_reason(job: ClaimedJob) -> str:
     if job.catch_up == "skip":
         return f"missed: later than misfire_grace ({job.misfire_grace:g}s)"
@@ -64,7 +45,7 @@ def _skip_reason(job: ClaimedJob) -> str:
 
 
 def plan_finish(job: ClaimedJob, result: AttemptResult, now: datetime,
-                rng: random.Random | None = None) -> FinishPlan:
+                rng: random.Random | None = None) -> Outcome:
     """Decide how an attempt's end is written (pure).
 
     Success moves the job to its next occurrence computed from ``scheduled_for`` with the
@@ -80,12 +61,12 @@ def plan_finish(job: ClaimedJob, result: AttemptResult, now: datetime,
         rng: random source for the jitter (tests pass a seeded one).
     """
     if not result.ok and job.attempt < job.max_attempts:
-        return FinishPlan("retrying", retry_in=retry_delay(job.attempt, job.retry_backoff, rng),
-                          error=result.error, output=result.output)
+        return Outcome(job, "retrying", retry_in=retry_delay(job.attempt, job.retry_backoff, rng),
+                       error=result.error, output=result.output)
     nxt = advance(job.parsed_schedule, job.policy, after=job.scheduled_for, now=now,
                   anchor=job.anchor_at)
-    return FinishPlan("succeeded" if result.ok else "failed", advance=nxt, error=result.error,
-                      output=result.output, skip_reason=_skip_reason(job))
+    return Outcome(job, "succeeded" if result.ok else "failed", advance=nxt, error=result.error,
+                   output=result.output, skip_reason=_skip_reason(job))
 
 
 async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext) -> AttemptResult:
@@ -110,44 +91,28 @@ class Dispatcher:
     """Runs claimed jobs of one node.
 
     Args:
-        store: the store to write outcomes through.
+        recorder: writes outcomes (fenced, group-committed).
         handlers: the node's handlers by name.
         node_id: this node's id (goes into each :class:`RunContext`).
         options: node-level handler options (e.g. ``shell_dry_run``).
         clock: returns the database's current instant as the node estimates it.
-        on_finishing: called just before an attempt's outcome is written, so the node stops
-            renewing (and never cancels) an attempt whose fenced write is under way.
+        on_finishing: called just before an attempt's outcome is handed to the recorder, so the
+            node never cancels an attempt whose fenced write is under way.
     """
 
-    def __init__(self, store: Store, handlers: Mapping[str, Handler], node_id: str,
+    def __init__(self, recorder: OutcomeRecorder, handlers: Mapping[str, Handler], node_id: str,
                  options: Mapping[str, Any], clock: Callable[[ClaimedJob], datetime],
                  on_finishing: Callable[[ClaimedJob], None] = lambda job: None) -> None:
-        self.store = store
+        self.recorder = recorder
         self.handlers = handlers
         self.node_id = node_id
         self.options = options
         self.clock = clock
         self.on_finishing = on_finishing
 
-    async def _record(self, job: ClaimedJob, outcome: RunOutcome, **kwargs: Any) -> bool:
-        """Write an attempt's outcome (fenced), retrying through connection loss.
-
-        The write is idempotent under fencing: if a lost reply hid a commit, the retry finds the
-        job no longer running under this token and changes nothing. Retries go on until the
-        write lands or the engine cancels the attempt at its lease deadline.
-        """
-        self.on_finishing(job)
-        delay = 0.1
-        while True:
-            try:
-                async with asyncio.timeout(WRITE_TIMEOUT):
-                    return await self.store.finish_run(job, outcome, **kwargs)
-            except (psycopg.OperationalError, TimeoutError) as exc:
-                log.warning("recording %s of %s/%s failed (%s); retrying in %.1fs", outcome,
-                            job.tenant, job.name, exc or type(exc).__name__, delay,
-                            extra={"action": "record_retry", "job": job.name})
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+    async def _record(self, outcome: Outcome) -> bool:
+        self.on_finishing(outcome.job)
+        return await self.recorder.record(outcome)
 
     async def dispatch(self, job: ClaimedJob) -> RunOutcome | None:
         """Take a claimed job to the end of its attempt.
@@ -166,8 +131,8 @@ class Dispatcher:
             outcome: RunOutcome = "skipped" if decision.action == "skip" else "fenced"
             error = (None if outcome == "skipped" else
                      f"attempts exhausted: {job.max_attempts} leases lost or expired")
-            ok = await self._record(job, outcome, advance=decision.advance, error=error,
-                                    skip_reason=_skip_reason(job))
+            ok = await self._record(Outcome(job, outcome, advance=decision.advance, error=error,
+                                            skip_reason=_skip_reason(job)))
             log.info("%s %s/%s at %s", outcome, job.tenant, job.name, job.scheduled_for,
                      extra={"action": f"run_{outcome}", "job": job.name})
             return outcome if ok else None
@@ -175,7 +140,7 @@ class Dispatcher:
             handler = self.handlers[job.handler]
         except (KeyError, UnknownHandler):
             reason = f"handler {job.handler!r} is not registered on node {self.node_id}"
-            ok = await self._record(job, "failed", status="failed", error=reason)
+            ok = await self._record(Outcome(job, "failed", status="failed", error=reason))
             log.error("job %s/%s failed: %s", job.tenant, job.name, reason,
                       extra={"action": "job_failed", "job": job.name})
             return "failed" if ok else None
@@ -186,7 +151,7 @@ class Dispatcher:
                          node_id=self.node_id, options=self.options)
         result = await run_attempt(job, handler, ctx)
         plan = plan_finish(job, result, self.clock(job))
-        ok = await self._record(job, plan.outcome, **plan.kwargs())
+        ok = await self._record(plan)
         if not ok:
             log.warning("lease of %s/%s lost before its outcome was written; nothing recorded",
                         job.tenant, job.name, extra={"action": "write_fenced", "job": job.name})

@@ -38,6 +38,7 @@ import psycopg
 from pgpulse.database import connect
 from pgpulse.dispatch import Dispatcher
 from pgpulse.handlers import Handler
+from pgpulse.recorder import OutcomeRecorder
 from pgpulse.sharding import shards_for
 from pgpulse.store import ClaimedJob, Store
 from pgpulse.sweeper import Sweeper
@@ -113,7 +114,9 @@ class Node:
         self.shards: tuple[int, ...] = ()
         self.running: dict[int, _Attempt] = {}
         self.sweeper = Sweeper(store, dsn, self.node_id, keep_runs=self.config.keep_runs)
-        self.dispatcher = Dispatcher(store, handlers, self.node_id, self.config.handler_options,
+        self.recorder = OutcomeRecorder(store)
+        self.dispatcher = Dispatcher(self.recorder, handlers, self.node_id,
+                                     self.config.handler_options,
                                      self._estimated_db_now, self._finishing)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -164,6 +167,10 @@ class Node:
             attempt.task.cancel()
         if unfinished:
             await asyncio.wait([a.task for a in unfinished], timeout=5)
+        with _quiet_db_errors("flush outcomes"):
+            async with asyncio.timeout(10):
+                await self.recorder.flush()  # outcomes decided before the cancel still land
+        if unfinished:
             with _quiet_db_errors("release_runs"):
                 released = await self.store.release_runs(
                     [(a.job.id, a.job.fencing_token) for a in unfinished],

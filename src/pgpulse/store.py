@@ -75,6 +75,47 @@ class ClaimedJob:
         return CatchUpPolicy(self.catch_up, self.misfire_grace, self.backfill_limit)
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an attempt of a claimed job ends: the argument of :meth:`Store.finish_runs`.
+
+    Exactly one of ``advance`` (move to ``advance.scheduled_for``, recording its skipped
+    occurrences) or ``retry_in`` (seconds until the next attempt of the same occurrence) applies;
+    with neither, the job keeps its occurrence (used with ``status="failed"``).
+
+    Attributes:
+        job: the claimed job (its id, fencing token and run id fence the write).
+        outcome: the run row's new outcome.
+        advance: where the job goes next, for a final outcome.
+        retry_in: seconds until the retry, for ``retrying``.
+        status: the job's new status: ``idle``, or ``failed`` (cannot be scheduled).
+        error: error text for the run and the job's ``last_error``.
+        output: captured output (already truncated).
+        skip_reason: error text of the skipped occurrences' rows.
+    """
+
+    job: ClaimedJob
+    outcome: RunOutcome
+    advance: Advance | None = None
+    retry_in: float | None = None
+    status: Literal["idle", "failed"] = "idle"
+    error: str | None = None
+    output: str | None = None
+    skip_reason: str | None = None
+
+    @property
+    def next_scheduled_for(self) -> datetime:
+        """The occurrence the job holds after this write."""
+        return self.advance.scheduled_for if self.advance else self.job.scheduled_for
+
+    @property
+    def next_run_at(self) -> datetime | None:
+        """When the job may be claimed next; ``None`` means ``retry_in`` seconds from now."""
+        if self.advance is not None:
+            return self.advance.scheduled_for
+        return None if self.retry_in is not None else self.job.scheduled_for
+
+
 class Store:
     """Intent-named access to Pulse's tables.
 
@@ -272,44 +313,43 @@ class Store:
         row = (await self._rows("next_due", {"shards": list(shards), "now": now}))[0]
         return row["next_due"], row["db_now"]
 
-    async def finish_run(  # every argument is one column of the fenced write
-        self,
-        job: ClaimedJob,
-        outcome: RunOutcome,
-        *,
-        advance: Advance | None = None,
-        retry_in: float | None = None,
-        status: Literal["idle", "failed"] = "idle",
-        error: str | None = None,
-        output: str | None = None,
-        skip_reason: str | None = None,
-        now: datetime | None = None,
-    ) -> bool:
-        """End the current attempt of ``job`` — fenced by its token — in one statement.
+    async def finish_runs(self, outcomes: Sequence[Outcome], *,
+                          now: datetime | None = None) -> set[int]:
+        """End the current attempt of each job in ``outcomes`` — fenced — in one statement.
 
-        Exactly one of ``advance`` (move to ``advance.scheduled_for``, recording its skipped
-        occurrences) or ``retry_in`` (seconds until the next attempt of the same occurrence)
-        applies; with neither, the job keeps its occurrence (used with ``status="failed"``).
+        Concurrency: each element is written only if its job is still ``running`` under the
+        element's fencing token; otherwise that element changes nothing (its lease was lost).
+        Skipped occurrences of an element are inserted only if the element was written.
 
         Returns:
-            ``True`` if the write took effect; ``False`` if the lease was lost (the job is no
-            longer running under this token), in which case nothing changed.
+            The ids of the jobs whose outcome was written.
         """
-        if advance is not None:
-            scheduled_for, next_run_at = advance.scheduled_for, advance.scheduled_for
-            skipped: list[datetime] = list(advance.skipped)
-        else:
-            scheduled_for, next_run_at, skipped = job.scheduled_for, None, []
-            if retry_in is None:
-                next_run_at = job.scheduled_for
-        rows = await self._rows("finish_run", {
-            "job_id": job.id, "token": job.fencing_token, "run_id": job.run_id,
-            "status": status, "scheduled_for": scheduled_for, "next_run_at": next_run_at,
-            "retry_in": retry_in or 0.0, "reset_attempt": advance is not None,
-            "outcome": outcome, "error": error, "output": output, "skipped": skipped,
-            "skip_reason": skip_reason, "now": now,
+        if not outcomes:
+            return set()
+        skip_ids: list[int] = []
+        skip_ats: list[datetime] = []
+        skip_reasons: list[str | None] = []
+        for o in outcomes:
+            if o.advance is not None:
+                skip_ids.extend([o.job.id] * len(o.advance.skipped))
+                skip_ats.extend(o.advance.skipped)
+                skip_reasons.extend([o.skip_reason] * len(o.advance.skipped))
+        rows = await self._rows("finish_runs", {
+            "job_ids": [o.job.id for o in outcomes],
+            "tokens": [o.job.fencing_token for o in outcomes],
+            "run_ids": [o.job.run_id for o in outcomes],
+            "statuses": [o.status for o in outcomes],
+            "scheduled_fors": [o.next_scheduled_for for o in outcomes],
+            "next_run_ats": [o.next_run_at for o in outcomes],
+            "retry_ins": [o.retry_in or 0.0 for o in outcomes],
+            "resets": [o.advance is not None for o in outcomes],
+            "outcomes": [o.outcome for o in outcomes],
+            "errors": [o.error for o in outcomes],
+            "outputs": [o.output for o in outcomes],
+            "skip_job_ids": skip_ids, "skip_ats": skip_ats, "skip_reasons": skip_reasons,
+            "now": now,
         })
-        return bool(rows[0]["jobs"])
+        return {row["id"] for row in rows}
 
     async def renew_leases(self, held: Sequence[tuple[int, int]], *, lease: float,
                            now: datetime | None = None) -> set[int]:

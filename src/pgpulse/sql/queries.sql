@@ -58,46 +58,56 @@ WHERE status = 'idle'
   AND next_run_at > coalesce(%(now)s::timestamptz, now())
   AND shard_id = ANY(%(shards)s::smallint[]);
 
--- name: finish_run
--- Fenced end of an attempt. Changes nothing unless job %(job_id)s is still running under
--- %(token)s (a zombie's late write is a no-op). In one statement: the job row moves to its next
--- state, the run row takes its outcome, and skipped occurrences get their own rows.
+-- name: finish_runs
+-- Fenced end of a batch of attempts, one statement for the whole batch (group commit). Each
+-- element changes nothing unless its job is still running under its token (a zombie's late write
+-- is a no-op). Per element: the job row moves to its next state, the run row takes its outcome,
+-- and its skipped occurrences (flattened into the skip_* arrays) get rows of their own.
+-- next_run_at NULL means "retry_in seconds from now". Returns the ids of the jobs written.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), input AS (
+    SELECT *
+    FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[], %(run_ids)s::bigint[],
+                %(statuses)s::text[], %(scheduled_fors)s::timestamptz[],
+                %(next_run_ats)s::timestamptz[], %(retry_ins)s::float8[], %(resets)s::bool[],
+                %(outcomes)s::text[], %(errors)s::text[], %(outputs)s::text[])
+         AS i(job_id, token, run_id, status, scheduled_for, next_run_at, retry_in,
+              reset_attempt, outcome, error, output)
 ), job AS (
     UPDATE scheduled_jobs j
-    SET status = %(status)s,
-        scheduled_for = %(scheduled_for)s,
-        next_run_at = coalesce(%(next_run_at)s::timestamptz,
-                               clock.now + make_interval(secs => %(retry_in)s)),
-        attempt = CASE WHEN %(reset_attempt)s THEN 0 ELSE j.attempt END,
+    SET status = i.status,
+        scheduled_for = i.scheduled_for,
+        next_run_at = coalesce(i.next_run_at, clock.now + make_interval(secs => i.retry_in)),
+        attempt = CASE WHEN i.reset_attempt THEN 0 ELSE j.attempt END,
         locked_by = NULL,
         lease_expires_at = NULL,
-        last_outcome = %(outcome)s,
-        last_error = %(error)s,
+        last_outcome = i.outcome,
+        last_error = i.error,
         last_finished_at = clock.now,
         updated_at = clock.now
-    FROM clock
-    WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s AND j.status = 'running'
+    FROM input i, clock
+    WHERE j.id = i.job_id AND j.fencing_token = i.token AND j.status = 'running'
     RETURNING j.id
 ), run AS (
     UPDATE job_runs r
-    SET outcome = %(outcome)s, error = %(error)s, output = %(output)s,
-        finished_at = CASE WHEN %(outcome)s = 'retrying' THEN NULL ELSE clock.now END,
-        attempts = CASE WHEN %(outcome)s = 'skipped' THEN 0 ELSE r.attempts END,
-        started_at = CASE WHEN %(outcome)s = 'skipped' THEN NULL ELSE r.started_at END
-    FROM job, clock
-    WHERE r.id = %(run_id)s AND r.job_id = job.id AND r.fencing_token = %(token)s
+    SET outcome = i.outcome, error = i.error, output = i.output,
+        finished_at = CASE WHEN i.outcome = 'retrying' THEN NULL ELSE clock.now END,
+        attempts = CASE WHEN i.outcome = 'skipped' THEN 0 ELSE r.attempts END,
+        started_at = CASE WHEN i.outcome = 'skipped' THEN NULL ELSE r.started_at END
+    FROM input i JOIN job ON job.id = i.job_id, clock
+    WHERE r.id = i.run_id AND r.fencing_token = i.token
     RETURNING r.id
 ), skipped AS (
     INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
-    SELECT job.id, s.at, 0, 'skipped', %(skip_reason)s, clock.now
-    FROM job, clock, unnest(%(skipped)s::timestamptz[]) AS s(at)
+    SELECT s.job_id, s.at, 0, 'skipped', s.reason, clock.now
+    FROM unnest(%(skip_job_ids)s::bigint[], %(skip_ats)s::timestamptz[],
+                %(skip_reasons)s::text[]) AS s(job_id, at, reason)
+         JOIN job ON job.id = s.job_id, clock
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM job) AS jobs, (SELECT count(*) FROM run) AS runs,
-       (SELECT count(*) FROM skipped) AS skipped;
+SELECT job.id FROM job;
 
 -- name: renew_leases
 -- Heartbeat for running work: extend the lease of each (job id, fencing token) pair this node
