@@ -106,6 +106,11 @@ def test_crontab_with_a_bad_line_imports_nothing(dsn: str, db: Any, tmp_path: Pa
     pytest.param(["--payload", "{}"], "payload", ["command"], id="shell_without_command"),
     pytest.param(["--handler", "nope"], "handler", ["'nope'"], id="unknown_handler"),
     pytest.param(["--max-attempts", "0"], "max_attempts", ["max_attempts"], id="zero_attempts"),
+    pytest.param(["--payload", '{"comand": "x"}'], "payload.comand", ["comand"],
+                 id="payload_typo"),
+    pytest.param(["--backfill-limit", "5"], "backfill_limit", ["backfill_limit", "skip"],
+                 id="backfill_limit_without_backfill"),
+    pytest.param(["--tz", "europe/london"], "timezone", ["Europe/London"], id="zone_case_hint"),
 ])
 def test_bad_input_is_refused_naming_the_field_and_changes_nothing(
     dsn: str, db: Any, args: list[str], field: str, words: list[str]
@@ -124,6 +129,16 @@ def test_bad_input_is_refused_naming_the_field_and_changes_nothing(
         for word in words:
             assert word in result.output, result.output
     assert job_rows(db) == before
+
+
+def test_runs_of_an_unknown_job_is_an_error(dsn: str) -> None:
+    result = cli(dsn, "runs", "nosuch")
+    assert result.exit_code == 2 and "no job named 'nosuch'" in result.output
+
+
+def test_malformed_dsn_is_refused_input() -> None:
+    result = CliRunner().invoke(main, ["--database-url", "not a dsn", "job", "list"])
+    assert result.exit_code == 2 and "database_url" in result.output
 
 
 def test_unreachable_database_is_a_clear_error() -> None:

@@ -241,3 +241,24 @@ async def test_the_leader_reaps_expired_leases(store: Store, dsn: str, db: Any) 
         await n.sweeper.close()
     job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
     assert job == {"status": "idle", "last_error": "lease of node dead-node expired"}
+
+
+async def test_a_node_that_knows_the_handler_revives_the_failed_job(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """A node without the handler fails the job; a node with it (a later deploy) brings it back."""
+    ran = asyncio.Event()
+
+    async def late(ctx: RunContext) -> None:
+        ran.set()
+
+    await add(store, spec("late", handler="late"))
+    await store.trigger_job("default", "late")
+    async with running(node(store, dsn, {})):
+        await wait_until(lambda: db.execute(
+            "SELECT status FROM scheduled_jobs").fetchone()["status"] == "failed")
+    async with running(node(store, dsn, {"late": late})):
+        async with asyncio.timeout(10):
+            await ran.wait()
+    job = db.execute("SELECT status, last_error, last_outcome FROM scheduled_jobs").fetchone()
+    assert job == {"status": "idle", "last_error": None, "last_outcome": "succeeded"}

@@ -56,11 +56,27 @@ def _refuse(field: str, value: Any, why: str) -> InvalidPayload:
     return InvalidPayload(f"{field} {why}, got {value!r}", field=field, value=value)
 
 
+def _check_keys(payload: Mapping[str, Any], known: frozenset[str], example: str) -> None:
+    """Refuse keys the handler does not read: a typo (``comand``) must not pass silently."""
+    unknown = sorted(set(payload) - known)
+    if unknown:
+        raise InvalidPayload(
+            f"payload.{unknown[0]} is not a field of this handler (fields: "
+            f"{', '.join(sorted(known))}; e.g. {example})",
+            field=f"payload.{unknown[0]}", value=payload[unknown[0]])
+
+
+SHELL_FIELDS = frozenset({"command", "stdin", "env", "user", "cwd"})
+HTTP_FIELDS = frozenset({"url", "method", "headers", "json", "body", "timeout", "expect_status",
+                         "follow_redirects"})
+
+
 def _check_text(payload: Mapping[str, Any], key: str, *, required: bool = False) -> None:
     field = f"payload.{key}"
     if key not in payload:
         if required:
-            raise InvalidPayload(f"{field} is required", field=field, value=None)
+            raise InvalidPayload(f"{field} is required (e.g. {{\"{key}\": ...}})", field=field,
+                                 value=None)
         return
     value = payload[key]
     if not isinstance(value, str):
@@ -96,7 +112,7 @@ def validate_shell_payload(payload: Mapping[str, Any]) -> None:
 
     Args:
         payload: ``{"command": str, "stdin"?: str, "env"?: {str: str}, "user"?: str,
-            "cwd"?: str}``. Other keys are ignored (kept for forward compatibility).
+            "cwd"?: str}``. Any other key is refused (it would be a typo).
 
     Raises:
         InvalidPayload: a field is missing, of the wrong type, empty (``command``, ``user``,
@@ -106,6 +122,7 @@ def validate_shell_payload(payload: Mapping[str, Any]) -> None:
     """
     if not isinstance(payload, Mapping):
         raise _refuse("payload", payload, "must be a JSON object")
+    _check_keys(payload, SHELL_FIELDS, '{"command": "backup.sh --full"}')
     _check_text(payload, "command", required=True)
     _check_text(payload, "stdin")
     for key in ("user", "cwd"):
@@ -126,7 +143,7 @@ def validate_http_payload(payload: Mapping[str, Any]) -> None:
     Args:
         payload: ``{"url": str, "method"?: str, "headers"?: {str: str}, "json"?: any,
             "body"?: str, "timeout"?: seconds, "expect_status"?: [int],
-            "follow_redirects"?: bool}``. Other keys are ignored.
+            "follow_redirects"?: bool}``. Any other key is refused.
 
     Raises:
         InvalidPayload: ``url`` is not an ``http``/``https`` URL with a host; ``method`` is not
@@ -138,6 +155,7 @@ def validate_http_payload(payload: Mapping[str, Any]) -> None:
     """
     if not isinstance(payload, Mapping):
         raise _refuse("payload", payload, "must be a JSON object")
+    _check_keys(payload, HTTP_FIELDS, '{"url": "https://example.com/hook", "method": "POST"}')
     _check_text(payload, "url", required=True)
     url = payload["url"]
     try:

@@ -12,7 +12,7 @@ import importlib
 import json
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,9 +24,9 @@ from pgpulse.app import App, connect
 from pgpulse.crontab import entry_to_spec, parse_crontab
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
-from pgpulse.errors import DatabaseUnavailable, PulseError
+from pgpulse.errors import DatabaseUnavailable, JobNotFound, PulseError
 from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
-from pgpulse.report import print_records, print_status
+from pgpulse.report import print_records, print_status, to_json
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 
@@ -59,13 +59,26 @@ def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     return command
 
 
-@click.group(context_settings=CONTEXT)
+class _EnvGroup(click.Group):
+    """A command group whose every option shows its ``PGPULSE_*`` variable in ``--help``."""
+
+    group_class = type  # subgroups are _EnvGroup too
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        for param in command.params if command is not None else ():
+            if isinstance(param, click.Option):
+                param.show_envvar = True
+        return command
+
+
+@click.group(cls=_EnvGroup, context_settings=CONTEXT)
 @click.option("--database-url", envvar="PGPULSE_DATABASE_URL", show_envvar=True,
               help="PostgreSQL DSN. Unset: use the embedded PostgreSQL in --data-dir.")
 @click.option("--data-dir", envvar="PGPULSE_DATA_DIR", show_envvar=True,
               type=click.Path(file_okay=False, path_type=Path), default=None,
               help=f"Embedded PostgreSQL data folder [default: {default_data_dir()}].")
-@click.option("--log-level", envvar="PGPULSE_LOG_LEVEL", show_envvar=True, default="INFO",
+@click.option("--log-level", envvar="PGPULSE_LOG_LEVEL", show_envvar=True, default="WARNING",
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.option("--log-format", envvar="PGPULSE_LOG_FORMAT", show_envvar=True, default="text",
               type=click.Choice(["text", "json"]), help="json: one JSON object per line.")
@@ -107,7 +120,7 @@ def load_app(spec: str | None) -> App:
 
 
 @node.command("run")
-@click.option("--app", "app_spec", show_envvar=True, help="module:attribute of your pgpulse.App.")
+@click.option("--app", show_envvar=True, help="module:attribute of your pgpulse.App.")
 @click.option("--node-id", show_envvar=True, help="Unique node id [default: host-pid-random].")
 @click.option("--slots", type=click.IntRange(1, 1000), default=10, show_envvar=True,
               help="Worker slots: attempts run at once.")
@@ -122,11 +135,11 @@ def load_app(spec: str | None) -> App:
 @click.option("--shell-dry-run", is_flag=True, show_envvar=True,
               help="shell jobs record their command instead of running it.")
 @click.pass_obj
-def node_run(obj: dict[str, Any], app_spec: str | None, node_id: str | None, slots: int,
+def node_run(obj: dict[str, Any], app: str | None, node_id: str | None, slots: int,
              lease: float, heartbeat: float, poll: float, drain_timeout: float,
              shell_dry_run: bool) -> None:
     """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit)."""
-    app = load_app(app_spec)
+    pulse_app = load_app(app)
     options: dict[str, Any] = {"lease": lease, "heartbeat_interval": heartbeat,
                                "node_ttl": max(3 * heartbeat, 2 * heartbeat + 1),
                                "poll_interval": poll, "slots": slots,
@@ -138,7 +151,7 @@ def node_run(obj: dict[str, Any], app_spec: str | None, node_id: str | None, slo
         config = NodeConfig(**options)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--lease") from exc
-    _run(app.run_node(obj["database_url"], data_dir=obj["data_dir"], config=config))
+    _run(pulse_app.run_node(obj["database_url"], data_dir=obj["data_dir"], config=config))
 
 
 # -- jobs --------------------------------------------------------------------------------------
@@ -204,10 +217,11 @@ async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
     row["description"] = schedule.describe()
     row["upcoming"] = [_local(t, row["timezone"]) for t in upcoming]
     if as_json:
-        click.echo(json.dumps(row, default=str, indent=2))
+        click.echo(json.dumps(row, default=to_json, indent=2))
         return
     for key, value in row.items():
-        click.echo(f"{key:>18}: {value}")
+        text = json.dumps(value) if isinstance(value, dict | list) else value
+        click.echo(f"{key:>18}: {text}")
 
 
 def _local(instant: datetime, timezone: str) -> str:
@@ -224,9 +238,12 @@ def _state_command(verb: str, doc: str) -> None:
     async def command(store: Store, name: str, tenant: str) -> None:
         method = getattr(store, f"{verb}_job")
         result = await method(tenant, name)
-        suffix = f" (occurrence {result.isoformat()})" if isinstance(result, datetime) else ""
-        click.echo(f"{verb}d {name}{suffix}" if verb != "trigger" else
-                   f"triggered {name}{suffix}")
+        if verb != "trigger":
+            click.echo(f"{verb}d {name}")
+        elif result < await store.db_now() - timedelta(seconds=1):
+            click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
+        else:
+            click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
 
 
 _state_command("pause", "Pause job NAME (an idle or failed job; not claimed until resumed).")
@@ -242,7 +259,7 @@ def schedule() -> None:
     """Check schedule arithmetic."""
 
 
-@schedule.command("next", epilog=SCHEDULE_HELP)
+@schedule.command("next", epilog="\b\n" + SCHEDULE_HELP)
 @click.argument("expression")
 @click.option("--tz", "timezone", default="UTC", help="IANA time zone.")
 @click.option("--count", type=click.IntRange(1, 1000), default=5)
@@ -322,6 +339,9 @@ async def status(store: Store, as_json: bool) -> None:
 async def runs(store: Store, job_name: str | None, tenant: str | None, limit: int,
                as_json: bool) -> None:
     """Recent runs (of JOB_NAME, if given), newest first."""
+    if job_name is not None and not any(
+            j["name"] == job_name for j in await store.list_jobs(tenant)):
+        raise JobNotFound(tenant or "any", job_name)
     rows = await store.list_runs(tenant=tenant, name=job_name, limit=limit)
     print_records(rows, as_json, ["name", "scheduled_for", "outcome", "attempts", "node_id",
                                   "duration", "error"])
@@ -337,9 +357,9 @@ def db() -> None:
 @db.command("url")
 @click.pass_obj
 def db_url(obj: dict[str, Any]) -> None:
-    """Start the embedded server if needed and print its DSN (for psql)."""
+    """Start the embedded server (it keeps running until `pgpulse db stop`); print its DSN."""
     try:
-        click.echo(start_embedded(obj["data_dir"]))
+        click.echo(start_embedded(obj["data_dir"], keep_running=True))
     except PulseError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(3)
@@ -358,9 +378,13 @@ def db_stop(obj: dict[str, Any]) -> None:
                                                       path_type=Path))
 @click.option("--duration", type=click.FloatRange(20, 170), default=75.0,
               help="Seconds the three nodes run.")
+@click.option("--system", is_flag=True,
+              help="CRONTABS are in system format (/etc/crontab and /etc/cron.d/* always are).")
 @click.pass_obj
-def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float) -> None:
+def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, system: bool) -> None:
     """Three nodes share the Relay crontab (plus CRONTABS); one is killed midway."""
     from pgpulse.demo import run_demo
 
-    sys.exit(_run(run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration)))
+    sys.exit(_run(run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration,
+                           system)))
+

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from pgpulse.embedded import start_embedded
-from pgpulse.errors import DatabaseUnavailable
+from pgpulse.errors import DatabaseUnavailable, InvalidInput
 
 #: Seconds to wait for a server to answer before calling it unreachable.
 CONNECT_TIMEOUT = 5
@@ -57,9 +58,15 @@ async def connect(dsn: str, *, application_name: str = "pgpulse",
     """Open one connection (for LISTEN, the leader lock, migrations, the CLI).
 
     Raises:
+        InvalidInput: the DSN is malformed (``field`` is ``"database_url"``).
         DatabaseUnavailable: the server does not answer or refuses; the message names the DSN
             (password redacted) and the driver's reason.
     """
+    try:
+        conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInput(f"database_url {redact(dsn)!r} is not a valid DSN: {exc}",
+                           field="database_url", value=redact(dsn)) from None
     try:
         return await psycopg.AsyncConnection.connect(
             dsn, autocommit=autocommit, **_kwargs(application_name)

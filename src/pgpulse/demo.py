@@ -50,12 +50,15 @@ app = App(builtins=False)
 _log_conn: psycopg.AsyncConnection[Any] | None = None
 
 
+#: Seconds each Relay job "works" (by a word of its name), so the kill lands on running work.
+WORK_SECONDS = {"billing": 6.0, "cleanup": 3.0, "health": 1.0}
+
+
 @app.handler("shell")
 async def recorded_shell(ctx: RunContext) -> str | None:
     """The built-in shell handler (dry-run on demo nodes), witnessed in ``pgpulse_demo_log``."""
     global _log_conn
-    if "billing" in ctx.job_name:
-        await asyncio.sleep(2.0)  # a rollup takes a while: the kill may land in the middle
+    await asyncio.sleep(next((s for w, s in WORK_SECONDS.items() if w in ctx.job_name), 0.0))
     output = await shell_handler(ctx)
     if _log_conn is None or _log_conn.closed:
         _log_conn = await psycopg.AsyncConnection.connect(os.environ["PGPULSE_DATABASE_URL"],
@@ -75,8 +78,15 @@ def _fresh_database(server_dsn: str) -> str:
     return psycopg.conninfo.make_conninfo(server_dsn, dbname="pgpulse_demo")
 
 
-def _specs(path: Path, tenant: str, relay: bool) -> list[JobSpec]:
-    parsed = parse_crontab(path.read_text(encoding="utf-8"), path=str(path))
+def _is_system_crontab(path: Path) -> bool:
+    """``/etc/crontab`` and ``/etc/cron.d/*`` have a user field (system format)."""
+    resolved = path.resolve()
+    return resolved == Path("/etc/crontab") or resolved.parent == Path("/etc/cron.d")
+
+
+def _specs(path: Path, tenant: str, relay: bool, system: bool = False) -> list[JobSpec]:
+    parsed = parse_crontab(path.read_text(encoding="utf-8"), path=str(path),
+                           system=system or _is_system_crontab(path))
     for error in parsed.errors:
         click.echo(f"  refused {error}")
     specs = []
@@ -102,7 +112,7 @@ def _start_node(dsn: str, node_id: str) -> subprocess.Popen[bytes]:
 
 
 async def run_demo(database_url: str | None, data_dir: Path | None, crontabs: list[Path],
-                   duration: float) -> int:
+                   duration: float, system: bool = False) -> int:
     """Run the demo; return 0 when no occurrence was duplicated or missed, else 1.
 
     Args:
@@ -110,7 +120,10 @@ async def run_demo(database_url: str | None, data_dir: Path | None, crontabs: li
             for the embedded PostgreSQL.
         data_dir: the embedded server's data folder.
         crontabs: extra crontab files to import (tenant ``local``) and show.
-        duration: seconds the nodes run; one is killed at 40% of it.
+        duration: seconds the nodes run; one is killed at 40% of it (at the first moment after
+            that when some node is running a job, so the kill interrupts real work).
+        system: read the extra crontabs in system format (a user field before the command);
+            ``/etc/crontab`` and ``/etc/cron.d/*`` always are.
 
     Raises:
         DatabaseUnavailable: the server does not answer.
@@ -123,20 +136,20 @@ async def run_demo(database_url: str | None, data_dir: Path | None, crontabs: li
         await store.migrate()
         await (await psycopg.AsyncConnection.connect(dsn, autocommit=True)).execute(
             Q["create_log"])
-        started = await _import(store, crontabs)
+        started = await _import(store, crontabs, system)
         return await _run_cluster(store, dsn, started, duration)
     finally:
         await pool.close()
 
 
-async def _import(store: Store, crontabs: list[Path]) -> datetime:
+async def _import(store: Store, crontabs: list[Path], system: bool) -> datetime:
     now = await store.db_now()
     click.echo(f"importing {RELAY_CRONTAB} into tenant 'relay' as if the cluster had been down "
                f"since {(now - DOWNTIME):%H:%M:%S} UTC")
     await store.upsert_jobs(_specs(RELAY_CRONTAB, "relay", relay=True), now=now - DOWNTIME)
     for path in crontabs:
         click.echo(f"importing {path} into tenant 'local' (shell jobs run in dry-run mode)")
-        specs = _specs(path, "local", relay=False)
+        specs = _specs(path, "local", relay=False, system=system)
         await store.upsert_jobs(specs, now=now)
         for spec in specs:
             schedule = parse_schedule(spec.schedule, spec.timezone)
@@ -157,17 +170,23 @@ async def _run_cluster(store: Store, dsn: str, started: datetime, duration: floa
     killed: str | None = None
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True,
                                                      row_factory=dict_row) as conn:
+        next_report = 5.0
         while (elapsed := time.monotonic() - t0) < duration:
-            await asyncio.sleep(5)
+            await asyncio.sleep(0.2)
             if killed is None and elapsed >= duration * 0.4:
                 holder = await (await conn.execute(Q["holder_of_running"])).fetchone()
-                killed = holder["locked_by"] if holder and holder["locked_by"] else NODES[1]
-                procs[killed].send_signal(signal.SIGKILL)
-                click.echo(f"t={elapsed:4.0f}s  SIGKILL {killed} (its leases expire in "
-                           f"{LEASE:g}s; its shards move within a few heartbeats)")
-            rows = await (await conn.execute(Q["progress"])).fetchall()
-            counts = ", ".join(f"{r['node_id']} {r['runs']}" for r in rows) or "none yet"
-            click.echo(f"t={time.monotonic() - t0:4.0f}s  executions: {counts}")
+                if holder or elapsed >= duration * 0.6:
+                    killed = holder["locked_by"] if holder else NODES[1]
+                    procs[killed].send_signal(signal.SIGKILL)
+                    click.echo(f"t={elapsed:4.0f}s  SIGKILL {killed}"
+                               f"{' while it runs ' + holder['name'] if holder else ''}: its "
+                               f"leases expire within {LEASE:g}s, its shards move within a few "
+                               "heartbeats")
+            if elapsed >= next_report:
+                next_report += 5.0
+                rows = await (await conn.execute(Q["progress"])).fetchall()
+                counts = ", ".join(f"{r['node_id']} {r['runs']}" for r in rows) or "none yet"
+                click.echo(f"t={elapsed:4.0f}s  executions: {counts}")
         stopped_at = await store.db_now()
         for node_id, proc in procs.items():
             if node_id != killed:

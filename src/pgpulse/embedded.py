@@ -73,12 +73,14 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def start_embedded(data_dir: Path | None = None) -> str:
+def start_embedded(data_dir: Path | None = None, *, keep_running: bool = False) -> str:
     """Start, or join, the embedded PostgreSQL in ``data_dir`` and return its DSN.
 
     Args:
         data_dir: folder that holds ``pgdata/``; created if missing. ``None`` means
             :func:`default_data_dir`.
+        keep_running: leave the server running when this process exits (``pgpulse db url``);
+            it then runs until ``pgpulse db stop``.
 
     Returns:
         A libpq connection URI (Unix socket in the data folder).
@@ -95,6 +97,9 @@ def start_embedded(data_dir: Path | None = None) -> str:
             if pgdata.exists():
                 _prune_dead_handles(pgdata)
         server = package.get_server(pgdata, cleanup_mode="stop")
+        if keep_running:
+            with server_module.PostgresServer._lock:
+                server.global_process_id_list.get_and_remove(os.getpid())
     except Exception as exc:
         raise DatabaseUnavailable(
             f"could not start the embedded PostgreSQL in {pgdata}: {exc} "

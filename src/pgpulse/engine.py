@@ -130,6 +130,10 @@ class Node:
                                        pid=os.getpid(), slots=self.config.slots,
                                        handlers=list(self.handlers))
         await self.heartbeat_once()
+        revived = await self.store.revive_jobs(list(self.handlers))
+        if revived:
+            log.info("revived %d jobs whose handler this node knows", revived,
+                     extra={"action": "jobs_revived", "count": revived})
         log.info("node %s started with %d slots", self.node_id, self.config.slots,
                  extra={"action": "node_started", "node": self.node_id})
 

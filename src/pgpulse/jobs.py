@@ -167,6 +167,11 @@ class JobSpec:
             )
         if backfill_limit is not None:
             _check_number("backfill_limit", backfill_limit, minimum=1, integer=True)
+            if catch_up != "backfill":
+                raise InvalidInput(
+                    f"backfill_limit applies to catch_up backfill only (catch_up is {catch_up!r})",
+                    field="backfill_limit", value=backfill_limit,
+                )
         _check_number("misfire_grace", misfire_grace, minimum=0)
         _check_number("max_attempts", max_attempts, minimum=1, integer=True)
         _check_number("retry_backoff", retry_backoff, minimum=0.001)

@@ -31,7 +31,6 @@ MAX_SKIPPED_RECORDS = 1000
 #: Longest retry delay, seconds.
 MAX_RETRY_DELAY = 3600.0
 _CHUNK = 512
-_EPSILON = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,32 +124,32 @@ def hold(
 def _advance_skip(
     schedule: Schedule, grace: float, first: datetime, now: datetime, anchor: datetime | None
 ) -> Advance:
-    """Skip the due occurrences older than ``now - grace``; hold the first one that is not."""
-    cutoff = now - timedelta(seconds=grace)
-    skipped: list[datetime] = []
-    count = 0
-    current = first
-    if schedule.kind == "interval" and current < cutoff:
-        # O(1) jump for intervals: count the whole missed span arithmetically, record the oldest.
-        assert schedule.interval is not None
-        base = anchor if anchor is not None else current - schedule.interval
-        target = schedule.next_after(cutoff - _EPSILON, anchor=base)
-        count = int((target - current) / schedule.interval)
-        step = schedule.interval
-        skipped = [current + i * step for i in range(min(count, MAX_SKIPPED_RECORDS))]
-        return Advance(target, tuple(skipped), count)
-    while current < cutoff:
-        count += 1
-        if len(skipped) < MAX_SKIPPED_RECORDS:
-            skipped.append(current)
-        current = schedule.next_after(current, anchor=anchor)
-    return Advance(current, tuple(skipped), count)
+    """Hold the newest due occurrence if it is within the grace; skip every older one.
+
+    If even the newest due occurrence is older than ``now - grace``, it is skipped too and the
+    job holds its first future occurrence. So a job late by many periods never runs a burst of
+    stale occurrences, and never holds an occurrence that is already past its grace.
+    """
+    newest = _advance_keep_newest(schedule, 1, first, now, anchor)
+    if newest.scheduled_for >= now - timedelta(seconds=grace):
+        return newest
+    skipped = newest.skipped
+    if len(skipped) < MAX_SKIPPED_RECORDS:
+        skipped = (*skipped, newest.scheduled_for)
+    return Advance(schedule.next_after(newest.scheduled_for, anchor=anchor), skipped,
+                   newest.skipped_count + 1)
 
 
 def _advance_keep_newest(
     schedule: Schedule, keep: int, first: datetime, now: datetime, anchor: datetime | None
 ) -> Advance:
-    """Hold the oldest of the newest ``keep`` due occurrences; skip the older ones."""
+    """Hold the oldest of the newest ``keep`` due occurrences; skip the older ones.
+
+    ``first`` is due (``first <= now``). Interval schedules are counted arithmetically (O(1) in
+    the length of the downtime); cron schedules are walked in chunks.
+    """
+    if schedule.kind == "interval":
+        return _keep_newest_interval(schedule, keep, first, now, anchor)
     newest: deque[datetime] = deque([first], maxlen=keep)
     skipped: list[datetime] = []
     count = 0
@@ -167,6 +166,26 @@ def _advance_keep_newest(
             break
         cursor = batch[-1]
     return Advance(newest[0], tuple(skipped), count)
+
+
+def _keep_newest_interval(
+    schedule: Schedule, keep: int, first: datetime, now: datetime, anchor: datetime | None
+) -> Advance:
+    step = schedule.interval
+    assert step is not None
+    grid_first = schedule.next_after(first, anchor=anchor)  # first may be off the grid (trigger)
+    on_grid = 0 if grid_first > now else (
+        (schedule.next_after(now, anchor=anchor) - step - grid_first) // step + 1)
+    due = 1 + on_grid
+    if due <= keep:
+        return Advance(first)
+
+    def occurrence(i: int) -> datetime:  # i-th due occurrence, 0 = first
+        return first if i == 0 else grid_first + (i - 1) * step
+
+    count = due - keep
+    skipped = tuple(occurrence(i) for i in range(min(count, MAX_SKIPPED_RECORDS)))
+    return Advance(occurrence(count), skipped, count)
 
 
 ClaimAction = Literal["run", "skip", "exhausted"]

@@ -11,6 +11,13 @@ import click
 from tabulate import tabulate
 
 
+def to_json(value: Any) -> Any:
+    """``json.dumps`` default: instants as ISO-8601 with offset, anything else as text."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
 def _cell(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
@@ -26,7 +33,7 @@ def _cell(value: Any) -> Any:
 def print_records(rows: Sequence[dict[str, Any]], as_json: bool, columns: Sequence[str]) -> None:
     """Print ``rows`` as a table of ``columns`` (or as a JSON list of whole rows)."""
     if as_json:
-        click.echo(json.dumps(list(rows), default=str, indent=2))
+        click.echo(json.dumps(list(rows), default=to_json, indent=2))
         return
     if not rows:
         click.echo("(none)")
@@ -40,7 +47,7 @@ def print_status(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], as_jso
     if as_json:
         leader = next((n["node_id"] for n in nodes if n["leader"]), None)
         click.echo(json.dumps({"nodes": list(nodes), "leader": leader, "jobs": counts},
-                              default=str, indent=2))
+                              default=to_json, indent=2))
         return
     table = [[n["node_id"], "yes" if n["alive"] else "no", n["state"],
               _cell(n["last_heartbeat"]), len(n["shards"]), f"{n['running']}/{n['slots']}",

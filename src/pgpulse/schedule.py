@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from pgpulse.errors import InvalidSchedule, UnknownTimeZone
 
@@ -259,8 +259,11 @@ def _load_zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a directory name
-        raise UnknownTimeZone(f"unknown time zone {name!r} (expected an IANA name such as "
-                              "'Europe/London')", field="timezone", value=name) from exc
+        hint = next((z for z in available_timezones() if z.lower() == name.lower()), None)
+        raise UnknownTimeZone(
+            f"timezone {name!r} is not an IANA time zone name "
+            f"({f'did you mean {hint!r}?' if hint else 'such as Europe/London'})",
+            field="timezone", value=name) from exc
 
 
 def _parse_every(expr: str, args: list[str]) -> timedelta:

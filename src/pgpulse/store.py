@@ -232,7 +232,8 @@ class Store:
             JobNotFound: no such job.
             InvalidInput: the job is running (pause it when the run ends) — nothing changes.
         """
-        await self._set_status(tenant, name, "paused", ("idle", "failed", "paused"), None)
+        await self._set_status(tenant, name, "paused", ("idle", "failed", "paused"), None,
+                               "paused")
 
     async def resume_job(self, tenant: str, name: str, *, now: datetime | None = None) -> None:
         """Resume a paused (or failed) job at its first occurrence after now.
@@ -247,10 +248,10 @@ class Store:
         clock = now or await self.db_now()
         schedule = parse_schedule(job["schedule"], job["timezone"])
         first = schedule.next_after(clock, anchor=job["anchor_at"])
-        await self._set_status(tenant, name, "idle", ("paused", "failed"), first)
+        await self._set_status(tenant, name, "idle", ("paused", "failed"), first, "resumed")
 
     async def _set_status(self, tenant: str, name: str, status: str, from_status: Sequence[str],
-                          scheduled_for: datetime | None) -> None:
+                          scheduled_for: datetime | None, verb: str) -> None:
         rows = await self._rows("set_paused", {
             "tenant": tenant, "name": name, "status": status, "from_status": list(from_status),
             "scheduled_for": scheduled_for,
@@ -260,8 +261,8 @@ class Store:
             if not current:
                 raise JobNotFound(tenant, name)
             raise InvalidInput(
-                f"job {name!r} is {current[0]['status']}; it can become {status} only from "
-                f"{' or '.join(from_status)}", field="status", value=current[0]["status"],
+                f"job {name!r} is {current[0]['status']}; only a {' or '.join(from_status)} "
+                f"job can be {verb}", field="status", value=current[0]["status"],
             )
 
     async def trigger_job(self, tenant: str, name: str) -> datetime:
@@ -396,6 +397,11 @@ class Store:
             "node": node, "hostname": hostname, "pid": pid, "slots": slots,
             "handlers": sorted(handlers), "now": now,
         })
+
+    async def revive_jobs(self, handlers: Collection[str]) -> int:
+        """Return jobs that failed for want of a handler in ``handlers`` to idle, due at once.
+        Returns how many were revived."""
+        return len(await self._rows("revive_jobs", {"handlers": sorted(handlers)}))
 
     async def heartbeat(self, node: str, *, running: int, shards: Sequence[int], ttl: float,
                         state: str = "alive",

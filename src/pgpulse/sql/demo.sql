@@ -21,7 +21,8 @@ VALUES (%(job_id)s, %(scheduled_for)s, %(attempt)s, %(token)s, %(node)s);
 SELECT node_id, count(*) AS runs FROM pgpulse_demo_log GROUP BY node_id ORDER BY node_id;
 
 -- name: holder_of_running
-SELECT locked_by FROM scheduled_jobs
+-- A node running a job right now (the billing rollup if it is running), and the job.
+SELECT locked_by, name FROM scheduled_jobs
 WHERE status = 'running' ORDER BY (name LIKE '%%billing%%') DESC, id LIMIT 1;
 
 -- name: report
@@ -39,7 +40,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.catch_up, j.anchor_at,
        (SELECT count(*) FROM (SELECT 1 FROM pgpulse_demo_log l WHERE l.job_id = j.id
                               GROUP BY l.scheduled_for HAVING count(*) > 1) d) AS duplicates,
        (SELECT string_agg(node_id || ': ' || n, ', ' ORDER BY node_id)
-          FROM (SELECT l.node_id, count(*) AS n FROM pgpulse_demo_log l WHERE l.job_id = j.id
+          FROM (SELECT l.node_id, count(*) AS n FROM pgpulse_demo_log l
+                WHERE l.job_id = j.id AND l.scheduled_for <= %(cutoff)s
                 GROUP BY l.node_id) per_node) AS nodes
 FROM scheduled_jobs j
 ORDER BY j.tenant, j.name;

@@ -178,6 +178,14 @@ ON CONFLICT (node_id) DO UPDATE
 SET hostname = excluded.hostname, pid = excluded.pid, slots = excluded.slots,
     handlers = excluded.handlers, state = 'alive', last_heartbeat = excluded.last_heartbeat;
 
+-- name: revive_jobs
+-- A node that knows a handler brings back the jobs that failed because a node did not know it
+-- (status 'failed' means "cannot be scheduled"; an unknown handler is its only cause today).
+UPDATE scheduled_jobs j
+SET status = 'idle', next_run_at = now(), last_error = NULL, updated_at = now()
+WHERE j.status = 'failed' AND j.handler = ANY(%(handlers)s::text[])
+RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
+
 -- name: heartbeat
 -- Record this node's liveness and load, and return every node that is alive by the database's
 -- clock (heartbeat within %(ttl)s seconds), this one included, with the clock reading.
