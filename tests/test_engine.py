@@ -35,7 +35,7 @@ async def running(n: Node) -> AsyncIterator[Node]:
             await task
 
 
-async def wait_until(predicate: Any, within: float = 15.0) -> None:
+async def wait_until(predicate: Any, within: float = 30.0) -> None:
     """Poll ``predicate()`` (sync or async) until true; fail after ``within`` seconds."""
     async with asyncio.timeout(within):
         while True:
