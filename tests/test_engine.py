@@ -35,6 +35,20 @@ async def running(n: Node) -> AsyncIterator[Node]:
             await task
 
 
+def sleeper() -> tuple[Handler, asyncio.Event]:
+    """A handler that sleeps 30 s, and an event set when it is cancelled."""
+    cancelled = asyncio.Event()
+
+    async def handler(ctx: RunContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    return handler, cancelled
+
+
 async def wait_until(predicate: Any, within: float = 30.0) -> None:
     """Poll ``predicate()`` (sync or async) until true; fail after ``within`` seconds."""
     async with asyncio.timeout(within):
@@ -135,14 +149,7 @@ async def test_unknown_handler_fails_the_job_clearly(store: Store, dsn: str, db:
 
 async def test_a_run_past_its_timeout_is_cancelled_and_fails(store: Store, dsn: str,
                                                             db: Any) -> None:
-    cancelled = asyncio.Event()
-
-    async def slow(ctx: RunContext) -> None:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    slow, cancelled = sleeper()
 
     await add(store, spec("slow", handler="slow", timeout=0.2, max_attempts=1))
     await store.trigger_job("default", "slow")
@@ -157,14 +164,7 @@ async def test_a_node_that_cannot_renew_cancels_its_run_before_the_lease_ends(
     store: Store, dsn: str, db: Any
 ) -> None:
     """No heartbeat reaches the database (as in a partition): the watchdog self-fences."""
-    cancelled = asyncio.Event()
-
-    async def long(ctx: RunContext) -> None:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    long, cancelled = sleeper()
 
     await add(store, spec("long", handler="long"))
     await store.trigger_job("default", "long")
@@ -182,14 +182,7 @@ async def test_a_node_that_cannot_renew_cancels_its_run_before_the_lease_ends(
 
 async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str,
                                                         db: Any) -> None:
-    cancelled = asyncio.Event()
-
-    async def long(ctx: RunContext) -> None:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    long, cancelled = sleeper()
 
     await add(store, spec("long", handler="long"))
     await store.trigger_job("default", "long")
