@@ -44,4 +44,5 @@ async def test_declared_jobs_are_upserted_at_node_start_and_run(dsn: str, db: An
                    "schedule": "@every 1s", "source": "code"}
     assert {ctx.tenant for ctx in seen} == {"relay"}
     handlers = db.execute("SELECT handlers FROM pgpulse_nodes").fetchone()["handlers"]
-    assert "health" in handlers and "shell" in handlers
+    assert "health" in handlers and "http" in handlers
+    assert "shell" not in handlers  # shell jobs are an explicit opt-in of each node

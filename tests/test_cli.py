@@ -157,3 +157,20 @@ def test_status_and_runs_as_json(dsn: str) -> None:
     assert status["leader"] is None and status["nodes"] == []
     assert status["jobs"]["total"] == 1 and status["jobs"]["due"] == 0
     assert json.loads(cli(dsn, "runs", "--json").output) == []
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    pytest.param({"schedule": "@every 99999999d"}, "schedule", id="interval_too_long"),
+    pytest.param({"max_attempts": 3_000_000_000}, "max_attempts", id="attempts_overflow"),
+    pytest.param({"timeout": 1e300}, "timeout", id="timeout_overflow"),
+    pytest.param({"payload": {"json": {"k": "a\u0000b"}}}, "payload", id="nul_in_payload"),
+    pytest.param({"payload": {"k": "\ud800"}}, "payload", id="lone_surrogate"),
+])
+def test_values_the_database_cannot_hold_are_refused_up_front(fields: dict[str, Any],
+                                                              field: str) -> None:
+    from pgpulse import InvalidInput, JobSpec
+
+    base: dict[str, Any] = {"name": "x", "schedule": "* * * * *", "handler": "h", **fields}
+    with pytest.raises(InvalidInput) as caught:
+        JobSpec.create(**base)
+    assert caught.value.field == field

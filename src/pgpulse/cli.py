@@ -29,6 +29,7 @@ from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
 from pgpulse.report import print_records, print_status, to_json
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
+from pgpulse.web.commands import run_node_with_web, web_options, web_settings
 
 T = TypeVar("T")
 CONTEXT = {"auto_envvar_prefix": "PGPULSE", "show_default": True,
@@ -133,25 +134,41 @@ def load_app(spec: str | None) -> App:
 @click.option("--drain-timeout", type=click.FloatRange(0), default=10.0, show_envvar=True,
               help="On SIGTERM, seconds running attempts may take to finish.")
 @click.option("--shell-dry-run", is_flag=True, show_envvar=True,
-              help="shell jobs record their command instead of running it.")
+              help="shell jobs record their command instead of running it (implies "
+                   "--allow-shell-jobs).")
+@click.option("--metrics", "metrics_addr", show_envvar=True, metavar="HOST:PORT",
+              help="Serve /metrics and /healthz here.")
+@click.option("--http", "http_addr", show_envvar=True, metavar="HOST:PORT",
+              help="Also serve the API and dashboard here.")
+@web_options
 @click.pass_obj
-def node_run(obj: dict[str, Any], app: str | None, node_id: str | None, slots: int,
+def node_run(obj: dict[str, Any], /, app: str | None, node_id: str | None, slots: int,
              lease: float, heartbeat: float, poll: float, drain_timeout: float,
-             shell_dry_run: bool) -> None:
-    """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit)."""
+             shell_dry_run: bool, metrics_addr: str | None, http_addr: str | None,
+             **web: Any) -> None:
+    """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit).
+
+    --allow-shell-jobs is each node's explicit opt-in to run shell jobs (they run commands on
+    this machine); without it the node fails the shell jobs it claims, naming the flag.
+    """
     pulse_app = load_app(app)
     options: dict[str, Any] = {"lease": lease, "heartbeat_interval": heartbeat,
                                "node_ttl": max(3 * heartbeat, 2 * heartbeat + 1),
                                "poll_interval": poll, "slots": slots,
                                "drain_timeout": drain_timeout,
-                               "handler_options": {"shell_dry_run": shell_dry_run}}
+                               "handler_options": {"shell_dry_run": shell_dry_run},
+                               "allow_shell": web["allow_shell_jobs"] or shell_dry_run}
     if node_id:
         options["node_id"] = node_id
     try:
         config = NodeConfig(**options)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--lease") from exc
-    _run(pulse_app.run_node(obj["database_url"], data_dir=obj["data_dir"], config=config))
+    if metrics_addr or http_addr:
+        run_node_with_web(pulse_app, obj, config, metrics=metrics_addr, http=http_addr,
+                          settings=web_settings(**web))
+    else:
+        _run(pulse_app.run_node(obj["database_url"], data_dir=obj["data_dir"], config=config))
 
 
 # -- jobs --------------------------------------------------------------------------------------
@@ -388,3 +405,74 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     sys.exit(_run(run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration,
                            system)))
 
+
+# -- web: API, dashboard, metrics, tokens (commands in pgpulse.web.commands) ------------------
+
+def _add_web_commands() -> None:
+    from pgpulse.web.commands import serve, token
+
+    main.add_command(serve)
+    main.add_command(token)
+
+
+_add_web_commands()
+
+
+# -- chaos: the fault-injection harness (pgpulse.chaos) -----------------------------------------
+
+@main.command("chaos")
+@click.option("--duration", type=click.FloatRange(5), default=60.0, show_envvar=True,
+              help="Seconds during which faults are injected.")
+@click.option("--nodes", type=click.IntRange(2, 16), default=4, show_envvar=True,
+              help="Scheduler nodes (one more joins and leaves).")
+@click.option("--seed", type=int, default=None, show_envvar=True,
+              help="Seed of the fault plan and workload [default: random, printed].")
+@click.option("--jobs", type=click.IntRange(7), default=300, show_envvar=True,
+              help="Jobs in the workload.")
+@click.pass_obj
+def chaos(obj: dict[str, Any], duration: float, nodes: int, seed: int | None,
+          jobs: int) -> None:
+    """Kill, pause, partition and restart a live cluster; check the history; exit 1 on a
+    duplicate, overlap, lost or stuck run. Starts its own PostgreSQL unless --database-url."""
+    from pgpulse.chaos.runner import ChaosConfig, run_chaos
+
+    config = ChaosConfig(duration=duration, nodes=nodes, seed=seed, jobs=jobs,
+                         database_url=obj["database_url"], data_dir=obj["data_dir"])
+    sys.exit(0 if _run(run_chaos(config, click.echo)).ok else 1)
+
+
+# -- bench: Pulse against the raw SQL ceiling and peer schedulers (pgpulse.bench) ---------------
+
+@main.command("bench")
+@click.option("--scale", type=click.FloatRange(0.001, 1.0), default=0.1, show_envvar=True,
+              help="Fraction of the issue's sizes (1 = 1,000,000 jobs stored).")
+@click.option("--only", default="1,2,3,4,5,6,7", show_envvar=True,
+              help="Scenarios, comma-separated: 1 claim latency, 2 drain, 3 raw SQL ceiling, "
+                   "4 steady state, 5 thundering herd, 6 idle cost, 7 peers.")
+@click.option("--slots", type=click.IntRange(1, 1000), default=50, show_envvar=True,
+              help="--slots of every benchmark node (and the ceiling's claim batch).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("docs"),
+              show_envvar=True, help="Docs folder for benchmarks.md, plots and results.json.")
+@click.option("--report-only", is_flag=True,
+              help="Only rewrite benchmarks.md and the plots from the last results.json.")
+@click.pass_obj
+def bench(obj: dict[str, Any], scale: float, only: str, slots: int, out: Path,
+          report_only: bool) -> None:
+    """Benchmark Pulse against the raw SQL ceiling and peer schedulers (figures, not tests);
+    write docs/benchmarks.md. Run it through ./scripts/bench (peers live in .venv-bench)."""
+    from pgpulse.bench.run import ALL, run_bench
+    from pgpulse.bench.run import report_only as rewrite_report
+    from pgpulse.database import resolve_dsn
+
+    if report_only:
+        click.echo(f"wrote {rewrite_report(out)}")
+        return
+    chosen = tuple(part.strip() for part in only.split(",") if part.strip())
+    if not chosen or any(part not in ALL for part in chosen):
+        raise click.BadParameter(f"{only!r}: scenarios are {','.join(ALL)}", param_hint="--only")
+
+    async def bench_main() -> None:
+        dsn = resolve_dsn(obj["database_url"], obj["data_dir"])
+        await run_bench(dsn, scale=scale, only=chosen, slots=slots, out=out, echo=click.echo)
+
+    _run(bench_main())

@@ -108,7 +108,7 @@ def _start_node(dsn: str, node_id: str) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "pgpulse", "--log-level", "WARNING", "node", "run",
          "--app", "pgpulse.demo:app", "--node-id", node_id, "--slots", "8",
          "--lease", str(LEASE), "--heartbeat", str(HEARTBEAT), "--poll", "1",
-         "--drain-timeout", "10", "--shell-dry-run"], env=env)
+         "--drain-timeout", "10", "--allow-shell-jobs", "--shell-dry-run"], env=env)
 
 
 async def run_demo(database_url: str | None, data_dir: Path | None, crontabs: list[Path],

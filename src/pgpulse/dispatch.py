@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pgpulse import metrics
 from pgpulse.errors import UnknownHandler
 from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
 from pgpulse.planner import advance, plan_claim, retry_delay
@@ -110,9 +111,13 @@ class Dispatcher:
         self.clock = clock
         self.on_finishing = on_finishing
 
-    async def _record(self, outcome: Outcome) -> bool:
+    async def _record(self, outcome: Outcome, ended_at: datetime | None = None) -> bool:
+        """Hand ``outcome`` to the recorder and count it; ``ended_at`` is the database instant
+        the handler ended (``None`` when no handler ran)."""
         self.on_finishing(outcome.job)
-        return await self.recorder.record(outcome)
+        ok = await self.recorder.record(outcome)
+        metrics.observe_finish(outcome.outcome, outcome.job, ok, outcome.advance, ended_at)
+        return ok
 
     async def dispatch(self, job: ClaimedJob) -> RunOutcome | None:
         """Take a claimed job to the end of its attempt.
@@ -139,7 +144,9 @@ class Dispatcher:
         try:
             handler = self.handlers[job.handler]
         except (KeyError, UnknownHandler):
-            reason = f"handler {job.handler!r} is not registered on node {self.node_id}"
+            reason = (f"shell jobs are not allowed on node {self.node_id} (start it with "
+                      "--allow-shell-jobs)" if job.handler == "shell" else
+                      f"handler {job.handler!r} is not registered on node {self.node_id}")
             ok = await self._record(Outcome(job, "failed", status="failed", error=reason))
             log.error("job %s/%s failed: %s", job.tenant, job.name, reason,
                       extra={"action": "job_failed", "job": job.name})
@@ -150,8 +157,9 @@ class Dispatcher:
                          fencing_token=job.fencing_token, timeout=job.timeout,
                          node_id=self.node_id, options=self.options)
         result = await run_attempt(job, handler, ctx)
-        plan = plan_finish(job, result, self.clock(job))
-        ok = await self._record(plan)
+        ended_at = self.clock(job)
+        plan = plan_finish(job, result, ended_at)
+        ok = await self._record(plan, ended_at)
         if not ok:
             log.warning("lease of %s/%s lost before its outcome was written; nothing recorded",
                         job.tenant, job.name, extra={"action": "write_fenced", "job": job.name})

@@ -35,8 +35,10 @@ from typing import Any
 
 import psycopg
 
+from pgpulse import metrics
 from pgpulse.database import connect
 from pgpulse.dispatch import Dispatcher
+from pgpulse.errors import DatabaseUnavailable
 from pgpulse.handlers import Handler
 from pgpulse.recorder import OutcomeRecorder
 from pgpulse.sharding import shards_for
@@ -60,6 +62,9 @@ class NodeConfig:
         drain_timeout: on stop, how long running attempts may take to finish.
         keep_runs: how long finished run history is kept (leader prunes).
         handler_options: passed to handlers in ``RunContext.options``.
+        allow_shell: run ``shell`` jobs. Off by default: a ``shell`` job runs commands on every
+            node, so each node opts in (``pgpulse node run --allow-shell-jobs``). A node without
+            it fails shell jobs it claims, naming the flag; one with it revives them at start.
     """
 
     node_id: str = field(
@@ -72,6 +77,7 @@ class NodeConfig:
     drain_timeout: float = 10.0
     keep_runs: float = 7 * 86400.0
     handler_options: Mapping[str, Any] = field(default_factory=dict)
+    allow_shell: bool = False
 
     def __post_init__(self) -> None:
         if self.lease <= 2 * self.heartbeat_interval:
@@ -108,14 +114,16 @@ class Node:
                  config: NodeConfig | None = None) -> None:
         self.store = store
         self.dsn = dsn
-        self.handlers = handlers
         self.config = config or NodeConfig()
+        self.handlers = {name: handler for name, handler in handlers.items()
+                         if name != "shell" or self.config.allow_shell}
         self.node_id = self.config.node_id
         self.shards: tuple[int, ...] = ()
         self.running: dict[int, _Attempt] = {}
-        self.sweeper = Sweeper(store, dsn, self.node_id, keep_runs=self.config.keep_runs)
+        self.sweeper = Sweeper(store, dsn, self.node_id, keep_runs=self.config.keep_runs,
+                               backup_delay=self.config.node_ttl)
         self.recorder = OutcomeRecorder(store)
-        self.dispatcher = Dispatcher(self.recorder, handlers, self.node_id,
+        self.dispatcher = Dispatcher(self.recorder, self.handlers, self.node_id,
                                      self.config.handler_options,
                                      self._estimated_db_now, self._finishing)
         self._wake = asyncio.Event()
@@ -196,6 +204,7 @@ class Node:
         sent = time.monotonic()
         jobs = await self.store.claim_due(self.node_id, self.shards, free,
                                           lease=self.config.lease)
+        metrics.observe_claim(time.monotonic() - sent, len(jobs))
         for job in jobs:
             self._start(job, sent)
         return len(jobs)
@@ -204,18 +213,20 @@ class Node:
         task = asyncio.create_task(self.dispatcher.dispatch(job), name=f"run:{job.name}")
         attempt = _Attempt(job, task, claimed_mono)
         self.running[job.id] = attempt
+        metrics.set_running(len(self.running))
         self._arm_watchdog(attempt, claimed_mono)
         task.add_done_callback(functools.partial(self._finished, job.id))
         log.debug("claimed %s/%s for %s", job.tenant, job.name, job.scheduled_for,
                   extra={"action": "run_claimed", "job": job.name})
 
-    def _finished(self, job_id: int, _task: object = None) -> None:
-        attempt = self.running.pop(job_id, None)
-        if attempt is None:
-            return
+    def _finished(self, job_id: int, task: asyncio.Task[Any]) -> None:
+        attempt = self.running.get(job_id)
+        if attempt is None or attempt.task is not task:
+            return  # the job was claimed again already: that is the next attempt's entry
+        del self.running[job_id]
+        metrics.set_running(len(self.running))
         if attempt.timer is not None:
             attempt.timer.cancel()
-        task = attempt.task
         if not task.cancelled() and task.exception() is not None:
             log.error("attempt of %s failed to record: %r", attempt.job.name, task.exception(),
                       extra={"action": "record_failed", "job": attempt.job.name})
@@ -232,13 +243,17 @@ class Node:
         deadline = renewed_mono + self.config.lease - self.config.safety_margin
         loop = asyncio.get_running_loop()
         attempt.timer = loop.call_at(loop.time() + (deadline - time.monotonic()),
-                                     self._lease_lost, attempt.job.id, "lease not renewed in time")
+                                     self._lease_lost, attempt.job.id, "lease not renewed in time",
+                                     attempt.job.fencing_token)
 
-    def _lease_lost(self, job_id: int, why: str) -> None:
+    def _lease_lost(self, job_id: int, why: str, token: int | None = None) -> None:
         attempt = self.running.get(job_id)
         if attempt is None or attempt.task.done():
             return
+        if token is not None and attempt.job.fencing_token != token:
+            return  # a watchdog of an earlier attempt of this job
         attempt.stop_reason = "lease_lost"
+        metrics.lease_renewal_failed()
         attempt.task.cancel()
         log.warning("lease of %s/%s lost (%s); attempt cancelled, nothing recorded",
                     attempt.job.tenant, attempt.job.name, why,
@@ -289,24 +304,25 @@ class Node:
                      len(set(live) | {self.node_id}),
                      extra={"action": "shards_changed", "shards": list(shards)})
             self.shards = shards
+            metrics.set_shards(len(shards))
             self._wake.set()
         await self.renew_once()
 
     async def renew_once(self) -> None:
         """Renew the leases of every running attempt; cancel those the database refused."""
-        held = [(a.job.id, a.job.fencing_token) for a in self.running.values()]
-        if not held:
+        attempts = list(self.running.values())
+        if not attempts:
             return
         sent = time.monotonic()
-        renewed = await self.store.renew_leases(held, lease=self.config.lease)
-        for job_id, _token in held:
-            attempt = self.running.get(job_id)
-            if attempt is None:
-                continue
-            if job_id in renewed:
+        renewed = await self.store.renew_leases(
+            [(a.job.id, a.job.fencing_token) for a in attempts], lease=self.config.lease)
+        for attempt in attempts:
+            if self.running.get(attempt.job.id) is not attempt:
+                continue  # it ended during the renewal (the job may already run again)
+            if attempt.job.id in renewed:
                 self._arm_watchdog(attempt, sent)
             elif not attempt.finishing:
-                self._lease_lost(job_id, "the database refused the renewal")
+                self._lease_lost(attempt.job.id, "the database refused the renewal")
 
     async def _every(self, step: Any, name: str) -> None:
         """Run ``step`` every heartbeat interval until stopping; DB errors are logged."""
@@ -345,7 +361,7 @@ class Node:
                                 pending.cancel()
                                 with contextlib.suppress(asyncio.CancelledError, Exception):
                                     await pending
-            except (psycopg.Error, OSError, StopAsyncIteration) as exc:
+            except (psycopg.Error, OSError, StopAsyncIteration, DatabaseUnavailable) as exc:
                 log.warning("listen session lost: %s", exc, extra={"action": "listen_lost"})
                 await _wait(self._stopping, self.config.heartbeat_interval)
 
@@ -369,7 +385,8 @@ class _quiet_db_errors:  # lower case: used as a context manager, reads like a s
         return None
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is not None and isinstance(exc, psycopg.Error | OSError | TimeoutError):
+        if exc is not None and isinstance(
+                exc, psycopg.Error | OSError | TimeoutError | DatabaseUnavailable):
             log.warning("%s failed: %s", self.what, exc or type(exc).__name__,
                         extra={"action": f"{self.what}_failed"})
             return True

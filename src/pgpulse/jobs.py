@@ -35,14 +35,21 @@ def _check_name(field_name: str, value: object, pattern: re.Pattern[str] = _NAME
     return value
 
 
+#: Upper bounds of the numeric fields: beyond them a value is a mistake, and some would overflow
+#: PostgreSQL's integer or interval types. Durations in seconds.
+LIMITS = {"backfill_limit": 1_000_000, "misfire_grace": 366 * 86400.0, "max_attempts": 1000,
+          "retry_backoff": 86400.0, "timeout": 30 * 86400.0}
+
+
 def _check_number(
     field_name: str, value: object, *, minimum: float, integer: bool = False
 ) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"{field_name} must be a number, got {value!r}", field=field_name,
                            value=value)
-    if not math.isfinite(value) or value < minimum:
-        raise InvalidInput(f"{field_name} must be a finite number of at least {minimum}, "
+    maximum = LIMITS[field_name]
+    if not math.isfinite(value) or not minimum <= value <= maximum:
+        raise InvalidInput(f"{field_name} must be a number from {minimum:g} to {maximum:.0f}, "
                            f"got {value!r}", field=field_name, value=value)
     if integer and int(value) != value:
         raise InvalidInput(f"{field_name} must be a whole number, got {value!r}",
@@ -75,7 +82,11 @@ def parse_payload(value: object) -> dict[str, Any]:
         raise InvalidPayload(f"payload must be a JSON object, got {value!r}", field="payload",
                              value=value)
     try:
-        json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
+        # PostgreSQL's jsonb stores neither NUL characters nor lone surrogates.
+        if "\\u0000" in text:
+            raise ValueError("it holds a NUL character (\\u0000), which PostgreSQL cannot store")
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"payload cannot be encoded as JSON: {exc}", field="payload",
                              value=value) from None

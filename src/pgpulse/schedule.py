@@ -40,6 +40,7 @@ Schedules follow Vixie/Debian cron and are read in the job's time zone.
   interval  @every 30s, @every 15m, @every 1h30m, @every 2d (units d h m s, at least 1s)"""
 
 _SECOND = timedelta(seconds=1)
+_MAX_INTERVAL = timedelta(days=3650)
 # The Gregorian calendar repeats every 400 years (146 097 days, a whole number of weeks), so a
 # schedule with no occurrence in 400 years has none at all. ~10 years would be too short: Feb 29
 # that is a Sunday (``0 0 29 2 */7``) can be 28 to 40 years apart.
@@ -277,8 +278,8 @@ def _parse_every(expr: str, args: list[str]) -> timedelta:
         interval = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     except OverflowError:
         raise _invalid(expr, f"@every duration {duration!r} is too long") from None
-    if interval < _SECOND:
-        raise _invalid(expr, f"@every duration {duration!r} must be at least 1s")
+    if not _SECOND <= interval <= _MAX_INTERVAL:
+        raise _invalid(expr, f"@every duration {duration!r} must be from 1s to 3650d")
     return interval
 
 

@@ -381,14 +381,16 @@ class Store:
 
     # -- cluster ---------------------------------------------------------------------------
 
-    async def reap_expired_leases(self, *, limit: int = 1000,
+    async def reap_expired_leases(self, *, limit: int = 1000, older_than: float = 0.0,
                                   now: datetime | None = None) -> int:
-        """Return running jobs whose lease expired to idle, due at once (leader only).
+        """Return running jobs whose lease expired (more than ``older_than`` seconds ago) to
+        idle, due at once. The leader reaps with ``older_than=0``; others act as backup.
 
         Locks the expired rows ``SKIP LOCKED``; the run row stays open as ``retrying`` so the
         next claim is the next attempt of the same run. Returns how many were reaped.
         """
-        return len(await self._rows("reap_expired_leases", {"limit": limit, "now": now}))
+        return len(await self._rows("reap_expired_leases", {"limit": limit, "now": now,
+                                                             "older_than": older_than}))
 
     async def register_node(self, node: str, *, hostname: str, pid: int, slots: int,
                             handlers: Collection[str], now: datetime | None = None) -> None:

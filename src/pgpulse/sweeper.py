@@ -4,6 +4,11 @@ One node at a time is the leader: it holds a session-level advisory lock
 (:data:`~pgpulse.store.LEADER_LOCK_KEY`) on a dedicated connection. If that node dies, its session
 ends, PostgreSQL releases the lock, and the next node to try becomes leader. The leader returns
 expired leases to the pool and prunes old history (design.md, "Cluster behaviour").
+
+A leader can also go silent without losing its session: a paused process (SIGSTOP, a long GC
+stop) or a half-open network keeps the lock. So every other node is a backup sweeper: it reaps
+leases that have been expired for longer than ``backup_delay`` seconds, which the leader would
+have reaped long before if it were working. Reaping twice is harmless (SKIP LOCKED, idempotent).
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ class Sweeper:
         node_id: this node's id (the session's ``application_name`` is ``pgpulse:<id>``).
         keep_runs: seconds of finished run history to keep.
         prune_every: seconds between two prunes.
+        backup_delay: a non-leader reaps leases expired for longer than this (seconds).
     """
 
     def __init__(self, store: Store, dsn: str, node_id: str, *, keep_runs: float,
-                 prune_every: float = 3600.0) -> None:
+                 prune_every: float = 3600.0, backup_delay: float = 10.0) -> None:
         self.store = store
+        self.backup_delay = backup_delay
         self.dsn = dsn
         self.node_id = node_id
         self.keep_runs = keep_runs
@@ -64,13 +71,19 @@ class Sweeper:
 
     async def run_once(self) -> int:
         """One sweeper step: (re)take leadership if free; if leading, reap expired leases and
-        prune when due. Returns how many leases were reaped (0 when not leading)."""
+        prune when due; if not, reap only leases long expired (backup). Returns how many leases
+        were reaped."""
         try:
-            if not await self._ensure_leadership():
-                return 0
+            leading = await self._ensure_leadership()
         except psycopg.Error:
             await self.close()
             raise
+        if not leading:
+            reaped = await self.store.reap_expired_leases(older_than=self.backup_delay)
+            if reaped:
+                log.warning("leader silent: returned %d long-expired leases to the pool", reaped,
+                            extra={"action": "leases_reaped_by_backup", "count": reaped})
+            return reaped
         reaped = await self.store.reap_expired_leases()
         if reaped:
             log.warning("returned %d expired leases to the pool", reaped,

@@ -147,7 +147,9 @@ WITH clock AS (
 ), expired AS (
     SELECT j.id
     FROM scheduled_jobs j
-    WHERE j.status = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
+    WHERE j.status = 'running'
+      AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
+                               - make_interval(secs => %(older_than)s)
     ORDER BY j.lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED

@@ -1,0 +1,163 @@
+"""The web edge's commands: ``pgpulse serve`` and ``pgpulse token create|revoke|list``.
+
+Registered on the ``pgpulse`` group by :mod:`pgpulse.cli`. Like every command they are thin:
+parse options, call the library, print one line on error (exit 2 refused input, 3 database
+down). :func:`web_options` and :func:`run_node_with_web` give ``pgpulse node run`` its
+``--metrics`` / ``--http`` servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from pgpulse.app import App, connect
+from pgpulse.engine import NodeConfig
+from pgpulse.errors import DatabaseUnavailable, PulseError
+from pgpulse.report import print_records
+from pgpulse.web.auth import TokenStore
+from pgpulse.web.policy import DEFAULT_MAX_BODY_BYTES, HttpAllowList, WebSettings
+from pgpulse.web.server import serve as serve_app
+from pgpulse.web.server import web_sidecar
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; Pulse errors become one line on stderr and exit code 2 (3: database)."""
+    try:
+        return asyncio.run(coro)
+    except DatabaseUnavailable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(3)
+    except PulseError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+def web_options(func: F) -> F:
+    """Add ``--allow-shell-jobs``, ``--http-allow``, ``--max-body`` and ``--secure-cookies``."""
+    options = [
+        click.option("--allow-shell-jobs", is_flag=True, show_envvar=True,
+                     help="Explicit opt-in to shell jobs (they run commands on the nodes): a "
+                          "node runs them only with it, and the API lets admin tokens create "
+                          "or change them only with it."),
+        click.option("--http-allow", multiple=True, show_envvar=True, metavar="HOST|*.DOMAIN|CIDR",
+                     help="Extra targets http jobs may call besides public addresses "
+                          "(loopback, link-local and private ones are refused unless listed). "
+                          "Repeat, or space-separate in the variable."),
+        click.option("--max-body", type=click.IntRange(1024, 16 * 1024 * 1024),
+                     default=DEFAULT_MAX_BODY_BYTES, show_envvar=True,
+                     help="Largest request body in bytes; larger ones get 413."),
+        click.option("--secure-cookies", is_flag=True, show_envvar=True,
+                     help="Mark the dashboard's sign-in cookie Secure (serving behind HTTPS)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def web_settings(allow_shell_jobs: bool, http_allow: tuple[str, ...], max_body: int,
+                 secure_cookies: bool) -> WebSettings:
+    """Build :class:`WebSettings` from :func:`web_options` values.
+
+    Raises:
+        click.BadParameter: a malformed ``--http-allow`` entry.
+    """
+    try:
+        allow = HttpAllowList.parse(http_allow)
+    except PulseError as exc:
+        raise click.BadParameter(str(exc), param_hint="--http-allow") from None
+    return WebSettings(allow_shell_jobs=allow_shell_jobs, http_allow=allow,
+                       max_body_bytes=max_body, secure_cookies=secure_cookies)
+
+
+@click.command()
+@click.option("--listen", default="127.0.0.1:8080", show_envvar=True, metavar="HOST:PORT",
+              help="Address of the API, dashboard (/ui) and metrics (/metrics).")
+@web_options
+@click.pass_obj
+def serve(obj: dict[str, Any], /, listen: str, **options: Any) -> None:
+    """Serve the JSON API, the dashboard and Prometheus metrics (until SIGTERM)."""
+    settings = web_settings(**options)
+
+    async def main() -> None:
+        async with connect(obj["database_url"], data_dir=obj["data_dir"],
+                           application_name="pgpulse:serve", max_size=8) as store:
+            await serve_app(store, listen, settings, lambda line: click.echo(line, err=True))
+
+    _run(main())
+
+
+def run_node_with_web(app: App, obj: dict[str, Any], config: NodeConfig, *,
+                      metrics: str | None, http: str | None, settings: WebSettings) -> None:
+    """Run a node (``pgpulse node run``) with its ``--metrics`` / ``--http`` servers beside it.
+
+    The servers bind before the node starts (a busy address exits 2 at once) and stop after
+    the node has drained.
+    """
+    database_url: str | None = obj["database_url"]
+    data_dir: Path | None = obj["data_dir"]
+
+    async def main() -> None:
+        async with web_sidecar(database_url, data_dir, metrics=metrics, http=http,
+                               settings=settings):
+            await app.run_node(database_url, data_dir=data_dir, config=config)
+
+    _run(main())
+
+
+@click.group()
+def token() -> None:
+    """Create, list and revoke API tokens (stored only as hashes)."""
+
+
+def _tokens(obj: dict[str, Any], action: Callable[[TokenStore], Coroutine[Any, Any, T]]) -> T:
+    async def main() -> T:
+        async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+            return await action(TokenStore(store.pool))
+    return _run(main())
+
+
+@token.command("create")
+@click.option("--tenant", default=None, show_envvar=True,
+              help="The tenant the token sees (required unless --admin).")
+@click.option("--admin", is_flag=True, help="See every tenant; may manage shell jobs.")
+@click.option("--label", default="", help="A note shown by token list.")
+@click.pass_obj
+def token_create(obj: dict[str, Any], tenant: str | None, admin: bool, label: str) -> None:
+    """Create a token and print it once (only its hash is stored)."""
+    secret, row = _tokens(obj, lambda tokens: tokens.create(tenant=tenant, admin=admin,
+                                                            label=label))
+    scope = "admin" if admin else f"tenant {tenant}"
+    click.echo(f"created token {row['id']} ({scope}); it is shown only now:", err=True)
+    click.echo(secret)
+
+
+@token.command("revoke")
+@click.argument("token_id", type=click.IntRange(1))
+@click.pass_obj
+def token_revoke(obj: dict[str, Any], token_id: int) -> None:
+    """Revoke token TOKEN_ID (see token list); it is refused from the next request on."""
+    row = _tokens(obj, lambda tokens: tokens.revoke(token_id))
+    click.echo(f"revoked token {row['id']} ({row['prefix']}…)")
+
+
+@token.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def token_list(obj: dict[str, Any], as_json: bool) -> None:
+    """List tokens (prefix, tenant, admin, last use, revocation) without secrets."""
+    rows = _tokens(obj, lambda tokens: tokens.list())
+    if as_json:
+        click.echo(json.dumps(rows, default=str, indent=2))
+        return
+    print_records(rows, False, ["id", "prefix", "tenant", "admin", "label", "created_at",
+                                "last_used_at", "revoked_at"])

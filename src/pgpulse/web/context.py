@@ -1,0 +1,25 @@
+"""The objects every request of the web app shares, built once per app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pgpulse.store import Store
+from pgpulse.web.auth import TokenStore
+from pgpulse.web.policy import WebSettings
+from pgpulse.web.service import JobService
+
+
+@dataclass(frozen=True, slots=True)
+class WebContext:
+    """Store, settings, tokens and the job service of one web app (``app.state.pulse``)."""
+
+    store: Store
+    settings: WebSettings
+    tokens: TokenStore
+    service: JobService
+
+    @classmethod
+    def build(cls, store: Store, settings: WebSettings) -> WebContext:
+        """Wire the context over ``store``."""
+        return cls(store, settings, TokenStore(store.pool), JobService(store, settings))

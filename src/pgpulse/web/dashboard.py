@@ -1,0 +1,178 @@
+"""The dashboard (``/ui``): server-rendered pages, signed in with an API token.
+
+Pages: jobs (status, schedule in words and as expression, next occurrence in the job's zone,
+last outcome, lag; failures that need attention), one job (definition, next occurrences, a chart
+of duration and lag over time, run history), and the cluster (nodes, shards, heartbeats, the
+leader). Each page's live part is re-fetched as an HTML fragment (``?fragment=1``) every few
+seconds by ``static/pulse.js``, so it updates itself without a full reload; without JavaScript
+the pages and the pause, resume and trigger buttons still work (plain forms).
+
+Sign-in stores the token in an ``HttpOnly``, ``SameSite=Strict`` cookie scoped to ``/ui``; the
+token is checked on every request, so a revoked token signs the browser out at once. Buttons
+post a CSRF value derived from the token (:func:`pgpulse.web.auth.csrf_token`).
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import datetime
+from importlib import resources
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from pgpulse.errors import PulseError
+from pgpulse.web.auth import Principal, csrf_token
+from pgpulse.web.charts import Point, run_chart
+from pgpulse.web.context import WebContext
+from pgpulse.web.errors import error_body, status_of
+from pgpulse.web.service import present_job
+
+COOKIE = "pgpulse_token"
+#: Where the package's templates and static files live.
+WEB_DIR = FilePath(str(resources.files("pgpulse.web")))
+templates = Jinja2Templates(directory=WEB_DIR / "templates")
+router = APIRouter(prefix="/ui", include_in_schema=False)
+JobId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+
+
+def _seconds(value: float | None) -> str:
+    """A duration for people: ``4.2 ms``, ``1.25 s``, ``60 s``, ``2.5 min``, ``1 h``."""
+    if value is None:
+        return "–"
+    size = abs(value)
+    if size < 1:
+        return f"{value * 1000:.3g} ms"
+    if size < 10:
+        return f"{value:.2f} s"
+    if size < 120:
+        return f"{value:.0f} s"
+    return f"{value / 60:.3g} min" if size < 3600 else f"{value / 3600:.3g} h"
+
+
+def _when(value: datetime | None) -> str:
+    return "–" if value is None else value.isoformat(sep=" ", timespec="seconds")
+
+
+templates.env.filters["seconds"] = _seconds
+templates.env.filters["when"] = _when
+
+
+class SignIn(Exception):
+    """The browser is not signed in (no cookie, or a revoked token): go to the sign-in page."""
+
+
+async def signed_in(request: Request) -> tuple[Principal, str]:
+    """The principal of the browser's token cookie and the token. Raises :class:`SignIn`."""
+    token = request.cookies.get(COOKIE)
+    ctx: WebContext = request.app.state.pulse
+    who = await ctx.tokens.authenticate(token) if token else None
+    if who is None or token is None:
+        raise SignIn()
+    return who, token
+
+
+Session = Annotated[tuple[Principal, str], Depends(signed_in)]
+
+
+def _page(request: Request, name: str, who: Principal, token: str,
+          **data: Any) -> HTMLResponse:
+    fragment = request.query_params.get("fragment") == "1"
+    ctx: WebContext = request.app.state.pulse
+    return templates.TemplateResponse(request, f"_{name}.html" if fragment else f"{name}.html", {
+        "who": who, "csrf": csrf_token(token), "page": name,
+        "refresh_ms": int(ctx.settings.refresh_seconds * 1000), **data,
+    }, headers={"Cache-Control": "no-store"})
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request) -> HTMLResponse:
+    """The sign-in form."""
+    return templates.TemplateResponse(request, "login.html", {"error": None})
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    """Check the posted token; on success set the cookie and go to the jobs page."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token = (form.get("token") or [""])[0].strip()
+    ctx: WebContext = request.app.state.pulse
+    if not token or await ctx.tokens.authenticate(token) is None:
+        return templates.TemplateResponse(request, "login.html", {
+            "error": "That token is unknown or revoked."}, status_code=401)
+    response = RedirectResponse("/ui/", status_code=303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/ui",
+                        secure=ctx.settings.secure_cookies)
+    return response
+
+
+@router.post("/logout")
+async def logout() -> Response:
+    """Forget the token cookie."""
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+async def jobs_page(request: Request, session: Session) -> HTMLResponse:
+    """Every visible job, the failures that need attention and the job counts."""
+    who, token = session
+    ctx: WebContext = request.app.state.pulse
+    rows = await ctx.service.reads.jobs(tenant=who.scope, limit=500)
+    return _page(request, "jobs", who, token, jobs=[present_job(r) for r in rows],
+                 counts=await ctx.service.reads.counts(tenant=who.scope),
+                 attention=await ctx.service.reads.attention(tenant=who.scope),
+                 now=await ctx.store.db_now())
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def job_page(request: Request, job_id: JobId, session: Session) -> HTMLResponse:
+    """One job: definition, next occurrences, duration and lag chart, run history."""
+    who, token = session
+    ctx: WebContext = request.app.state.pulse
+    job = await ctx.service.job(who, job_id)
+    runs = await ctx.service.reads.runs(tenant=who.scope, job_id=job_id, limit=50)
+    points = [Point(r["scheduled_for"], r["duration"], r["lag"])
+              for r in reversed(runs) if r["started_at"] is not None]
+    return _page(request, "job", who, token, job=job, runs=runs, chart=run_chart(points))
+
+
+@router.get("/cluster", response_class=HTMLResponse)
+async def cluster_page(request: Request, session: Session) -> HTMLResponse:
+    """Nodes with their shards and heartbeats, the leader, job counts."""
+    who, token = session
+    ctx: WebContext = request.app.state.pulse
+    return _page(request, "cluster", who, token, cluster=await ctx.service.cluster(who),
+                 now=await ctx.store.db_now())
+
+
+@router.post("/jobs/{job_id}/{verb}")
+async def job_action(request: Request, job_id: JobId, verb: str, session: Session) -> Response:
+    """Pause, resume or trigger a job from a button (CSRF-checked). Answers JSON to the page's
+    script (``Accept: application/json``), else redirects back with a notice."""
+    who, token = session
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    wants_json = "application/json" in request.headers.get("accept", "")
+    if verb not in ("pause", "resume", "trigger") or not hmac.compare_digest(
+            (form.get("csrf") or [""])[0], csrf_token(token)):
+        body = error_body("forbidden", "stale page or unknown action: reload and retry",
+                          "csrf", None)
+        return JSONResponse(body, 403) if wants_json else HTMLResponse(body["error"]["message"],
+                                                                       403)
+    ctx: WebContext = request.app.state.pulse
+    try:
+        await ctx.service.act(who, job_id, verb)
+        notice = f"{verb}d" if verb != "trigger" else "triggered"
+        status = 200
+    except PulseError as exc:
+        notice, status = exc.message, status_of(exc)[0]
+    if wants_json:
+        return JSONResponse({"notice": notice}, status)
+    back = (form.get("next") or ["/ui/"])[0]
+    back = back if back.startswith("/ui/") and "//" not in back else "/ui/"
+    return RedirectResponse(f"{back.split('?')[0]}?notice={quote(notice)}", status_code=303)

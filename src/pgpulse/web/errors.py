@@ -1,0 +1,208 @@
+"""How the HTTP edge refuses: one JSON error body, status codes, and the request size limit.
+
+Every refusal has the body ``{"error": {"code", "message", "field", "value"}}`` naming the
+refused field and value (design.md, invariant 8), and writes nothing:
+
+=====  =====================================================================================
+401    no token, a malformed, unknown or revoked token (``WWW-Authenticate: Bearer``)
+403    the token may not do this (another tenant's name on create, a ``shell`` job)
+404    no such job or run for this token — another tenant's answers exactly the same
+409    the job's state does not allow the change (pause a running job, trigger a paused one)
+413    the request body is larger than the limit (``--max-body``, default 64 KiB)
+422    a field is refused (schedule, time zone, payload, handler, http target, query values)
+503    the database does not answer
+=====  =====================================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from pgpulse.errors import DatabaseUnavailable, InvalidInput, JobNotFound, PulseError
+from pgpulse.web.auth import TokenNotFound
+from pgpulse.web.policy import Forbidden, PayloadTooLarge
+from pgpulse.web.service import NoSuchJob, NoSuchRun
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Longest text of a refused value echoed back in an error body, characters.
+MAX_ECHO_CHARS = 300
+
+
+class Unauthorized(PulseError):
+    """The request has no valid bearer token (missing, malformed, unknown or revoked)."""
+
+
+def _echo(value: Any) -> Any:
+    """``value`` made JSON-safe and short enough to echo back."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):
+        value = text = repr(value)
+    if len(text) <= MAX_ECHO_CHARS:
+        return value
+    return (value if isinstance(value, str) else text)[:MAX_ECHO_CHARS] + "…"
+
+
+def error_body(code: str, message: str, field: str | None, value: Any) -> dict[str, Any]:
+    """The one error body shape of the API."""
+    return {"error": {"code": code, "message": message, "field": field, "value": _echo(value)}}
+
+
+def status_of(exc: PulseError) -> tuple[int, str]:
+    """HTTP status and error code for a Pulse error."""
+    if isinstance(exc, Unauthorized):
+        return 401, "unauthorized"
+    if isinstance(exc, Forbidden):
+        return 403, "forbidden"
+    if isinstance(exc, NoSuchJob | NoSuchRun | JobNotFound | TokenNotFound):
+        return 404, "not_found"
+    if isinstance(exc, PayloadTooLarge):
+        return 413, "payload_too_large"
+    if isinstance(exc, InvalidInput):
+        return (409, "conflict") if exc.field == "status" else (422, "invalid_input")
+    if isinstance(exc, DatabaseUnavailable):
+        return 503, "database_unavailable"
+    return 400, "refused"
+
+
+def pulse_error_response(exc: PulseError) -> JSONResponse:
+    """The JSON response refusing ``exc``."""
+    status, code = status_of(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(code, exc.message, exc.field, exc.value), status,
+                        headers=headers)
+
+
+def _validation_field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:] if len(parts) > 1 else parts
+    return ".".join(parts)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path (for a 405's ``Allow``)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        regex, route_methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and route_methods and regex.match(request.url.path):
+            methods |= set(route_methods)
+    return sorted(methods)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Make every refusal of ``app`` answer with :func:`error_body`."""
+
+    async def on_pulse_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, PulseError)
+        return pulse_error_response(exc)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid"}
+        field = _validation_field(tuple(first.get("loc", ())))
+        if first.get("type") == "json_invalid":
+            return JSONResponse(error_body("invalid_json", f"body is not valid JSON: "
+                                           f"{first.get('msg')}", "body", None), 400)
+        message = f"{field}: {first.get('msg', 'invalid')}"
+        value = None if first.get("type") == "missing" else first.get("input")
+        return JSONResponse(error_body("invalid_input", message, field, value), 422)
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "http_error")
+        field = "path" if exc.status_code in (404, 405) else "body"
+        value = request.url.path if field == "path" else None
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        return JSONResponse(error_body(code, str(exc.detail), field, value), exc.status_code,
+                            headers=headers or None)
+
+    async def on_database_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("database error on %s %s: %s", request.method, request.url.path, exc,
+                  extra={"action": "api_database_error"})
+        return JSONResponse(error_body("database_unavailable", "the database did not answer",
+                                       None, None), 503)
+
+    app.add_exception_handler(PulseError, on_pulse_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(psycopg.OperationalError, on_database_error)
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies larger than ``limit`` bytes with 413.
+
+    A declared ``Content-Length`` over the limit is refused before reading; otherwise the body
+    is read (never more than ``limit + 1`` bytes kept) and handed on unchanged.
+
+    Args:
+        app: the wrapped ASGI app.
+        limit: largest accepted body, bytes.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def _refuse(self, send: Send, size: str) -> None:
+        body = json.dumps(error_body(
+            "payload_too_large", f"request body is larger than {self.limit} bytes", "body",
+            size)).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._refuse(send, declared.decode("latin-1"))
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._refuse(send, f">{self.limit}")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)

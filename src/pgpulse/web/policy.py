@@ -1,0 +1,241 @@
+"""What the HTTP edge refuses before anything is written: its settings and security rules.
+
+* ``shell`` jobs run commands on every node. The API creates or changes one only for an admin
+  token AND when the server was started with ``--allow-shell-jobs``.
+* ``http`` jobs must not turn the scheduler into a request-forgery tool. Their URL's host must be
+  on the operator's allow-list (:attr:`WebSettings.http_allow`: host names, ``*.domain``
+  patterns, CIDR networks), or else resolve only to public (globally routable) addresses:
+  loopback, link-local (cloud metadata at 169.254.169.254), private, shared, reserved,
+  multicast and unspecified addresses are refused unless allow-listed; so is a name that does
+  not resolve. ``follow_redirects: true`` is accepted only for allow-listed hosts, since a
+  redirect could lead anywhere.
+* Text must be storable: NUL characters and unpaired surrogates are refused with a 422 naming
+  the field instead of failing in the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from pgpulse.errors import InvalidInput, PulseError
+from pgpulse.web.auth import Principal
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: Default limit of a request body, bytes. Larger bodies are refused with 413.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024
+
+
+class Forbidden(PulseError):
+    """The token may not do this (a ``shell`` job without admin rights or server opt-in)."""
+
+
+class TargetNotAllowed(InvalidInput):
+    """An ``http`` job's URL points at an address the operator has not allowed."""
+
+
+class PayloadTooLarge(PulseError):
+    """A request body is larger than :attr:`WebSettings.max_body_bytes`."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAllowList:
+    """Hosts and networks ``http`` jobs may target besides public addresses.
+
+    Build with :meth:`parse`. ``names`` are exact host names (lower case); ``suffixes`` come
+    from ``*.example.com`` entries and match any subdomain; ``networks`` from CIDRs or single
+    addresses.
+    """
+
+    names: frozenset[str] = frozenset()
+    suffixes: tuple[str, ...] = ()
+    networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> HttpAllowList:
+        """Parse allow-list entries: ``hooks.internal``, ``*.corp.example``, ``10.0.0.0/8``,
+        ``127.0.0.1``, ``::1``.
+
+        Raises:
+            InvalidInput: an entry is empty or malformed (``field="http_allow"``).
+        """
+        names: set[str] = set()
+        suffixes: list[str] = []
+        networks: list[IPNetwork] = []
+        for raw in entries:
+            entry = raw.strip().lower()
+            try:
+                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+                continue
+            except ValueError:
+                pass
+            host = entry[2:] if entry.startswith("*.") else entry
+            if not host or any(c in host for c in "/:@ *[]") or host.startswith("."):
+                raise InvalidInput(f"http allow-list entry {raw!r} is not a host name, "
+                                   "*.domain or CIDR network", field="http_allow", value=raw)
+            if entry.startswith("*."):
+                suffixes.append("." + host)
+            else:
+                names.add(host)
+        return cls(frozenset(names), tuple(suffixes), tuple(networks))
+
+    def allows_name(self, host: str) -> bool:
+        """Whether the host name itself is allow-listed (no resolution needed)."""
+        return host in self.names or any(host.endswith(s) for s in self.suffixes)
+
+    def allows_address(self, address: IPAddress) -> bool:
+        """Whether ``address`` lies in an allow-listed network."""
+        return any(address in net for net in self.networks if net.version == address.version)
+
+
+@dataclass(frozen=True, slots=True)
+class WebSettings:
+    """Settings of the HTTP edge (``pgpulse serve``, ``node run --http``).
+
+    Attributes:
+        allow_shell_jobs: the operator's opt-in to ``shell`` jobs from the API (admin only).
+        http_allow: extra targets ``http`` jobs may call (see :class:`HttpAllowList`).
+        max_body_bytes: largest request body accepted, bytes (else 413).
+        node_ttl: a node silent this many seconds is shown dead.
+        refresh_seconds: how often dashboard pages refresh their live part.
+        resolve_timeout: seconds to resolve an ``http`` job's host name.
+        secure_cookies: mark the sign-in cookie ``Secure`` (serve behind HTTPS).
+    """
+
+    allow_shell_jobs: bool = False
+    http_allow: HttpAllowList = field(default_factory=HttpAllowList)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    node_ttl: float = 10.0
+    refresh_seconds: float = 2.0
+    resolve_timeout: float = 2.0
+    secure_cookies: bool = False
+
+
+def check_shell(principal: Principal, settings: WebSettings, *handlers: str | None) -> None:
+    """Refuse creating or changing a ``shell`` job unless admin token AND server opt-in.
+
+    Args:
+        handlers: the job's handler before (``None`` for a new job) and after the change.
+
+    Raises:
+        Forbidden: ``field="handler"``, ``value="shell"``.
+    """
+    if "shell" not in handlers:
+        return
+    if not settings.allow_shell_jobs:
+        raise Forbidden("shell jobs run commands on every node: this server was not started "
+                        "with --allow-shell-jobs", field="handler", value="shell")
+    if not principal.admin:
+        raise Forbidden("shell jobs run commands on every node: only an admin token may "
+                        "create or change them", field="handler", value="shell")
+
+
+def _literal_address(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _refusal(address: IPAddress) -> str | None:
+    """Why ``address`` may not be targeted by default, or ``None`` if it is public."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    for kind in ("loopback", "link_local", "multicast", "unspecified", "private", "reserved"):
+        if getattr(address, f"is_{kind}"):
+            return kind.replace("_", "-")
+    return None if address.is_global else "not globally routable"
+
+
+async def _resolve(host: str, port: int, seconds: float) -> list[IPAddress]:
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(seconds):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, TimeoutError, UnicodeError, ValueError):
+        return []
+    found = {ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos}
+    return sorted(found, key=str)
+
+
+async def check_http_target(payload: dict[str, Any], settings: WebSettings) -> None:
+    """Refuse an ``http`` job whose URL host is not allowed (see the module docstring).
+
+    Call after the payload's shape was validated (``url`` is an http(s) URL with a host).
+
+    Raises:
+        TargetNotAllowed: ``field="payload.url"`` (or ``payload.follow_redirects``), the value.
+    """
+    url = payload.get("url")
+    if not isinstance(url, str):
+        return  # the payload validator names this
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").rstrip(".")
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError as exc:
+        raise TargetNotAllowed(f"payload.url {url!r} is not a valid URL: {exc}",
+                               field="payload.url", value=url) from None
+    allow = settings.http_allow
+    literal = _literal_address(host)
+    listed = allow.allows_name(host) or (literal is not None and allow.allows_address(literal))
+    if payload.get("follow_redirects") is True and not listed:
+        raise TargetNotAllowed("payload.follow_redirects is allowed only for hosts on the "
+                               "server's --http-allow list (a redirect could lead anywhere)",
+                               field="payload.follow_redirects", value=True)
+    if listed:
+        return
+    addresses = [literal] if literal is not None else await _resolve(
+        host, port, settings.resolve_timeout)
+    if not addresses:
+        raise TargetNotAllowed(f"payload.url host {host!r} does not resolve; add it to the "
+                               "server's --http-allow list", field="payload.url", value=url)
+    for address in addresses:
+        why = _refusal(address)
+        if why is not None and not allow.allows_address(address):
+            raise TargetNotAllowed(
+                f"payload.url {url!r} targets {address} ({why}); such addresses are refused "
+                "unless the server's --http-allow list names them", field="payload.url",
+                value=url)
+
+
+def check_text(field_name: str, value: Any) -> None:
+    """Refuse text the database cannot store: NUL characters, unpaired surrogates (walks dicts
+    and lists, at most 64 levels deep).
+
+    Raises:
+        InvalidInput: ``field`` names where the text is (``payload.env.HOME``,
+            ``payload.args[2]``), ``value`` is the refused string (NUL shown as ``\\u0000``).
+    """
+    stack: list[tuple[Any, str, int]] = [(value, field_name, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > 64:
+            raise InvalidInput(f"{field_name} is nested more than 64 levels deep",
+                               field=field_name, value=None)
+        if isinstance(item, str):
+            _check_string(where, item)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                _check_string(where, str(key))
+                stack.append((child, f"{where}.{key}", depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item))
+
+
+def _check_string(where: str, text: str) -> None:
+    if "\x00" in text:
+        raise InvalidInput(f"{where} must not contain NUL characters", field=where,
+                           value=text.replace("\x00", "\\u0000"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{where} holds an unpaired surrogate", field=where,
+                           value=text.encode("utf-8", "backslashreplace").decode()) from None

@@ -1,0 +1,123 @@
+"""Reads of the HTTP edge: paginated, filtered, tenant-scoped (statements in ``sql/web.sql``).
+
+Every method takes ``tenant``: a tenant token passes its own, an admin token ``None`` (every
+tenant). A row of another tenant is not found, exactly like a row that does not exist. Pages use
+keyset cursors (stable under inserts, cheap at any depth): jobs by ``(tenant, name)``, runs by
+descending id.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from pgpulse.database import AsyncConn
+from pgpulse.errors import InvalidInput
+from pgpulse.sql import load_queries
+
+QUERIES = load_queries("web.sql")
+
+
+def encode_job_cursor(tenant: str, name: str) -> str:
+    """Opaque cursor of the page after job ``(tenant, name)`` (URL-safe base64 of JSON)."""
+    raw = json.dumps([tenant, name], ensure_ascii=False).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_job_cursor(cursor: str) -> tuple[str, str]:
+    """Inverse of :func:`encode_job_cursor`.
+
+    Raises:
+        InvalidInput: not a cursor this server made (``field="cursor"``).
+    """
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        tenant, name = json.loads(raw.decode("utf-8"))
+        if not (isinstance(tenant, str) and isinstance(name, str)):
+            raise ValueError("not two strings")
+        if "\x00" in tenant + name:
+            raise ValueError("NUL")
+        tenant.encode("utf-8")
+        name.encode("utf-8")
+    except (ValueError, TypeError, binascii.Error, UnicodeError):
+        raise InvalidInput(f"cursor {cursor!r} is not a cursor returned by this API",
+                           field="cursor", value=cursor) from None
+    return tenant, name
+
+
+class Reads:
+    """Tenant-scoped reads for the API and the dashboard.
+
+    Args:
+        pool: the store's pool (autocommit connections, dict rows).
+    """
+
+    def __init__(self, pool: AsyncConnectionPool[AsyncConn]) -> None:
+        self.pool = pool
+
+    async def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(QUERIES[name], params)
+            return list(await cur.fetchall())
+
+    async def jobs(self, *, tenant: str | None, status: str | None = None,
+                   handler: str | None = None, name_prefix: str | None = None,
+                   after: tuple[str, str] | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """A page of jobs in ``(tenant, name)`` order, after the job ``after``.
+
+        Each row holds the definition (durations in seconds), the state, ``due_lag`` (seconds
+        the job is overdue now, ``None`` unless idle and due), and ``last_lag`` /
+        ``last_duration`` of its latest started run.
+        """
+        return await self._rows("jobs", {
+            "tenant": tenant, "id": None, "status": status, "handler": handler,
+            "name_prefix": name_prefix, "after_tenant": after[0] if after else None,
+            "after_name": after[1] if after else None, "limit": limit,
+        })
+
+    async def job(self, job_id: int, *, tenant: str | None) -> dict[str, Any] | None:
+        """One job as :meth:`jobs` gives it, or ``None`` if missing or of another tenant."""
+        rows = await self._rows("jobs", {
+            "tenant": tenant, "id": job_id, "status": None, "handler": None,
+            "name_prefix": None, "after_tenant": None, "after_name": None, "limit": 1,
+        })
+        return rows[0] if rows else None
+
+    async def runs(self, *, tenant: str | None, job_id: int | None = None,
+                   outcome: str | None = None, since: datetime | None = None,
+                   until: datetime | None = None, before_id: int | None = None,
+                   limit: int = 50) -> list[dict[str, Any]]:
+        """A page of runs, newest first, with ``lag`` and ``duration`` in seconds.
+
+        ``since <= scheduled_for < until`` when given; ``before_id`` is the keyset cursor. The
+        captured ``output`` is left out (see :meth:`run`).
+        """
+        return await self._rows("runs", {
+            "tenant": tenant, "job_id": job_id, "run_id": None, "outcome": outcome,
+            "since": since, "until": until, "before_id": before_id, "limit": limit,
+            "with_output": False,
+        })
+
+    async def run(self, run_id: int, *, tenant: str | None) -> dict[str, Any] | None:
+        """One run with its output and error, or ``None`` if missing or of another tenant."""
+        rows = await self._rows("runs", {
+            "tenant": tenant, "job_id": None, "run_id": run_id, "outcome": None,
+            "since": None, "until": None, "before_id": None, "limit": 1, "with_output": True,
+        })
+        return rows[0] if rows else None
+
+    async def counts(self, *, tenant: str | None) -> dict[str, Any]:
+        """Jobs due, running, paused, failed and in total; ``max_lag`` seconds (or ``None``)."""
+        return (await self._rows("job_counts", {"tenant": tenant}))[0]
+
+    async def attention(self, *, tenant: str | None, overdue: float = 60.0,
+                        limit: int = 20) -> list[dict[str, Any]]:
+        """Jobs that need a person: failed, last run failed or fenced, or overdue by more than
+        ``overdue`` seconds; the most recently finished first."""
+        return await self._rows("attention", {"tenant": tenant, "overdue": overdue,
+                                              "limit": limit})

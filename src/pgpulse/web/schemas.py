@@ -1,0 +1,223 @@
+"""The API's request and response bodies (pydantic models; they make the OpenAPI document).
+
+Durations are seconds. Instants are ISO-8601 with an offset: UTC for stored instants, the job's
+own zone for ``upcoming``. Bounds here are the edge's (they keep values inside what the database
+stores); :meth:`pgpulse.jobs.JobSpec.create` still validates every definition.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
+
+#: Longest accepted duration field, seconds (a year): keeps intervals storable.
+MAX_SECONDS = 366 * 86400.0
+
+Name = Annotated[str, Field(min_length=1, max_length=200, examples=["nightly-report"])]
+Outcome = Literal["running", "retrying", "succeeded", "failed", "skipped", "fenced"]
+Status = Literal["idle", "running", "paused", "failed"]
+CatchUp = Literal["skip", "backfill", "coalesce"]
+#: A field that may be left out of a PATCH but not set to null (absent from the schema).
+Unset = SkipJsonSchema[None]
+
+
+class JobDefinition(BaseModel):
+    """Fields of a job definition shared by create and update."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timezone: str = Field("UTC", min_length=1, max_length=100, examples=["Europe/Paris"],
+                          description="IANA time zone the cron fields are read in.")
+    payload: dict[str, Any] = Field(default_factory=dict,
+                                    description="JSON object handed to the handler.")
+    catch_up: CatchUp = "skip"
+    backfill_limit: int | None = Field(None, ge=1, le=1_000_000)
+    misfire_grace: float = Field(60.0, ge=0, le=MAX_SECONDS, description="Seconds.")
+    max_attempts: int = Field(3, ge=1, le=1000)
+    retry_backoff: float = Field(1.0, ge=0.001, le=86400, description="Seconds.")
+    timeout: float | None = Field(3600.0, ge=0.001, le=MAX_SECONDS,
+                                  description="Per-attempt limit, seconds; null: none.")
+
+
+class JobCreate(JobDefinition):
+    """Create or update (upsert by tenant and name) a job."""
+
+    name: Name
+    tenant: str | None = Field(None, min_length=1, max_length=200,
+                               description="Default: the token's tenant (admin: 'default').")
+    schedule: str = Field(min_length=1, max_length=200, examples=["0 3 * * *"],
+                          description="Cron (5 or 6 fields), @macro or @every interval.")
+    handler: str = Field(min_length=1, max_length=200, examples=["http"])
+
+
+class JobPatch(BaseModel):
+    """Change some fields of a job; the others keep their values. Only ``backfill_limit`` and
+    ``timeout`` may be set to null (no limit)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schedule: str | Unset = Field(None, min_length=1, max_length=200)
+    handler: str | Unset = Field(None, min_length=1, max_length=200)
+    timezone: str | Unset = Field(None, min_length=1, max_length=100)
+    payload: dict[str, Any] | Unset = None
+    catch_up: CatchUp | Unset = None
+    backfill_limit: int | None = Field(None, ge=1, le=1_000_000)
+    misfire_grace: float | Unset = Field(None, ge=0, le=MAX_SECONDS)
+    max_attempts: int | Unset = Field(None, ge=1, le=1000)
+    retry_backoff: float | Unset = Field(None, ge=0.001, le=86400)
+    timeout: float | None = Field(None, ge=0.001, le=MAX_SECONDS)
+
+    @field_validator("schedule", "handler", "timezone", "payload", "catch_up", "misfire_grace",
+                     "max_attempts", "retry_backoff", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("may not be null (leave the field out to keep its value)")
+        return value
+
+
+class Job(BaseModel):
+    """A job: its definition, its current state and its next occurrences."""
+
+    id: int
+    tenant: str
+    name: str
+    schedule: str
+    schedule_description: str = Field(description="The schedule in words.")
+    timezone: str
+    handler: str
+    payload: dict[str, Any]
+    catch_up: CatchUp
+    backfill_limit: int | None
+    misfire_grace: float
+    max_attempts: int
+    retry_backoff: float
+    timeout: float | None
+    source: str
+    status: Status
+    scheduled_for: datetime = Field(description="The current occurrence (logical time), UTC.")
+    next_run_at: datetime = Field(description="When it may be claimed (later on retry), UTC.")
+    upcoming: list[datetime] = Field(description="Current and next occurrences, job's zone.")
+    attempt: int
+    locked_by: str | None
+    lease_expires_at: datetime | None
+    last_outcome: str | None
+    last_error: str | None
+    last_finished_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    due_lag: float | None = Field(description="Seconds overdue now (idle and due), else null.")
+    last_lag: float | None = Field(description="Start minus scheduled_for of the latest run.")
+    last_duration: float | None = Field(description="Seconds the latest finished run took.")
+
+
+class JobPage(BaseModel):
+    """A page of jobs; pass ``next_cursor`` as ``cursor`` for the next page."""
+
+    items: list[Job]
+    next_cursor: str | None
+
+
+class Triggered(BaseModel):
+    """A triggered job and the extra occurrence it now holds."""
+
+    job: Job
+    occurrence: datetime
+
+
+class Run(BaseModel):
+    """One run: the execution of one occurrence, over its attempts."""
+
+    id: int
+    job_id: int
+    tenant: str
+    name: str
+    scheduled_for: datetime
+    attempts: int = Field(description="Attempts made (0 for a skipped occurrence).")
+    outcome: Outcome
+    node_id: str | None
+    fencing_token: int | None
+    started_at: datetime | None = Field(description="Start of the latest attempt.")
+    finished_at: datetime | None
+    duration: float | None = Field(description="Seconds from start to finish.")
+    lag: float | None = Field(description="Seconds from scheduled_for to the latest start.")
+    error: str | None
+    output: str | None = Field(None, description="Captured output (only on GET /runs/{id}).")
+
+
+class RunPage(BaseModel):
+    """A page of runs, newest first; pass ``next_cursor`` as ``cursor`` for older ones."""
+
+    items: list[Run]
+    next_cursor: str | None
+
+
+class Node(BaseModel):
+    """A scheduler node as it last reported itself."""
+
+    node_id: str
+    hostname: str
+    pid: int
+    state: str
+    alive: bool
+    started_at: datetime
+    last_heartbeat: datetime
+    shards: list[int]
+    running: int
+    slots: int
+    leader: bool
+
+
+class Shards(BaseModel):
+    """Shard ownership among live nodes: shard -> owners (more than one only briefly)."""
+
+    owners: dict[str, list[str]]
+    unowned: list[int]
+    contested: list[int]
+
+
+class JobCounts(BaseModel):
+    """Jobs by state (of the token's tenant; admin: all) and the worst lag, seconds."""
+
+    due: int
+    running: int
+    paused: int
+    failed: int
+    total: int
+    max_lag: float | None
+
+
+class Cluster(BaseModel):
+    """Nodes, the leader, shard ownership and job counts."""
+
+    nodes: list[Node]
+    leader: str | None
+    shards: Shards
+    jobs: JobCounts
+
+
+class Me(BaseModel):
+    """Who the token acts for."""
+
+    token_id: int
+    tenant: str | None
+    admin: bool
+
+
+class ErrorDetail(BaseModel):
+    """What was refused."""
+
+    code: str
+    message: str
+    field: str | None
+    value: Any = None
+
+
+class Error(BaseModel):
+    """Every refusal has this body."""
+
+    error: ErrorDetail
+

@@ -1,0 +1,210 @@
+"""What the API and the dashboard do for a signed-in principal, over the store.
+
+No scheduling logic lives here: definitions go through :meth:`JobSpec.create` and
+:meth:`Store.upsert_jobs`, state changes through the store's ``pause_job``, ``resume_job``,
+``trigger_job`` and ``delete_job``. This module adds what the edge owns: tenant scoping (another
+tenant's job is :class:`NoSuchJob`, exactly like a missing one), the ``shell`` and ``http``
+rules of :mod:`pgpulse.web.policy`, and presentation (next occurrences in the job's zone).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pgpulse.errors import InvalidInput, JobNotFound, PulseError
+from pgpulse.jobs import JobSpec
+from pgpulse.schedule import parse_schedule
+from pgpulse.store import Store
+from pgpulse.web.auth import Principal
+from pgpulse.web.policy import Forbidden, WebSettings, check_http_target, check_shell, check_text
+from pgpulse.web.reads import Reads
+
+log = logging.getLogger(__name__)
+
+#: Fields of a job definition the API accepts (``name`` and ``tenant`` identify the job).
+DEFINITION_FIELDS = ("schedule", "handler", "timezone", "payload", "catch_up", "backfill_limit",
+                     "misfire_grace", "max_attempts", "retry_backoff", "timeout")
+#: How many upcoming occurrences a job shows.
+UPCOMING = 5
+
+
+class NoSuchJob(PulseError):
+    """No job with this id is visible to the token (missing, or of another tenant)."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job with id {job_id}", field="job_id", value=job_id)
+
+
+class NoSuchRun(PulseError):
+    """No run with this id is visible to the token (missing, or of another tenant)."""
+
+    def __init__(self, run_id: int) -> None:
+        super().__init__(f"no run with id {run_id}", field="run_id", value=run_id)
+
+
+def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
+    """The job's current occurrence and the ones after it, in the job's own time zone.
+
+    Stops early at the end of time (year 9999) or for a schedule that no longer fires.
+    """
+    schedule = parse_schedule(row["schedule"], row["timezone"])
+    zone = ZoneInfo(row["timezone"])
+    found: list[datetime] = []
+    cursor: datetime = row["scheduled_for"]
+    try:
+        while len(found) < count:
+            found.append(cursor.astimezone(zone))
+            cursor = schedule.next_after(cursor, anchor=row["anchor_at"])
+    except (OverflowError, PulseError):
+        pass
+    return found
+
+
+def present_job(row: dict[str, Any]) -> dict[str, Any]:
+    """A job row as the API shows it: instants in UTC, the schedule in words, and the next
+    occurrences in the job's own zone."""
+    job = {key: value.astimezone(UTC) if isinstance(value, datetime) else value
+           for key, value in row.items()}
+    try:
+        job["schedule_description"] = parse_schedule(row["schedule"],
+                                                     row["timezone"]).describe()
+        job["upcoming"] = upcoming(row)
+    except PulseError as exc:  # stored by another version, or its zone left the tz database
+        job["schedule_description"], job["upcoming"] = f"invalid: {exc}", []
+    return job
+
+
+class JobService:
+    """Tenant-scoped job and run operations.
+
+    Args:
+        store: the store every write goes through.
+        settings: the edge's security settings.
+    """
+
+    def __init__(self, store: Store, settings: WebSettings) -> None:
+        self.store = store
+        self.reads = Reads(store.pool)
+        self.settings = settings
+
+    async def job(self, who: Principal, job_id: int) -> dict[str, Any]:
+        """The job ``job_id`` as :func:`present_job` shows it.
+
+        Raises:
+            NoSuchJob: missing or of another tenant.
+        """
+        row = await self.reads.job(job_id, tenant=who.scope)
+        if row is None:
+            raise NoSuchJob(job_id)
+        return present_job(row)
+
+    async def save(self, who: Principal, fields: dict[str, Any],
+                   current: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+        """Create or update job ``(fields["tenant"], fields["name"])``: validate, then upsert.
+
+        Args:
+            fields: ``name``, ``tenant`` (default: the token's, or ``default`` for admin) and
+                definition fields (:data:`DEFINITION_FIELDS`).
+            current: the job's row when updating by id (its handler counts for the shell rule).
+
+        Returns:
+            ``(job, created)``.
+
+        Raises:
+            Forbidden: another tenant's name for a tenant token; a ``shell`` job without admin
+                token and server opt-in.
+            InvalidInput: any refused field (schedule, timezone, payload, handler, URL target,
+                limits); nothing is written.
+        """
+        for key, value in fields.items():
+            check_text(key, value)
+        tenant = fields.get("tenant") or who.tenant or "default"
+        if not who.sees(tenant):
+            raise Forbidden(f"this token may not manage jobs of tenant {tenant!r}",
+                            field="tenant", value=tenant)
+        check_shell(who, self.settings, current["handler"] if current else None,
+                    fields.get("handler"))
+        options = {key: fields[key] for key in DEFINITION_FIELDS if key in fields}
+        spec = JobSpec.create(name=fields.get("name"), tenant=tenant, source="api",  # type: ignore[arg-type]
+                              **options)
+        await self.store.validate_handlers([spec])
+        if spec.handler == "http":
+            await check_http_target(spec.payload, self.settings)
+        try:
+            [(job_id, created)] = await self.store.upsert_jobs([spec])
+        except OverflowError:  # an @every interval so long its next occurrence is past 9999
+            raise InvalidInput(f"schedule {spec.schedule!r} has no occurrence before the year "
+                               "9999", field="schedule", value=spec.schedule) from None
+        log.info("job %s/%s %s through the API (token %d)", tenant, spec.name,
+                 "created" if created else "updated", who.token_id,
+                 extra={"action": "api_job_saved", "tenant": tenant, "job": spec.name,
+                        "token_id": who.token_id, "created": created})
+        return await self.job(who, job_id), created
+
+    async def update(self, who: Principal, job_id: int, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change some definition fields of job ``job_id`` (the rest keep their values).
+
+        Raises:
+            NoSuchJob, Forbidden, InvalidInput: as :meth:`job` and :meth:`save`.
+        """
+        current = await self.reads.job(job_id, tenant=who.scope)
+        if current is None:
+            raise NoSuchJob(job_id)
+        fields = {key: current[key] for key in DEFINITION_FIELDS}
+        fields.update(changes, name=current["name"], tenant=current["tenant"])
+        job, _ = await self.save(who, fields, current)
+        return job
+
+    async def act(self, who: Principal, job_id: int, verb: str) -> dict[str, Any]:
+        """Pause, resume, trigger or delete job ``job_id`` through the store.
+
+        Returns:
+            The job after the change (``{}`` after ``delete``); after ``trigger`` it holds the
+            extra occurrence as ``scheduled_for``.
+
+        Raises:
+            NoSuchJob: missing or of another tenant (also when deleted meanwhile).
+            InvalidInput: the store refused the change in the job's state (``field="status"``).
+        """
+        row = await self.reads.job(job_id, tenant=who.scope)
+        if row is None:
+            raise NoSuchJob(job_id)
+        method = {"pause": self.store.pause_job, "resume": self.store.resume_job,
+                  "trigger": self.store.trigger_job, "delete": self.store.delete_job}[verb]
+        try:
+            await method(row["tenant"], row["name"])
+        except JobNotFound:
+            raise NoSuchJob(job_id) from None
+        log.info("job %s/%s: %s through the API (token %d)", row["tenant"], row["name"], verb,
+                 who.token_id, extra={"action": f"api_job_{verb}", "tenant": row["tenant"],
+                                      "job": row["name"], "token_id": who.token_id})
+        return {} if verb == "delete" else await self.job(who, job_id)
+
+    async def run(self, who: Principal, run_id: int) -> dict[str, Any]:
+        """One run with output and error. Raises :class:`NoSuchRun`."""
+        row = await self.reads.run(run_id, tenant=who.scope)
+        if row is None:
+            raise NoSuchRun(run_id)
+        return row
+
+    async def cluster(self, who: Principal) -> dict[str, Any]:
+        """Nodes (liveness, heartbeat, shards, load), the leader, shard ownership, job counts
+        (of the token's tenant, or all) and the worst lag."""
+        nodes = await self.store.cluster_nodes(ttl=self.settings.node_ttl)
+        owners: dict[int, list[str]] = defaultdict(list)
+        for node in nodes:
+            if node["alive"]:
+                for shard in node["shards"]:
+                    owners[shard].append(node["node_id"])
+        leader = next((n["node_id"] for n in nodes if n["leader"]), None)
+        return {
+            "nodes": [{**n, "leader": bool(n["leader"])} for n in nodes], "leader": leader,
+            "shards": {"owners": {str(s): owners[s] for s in sorted(owners)},
+                       "unowned": [s for s in range(64) if s not in owners],
+                       "contested": [s for s in sorted(owners) if len(owners[s]) > 1]},
+            "jobs": await self.reads.counts(tenant=who.scope),
+        }

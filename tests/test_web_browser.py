@@ -1,0 +1,151 @@
+"""The dashboard end to end in headless Chromium (Debian's ``chromium``, driven by Playwright):
+sign in with a tenant token, see the jobs, trigger one and watch its run appear (a real node
+runs it), pause it, see failures that need attention; another tenant sees none of it, and a
+revoked token is signed out at once.
+
+Screenshots go to the test's temporary folder; with ``PGPULSE_DOCS_SCREENSHOTS=1`` they also
+replace ``docs/dashboard.png`` and ``docs/dashboard-job.png`` (the README shows them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pgpulse.handlers import HandlerFailed, RunContext
+from pgpulse.web import WebSettings
+from web_helpers import LiveServer, node_config, sync_token
+
+CHROMIUM = "/usr/bin/chromium"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason=f"{CHROMIUM} is missing: apt-get install -y chromium (CI installs it)")
+
+
+async def work(ctx: RunContext) -> str:
+    """A handler that takes a little time, more for later occurrences (a visible chart)."""
+    await asyncio.sleep(0.05 + (ctx.scheduled_for.second % 5) * 0.04)
+    return f"done {ctx.scheduled_for:%H:%M:%S}"
+
+
+async def flaky(ctx: RunContext) -> str:
+    """A handler whose upstream is down."""
+    raise HandlerFailed("upstream answered 503 Service Unavailable")
+
+
+def _create(client: httpx.Client, **body: Any) -> dict[str, Any]:
+    response = client.post("/api/v1/jobs", json=body)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def _shot(page: Any, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=True)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    if os.environ.get("PGPULSE_DOCS_SCREENSHOTS") == "1":
+        DOCS.mkdir(exist_ok=True)
+        shutil.copyfile(path, DOCS / name)
+    return path
+
+
+def _revoke(dsn: str, token: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgpulse_api_tokens SET revoked_at = now() WHERE prefix = %s",
+                     (token[:12],))
+
+
+@pytest.mark.timeout(120)
+def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    acme, globex = sync_token(dsn, "acme"), sync_token(dsn, "globex")
+    settings = WebSettings(refresh_seconds=0.4)
+    handlers = {"demo.work": work, "demo.flaky": flaky}
+    with LiveServer(dsn, settings, handlers=handlers, node_config=node_config()) as server:
+        with httpx.Client(base_url=server.base_url,
+                          headers={"Authorization": f"Bearer {acme}"}) as api:
+            report = _create(api, name="nightly-report", schedule="30 2 * * *",
+                             timezone="Europe/Paris", handler="demo.work")
+            _create(api, name="heartbeat", schedule="@every 1s", handler="demo.work")
+            invoices = _create(api, name="sync-invoices", schedule="*/15 * * * *",
+                               timezone="America/New_York", handler="demo.flaky",
+                               max_attempts=1)
+            assert api.post(f"/api/v1/jobs/{invoices['id']}/trigger").status_code == 200
+        with httpx.Client(base_url=server.base_url,
+                          headers={"Authorization": f"Bearer {globex}"}) as api:
+            _create(api, name="globex-secret", schedule="@hourly", handler="demo.work")
+
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 800})
+                page.set_default_timeout(15_000)
+                page.goto(f"{server.base_url}/ui/")
+                assert page.url.endswith("/ui/login")
+                page.fill("#token", acme)
+                page.click("button[type=submit]")
+                page.wait_for_selector('tr[data-job="nightly-report"]')
+                assert page.locator("[data-testid=who]").inner_text() == "tenant acme"
+                assert page.locator("tr[data-job]").count() == 3
+                assert "globex-secret" not in page.content()
+
+                # trigger: the node runs it and the page shows the outcome without a reload
+                page.click("[data-testid=trigger-nightly-report]")
+                sync_api.expect(page.locator("#notice")).to_have_text("triggered")
+                sync_api.expect(page.locator("[data-testid=outcome-nightly-report]")
+                                ).to_have_text("succeeded")
+                sync_api.expect(page.locator("[data-testid=attention-sync-invoices]")
+                                ).to_contain_text("upstream answered 503")
+                sync_api.expect(page.locator("[data-testid=outcome-heartbeat]")
+                                ).to_have_text("succeeded")
+                page.wait_for_timeout(1500)  # a few more heartbeat runs for the pictures
+                _shot(page, tmp_path, "dashboard.png")
+
+                page.click('tr[data-job="nightly-report"] a')
+                page.wait_for_selector('tr[data-outcome="succeeded"]')
+                assert page.locator("svg.chart polyline.series-duration").count() == 1
+                page.click("[data-testid=pause-nightly-report]")
+                sync_api.expect(page.locator("[data-testid=job-status]")).to_have_text("paused")
+                status = db.execute("SELECT status FROM scheduled_jobs WHERE id = %s",
+                                    (report["id"],)).fetchone()["status"]
+                assert status == "paused"
+
+                page.click('a[href="/ui/"]')
+                page.click('tr[data-job="heartbeat"] a')
+                page.wait_for_selector('tr[data-outcome="succeeded"]')
+                _shot(page, tmp_path, "dashboard-job.png")
+
+                page.click('a[href="/ui/cluster"]')
+                node = page.locator('tr[data-node="web-test-node"]')
+                sync_api.expect(node).to_contain_text("64: 0 1 2")
+                sync_api.expect(page.locator("[data-testid=leader]")).to_have_text(
+                    "web-test-node")
+
+                # another tenant: sees none of acme's jobs, and acme's job page is a plain 404
+                other = browser.new_page()
+                other.goto(f"{server.base_url}/ui/login")
+                other.fill("#token", globex)
+                other.click("button[type=submit]")
+                other.wait_for_selector('tr[data-job="globex-secret"]')
+                assert other.locator("tr[data-job]").count() == 1
+                assert "nightly-report" not in other.content()
+                response = other.goto(f"{server.base_url}/ui/jobs/{report['id']}")
+                assert response is not None and response.status == 404
+                assert other.locator("[data-testid=error]").inner_text() == (
+                    f"no job with id {report['id']}")
+
+                # revoking acme's token signs its browser out at the next refresh
+                _revoke(dsn, acme)
+                page.wait_for_url("**/ui/login")
+            finally:
+                browser.close()

@@ -1,0 +1,84 @@
+"""The web edge's commands: tokens are printed once and stored hashed; ``pgpulse serve`` serves
+until SIGTERM and refuses bad options with one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from click.testing import CliRunner, Result
+
+from pgpulse.cli import main
+
+PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
+
+
+def cli(dsn: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["--database-url", dsn, "--log-level", "WARNING", *args])
+
+
+def test_token_create_list_revoke(dsn: str, db: Any) -> None:
+    created = cli(dsn, "token", "create", "--tenant", "acme", "--label", "ci")
+    assert created.exit_code == 0, created.output
+    secret = created.stdout.strip().splitlines()[-1]
+    assert secret.startswith("pgp_") and len(secret) == 47
+    assert "shown only now" in created.stderr
+    listed = json.loads(cli(dsn, "token", "list", "--json").stdout)
+    assert [(t["id"], t["prefix"], t["tenant"], t["admin"], t["revoked_at"]) for t in listed] == [
+        (1, secret[:12], "acme", False, None)]
+    assert secret not in json.dumps(listed)
+    assert cli(dsn, "token", "revoke", "1").exit_code == 0
+    assert db.execute("SELECT revoked_at IS NOT NULL AS gone FROM pgpulse_api_tokens"
+                      ).fetchone()["gone"]
+    again = cli(dsn, "token", "revoke", "1")
+    assert again.exit_code == 2 and "no live token with id 1" in again.stderr
+    tenantless = cli(dsn, "token", "create")
+    assert tenantless.exit_code == 2 and "--tenant" in tenantless.stderr
+
+
+def test_serve_refuses_bad_options(dsn: str) -> None:
+    bad_allow = cli(dsn, "serve", "--http-allow", "http://x/")
+    assert bad_allow.exit_code == 2 and "--http-allow" in bad_allow.output
+    bad_listen = cli(dsn, "serve", "--listen", "localhost:http")
+    assert bad_listen.exit_code == 2
+    assert bad_listen.stderr.strip() == "error: listen 'localhost:http' is not HOST:PORT"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_serve_answers_until_sigterm(dsn: str) -> None:
+    port = _free_port()
+    env = {**os.environ, "PGPULSE_DATABASE_URL": dsn, "PGPULSE_SERVE_LISTEN": f"127.0.0.1:{port}",
+           "PGPULSE_LOG_FORMAT": "json", "PGPULSE_LOG_LEVEL": "INFO"}
+    proc = subprocess.Popen([PGPULSE, "serve"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # wait for the port to answer (bounded)
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        assert health.json()["ok"] is True
+        assert httpx.get(f"http://127.0.0.1:{port}/api/v1/jobs").status_code == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    actions = [json.loads(line).get("action") for line in stderr.splitlines()
+               if line.startswith("{")]
+    assert "web_serving" in actions and "web_stopped" in actions
+    assert f"on http://127.0.0.1:{port}" in stderr
