@@ -1,0 +1,168 @@
+"""Scenario 3: the raw ceiling — Pulse's own claim + completion + history SQL driven by pgbench.
+
+The pgbench script is generated from ``QUERIES`` at run time (never a copy), so it is exactly
+what a node sends, minus Python:
+
+1. ``claim_due`` of a batch, its final ``SELECT`` wrapped to return the claimed ids, tokens, run
+   ids and next occurrences as arrays (``\\gset``);
+2. ``finish_runs`` of the whole batch as ``succeeded``, each job moved to its next occurrence
+   (``scheduled_for + 1 h``, what the planner computes for these ``@every 1h`` jobs) — one fenced
+   statement writing both the job rows and their history rows.
+
+Each statement commits on its own, as a node's autocommit connection does; ``-M prepared`` plans
+them as psycopg's prepared statements do. Several clients run at once against a fresh copy of the
+scenario-2 backlog; firings/s counts succeeded history rows over the span from the first claim to
+the last completion (the database's clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pgpulse.bench.common import (
+    DbCpu,
+    Result,
+    admin,
+    backlog_template,
+    drop_db,
+    fresh_db,
+    machine_busy_seconds,
+    q,
+)
+from pgpulse.bench.drain import CORES, jobs_for
+from pgpulse.bench.sqltext import split_final_select, substitute
+from pgpulse.sql import QUERIES
+
+DB_NAME = "pgpulse_bench_ceiling"
+CLIENTS = (2, 4, 8)
+
+#: pgbench expressions for ``claim_due``'s parameters (``:name`` are pgbench variables).
+CLAIM_VALUES = {
+    "now": "NULL",
+    "node": "'ceiling-' || (:client_id)::text",
+    "shards": "'{" + ",".join(str(s) for s in range(64)) + "}'",
+    "limit": ":batch",
+    "lease": "60",
+}
+
+_N = "ARRAY[(:n)::int]"
+#: pgbench expressions for ``finish_runs``'s parameters, from the claim's ``\\gset`` variables.
+FINISH_VALUES = {
+    "now": "NULL",
+    "job_ids": ":ids", "tokens": ":tokens", "run_ids": ":run_ids",
+    "statuses": f"array_fill('idle'::text, {_N})",
+    "scheduled_fors": ":next_sfs", "next_run_ats": ":next_sfs",
+    "retry_ins": f"array_fill(0::float8, {_N})",
+    "resets": f"array_fill(true, {_N})",
+    "outcomes": f"array_fill('succeeded'::text, {_N})",
+    "errors": f"array_fill(NULL::text, {_N})",
+    "outputs": f"array_fill(NULL::text, {_N})",
+    "skip_job_ids": "'{}'", "skip_ats": "'{}'", "skip_reasons": "'{}'",
+}
+
+
+def pgbench_script() -> str:
+    """The pgbench script: Pulse's claim (as arrays, ``\\gset``) then Pulse's batch completion.
+
+    Raises:
+        KeyError: ``queries.sql`` changed the statements' parameters or names (the message says
+            which); update :data:`CLAIM_VALUES` / :data:`FINISH_VALUES`.
+    """
+    if "finish_runs" not in QUERIES:
+        raise KeyError("queries.sql has no finish_runs statement; update pgpulse/bench/ceiling.py")
+    ctes, final = split_final_select(substitute(QUERIES["claim_due"], CLAIM_VALUES))
+    claim = (f"{ctes}, pulse_claim AS (\n{final}\n)\n"
+             "SELECT count(*) AS n, coalesce(array_agg(id), '{}') AS ids,\n"
+             "       coalesce(array_agg(fencing_token), '{}') AS tokens,\n"
+             "       coalesce(array_agg(run_id), '{}') AS run_ids,\n"
+             "       coalesce(array_agg(scheduled_for + interval '1 hour'), '{}') AS next_sfs\n"
+             "FROM pulse_claim")
+    finish = substitute(QUERIES["finish_runs"], FINISH_VALUES)
+    return f"{_one_line_comments(claim)} \\gset\n{_one_line_comments(finish)};\n"
+
+
+def _one_line_comments(statement: str) -> str:
+    """Drop ``--`` comment lines (pgbench ends a command at ``;`` and would keep them)."""
+    return "\n".join(line for line in statement.splitlines()
+                     if not line.lstrip().startswith("--"))
+
+
+def run_pgbench(dsn: str, script: Path, *, clients: int, seconds: float,
+                batch: int) -> dict[str, Any]:
+    """Run pgbench; return its ``tps`` and average ``latency_ms`` (per script execution).
+
+    Raises:
+        RuntimeError: pgbench failed (the message has its output).
+    """
+    cmd = ["pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, CORES)),
+           "-T", str(max(int(seconds), 1)), "-D", f"batch={batch}", "-f", str(script), dsn]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pgbench failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    tps = re.search(r"tps = ([\d.]+)", proc.stdout)
+    latency = re.search(r"latency average = ([\d.]+) ms", proc.stdout)
+    return {"tps": float(tps.group(1)) if tps else float("nan"),
+            "latency_ms": float(latency.group(1)) if latency else float("nan")}
+
+
+async def run(server_dsn: str, scale: float, *, batches: tuple[int, ...] = (1, 50),
+              clients: tuple[int, ...] = CLIENTS) -> Result:
+    """Run scenario 3 and return its table; ``data["best"]`` is the ceiling in firings/s.
+
+    Args:
+        server_dsn: the benchmarked server.
+        scale: fraction of the issue's sizes (the backlog is scenario 2's).
+        batches: claim sizes (jobs per claim and per completion statement).
+        clients: concurrent pgbench clients, one measurement each.
+    """
+    result = Result("3", "raw SQL ceiling: Pulse's claim + finish_runs via pgbench",
+                    ["batch", "clients", "firings/s", "DB CPU ms/firing", "machine busy %",
+                     "script latency ms", "fired"])
+    if shutil.which("pgbench") is None:
+        result.notes.append("skipped: pgbench is not installed (Debian: postgresql-client)")
+        result.data["best"] = None
+        return result
+    jobs = jobs_for(scale)
+    seconds = min(15.0, 4.0 + 11.0 * scale)
+    template = await backlog_template(server_dsn, jobs)
+    folder = Path(tempfile.mkdtemp(prefix="pgpulse-ceiling-"))
+    script = folder / "pulse.sql"
+    script.write_text(pgbench_script())
+    cells: list[dict[str, Any]] = []
+    for batch in batches:
+        for count in clients:
+            dsn = await fresh_db(server_dsn, DB_NAME, template=template)
+            with DbCpu(dsn) as meter:
+                busy0, wall0 = machine_busy_seconds(), time.perf_counter()
+                bench = await asyncio.to_thread(run_pgbench, dsn, script, clients=count,
+                                                seconds=seconds, batch=batch)
+                busy1, wall = machine_busy_seconds(), time.perf_counter() - wall0
+            with admin(dsn) as conn:
+                span = q(conn, "fired_span")[0]
+            fired = span["fired"]
+            secs = ((span["last_finished"] - span["first_started"]).total_seconds()
+                    if fired else float("nan"))
+            cell = {"batch": batch, "clients": count, "fired": fired,
+                    "rate": fired / secs if fired else 0.0,
+                    "db_cpu_ms": meter.seconds() / fired * 1000 if fired else float("nan"),
+                    "busy_pct": (busy1 - busy0) / wall / CORES * 100, **bench}
+            cells.append(cell)
+            result.rows.append([batch, count, cell["rate"], cell["db_cpu_ms"], cell["busy_pct"],
+                                bench["latency_ms"], fired])
+            drop_db(server_dsn, DB_NAME)
+    best = max(cells, key=lambda c: c["rate"])
+    result.notes.append(f"ceiling = best cell: {best['rate']:,.0f} firings/s (batch "
+                        f"{best['batch']}, {best['clients']} clients)")
+    result.notes.append("script generated from queries.sql at run time (docs/benchmarks.md "
+                        "shows it); DB CPU counts every server process, not pgbench itself")
+    result.data.update({"jobs": jobs, "seconds": seconds, "cells": cells, "best": best["rate"],
+                        "best_cell": best, "script": script.read_text()})
+    shutil.rmtree(folder, ignore_errors=True)
+    return result

@@ -1,0 +1,139 @@
+"""Scenario 1: poll and claim latency with many jobs stored.
+
+Stores ``1,000,000 × scale`` jobs, then measures through :class:`pgpulse.store.Store` (exactly
+the statements and driver settings a node uses, so psycopg's automatic prepared statements and
+PostgreSQL's switch to a generic plan after five executions happen here too):
+
+* the empty poll — ``claim_due`` finding nothing, and ``next_due`` — with nothing due;
+* ``claim_due`` of batches of 1, 25 and 100 when ``500 / 50,000 / 500,000 × scale`` are due, for a
+  node owning all 64 shards and for one owning 16 (one node of four).
+
+After each timed claim the claimed jobs are handed back unchanged (not timed), so the backlog
+keeps its size. It also records ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim at the largest
+backlog, with the custom plan and with the generic plan PostgreSQL may switch to.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import psycopg
+from psycopg.rows import dict_row
+
+from pgpulse.app import connect
+from pgpulse.bench.common import BENCH_SQL, Result, db_now, fresh_db, load_jobs, pct, q
+from pgpulse.sql import QUERIES
+from pgpulse.store import Store
+
+ALL_SHARDS = tuple(range(64))
+QUARTER_SHARDS = tuple(range(0, 64, 4))
+BATCHES = (1, 25, 100)
+DUE_LEVELS = (500, 50_000, 500_000)
+
+
+async def _time_claims(store: Store, shards: tuple[int, ...], batch: int,
+                       samples: int) -> list[float]:
+    """Latency of ``samples`` claims, in ms; each claim's jobs are handed back untimed."""
+    out: list[float] = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        jobs = await store.claim_due("bench-claim", shards, batch, lease=60.0)
+        out.append((time.perf_counter() - start) * 1000)
+        if jobs:
+            async with store.pool.connection() as conn:
+                await conn.execute(BENCH_SQL["unclaim"], {"ids": [job.id for job in jobs]})
+    return out
+
+
+async def _time_empty(store: Store, shards: tuple[int, ...], samples: int,
+                      ) -> tuple[list[float], list[float]]:
+    claims: list[float] = []
+    nexts: list[float] = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        await store.claim_due("bench-claim", shards, 10, lease=60.0)
+        claims.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        await store.next_due(shards)
+        nexts.append((time.perf_counter() - start) * 1000)
+    return claims, nexts
+
+
+def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: bool) -> str:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim, run and rolled back.
+
+    Args:
+        dsn: the database.
+        shards: the shards claimed from.
+        batch: the claim's limit.
+        generic: plan with ``plan_cache_mode = force_generic_plan`` (the plan a prepared
+            statement may switch to after five executions) instead of a custom plan.
+    """
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        if generic:
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+        with conn.transaction(force_rollback=True):
+            cur = conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + QUERIES["claim_due"],
+                {"node": "bench-explain", "shards": list(shards), "limit": batch,
+                 "lease": 60.0, "now": None})
+            return "\n".join(row["QUERY PLAN"] for row in cur.fetchall())
+
+
+async def run(server_dsn: str, scale: float, *, samples: int = 200) -> Result:
+    """Run scenario 1 and return its table.
+
+    Args:
+        server_dsn: the benchmarked server (any database; a fresh one is created).
+        scale: fraction of the issue's sizes (1 = 1,000,000 stored).
+        samples: timed claims per cell.
+    """
+    stored = max(int(1_000_000 * scale), 1000)
+    dsn = await fresh_db(server_dsn, "pgpulse_bench_claim")
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        now = db_now(conn)
+    loading = time.perf_counter()
+    load_jobs(dsn, stored, schedule="@every 1h", kind="interval",
+              base=now + timedelta(days=1), modulo=86400, step=1.0)
+    load_s = time.perf_counter() - loading
+    result = Result("1", f"poll and claim latency, {stored:,} jobs stored",
+                    ["due", "shards", "batch", "p50 ms", "p99 ms", "max ms", "claims"])
+    plans: dict[str, str] = {}
+    samples_raw: dict[str, list[float]] = {}
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        first_id = q(conn, "first_id")[0]["first_id"]
+    async with connect(dsn, max_size=2, migrate=False) as store:
+        claims, nexts = await _time_empty(store, ALL_SHARDS, samples)
+        for label, values in (("claim_due (empty poll)", claims), ("next_due", nexts)):
+            result.rows.append([0, 64, label, pct(values, 50), pct(values, 99), max(values),
+                                len(values)])
+            samples_raw[f"empty/{label}"] = values
+        for level in DUE_LEVELS:
+            due = max(int(level * scale), 1)
+            with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+                q(conn, "make_due", {"due": due, "first_id": first_id})
+                conn.execute("VACUUM (ANALYZE) scheduled_jobs")
+            for shards in (ALL_SHARDS, QUARTER_SHARDS):
+                for batch in BATCHES:
+                    values = await _time_claims(store, shards, batch, samples)
+                    result.rows.append([due, len(shards), batch, pct(values, 50),
+                                        pct(values, 99), max(values), len(values)])
+                    samples_raw[f"{due}/{len(shards)}/{batch}"] = values
+        for generic in (False, True):
+            key = "generic" if generic else "custom"
+            plans[key] = explain_claim(dsn, ALL_SHARDS, 100, generic=generic)
+            plans[f"{key}_16_shards"] = explain_claim(dsn, QUARTER_SHARDS, 100,
+                                                      generic=generic)
+    result.notes.append(f"{stored:,} jobs loaded in {load_s:.1f} s (INSERT ... SELECT per "
+                        "100,000 rows, then VACUUM ANALYZE)")
+    result.notes.append("claim latency seen by the node (round trip + building ClaimedJob), "
+                        "through the Store's pool: statements prepared after 5 uses, as a "
+                        "node does")
+    result.notes.append(f"EXPLAIN (ANALYZE, BUFFERS) of the claim of 100 at {due:,} due is in "
+                        "the JSON (custom and generic plans) and in docs/benchmarks.md")
+    result.data.update({"stored": stored, "load_s": load_s, "plans": plans,
+                        "samples_ms": samples_raw,
+                        "due_levels": [max(int(lv * scale), 1) for lv in DUE_LEVELS]})
+    return result
+

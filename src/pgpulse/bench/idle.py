@@ -1,0 +1,93 @@
+"""Scenario 6: idle cost — 4 nodes, ``1,000,000 × scale`` jobs stored, nothing due.
+
+Once the nodes split the shards, for ``window`` seconds (60 at scale 1):
+
+* statements/s per node: transactions this database saw (``pg_stat_database``; every autocommit
+  statement is one) over the window, divided by the nodes — LISTEN sessions idle in between;
+* sessions/s: connections opened to the database per second (all nodes);
+* node CPU (% of one core, mean per node) and RSS (MB, mean per node);
+* database CPU (% of one core) for this database's backends and WAL/checkpoint writers.
+
+Backends report their counters to ``pg_stat_database`` up to 1 s late (10 s when idle), which
+blurs a window's edges by a few statements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from pgpulse.bench.common import (
+    DbCpu,
+    Result,
+    admin,
+    db_now,
+    drop_db,
+    fresh_db,
+    load_jobs,
+    q,
+    register_handler,
+)
+from pgpulse.bench.nodes import NodeCluster
+
+DB_NAME = "pgpulse_bench_idle"
+
+
+def jobs_for(scale: float) -> int:
+    """Stored jobs at ``scale`` (the issue's 1,000,000 at scale 1)."""
+    return max(int(1_000_000 * scale), 10_000)
+
+
+def window_for(scale: float) -> float:
+    """Measured seconds at ``scale`` (the issue's minute at scale 1, 20 s when quick)."""
+    return min(60.0, max(20.0, 60.0 * scale))
+
+
+async def run(server_dsn: str, scale: float, *, nodes: int = 4, slots: int = 50,
+              poll: float = 5.0) -> Result:
+    """Run scenario 6 and return its table.
+
+    Args:
+        server_dsn: the benchmarked server.
+        scale: fraction of the issue's sizes.
+        nodes: node processes.
+        slots: ``--slots`` of each node.
+        poll: ``--poll`` of each node (seconds): the longest sleep with nothing due.
+    """
+    jobs = jobs_for(scale)
+    window = window_for(scale)
+    dsn = await fresh_db(server_dsn, DB_NAME)
+    with admin(dsn) as conn:
+        far = db_now(conn) + timedelta(days=1)
+    load_jobs(dsn, jobs, schedule="@every 1d", kind="interval", base=far, modulo=3600,
+              step=1.0)
+    register_handler(dsn)
+    result = Result("6", f"idle cost, {nodes} nodes, {jobs:,} jobs stored, nothing due for "
+                         f"{window:g} s (--poll {poll:g}, --heartbeat 2)",
+                    ["statements/s per node", "sessions opened/s", "node CPU % per node",
+                     "node RSS MB", "DB CPU %"])
+    with NodeCluster(dsn, nodes, slots=slots, poll=poll) as cluster:
+        await asyncio.to_thread(cluster.wait_settled)
+        await asyncio.sleep(2.0)  # let start-up statements reach the statistics
+        with admin(dsn) as conn, DbCpu(dsn) as meter:
+            before = q(conn, "db_activity")[0]
+            cpu0, wall0 = cluster.cpu_seconds(), time.perf_counter()
+            await asyncio.sleep(window)
+            after = q(conn, "db_activity")[0]
+            cpu1, wall = cluster.cpu_seconds(), time.perf_counter() - wall0
+            rss = cluster.rss_bytes()
+    drop_db(server_dsn, DB_NAME)
+    # the two pg_stat_database reads are statements of this database too
+    xacts = after["xacts"] - before["xacts"] - 1
+    per_node = xacts / wall / nodes
+    node_cpu = sum(b - a for a, b in zip(cpu0, cpu1, strict=True)) / nodes / wall * 100
+    result.rows.append([per_node, (after["sessions"] - before["sessions"]) / wall, node_cpu,
+                        sum(rss) / len(rss) / 2**20, meter.seconds() / wall * 100])
+    budget = 1 / poll + 1 / 2.0
+    result.notes.append(f"the issue's budget: one claim per poll interval plus the heartbeat = "
+                        f"{budget:.2f} statements/s per node, under 2% of a core per node")
+    result.data.update({"jobs": jobs, "nodes": nodes, "window": window, "poll": poll,
+                        "statements_per_node_s": per_node, "node_cpu_pct": node_cpu,
+                        "budget": budget})
+    return result

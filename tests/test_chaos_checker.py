@@ -1,0 +1,265 @@
+"""The chaos checker on hand-made histories: clean ones pass, and each violation it must catch
+makes it fail (so the checker itself is proven, not only the engine)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import utc
+from pgpulse.chaos.checker import Verdict, check
+from pgpulse.chaos.history import (
+    Execution,
+    Fault,
+    History,
+    Job,
+    NodeExit,
+    Run,
+    RunEvent,
+    dump_history,
+    load_history,
+)
+from pgpulse.chaos.timing import percentile
+
+T0 = utc(2026, 1, 1, 12, 0, 0)  # the job's anchor: it fires at T0+1s, T0+2s, ...
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+class Recorder:
+    """Builds a history the way a run writes it: claims, executions, outcomes."""
+
+    def __init__(self) -> None:
+        self.executions: list[Execution] = []
+        self.events: list[RunEvent] = []
+        self.runs: dict[tuple[int, datetime], Run] = {}
+        self.token = 0
+
+    def event(self, job: int, sf: float, outcome: str, token: int | None, node: str | None,
+              when: float, attempts: int = 1) -> None:
+        self.events.append(RunEvent(len(self.events) + 1, job, at(sf), outcome, attempts,
+                                    token, node, at(when)))
+        self.runs[(job, at(sf))] = Run(job, at(sf), outcome, attempts, token)
+
+    def run(self, sf: float, *, node: str = "n1", start: float | None = None,
+            duration: float = 0.1, result: str | None = "applied", recorded: bool = True,
+            lease_ok_at_end: bool = True, job: int = 1, attempt: int = 1) -> int:
+        """One execution of occurrence ``sf`` (claimed at ``start``); returns its token."""
+        self.token += 1
+        begin = sf if start is None else start
+        self.event(job, sf, "running", self.token, node, begin, attempt)
+        end = begin + duration if result is not None else None
+        self.executions.append(Execution(
+            len(self.executions) + 1, job, at(sf), attempt, self.token, node, "quick",
+            at(begin + 0.001), None if end is None else at(end), result, True,
+            None if result is None else lease_ok_at_end))
+        if recorded and end is not None:
+            self.event(job, sf, "succeeded" if result == "applied" else "retrying",
+                       self.token, node, end + 0.002, attempt)
+        return self.token
+
+    def history(self, *, faults: tuple[Fault, ...] = (), settle: float = 5.5,
+                jobs: tuple[Job, ...] | None = None, checked: float = 20.0,
+                **extra: Any) -> History:
+        return History(
+            executions=tuple(self.executions), run_events=tuple(self.events),
+            runs=tuple(self.runs.values()),
+            jobs=jobs if jobs is not None else (JOB,), faults=faults, settle_at=at(settle),
+            checked_at=at(checked), lease=4.0, heartbeat=0.5, **extra)
+
+
+JOB = Job(1, "tick", "@every 1s", "UTC", "chaos.quick", "backfill", T0, "idle")
+
+
+def clean(n: int = 5) -> Recorder:
+    rec = Recorder()
+    for second in range(1, n + 1):
+        rec.run(second)
+    return rec
+
+
+def failed(verdict: Verdict) -> set[str]:
+    return {f.name for f in verdict.figures if not f.ok}
+
+
+def test_a_clean_history_passes_with_every_figure_zero() -> None:
+    verdict = check(clean().history())
+    assert verdict.ok and failed(verdict) == set()
+    for name in ("duplicates", "overlaps", "double claims", "lost", "unrecorded", "stuck",
+                 "node crashes", "fenced", "re-executed", "stale effects"):
+        assert verdict.figure(name).value == "0", name
+    assert "n=5" in verdict.figure("lag steady").value
+    assert "executions" in verdict.table()
+
+
+def test_an_occurrence_run_again_after_its_recorded_success_is_a_duplicate() -> None:
+    rec = clean()
+    rec.run(3, node="n2", start=5.5)  # succeeded at 3.1, then ran again
+    verdict = check(rec.history())
+    assert failed(verdict) == {"duplicates"}
+    assert "recorded succeeded" in verdict.figure("duplicates").examples[0]
+
+
+def test_a_reexecution_after_a_kill_between_effect_and_outcome_is_at_least_once() -> None:
+    rec = clean(2)
+    rec.run(3, node="n1", recorded=False)  # effect at 3.1, killed before its outcome write
+    rec.event(1, 3, "retrying", rec.token, "n1", 7.5)  # reaped
+    rec.run(3, node="n2", start=7.6, attempt=2)
+    rec.run(4, node="n2", start=7.8)
+    rec.run(5, node="n2", start=8.0)
+    kill = Fault("kill", "n1", at(3.15), at(4.0), "SIGKILL n1")
+    verdict = check(rec.history(faults=(kill,)))
+    assert verdict.ok
+    assert verdict.figure("duplicates").value == "0"
+    assert verdict.figure("re-executed").value == "1"
+    assert "kill of n1" in verdict.figure("re-executed").examples[0]
+
+
+def test_an_interrupted_attempt_with_no_fault_on_its_node_is_a_duplicate() -> None:
+    rec = clean(2)
+    rec.run(3, node="n1", recorded=False)
+    rec.event(1, 3, "retrying", rec.token, "n1", 7.5)
+    rec.run(3, node="n2", start=8, attempt=2)
+    verdict = check(rec.history(faults=(Fault("kill", "n3", at(3.1), at(4), ""),), settle=3.5))
+    assert failed(verdict) == {"duplicates"}
+    assert "no fault on its node" in verdict.figure("duplicates").examples[0]
+
+
+def test_a_zombie_write_accepted_after_its_lease_expired_is_a_duplicate() -> None:
+    rec = clean(2)
+    rec.run(3, node="n1", duration=6, recorded=False, lease_ok_at_end=False)
+    rec.event(1, 3, "retrying", rec.token, "n1", 9.2)  # reaped only after the zombie wrote
+    rec.run(3, node="n2", start=9.5, attempt=2)
+    pause = Fault("pause", "n1", at(3.5), at(8.9), "SIGSTOP n1")
+    verdict = check(rec.history(faults=(pause,), settle=3.5))
+    assert failed(verdict) == {"duplicates", "fenced"}  # and the guard never fired
+    assert verdict.figure("stale effects").value == "1"
+    assert "after its lease had expired" in verdict.figure("duplicates").examples[0]
+
+
+def test_two_unfenced_executions_at_once_are_an_overlap() -> None:
+    rec = clean(2)
+    rec.run(3, node="n1", duration=2.0, recorded=False, lease_ok_at_end=False)
+    rec.event(1, 3, "retrying", rec.token, "n1", 3.9)  # reaped, yet its handler runs on ...
+    rec.run(4, node="n2", start=4.0)  # ... while n2 runs the next occurrence
+    verdict = check(rec.history(settle=4.5, jobs=(replace(JOB, catch_up="skip"),)))
+    assert failed(verdict) == {"overlaps"}
+
+
+def test_a_fenced_zombie_is_counted_not_failed() -> None:
+    rec = clean(2)
+    rec.run(3, node="n1", duration=8, result="fenced", recorded=False, lease_ok_at_end=False)
+    rec.event(1, 3, "retrying", 3, "n1", 7.2)
+    rec.run(3, node="n2", start=7.4, attempt=2)
+    pause = Fault("pause", "n1", at(3.2), at(10.0), "SIGSTOP n1")
+    verdict = check(rec.history(faults=(pause,), settle=3.5))
+    assert verdict.ok and verdict.figure("fenced").value == "1"
+    assert verdict.figure("overlaps").value == "0"  # the fenced one does not count
+
+
+def test_no_fenced_write_despite_zombies_is_flagged_but_does_not_fail_the_run() -> None:
+    pause = Fault("pause", "n1", at(1.5), at(2.0), "SIGSTOP n1")
+    verdict = check(clean().history(faults=(pause,)))
+    assert verdict.ok and failed(verdict) == {"fenced"}
+
+
+def test_a_claim_while_another_token_is_open_is_a_double_claim() -> None:
+    rec = clean(3)
+    rec.event(1, 4, "running", 10, "n1", 4.0)
+    rec.event(1, 4, "running", 11, "n2", 4.5)  # n1's claim neither ended nor was reaped
+    rec.event(1, 4, "succeeded", 11, "n2", 4.6)
+    rec.event(1, 5, "running", 9, "n2", 5.0)  # and a token that went backwards
+    rec.event(1, 5, "succeeded", 9, "n2", 5.1)
+    verdict = check(rec.history())
+    assert "double claims" in failed(verdict)
+    assert verdict.figure("double claims").value == "2"
+
+
+def test_a_backfill_occurrence_without_success_is_lost_and_a_missing_one_unrecorded() -> None:
+    rec = clean(3)
+    rec.run(4, result="failed")  # recorded 'retrying', never succeeded
+    verdict = check(rec.history(settle=5.5))  # 5 is due too, and has no row at all
+    assert failed(verdict) == {"lost", "unrecorded"}
+    assert verdict.figure("lost").value == "1" and verdict.figure("unrecorded").value == "1"
+
+
+def test_skipped_occurrences_of_a_skip_job_are_accounted_for() -> None:
+    rec = clean(2)
+    for second in (3, 4):
+        rec.event(1, second, "skipped", None, None, 5.01)
+    rec.run(5)
+    verdict = check(rec.history(jobs=(replace(JOB, catch_up="skip"),)))
+    assert verdict.ok
+
+
+def test_a_job_running_on_an_expired_lease_after_settling_is_stuck() -> None:
+    stuck = replace(JOB, status="running", lease_expires_at=at(10), locked_by="n1")
+    assert failed(check(clean().history(jobs=(stuck,), checked=20))) == {"stuck"}
+    recent = replace(stuck, lease_expires_at=at(19.5))  # the sweeper may not have run yet
+    assert check(clean().history(jobs=(recent,), checked=20)).ok
+
+
+def test_a_node_that_exits_by_itself_fails_the_run() -> None:
+    verdict = check(clean().history(node_exits=(NodeExit("n1", at(3), 1),)))
+    assert failed(verdict) == {"node crashes"}
+
+
+def test_lag_counts_from_the_later_of_due_time_and_the_previous_run_end() -> None:
+    rec = Recorder()
+    rec.run(1, duration=2.5)  # a slow run: occurrence 2 must wait until 3.5
+    rec.run(2, start=3.6)
+    rec.run(3, start=4.0)  # inside the fault window below
+    delay = Fault("delay", "n1", at(3.8), at(3.9), "")
+    steady = check(rec.history(faults=(delay,), settle=3.5)).figure("lag steady").value
+    assert steady.startswith("p50 0.001s") and "max 0.099s" in steady and "n=2" in steady
+    assert "n=1" in check(rec.history(faults=(delay,), settle=3.5)).figure("lag in faults").value
+
+
+def test_recovery_runs_from_a_kill_to_the_next_claim_of_each_held_job() -> None:
+    rec = clean(2)
+    rec.event(1, 3, "running", 3, "n1", 3.0)  # n1 holds occurrence 3 ...
+    rec.event(1, 3, "retrying", 3, "n1", 7.5)  # ... is killed at 3.5, reaped at 7.5
+    rec.token = 3
+    rec.run(3, node="n2", start=7.75, attempt=2)
+    kill = Fault("kill", "n1", at(3.5), at(4.5), "")
+    verdict = check(rec.history(faults=(kill,), settle=3.5))
+    assert verdict.figure("recovery").value.startswith("p50 4.250s")
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
+    assert percentile(list(map(float, range(1, 101))), 99) == 99.0
+    assert percentile([5.0], 99) == 5.0
+
+
+def test_a_history_survives_a_round_trip_through_json(tmp_path: Path) -> None:
+    history = clean().history(faults=(Fault("kill", "n1", at(1), at(2), "x"),))
+    dump_history(history, tmp_path / "h.json")
+    assert load_history(tmp_path / "h.json") == history
+
+
+@pytest.mark.parametrize("bad", ["duplicates", "overlaps"])
+def test_the_exit_rule_follows_the_must_be_zero_figures(bad: str) -> None:
+    rec = clean(2)
+    if bad == "duplicates":
+        rec.run(2, node="n2", start=2.5)
+    else:
+        rec.run(3, duration=1.5)
+        rec.run(4, node="n2", start=4.0)
+    assert not check(rec.history(settle=2.5)).ok
+
+
+def test_occurrences_the_job_has_not_reached_yet_are_queued_not_lost() -> None:
+    rec = clean(3)  # 4 and 5 are due by the settle point; the job still holds 4 (a backlog)
+    rec.event(1, 4, "running", 4, "n1", 5.4)
+    behind = replace(JOB, status="running", scheduled_for=at(4), lease_expires_at=at(9.4))
+    verdict = check(rec.history(jobs=(behind,), settle=5.5, checked=6))
+    assert verdict.ok
+    assert verdict.figure("queued at check").value == "2"
+    assert verdict.figure("lost").value == "0" and verdict.figure("unrecorded").value == "0"
