@@ -138,7 +138,7 @@ WHERE state = 'alive' AND last_heartbeat > now() - make_interval(secs => %(ttl)s
 SELECT substr(a.application_name, 9) AS node_id
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.classid::bigint = 0 AND l.objid::bigint = %(key)s
-  AND l.granted
+  AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 LIMIT 1;
 
 -- name: progress

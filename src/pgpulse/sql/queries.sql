@@ -331,6 +331,7 @@ SELECT n.node_id, n.hostname, n.pid, n.state, n.started_at, n.last_heartbeat,
         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE l.locktype = 'advisory' AND l.classid::bigint = 0
           AND l.objid::bigint = %(leader_key)s AND l.granted
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
         LIMIT 1) AS leader
 FROM pgpulse_nodes n
 ORDER BY n.node_id;
