@@ -255,3 +255,23 @@ async def test_a_node_that_knows_the_handler_revives_the_failed_job(
             await ran.wait()
     job = db.execute("SELECT status, last_error, last_outcome FROM scheduled_jobs").fetchone()
     assert job == {"status": "idle", "last_error": None, "last_outcome": "succeeded"}
+
+
+async def test_status_names_this_databases_leader_on_a_shared_server(
+    store: Store, dsn: str, server_dsn: str
+) -> None:
+    """Another Pulse cluster in another database of the same server has its own leader."""
+    from pgpulse.database import connect
+    from pgpulse.store import LEADER_LOCK_KEY
+
+    other = await connect(server_dsn, application_name="pgpulse:other-cluster-node")
+    try:
+        await other.execute("SELECT pg_advisory_lock(%s)", (LEADER_LOCK_KEY,))
+        mine = node(store, dsn, {}, node_id="mine")
+        await mine.start()
+        assert await mine.sweeper.run_once() == 0 and mine.sweeper.is_leader
+        nodes = await store.cluster_nodes(ttl=10)
+        assert [(n["node_id"], n["leader"]) for n in nodes] == [("mine", True)]
+    finally:
+        await other.close()
+        await mine.sweeper.close()
