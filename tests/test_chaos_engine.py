@@ -97,7 +97,7 @@ async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt(
             n._start(_claimed(7, token=2), time.monotonic())
             return set()  # token 1 no longer runs: its renewal is refused
 
-    n.store = RacingStore()  # type: ignore[assignment]
+    n.beat = RacingStore()  # type: ignore[assignment]
     try:
         await n.renew_once()
         assert n.running[7].job.fencing_token == 2

@@ -5,9 +5,9 @@ the asyncpg event broker, in scenario 7 of ``pgpulse bench``.
   all due. A firing is APScheduler's whole path: the schedule is acquired and released with its
   next fire time, a job row is added, acquired, run and released with its result stored
   (``job_result_expiration_time`` = 1 h, APScheduler's run history; counted in ``job_results``).
-* steady: ``--jobs`` ``IntervalTrigger(seconds=60)`` schedules whose start times are spread evenly
-  over the minute (millisecond offsets, as for Pulse). Lag = job start minus
-  ``scheduled_fire_time``.
+* steady: ``--jobs`` ``IntervalTrigger(seconds=60)`` schedules spread over the minute as for
+  Pulse: job k starts at second ``k mod 60`` (Pulse's grid is whole seconds). Lag = job start
+  minus ``scheduled_fire_time``.
 
 Schedules are bulk-inserted through the data store's own table and serializer (the rows
 ``add_schedule`` would write), since adding 1,000,000 schedules one call at a time would take
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -68,36 +69,40 @@ async def setup(dsn: str) -> None:
     await engine.dispose()
 
 
-async def _insert(dsn: str, triggers: list[IntervalTrigger]) -> None:
+async def _insert(dsn: str, jobs: int, trigger_of: Callable[[int], IntervalTrigger]) -> None:
+    """Insert schedules ``s0..s<jobs-1>`` (``trigger_of(k)`` each), :data:`BATCH` per
+    statement, built batch by batch so a million never sit in memory at once."""
     engine = _engine(dsn)
     store = SQLAlchemyDataStore(engine)
-    rows: list[dict[str, Any]] = []
-    for i, trigger in enumerate(triggers):
-        schedule = Schedule(id=f"s{i}", task_id=TASK, trigger=trigger,
-                            coalesce=CoalescePolicy.latest, misfire_grace_time=None,
-                            metadata={}, max_jitter=None, job_executor="async",
-                            job_result_expiration_time=timedelta(hours=1))
-        schedule.next_fire_time = trigger.next()  # as add_schedule does
-        rows.append(store._convert_outgoing_fire_times(schedule.marshal(store.serializer)))
     async with engine.begin() as conn:
-        for start in range(0, len(rows), BATCH):
-            await conn.execute(store._t_schedules.insert(), rows[start:start + BATCH])
+        for start in range(0, jobs, BATCH):
+            rows: list[dict[str, Any]] = []
+            for k in range(start, min(jobs, start + BATCH)):
+                trigger = trigger_of(k)
+                schedule = Schedule(id=f"s{k}", task_id=TASK, trigger=trigger,
+                                    coalesce=CoalescePolicy.latest, misfire_grace_time=None,
+                                    metadata={}, max_jitter=None, job_executor="async",
+                                    job_result_expiration_time=timedelta(hours=1))
+                schedule.next_fire_time = trigger.next()  # as add_schedule does
+                rows.append(store._convert_outgoing_fire_times(
+                    schedule.marshal(store.serializer)))
+            await conn.execute(store._t_schedules.insert(), rows)
     await engine.dispose()
 
 
 async def load_drain(dsn: str, jobs: int) -> None:
     """``jobs`` hourly schedules, each due once within the last 30 minutes."""
     now = datetime.now(UTC)
-    await _insert(dsn, [IntervalTrigger(hours=1, start_time=now - timedelta(
-        seconds=1800 - i % 1800)) for i in range(jobs)])
+    await _insert(dsn, jobs, lambda k: IntervalTrigger(
+        hours=1, start_time=now - timedelta(seconds=1800 - k % 1800)))
 
 
 async def load_steady(dsn: str, jobs: int, base: float, duration: float) -> int:
-    """``jobs`` every-60-s schedules starting at ``base + k·60/jobs`` s; returns how many
+    """``jobs`` every-60-s schedules starting at ``base + (k mod 60)`` s; returns how many
     occurrences fall within the window."""
-    await _insert(dsn, [IntervalTrigger(seconds=60, start_time=datetime.fromtimestamp(
-        base + k * 60 / jobs, UTC)) for k in range(jobs)])
-    return steady_expected(jobs, duration, lambda k: k * 60 / jobs)
+    await _insert(dsn, jobs, lambda k: IntervalTrigger(
+        seconds=60, start_time=datetime.fromtimestamp(base + k % 60, UTC)))
+    return steady_expected(jobs, duration, lambda k: float(k % 60))
 
 
 async def worker(dsn: str, mode: str, jobs: int, concurrency: int,

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from array import array
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,10 +84,10 @@ class Peer:
     """
 
     name: str
-    setup: Callable[[str], Awaitable[None]]
-    load_drain: Callable[[str, int], Awaitable[None]]
-    load_steady: Callable[[str, int, float, float], Awaitable[int]]
-    worker: Callable[[str, str, int, int, Any], Awaitable[None]]
+    setup: Callable[[str], Coroutine[Any, Any, None]]
+    load_drain: Callable[[str, int], Coroutine[Any, Any, None]]
+    load_steady: Callable[[str, int, float, float], Coroutine[Any, Any, int]]
+    worker: Callable[[str, str, int, int, Any], Coroutine[Any, Any, None]]
     done_sql: str
     drain_note: str
     steady_note: str

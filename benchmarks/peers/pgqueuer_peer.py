@@ -8,7 +8,7 @@ offset. So both scenarios use its queue, the part that carries its throughput:
   the job is dequeued, run, deleted from the queue and logged ``successful`` in
   ``pgqueuer_log`` (PgQueuer's run history, counted).
 * steady: every occurrence the window holds (``--jobs`` jobs every 60 s, spread over the minute
-  with millisecond offsets, as for Pulse) enqueued in advance as a delayed job whose
+  as for Pulse: job k at second ``k mod 60``) enqueued in advance as a delayed job whose
   ``execute_after`` is set to the occurrence's instant exactly. Lag = start minus that instant.
 
 Run it through ``pgpulse bench --only 7`` or directly from ``.venv-bench``::
@@ -71,10 +71,10 @@ async def load_drain(dsn: str, jobs: int) -> None:
 async def load_steady(dsn: str, jobs: int, base: float, duration: float) -> int:
     """Enqueue every occurrence within ``[base, base + duration]`` as a delayed job; returns
     how many."""
-    instants = [base + k * 60 / jobs + 60 * m for k in range(jobs)
-                for m in range(int(duration // 60) + 1) if k * 60 / jobs + 60 * m <= duration]
+    instants = [base + k % 60 + 60 * m for k in range(jobs)
+                for m in range(int(duration // 60) + 1) if k % 60 + 60 * m <= duration]
     await _enqueue(dsn, [struct.pack(">q", round(at * 1e6)) for at in instants])
-    return steady_expected(jobs, duration, lambda k: k * 60 / jobs)
+    return steady_expected(jobs, duration, lambda k: float(k % 60))
 
 
 async def worker(dsn: str, mode: str, jobs: int, concurrency: int,

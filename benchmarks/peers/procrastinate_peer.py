@@ -6,8 +6,8 @@
   (``batch_defer_async``). A firing: the job is fetched, run and marked ``succeeded`` (its row
   stays, with its events: Procrastinate's run history).
 * steady: ``--jobs`` periodic tasks of one no-op task (``periodic_id`` 0..N-1), job k on cron
-  ``* * * * * S`` with ``S = floor(k·60/N)`` — the closest spread Procrastinate can express
-  (its cron has one-second resolution, so each second's jobs fall due together). Every worker
+  ``* * * * * S`` with ``S = k mod 60`` — the same spread as Pulse's (both have one-second
+  resolution, so each second's N/60 jobs fall due together). Every worker
   runs the periodic deferrer, as Procrastinate does; the database refuses duplicate defers.
   Lag = job start minus the periodic ``timestamp`` the job receives.
 
@@ -48,7 +48,7 @@ def _register(app: App) -> None:
 
 
 def _second(k: int, jobs: int) -> int:
-    return k * 60 // jobs
+    return k % 60
 
 
 async def setup(dsn: str) -> None:

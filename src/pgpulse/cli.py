@@ -429,14 +429,18 @@ _add_web_commands()
               help="Seed of the fault plan and workload [default: random, printed].")
 @click.option("--jobs", type=click.IntRange(7), default=300, show_envvar=True,
               help="Jobs in the workload.")
+@click.option("--guard", type=click.Choice(["token", "lease"]), default="token",
+              show_envvar=True, help="Effect guard: README's token rule, or token + live lease.")
 @click.pass_obj
 def chaos(obj: dict[str, Any], duration: float, nodes: int, seed: int | None,
-          jobs: int) -> None:
+          jobs: int, guard: str) -> None:
     """Kill, pause, partition and restart a live cluster; check the history; exit 1 on a
     duplicate, overlap, lost or stuck run. Starts its own PostgreSQL unless --database-url."""
+    from pgpulse.chaos.cluster import NodeSettings
     from pgpulse.chaos.runner import ChaosConfig, run_chaos
 
     config = ChaosConfig(duration=duration, nodes=nodes, seed=seed, jobs=jobs,
+                         node=NodeSettings(guard=guard),
                          database_url=obj["database_url"], data_dir=obj["data_dir"])
     sys.exit(0 if _run(run_chaos(config, click.echo)).ok else 1)
 

@@ -6,9 +6,11 @@ which node holds the leader lock, and uses dict rows.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import conninfo
@@ -22,6 +24,14 @@ from pgpulse.errors import DatabaseUnavailable, InvalidInput
 CONNECT_TIMEOUT = 5
 
 AsyncConn = psycopg.AsyncConnection[DictRow]
+
+
+class ConnectionSource(Protocol):
+    """Where the store gets a connection: a pool, or one :class:`Session`."""
+
+    def connection(self) -> contextlib.AbstractAsyncContextManager[AsyncConn]:
+        """Lend a connection for the duration of an ``async with`` block."""
+        ...
 
 
 def resolve_dsn(database_url: str | None, data_dir: Path | None = None) -> str:
@@ -99,3 +109,48 @@ async def open_pool(dsn: str, *, application_name: str, max_size: int,
     )
     await pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
     return pool
+
+
+class Session:
+    """One dedicated connection that is opened again on the next use after it broke.
+
+    A pool reconnects with its own exponential backoff (1 s, 2 s, 4 s...), so after a short
+    database restart it can stay away for twice the outage. A node's heartbeats and lease
+    renewals go through a session instead: each heartbeat tries a fresh connection at once,
+    so a lease survives an outage shorter than itself. Use from one task at a time.
+
+    Args:
+        dsn: the database.
+        application_name: shown in ``pg_stat_activity``.
+    """
+
+    def __init__(self, dsn: str, application_name: str) -> None:
+        self.dsn = dsn
+        self.application_name = application_name
+        self._conn: AsyncConn | None = None
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConn]:
+        """Lend the session's connection, connecting first if there is none.
+
+        Raises:
+            DatabaseUnavailable: the connection could not be opened.
+        """
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            await self.close()
+            self._conn = await connect(self.dsn, application_name=self.application_name)
+        conn = self._conn
+        try:
+            yield conn
+        except BaseException:
+            # A failed or cancelled statement may leave the connection mid-query: start afresh.
+            if conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Close the connection, if any."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()

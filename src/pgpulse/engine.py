@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 
 from pgpulse import metrics
-from pgpulse.database import connect
+from pgpulse.database import Session, connect
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable
 from pgpulse.handlers import Handler
@@ -120,6 +120,10 @@ class Node:
         self.node_id = self.config.node_id
         self.shards: tuple[int, ...] = ()
         self.running: dict[int, _Attempt] = {}
+        # Heartbeats and renewals use their own session, which reconnects at once after a
+        # database restart (the pool would back off for seconds: leases would be lost).
+        self._beat_session = Session(dsn, f"pgpulse:{self.node_id}:beat")
+        self.beat = Store(self._beat_session)
         self.sweeper = Sweeper(store, dsn, self.node_id, keep_runs=self.config.keep_runs,
                                backup_delay=self.config.node_ttl)
         self.recorder = OutcomeRecorder(store)
@@ -137,7 +141,8 @@ class Node:
         await self.store.register_node(self.node_id, hostname=socket.gethostname(),
                                        pid=os.getpid(), slots=self.config.slots,
                                        handlers=list(self.handlers))
-        await self.heartbeat_once()
+        with _quiet_db_errors("first heartbeat"):  # no shards until a heartbeat gets through
+            await self.heartbeat_once()
         revived = await self.store.revive_jobs(list(self.handlers))
         if revived:
             log.info("revived %d jobs whose handler this node knows", revived,
@@ -156,7 +161,11 @@ class Node:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._claim_loop(), name="claim")
-                group.create_task(self._every(self.heartbeat_once, "heartbeat"), name="heartbeat")
+                # A heartbeat may take as long as a renewal is still useful: a slow link (or a
+                # session reconnecting through one) can still keep the leases.
+                group.create_task(self._every(
+                    self.heartbeat_once, "heartbeat",
+                    self.config.lease - self.config.safety_margin), name="heartbeat")
                 group.create_task(self._every(self.sweeper.run_once, "sweeper"), name="sweeper")
                 group.create_task(self._listen_loop(), name="listen")
         finally:
@@ -192,6 +201,7 @@ class Node:
         with _quiet_db_errors("stop_node"):
             await self.store.stop_node(self.node_id)
         await self.sweeper.close()
+        await self._beat_session.close()
         log.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
 
     # -- claiming --------------------------------------------------------------------------
@@ -289,15 +299,17 @@ class Node:
     # -- heartbeat, leases, shards ---------------------------------------------------------
 
     async def heartbeat_once(self) -> None:
-        """Record liveness, recompute owned shards, renew leases of running attempts."""
+        """Renew the leases of running attempts, then record liveness and recompute the owned
+        shards. Renewal goes first: on a slow link it is the write that keeps work alive."""
+        await self.renew_once()
         state = "draining" if self._stopping.is_set() else "alive"
-        live, _ = await self.store.heartbeat(self.node_id, running=len(self.running),
-                                             shards=self.shards, ttl=self.config.node_ttl,
-                                             state=state)
+        live, _ = await self.beat.heartbeat(self.node_id, running=len(self.running),
+                                            shards=self.shards, ttl=self.config.node_ttl,
+                                            state=state)
         if state == "alive" and self.node_id not in live:
-            await self.store.register_node(self.node_id, hostname=socket.gethostname(),
-                                           pid=os.getpid(), slots=self.config.slots,
-                                           handlers=list(self.handlers))
+            await self.beat.register_node(self.node_id, hostname=socket.gethostname(),
+                                          pid=os.getpid(), slots=self.config.slots,
+                                          handlers=list(self.handlers))
         shards = () if state != "alive" else shards_for(self.node_id, live)
         if shards != self.shards:
             log.info("node %s owns %d shards among %d live nodes", self.node_id, len(shards),
@@ -306,7 +318,6 @@ class Node:
             self.shards = shards
             metrics.set_shards(len(shards))
             self._wake.set()
-        await self.renew_once()
 
     async def renew_once(self) -> None:
         """Renew the leases of every running attempt; cancel those the database refused."""
@@ -314,7 +325,7 @@ class Node:
         if not attempts:
             return
         sent = time.monotonic()
-        renewed = await self.store.renew_leases(
+        renewed = await self.beat.renew_leases(
             [(a.job.id, a.job.fencing_token) for a in attempts], lease=self.config.lease)
         for attempt in attempts:
             if self.running.get(attempt.job.id) is not attempt:
@@ -324,12 +335,13 @@ class Node:
             elif not attempt.finishing:
                 self._lease_lost(attempt.job.id, "the database refused the renewal")
 
-    async def _every(self, step: Any, name: str) -> None:
-        """Run ``step`` every heartbeat interval until stopping; DB errors are logged."""
+    async def _every(self, step: Any, name: str, limit: float | None = None) -> None:
+        """Run ``step`` every heartbeat interval until stopping, each run bounded by ``limit``
+        seconds (default two intervals); DB errors and timeouts are logged."""
         interval = self.config.heartbeat_interval
         while not self._stopping.is_set():
             with _quiet_db_errors(name):
-                async with asyncio.timeout(interval * 2):
+                async with asyncio.timeout(limit or interval * 2):
                     await step()
             await _wait(self._stopping, interval)
 

@@ -14,10 +14,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
-from pgpulse.database import AsyncConn
+from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound, UnknownHandler
 from pgpulse.jobs import JobSpec
 from pgpulse.migrations import migrate
@@ -121,10 +120,11 @@ class Store:
 
     Args:
         pool: an open pool of autocommit connections with dict rows
-            (:func:`pgpulse.database.open_pool`).
+            (:func:`pgpulse.database.open_pool`), or any other connection source such as a
+            node's dedicated heartbeat :class:`~pgpulse.database.Session`.
     """
 
-    def __init__(self, pool: AsyncConnectionPool[AsyncConn]) -> None:
+    def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
 
     async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:

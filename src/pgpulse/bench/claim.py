@@ -19,10 +19,12 @@ import time
 from datetime import timedelta
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgpulse.app import connect
 from pgpulse.bench.common import BENCH_SQL, Result, db_now, fresh_db, load_jobs, pct, q
+from pgpulse.bench.sqltext import to_positional
 from pgpulse.sql import QUERIES
 from pgpulse.store import Store
 
@@ -63,6 +65,10 @@ async def _time_empty(store: Store, shards: tuple[int, ...], samples: int,
 def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: bool) -> str:
     """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim, run and rolled back.
 
+    The claim is ``PREPARE``d from ``QUERIES["claim_due"]`` and explained with ``EXECUTE``, as a
+    node's prepared statement runs (a one-shot parameterised statement is always planned with
+    its values, so it cannot show the generic plan).
+
     Args:
         dsn: the database.
         shards: the shards claimed from.
@@ -70,15 +76,20 @@ def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: boo
         generic: plan with ``plan_cache_mode = force_generic_plan`` (the plan a prepared
             statement may switch to after five executions) instead of a custom plan.
     """
+    text, names = to_positional(QUERIES["claim_due"])
+    values = {"node": "bench-explain", "shards": list(shards), "limit": batch, "lease": 60.0,
+              "now": None}
+    args = sql.SQL(", ").join(sql.Literal(values[name]) for name in names)
     with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        if generic:
-            conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("SET plan_cache_mode = "
+                     + ("force_generic_plan" if generic else "force_custom_plan"))
         with conn.transaction(force_rollback=True):
-            cur = conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS) " + QUERIES["claim_due"],
-                {"node": "bench-explain", "shards": list(shards), "limit": batch,
-                 "lease": 60.0, "now": None})
-            return "\n".join(row["QUERY PLAN"] for row in cur.fetchall())
+            conn.execute(f"PREPARE bench_claim AS {text}")
+            cur = conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_claim({})")
+                               .format(args))
+            plan = "\n".join(row["QUERY PLAN"] for row in cur.fetchall())
+        conn.execute("DEALLOCATE bench_claim")
+        return plan
 
 
 async def run(server_dsn: str, scale: float, *, samples: int = 200) -> Result:

@@ -14,6 +14,8 @@ import asyncio
 import importlib.util
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -61,11 +63,25 @@ async def _empty_db(server_dsn: str) -> str:
 
 
 def _run_script(script: Path, dsn: str, args: list[str], timeout: float) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(script), "--dsn", dsn, *args],
-                          capture_output=True, text=True, timeout=timeout, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    """Run one peer script (in its own process group, so a timeout also ends its workers)
+    and return the JSON object of its last output line.
+
+    Raises:
+        RuntimeError: the script failed or ran past ``timeout`` seconds.
+    """
+    proc = subprocess.Popen([sys.executable, str(script), "--dsn", dsn, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise RuntimeError(f"{script.name} {' '.join(args)}: no result within "
+                           f"{timeout:g} s") from None
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-6:]
+        tail = (stderr or stdout).strip().splitlines()[-6:]
         raise RuntimeError(f"{script.name} {' '.join(args)} failed: " + " | ".join(tail))
     return json.loads(lines[-1])  # type: ignore[no-any-return]
 
@@ -93,14 +109,16 @@ async def run(server_dsn: str, scale: float) -> Result:
             continue
         plan = [(["--mode", "drain", "--jobs", str(drain_jobs), "--processes", str(n),
                   "--seconds", str(window)], 240.0 + drain_jobs / 500) for n in DRAIN_PROCESSES]
+        # the lead covers loading: the first occurrence must still lie ahead once it is done
         plan.append((["--mode", "steady", "--jobs", str(steady_jobs), "--processes",
-                      str(STEADY_PROCESSES), "--seconds", str(duration)],
+                      str(STEADY_PROCESSES), "--seconds", str(duration),
+                      "--lead", str(round(8 + steady_jobs / 4000))],
                      120.0 + duration + steady_jobs / 200))
         for args, timeout in plan:
             dsn = await _empty_db(server_dsn)
             try:
                 figures = await asyncio.to_thread(_run_script, script, dsn, args, timeout)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            except RuntimeError as exc:
                 result.notes.append(f"{script_name} {args[1]}: {exc}")
                 continue
             finally:

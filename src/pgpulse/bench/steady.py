@@ -1,9 +1,10 @@
 """Scenario 4: steady state — ``100,000 × scale`` ``@every 60s`` jobs spread over the minute.
 
-Each job's anchor (and first occurrence) is ``base + k × 60 / jobs`` seconds for ``k`` in
-``0..jobs-1``, so a steady ``jobs / 60`` firings per second arrive evenly. ``nodes`` node
-processes start and split the shards before ``base``; every occurrence scheduled within
-``[base, base + duration]`` is measured:
+Pulse's interval grid is whole seconds (``schedule.py`` truncates anchors; ``upsert_jobs``
+stores whole-second occurrences), so "spread over the minute" means job ``k`` is anchored at
+``base + (k mod 60)`` s: ``jobs / 60`` jobs fall due together at each whole second — a small
+herd every second (1,667 at scale 1). ``nodes`` node processes start and split the shards before
+``base``; every occurrence scheduled within ``[base, base + duration]`` is measured:
 
 * lag: handler start minus ``scheduled_for`` (ms), recorded inside the no-op handler (the
   database and the nodes share this machine's clock);
@@ -60,10 +61,11 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
     duration = duration_for(scale)
     dsn = await fresh_db(server_dsn, DB_NAME)
     with admin(dsn) as conn:
-        base = db_now(conn) + timedelta(seconds=lead + jobs / 100_000)
-    step = 60.0 / jobs
-    load_jobs(dsn, jobs, schedule="@every 60s", kind="interval", base=base, modulo=jobs,
-              step=step, catch_up="skip", misfire_grace=60.0)
+        now = db_now(conn)
+    # a whole second, like every occurrence Pulse computes (schedule.py's grid is seconds)
+    base = now.replace(microsecond=0) + timedelta(seconds=round(lead + jobs / 100_000))
+    load_jobs(dsn, jobs, schedule="@every 60s", kind="interval", base=base, modulo=60,
+              step=1.0, catch_up="skip", misfire_grace=60.0)
     register_handler(dsn)
     end = base + timedelta(seconds=duration)
     result = Result("4", f"steady state, {jobs:,} @every 60s jobs ({jobs / 60:,.0f} firings/s), "
@@ -83,8 +85,9 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
     with admin(dsn) as conn:
         claim = [r["lag_ms"] for r in q(conn, "claim_lags", {"t0": base, "t1": end})]
     drop_db(server_dsn, DB_NAME)
-    # job i holds base + (i mod jobs) * step, then every 60 s: occurrences within the window
-    expected = sum(int((duration - (i % jobs) * step) // 60) + 1 for i in range(1, jobs + 1))
+    # job i holds base + (i mod 60) s, then every 60 s: occurrences within the window
+    expected = sum(int((duration - i % 60) // 60) + 1 for i in range(1, jobs + 1)
+                   if i % 60 <= duration)
     lag, claim_lag = lag_summary(lags), lag_summary(claim)
     result.rows.append([lag["p50"], lag["p90"], lag["p99"], lag["max"], claim_lag["p50"],
                         claim_lag["p99"], len(lags), expected - len(claim),

@@ -275,7 +275,7 @@ def check(history: History) -> Verdict:
     crashes = [f"{x.node_id} {x.why} (code {x.returncode}) at {_ts(x.at)}"
                for x in history.node_exits]
     steady, faulty = lags(history)
-    recovery, never = recoveries(history)
+    recovery, notes = recoveries(history)
     by_result: dict[str, int] = defaultdict(int)
     for execution in history.executions:
         by_result[execution.result or "unfinished"] += 1
@@ -294,7 +294,7 @@ def check(history: History) -> Verdict:
         _count("stale effects", stale, "info"),
         Figure("lag steady", spread(steady, (50, 99))),
         Figure("lag in faults", spread(faulty, (50, 99))),
-        Figure("recovery", spread(recovery, (50,)), "info", True, tuple(never[:_EXAMPLES])),
+        Figure("recovery", spread(recovery, (50,)), "info", True, tuple(notes[:_EXAMPLES])),
         Figure("executions", f"{len(history.executions)} ("
                + ", ".join(f"{k} {v}" for k, v in sorted(by_result.items())) + ")",
                examples=()),

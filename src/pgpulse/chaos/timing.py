@@ -58,35 +58,40 @@ def lags(history: History) -> tuple[list[float], list[float]]:
 
 def recoveries(history: History) -> tuple[list[float], list[str]]:
     """Seconds from each kill, pause or partition to the next claim of each job the node held
-    then; and the held jobs never claimed again (described)."""
+    then; and notes: the held jobs never claimed again, then the three slowest recoveries."""
     by_job: dict[int, list[RunEvent]] = defaultdict(list)
     for event in sorted(history.run_events, key=lambda e: (e.at, e.id)):
         by_job[event.job_id].append(event)
+    instants = {job_id: [e.at for e in events] for job_id, events in by_job.items()}
     times: list[float] = []
     never: list[str] = []
+    slowest: list[tuple[float, str]] = []
     for fault in history.faults:
         if fault.kind not in DEATH_LIKE:
             continue
         for job_id, events in by_job.items():
-            split = bisect.bisect_left([e.at for e in events], fault.started_at)
-            claims = [e for e in events[:split] if e.outcome == "running"]
-            if not claims or claims[-1].node_id != fault.target:
+            split = bisect.bisect_left(instants[job_id], fault.started_at)
+            claim = next((e for e in reversed(events[:split]) if e.outcome == "running"), None)
+            if claim is None or claim.node_id != fault.target:
                 continue
-            claim = claims[-1]
             if any(e.token == claim.token and e.outcome in CLOSING_OUTCOMES
                    for e in events[:split]):
                 continue  # its claim had ended before the fault
             later = events[split:]
             reclaim = next((e for e in later if e.outcome == "running"), None)
-            finished = any(e.token == claim.token and e.outcome in FINAL_OUTCOMES for e in later)
-            if finished:
+            if any(e.token == claim.token and e.outcome in FINAL_OUTCOMES for e in later):
                 continue  # the holder finished it after all (a short partition or pause)
-            if reclaim is not None:
-                times.append((reclaim.at - fault.started_at).total_seconds())
-            else:
+            if reclaim is None:
                 never.append(f"job {job_id} held by {fault.target} at its {fault.kind} "
                              f"({_ts(fault.started_at)}) was never claimed again")
-    return times, never
+                continue
+            seconds = (reclaim.at - fault.started_at).total_seconds()
+            times.append(seconds)
+            slowest.append((seconds, f"{seconds:.1f}s: job {job_id} after {fault.detail} at "
+                                     f"{_ts(fault.started_at)}, claimed again by "
+                                     f"{reclaim.node_id}"))
+    slowest.sort(reverse=True)
+    return times, never + [text for _, text in slowest[:3]]
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -20,9 +20,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
-from pgpulse.database import AsyncConn
+from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, PulseError
 from pgpulse.sql import load_queries
 
@@ -95,7 +93,7 @@ class TokenStore:
         pool: the store's pool (autocommit connections, dict rows).
     """
 
-    def __init__(self, pool: AsyncConnectionPool[AsyncConn]) -> None:
+    def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
 
     async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -14,9 +14,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
-from pgpulse.database import AsyncConn
+from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput
 from pgpulse.sql import load_queries
 
@@ -57,7 +55,7 @@ class Reads:
         pool: the store's pool (autocommit connections, dict rows).
     """
 
-    def __init__(self, pool: AsyncConnectionPool[AsyncConn]) -> None:
+    def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
