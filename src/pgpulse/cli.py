@@ -429,8 +429,10 @@ _add_web_commands()
               help="Seed of the fault plan and workload [default: random, printed].")
 @click.option("--jobs", type=click.IntRange(7), default=300, show_envvar=True,
               help="Jobs in the workload.")
-@click.option("--guard", type=click.Choice(["token", "lease"]), default="token",
-              show_envvar=True, help="Effect guard: README's token rule, or token + live lease.")
+@click.option("--guard", type=click.Choice(["token", "lease"]), default="lease",
+              show_envvar=True,
+              help="Effect guard: lease (the token must hold a live lease: exactly once) or "
+                   "token (newest token wins: orders writes, but a zombie can still write).")
 @click.pass_obj
 def chaos(obj: dict[str, Any], duration: float, nodes: int, seed: int | None,
           jobs: int, guard: str) -> None:

@@ -30,7 +30,8 @@ _DATABASE_UNAVAILABLE = 3
 @dataclass(frozen=True, slots=True)
 class NodeSettings:
     """Options every node runs with (seconds, except ``slots``, ``seed`` and ``guard``: the
-    workload's effect guard, ``token`` as README tells users, or ``lease``)."""
+    workload's effect guard: ``lease``, the token must hold a live lease, or ``token``, the
+    newest token seen wins)."""
 
     lease: float = 4.0
     heartbeat: float = 0.5
@@ -38,7 +39,7 @@ class NodeSettings:
     slots: int = 32
     drain_timeout: float = 3.0
     seed: int = 0
-    guard: str = "token"
+    guard: str = "lease"
 
 
 class Cluster:

@@ -172,7 +172,7 @@ def _start_args(ctx: RunContext) -> dict[str, Any]:
 def _effect_args(ctx: RunContext, history_id: int) -> dict[str, Any]:
     return {"job_id": ctx.job_id, "scheduled_for": ctx.scheduled_for,
             "token": ctx.fencing_token, "node": ctx.node_id, "history_id": history_id,
-            "lease_guard": os.environ.get("PGPULSE_CHAOS_GUARD", "token") == "lease"}
+            "lease_guard": os.environ.get("PGPULSE_CHAOS_GUARD", "lease") == "lease"}
 
 
 def _verdict(result: str | None, ctx: RunContext) -> str:
