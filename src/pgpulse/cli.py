@@ -11,7 +11,7 @@ import dataclasses
 import importlib
 import json
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from functools import wraps
 from pathlib import Path
@@ -24,9 +24,9 @@ from pgpulse.app import App, connect
 from pgpulse.crontab import entry_to_spec, parse_crontab
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
-from pgpulse.errors import DatabaseUnavailable, JobNotFound, PulseError
+from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
-from pgpulse.report import print_records, print_status, to_json
+from pgpulse.report import print_records, print_status, run_command, to_json
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.commands import run_node_with_web, web_options, web_settings
@@ -36,16 +36,6 @@ CONTEXT = {"auto_envvar_prefix": "PGPULSE", "show_default": True,
            "help_option_names": ["-h", "--help"]}
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro``; turn Pulse errors into one line on stderr and an exit code."""
-    try:
-        return asyncio.run(coro)
-    except DatabaseUnavailable as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(3)
-    except PulseError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
 
 
 def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
@@ -56,7 +46,7 @@ def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
         async def main() -> Any:
             async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
                 return await func(store, *args, **kwargs)
-        return _run(main())
+        return run_command(main())
     return command
 
 
@@ -168,7 +158,8 @@ def node_run(obj: dict[str, Any], /, app: str | None, node_id: str | None, slots
         run_node_with_web(pulse_app, obj, config, metrics=metrics_addr, http=http_addr,
                           settings=web_settings(**web))
     else:
-        _run(pulse_app.run_node(obj["database_url"], data_dir=obj["data_dir"], config=config))
+        run_command(pulse_app.run_node(obj["database_url"], data_dir=obj["data_dir"],
+                                       config=config))
 
 
 # -- jobs --------------------------------------------------------------------------------------
@@ -402,7 +393,7 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     """Three nodes share the Relay crontab (plus CRONTABS); one is killed midway."""
     from pgpulse.demo import run_demo
 
-    sys.exit(_run(run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration,
+    sys.exit(run_command(run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration,
                            system)))
 
 
@@ -444,7 +435,7 @@ def chaos(obj: dict[str, Any], duration: float, nodes: int, seed: int | None,
     config = ChaosConfig(duration=duration, nodes=nodes, seed=seed, jobs=jobs,
                          node=NodeSettings(guard=guard),
                          database_url=obj["database_url"], data_dir=obj["data_dir"])
-    sys.exit(0 if _run(run_chaos(config, click.echo)).ok else 1)
+    sys.exit(0 if run_command(run_chaos(config, click.echo)).ok else 1)
 
 
 # -- bench: Pulse against the raw SQL ceiling and peer schedulers (pgpulse.bench) ---------------
@@ -481,4 +472,4 @@ def bench(obj: dict[str, Any], scale: float, only: str, slots: int, out: Path,
         dsn = resolve_dsn(obj["database_url"], obj["data_dir"])
         await run_bench(dsn, scale=scale, only=chosen, slots=slots, out=out, echo=click.echo)
 
-    _run(bench_main())
+    run_command(bench_main())

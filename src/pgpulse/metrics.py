@@ -60,15 +60,12 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import generate_latest
 
-from pgpulse.sql import load_queries
-
 if TYPE_CHECKING:
     from pgpulse.planner import Advance
     from pgpulse.store import ClaimedJob, Store
 
 log = logging.getLogger(__name__)
 
-_QUERIES = load_queries("web.sql")
 
 # The *_created series (one timestamp per counter) only add noise to a scrape.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -202,9 +199,8 @@ async def refresh_cluster(store: Store) -> bool:
         Whether the gauges were refreshed.
     """
     try:
-        async with asyncio.timeout(REFRESH_TIMEOUT), store.pool.connection() as conn:
-            cur = await conn.execute(_QUERIES["job_counts"], {"tenant": None})
-            row = await cur.fetchone()
+        async with asyncio.timeout(REFRESH_TIMEOUT):
+            row = await store.cluster_counts()
     except Exception as exc:  # any failure only makes the gauges stale; the scrape still answers
         REFRESH_ERRORS.inc()
         log.warning("metrics refresh failed: %s", exc, extra={"action": "metrics_refresh_failed"})

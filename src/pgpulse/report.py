@@ -1,14 +1,33 @@
-"""Output of the command line: readable tables for people, JSON for scripts."""
+"""Output of the command line: readable tables for people, JSON for scripts, one-line errors."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Coroutine, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from tabulate import tabulate
+
+from pgpulse.errors import DatabaseUnavailable, PulseError
+
+T = TypeVar("T")
+
+
+def run_command(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; a Pulse error becomes one line on stderr and an exit code:
+    3 for a database that does not answer, 2 for refused input."""
+    try:
+        return asyncio.run(coro)
+    except DatabaseUnavailable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(3)
+    except PulseError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
 
 
 def to_json(value: Any) -> Any:

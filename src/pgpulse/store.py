@@ -441,6 +441,6 @@ class Store:
         """Every registered node with liveness (by ``ttl`` seconds) and whether it leads."""
         return await self._rows("cluster_nodes", {"ttl": ttl, "leader_key": LEADER_LOCK_KEY})
 
-    async def cluster_counts(self) -> dict[str, Any]:
+    async def cluster_counts(self, tenant: str | None = None) -> dict[str, Any]:
         """Counts of due, running, paused, failed and all jobs, and the worst lag (seconds)."""
-        return (await self._rows("cluster_counts"))[0]
+        return (await self._rows("cluster_counts", {"tenant": tenant}))[0]

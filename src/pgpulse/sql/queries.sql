@@ -337,6 +337,7 @@ FROM pgpulse_nodes n
 ORDER BY n.node_id;
 
 -- name: cluster_counts
+-- Jobs by state, of one tenant or all, and how late the most overdue idle job is (seconds).
 SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
        count(*) FILTER (WHERE status = 'running') AS running,
        count(*) FILTER (WHERE status = 'paused') AS paused,
@@ -345,7 +346,8 @@ SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
        extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
                                                            AND next_run_at <= now()))::float8
            AS max_lag
-FROM scheduled_jobs;
+FROM scheduled_jobs
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: known_handlers
 SELECT DISTINCT unnest(handlers) AS handler FROM pgpulse_nodes;

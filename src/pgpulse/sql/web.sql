@@ -88,19 +88,6 @@ WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
 ORDER BY r.id DESC
 LIMIT %(limit)s;
 
--- name: job_counts
--- Jobs by state, of one tenant or all, and how late the most overdue idle job is (seconds).
-SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
-       count(*) FILTER (WHERE status = 'running') AS running,
-       count(*) FILTER (WHERE status = 'paused') AS paused,
-       count(*) FILTER (WHERE status = 'failed') AS failed,
-       count(*) AS total,
-       extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
-                                                           AND next_run_at <= now()))::float8
-           AS max_lag
-FROM scheduled_jobs
-WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
-
 -- name: attention
 -- Jobs that need a person: failed (cannot be scheduled), last run failed or fenced, or idle and
 -- overdue by more than %(overdue)s seconds (no live node owns their shard, or nodes are full).

@@ -8,9 +8,7 @@ down). :func:`web_options` and :func:`run_node_with_web` give ``pgpulse node run
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,8 +17,8 @@ import click
 
 from pgpulse.app import App, connect
 from pgpulse.engine import NodeConfig
-from pgpulse.errors import DatabaseUnavailable, PulseError
-from pgpulse.report import print_records
+from pgpulse.errors import PulseError
+from pgpulse.report import print_records, run_command
 from pgpulse.web.auth import TokenStore
 from pgpulse.web.policy import DEFAULT_MAX_BODY_BYTES, HttpAllowList, WebSettings
 from pgpulse.web.server import serve as serve_app
@@ -28,18 +26,6 @@ from pgpulse.web.server import web_sidecar
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro``; Pulse errors become one line on stderr and exit code 2 (3: database)."""
-    try:
-        return asyncio.run(coro)
-    except DatabaseUnavailable as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(3)
-    except PulseError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
 
 
 def web_options(func: F) -> F:
@@ -93,7 +79,7 @@ def serve(obj: dict[str, Any], /, listen: str, **options: Any) -> None:
                            application_name="pgpulse:serve", max_size=8) as store:
             await serve_app(store, listen, settings, lambda line: click.echo(line, err=True))
 
-    _run(main())
+    run_command(main())
 
 
 def run_node_with_web(app: App, obj: dict[str, Any], config: NodeConfig, *,
@@ -111,7 +97,7 @@ def run_node_with_web(app: App, obj: dict[str, Any], config: NodeConfig, *,
                                settings=settings):
             await app.run_node(database_url, data_dir=data_dir, config=config)
 
-    _run(main())
+    run_command(main())
 
 
 @click.group()
@@ -123,7 +109,7 @@ def _tokens(obj: dict[str, Any], action: Callable[[TokenStore], Coroutine[Any, A
     async def main() -> T:
         async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
             return await action(TokenStore(store.pool))
-    return _run(main())
+    return run_command(main())
 
 
 @token.command("create")

@@ -125,7 +125,7 @@ async def jobs_page(request: Request, session: Session) -> HTMLResponse:
     ctx: WebContext = request.app.state.pulse
     rows = await ctx.service.reads.jobs(tenant=who.scope, limit=500)
     return _page(request, "jobs", who, token, jobs=[present_job(r) for r in rows],
-                 counts=await ctx.service.reads.counts(tenant=who.scope),
+                 counts=await ctx.service.store.cluster_counts(tenant=who.scope),
                  attention=await ctx.service.reads.attention(tenant=who.scope),
                  now=await ctx.store.db_now())
 

@@ -109,10 +109,6 @@ class Reads:
         })
         return rows[0] if rows else None
 
-    async def counts(self, *, tenant: str | None) -> dict[str, Any]:
-        """Jobs due, running, paused, failed and in total; ``max_lag`` seconds (or ``None``)."""
-        return (await self._rows("job_counts", {"tenant": tenant}))[0]
-
     async def attention(self, *, tenant: str | None, overdue: float = 60.0,
                         limit: int = 20) -> list[dict[str, Any]]:
         """Jobs that need a person: failed, last run failed or fenced, or overdue by more than

@@ -206,5 +206,5 @@ class JobService:
             "shards": {"owners": {str(s): owners[s] for s in sorted(owners)},
                        "unowned": [s for s in range(64) if s not in owners],
                        "contested": [s for s in sorted(owners) if len(owners[s]) > 1]},
-            "jobs": await self.reads.counts(tenant=who.scope),
+            "jobs": await self.store.cluster_counts(tenant=who.scope),
         }
