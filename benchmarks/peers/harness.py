@@ -22,6 +22,7 @@ import asyncio
 import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -232,7 +233,10 @@ def main(peer: Peer) -> None:
 
     asyncio.run(peer.setup(args.dsn))
     run = _drain if args.mode == "drain" else _steady
-    figures = run(peer, script, args, folder)
+    try:
+        figures = run(peer, script, args, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     note = peer.drain_note if args.mode == "drain" else peer.steady_note
     print(json.dumps({"peer": peer.name, "mode": args.mode, "jobs": args.jobs,
                       "processes": args.processes, "concurrency": args.concurrency,

@@ -327,6 +327,9 @@ class Store:
         """
         if not outcomes:
             return set()
+        # Rows are written (and locked) in job id order, as renew_leases does: two statements
+        # over the same running rows never wait on each other in a cycle (deadlock).
+        outcomes = sorted(outcomes, key=lambda o: o.job.id)
         skip_ids: list[int] = []
         skip_ats: list[datetime] = []
         skip_reasons: list[str | None] = []
@@ -361,6 +364,7 @@ class Store:
         """
         if not held:
             return set()
+        held = sorted(held)  # job id order, as finish_runs: no lock-order deadlock
         rows = await self._rows("renew_leases", {
             "job_ids": [job_id for job_id, _ in held], "tokens": [tok for _, tok in held],
             "lease": lease, "now": now,

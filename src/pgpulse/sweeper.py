@@ -45,29 +45,31 @@ class Sweeper:
         self.keep_runs = keep_runs
         self.prune_every = prune_every
         self._conn: AsyncConn | None = None
+        self._leading = False
         self._last_prune = float("-inf")
 
     @property
     def is_leader(self) -> bool:
         """Whether this node held the leader lock at the last check."""
-        return self._conn is not None and not self._conn.closed
+        return self._leading and self._conn is not None and not self._conn.closed
 
     async def _ensure_leadership(self) -> bool:
         if self._conn is not None and self._conn.closed:
-            self._conn = None
-            log.warning("leader session lost", extra={"action": "leader_lost"})
-        if self._conn is None:
-            conn = await connect(self.dsn, application_name=f"pgpulse:{self.node_id}")
-            cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (LEADER_LOCK_KEY,))
-            row = await cur.fetchone()
-            if not (row and row["ok"]):
-                await conn.close()
-                return False
-            self._conn = conn
-            log.info("node %s is the leader", self.node_id, extra={"action": "leader_elected"})
-        else:
+            if self._leading:
+                log.warning("leader session lost", extra={"action": "leader_lost"})
+            self._conn, self._leading = None, False
+        if self._conn is None:  # kept open between tries: no new session every heartbeat
+            self._conn = await connect(self.dsn, application_name=f"pgpulse:{self.node_id}")
+        if self._leading:
             await self._conn.execute("SELECT 1")  # notice a dead session now, not later
-        return True
+            return True
+        cur = await self._conn.execute("SELECT pg_try_advisory_lock(%s) AS ok",
+                                       (LEADER_LOCK_KEY,))
+        row = await cur.fetchone()
+        self._leading = bool(row and row["ok"])
+        if self._leading:
+            log.info("node %s is the leader", self.node_id, extra={"action": "leader_elected"})
+        return self._leading
 
     async def run_once(self) -> int:
         """One sweeper step: (re)take leadership if free; if leading, reap expired leases and
@@ -98,6 +100,7 @@ class Sweeper:
 
     async def close(self) -> None:
         """Give leadership up (closing the session releases the lock)."""
+        self._leading = False
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.close()

@@ -23,7 +23,16 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgpulse.app import connect
-from pgpulse.bench.common import BENCH_SQL, Result, db_now, fresh_db, load_jobs, pct, q
+from pgpulse.bench.common import (
+    BENCH_SQL,
+    Result,
+    db_now,
+    drop_db,
+    fresh_db,
+    load_jobs,
+    pct,
+    q,
+)
 from pgpulse.bench.sqltext import to_positional
 from pgpulse.sql import QUERIES
 from pgpulse.store import Store
@@ -146,5 +155,6 @@ async def run(server_dsn: str, scale: float, *, samples: int = 200) -> Result:
     result.data.update({"stored": stored, "load_s": load_s, "plans": plans,
                         "samples_ms": samples_raw,
                         "due_levels": [max(int(lv * scale), 1) for lv in DUE_LEVELS]})
+    drop_db(server_dsn, "pgpulse_bench_claim")
     return result
 

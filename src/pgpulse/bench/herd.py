@@ -82,6 +82,7 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
         wake_nodes(dsn)
         finished = await asyncio.to_thread(_wait_started, dsn, at, jobs, 120.0 + lead)
     starts = cluster.starts()
+    cluster.remove_folder()
     lags = [(start - sched) * 1000 for start, sched in starts if sched == at.timestamp()]
     with admin(dsn) as conn:
         claim = [r["lag_ms"] for r in q(conn, "claim_lags", {"t0": at, "t1": at})]

@@ -77,6 +77,7 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 4, slots: int = 50,
             after = q(conn, "db_activity")[0]
             cpu1, wall = cluster.cpu_seconds(), time.perf_counter() - wall0
             rss = cluster.rss_bytes()
+    cluster.remove_folder()
     drop_db(server_dsn, DB_NAME)
     # the two pg_stat_database reads are statements of this database too
     xacts = after["xacts"] - before["xacts"] - 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,6 +148,10 @@ class NodeCluster:
         for node_id in self.node_ids():
             out.extend(read_starts(self.folder / f"{node_id}.starts"))
         return out
+
+    def remove_folder(self) -> None:
+        """Delete the logs and start records (call once :meth:`starts` has been read)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self) -> NodeCluster:
         self.start()

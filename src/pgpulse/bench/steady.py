@@ -82,6 +82,7 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
             wall = time.perf_counter() - wall0
     t0, t1 = base.timestamp(), end.timestamp()
     lags = [(s - sched) * 1000 for s, sched in cluster.starts() if t0 <= sched <= t1]
+    cluster.remove_folder()
     with admin(dsn) as conn:
         claim = [r["lag_ms"] for r in q(conn, "claim_lags", {"t0": base, "t1": end})]
     drop_db(server_dsn, DB_NAME)
