@@ -23,6 +23,10 @@ from pgpulse.store import LEADER_LOCK_KEY, Store
 
 log = logging.getLogger(__name__)
 
+#: A node that is not the leader tries the lock, and reaps as backup, every this many calls
+#: (heartbeats): an idle cluster then costs the database little.
+NON_LEADER_EVERY = 5
+
 
 class Sweeper:
     """Tries to lead; while leading, reaps expired leases and prunes history.
@@ -46,6 +50,7 @@ class Sweeper:
         self.prune_every = prune_every
         self._conn: AsyncConn | None = None
         self._leading = False
+        self._ticks = 0
         self._last_prune = float("-inf")
 
     @property
@@ -75,6 +80,9 @@ class Sweeper:
         """One sweeper step: (re)take leadership if free; if leading, reap expired leases and
         prune when due; if not, reap only leases long expired (backup). Returns how many leases
         were reaped."""
+        self._ticks += 1
+        if not self.is_leader and self._ticks % NON_LEADER_EVERY != 1:
+            return 0  # a candidate tries (and reaps as backup) every few heartbeats only
         try:
             leading = await self._ensure_leadership()
         except psycopg.Error:
