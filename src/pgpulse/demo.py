@@ -13,6 +13,7 @@ itself to ``pgpulse_demo_log``: that independent witness is what the duplicate c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -95,11 +96,7 @@ def _specs(path: Path, tenant: str, relay: bool, system: bool = False) -> list[J
         specs.append(entry_to_spec(entry, tenant=tenant,
                                    catch_up="backfill" if backfill else "skip"))
     # A late run within 30 s still counts (a lease expiry after the kill delays some runs).
-    return [JobSpec.create(**{**_fields(s), "misfire_grace": 30.0}) for s in specs]
-
-
-def _fields(spec: JobSpec) -> dict[str, Any]:
-    return {name: getattr(spec, name) for name in JobSpec.__dataclass_fields__}
+    return [dataclasses.replace(spec, misfire_grace=30.0) for spec in specs]
 
 
 def _start_node(dsn: str, node_id: str) -> subprocess.Popen[bytes]:

@@ -71,9 +71,3 @@ class JobNotFound(PulseError):
 class DatabaseUnavailable(PulseError):
     """The database named by a DSN (or the embedded server) does not answer."""
 
-
-class LeaseLost(PulseError):
-    """A node no longer holds the lease of a run: its fencing token is stale or the lease expired.
-
-    Raised into a handler's task (as the cancellation reason) when the node self-fences.
-    """
