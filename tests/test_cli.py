@@ -4,6 +4,7 @@ bad input refused with a clear error that writes nothing."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,36 @@ def test_schedule_next_prints_exact_instants_across_a_dst_gap() -> None:
     # 01:30 does not exist on 2026-03-29 (01:00 -> 02:00): it fires at the end of the gap.
     assert lines[1:] == ["2026-03-29T01:00:00+00:00  2026-03-29T02:00:00+01:00",
                          "2026-03-30T00:30:00+00:00  2026-03-30T01:30:00+01:00"]
+
+
+
+@pytest.mark.parametrize("after", ["2026-01-01T12:00:00.357", "2026-01-01 12:00:00.357Z",
+                                   "2026-01-01T14:00:00.357000+02:00"])
+def test_schedule_next_keeps_a_fractional_after_on_an_interval_grid(after: str) -> None:
+    result = CliRunner().invoke(main, ["schedule", "next", "@every 60s", "--tz", "Europe/Paris",
+                                       "--count", "2", "--after", after])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1:] == [
+        "2026-01-01T12:01:00.357000+00:00  2026-01-01T13:01:00.357000+01:00",
+        "2026-01-01T12:02:00.357000+00:00  2026-01-01T13:02:00.357000+01:00"]
+
+
+def test_schedule_next_anchors_at_the_whole_second_by_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class FrozenClock(datetime):
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> FrozenClock:
+            return cls(2026, 1, 1, 12, 0, 0, 357_123, tzinfo=tz)
+
+    monkeypatch.setattr("pgpulse.cli.datetime", FrozenClock)
+    every = CliRunner().invoke(main, ["schedule", "next", "@every 90s", "--count", "2"])
+    assert every.exit_code == 0, every.output
+    assert every.output.splitlines()[1:] == [
+        "2026-01-01T12:01:30+00:00  2026-01-01T12:01:30+00:00",
+        "2026-01-01T12:03:00+00:00  2026-01-01T12:03:00+00:00"]
+    cron = CliRunner().invoke(main, ["schedule", "next", "0 12 * * *", "--count", "1"])
+    assert cron.output.splitlines()[1:] == [
+        "2026-01-02T12:00:00+00:00  2026-01-02T12:00:00+00:00"]
 
 
 def test_job_lifecycle(dsn: str, db: Any) -> None:

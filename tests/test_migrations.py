@@ -45,3 +45,28 @@ async def test_two_nodes_migrating_at_once_do_not_race(empty_dsn: str) -> None:
         cur = await conn.execute("SELECT count(*) FROM pgpulse_migrations")
         row = await cur.fetchone()
         assert row is not None and row[0] == len(migration_files())
+
+
+async def test_interval_jobs_stored_before_version_3_keep_their_whole_second_grid(
+        empty_dsn: str) -> None:
+    """Up to version 2 interval jobs fired on their anchor truncated to whole seconds; version 3
+    stores that grid, so upgrading neither moves a job nor adds a run a fraction later."""
+    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn)
+        await conn.execute("DELETE FROM pgpulse_migrations WHERE version = 3")  # as of version 2
+        await conn.execute("""
+            INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
+                                        scheduled_for, next_run_at)
+            VALUES ('t', 'every', '@every 60s', 'interval', 'noop',
+                    '2026-01-01 12:00:00.357+00', '2026-01-01 12:05:00+00',
+                    '2026-01-01 12:05:00+00'),
+                   ('t', 'cron', '* * * * *', 'cron', 'noop',
+                    '2026-01-01 12:00:00.357+00', '2026-01-01 12:05:00+00',
+                    '2026-01-01 12:05:00+00')""")
+        assert await migrate(conn) == [3]
+        cur = await conn.execute("SELECT name, anchor_at::text, scheduled_for::text "
+                                 "FROM scheduled_jobs ORDER BY name")
+        assert await cur.fetchall() == [
+            ("cron", "2026-01-01 12:00:00.357+00", "2026-01-01 12:05:00+00"),  # unused by cron
+            ("every", "2026-01-01 12:00:00+00", "2026-01-01 12:05:00+00"),
+        ]

@@ -14,11 +14,13 @@ from pgpulse.planner import (
     MAX_SKIPPED_RECORDS,
     Advance,
     CatchUpPolicy,
+    ClaimDecision,
+    advance,
     hold,
     plan_claim,
     retry_delay,
 )
-from pgpulse.schedule import parse_schedule
+from pgpulse.schedule import Schedule, parse_schedule
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 MINUTELY = parse_schedule("* * * * *")
@@ -114,6 +116,126 @@ def test_interval_arithmetic_matches_walking_the_schedule(
                 anchor=anchor)
     expected_hold, expected_skipped = brute_force(expr, first, now, keep, anchor)
     assert (plan.scheduled_for, plan.skipped_count) == (expected_hold, expected_skipped)
+
+
+# --- sub-second interval anchors ------------------------------------------------------------
+# A job created at db-now 00:00:00.357 with @every 60s: its occurrences are 00:01:00.357,
+# 00:02:00.357, ... Every node is down until 02:00:05, so k = 1..120 (up to 02:00:00.357) are due.
+EVERY_60S = parse_schedule("@every 60s")
+ANCHOR = T + timedelta(microseconds=357_000)
+BACK = T + timedelta(hours=2, seconds=5)
+
+
+def at(k: int) -> datetime:
+    """The k-th occurrence of the 60 s job anchored at :00.357."""
+    return ANCHOR + k * timedelta(minutes=1)
+
+
+def test_skip_keeps_a_sub_second_anchor_after_downtime() -> None:
+    plan = hold(EVERY_60S, CatchUpPolicy("skip", 0), at(1), now=BACK, anchor=ANCHOR)
+    assert plan == Advance(at(121), tuple(at(k) for k in range(1, 121)), 120)
+    assert plan.scheduled_for == datetime(2026, 1, 1, 2, 1, 0, 357_000, tzinfo=UTC)
+    within_grace = hold(EVERY_60S, CatchUpPolicy("skip", 60), at(1), now=BACK, anchor=ANCHOR)
+    assert within_grace == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
+
+
+def test_skip_due_to_the_microsecond() -> None:
+    # now on the occurrence itself: it is due and not late at all, so it runs (grace 0)
+    on_time = hold(EVERY_60S, CatchUpPolicy("skip", 0), at(1), now=at(120), anchor=ANCHOR)
+    assert on_time == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
+    # one microsecond earlier it is not yet due: the newest due one is 60 s late, skipped
+    early = hold(EVERY_60S, CatchUpPolicy("skip", 0), at(1),
+                 now=at(120) - timedelta(microseconds=1), anchor=ANCHOR)
+    assert early == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
+    # a grace that ends one microsecond short of the newest occurrence skips it too
+    late = hold(EVERY_60S, CatchUpPolicy("skip", 4.642999), at(1), now=BACK, anchor=ANCHOR)
+    assert late == Advance(at(121), tuple(at(k) for k in range(1, 121)), 120)
+    kept = hold(EVERY_60S, CatchUpPolicy("skip", 4.643), at(1), now=BACK, anchor=ANCHOR)
+    assert kept.scheduled_for == at(120) and kept.skipped_count == 119
+
+
+def test_backfill_counts_missed_sub_second_occurrences() -> None:
+    everything = hold(EVERY_60S, CatchUpPolicy("backfill"), at(1), now=BACK, anchor=ANCHOR)
+    assert everything == Advance(at(1))
+    limited = hold(EVERY_60S, CatchUpPolicy("backfill", backfill_limit=10), at(1), now=BACK,
+                   anchor=ANCHOR)
+    assert limited == Advance(at(111), tuple(at(k) for k in range(1, 111)), 110)
+    # after each backfilled run the job moves to the next occurrence on the same grid
+    nxt = advance(EVERY_60S, CatchUpPolicy("backfill"), after=at(1), now=BACK, anchor=ANCHOR)
+    assert nxt == Advance(at(2))
+    last = advance(EVERY_60S, CatchUpPolicy("backfill"), after=at(120), now=BACK, anchor=ANCHOR)
+    assert last == Advance(at(121))
+
+
+def test_coalesce_runs_the_newest_sub_second_occurrence() -> None:
+    plan = hold(EVERY_60S, CatchUpPolicy("coalesce"), at(1), now=BACK, anchor=ANCHOR)
+    assert plan == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
+    after_run = advance(EVERY_60S, CatchUpPolicy("coalesce"), after=at(120), now=BACK,
+                        anchor=ANCHOR)
+    assert after_run == Advance(at(121))  # still at :00.357
+
+
+def test_claim_of_a_sub_second_occurrence() -> None:
+    policy = CatchUpPolicy("skip", 1)
+    on_time = plan_claim(EVERY_60S, policy, scheduled_for=at(5), attempt=1, max_attempts=3,
+                         now=at(5) + timedelta(milliseconds=5), anchor=ANCHOR)
+    assert on_time.action == "run"
+    exhausted = plan_claim(EVERY_60S, policy, scheduled_for=at(5), attempt=4, max_attempts=3,
+                           now=at(5) + timedelta(seconds=2), anchor=ANCHOR)
+    assert exhausted == ClaimDecision("exhausted", Advance(at(6)))
+    # 00:07:00.357 is exactly 1 s (the grace) late: still runs, the older two are skipped
+    late = plan_claim(EVERY_60S, policy, scheduled_for=at(5), attempt=1, max_attempts=3,
+                      now=at(7) + timedelta(seconds=1), anchor=ANCHOR)
+    assert late == ClaimDecision("skip", Advance(at(7), (at(5), at(6)), 2))
+    stale = plan_claim(EVERY_60S, policy, scheduled_for=at(5), attempt=1, max_attempts=3,
+                       now=at(7) + timedelta(seconds=1, microseconds=1), anchor=ANCHOR)
+    assert stale == ClaimDecision("skip", Advance(at(8), (at(5), at(6), at(7)), 3))
+
+
+def brute_force_policy(schedule: Schedule, policy: CatchUpPolicy, first: datetime,
+                       now: datetime, anchor: datetime) -> Advance:
+    """The catch-up rules by walking every occurrence with next_after (the oracle)."""
+    due = [first]
+    while (nxt := schedule.next_after(due[-1], anchor=anchor)) <= now:
+        due.append(nxt)
+    if policy.mode == "skip":
+        if due[-1] >= now - timedelta(seconds=policy.misfire_grace):
+            return Advance(due[-1], tuple(due[:-1]), len(due) - 1)
+        return Advance(schedule.next_after(due[-1], anchor=anchor), tuple(due), len(due))
+    keep = 1 if policy.mode == "coalesce" else policy.backfill_limit
+    assert keep is not None
+    kept = due[-keep:]
+    return Advance(kept[0], tuple(due[: len(due) - len(kept)]), len(due) - len(kept))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    seconds=st.sampled_from([1, 7, 60, 90, 3600]),
+    anchor_us=st.integers(0, 10**9),
+    offset_us=st.integers(0, 2 * 10**9),
+    late_us=st.integers(0, 300 * 10**6),
+    off_grid_us=st.integers(0, 999_999),
+    policy=st.one_of(
+        st.builds(CatchUpPolicy, st.just("skip"), st.integers(0, 120).map(float)),
+        st.builds(CatchUpPolicy, st.just("backfill"), st.just(60.0), st.integers(1, 12)),
+        st.just(CatchUpPolicy("coalesce")),
+    ),
+)
+def test_sub_second_interval_planning_matches_walking_the_schedule(
+    seconds: int, anchor_us: int, offset_us: int, late_us: int, off_grid_us: int,
+    policy: CatchUpPolicy,
+) -> None:
+    schedule = parse_schedule(f"@every {seconds}s")
+    anchor = T + timedelta(microseconds=anchor_us)
+    first = schedule.next_after(T + timedelta(microseconds=offset_us), anchor=anchor)
+    first -= timedelta(microseconds=off_grid_us)  # 0: on the grid; else a triggered one
+    now = first + timedelta(microseconds=late_us)
+    plan = hold(schedule, policy, first, now=now, anchor=anchor)
+    assert plan == brute_force_policy(schedule, policy, first, now, anchor)
+    step = schedule.interval
+    assert step is not None
+    if plan.scheduled_for != first:  # whatever is held after a catch-up is on the exact grid
+        assert (plan.scheduled_for - anchor) % step == timedelta(0)
 
 
 @pytest.mark.parametrize("attempt", [1, 2, 5, 30])

@@ -193,6 +193,18 @@ def test_zone_aware_inputs_in_any_zone_and_microseconds() -> None:
     assert schedule.next_after(utc(2026, 1, 1, 1, 0, 0, 1)) == utc(2026, 1, 1, 2)
 
 
+def test_cron_stays_on_whole_seconds_after_a_sub_second_instant() -> None:
+    # Cron ignores the anchor and keeps Vixie cron's whole seconds, strictly later than `after`.
+    every_second = parse_schedule("* * * * * *")
+    anchor = utc(2026, 1, 1, 0, 0, 0, 357_000)
+    assert every_second.next_after(utc(2026, 1, 1, 12, 0, 0, 1), anchor=anchor) == utc(
+        2026, 1, 1, 12, 0, 1)
+    assert every_second.next_after(utc(2026, 1, 1, 12, 0, 0, 999_999)) == utc(2026, 1, 1, 12, 0, 1)
+    assert every_second.occurrences_between(
+        utc(2026, 1, 1, 12, 0, 0, 500_000), utc(2026, 1, 1, 12, 0, 2, 500_000), limit=5) == [
+        utc(2026, 1, 1, 12, 0, 1), utc(2026, 1, 1, 12, 0, 2)]
+
+
 # --- intervals ---------------------------------------------------------------------------------
 
 
@@ -202,7 +214,23 @@ def test_zone_aware_inputs_in_any_zone_and_microseconds() -> None:
     pytest.param("@every 60s", utc(2026, 1, 1, 12, 3, 50), utc(2026, 1, 1, 10, 0, 50),
                  utc(2026, 1, 1, 12, 4, 50), id="on_grid_is_not_strictly_later"),
     pytest.param("@every 30s", utc(2026, 1, 1, 12, 0, 7, 500), None,
-                 utc(2026, 1, 1, 12, 0, 37), id="no_anchor_means_after_plus_interval"),
+                 utc(2026, 1, 1, 12, 0, 37, 500), id="no_anchor_means_after_plus_interval"),
+    pytest.param("@every 60s", utc(2026, 1, 1, 12, 3, 10), utc(2026, 1, 1, 12, 0, 0, 357_000),
+                 utc(2026, 1, 1, 12, 4, 0, 357_000), id="sub_second_anchor_kept"),
+    pytest.param("@every 60s", utc(2026, 1, 1, 12, 4), utc(2026, 1, 1, 12, 0, 0, 357_000),
+                 utc(2026, 1, 1, 12, 4, 0, 357_000), id="whole_second_after_sub_second_anchor"),
+    pytest.param("@every 60s", utc(2026, 1, 1, 12, 4, 0, 357_000),
+                 utc(2026, 1, 1, 12, 0, 0, 357_000), utc(2026, 1, 1, 12, 5, 0, 357_000),
+                 id="sub_second_on_grid_is_not_strictly_later"),
+    pytest.param("@every 60s", utc(2026, 1, 1, 12, 4, 0, 356_999),
+                 utc(2026, 1, 1, 12, 0, 0, 357_000), utc(2026, 1, 1, 12, 4, 0, 357_000),
+                 id="one_microsecond_before_an_occurrence"),
+    pytest.param("@every 1s", utc(2026, 1, 1, 12, 0, 0, 999_999),
+                 utc(2026, 1, 1, 0, 0, 0, 1), utc(2026, 1, 1, 12, 0, 1, 1),
+                 id="one_second_grid_at_one_microsecond"),
+    pytest.param("@every 60s", utc(2026, 1, 1, 12, 3, 10),
+                 datetime(2026, 1, 1, 13, 0, 0, 250_000, tzinfo=ZoneInfo("Europe/Paris")),
+                 utc(2026, 1, 1, 12, 4, 0, 250_000), id="anchor_in_another_zone_keeps_fraction"),
     pytest.param("@every 1h30m", utc(2026, 1, 1, 2, 59, 59), utc(2026, 1, 1),
                  utc(2026, 1, 1, 3), id="hours_and_minutes"),
     pytest.param("@every 2d", utc(2026, 1, 1), utc(2026, 1, 2), utc(2026, 1, 2),
@@ -230,6 +258,58 @@ def test_interval_occurrences_between_keep_anchor() -> None:
     assert got == [utc(2026, 1, 1, 1, 5), utc(2026, 1, 1, 1, 25), utc(2026, 1, 1, 1, 45)]
     assert schedule.occurrences_between(utc(2026, 1, 1), utc(2026, 1, 1, 1), limit=10) == [
         utc(2026, 1, 1, 0, 20), utc(2026, 1, 1, 0, 40), utc(2026, 1, 1, 1)]
+
+
+def test_interval_occurrences_between_keep_a_sub_second_anchor() -> None:
+    schedule = parse_schedule("@every 60s")
+    anchor = utc(2026, 1, 1, 12, 0, 0, 357_000)  # a job created at db-now 12:00:00.357
+    # `end` is not truncated either: 12:03:00.357 is within 12:03:00.500, not within 12:03:00.300.
+    got = schedule.occurrences_between(anchor, utc(2026, 1, 1, 12, 3, 0, 500_000), anchor=anchor,
+                                       limit=10)
+    assert got == [utc(2026, 1, 1, 12, m, 0, 357_000) for m in (1, 2, 3)]
+    assert schedule.occurrences_between(anchor, utc(2026, 1, 1, 12, 3, 0, 300_000),
+                                        anchor=anchor, limit=10) == got[:2]
+    assert schedule.occurrences_between(anchor, utc(2026, 1, 1, 12, 3, 0, 357_000),
+                                        anchor=anchor, limit=10) == got  # end is inclusive
+    # start on an occurrence: that one is excluded (strictly later)
+    assert schedule.occurrences_between(got[0], got[2], anchor=anchor, limit=10) == got[1:]
+
+
+def test_jobs_created_in_the_same_second_fire_at_distinct_instants() -> None:
+    schedule = parse_schedule("@every 60s")
+    created = [utc(2026, 1, 1, 12, 0, 0, us) for us in range(0, 1_000_000, 1_000)]
+    after = utc(2026, 1, 1, 13, 0, 0, 999_999)  # e.g. a node back from downtime
+    firings = {schedule.next_after(after, anchor=at) for at in created}
+    assert len(firings) == len(created)
+    assert firings == {at + timedelta(hours=1, minutes=1) for at in created}
+
+
+INTERVALS = st.sampled_from(["@every 1s", "@every 7s", "@every 60s", "@every 1h30m", "@every 2d"])
+MICROSECOND_INSTANTS = st.datetimes(datetime(1990, 1, 1), datetime(2200, 1, 1),
+                                    timezones=st.just(UTC))
+
+
+@settings(max_examples=500, deadline=None)
+@given(INTERVALS, MICROSECOND_INSTANTS, MICROSECOND_INSTANTS,
+       st.sampled_from(["UTC", "Asia/Kolkata", "America/St_Johns"]))
+def test_interval_next_after_is_strictly_later_and_on_the_exact_grid(
+    expr: str, anchor: datetime, after: datetime, view: str
+) -> None:
+    schedule = parse_schedule(expr)
+    step = schedule.interval
+    assert step is not None
+    # the same instants seen in another zone (fractional offsets) give the same answer
+    got = schedule.next_after(after.astimezone(ZoneInfo(view)),
+                              anchor=anchor.astimezone(ZoneInfo(view)))
+    assert got.tzinfo is UTC
+    assert got > after  # strictly later...
+    assert got - step <= after  # ...and the first such grid point
+    assert (got - anchor) % step == timedelta(0)  # exactly anchor + k * interval
+    assert got.microsecond == anchor.microsecond  # @every periods are whole seconds
+    # an occurrence is never returned for itself, and the grid is the same from any point on it
+    assert schedule.next_after(got, anchor=anchor) == got + step
+    assert schedule.next_after(after, anchor=got) == got
+    assert schedule.next_after(after) == after + step  # no anchor: exactly after + interval
 
 
 # --- parsing and refusals ------------------------------------------------------------------------

@@ -5,9 +5,12 @@ the asyncpg event broker, in scenario 7 of ``pgpulse bench``.
   all due. A firing is APScheduler's whole path: the schedule is acquired and released with its
   next fire time, a job row is added, acquired, run and released with its result stored
   (``job_result_expiration_time`` = 1 h, APScheduler's run history; counted in ``job_results``).
-* steady: ``--jobs`` ``IntervalTrigger(seconds=60)`` schedules spread over the minute as for
-  Pulse: job k starts at second ``k mod 60`` (Pulse's grid is whole seconds). Lag = job start
-  minus ``scheduled_fire_time``.
+* steady: ``--jobs`` ``IntervalTrigger(seconds=60)`` schedules spread evenly over the minute
+  exactly as Pulse's scenario 4 anchors its jobs: job k starts at ``base + k * 60 / jobs`` s,
+  to the microsecond (sub-second; one job every 0.6 ms at 100,000 jobs, never two at once).
+  APScheduler keeps the microseconds: ``IntervalTrigger`` fires at ``start_time + n * interval``
+  (``datetime`` arithmetic), the trigger is pickled whole and fire times are ``timestamptz``
+  columns on PostgreSQL. Lag = job start minus ``scheduled_fire_time``.
 
 Schedules are bulk-inserted through the data store's own table and serializer (the rows
 ``add_schedule`` would write), since adding 1,000,000 schedules one call at a time would take
@@ -35,7 +38,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import Peer, main, note_start, steady_expected
+from harness import Peer, main, note_start, offset_us, spread, steady_expected
 
 TASK = "noop"
 BATCH = 5000
@@ -98,11 +101,13 @@ async def load_drain(dsn: str, jobs: int) -> None:
 
 
 async def load_steady(dsn: str, jobs: int, base: float, duration: float) -> int:
-    """``jobs`` every-60-s schedules starting at ``base + (k mod 60)`` s; returns how many
-    occurrences fall within the window."""
+    """``jobs`` every-60-s schedules, schedule k starting at ``base + k * 60 / jobs`` s to the
+    microsecond (Pulse's scenario 4 spread); returns how many occurrences fall within the
+    window."""
+    start = datetime.fromtimestamp(base, UTC)
     await _insert(dsn, jobs, lambda k: IntervalTrigger(
-        seconds=60, start_time=datetime.fromtimestamp(base + k % 60, UTC)))
-    return steady_expected(jobs, duration, lambda k: float(k % 60))
+        seconds=60, start_time=start + timedelta(microseconds=offset_us(spread(k, jobs)))))
+    return steady_expected(jobs, duration, lambda k: spread(k, jobs))
 
 
 async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
@@ -122,7 +127,8 @@ PEER = Peer(
     setup=setup, load_drain=load_drain, load_steady=load_steady, worker=worker,
     done_sql="SELECT count(*) FROM job_results WHERE outcome = 'success'",
     drain_note="interval schedules all due; each firing stores a job result",
-    steady_note="IntervalTrigger(seconds=60) schedules, start times spread over the minute",
+    steady_note="IntervalTrigger(seconds=60) schedules, start times spread evenly over the "
+                "minute to the microsecond, as Pulse's",
 )
 
 if __name__ == "__main__":

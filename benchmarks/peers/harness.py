@@ -10,7 +10,10 @@ on its last stdout line:
   that opens 2 s after the first completion, counted from the peer's own history table;
 * ``steady`` (scenario 4's equivalent): ``--jobs`` recurring (or, where a peer cannot express
   that, delayed one-shot) no-op jobs spread over each minute; every worker's handler notes
-  (start instant, scheduled instant) and the lag percentiles are computed from them.
+  (start instant, scheduled instant) and the lag percentiles are computed from them. Pulse's
+  scenario 4 anchors its N jobs evenly over the minute at sub-second resolution, job k at
+  ``base + k * 60 / N`` s to the microsecond (:func:`spread`); a peer that can hold such
+  instants uses the same ones, a peer that cannot says so in its docstring and steady note.
 
 Instants are Unix seconds; durations seconds; lags milliseconds.
 """
@@ -21,6 +24,7 @@ import argparse
 import asyncio
 import atexit
 import json
+import math
 import os
 import shutil
 import signal
@@ -45,11 +49,40 @@ STARTS_ENV = "PGPULSE_PEER_STARTS"
 _starts = array("d")
 
 
+#: The steady jobs' period, seconds (``@every 60s``, as in scenario 4).
+PERIOD = 60.0
+_US = 1_000_000
+
+
+def spread(k: int, jobs: int) -> float:
+    """Offset from ``base``, seconds, of steady job ``k``'s (0-based) first occurrence:
+    ``k * 60 / jobs``, as Pulse's scenario 4 anchors its jobs (``pgpulse.bench.steady``: job
+    ``i`` at ``(i mod jobs) * step`` with ``step = 60 / jobs``, the same set of offsets).
+    Sub-second: hold it to the microsecond with :func:`offset_us`."""
+    return k * (PERIOD / jobs)
+
+
+def offset_us(seconds: float) -> int:
+    """``seconds`` in whole microseconds, rounded half to even as PostgreSQL's
+    ``make_interval`` stores Pulse's anchors (and as ``datetime`` arithmetic keeps them)."""
+    return round(seconds * _US)
+
+
 def steady_expected(jobs: int, duration: float, offset: Callable[[int], float]) -> int:
-    """Occurrences within ``[base, base + duration]`` of ``jobs`` every-60-s jobs whose first
-    occurrence is ``base + offset(k)`` seconds (``0 <= offset(k) < 60``)."""
-    return sum(int((duration - offset(k)) // 60) + 1 for k in range(jobs)
-               if offset(k) <= duration)
+    """Occurrences within ``[base, base + duration]`` (both ends included) of ``jobs``
+    every-60-s jobs whose first occurrence is ``base + offset(k)`` seconds
+    (``0 <= offset(k) < 60``, fractional allowed).
+
+    Offsets and ``duration`` are counted in whole microseconds (:func:`offset_us`), the
+    resolution at which the peers store the instants, so an occurrence exactly at the window's
+    end counts as the measurement (``base <= scheduled <= base + duration``) sees it."""
+    window, period = offset_us(duration), offset_us(PERIOD)
+    total = 0
+    for k in range(jobs):
+        first = offset_us(offset(k))
+        if first <= window:
+            total += (window - first) // period + 1
+    return total
 
 
 def note_start(scheduled: float) -> None:
@@ -76,7 +109,8 @@ class Peer:
         setup: ``setup(dsn)`` installs the peer's schema into an empty database.
         load_drain: ``load_drain(dsn, jobs)`` stores ``jobs`` no-op jobs, all due now.
         load_steady: ``load_steady(dsn, jobs, base, duration)`` stores the steady workload whose
-            first occurrences are spread over ``[base, base + 60)`` (Unix seconds) and returns
+            first occurrences are spread over ``[base, base + 60)`` (Unix seconds; at
+            ``base + spread(k, jobs)`` where the peer can hold sub-second instants) and returns
             how many occurrences fall within ``[base, base + duration]``.
         worker: ``worker(dsn, mode, jobs, concurrency, stop)`` runs one worker until ``stop``
             is set (``jobs`` is for peers whose schedules live in code).
@@ -215,8 +249,8 @@ def main(peer: Peer) -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--base", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if not args.base:
-        args.base = float(int(time.time()) + args.lead)
+    if not args.base:  # a whole second (the peers' sub-second spread is added to it)
+        args.base = float(int(time.time()) + math.ceil(args.lead))
     if args.worker:
         stop = asyncio.Event()
 

@@ -7,9 +7,15 @@ offset. So both scenarios use its queue, the part that carries its throughput:
 * drain: ``--jobs`` no-op jobs enqueued (one batch ``enqueue`` call per 5,000), all due. A firing:
   the job is dequeued, run, deleted from the queue and logged ``successful`` in
   ``pgqueuer_log`` (PgQueuer's run history, counted).
-* steady: every occurrence the window holds (``--jobs`` jobs every 60 s, spread over the minute
-  as for Pulse: job k at second ``k mod 60``) enqueued in advance as a delayed job whose
-  ``execute_after`` is set to the occurrence's instant exactly. Lag = start minus that instant.
+* steady: every occurrence the window holds (``--jobs`` jobs every 60 s, spread evenly over the
+  minute exactly as Pulse's scenario 4 anchors its jobs: job k at ``base + k * 60 / jobs`` s, to
+  the microsecond) enqueued in advance as a delayed job whose ``execute_after`` is set to the
+  occurrence's instant exactly. Sub-second instants are no limitation here: ``enqueue`` takes
+  ``execute_after`` as a ``timedelta`` (a PostgreSQL ``interval``, microseconds kept) added to
+  the database's ``NOW()``, the column is a ``timestamptz`` and jobs are eligible once
+  ``execute_after < NOW()``; since a delay relative to ``NOW()`` at enqueue time cannot hit an
+  absolute instant, the rows are then set to the instant their payload holds (Unix
+  microseconds). Lag = start minus that instant.
 
 Run it through ``pgpulse bench --only 7`` or directly from ``.venv-bench``::
 
@@ -30,7 +36,7 @@ from pgqueuer import AsyncpgDriver, PgQueuer, Queries
 from pgqueuer.models import Job
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import Peer, main, note_start, steady_expected
+from harness import PERIOD, Peer, main, note_start, offset_us, spread, steady_expected
 
 BATCH = 5000
 ENTRYPOINT = "noop"
@@ -54,10 +60,11 @@ async def _enqueue(dsn: str, payloads: list[bytes | None]) -> None:
             await queries.enqueue([ENTRYPOINT] * len(chunk), chunk, [0] * len(chunk),
                                   [timedelta(hours=1) if p else None for p in chunk])
         if any(payloads):
-            # the payload holds the occurrence's instant: make it the exact eligibility time
+            # the payload holds the occurrence's instant (Unix microseconds): make it the
+            # exact eligibility time (integer microseconds, no float rounding)
             await conn.execute(
-                "UPDATE pgqueuer SET execute_after = to_timestamp("
-                "('x' || encode(payload, 'hex'))::bit(64)::bigint / 1e6) "
+                "UPDATE pgqueuer SET execute_after = timestamptz 'epoch' + "
+                "('x' || encode(payload, 'hex'))::bit(64)::bigint * interval '1 microsecond' "
                 "WHERE payload IS NOT NULL")
     finally:
         await conn.close()
@@ -69,12 +76,16 @@ async def load_drain(dsn: str, jobs: int) -> None:
 
 
 async def load_steady(dsn: str, jobs: int, base: float, duration: float) -> int:
-    """Enqueue every occurrence within ``[base, base + duration]`` as a delayed job; returns
-    how many."""
-    instants = [base + k % 60 + 60 * m for k in range(jobs)
-                for m in range(int(duration // 60) + 1) if k % 60 + 60 * m <= duration]
-    await _enqueue(dsn, [struct.pack(">q", round(at * 1e6)) for at in instants])
-    return steady_expected(jobs, duration, lambda k: float(k % 60))
+    """Enqueue every occurrence within ``[base, base + duration]`` of job k every 60 s from
+    ``base + k * 60 / jobs`` s (to the microsecond) as a delayed job; returns how many."""
+    base_us, window, period = offset_us(base), offset_us(duration), offset_us(PERIOD)
+    instants = [base_us + first + m * period for first in
+                (offset_us(spread(k, jobs)) for k in range(jobs))
+                for m in range((window - first) // period + 1 if first <= window else 0)]
+    await _enqueue(dsn, [struct.pack(">q", at) for at in instants])
+    expected = steady_expected(jobs, duration, lambda k: spread(k, jobs))
+    assert expected == len(instants)
+    return expected
 
 
 async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
@@ -101,8 +112,8 @@ PEER = Peer(
     setup=setup, load_drain=load_drain, load_steady=load_steady, worker=worker,
     done_sql="SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",
     drain_note="enqueued jobs (its scheduler holds one cron per entrypoint, minute resolution)",
-    steady_note="delayed one-shot jobs at each occurrence's instant (scheduler cannot express "
-                "per-job @every 60s)",
+    steady_note="delayed one-shot jobs at each occurrence's instant, spread to the microsecond "
+                "as Pulse's (its scheduler cannot express per-job @every 60s)",
 )
 
 if __name__ == "__main__":

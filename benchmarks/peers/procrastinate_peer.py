@@ -6,10 +6,14 @@
   (``batch_defer_async``). A firing: the job is fetched, run and marked ``succeeded`` (its row
   stays, with its events: Procrastinate's run history).
 * steady: ``--jobs`` periodic tasks of one no-op task (``periodic_id`` 0..N-1), job k on cron
-  ``* * * * * S`` with ``S = k mod 60`` — the same spread as Pulse's (both have one-second
-  resolution, so each second's N/60 jobs fall due together). Every worker
-  runs the periodic deferrer, as Procrastinate does; the database refuses duplicate defers.
-  Lag = job start minus the periodic ``timestamp`` the job receives.
+  ``* * * * * S`` with ``S = k mod 60``. This is as close as Procrastinate gets to Pulse's
+  spread, not the same: Pulse's scenario 4 anchors job k at ``base + k * 60 / N`` s to the
+  microsecond (sub-second, never two jobs due at once), but Procrastinate's periodic tasks are
+  cron with a seconds field, one-second resolution, and the ``timestamp`` a job receives is a
+  whole Unix second. So Procrastinate sees ~N/60 jobs due in the same second (1,667 at
+  N = 100,000), all deferred at that second's tick. Every worker runs the periodic deferrer,
+  as Procrastinate does; the database refuses duplicate defers. Lag = job start minus the
+  periodic ``timestamp`` the job receives.
 
 Run it through ``pgpulse bench --only 7`` or directly from ``.venv-bench``::
 
@@ -48,6 +52,8 @@ def _register(app: App) -> None:
 
 
 def _second(k: int, jobs: int) -> int:
+    """Second of the minute job k fires at: cron has one-second resolution, so the sub-second
+    spread of Pulse's scenario 4 (``k * 60 / jobs``) cannot be expressed; ``k mod 60``."""
     return k % 60
 
 
@@ -98,7 +104,8 @@ PEER = Peer(
     setup=setup, load_drain=load_drain, load_steady=load_steady, worker=worker,
     done_sql="SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
     drain_note="deferred jobs (periodic tasks are code, one defer per tick); job rows kept",
-    steady_note="periodic tasks, cron with seconds: 1-second resolution, N/60 due per second",
+    steady_note="periodic tasks, cron with seconds: 1-second resolution, so ~N/60 due in the "
+                "same second (Pulse spreads them sub-second)",
 )
 
 if __name__ == "__main__":

@@ -267,13 +267,21 @@ def schedule() -> None:
     """Check schedule arithmetic."""
 
 
+#: ``--after`` formats: ISO-8601 with ``T`` or a space, optional fraction (1 to 6 digits) and
+#: offset (``+02:00``, ``+0200`` or ``Z``), or a bare date.
+AFTER_FORMATS = [f"%Y-%m-%d{sep}%H:%M:%S{frac}{zone}" for sep in ("T", " ")
+                 for frac in ("", ".%f") for zone in ("%z", "")] + ["%Y-%m-%d"]
+
+
 @schedule.command("next", epilog="\b\n" + SCHEDULE_HELP)
 @click.argument("expression")
 @click.option("--tz", "timezone", default="UTC", help="IANA time zone.")
 @click.option("--count", type=click.IntRange(1, 1000), default=5)
-@click.option("--after", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S",
-                                               "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"]),
-              help="Start instant, ISO-8601 (UTC if no offset) [default: now].")
+@click.option("--after", type=click.DateTime(AFTER_FORMATS), metavar="DATETIME",
+              help="Start instant, ISO-8601: YYYY-MM-DD[THH:MM:SS[.ffffff][+HH:MM|Z]] ('T' or "
+                   "a space), UTC if no offset. An @every schedule is anchored there, to the "
+                   "microsecond: give a job's anchor_at to see its grid. "
+                   "[default: now, to the whole second]")
 def schedule_next(expression: str, timezone: str, count: int, after: datetime | None) -> None:
     """Print the next occurrences of EXPRESSION, in UTC and in its time zone."""
     try:
@@ -281,7 +289,8 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
     except PulseError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    cursor = after or datetime.now(UTC)
+    # whole-second default: an @every grid is anchored at the cursor, to the microsecond
+    cursor = after or datetime.now(UTC).replace(microsecond=0)
     if cursor.tzinfo is None:
         cursor = cursor.replace(tzinfo=UTC)
     anchor = cursor

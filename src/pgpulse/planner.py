@@ -10,6 +10,11 @@ the database's clock in (design.md, invariant 1). The rules are design.md's "Pol
 * ``coalesce``: several missed occurrences run once, as the newest of them; the others are
   recorded as skipped, and the schedule resumes from there.
 
+Interval schedules are planned with exact ``timedelta`` arithmetic (integer microseconds) on
+the grid ``anchor + k * interval``, so a sub-second anchor is kept through any downtime (a 60 s
+job anchored at :50.357 is still at :50.357 after it; design.md, invariant 7) and the counts of
+missed occurrences are exact whatever the anchor's microseconds.
+
 Retries use exponential backoff with jitter ("full jitter" halved: the delay is uniform in
 [base * 2**(n-1) / 2, base * 2**(n-1)]), capped at :data:`MAX_RETRY_DELAY` seconds.
 """
@@ -81,12 +86,13 @@ def advance(
         policy: the job's catch-up policy.
         after: occurrences strictly later than this instant are candidates (normally the
             ``scheduled_for`` that just finished).
-        now: the database's current instant (aware).
-        anchor: the anchor of an interval schedule (ignored for cron).
+        now: the database's current instant (aware; microseconds count).
+        anchor: the anchor of an interval schedule, kept to the microsecond (ignored for cron).
 
     Returns:
         An :class:`Advance`. The next occurrence is computed from ``after``, never from when a
-        run finished, so schedules do not drift (design.md, invariant 7).
+        run finished, so schedules do not drift and an interval job keeps its exact anchor
+        (design.md, invariant 7).
     """
     return hold(schedule, policy, schedule.next_after(after, anchor=anchor), now=now,
                 anchor=anchor)
@@ -106,8 +112,9 @@ def hold(
         schedule: the job's parsed schedule.
         policy: the job's catch-up policy.
         first: the earliest occurrence not yet run (it may be a triggered, off-schedule one).
-        now: the database's current instant.
-        anchor: the anchor of an interval schedule.
+        now: the database's current instant (an occurrence is due when ``<= now``, to the
+            microsecond).
+        anchor: the anchor of an interval schedule, kept to the microsecond.
 
     Returns:
         The occurrence to hold (``first`` itself when nothing is skipped) and the skipped ones.
@@ -146,7 +153,7 @@ def _advance_keep_newest(
     """Hold the oldest of the newest ``keep`` due occurrences; skip the older ones.
 
     ``first`` is due (``first <= now``). Interval schedules are counted arithmetically (O(1) in
-    the length of the downtime); cron schedules are walked in chunks.
+    the length of the downtime, exact to the microsecond); cron schedules are walked in chunks.
     """
     if schedule.kind == "interval":
         return _keep_newest_interval(schedule, keep, first, now, anchor)
@@ -171,11 +178,17 @@ def _advance_keep_newest(
 def _keep_newest_interval(
     schedule: Schedule, keep: int, first: datetime, now: datetime, anchor: datetime | None
 ) -> Advance:
+    """Interval case of :func:`_advance_keep_newest`: the due occurrences are ``first`` and the
+    grid points ``grid_first + k * step`` (k >= 0) that are ``<= now``, counted in O(1).
+
+    ``first`` may be off the grid (a triggered occurrence). The grid is the anchor's own, to the
+    microsecond (``anchor=None``: the grid through ``first``, as :meth:`Schedule.next_after`).
+    ``timedelta // timedelta`` floors exact integer microseconds, so the count has no rounding.
+    """
     step = schedule.interval
     assert step is not None
     grid_first = schedule.next_after(first, anchor=anchor)  # first may be off the grid (trigger)
-    on_grid = 0 if grid_first > now else (
-        (schedule.next_after(now, anchor=anchor) - step - grid_first) // step + 1)
+    on_grid = 0 if grid_first > now else (now - grid_first) // step + 1
     due = 1 + on_grid
     if due <= keep:
         return Advance(first)
@@ -226,7 +239,7 @@ def plan_claim(
         attempt: the attempt number the claim just took (1 = first attempt).
         max_attempts: the job's attempt limit.
         now: the database's instant of the claim.
-        anchor: interval anchor (ignored for cron).
+        anchor: interval anchor, kept to the microsecond (ignored for cron).
 
     Returns:
         A :class:`ClaimDecision`. Retries (``attempt > 1``) are never misfires: an occurrence

@@ -1,7 +1,12 @@
 """Schedule arithmetic: cron expressions, macros and ``@every`` intervals (pure, no I/O, no clock).
 
-Every instant going in must be timezone-aware; every instant coming out is an aware UTC datetime
-with whole seconds. The rules are those of Vixie cron as Debian ships it (design.md, invariant 7):
+Every instant going in must be timezone-aware; every instant coming out is an aware UTC datetime.
+Cron occurrences fall on whole seconds, as in Vixie cron. Interval occurrences are exactly
+``anchor + k * interval`` with the anchor's full microsecond precision (PostgreSQL's timestamptz
+and Python's datetime both hold microseconds): keeping the exact anchor spreads jobs created at
+different instants over the second instead of aligning them all on whole seconds.
+
+The cron rules are those of Vixie cron as Debian ships it (design.md, invariant 7):
 
 * Day-of-month and day-of-week: if either field starts with ``*`` a day must match both,
   otherwise either (Debian cron, ``DOM_STAR``/``DOW_STAR`` in ``entry.c``).
@@ -146,32 +151,45 @@ class Schedule:
     def next_after(self, after: datetime, *, anchor: datetime | None = None) -> datetime:
         """Return the first occurrence strictly later than ``after``.
 
-        A cron schedule is read in its time zone: an elapsed-time job (minute or hour field
-        starting with ``*``) skips wall times lost to DST and fires in both passes of a repeated
-        hour; a fixed-time job fires once per matching wall time, just after the gap if that time
-        is skipped, on the first pass if it is repeated (Debian cron).
+        A cron schedule is read in its time zone and fires on whole seconds (as Vixie cron): an
+        ``after`` with microseconds gives the next whole-second match strictly later. An
+        elapsed-time job (minute or hour field starting with ``*``) skips wall times lost to DST
+        and fires in both passes of a repeated hour; a fixed-time job fires once per matching
+        wall time, just after the gap if that time is skipped, on the first pass if it is
+        repeated (Debian cron).
+
+        An interval schedule's occurrences are exactly ``anchor + k * interval`` for every
+        integer k, to the microsecond: neither ``anchor`` nor ``after`` is truncated, so a job
+        anchored at 12:00:00.357 fires at 12:01:00.357, 12:02:00.357... and jobs created at
+        different instants stay spread out instead of falling due together on whole seconds.
 
         Args:
             after: an aware instant, any zone (typically the current ``scheduled_for``).
-            anchor: interval schedules only: an aware instant on the schedule's grid; the
-                occurrences are ``anchor + k * interval`` for every integer k (truncated to whole
-                seconds). None means ``after`` itself, so the result is ``after + interval``.
-                Ignored by cron schedules.
+            anchor: interval schedules only: an aware instant on the schedule's grid (the job's
+                ``anchor_at``), kept to the microsecond. None means ``after`` itself, so the
+                result is exactly ``after + interval``. Ignored by cron schedules.
 
         Returns:
-            An aware UTC datetime (``tzinfo=datetime.UTC``), microsecond 0. O(1) for intervals.
+            An aware UTC datetime (``tzinfo=datetime.UTC``) strictly later than ``after``: for
+            cron, on a whole second; for an interval, on the anchor's microsecond grid. O(1) for
+            intervals.
 
         Raises:
             ValueError: ``after`` or ``anchor`` is naive.
             InvalidSchedule: a cron schedule has no occurrence within 400 years (one that only
                 matches wall times skipped by DST in its zone, e.g.).
         """
-        start = _utc_seconds(after, "after")
+        start = _utc(after, "after")
         if self.interval is not None:
-            grid = start if anchor is None else _utc_seconds(anchor, "anchor")
+            # timedelta arithmetic is exact integer microseconds: `//` floors, so the result is
+            # the first grid point strictly later than `after` (not `after` itself when on it).
+            grid = start if anchor is None else _utc(anchor, "anchor")
             return grid + ((start - grid) // self.interval + 1) * self.interval
         cron = self._cron
         assert cron is not None  # parse_schedule sets exactly one of interval and _cron
+        # Cron works in whole seconds: the next match after `after` is the next one after its
+        # whole second (a match is never between the two).
+        start = start.replace(microsecond=0)
         last_year = min(start.year + _HORIZON_YEARS, 9999)
         found = (_next_elapsed if cron.elapsed else _next_fixed)(cron, self._zone, start, last_year)
         if found is None:
@@ -186,7 +204,8 @@ class Schedule:
         """Return the occurrences ``t`` with ``start < t <= end``, ascending, at most ``limit``.
 
         Args:
-            start, end: aware instants, any zone.
+            start, end: aware instants, any zone (not truncated: an interval occurrence at
+                12:00:00.357 is within an ``end`` of 12:00:00.500).
             anchor: as for :meth:`next_after`; None means ``start``.
             limit: the most occurrences to return (the search stops there); must be >= 0.
 
@@ -198,7 +217,7 @@ class Schedule:
         """
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
-        last = _utc_seconds(end, "end")
+        last = _utc(end, "end")
         grid = start if anchor is None else anchor
         found: list[datetime] = []
         current = start
@@ -348,10 +367,11 @@ def _field_error(expr: str, index: int, reason: str) -> InvalidSchedule:
     return _invalid(expr, f"{_FIELDS[index][0]} field: {reason}")
 
 
-def _utc_seconds(moment: datetime, name: str) -> datetime:
+def _utc(moment: datetime, name: str) -> datetime:
+    """``moment`` in UTC, microseconds kept; ValueError naming ``name`` if it is naive."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{name} must be a timezone-aware datetime, got naive {moment!r}")
-    return moment.astimezone(UTC).replace(microsecond=0)
+    return moment.astimezone(UTC)
 
 
 # --- daylight saving -------------------------------------------------------------------------
