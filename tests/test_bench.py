@@ -3,18 +3,29 @@ a test). They catch a change to queries.sql that the raw-ceiling generator no lo
 
 from __future__ import annotations
 
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 from pgpulse.bench.ceiling import pgbench_script
+from pgpulse.bench.common import load_jobs
 from pgpulse.bench.report import render, targets
 from pgpulse.bench.sqltext import placeholders, split_final_select, to_positional
+from pgpulse.bench.steady import PERIOD, expected_runs
+from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
 
 
 def test_ceiling_script_is_generated_from_every_parameter_of_the_queries() -> None:
+    """One transaction per step, as a node's claim loop: the previous batch's completion, then
+    the claim whose outcomes the next step completes."""
     script = pgbench_script()
-    claim, finish = script.split("\\gset\n")
+    begin, finish, claim, end = script.split(";\n")
     assert "%(" not in script
+    assert begin == "BEGIN" and end == ""
+    assert "json_to_recordset((:outcomes)::json)" in finish and "UPDATE job_runs" in finish
     assert "FOR UPDATE OF j SKIP LOCKED" in claim  # Pulse's own claim, not a copy
-    assert "pulse_claim" in claim and "scheduled_jobs" in finish
+    assert claim.endswith("FROM pulse_claim \\gset\nCOMMIT")
 
 
 def test_positional_rewrite_numbers_each_name_once() -> None:
@@ -41,3 +52,28 @@ def test_report_states_each_target_with_its_measure() -> None:
     assert any(row[0].startswith("idle: ≤ 0.70") and row[2] == "**no**" for row in rows)
     page = render(payload, {})
     assert "## Scenario 4: steady" in page and "## The issue's targets" in page
+
+
+def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: str,
+                                                                          db: Any) -> None:
+    """Scenario 4's load: distinct sub-second anchors, occurrences on them, counted exactly."""
+    jobs, duration = 2_000, 30.0
+    base = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    step = PERIOD / jobs
+    load_jobs(dsn, jobs, schedule="@every 60s", kind="interval", base=base, modulo=jobs,
+              step=step, catch_up="skip", misfire_grace=60.0)
+    rows = db.execute("SELECT anchor_at, scheduled_for, next_run_at FROM scheduled_jobs "
+                      "ORDER BY anchor_at").fetchall()
+    anchors = [r["anchor_at"] for r in rows]
+    assert all(r["scheduled_for"] == r["next_run_at"] == r["anchor_at"] for r in rows)
+    assert len(set(anchors)) == jobs  # no two jobs fall due at the same instant
+    assert anchors[0] == base and anchors[-1] < base + timedelta(seconds=PERIOD)
+    gaps = {b - a for a, b in itertools.pairwise(anchors)}
+    assert gaps <= {timedelta(milliseconds=30) + timedelta(microseconds=d) for d in (-1, 0, 1)}
+    # the schedule keeps each anchor's microseconds, and the expected count is the database's
+    every = parse_schedule("@every 60s")
+    assert all(every.next_after(a, anchor=a) == a + timedelta(minutes=1) for a in anchors)
+    end = base + timedelta(seconds=duration)
+    due = sum(len(every.occurrences_between(a - timedelta(microseconds=1), end, anchor=a,
+                                            limit=10)) for a in anchors)
+    assert expected_runs(jobs, duration, step) == due == 2_000 // 2 + 1

@@ -15,7 +15,6 @@ from helpers import ALL_SHARDS, add, spec
 from pgpulse.engine import Node
 from pgpulse.handlers import RunContext
 from pgpulse.store import ClaimedJob, Store
-from pgpulse.sweeper import Sweeper
 from test_engine import node, running, wait_until
 
 #: A DSN nothing listens on: what a node's new sessions meet while PostgreSQL restarts or its
@@ -66,12 +65,20 @@ async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_track
     tracked = n.running.get(7)
     try:
         assert tracked is not None and tracked.job.fencing_token == 2
-        assert tracked.timer is not None and not tracked.timer.cancelled()
+        # the node's watchdog fires no later than attempt 2's deadline
+        watchdog = n._watchdog
+        assert watchdog is not None and not watchdog.cancelled()
+        loop = asyncio.get_running_loop()
+        assert watchdog.when() <= loop.time() + (tracked.deadline - time.monotonic()) + 0.01
     finally:
-        for attempt in list(n.running.values()):
-            attempt.task.cancel()
-            if attempt.timer is not None:
-                attempt.timer.cancel()
+        _stop(n)
+
+
+def _stop(n: Node) -> None:
+    for attempt in list(n.running.values()):
+        attempt.task.cancel()
+    if n._watchdog is not None:
+        n._watchdog.cancel()
 
 
 class _Forever:
@@ -103,10 +110,7 @@ async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt(
         assert n.running[7].job.fencing_token == 2
         assert n.running[7].stop_reason is None, "attempt 2 was cancelled for attempt 1's lease"
     finally:
-        for attempt in list(n.running.values()):
-            attempt.task.cancel()
-            if attempt.timer is not None:
-                attempt.timer.cancel()
+        _stop(n)
 
 
 async def test_a_silent_leader_does_not_stop_expired_leases_being_reaped(
@@ -115,10 +119,10 @@ async def test_a_silent_leader_does_not_stop_expired_leases_being_reaped(
     also when the node that happens to lead is the one that went silent."""
     await add(store, spec("held", schedule="0 0 1 1 *"))
     await store.trigger_job("default", "held")
+    silent = node(store, dsn, {}, node_id="paused-node")
+    await silent.start()  # it leads (its heartbeat session holds the lock)...
+    assert silent.sweeper.is_leader
     await store.claim_due("paused-node", ALL_SHARDS, 1, lease=1.0)
-    silent = Sweeper(store, dsn, "paused-node", keep_runs=3600)
-    await silent.run_once()  # it leads...
-    assert silent.is_leader
     try:  # ... and then says nothing more, like a SIGSTOPped process
         async def noop(ctx: RunContext) -> None:
             return None
@@ -128,7 +132,7 @@ async def test_a_silent_leader_does_not_stop_expired_leases_being_reaped(
                 "SELECT locked_by FROM scheduled_jobs").fetchone()["locked_by"] != "paused-node",
                 within=8)
     finally:
-        await silent.close()
+        await silent._beat_session.close()
 
 
 async def test_the_token_guard_refuses_a_zombie_only_once_a_newer_token_was_seen(

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from helpers import ALL_SHARDS, add, spec, utc
+from pgpulse.planner import Advance
 from pgpulse.sql import QUERIES
 from pgpulse.store import Outcome, Store
 
@@ -141,5 +142,52 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
     assert row is not None
     scans = [n for n in _plan_nodes(row[0][0]["Plan"])
              if n.get("Index Name") == "scheduled_jobs_due"]
-    assert scans, "the claim does not use the partial index on idle rows"
-    assert all(n["Actual Rows"] == 0 and "Index Cond" in n for n in scans), scans
+    assert all("Index Cond" in n for n in scans), scans
+    due = [n for n in scans if "<=" in n["Index Cond"]]
+    ahead = [n for n in scans if "<=" not in n["Index Cond"]]
+    assert due, "the claim does not use the partial index on idle rows"
+    assert all(n["Actual Rows"] == 0 for n in due), due
+    # The next due instant (returned when fewer were claimed than asked) reads one index entry.
+    assert ahead and all(n["Actual Rows"] == 1 for n in ahead), ahead
+
+
+async def test_one_step_writes_outcomes_then_claims_what_they_made_due(store: Store, db) -> None:
+    """finish_and_claim: the outcome is written first, in the same transaction the claim sees
+    it (a backfill job whose next occurrence is already due is claimed again, new token), and
+    the claim reports the next due instant when it got fewer jobs than asked."""
+    [job_id, hourly] = await add(store, spec("a", catch_up="backfill"),
+                                 spec("hourly", schedule="0 * * * *"), now=T0)
+    [job] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=30, now=LATER)
+    assert job.id == job_id and job.scheduled_for == utc(2026, 1, 1, 0, 1)
+    done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()),
+                   output="a\x00b")
+    step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
+    assert step.written == {job_id}
+    [again] = step.jobs
+    assert (again.id, again.scheduled_for) == (job_id, utc(2026, 1, 1, 0, 2))
+    assert again.fencing_token == job.fencing_token + 1 and again.run_id != job.run_id
+    assert step.next_due == utc(2026, 1, 1, 1, 0)  # the hourly job, the only one idle
+    assert step.db_now == LATER
+    run = db.execute("SELECT outcome, output FROM job_runs WHERE id = %s",
+                     (job.run_id,)).fetchone()
+    assert run == {"outcome": "succeeded", "output": "a\ufffdb"}  # NUL cannot be stored as is
+    assert hourly not in {j.id for j in step.jobs}
+
+
+async def test_a_failed_step_writes_no_outcome(store: Store, db) -> None:
+    """The outcome and the claim commit together or not at all (the node sends the outcome
+    again with its next step)."""
+    [job_id] = await add(store, spec("a"), now=T0)
+    [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
+    done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
+    before = db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone()
+    try:
+        # 40000 is no smallint: the claim fails after the outcome was sent
+        await store.finish_and_claim([done], "node-a", [40000], 1, lease=30, now=LATER)
+    except psycopg.errors.NumericValueOutOfRange:
+        pass
+    else:
+        raise AssertionError("the claim should have failed")
+    assert db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone() == before
+    step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 0, lease=30, now=LATER)
+    assert step.written == {job_id} and step.jobs == [] and step.next_due is None

@@ -160,6 +160,35 @@ async def test_a_run_past_its_timeout_is_cancelled_and_fails(store: Store, dsn: 
     assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == "timed out after 0.2s"
 
 
+async def test_a_handlers_own_timeout_error_is_a_plain_failure(store: Store, dsn: str,
+                                                              db: Any) -> None:
+    """Without a job timeout, a TimeoutError raised by the handler is its error, not ours."""
+    async def upstream(ctx: RunContext) -> None:
+        raise TimeoutError("upstream took too long")
+
+    await add(store, spec("calls", handler="upstream", max_attempts=1))
+    await store.trigger_job("default", "calls")
+    async with running(node(store, dsn, {"upstream": upstream})):
+        await wait_until(lambda: db.execute(
+            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'").fetchone()["n"])
+    assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == (
+        "TimeoutError: upstream took too long")
+
+
+async def test_an_output_with_nul_characters_is_stored_not_stuck(store: Store, dsn: str,
+                                                                 db: Any) -> None:
+    """PostgreSQL text cannot hold NUL: the outcome is stored with U+FFFD, the run ends."""
+    async def binary(ctx: RunContext) -> str:
+        return "head\x00tail"
+
+    await add(store, spec("binary", handler="binary"))
+    await store.trigger_job("default", "binary")
+    async with running(node(store, dsn, {"binary": binary})):
+        await wait_until(lambda: db.execute(
+            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'").fetchone()["n"])
+    assert db.execute("SELECT output FROM job_runs").fetchone()["output"] == "head\ufffdtail"
+
+
 async def test_a_node_that_cannot_renew_cancels_its_run_before_the_lease_ends(
     store: Store, dsn: str, db: Any
 ) -> None:
@@ -219,23 +248,6 @@ async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str
     assert state == "stopped"
 
 
-async def test_the_leader_reaps_expired_leases(store: Store, dsn: str, db: Any) -> None:
-    await add(store, spec("x"))
-    await store.trigger_job("default", "x")
-    await store.claim_due("dead-node", list(range(SHARD_COUNT)), 1, lease=30)
-    db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - interval '1 second'")
-    n = node(store, dsn, {})
-    try:
-        assert await n.sweeper.run_once() == 1
-        assert n.sweeper.is_leader
-        other = node(store, dsn, {})
-        assert await other.sweeper.run_once() == 0 and not other.sweeper.is_leader
-    finally:
-        await n.sweeper.close()
-    job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
-    assert job == {"status": "idle", "last_error": "lease of node dead-node expired"}
-
-
 async def test_a_node_that_knows_the_handler_revives_the_failed_job(
     store: Store, dsn: str, db: Any
 ) -> None:
@@ -255,23 +267,3 @@ async def test_a_node_that_knows_the_handler_revives_the_failed_job(
             await ran.wait()
     job = db.execute("SELECT status, last_error, last_outcome FROM scheduled_jobs").fetchone()
     assert job == {"status": "idle", "last_error": None, "last_outcome": "succeeded"}
-
-
-async def test_status_names_this_databases_leader_on_a_shared_server(
-    store: Store, dsn: str, server_dsn: str
-) -> None:
-    """Another Pulse cluster in another database of the same server has its own leader."""
-    from pgpulse.database import connect
-    from pgpulse.store import LEADER_LOCK_KEY
-
-    other = await connect(server_dsn, application_name="pgpulse:other-cluster-node")
-    try:
-        await other.execute("SELECT pg_advisory_lock(%s)", (LEADER_LOCK_KEY,))
-        mine = node(store, dsn, {}, node_id="mine")
-        await mine.start()
-        assert await mine.sweeper.run_once() == 0 and mine.sweeper.is_leader
-        nodes = await store.cluster_nodes(ttl=10)
-        assert [(n["node_id"], n["leader"]) for n in nodes] == [("mine", True)]
-    finally:
-        await other.close()
-        await mine.sweeper.close()

@@ -1,7 +1,8 @@
 """Connections: turn a DSN (or the embedded default) into checked connections and a pool.
 
-Every connection carries ``application_name = 'pgpulse:<node id>'`` so ``pgpulse status`` can tell
-which node holds the leader lock, and uses dict rows.
+Every connection of a node carries ``application_name = 'pgpulse:<node id>'`` (its dedicated
+sessions add a role: ``:beat``, ``:listen``) so ``pgpulse status`` can tell which node holds the
+leader lock (its heartbeat session does), and uses dict rows.
 """
 
 from __future__ import annotations
@@ -119,6 +120,10 @@ class Session:
     renewals go through a session instead: each heartbeat tries a fresh connection at once,
     so a lease survives an outage shorter than itself. Use from one task at a time.
 
+    Session state (a session-level advisory lock, such as the leader's) lives as long as one
+    connection: :attr:`generation` counts the connections opened, so a holder can tell that
+    its session, and the lock with it, was lost.
+
     Args:
         dsn: the database.
         application_name: shown in ``pg_stat_activity``.
@@ -127,6 +132,7 @@ class Session:
     def __init__(self, dsn: str, application_name: str) -> None:
         self.dsn = dsn
         self.application_name = application_name
+        self.generation = 0
         self._conn: AsyncConn | None = None
 
     @contextlib.asynccontextmanager
@@ -139,6 +145,7 @@ class Session:
         if self._conn is None or self._conn.closed or self._conn.broken:
             await self.close()
             self._conn = await connect(self.dsn, application_name=self.application_name)
+            self.generation += 1
         conn = self._conn
         try:
             yield conn

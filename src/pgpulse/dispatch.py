@@ -76,10 +76,16 @@ async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext) -> Att
     Raises:
         asyncio.CancelledError: the engine cancelled the attempt (lost lease, shutdown).
     """
+    limit: asyncio.Timeout | None = None
     try:
-        async with asyncio.timeout(job.timeout):
+        if job.timeout is None:
             output = await call_handler(handler, ctx)
-    except TimeoutError:
+        else:
+            async with asyncio.timeout(job.timeout) as limit:
+                output = await call_handler(handler, ctx)
+    except TimeoutError as exc:
+        if limit is None or not limit.expired():  # the handler's own TimeoutError, not ours
+            return AttemptResult(False, f"{type(exc).__name__}: {exc}")
         return AttemptResult(False, f"timed out after {job.timeout:g}s")
     except HandlerFailed as exc:
         return AttemptResult(False, str(exc), truncate_output(exc.output))

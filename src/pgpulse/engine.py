@@ -3,18 +3,22 @@
 A :class:`Node` runs four named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
 loudly):
 
-* ``claim``: claim due jobs of the owned shards, at most as many as there are free worker slots
-  (backpressure, invariant 6), start each at once, then sleep until the next due instant, a
-  wake-up notification, or a freed slot;
-* ``heartbeat``: every ``heartbeat_interval`` seconds record liveness, recompute shard ownership
-  from the live nodes, and renew the leases of running attempts (fenced);
-* ``sweeper``: try to lead; the leader reaps expired leases (see :mod:`pgpulse.sweeper`);
+* ``claim``: in one transaction and one round trip per step, write the outcomes of the attempts
+  that ended (group commit) and claim due jobs of the owned shards, at most as many as there are
+  free worker slots (backpressure, invariant 6); start each at once, then sleep until the next
+  due instant (the claim returns it), a wake-up notification, or an ended attempt;
+* ``heartbeat``: every ``heartbeat_interval`` seconds renew the leases of running attempts
+  (fenced), then, in one statement, record liveness, try to lead (or keep leading) and return
+  expired leases to the pool — the leader's every one, the others' as backup for a silent leader
+  (see :mod:`pgpulse.sweeper`); recompute shard ownership from the live nodes it returns;
+* ``prune``: the leader deletes old history once an hour; other nodes send nothing;
 * ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once.
 
 Self-fencing (invariant 3): each running attempt has a deadline, ``lease - safety_margin`` after
 the last successful renewal was *sent*. If it passes without a renewal (the database is
 unreachable, the node was paused), the attempt is cancelled before the lease can expire, and
 nothing is recorded as done. A renewal that the database refuses (stale token) cancels at once.
+One timer per node watches every deadline (armed for the earliest), not one timer per attempt.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from pgpulse.errors import DatabaseUnavailable
 from pgpulse.handlers import Handler
 from pgpulse.recorder import OutcomeRecorder
 from pgpulse.sharding import shards_for
-from pgpulse.store import ClaimedJob, Store
+from pgpulse.store import ClaimedJob, Cycle, Store
 from pgpulse.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -56,8 +60,10 @@ class NodeConfig:
         node_id: unique id; default ``<hostname>-<pid>-<random>``.
         slots: worker slots — the most attempts this node runs at once.
         lease: lease length granted by a claim and by each renewal.
-        heartbeat_interval: seconds between heartbeats and lease renewals.
-        node_ttl: a node silent this long is dead (its shards move).
+        heartbeat_interval: seconds between heartbeats (lease renewals, liveness, leadership,
+            lease sweeping).
+        node_ttl: a node silent this long is dead (its shards move); a node that does not lead
+            also reaps leases expired this long (backup for a silent leader).
         poll_interval: longest sleep between two claims when nothing is known to be due.
         drain_timeout: on stop, how long running attempts may take to finish.
         keep_runs: how long finished run history is kept (leader prunes).
@@ -94,7 +100,7 @@ class _Attempt:
     job: ClaimedJob
     task: asyncio.Task[Any]
     claimed_mono: float
-    timer: asyncio.TimerHandle | None = None
+    deadline: float  # monotonic seconds: cancelled unless renewed before (self-fencing)
     stop_reason: str | None = None
     finishing: bool = False  # its fenced outcome write is under way: a refused renewal
     #                           means that write committed or will be refused; no cancel
@@ -124,13 +130,14 @@ class Node:
         # database restart (the pool would back off for seconds: leases would be lost).
         self._beat_session = Session(dsn, f"pgpulse:{self.node_id}:beat")
         self.beat = Store(self._beat_session)
-        self.sweeper = Sweeper(store, dsn, self.node_id, keep_runs=self.config.keep_runs,
-                               backup_delay=self.config.node_ttl)
+        self.sweeper = Sweeper(store, self._beat_session, self.node_id,
+                               keep_runs=self.config.keep_runs)
         self.recorder = OutcomeRecorder(store)
         self.dispatcher = Dispatcher(self.recorder, self.handlers, self.node_id,
                                      self.config.handler_options,
                                      self._estimated_db_now, self._finishing)
         self._wake = asyncio.Event()
+        self._watchdog: asyncio.TimerHandle | None = None
         self._stopping = asyncio.Event()
         self.started = asyncio.Event()
 
@@ -158,6 +165,7 @@ class Node:
             concurrent.futures.ThreadPoolExecutor(self.config.slots, "pgpulse-handler"))
         await self.start()
         self.started.set()
+        self.recorder.attach(self._wake)  # the claim loop writes outcomes with its claims
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._claim_loop(), name="claim")
@@ -166,7 +174,7 @@ class Node:
                 group.create_task(self._every(
                     self.heartbeat_once, "heartbeat",
                     self.config.lease - self.config.safety_margin), name="heartbeat")
-                group.create_task(self._every(self.sweeper.run_once, "sweeper"), name="sweeper")
+                group.create_task(self._every(self.sweeper.prune_once, "prune"), name="prune")
                 group.create_task(self._listen_loop(), name="listen")
         finally:
             await self._drain()
@@ -177,6 +185,7 @@ class Node:
         self._wake.set()
 
     async def _drain(self) -> None:
+        self.recorder.detach()  # no claim loop any more: outcomes are written on their own
         if self.running:
             log.info("draining %d running attempts", len(self.running),
                      extra={"action": "node_draining", "node": self.node_id})
@@ -200,46 +209,83 @@ class Node:
                          extra={"action": "claims_released", "count": released})
         with _quiet_db_errors("stop_node"):
             await self.store.stop_node(self.node_id)
-        await self.sweeper.close()
-        await self._beat_session.close()
+        await self._beat_session.close()  # gives leadership up: the session held the lock
         log.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
 
     # -- claiming --------------------------------------------------------------------------
 
     async def claim_once(self) -> int:
-        """Claim as many due jobs as there are free slots and start each; return how many."""
-        free = self.config.slots - len(self.running)
-        if free <= 0 or not self.shards or self._stopping.is_set():
-            return 0
+        """One step of the claim loop (see :meth:`_step`); return how many jobs it claimed."""
+        return len((await self._step()).jobs)
+
+    async def _step(self) -> Cycle:
+        """Write the outcomes queued so far and claim as many due jobs as there are free slots
+        (one transaction, one round trip: :meth:`Store.finish_and_claim`); start each claimed
+        job at once.
+
+        The attempts whose outcomes go out in this step end with it, so their slots count as
+        free: after the step at most ``slots`` attempts run (invariant 6). A failed step
+        claims nothing and queues its outcomes again.
+        """
+        batch = self.recorder.take()
+        ending = sum(1 for outcome, _ in batch if self._holds(outcome.job))
+        free = self.config.slots - len(self.running) + ending
+        limit = free if self.shards and not self._stopping.is_set() else 0
+        if not batch and limit <= 0:
+            return Cycle(set(), [], None, None)
         sent = time.monotonic()
-        jobs = await self.store.claim_due(self.node_id, self.shards, free,
-                                          lease=self.config.lease)
-        metrics.observe_claim(time.monotonic() - sent, len(jobs))
-        for job in jobs:
+        try:
+            cycle = await self.store.finish_and_claim(
+                [outcome for outcome, _ in batch], self.node_id, self.shards, limit,
+                lease=self.config.lease)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self.recorder.put_back(batch)
+            else:  # not the connection: find the outcome the database refuses, then go on
+                await self.recorder.write_each(batch)
+            raise
+        except BaseException:
+            self.recorder.put_back(batch)
+            raise
+        for outcome, _ in batch:
+            self._ended(outcome.job)
+        self.recorder.settle(batch, cycle.written)
+        if limit:
+            metrics.observe_claim(time.monotonic() - sent, len(cycle.jobs))
+        for job in cycle.jobs:
             self._start(job, sent)
-        return len(jobs)
+        metrics.set_running(len(self.running))
+        return cycle
 
     def _start(self, job: ClaimedJob, claimed_mono: float) -> None:
         task = asyncio.create_task(self.dispatcher.dispatch(job), name=f"run:{job.name}")
-        attempt = _Attempt(job, task, claimed_mono)
+        attempt = _Attempt(job, task, claimed_mono, self._deadline(claimed_mono))
         self.running[job.id] = attempt
-        metrics.set_running(len(self.running))
-        self._arm_watchdog(attempt, claimed_mono)
+        self._arm_watchdog(attempt.deadline)
         task.add_done_callback(functools.partial(self._finished, job.id))
         log.debug("claimed %s/%s for %s", job.tenant, job.name, job.scheduled_for,
                   extra={"action": "run_claimed", "job": job.name})
 
+    def _holds(self, job: ClaimedJob) -> bool:
+        """Whether this claim of ``job`` (by fencing token) still occupies a slot."""
+        attempt = self.running.get(job.id)
+        return attempt is not None and attempt.job.fencing_token == job.fencing_token
+
+    def _ended(self, job: ClaimedJob) -> None:
+        """Forget the attempt of ``job`` (this claim of it): its outcome was written or
+        refused, so its slot is free (its task ends a moment later)."""
+        if self._holds(job):
+            del self.running[job.id]
+
     def _finished(self, job_id: int, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("attempt of job %d failed to record: %r", job_id, task.exception(),
+                      extra={"action": "record_failed"})
         attempt = self.running.get(job_id)
         if attempt is None or attempt.task is not task:
-            return  # the job was claimed again already: that is the next attempt's entry
+            return  # ended by its write already, or the job was claimed again since
         del self.running[job_id]
         metrics.set_running(len(self.running))
-        if attempt.timer is not None:
-            attempt.timer.cancel()
-        if not task.cancelled() and task.exception() is not None:
-            log.error("attempt of %s failed to record: %r", attempt.job.name, task.exception(),
-                      extra={"action": "record_failed", "job": attempt.job.name})
         self._wake.set()
 
     def _finishing(self, job: ClaimedJob) -> None:
@@ -247,21 +293,37 @@ class Node:
         if attempt is not None:
             attempt.finishing = True
 
-    def _arm_watchdog(self, attempt: _Attempt, renewed_mono: float) -> None:
-        if attempt.timer is not None:
-            attempt.timer.cancel()
-        deadline = renewed_mono + self.config.lease - self.config.safety_margin
-        loop = asyncio.get_running_loop()
-        attempt.timer = loop.call_at(loop.time() + (deadline - time.monotonic()),
-                                     self._lease_lost, attempt.job.id, "lease not renewed in time",
-                                     attempt.job.fencing_token)
+    def _deadline(self, renewed_mono: float) -> float:
+        """When an attempt whose lease was granted or renewed at ``renewed_mono`` (the request's
+        send time) must stop unless renewed again: ``safety_margin`` before the lease ends."""
+        return renewed_mono + self.config.lease - self.config.safety_margin
 
-    def _lease_lost(self, job_id: int, why: str, token: int | None = None) -> None:
-        attempt = self.running.get(job_id)
-        if attempt is None or attempt.task.done():
+    def _arm_watchdog(self, deadline: float) -> None:
+        """Make the node's one watchdog timer fire no later than ``deadline`` (monotonic)."""
+        timer = self._watchdog
+        loop = asyncio.get_running_loop()
+        at = loop.time() + (deadline - time.monotonic())
+        if timer is None or timer.cancelled() or timer.when() > at:
+            if timer is not None:
+                timer.cancel()
+            self._watchdog = loop.call_at(at, self._watch)
+
+    def _watch(self) -> None:
+        """The watchdog fired: cancel every attempt past its deadline, re-arm for the next."""
+        self._watchdog = None
+        now = time.monotonic()
+        later = []
+        for attempt in list(self.running.values()):
+            if attempt.deadline <= now:
+                self._lease_lost(attempt, "lease not renewed in time")
+            else:
+                later.append(attempt.deadline)
+        if later:
+            self._arm_watchdog(min(later))
+
+    def _lease_lost(self, attempt: _Attempt, why: str) -> None:
+        if attempt.task.done() or self.running.get(attempt.job.id) is not attempt:
             return
-        if token is not None and attempt.job.fencing_token != token:
-            return  # a watchdog of an earlier attempt of this job
         attempt.stop_reason = "lease_lost"
         metrics.lease_renewal_failed()
         attempt.task.cancel()
@@ -276,36 +338,41 @@ class Node:
         return job.db_now + timedelta(seconds=elapsed)
 
     async def _claim_loop(self) -> None:
+        retry_in = 0.1
         while not self._stopping.is_set():
             self._wake.clear()
-            free = self.config.slots - len(self.running)
             try:
                 # A claim whose reply is lost is not lost work: its leases expire and are reaped.
                 async with asyncio.timeout(self.config.lease / 2):
-                    claimed = await self.claim_once()
-                    if free > 0 and claimed == free:
-                        continue  # filled every slot; more may be due: wait for a slot below
-                    delay = self.config.poll_interval
-                    if self.shards and free > 0:
-                        next_due, db_now = await self.store.next_due(self.shards)
-                        if next_due is not None:
-                            delay = min(delay, (next_due - db_now).total_seconds() + 0.001)
+                    cycle = await self._step()
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 log.warning("claim failed: %s", exc or type(exc).__name__,
                             extra={"action": "claim_failed"})
-                delay = self.config.heartbeat_interval
+                await _wait(self._stopping, retry_in)  # queued outcomes go out with the retry
+                retry_in = min(retry_in * 2, self.config.heartbeat_interval)
+                continue
+            retry_in = 0.1
+            if self.recorder.pending:
+                continue  # outcomes arrived during the step: write them (and claim) now
+            delay = self.config.poll_interval  # or until a freed slot or a notification wakes us
+            if cycle.next_due is not None and cycle.db_now is not None:
+                delay = min(delay, (cycle.next_due - cycle.db_now).total_seconds() + 0.001)
             await _wait(self._wake, max(delay, 0.0))
 
     # -- heartbeat, leases, shards ---------------------------------------------------------
 
     async def heartbeat_once(self) -> None:
-        """Renew the leases of running attempts, then record liveness and recompute the owned
-        shards. Renewal goes first: on a slow link it is the write that keeps work alive."""
+        """Renew the leases of running attempts; then, in one statement, record liveness, lead
+        (or try to) and reap expired leases; then recompute the owned shards. Renewal goes
+        first: on a slow link it is the write that keeps work alive."""
         await self.renew_once()
         state = "draining" if self._stopping.is_set() else "alive"
-        live, _ = await self.beat.heartbeat(self.node_id, running=len(self.running),
-                                            shards=self.shards, ttl=self.config.node_ttl,
-                                            state=state)
+        beat = await self.beat.heartbeat(self.node_id, running=len(self.running),
+                                         shards=self.shards, ttl=self.config.node_ttl,
+                                         state=state, leading=self.sweeper.leading(),
+                                         backup_delay=self.config.node_ttl)
+        self.sweeper.observe(beat)
+        live = beat.live
         if state == "alive" and self.node_id not in live:
             await self.beat.register_node(self.node_id, hostname=socket.gethostname(),
                                           pid=os.getpid(), slots=self.config.slots,
@@ -331,9 +398,9 @@ class Node:
             if self.running.get(attempt.job.id) is not attempt:
                 continue  # it ended during the renewal (the job may already run again)
             if attempt.job.id in renewed:
-                self._arm_watchdog(attempt, sent)
+                attempt.deadline = self._deadline(sent)  # the watchdog finds it when it fires
             elif not attempt.finishing:
-                self._lease_lost(attempt.job.id, "the database refused the renewal")
+                self._lease_lost(attempt, "the database refused the renewal")
 
     async def _every(self, step: Any, name: str, limit: float | None = None) -> None:
         """Run ``step`` every heartbeat interval until stopping, each run bounded by ``limit``

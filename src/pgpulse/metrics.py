@@ -104,8 +104,10 @@ MAX_LAG = Gauge("pgpulse_jobs_max_lag_seconds",
 REFRESH_ERRORS = Counter("pgpulse_metrics_refresh_errors_total",
                          "Scrapes whose cluster-wide read failed.")
 
-for _outcome in OUTCOMES:
-    RUNS.labels(_outcome)
+# Label children bound once (every series exists from the start, and a run's observation skips
+# the labels() lookup and its lock).
+_RUNS_BY = {outcome: RUNS.labels(outcome) for outcome in OUTCOMES}
+_DURATION_BY = {outcome: RUN_DURATION.labels(outcome) for outcome in OUTCOMES}
 for _state in JOB_STATES:
     JOBS.labels(_state)
 
@@ -128,11 +130,11 @@ def observe_run(outcome: str, lag_seconds: float | None, duration_seconds: float
             attempts that never started a handler).
         duration_seconds: claim to end of the handler, or ``None`` if no handler ran.
     """
-    RUNS.labels(outcome).inc()
+    _RUNS_BY[outcome].inc()
     if lag_seconds is not None:
         RUN_LAG.observe(max(lag_seconds, 0.0))
     if duration_seconds is not None:
-        RUN_DURATION.labels(outcome).observe(max(duration_seconds, 0.0))
+        _DURATION_BY[outcome].observe(max(duration_seconds, 0.0))
 
 
 def observe_finish(outcome: str, job: ClaimedJob, written: bool,

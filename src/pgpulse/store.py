@@ -8,6 +8,7 @@ invariant 1).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,6 +73,39 @@ class ClaimedJob:
     def policy(self) -> CatchUpPolicy:
         """The job's catch-up policy."""
         return CatchUpPolicy(self.catch_up, self.misfire_grace, self.backfill_limit)
+
+
+@dataclass(frozen=True, slots=True)
+class Cycle:
+    """What one :meth:`Store.finish_and_claim` did.
+
+    Attributes:
+        written: ids of the jobs whose outcome was written (the others' leases were lost).
+        jobs: the jobs claimed, oldest occurrence first.
+        next_due: when fewer jobs than asked were claimed, the earliest future due instant in
+            the claimed shards (``None``: none known, or nothing was asked).
+        db_now: the database's instant of the claim (``None`` when nothing was asked).
+    """
+
+    written: set[int]
+    jobs: list[ClaimedJob]
+    next_due: datetime | None
+    db_now: datetime | None
+
+
+def _storable(text: str | None) -> str | None:
+    """``text`` as PostgreSQL can store it: NUL characters (which ``text`` cannot hold) become
+    U+FFFD and lone surrogates (undecodable bytes kept by ``surrogateescape``) become ``?``.
+    Handler output and error text come from anywhere; they must never block an outcome."""
+    if text is None:
+        return None
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,19 +334,49 @@ class Store:
         claimers never wait on each other and never receive the same job. Each claimed job gets
         status ``running``, ``attempt + 1``, a new fencing token and a lease of ``lease``
         seconds; its ``job_runs`` row is opened (or re-opened for the next attempt).
+        A node claims through :meth:`finish_and_claim`, which also says when to poll next.
         """
         if limit <= 0 or not shards:
             return []
-        rows = await self._rows("claim_due", {
-            "node": node, "shards": list(shards), "limit": limit, "lease": lease, "now": now,
-        })
-        return [ClaimedJob.from_row(row) for row in rows]
+        return (await self.finish_and_claim((), node, shards, limit, lease=lease, now=now)).jobs
 
-    async def next_due(self, shards: Sequence[int], *,
-                       now: datetime | None = None) -> tuple[datetime | None, datetime]:
-        """Return (earliest future ``next_run_at`` among idle jobs of ``shards``, db now)."""
-        row = (await self._rows("next_due", {"shards": list(shards), "now": now}))[0]
-        return row["next_due"], row["db_now"]
+    async def finish_and_claim(self, outcomes: Sequence[Outcome], node: str,
+                               shards: Sequence[int], limit: int, *, lease: float,
+                               now: datetime | None = None) -> Cycle:
+        """One step of a node's claim loop in one transaction and one round trip: write the
+        fenced ``outcomes`` (as :meth:`finish_runs`), then claim up to ``limit`` due jobs of
+        ``shards`` (as :meth:`claim_due`; nothing is claimed when ``limit`` is 0 or ``shards``
+        is empty).
+
+        The two statements are pipelined inside one transaction, so a busy node pays one
+        round trip and one commit for each batch it ends and the batch it starts; the claim sees
+        the outcomes just written (a job whose next occurrence is already due can be claimed
+        again at once, under a new token). If anything fails, nothing of it is committed and the
+        caller may send the same outcomes again (fenced writes are idempotent).
+
+        Raises:
+            psycopg.Error: the transaction failed (nothing was written or claimed).
+        """
+        claiming = limit > 0 and bool(shards)
+        claim = {"node": node, "shards": list(shards), "limit": limit, "lease": lease,
+                 "now": now}
+        if not outcomes:  # one statement is its own transaction
+            rows = await self._rows("claim_due", claim) if claiming else []
+            written: set[int] = set()
+        elif not claiming:
+            rows, written = [], await self.finish_runs(outcomes, now=now)
+        else:
+            async with self.pool.connection() as conn:
+                async with conn.pipeline(), conn.transaction():
+                    finished = await conn.execute(QUERIES["finish_runs"],
+                                                  self._finish_params(outcomes, now))
+                    claimed = await conn.execute(QUERIES["claim_due"], claim)
+                written = {row["id"] for row in await finished.fetchall()}
+                rows = await claimed.fetchall()
+        if not rows:
+            return Cycle(written, [], None, None)
+        jobs = [ClaimedJob.from_row(row) for row in rows if row["id"] is not None]
+        return Cycle(written, jobs, rows[0]["next_due"], rows[0]["db_now"])
 
     async def finish_runs(self, outcomes: Sequence[Outcome], *,
                           now: datetime | None = None) -> set[int]:
@@ -327,33 +391,29 @@ class Store:
         """
         if not outcomes:
             return set()
-        # Rows are written (and locked) in job id order, as renew_leases does: two statements
-        # over the same running rows never wait on each other in a cycle (deadlock).
-        outcomes = sorted(outcomes, key=lambda o: o.job.id)
-        skip_ids: list[int] = []
-        skip_ats: list[datetime] = []
-        skip_reasons: list[str | None] = []
-        for o in outcomes:
-            if o.advance is not None:
-                skip_ids.extend([o.job.id] * len(o.advance.skipped))
-                skip_ats.extend(o.advance.skipped)
-                skip_reasons.extend([o.skip_reason] * len(o.advance.skipped))
-        rows = await self._rows("finish_runs", {
-            "job_ids": [o.job.id for o in outcomes],
-            "tokens": [o.job.fencing_token for o in outcomes],
-            "run_ids": [o.job.run_id for o in outcomes],
-            "statuses": [o.status for o in outcomes],
-            "scheduled_fors": [o.next_scheduled_for for o in outcomes],
-            "next_run_ats": [o.next_run_at for o in outcomes],
-            "retry_ins": [o.retry_in or 0.0 for o in outcomes],
-            "resets": [o.advance is not None for o in outcomes],
-            "outcomes": [o.outcome for o in outcomes],
-            "errors": [o.error for o in outcomes],
-            "outputs": [o.output for o in outcomes],
-            "skip_job_ids": skip_ids, "skip_ats": skip_ats, "skip_reasons": skip_reasons,
-            "now": now,
-        })
+        rows = await self._rows("finish_runs", self._finish_params(outcomes, now))
         return {row["id"] for row in rows}
+
+    @staticmethod
+    def _finish_params(outcomes: Sequence[Outcome], now: datetime | None) -> dict[str, Any]:
+        """``finish_runs`` parameters: the batch as one JSON array, in job id order (as
+        renew_leases writes: two statements over the same running rows never wait on each other
+        in a cycle, i.e. never deadlock). Text is made storable (see :func:`_storable`)."""
+        batch = []
+        for o in sorted(outcomes, key=lambda o: o.job.id):
+            nxt = o.next_run_at
+            batch.append({
+                "job_id": o.job.id, "token": o.job.fencing_token, "run_id": o.job.run_id,
+                "status": o.status, "scheduled_for": o.next_scheduled_for.isoformat(),
+                "next_run_at": nxt.isoformat() if nxt is not None else None,
+                "retry_in": o.retry_in or 0.0, "reset_attempt": o.advance is not None,
+                "outcome": o.outcome, "error": _storable(o.error),
+                "output": _storable(o.output),
+                "skipped": ([at.isoformat() for at in o.advance.skipped]
+                            if o.advance is not None and o.advance.skipped else None),
+                "skip_reason": o.skip_reason,
+            })
+        return {"outcomes": json.dumps(batch), "now": now}
 
     async def renew_leases(self, held: Sequence[tuple[int, int]], *, lease: float,
                            now: datetime | None = None) -> set[int]:
@@ -388,13 +448,15 @@ class Store:
     async def reap_expired_leases(self, *, limit: int = 1000, older_than: float = 0.0,
                                   now: datetime | None = None) -> int:
         """Return running jobs whose lease expired (more than ``older_than`` seconds ago) to
-        idle, due at once. The leader reaps with ``older_than=0``; others act as backup.
+        idle, due at once; return how many. Nodes reap with each :meth:`heartbeat`; this is
+        the same sweep on behalf of no node (nothing recorded, no leadership taken).
 
         Locks the expired rows ``SKIP LOCKED``; the run row stays open as ``retrying`` so the
-        next claim is the next attempt of the same run. Returns how many were reaped.
+        next claim is the next attempt of the same run.
         """
-        return len(await self._rows("reap_expired_leases", {"limit": limit, "now": now,
-                                                             "older_than": older_than}))
+        beat = await self.heartbeat(None, running=0, shards=(), ttl=0.0, backup_delay=older_than,
+                                    limit=limit, now=now)
+        return beat.reaped
 
     async def register_node(self, node: str, *, hostname: str, pid: int, slots: int,
                             handlers: Collection[str], now: datetime | None = None) -> None:
@@ -409,20 +471,37 @@ class Store:
         Returns how many were revived."""
         return len(await self._rows("revive_jobs", {"handlers": sorted(handlers)}))
 
-    async def heartbeat(self, node: str, *, running: int, shards: Sequence[int], ttl: float,
-                        state: str = "alive",
-                        now: datetime | None = None) -> tuple[list[str], datetime | None]:
-        """Record this node's heartbeat; return (ids of live nodes, db now).
+    async def heartbeat(self, node: str | None, *, running: int, shards: Sequence[int],
+                        ttl: float, state: str = "alive", leading: bool | None = None,
+                        backup_delay: float | None = None, limit: int = 1000,
+                        now: datetime | None = None) -> Heartbeat:
+        """Record this node's heartbeat, take part in leadership, and reap expired leases — one
+        statement (design.md, "Cluster behaviour").
 
         A node is live when its state is ``alive`` and its heartbeat is younger than ``ttl``
         seconds by the database's clock. If this node's row is missing (pruned), it is not in
-        the list and the caller should register again.
+        ``live`` and the caller should register again.
+
+        Args:
+            node: this node's id; ``None`` records nothing (a sweep only).
+            leading: ``True`` if this connection holds the leader lock already (the lock is not
+                asked for again), ``False`` to try to take it — a session-level lock, so only
+                over a dedicated session, never a pool; ``None`` (default) takes no part.
+            backup_delay: if this connection does not lead, reap only leases expired more than
+                this many seconds ago (``None``: none); the leader reaps every expired lease.
+            limit: most leases reaped by one heartbeat.
+
+        Concurrency: expired rows are locked ``SKIP LOCKED`` (sweepers never wait on each
+        other; reaping twice is harmless); the run row stays open as ``retrying`` so the next
+        claim is the next attempt of the same run; each reaped job's shard is notified.
         """
-        rows = await self._rows("heartbeat", {
+        [row] = await self._rows("heartbeat", {
             "node": node, "running": running, "shards": list(shards), "ttl": ttl,
-            "state": state, "now": now,
+            "state": state, "leading": leading, "leader_key": LEADER_LOCK_KEY,
+            "backup_delay": backup_delay, "limit": limit, "now": now,
         })
-        return [row["node_id"] for row in rows], (rows[0]["db_now"] if rows else None)
+        return Heartbeat(live=tuple(row["live"]), db_now=row["db_now"],
+                         leader=row["leader"], reaped=row["reaped"])
 
     async def stop_node(self, node: str) -> None:
         """Mark this node stopped (it owns no shards from now on)."""
@@ -448,3 +527,21 @@ class Store:
     async def cluster_counts(self, tenant: str | None = None) -> dict[str, Any]:
         """Counts of due, running, paused, failed and all jobs, and the worst lag (seconds)."""
         return (await self._rows("cluster_counts", {"tenant": tenant}))[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """What one :meth:`Store.heartbeat` found and did.
+
+    Attributes:
+        live: ids of the nodes alive by the database's clock (this one included if alive).
+        db_now: the database's instant of the heartbeat.
+        leader: whether the heartbeat's connection holds the leader lock (as the caller said,
+            when it passed ``leading=True``).
+        reaped: how many expired leases it returned to the pool.
+    """
+
+    live: tuple[str, ...]
+    db_now: datetime
+    leader: bool
+    reaped: int

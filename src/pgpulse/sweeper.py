@@ -1,14 +1,18 @@
-"""Leadership and the lease sweeper.
+"""Leadership and the lease sweeper, carried by each node's heartbeat.
 
-One node at a time is the leader: it holds a session-level advisory lock
-(:data:`~pgpulse.store.LEADER_LOCK_KEY`) on a dedicated connection. If that node dies, its session
-ends, PostgreSQL releases the lock, and the next node to try becomes leader. The leader returns
-expired leases to the pool and prunes old history (design.md, "Cluster behaviour").
+One node at a time is the leader: its heartbeat session holds a session-level advisory lock
+(:data:`~pgpulse.store.LEADER_LOCK_KEY`). Every node that does not lead tries the lock within its
+heartbeat statement (:meth:`~pgpulse.store.Store.heartbeat`, no extra round trip), so when the
+leader dies — its session ends and PostgreSQL releases the lock — another node leads from its
+next heartbeat. The same statement returns expired leases to the pool: the leader's, every
+expired lease; any other node's, those expired for longer than ``backup_delay``. That backup
+covers a leader that went silent without losing its session (SIGSTOP, a long GC stop, a
+half-open network): it keeps the lock. Reaping twice is harmless (SKIP LOCKED, fenced).
 
-A leader can also go silent without losing its session: a paused process (SIGSTOP, a long GC
-stop) or a half-open network keeps the lock. So every other node is a backup sweeper: it reaps
-leases that have been expired for longer than ``backup_delay`` seconds, which the leader would
-have reaped long before if it were working. Reaping twice is harmless (SKIP LOCKED, idempotent).
+:class:`Sweeper` keeps this node's side of it: whether it leads (forgotten, with a warning, when
+the heartbeat session reconnects: the lock died with the old connection), the reaping log, and
+the leader's housekeeping — pruning old history every ``prune_every`` seconds, a rare statement
+of its own over the node's pool (design.md, "Cluster behaviour").
 """
 
 from __future__ import annotations
@@ -16,99 +20,88 @@ from __future__ import annotations
 import logging
 import time
 
-import psycopg
-
-from pgpulse.database import AsyncConn, connect
-from pgpulse.store import LEADER_LOCK_KEY, Store
+from pgpulse.database import Session
+from pgpulse.store import Heartbeat, Store
 
 log = logging.getLogger(__name__)
 
-#: A node that is not the leader tries the lock, and reaps as backup, every this many calls
-#: (heartbeats): an idle cluster then costs the database little.
-NON_LEADER_EVERY = 5
-
 
 class Sweeper:
-    """Tries to lead; while leading, reaps expired leases and prunes history.
+    """This node's part in leadership, lease sweeping and housekeeping.
+
+    Call :meth:`leading` for each heartbeat statement's ``leading`` argument, and
+    :meth:`observe` with what it returned.
 
     Args:
-        store: the store.
-        dsn: where to open the leader's dedicated session.
-        node_id: this node's id (the session's ``application_name`` is ``pgpulse:<id>``).
+        store: the node's store (its pool sends the prunes).
+        session: the node's heartbeat session: it holds the leader lock while this node leads.
+        node_id: this node's id.
         keep_runs: seconds of finished run history to keep.
-        prune_every: seconds between two prunes.
-        backup_delay: a non-leader reaps leases expired for longer than this (seconds).
+        prune_every: seconds between two prunes by the leader.
     """
 
-    def __init__(self, store: Store, dsn: str, node_id: str, *, keep_runs: float,
-                 prune_every: float = 3600.0, backup_delay: float = 10.0) -> None:
+    def __init__(self, store: Store, session: Session, node_id: str, *, keep_runs: float,
+                 prune_every: float = 3600.0) -> None:
         self.store = store
-        self.backup_delay = backup_delay
-        self.dsn = dsn
+        self.session = session
         self.node_id = node_id
         self.keep_runs = keep_runs
         self.prune_every = prune_every
-        self._conn: AsyncConn | None = None
         self._leading = False
-        self._ticks = 0
+        self._generation = 0  # the session's connection that took the lock
+        self._said_leading = False  # what the heartbeat in flight was told
         self._last_prune = float("-inf")
 
     @property
     def is_leader(self) -> bool:
-        """Whether this node held the leader lock at the last check."""
-        return self._leading and self._conn is not None and not self._conn.closed
+        """Whether the last heartbeat found the leader lock held by this node's session, and
+        that session has not reconnected since."""
+        return self._leading and self._generation == self.session.generation
 
-    async def _ensure_leadership(self) -> bool:
-        if self._conn is not None and self._conn.closed:
-            if self._leading:
-                log.warning("leader session lost", extra={"action": "leader_lost"})
-            self._conn, self._leading = None, False
-        if self._conn is None:  # kept open between tries: no new session every heartbeat
-            self._conn = await connect(self.dsn, application_name=f"pgpulse:{self.node_id}")
-        if self._leading:
-            await self._conn.execute("SELECT 1")  # notice a dead session now, not later
-            return True
-        cur = await self._conn.execute("SELECT pg_try_advisory_lock(%s) AS ok",
-                                       (LEADER_LOCK_KEY,))
-        row = await cur.fetchone()
-        self._leading = bool(row and row["ok"])
-        if self._leading:
-            log.info("node %s is the leader", self.node_id, extra={"action": "leader_elected"})
+    def leading(self) -> bool:
+        """What the next heartbeat says: whether this node's session holds the leader lock.
+
+        A session that reconnected since has lost it: leadership is then forgotten (warning
+        ``leader_lost``) and the heartbeat tries the lock again.
+        """
+        if self._leading and not self.is_leader:
+            self._lose()
+        self._said_leading = self._leading
         return self._leading
 
-    async def run_once(self) -> int:
-        """One sweeper step: (re)take leadership if free; if leading, reap expired leases and
-        prune when due; if not, reap only leases long expired (backup). Returns how many leases
-        were reaped."""
-        self._ticks += 1
-        if not self.is_leader and self._ticks % NON_LEADER_EVERY != 1:
-            return 0  # a candidate tries (and reaps as backup) every few heartbeats only
-        try:
-            leading = await self._ensure_leadership()
-        except psycopg.Error:
-            await self.close()
-            raise
-        if not leading:
-            reaped = await self.store.reap_expired_leases(older_than=self.backup_delay)
-            if reaped:
-                log.warning("leader silent: returned %d long-expired leases to the pool", reaped,
-                            extra={"action": "leases_reaped_by_backup", "count": reaped})
-            return reaped
-        reaped = await self.store.reap_expired_leases()
-        if reaped:
-            log.warning("returned %d expired leases to the pool", reaped,
-                        extra={"action": "leases_reaped", "count": reaped})
-        if time.monotonic() - self._last_prune >= self.prune_every:
-            self._last_prune = time.monotonic()
-            runs, nodes = await self.store.prune(keep_runs=self.keep_runs)
-            if runs or nodes:
-                log.info("pruned %d runs and %d silent nodes", runs, nodes,
-                         extra={"action": "pruned", "runs": runs, "nodes": nodes})
-        return reaped
+    def observe(self, beat: Heartbeat) -> None:
+        """Take in what a heartbeat statement found: leadership, and the leases it reaped."""
+        if self._said_leading and self._generation != self.session.generation:
+            # The session reconnected to send this heartbeat: the new connection does not hold
+            # the lock, whatever it answered to "leading". The next heartbeat tries for it.
+            self._lose()
+        elif beat.leader and not self._leading:
+            self._leading, self._generation = True, self.session.generation
+            log.info("node %s is the leader", self.node_id, extra={"action": "leader_elected"})
+        if beat.reaped and beat.leader:
+            log.warning("returned %d expired leases to the pool", beat.reaped,
+                        extra={"action": "leases_reaped", "count": beat.reaped})
+        elif beat.reaped:
+            log.warning("leader silent: returned %d long-expired leases to the pool",
+                        beat.reaped,
+                        extra={"action": "leases_reaped_by_backup", "count": beat.reaped})
 
-    async def close(self) -> None:
-        """Give leadership up (closing the session releases the lock)."""
+    def _lose(self) -> None:
         self._leading = False
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+        log.warning("leader session lost", extra={"action": "leader_lost"})
+
+    async def prune_once(self) -> tuple[int, int] | None:
+        """If this node leads and its last prune is ``prune_every`` seconds old, delete old
+        history (:meth:`~pgpulse.store.Store.prune`). Sends nothing otherwise.
+
+        Returns:
+            (runs deleted, nodes deleted), or ``None`` if it did not prune.
+        """
+        if not self.is_leader or time.monotonic() - self._last_prune < self.prune_every:
+            return None
+        self._last_prune = time.monotonic()  # a failed prune waits for the next period too
+        runs, nodes = await self.store.prune(keep_runs=self.keep_runs)
+        if runs or nodes:
+            log.info("pruned %d runs and %d silent nodes", runs, nodes,
+                     extra={"action": "pruned", "runs": runs, "nodes": nodes})
+        return runs, nodes

@@ -1,18 +1,19 @@
 """Scenario 3: the raw ceiling — Pulse's own claim + completion + history SQL driven by pgbench.
 
 The pgbench script is generated from ``QUERIES`` at run time (never a copy), so it is exactly
-what a node sends, minus Python:
+what a node's claim loop sends in one step (:meth:`pgpulse.store.Store.finish_and_claim`), minus
+Python — one transaction:
 
-1. ``claim_due`` of a batch, its final ``SELECT`` wrapped to return the claimed ids, tokens, run
-   ids and next occurrences as arrays (``\\gset``);
-2. ``finish_runs`` of the whole batch as ``succeeded``, each job moved to its next occurrence
-   (``scheduled_for + 1 h``, what the planner computes for these ``@every 1h`` jobs) — one fenced
-   statement writing both the job rows and their history rows.
+1. ``finish_runs`` of the batch the previous step claimed, each run ``succeeded`` and its job
+   moved to its next occurrence (``scheduled_for + 1 h``, what the planner computes for these
+   ``@every 1h`` jobs) — one fenced statement writing the job rows and their history rows;
+2. ``claim_due`` of the next batch, its final ``SELECT`` wrapped to return that batch's outcomes
+   as the JSON array the next step's ``finish_runs`` takes (``\\gset`` keeps it in a pgbench
+   variable of the client).
 
-Each statement commits on its own, as a node's autocommit connection does; ``-M prepared`` plans
-them as psycopg's prepared statements do. Several clients run at once against a fresh copy of the
-scenario-2 backlog; firings/s counts succeeded history rows over the span from the first claim to
-the last completion (the database's clock).
+``-M prepared`` plans them as psycopg's prepared statements do. Several clients run at once
+against a fresh copy of the scenario-2 backlog; firings/s counts succeeded history rows over the
+span from the first claim to the last completion (the database's clock).
 """
 
 from __future__ import annotations
@@ -52,24 +53,21 @@ CLAIM_VALUES = {
     "lease": "60",
 }
 
-_N = "ARRAY[(:n)::int]"
-#: pgbench expressions for ``finish_runs``'s parameters, from the claim's ``\\gset`` variables.
-FINISH_VALUES = {
-    "now": "NULL",
-    "job_ids": ":ids", "tokens": ":tokens", "run_ids": ":run_ids",
-    "statuses": f"array_fill('idle'::text, {_N})",
-    "scheduled_fors": ":next_sfs", "next_run_ats": ":next_sfs",
-    "retry_ins": f"array_fill(0::float8, {_N})",
-    "resets": f"array_fill(true, {_N})",
-    "outcomes": f"array_fill('succeeded'::text, {_N})",
-    "errors": f"array_fill(NULL::text, {_N})",
-    "outputs": f"array_fill(NULL::text, {_N})",
-    "skip_job_ids": "'{}'", "skip_ats": "'{}'", "skip_reasons": "'{}'",
-}
+#: pgbench expressions for ``finish_runs``'s parameters: the previous step's claim, as JSON.
+FINISH_VALUES = {"now": "NULL", "outcomes": ":outcomes"}
+
+#: The outcome of each claimed job as ``finish_runs`` reads it (see Store.finish_runs).
+_OUTCOME = ("json_build_object('job_id', id, 'token', fencing_token, 'run_id', run_id, "
+            "'status', 'idle', 'scheduled_for', scheduled_for + interval '1 hour', "
+            "'next_run_at', scheduled_for + interval '1 hour', 'retry_in', 0, "
+            "'reset_attempt', true, 'outcome', 'succeeded', 'error', NULL, 'output', NULL, "
+            "'skipped', NULL, 'skip_reason', NULL)")
 
 
 def pgbench_script() -> str:
-    """The pgbench script: Pulse's claim (as arrays, ``\\gset``) then Pulse's batch completion.
+    """The pgbench script: one transaction of Pulse's batch completion (of the batch the client
+    claimed last time) then Pulse's claim (its outcomes kept with ``\\gset``). Run it with
+    ``-D outcomes=[]`` for the first step.
 
     Raises:
         KeyError: ``queries.sql`` changed the statements' parameters or names (the message says
@@ -79,13 +77,11 @@ def pgbench_script() -> str:
         raise KeyError("queries.sql has no finish_runs statement; update pgpulse/bench/ceiling.py")
     ctes, final = split_final_select(substitute(QUERIES["claim_due"], CLAIM_VALUES))
     claim = (f"{ctes}, pulse_claim AS (\n{final}\n)\n"
-             "SELECT count(*) AS n, coalesce(array_agg(id), '{}') AS ids,\n"
-             "       coalesce(array_agg(fencing_token), '{}') AS tokens,\n"
-             "       coalesce(array_agg(run_id), '{}') AS run_ids,\n"
-             "       coalesce(array_agg(scheduled_for + interval '1 hour'), '{}') AS next_sfs\n"
-             "FROM pulse_claim")
+             f"SELECT coalesce(json_agg({_OUTCOME}) FILTER (WHERE id IS NOT NULL), '[]')"
+             " AS outcomes\nFROM pulse_claim")
     finish = substitute(QUERIES["finish_runs"], FINISH_VALUES)
-    return f"{_one_line_comments(claim)} \\gset\n{_one_line_comments(finish)};\n"
+    return (f"BEGIN;\n{_one_line_comments(finish)};\n"
+            f"{_one_line_comments(claim)} \\gset\nCOMMIT;\n")
 
 
 def _one_line_comments(statement: str) -> str:
@@ -102,7 +98,8 @@ def run_pgbench(dsn: str, script: Path, *, clients: int, seconds: float,
         RuntimeError: pgbench failed (the message has its output).
     """
     cmd = ["pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, CORES)),
-           "-T", str(max(int(seconds), 1)), "-D", f"batch={batch}", "-f", str(script), dsn]
+           "-T", str(max(int(seconds), 1)), "-D", f"batch={batch}", "-D", "outcomes=[]",
+           "-f", str(script), dsn]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"pgbench failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

@@ -4,7 +4,8 @@ Stores ``1,000,000 × scale`` jobs, then measures through :class:`pgpulse.store.
 the statements and driver settings a node uses, so psycopg's automatic prepared statements and
 PostgreSQL's switch to a generic plan after five executions happen here too):
 
-* the empty poll — ``claim_due`` finding nothing, and ``next_due`` — with nothing due;
+* the empty poll — ``claim_due`` finding nothing due (it also returns the next due instant,
+  which is what an idle node sleeps until);
 * ``claim_due`` of batches of 1, 25 and 100 when ``500 / 50,000 / 500,000 × scale`` are due, for a
   node owning all 64 shards and for one owning 16 (one node of four).
 
@@ -57,18 +58,13 @@ async def _time_claims(store: Store, shards: tuple[int, ...], batch: int,
     return out
 
 
-async def _time_empty(store: Store, shards: tuple[int, ...], samples: int,
-                      ) -> tuple[list[float], list[float]]:
+async def _time_empty(store: Store, shards: tuple[int, ...], samples: int) -> list[float]:
     claims: list[float] = []
-    nexts: list[float] = []
     for _ in range(samples):
         start = time.perf_counter()
         await store.claim_due("bench-claim", shards, 10, lease=60.0)
         claims.append((time.perf_counter() - start) * 1000)
-        start = time.perf_counter()
-        await store.next_due(shards)
-        nexts.append((time.perf_counter() - start) * 1000)
-    return claims, nexts
+    return claims
 
 
 def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: bool) -> str:
@@ -124,11 +120,11 @@ async def run(server_dsn: str, scale: float, *, samples: int = 200) -> Result:
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         first_id = q(conn, "first_id")[0]["first_id"]
     async with connect(dsn, max_size=2, migrate=False) as store:
-        claims, nexts = await _time_empty(store, ALL_SHARDS, samples)
-        for label, values in (("claim_due (empty poll)", claims), ("next_due", nexts)):
-            result.rows.append([0, 64, label, pct(values, 50), pct(values, 99), max(values),
-                                len(values)])
-            samples_raw[f"empty/{label}"] = values
+        claims = await _time_empty(store, ALL_SHARDS, samples)
+        label = "claim_due (empty poll)"
+        result.rows.append([0, 64, label, pct(claims, 50), pct(claims, 99), max(claims),
+                            len(claims)])
+        samples_raw[f"empty/{label}"] = claims
         for level in DUE_LEVELS:
             due = max(int(level * scale), 1)
             with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:

@@ -135,7 +135,7 @@ WHERE state = 'alive' AND last_heartbeat > now() - make_interval(secs => %(ttl)s
 
 -- name: leader
 -- The node holding the leader lock now (NULL if none), as pgpulse status shows it.
-SELECT substr(a.application_name, 9) AS node_id
+SELECT regexp_replace(substr(a.application_name, 9), ':beat$', '') AS node_id
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.classid::bigint = 0 AND l.objid::bigint = %(key)s
   AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())

@@ -8,6 +8,9 @@
 -- fencing token, and open (or re-open, for a retry) the occurrence's job_runs row.
 -- The due bound is written inline (not joined from clock) so it is an index condition: the scan
 -- of scheduled_jobs_due stops at the first row not yet due, however many are stored.
+-- One row per claimed job; when fewer than %(limit)s were claimed, next_due is the earliest
+-- future due instant of those shards (NULL if none), so an idle node knows how long to sleep
+-- without a second statement. Nothing claimed gives one row whose id is NULL.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), due AS (
@@ -44,36 +47,39 @@ WITH clock AS (
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
         finished_at = NULL
     RETURNING r.job_id, r.id AS run_id
+), got AS (
+    SELECT c.*, runs.run_id
+    FROM claimed c JOIN runs ON runs.job_id = c.id
 )
-SELECT c.*, runs.run_id, clock.now AS db_now
-FROM claimed c JOIN runs ON runs.job_id = c.id, clock
-ORDER BY c.scheduled_for;
-
--- name: next_due
--- The earliest future due instant among idle jobs of the shards %(shards)s (NULL if none), so an
--- idle node sleeps exactly until then. Reads the head of scheduled_jobs_due only.
-SELECT min(next_run_at) AS next_due, coalesce(%(now)s::timestamptz, now()) AS db_now
-FROM scheduled_jobs
-WHERE status = 'idle'
-  AND next_run_at > coalesce(%(now)s::timestamptz, now())
-  AND shard_id = ANY(%(shards)s::smallint[]);
+SELECT got.*, clock.now AS db_now, ahead.next_due
+FROM clock
+CROSS JOIN LATERAL (
+    SELECT min(j.next_run_at) AS next_due
+    FROM scheduled_jobs j
+    WHERE j.status = 'idle'
+      AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
+      AND j.shard_id = ANY(%(shards)s::smallint[])
+      AND (SELECT count(*) FROM got) < %(limit)s
+) ahead
+LEFT JOIN got ON true
+ORDER BY got.scheduled_for;
 
 -- name: finish_runs
--- Fenced end of a batch of attempts, one statement for the whole batch (group commit). Each
--- element changes nothing unless its job is still running under its token (a zombie's late write
--- is a no-op). Per element: the job row moves to its next state, the run row takes its outcome,
--- and its skipped occurrences (flattened into the skip_* arrays) get rows of their own.
+-- Fenced end of a batch of attempts, one statement for the whole batch (group commit). The batch
+-- is one JSON array parameter (%(outcomes)s: an object per attempt; see Store.finish_runs), so
+-- the driver sends one text value instead of a dozen arrays. Each element changes nothing unless
+-- its job is still running under its token (a zombie's late write is a no-op). Per element: the
+-- job row moves to its next state, the run row takes its outcome, and its skipped occurrences
+-- (the element's "skipped" array) get rows of their own.
 -- next_run_at NULL means "retry_in seconds from now". Returns the ids of the jobs written.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), input AS (
     SELECT *
-    FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[], %(run_ids)s::bigint[],
-                %(statuses)s::text[], %(scheduled_fors)s::timestamptz[],
-                %(next_run_ats)s::timestamptz[], %(retry_ins)s::float8[], %(resets)s::bool[],
-                %(outcomes)s::text[], %(errors)s::text[], %(outputs)s::text[])
-         AS i(job_id, token, run_id, status, scheduled_for, next_run_at, retry_in,
-              reset_attempt, outcome, error, output)
+    FROM json_to_recordset(%(outcomes)s::json)
+         AS i(job_id bigint, token bigint, run_id bigint, status text, scheduled_for timestamptz,
+              next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
+              error text, output text, skipped json, skip_reason text)
 ), job AS (
     UPDATE scheduled_jobs j
     SET status = i.status,
@@ -100,10 +106,9 @@ WITH clock AS (
     RETURNING r.id
 ), skipped AS (
     INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
-    SELECT s.job_id, s.at, 0, 'skipped', s.reason, clock.now
-    FROM unnest(%(skip_job_ids)s::bigint[], %(skip_ats)s::timestamptz[],
-                %(skip_reasons)s::text[]) AS s(job_id, at, reason)
-         JOIN job ON job.id = s.job_id, clock
+    SELECT i.job_id, s.at::timestamptz, 0, 'skipped', i.skip_reason, clock.now
+    FROM input i JOIN job ON job.id = i.job_id, clock,
+         json_array_elements_text(i.skipped) AS s(at)
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING 1
 )
@@ -139,38 +144,6 @@ WHERE r.job_id = job.id AND r.scheduled_for = job.scheduled_for
   AND r.fencing_token = job.fencing_token
 RETURNING r.job_id;
 
--- name: reap_expired_leases
--- Sweeper (leader only): running jobs whose lease expired go back to idle, due at once. The run
--- row stays; the next claim makes it the next attempt of the same run.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), expired AS (
-    SELECT j.id
-    FROM scheduled_jobs j
-    WHERE j.status = 'running'
-      AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
-                               - make_interval(secs => %(older_than)s)
-    ORDER BY j.lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
-), job AS (
-    UPDATE scheduled_jobs j
-    SET status = 'idle', next_run_at = clock.now,
-        last_error = 'lease of node ' || coalesce(j.locked_by, '?') || ' expired',
-        locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
-    FROM expired, clock
-    WHERE j.id = expired.id
-    RETURNING j.id, j.scheduled_for, j.fencing_token, j.shard_id, j.last_error
-), run AS (
-    UPDATE job_runs r
-    SET outcome = 'retrying', error = job.last_error
-    FROM job
-    WHERE r.job_id = job.id AND r.scheduled_for = job.scheduled_for AND r.outcome = 'running'
-    RETURNING r.id
-)
-SELECT job.id, job.shard_id, pg_notify('pgpulse_wakeup', job.shard_id::text)
-FROM job;
-
 -- name: register_node
 INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, state, started_at,
                                 last_heartbeat)
@@ -189,10 +162,51 @@ WHERE j.status = 'failed' AND j.handler = ANY(%(handlers)s::text[])
 RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 
 -- name: heartbeat
--- Record this node's liveness and load, and return every node that is alive by the database's
--- clock (heartbeat within %(ttl)s seconds), this one included, with the clock reading.
+-- A node's heartbeat, its one statement per heartbeat interval (design.md, "Cluster behaviour"):
+-- * leadership: %(leading)s true means this session holds the session-level leader lock
+--   %(leader_key)s already (CASE evaluates only the branch it needs: no lock call); false tries
+--   to take it (re-entrant; kept by the session even if this statement fails, so a reply lost
+--   after the lock was taken is harmless: the next try finds it again); NULL takes no part (a
+--   pooled connection must never hold the lock);
+-- * lease sweeper: running jobs whose lease expired go back to idle, due at once — for the leader
+--   every expired lease, for any other node (backup, in case the leader is silent) those expired
+--   more than %(backup_delay)s seconds ago (NULL: none). SKIP LOCKED: sweepers never wait on each
+--   other, and reaping twice is harmless. The run row stays open as 'retrying', so the next claim
+--   is the next attempt of the same run; each reaped job's shard is woken. With nothing expired
+--   this is one probe of scheduled_jobs_leases (the bound is an index condition);
+-- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing).
+-- Returns one row: the clock reading, whether this session leads, how many leases it reaped, and
+-- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), lead AS (
+    SELECT CASE %(leading)s::bool WHEN true THEN true
+                                 WHEN false THEN pg_try_advisory_lock(%(leader_key)s)
+                                 ELSE false END AS leader
+), expired AS (
+    SELECT j.id
+    FROM scheduled_jobs j
+    WHERE j.status = 'running'
+      AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
+              secs => CASE WHEN (SELECT leader FROM lead) THEN 0
+                           ELSE %(backup_delay)s::float8 END)
+    ORDER BY j.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), job AS (
+    UPDATE scheduled_jobs j
+    SET status = 'idle', next_run_at = clock.now,
+        last_error = 'lease of node ' || coalesce(j.locked_by, '?') || ' expired',
+        locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
+    FROM expired, clock
+    WHERE j.id = expired.id
+    RETURNING j.id, j.scheduled_for, j.last_error, pg_notify('pgpulse_wakeup', j.shard_id::text)
+), run AS (
+    UPDATE job_runs r
+    SET outcome = 'retrying', error = job.last_error
+    FROM job
+    WHERE r.job_id = job.id AND r.scheduled_for = job.scheduled_for AND r.outcome = 'running'
+    RETURNING r.id
 ), me AS (
     UPDATE pgpulse_nodes n
     SET last_heartbeat = clock.now, running = %(running)s, shards = %(shards)s::smallint[],
@@ -201,12 +215,14 @@ WITH clock AS (
     WHERE n.node_id = %(node)s
     RETURNING n.node_id, n.state
 )
-SELECT n.node_id, clock.now AS db_now
-FROM pgpulse_nodes n, clock
-WHERE n.node_id <> %(node)s AND n.state = 'alive'
-  AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
-UNION ALL
-SELECT me.node_id, clock.now FROM me, clock WHERE me.state = 'alive';
+SELECT clock.now AS db_now, lead.leader, (SELECT count(*) FROM job)::int AS reaped,
+       ARRAY(SELECT n.node_id
+             FROM pgpulse_nodes n
+             WHERE n.node_id <> %(node)s AND n.state = 'alive'
+               AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
+             UNION ALL
+             SELECT me.node_id FROM me WHERE me.state = 'alive') AS live
+FROM clock, lead;
 
 -- name: stop_node
 UPDATE pgpulse_nodes
@@ -327,7 +343,11 @@ LIMIT %(limit)s;
 SELECT n.node_id, n.hostname, n.pid, n.state, n.started_at, n.last_heartbeat,
        n.last_heartbeat > now() - make_interval(secs => %(ttl)s) AND n.state = 'alive' AS alive,
        n.shards, n.running, n.slots,
-       (SELECT a.application_name = 'pgpulse:' || n.node_id
+       -- A node holds the leader lock on its heartbeat session ('pgpulse:<id>:beat'); earlier
+       -- versions on one named 'pgpulse:<id>' (a rolling upgrade runs both). Names are cut to
+       -- 63 characters, as PostgreSQL stores them.
+       (SELECT a.application_name IN (left('pgpulse:' || n.node_id || ':beat', 63),
+                                      left('pgpulse:' || n.node_id, 63))
         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE l.locktype = 'advisory' AND l.classid::bigint = 0
           AND l.objid::bigint = %(leader_key)s AND l.granted

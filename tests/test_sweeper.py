@@ -1,0 +1,217 @@
+"""Leadership and lease sweeping, carried by each node's heartbeat (design.md, "Cluster
+behaviour"): one leader at a time, held on the heartbeat session; backup reaping by the others;
+pruning by the leader; one statement per idle heartbeat."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import ALL_SHARDS, add, spec
+from pgpulse.database import AsyncConn, ConnectionSource, Session, connect
+from pgpulse.engine import Node
+from pgpulse.store import LEADER_LOCK_KEY, Store
+from test_engine import node
+
+
+async def _leave(*nodes: Node) -> None:
+    """Close the nodes' heartbeat sessions (as a drain does): a leader's lock goes with it."""
+    for n in nodes:
+        await n._beat_session.close()
+
+
+def _actions(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.action for r in caplog.records if r.name == "pgpulse.sweeper"]  # type: ignore[attr-defined]
+
+
+async def _leaders(store: Store) -> list[tuple[str, bool | None]]:
+    return [(n["node_id"], n["leader"]) for n in await store.cluster_nodes(ttl=10)]
+
+
+async def test_the_leader_reaps_expired_leases(store: Store, dsn: str, db: Any,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    await add(store, spec("x"))
+    await store.trigger_job("default", "x")
+    await store.claim_due("dead-node", ALL_SHARDS, 1, lease=30)
+    db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - interval '0.5 second'")
+    a, b = node(store, dsn, {}, node_id="a"), node(store, dsn, {}, node_id="b")
+    caplog.set_level(logging.INFO, logger="pgpulse.sweeper")
+    try:
+        await a.start()  # its first heartbeat takes the lock, and reaps as the leader
+        await b.start()
+        assert a.sweeper.is_leader and not b.sweeper.is_leader
+        assert await _leaders(store) == [("a", True), ("b", False)]
+    finally:
+        await _leave(a, b)
+    assert _actions(caplog) == ["leader_elected", "leases_reaped"]
+    job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
+    assert job == {"status": "idle", "last_error": "lease of node dead-node expired"}
+    run = db.execute("SELECT outcome, error, attempts FROM job_runs").fetchone()
+    assert run == {"outcome": "retrying", "error": "lease of node dead-node expired",
+                   "attempts": 1}
+
+
+async def test_a_node_that_does_not_lead_reaps_only_long_expired_leases(
+        store: Store, dsn: str, db: Any) -> None:
+    """The backup sweep: while another session holds the lock (a silent leader), a node reaps
+    only leases expired longer than ``backup_delay``; once the lock is free it leads."""
+    await add(store, spec("recent"), spec("old"))
+    for name in ("recent", "old"):
+        await store.trigger_job("default", name)
+    await store.claim_due("dead-node", ALL_SHARDS, 2, lease=30)
+    db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - CASE name "
+               "WHEN 'recent' THEN interval '5 seconds' ELSE interval '15 seconds' END")
+    silent = await connect(dsn, application_name="pgpulse:silent:beat")
+    session = Session(dsn, "pgpulse:b:beat")
+    beat = Store(session)
+    try:
+        await silent.execute("SELECT pg_advisory_lock(%s)", (LEADER_LOCK_KEY,))
+        first = await beat.heartbeat("b", running=0, shards=(), ttl=10, leading=False,
+                                     backup_delay=10)
+        assert (first.leader, first.reaped) == (False, 1)
+        assert db.execute("SELECT name FROM scheduled_jobs WHERE status = 'running'"
+                          ).fetchall() == [{"name": "recent"}]
+        await silent.close()  # the silent leader's session ends: the next try takes the lock
+        second = await beat.heartbeat("b", running=0, shards=(), ttl=10, leading=False,
+                                      backup_delay=10)
+        assert (second.leader, second.reaped) == (True, 1)
+        third = await beat.heartbeat("b", running=0, shards=(), ttl=10, leading=True,
+                                     backup_delay=10)
+        assert (third.leader, third.reaped) == (True, 0)
+    finally:
+        await silent.close()
+        await session.close()
+    statuses = db.execute("SELECT DISTINCT status FROM scheduled_jobs").fetchall()
+    assert statuses == [{"status": "idle"}]
+
+
+async def test_a_pooled_heartbeat_takes_no_part_in_leadership(store: Store, db: Any) -> None:
+    """A session-level lock taken on a pooled connection would stay with the pool forever."""
+    await store.register_node("n1", hostname="h", pid=1, slots=4, handlers=["x"])
+    beat = await store.heartbeat("n1", running=0, shards=[0], ttl=10)
+    assert (beat.live, beat.leader, beat.reaped) == (("n1",), False, 0)
+    locks = db.execute("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'"
+                       " AND objid::bigint = %s", (LEADER_LOCK_KEY,)).fetchone()
+    assert locks == {"n": 0}
+
+
+async def test_a_leader_whose_session_died_steps_down_and_another_takes_over(
+        store: Store, dsn: str, db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    a, b = node(store, dsn, {}, node_id="a"), node(store, dsn, {}, node_id="b")
+    try:
+        await a.start()
+        await b.start()
+        assert await _leaders(store) == [("a", True), ("b", False)]
+        killed = db.execute("SELECT pg_terminate_backend(pid, 5000) AS ok FROM pg_stat_activity"
+                            " WHERE application_name = 'pgpulse:a:beat'").fetchall()
+        assert killed == [{"ok": True}]
+        await b.heartbeat_once()  # the lock died with a's session: b takes it at once
+        assert b.sweeper.is_leader
+        caplog.set_level(logging.INFO, logger="pgpulse.sweeper")
+        with pytest.raises(psycopg.OperationalError):
+            await a.heartbeat_once()  # meets its dead connection
+        await a.heartbeat_once()  # reconnected: it knows it no longer leads
+        assert not a.sweeper.is_leader and b.sweeper.is_leader
+        assert _actions(caplog) == ["leader_lost"]
+        assert await _leaders(store) == [("a", False), ("b", True)]
+    finally:
+        await _leave(a, b)
+
+
+async def test_a_heartbeat_that_reconnected_does_not_claim_the_lost_lock(
+        store: Store, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The session reconnects inside the heartbeat that says "I lead": the new connection does
+    not hold the lock, so the node must not believe its answer; the next heartbeat retakes it."""
+    a = node(store, dsn, {}, node_id="a")
+    try:
+        await a.start()
+        assert a.sweeper.is_leader
+        await a._beat_session.close()  # the lock is released with the connection
+        caplog.set_level(logging.INFO, logger="pgpulse.sweeper")
+        await a.heartbeat_once()
+        assert not a.sweeper.is_leader
+        assert await _leaders(store) == [("a", None)]  # nobody holds the lock
+        await a.heartbeat_once()
+        assert a.sweeper.is_leader
+        assert await _leaders(store) == [("a", True)]
+        assert _actions(caplog) == ["leader_lost", "leader_elected"]
+    finally:
+        await _leave(a)
+
+
+async def test_status_names_this_databases_leader_on_a_shared_server(
+        store: Store, dsn: str, server_dsn: str) -> None:
+    """Another Pulse cluster in another database of the same server has its own leader."""
+    other = await connect(server_dsn, application_name="pgpulse:other-cluster-node:beat")
+    mine = node(store, dsn, {}, node_id="mine")
+    try:
+        await other.execute("SELECT pg_advisory_lock(%s)", (LEADER_LOCK_KEY,))
+        await mine.start()
+        assert mine.sweeper.is_leader
+        assert await _leaders(store) == [("mine", True)]
+    finally:
+        await other.close()
+        await _leave(mine)
+
+
+async def test_the_leader_prunes_old_history_and_the_others_do_not(
+        store: Store, dsn: str, db: Any) -> None:
+    [job_id] = await add(store, spec("old"))
+    db.execute("INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
+               "VALUES (%s, now() - interval '3 days', 1, 'succeeded', now() - interval '3 days'),"
+               " (%s, now() - interval '1 hour', 1, 'succeeded', now() - interval '1 hour')",
+               (job_id, job_id))
+    a = node(store, dsn, {}, node_id="a", keep_runs=86400.0)
+    b = node(store, dsn, {}, node_id="b", keep_runs=86400.0)
+    try:
+        await a.start()
+        await b.start()
+        assert await b.sweeper.prune_once() is None
+        assert await a.sweeper.prune_once() == (1, 0)
+        assert await a.sweeper.prune_once() is None  # the next one is due in an hour
+    finally:
+        await _leave(a, b)
+    assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 1}
+
+
+class _Counting:
+    """A connection source that counts the statements (one per borrowed connection, as every
+    Store method on the heartbeat path sends)."""
+
+    def __init__(self, source: ConnectionSource) -> None:
+        self.source = source
+        self.statements = 0
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConn]:
+        async with self.source.connection() as conn:
+            self.statements += 1
+            yield conn
+
+
+async def test_an_idle_node_sends_one_statement_per_heartbeat_leader_or_not(
+        store: Store, dsn: str) -> None:
+    pool = _Counting(store.pool)
+    nodes = [node(Store(pool), dsn, {}, node_id=node_id) for node_id in ("a", "b")]
+    beats: list[_Counting] = []
+    try:
+        for n in nodes:
+            await n.start()
+            beats.append(_Counting(n._beat_session))
+            n.beat = Store(beats[-1])
+        assert [n.sweeper.is_leader for n in nodes] == [True, False]
+        assert await nodes[0].sweeper.prune_once() == (0, 0)  # the first prune is at once
+        pool.statements = 0
+        for _ in range(3):
+            for n in nodes:
+                await n.heartbeat_once()
+                await n.sweeper.prune_once()
+        assert [b.statements for b in beats] == [3, 3]
+        assert pool.statements == 0
+    finally:
+        await _leave(*nodes)
