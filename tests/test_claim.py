@@ -8,11 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from helpers import ALL_SHARDS, add, spec, utc
+from pgpulse.bench.sqltext import to_positional
+from pgpulse.database import Session
 from pgpulse.planner import Advance
 from pgpulse.sql import QUERIES
-from pgpulse.store import Outcome, Store
+from pgpulse.store import CLAIM_SESSION_SETTINGS, Outcome, Store
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)  # every job created at T0 is due by then
@@ -191,3 +194,45 @@ async def test_a_failed_step_writes_no_outcome(store: Store, db) -> None:
     assert db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone() == before
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 0, lease=30, now=LATER)
     assert step.written == {job_id} and step.jobs == [] and step.next_due is None
+
+
+async def test_a_node_claims_with_one_generic_plan_and_no_jit(store: Store, dsn: str) -> None:
+    """The claim session plans the claim once per session (a generic plan, not ~1 ms of
+    planning per call) and never JIT-compiles it."""
+    await add(store, *(spec(f"job-{i}") for i in range(20)), now=T0)
+    session = Session(dsn, "pgpulse:test:claim", CLAIM_SESSION_SETTINGS)
+    claimer = Store(session)
+    try:
+        for _ in range(8):  # psycopg prepares a statement at its 6th use
+            assert len(await claimer.claim_due("n", ALL_SHARDS, 1, lease=30, now=LATER)) == 1
+        async with session.connection() as conn:
+            cur = await conn.execute("SELECT statement, generic_plans, custom_plans "
+                                     "FROM pg_prepared_statements")
+            prepared = await cur.fetchall()
+            jit = await (await conn.execute("SELECT current_setting('jit') AS jit")).fetchone()
+    finally:
+        await session.close()
+    [claim] = [row for row in prepared if "SKIP LOCKED" in row["statement"]]
+    assert (claim["generic_plans"], claim["custom_plans"]) == (3, 0)
+    assert jit == {"jit": "off"}
+
+
+async def test_the_generic_claim_plan_also_reads_no_rows_when_nothing_is_due(
+        store: Store, dsn: str) -> None:
+    """The plan a node's claim session uses keeps the due bound an index condition."""
+    await add(store, *(spec(f"job-{i}") for i in range(3000)), now=T0)
+    text, names = to_positional(QUERIES["claim_due"])
+    values = {"node": "n", "shards": ALL_SHARDS, "limit": 100, "lease": 30, "now": T0}
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await conn.execute(f"PREPARE claim AS {text}")  # type: ignore[arg-type]
+        cur = await conn.execute(
+            sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({})").format(
+                sql.SQL(", ").join(sql.Literal(values[name]) for name in names)))
+        row = await cur.fetchone()
+        await conn.rollback()
+    assert row is not None
+    scans = [n for n in _plan_nodes(row[0][0]["Plan"])
+             if n.get("Index Name") == "scheduled_jobs_due"]
+    due = [n for n in scans if "<=" in n.get("Index Cond", "")]
+    assert due and all(n["Actual Rows"] == 0 for n in due), scans

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -127,11 +127,16 @@ class Session:
     Args:
         dsn: the database.
         application_name: shown in ``pg_stat_activity``.
+        settings: run-time parameters set on each connection the session opens (``set_config``,
+            one statement per connection, not per use; nothing in the DSN's startup packet, so
+            it also works through a pooler that refuses startup options).
     """
 
-    def __init__(self, dsn: str, application_name: str) -> None:
+    def __init__(self, dsn: str, application_name: str,
+                 settings: Mapping[str, str] | None = None) -> None:
         self.dsn = dsn
         self.application_name = application_name
+        self.settings = dict(settings or {})
         self.generation = 0
         self._conn: AsyncConn | None = None
 
@@ -146,6 +151,8 @@ class Session:
             await self.close()
             self._conn = await connect(self.dsn, application_name=self.application_name)
             self.generation += 1
+            for name, value in self.settings.items():
+                await self._conn.execute("SELECT set_config(%s, %s, false)", (name, value))
         conn = self._conn
         try:
             yield conn

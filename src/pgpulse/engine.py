@@ -46,7 +46,7 @@ from pgpulse.errors import DatabaseUnavailable
 from pgpulse.handlers import Handler
 from pgpulse.recorder import OutcomeRecorder
 from pgpulse.sharding import shards_for
-from pgpulse.store import ClaimedJob, Cycle, Store
+from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Cycle, Store
 from pgpulse.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,10 @@ class Node:
         # database restart (the pool would back off for seconds: leases would be lost).
         self._beat_session = Session(dsn, f"pgpulse:{self.node_id}:beat")
         self.beat = Store(self._beat_session)
+        # The claim loop claims and records through a session of its own, planned for it.
+        self._claim_session = Session(dsn, f"pgpulse:{self.node_id}:claim",
+                                      CLAIM_SESSION_SETTINGS)
+        self.claimer = Store(self._claim_session)
         self.sweeper = Sweeper(store, self._beat_session, self.node_id,
                                keep_runs=self.config.keep_runs)
         self.recorder = OutcomeRecorder(store)
@@ -210,6 +214,7 @@ class Node:
         with _quiet_db_errors("stop_node"):
             await self.store.stop_node(self.node_id)
         await self._beat_session.close()  # gives leadership up: the session held the lock
+        await self._claim_session.close()
         log.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
 
     # -- claiming --------------------------------------------------------------------------
@@ -235,7 +240,7 @@ class Node:
             return Cycle(set(), [], None, None)
         sent = time.monotonic()
         try:
-            cycle = await self.store.finish_and_claim(
+            cycle = await self.claimer.finish_and_claim(
                 [outcome for outcome, _ in batch], self.node_id, self.shards, limit,
                 lease=self.config.lease)
         except psycopg.Error as exc:
@@ -345,7 +350,7 @@ class Node:
                 # A claim whose reply is lost is not lost work: its leases expire and are reaped.
                 async with asyncio.timeout(self.config.lease / 2):
                     cycle = await self._step()
-            except (psycopg.Error, OSError, TimeoutError) as exc:
+            except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
                 log.warning("claim failed: %s", exc or type(exc).__name__,
                             extra={"action": "claim_failed"})
                 await _wait(self._stopping, retry_in)  # queued outcomes go out with the retry

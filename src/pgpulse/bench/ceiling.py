@@ -11,7 +11,8 @@ Python — one transaction:
    as the JSON array the next step's ``finish_runs`` takes (``\\gset`` keeps it in a pgbench
    variable of the client).
 
-``-M prepared`` plans them as psycopg's prepared statements do. Several clients run at once
+``-M prepared`` plans them as psycopg's prepared statements do, with the settings of a node's
+claim session (``store.CLAIM_SESSION_SETTINGS``: generic plans, no JIT). Several clients run at once
 against a fresh copy of the scenario-2 backlog; firings/s counts succeeded history rows over the
 span from the first claim to the last completion (the database's clock).
 """
@@ -19,6 +20,7 @@ span from the first claim to the last completion (the database's clock).
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import subprocess
@@ -40,6 +42,7 @@ from pgpulse.bench.common import (
 from pgpulse.bench.drain import CORES, jobs_for
 from pgpulse.bench.sqltext import split_final_select, substitute
 from pgpulse.sql import QUERIES
+from pgpulse.store import CLAIM_SESSION_SETTINGS
 
 DB_NAME = "pgpulse_bench_ceiling"
 CLIENTS = (2, 4, 8)
@@ -100,7 +103,10 @@ def run_pgbench(dsn: str, script: Path, *, clients: int, seconds: float,
     cmd = ["pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, CORES)),
            "-T", str(max(int(seconds), 1)), "-D", f"batch={batch}", "-D", "outcomes=[]",
            "-f", str(script), dsn]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # The settings of a node's claim session (generic plans, no JIT), as PGOPTIONS.
+    options = " ".join(f"-c {name}={value}" for name, value in CLAIM_SESSION_SETTINGS.items())
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PGOPTIONS": options})
     if proc.returncode != 0:
         raise RuntimeError(f"pgbench failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     tps = re.search(r"tps = ([\d.]+)", proc.stdout)

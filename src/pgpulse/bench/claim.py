@@ -35,8 +35,9 @@ from pgpulse.bench.common import (
     q,
 )
 from pgpulse.bench.sqltext import to_positional
+from pgpulse.database import Session
 from pgpulse.sql import QUERIES
-from pgpulse.store import Store
+from pgpulse.store import CLAIM_SESSION_SETTINGS, Store
 
 ALL_SHARDS = tuple(range(64))
 QUARTER_SHARDS = tuple(range(0, 64, 4))
@@ -44,7 +45,15 @@ BATCHES = (1, 25, 100)
 DUE_LEVELS = (500, 50_000, 500_000)
 
 
-async def _time_claims(store: Store, shards: tuple[int, ...], batch: int,
+class _NodeStore(Store):
+    """Claims over a node's claim session; ``pooled`` hands jobs back untimed."""
+
+    def __init__(self, session: Session, pooled: Store) -> None:
+        super().__init__(session)
+        self.pooled = pooled
+
+
+async def _time_claims(store: _NodeStore, shards: tuple[int, ...], batch: int,
                        samples: int) -> list[float]:
     """Latency of ``samples`` claims, in ms; each claim's jobs are handed back untimed."""
     out: list[float] = []
@@ -53,7 +62,7 @@ async def _time_claims(store: Store, shards: tuple[int, ...], batch: int,
         jobs = await store.claim_due("bench-claim", shards, batch, lease=60.0)
         out.append((time.perf_counter() - start) * 1000)
         if jobs:
-            async with store.pool.connection() as conn:
+            async with store.pooled.pool.connection() as conn:
                 await conn.execute(BENCH_SQL["unclaim"], {"ids": [job.id for job in jobs]})
     return out
 
@@ -78,8 +87,8 @@ def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: boo
         dsn: the database.
         shards: the shards claimed from.
         batch: the claim's limit.
-        generic: plan with ``plan_cache_mode = force_generic_plan`` (the plan a prepared
-            statement may switch to after five executions) instead of a custom plan.
+        generic: plan with ``plan_cache_mode = force_generic_plan`` (the plan a node's claim
+            session uses, ``store.CLAIM_SESSION_SETTINGS``) instead of a custom plan.
     """
     text, names = to_positional(QUERIES["claim_due"])
     values = {"node": "bench-explain", "shards": list(shards), "limit": batch, "lease": 60.0,
@@ -119,7 +128,11 @@ async def run(server_dsn: str, scale: float, *, samples: int = 200) -> Result:
     samples_raw: dict[str, list[float]] = {}
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         first_id = q(conn, "first_id")[0]["first_id"]
-    async with connect(dsn, max_size=2, migrate=False) as store:
+    # As a node claims: over its claim session (generic plans, no JIT), statements prepared
+    # after 5 uses; the claimed jobs are handed back through the pool.
+    session = Session(dsn, "pgpulse:bench-claim:claim", CLAIM_SESSION_SETTINGS)
+    async with connect(dsn, max_size=2, migrate=False) as pooled:
+        store = _NodeStore(session, pooled)
         claims = await _time_empty(store, ALL_SHARDS, samples)
         label = "claim_due (empty poll)"
         result.rows.append([0, 64, label, pct(claims, 50), pct(claims, 99), max(claims),
@@ -141,11 +154,12 @@ async def run(server_dsn: str, scale: float, *, samples: int = 200) -> Result:
             plans[key] = explain_claim(dsn, ALL_SHARDS, 100, generic=generic)
             plans[f"{key}_16_shards"] = explain_claim(dsn, QUARTER_SHARDS, 100,
                                                       generic=generic)
+    await session.close()
     result.notes.append(f"{stored:,} jobs loaded in {load_s:.1f} s (INSERT ... SELECT per "
                         "100,000 rows, then VACUUM ANALYZE)")
     result.notes.append("claim latency seen by the node (round trip + building ClaimedJob), "
-                        "through the Store's pool: statements prepared after 5 uses, as a "
-                        "node does")
+                        "through a node's claim session: statements prepared after 5 uses, "
+                        "generic plans, no JIT (store.CLAIM_SESSION_SETTINGS)")
     result.notes.append(f"EXPLAIN (ANALYZE, BUFFERS) of the claim of 100 at {due:,} due is in "
                         "the JSON (custom and generic plans) and in docs/benchmarks.md")
     result.data.update({"stored": stored, "load_s": load_s, "plans": plans,
