@@ -7,7 +7,10 @@
 -- lock with SKIP LOCKED (never wait on another poller), move to running with a new lease and
 -- fencing token, and open (or re-open, for a retry) the occurrence's job_runs row.
 -- The due bound is written inline (not joined from clock) so it is an index condition: the scan
--- of scheduled_jobs_due stops at the first row not yet due, however many are stored.
+-- of scheduled_jobs_due stops at the first row not yet due, however many are stored. The rows
+-- are updated by id = ANY(ARRAY(...)), an index lookup whatever the planner estimates: joined
+-- to `due`, a generic plan (which assumes a LIMIT of 10% of the due rows) merged the whole
+-- primary key instead (60 ms for 50 rows at 300,000 due).
 -- One row per claimed job; when fewer than %(limit)s were claimed, next_due is the earliest
 -- future due instant of those shards (NULL if none), so an idle node knows how long to sleep
 -- without a second statement. Nothing claimed gives one row whose id is NULL.
@@ -30,8 +33,8 @@ WITH clock AS (
         locked_by = %(node)s,
         lease_expires_at = clock.now + make_interval(secs => %(lease)s),
         updated_at = clock.now
-    FROM due, clock
-    WHERE j.id = due.id
+    FROM clock
+    WHERE j.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
               j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
               j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
