@@ -139,6 +139,7 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
     await add(store, *(spec(f"job-{i}") for i in range(3000)), now=T0)
     params = {"node": "n", "shards": ALL_SHARDS, "limit": 100, "lease": 30, "now": T0}
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        await conn.execute("ANALYZE scheduled_jobs")  # plan on statistics, not on a guess
         cur = await conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["claim_due"], params)  # type: ignore[operator]
         row = await cur.fetchone()
@@ -248,6 +249,9 @@ async def test_the_generic_claim_plan_reads_only_what_it_claims(store: Store, ds
     due = [n for n in idle if n.get("Index Name") == "scheduled_jobs_due"
            and "<=" in n.get("Index Cond", "")]
     assert due and all(n["Actual Rows"] == 0 for n in due), due
+    # ... and finding the next due instant reads the one index entry after now
+    assert max(n["Actual Rows"] for n in idle) == 1, [
+        (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in idle]
     backlog = await _explain_generic_claim(dsn, 5, T0 + timedelta(hours=3))
     assert max(n["Actual Rows"] for n in backlog) == 5, [
         (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in backlog]

@@ -54,16 +54,18 @@ WITH clock AS (
     SELECT c.*, runs.run_id
     FROM claimed c JOIN runs ON runs.job_id = c.id
 )
-SELECT got.*, clock.now AS db_now, ahead.next_due
+SELECT got.*, clock.now AS db_now,
+       -- the head of scheduled_jobs_due past now (ORDER BY ... LIMIT 1, not min(): the planner
+       -- may compute min() by a bitmap scan of every idle row)
+       (SELECT j.next_run_at
+        FROM scheduled_jobs j
+        WHERE j.status = 'idle'
+          AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
+          AND j.shard_id = ANY(%(shards)s::smallint[])
+          AND (SELECT count(*) FROM got) < %(limit)s
+        ORDER BY j.next_run_at
+        LIMIT 1) AS next_due
 FROM clock
-CROSS JOIN LATERAL (
-    SELECT min(j.next_run_at) AS next_due
-    FROM scheduled_jobs j
-    WHERE j.status = 'idle'
-      AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
-      AND j.shard_id = ANY(%(shards)s::smallint[])
-      AND (SELECT count(*) FROM got) < %(limit)s
-) ahead
 LEFT JOIN got ON true
 ORDER BY got.scheduled_for;
 
