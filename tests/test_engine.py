@@ -225,6 +225,31 @@ async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str,
     assert db.execute("SELECT outcome FROM job_runs").fetchone()["outcome"] == "running"
 
 
+async def test_a_drain_longer_than_the_lease_keeps_renewing_and_lets_the_run_finish(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """SIGTERM lets running work finish within --drain-timeout even when that is longer than
+    the lease: the draining node keeps renewing (its watchdog would cancel the run otherwise)."""
+    started = asyncio.Event()
+
+    async def slow(ctx: RunContext) -> None:
+        started.set()
+        await asyncio.sleep(3.0)  # longer than the lease (2 s) after the stop
+
+    await add(store, spec("slow", handler="slow"))
+    await store.trigger_job("default", "slow")
+    n = node(store, dsn, {"slow": slow}, drain_timeout=6.0)
+    task = asyncio.create_task(n.run())
+    async with asyncio.timeout(10):
+        await started.wait()
+    n.stop()
+    async with asyncio.timeout(15):
+        await task
+    runs = db.execute("SELECT outcome, attempts FROM job_runs").fetchall()
+    assert runs == [{"outcome": "succeeded", "attempts": 1}]
+    assert db.execute("SELECT status FROM scheduled_jobs").fetchone()["status"] == "idle"
+
+
 async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str,
                                                          db: Any) -> None:
     started = asyncio.Event()

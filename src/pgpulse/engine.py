@@ -193,8 +193,15 @@ class Node:
         if self.running:
             log.info("draining %d running attempts", len(self.running),
                      extra={"action": "node_draining", "node": self.node_id})
-            tasks = [attempt.task for attempt in self.running.values()]
-            await asyncio.wait(tasks, timeout=self.config.drain_timeout)
+            pending = {attempt.task for attempt in self.running.values()}
+            until = time.monotonic() + self.config.drain_timeout
+            while pending and (left := until - time.monotonic()) > 0:
+                _, pending = await asyncio.wait(
+                    pending, timeout=min(left, self.config.heartbeat_interval))
+                if pending:  # keep their leases, or the watchdog stops them before the grace
+                    with _quiet_db_errors("heartbeat"):  # ends (a drain may outlast a lease)
+                        async with asyncio.timeout(self.config.heartbeat_interval):
+                            await self.heartbeat_once()  # also says "draining": no shards
         unfinished = list(self.running.values())
         for attempt in unfinished:
             attempt.stop_reason = "shutdown"
