@@ -14,6 +14,10 @@ from pgpulse.handlers import Handler, RunContext
 from pgpulse.sharding import SHARD_COUNT
 from pgpulse.store import Store
 
+#: A schedule whose next occurrence is months away: a triggered job then runs exactly once in a
+#: test, whenever the test runs ("* * * * *" would fire again if the test crossed a minute).
+TRIGGERED_ONLY = "0 0 1 1 *"
+
 FAST = {"heartbeat_interval": 0.2, "lease": 2.0, "node_ttl": 1.0, "poll_interval": 0.5,
         "drain_timeout": 0.5}
 
@@ -103,7 +107,8 @@ async def test_failures_retry_then_succeed_in_the_same_run(store: Store, dsn: st
             raise RuntimeError(f"boom {ctx.attempt}")
         return "ok"
 
-    await add(store, spec("flaky", handler="flaky", max_attempts=3, retry_backoff=0.05))
+    await add(store, spec("flaky", schedule=TRIGGERED_ONLY, handler="flaky", max_attempts=3,
+                          retry_backoff=0.05))
     await store.trigger_job("default", "flaky")
     async with running(node(store, dsn, {"flaky": flaky})):
         await wait_until(lambda: db.execute(
@@ -136,7 +141,7 @@ async def test_exhausted_attempts_fail_the_run_and_the_job_moves_on(
 
 
 async def test_unknown_handler_fails_the_job_clearly(store: Store, dsn: str, db: Any) -> None:
-    await add(store, spec("orphan", handler="gone"))
+    await add(store, spec("orphan", schedule=TRIGGERED_ONLY, handler="gone"))
     await store.trigger_job("default", "orphan")
     n = node(store, dsn, {})
     async with running(n):
@@ -151,7 +156,8 @@ async def test_a_run_past_its_timeout_is_cancelled_and_fails(store: Store, dsn: 
                                                             db: Any) -> None:
     slow, cancelled = sleeper()
 
-    await add(store, spec("slow", handler="slow", timeout=0.2, max_attempts=1))
+    await add(store, spec("slow", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.2,
+                          max_attempts=1))
     await store.trigger_job("default", "slow")
     async with running(node(store, dsn, {"slow": slow})):
         await wait_until(lambda: db.execute(
@@ -166,7 +172,7 @@ async def test_a_handlers_own_timeout_error_is_a_plain_failure(store: Store, dsn
     async def upstream(ctx: RunContext) -> None:
         raise TimeoutError("upstream took too long")
 
-    await add(store, spec("calls", handler="upstream", max_attempts=1))
+    await add(store, spec("calls", schedule=TRIGGERED_ONLY, handler="upstream", max_attempts=1))
     await store.trigger_job("default", "calls")
     async with running(node(store, dsn, {"upstream": upstream})):
         await wait_until(lambda: db.execute(
@@ -181,7 +187,7 @@ async def test_an_output_with_nul_characters_is_stored_not_stuck(store: Store, d
     async def binary(ctx: RunContext) -> str:
         return "head\x00tail"
 
-    await add(store, spec("binary", handler="binary"))
+    await add(store, spec("binary", schedule=TRIGGERED_ONLY, handler="binary"))
     await store.trigger_job("default", "binary")
     async with running(node(store, dsn, {"binary": binary})):
         await wait_until(lambda: db.execute(
@@ -195,7 +201,7 @@ async def test_a_node_that_cannot_renew_cancels_its_run_before_the_lease_ends(
     """No heartbeat reaches the database (as in a partition): the watchdog self-fences."""
     long, cancelled = sleeper()
 
-    await add(store, spec("long", handler="long"))
+    await add(store, spec("long", schedule=TRIGGERED_ONLY, handler="long"))
     await store.trigger_job("default", "long")
     n = node(store, dsn, {"long": long}, lease=1.0, heartbeat_interval=0.4)
     await n.start()
@@ -213,7 +219,7 @@ async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str,
                                                         db: Any) -> None:
     long, cancelled = sleeper()
 
-    await add(store, spec("long", handler="long"))
+    await add(store, spec("long", schedule=TRIGGERED_ONLY, handler="long"))
     await store.trigger_job("default", "long")
     n = node(store, dsn, {"long": long})
     await n.start()
@@ -236,7 +242,7 @@ async def test_a_drain_longer_than_the_lease_keeps_renewing_and_lets_the_run_fin
         started.set()
         await asyncio.sleep(3.0)  # longer than the lease (2 s) after the stop
 
-    await add(store, spec("slow", handler="slow"))
+    await add(store, spec("slow", schedule=TRIGGERED_ONLY, handler="slow"))
     await store.trigger_job("default", "slow")
     n = node(store, dsn, {"slow": slow}, drain_timeout=6.0)
     task = asyncio.create_task(n.run())
@@ -258,7 +264,7 @@ async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str
         started.set()
         await asyncio.sleep(30)
 
-    await add(store, spec("stuck", handler="stuck"))
+    await add(store, spec("stuck", schedule=TRIGGERED_ONLY, handler="stuck"))
     await store.trigger_job("default", "stuck")
     n = node(store, dsn, {"stuck": stuck})
     async with running(n):
@@ -282,7 +288,7 @@ async def test_a_node_that_knows_the_handler_revives_the_failed_job(
     async def late(ctx: RunContext) -> None:
         ran.set()
 
-    await add(store, spec("late", handler="late"))
+    await add(store, spec("late", schedule=TRIGGERED_ONLY, handler="late"))
     await store.trigger_job("default", "late")
     async with running(node(store, dsn, {})):
         await wait_until(lambda: db.execute(
