@@ -46,7 +46,7 @@ from pgpulse.errors import DatabaseUnavailable
 from pgpulse.handlers import Handler
 from pgpulse.recorder import OutcomeRecorder
 from pgpulse.sharding import shards_for
-from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Cycle, Store
+from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Step, Store
 from pgpulse.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class Node:
         """One step of the claim loop (see :meth:`_step`); return how many jobs it claimed."""
         return len((await self._step()).jobs)
 
-    async def _step(self) -> Cycle:
+    async def _step(self) -> Step:
         """Write the outcomes queued so far and claim as many due jobs as there are free slots
         (one transaction, one round trip: :meth:`Store.finish_and_claim`); start each claimed
         job at once.
@@ -244,10 +244,10 @@ class Node:
         free = self.config.slots - len(self.running) + ending
         limit = free if self.shards and not self._stopping.is_set() else 0
         if not batch and limit <= 0:
-            return Cycle(set(), [], None, None)
+            return Step(set(), [], None, None)
         sent = time.monotonic()
         try:
-            cycle = await self.claimer.finish_and_claim(
+            step = await self.claimer.finish_and_claim(
                 [outcome for outcome, _ in batch], self.node_id, self.shards, limit,
                 lease=self.config.lease)
         except psycopg.Error as exc:
@@ -261,13 +261,13 @@ class Node:
             raise
         for outcome, _ in batch:
             self._ended(outcome.job)
-        self.recorder.settle(batch, cycle.written)
+        self.recorder.settle(batch, step.written)
         if limit:
-            metrics.observe_claim(time.monotonic() - sent, len(cycle.jobs))
-        for job in cycle.jobs:
+            metrics.observe_claim(time.monotonic() - sent, len(step.jobs))
+        for job in step.jobs:
             self._start(job, sent)
         metrics.set_running(len(self.running))
-        return cycle
+        return step
 
     def _start(self, job: ClaimedJob, claimed_mono: float) -> None:
         task = asyncio.create_task(self.dispatcher.dispatch(job), name=f"run:{job.name}")
@@ -356,7 +356,7 @@ class Node:
             try:
                 # A claim whose reply is lost is not lost work: its leases expire and are reaped.
                 async with asyncio.timeout(self.config.lease / 2):
-                    cycle = await self._step()
+                    step = await self._step()
             except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
                 log.warning("claim failed: %s", exc or type(exc).__name__,
                             extra={"action": "claim_failed"})
@@ -367,8 +367,8 @@ class Node:
             if self.recorder.pending:
                 continue  # outcomes arrived during the step: write them (and claim) now
             delay = self.config.poll_interval  # or until a freed slot or a notification wakes us
-            if cycle.next_due is not None and cycle.db_now is not None:
-                delay = min(delay, (cycle.next_due - cycle.db_now).total_seconds() + 0.001)
+            if step.next_due is not None and step.db_now is not None:
+                delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
             await _wait(self._wake, max(delay, 0.0))
 
     # -- heartbeat, leases, shards ---------------------------------------------------------

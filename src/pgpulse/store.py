@@ -83,7 +83,7 @@ class ClaimedJob:
 
 
 @dataclass(frozen=True, slots=True)
-class Cycle:
+class Step:
     """What one :meth:`Store.finish_and_claim` did.
 
     Attributes:
@@ -349,7 +349,7 @@ class Store:
 
     async def finish_and_claim(self, outcomes: Sequence[Outcome], node: str,
                                shards: Sequence[int], limit: int, *, lease: float,
-                               now: datetime | None = None) -> Cycle:
+                               now: datetime | None = None) -> Step:
         """One step of a node's claim loop in one transaction and one round trip: write the
         fenced ``outcomes`` (as :meth:`finish_runs`), then claim up to ``limit`` due jobs of
         ``shards`` (as :meth:`claim_due`; nothing is claimed when ``limit`` is 0 or ``shards``
@@ -382,9 +382,9 @@ class Store:
                 written = {row["id"] for row in await finished.fetchall()}
                 rows = await claimed.fetchall()
         if not rows:
-            return Cycle(written, [], None, None)
+            return Step(written, [], None, None)
         jobs = [ClaimedJob.from_row(row) for row in rows if row["id"] is not None]
-        return Cycle(written, jobs, rows[0]["next_due"], rows[0]["db_now"])
+        return Step(written, jobs, rows[0]["next_due"], rows[0]["db_now"])
 
     async def finish_runs(self, outcomes: Sequence[Outcome], *,
                           now: datetime | None = None) -> set[int]:

@@ -45,35 +45,19 @@ BATCHES = (1, 25, 100)
 DUE_LEVELS = (500, 50_000, 500_000)
 
 
-class _NodeStore(Store):
-    """Claims over a node's claim session; ``pooled`` hands jobs back untimed."""
-
-    def __init__(self, session: Session, pooled: Store) -> None:
-        super().__init__(session)
-        self.pooled = pooled
-
-
-async def _time_claims(store: _NodeStore, shards: tuple[int, ...], batch: int,
+async def _time_claims(claimer: Store, pooled: Store, shards: tuple[int, ...], batch: int,
                        samples: int) -> list[float]:
-    """Latency of ``samples`` claims, in ms; each claim's jobs are handed back untimed."""
+    """Latency of ``samples`` claims through ``claimer``, in ms; each claim's jobs are handed
+    back through ``pooled``, untimed (an empty poll claims nothing and hands nothing back)."""
     out: list[float] = []
     for _ in range(samples):
         start = time.perf_counter()
-        jobs = await store.claim_due("bench-claim", shards, batch, lease=60.0)
+        jobs = await claimer.claim_due("bench-claim", shards, batch, lease=60.0)
         out.append((time.perf_counter() - start) * 1000)
         if jobs:
-            async with store.pooled.pool.connection() as conn:
+            async with pooled.pool.connection() as conn:
                 await conn.execute(BENCH_SQL["unclaim"], {"ids": [job.id for job in jobs]})
     return out
-
-
-async def _time_empty(store: Store, shards: tuple[int, ...], samples: int) -> list[float]:
-    claims: list[float] = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        await store.claim_due("bench-claim", shards, 10, lease=60.0)
-        claims.append((time.perf_counter() - start) * 1000)
-    return claims
 
 
 def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: bool) -> str:
@@ -132,8 +116,8 @@ async def run(server_dsn: str, scale: float, *, samples: int = 200) -> Result:
     # after 5 uses; the claimed jobs are handed back through the pool.
     session = Session(dsn, "pgpulse:bench-claim:claim", CLAIM_SESSION_SETTINGS)
     async with connect(dsn, max_size=2, migrate=False) as pooled:
-        store = _NodeStore(session, pooled)
-        claims = await _time_empty(store, ALL_SHARDS, samples)
+        claimer = Store(session)
+        claims = await _time_claims(claimer, pooled, ALL_SHARDS, 10, samples)
         label = "claim_due (empty poll)"
         result.rows.append([0, 64, label, pct(claims, 50), pct(claims, 99), max(claims),
                             len(claims)])
@@ -145,7 +129,7 @@ async def run(server_dsn: str, scale: float, *, samples: int = 200) -> Result:
                 conn.execute("VACUUM (ANALYZE) scheduled_jobs")
             for shards in (ALL_SHARDS, QUARTER_SHARDS):
                 for batch in BATCHES:
-                    values = await _time_claims(store, shards, batch, samples)
+                    values = await _time_claims(claimer, pooled, shards, batch, samples)
                     result.rows.append([due, len(shards), batch, pct(values, 50),
                                         pct(values, 99), max(values), len(values)])
                     samples_raw[f"{due}/{len(shards)}/{batch}"] = values
