@@ -16,7 +16,7 @@ from helpers import ALL_SHARDS, add, spec
 from pgpulse.database import AsyncConn, ConnectionSource, Session, connect
 from pgpulse.engine import Node
 from pgpulse.store import LEADER_LOCK_KEY, Store
-from test_engine import node
+from test_engine import node, wait_until
 
 
 async def _leave(*nodes: Node) -> None:
@@ -77,6 +77,10 @@ async def test_a_node_that_does_not_lead_reaps_only_long_expired_leases(
         assert db.execute("SELECT name FROM scheduled_jobs WHERE status = 'running'"
                           ).fetchall() == [{"name": "recent"}]
         await silent.close()  # the silent leader's session ends: the next try takes the lock
+        # (its backend exits, and releases the lock, a moment after the client closed)
+        await wait_until(lambda: not db.execute(
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
+            (LEADER_LOCK_KEY,)).fetchone()["n"], within=5)
         second = await beat.heartbeat("b", running=0, shards=(), ttl=10, leading=False,
                                       backup_delay=10)
         assert (second.leader, second.reaped) == (True, 1)

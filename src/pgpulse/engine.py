@@ -445,13 +445,17 @@ class Node:
                             if not note.payload or int(note.payload) in self.shards:
                                 self._wake.set()
                     finally:
-                        # Both must be gone before the connection closes, or close() waits on
-                        # the notification reader forever (also when this task is cancelled).
+                        # The reader must be gone before the connection closes, or close()
+                        # waits forever (also when this task is cancelled): psycopg's notifies()
+                        # holds the connection's lock while it is suspended, even right after it
+                        # yielded a notification (a stop just after a wake-up hung on exit).
                         for pending in (stop, nxt):
                             if pending is not None and not pending.done():
                                 pending.cancel()
                                 with contextlib.suppress(asyncio.CancelledError, Exception):
                                     await pending
+                        with contextlib.suppress(Exception):
+                            await gen.aclose()
             except (psycopg.Error, OSError, StopAsyncIteration, DatabaseUnavailable) as exc:
                 log.warning("listen session lost: %s", exc, extra={"action": "listen_lost"})
                 await _wait(self._stopping, self.config.heartbeat_interval)
