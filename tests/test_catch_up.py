@@ -35,6 +35,7 @@ async def drain(store: Store, now: Any, seen: list[RunContext]) -> None:
             return
         for job in batch:
             await dispatcher.dispatch(job)
+        await dispatcher.recorder.flush()
     raise AssertionError("never drained")
 
 

@@ -1,22 +1,26 @@
 """Dispatch of one claimed job: decide at claim time, run one attempt, write its fenced outcome.
 
 The decisions are pure (:func:`plan_finish` over :mod:`pgpulse.planner`); the only I/O is the
-handler call and one fenced outcome, handed to the node's
-:class:`~pgpulse.recorder.OutcomeRecorder` (group commit). Cancelling the attempt's task is how
-the engine stops a run whose lease is lost or whose node shuts down: an attempt cancelled before
-its outcome was decided writes nothing (the engine releases shutdown claims; a lost lease has
-nothing left to write to).
+handler call and one fenced outcome, queued on the node's
+:class:`~pgpulse.recorder.OutcomeRecorder` (group commit). The attempt ends once its outcome is
+queued; :meth:`Dispatcher.settled` counts and logs the write when it has landed. Cancelling the
+attempt's task is how the engine stops a run whose lease is lost or whose node shuts down: an
+attempt cancelled before its outcome was decided writes nothing (the engine releases shutdown
+claims; a lost lease has nothing left to write to).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import psycopg
 
 from pgpulse import metrics
 from pgpulse.errors import UnknownHandler
@@ -63,15 +67,18 @@ def plan_finish(job: ClaimedJob, result: AttemptResult, now: datetime,
     """
     if not result.ok and job.attempt < job.max_attempts:
         return Outcome(job, "retrying", retry_in=retry_delay(job.attempt, job.retry_backoff, rng),
-                       error=result.error, output=result.output)
+                       error=result.error, output=result.output, ended_at=now)
     nxt = advance(job.parsed_schedule, job.policy, after=job.scheduled_for, now=now,
                   anchor=job.anchor_at)
     return Outcome(job, "succeeded" if result.ok else "failed", advance=nxt, error=result.error,
-                   output=result.output, skip_reason=_skip_reason(job))
+                   output=result.output,
+                   skip_reason=_skip_reason(job) if nxt.skipped else None, ended_at=now)
 
 
-async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext) -> AttemptResult:
-    """Run the handler once under the job's timeout and classify how it ended.
+async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext,
+                      is_async: bool | None = None) -> AttemptResult:
+    """Run the handler once under the job's timeout and classify how it ended
+    (:func:`~pgpulse.handlers.call_handler`; ``is_async`` as there).
 
     Raises:
         asyncio.CancelledError: the engine cancelled the attempt (lost lease, shutdown).
@@ -79,10 +86,10 @@ async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext) -> Att
     limit: asyncio.Timeout | None = None
     try:
         if job.timeout is None:
-            output = await call_handler(handler, ctx)
+            output = await call_handler(handler, ctx, is_async)
         else:
             async with asyncio.timeout(job.timeout) as limit:
-                output = await call_handler(handler, ctx)
+                output = await call_handler(handler, ctx, is_async)
     except TimeoutError as exc:
         if limit is None or not limit.expired():  # the handler's own TimeoutError, not ours
             return AttemptResult(False, f"{type(exc).__name__}: {exc}")
@@ -91,20 +98,25 @@ async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext) -> Att
         return AttemptResult(False, str(exc), truncate_output(exc.output))
     except Exception as exc:  # any handler error is a failed attempt, by design
         return AttemptResult(False, f"{type(exc).__name__}: {exc}")
-    return AttemptResult(True, None, truncate_output(output))
+    return _OK if output is None else AttemptResult(True, None, truncate_output(output))
+
+
+#: The result of every attempt that succeeded without output.
+_OK = AttemptResult(True)
 
 
 class Dispatcher:
     """Runs claimed jobs of one node.
 
     Args:
-        recorder: writes outcomes (fenced, group-committed).
+        recorder: writes outcomes (fenced, group-committed); report each write's result to
+            :meth:`settled`.
         handlers: the node's handlers by name.
         node_id: this node's id (goes into each :class:`RunContext`).
         options: node-level handler options (e.g. ``shell_dry_run``).
         clock: returns the database's current instant as the node estimates it.
-        on_finishing: called just before an attempt's outcome is handed to the recorder, so the
-            node never cancels an attempt whose fenced write is under way.
+        on_finishing: called just before an attempt's outcome is queued, so the node never
+            cancels an attempt whose fenced write is decided.
     """
 
     def __init__(self, recorder: OutcomeRecorder, handlers: Mapping[str, Handler], node_id: str,
@@ -116,23 +128,23 @@ class Dispatcher:
         self.options = options
         self.clock = clock
         self.on_finishing = on_finishing
+        self._is_async = {name: inspect.iscoroutinefunction(handler)
+                          for name, handler in handlers.items()}
 
-    async def _record(self, outcome: Outcome, ended_at: datetime | None = None) -> bool:
-        """Hand ``outcome`` to the recorder and count it; ``ended_at`` is the database instant
-        the handler ended (``None`` when no handler ran)."""
+    def _record(self, outcome: Outcome) -> Outcome:
         self.on_finishing(outcome.job)
-        ok = await self.recorder.record(outcome)
-        metrics.observe_finish(outcome.outcome, outcome.job, ok, outcome.advance, ended_at)
-        return ok
+        self.recorder.record(outcome)
+        return outcome
 
-    async def dispatch(self, job: ClaimedJob) -> RunOutcome | None:
-        """Take a claimed job to the end of its attempt.
+    async def dispatch(self, job: ClaimedJob) -> Outcome:
+        """Take a claimed job to the end of its attempt: decide, run the handler if the
+        occurrence is to run, and queue the fenced outcome (not waiting for its write).
 
         Returns:
-            The outcome written, or ``None`` when the fenced write found the lease lost.
+            The outcome queued.
 
         Raises:
-            asyncio.CancelledError: the attempt was cancelled; nothing was written.
+            asyncio.CancelledError: the attempt was cancelled; nothing was queued.
         """
         decision = plan_claim(job.parsed_schedule, job.policy, scheduled_for=job.scheduled_for,
                               attempt=job.attempt, max_attempts=job.max_attempts,
@@ -142,35 +154,39 @@ class Dispatcher:
             outcome: RunOutcome = "skipped" if decision.action == "skip" else "fenced"
             error = (None if outcome == "skipped" else
                      f"attempts exhausted: {job.max_attempts} leases lost or expired")
-            ok = await self._record(Outcome(job, outcome, advance=decision.advance, error=error,
-                                            skip_reason=_skip_reason(job)))
-            log.info("%s %s/%s at %s", outcome, job.tenant, job.name, job.scheduled_for,
-                     extra={"action": f"run_{outcome}", "job": job.name})
-            return outcome if ok else None
+            return self._record(Outcome(job, outcome, advance=decision.advance, error=error,
+                                        skip_reason=_skip_reason(job)))
         try:
             handler = self.handlers[job.handler]
         except (KeyError, UnknownHandler):
             reason = (f"shell jobs are not allowed on node {self.node_id} (start it with "
                       "--allow-shell-jobs)" if job.handler == "shell" else
                       f"handler {job.handler!r} is not registered on node {self.node_id}")
-            ok = await self._record(Outcome(job, "failed", status="failed", error=reason))
             log.error("job %s/%s failed: %s", job.tenant, job.name, reason,
                       extra={"action": "job_failed", "job": job.name})
-            return "failed" if ok else None
+            return self._record(Outcome(job, "failed", status="failed", error=reason))
         ctx = RunContext(job_id=job.id, job_name=job.name, tenant=job.tenant,
                          payload=job.payload, scheduled_for=job.scheduled_for,
                          attempt=job.attempt, run_id=job.run_id,
                          fencing_token=job.fencing_token, timeout=job.timeout,
                          node_id=self.node_id, options=self.options)
-        result = await run_attempt(job, handler, ctx)
-        ended_at = self.clock(job)
-        plan = plan_finish(job, result, ended_at)
-        ok = await self._record(plan, ended_at)
-        if not ok:
+        result = await run_attempt(job, handler, ctx, self._is_async.get(job.handler))
+        return self._record(plan_finish(job, result, self.clock(job)))
+
+    @staticmethod
+    def settled(outcome: Outcome, written: bool, error: psycopg.Error | None = None) -> None:
+        """Count and log the end of an outcome's write (the recorder's ``on_settled``):
+        ``written`` False means fencing refused it (the lease was lost before it landed), or,
+        with ``error``, that the database refused it (the recorder logged why)."""
+        job = outcome.job
+        if error is not None:
+            return
+        metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
+        if not written:
             log.warning("lease of %s/%s lost before its outcome was written; nothing recorded",
                         job.tenant, job.name, extra={"action": "write_fenced", "job": job.name})
-            return None
-        log.info("%s %s/%s at %s (attempt %d)", plan.outcome, job.tenant, job.name,
-                 job.scheduled_for, job.attempt,
-                 extra={"action": f"run_{plan.outcome}", "job": job.name})
-        return plan.outcome
+        elif log.isEnabledFor(logging.INFO):
+            attempt = f" (attempt {job.attempt})" if outcome.ended_at is not None else ""
+            log.info("%s %s/%s at %s%s", outcome.outcome, job.tenant, job.name,
+                     job.scheduled_for, attempt,
+                     extra={"action": f"run_{outcome.outcome}", "job": job.name})

@@ -46,7 +46,7 @@ from pgpulse.errors import DatabaseUnavailable
 from pgpulse.handlers import Handler
 from pgpulse.recorder import OutcomeRecorder
 from pgpulse.sharding import shards_for
-from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Step, Store
+from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Outcome, Step, Store
 from pgpulse.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class Node:
         self.claimer = Store(self._claim_session)
         self.sweeper = Sweeper(store, self._beat_session, self.node_id,
                                keep_runs=self.config.keep_runs)
-        self.recorder = OutcomeRecorder(store)
+        self.recorder = OutcomeRecorder(store, self._settled)
         self.dispatcher = Dispatcher(self.recorder, self.handlers, self.node_id,
                                      self.config.handler_options,
                                      self._estimated_db_now, self._finishing)
@@ -202,7 +202,7 @@ class Node:
                     with _quiet_db_errors("heartbeat"):  # ends (a drain may outlast a lease)
                         async with asyncio.timeout(self.config.heartbeat_interval):
                             await self.heartbeat_once()  # also says "draining": no shards
-        unfinished = list(self.running.values())
+        unfinished = [a for a in self.running.values() if not a.finishing]
         for attempt in unfinished:
             attempt.stop_reason = "shutdown"
             attempt.task.cancel()
@@ -211,6 +211,7 @@ class Node:
         with _quiet_db_errors("flush outcomes"):
             async with asyncio.timeout(10):
                 await self.recorder.flush()  # outcomes decided before the cancel still land
+        unfinished = [a for a in unfinished if not a.finishing]  # (one may decide meanwhile)
         if unfinished:
             with _quiet_db_errors("release_runs"):
                 released = await self.store.release_runs(
@@ -240,7 +241,7 @@ class Node:
         claims nothing and queues its outcomes again.
         """
         batch = self.recorder.take()
-        ending = sum(1 for outcome, _ in batch if self._holds(outcome.job))
+        ending = sum(1 for outcome in batch if self._holds(outcome.job))
         free = self.config.slots - len(self.running) + ending
         limit = free if self.shards and not self._stopping.is_set() else 0
         if not batch and limit <= 0:
@@ -248,8 +249,7 @@ class Node:
         sent = time.monotonic()
         try:
             step = await self.claimer.finish_and_claim(
-                [outcome for outcome, _ in batch], self.node_id, self.shards, limit,
-                lease=self.config.lease)
+                batch, self.node_id, self.shards, limit, lease=self.config.lease)
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 self.recorder.put_back(batch)
@@ -259,9 +259,7 @@ class Node:
         except BaseException:
             self.recorder.put_back(batch)
             raise
-        for outcome, _ in batch:
-            self._ended(outcome.job)
-        self.recorder.settle(batch, step.written)
+        self.recorder.settle(batch, step.written)  # frees their slots: see _settled
         if limit:
             metrics.observe_claim(time.monotonic() - sent, len(step.jobs))
         for job in step.jobs:
@@ -283,19 +281,21 @@ class Node:
         attempt = self.running.get(job.id)
         return attempt is not None and attempt.job.fencing_token == job.fencing_token
 
-    def _ended(self, job: ClaimedJob) -> None:
-        """Forget the attempt of ``job`` (this claim of it): its outcome was written or
-        refused, so its slot is free (its task ends a moment later)."""
-        if self._holds(job):
-            del self.running[job.id]
+    def _settled(self, outcome: Outcome, written: bool, error: psycopg.Error | None) -> None:
+        """The recorder's report on an outcome's write: forget the attempt (this claim of the
+        job: its outcome was written or refused, so its slot and lease are done with), then
+        count and log it."""
+        if self._holds(outcome.job):
+            del self.running[outcome.job.id]
+        self.dispatcher.settled(outcome, written, error)
 
     def _finished(self, job_id: int, task: asyncio.Task[Any]) -> None:
         if not task.cancelled() and task.exception() is not None:
-            log.error("attempt of job %d failed to record: %r", job_id, task.exception(),
-                      extra={"action": "record_failed"})
+            log.error("attempt of job %d failed: %r", job_id, task.exception(),
+                      extra={"action": "attempt_crashed"})
         attempt = self.running.get(job_id)
-        if attempt is None or attempt.task is not task:
-            return  # ended by its write already, or the job was claimed again since
+        if attempt is None or attempt.task is not task or attempt.finishing:
+            return  # the job was claimed again since, or its outcome's write will forget it
         del self.running[job_id]
         metrics.set_running(len(self.running))
         self._wake.set()

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 from pgpulse.errors import InvalidInput, UnknownHandler
 
@@ -119,19 +119,26 @@ class HandlerRegistry(Mapping[str, Handler]):
         return len(self._handlers)
 
 
-async def call_handler(handler: Handler, ctx: RunContext) -> HandlerResult:
+async def call_handler(handler: Handler, ctx: RunContext,
+                       is_async: bool | None = None) -> HandlerResult:
     """Run ``handler`` for one attempt: async handlers are awaited, sync ones run in a thread.
 
     Cancellation (timeout, lost lease, shutdown) cancels an async handler at its next await; a
     sync handler's thread cannot be interrupted, so its result is discarded instead.
 
+    Args:
+        handler: the handler.
+        ctx: the attempt's context.
+        is_async: whether ``handler`` is a coroutine function, when the caller has it at hand
+            (a node checks each handler once, not once per run).
+
     Raises:
         Whatever the handler raises.
     """
-    if inspect.iscoroutinefunction(handler):
-        result = await handler(ctx)
+    if inspect.iscoroutinefunction(handler) if is_async is None else is_async:
+        result = await cast(Awaitable[HandlerResult], handler(ctx))
     else:
-        result = await asyncio.to_thread(handler, ctx)
+        result = await asyncio.to_thread(cast(Callable[[RunContext], Any], handler), ctx)
         if inspect.isawaitable(result):
             result = await result
     if result is None or isinstance(result, str):

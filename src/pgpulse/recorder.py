@@ -7,12 +7,17 @@ per batch of runs ended and started, and an idle node writes each outcome at onc
 wakes the loop; there is no timer). Detached (tests, a node draining) the recorder writes with
 its own task. Every element stays fenced by its own token, so batching changes no guarantee
 (design.md, invariant 3).
+
+Nobody waits for a write: an attempt ends when its outcome is queued, and the recorder reports
+each write's result to its ``on_settled`` callback (the node frees the attempt's slot and lease
+there; metrics and the run's log line come from there too).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import psycopg
 
@@ -25,8 +30,17 @@ WRITE_TIMEOUT = 5.0
 #: Most outcomes written by one statement.
 MAX_BATCH = 500
 
-#: Outcomes taken for one write, each with the future its attempt waits on.
-Batch = list[tuple[Outcome, "asyncio.Future[bool]"]]
+#: Outcomes taken for one write.
+Batch = list[Outcome]
+
+#: Told how each queued outcome's write ended: ``(outcome, written, error)``; ``written`` is
+#: ``False`` when fencing refused it (the lease was lost) or, with ``error`` set, when the
+#: database refused the element itself.
+Settled = Callable[[Outcome, bool, "psycopg.Error | None"], None]
+
+
+def _ignore(outcome: Outcome, written: bool, error: psycopg.Error | None) -> None:
+    return None
 
 
 class OutcomeRecorder:
@@ -34,10 +48,12 @@ class OutcomeRecorder:
 
     Args:
         store: the store the recorder's own writer writes through (when detached).
+        on_settled: called once per outcome when its write ended (see :data:`Settled`).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, on_settled: Settled = _ignore) -> None:
         self.store = store
+        self.on_settled = on_settled
         self._pending: Batch = []
         self._writer: asyncio.Task[None] | None = None
         self._host: asyncio.Event | None = None
@@ -59,21 +75,15 @@ class OutcomeRecorder:
         self._host = None
         self._kick()
 
-    async def record(self, outcome: Outcome) -> bool:
-        """Queue ``outcome`` (fenced) and wait for its write; return ``True`` if it took effect,
-        ``False`` if the lease was lost. A failed write is retried until it lands: the write is
-        idempotent under fencing (if a lost reply hid a commit, the retry changes nothing).
-
-        If the caller is cancelled while waiting, the outcome is still written: it was decided
-        while the lease was held, and fencing refuses it if the lease is gone.
-        """
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((outcome, future))
+    def record(self, outcome: Outcome) -> None:
+        """Queue ``outcome`` (fenced) for the next write; its result goes to ``on_settled``. A
+        failed write is retried until it lands: the write is idempotent under fencing (if a
+        lost reply hid a commit, the retry changes nothing)."""
+        self._pending.append(outcome)
         if self._host is not None:
             self._host.set()
         else:
             self._kick()
-        return await asyncio.shield(future)
 
     def take(self) -> Batch:
         """Remove and return the oldest queued outcomes (at most :data:`MAX_BATCH`)."""
@@ -84,30 +94,27 @@ class OutcomeRecorder:
         """Queue a batch whose write failed again, ahead of newer outcomes."""
         self._pending[:0] = batch
 
-    @staticmethod
-    def settle(batch: Batch, written: set[int]) -> None:
-        """Tell each attempt of a written ``batch`` whether its outcome took effect (its job id
-        is in ``written``) or was refused by fencing."""
-        for outcome, future in batch:
-            if not future.done():
-                future.set_result(outcome.job.id in written)
+    def settle(self, batch: Batch, written: set[int]) -> None:
+        """Report each outcome of a written ``batch`` to ``on_settled``: it took effect (its job
+        id is in ``written``) or was refused by fencing."""
+        for outcome in batch:
+            self.on_settled(outcome, outcome.job.id in written, None)
 
     async def write_each(self, batch: Batch) -> None:
         """Write a batch whose joint write failed for a reason other than the connection, one
         outcome per statement, so one outcome the database refuses (a bug, a value out of
-        range) fails only its own attempt (its future raises) instead of every later write."""
-        for outcome, future in batch:
+        range) fails only its own attempt instead of every later write."""
+        for outcome in batch:
             try:
                 written = await self.store.finish_runs([outcome])
             except psycopg.OperationalError:
-                self.put_back([(outcome, future)])
+                self.put_back([outcome])
             except psycopg.Error as exc:
                 log.error("outcome of %s refused by the database: %s", outcome.job.name, exc,
                           extra={"action": "record_refused", "job": outcome.job.name})
-                if not future.done():
-                    future.set_exception(exc)
+                self.on_settled(outcome, False, exc)
             else:
-                self.settle([(outcome, future)], written)
+                self.settle([outcome], written)
 
     def _kick(self) -> None:
         if self._pending and (self._writer is None or self._writer.done()):
@@ -131,7 +138,7 @@ class OutcomeRecorder:
         while True:
             try:
                 async with asyncio.timeout(WRITE_TIMEOUT):
-                    return await self.store.finish_runs([outcome for outcome, _ in batch])
+                    return await self.store.finish_runs(batch)
             except (psycopg.OperationalError, TimeoutError) as exc:
                 log.warning("recording %d outcomes failed (%s); retrying in %.1fs", len(batch),
                             exc or type(exc).__name__, delay,

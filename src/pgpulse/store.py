@@ -132,6 +132,8 @@ class Outcome:
         error: error text for the run and the job's ``last_error``.
         output: captured output (already truncated).
         skip_reason: error text of the skipped occurrences' rows.
+        ended_at: the database's instant (as the node estimates it) when the handler ended;
+            ``None`` when no handler ran. Not written: metrics take the run's duration from it.
     """
 
     job: ClaimedJob
@@ -142,6 +144,7 @@ class Outcome:
     error: str | None = None
     output: str | None = None
     skip_reason: str | None = None
+    ended_at: datetime | None = None
 
     @property
     def next_scheduled_for(self) -> datetime:
