@@ -17,7 +17,7 @@ from pgpulse.bench.sqltext import to_positional
 from pgpulse.database import Session
 from pgpulse.planner import Advance
 from pgpulse.sql import QUERIES
-from pgpulse.store import CLAIM_SESSION_SETTINGS, Outcome, Store
+from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Outcome, Store
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)  # every job created at T0 is due by then
@@ -37,6 +37,21 @@ async def test_eight_concurrent_claimers_never_receive_the_same_job(store: Store
     assert len(claimed) == 400
     assert len(set(claimed)) == 400  # nobody received a job twice
     assert sum(1 for ids in results if ids) >= 2  # the work really was shared
+
+
+async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any) -> None:
+    """The store builds ClaimedJob from plain tuples: the claim's columns are its fields, in
+    order, then next_due; and each field holds the stored value."""
+    [job_id] = await add(store, spec("rollup", payload={"k": "v"}, timeout=9, max_attempts=4),
+                         now=T0)
+    cur = db.execute(QUERIES["claim_due"], {"node": "n", "shards": ALL_SHARDS, "limit": 0,
+                                            "lease": 30, "now": LATER})
+    assert tuple(c.name for c in cur.description) == (*ClaimedJob.__slots__, "next_due")
+    [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
+    run = db.execute("SELECT id FROM job_runs").fetchone()
+    assert (job.id, job.name, job.payload, job.timeout, job.max_attempts, job.attempt,
+            job.fencing_token, job.run_id, job.scheduled_for, job.db_now) == (
+        job_id, "rollup", {"k": "v"}, 9.0, 4, 1, 1, run["id"], utc(2026, 1, 1, 0, 1), LATER)
 
 
 async def test_a_claimer_skips_rows_locked_by_another_instead_of_waiting(

@@ -8,12 +8,13 @@ invariant 1).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+import orjson
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
@@ -44,6 +45,8 @@ class ClaimedJob:
 
     Attributes mirror ``scheduled_jobs`` columns; durations are seconds. ``run_id`` is the
     ``job_runs`` row of ``scheduled_for``; ``db_now`` is the database's instant of the claim.
+    A ``claim_due`` row is these fields in this order, then ``next_due``: the store builds each
+    claimed job from a plain tuple (no dict per row).
     """
 
     id: int
@@ -65,11 +68,6 @@ class ClaimedJob:
     fencing_token: int
     run_id: int
     db_now: datetime
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> ClaimedJob:
-        """Build from a ``claim_due`` row."""
-        return cls(**{name: row[name] for name in cls.__slots__})
 
     @property
     def parsed_schedule(self) -> Schedule:
@@ -369,25 +367,26 @@ class Store:
             DatabaseUnavailable: the store's session could not connect.
         """
         claiming = limit > 0 and bool(shards)
+        if not claiming:
+            written = await self.finish_runs(outcomes, now=now)
+            return Step(written, [], None, None)
         claim = {"node": node, "shards": list(shards), "limit": limit, "lease": lease,
                  "now": now}
-        if not outcomes:  # one statement is its own transaction
-            rows = await self._rows("claim_due", claim) if claiming else []
-            written: set[int] = set()
-        elif not claiming:
-            rows, written = [], await self.finish_runs(outcomes, now=now)
-        else:
-            async with self.pool.connection() as conn:
+        written = set()
+        async with self.pool.connection() as conn:
+            claimed = conn.cursor(row_factory=tuple_row)  # ClaimedJob's fields, in order
+            if not outcomes:  # one statement is its own transaction
+                await claimed.execute(QUERIES["claim_due"], claim)
+            else:
                 async with conn.pipeline(), conn.transaction():
                     finished = await conn.execute(QUERIES["finish_runs"],
                                                   self._finish_params(outcomes, now))
-                    claimed = await conn.execute(QUERIES["claim_due"], claim)
+                    await claimed.execute(QUERIES["claim_due"], claim)
                 written = {row["id"] for row in await finished.fetchall()}
-                rows = await claimed.fetchall()
-        if not rows:
-            return Step(written, [], None, None)
-        jobs = [ClaimedJob.from_row(row) for row in rows if row["id"] is not None]
-        return Step(written, jobs, rows[0]["next_due"], rows[0]["db_now"])
+            rows = await claimed.fetchall()
+        fields = len(ClaimedJob.__slots__)
+        jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
+        return Step(written, jobs, rows[0][fields], rows[0][fields - 1])
 
     async def finish_runs(self, outcomes: Sequence[Outcome], *,
                           now: datetime | None = None) -> set[int]:
@@ -409,22 +408,18 @@ class Store:
     def _finish_params(outcomes: Sequence[Outcome], now: datetime | None) -> dict[str, Any]:
         """``finish_runs`` parameters: the batch as one JSON array, in job id order (as
         renew_leases writes: two statements over the same running rows never wait on each other
-        in a cycle, i.e. never deadlock). Text is made storable (see :func:`_storable`)."""
-        batch = []
-        for o in sorted(outcomes, key=lambda o: o.job.id):
-            nxt = o.next_run_at
-            batch.append({
-                "job_id": o.job.id, "token": o.job.fencing_token, "run_id": o.job.run_id,
-                "status": o.status, "scheduled_for": o.next_scheduled_for.isoformat(),
-                "next_run_at": nxt.isoformat() if nxt is not None else None,
-                "retry_in": o.retry_in or 0.0, "reset_attempt": o.advance is not None,
-                "outcome": o.outcome, "error": _storable(o.error),
-                "output": _storable(o.output),
-                "skipped": ([at.isoformat() for at in o.advance.skipped]
-                            if o.advance is not None and o.advance.skipped else None),
-                "skip_reason": o.skip_reason,
-            })
-        return {"outcomes": json.dumps(batch), "now": now}
+        in a cycle, i.e. never deadlock). Text is made storable (see :func:`_storable`);
+        instants are written by orjson as RFC 3339 with their offset."""
+        batch = [{
+            "job_id": o.job.id, "token": o.job.fencing_token, "run_id": o.job.run_id,
+            "status": o.status, "scheduled_for": o.next_scheduled_for,
+            "next_run_at": o.next_run_at, "retry_in": o.retry_in or 0.0,
+            "reset_attempt": o.advance is not None, "outcome": o.outcome,
+            "error": _storable(o.error), "output": _storable(o.output),
+            "skipped": o.advance.skipped if o.advance is not None and o.advance.skipped else None,
+            "skip_reason": o.skip_reason,
+        } for o in sorted(outcomes, key=lambda o: o.job.id)]
+        return {"outcomes": orjson.dumps(batch).decode(), "now": now}
 
     async def renew_leases(self, held: Sequence[tuple[int, int]], *, lease: float,
                            now: datetime | None = None) -> set[int]:
