@@ -219,6 +219,7 @@ class Node:
                     reason=f"released by node {self.node_id} at shutdown")
                 log.info("released %d unfinished claims", released,
                          extra={"action": "claims_released", "count": released})
+        metrics.set_running(len(self.running))
         with _quiet_db_errors("stop_node"):
             await self.store.stop_node(self.node_id)
         await self._beat_session.close()  # gives leadership up: the session held the lock
