@@ -46,7 +46,7 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
                          now=T0)
     cur = db.execute(QUERIES["claim_due"], {"node": "n", "shards": ALL_SHARDS, "limit": 0,
                                             "lease": 30, "now": LATER})
-    assert tuple(c.name for c in cur.description) == (*ClaimedJob.__slots__, "next_due")
+    assert tuple(c.name for c in cur.description) == (*ClaimedJob._fields, "next_due")
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
     run = db.execute("SELECT id FROM job_runs").fetchone()
     assert (job.id, job.name, job.payload, job.timeout, job.max_attempts, job.attempt,

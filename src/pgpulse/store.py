@@ -8,10 +8,11 @@ invariant 1).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 from psycopg.rows import tuple_row
@@ -39,14 +40,13 @@ CLAIM_SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan", "jit": "off"}
 RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    """A job this node holds a lease on, as the claim returned it.
+class ClaimedJob(NamedTuple):
+    """A job this node holds a lease on, as the claim returned it (immutable).
 
     Attributes mirror ``scheduled_jobs`` columns; durations are seconds. ``run_id`` is the
     ``job_runs`` row of ``scheduled_for``; ``db_now`` is the database's instant of the claim.
     A ``claim_due`` row is these fields in this order, then ``next_due``: the store builds each
-    claimed job from a plain tuple (no dict per row).
+    claimed job from the row's tuple (a named tuple: no dict and no per-field setattr per job).
     """
 
     id: int
@@ -76,8 +76,14 @@ class ClaimedJob:
 
     @property
     def policy(self) -> CatchUpPolicy:
-        """The job's catch-up policy."""
-        return CatchUpPolicy(self.catch_up, self.misfire_grace, self.backfill_limit)
+        """The job's catch-up policy (one shared immutable object per distinct setting)."""
+        return _policy(self.catch_up, self.misfire_grace, self.backfill_limit)
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy(mode: Literal["skip", "backfill", "coalesce"], misfire_grace: float,
+            backfill_limit: int | None) -> CatchUpPolicy:
+    return CatchUpPolicy(mode, misfire_grace, backfill_limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +390,7 @@ class Store:
                     await claimed.execute(QUERIES["claim_due"], claim)
                 written = {row["id"] for row in await finished.fetchall()}
             rows = await claimed.fetchall()
-        fields = len(ClaimedJob.__slots__)
+        fields = len(ClaimedJob._fields)
         jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
         return Step(written, jobs, rows[0][fields], rows[0][fields - 1])
 
