@@ -17,20 +17,18 @@ from pgpulse.sql import QUERIES
 
 
 def test_ceiling_script_is_generated_from_every_parameter_of_the_queries() -> None:
-    """One transaction per step, as a node's claim loop: the previous batch's completion, then
-    the claim whose outcomes the next step completes."""
+    """One statement per step, as a node's claim loop: the previous batch's completion and the
+    claim whose outcomes the next step completes."""
     script = pgbench_script()
-    begin, finish, claim, end = script.split(";\n")
-    assert "%(" not in script
-    assert begin == "BEGIN" and end == ""
-    assert "json_to_recordset((:outcomes)::json)" in finish and "UPDATE job_runs" in finish
-    assert "FOR UPDATE OF j SKIP LOCKED" in claim  # Pulse's own claim, not a copy
-    assert claim.endswith("FROM pulse_claim \\gset\nCOMMIT")
+    assert "%(" not in script and ";" not in script  # one statement, every parameter bound
+    assert "json_to_recordset((:outcomes)::json)" in script and "UPDATE job_runs" in script
+    assert "FOR UPDATE OF j SKIP LOCKED" in script  # Pulse's own claim, not a copy
+    assert script.endswith("FROM pulse_claim \\gset\n")
 
 
 def test_positional_rewrite_numbers_each_name_once() -> None:
-    text, names = to_positional(QUERIES["claim_due"])
-    assert names == placeholders(QUERIES["claim_due"])
+    text, names = to_positional(QUERIES["finish_and_claim"])
+    assert names == placeholders(QUERIES["finish_and_claim"])
     assert "%(" not in text and f"${len(names)}" in text
 
 

@@ -41,12 +41,13 @@ async def test_eight_concurrent_claimers_never_receive_the_same_job(store: Store
 
 async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any) -> None:
     """The store builds ClaimedJob from plain tuples: the claim's columns are its fields, in
-    order, then next_due; and each field holds the stored value."""
+    order, then next_due and written; and each field holds the stored value."""
     [job_id] = await add(store, spec("rollup", payload={"k": "v"}, timeout=9, max_attempts=4),
                          now=T0)
-    cur = db.execute(QUERIES["claim_due"], {"node": "n", "shards": ALL_SHARDS, "limit": 0,
-                                            "lease": 30, "now": LATER})
-    assert tuple(c.name for c in cur.description) == (*ClaimedJob._fields, "next_due")
+    cur = db.execute(QUERIES["finish_and_claim"], {"outcomes": "[]", "node": "n", "limit": 0,
+                                                   "shards": ALL_SHARDS, "lease": 30,
+                                                   "now": LATER})
+    assert tuple(c.name for c in cur.description) == (*ClaimedJob._fields, "next_due", "written")
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
     run = db.execute("SELECT id FROM job_runs").fetchone()
     assert (job.id, job.name, job.payload, job.timeout, job.max_attempts, job.attempt,
@@ -153,11 +154,13 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
     """The due bound must be an index condition: nothing due means nothing read (the seed's
     trap, and ours once: a bound joined from a CTE made every idle poll scan every idle row)."""
     await add(store, *(spec(f"job-{i}") for i in range(3000)), now=T0)
-    params = {"node": "n", "shards": ALL_SHARDS, "limit": 100, "lease": 30, "now": T0}
+    params = {"outcomes": "[]", "node": "n", "shards": ALL_SHARDS, "limit": 100, "lease": 30,
+              "now": T0}
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         await conn.execute("ANALYZE scheduled_jobs")  # plan on statistics, not on a guess
         cur = await conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["claim_due"], params)  # type: ignore[operator]
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["finish_and_claim"],  # type: ignore[operator]
+            params)
         row = await cur.fetchone()
         await conn.rollback()
     assert row is not None
@@ -172,10 +175,12 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
     assert ahead and all(n["Actual Rows"] == 1 for n in ahead), ahead
 
 
-async def test_one_step_writes_outcomes_then_claims_what_they_made_due(store: Store, db) -> None:
-    """finish_and_claim: the outcome is written first, in the same transaction the claim sees
-    it (a backfill job whose next occurrence is already due is claimed again, new token), and
-    the claim reports the next due instant when it got fewer jobs than asked."""
+async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(store: Store,
+                                                                         db: Any) -> None:
+    """finish_and_claim writes the outcome and claims in one statement. The claim sees the
+    database as it was before the outcome, so a backfill job whose next occurrence is already
+    due is not claimed in the same step; the step reports it as the next due instant, and the
+    next step claims it (new token, new run)."""
     [job_id, hourly] = await add(store, spec("a", catch_up="backfill"),
                                  spec("hourly", schedule="0 * * * *"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=30, now=LATER)
@@ -183,21 +188,22 @@ async def test_one_step_writes_outcomes_then_claims_what_they_made_due(store: St
     done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()),
                    output="a\x00b")
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
-    assert step.written == {job_id}
-    [again] = step.jobs
-    assert (again.id, again.scheduled_for) == (job_id, utc(2026, 1, 1, 0, 2))
-    assert again.fencing_token == job.fencing_token + 1 and again.run_id != job.run_id
-    assert step.next_due == utc(2026, 1, 1, 1, 0)  # the hourly job, the only one idle
-    assert step.db_now == LATER
+    assert (step.written, step.jobs, step.db_now) == ({job_id}, [], LATER)
+    assert step.next_due == utc(2026, 1, 1, 0, 2)  # before the hourly job's 01:00
     run = db.execute("SELECT outcome, output FROM job_runs WHERE id = %s",
                      (job.run_id,)).fetchone()
     assert run == {"outcome": "succeeded", "output": "a\ufffdb"}  # NUL cannot be stored as is
-    assert hourly not in {j.id for j in step.jobs}
+    after = await store.finish_and_claim([], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
+    [again] = after.jobs
+    assert (again.id, again.scheduled_for) == (job_id, utc(2026, 1, 1, 0, 2))
+    assert again.fencing_token == job.fencing_token + 1 and again.run_id != job.run_id
+    assert after.next_due == utc(2026, 1, 1, 1, 0)  # the hourly job, the only one idle
+    assert hourly not in {j.id for j in after.jobs}
 
 
 async def test_a_failed_step_writes_no_outcome(store: Store, db) -> None:
-    """The outcome and the claim commit together or not at all (the node sends the outcome
-    again with its next step)."""
+    """The outcome and the claim commit together or not at all (one statement; the node sends
+    the outcome again with its next step)."""
     [job_id] = await add(store, spec("a"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
@@ -236,8 +242,9 @@ async def _explain_generic_claim(dsn: str, limit: int, now: Any) -> list[dict[st
     the shards written as a constant: the planner then knows every due row qualifies, the worst
     case for its estimates (and how the pgbench ceiling runs it)."""
     shards = "'{" + ",".join(map(str, ALL_SHARDS)) + "}'"
-    text, names = to_positional(QUERIES["claim_due"].replace("%(shards)s", shards))
-    values = {"node": "n", "shards": ALL_SHARDS, "limit": limit, "lease": 30, "now": now}
+    text, names = to_positional(QUERIES["finish_and_claim"].replace("%(shards)s", shards))
+    values = {"outcomes": "[]", "node": "n", "shards": ALL_SHARDS, "limit": limit, "lease": 30,
+              "now": now}
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         for name, value in CLAIM_SESSION_SETTINGS.items():
             await conn.execute("SELECT set_config(%s, %s, false)", (name, value))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 import orjson
@@ -45,8 +45,9 @@ class ClaimedJob(NamedTuple):
 
     Attributes mirror ``scheduled_jobs`` columns; durations are seconds. ``run_id`` is the
     ``job_runs`` row of ``scheduled_for``; ``db_now`` is the database's instant of the claim.
-    A ``claim_due`` row is these fields in this order, then ``next_due``: the store builds each
-    claimed job from the row's tuple (a named tuple: no dict and no per-field setattr per job).
+    A ``finish_and_claim`` row is these fields in this order, then ``next_due`` and ``written``:
+    the store builds each claimed job from the row's tuple (a named tuple: no dict and no
+    per-field setattr per job).
     """
 
     id: int
@@ -93,8 +94,9 @@ class Step:
     Attributes:
         written: ids of the jobs whose outcome was written (the others' leases were lost).
         jobs: the jobs claimed, oldest occurrence first.
-        next_due: when fewer jobs than asked were claimed, the earliest future due instant in
-            the claimed shards (``None``: none known, or nothing was asked).
+        next_due: when fewer jobs than asked were claimed, the earliest due instant known: of
+            the claimed shards' idle jobs, or of a job whose outcome was just written (it may
+            be due already: the claim did not see it). ``None``: none known, or nothing asked.
         db_now: the database's instant of the claim (``None`` when nothing was asked).
     """
 
@@ -342,61 +344,22 @@ class Store:
 
     async def claim_due(self, node: str, shards: Sequence[int], limit: int, *, lease: float,
                         now: datetime | None = None) -> list[ClaimedJob]:
-        """Claim up to ``limit`` due idle jobs of ``shards`` for ``node``, oldest due first.
+        """Claim up to ``limit`` due idle jobs of ``shards`` for ``node``, oldest due first
+        (:meth:`finish_and_claim` with no outcomes to write).
 
         Concurrency: one statement; rows are locked ``FOR UPDATE SKIP LOCKED`` so concurrent
         claimers never wait on each other and never receive the same job. Each claimed job gets
         status ``running``, ``attempt + 1``, a new fencing token and a lease of ``lease``
         seconds; its ``job_runs`` row is opened (or re-opened for the next attempt).
-        A node claims through :meth:`finish_and_claim`, which also says when to poll next.
         """
         if limit <= 0 or not shards:
             return []
         return (await self.finish_and_claim((), node, shards, limit, lease=lease, now=now)).jobs
 
-    async def finish_and_claim(self, outcomes: Sequence[Outcome], node: str,
-                               shards: Sequence[int], limit: int, *, lease: float,
-                               now: datetime | None = None) -> Step:
-        """One step of a node's claim loop in one transaction and one round trip: write the
-        fenced ``outcomes`` (as :meth:`finish_runs`), then claim up to ``limit`` due jobs of
-        ``shards`` (as :meth:`claim_due`; nothing is claimed when ``limit`` is 0 or ``shards``
-        is empty).
-
-        The two statements are pipelined inside one transaction, so a busy node pays one
-        round trip and one commit for each batch it ends and the batch it starts; the claim sees
-        the outcomes just written (a job whose next occurrence is already due can be claimed
-        again at once, under a new token). If anything fails, nothing of it is committed and the
-        caller may send the same outcomes again (fenced writes are idempotent).
-
-        Raises:
-            psycopg.Error: the transaction failed (nothing was written or claimed).
-            DatabaseUnavailable: the store's session could not connect.
-        """
-        claiming = limit > 0 and bool(shards)
-        if not claiming:
-            written = await self.finish_runs(outcomes, now=now)
-            return Step(written, [], None, None)
-        claim = {"node": node, "shards": list(shards), "limit": limit, "lease": lease,
-                 "now": now}
-        written = set()
-        async with self.pool.connection() as conn:
-            claimed = conn.cursor(row_factory=tuple_row)  # ClaimedJob's fields, in order
-            if not outcomes:  # one statement is its own transaction
-                await claimed.execute(QUERIES["claim_due"], claim)
-            else:
-                async with conn.pipeline(), conn.transaction():
-                    finished = await conn.execute(QUERIES["finish_runs"],
-                                                  self._finish_params(outcomes, now))
-                    await claimed.execute(QUERIES["claim_due"], claim)
-                written = {row["id"] for row in await finished.fetchall()}
-            rows = await claimed.fetchall()
-        fields = len(ClaimedJob._fields)
-        jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
-        return Step(written, jobs, rows[0][fields], rows[0][fields - 1])
-
     async def finish_runs(self, outcomes: Sequence[Outcome], *,
                           now: datetime | None = None) -> set[int]:
-        """End the current attempt of each job in ``outcomes`` — fenced — in one statement.
+        """End the current attempt of each job in ``outcomes`` — fenced — in one statement
+        (:meth:`finish_and_claim` claiming nothing).
 
         Concurrency: each element is written only if its job is still ``running`` under the
         element's fencing token; otherwise that element changes nothing (its lease was lost).
@@ -407,15 +370,28 @@ class Store:
         """
         if not outcomes:
             return set()
-        rows = await self._rows("finish_runs", self._finish_params(outcomes, now))
-        return {row["id"] for row in rows}
+        return (await self.finish_and_claim(outcomes, "", (), 0, lease=0.0, now=now)).written
 
-    @staticmethod
-    def _finish_params(outcomes: Sequence[Outcome], now: datetime | None) -> dict[str, Any]:
-        """``finish_runs`` parameters: the batch as one JSON array, in job id order (as
-        renew_leases writes: two statements over the same running rows never wait on each other
-        in a cycle, i.e. never deadlock). Text is made storable (see :func:`_storable`);
-        instants are written by orjson as RFC 3339 with their offset."""
+    async def finish_and_claim(self, outcomes: Sequence[Outcome], node: str,
+                               shards: Sequence[int], limit: int, *, lease: float,
+                               now: datetime | None = None) -> Step:
+        """One step of a node's claim loop, in one statement (one round trip, one commit):
+        write the fenced ``outcomes`` (as :meth:`finish_runs`), then claim up to ``limit`` due
+        jobs of ``shards`` (as :meth:`claim_due`; nothing is claimed when ``limit`` is 0 or
+        ``shards`` is empty).
+
+        The claim sees the database as it was before the outcomes: a job whose next occurrence
+        is already due is claimed at the next step (its outcome's ``next_run_at`` says when).
+        If the statement fails, nothing of it is committed and the caller may send the same
+        outcomes again (fenced writes are idempotent). The outcomes go out as one JSON array, in
+        job id order (as renew_leases writes: two statements over the same running rows never
+        wait on each other in a cycle, i.e. never deadlock); their text is made storable
+        (:func:`_storable`) and their instants are written by orjson as RFC 3339 with offset.
+
+        Raises:
+            psycopg.Error: the statement failed (nothing was written or claimed).
+            DatabaseUnavailable: the store's session could not connect.
+        """
         batch = [{
             "job_id": o.job.id, "token": o.job.fencing_token, "run_id": o.job.run_id,
             "status": o.status, "scheduled_for": o.next_scheduled_for,
@@ -425,7 +401,25 @@ class Store:
             "skipped": o.advance.skipped if o.advance is not None and o.advance.skipped else None,
             "skip_reason": o.skip_reason,
         } for o in sorted(outcomes, key=lambda o: o.job.id)]
-        return {"outcomes": orjson.dumps(batch).decode(), "now": now}
+        params = {"outcomes": orjson.dumps(batch).decode(), "now": now, "node": node,
+                  "shards": list(shards), "limit": max(limit, 0) if shards else 0,
+                  "lease": lease}
+        async with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=tuple_row)  # ClaimedJob's fields, in order
+            await cur.execute(QUERIES["finish_and_claim"], params)
+            rows = await cur.fetchall()
+        fields = len(ClaimedJob._fields)  # then next_due, then written (on one row)
+        written = next(set(row[fields + 1]) for row in rows if row[fields + 1] is not None)
+        jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
+        if not (limit > 0 and shards):
+            return Step(written, jobs, None, None)
+        next_due, db_now = rows[0][fields], rows[0][fields - 1]
+        if len(jobs) < limit:  # a job finished here may be due before anything else
+            for o in outcomes:
+                if o.job.id in written:
+                    at = o.next_run_at or db_now + timedelta(seconds=o.retry_in or 0.0)
+                    next_due = at if next_due is None else min(next_due, at)
+        return Step(written, jobs, next_due, db_now)
 
     async def renew_leases(self, held: Sequence[tuple[int, int]], *, lease: float,
                            now: datetime | None = None) -> set[int]:

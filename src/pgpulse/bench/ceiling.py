@@ -2,14 +2,13 @@
 
 The pgbench script is generated from ``QUERIES`` at run time (never a copy), so it is exactly
 what a node's claim loop sends in one step (:meth:`pgpulse.store.Store.finish_and_claim`), minus
-Python — one transaction:
+Python — one statement that
 
-1. ``finish_runs`` of the batch the previous step claimed, each run ``succeeded`` and its job
-   moved to its next occurrence (``scheduled_for + 1 h``, what the planner computes for these
-   ``@every 1h`` jobs) — one fenced statement writing the job rows and their history rows;
-2. ``claim_due`` of the next batch, its final ``SELECT`` wrapped to return that batch's outcomes
-   as the JSON array the next step's ``finish_runs`` takes (``\\gset`` keeps it in a pgbench
-   variable of the client).
+1. ends the batch the previous step claimed, each run ``succeeded`` and its job moved to its
+   next occurrence (``scheduled_for + 1 h``, what the planner computes for these ``@every 1h``
+   jobs) — fenced writes of the job rows and their history rows;
+2. claims the next batch; its final ``SELECT`` is wrapped to return that batch's outcomes as the
+   JSON array the next step takes (``\\gset`` keeps it in a pgbench variable of the client).
 
 ``-M prepared`` plans them as psycopg's prepared statements do, with the settings of a node's
 claim session (``store.CLAIM_SESSION_SETTINGS``: generic plans, no JIT). Several clients run at once
@@ -47,19 +46,18 @@ from pgpulse.store import CLAIM_SESSION_SETTINGS
 DB_NAME = "pgpulse_bench_ceiling"
 CLIENTS = (2, 4, 8)
 
-#: pgbench expressions for ``claim_due``'s parameters (``:name`` are pgbench variables).
-CLAIM_VALUES = {
+#: pgbench expressions for ``finish_and_claim``'s parameters (``:name`` are pgbench variables):
+#: the outcomes are the previous step's claim, as JSON.
+STEP_VALUES = {
     "now": "NULL",
+    "outcomes": ":outcomes",
     "node": "'ceiling-' || (:client_id)::text",
     "shards": "'{" + ",".join(str(s) for s in range(64)) + "}'",
     "limit": ":batch",
     "lease": "60",
 }
 
-#: pgbench expressions for ``finish_runs``'s parameters: the previous step's claim, as JSON.
-FINISH_VALUES = {"now": "NULL", "outcomes": ":outcomes"}
-
-#: The outcome of each claimed job as ``finish_runs`` reads it (see Store.finish_runs).
+#: The outcome of each claimed job as ``finish_and_claim`` reads it (see the store).
 _OUTCOME = ("json_build_object('job_id', id, 'token', fencing_token, 'run_id', run_id, "
             "'status', 'idle', 'scheduled_for', scheduled_for + interval '1 hour', "
             "'next_run_at', scheduled_for + interval '1 hour', 'retry_in', 0, "
@@ -68,23 +66,22 @@ _OUTCOME = ("json_build_object('job_id', id, 'token', fencing_token, 'run_id', r
 
 
 def pgbench_script() -> str:
-    """The pgbench script: one transaction of Pulse's batch completion (of the batch the client
-    claimed last time) then Pulse's claim (its outcomes kept with ``\\gset``). Run it with
+    """The pgbench script: one ``finish_and_claim`` statement, ending the batch the client
+    claimed last time and claiming the next (its outcomes kept with ``\\gset``). Run it with
     ``-D outcomes=[]`` for the first step.
 
     Raises:
-        KeyError: ``queries.sql`` changed the statements' parameters or names (the message says
-            which); update :data:`CLAIM_VALUES` / :data:`FINISH_VALUES`.
+        KeyError: ``queries.sql`` changed the statement's parameters or name (the message says
+            which); update :data:`STEP_VALUES`.
     """
-    if "finish_runs" not in QUERIES:
-        raise KeyError("queries.sql has no finish_runs statement; update pgpulse/bench/ceiling.py")
-    ctes, final = split_final_select(substitute(QUERIES["claim_due"], CLAIM_VALUES))
-    claim = (f"{ctes}, pulse_claim AS (\n{final}\n)\n"
-             f"SELECT coalesce(json_agg({_OUTCOME}) FILTER (WHERE id IS NOT NULL), '[]')"
-             " AS outcomes\nFROM pulse_claim")
-    finish = substitute(QUERIES["finish_runs"], FINISH_VALUES)
-    return (f"BEGIN;\n{_one_line_comments(finish)};\n"
-            f"{_one_line_comments(claim)} \\gset\nCOMMIT;\n")
+    if "finish_and_claim" not in QUERIES:
+        raise KeyError("queries.sql has no finish_and_claim statement; "
+                       "update pgpulse/bench/ceiling.py")
+    ctes, final = split_final_select(substitute(QUERIES["finish_and_claim"], STEP_VALUES))
+    step = (f"{ctes}, pulse_claim AS (\n{final}\n)\n"
+            f"SELECT coalesce(json_agg({_OUTCOME}) FILTER (WHERE id IS NOT NULL), '[]')"
+            " AS outcomes\nFROM pulse_claim")
+    return f"{_one_line_comments(step)} \\gset\n"
 
 
 def _one_line_comments(statement: str) -> str:
@@ -125,7 +122,7 @@ async def run(server_dsn: str, scale: float, *, batches: tuple[int, ...] = (1, 5
         batches: claim sizes (jobs per claim and per completion statement).
         clients: concurrent pgbench clients, one measurement each.
     """
-    result = Result("3", "raw SQL ceiling: Pulse's claim + finish_runs via pgbench",
+    result = Result("3", "raw SQL ceiling: Pulse's finish_and_claim step via pgbench",
                     ["batch", "clients", "firings/s", "DB CPU ms/firing", "machine busy %",
                      "script latency ms", "fired"])
     if shutil.which("pgbench") is None:

@@ -63,7 +63,8 @@ async def _time_claims(claimer: Store, pooled: Store, shards: tuple[int, ...], b
 def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: bool) -> str:
     """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim, run and rolled back.
 
-    The claim is ``PREPARE``d from ``QUERIES["claim_due"]`` and explained with ``EXECUTE``, as a
+    The claim is ``PREPARE``d from ``QUERIES["finish_and_claim"]`` (with no outcomes to write,
+    as :meth:`~pgpulse.store.Store.claim_due` sends it) and explained with ``EXECUTE``, as a
     node's prepared statement runs (a one-shot parameterised statement is always planned with
     its values, so it cannot show the generic plan).
 
@@ -74,9 +75,9 @@ def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: boo
         generic: plan with ``plan_cache_mode = force_generic_plan`` (the plan a node's claim
             session uses, ``store.CLAIM_SESSION_SETTINGS``) instead of a custom plan.
     """
-    text, names = to_positional(QUERIES["claim_due"])
-    values = {"node": "bench-explain", "shards": list(shards), "limit": batch, "lease": 60.0,
-              "now": None}
+    text, names = to_positional(QUERIES["finish_and_claim"])
+    values = {"outcomes": "[]", "node": "bench-explain", "shards": list(shards), "limit": batch,
+              "lease": 60.0, "now": None}
     args = sql.SQL(", ").join(sql.Literal(values[name]) for name in names)
     with psycopg.connect(dsn, row_factory=dict_row) as conn:
         conn.execute("SET plan_cache_mode = "

@@ -50,7 +50,7 @@ METHOD = """\
 * **Lag** is the handler's start minus the occurrence's `scheduled_for` (the database and the
   nodes share this machine's clock); **claim lag** is the claim statement's `now()` minus
   `scheduled_for`.
-* The **raw ceiling** drives Pulse's own `claim_due` and `finish_runs` text (generated from
+* The **raw ceiling** drives Pulse's own `finish_and_claim` statement (generated from
   `queries.sql` at run time) with `pgbench -M prepared` and several clients, no Python.
 * **Peers** run from their scripts in `benchmarks/peers/` (one docstring each says how the peer
   expresses the scenario and where it cannot), each on a fresh database of the same server.

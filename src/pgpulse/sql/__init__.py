@@ -1,7 +1,7 @@
 """Pulse's SQL, kept as SQL: ``queries.sql`` holds named blocks, ``migrations/`` the schema.
 
-Loaded once at import; the engine and store look statements up by name (``QUERIES["claim_due"]``)
-rather than building SQL strings in Python.
+Loaded once at import; the engine and store look statements up by name
+(``QUERIES["finish_and_claim"]``) rather than building SQL strings in Python.
 """
 
 from __future__ import annotations

@@ -2,20 +2,71 @@
 -- Clock rule (design.md, invariant 1): instants come from the database's now(). Tests may pass
 -- a fixed instant as %(now)s; production code always passes NULL.
 
--- name: claim_due
--- Claim up to %(limit)s due idle jobs of the shards %(shards)s for node %(node)s in one statement:
--- lock with SKIP LOCKED (never wait on another poller), move to running with a new lease and
--- fencing token, and open (or re-open, for a retry) the occurrence's job_runs row.
+-- name: finish_and_claim
+-- One step of a node's claim loop, in one statement (so one round trip and one implicit
+-- transaction): the fenced end of a batch of attempts (group commit), then a claim of up to
+-- %(limit)s due idle jobs of the shards %(shards)s for node %(node)s.
+--
+-- Finish. The batch is one JSON array parameter (%(outcomes)s: an object per attempt; see
+-- Store.finish_and_claim), so the driver sends one text value instead of a dozen arrays. Each
+-- element changes nothing unless its job is still running under its token (a zombie's late write
+-- is a no-op). Per element: the job row moves to its next state, the run row takes its outcome,
+-- and its skipped occurrences (the element's "skipped" array) get rows of their own.
+-- next_run_at NULL means "retry_in seconds from now".
+--
+-- Claim. Lock with SKIP LOCKED (never wait on another poller), move to running with a new lease
+-- and fencing token, and open (or re-open, for a retry) the occurrence's job_runs row. All CTEs
+-- see one snapshot: a job finished here is claimed at the next step, not this one (the caller
+-- knows its next due instant from the outcome it sent).
 -- The due bound is written inline (not joined from clock) so it is an index condition: the scan
 -- of scheduled_jobs_due stops at the first row not yet due, however many are stored. The rows
 -- are updated by id = ANY(ARRAY(...)), an index lookup whatever the planner estimates: joined
 -- to `due`, a generic plan (which assumes a LIMIT of 10% of the due rows) merged the whole
 -- primary key instead (60 ms for 50 rows at 300,000 due).
+--
 -- One row per claimed job; when fewer than %(limit)s were claimed, next_due is the earliest
 -- future due instant of those shards (NULL if none), so an idle node knows how long to sleep
--- without a second statement. Nothing claimed gives one row whose id is NULL.
+-- without a second statement. Nothing claimed gives one row whose id is NULL. `written` (the ids
+-- of the jobs whose outcome took effect) is on one row only, NULL on the others.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), input AS (
+    SELECT *
+    FROM json_to_recordset(%(outcomes)s::json)
+         AS i(job_id bigint, token bigint, run_id bigint, status text, scheduled_for timestamptz,
+              next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
+              error text, output text, skipped json, skip_reason text)
+), job AS (
+    UPDATE scheduled_jobs j
+    SET status = i.status,
+        scheduled_for = i.scheduled_for,
+        next_run_at = coalesce(i.next_run_at, clock.now + make_interval(secs => i.retry_in)),
+        attempt = CASE WHEN i.reset_attempt THEN 0 ELSE j.attempt END,
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        last_outcome = i.outcome,
+        last_error = i.error,
+        last_finished_at = clock.now,
+        updated_at = clock.now
+    FROM input i, clock
+    WHERE j.id = i.job_id AND j.fencing_token = i.token AND j.status = 'running'
+    RETURNING j.id
+), run AS (
+    UPDATE job_runs r
+    SET outcome = i.outcome, error = i.error, output = i.output,
+        finished_at = CASE WHEN i.outcome = 'retrying' THEN NULL ELSE clock.now END,
+        attempts = CASE WHEN i.outcome = 'skipped' THEN 0 ELSE r.attempts END,
+        started_at = CASE WHEN i.outcome = 'skipped' THEN NULL ELSE r.started_at END
+    FROM input i JOIN job ON job.id = i.job_id, clock
+    WHERE r.id = i.run_id AND r.fencing_token = i.token
+    RETURNING r.id
+), skipped AS (
+    INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
+    SELECT i.job_id, s.at::timestamptz, 0, 'skipped', i.skip_reason, clock.now
+    FROM input i JOIN job ON job.id = i.job_id, clock,
+         json_array_elements_text(i.skipped) AS s(at)
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    RETURNING 1
 ), due AS (
     SELECT j.id
     FROM scheduled_jobs j
@@ -64,60 +115,11 @@ SELECT got.*, clock.now AS db_now,
           AND j.shard_id = ANY(%(shards)s::smallint[])
           AND (SELECT count(*) FROM got) < %(limit)s
         ORDER BY j.next_run_at
-        LIMIT 1) AS next_due
+        LIMIT 1) AS next_due,
+       CASE WHEN row_number() OVER () = 1 THEN ARRAY(SELECT id FROM job) END AS written
 FROM clock
 LEFT JOIN got ON true
 ORDER BY got.scheduled_for;
-
--- name: finish_runs
--- Fenced end of a batch of attempts, one statement for the whole batch (group commit). The batch
--- is one JSON array parameter (%(outcomes)s: an object per attempt; see Store.finish_runs), so
--- the driver sends one text value instead of a dozen arrays. Each element changes nothing unless
--- its job is still running under its token (a zombie's late write is a no-op). Per element: the
--- job row moves to its next state, the run row takes its outcome, and its skipped occurrences
--- (the element's "skipped" array) get rows of their own.
--- next_run_at NULL means "retry_in seconds from now". Returns the ids of the jobs written.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), input AS (
-    SELECT *
-    FROM json_to_recordset(%(outcomes)s::json)
-         AS i(job_id bigint, token bigint, run_id bigint, status text, scheduled_for timestamptz,
-              next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
-              error text, output text, skipped json, skip_reason text)
-), job AS (
-    UPDATE scheduled_jobs j
-    SET status = i.status,
-        scheduled_for = i.scheduled_for,
-        next_run_at = coalesce(i.next_run_at, clock.now + make_interval(secs => i.retry_in)),
-        attempt = CASE WHEN i.reset_attempt THEN 0 ELSE j.attempt END,
-        locked_by = NULL,
-        lease_expires_at = NULL,
-        last_outcome = i.outcome,
-        last_error = i.error,
-        last_finished_at = clock.now,
-        updated_at = clock.now
-    FROM input i, clock
-    WHERE j.id = i.job_id AND j.fencing_token = i.token AND j.status = 'running'
-    RETURNING j.id
-), run AS (
-    UPDATE job_runs r
-    SET outcome = i.outcome, error = i.error, output = i.output,
-        finished_at = CASE WHEN i.outcome = 'retrying' THEN NULL ELSE clock.now END,
-        attempts = CASE WHEN i.outcome = 'skipped' THEN 0 ELSE r.attempts END,
-        started_at = CASE WHEN i.outcome = 'skipped' THEN NULL ELSE r.started_at END
-    FROM input i JOIN job ON job.id = i.job_id, clock
-    WHERE r.id = i.run_id AND r.fencing_token = i.token
-    RETURNING r.id
-), skipped AS (
-    INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
-    SELECT i.job_id, s.at::timestamptz, 0, 'skipped', i.skip_reason, clock.now
-    FROM input i JOIN job ON job.id = i.job_id, clock,
-         json_array_elements_text(i.skipped) AS s(at)
-    ON CONFLICT (job_id, scheduled_for) DO NOTHING
-    RETURNING 1
-)
-SELECT job.id FROM job;
 
 -- name: renew_leases
 -- Heartbeat for running work: extend the lease of each (job id, fencing token) pair this node
