@@ -76,6 +76,31 @@ async def test_two_nodes_split_the_shards_without_overlap(store: Store, dsn: str
     assert a.shards and b.shards
 
 
+async def test_a_backlog_never_runs_more_attempts_than_slots(store: Store, dsn: str,
+                                                            db: Any) -> None:
+    """Invariant 6: 40 due jobs on a node of 3 slots all run, each once, never more than 3 at
+    once (an attempt's slot is free once its outcome is decided, before it is written)."""
+    now_running, most, ran = 0, 0, []
+
+    async def work(ctx: RunContext) -> None:
+        nonlocal now_running, most
+        now_running += 1
+        most = max(most, now_running)
+        await asyncio.sleep(0.02)
+        now_running -= 1
+        ran.append(ctx.job_name)
+
+    await add(store, *(spec(f"j{i}", schedule=TRIGGERED_ONLY, handler="work")
+                       for i in range(40)))
+    for i in range(40):
+        await store.trigger_job("default", f"j{i}")
+    async with running(node(store, dsn, {"work": work}, slots=3)):
+        await wait_until(lambda: len(ran) == 40)
+        await wait_until(lambda: db.execute(
+            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'").fetchone()["n"] == 40)
+    assert (most, sorted(ran)) == (3, sorted(f"j{i}" for i in range(40)))
+
+
 async def test_an_every_second_job_runs_each_occurrence_once(store: Store, dsn: str,
                                                             db: Any) -> None:
     seen: list[RunContext] = []
