@@ -367,6 +367,9 @@ class Node:
             retry_in = 0.1
             if self.recorder.pending:
                 continue  # outcomes arrived during the step: write them (and claim) now
+            if len(self.running) >= self.config.slots:
+                await self._wake.wait()  # every slot busy: only an ended attempt (or a stop, a
+                continue  # shard change) makes a claim useful, and each of those wakes us
             delay = self.config.poll_interval  # or until a freed slot or a notification wakes us
             if step.next_due is not None and step.db_now is not None:
                 delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
