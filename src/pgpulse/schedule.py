@@ -369,6 +369,8 @@ def _field_error(expr: str, index: int, reason: str) -> InvalidSchedule:
 
 def _utc(moment: datetime, name: str) -> datetime:
     """``moment`` in UTC, microseconds kept; ValueError naming ``name`` if it is naive."""
+    if moment.tzinfo is UTC:
+        return moment
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{name} must be a timezone-aware datetime, got naive {moment!r}")
     return moment.astimezone(UTC)

@@ -35,7 +35,11 @@ LEADER_LOCK_KEY = 0x50756C73
 #: depend on the values (the due bound is an index condition whatever they are), and a custom
 #: plan of these CTEs costs ~1 ms of planning per call, as much as claiming 25 jobs. JIT is off:
 #: a generic plan's row estimates can cross ``jit_above_cost``, and compiling costs tens of ms.
-CLAIM_SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan", "jit": "off"}
+#: TimeZone is UTC (instants are absolute; only their Python form changes): psycopg then returns
+#: timestamps with ``datetime.UTC`` rather than a ``ZoneInfo``, which the planner's per-run
+#: comparisons and arithmetic handle without a time-zone lookup.
+CLAIM_SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan", "jit": "off",
+                          "TimeZone": "UTC"}
 
 RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
 
