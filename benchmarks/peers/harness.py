@@ -134,6 +134,13 @@ def _done(dsn: str, sql: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _analyze(dsn: str) -> None:
+    """VACUUM ANALYZE the loaded database, as Pulse's loader does after its bulk insert: a
+    peer's queue must not be measured on a planner that still believes its tables are empty."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE)")
+
+
 def _spawn(script: str, args: argparse.Namespace, index: int,
            folder: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
@@ -179,6 +186,7 @@ def _drain(peer: Peer, script: str, args: argparse.Namespace,
            folder: Path) -> dict[str, Any]:
     started = time.perf_counter()
     asyncio.run(peer.load_drain(args.dsn, args.jobs))
+    _analyze(args.dsn)
     load_s = time.perf_counter() - started
     procs = [_spawn(script, args, i, folder) for i in range(args.processes)]
     try:
@@ -212,6 +220,7 @@ def _steady(peer: Peer, script: str, args: argparse.Namespace,
     base = args.base
     started = time.perf_counter()
     expected = asyncio.run(peer.load_steady(args.dsn, args.jobs, base, args.seconds))
+    _analyze(args.dsn)
     load_s = time.perf_counter() - started
     if time.time() > base - 1:
         raise RuntimeError(f"loading took {load_s:.1f} s, past the lead of {args.lead:g} s")
