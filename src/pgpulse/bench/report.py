@@ -53,7 +53,8 @@ METHOD = """\
 * The **raw ceiling** drives Pulse's own `finish_and_claim` statement (generated from
   `queries.sql` at run time) with `pgbench -M prepared` and several clients, no Python.
 * **Peers** run from their scripts in `benchmarks/peers/` (one docstring each says how the peer
-  expresses the scenario and where it cannot), each on a fresh database of the same server.
+  expresses the scenario and where it cannot), each on a fresh database of the same server,
+  loaded and then `VACUUM ANALYZE`d as Pulse's jobs are.
 
 To see where a node's time goes, run one against a backlog and sample it (both tools are in the
 `bench` extra):
