@@ -104,3 +104,26 @@ async def test_a_short_connection_reset_does_not_cost_the_lease(
         proxy.heal()
 
     assert await _first_attempt(proxy, store, via, outage, lease=2.5) == "done"
+
+
+def test_the_proxy_carries_a_session_on_uvloop(dsn: str) -> None:
+    """`pgpulse chaos` runs on uvloop (as every command does), whose transports are no
+    asyncio.Transport subclasses: the proxy must carry a session there too (it refused every
+    connection once, and the harness's nodes never reached the database)."""
+    import psycopg
+    import uvloop
+
+    async def through_proxy() -> int:
+        proxy = Proxy("node", ExternalServer(dsn).upstream)
+        await proxy.start()
+        try:
+            via = proxy.dsn(str(conninfo.conninfo_to_dict(dsn)["dbname"]))
+            async with await psycopg.AsyncConnection.connect(via, connect_timeout=5) as conn:
+                row = await (await conn.execute("SELECT 41 + 1")).fetchone()
+        finally:
+            await proxy.close()
+        assert row is not None
+        return int(row[0])
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(through_proxy()) == 42

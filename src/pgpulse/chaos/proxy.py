@@ -21,7 +21,7 @@ import asyncio
 import collections
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,11 @@ class _Side(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport; not an asyncio.Transport subclass on uvloop (which `pgpulse chaos`
+        # runs on), so no isinstance check.
+        self.transport = cast(asyncio.Transport, transport)
         if self.link.closed:
-            transport.abort()
+            self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self.peer is None:
