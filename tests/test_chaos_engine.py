@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from helpers import ALL_SHARDS, add, spec
-from pgpulse.engine import Node
+from pgpulse.engine import Node, NodeConfig
 from pgpulse.handlers import RunContext
 from pgpulse.store import ClaimedJob, Store
 from test_engine import node, running, wait_until
@@ -67,8 +67,7 @@ async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_track
         # the node's watchdog fires no later than attempt 2's deadline
         watchdog = n._watchdog
         assert watchdog is not None and not watchdog.cancelled()
-        loop = asyncio.get_running_loop()
-        assert watchdog.when() <= loop.time() + (tracked.deadline - time.monotonic()) + 0.01
+        assert n._watchdog_at <= tracked.deadline
     finally:
         _stop(n)
 
@@ -158,3 +157,20 @@ async def test_the_token_guard_refuses_a_zombie_only_once_a_newer_token_was_seen
     [owner] = await store.claim_due("owner", ALL_SHARDS, 1, lease=30)
     assert owner.scheduled_for == zombie.scheduled_for  # the same occurrence runs again
     assert guarded_write(owner) and not guarded_write(zombie)
+
+
+def test_the_watchdog_takes_a_deadline_already_past_on_uvloop(dsn: str) -> None:
+    """A node resumed after a pause arms its watchdog for a deadline already past; uvloop then
+    returns a plain Handle (no when()), and the next arming crashed the claim loop (chaos
+    harness, node-1 exited with AttributeError)."""
+    import uvloop
+
+    async def arm_twice() -> bool:
+        n = Node(Store(cast(Any, None)), dsn, {}, NodeConfig(lease=2.0, heartbeat_interval=0.2))
+        n._arm_watchdog(time.monotonic() - 1.0)  # past: fires at once
+        n._arm_watchdog(time.monotonic() + 5.0)  # later: must keep the earlier arming
+        await asyncio.sleep(0.05)
+        return n._watchdog is None  # it fired (nothing running: nothing re-armed)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(arm_twice())

@@ -141,7 +141,8 @@ class Node:
                                      self.config.handler_options,
                                      self._estimated_db_now, self._finishing)
         self._wake = asyncio.Event()
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog: asyncio.Handle | None = None
+        self._watchdog_at = 0.0  # monotonic deadline the watchdog is armed for
         self._stopping = asyncio.Event()
         self.started = asyncio.Event()
 
@@ -314,12 +315,15 @@ class Node:
     def _arm_watchdog(self, deadline: float) -> None:
         """Make the node's one watchdog timer fire no later than ``deadline`` (monotonic)."""
         timer = self._watchdog
-        loop = asyncio.get_running_loop()
-        at = loop.time() + (deadline - time.monotonic())
-        if timer is None or timer.cancelled() or timer.when() > at:
+        # The armed deadline is kept beside the handle: a loop may return a plain Handle, with
+        # no when(), for an instant already past (uvloop does; a paused node meets that).
+        if timer is None or timer.cancelled() or self._watchdog_at > deadline:
             if timer is not None:
                 timer.cancel()
-            self._watchdog = loop.call_at(at, self._watch)
+            loop = asyncio.get_running_loop()
+            self._watchdog_at = deadline
+            self._watchdog = loop.call_at(loop.time() + (deadline - time.monotonic()),
+                                          self._watch)
 
     def _watch(self) -> None:
         """The watchdog fired: cancel every attempt past its deadline, re-arm for the next."""
