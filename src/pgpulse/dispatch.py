@@ -178,9 +178,9 @@ class Dispatcher:
         """Count and log the end of an outcome's write (the recorder's ``on_settled``):
         ``written`` False means fencing refused it (the lease was lost before it landed), or,
         with ``error``, that the database refused it (the recorder logged why)."""
-        job = outcome.job
         if error is not None:
             return
+        job = outcome.job
         metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
         if not written:
             log.warning("lease of %s/%s lost before its outcome was written; nothing recorded",

@@ -34,6 +34,7 @@ def run_command(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop constructor, or ``None`` (asyncio's own loop) where it is not installed."""
     try:
         import uvloop
     except ImportError:
