@@ -37,9 +37,11 @@ LEADER_LOCK_KEY = 0x50756C73
 #: a generic plan's row estimates can cross ``jit_above_cost``, and compiling costs tens of ms.
 #: TimeZone is UTC (instants are absolute; only their Python form changes): psycopg then returns
 #: timestamps with ``datetime.UTC`` rather than a ``ZoneInfo``, which the planner's per-run
-#: comparisons and arithmetic handle without a time-zone lookup.
+#: comparisons and arithmetic handle without a time-zone lookup. Sequential scans are off: every
+#: table this statement touches is read through an index by design, and a generic plan made when
+#: ``job_runs`` was empty (and analyzed) scanned the whole history for each finished run.
 CLAIM_SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan", "jit": "off",
-                          "TimeZone": "UTC"}
+                          "enable_seqscan": "off", "TimeZone": "UTC"}
 
 RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
 

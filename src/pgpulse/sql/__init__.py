@@ -15,15 +15,17 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 def _load_queries(text: str) -> dict[str, str]:
     """Split ``queries.sql`` into ``{name: statement}`` at each ``-- name: NAME`` line, without
-    the block's comment lines."""
+    the block's comment lines and each line's indentation (no literal spans lines)."""
     parts = _NAME.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"queries.sql defines {name!r} twice")
-        # Comment lines stay in the file, not in what is sent: psycopg caches the conversion of
-        # a statement of up to 4,096 characters and parses a longer one again at every execute.
-        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
+        # Comments and indentation stay in the file, not in what is sent: psycopg caches the
+        # conversion of a statement of up to 4,096 characters and parses a longer one again at
+        # every execute.
+        lines = [line.strip() for line in body.strip().splitlines()
+                 if not line.lstrip().startswith("--")]
         queries[name] = "\n".join(lines).strip().rstrip(";")
     return queries
 

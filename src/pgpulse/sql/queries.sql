@@ -12,7 +12,11 @@
 -- element changes nothing unless its job is still running under its token (a zombie's late write
 -- is a no-op). Per element: the job row moves to its next state, the run row takes its outcome,
 -- and its skipped occurrences (the element's "skipped" array) get rows of their own.
--- next_run_at NULL means "retry_in seconds from now".
+-- next_run_at NULL means "retry_in seconds from now". Each element is found by its primary key
+-- (the run row by job_id too, the leading column of every job_runs index): a generic plan made
+-- while job_runs was empty once scanned all of it per element. "Still running" is written as
+-- lease_expires_at IS NOT NULL (the same, by the table's CHECK) so the planner cannot choose
+-- scheduled_jobs_leases, which reads every running job, from statistics taken when few ran.
 --
 -- Claim. Lock with SKIP LOCKED (never wait on another poller), move to running with a new lease
 -- and fencing token, and open (or re-open, for a retry) the occurrence's job_runs row. All CTEs
@@ -49,7 +53,8 @@ WITH clock AS (
         last_finished_at = clock.now,
         updated_at = clock.now
     FROM input i, clock
-    WHERE j.id = i.job_id AND j.fencing_token = i.token AND j.status = 'running'
+    WHERE j.id = ANY(ARRAY(SELECT job_id FROM input))
+      AND j.id = i.job_id AND j.fencing_token = i.token AND j.lease_expires_at IS NOT NULL
     RETURNING j.id
 ), run AS (
     UPDATE job_runs r
@@ -58,7 +63,8 @@ WITH clock AS (
         attempts = CASE WHEN i.outcome = 'skipped' THEN 0 ELSE r.attempts END,
         started_at = CASE WHEN i.outcome = 'skipped' THEN NULL ELSE r.started_at END
     FROM input i JOIN job ON job.id = i.job_id, clock
-    WHERE r.id = i.run_id AND r.fencing_token = i.token
+    WHERE r.id = ANY(ARRAY(SELECT run_id FROM input))
+      AND r.id = i.run_id AND r.fencing_token = i.token
     RETURNING r.id
 ), skipped AS (
     INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
@@ -124,10 +130,12 @@ ORDER BY got.scheduled_for;
 -- name: renew_leases
 -- Heartbeat for running work: extend the lease of each (job id, fencing token) pair this node
 -- still holds. Returns the ids renewed; a pair missing from the result has lost its lease.
+-- No status test: an unexpired lease means running (CHECK), and the lookup stays on the primary
+-- key rather than scheduled_jobs_leases (every running job).
 UPDATE scheduled_jobs j
 SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease)s)
 FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
-WHERE j.id = held.id AND j.fencing_token = held.token AND j.status = 'running'
+WHERE j.id = held.id AND j.fencing_token = held.token
   AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
 RETURNING j.id;
 
@@ -141,7 +149,7 @@ WITH clock AS (
     SET status = 'idle', next_run_at = clock.now, attempt = greatest(j.attempt - 1, 0),
         locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
     FROM clock, unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
-    WHERE j.id = held.id AND j.fencing_token = held.token AND j.status = 'running'
+    WHERE j.id = held.id AND j.fencing_token = held.token AND j.lease_expires_at IS NOT NULL
     RETURNING j.id, j.scheduled_for, j.fencing_token
 )
 UPDATE job_runs r
