@@ -56,10 +56,11 @@ async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_track
     """
     n: Node = node(store, dsn, {})
     n.dispatcher = _InstantDispatcher()  # type: ignore[assignment]
-    n._start(_claimed(7, token=1), time.monotonic())
+    n._start(_claimed(7, token=1), time.monotonic(), time.monotonic())
     # One loop step each, in this order (sleep(0) is the interleaving, not a wait for a start):
     await asyncio.sleep(0)  # attempt 1 runs to its end; its done callback is now queued
-    n._start(_claimed(7, token=2), time.monotonic())  # the claim loop takes the job again
+    # the claim loop takes the job again
+    n._start(_claimed(7, token=2), time.monotonic(), time.monotonic())
     await asyncio.sleep(0)  # attempt 1's done callback runs
     tracked = n.running.get(7)
     try:
@@ -92,14 +93,14 @@ async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt(
     renewal is in flight while an attempt's outcome commits and the job is claimed again."""
     n: Node = node(store, dsn, {})
     n.dispatcher = _Forever()  # type: ignore[assignment]
-    n._start(_claimed(7, token=1), time.monotonic())
+    n._start(_claimed(7, token=1), time.monotonic(), time.monotonic())
 
     class RacingStore:
         async def renew_leases(self, held: list[tuple[int, int]], *, lease: float) -> set[int]:
             assert held == [(7, 1)]
             # Meanwhile attempt 1 ends (its outcome commits) and the job is claimed again.
             n.running.pop(7).task.cancel()
-            n._start(_claimed(7, token=2), time.monotonic())
+            n._start(_claimed(7, token=2), time.monotonic(), time.monotonic())
             return set()  # token 1 no longer runs: its renewal is refused
 
     n.beat = RacingStore()  # type: ignore[assignment]

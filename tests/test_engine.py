@@ -191,6 +191,67 @@ async def test_a_run_past_its_timeout_is_cancelled_and_fails(store: Store, dsn: 
     assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == "timed out after 0.2s"
 
 
+async def test_one_watchdog_times_out_each_run_at_its_own_limit(store: Store, dsn: str,
+                                                               db: Any) -> None:
+    """The node's single timer serves every run's timeout: each fails at its own limit (the
+    longer one after the shorter re-armed the timer), and a run that ends in time, or has no
+    timeout, is not touched."""
+    slow, _ = sleeper()
+
+    async def quick(ctx: RunContext) -> str:
+        await asyncio.sleep(0.05)
+        return "done"
+
+    await add(store, spec("short", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.3,
+                          max_attempts=1),
+              spec("long", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.9, max_attempts=1),
+              spec("in-time", schedule=TRIGGERED_ONLY, handler="quick", timeout=0.2),
+              spec("unbounded", schedule=TRIGGERED_ONLY, handler="quick"))
+    for name in ("short", "long", "in-time", "unbounded"):
+        await store.trigger_job("default", name)
+    async with running(node(store, dsn, {"slow": slow, "quick": quick})):
+        await wait_until(lambda: db.execute(
+            "SELECT count(*) AS n FROM job_runs WHERE finished_at IS NOT NULL").fetchone()["n"]
+            == 4)
+    rows = db.execute("SELECT j.name, r.outcome, r.error, r.output, "
+                      "extract(epoch FROM r.finished_at - r.started_at)::float8 AS took "
+                      "FROM job_runs r JOIN scheduled_jobs j ON j.id = r.job_id").fetchall()
+    ended = {row["name"]: (row["outcome"], row["error"], row["output"]) for row in rows}
+    assert ended == {"short": ("failed", "timed out after 0.3s", None),
+                     "long": ("failed", "timed out after 0.9s", None),
+                     "in-time": ("succeeded", None, "done"),
+                     "unbounded": ("succeeded", None, "done")}
+    took = {row["name"]: row["took"] for row in rows}
+    assert 0.3 <= took["short"] < 0.9 <= took["long"], took
+
+
+async def test_a_timed_out_attempt_that_is_also_cancelled_otherwise_writes_nothing() -> None:
+    """run_attempt reports the caller's timeout only when that cancellation is the only one:
+    with a lost lease or a shutdown on top, the attempt is cancelled and nothing is written."""
+    from pgpulse.dispatch import AttemptResult, run_attempt
+
+    job: Any = type("Job", (), {"timeout": 0.5})()
+    started = asyncio.Event()
+
+    async def handler(ctx: RunContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    async def attempt(cancels: int) -> AttemptResult:
+        task = asyncio.create_task(run_attempt(job, handler, None, True,  # type: ignore[arg-type]
+                                               timed_out=lambda j: j is job))
+        await started.wait()
+        started.clear()
+        for _ in range(cancels):
+            task.cancel()
+        return await task
+
+    assert await attempt(1) == AttemptResult(False, "timed out after 0.5s")
+    with contextlib.suppress(asyncio.CancelledError):
+        await attempt(2)
+        raise AssertionError("an attempt cancelled twice must not report a timeout")
+
+
 async def test_a_handlers_own_timeout_error_is_a_plain_failure(store: Store, dsn: str,
                                                               db: Any) -> None:
     """Without a job timeout, a TimeoutError raised by the handler is its error, not ours."""

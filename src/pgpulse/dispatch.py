@@ -76,20 +76,32 @@ def plan_finish(job: ClaimedJob, result: AttemptResult, now: datetime,
 
 
 async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext,
-                      is_async: bool | None = None) -> AttemptResult:
-    """Run the handler once under the job's timeout and classify how it ended
-    (:func:`~pgpulse.handlers.call_handler`; ``is_async`` as there).
+                      is_async: bool | None = None,
+                      timed_out: Callable[[ClaimedJob], bool] | None = None) -> AttemptResult:
+    """Run the handler once under the job's timeout (``job.timeout`` seconds, none if ``None``)
+    and classify how it ended (:func:`~pgpulse.handlers.call_handler`; ``is_async`` as there).
+
+    Args:
+        timed_out: ``None``: the timeout is an ``asyncio.timeout`` around the handler. Otherwise
+            the caller enforces it (a node's one watchdog timer, not a timer per run): it
+            cancels the attempt's task, and ``timed_out(job)`` then says True; that cancellation
+            (alone: not with a lost lease or a shutdown) is the timeout.
 
     Raises:
         asyncio.CancelledError: the engine cancelled the attempt (lost lease, shutdown).
     """
     limit: asyncio.Timeout | None = None
     try:
-        if job.timeout is None:
+        if job.timeout is None or timed_out is not None:
             output = await call_handler(handler, ctx, is_async)
         else:
             async with asyncio.timeout(job.timeout) as limit:
                 output = await call_handler(handler, ctx, is_async)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if timed_out is None or not timed_out(job) or task is None or task.uncancel() > 0:
+            raise
+        return AttemptResult(False, f"timed out after {job.timeout:g}s")
     except TimeoutError as exc:
         if limit is None or not limit.expired():  # the handler's own TimeoutError, not ours
             return AttemptResult(False, f"{type(exc).__name__}: {exc}")
@@ -117,17 +129,21 @@ class Dispatcher:
         clock: returns the database's current instant as the node estimates it.
         on_finishing: called just before an attempt's outcome is queued, so the node never
             cancels an attempt whose fenced write is decided.
+        timed_out: whether the caller cancelled this claim of a job for its timeout (see
+            :func:`run_attempt`); ``None``: each attempt keeps its own timer.
     """
 
     def __init__(self, recorder: OutcomeRecorder, handlers: Mapping[str, Handler], node_id: str,
                  options: Mapping[str, Any], clock: Callable[[ClaimedJob], datetime],
-                 on_finishing: Callable[[ClaimedJob], None] = lambda job: None) -> None:
+                 on_finishing: Callable[[ClaimedJob], None] = lambda job: None,
+                 timed_out: Callable[[ClaimedJob], bool] | None = None) -> None:
         self.recorder = recorder
         self.handlers = handlers
         self.node_id = node_id
         self.options = options
         self.clock = clock
         self.on_finishing = on_finishing
+        self.timed_out = timed_out
         self._is_async = {name: inspect.iscoroutinefunction(handler)
                           for name, handler in handlers.items()}
 
@@ -170,7 +186,8 @@ class Dispatcher:
                          attempt=job.attempt, run_id=job.run_id,
                          fencing_token=job.fencing_token, timeout=job.timeout,
                          node_id=self.node_id, options=self.options)
-        result = await run_attempt(job, handler, ctx, self._is_async.get(job.handler))
+        result = await run_attempt(job, handler, ctx, self._is_async.get(job.handler),
+                                   self.timed_out)
         return self._record(plan_finish(job, result, self.clock(job)))
 
     @staticmethod

@@ -28,6 +28,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import math
 import os
 import socket
 import time
@@ -101,6 +102,7 @@ class _Attempt:
     task: asyncio.Task[Any]
     claimed_mono: float
     deadline: float  # monotonic seconds: cancelled unless renewed before (self-fencing)
+    timeout_at: float  # monotonic seconds: cancelled as timed out (inf: no timeout)
     stop_reason: str | None = None
     finishing: bool = False  # its fenced outcome write is under way: a refused renewal
     #                           means that write committed or will be refused; no cancel
@@ -139,7 +141,8 @@ class Node:
         self.recorder = OutcomeRecorder(store, self._settled)
         self.dispatcher = Dispatcher(self.recorder, self.handlers, self.node_id,
                                      self.config.handler_options,
-                                     self._estimated_db_now, self._finishing)
+                                     self._estimated_db_now, self._finishing,
+                                     self._timed_out)
         self._wake = asyncio.Event()
         self._watchdog: asyncio.Handle | None = None
         self._watchdog_at = 0.0  # monotonic deadline the watchdog is armed for
@@ -264,16 +267,20 @@ class Node:
         self.recorder.settle(batch, step.written)  # frees their slots: see _settled
         if limit:
             metrics.observe_claim(time.monotonic() - sent, len(step.jobs))
+        arrived = time.monotonic()
         for job in step.jobs:
-            self._start(job, sent)
+            self._start(job, sent, arrived)
         metrics.set_running(len(self.running))
         return step
 
-    def _start(self, job: ClaimedJob, claimed_mono: float) -> None:
+    def _start(self, job: ClaimedJob, claimed_mono: float, started_mono: float) -> None:
+        """Start an attempt of ``job``: its lease counts from ``claimed_mono`` (when the claim
+        was sent), its timeout from ``started_mono`` (when the claim's reply arrived)."""
         task = asyncio.create_task(self.dispatcher.dispatch(job), name=f"run:{job.name}")
-        attempt = _Attempt(job, task, claimed_mono, self._deadline(claimed_mono))
+        timeout_at = math.inf if job.timeout is None else started_mono + job.timeout
+        attempt = _Attempt(job, task, claimed_mono, self._deadline(claimed_mono), timeout_at)
         self.running[job.id] = attempt
-        self._arm_watchdog(attempt.deadline)
+        self._arm_watchdog(min(attempt.deadline, timeout_at))
         task.add_done_callback(functools.partial(self._finished, job.id))
         log.debug("claimed %s/%s for %s", job.tenant, job.name, job.scheduled_for,
                   extra={"action": "run_claimed", "job": job.name})
@@ -326,17 +333,35 @@ class Node:
                                           self._watch)
 
     def _watch(self) -> None:
-        """The watchdog fired: cancel every attempt past its deadline, re-arm for the next."""
+        """The watchdog fired: cancel every attempt past its lease deadline or its timeout,
+        re-arm for the next of either."""
         self._watchdog = None
         now = time.monotonic()
         later = []
         for attempt in list(self.running.values()):
             if attempt.deadline <= now:
                 self._lease_lost(attempt, "lease not renewed in time")
+            elif attempt.timeout_at <= now:
+                self._time_out(attempt)
             else:
-                later.append(attempt.deadline)
+                later.append(min(attempt.deadline, attempt.timeout_at))
         if later:
             self._arm_watchdog(min(later))
+
+    def _time_out(self, attempt: _Attempt) -> None:
+        """Cancel an attempt past its job's timeout; it ends as a failed attempt
+        (:func:`~pgpulse.dispatch.run_attempt` asks :meth:`_timed_out`)."""
+        if attempt.task.done() or attempt.finishing or attempt.stop_reason is not None:
+            return
+        attempt.stop_reason = "timeout"
+        attempt.timeout_at = math.inf
+        attempt.task.cancel()
+
+    def _timed_out(self, job: ClaimedJob) -> bool:
+        """Whether this claim of ``job`` was cancelled for its timeout (and nothing else)."""
+        attempt = self.running.get(job.id)
+        return (attempt is not None and attempt.job.fencing_token == job.fencing_token
+                and attempt.stop_reason == "timeout")
 
     def _lease_lost(self, attempt: _Attempt, why: str) -> None:
         if attempt.task.done() or self.running.get(attempt.job.id) is not attempt:
