@@ -57,6 +57,17 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
         job_id, "rollup", {"k": "v"}, 9.0, 4, 1, 1, run["id"], utc(2026, 1, 1, 0, 1), LATER)
 
 
+async def test_claimed_payloads_are_decoded_and_never_shared(store: Store) -> None:
+    """Payloads arrive as binary jsonb; the empty object is made without the JSON decoder, a
+    new dict per job (a handler that fills its payload cannot leak into another run)."""
+    await add(store, spec("a"), spec("b"), spec("c", payload={"n": 10**30, "s": "é"}), now=T0)
+    jobs = {job.name: job for job in await store.claim_due("n", ALL_SHARDS, 5, lease=30,
+                                                            now=LATER)}
+    assert jobs["a"].payload == {} == jobs["b"].payload
+    assert jobs["a"].payload is not jobs["b"].payload
+    assert jobs["c"].payload == {"n": 10**30, "s": "é"}
+
+
 async def test_a_claimer_skips_rows_locked_by_another_instead_of_waiting(
     store: Store, dsn: str
 ) -> None:

@@ -132,3 +132,21 @@ async def test_a_running_node_feeds_the_metrics(store: Store, dsn: str) -> None:
     assert sample("pgpulse_run_lag_seconds_count") >= lags + 2
     assert sample("pgpulse_node_shards_owned") == 64
     assert sample("pgpulse_node_running_attempts") == 0
+
+
+def test_run_histograms_count_a_value_in_the_first_bucket_it_does_not_exceed() -> None:
+    """The run histograms are plain numbers rendered at scrape: a value equal to a bound counts
+    in that bound's bucket (``le`` is "less than or equal"), one above every bound only in
+    +Inf, and each bucket is cumulative."""
+    def buckets(name: str, **labels: str) -> list[float]:
+        return [sample(f"{name}_bucket", le=le, **labels) for le in ("0.005", "0.01", "+Inf")]
+
+    lag0 = buckets("pgpulse_run_lag_seconds")
+    dur0 = sample("pgpulse_run_duration_seconds_bucket", le="3600.0", outcome="fenced")
+    inf0 = sample("pgpulse_run_duration_seconds_bucket", le="+Inf", outcome="fenced")
+    metrics.observe_run("fenced", 0.01, 3600.5)
+    assert [b - a for a, b in zip(lag0, buckets("pgpulse_run_lag_seconds"), strict=True)] == [
+        0.0, 1.0, 1.0]
+    assert sample("pgpulse_run_duration_seconds_bucket", le="3600.0", outcome="fenced") == dur0
+    assert sample("pgpulse_run_duration_seconds_bucket", le="+Inf", outcome="fenced") == inf0 + 1
+    assert sample("pgpulse_runs_total", outcome="fenced") >= 1

@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_left
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -58,7 +60,10 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
     from pgpulse.planner import Advance
@@ -81,13 +86,69 @@ _LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 _CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
-RUNS = Counter("pgpulse_runs_total", "Attempts whose end was written, by outcome.", ["outcome"])
-RUN_LAG = Histogram("pgpulse_run_lag_seconds",
-                    "First attempt's start (claim) minus the occurrence's scheduled_for.",
-                    buckets=_LAG_BUCKETS)
-RUN_DURATION = Histogram("pgpulse_run_duration_seconds",
-                         "Claim to recorded end, for attempts that ran a handler.", ["outcome"],
-                         buckets=_DURATION_BUCKETS)
+
+
+class _Histogram:
+    """One histogram series kept as plain numbers, observed on the engine's event-loop thread:
+    no lock per observation (prometheus_client's histogram takes two), which mattered at
+    thousands of runs per second. :class:`_RunMetrics` renders it at scrape.
+
+    Args:
+        bounds: the buckets' upper bounds (``le``), ascending, without +Inf.
+    """
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last counts what exceeds every bound
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        """Count ``value`` in the first bucket whose bound it does not exceed."""
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """``(le, observations ≤ le)`` pairs as the exposition format wants them."""
+        out, running = [], 0
+        for bound, count in zip((*map(floatToGoString, self.bounds), "+Inf"), self.counts,
+                                strict=True):
+            running += count
+            out.append((bound, float(running)))
+        return out
+
+
+class _RunMetrics(Collector):
+    """``pgpulse_runs_total``, ``pgpulse_run_lag_seconds`` and ``pgpulse_run_duration_seconds``:
+    fed once per run by :func:`observe_run` (plain additions), rendered at each scrape."""
+
+    def __init__(self) -> None:
+        self.runs = dict.fromkeys(OUTCOMES, 0)
+        self.lag = _Histogram(_LAG_BUCKETS)
+        self.duration = {outcome: _Histogram(_DURATION_BUCKETS) for outcome in OUTCOMES}
+
+    def collect(self) -> Iterator[Metric]:
+        """Render the three families from the current numbers."""
+        runs = CounterMetricFamily("pgpulse_runs_total",
+                                   "Attempts whose end was written, by outcome.",
+                                   labels=["outcome"])
+        for outcome, count in self.runs.items():
+            runs.add_metric([outcome], count)
+        lag = HistogramMetricFamily(
+            "pgpulse_run_lag_seconds",
+            "First attempt's start (claim) minus the occurrence's scheduled_for.")
+        lag.add_metric([], self.lag.cumulative(), self.lag.total)
+        duration = HistogramMetricFamily(
+            "pgpulse_run_duration_seconds",
+            "Claim to recorded end, for attempts that ran a handler.", labels=["outcome"])
+        for outcome, series in self.duration.items():
+            duration.add_metric([outcome], series.cumulative(), series.total)
+        return iter((runs, lag, duration))
+
+
+_RUN_METRICS = _RunMetrics()
+REGISTRY.register(_RUN_METRICS)
 CLAIM_DURATION = Histogram("pgpulse_claim_duration_seconds",
                            "Latency of one claim statement.", buckets=_CLAIM_BUCKETS)
 CLAIMED = Counter("pgpulse_claimed_jobs_total", "Jobs claimed by this node.")
@@ -104,10 +165,6 @@ MAX_LAG = Gauge("pgpulse_jobs_max_lag_seconds",
 REFRESH_ERRORS = Counter("pgpulse_metrics_refresh_errors_total",
                          "Scrapes whose cluster-wide read failed.")
 
-# Label children bound once (every series exists from the start, and a run's observation skips
-# the labels() lookup and its lock).
-_RUNS_BY = {outcome: RUNS.labels(outcome) for outcome in OUTCOMES}
-_DURATION_BY = {outcome: RUN_DURATION.labels(outcome) for outcome in OUTCOMES}
 for _state in JOB_STATES:
     JOBS.labels(_state)
 
@@ -130,11 +187,12 @@ def observe_run(outcome: str, lag_seconds: float | None, duration_seconds: float
             attempts that never started a handler).
         duration_seconds: claim to end of the handler, or ``None`` if no handler ran.
     """
-    _RUNS_BY[outcome].inc()
+    tally = _RUN_METRICS
+    tally.runs[outcome] += 1
     if lag_seconds is not None:
-        RUN_LAG.observe(max(lag_seconds, 0.0))
+        tally.lag.observe(max(lag_seconds, 0.0))
     if duration_seconds is not None:
-        _DURATION_BY[outcome].observe(max(duration_seconds, 0.0))
+        tally.duration[outcome].observe(max(duration_seconds, 0.0))
 
 
 def observe_finish(outcome: str, job: ClaimedJob, written: bool,

@@ -15,8 +15,9 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 import orjson
+from psycopg.abc import Buffer
 from psycopg.rows import tuple_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, JsonbBinaryLoader
 
 from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
 from pgpulse.database import ConnectionSource
@@ -110,6 +111,24 @@ class Step:
     jobs: list[ClaimedJob]
     next_due: datetime | None
     db_now: datetime | None
+
+
+class _PayloadLoader(JsonbBinaryLoader):
+    """psycopg's binary ``jsonb`` loader, with the empty object (most jobs' payload) made
+    without calling the JSON decoder: a new ``dict`` each time, as ``json.loads`` gives."""
+
+    def load(self, data: Buffer) -> Any:
+        """Decode one ``jsonb`` value (version byte, then JSON text)."""
+        if data == b"\x01{}":
+            return {}
+        return super().load(data)
+
+
+@functools.lru_cache(maxsize=16)
+def _array_literal(values: tuple[int, ...]) -> str:
+    """``values`` as a PostgreSQL array literal (``{1,2,3}``), sent as text and cast by the
+    statement: a node's shards change rarely, and psycopg would dump the list at every step."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _storable(text: str | None) -> str | None:
@@ -408,10 +427,12 @@ class Store:
             "skip_reason": o.skip_reason,
         } for o in sorted(outcomes, key=lambda o: o.job.id)]
         params = {"outcomes": orjson.dumps(batch).decode(), "now": now, "node": node,
-                  "shards": list(shards), "limit": max(limit, 0) if shards else 0,
+                  "shards": _array_literal(tuple(shards)), "limit": max(limit, 0) if shards else 0,
                   "lease": lease}
         async with self.pool.connection() as conn:
-            cur = conn.cursor(row_factory=tuple_row)  # ClaimedJob's fields, in order
+            # ClaimedJob's fields, in order, in binary (no text parsing of instants and numbers)
+            cur = conn.cursor(row_factory=tuple_row, binary=True)
+            cur.adapters.register_loader("jsonb", _PayloadLoader)
             await cur.execute(QUERIES["finish_and_claim"], params)
             rows = await cur.fetchall()
         fields = len(ClaimedJob._fields)  # then next_due, then written (on one row)
