@@ -655,3 +655,17 @@ def test_same_as_cronsim_in_utc(expr: str, start: datetime) -> None:
     schedule = parse_schedule(expr)
     ours = following(schedule, start, 5)
     assert ours == [next(oracle) for _ in range(5)]
+
+
+def test_cached_cron_answers_belong_to_their_expression_and_zone() -> None:
+    """Cron searches are cached per (expression, zone, instant): the same instant asked of the
+    same expression in two zones, or of two expressions, gets each its own answer, also when
+    asked again (cache hits)."""
+    after = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)  # London springs forward at 01:00 UTC
+    cases = {("0 9 * * *", "UTC"): datetime(2026, 3, 29, 9, 0, tzinfo=UTC),
+             ("0 9 * * *", "Europe/London"): datetime(2026, 3, 29, 8, 0, tzinfo=UTC),
+             ("0 9 * * *", "America/New_York"): datetime(2026, 3, 29, 13, 0, tzinfo=UTC),
+             ("30 1 * * *", "Europe/London"): datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
+             ("30 1 * * *", "UTC"): datetime(2026, 3, 29, 1, 30, tzinfo=UTC)}
+    for _ in range(2):
+        assert {key: parse_schedule(*key).next_after(after) for key in cases} == cases

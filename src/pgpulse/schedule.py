@@ -190,8 +190,7 @@ class Schedule:
         # Cron works in whole seconds: the next match after `after` is the next one after its
         # whole second (a match is never between the two).
         start = start.replace(microsecond=0)
-        last_year = min(start.year + _HORIZON_YEARS, 9999)
-        found = (_next_elapsed if cron.elapsed else _next_fixed)(cron, self._zone, start, last_year)
+        found = _next_cron(cron, self._zone, start)
         if found is None:
             raise InvalidSchedule(
                 f"schedule {self.expr!r}: no occurrence within {_HORIZON_YEARS} years after "
@@ -235,6 +234,20 @@ class Schedule:
         assert self._cron is not None
         parts = (_describe_time(self._cron), _describe_days(self._cron))
         return " ".join(p for p in parts if p) + f" ({self.timezone})"
+
+
+@lru_cache(maxsize=16384)
+def _next_cron(cron: _Cron, zone: ZoneInfo, start: datetime) -> datetime | None:
+    """The first match of ``cron`` in ``zone`` strictly after ``start`` (UTC, whole second)
+    within :data:`_HORIZON_YEARS` years, or ``None``.
+
+    Cached (a search costs 6-8 us): the planner asks for the same next occurrence when it
+    claims a run and when it finishes it, and jobs that share a schedule share occurrences.
+    Keys are cheap to hash: :func:`parse_schedule` returns one ``_Cron`` per expression and
+    zone (hashed by identity) and zones are singletons.
+    """
+    last_year = min(start.year + _HORIZON_YEARS, 9999)
+    return (_next_elapsed if cron.elapsed else _next_fixed)(cron, zone, start, last_year)
 
 
 @lru_cache(maxsize=4096)
