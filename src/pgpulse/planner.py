@@ -220,6 +220,10 @@ class ClaimDecision:
     advance: Advance | None = None
 
 
+#: The decision of almost every claim (immutable, so shared).
+_RUN = ClaimDecision("run")
+
+
 def plan_claim(
     schedule: Schedule,
     policy: CatchUpPolicy,
@@ -250,10 +254,10 @@ def plan_claim(
             "exhausted", advance(schedule, policy, after=scheduled_for, now=now, anchor=anchor)
         )
     if attempt > 1:
-        return ClaimDecision("run")
+        return _RUN
     plan = hold(schedule, policy, scheduled_for, now=now, anchor=anchor)
     if plan.scheduled_for == scheduled_for:
-        return ClaimDecision("run")
+        return _RUN
     return ClaimDecision("skip", plan)
 
 
