@@ -146,6 +146,7 @@ class Node:
         self._wake = asyncio.Event()
         self._watchdog: asyncio.Handle | None = None
         self._watchdog_at = 0.0  # monotonic deadline the watchdog is armed for
+        self._deadline_after = self.config.lease - self.config.safety_margin  # see _deadline
         self._stopping = asyncio.Event()
         self.started = asyncio.Event()
 
@@ -282,8 +283,9 @@ class Node:
         self.running[job.id] = attempt
         self._arm_watchdog(min(attempt.deadline, timeout_at))
         task.add_done_callback(functools.partial(self._finished, job.id))
-        log.debug("claimed %s/%s for %s", job.tenant, job.name, job.scheduled_for,
-                  extra={"action": "run_claimed", "job": job.name})
+        if log.isEnabledFor(logging.DEBUG):  # not even the log record's extras otherwise
+            log.debug("claimed %s/%s for %s", job.tenant, job.name, job.scheduled_for,
+                      extra={"action": "run_claimed", "job": job.name})
 
     def _holds(self, job: ClaimedJob) -> bool:
         """Whether this claim of ``job`` (by fencing token) still occupies a slot."""
@@ -317,7 +319,7 @@ class Node:
     def _deadline(self, renewed_mono: float) -> float:
         """When an attempt whose lease was granted or renewed at ``renewed_mono`` (the request's
         send time) must stop unless renewed again: ``safety_margin`` before the lease ends."""
-        return renewed_mono + self.config.lease - self.config.safety_margin
+        return renewed_mono + self._deadline_after
 
     def _arm_watchdog(self, deadline: float) -> None:
         """Make the node's one watchdog timer fire no later than ``deadline`` (monotonic)."""
@@ -377,7 +379,7 @@ class Node:
         """The database's instant now, as claim time plus monotonic time elapsed since."""
         attempt = self.running.get(job.id)
         elapsed = time.monotonic() - attempt.claimed_mono if attempt else 0.0
-        return job.db_now + timedelta(seconds=elapsed)
+        return job.db_now + timedelta(0, elapsed)  # (days, seconds): half the keyword call
 
     async def _claim_loop(self) -> None:
         retry_in = 0.1

@@ -138,7 +138,7 @@ def _advance_skip(
     stale occurrences, and never holds an occurrence that is already past its grace.
     """
     newest = _advance_keep_newest(schedule, 1, first, now, anchor)
-    if newest.scheduled_for >= now - timedelta(seconds=grace):
+    if newest.scheduled_for >= now - timedelta(0, grace):  # (days, seconds), once per run
         return newest
     skipped = newest.skipped
     if len(skipped) < MAX_SKIPPED_RECORDS:

@@ -423,7 +423,7 @@ class Store:
             "status": o.status, "scheduled_for": o.next_scheduled_for,
             "next_run_at": o.next_run_at, "retry_in": o.retry_in or 0.0,
             "reset_attempt": o.advance is not None, "outcome": o.outcome,
-            "error": _storable(o.error), "output": _storable(o.output),
+            "error": o.error and _storable(o.error), "output": o.output and _storable(o.output),
             "skipped": o.advance.skipped if o.advance is not None and o.advance.skipped else None,
             "skip_reason": o.skip_reason,
         } for o in sorted(outcomes, key=lambda o: o.job.id)]
