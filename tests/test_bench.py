@@ -52,6 +52,15 @@ def test_report_states_each_target_with_its_measure() -> None:
     assert "## Scenario 4: steady" in page and "## The issue's targets" in page
 
 
+def test_the_ceiling_target_is_judged_for_each_node_count_from_two_to_four() -> None:
+    """"With 2-4 nodes" is each of them: a good 2-node figure does not hide a poor 4-node one."""
+    runs = [{"nodes": n, "ceiling_share": share} for n, share in ((1, 0.4), (2, 0.8), (4, 0.6))]
+    rows = targets({"2": {"data": {"runs": runs}}, "3": {"data": {"best": 1000.0}}})
+    assert [row for row in rows if "ceiling" in row[0]] == [
+        ["throughput ≥ 70% of the raw ceiling, 2 nodes", "80%", "yes"],
+        ["throughput ≥ 70% of the raw ceiling, 4 nodes", "60%", "**no**"]]
+
+
 def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: str,
                                                                           db: Any) -> None:
     """Scenario 4's load: distinct sub-second anchors, occurrences on them, counted exactly."""

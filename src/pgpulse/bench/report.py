@@ -94,10 +94,12 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
                      "n/a" if math.isnan(measured) else ("yes" if ok else "**no**")])
 
     if "2" in results and "3" in results and results["3"]["data"].get("best"):
-        shares = [r.get("ceiling_share", math.nan) for r in results["2"]["data"]["runs"]
-                  if r["nodes"] in (2, 4)]
-        best = max(shares, default=math.nan)
-        add("throughput ≥ 70% of the raw ceiling (2–4 nodes)", best * 100, best >= 0.7, "%")
+        # "with 2-4 nodes": each of those node counts, not the best of them
+        for run in results["2"]["data"]["runs"]:
+            if 2 <= run["nodes"] <= 4:
+                share = run.get("ceiling_share", math.nan)
+                add(f"throughput ≥ 70% of the raw ceiling, {run['nodes']} nodes", share * 100,
+                    share >= 0.7, "%")
     if "1" in results:
         rows1 = results["1"]["rows"]
         for batch in sorted({r[2] for r in rows1 if isinstance(r[2], int)}):
