@@ -252,6 +252,34 @@ async def test_a_timed_out_attempt_that_is_also_cancelled_otherwise_writes_nothi
         raise AssertionError("an attempt cancelled twice must not report a timeout")
 
 
+def test_a_run_past_its_timeout_fails_on_uvloop(dsn: str, db: Any) -> None:
+    """Nodes run on uvloop (every command does): the watchdog's timeout and the task's
+    uncancel() there report the attempt as timed out, as on asyncio's loop."""
+    import uvloop
+
+    from pgpulse.database import open_pool
+
+    async def scenario() -> None:
+        slow, cancelled = sleeper()
+        pool = await open_pool(dsn, application_name="pgpulse-test", max_size=4)
+        try:
+            store = Store(pool)
+            await add(store, spec("slow", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.2,
+                                  max_attempts=1))
+            await store.trigger_job("default", "slow")
+            async with running(node(store, dsn, {"slow": slow})):
+                await wait_until(lambda: db.execute(
+                    "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
+                ).fetchone()["n"])
+            assert cancelled.is_set()
+        finally:
+            await pool.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())
+    assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == "timed out after 0.2s"
+
+
 async def test_a_handlers_own_timeout_error_is_a_plain_failure(store: Store, dsn: str,
                                                               db: Any) -> None:
     """Without a job timeout, a TimeoutError raised by the handler is its error, not ours."""
