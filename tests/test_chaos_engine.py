@@ -160,6 +160,25 @@ async def test_the_token_guard_refuses_a_zombie_only_once_a_newer_token_was_seen
     assert guarded_write(owner) and not guarded_write(zombie)
 
 
+async def test_a_stale_claims_late_outcome_does_not_shield_the_newer_claim(
+        store: Store, dsn: str) -> None:
+    """Invariant 3: only the attempt whose outcome is being written escapes cancellation. A
+    claim whose lease was lost and whose handler ignored the cancel still reaches its outcome;
+    by then the node may run the job again under a newer token, and that attempt must stay
+    cancellable (a refused renewal or its own timeout must still stop it)."""
+    n: Node = node(store, dsn, {})
+    n.dispatcher = _Forever()  # type: ignore[assignment]
+    n._start(_claimed(7, token=2), time.monotonic(), time.monotonic())
+    await asyncio.sleep(0)  # attempt 2 runs
+    try:
+        n._finishing(_claimed(7, token=1))  # the stale claim's outcome is queued
+        assert n.running[7].finishing is False
+        n._finishing(_claimed(7, token=2))
+        assert n.running[7].finishing is True
+    finally:
+        _stop(n)
+
+
 def test_the_watchdog_takes_a_deadline_already_past_on_uvloop(dsn: str) -> None:
     """A node resumed after a pause arms its watchdog for a deadline already past; uvloop then
     returns a plain Handle (no when()), and the next arming crashed the claim loop (chaos

@@ -82,6 +82,10 @@ async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext,
     and classify how it ended (:func:`~pgpulse.handlers.call_handler`; ``is_async`` as there).
 
     Args:
+        job: the claimed job (its ``timeout`` in seconds, or ``None``).
+        handler: the job's handler.
+        ctx: the attempt's context, passed to the handler.
+        is_async: whether ``handler`` is a coroutine function (``None``: look it up).
         timed_out: ``None``: the timeout is an ``asyncio.timeout`` around the handler. Otherwise
             the caller enforces it (a node's one watchdog timer, not a timer per run): it
             cancels the attempt's task, and ``timed_out(job)`` then says True; that cancellation

@@ -287,10 +287,17 @@ class Node:
             log.debug("claimed %s/%s for %s", job.tenant, job.name, job.scheduled_for,
                       extra={"action": "run_claimed", "job": job.name})
 
+    def _attempt_of(self, job: ClaimedJob) -> _Attempt | None:
+        """The running attempt of this claim of ``job`` (same fencing token), if any: the job
+        may have been claimed again since, by this node, under a newer token."""
+        attempt = self.running.get(job.id)
+        if attempt is None or attempt.job.fencing_token != job.fencing_token:
+            return None
+        return attempt
+
     def _holds(self, job: ClaimedJob) -> bool:
         """Whether this claim of ``job`` (by fencing token) still occupies a slot."""
-        attempt = self.running.get(job.id)
-        return attempt is not None and attempt.job.fencing_token == job.fencing_token
+        return self._attempt_of(job) is not None
 
     def _settled(self, outcome: Outcome, written: bool, error: psycopg.Error | None) -> None:
         """The recorder's report on an outcome's write: forget the attempt (this claim of the
@@ -312,7 +319,8 @@ class Node:
         self._wake.set()
 
     def _finishing(self, job: ClaimedJob) -> None:
-        attempt = self.running.get(job.id)
+        """Mark this claim's attempt as writing its outcome (no cancel from now on)."""
+        attempt = self._attempt_of(job)
         if attempt is not None:
             attempt.finishing = True
 
@@ -361,9 +369,8 @@ class Node:
 
     def _timed_out(self, job: ClaimedJob) -> bool:
         """Whether this claim of ``job`` was cancelled for its timeout (and nothing else)."""
-        attempt = self.running.get(job.id)
-        return (attempt is not None and attempt.job.fencing_token == job.fencing_token
-                and attempt.stop_reason == "timeout")
+        attempt = self._attempt_of(job)
+        return attempt is not None and attempt.stop_reason == "timeout"
 
     def _lease_lost(self, attempt: _Attempt, why: str) -> None:
         if attempt.task.done() or self.running.get(attempt.job.id) is not attempt:
