@@ -51,10 +51,10 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
                                                    "now": LATER})
     assert tuple(c.name for c in cur.description) == (*ClaimedJob._fields, "next_due", "written")
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
-    run = db.execute("SELECT id FROM job_runs").fetchone()
+    row = db.execute("SELECT run_id FROM scheduled_jobs").fetchone()
     assert (job.id, job.name, job.payload, job.timeout, job.max_attempts, job.attempt,
             job.fencing_token, job.run_id, job.scheduled_for, job.db_now) == (
-        job_id, "rollup", {"k": "v"}, 9.0, 4, 1, 1, run["id"], utc(2026, 1, 1, 0, 1), LATER)
+        job_id, "rollup", {"k": "v"}, 9.0, 4, 1, 1, row["run_id"], utc(2026, 1, 1, 0, 1), LATER)
 
 
 async def test_claimed_payloads_are_decoded_and_never_shared(store: Store) -> None:
@@ -84,7 +84,9 @@ async def test_a_claimer_skips_rows_locked_by_another_instead_of_waiting(
         await holder.rollback()
 
 
-async def test_claim_takes_only_owned_shards_and_opens_the_run(store: Store, db) -> None:
+async def test_claim_takes_only_owned_shards_and_shows_the_run_running(store: Store, db) -> None:
+    """The claim writes only the job row; job_runs_live shows the attempt as running, under
+    the run id the claim handed out (history is written when the attempt ends)."""
     ids = await add(store, *(spec(f"job-{i}") for i in range(128)), now=T0)
     batch = await store.claim_due("node-a", [0, 1], 100, lease=30, now=LATER)
     assert {job.id % 64 for job in batch} <= {0, 1}
@@ -92,13 +94,48 @@ async def test_claim_takes_only_owned_shards_and_opens_the_run(store: Store, db)
     job = batch[0]
     assert job.attempt == 1 and job.fencing_token == 1
     assert job.db_now == LATER
-    run = db.execute("SELECT * FROM job_runs WHERE id = %s", (job.run_id,)).fetchone()
-    assert run["outcome"] == "running" and run["attempts"] == 1
+    assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 0}
+    run = db.execute("SELECT * FROM job_runs_live WHERE id = %s", (job.run_id,)).fetchone()
+    assert (run["outcome"], run["attempts"], run["started_at"], run["fencing_token"]) == (
+        "running", 1, LATER, 1)
     assert run["scheduled_for"] == job.scheduled_for and run["node_id"] == "node-a"
     row = db.execute("SELECT status, lease_expires_at, locked_by FROM scheduled_jobs "
                      "WHERE id = %s", (job.id,)).fetchone()
     assert row == {"status": "running", "lease_expires_at": LATER + timedelta(seconds=30),
                    "locked_by": "node-a"}
+
+
+async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_run_id(
+    store: Store, db: Any
+) -> None:
+    """History is written when an attempt ends: a retry's row is written by the failed attempt,
+    hidden in job_runs_live while the next attempt runs, and updated by its end — one row, the
+    id every attempt was handed, attempts 2, started at the second claim."""
+    await add(store, spec("flaky"), now=T0)
+    [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
+    assert await store.finish_runs([Outcome(first, "retrying", retry_in=0.0, error="boom")],
+                                   now=LATER) == {first.id}
+    live = "SELECT id, outcome, attempts, node_id, started_at FROM job_runs_live"
+    assert db.execute(live).fetchall() == [
+        {"id": first.run_id, "outcome": "retrying", "attempts": 1, "node_id": "node-a",
+         "started_at": LATER}]
+    second_at = LATER + timedelta(seconds=5)
+    [second] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=second_at)
+    assert (second.attempt, second.run_id) == (2, first.run_id)
+    assert db.execute(live).fetchall() == [
+        {"id": first.run_id, "outcome": "running", "attempts": 2, "node_id": "node-b",
+         "started_at": second_at}]
+    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
+    assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {first.id}
+    assert db.execute("SELECT id, outcome, attempts, node_id, started_at, finished_at, error "
+                      "FROM job_runs").fetchall() == [
+        {"id": first.run_id, "outcome": "succeeded", "attempts": 2, "node_id": "node-b",
+         "started_at": second_at, "finished_at": second_at + timedelta(seconds=1),
+         "error": None}]
+    # the next occurrence is a new run
+    [nxt] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30,
+                                  now=utc(2026, 1, 1, 0, 2))
+    assert nxt.attempt == 1 and nxt.run_id > first.run_id
 
 
 async def test_claim_limit_is_respected_and_not_due_jobs_stay(store: Store) -> None:
@@ -139,14 +176,14 @@ async def test_release_hands_the_claim_back_without_counting_the_attempt(
     [job_id] = await add(store, spec("cleanup"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     assert await store.release_runs([(job_id, job.fencing_token)], reason="shutdown") == 1
-    row = db.execute("SELECT status, attempt, lease_expires_at FROM scheduled_jobs WHERE id = %s",
-                     (job_id,)).fetchone()
-    assert row == {"status": "idle", "attempt": 0, "lease_expires_at": None}
-    run = db.execute("SELECT outcome, attempts, error FROM job_runs WHERE id = %s",
-                     (job.run_id,)).fetchone()
-    assert run == {"outcome": "retrying", "attempts": 0, "error": "shutdown"}
+    row = db.execute("SELECT status, attempt, lease_expires_at, last_error FROM scheduled_jobs "
+                     "WHERE id = %s", (job_id,)).fetchone()
+    assert row == {"status": "idle", "attempt": 0, "lease_expires_at": None,
+                   "last_error": "shutdown"}
+    # the attempt did not end: no history, nothing shown as running
+    assert db.execute("SELECT count(*) AS n FROM job_runs_live").fetchone() == {"n": 0}
     [again] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30)
-    assert again.attempt == 1 and again.run_id == job.run_id
+    assert again.attempt == 1 and again.run_id == job.run_id  # the same run, attempt 1 again
 
 
 async def test_reaper_ignores_live_leases(store: Store) -> None:
@@ -308,33 +345,30 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
     claim session planned it. Here they are a fresh install's: job_runs analyzed while empty,
     no job running. A plan made from them scanned all of job_runs for each finished run (and
     read every running job through scheduled_jobs_leases); with 4,000 history rows and 60 jobs
-    running, finishing 3 must read at most 3 rows at any step."""
+    running, finishing 3 must read at most 3 rows at any step, and write 3 history rows."""
     await add(store, *(spec(f"job-{i}") for i in range(60)), now=T0)
     db.execute("VACUUM ANALYZE scheduled_jobs")
     db.execute("VACUUM ANALYZE job_runs")  # empty
     claimed = await store.claim_due("n", ALL_SHARDS, 60, lease=30, now=LATER)
-    # The plan is made while the history is empty ...
-    db.execute("CREATE TEMP TABLE held AS SELECT * FROM job_runs")
-    db.execute("DELETE FROM job_runs")
 
-    def history_grows() -> None:  # ... and used once it is not
-        db.execute("INSERT INTO job_runs OVERRIDING SYSTEM VALUE SELECT * FROM held")
+    def history_grows() -> None:  # the plan is made while the history is empty, used once not
         db.execute("INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
                    "SELECT j.id, %s - make_interval(mins => k), 1, 'succeeded', %s "
                    "FROM scheduled_jobs j, generate_series(1, 66) AS k", (T0, T0))
 
     finished = claimed[:3]
     nxt = [(job.scheduled_for + timedelta(minutes=1)).isoformat() for job in finished]
-    ended = [{"job_id": job.id, "token": job.fencing_token, "run_id": job.run_id,
+    ended = [{"job_id": job.id, "token": job.fencing_token,
               "status": "idle", "scheduled_for": at, "next_run_at": at, "retry_in": 0.0,
               "reset_attempt": True, "outcome": "succeeded", "error": None, "output": None,
               "skipped": None, "skip_reason": None} for job, at in zip(finished, nxt, strict=True)]
     plan = await _explain_generic_claim(dsn, 0, LATER, json.dumps(ended), history_grows)
     reads = [(n["Node Type"], n.get("Relation Name"), n.get("Index Name"),
               n["Actual Rows"] * n["Actual Loops"]) for n in plan if n.get("Relation Name")]
-    updates = sorted((n["Relation Name"], n["Actual Rows"]) for n in plan
-                     if n["Node Type"] == "ModifyTable" and n["Operation"] == "Update")
-    # the three were written (and nothing claimed: the limit is 0)
-    assert updates == [("job_runs", 3), ("scheduled_jobs", 0), ("scheduled_jobs", 3)], reads
+    writes = sorted((n["Operation"], n["Relation Name"], n["Actual Rows"]) for n in plan
+                    if n["Node Type"] == "ModifyTable")
+    # the three were written, each with its history row (and nothing claimed: the limit is 0)
+    assert writes == [("Insert", "job_runs", 0), ("Insert", "job_runs", 3),
+                      ("Update", "scheduled_jobs", 0), ("Update", "scheduled_jobs", 3)], reads
     assert max(rows for _, _, _, rows in reads) == 3, "\n".join(map(str, reads))
     assert not [n for n in plan if n["Node Type"] == "Seq Scan"], reads

@@ -325,8 +325,8 @@ async def test_a_node_that_cannot_renew_cancels_its_run_before_the_lease_ends(
     row = db.execute("SELECT status, lease_expires_at > now() AS lease_left FROM scheduled_jobs"
                      ).fetchone()
     assert row == {"status": "running", "lease_left": True}  # cancelled before expiry
-    run = db.execute("SELECT outcome FROM job_runs").fetchone()
-    assert run["outcome"] == "running"  # nothing recorded as done
+    assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 0}  # no end
+    assert db.execute("SELECT outcome FROM job_runs_live").fetchone() == {"outcome": "running"}
 
 
 async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str,
@@ -342,7 +342,8 @@ async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str,
     await n.renew_once()
     async with asyncio.timeout(2):
         await cancelled.wait()
-    assert db.execute("SELECT outcome FROM job_runs").fetchone()["outcome"] == "running"
+    assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 0}  # no end
+    assert db.execute("SELECT outcome FROM job_runs_live").fetchone() == {"outcome": "running"}
 
 
 async def test_a_drain_longer_than_the_lease_keeps_renewing_and_lets_the_run_finish(
@@ -384,11 +385,12 @@ async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str
     async with running(n):
         async with asyncio.timeout(10):
             await started.wait()
-    job = db.execute("SELECT status, attempt, locked_by FROM scheduled_jobs").fetchone()
-    assert job == {"status": "idle", "attempt": 0, "locked_by": None}
-    run = db.execute("SELECT outcome, error FROM job_runs").fetchone()
-    assert run == {"outcome": "retrying",
-                   "error": f"released by node {n.node_id} at shutdown"}
+    job = db.execute("SELECT status, attempt, locked_by, last_error FROM scheduled_jobs"
+                     ).fetchone()
+    assert job == {"status": "idle", "attempt": 0, "locked_by": None,
+                   "last_error": f"released by node {n.node_id} at shutdown"}
+    # the attempt did not end: no history row; the next claim makes attempt 1 again
+    assert db.execute("SELECT count(*) AS n FROM job_runs_live").fetchone() == {"n": 0}
     state = db.execute("SELECT state FROM pgpulse_nodes").fetchone()["state"]
     assert state == "stopped"
 

@@ -57,6 +57,47 @@ async def test_two_nodes_migrating_at_once_do_not_race(empty_dsn: str) -> None:
         assert row is not None and row[0] == len(migration_files())
 
 
+async def test_a_run_open_across_the_upgrade_to_version_4_keeps_its_row(empty_dsn: str) -> None:
+    """Up to version 3 a claim opened the run's row as 'running'; version 4 writes history at
+    the end of an attempt and keeps the run id on the job: a job running across the upgrade gets
+    the id of the row its claim opened, and is shown once, as running."""
+    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn)
+        await conn.execute("DELETE FROM pgpulse_migrations WHERE version = 4")
+        await conn.execute("DROP VIEW job_runs_live")
+        await conn.execute("ALTER TABLE scheduled_jobs DROP COLUMN run_id, DROP COLUMN claimed_at")
+        await conn.execute("""
+            INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
+                                        scheduled_for, next_run_at, status, attempt,
+                                        fencing_token, locked_by, lease_expires_at)
+            VALUES ('t', 'busy', '@hourly', 'cron', 'noop', '2026-01-01 00:00+00',
+                    '2026-01-01 12:00+00', '2026-01-01 12:00+00', 'running', 2, 7, 'old-node',
+                    now() + interval '1 minute'),
+                   ('t', 'calm', '@hourly', 'cron', 'noop', '2026-01-01 00:00+00',
+                    '2026-01-01 13:00+00', '2026-01-01 13:00+00', 'idle', 0, 3, NULL, NULL)""")
+        await conn.execute("""
+            INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, node_id, fencing_token,
+                                  started_at, finished_at)
+            SELECT id, '2026-01-01 11:00+00'::timestamptz, 1, 'succeeded', 'old-node', 3,
+                   '2026-01-01 11:00:01+00'::timestamptz, '2026-01-01 11:00:02+00'::timestamptz
+            FROM scheduled_jobs WHERE name = 'calm'
+            UNION ALL
+            SELECT id, '2026-01-01 12:00+00', 2, 'running', 'old-node', 7,
+                   '2026-01-01 12:00:05+00', NULL
+            FROM scheduled_jobs WHERE name = 'busy'""")
+        assert await migrate(conn) == [4]
+        cur = await conn.execute(
+            "SELECT j.name, j.run_id = r.id AS same, j.claimed_at::text FROM scheduled_jobs j "
+            "LEFT JOIN job_runs r ON r.job_id = j.id AND r.scheduled_for = j.scheduled_for "
+            "ORDER BY j.name")
+        assert await cur.fetchall() == [("busy", True, "2026-01-01 12:00:05+00"),
+                                        ("calm", None, None)]
+        cur = await conn.execute("SELECT outcome, attempts, node_id, fencing_token "
+                                 "FROM job_runs_live ORDER BY scheduled_for")
+        assert await cur.fetchall() == [("succeeded", 1, "old-node", 3),
+                                        ("running", 2, "old-node", 7)]
+
+
 async def test_interval_jobs_stored_before_version_3_keep_their_whole_second_grid(
         empty_dsn: str) -> None:
     """Up to version 2 interval jobs fired on their anchor truncated to whole seconds; version 3

@@ -37,7 +37,7 @@ async def test_the_leader_reaps_expired_leases(store: Store, dsn: str, db: Any,
                                                caplog: pytest.LogCaptureFixture) -> None:
     await add(store, spec("x"))
     await store.trigger_job("default", "x")
-    await store.claim_due("dead-node", ALL_SHARDS, 1, lease=30)
+    [claimed] = await store.claim_due("dead-node", ALL_SHARDS, 1, lease=30)
     db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - interval '0.5 second'")
     a, b = node(store, dsn, {}, node_id="a"), node(store, dsn, {}, node_id="b")
     caplog.set_level(logging.INFO, logger="pgpulse.sweeper")
@@ -51,9 +51,13 @@ async def test_the_leader_reaps_expired_leases(store: Store, dsn: str, db: Any,
     assert _actions(caplog) == ["leader_elected", "leases_reaped"]
     job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
     assert job == {"status": "idle", "last_error": "lease of node dead-node expired"}
-    run = db.execute("SELECT outcome, error, attempts FROM job_runs").fetchone()
-    assert run == {"outcome": "retrying", "error": "lease of node dead-node expired",
-                   "attempts": 1}
+    # the lost attempt is written to history: the run's row, as the claim handed it out
+    run = db.execute("SELECT id, outcome, error, attempts, node_id, fencing_token, started_at "
+                     "FROM job_runs").fetchone()
+    assert run == {"id": claimed.run_id, "outcome": "retrying",
+                   "error": "lease of node dead-node expired", "attempts": 1,
+                   "node_id": "dead-node", "fencing_token": claimed.fencing_token,
+                   "started_at": claimed.db_now}
 
 
 async def test_a_node_that_does_not_lead_reaps_only_long_expired_leases(

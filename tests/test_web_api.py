@@ -195,6 +195,26 @@ async def test_runs_by_job_outcome_time_range_and_one_run(store: Store, db: Any)
         assert naive.status_code == 422 and naive.json()["error"]["field"] == "since"
 
 
+async def test_a_run_in_progress_is_listed_and_shown_as_running(store: Store, db: Any) -> None:
+    """The claim writes no history row (it is written when the attempt ends), yet the API lists
+    the attempt running now, under the run id its handler was given."""
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as client:
+        job = (await client.post("/api/v1/jobs", json=job_body("etl"))).json()
+        older = await _seed_runs(db, job["id"])
+        assert (await client.post(f"/api/v1/jobs/{job['id']}/trigger")).status_code == 200
+        [claimed] = await store.claim_due("n9", list(range(64)), 1, lease=30)
+        listed = (await client.get(f"/api/v1/jobs/{job['id']}/runs")).json()
+        assert [(r["id"], r["outcome"]) for r in listed["items"]] == [
+            (claimed.run_id, "running"), *((i, o) for i, o in zip(
+                older[::-1], ["skipped", "succeeded", "failed", "succeeded"], strict=True))]
+        one = (await client.get(f"/api/v1/runs/{claimed.run_id}")).json()
+        assert (one["outcome"], one["node_id"], one["attempts"], one["finished_at"]) == (
+            "running", "n9", 1, None)
+        running = (await client.get("/api/v1/runs", params={"outcome": "running"})).json()
+        assert [r["id"] for r in running["items"]] == [claimed.run_id]
+
+
 async def test_cluster_nodes_shards_and_counts(store: Store) -> None:
     await store.register_node("n1", hostname="h", pid=1, slots=4, handlers=["x"])
     await store.heartbeat("n1", running=1, shards=[0, 1, 2], ttl=10)

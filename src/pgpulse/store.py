@@ -50,8 +50,10 @@ RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
 class ClaimedJob(NamedTuple):
     """A job this node holds a lease on, as the claim returned it (immutable).
 
-    Attributes mirror ``scheduled_jobs`` columns; durations are seconds. ``run_id`` is the
-    ``job_runs`` row of ``scheduled_for``; ``db_now`` is the database's instant of the claim.
+    Attributes mirror ``scheduled_jobs`` columns; durations are seconds. ``run_id`` is the id
+    of the ``job_runs`` row of ``scheduled_for`` (written when an attempt ends; the claim only
+    reserves the id); ``db_now`` is the database's instant of the claim (the run's
+    ``started_at``).
     A ``finish_and_claim`` row is these fields in this order, then ``next_due`` and ``written``:
     the store builds each claimed job from the row's tuple (a named tuple: no dict and no
     per-field setattr per job).
@@ -376,7 +378,8 @@ class Store:
         Concurrency: one statement; rows are locked ``FOR UPDATE SKIP LOCKED`` so concurrent
         claimers never wait on each other and never receive the same job. Each claimed job gets
         status ``running``, ``attempt + 1``, a new fencing token and a lease of ``lease``
-        seconds; its ``job_runs`` row is opened (or re-opened for the next attempt).
+        seconds, and keeps (retry) or draws (first attempt) the occurrence's run id. Nothing is
+        written to ``job_runs`` until the attempt ends (:meth:`finish_runs`, or the sweeper).
         """
         if limit <= 0 or not shards:
             return []
@@ -419,7 +422,7 @@ class Store:
             DatabaseUnavailable: the store's session could not connect.
         """
         batch = [{
-            "job_id": o.job.id, "token": o.job.fencing_token, "run_id": o.job.run_id,
+            "job_id": o.job.id, "token": o.job.fencing_token,
             "status": o.status, "scheduled_for": o.next_scheduled_for,
             "next_run_at": o.next_run_at, "retry_in": o.retry_in or 0.0,
             "reset_attempt": o.advance is not None, "outcome": o.outcome,
@@ -468,7 +471,8 @@ class Store:
     async def release_runs(self, held: Sequence[tuple[int, int]], *, reason: str,
                            now: datetime | None = None) -> int:
         """Hand claims back (graceful shutdown): each held job is due again at once and the
-        attempt is not counted. Fenced per pair. Returns how many were released."""
+        attempt is not counted; ``reason`` becomes the job's ``last_error``. Fenced per pair.
+        Returns how many were released."""
         if not held:
             return 0
         rows = await self._rows("release_runs", {
@@ -485,8 +489,9 @@ class Store:
         idle, due at once; return how many. Nodes reap with each :meth:`heartbeat`; this is
         the same sweep on behalf of no node (nothing recorded, no leadership taken).
 
-        Locks the expired rows ``SKIP LOCKED``; the run row stays open as ``retrying`` so the
-        next claim is the next attempt of the same run.
+        Locks the expired rows ``SKIP LOCKED``; the occurrence's run row is written as
+        ``retrying`` (the lost attempt counted) so the next claim is the next attempt of the
+        same run.
         """
         beat = await self.heartbeat(None, running=0, shards=(), ttl=0.0, backup_delay=older_than,
                                     limit=limit, now=now)

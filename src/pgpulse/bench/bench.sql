@@ -34,7 +34,7 @@ WHERE status = 'idle'
 -- Scenario 1: hand claimed jobs back unchanged (same occurrence, same due time) so the backlog
 -- keeps its size between two timed claims. Not timed.
 UPDATE scheduled_jobs
-SET status = 'idle', locked_by = NULL, lease_expires_at = NULL, attempt = 0
+SET status = 'idle', locked_by = NULL, lease_expires_at = NULL, attempt = 0, run_id = NULL
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running';
 
 -- name: first_id
@@ -152,14 +152,15 @@ SET schedule = %(schedule)s, schedule_kind = 'cron', scheduled_for = %(at)s, nex
     anchor_at = %(at)s;
 
 -- name: started_at
--- How many runs of occurrence %(at)s have started, and the last claim instant.
+-- How many runs of occurrence %(at)s have started, and the last claim instant (job_runs_live:
+-- a run's row is written when it ends).
 SELECT count(*) AS started, max(started_at) AS last_started
-FROM job_runs WHERE scheduled_for = %(at)s;
+FROM job_runs_live WHERE scheduled_for = %(at)s;
 
 -- name: claim_lags
 -- Claim lag (claim instant minus scheduled_for, ms) of runs of occurrences in [%(t0)s, %(t1)s].
 SELECT extract(epoch FROM started_at - scheduled_for)::float8 * 1000 AS lag_ms
-FROM job_runs
+FROM job_runs_live
 WHERE scheduled_for BETWEEN %(t0)s AND %(t1)s AND started_at IS NOT NULL;
 
 -- name: db_activity

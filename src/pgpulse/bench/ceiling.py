@@ -58,7 +58,7 @@ STEP_VALUES = {
 }
 
 #: The outcome of each claimed job as ``finish_and_claim`` reads it (see the store).
-_OUTCOME = ("json_build_object('job_id', id, 'token', fencing_token, 'run_id', run_id, "
+_OUTCOME = ("json_build_object('job_id', id, 'token', fencing_token, "
             "'status', 'idle', 'scheduled_for', scheduled_for + interval '1 hour', "
             "'next_run_at', scheduled_for + interval '1 hour', 'retry_in', 0, "
             "'reset_attempt', true, 'outcome', 'succeeded', 'error', NULL, 'output', NULL, "

@@ -13,8 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-#: job_runs outcomes that close a claim (the claim's token stops being the owner's).
-CLOSING_OUTCOMES = frozenset({"succeeded", "failed", "retrying", "skipped", "fenced"})
+#: Run-log outcomes that close a claim (the claim's token stops being the owner's).
+CLOSING_OUTCOMES = frozenset({"succeeded", "failed", "retrying", "skipped", "fenced", "ended"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,9 @@ class Execution:
 
 @dataclass(frozen=True, slots=True)
 class RunEvent:
-    """One write of the engine to ``job_runs`` (``chaos_run_log``, recorded by a trigger):
-    a claim (``running``), an outcome, a reap or release (``retrying``), a skipped record."""
+    """One write of the engine (``chaos_run_log``, recorded by triggers): a claim
+    (``running``) or the end of one (``ended``: the lease cleared) on ``scheduled_jobs``; an
+    outcome, a reap (``retrying``) or a skipped record on ``job_runs``."""
 
     id: int
     job_id: int

@@ -11,9 +11,12 @@
 --   at that instant, as the database saw it (an observation; the guard does not read it).
 -- chaos_fence: the largest fencing token the "external resource" has seen per job.
 -- chaos_effects: the side effect, keyed by occurrence; applied counts committed effect writes.
--- chaos_run_log: every insert/update of job_runs (claims, outcomes, reaps, releases), recorded
---   by a trigger: the engine's own writes, so the checker can tell an interrupted attempt from a
---   recorded success. Observation only: a harness database, never a Pulse migration.
+-- chaos_run_log: the engine's own writes, recorded by triggers, so the checker can tell an
+--   interrupted attempt from a recorded success: every insert/update of job_runs (outcomes,
+--   reaps), and from scheduled_jobs each claim (a new fencing token: 'running') and each end of
+--   a claim (the lease cleared: 'ended', by an outcome, a reap or a release). Since schema
+--   version 4 a claim writes no job_runs row. Observation only: a harness database, never a
+--   Pulse migration.
 CREATE TABLE chaos_history (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_id            bigint NOT NULL,
@@ -64,6 +67,23 @@ END
 $$;
 CREATE TRIGGER chaos_log_run AFTER INSERT OR UPDATE ON job_runs
 FOR EACH ROW EXECUTE FUNCTION chaos_log_run();
+CREATE FUNCTION chaos_log_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.fencing_token <> OLD.fencing_token THEN
+        INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, at)
+        VALUES (NEW.id, NEW.scheduled_for, 'running', NEW.attempt, NEW.fencing_token,
+                NEW.locked_by, clock_timestamp());
+    ELSIF OLD.lease_expires_at IS NOT NULL AND NEW.lease_expires_at IS NULL THEN
+        INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, error,
+                                   at)
+        VALUES (OLD.id, OLD.scheduled_for, 'ended', OLD.attempt, OLD.fencing_token,
+                OLD.locked_by, NEW.last_error, clock_timestamp());
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER chaos_log_claim AFTER UPDATE ON scheduled_jobs
+FOR EACH ROW EXECUTE FUNCTION chaos_log_claim();
 
 -- name: start_execution
 -- A handler starts: register its token with the resource (a fencing-aware resource remembers

@@ -10,18 +10,25 @@
 -- Finish. The batch is one JSON array parameter (%(outcomes)s: an object per attempt; see
 -- Store.finish_and_claim), so the driver sends one text value instead of a dozen arrays. Each
 -- element changes nothing unless its job is still running under its token (a zombie's late write
--- is a no-op). Per element: the job row moves to its next state, the run row takes its outcome,
--- and its skipped occurrences (the element's "skipped" array) get rows of their own.
--- next_run_at NULL means "retry_in seconds from now". Each element is found by its primary key
--- (the run row by job_id too, the leading column of every job_runs index): a generic plan made
--- while job_runs was empty once scanned all of it per element. "Still running" is written as
--- lease_expires_at IS NOT NULL (the same, by the table's CHECK) so the planner cannot choose
--- scheduled_jobs_leases, which reads every running job, from statistics taken when few ran.
+-- is a no-op). Per element: the job row moves to its next state, the occurrence's job_runs row
+-- is written with the attempt's outcome — inserted, or updated when an earlier attempt of the
+-- occurrence wrote it — and its skipped occurrences (the element's "skipped" array, but for the
+-- run's own occurrence) get rows of their own. History is written once per attempt, at its end
+-- (schema version 4): the claim writes only the job row. The run row takes the claim's values
+-- (run id, occurrence, attempt, node, instant) from the job row as this statement's snapshot
+-- shows it, i.e. before `job` changed it (every CTE sees the same snapshot).
+-- next_run_at NULL means "retry_in seconds from now". Each job row is found by its primary key:
+-- a generic plan made while job_runs was empty once scanned all of it per element. "Still
+-- running" is written as lease_expires_at IS NOT NULL (the same, by the table's CHECK) so the
+-- planner cannot choose scheduled_jobs_leases, which reads every running job, from statistics
+-- taken when few ran.
 --
 -- Claim. Lock with SKIP LOCKED (never wait on another poller), move to running with a new lease
--- and fencing token, and open (or re-open, for a retry) the occurrence's job_runs row. All CTEs
--- see one snapshot: a job finished here is claimed at the next step, not this one (the caller
--- knows its next due instant from the outcome it sent).
+-- and fencing token; the first claim of an occurrence draws its run id from job_runs' sequence,
+-- later ones (retry, re-claim after a lost lease or a release) keep it: every statement that
+-- moves a job to another occurrence clears run_id, as it resets attempt. All CTEs see one
+-- snapshot: a job finished here is claimed at the next step, not this one (the caller knows its
+-- next due instant from the outcome it sent).
 -- The due bound is written inline (not joined from clock) so it is an index condition: the scan
 -- of scheduled_jobs_due stops at the first row not yet due, however many are stored. The rows
 -- are updated by id = ANY(ARRAY(...)), an index lookup whatever the planner estimates: joined
@@ -37,7 +44,7 @@ WITH clock AS (
 ), input AS (
     SELECT *
     FROM json_to_recordset(%(outcomes)s::json)
-         AS i(job_id bigint, token bigint, run_id bigint, status text, scheduled_for timestamptz,
+         AS i(job_id bigint, token bigint, status text, scheduled_for timestamptz,
               next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
               error text, output text, skipped json, skip_reason text)
 ), job AS (
@@ -46,6 +53,7 @@ WITH clock AS (
         scheduled_for = i.scheduled_for,
         next_run_at = coalesce(i.next_run_at, clock.now + make_interval(secs => i.retry_in)),
         attempt = CASE WHEN i.reset_attempt THEN 0 ELSE j.attempt END,
+        run_id = CASE WHEN i.reset_attempt THEN NULL ELSE j.run_id END,
         locked_by = NULL,
         lease_expires_at = NULL,
         last_outcome = i.outcome,
@@ -57,20 +65,28 @@ WITH clock AS (
       AND j.id = i.job_id AND j.fencing_token = i.token AND j.lease_expires_at IS NOT NULL
     RETURNING j.id
 ), run AS (
-    UPDATE job_runs r
-    SET outcome = i.outcome, error = i.error, output = i.output,
-        finished_at = CASE WHEN i.outcome = 'retrying' THEN NULL ELSE clock.now END,
-        attempts = CASE WHEN i.outcome = 'skipped' THEN 0 ELSE r.attempts END,
-        started_at = CASE WHEN i.outcome = 'skipped' THEN NULL ELSE r.started_at END
-    FROM input i JOIN job ON job.id = i.job_id, clock
-    WHERE r.id = ANY(ARRAY(SELECT run_id FROM input))
-      AND r.id = i.run_id AND r.fencing_token = i.token
-    RETURNING r.id
+    INSERT INTO job_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
+                               fencing_token, started_at, finished_at, error, output)
+    OVERRIDING SYSTEM VALUE
+    SELECT o.run_id, o.id, o.scheduled_for,
+           CASE WHEN i.outcome <> 'skipped' THEN o.attempt ELSE 0 END, i.outcome, o.locked_by,
+           o.fencing_token,
+           CASE WHEN i.outcome <> 'skipped' THEN o.claimed_at END,
+           CASE WHEN i.outcome <> 'retrying' THEN clock.now END, i.error, i.output
+    FROM input i JOIN job ON job.id = i.job_id JOIN scheduled_jobs o ON o.id = job.id, clock
+    WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    SET attempts = excluded.attempts, outcome = excluded.outcome, node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
+        finished_at = excluded.finished_at, error = excluded.error, output = excluded.output
+    RETURNING 1
 ), skipped AS (
     INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
     SELECT i.job_id, s.at::timestamptz, 0, 'skipped', i.skip_reason, clock.now
     FROM input i JOIN job ON job.id = i.job_id, clock,
          json_array_elements_text(i.skipped) AS s(at)
+    WHERE s.at::timestamptz <> (SELECT o.scheduled_for FROM scheduled_jobs o
+                                WHERE o.id = i.job_id)
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING 1
 ), due AS (
@@ -89,6 +105,8 @@ WITH clock AS (
         fencing_token = j.fencing_token + 1,
         locked_by = %(node)s,
         lease_expires_at = clock.now + make_interval(secs => %(lease)s),
+        run_id = coalesce(j.run_id, nextval('job_runs_id_seq')),
+        claimed_at = clock.now,
         updated_at = clock.now
     FROM clock
     WHERE j.id = ANY(ARRAY(SELECT id FROM due))
@@ -96,22 +114,9 @@ WITH clock AS (
               j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
               j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
               extract(epoch FROM j.timeout)::float8 AS timeout, j.anchor_at, j.scheduled_for,
-              j.attempt, j.fencing_token
-), runs AS (
-    INSERT INTO job_runs AS r (job_id, scheduled_for, attempts, outcome, node_id, fencing_token,
-                               started_at)
-    SELECT c.id, c.scheduled_for, c.attempt, 'running', %(node)s, c.fencing_token, clock.now
-    FROM claimed c, clock
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE
-    SET attempts = excluded.attempts, outcome = 'running', node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL
-    RETURNING r.job_id, r.id AS run_id
-), got AS (
-    SELECT c.*, runs.run_id
-    FROM claimed c JOIN runs ON runs.job_id = c.id
+              j.attempt, j.fencing_token, j.run_id
 )
-SELECT got.*, clock.now AS db_now,
+SELECT claimed.*, clock.now AS db_now,
        -- the head of scheduled_jobs_due past now (ORDER BY ... LIMIT 1, not min(): the planner
        -- may compute min() by a bitmap scan of every idle row)
        (SELECT j.next_run_at
@@ -119,13 +124,13 @@ SELECT got.*, clock.now AS db_now,
         WHERE j.status = 'idle'
           AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
           AND j.shard_id = ANY(%(shards)s::smallint[])
-          AND (SELECT count(*) FROM got) < %(limit)s
+          AND (SELECT count(*) FROM claimed) < %(limit)s
         ORDER BY j.next_run_at
         LIMIT 1) AS next_due,
        CASE WHEN row_number() OVER () = 1 THEN ARRAY(SELECT id FROM job) END AS written
 FROM clock
-LEFT JOIN got ON true
-ORDER BY got.scheduled_for;
+LEFT JOIN claimed ON true
+ORDER BY claimed.scheduled_for;
 
 -- name: renew_leases
 -- Heartbeat for running work: extend the lease of each (job id, fencing token) pair this node
@@ -141,23 +146,17 @@ RETURNING j.id;
 
 -- name: release_runs
 -- Hand claims back at shutdown so no one waits for lease expiry. Fenced per pair; the attempt
--- is not counted, the run row goes back to 'retrying'.
+-- is not counted and nothing is added to job_runs (the attempt did not end: the next claim makes
+-- it again, with the same run id); the job's last_error says why it was handed back.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), job AS (
-    UPDATE scheduled_jobs j
-    SET status = 'idle', next_run_at = clock.now, attempt = greatest(j.attempt - 1, 0),
-        locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
-    FROM clock, unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
-    WHERE j.id = held.id AND j.fencing_token = held.token AND j.lease_expires_at IS NOT NULL
-    RETURNING j.id, j.scheduled_for, j.fencing_token
 )
-UPDATE job_runs r
-SET outcome = 'retrying', error = %(reason)s, attempts = greatest(r.attempts - 1, 0)
-FROM job
-WHERE r.job_id = job.id AND r.scheduled_for = job.scheduled_for
-  AND r.fencing_token = job.fencing_token
-RETURNING r.job_id;
+UPDATE scheduled_jobs j
+SET status = 'idle', next_run_at = clock.now, attempt = greatest(j.attempt - 1, 0),
+    locked_by = NULL, lease_expires_at = NULL, last_error = %(reason)s, updated_at = clock.now
+FROM clock, unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
+WHERE j.id = held.id AND j.fencing_token = held.token AND j.lease_expires_at IS NOT NULL
+RETURNING j.id;
 
 -- name: register_node
 INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, state, started_at,
@@ -186,9 +185,10 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 -- * lease sweeper: running jobs whose lease expired go back to idle, due at once — for the leader
 --   every expired lease, for any other node (backup, in case the leader is silent) those expired
 --   more than %(backup_delay)s seconds ago (NULL: none). SKIP LOCKED: sweepers never wait on each
---   other, and reaping twice is harmless. The run row stays open as 'retrying', so the next claim
---   is the next attempt of the same run; each reaped job's shard is woken. With nothing expired
---   this is one probe of scheduled_jobs_leases (the bound is an index condition);
+--   other, and reaping twice is harmless. The occurrence's run row is written (or kept) as
+--   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; each
+--   reaped job's shard is woken. With nothing expired this is one probe of scheduled_jobs_leases
+--   (the bound is an index condition);
 -- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing).
 -- Returns one row: the clock reading, whether this session leads, how many leases it reaped, and
 -- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included.
@@ -199,7 +199,7 @@ WITH clock AS (
                                  WHEN false THEN pg_try_advisory_lock(%(leader_key)s)
                                  ELSE false END AS leader
 ), expired AS (
-    SELECT j.id
+    SELECT j.id, j.scheduled_for, j.attempt, j.locked_by, j.fencing_token, j.run_id, j.claimed_at
     FROM scheduled_jobs j
     WHERE j.status = 'running'
       AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
@@ -215,12 +215,18 @@ WITH clock AS (
         locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
     FROM expired, clock
     WHERE j.id = expired.id
-    RETURNING j.id, j.scheduled_for, j.last_error, pg_notify('pgpulse_wakeup', j.shard_id::text)
+    RETURNING j.id, j.last_error, pg_notify('pgpulse_wakeup', j.shard_id::text)
 ), run AS (
-    UPDATE job_runs r
-    SET outcome = 'retrying', error = job.last_error
-    FROM job
-    WHERE r.job_id = job.id AND r.scheduled_for = job.scheduled_for AND r.outcome = 'running'
+    INSERT INTO job_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
+                               fencing_token, started_at, error)
+    OVERRIDING SYSTEM VALUE
+    SELECT coalesce(e.run_id, nextval('job_runs_id_seq')), e.id, e.scheduled_for, e.attempt,
+           'retrying', e.locked_by, e.fencing_token, e.claimed_at, job.last_error
+    FROM expired e JOIN job ON job.id = e.id
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
+        finished_at = NULL, error = excluded.error
     RETURNING r.id
 ), me AS (
     UPDATE pgpulse_nodes n
@@ -293,6 +299,9 @@ SET schedule = excluded.schedule, schedule_kind = excluded.schedule_kind,
     attempt = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
                      OR j.status = 'running'
                    THEN j.attempt ELSE 0 END,
+    run_id = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+                    OR j.status = 'running'
+                  THEN j.run_id END,
     updated_at = now()
 RETURNING j.id, j.shard_id, (xmax = 0) AS created, pg_notify('pgpulse_wakeup', j.shard_id::text);
 
@@ -322,6 +331,7 @@ SET status = %(status)s,
     scheduled_for = coalesce(%(scheduled_for)s, j.scheduled_for),
     next_run_at = coalesce(%(scheduled_for)s, j.next_run_at),
     attempt = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.attempt ELSE 0 END,
+    run_id = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.run_id END,
     last_error = CASE WHEN %(status)s = 'idle' THEN NULL ELSE j.last_error END,
     updated_at = now()
 WHERE j.tenant = %(tenant)s AND j.name = %(name)s AND j.status = ANY(%(from_status)s::text[])
@@ -345,10 +355,11 @@ SELECT status FROM scheduled_jobs WHERE tenant = %(tenant)s AND name = %(name)s;
 DELETE FROM scheduled_jobs WHERE tenant = %(tenant)s AND name = %(name)s RETURNING id;
 
 -- name: list_runs
+-- Runs newest first, those running now included (job_runs_live).
 SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id, r.started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
        r.error, r.output, r.fencing_token
-FROM job_runs r JOIN scheduled_jobs j ON j.id = r.job_id
+FROM job_runs_live r JOIN scheduled_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (%(name)s::text IS NULL OR j.name = %(name)s)
 ORDER BY r.id DESC

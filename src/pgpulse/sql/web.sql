@@ -71,12 +71,13 @@ LIMIT %(limit)s;
 -- A page of runs, newest first (id order), after the keyset cursor %(before_id)s. The time range
 -- applies to scheduled_for (the occurrence), half-open: since <= scheduled_for < until.
 -- lag = started_at - scheduled_for of the latest attempt; output only when %(with_output)s.
+-- Runs in progress are included (job_runs_live: outcome 'running').
 SELECT r.id, r.job_id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id,
        r.fencing_token, r.started_at, r.finished_at,
        extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
        extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
        r.error, CASE WHEN %(with_output)s THEN r.output END AS output
-FROM job_runs r
+FROM job_runs_live r
 JOIN scheduled_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (%(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s)
