@@ -343,6 +343,7 @@ RETURNING j.id, j.status, pg_notify('pgpulse_wakeup', j.shard_id::text);
 -- next occurrence. A job that is already due is left as it is (it runs now anyway).
 UPDATE scheduled_jobs j
 SET scheduled_for = CASE WHEN j.scheduled_for > now() THEN now() ELSE j.scheduled_for END,
+    run_id = CASE WHEN j.scheduled_for > now() THEN NULL ELSE j.run_id END,
     next_run_at = now(),
     updated_at = now()
 WHERE j.tenant = %(tenant)s AND j.name = %(name)s AND j.status = 'idle'
