@@ -4,11 +4,13 @@ a test). They catch a change to queries.sql that the raw-ceiling generator no lo
 from __future__ import annotations
 
 import itertools
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgpulse.bench.ceiling import pgbench_script
-from pgpulse.bench.common import load_jobs
+from pgpulse.bench.common import Result, load_jobs
+from pgpulse.bench.peers import add_pulse_ratios
 from pgpulse.bench.report import render, targets
 from pgpulse.bench.sqltext import placeholders, split_final_select, to_positional
 from pgpulse.bench.steady import PERIOD, expected_runs
@@ -51,6 +53,25 @@ def test_report_states_each_target_with_its_measure() -> None:
     assert any(row[0].startswith("idle: ≤ 0.70") and row[2] == "**no**" for row in rows)
     page = render(payload, {})
     assert "## Scenario 4: steady" in page and "## The issue's targets" in page
+
+
+def test_a_peer_that_started_none_of_its_steady_runs_has_the_higher_lag() -> None:
+    """A peer that fired nothing in the steady-state window has no p99 to print, and an
+    unbounded lag: Pulse's is lower (it used to be judged against NaN: not met)."""
+    steady = {"peer": "Slow 1.0", "mode": "steady", "runs": 0, "missed": 300,
+              "lag": {"n": 0, "p99": math.nan}}
+    drain = {"peer": "Slow 1.0", "mode": "drain", "rate": 100.0}
+    peers = Result("7", "peers", [], notes=["Pulse vs Slow 1.0: stale"],
+                   data={"runs": [drain, steady]})
+    pulse_drain = Result("2", "drain", [], data={"runs": [{"rate": 600.0}]})
+    pulse_steady = Result("4", "steady", [], data={"lag": {"p99": 25.0}})
+    add_pulse_ratios(peers, pulse_drain, pulse_steady)
+    rows = targets({"7": {"data": peers.data}})
+    assert ["lower lag p99 than Slow 1.0 (none of its steady-state runs started)", "25 ms",
+            "yes"] in rows
+    assert ["≥ 3× the firings/s of Slow 1.0", "6×", "yes"] in rows
+    assert peers.notes == ["Pulse vs Slow 1.0: 6.0× the firings/s (600 vs 100); lag p99 25.0 ms "
+                           "vs none started"]
 
 
 def test_the_ceiling_target_is_judged_for_each_node_count_from_two_to_four() -> None:

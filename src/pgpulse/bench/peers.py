@@ -139,7 +139,10 @@ async def run(server_dsn: str, scale: float) -> Result:
 
 def add_pulse_ratios(peers: Result, pulse_drain: Result | None,
                      pulse_steady: Result | None) -> None:
-    """Append Pulse's best drain rate over each peer's best, and lag p99 side by side."""
+    """Append Pulse's best drain rate over each peer's best, and lag p99 side by side (a peer
+    whose steady state started no run has an unbounded lag: ``inf``). Replaces the notes of an
+    earlier call (``--report-only`` recomputes them)."""
+    peers.notes[:] = [note for note in peers.notes if not note.startswith("Pulse vs ")]
     pulse_rate = max((r["rate"] for r in pulse_drain.data["runs"]), default=math.nan) \
         if pulse_drain else math.nan
     pulse_p99 = pulse_steady.data["lag"]["p99"] if pulse_steady else math.nan
@@ -147,15 +150,16 @@ def add_pulse_ratios(peers: Result, pulse_drain: Result | None,
     for name in sorted({r["peer"] for r in peers.data["runs"]}):
         rates = [r["rate"] for r in peers.data["runs"]
                  if r["peer"] == name and r["mode"] == "drain"]
-        lags = [r["lag"]["p99"] for r in peers.data["runs"]
-                if r["peer"] == name and r["mode"] == "steady"]
+        lags = [r["lag"]["p99"] if r["runs"] else math.inf  # none started: unbounded lag
+                for r in peers.data["runs"] if r["peer"] == name and r["mode"] == "steady"]
         best = max(rates, default=math.nan)
         p99 = lags[0] if lags else math.nan
         ratios[name] = {"peer_rate": best, "pulse_rate": pulse_rate,
                         "throughput_ratio": pulse_rate / best if best else math.nan,
                         "peer_p99": p99, "pulse_p99": pulse_p99}
+        peer_lag = "none started" if p99 == math.inf else f"{p99:,.1f} ms"
         peers.notes.append(f"Pulse vs {name}: {pulse_rate / best if best else math.nan:.1f}× "
                            f"the firings/s ({pulse_rate:,.0f} vs {best:,.0f}); lag p99 "
-                           f"{pulse_p99:,.1f} ms vs {p99:,.1f} ms")
+                           f"{pulse_p99:,.1f} ms vs {peer_lag}")
     peers.data["ratios"] = ratios
 
