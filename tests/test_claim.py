@@ -138,6 +138,32 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
     assert nxt.attempt == 1 and nxt.run_id > first.run_id
 
 
+async def test_a_run_id_left_by_a_version_3_node_is_not_handed_out_again(
+    store: Store, db: Any
+) -> None:
+    """A version-3 node (rolling upgrade) moves a job on without clearing run_id, which it does
+    not know: the id is then another occurrence's row. Neither the claim nor the sweeper uses
+    it again (a handler would get another run's id; the history row would collide with it)."""
+    await add(store, spec("billing"), now=T0)
+    [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
+    done = Outcome(first, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
+    assert await store.finish_runs([done], now=LATER) == {first.id}
+    stale = "UPDATE scheduled_jobs SET run_id = %s"  # what an old node's finish leaves
+    db.execute(stale, (first.run_id,))
+    [second] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30,
+                                     now=utc(2026, 1, 1, 0, 2))
+    assert second.run_id != first.run_id
+    db.execute(stale, (first.run_id,))  # as an old node's claim of it would leave it
+    db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - interval '1 second'")
+    assert await store.reap_expired_leases() == 1
+    rows = db.execute("SELECT id, scheduled_for, outcome FROM job_runs ORDER BY scheduled_for"
+                      ).fetchall()
+    assert rows[0] == {"id": first.run_id, "scheduled_for": first.scheduled_for,
+                       "outcome": "succeeded"}  # the earlier run is untouched
+    assert rows[1]["id"] != first.run_id and rows[1]["outcome"] == "retrying"
+    assert rows[1]["scheduled_for"] == utc(2026, 1, 1, 0, 2)
+
+
 async def test_claim_limit_is_respected_and_not_due_jobs_stay(store: Store) -> None:
     await add(store, *(spec(f"job-{i}") for i in range(5)), now=T0)
     assert await store.claim_due("n", ALL_SHARDS, 2, lease=30, now=LATER) != []

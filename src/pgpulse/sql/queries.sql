@@ -26,7 +26,9 @@
 -- Claim. Lock with SKIP LOCKED (never wait on another poller), move to running with a new lease
 -- and fencing token; the first claim of an occurrence draws its run id from job_runs' sequence,
 -- later ones (retry, re-claim after a lost lease or a release) keep it: every statement that
--- moves a job to another occurrence clears run_id, as it resets attempt. All CTEs see one
+-- moves a job to another occurrence clears run_id, as it resets attempt. A kept id whose row is
+-- another occurrence's (left by a version-3 node, which does not know the column, during a
+-- rolling upgrade) is replaced: the check runs only when an id is kept. All CTEs see one
 -- snapshot: a job finished here is claimed at the next step, not this one (the caller knows its
 -- next due instant from the outcome it sent).
 -- The due bound is written inline (not joined from clock) so it is an index condition: the scan
@@ -105,7 +107,11 @@ WITH clock AS (
         fencing_token = j.fencing_token + 1,
         locked_by = %(node)s,
         lease_expires_at = clock.now + make_interval(secs => %(lease)s),
-        run_id = coalesce(j.run_id, nextval('job_runs_id_seq')),
+        run_id = CASE WHEN j.run_id IS NOT NULL
+                           AND NOT EXISTS (SELECT 1 FROM job_runs x WHERE x.id = j.run_id
+                                             AND (x.job_id, x.scheduled_for)
+                                                 <> (j.id, j.scheduled_for))
+                      THEN j.run_id ELSE nextval('job_runs_id_seq') END,
         claimed_at = clock.now,
         updated_at = clock.now
     FROM clock
@@ -220,8 +226,12 @@ WITH clock AS (
     INSERT INTO job_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
                                fencing_token, started_at, error)
     OVERRIDING SYSTEM VALUE
-    SELECT coalesce(e.run_id, nextval('job_runs_id_seq')), e.id, e.scheduled_for, e.attempt,
-           'retrying', e.locked_by, e.fencing_token, e.claimed_at, job.last_error
+    SELECT CASE WHEN e.run_id IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM job_runs x WHERE x.id = e.run_id
+                                       AND (x.job_id, x.scheduled_for) <> (e.id, e.scheduled_for))
+                THEN e.run_id ELSE nextval('job_runs_id_seq') END,
+           e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
+           e.claimed_at, job.last_error
     FROM expired e JOIN job ON job.id = e.id
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
     SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
