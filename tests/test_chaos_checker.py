@@ -263,3 +263,40 @@ def test_occurrences_the_job_has_not_reached_yet_are_queued_not_lost() -> None:
     assert verdict.ok
     assert verdict.figure("queued at check").value == "2"
     assert verdict.figure("lost").value == "0" and verdict.figure("unrecorded").value == "0"
+
+
+async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caught(
+        store: Any, db: Any) -> None:
+    """Since schema version 4 a claim writes no job_runs row: the harness logs claims and their
+    ends from scheduled_jobs. Real engine writes give 'running' per claim and 'ended' per end
+    (release, finish), the checker finds nothing in them, and a second claim made while one is
+    open (a token bumped under a live lease) is caught. Without the claim log every history
+    would pass the double-claim check."""
+    from helpers import ALL_SHARDS, add, spec
+    from pgpulse.chaos.checker import double_claims
+    from pgpulse.chaos.history import RunEvent
+    from pgpulse.chaos.runner import Q
+    from pgpulse.planner import Advance
+    from pgpulse.store import Outcome
+
+    db.execute(Q["create_history"])
+    await add(store, spec("billing"), now=utc(2026, 1, 1))
+    later = utc(2026, 1, 1, 0, 5)
+    [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=later)
+    assert await store.release_runs([(first.id, first.fencing_token)], reason="stop",
+                                    now=later) == 1
+    [second] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=later)
+    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 6), ()))
+    assert await store.finish_runs([done], now=later) == {second.id}
+
+    def events() -> list[RunEvent]:
+        return [RunEvent.from_row(row) for row in db.execute(Q["read_run_log"]).fetchall()]
+
+    assert [(e.outcome, e.token, e.node_id) for e in events()] == [
+        ("running", 1, "node-a"), ("ended", 1, "node-a"), ("running", 2, "node-b"),
+        *sorted([("ended", 2, "node-b"), ("succeeded", 2, "node-b")])]
+    assert double_claims(events()) == []
+    [third] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=utc(2026, 1, 1, 0, 6))
+    db.execute("UPDATE scheduled_jobs SET fencing_token = fencing_token + 1, locked_by = 'rogue'")
+    [found] = double_claims(events())
+    assert f"rogue claimed t{third.fencing_token + 1}" in found and "node-a" in found
