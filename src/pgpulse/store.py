@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 import orjson
+import psycopg
 from psycopg.abc import Buffer
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb, JsonbBinaryLoader
@@ -30,6 +31,15 @@ from pgpulse.sql import QUERIES
 
 #: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
 LEADER_LOCK_KEY = 0x50756C73
+
+#: Tries of :meth:`Store.upsert_jobs` when another session creates or deletes one of its jobs at
+#: the same instant (each try is one transaction; the next one finds the name).
+UPSERT_TRIES = 3
+
+
+class _UpsertRaced(Exception):
+    """Another session created or deleted a job of this upsert concurrently; try again."""
+
 
 #: Settings of the session a node claims through (:meth:`Store.finish_and_claim`). The claim and
 #: the batch completion are planned once per session, as a generic plan: the plan does not
@@ -259,11 +269,18 @@ class Store:
         spec twice is a no-op. A running job keeps its current occurrence; the new definition
         takes effect from its next one.
 
+        Jobs are found by name in ``job_names``. When another session creates one of the same
+        names (or deletes one of the jobs) at the same instant, the whole transaction is rolled
+        back and tried again, up to :data:`UPSERT_TRIES` times; the next try updates the job the
+        other session created.
+
         Returns:
             ``(job id, created)`` per spec, in order.
 
         Raises:
             UnknownHandler, InvalidPayload: see :meth:`validate_handlers`; nothing is written.
+            psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected: still racing
+                another session after :data:`UPSERT_TRIES` tries; nothing is written.
         """
         await self.validate_handlers(specs, extra_handlers)
         names = [(spec.tenant, spec.name) for spec in specs]
@@ -271,25 +288,47 @@ class Store:
             dup = next(n for n in names if names.count(n) > 1)
             raise InvalidInput(f"job {dup[1]!r} of tenant {dup[0]!r} is given twice",
                                field="name", value=dup[1])
+        for attempt in range(1, UPSERT_TRIES + 1):
+            try:
+                return await self._upsert_once(specs, now)
+            except _UpsertRaced as raced:
+                if attempt == UPSERT_TRIES:
+                    raise (raced.__cause__ or RuntimeError(
+                        f"upsert_jobs: jobs were deleted while being updated, "
+                        f"{UPSERT_TRIES} times")) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _upsert_once(self, specs: Sequence[JobSpec],
+                           now: datetime | None) -> list[tuple[int, bool]]:
+        """One try of :meth:`upsert_jobs`, in one transaction; raises :class:`_UpsertRaced`
+        (after rolling back) when another session created or deleted one of the jobs at once."""
         results: list[tuple[int, bool]] = []
-        async with self.pool.connection() as conn, conn.transaction():
-            clock = now or (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
-            for spec in specs:
-                schedule = spec.parsed_schedule()
-                first = schedule.next_after(clock, anchor=clock)
-                cur = await conn.execute(QUERIES["upsert_job"], {
-                    "tenant": spec.tenant, "name": spec.name, "schedule": spec.schedule,
-                    "schedule_kind": schedule.kind, "timezone": spec.timezone,
-                    "handler": spec.handler, "payload": Jsonb(spec.payload),
-                    "catch_up": spec.catch_up, "backfill_limit": spec.backfill_limit,
-                    "misfire_grace": spec.misfire_grace, "max_attempts": spec.max_attempts,
-                    "retry_backoff": spec.retry_backoff, "timeout": spec.timeout,
-                    "source": spec.source, "meta": Jsonb(spec.meta), "anchor_at": clock,
-                    "scheduled_for": first,
-                })
-                row = await cur.fetchone()
-                assert row is not None
-                results.append((row["id"], row["created"]))
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                clock = now or (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
+                for spec in specs:
+                    schedule = spec.parsed_schedule()
+                    first = schedule.next_after(clock, anchor=clock)
+                    cur = await conn.execute(QUERIES["upsert_job"], {
+                        "tenant": spec.tenant, "name": spec.name, "schedule": spec.schedule,
+                        "schedule_kind": schedule.kind, "timezone": spec.timezone,
+                        "handler": spec.handler, "payload": Jsonb(spec.payload),
+                        "catch_up": spec.catch_up, "backfill_limit": spec.backfill_limit,
+                        "misfire_grace": spec.misfire_grace, "max_attempts": spec.max_attempts,
+                        "retry_backoff": spec.retry_backoff, "timeout": spec.timeout,
+                        "source": spec.source, "meta": Jsonb(spec.meta), "anchor_at": clock,
+                        "scheduled_for": first,
+                    })
+                    row = await cur.fetchone()
+                    if row is None:  # deleted between the name lookup and the update
+                        raise _UpsertRaced
+                    results.append((row["id"], row["created"]))
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != "job_names_pkey":
+                raise
+            raise _UpsertRaced from exc
+        except psycopg.errors.DeadlockDetected as exc:  # two batches creating names crosswise
+            raise _UpsertRaced from exc
         return results
 
     async def get_job(self, tenant: str, name: str) -> dict[str, Any]:

@@ -282,38 +282,57 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 -- Create or update job (tenant, name). A new job, or one whose schedule or time zone changed,
 -- gets %(scheduled_for)s as its next occurrence (computed by the caller from the database's now
 -- read by db_now); an unchanged schedule keeps the job's state, so re-importing is a no-op.
-INSERT INTO scheduled_jobs AS j (tenant, name, schedule, schedule_kind, timezone, handler, payload,
-                                 catch_up, backfill_limit, misfire_grace, max_attempts,
-                                 retry_backoff, timeout, source, meta, anchor_at, scheduled_for,
-                                 next_run_at)
-VALUES (%(tenant)s, %(name)s, %(schedule)s, %(schedule_kind)s, %(timezone)s, %(handler)s,
-        %(payload)s, %(catch_up)s, %(backfill_limit)s, make_interval(secs => %(misfire_grace)s),
-        %(max_attempts)s, make_interval(secs => %(retry_backoff)s),
-        make_interval(secs => %(timeout)s), %(source)s, %(meta)s, %(anchor_at)s,
-        %(scheduled_for)s, %(scheduled_for)s)
-ON CONFLICT (tenant, name) DO UPDATE
-SET schedule = excluded.schedule, schedule_kind = excluded.schedule_kind,
-    timezone = excluded.timezone, handler = excluded.handler, payload = excluded.payload,
-    catch_up = excluded.catch_up, backfill_limit = excluded.backfill_limit,
-    misfire_grace = excluded.misfire_grace, max_attempts = excluded.max_attempts,
-    retry_backoff = excluded.retry_backoff, timeout = excluded.timeout, source = excluded.source,
-    meta = excluded.meta,
-    anchor_at = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
-                     THEN j.anchor_at ELSE excluded.anchor_at END,
-    scheduled_for = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
-                           OR j.status = 'running'
-                         THEN j.scheduled_for ELSE excluded.scheduled_for END,
-    next_run_at = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+-- The job is found by its name in job_names (schema version 5): updated if there, inserted if
+-- not. Two sessions creating one new name at once: the second's insert of the name waits for
+-- the first and fails with unique_violation (job_names_pkey), rolling its statement back; so
+-- does a job deleted between the lookup and the update (no row returned). The caller retries:
+-- the next try finds the name (Store.upsert_jobs).
+WITH found AS (
+    SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s
+), updated AS (
+    UPDATE scheduled_jobs j
+    SET schedule = %(schedule)s, schedule_kind = %(schedule_kind)s, timezone = %(timezone)s,
+        handler = %(handler)s, payload = %(payload)s, catch_up = %(catch_up)s,
+        backfill_limit = %(backfill_limit)s,
+        misfire_grace = make_interval(secs => %(misfire_grace)s),
+        max_attempts = %(max_attempts)s,
+        retry_backoff = make_interval(secs => %(retry_backoff)s),
+        timeout = make_interval(secs => %(timeout)s), source = %(source)s, meta = %(meta)s,
+        anchor_at = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
+                         THEN j.anchor_at ELSE %(anchor_at)s END,
+        scheduled_for = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
+                               OR j.status = 'running'
+                             THEN j.scheduled_for ELSE %(scheduled_for)s END,
+        next_run_at = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
+                             OR j.status = 'running'
+                           THEN j.next_run_at ELSE %(scheduled_for)s END,
+        attempt = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
                          OR j.status = 'running'
-                       THEN j.next_run_at ELSE excluded.next_run_at END,
-    attempt = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
-                     OR j.status = 'running'
-                   THEN j.attempt ELSE 0 END,
-    run_id = CASE WHEN (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
-                    OR j.status = 'running'
-                  THEN j.run_id END,
-    updated_at = now()
-RETURNING j.id, j.shard_id, (xmax = 0) AS created, pg_notify('pgpulse_wakeup', j.shard_id::text);
+                       THEN j.attempt ELSE 0 END,
+        run_id = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
+                        OR j.status = 'running'
+                      THEN j.run_id END,
+        updated_at = now()
+    FROM found
+    WHERE j.id = found.job_id
+    RETURNING j.id, j.shard_id, false AS created
+), inserted AS (
+    INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, timezone, handler, payload,
+                                catch_up, backfill_limit, misfire_grace, max_attempts,
+                                retry_backoff, timeout, source, meta, anchor_at, scheduled_for,
+                                next_run_at)
+    SELECT %(tenant)s::text, %(name)s::text, %(schedule)s::text, %(schedule_kind)s::text,
+           %(timezone)s::text, %(handler)s::text, %(payload)s::jsonb, %(catch_up)s::text,
+           %(backfill_limit)s::integer, make_interval(secs => %(misfire_grace)s),
+           %(max_attempts)s::integer, make_interval(secs => %(retry_backoff)s),
+           make_interval(secs => %(timeout)s), %(source)s::text, %(meta)s::jsonb,
+           %(anchor_at)s::timestamptz, %(scheduled_for)s::timestamptz,
+           %(scheduled_for)s::timestamptz
+    WHERE NOT EXISTS (SELECT 1 FROM found)
+    RETURNING id, shard_id, true AS created
+)
+SELECT w.id, w.shard_id, w.created, pg_notify('pgpulse_wakeup', w.shard_id::text)
+FROM (SELECT * FROM updated UNION ALL SELECT * FROM inserted) w;
 
 -- name: now
 SELECT now() AS db_now;
@@ -323,15 +342,15 @@ SELECT j.*, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s
 FROM scheduled_jobs j
-WHERE j.tenant = %(tenant)s AND j.name = %(name)s;
+WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
 
 -- name: list_jobs
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.status,
        j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.last_outcome, j.last_error,
        j.last_finished_at
-FROM scheduled_jobs j
-WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
-ORDER BY j.tenant, j.name;
+FROM job_names n JOIN scheduled_jobs j ON j.id = n.job_id
+WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
+ORDER BY n.tenant, n.name;
 
 -- name: set_paused
 -- Pause (from idle or failed) or resume (from paused or failed, holding %(scheduled_for)s, the
@@ -344,7 +363,8 @@ SET status = %(status)s,
     run_id = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.run_id END,
     last_error = CASE WHEN %(status)s = 'idle' THEN NULL ELSE j.last_error END,
     updated_at = now()
-WHERE j.tenant = %(tenant)s AND j.name = %(name)s AND j.status = ANY(%(from_status)s::text[])
+WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+  AND j.status = ANY(%(from_status)s::text[])
 RETURNING j.id, j.status, pg_notify('pgpulse_wakeup', j.shard_id::text);
 
 -- name: trigger_job
@@ -356,14 +376,18 @@ SET scheduled_for = CASE WHEN j.scheduled_for > now() THEN now() ELSE j.schedule
     run_id = CASE WHEN j.scheduled_for > now() THEN NULL ELSE j.run_id END,
     next_run_at = now(),
     updated_at = now()
-WHERE j.tenant = %(tenant)s AND j.name = %(name)s AND j.status = 'idle'
+WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+  AND j.status = 'idle'
 RETURNING j.id, j.scheduled_for, pg_notify('pgpulse_wakeup', j.shard_id::text);
 
 -- name: job_status
-SELECT status FROM scheduled_jobs WHERE tenant = %(tenant)s AND name = %(name)s;
+SELECT j.status FROM scheduled_jobs j
+WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
 
 -- name: delete_job
-DELETE FROM scheduled_jobs WHERE tenant = %(tenant)s AND name = %(name)s RETURNING id;
+DELETE FROM scheduled_jobs j
+WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+RETURNING j.id;
 
 -- name: list_runs
 -- Runs newest first, those running now included (job_runs_live).
@@ -372,7 +396,10 @@ SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id
        r.error, r.output, r.fencing_token
 FROM job_runs_live r JOIN scheduled_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
-  AND (%(name)s::text IS NULL OR j.name = %(name)s)
+  AND (%(name)s::text IS NULL
+       OR r.job_id IN (SELECT n.job_id FROM job_names n
+                       WHERE n.name = %(name)s
+                         AND (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)))
 ORDER BY r.id DESC
 LIMIT %(limit)s;
 

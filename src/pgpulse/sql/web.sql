@@ -39,7 +39,8 @@ ORDER BY id;
 -- name: jobs
 -- A page of jobs in (tenant, name) order after the keyset cursor, with how late the job is now
 -- (due_lag, seconds; NULL unless idle and due) and the lag and duration of its latest started
--- run. %(id)s selects one job (show); the other filters are optional.
+-- run. %(id)s selects one job (show); the other filters are optional. Pages are read in the
+-- order of job_names' primary key (the names' index since schema version 5).
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
@@ -49,7 +50,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
             THEN extract(epoch FROM now() - j.next_run_at)::float8 END AS due_lag,
        last.lag AS last_lag, last.duration AS last_duration
-FROM scheduled_jobs j
+FROM job_names n
+JOIN scheduled_jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
     SELECT extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
            extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration
@@ -58,13 +60,13 @@ LEFT JOIN LATERAL (
     ORDER BY r.id DESC
     LIMIT 1
 ) last ON true
-WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
-  AND (%(id)s::bigint IS NULL OR j.id = %(id)s)
+WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
+  AND (%(id)s::bigint IS NULL OR n.job_id = %(id)s)
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
-  AND (%(name_prefix)s::text IS NULL OR starts_with(j.name, %(name_prefix)s))
-  AND (%(after_tenant)s::text IS NULL OR (j.tenant, j.name) > (%(after_tenant)s, %(after_name)s))
-ORDER BY j.tenant, j.name
+  AND (%(name_prefix)s::text IS NULL OR starts_with(n.name, %(name_prefix)s))
+  AND (%(after_tenant)s::text IS NULL OR (n.tenant, n.name) > (%(after_tenant)s, %(after_name)s))
+ORDER BY n.tenant, n.name
 LIMIT %(limit)s;
 
 -- name: runs

@@ -1,0 +1,98 @@
+"""Job names (schema version 5): (tenant, name) is unique through job_names, which every way of
+creating a job keeps whole, and which the claim and the end of an attempt never write."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import add, spec
+from pgpulse.migrations import migrate
+from pgpulse.store import Store
+
+_INSERT = """
+    INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
+                                scheduled_for, next_run_at)
+    VALUES (%s, %s, '@hourly', 'cron', 'noop', now(), now(), now())
+    RETURNING id"""
+
+
+def _names(db: Any) -> list[tuple[str, str, int]]:
+    return [(r["tenant"], r["name"], r["job_id"])
+            for r in db.execute("SELECT * FROM job_names ORDER BY tenant, name").fetchall()]
+
+
+async def test_every_created_job_has_its_name_and_a_taken_name_changes_nothing(
+        store: Store, db: Any) -> None:
+    [a] = await add(store, spec("a"))
+    bulk = db.execute("""
+        INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
+                                    scheduled_for, next_run_at)
+        SELECT 't' || g, 'b', '@hourly', 'cron', 'noop', now(), now(), now()
+        FROM generate_series(1, 2) g
+        RETURNING id""").fetchall()
+    b1, b2 = sorted(r["id"] for r in bulk)
+    assert _names(db) == [("default", "a", a), ("t1", "b", b1), ("t2", "b", b2)]
+
+    with pytest.raises(psycopg.errors.UniqueViolation) as raised:
+        db.execute(_INSERT, ("default", "a"))
+    assert raised.value.diag.constraint_name == "job_names_pkey"
+    assert "(default, a)" in (raised.value.diag.message_detail or "")
+    assert db.execute("SELECT count(*) AS n FROM scheduled_jobs").fetchone()["n"] == 3
+
+    await store.delete_job("t1", "b")
+    assert _names(db) == [("default", "a", a), ("t2", "b", b2)]
+    db.execute("UPDATE scheduled_jobs SET name = 'renamed' WHERE id = %s", (b2,))
+    assert _names(db) == [("default", "a", a), ("t2", "renamed", b2)]
+    assert (await store.get_job("t2", "renamed"))["id"] == b2
+
+
+async def test_an_upsert_racing_the_creation_of_its_name_updates_that_job(
+        store: Store, dsn: str, db: Any) -> None:
+    """Another session creates the job between this upsert's lookup and its insert: the insert
+    of the name waits for the other session, fails, and the retry updates the other's job."""
+    async with await psycopg.AsyncConnection.connect(dsn) as other:
+        cur = await other.execute(_INSERT, ("default", "raced"))
+        row = await cur.fetchone()
+        assert row is not None
+        first_id = row[0]
+        upsert = asyncio.create_task(
+            store.upsert_jobs([spec("raced", "*/5 * * * *")], extra_handlers={"noop"}))
+        await asyncio.sleep(0.5)
+        assert not upsert.done()  # waiting for the other session's name
+        await other.commit()
+        assert await asyncio.wait_for(upsert, 10) == [(first_id, False)]
+    rows = db.execute("SELECT id, schedule FROM scheduled_jobs WHERE name = 'raced'").fetchall()
+    assert [(r["id"], r["schedule"]) for r in rows] == [(first_id, "*/5 * * * *")]
+
+
+async def test_a_firing_writes_no_name_index(db: Any) -> None:
+    """The job row is updated twice per firing and never HOT; each index on it is written both
+    times. Its indexes are the primary key and the claim's and the sweeper's partial indexes."""
+    rows = db.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'scheduled_jobs' "
+                      "ORDER BY indexname").fetchall()
+    assert [r["indexname"] for r in rows] == ["scheduled_jobs_due", "scheduled_jobs_leases",
+                                              "scheduled_jobs_pkey"]
+
+
+async def test_names_stored_before_version_5_move_to_job_names(empty_dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn)
+        await conn.execute("DELETE FROM pgpulse_migrations WHERE version = 5")  # as of version 4
+        await conn.execute("DROP TABLE job_names")
+        await conn.execute("DROP TRIGGER job_names_insert ON scheduled_jobs")
+        await conn.execute("DROP TRIGGER job_names_rename ON scheduled_jobs")
+        await conn.execute("DROP FUNCTION pgpulse_job_names_insert, pgpulse_job_names_rename")
+        await conn.execute("ALTER TABLE scheduled_jobs ADD UNIQUE (tenant, name)")
+        for tenant, name in (("t", "x"), ("u", "x"), ("t", "y")):
+            await conn.execute(_INSERT, (tenant, name))
+        assert await migrate(conn) == [5]
+        cur = await conn.execute("SELECT n.tenant, n.name, j.name = n.name AND j.tenant = "
+                                 "n.tenant FROM job_names n JOIN scheduled_jobs j "
+                                 "ON j.id = n.job_id ORDER BY 1, 2")
+        assert await cur.fetchall() == [("t", "x", True), ("t", "y", True), ("u", "x", True)]
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await conn.execute(_INSERT, ("u", "x"))
