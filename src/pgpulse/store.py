@@ -281,6 +281,8 @@ class Store:
             UnknownHandler, InvalidPayload: see :meth:`validate_handlers`; nothing is written.
             psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected: still racing
                 another session after :data:`UPSERT_TRIES` tries; nothing is written.
+            RuntimeError: a job was deleted between its lookup and its update at every try;
+                nothing is written.
         """
         await self.validate_handlers(specs, extra_handlers)
         names = [(spec.tenant, spec.name) for spec in specs]
