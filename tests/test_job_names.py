@@ -69,6 +69,25 @@ async def test_an_upsert_racing_the_creation_of_its_name_updates_that_job(
     assert [(r["id"], r["schedule"]) for r in rows] == [(first_id, "*/5 * * * *")]
 
 
+async def test_an_upsert_whose_job_is_deleted_under_it_creates_the_job_again(
+        store: Store, dsn: str, db: Any) -> None:
+    """Another session deletes the job after this upsert found its name: the update finds no
+    row, and the retry creates the job anew."""
+    [old_id] = await add(store, spec("gone"))
+    async with await psycopg.AsyncConnection.connect(dsn) as other:
+        await other.execute("DELETE FROM scheduled_jobs WHERE id = %s", (old_id,))
+        upsert = asyncio.create_task(
+            store.upsert_jobs([spec("gone", "*/5 * * * *")], extra_handlers={"noop"}))
+        await asyncio.sleep(0.5)
+        assert not upsert.done()  # its update waits for the deleted row's lock
+        await other.commit()
+        [(new_id, created)] = await asyncio.wait_for(upsert, 10)
+    assert created and new_id != old_id
+    rows = db.execute("SELECT id, schedule FROM scheduled_jobs WHERE name = 'gone'").fetchall()
+    assert [(r["id"], r["schedule"]) for r in rows] == [(new_id, "*/5 * * * *")]
+    assert _names(db) == [("default", "gone", new_id)]
+
+
 async def test_a_firing_writes_no_name_index(db: Any) -> None:
     """The job row is updated twice per firing and never HOT; each index on it is written both
     times. Its indexes are the primary key and the claim's and the sweeper's partial indexes."""
