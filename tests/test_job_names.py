@@ -20,6 +20,19 @@ _INSERT = """
     RETURNING id"""
 
 
+async def _until_waiting_on_a_lock(db: Any) -> None:
+    """Return once a session of this database waits on a row or transaction lock (the upsert
+    under test has reached the other session's uncommitted write), so the race is real."""
+    for _ in range(200):
+        row = db.execute("SELECT count(*) AS n FROM pg_stat_activity "
+                         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                         ).fetchone()
+        if row["n"]:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the upsert never waited for the other session")
+
+
 def _names(db: Any) -> list[tuple[str, str, int]]:
     return [(r["tenant"], r["name"], r["job_id"])
             for r in db.execute("SELECT * FROM job_names ORDER BY tenant, name").fetchall()]
@@ -61,8 +74,8 @@ async def test_an_upsert_racing_the_creation_of_its_name_updates_that_job(
         first_id = row[0]
         upsert = asyncio.create_task(
             store.upsert_jobs([spec("raced", "*/5 * * * *")], extra_handlers={"noop"}))
-        await asyncio.sleep(0.5)
-        assert not upsert.done()  # waiting for the other session's name
+        await _until_waiting_on_a_lock(db)  # its insert of the name waits for the other's
+        assert not upsert.done()
         await other.commit()
         assert await asyncio.wait_for(upsert, 10) == [(first_id, False)]
     rows = db.execute("SELECT id, schedule FROM scheduled_jobs WHERE name = 'raced'").fetchall()
@@ -78,8 +91,8 @@ async def test_an_upsert_whose_job_is_deleted_under_it_creates_the_job_again(
         await other.execute("DELETE FROM scheduled_jobs WHERE id = %s", (old_id,))
         upsert = asyncio.create_task(
             store.upsert_jobs([spec("gone", "*/5 * * * *")], extra_handlers={"noop"}))
-        await asyncio.sleep(0.5)
-        assert not upsert.done()  # its update waits for the deleted row's lock
+        await _until_waiting_on_a_lock(db)  # its update waits for the deleted row's lock
+        assert not upsert.done()
         await other.commit()
         [(new_id, created)] = await asyncio.wait_for(upsert, 10)
     assert created and new_id != old_id
