@@ -296,8 +296,8 @@ class Store:
             except _UpsertRaced as raced:
                 if attempt == UPSERT_TRIES:
                     raise (raced.__cause__ or RuntimeError(
-                        f"upsert_jobs: jobs were deleted while being updated, "
-                        f"{UPSERT_TRIES} times")) from None
+                        f"upsert_jobs: a job was deleted between its lookup and its update "
+                        f"at each of {UPSERT_TRIES} tries")) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _upsert_once(self, specs: Sequence[JobSpec],
