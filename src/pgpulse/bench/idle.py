@@ -8,8 +8,14 @@ Once the nodes split the shards, for ``window`` seconds (60 at scale 1):
 * node CPU (% of one core, mean per node) and RSS (MB, mean per node);
 * database CPU (% of one core) for this database's backends and WAL/checkpoint writers.
 
-Backends report their counters to ``pg_stat_database`` up to 1 s late (10 s when idle): the
-window opens 12 s after the nodes settle, so their start-up statements are not counted in it.
+The window opens once the nodes' start-up is over, so nothing of it is counted:
+
+* backends report their counters to ``pg_stat_database`` up to 1 s late (10 s when idle);
+* psycopg prepares a statement on its sixth execution (``prepare_threshold`` 5, psycopg's
+  default, which Pulse keeps) with a Parse message of its own, which the server counts as one
+  more transaction. The heartbeat's is sent ~10 s after a node starts, the claim's only after
+  six polls (~30 s at ``--poll 5``): one transaction per session, once, not a steady-state
+  cost.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ from pgpulse.bench.common import (
 from pgpulse.bench.nodes import NodeCluster
 
 DB_NAME = "pgpulse_bench_idle"
+
+#: psycopg's default ``prepare_threshold``: a statement is prepared on its next execution.
+PREPARE_THRESHOLD = 5
 
 
 def jobs_for(scale: float) -> int:
@@ -70,9 +79,10 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 4, slots: int = 50,
     with NodeCluster(dsn, nodes, slots=slots, poll=poll) as cluster:
         await asyncio.to_thread(cluster.wait_settled)
         # A backend reports its counts when it goes idle, or up to 10 s later if it reported
-        # less than a second before (PostgreSQL's PGSTAT_IDLE_INTERVAL): wait that out, or
-        # the start-up statements land in the window.
-        await asyncio.sleep(12.0)
+        # less than a second before (PostgreSQL's PGSTAT_IDLE_INTERVAL); and a claim session
+        # prepares its statement after PREPARE_THRESHOLD polls. Wait both out, or start-up
+        # transactions land in the window.
+        await asyncio.sleep(max(12.0, (PREPARE_THRESHOLD + 1) * poll + 2.0))
         with admin(dsn) as conn, DbCpu(dsn) as meter:
             before = q(conn, "db_activity")[0]
             cpu0, wall0 = cluster.cpu_seconds(), time.perf_counter()
