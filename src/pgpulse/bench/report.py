@@ -51,7 +51,10 @@ METHOD = """\
   nodes share this machine's clock); **claim lag** is the claim statement's `now()` minus
   `scheduled_for`.
 * The **raw ceiling** drives Pulse's own `finish_and_claim` statement (generated from
-  `queries.sql` at run time) with `pgbench -M prepared` and several clients, no Python.
+  `queries.sql` at run time) with `pgbench -M prepared` and several clients, no Python. Each
+  (batch, clients) cell runs briefly; the best one runs again for as long as the drain measures
+  each node count, and that sustained rate is the ceiling (a short run from a fresh copy sees no
+  checkpoint and few dead rows, and overstates it).
 * **Peers** run from their scripts in `benchmarks/peers/` (one docstring each says how the peer
   expresses the scenario and where it cannot), each on a fresh database of the same server,
   loaded and then `VACUUM ANALYZE`d as Pulse's jobs are.
