@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,3 +28,21 @@ async def add(store: Store, *specs: JobSpec, now: datetime | None = None) -> lis
 
 
 ALL_SHARDS = list(range(64))
+
+
+async def until_waiting_on_a_lock(db: Any, what: str = "the statement under test") -> None:
+    """Return once a session of ``db``'s database waits on a row or transaction lock (the
+    statement under test has reached another session's uncommitted write), so a race test's
+    interleaving is real, not assumed from a sleep.
+
+    Raises:
+        AssertionError: no session waited within 10 s (the message names ``what``).
+    """
+    for _ in range(200):
+        row = db.execute("SELECT count(*) AS n FROM pg_stat_activity "
+                         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                         ).fetchone()
+        if row["n"]:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} never waited for the other session")

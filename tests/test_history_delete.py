@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import ALL_SHARDS, add, spec, utc
+from helpers import ALL_SHARDS, add, spec, until_waiting_on_a_lock, utc
 from pgpulse.migrations import migrate
 from pgpulse.planner import Advance
 from pgpulse.store import Outcome, Store
@@ -60,13 +60,7 @@ async def test_a_delete_that_waits_for_a_history_write_deletes_that_row_too(
         await writer.execute("INSERT INTO job_runs (job_id, scheduled_for, outcome) "
                              "VALUES (%s, %s, 'succeeded')", (job_id, utc(2026, 1, 1, 0, 1)))
         delete = asyncio.create_task(store.delete_job("default", "busy"))
-        for _ in range(200):  # until the delete waits for the writer's row lock
-            if db.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = "
-                          "current_database() AND wait_event_type = 'Lock'").fetchone()["n"]:
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the delete never waited for the writer")
+        await until_waiting_on_a_lock(db, "the delete")  # waits for the writer's row lock
         assert not delete.done()
         await writer.commit()
         await asyncio.wait_for(delete, 10)

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import add, spec
+from helpers import add, spec, until_waiting_on_a_lock
 from pgpulse.migrations import migrate
 from pgpulse.store import Store
 
@@ -18,19 +18,6 @@ _INSERT = """
                                 scheduled_for, next_run_at)
     VALUES (%s, %s, '@hourly', 'cron', 'noop', now(), now(), now())
     RETURNING id"""
-
-
-async def _until_waiting_on_a_lock(db: Any) -> None:
-    """Return once a session of this database waits on a row or transaction lock (the upsert
-    under test has reached the other session's uncommitted write), so the race is real."""
-    for _ in range(200):
-        row = db.execute("SELECT count(*) AS n FROM pg_stat_activity "
-                         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                         ).fetchone()
-        if row["n"]:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the upsert never waited for the other session")
 
 
 def _names(db: Any) -> list[tuple[str, str, int]]:
@@ -74,7 +61,8 @@ async def test_an_upsert_racing_the_creation_of_its_name_updates_that_job(
         first_id = row[0]
         upsert = asyncio.create_task(
             store.upsert_jobs([spec("raced", "*/5 * * * *")], extra_handlers={"noop"}))
-        await _until_waiting_on_a_lock(db)  # its insert of the name waits for the other's
+        # its insert of the name waits for the other's
+        await until_waiting_on_a_lock(db, "the upsert")
         assert not upsert.done()
         await other.commit()
         assert await asyncio.wait_for(upsert, 10) == [(first_id, False)]
@@ -91,7 +79,8 @@ async def test_an_upsert_whose_job_is_deleted_under_it_creates_the_job_again(
         await other.execute("DELETE FROM scheduled_jobs WHERE id = %s", (old_id,))
         upsert = asyncio.create_task(
             store.upsert_jobs([spec("gone", "*/5 * * * *")], extra_handlers={"noop"}))
-        await _until_waiting_on_a_lock(db)  # its update waits for the deleted row's lock
+        # its update waits for the deleted row's lock
+        await until_waiting_on_a_lock(db, "the upsert")
         assert not upsert.done()
         await other.commit()
         [(new_id, created)] = await asyncio.wait_for(upsert, 10)
