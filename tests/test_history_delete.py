@@ -19,7 +19,8 @@ T0 = utc(2026, 1, 1)
 
 
 async def _fire(store: Store, count: int) -> None:
-    """Claim every due job and end each attempt ``succeeded``: one history row each."""
+    """Claim ``count`` due jobs (asserting that many were due) and end each attempt
+    ``succeeded``: one history row each."""
     now = utc(2026, 1, 1, 0, 1)
     claimed = await store.claim_due("node-a", ALL_SHARDS, count, lease=30, now=now)
     assert len(claimed) == count

@@ -179,6 +179,10 @@ async def run(server_dsn: str, scale: float, *, batches: tuple[int, ...] = (1, 5
                         f"clients: {burst['rate']:,.0f} firings/s over {seconds:g} s) run "
                         f"again for scenario 2's window, {sustained_s:g} s: "
                         f"{best['rate']:,.0f} firings/s")
+    if best["fired"] >= jobs:
+        result.notes.append(f"the sustained run drained all {jobs:,} jobs before its "
+                            f"{sustained_s:g} s were up: its rate is over the span until the "
+                            "last firing")
     result.notes.append("script generated from queries.sql at run time (docs/benchmarks.md "
                         "shows it); DB CPU counts every server process, not pgbench itself")
     result.data.update({"jobs": jobs, "seconds": seconds, "cells": cells, "best": best["rate"],

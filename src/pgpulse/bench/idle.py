@@ -11,11 +11,11 @@ Once the nodes split the shards, for ``window`` seconds (60 at scale 1):
 The window opens once the nodes' start-up is over, so nothing of it is counted:
 
 * backends report their counters to ``pg_stat_database`` up to 1 s late (10 s when idle);
-* psycopg prepares a statement on its sixth execution (``prepare_threshold`` 5, psycopg's
-  default, which Pulse keeps) with a Parse message of its own, which the server counts as one
-  more transaction. The heartbeat's is sent ~10 s after a node starts, the claim's only after
-  six polls (~30 s at ``--poll 5``): one transaction per session, once, not a steady-state
-  cost.
+* psycopg prepares a statement once it has run ``prepare_threshold`` times (Pulse keeps the
+  driver's default, 5: the Parse goes with the sixth execution), in a message of its own, which
+  the server counts as one more transaction. The heartbeat's is sent ~10 s after a node starts,
+  the claim's only after six polls (~30 s at ``--poll 5``): one transaction per session, once,
+  not a steady-state cost.
 """
 
 from __future__ import annotations
@@ -38,9 +38,6 @@ from pgpulse.bench.common import (
 from pgpulse.bench.nodes import NodeCluster
 
 DB_NAME = "pgpulse_bench_idle"
-
-#: psycopg's default ``prepare_threshold``: a statement is prepared on its next execution.
-PREPARE_THRESHOLD = 5
 
 
 def jobs_for(scale: float) -> int:
@@ -69,6 +66,7 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 4, slots: int = 50,
     dsn = await fresh_db(server_dsn, DB_NAME)
     with admin(dsn) as conn:
         far = db_now(conn) + timedelta(days=1)
+        prepared_after = conn.prepare_threshold or 0  # the driver's default, as nodes have it
     load_jobs(dsn, jobs, schedule="@every 1d", kind="interval", base=far, modulo=3600,
               step=1.0)
     register_handler(dsn)
@@ -80,9 +78,9 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 4, slots: int = 50,
         await asyncio.to_thread(cluster.wait_settled)
         # A backend reports its counts when it goes idle, or up to 10 s later if it reported
         # less than a second before (PostgreSQL's PGSTAT_IDLE_INTERVAL); and a claim session
-        # prepares its statement after PREPARE_THRESHOLD polls. Wait both out, or start-up
+        # prepares its statement at its (prepared_after + 1)th poll. Wait both out, or start-up
         # transactions land in the window.
-        await asyncio.sleep(max(12.0, (PREPARE_THRESHOLD + 1) * poll + 2.0))
+        await asyncio.sleep(max(12.0, (prepared_after + 1) * poll + 2.0))
         with admin(dsn) as conn, DbCpu(dsn) as meter:
             before = q(conn, "db_activity")[0]
             cpu0, wall0 = cluster.cpu_seconds(), time.perf_counter()
