@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
+
+from pgpulse.bench import floor
 from pgpulse.bench.ceiling import pgbench_script
-from pgpulse.bench.common import Result, load_jobs
+from pgpulse.bench.common import Result, drop_db, load_jobs
 from pgpulse.bench.peers import add_pulse_ratios
-from pgpulse.bench.report import render, targets
+from pgpulse.bench.report import floor_rows, render, targets
 from pgpulse.bench.sqltext import placeholders, split_final_select, to_positional
 from pgpulse.bench.steady import PERIOD, expected_runs
 from pgpulse.schedule import parse_schedule
@@ -81,6 +86,62 @@ def test_the_ceiling_target_is_judged_for_each_node_count_from_two_to_four() -> 
     assert [row for row in rows if "ceiling" in row[0]] == [
         ["throughput ≥ 70% of the raw ceiling, 2 nodes", "80%", "yes"],
         ["throughput ≥ 70% of the raw ceiling, 4 nodes", "60%", "**no**"]]
+
+
+def test_the_floor_says_which_targets_no_design_meets_on_this_machine() -> None:
+    """The floor's claim p99 against 2 ms, and its step rate against 3× the fastest peer, with
+    the cores its database work alone would take at that rate."""
+    results = {
+        "1": {"rows": [[500, 64, 1, 0.5, 0.9, 3.0, 1000], [500, 64, 100, 2.5, 4.8, 9.0, 1000],
+                       [50_000, 16, 100, 2.6, 5.1, 8.0, 1000]],
+              "data": {"floor": {"due": 500_000, "claims": {"1": {"p99": 0.7},
+                                                            "100": {"p99": 3.2}}}}},
+        "3": {"data": {"floor": {"rate": 25_000.0, "db_cpu_ms": 0.06}}},
+        "7": {"data": {"ratios": {
+            "Fast 1.0": {"peer_rate": 9_000.0, "pulse_rate": 12_000.0},
+            "Slow 2.0": {"peer_rate": 500.0, "pulse_rate": 12_000.0}}}},
+    }
+    assert floor_rows(results) == [
+        ["claim of 1: p99 < 2 ms", "0.9 ms (worst cell)", "0.7 ms (500,000 due)", "yes"],
+        ["claim of 100: p99 < 2 ms", "5.1 ms (worst cell)", "3.2 ms (500,000 due)", "**no**"],
+        ["≥ 3× the firings/s of Fast 1.0: 27,000/s", "12,000/s",
+         "25,000/s with no Python; its database alone would need 1.62 cores at 27,000/s",
+         "**no**"]]
+    assert floor_rows({}) == []
+
+
+def test_the_floor_claims_completes_fenced_and_records_each_firing_once(server_dsn: str) -> None:
+    """The floor is a correct step, or its rate would prove nothing: a claim takes due jobs
+    under a new token, a completion with a stale token changes nothing, a completion records
+    one history row with the claim's instant and token, and moves the job an hour on."""
+    name = f"pgpulse_floor_{uuid.uuid4().hex[:8]}"
+    dsn = floor.create(server_dsn, 100, 30, name=name)
+    step = re.sub(r"\(:(\w+)\)", r"%(\1)s", floor.FLOOR_SQL["step"])  # pgbench -> psycopg
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            first = conn.execute(step, {"ids": [], "tokens": [], "batch": 20}).fetchone()
+            assert first is not None and len(first[0]) == 20 and set(first[1]) == {1}
+            stale = conn.execute(step, {"ids": first[0], "tokens": [0] * 20, "batch": 50})
+            second = stale.fetchone()
+            assert second is not None and len(second[0]) == 10  # the rest of the 30 due
+            assert conn.execute("SELECT count(*) FROM floor_runs").fetchone() == (0,)
+            done = conn.execute(step, {"ids": first[0] + second[0],
+                                       "tokens": first[1] + second[1], "batch": 50}).fetchone()
+            assert done == ([], [])  # all 30 were running when the statement began
+            runs = conn.execute(
+                "SELECT r.job_id, r.fencing_token, r.scheduled_for + interval '1 hour' "
+                "= j.scheduled_for, r.started_at <= r.finished_at, j.status "
+                "FROM floor_runs r JOIN floor_jobs j ON j.id = r.job_id ORDER BY 1").fetchall()
+            assert [r[0] for r in runs] == sorted(first[0] + second[0])
+            assert {r[1:] for r in runs} == {(1, True, True, "idle")}
+            conn.execute("UPDATE floor_jobs SET next_run_at = now() - interval '1 minute' "
+                         "WHERE id <= 5")
+        claims = floor.claim_latency(dsn, (1, 5), samples=3)  # each claim is handed back
+        assert [(b, c["claimed"], c["claims"]) for b, c in claims.items()] == [(1, 1, 3),
+                                                                                (5, 5, 3)]
+        assert 0 < claims[1]["p50"] <= claims[1]["max"]
+    finally:
+        drop_db(server_dsn, name)
 
 
 def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: str,

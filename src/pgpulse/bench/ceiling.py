@@ -14,7 +14,8 @@ Python — one statement that
 claim session (``store.CLAIM_SESSION_SETTINGS``: generic plans, no JIT). Several clients run at once
 against a fresh copy of the scenario-2 backlog; firings/s counts succeeded history rows over the
 span from the first claim to the last completion (the database's clock). The ceiling is the
-best cell run again for as long as scenario 2 measures Pulse (see :func:`run`).
+best cell run again for as long as scenario 2 measures Pulse (see :func:`run`). The floor
+(:mod:`pgpulse.bench.floor`) then runs with the best cell's batch, clients and seconds.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pgpulse.bench import floor
 from pgpulse.bench.common import (
+    BENCH_SQL,
     DbCpu,
     Result,
     admin,
@@ -37,7 +40,6 @@ from pgpulse.bench.common import (
     drop_db,
     fresh_db,
     machine_busy_seconds,
-    q,
 )
 from pgpulse.bench.drain import CORES, jobs_for, window_for
 from pgpulse.bench.sqltext import split_final_select, substitute
@@ -92,14 +94,16 @@ def _one_line_comments(statement: str) -> str:
 
 
 def run_pgbench(dsn: str, script: Path, *, clients: int, seconds: float,
-                batch: int) -> dict[str, Any]:
-    """Run pgbench; return its ``tps`` and average ``latency_ms`` (per script execution).
+                variables: dict[str, Any]) -> dict[str, Any]:
+    """Run pgbench for ``seconds`` with ``clients`` clients, each starting with ``variables``
+    (``-D name=value``); return its ``tps`` and average ``latency_ms`` (per script execution).
 
     Raises:
         RuntimeError: pgbench failed (the message has its output).
     """
     cmd = ["pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, CORES)),
-           "-T", str(max(int(seconds), 1)), "-D", f"batch={batch}", "-D", "outcomes=[]",
+           "-T", str(max(int(seconds), 1)),
+           *(arg for name, value in variables.items() for arg in ("-D", f"{name}={value}")),
            "-f", str(script), dsn]
     # The settings of a node's claim session (generic plans, no JIT), as PGOPTIONS.
     options = " ".join(f"-c {name}={value}" for name, value in CLAIM_SESSION_SETTINGS.items())
@@ -115,21 +119,46 @@ def run_pgbench(dsn: str, script: Path, *, clients: int, seconds: float,
 
 async def _measure(server_dsn: str, template: str, script: Path, *, batch: int,
                    clients: int, seconds: float) -> dict[str, Any]:
-    """Run pgbench for ``seconds`` on a fresh copy of ``template``; return the cell's figures
-    (``rate`` in firings/s, ``db_cpu_ms`` per firing, ``busy_pct`` of all cores, ``fired``)."""
+    """Run Pulse's step with pgbench for ``seconds`` on a fresh copy of ``template``; return the
+    cell's figures (see :func:`_metered`)."""
     dsn = await fresh_db(server_dsn, DB_NAME, template=template)
+    cell = await _metered(dsn, script, clients=clients, seconds=seconds,
+                          variables={"batch": batch, "outcomes": "[]"},
+                          span=BENCH_SQL["fired_span"])
+    drop_db(server_dsn, DB_NAME)
+    return {"batch": batch, **cell}
+
+
+async def _measure_floor(server_dsn: str, jobs: int, script: Path, *, batch: int, clients: int,
+                         seconds: float) -> dict[str, Any]:
+    """Run the floor's step (:mod:`pgpulse.bench.floor`) with pgbench for ``seconds`` on
+    ``jobs`` due jobs; return its figures (see :func:`_metered`)."""
+    dsn = await asyncio.to_thread(floor.create, server_dsn, jobs, jobs)
+    cell = await _metered(dsn, script, clients=clients, seconds=seconds,
+                          variables={"batch": batch, "ids": "{}", "tokens": "{}"},
+                          span=floor.FLOOR_SQL["fired_span"])
+    drop_db(server_dsn, floor.DB_NAME)
+    return {"batch": batch, **cell}
+
+
+async def _metered(dsn: str, script: Path, *, clients: int, seconds: float,
+                   variables: dict[str, Any], span: str) -> dict[str, Any]:
+    """Run ``script`` with pgbench on ``dsn`` while metering the database's CPU; ``span`` reads
+    back how many fired (``fired``) between the first claim (``first_started``) and the last
+    completion (``last_finished``). Returns ``rate`` in firings/s over that span, ``db_cpu_ms``
+    per firing, ``busy_pct`` of all cores, ``fired`` and pgbench's own figures."""
     with DbCpu(dsn) as meter:
         busy0, wall0 = machine_busy_seconds(), time.perf_counter()
         bench = await asyncio.to_thread(run_pgbench, dsn, script, clients=clients,
-                                        seconds=seconds, batch=batch)
+                                        seconds=seconds, variables=variables)
         busy1, wall = machine_busy_seconds(), time.perf_counter() - wall0
     with admin(dsn) as conn:
-        span = q(conn, "fired_span")[0]
-    drop_db(server_dsn, DB_NAME)
-    fired = span["fired"]
-    secs = ((span["last_finished"] - span["first_started"]).total_seconds()
+        row = conn.execute(span).fetchone()
+    assert row is not None
+    fired = row["fired"]
+    secs = ((row["last_finished"] - row["first_started"]).total_seconds()
             if fired else float("nan"))
-    return {"batch": batch, "clients": clients, "seconds": seconds, "fired": fired,
+    return {"clients": clients, "seconds": seconds, "fired": fired,
             "rate": fired / secs if fired else 0.0,
             "db_cpu_ms": meter.seconds() / fired * 1000 if fired else float("nan"),
             "busy_pct": (busy1 - busy0) / wall / CORES * 100, **bench}
@@ -152,7 +181,7 @@ async def run(server_dsn: str, scale: float, *, batches: tuple[int, ...] = (1, 5
         clients: concurrent pgbench clients, one measurement each.
     """
     result = Result("3", "raw SQL ceiling: Pulse's finish_and_claim step via pgbench",
-                    ["batch", "clients", "seconds", "firings/s", "DB CPU ms/firing",
+                    ["SQL", "batch", "clients", "seconds", "firings/s", "DB CPU ms/firing",
                      "machine busy %", "script latency ms", "fired"])
     if shutil.which("pgbench") is None:
         result.notes.append("skipped: pgbench is not installed (Debian: postgresql-client)")
@@ -171,8 +200,12 @@ async def run(server_dsn: str, scale: float, *, batches: tuple[int, ...] = (1, 5
     burst = max(cells, key=lambda c: c["rate"])
     best = await _measure(server_dsn, template, script, batch=burst["batch"],
                           clients=burst["clients"], seconds=sustained_s)
-    for cell in [*cells, best]:
-        result.rows.append([cell["batch"], cell["clients"], cell["seconds"], cell["rate"],
+    floor_script = folder / "floor.sql"
+    floor_script.write_text(floor.pgbench_script())
+    least = await _measure_floor(server_dsn, jobs, floor_script, batch=burst["batch"],
+                                 clients=burst["clients"], seconds=seconds)
+    for label, cell in [*(("Pulse", c) for c in [*cells, best]), ("floor", least)]:
+        result.rows.append([label, cell["batch"], cell["clients"], cell["seconds"], cell["rate"],
                             cell["db_cpu_ms"], cell["busy_pct"], cell["latency_ms"],
                             cell["fired"]])
     result.notes.append(f"ceiling = the best cell (batch {burst['batch']}, {burst['clients']} "
@@ -185,8 +218,14 @@ async def run(server_dsn: str, scale: float, *, batches: tuple[int, ...] = (1, 5
                             "last firing")
     result.notes.append("script generated from queries.sql at run time (docs/benchmarks.md "
                         "shows it); DB CPU counts every server process, not pgbench itself")
+    result.notes.append(
+        f"floor = the least SQL any PostgreSQL scheduler runs per firing (bench/floor.sql: "
+        f"narrow rows, one B-tree on the history, no definitions, shards or retries), same "
+        f"batch, clients and seconds as the best cell: {least['rate']:,.0f} firings/s at "
+        f"{least['db_cpu_ms']:.3f} ms DB CPU per firing; Pulse's statement costs "
+        f"{burst['db_cpu_ms'] / least['db_cpu_ms']:.2f}× its DB CPU per firing")
     result.data.update({"jobs": jobs, "seconds": seconds, "cells": cells, "best": best["rate"],
-                        "best_cell": best, "burst_best": burst["rate"],
+                        "best_cell": best, "burst_best": burst["rate"], "floor": least,
                         "script": script.read_text()})
     shutil.rmtree(folder, ignore_errors=True)
     return result

@@ -11,11 +11,13 @@ PostgreSQL's switch to a generic plan after five executions happen here too):
 
 After each timed claim the claimed jobs are handed back unchanged (not timed), so the backlog
 keeps its size. It also records ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim at the largest
-backlog, with the custom plan and with the generic plan PostgreSQL may switch to.
+backlog, with the custom plan and with the generic plan PostgreSQL may switch to; and the
+floor's claims at that backlog (:mod:`pgpulse.bench.floor`: what no claim could beat here).
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 from datetime import timedelta
@@ -25,6 +27,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgpulse.app import connect
+from pgpulse.bench import floor
 from pgpulse.bench.common import (
     BENCH_SQL,
     Result,
@@ -157,9 +160,18 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
                         "cell")
     result.notes.append(f"EXPLAIN (ANALYZE, BUFFERS) of the claim of 100 at {due:,} due is in "
                         "the JSON (custom and generic plans) and in docs/benchmarks.md")
-    result.data.update({"stored": stored, "load_s": load_s, "plans": plans,
-                        "samples_ms": samples_raw,
-                        "due_levels": [max(int(lv * scale), 1) for lv in DUE_LEVELS]})
     drop_db(server_dsn, "pgpulse_bench_claim")
+    # The floor on the same server: the least claim any scheduler makes (bench/floor.sql).
+    floor_dsn = await asyncio.to_thread(floor.create, server_dsn, stored, due)
+    least = await asyncio.to_thread(floor.claim_latency, floor_dsn, BATCHES, samples)
+    drop_db(server_dsn, floor.DB_NAME)
+    result.notes.append(
+        f"floor (bench/floor.sql: one narrow table, one partial index, no shards, nothing "
+        f"returned but ids and tokens; {stored:,} stored, {due:,} due, a synchronous client): "
+        + ", ".join(f"claim of {batch} p50 {cell['p50']:.2f} / p99 {cell['p99']:.2f} ms"
+                    for batch, cell in least.items()))
+    result.data.update({"stored": stored, "load_s": load_s, "plans": plans,
+                        "samples_ms": samples_raw, "floor": {"due": due, "claims": least},
+                        "due_levels": [max(int(lv * scale), 1) for lv in DUE_LEVELS]})
     return result
 

@@ -55,6 +55,11 @@ METHOD = """\
   (batch, clients) cell runs briefly; the best one runs again for as long as the drain measures
   each node count, and that sustained rate is the ceiling (a short run from a fresh copy sees no
   checkpoint and few dead rows, and overstates it).
+* The **floor** (`src/pgpulse/bench/floor.sql`) is the least SQL any PostgreSQL scheduler runs:
+  a fenced claim, a fenced completion and a history row, on a narrow table with one partial
+  index and a history table with one B-tree. Scenario 3 drives its step with pgbench like the
+  ceiling's best cell (same batch, clients and seconds); scenario 1 times its claims at the
+  largest backlog. It says which targets no design could meet on this machine.
 * **Peers** run from their scripts in `benchmarks/peers/` (one docstring each says how the peer
   expresses the scenario and where it cannot), each on a fresh database of the same server,
   loaded and then `VACUUM ANALYZE`d as Pulse's jobs are.
@@ -136,6 +141,38 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
                 + ("none of its steady-state runs started" if peer_p99 == math.inf
                    else f"{_fmt(peer_p99)} ms") + ")",
                 ratio["pulse_p99"], ratio["pulse_p99"] < peer_p99, " ms")
+    return rows
+
+
+def floor_rows(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
+    """The targets that the floor (``bench/floor.sql``: the least SQL any scheduler runs per
+    firing, measured in the same run) puts out of this machine's reach, or not: ``[target,
+    Pulse, the floor, whether the floor itself meets it]``.
+
+    A throughput target asks for a rate; the floor's row gives the rate the floor reached with
+    no Python at all, and the cores its database work alone takes at the asked rate (DB CPU per
+    firing × rate). A latency target compares the floor's claim p99 at the largest backlog.
+    """
+    rows: list[list[Any]] = []
+    least = results.get("1", {}).get("data", {}).get("floor")
+    if least:
+        for batch, cell in sorted(least["claims"].items(), key=lambda kv: int(kv[0])):
+            pulse = max((r[4] for r in results["1"]["rows"] if r[2] == int(batch)),
+                        default=math.nan)
+            rows.append([f"claim of {batch}: p99 < 2 ms", f"{_fmt(pulse)} ms (worst cell)",
+                         f"{_fmt(cell['p99'])} ms ({least['due']:,} due)",
+                         "yes" if cell["p99"] < 2 else "**no**"])
+    step = results.get("3", {}).get("data", {}).get("floor")
+    ratios = results.get("7", {}).get("data", {}).get("ratios", {})
+    if step and ratios:
+        name, ratio = max(ratios.items(), key=lambda kv: kv[1]["peer_rate"])
+        asked = 3 * ratio["peer_rate"]
+        cores = asked * step["db_cpu_ms"] / 1000
+        rows.append([f"≥ 3× the firings/s of {name}: {_fmt(asked)}/s",
+                     f"{_fmt(ratio['pulse_rate'])}/s",
+                     f"{_fmt(step['rate'])}/s with no Python; its database alone would need "
+                     f"{cores:.2f} cores at {_fmt(asked)}/s",
+                     "yes" if step["rate"] >= asked else "**no**"])
     return rows
 
 
@@ -272,6 +309,15 @@ def render(payload: dict[str, Any], plots: dict[str, str]) -> str:
               "* server: " + ", ".join(f"{k} = {v}" for k, v in meta.get("server", {}).items()),
               "", "## The issue's targets", "",
               _table(["target", "measured", "met"], targets(results)), ""]
+    floors = floor_rows(results)
+    if floors:
+        lines += ["### What this machine allows: the floor", "",
+                  "The least SQL any PostgreSQL scheduler runs per firing (`bench/floor.sql`: one "
+                  "narrow table, one partial index, a history table with one B-tree; a fenced "
+                  "claim, a fenced completion and its history row; no definitions, shards, "
+                  "retries or sweeper index), measured on the same server in the same run. A "
+                  "target the floor misses is out of reach of any design on this machine.", "",
+                  _table(["target", "Pulse", "the floor", "floor meets it"], floors), ""]
     for key in sorted(results):
         lines += _scenario_section(results[key], plots)
         if key == "1":
