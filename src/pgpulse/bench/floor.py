@@ -38,7 +38,11 @@ DB_NAME = "pgpulse_bench_floor"
 
 def create(server_dsn: str, jobs: int, due: int, name: str = DB_NAME) -> str:
     """(Re)create database ``name`` holding the floor's tables with ``jobs`` jobs, the first
-    ``due`` of them due now, indexed and ``VACUUM ANALYZE``d; return its DSN."""
+    ``due`` of them due now, indexed and ``VACUUM ANALYZE``d; return its DSN.
+
+    Raises:
+        psycopg.Error: the server refused (no right to create databases, say).
+    """
     drop_db(server_dsn, name)
     with admin(server_dsn) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -66,6 +70,9 @@ def claim_latency(dsn: str, batches: Sequence[int], samples: int) -> dict[int, d
     Returns:
         ``{batch: {"p50": ms, "p99": ms, "max": ms, "claims": samples, "claimed": jobs in the
         last claim}}``.
+
+    Raises:
+        psycopg.Error: a claim failed (``dsn`` holds no floor tables: see :func:`create`).
     """
     out: dict[int, dict[str, Any]] = {}
     with psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as claimer, \
