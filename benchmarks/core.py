@@ -39,8 +39,12 @@ async def load(store: Store, n: int) -> None:
     past = await store.db_now() - timedelta(hours=2)
     batch = 2000
     for start in range(0, n, batch):
-        specs = [JobSpec.create(name=f"job-{i}", schedule="@every 1h", handler="noop",
-                                catch_up="coalesce") for i in range(start, min(n, start + batch))]
+        specs = [
+            JobSpec.create(
+                name=f"job-{i}", schedule="@every 1h", handler="noop", catch_up="coalesce"
+            )
+            for i in range(start, min(n, start + batch))
+        ]
         await store.upsert_jobs(specs, extra_handlers={"noop"}, now=past)
 
 
@@ -59,8 +63,10 @@ async def claim_latency(dsn: str, jobs: int) -> None:
                 samples.append((time.perf_counter() - t) * 1000)
                 if len(got) < limit:
                     break
-            print(f"claim batch {limit:>3} with {jobs} stored: p50 {pct(samples, 50):.2f} ms, "
-                  f"p99 {pct(samples, 99):.2f} ms ({len(samples)} claims)")
+            print(
+                f"claim batch {limit:>3} with {jobs} stored: p50 {pct(samples, 50):.2f} ms, "
+                f"p99 {pct(samples, 99):.2f} ms ({len(samples)} claims)"
+            )
 
 
 async def firing_rate(dsn: str, due: int, slots: int) -> None:
@@ -82,8 +88,10 @@ async def firing_rate(dsn: str, due: int, slots: int) -> None:
         elapsed = time.perf_counter() - t
         node.stop()
         await task
-        print(f"one node, {slots} slots, no-op handler: {due} firings in {elapsed:.1f} s = "
-              f"{due / elapsed:.0f} firings/s (claim + run + fenced completion + history)")
+        print(
+            f"one node, {slots} slots, no-op handler: {due} firings in {elapsed:.1f} s = "
+            f"{due / elapsed:.0f} firings/s (claim + run + fenced completion + history)"
+        )
 
 
 async def main() -> None:

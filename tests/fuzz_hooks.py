@@ -63,6 +63,8 @@ def no_write_on_4xx(ctx: Any, response: Any, case: Any) -> bool | None:
     if before is None or not 400 <= response.status_code < 500:
         return None
     if _fingerprint() != before:
-        raise AssertionError(f"{case.method} {case.formatted_path} answered "
-                             f"{response.status_code} but changed the database")
+        raise AssertionError(
+            f"{case.method} {case.formatted_path} answered "
+            f"{response.status_code} but changed the database"
+        )
     return True

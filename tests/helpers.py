@@ -22,8 +22,7 @@ def spec(name: str, schedule: str = "* * * * *", handler: str = "noop", **kw: An
 
 async def add(store: Store, *specs: JobSpec, now: datetime | None = None) -> list[int]:
     """Upsert ``specs`` (their handlers are accepted as the test's own) and return their ids."""
-    rows = await store.upsert_jobs(list(specs), extra_handlers={s.handler for s in specs},
-                                   now=now)
+    rows = await store.upsert_jobs(list(specs), extra_handlers={s.handler for s in specs}, now=now)
     return [job_id for job_id, _ in rows]
 
 
@@ -39,9 +38,10 @@ async def until_waiting_on_a_lock(db: Any, what: str = "the statement under test
         AssertionError: no session waited within 10 s (the message names ``what``).
     """
     for _ in range(200):
-        row = db.execute("SELECT count(*) AS n FROM pg_stat_activity "
-                         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                         ).fetchone()
+        row = db.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
         if row["n"]:
             return
         await asyncio.sleep(0.05)

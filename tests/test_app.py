@@ -38,10 +38,16 @@ async def test_declared_jobs_are_upserted_at_node_start_and_run(dsn: str, db: An
         node.cancel()
         with pytest.raises(asyncio.CancelledError):
             await node
-    job = db.execute("SELECT tenant, name, handler, schedule, source FROM scheduled_jobs"
-                     ).fetchone()
-    assert job == {"tenant": "relay", "name": "health", "handler": "health",
-                   "schedule": "@every 1s", "source": "code"}
+    job = db.execute(
+        "SELECT tenant, name, handler, schedule, source FROM scheduled_jobs"
+    ).fetchone()
+    assert job == {
+        "tenant": "relay",
+        "name": "health",
+        "handler": "health",
+        "schedule": "@every 1s",
+        "source": "code",
+    }
     assert {ctx.tenant for ctx in seen} == {"relay"}
     handlers = db.execute("SELECT handlers FROM pgpulse_nodes").fetchone()["handlers"]
     assert "health" in handlers and "http" in handlers

@@ -46,13 +46,27 @@ def test_split_final_select_keeps_the_ctes() -> None:
 
 
 def test_report_states_each_target_with_its_measure() -> None:
-    payload = {"meta": {"scale": 0.1}, "results": [
-        {"scenario": "4", "title": "steady", "headers": ["lag p99 ms"], "rows": [[12.0]],
-         "notes": [], "data": {"lag": {"p99": 12.0}}},
-        {"scenario": "6", "title": "idle", "headers": ["statements/s per node"],
-         "rows": [[1.8]], "notes": [],
-         "data": {"budget": 0.7, "statements_per_node_s": 1.8, "node_cpu_pct": 0.3}},
-    ]}
+    payload = {
+        "meta": {"scale": 0.1},
+        "results": [
+            {
+                "scenario": "4",
+                "title": "steady",
+                "headers": ["lag p99 ms"],
+                "rows": [[12.0]],
+                "notes": [],
+                "data": {"lag": {"p99": 12.0}},
+            },
+            {
+                "scenario": "6",
+                "title": "idle",
+                "headers": ["statements/s per node"],
+                "rows": [[1.8]],
+                "notes": [],
+                "data": {"budget": 0.7, "statements_per_node_s": 1.8, "node_cpu_pct": 0.3},
+            },
+        ],
+    }
     rows = targets({r["scenario"]: r for r in payload["results"]})
     assert ["steady-state lag p99 < 50 ms", "12 ms", "yes"] in rows
     assert any(row[0].startswith("idle: ≤ 0.70") and row[2] == "**no**" for row in rows)
@@ -63,50 +77,74 @@ def test_report_states_each_target_with_its_measure() -> None:
 def test_a_peer_that_started_none_of_its_steady_runs_has_the_higher_lag() -> None:
     """A peer that fired nothing in the steady-state window has no p99 to print, and an
     unbounded lag: Pulse's is lower (it used to be judged against NaN: not met)."""
-    steady = {"peer": "Slow 1.0", "mode": "steady", "runs": 0, "missed": 300,
-              "lag": {"n": 0, "p99": math.nan}}
+    steady = {
+        "peer": "Slow 1.0",
+        "mode": "steady",
+        "runs": 0,
+        "missed": 300,
+        "lag": {"n": 0, "p99": math.nan},
+    }
     drain = {"peer": "Slow 1.0", "mode": "drain", "rate": 100.0}
-    peers = Result("7", "peers", [], notes=["Pulse vs Slow 1.0: stale"],
-                   data={"runs": [drain, steady]})
+    peers = Result(
+        "7", "peers", [], notes=["Pulse vs Slow 1.0: stale"], data={"runs": [drain, steady]}
+    )
     pulse_drain = Result("2", "drain", [], data={"runs": [{"rate": 600.0}]})
     pulse_steady = Result("4", "steady", [], data={"lag": {"p99": 25.0}})
     add_pulse_ratios(peers, pulse_drain, pulse_steady)
     rows = targets({"7": {"data": peers.data}})
-    assert ["lower lag p99 than Slow 1.0 (none of its steady-state runs started)", "25 ms",
-            "yes"] in rows
+    assert [
+        "lower lag p99 than Slow 1.0 (none of its steady-state runs started)",
+        "25 ms",
+        "yes",
+    ] in rows
     assert ["≥ 3× the firings/s of Slow 1.0", "6×", "yes"] in rows
-    assert peers.notes == ["Pulse vs Slow 1.0: 6.0× the firings/s (600 vs 100); lag p99 25.0 ms "
-                           "vs none started"]
+    assert peers.notes == [
+        "Pulse vs Slow 1.0: 6.0× the firings/s (600 vs 100); lag p99 25.0 ms vs none started"
+    ]
 
 
 def test_the_ceiling_target_is_judged_for_each_node_count_from_two_to_four() -> None:
-    """"With 2-4 nodes" is each of them: a good 2-node figure does not hide a poor 4-node one."""
+    """ "With 2-4 nodes" is each of them: a good 2-node figure does not hide a poor 4-node one."""
     runs = [{"nodes": n, "ceiling_share": share} for n, share in ((1, 0.4), (2, 0.8), (4, 0.6))]
     rows = targets({"2": {"data": {"runs": runs}}, "3": {"data": {"best": 1000.0}}})
     assert [row for row in rows if "ceiling" in row[0]] == [
         ["throughput ≥ 70% of the raw ceiling, 2 nodes", "80%", "yes"],
-        ["throughput ≥ 70% of the raw ceiling, 4 nodes", "60%", "**no**"]]
+        ["throughput ≥ 70% of the raw ceiling, 4 nodes", "60%", "**no**"],
+    ]
 
 
 def test_the_floor_says_which_targets_no_design_meets_on_this_machine() -> None:
     """The floor's claim p99 against 2 ms, and its step rate against 3× the fastest peer, with
     the cores its database work alone would take at that rate."""
     results = {
-        "1": {"rows": [[500, 64, 1, 0.5, 0.9, 3.0, 1000], [500, 64, 100, 2.5, 4.8, 9.0, 1000],
-                       [50_000, 16, 100, 2.6, 5.1, 8.0, 1000]],
-              "data": {"floor": {"due": 500_000, "claims": {"1": {"p99": 0.7},
-                                                            "100": {"p99": 3.2}}}}},
+        "1": {
+            "rows": [
+                [500, 64, 1, 0.5, 0.9, 3.0, 1000],
+                [500, 64, 100, 2.5, 4.8, 9.0, 1000],
+                [50_000, 16, 100, 2.6, 5.1, 8.0, 1000],
+            ],
+            "data": {"floor": {"due": 500_000, "claims": {"1": {"p99": 0.7}, "100": {"p99": 3.2}}}},
+        },
         "3": {"data": {"floor": {"rate": 25_000.0, "db_cpu_ms": 0.06}}},
-        "7": {"data": {"ratios": {
-            "Fast 1.0": {"peer_rate": 9_000.0, "pulse_rate": 12_000.0},
-            "Slow 2.0": {"peer_rate": 500.0, "pulse_rate": 12_000.0}}}},
+        "7": {
+            "data": {
+                "ratios": {
+                    "Fast 1.0": {"peer_rate": 9_000.0, "pulse_rate": 12_000.0},
+                    "Slow 2.0": {"peer_rate": 500.0, "pulse_rate": 12_000.0},
+                }
+            }
+        },
     }
     assert floor_rows(results) == [
         ["claim of 1: p99 < 2 ms", "0.9 ms (worst cell)", "0.7 ms (500,000 due)", "yes"],
         ["claim of 100: p99 < 2 ms", "5.1 ms (worst cell)", "3.2 ms (500,000 due)", "**no**"],
-        ["≥ 3× the firings/s of Fast 1.0: 27,000/s", "12,000/s",
-         "25,000/s with no Python; its database alone would need 1.62 cores at 27,000/s",
-         "**no**"]]
+        [
+            "≥ 3× the firings/s of Fast 1.0: 27,000/s",
+            "12,000/s",
+            "25,000/s with no Python; its database alone would need 1.62 cores at 27,000/s",
+            "**no**",
+        ],
+    ]
     assert floor_rows({}) == []
 
 
@@ -125,35 +163,46 @@ def test_the_floor_claims_completes_fenced_and_records_each_firing_once(server_d
             second = stale.fetchone()
             assert second is not None and len(second[0]) == 10  # the rest of the 30 due
             assert conn.execute("SELECT count(*) FROM floor_runs").fetchone() == (0,)
-            done = conn.execute(step, {"ids": first[0] + second[0],
-                                       "tokens": first[1] + second[1], "batch": 50}).fetchone()
+            done = conn.execute(
+                step, {"ids": first[0] + second[0], "tokens": first[1] + second[1], "batch": 50}
+            ).fetchone()
             assert done == ([], [])  # all 30 were running when the statement began
             runs = conn.execute(
                 "SELECT r.job_id, r.fencing_token, r.scheduled_for + interval '1 hour' "
                 "= j.scheduled_for, r.started_at <= r.finished_at, j.status "
-                "FROM floor_runs r JOIN floor_jobs j ON j.id = r.job_id ORDER BY 1").fetchall()
+                "FROM floor_runs r JOIN floor_jobs j ON j.id = r.job_id ORDER BY 1"
+            ).fetchall()
             assert [r[0] for r in runs] == sorted(first[0] + second[0])
             assert {r[1:] for r in runs} == {(1, True, True, "idle")}
-            conn.execute("UPDATE floor_jobs SET next_run_at = now() - interval '1 minute' "
-                         "WHERE id <= 5")
+            conn.execute(
+                "UPDATE floor_jobs SET next_run_at = now() - interval '1 minute' WHERE id <= 5"
+            )
         claims = floor.claim_latency(dsn, (1, 5), samples=3)  # each claim is handed back
-        assert [(b, c["claimed"], c["claims"]) for b, c in claims.items()] == [(1, 1, 3),
-                                                                                (5, 5, 3)]
+        assert [(b, c["claimed"], c["claims"]) for b, c in claims.items()] == [(1, 1, 3), (5, 5, 3)]
         assert 0 < claims[1]["p50"] <= claims[1]["max"]
     finally:
         drop_db(server_dsn, name)
 
 
-def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: str,
-                                                                          db: Any) -> None:
+def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: str, db: Any) -> None:
     """Scenario 4's load: distinct sub-second anchors, occurrences on them, counted exactly."""
     jobs, duration = 2_000, 30.0
     base = datetime(2026, 1, 1, 12, tzinfo=UTC)
     step = PERIOD / jobs
-    load_jobs(dsn, jobs, schedule="@every 60s", kind="interval", base=base, modulo=jobs,
-              step=step, catch_up="skip", misfire_grace=60.0)
-    rows = db.execute("SELECT anchor_at, scheduled_for, next_run_at FROM scheduled_jobs "
-                      "ORDER BY anchor_at").fetchall()
+    load_jobs(
+        dsn,
+        jobs,
+        schedule="@every 60s",
+        kind="interval",
+        base=base,
+        modulo=jobs,
+        step=step,
+        catch_up="skip",
+        misfire_grace=60.0,
+    )
+    rows = db.execute(
+        "SELECT anchor_at, scheduled_for, next_run_at FROM scheduled_jobs ORDER BY anchor_at"
+    ).fetchall()
     anchors = [r["anchor_at"] for r in rows]
     assert all(r["scheduled_for"] == r["next_run_at"] == r["anchor_at"] for r in rows)
     assert len(set(anchors)) == jobs  # no two jobs fall due at the same instant
@@ -164,6 +213,8 @@ def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: st
     every = parse_schedule("@every 60s")
     assert all(every.next_after(a, anchor=a) == a + timedelta(minutes=1) for a in anchors)
     end = base + timedelta(seconds=duration)
-    due = sum(len(every.occurrences_between(a - timedelta(microseconds=1), end, anchor=a,
-                                            limit=10)) for a in anchors)
+    due = sum(
+        len(every.occurrences_between(a - timedelta(microseconds=1), end, anchor=a, limit=10))
+        for a in anchors
+    )
     assert expected_runs(jobs, duration, step) == due == 2_000 // 2 + 1

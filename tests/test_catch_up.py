@@ -24,11 +24,13 @@ MISSED = [utc(2026, 1, 1, 0, 1) + timedelta(minutes=i) for i in range(112)]
 
 async def drain(store: Store, now: Any, seen: list[RunContext]) -> None:
     """Play a node at the fixed instant ``now`` until nothing is due."""
+
     async def noop(ctx: RunContext) -> None:
         seen.append(ctx)
 
-    dispatcher = Dispatcher(OutcomeRecorder(store), {"noop": noop}, "node-a", {},
-                            clock=lambda job: job.db_now)
+    dispatcher = Dispatcher(
+        OutcomeRecorder(store), {"noop": noop}, "node-a", {}, clock=lambda job: job.db_now
+    )
     for _ in range(1000):
         batch = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
         if not batch:
@@ -68,10 +70,13 @@ async def test_backfill_limit_keeps_the_newest_and_records_the_rest(store: Store
     assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone()["n"] == 112
 
 
-@pytest.mark.parametrize(("grace", "late_runs"), [
-    pytest.param(0, [], id="no_grace_no_late_run"),
-    pytest.param(60, MISSED[-1:], id="grace_60s_runs_the_one_30s_late"),
-])
+@pytest.mark.parametrize(
+    ("grace", "late_runs"),
+    [
+        pytest.param(0, [], id="no_grace_no_late_run"),
+        pytest.param(60, MISSED[-1:], id="grace_60s_runs_the_one_30s_late"),
+    ],
+)
 async def test_skip_records_skips_and_runs_nothing_beyond_grace(
     store: Store, db: Any, grace: float, late_runs: list[Any]
 ) -> None:
@@ -99,8 +104,9 @@ async def test_coalesce_runs_once_as_the_newest(store: Store, db: Any) -> None:
 
 async def test_interval_keeps_its_anchor_after_downtime(store: Store, db: Any) -> None:
     anchor = utc(2026, 1, 1, 0, 0, 50)
-    await add(store, spec("tick", schedule="@every 60s", catch_up="skip", misfire_grace=0),
-              now=anchor)
+    await add(
+        store, spec("tick", schedule="@every 60s", catch_up="skip", misfire_grace=0), now=anchor
+    )
     seen: list[RunContext] = []
     await drain(store, anchor + timedelta(hours=2, seconds=5), seen)
     assert seen == []
@@ -121,8 +127,7 @@ def sub(k: int) -> Any:
 
 
 async def test_interval_keeps_a_sub_second_anchor_after_downtime(store: Store, db: Any) -> None:
-    await add(store, spec("tick", schedule="@every 60s", catch_up="skip", misfire_grace=0),
-              now=SUB)
+    await add(store, spec("tick", schedule="@every 60s", catch_up="skip", misfire_grace=0), now=SUB)
     job = db.execute("SELECT anchor_at, scheduled_for, next_run_at FROM scheduled_jobs").fetchone()
     assert job == {"anchor_at": SUB, "scheduled_for": sub(1), "next_run_at": sub(1)}
     seen: list[RunContext] = []
@@ -133,8 +138,9 @@ async def test_interval_keeps_a_sub_second_anchor_after_downtime(store: Store, d
     assert sorted(outcomes(db)["skipped"]) == [sub(k) for k in range(1, 121)]
 
 
-async def test_backfill_on_a_sub_second_grid_is_due_to_the_microsecond(store: Store,
-                                                                       db: Any) -> None:
+async def test_backfill_on_a_sub_second_grid_is_due_to_the_microsecond(
+    store: Store, db: Any
+) -> None:
     await add(store, spec("rollup", schedule="@every 60s", catch_up="backfill"), now=SUB)
     seen: list[RunContext] = []
     await drain(store, sub(10) - timedelta(microseconds=1), seen)  # sub(10) is not yet due
@@ -146,33 +152,47 @@ async def test_backfill_on_a_sub_second_grid_is_due_to_the_microsecond(store: St
     assert job["scheduled_for"] == sub(11)
 
 
-async def test_backfill_limit_and_coalesce_keep_a_sub_second_anchor(store: Store,
-                                                                    db: Any) -> None:
-    await add(store, spec("limited", schedule="@every 60s", catch_up="backfill",
-                          backfill_limit=3),
-              spec("report", schedule="@every 60s", catch_up="coalesce"), now=SUB)
+async def test_backfill_limit_and_coalesce_keep_a_sub_second_anchor(store: Store, db: Any) -> None:
+    await add(
+        store,
+        spec("limited", schedule="@every 60s", catch_up="backfill", backfill_limit=3),
+        spec("report", schedule="@every 60s", catch_up="coalesce"),
+        now=SUB,
+    )
     seen: list[RunContext] = []
     await drain(store, sub(112) + timedelta(seconds=30), seen)
-    ran = {name: [c.scheduled_for for c in seen if c.job_name == name]
-           for name in ("limited", "report")}
+    ran = {
+        name: [c.scheduled_for for c in seen if c.job_name == name]
+        for name in ("limited", "report")
+    }
     assert ran == {"limited": [sub(110), sub(111), sub(112)], "report": [sub(112)]}
-    rows = db.execute("SELECT j.name, r.scheduled_for FROM job_runs r JOIN scheduled_jobs j "
-                      "ON j.id = r.job_id WHERE r.outcome = 'skipped' ORDER BY 1, 2").fetchall()
-    skipped = {name: [r["scheduled_for"] for r in rows if r["name"] == name]
-               for name in ("limited", "report")}
-    assert skipped == {"limited": [sub(k) for k in range(1, 110)],
-                       "report": [sub(k) for k in range(1, 112)]}
+    rows = db.execute(
+        "SELECT j.name, r.scheduled_for FROM job_runs r JOIN scheduled_jobs j "
+        "ON j.id = r.job_id WHERE r.outcome = 'skipped' ORDER BY 1, 2"
+    ).fetchall()
+    skipped = {
+        name: [r["scheduled_for"] for r in rows if r["name"] == name]
+        for name in ("limited", "report")
+    }
+    assert skipped == {
+        "limited": [sub(k) for k in range(1, 110)],
+        "report": [sub(k) for k in range(1, 112)],
+    }
     held = db.execute("SELECT scheduled_for FROM scheduled_jobs ORDER BY name").fetchall()
     assert [r["scheduled_for"] for r in held] == [sub(113), sub(113)]
 
 
-@pytest.mark.parametrize(("resumed_at", "expected"), [
-    pytest.param(sub(5) + timedelta(milliseconds=200), sub(6), id="between_two_occurrences"),
-    pytest.param(sub(5), sub(6), id="on_an_occurrence_is_strictly_later"),
-    pytest.param(sub(5) - timedelta(microseconds=1), sub(5), id="one_microsecond_before"),
-])
-async def test_resume_continues_on_the_sub_second_grid(store: Store, db: Any, resumed_at: Any,
-                                                       expected: Any) -> None:
+@pytest.mark.parametrize(
+    ("resumed_at", "expected"),
+    [
+        pytest.param(sub(5) + timedelta(milliseconds=200), sub(6), id="between_two_occurrences"),
+        pytest.param(sub(5), sub(6), id="on_an_occurrence_is_strictly_later"),
+        pytest.param(sub(5) - timedelta(microseconds=1), sub(5), id="one_microsecond_before"),
+    ],
+)
+async def test_resume_continues_on_the_sub_second_grid(
+    store: Store, db: Any, resumed_at: Any, expected: Any
+) -> None:
     await add(store, spec("tick", schedule="@every 60s"), now=SUB)
     await store.pause_job("default", "tick")
     await store.resume_job("default", "tick", now=resumed_at)

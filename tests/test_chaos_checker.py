@@ -41,37 +41,88 @@ class Recorder:
         self.runs: dict[tuple[int, datetime], Run] = {}
         self.token = 0
 
-    def event(self, job: int, sf: float, outcome: str, token: int | None, node: str | None,
-              when: float, attempts: int = 1) -> None:
-        self.events.append(RunEvent(len(self.events) + 1, job, at(sf), outcome, attempts,
-                                    token, node, at(when)))
+    def event(
+        self,
+        job: int,
+        sf: float,
+        outcome: str,
+        token: int | None,
+        node: str | None,
+        when: float,
+        attempts: int = 1,
+    ) -> None:
+        self.events.append(
+            RunEvent(len(self.events) + 1, job, at(sf), outcome, attempts, token, node, at(when))
+        )
         self.runs[(job, at(sf))] = Run(job, at(sf), outcome, attempts, token)
 
-    def run(self, sf: float, *, node: str = "n1", start: float | None = None,
-            duration: float = 0.1, result: str | None = "applied", recorded: bool = True,
-            lease_ok_at_end: bool = True, job: int = 1, attempt: int = 1) -> int:
+    def run(
+        self,
+        sf: float,
+        *,
+        node: str = "n1",
+        start: float | None = None,
+        duration: float = 0.1,
+        result: str | None = "applied",
+        recorded: bool = True,
+        lease_ok_at_end: bool = True,
+        job: int = 1,
+        attempt: int = 1,
+    ) -> int:
         """One execution of occurrence ``sf`` (claimed at ``start``); returns its token."""
         self.token += 1
         begin = sf if start is None else start
         self.event(job, sf, "running", self.token, node, begin, attempt)
         end = begin + duration if result is not None else None
-        self.executions.append(Execution(
-            len(self.executions) + 1, job, at(sf), attempt, self.token, node, "quick",
-            at(begin + 0.001), None if end is None else at(end), result, True,
-            None if result is None else lease_ok_at_end))
+        self.executions.append(
+            Execution(
+                len(self.executions) + 1,
+                job,
+                at(sf),
+                attempt,
+                self.token,
+                node,
+                "quick",
+                at(begin + 0.001),
+                None if end is None else at(end),
+                result,
+                True,
+                None if result is None else lease_ok_at_end,
+            )
+        )
         if recorded and end is not None:
-            self.event(job, sf, "succeeded" if result == "applied" else "retrying",
-                       self.token, node, end + 0.002, attempt)
+            self.event(
+                job,
+                sf,
+                "succeeded" if result == "applied" else "retrying",
+                self.token,
+                node,
+                end + 0.002,
+                attempt,
+            )
         return self.token
 
-    def history(self, *, faults: tuple[Fault, ...] = (), settle: float = 5.5,
-                jobs: tuple[Job, ...] | None = None, checked: float = 20.0,
-                **extra: Any) -> History:
+    def history(
+        self,
+        *,
+        faults: tuple[Fault, ...] = (),
+        settle: float = 5.5,
+        jobs: tuple[Job, ...] | None = None,
+        checked: float = 20.0,
+        **extra: Any,
+    ) -> History:
         return History(
-            executions=tuple(self.executions), run_events=tuple(self.events),
+            executions=tuple(self.executions),
+            run_events=tuple(self.events),
             runs=tuple(self.runs.values()),
-            jobs=jobs if jobs is not None else (JOB,), faults=faults, settle_at=at(settle),
-            checked_at=at(checked), lease=4.0, heartbeat=0.5, **extra)
+            jobs=jobs if jobs is not None else (JOB,),
+            faults=faults,
+            settle_at=at(settle),
+            checked_at=at(checked),
+            lease=4.0,
+            heartbeat=0.5,
+            **extra,
+        )
 
 
 JOB = Job(1, "tick", "@every 1s", "UTC", "chaos.quick", "backfill", T0, "idle")
@@ -91,8 +142,18 @@ def failed(verdict: Verdict) -> set[str]:
 def test_a_clean_history_passes_with_every_figure_zero() -> None:
     verdict = check(clean().history())
     assert verdict.ok and failed(verdict) == set()
-    for name in ("duplicates", "overlaps", "double claims", "lost", "unrecorded", "stuck",
-                 "node crashes", "fenced", "re-executed", "stale effects"):
+    for name in (
+        "duplicates",
+        "overlaps",
+        "double claims",
+        "lost",
+        "unrecorded",
+        "stuck",
+        "node crashes",
+        "fenced",
+        "re-executed",
+        "stale effects",
+    ):
         assert verdict.figure(name).value == "0", name
     assert "n=5" in verdict.figure("lag steady").value
     assert "executions" in verdict.table()
@@ -266,7 +327,8 @@ def test_occurrences_the_job_has_not_reached_yet_are_queued_not_lost() -> None:
 
 
 async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caught(
-        store: Any, db: Any) -> None:
+    store: Any, db: Any
+) -> None:
     """Since schema version 4 a claim writes no job_runs row: the harness logs claims and their
     ends from scheduled_jobs. Real engine writes give 'running' per claim and 'ended' per end
     (release, finish), the checker finds nothing in them, and a second claim made while one is
@@ -283,8 +345,9 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
     await add(store, spec("billing"), now=utc(2026, 1, 1))
     later = utc(2026, 1, 1, 0, 5)
     [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=later)
-    assert await store.release_runs([(first.id, first.fencing_token)], reason="stop",
-                                    now=later) == 1
+    assert (
+        await store.release_runs([(first.id, first.fencing_token)], reason="stop", now=later) == 1
+    )
     [second] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=later)
     done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 6), ()))
     assert await store.finish_runs([done], now=later) == {second.id}
@@ -293,8 +356,11 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
         return [RunEvent.from_row(row) for row in db.execute(Q["read_run_log"]).fetchall()]
 
     assert [(e.outcome, e.token, e.node_id) for e in events()] == [
-        ("running", 1, "node-a"), ("ended", 1, "node-a"), ("running", 2, "node-b"),
-        *sorted([("ended", 2, "node-b"), ("succeeded", 2, "node-b")])]
+        ("running", 1, "node-a"),
+        ("ended", 1, "node-a"),
+        ("running", 2, "node-b"),
+        *sorted([("ended", 2, "node-b"), ("succeeded", 2, "node-b")]),
+    ]
     assert double_claims(events()) == []
     [third] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=utc(2026, 1, 1, 0, 6))
     db.execute("UPDATE scheduled_jobs SET fencing_token = fencing_token + 1, locked_by = 'rogue'")

@@ -21,8 +21,7 @@ from test_engine import node, running, wait_until
 REFUSED = "postgresql://postgres@127.0.0.1:1/pulse?connect_timeout=2"
 
 
-async def test_a_node_outlives_a_database_that_refuses_its_dedicated_sessions(
-        store: Store) -> None:
+async def test_a_node_outlives_a_database_that_refuses_its_dedicated_sessions(store: Store) -> None:
     """Invariant 5 / cluster behaviour: a database outage must not kill the node process."""
     n = node(store, REFUSED, {})  # the pool works; LISTEN and the leader session cannot connect
     task = asyncio.create_task(n.run())
@@ -35,11 +34,27 @@ async def test_a_node_outlives_a_database_that_refuses_its_dedicated_sessions(
 
 def _claimed(job_id: int, token: int) -> ClaimedJob:
     now = datetime.now(UTC)
-    return ClaimedJob(id=job_id, tenant="default", name="again", schedule="@every 1s",
-                      timezone="UTC", handler="noop", payload={}, catch_up="backfill",
-                      backfill_limit=None, misfire_grace=60.0, max_attempts=3,
-                      retry_backoff=1.0, timeout=None, anchor_at=now, scheduled_for=now,
-                      attempt=1, fencing_token=token, run_id=1, db_now=now)
+    return ClaimedJob(
+        id=job_id,
+        tenant="default",
+        name="again",
+        schedule="@every 1s",
+        timezone="UTC",
+        handler="noop",
+        payload={},
+        catch_up="backfill",
+        backfill_limit=None,
+        misfire_grace=60.0,
+        max_attempts=3,
+        retry_backoff=1.0,
+        timeout=None,
+        anchor_at=now,
+        scheduled_for=now,
+        attempt=1,
+        fencing_token=token,
+        run_id=1,
+        db_now=now,
+    )
 
 
 class _InstantDispatcher:
@@ -48,7 +63,8 @@ class _InstantDispatcher:
 
 
 async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_tracked(
-        store: Store, dsn: str) -> None:
+    store: Store, dsn: str
+) -> None:
     """Invariant 3: every running attempt is renewed and watched until it ends.
 
     The interleaving the harness hit: an attempt's outcome commits, the claim loop claims the
@@ -86,7 +102,8 @@ class _Forever:
 
 
 async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt(
-        store: Store, dsn: str) -> None:
+    store: Store, dsn: str
+) -> None:
     """Invariant 3: only the attempt whose token lost its lease is cancelled.
 
     Seen without any fault injected ("lease ... lost (the database refused the renewal)"): the
@@ -113,7 +130,8 @@ async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt(
 
 
 async def test_a_silent_leader_does_not_stop_expired_leases_being_reaped(
-        store: Store, dsn: str, db: Any) -> None:
+    store: Store, dsn: str, db: Any
+) -> None:
     """Invariant 5: after the lease timeout the jobs a dead node held are claimable again —
     also when the node that happens to lead is the one that went silent."""
     await add(store, spec("held", schedule="0 0 1 1 *"))
@@ -123,19 +141,25 @@ async def test_a_silent_leader_does_not_stop_expired_leases_being_reaped(
     assert silent.sweeper.is_leader
     await store.claim_due("paused-node", ALL_SHARDS, 1, lease=1.0)
     try:  # ... and then says nothing more, like a SIGSTOPped process
+
         async def noop(ctx: RunContext) -> None:
             return None
 
         async with running(node(store, dsn, {"noop": noop}, lease=2.0)):
-            await wait_until(lambda: db.execute(
-                "SELECT locked_by FROM scheduled_jobs").fetchone()["locked_by"] != "paused-node",
-                within=8)
+            await wait_until(
+                lambda: (
+                    db.execute("SELECT locked_by FROM scheduled_jobs").fetchone()["locked_by"]
+                    != "paused-node"
+                ),
+                within=8,
+            )
     finally:
         await silent._beat_session.close()
 
 
 async def test_the_token_guard_refuses_a_zombie_only_once_a_newer_token_was_seen(
-        store: Store, dsn: str, db: Any) -> None:
+    store: Store, dsn: str, db: Any
+) -> None:
     """The README's guard ("accept a write only if its token is at least the largest one
     seen") cannot refuse a zombie whose lease expired when no newer owner has shown up yet:
     with a silent leader (above) nobody takes over, so the zombie's late write is accepted and
@@ -161,7 +185,8 @@ async def test_the_token_guard_refuses_a_zombie_only_once_a_newer_token_was_seen
 
 
 async def test_a_stale_claims_late_outcome_does_not_shield_the_newer_claim(
-        store: Store, dsn: str) -> None:
+    store: Store, dsn: str
+) -> None:
     """Invariant 3: only the attempt whose outcome is being written escapes cancellation. A
     claim whose lease was lost and whose handler ignored the cancel still reaches its outcome;
     by then the node may run the job again under a newer token, and that attempt must stay

@@ -27,16 +27,16 @@ LEASE, HEARTBEAT = 3.0, 0.2
 
 
 @pytest.fixture
-async def proxied(dsn: str,
-                  request: pytest.FixtureRequest) -> AsyncIterator[tuple[Proxy, Store, str]]:
+async def proxied(
+    dsn: str, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Proxy, Store, str]]:
     """A proxy in front of the test database, and a store whose pool goes through it (of
     ``request.param`` connections; 6 by default)."""
     proxy = Proxy("node", ExternalServer(dsn).upstream)
     await proxy.start()
     via = proxy.dsn(str(conninfo.conninfo_to_dict(dsn)["dbname"]))
     size = getattr(request, "param", 6)
-    pool = await open_pool(via, application_name="pgpulse-proxied", max_size=size,
-                           min_size=size)
+    pool = await open_pool(via, application_name="pgpulse-proxied", max_size=size, min_size=size)
     try:
         yield proxy, Store(pool), via
     finally:
@@ -45,8 +45,9 @@ async def proxied(dsn: str,
         await proxy.close()
 
 
-async def _first_attempt(proxy: Proxy, store: Store, via: str, fault: Any,
-                         lease: float = LEASE) -> str:
+async def _first_attempt(
+    proxy: Proxy, store: Store, via: str, fault: Any, lease: float = LEASE
+) -> str:
     """Run a 5 s attempt on a node behind ``proxy`` (``lease`` seconds of lease), apply
     ``fault`` 1 s in, heal; return how the first attempt ended: ``done``, or ``cancelled`` (its
     node gave its lease up)."""
@@ -65,8 +66,9 @@ async def _first_attempt(proxy: Proxy, store: Store, via: str, fault: Any,
 
     await add(store, spec("long", schedule="0 0 1 1 *", handler="work"))
     await store.trigger_job("default", "long")
-    async with running(node(store, via, {"work": work}, lease=lease,
-                            heartbeat_interval=HEARTBEAT, node_ttl=1.0)) as n:
+    async with running(
+        node(store, via, {"work": work}, lease=lease, heartbeat_interval=HEARTBEAT, node_ttl=1.0)
+    ) as n:
         await wait_until(lambda: n.running, within=30)
         await asyncio.sleep(1.0)  # one second into the attempt
         await fault()
@@ -78,7 +80,8 @@ async def _first_attempt(proxy: Proxy, store: Store, via: str, fault: Any,
 
 @pytest.mark.slow
 async def test_a_slow_network_that_can_still_renew_keeps_the_run(
-        proxied: tuple[Proxy, Store, str]) -> None:
+    proxied: tuple[Proxy, Store, str],
+) -> None:
     proxy, store, via = proxied
 
     async def slow_network() -> None:  # 250 ms each way: a 0.5 s round trip, 6x under the lease
@@ -90,7 +93,8 @@ async def test_a_slow_network_that_can_still_renew_keeps_the_run(
 @pytest.mark.slow
 @pytest.mark.parametrize("proxied", [1], indirect=True)
 async def test_a_short_connection_reset_does_not_cost_the_lease(
-        proxied: tuple[Proxy, Store, str]) -> None:
+    proxied: tuple[Proxy, Store, str],
+) -> None:
     """A 1.5 s outage 1 s into the run, with a 2.5 s lease renewed every 0.2 s: the last renewal
     before it holds the lease until 2.1-2.3 s after it began, so a node that reconnects when the
     database is back (1.5 s) renews in time. With the pool's backoff (one connection: attempts at

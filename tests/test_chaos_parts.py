@@ -85,8 +85,9 @@ async def proxy() -> AsyncIterator[Proxy]:
         await server.wait_closed()
 
 
-async def _roundtrip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     data: bytes = b"ping") -> bytes:
+async def _roundtrip(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes = b"ping"
+) -> bytes:
     writer.write(data)
     await writer.drain()
     return await reader.readexactly(len(data))
@@ -107,8 +108,7 @@ async def test_the_proxy_forwards_then_stalls_then_delivers_what_waited(proxy: P
     writer.close()
 
 
-async def test_the_proxy_drops_connections_and_refuses_new_ones_until_healed(
-        proxy: Proxy) -> None:
+async def test_the_proxy_drops_connections_and_refuses_new_ones_until_healed(proxy: Proxy) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
     assert await _roundtrip(reader, writer) == b"ping"
     proxy.cut("drop")

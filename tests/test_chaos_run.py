@@ -25,9 +25,15 @@ from pgpulse.chaos.faults import FAULT_KINDS
 from pgpulse.chaos.runner import ChaosConfig, run_chaos
 
 SEED = 14
-CONFIG = ChaosConfig(duration=30, nodes=3, seed=SEED, jobs=80,
-                     node=NodeSettings(lease=3.0, heartbeat=0.5, poll=1.0, slots=24,
-                                       drain_timeout=2.0, guard="lease"))
+CONFIG = ChaosConfig(
+    duration=30,
+    nodes=3,
+    seed=SEED,
+    jobs=80,
+    node=NodeSettings(
+        lease=3.0, heartbeat=0.5, poll=1.0, slots=24, drain_timeout=2.0, guard="lease"
+    ),
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -41,7 +47,8 @@ def chaos_run() -> Iterator[tuple[Verdict, str]]:
 
 
 def test_the_run_injects_every_fault_kind_and_prints_its_seed(
-        chaos_run: tuple[Verdict, str]) -> None:
+    chaos_run: tuple[Verdict, str],
+) -> None:
     verdict, output = chaos_run
     faults = verdict.figure("faults").value
     for kind in FAULT_KINDS:
@@ -52,8 +59,7 @@ def test_the_run_injects_every_fault_kind_and_prints_its_seed(
     assert int(executions.split()[0]) > 500 and "applied" in executions
 
 
-def test_no_double_claim_nothing_unrecorded_nothing_stuck(
-        chaos_run: tuple[Verdict, str]) -> None:
+def test_no_double_claim_nothing_unrecorded_nothing_stuck(chaos_run: tuple[Verdict, str]) -> None:
     """What the database itself guarantees held under every fault: one open claim per job with
     growing tokens (invariant 2), a record for every occurrence (4), no job left running on an
     expired lease (5). Checked apart from the verdict so a failure names its invariant."""

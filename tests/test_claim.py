@@ -44,25 +44,42 @@ async def test_eight_concurrent_claimers_never_receive_the_same_job(store: Store
 async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any) -> None:
     """The store builds ClaimedJob from plain tuples: the claim's columns are its fields, in
     order, then next_due and written; and each field holds the stored value."""
-    [job_id] = await add(store, spec("rollup", payload={"k": "v"}, timeout=9, max_attempts=4),
-                         now=T0)
-    cur = db.execute(QUERIES["finish_and_claim"], {"outcomes": "[]", "node": "n", "limit": 0,
-                                                   "shards": ALL_SHARDS, "lease": 30,
-                                                   "now": LATER})
+    [job_id] = await add(
+        store, spec("rollup", payload={"k": "v"}, timeout=9, max_attempts=4), now=T0
+    )
+    cur = db.execute(
+        QUERIES["finish_and_claim"],
+        {
+            "outcomes": "[]",
+            "node": "n",
+            "limit": 0,
+            "shards": ALL_SHARDS,
+            "lease": 30,
+            "now": LATER,
+        },
+    )
     assert tuple(c.name for c in cur.description) == (*ClaimedJob._fields, "next_due", "written")
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
     row = db.execute("SELECT run_id FROM scheduled_jobs").fetchone()
-    assert (job.id, job.name, job.payload, job.timeout, job.max_attempts, job.attempt,
-            job.fencing_token, job.run_id, job.scheduled_for, job.db_now) == (
-        job_id, "rollup", {"k": "v"}, 9.0, 4, 1, 1, row["run_id"], utc(2026, 1, 1, 0, 1), LATER)
+    assert (
+        job.id,
+        job.name,
+        job.payload,
+        job.timeout,
+        job.max_attempts,
+        job.attempt,
+        job.fencing_token,
+        job.run_id,
+        job.scheduled_for,
+        job.db_now,
+    ) == (job_id, "rollup", {"k": "v"}, 9.0, 4, 1, 1, row["run_id"], utc(2026, 1, 1, 0, 1), LATER)
 
 
 async def test_claimed_payloads_are_decoded_and_never_shared(store: Store) -> None:
     """Payloads arrive as binary jsonb; the empty object is made without the JSON decoder, a
     new dict per job (a handler that fills its payload cannot leak into another run)."""
     await add(store, spec("a"), spec("b"), spec("c", payload={"n": 10**30, "s": "é"}), now=T0)
-    jobs = {job.name: job for job in await store.claim_due("n", ALL_SHARDS, 5, lease=30,
-                                                            now=LATER)}
+    jobs = {job.name: job for job in await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)}
     assert jobs["a"].payload == {} == jobs["b"].payload
     assert jobs["a"].payload is not jobs["b"].payload
     assert jobs["c"].payload == {"n": 10**30, "s": "é"}
@@ -74,8 +91,9 @@ async def test_a_claimer_skips_rows_locked_by_another_instead_of_waiting(
     ids = await add(store, *(spec(f"job-{i}") for i in range(10)), now=T0)
     async with await psycopg.AsyncConnection.connect(dsn) as holder:
         # Another poller's transaction holds five rows locked and does not commit.
-        await holder.execute("SELECT id FROM scheduled_jobs WHERE id = ANY(%s) FOR UPDATE",
-                             (ids[:5],))
+        await holder.execute(
+            "SELECT id FROM scheduled_jobs WHERE id = ANY(%s) FOR UPDATE", (ids[:5],)
+        )
         started = time.monotonic()
         batch = await store.claim_due("node-b", ALL_SHARDS, 10, lease=30, now=LATER)
         waited = time.monotonic() - started
@@ -97,12 +115,20 @@ async def test_claim_takes_only_owned_shards_and_shows_the_run_running(store: St
     assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 0}
     run = db.execute("SELECT * FROM job_runs_live WHERE id = %s", (job.run_id,)).fetchone()
     assert (run["outcome"], run["attempts"], run["started_at"], run["fencing_token"]) == (
-        "running", 1, LATER, 1)
+        "running",
+        1,
+        LATER,
+        1,
+    )
     assert run["scheduled_for"] == job.scheduled_for and run["node_id"] == "node-a"
-    row = db.execute("SELECT status, lease_expires_at, locked_by FROM scheduled_jobs "
-                     "WHERE id = %s", (job.id,)).fetchone()
-    assert row == {"status": "running", "lease_expires_at": LATER + timedelta(seconds=30),
-                   "locked_by": "node-a"}
+    row = db.execute(
+        "SELECT status, lease_expires_at, locked_by FROM scheduled_jobs WHERE id = %s", (job.id,)
+    ).fetchone()
+    assert row == {
+        "status": "running",
+        "lease_expires_at": LATER + timedelta(seconds=30),
+        "locked_by": "node-a",
+    }
 
 
 async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_run_id(
@@ -113,28 +139,48 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
     id every attempt was handed, attempts 2, started at the second claim."""
     await add(store, spec("flaky"), now=T0)
     [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
-    assert await store.finish_runs([Outcome(first, "retrying", retry_in=0.0, error="boom")],
-                                   now=LATER) == {first.id}
+    assert await store.finish_runs(
+        [Outcome(first, "retrying", retry_in=0.0, error="boom")], now=LATER
+    ) == {first.id}
     live = "SELECT id, outcome, attempts, node_id, started_at FROM job_runs_live"
     assert db.execute(live).fetchall() == [
-        {"id": first.run_id, "outcome": "retrying", "attempts": 1, "node_id": "node-a",
-         "started_at": LATER}]
+        {
+            "id": first.run_id,
+            "outcome": "retrying",
+            "attempts": 1,
+            "node_id": "node-a",
+            "started_at": LATER,
+        }
+    ]
     second_at = LATER + timedelta(seconds=5)
     [second] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=second_at)
     assert (second.attempt, second.run_id) == (2, first.run_id)
     assert db.execute(live).fetchall() == [
-        {"id": first.run_id, "outcome": "running", "attempts": 2, "node_id": "node-b",
-         "started_at": second_at}]
+        {
+            "id": first.run_id,
+            "outcome": "running",
+            "attempts": 2,
+            "node_id": "node-b",
+            "started_at": second_at,
+        }
+    ]
     done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
     assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {first.id}
-    assert db.execute("SELECT id, outcome, attempts, node_id, started_at, finished_at, error "
-                      "FROM job_runs").fetchall() == [
-        {"id": first.run_id, "outcome": "succeeded", "attempts": 2, "node_id": "node-b",
-         "started_at": second_at, "finished_at": second_at + timedelta(seconds=1),
-         "error": None}]
+    assert db.execute(
+        "SELECT id, outcome, attempts, node_id, started_at, finished_at, error FROM job_runs"
+    ).fetchall() == [
+        {
+            "id": first.run_id,
+            "outcome": "succeeded",
+            "attempts": 2,
+            "node_id": "node-b",
+            "started_at": second_at,
+            "finished_at": second_at + timedelta(seconds=1),
+            "error": None,
+        }
+    ]
     # the next occurrence is a new run
-    [nxt] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30,
-                                  now=utc(2026, 1, 1, 0, 2))
+    [nxt] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=utc(2026, 1, 1, 0, 2))
     assert nxt.attempt == 1 and nxt.run_id > first.run_id
 
 
@@ -150,16 +196,19 @@ async def test_a_run_id_left_by_a_version_3_node_is_not_handed_out_again(
     assert await store.finish_runs([done], now=LATER) == {first.id}
     stale = "UPDATE scheduled_jobs SET run_id = %s"  # what an old node's finish leaves
     db.execute(stale, (first.run_id,))
-    [second] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30,
-                                     now=utc(2026, 1, 1, 0, 2))
+    [second] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=utc(2026, 1, 1, 0, 2))
     assert second.run_id != first.run_id
     db.execute(stale, (first.run_id,))  # as an old node's claim of it would leave it
     db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - interval '1 second'")
     assert await store.reap_expired_leases() == 1
-    rows = db.execute("SELECT id, scheduled_for, outcome FROM job_runs ORDER BY scheduled_for"
-                      ).fetchall()
-    assert rows[0] == {"id": first.run_id, "scheduled_for": first.scheduled_for,
-                       "outcome": "succeeded"}  # the earlier run is untouched
+    rows = db.execute(
+        "SELECT id, scheduled_for, outcome FROM job_runs ORDER BY scheduled_for"
+    ).fetchall()
+    assert rows[0] == {
+        "id": first.run_id,
+        "scheduled_for": first.scheduled_for,
+        "outcome": "succeeded",
+    }  # the earlier run is untouched
     assert rows[1]["id"] != first.run_id and rows[1]["outcome"] == "retrying"
     assert rows[1]["scheduled_for"] == utc(2026, 1, 1, 0, 2)
 
@@ -188,24 +237,31 @@ async def test_stale_token_completion_changes_nothing(store: Store, db) -> None:
     wrote = await store.finish_runs([Outcome(zombie, "retrying", retry_in=1.0, error="zombie")])
     assert wrote == set()
     assert db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone() == before
-    assert db.execute("SELECT * FROM job_runs WHERE id = %s",
-                      (zombie.run_id,)).fetchone() == run_before
+    assert (
+        db.execute("SELECT * FROM job_runs WHERE id = %s", (zombie.run_id,)).fetchone()
+        == run_before
+    )
     # The zombie cannot renew its lease either; the rightful holder can.
     assert await store.renew_leases([(job_id, zombie.fencing_token)], lease=30) == set()
-    assert await store.renew_leases([(job_id, taker.fencing_token)], lease=30,
-                                    now=after_lease) == {job_id}
+    assert await store.renew_leases([(job_id, taker.fencing_token)], lease=30, now=after_lease) == {
+        job_id
+    }
 
 
-async def test_release_hands_the_claim_back_without_counting_the_attempt(
-    store: Store, db
-) -> None:
+async def test_release_hands_the_claim_back_without_counting_the_attempt(store: Store, db) -> None:
     [job_id] = await add(store, spec("cleanup"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     assert await store.release_runs([(job_id, job.fencing_token)], reason="shutdown") == 1
-    row = db.execute("SELECT status, attempt, lease_expires_at, last_error FROM scheduled_jobs "
-                     "WHERE id = %s", (job_id,)).fetchone()
-    assert row == {"status": "idle", "attempt": 0, "lease_expires_at": None,
-                   "last_error": "shutdown"}
+    row = db.execute(
+        "SELECT status, attempt, lease_expires_at, last_error FROM scheduled_jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row == {
+        "status": "idle",
+        "attempt": 0,
+        "lease_expires_at": None,
+        "last_error": "shutdown",
+    }
     # the attempt did not end: no history, nothing shown as running
     assert db.execute("SELECT count(*) AS n FROM job_runs_live").fetchone() == {"n": 0}
     [again] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30)
@@ -230,18 +286,26 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
     """The due bound must be an index condition: nothing due means nothing read (the seed's
     trap, and ours once: a bound joined from a CTE made every idle poll scan every idle row)."""
     await add(store, *(spec(f"job-{i}") for i in range(3000)), now=T0)
-    params = {"outcomes": "[]", "node": "n", "shards": ALL_SHARDS, "limit": 100, "lease": 30,
-              "now": T0}
+    params = {
+        "outcomes": "[]",
+        "node": "n",
+        "shards": ALL_SHARDS,
+        "limit": 100,
+        "lease": 30,
+        "now": T0,
+    }
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         await conn.execute("ANALYZE scheduled_jobs")  # plan on statistics, not on a guess
         cur = await conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["finish_and_claim"],  # type: ignore[operator]
-            params)
+            params,
+        )
         row = await cur.fetchone()
         await conn.rollback()
     assert row is not None
-    scans = [n for n in _plan_nodes(row[0][0]["Plan"])
-             if n.get("Index Name") == "scheduled_jobs_due"]
+    scans = [
+        n for n in _plan_nodes(row[0][0]["Plan"]) if n.get("Index Name") == "scheduled_jobs_due"
+    ]
     assert all("Index Cond" in n for n in scans), scans
     due = [n for n in scans if "<=" in n["Index Cond"]]
     ahead = [n for n in scans if "<=" not in n["Index Cond"]]
@@ -251,23 +315,23 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
     assert ahead and all(n["Actual Rows"] == 1 for n in ahead), ahead
 
 
-async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(store: Store,
-                                                                         db: Any) -> None:
+async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
+    store: Store, db: Any
+) -> None:
     """finish_and_claim writes the outcome and claims in one statement. The claim sees the
     database as it was before the outcome, so a backfill job whose next occurrence is already
     due is not claimed in the same step; the step reports it as the next due instant, and the
     next step claims it (new token, new run)."""
-    [job_id, hourly] = await add(store, spec("a", catch_up="backfill"),
-                                 spec("hourly", schedule="0 * * * *"), now=T0)
+    [job_id, hourly] = await add(
+        store, spec("a", catch_up="backfill"), spec("hourly", schedule="0 * * * *"), now=T0
+    )
     [job] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=30, now=LATER)
     assert job.id == job_id and job.scheduled_for == utc(2026, 1, 1, 0, 1)
-    done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()),
-                   output="a\x00b")
+    done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()), output="a\x00b")
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
     assert (step.written, step.jobs, step.db_now) == ({job_id}, [], LATER)
     assert step.next_due == utc(2026, 1, 1, 0, 2)  # before the hourly job's 01:00
-    run = db.execute("SELECT outcome, output FROM job_runs WHERE id = %s",
-                     (job.run_id,)).fetchone()
+    run = db.execute("SELECT outcome, output FROM job_runs WHERE id = %s", (job.run_id,)).fetchone()
     assert run == {"outcome": "succeeded", "output": "a\ufffdb"}  # NUL cannot be stored as is
     after = await store.finish_and_claim([], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
     [again] = after.jobs
@@ -302,8 +366,9 @@ async def test_a_node_claims_with_one_generic_plan_and_no_jit(store: Store, dsn:
         for _ in range(8):  # psycopg prepares a statement at its 6th use
             assert len(await claimer.claim_due("n", ALL_SHARDS, 1, lease=30, now=LATER)) == 1
         async with session.connection() as conn:
-            cur = await conn.execute("SELECT statement, generic_plans, custom_plans "
-                                     "FROM pg_prepared_statements")
+            cur = await conn.execute(
+                "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+            )
             prepared = await cur.fetchall()
             jit = await (await conn.execute("SELECT current_setting('jit') AS jit")).fetchone()
     finally:
@@ -313,9 +378,13 @@ async def test_a_node_claims_with_one_generic_plan_and_no_jit(store: Store, dsn:
     assert jit == {"jit": "off"}
 
 
-async def _explain_generic_claim(dsn: str, limit: int, now: Any, outcomes: str = "[]",
-                                 meanwhile: Callable[[], None] | None = None
-                                 ) -> list[dict[str, Any]]:
+async def _explain_generic_claim(
+    dsn: str,
+    limit: int,
+    now: Any,
+    outcomes: str = "[]",
+    meanwhile: Callable[[], None] | None = None,
+) -> list[dict[str, Any]]:
     """The plan nodes of the claim as a node's claim session runs it (prepared, generic), with
     the shards written as a constant: the planner then knows every due row qualifies, the worst
     case for its estimates (and how the pgbench ceiling runs it). With ``meanwhile``, the plan is
@@ -323,8 +392,14 @@ async def _explain_generic_claim(dsn: str, limit: int, now: Any, outcomes: str =
     explained execute: a session keeps its generic plan however the tables change."""
     shards = "'{" + ",".join(map(str, ALL_SHARDS)) + "}'"
     text, names = to_positional(QUERIES["finish_and_claim"].replace("%(shards)s", shards))
-    values = {"outcomes": outcomes, "node": "n", "shards": ALL_SHARDS, "limit": limit,
-              "lease": 30, "now": now}
+    values = {
+        "outcomes": outcomes,
+        "node": "n",
+        "shards": ALL_SHARDS,
+        "limit": limit,
+        "lease": 30,
+        "now": now,
+    }
 
     def args(**override: Any) -> sql.Composed:
         return sql.SQL(", ").join(sql.Literal({**values, **override}[name]) for name in names)
@@ -338,7 +413,8 @@ async def _explain_generic_claim(dsn: str, limit: int, now: Any, outcomes: str =
             meanwhile()
         await conn.execute("BEGIN")
         cur = await conn.execute(
-            sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({})").format(args()))
+            sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({})").format(args())
+        )
         row = await cur.fetchone()
         await conn.execute("ROLLBACK")
     assert row is not None
@@ -349,18 +425,30 @@ async def test_the_generic_claim_plan_reads_only_what_it_claims(store: Store, ds
     """The plan a node's claim session uses is index-driven whatever the backlog: nothing due
     reads no row; a claim of 5 among 100,000 due reads no more than 5 rows at any step (a
     generic plan once merge-joined the whole primary key: 60 ms for 50 rows at 300,000 due)."""
-    load_jobs(dsn, 100_000, schedule="@every 1h", kind="interval", base=T0 + timedelta(hours=1),
-              modulo=3600, step=1.0)  # bulk, as the benchmark loads them; then ANALYZE
+    load_jobs(
+        dsn,
+        100_000,
+        schedule="@every 1h",
+        kind="interval",
+        base=T0 + timedelta(hours=1),
+        modulo=3600,
+        step=1.0,
+    )  # bulk, as the benchmark loads them; then ANALYZE
     idle = await _explain_generic_claim(dsn, 100, T0)
-    due = [n for n in idle if n.get("Index Name") == "scheduled_jobs_due"
-           and "<=" in n.get("Index Cond", "")]
+    due = [
+        n
+        for n in idle
+        if n.get("Index Name") == "scheduled_jobs_due" and "<=" in n.get("Index Cond", "")
+    ]
     assert due and all(n["Actual Rows"] == 0 for n in due), due
     # ... and finding the next due instant reads the one index entry after now
     assert max(n["Actual Rows"] for n in idle) == 1, [
-        (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in idle]
+        (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in idle
+    ]
     backlog = await _explain_generic_claim(dsn, 5, T0 + timedelta(hours=3))
     assert max(n["Actual Rows"] for n in backlog) == 5, [
-        (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in backlog]
+        (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in backlog
+    ]
     assert not [n for n in backlog if n["Node Type"] == "Seq Scan"]
 
 
@@ -378,23 +466,54 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
     claimed = await store.claim_due("n", ALL_SHARDS, 60, lease=30, now=LATER)
 
     def history_grows() -> None:  # the plan is made while the history is empty, used once not
-        db.execute("INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
-                   "SELECT j.id, %s - make_interval(mins => k), 1, 'succeeded', %s "
-                   "FROM scheduled_jobs j, generate_series(1, 66) AS k", (T0, T0))
+        db.execute(
+            "INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
+            "SELECT j.id, %s - make_interval(mins => k), 1, 'succeeded', %s "
+            "FROM scheduled_jobs j, generate_series(1, 66) AS k",
+            (T0, T0),
+        )
 
     finished = claimed[:3]
     nxt = [(job.scheduled_for + timedelta(minutes=1)).isoformat() for job in finished]
-    ended = [{"job_id": job.id, "token": job.fencing_token,
-              "status": "idle", "scheduled_for": at, "next_run_at": at, "retry_in": 0.0,
-              "reset_attempt": True, "outcome": "succeeded", "error": None, "output": None,
-              "skipped": None, "skip_reason": None} for job, at in zip(finished, nxt, strict=True)]
+    ended = [
+        {
+            "job_id": job.id,
+            "token": job.fencing_token,
+            "status": "idle",
+            "scheduled_for": at,
+            "next_run_at": at,
+            "retry_in": 0.0,
+            "reset_attempt": True,
+            "outcome": "succeeded",
+            "error": None,
+            "output": None,
+            "skipped": None,
+            "skip_reason": None,
+        }
+        for job, at in zip(finished, nxt, strict=True)
+    ]
     plan = await _explain_generic_claim(dsn, 0, LATER, json.dumps(ended), history_grows)
-    reads = [(n["Node Type"], n.get("Relation Name"), n.get("Index Name"),
-              n["Actual Rows"] * n["Actual Loops"]) for n in plan if n.get("Relation Name")]
-    writes = sorted((n["Operation"], n["Relation Name"], n["Actual Rows"]) for n in plan
-                    if n["Node Type"] == "ModifyTable")
+    reads = [
+        (
+            n["Node Type"],
+            n.get("Relation Name"),
+            n.get("Index Name"),
+            n["Actual Rows"] * n["Actual Loops"],
+        )
+        for n in plan
+        if n.get("Relation Name")
+    ]
+    writes = sorted(
+        (n["Operation"], n["Relation Name"], n["Actual Rows"])
+        for n in plan
+        if n["Node Type"] == "ModifyTable"
+    )
     # the three were written, each with its history row (and nothing claimed: the limit is 0)
-    assert writes == [("Insert", "job_runs", 0), ("Insert", "job_runs", 3),
-                      ("Update", "scheduled_jobs", 0), ("Update", "scheduled_jobs", 3)], reads
+    assert writes == [
+        ("Insert", "job_runs", 0),
+        ("Insert", "job_runs", 3),
+        ("Update", "scheduled_jobs", 0),
+        ("Update", "scheduled_jobs", 3),
+    ], reads
     assert max(rows for _, _, _, rows in reads) == 3, "\n".join(map(str, reads))
     assert not [n for n in plan if n["Node Type"] == "Seq Scan"], reads

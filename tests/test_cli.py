@@ -25,29 +25,58 @@ def job_rows(db: Any) -> list[dict[str, Any]]:
 
 
 def test_schedule_next_prints_exact_instants_across_a_dst_gap() -> None:
-    result = CliRunner().invoke(main, ["schedule", "next", "30 1 * * *", "--tz", "Europe/London",
-                                       "--count", "2", "--after", "2026-03-28T12:00:00"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "schedule",
+            "next",
+            "30 1 * * *",
+            "--tz",
+            "Europe/London",
+            "--count",
+            "2",
+            "--after",
+            "2026-03-28T12:00:00",
+        ],
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     # 01:30 does not exist on 2026-03-29 (01:00 -> 02:00): it fires at the end of the gap.
-    assert lines[1:] == ["2026-03-29T01:00:00+00:00  2026-03-29T02:00:00+01:00",
-                         "2026-03-30T00:30:00+00:00  2026-03-30T01:30:00+01:00"]
+    assert lines[1:] == [
+        "2026-03-29T01:00:00+00:00  2026-03-29T02:00:00+01:00",
+        "2026-03-30T00:30:00+00:00  2026-03-30T01:30:00+01:00",
+    ]
 
 
-
-@pytest.mark.parametrize("after", ["2026-01-01T12:00:00.357", "2026-01-01 12:00:00.357Z",
-                                   "2026-01-01T14:00:00.357000+02:00"])
+@pytest.mark.parametrize(
+    "after",
+    ["2026-01-01T12:00:00.357", "2026-01-01 12:00:00.357Z", "2026-01-01T14:00:00.357000+02:00"],
+)
 def test_schedule_next_keeps_a_fractional_after_on_an_interval_grid(after: str) -> None:
-    result = CliRunner().invoke(main, ["schedule", "next", "@every 60s", "--tz", "Europe/Paris",
-                                       "--count", "2", "--after", after])
+    result = CliRunner().invoke(
+        main,
+        [
+            "schedule",
+            "next",
+            "@every 60s",
+            "--tz",
+            "Europe/Paris",
+            "--count",
+            "2",
+            "--after",
+            after,
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1:] == [
         "2026-01-01T12:01:00.357000+00:00  2026-01-01T13:01:00.357000+01:00",
-        "2026-01-01T12:02:00.357000+00:00  2026-01-01T13:02:00.357000+01:00"]
+        "2026-01-01T12:02:00.357000+00:00  2026-01-01T13:02:00.357000+01:00",
+    ]
 
 
 def test_schedule_next_anchors_at_the_whole_second_by_default(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     class FrozenClock(datetime):
         @classmethod
         def now(cls, tz: tzinfo | None = None) -> FrozenClock:
@@ -58,25 +87,50 @@ def test_schedule_next_anchors_at_the_whole_second_by_default(
     assert every.exit_code == 0, every.output
     assert every.output.splitlines()[1:] == [
         "2026-01-01T12:01:30+00:00  2026-01-01T12:01:30+00:00",
-        "2026-01-01T12:03:00+00:00  2026-01-01T12:03:00+00:00"]
+        "2026-01-01T12:03:00+00:00  2026-01-01T12:03:00+00:00",
+    ]
     cron = CliRunner().invoke(main, ["schedule", "next", "0 12 * * *", "--count", "1"])
-    assert cron.output.splitlines()[1:] == [
-        "2026-01-02T12:00:00+00:00  2026-01-02T12:00:00+00:00"]
+    assert cron.output.splitlines()[1:] == ["2026-01-02T12:00:00+00:00  2026-01-02T12:00:00+00:00"]
 
 
 def test_job_lifecycle(dsn: str, db: Any) -> None:
-    created = cli(dsn, "job", "create", "backup", "--schedule", "0 3 * * *", "--handler",
-                  "shell", "--payload", SHELL_PAYLOAD, "--tz", "Europe/Paris")
+    created = cli(
+        dsn,
+        "job",
+        "create",
+        "backup",
+        "--schedule",
+        "0 3 * * *",
+        "--handler",
+        "shell",
+        "--payload",
+        SHELL_PAYLOAD,
+        "--tz",
+        "Europe/Paris",
+    )
     assert created.exit_code == 0, created.output
     assert created.output.startswith("created job backup")
-    again = cli(dsn, "job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell",
-                "--payload", SHELL_PAYLOAD, "--tz", "Europe/Paris")
+    again = cli(
+        dsn,
+        "job",
+        "create",
+        "backup",
+        "--schedule",
+        "0 3 * * *",
+        "--handler",
+        "shell",
+        "--payload",
+        SHELL_PAYLOAD,
+        "--tz",
+        "Europe/Paris",
+    )
     assert again.output.startswith("updated job backup")
     assert len(job_rows(db)) == 1
 
     listed = json.loads(cli(dsn, "job", "list", "--json").output)
     assert [(j["name"], j["status"], j["timezone"]) for j in listed] == [
-        ("backup", "idle", "Europe/Paris")]
+        ("backup", "idle", "Europe/Paris")
+    ]
     shown = json.loads(cli(dsn, "job", "show", "backup", "--json").output)
     assert len(shown["upcoming"]) == 5
     assert all(t.endswith(("+01:00", "+02:00")) and "T03:00:00" in t for t in shown["upcoming"])
@@ -91,8 +145,9 @@ def test_job_lifecycle(dsn: str, db: Any) -> None:
     assert triggered.exit_code == 0 and "triggered backup" in triggered.output
     row = job_rows(db)[0]
     assert row["scheduled_for"] == row["next_run_at"]
-    assert db.execute("SELECT %s::timestamptz <= now() AS due", (row["next_run_at"],)
-                      ).fetchone()["due"]
+    assert db.execute("SELECT %s::timestamptz <= now() AS due", (row["next_run_at"],)).fetchone()[
+        "due"
+    ]
     assert cli(dsn, "job", "delete", "backup").exit_code == 0
     assert job_rows(db) == []
     missing = cli(dsn, "job", "delete", "backup")
@@ -101,8 +156,10 @@ def test_job_lifecycle(dsn: str, db: Any) -> None:
 
 def test_crontab_import_is_idempotent(dsn: str, db: Any, tmp_path: Path) -> None:
     tab = tmp_path / "nightly.crontab"
-    tab.write_text("MAILTO=ops@example.com\n# backups\n15 2 * * * /usr/local/bin/backup%now\n"
-                   "*/10 * * * 1-5 echo hello\n")
+    tab.write_text(
+        "MAILTO=ops@example.com\n# backups\n15 2 * * * /usr/local/bin/backup%now\n"
+        "*/10 * * * 1-5 echo hello\n"
+    )
     first = cli(dsn, "crontab", "import", str(tab))
     assert first.exit_code == 0, first.output
     before = job_rows(db)
@@ -115,7 +172,8 @@ def test_crontab_import_is_idempotent(dsn: str, db: Any, tmp_path: Path) -> None
     assert second.exit_code == 0 and "created" not in second.output
     after = job_rows(db)
     assert [(j["id"], j["name"], j["scheduled_for"]) for j in after] == [
-        (j["id"], j["name"], j["scheduled_for"]) for j in before]
+        (j["id"], j["name"], j["scheduled_for"]) for j in before
+    ]
 
 
 def test_crontab_with_a_bad_line_imports_nothing(dsn: str, db: Any, tmp_path: Path) -> None:
@@ -128,26 +186,46 @@ def test_crontab_with_a_bad_line_imports_nothing(dsn: str, db: Any, tmp_path: Pa
     assert job_rows(db) == []
 
 
-@pytest.mark.parametrize(("args", "field", "words"), [
-    pytest.param(["--schedule", "61 * * * *"], "schedule", ["minute", "61"], id="invalid_cron"),
-    pytest.param(["--schedule", "0 0 30 2 *"], "schedule", ["never"], id="never_fires"),
-    pytest.param(["--tz", "Mars/Olympus"], "timezone", ["Mars/Olympus"], id="unknown_zone"),
-    pytest.param(["--payload", "{not json"], "payload", ["not valid JSON"], id="payload_not_json"),
-    pytest.param(["--payload", "[1, 2]"], "payload", ["JSON object"], id="payload_not_object"),
-    pytest.param(["--payload", "{}"], "payload", ["command"], id="shell_without_command"),
-    pytest.param(["--handler", "nope"], "handler", ["'nope'"], id="unknown_handler"),
-    pytest.param(["--max-attempts", "0"], "max_attempts", ["max_attempts"], id="zero_attempts"),
-    pytest.param(["--payload", '{"comand": "x"}'], "payload.comand", ["comand"],
-                 id="payload_typo"),
-    pytest.param(["--backfill-limit", "5"], "backfill_limit", ["backfill_limit", "skip"],
-                 id="backfill_limit_without_backfill"),
-    pytest.param(["--tz", "europe/london"], "timezone", ["Europe/London"], id="zone_case_hint"),
-])
+@pytest.mark.parametrize(
+    ("args", "field", "words"),
+    [
+        pytest.param(["--schedule", "61 * * * *"], "schedule", ["minute", "61"], id="invalid_cron"),
+        pytest.param(["--schedule", "0 0 30 2 *"], "schedule", ["never"], id="never_fires"),
+        pytest.param(["--tz", "Mars/Olympus"], "timezone", ["Mars/Olympus"], id="unknown_zone"),
+        pytest.param(
+            ["--payload", "{not json"], "payload", ["not valid JSON"], id="payload_not_json"
+        ),
+        pytest.param(["--payload", "[1, 2]"], "payload", ["JSON object"], id="payload_not_object"),
+        pytest.param(["--payload", "{}"], "payload", ["command"], id="shell_without_command"),
+        pytest.param(["--handler", "nope"], "handler", ["'nope'"], id="unknown_handler"),
+        pytest.param(["--max-attempts", "0"], "max_attempts", ["max_attempts"], id="zero_attempts"),
+        pytest.param(
+            ["--payload", '{"comand": "x"}'], "payload.comand", ["comand"], id="payload_typo"
+        ),
+        pytest.param(
+            ["--backfill-limit", "5"],
+            "backfill_limit",
+            ["backfill_limit", "skip"],
+            id="backfill_limit_without_backfill",
+        ),
+        pytest.param(["--tz", "europe/london"], "timezone", ["Europe/London"], id="zone_case_hint"),
+    ],
+)
 def test_bad_input_is_refused_naming_the_field_and_changes_nothing(
     dsn: str, db: Any, args: list[str], field: str, words: list[str]
 ) -> None:
-    good = cli(dsn, "job", "create", "billing", "--schedule", "0 * * * *", "--handler", "shell",
-               "--payload", SHELL_PAYLOAD)
+    good = cli(
+        dsn,
+        "job",
+        "create",
+        "billing",
+        "--schedule",
+        "0 * * * *",
+        "--handler",
+        "shell",
+        "--payload",
+        SHELL_PAYLOAD,
+    )
     assert good.exit_code == 0, good.output
     before = job_rows(db)
     base = {"--schedule": "*/5 * * * *", "--handler": "shell", "--payload": SHELL_PAYLOAD}
@@ -173,32 +251,49 @@ def test_malformed_dsn_is_refused_input() -> None:
 
 
 def test_unreachable_database_is_a_clear_error() -> None:
-    result = CliRunner().invoke(main, ["--database-url",
-                                       "postgresql://pulse:secret@127.0.0.1:1/nothing",
-                                       "job", "list"])
+    result = CliRunner().invoke(
+        main, ["--database-url", "postgresql://pulse:secret@127.0.0.1:1/nothing", "job", "list"]
+    )
     assert result.exit_code == 3
     assert "does not answer" in result.output and "127.0.0.1" in result.output
     assert "secret" not in result.output
 
 
 def test_status_and_runs_as_json(dsn: str) -> None:
-    assert cli(dsn, "job", "create", "a", "--schedule", "@every 5m", "--handler", "shell",
-               "--payload", SHELL_PAYLOAD).exit_code == 0
+    assert (
+        cli(
+            dsn,
+            "job",
+            "create",
+            "a",
+            "--schedule",
+            "@every 5m",
+            "--handler",
+            "shell",
+            "--payload",
+            SHELL_PAYLOAD,
+        ).exit_code
+        == 0
+    )
     status = json.loads(cli(dsn, "status", "--json").output)
     assert status["leader"] is None and status["nodes"] == []
     assert status["jobs"]["total"] == 1 and status["jobs"]["due"] == 0
     assert json.loads(cli(dsn, "runs", "--json").output) == []
 
 
-@pytest.mark.parametrize(("fields", "field"), [
-    pytest.param({"schedule": "@every 99999999d"}, "schedule", id="interval_too_long"),
-    pytest.param({"max_attempts": 3_000_000_000}, "max_attempts", id="attempts_overflow"),
-    pytest.param({"timeout": 1e300}, "timeout", id="timeout_overflow"),
-    pytest.param({"payload": {"json": {"k": "a\u0000b"}}}, "payload", id="nul_in_payload"),
-    pytest.param({"payload": {"k": "\ud800"}}, "payload", id="lone_surrogate"),
-])
-def test_values_the_database_cannot_hold_are_refused_up_front(fields: dict[str, Any],
-                                                              field: str) -> None:
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        pytest.param({"schedule": "@every 99999999d"}, "schedule", id="interval_too_long"),
+        pytest.param({"max_attempts": 3_000_000_000}, "max_attempts", id="attempts_overflow"),
+        pytest.param({"timeout": 1e300}, "timeout", id="timeout_overflow"),
+        pytest.param({"payload": {"json": {"k": "a\u0000b"}}}, "payload", id="nul_in_payload"),
+        pytest.param({"payload": {"k": "\ud800"}}, "payload", id="lone_surrogate"),
+    ],
+)
+def test_values_the_database_cannot_hold_are_refused_up_front(
+    fields: dict[str, Any], field: str
+) -> None:
     from pgpulse import InvalidInput, JobSpec
 
     base: dict[str, Any] = {"name": "x", "schedule": "* * * * *", "handler": "h", **fields}

@@ -15,8 +15,12 @@ from pgpulse.embedded import start_embedded, stop_embedded
 
 def test_dead_users_are_pruned_and_db_stop_stops_the_server(tmp_path: Path) -> None:
     # A process that used the server and was killed -9 left its pid in the handle list.
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dead_pid = int(dead.stdout)
     uri = start_embedded(tmp_path)
     handles = tmp_path / "pgdata" / ".handle_pids.json"

@@ -18,8 +18,13 @@ from pgpulse.store import Store
 #: test, whenever the test runs ("* * * * *" would fire again if the test crossed a minute).
 TRIGGERED_ONLY = "0 0 1 1 *"
 
-FAST = {"heartbeat_interval": 0.2, "lease": 2.0, "node_ttl": 1.0, "poll_interval": 0.5,
-        "drain_timeout": 0.5}
+FAST = {
+    "heartbeat_interval": 0.2,
+    "lease": 2.0,
+    "node_ttl": 1.0,
+    "poll_interval": 0.5,
+    "drain_timeout": 0.5,
+}
 
 
 def node(store: Store, dsn: str, handlers: Mapping[str, Handler], **config: Any) -> Node:
@@ -76,8 +81,9 @@ async def test_two_nodes_split_the_shards_without_overlap(store: Store, dsn: str
     assert a.shards and b.shards
 
 
-async def test_a_backlog_never_runs_more_attempts_than_slots(store: Store, dsn: str,
-                                                            db: Any) -> None:
+async def test_a_backlog_never_runs_more_attempts_than_slots(
+    store: Store, dsn: str, db: Any
+) -> None:
     """Invariant 6: 40 due jobs on a node of 3 slots all run, each once, never more than 3 at
     once (an attempt's slot is free once its outcome is decided, before it is written)."""
     now_running, most, ran = 0, 0, []
@@ -90,19 +96,25 @@ async def test_a_backlog_never_runs_more_attempts_than_slots(store: Store, dsn: 
         now_running -= 1
         ran.append(ctx.job_name)
 
-    await add(store, *(spec(f"j{i}", schedule=TRIGGERED_ONLY, handler="work")
-                       for i in range(40)))
+    await add(store, *(spec(f"j{i}", schedule=TRIGGERED_ONLY, handler="work") for i in range(40)))
     for i in range(40):
         await store.trigger_job("default", f"j{i}")
     async with running(node(store, dsn, {"work": work}, slots=3)):
         await wait_until(lambda: len(ran) == 40)
-        await wait_until(lambda: db.execute(
-            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'").fetchone()["n"] == 40)
+        await wait_until(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'"
+                ).fetchone()["n"]
+                == 40
+            )
+        )
     assert (most, sorted(ran)) == (3, sorted(f"j{i}" for i in range(40)))
 
 
-async def test_an_every_second_job_runs_each_occurrence_once(store: Store, dsn: str,
-                                                            db: Any) -> None:
+async def test_an_every_second_job_runs_each_occurrence_once(
+    store: Store, dsn: str, db: Any
+) -> None:
     seen: list[RunContext] = []
 
     async def tick(ctx: RunContext) -> str:
@@ -114,16 +126,17 @@ async def test_an_every_second_job_runs_each_occurrence_once(store: Store, dsn: 
         await wait_until(lambda: len(seen) >= 3)
     times = [ctx.scheduled_for for ctx in seen]
     assert [(b - a).total_seconds() for a, b in itertools.pairwise(times)] == [1.0] * (
-        len(times) - 1)
-    runs = db.execute("SELECT scheduled_for, outcome, attempts, output FROM job_runs "
-                      "ORDER BY scheduled_for").fetchall()
+        len(times) - 1
+    )
+    runs = db.execute(
+        "SELECT scheduled_for, outcome, attempts, output FROM job_runs ORDER BY scheduled_for"
+    ).fetchall()
     done = [r for r in runs if r["outcome"] == "succeeded"]
     assert [r["scheduled_for"] for r in done] == times[: len(done)]
     assert all(r["attempts"] == 1 and r["output"] == "tick 1" for r in done)
 
 
-async def test_failures_retry_then_succeed_in_the_same_run(store: Store, dsn: str,
-                                                          db: Any) -> None:
+async def test_failures_retry_then_succeed_in_the_same_run(store: Store, dsn: str, db: Any) -> None:
     attempts: list[int] = []
 
     def flaky(ctx: RunContext) -> str:  # a sync handler: runs in a worker thread
@@ -132,12 +145,17 @@ async def test_failures_retry_then_succeed_in_the_same_run(store: Store, dsn: st
             raise RuntimeError(f"boom {ctx.attempt}")
         return "ok"
 
-    await add(store, spec("flaky", schedule=TRIGGERED_ONLY, handler="flaky", max_attempts=3,
-                          retry_backoff=0.05))
+    await add(
+        store,
+        spec("flaky", schedule=TRIGGERED_ONLY, handler="flaky", max_attempts=3, retry_backoff=0.05),
+    )
     await store.trigger_job("default", "flaky")
     async with running(node(store, dsn, {"flaky": flaky})):
-        await wait_until(lambda: db.execute(
-            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'").fetchone()["n"])
+        await wait_until(
+            lambda: db.execute(
+                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'"
+            ).fetchone()["n"]
+        )
     assert attempts == [1, 2, 3]
     run = db.execute("SELECT outcome, attempts, error, output FROM job_runs").fetchone()
     assert run == {"outcome": "succeeded", "attempts": 3, "error": None, "output": "ok"}
@@ -149,20 +167,34 @@ async def test_exhausted_attempts_fail_the_run_and_the_job_moves_on(
     async def broken(ctx: RunContext) -> None:
         raise ValueError("no upstream")
 
-    await add(store, spec("broken", schedule="0 0 1 1 *", handler="broken", max_attempts=2,
-                          retry_backoff=0.05))
+    await add(
+        store,
+        spec("broken", schedule="0 0 1 1 *", handler="broken", max_attempts=2, retry_backoff=0.05),
+    )
     before = db.execute("SELECT scheduled_for FROM scheduled_jobs").fetchone()["scheduled_for"]
     occurrence = await store.trigger_job("default", "broken")
     async with running(node(store, dsn, {"broken": broken})):
-        await wait_until(lambda: db.execute(
-            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'").fetchone()["n"])
+        await wait_until(
+            lambda: db.execute(
+                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
+            ).fetchone()["n"]
+        )
     run = db.execute("SELECT scheduled_for, outcome, attempts, error FROM job_runs").fetchone()
-    assert run == {"scheduled_for": occurrence, "outcome": "failed", "attempts": 2,
-                   "error": "ValueError: no upstream"}
-    job = db.execute("SELECT status, scheduled_for, attempt, last_outcome FROM scheduled_jobs"
-                     ).fetchone()
-    assert job == {"status": "idle", "scheduled_for": before, "attempt": 0,
-                   "last_outcome": "failed"}
+    assert run == {
+        "scheduled_for": occurrence,
+        "outcome": "failed",
+        "attempts": 2,
+        "error": "ValueError: no upstream",
+    }
+    job = db.execute(
+        "SELECT status, scheduled_for, attempt, last_outcome FROM scheduled_jobs"
+    ).fetchone()
+    assert job == {
+        "status": "idle",
+        "scheduled_for": before,
+        "attempt": 0,
+        "last_outcome": "failed",
+    }
 
 
 async def test_unknown_handler_fails_the_job_clearly(store: Store, dsn: str, db: Any) -> None:
@@ -170,29 +202,38 @@ async def test_unknown_handler_fails_the_job_clearly(store: Store, dsn: str, db:
     await store.trigger_job("default", "orphan")
     n = node(store, dsn, {})
     async with running(n):
-        await wait_until(lambda: db.execute(
-            "SELECT status FROM scheduled_jobs").fetchone()["status"] == "failed")
+        await wait_until(
+            lambda: db.execute("SELECT status FROM scheduled_jobs").fetchone()["status"] == "failed"
+        )
     job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
-    assert job == {"status": "failed",
-                   "last_error": f"handler 'gone' is not registered on node {n.node_id}"}
+    assert job == {
+        "status": "failed",
+        "last_error": f"handler 'gone' is not registered on node {n.node_id}",
+    }
 
 
-async def test_a_run_past_its_timeout_is_cancelled_and_fails(store: Store, dsn: str,
-                                                            db: Any) -> None:
+async def test_a_run_past_its_timeout_is_cancelled_and_fails(
+    store: Store, dsn: str, db: Any
+) -> None:
     slow, cancelled = sleeper()
 
-    await add(store, spec("slow", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.2,
-                          max_attempts=1))
+    await add(
+        store, spec("slow", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.2, max_attempts=1)
+    )
     await store.trigger_job("default", "slow")
     async with running(node(store, dsn, {"slow": slow})):
-        await wait_until(lambda: db.execute(
-            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'").fetchone()["n"])
+        await wait_until(
+            lambda: db.execute(
+                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
+            ).fetchone()["n"]
+        )
     assert cancelled.is_set()
     assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == "timed out after 0.2s"
 
 
-async def test_one_watchdog_times_out_each_run_at_its_own_limit(store: Store, dsn: str,
-                                                               db: Any) -> None:
+async def test_one_watchdog_times_out_each_run_at_its_own_limit(
+    store: Store, dsn: str, db: Any
+) -> None:
     """The node's single timer serves every run's timeout: each fails at its own limit (the
     longer one after the shorter re-armed the timer), and a run that ends in time, or has no
     timeout, is not touched."""
@@ -202,25 +243,36 @@ async def test_one_watchdog_times_out_each_run_at_its_own_limit(store: Store, ds
         await asyncio.sleep(0.05)
         return "done"
 
-    await add(store, spec("short", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.3,
-                          max_attempts=1),
-              spec("long", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.9, max_attempts=1),
-              spec("in-time", schedule=TRIGGERED_ONLY, handler="quick", timeout=0.2),
-              spec("unbounded", schedule=TRIGGERED_ONLY, handler="quick"))
+    await add(
+        store,
+        spec("short", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.3, max_attempts=1),
+        spec("long", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.9, max_attempts=1),
+        spec("in-time", schedule=TRIGGERED_ONLY, handler="quick", timeout=0.2),
+        spec("unbounded", schedule=TRIGGERED_ONLY, handler="quick"),
+    )
     for name in ("short", "long", "in-time", "unbounded"):
         await store.trigger_job("default", name)
     async with running(node(store, dsn, {"slow": slow, "quick": quick})):
-        await wait_until(lambda: db.execute(
-            "SELECT count(*) AS n FROM job_runs WHERE finished_at IS NOT NULL").fetchone()["n"]
-            == 4)
-    rows = db.execute("SELECT j.name, r.outcome, r.error, r.output, "
-                      "extract(epoch FROM r.finished_at - r.started_at)::float8 AS took "
-                      "FROM job_runs r JOIN scheduled_jobs j ON j.id = r.job_id").fetchall()
+        await wait_until(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) AS n FROM job_runs WHERE finished_at IS NOT NULL"
+                ).fetchone()["n"]
+                == 4
+            )
+        )
+    rows = db.execute(
+        "SELECT j.name, r.outcome, r.error, r.output, "
+        "extract(epoch FROM r.finished_at - r.started_at)::float8 AS took "
+        "FROM job_runs r JOIN scheduled_jobs j ON j.id = r.job_id"
+    ).fetchall()
     ended = {row["name"]: (row["outcome"], row["error"], row["output"]) for row in rows}
-    assert ended == {"short": ("failed", "timed out after 0.3s", None),
-                     "long": ("failed", "timed out after 0.9s", None),
-                     "in-time": ("succeeded", None, "done"),
-                     "unbounded": ("succeeded", None, "done")}
+    assert ended == {
+        "short": ("failed", "timed out after 0.3s", None),
+        "long": ("failed", "timed out after 0.9s", None),
+        "in-time": ("succeeded", None, "done"),
+        "unbounded": ("succeeded", None, "done"),
+    }
     took = {row["name"]: row["took"] for row in rows}
     assert 0.3 <= took["short"] < 0.9 <= took["long"], took
 
@@ -238,8 +290,15 @@ async def test_a_timed_out_attempt_that_is_also_cancelled_otherwise_writes_nothi
         await asyncio.sleep(30)
 
     async def attempt(cancels: int) -> AttemptResult:
-        task = asyncio.create_task(run_attempt(job, handler, None, True,  # type: ignore[arg-type]
-                                               timed_out=lambda j: j is job))
+        task = asyncio.create_task(
+            run_attempt(
+                job,
+                handler,
+                None,
+                True,  # type: ignore[arg-type]
+                timed_out=lambda j: j is job,
+            )
+        )
         await started.wait()
         started.clear()
         for _ in range(cancels):
@@ -264,13 +323,17 @@ def test_a_run_past_its_timeout_fails_on_uvloop(dsn: str, db: Any) -> None:
         pool = await open_pool(dsn, application_name="pgpulse-test", max_size=4)
         try:
             store = Store(pool)
-            await add(store, spec("slow", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.2,
-                                  max_attempts=1))
+            await add(
+                store,
+                spec("slow", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.2, max_attempts=1),
+            )
             await store.trigger_job("default", "slow")
             async with running(node(store, dsn, {"slow": slow})):
-                await wait_until(lambda: db.execute(
-                    "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
-                ).fetchone()["n"])
+                await wait_until(
+                    lambda: db.execute(
+                        "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
+                    ).fetchone()["n"]
+                )
             assert cancelled.is_set()
         finally:
             await pool.close()
@@ -280,32 +343,43 @@ def test_a_run_past_its_timeout_fails_on_uvloop(dsn: str, db: Any) -> None:
     assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == "timed out after 0.2s"
 
 
-async def test_a_handlers_own_timeout_error_is_a_plain_failure(store: Store, dsn: str,
-                                                              db: Any) -> None:
+async def test_a_handlers_own_timeout_error_is_a_plain_failure(
+    store: Store, dsn: str, db: Any
+) -> None:
     """Without a job timeout, a TimeoutError raised by the handler is its error, not ours."""
+
     async def upstream(ctx: RunContext) -> None:
         raise TimeoutError("upstream took too long")
 
     await add(store, spec("calls", schedule=TRIGGERED_ONLY, handler="upstream", max_attempts=1))
     await store.trigger_job("default", "calls")
     async with running(node(store, dsn, {"upstream": upstream})):
-        await wait_until(lambda: db.execute(
-            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'").fetchone()["n"])
+        await wait_until(
+            lambda: db.execute(
+                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
+            ).fetchone()["n"]
+        )
     assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == (
-        "TimeoutError: upstream took too long")
+        "TimeoutError: upstream took too long"
+    )
 
 
-async def test_an_output_with_nul_characters_is_stored_not_stuck(store: Store, dsn: str,
-                                                                 db: Any) -> None:
+async def test_an_output_with_nul_characters_is_stored_not_stuck(
+    store: Store, dsn: str, db: Any
+) -> None:
     """PostgreSQL text cannot hold NUL: the outcome is stored with U+FFFD, the run ends."""
+
     async def binary(ctx: RunContext) -> str:
         return "head\x00tail"
 
     await add(store, spec("binary", schedule=TRIGGERED_ONLY, handler="binary"))
     await store.trigger_job("default", "binary")
     async with running(node(store, dsn, {"binary": binary})):
-        await wait_until(lambda: db.execute(
-            "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'").fetchone()["n"])
+        await wait_until(
+            lambda: db.execute(
+                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'"
+            ).fetchone()["n"]
+        )
     assert db.execute("SELECT output FROM job_runs").fetchone()["output"] == "head\ufffdtail"
 
 
@@ -322,15 +396,15 @@ async def test_a_node_that_cannot_renew_cancels_its_run_before_the_lease_ends(
     assert await n.claim_once() == 1  # no run loop: nothing will renew the lease
     async with asyncio.timeout(5):
         await cancelled.wait()
-    row = db.execute("SELECT status, lease_expires_at > now() AS lease_left FROM scheduled_jobs"
-                     ).fetchone()
+    row = db.execute(
+        "SELECT status, lease_expires_at > now() AS lease_left FROM scheduled_jobs"
+    ).fetchone()
     assert row == {"status": "running", "lease_left": True}  # cancelled before expiry
     assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 0}  # no end
     assert db.execute("SELECT outcome FROM job_runs_live").fetchone() == {"outcome": "running"}
 
 
-async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str,
-                                                        db: Any) -> None:
+async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str, db: Any) -> None:
     long, cancelled = sleeper()
 
     await add(store, spec("long", schedule=TRIGGERED_ONLY, handler="long"))
@@ -371,8 +445,7 @@ async def test_a_drain_longer_than_the_lease_keeps_renewing_and_lets_the_run_fin
     assert db.execute("SELECT status FROM scheduled_jobs").fetchone()["status"] == "idle"
 
 
-async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str,
-                                                         db: Any) -> None:
+async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str, db: Any) -> None:
     started = asyncio.Event()
 
     async def stuck(ctx: RunContext) -> None:
@@ -385,10 +458,13 @@ async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str
     async with running(n):
         async with asyncio.timeout(10):
             await started.wait()
-    job = db.execute("SELECT status, attempt, locked_by, last_error FROM scheduled_jobs"
-                     ).fetchone()
-    assert job == {"status": "idle", "attempt": 0, "locked_by": None,
-                   "last_error": f"released by node {n.node_id} at shutdown"}
+    job = db.execute("SELECT status, attempt, locked_by, last_error FROM scheduled_jobs").fetchone()
+    assert job == {
+        "status": "idle",
+        "attempt": 0,
+        "locked_by": None,
+        "last_error": f"released by node {n.node_id} at shutdown",
+    }
     # the attempt did not end: no history row; the next claim makes attempt 1 again
     assert db.execute("SELECT count(*) AS n FROM job_runs_live").fetchone() == {"n": 0}
     state = db.execute("SELECT state FROM pgpulse_nodes").fetchone()["state"]
@@ -407,8 +483,9 @@ async def test_a_node_that_knows_the_handler_revives_the_failed_job(
     await add(store, spec("late", schedule=TRIGGERED_ONLY, handler="late"))
     await store.trigger_job("default", "late")
     async with running(node(store, dsn, {})):
-        await wait_until(lambda: db.execute(
-            "SELECT status FROM scheduled_jobs").fetchone()["status"] == "failed")
+        await wait_until(
+            lambda: db.execute("SELECT status FROM scheduled_jobs").fetchone()["status"] == "failed"
+        )
     async with running(node(store, dsn, {"late": late})):
         async with asyncio.timeout(10):
             await ran.wait()

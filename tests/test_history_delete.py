@@ -24,23 +24,30 @@ async def _fire(store: Store, count: int) -> None:
     now = utc(2026, 1, 1, 0, 1)
     claimed = await store.claim_due("node-a", ALL_SHARDS, count, lease=30, now=now)
     assert len(claimed) == count
-    done = [Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
-            for job in claimed]
+    done = [
+        Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ())) for job in claimed
+    ]
     assert len(await store.finish_runs(done, now=now)) == count
 
 
 def _history(db: Any) -> list[tuple[str, str]]:
     """(job name, outcome) of every job_runs row, joined by the row's job_id."""
-    rows = db.execute("SELECT coalesce(j.name, '<orphan>') AS name, r.outcome FROM job_runs r "
-                      "LEFT JOIN scheduled_jobs j ON j.id = r.job_id ORDER BY 1").fetchall()
+    rows = db.execute(
+        "SELECT coalesce(j.name, '<orphan>') AS name, r.outcome FROM job_runs r "
+        "LEFT JOIN scheduled_jobs j ON j.id = r.job_id ORDER BY 1"
+    ).fetchall()
     return [(r["name"], r["outcome"]) for r in rows]
 
 
 async def test_deleting_jobs_deletes_their_history_and_only_theirs(store: Store, db: Any) -> None:
     await add(store, spec("a"), spec("b"), spec("c"), spec("d"), now=T0)
     await _fire(store, 4)
-    assert _history(db) == [("a", "succeeded"), ("b", "succeeded"), ("c", "succeeded"),
-                            ("d", "succeeded")]
+    assert _history(db) == [
+        ("a", "succeeded"),
+        ("b", "succeeded"),
+        ("c", "succeeded"),
+        ("d", "succeeded"),
+    ]
 
     await store.delete_job("default", "b")
     assert _history(db) == [("a", "succeeded"), ("c", "succeeded"), ("d", "succeeded")]
@@ -51,15 +58,19 @@ async def test_deleting_jobs_deletes_their_history_and_only_theirs(store: Store,
 
 
 async def test_a_delete_that_waits_for_a_history_write_deletes_that_row_too(
-        store: Store, dsn: str, db: Any) -> None:
+    store: Store, dsn: str, db: Any
+) -> None:
     """A session writes history for a job it has locked (as the step does); a delete of the job
     waits for it, then deletes the row it wrote: no orphan, which the foreign key prevented."""
     [job_id] = await add(store, spec("busy"), now=T0)
     async with await psycopg.AsyncConnection.connect(dsn) as writer:
-        await writer.execute("UPDATE scheduled_jobs SET updated_at = now() WHERE id = %s",
-                             (job_id,))
-        await writer.execute("INSERT INTO job_runs (job_id, scheduled_for, outcome) "
-                             "VALUES (%s, %s, 'succeeded')", (job_id, utc(2026, 1, 1, 0, 1)))
+        await writer.execute(
+            "UPDATE scheduled_jobs SET updated_at = now() WHERE id = %s", (job_id,)
+        )
+        await writer.execute(
+            "INSERT INTO job_runs (job_id, scheduled_for, outcome) VALUES (%s, %s, 'succeeded')",
+            (job_id, utc(2026, 1, 1, 0, 1)),
+        )
         delete = asyncio.create_task(store.delete_job("default", "busy"))
         await until_waiting_on_a_lock(db, "the delete")  # waits for the writer's row lock
         assert not delete.done()
@@ -80,32 +91,37 @@ async def test_truncating_jobs_truncates_history(store: Store, db: Any) -> None:
 
 
 async def test_a_firing_checks_no_foreign_key(db: Any) -> None:
-    rows = db.execute("SELECT conname FROM pg_constraint WHERE contype = 'f' "
-                      "AND conrelid = 'job_runs'::regclass").fetchall()
+    rows = db.execute(
+        "SELECT conname FROM pg_constraint WHERE contype = 'f' AND conrelid = 'job_runs'::regclass"
+    ).fetchall()
     assert rows == []
 
 
-async def test_history_stored_before_version_6_stays_and_goes_with_its_job(
-        empty_dsn: str) -> None:
+async def test_history_stored_before_version_6_stays_and_goes_with_its_job(empty_dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
         await migrate(conn)
         await conn.execute("DELETE FROM pgpulse_migrations WHERE version = 6")  # as of version 5
         await conn.execute("DROP TRIGGER job_runs_delete ON scheduled_jobs")
         await conn.execute("DROP TRIGGER job_runs_truncate ON scheduled_jobs")
         await conn.execute("DROP FUNCTION pgpulse_job_runs_delete, pgpulse_job_runs_truncate")
-        await conn.execute("ALTER TABLE job_runs ADD CONSTRAINT job_runs_job_id_fkey FOREIGN KEY "
-                           "(job_id) REFERENCES scheduled_jobs (id) ON DELETE CASCADE")
+        await conn.execute(
+            "ALTER TABLE job_runs ADD CONSTRAINT job_runs_job_id_fkey FOREIGN KEY "
+            "(job_id) REFERENCES scheduled_jobs (id) ON DELETE CASCADE"
+        )
         await conn.execute("""
             INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler,
                                         anchor_at, scheduled_for, next_run_at)
             SELECT 't', 'job' || g, '@hourly', 'cron', 'noop', now(), now(), now()
             FROM generate_series(1, 2) g""")
-        await conn.execute("INSERT INTO job_runs (job_id, scheduled_for, outcome) "
-                           "SELECT id, now(), 'succeeded' FROM scheduled_jobs")
+        await conn.execute(
+            "INSERT INTO job_runs (job_id, scheduled_for, outcome) "
+            "SELECT id, now(), 'succeeded' FROM scheduled_jobs"
+        )
         assert await migrate(conn) == [6]
         await conn.execute("DELETE FROM scheduled_jobs WHERE name = 'job1'")
-        cur = await conn.execute("SELECT j.name FROM job_runs r JOIN scheduled_jobs j "
-                                 "ON j.id = r.job_id")
+        cur = await conn.execute(
+            "SELECT j.name FROM job_runs r JOIN scheduled_jobs j ON j.id = r.job_id"
+        )
         assert await cur.fetchall() == [("job2",)]
         cur = await conn.execute("SELECT count(*) FROM job_runs")
         assert await cur.fetchone() == (1,)

@@ -21,12 +21,15 @@ _INSERT = """
 
 
 def _names(db: Any) -> list[tuple[str, str, int]]:
-    return [(r["tenant"], r["name"], r["job_id"])
-            for r in db.execute("SELECT * FROM job_names ORDER BY tenant, name").fetchall()]
+    return [
+        (r["tenant"], r["name"], r["job_id"])
+        for r in db.execute("SELECT * FROM job_names ORDER BY tenant, name").fetchall()
+    ]
 
 
 async def test_every_created_job_has_its_name_and_a_taken_name_changes_nothing(
-        store: Store, db: Any) -> None:
+    store: Store, db: Any
+) -> None:
     [a] = await add(store, spec("a"))
     bulk = db.execute("""
         INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
@@ -51,7 +54,8 @@ async def test_every_created_job_has_its_name_and_a_taken_name_changes_nothing(
 
 
 async def test_an_upsert_racing_the_creation_of_its_name_updates_that_job(
-        store: Store, dsn: str, db: Any) -> None:
+    store: Store, dsn: str, db: Any
+) -> None:
     """Another session creates the job between this upsert's lookup and its insert: the insert
     of the name waits for the other session, fails, and the retry updates the other's job."""
     async with await psycopg.AsyncConnection.connect(dsn) as other:
@@ -60,7 +64,8 @@ async def test_an_upsert_racing_the_creation_of_its_name_updates_that_job(
         assert row is not None
         first_id = row[0]
         upsert = asyncio.create_task(
-            store.upsert_jobs([spec("raced", "*/5 * * * *")], extra_handlers={"noop"}))
+            store.upsert_jobs([spec("raced", "*/5 * * * *")], extra_handlers={"noop"})
+        )
         # its insert of the name waits for the other's
         await until_waiting_on_a_lock(db, "the upsert")
         assert not upsert.done()
@@ -71,14 +76,16 @@ async def test_an_upsert_racing_the_creation_of_its_name_updates_that_job(
 
 
 async def test_an_upsert_whose_job_is_deleted_under_it_creates_the_job_again(
-        store: Store, dsn: str, db: Any) -> None:
+    store: Store, dsn: str, db: Any
+) -> None:
     """Another session deletes the job after this upsert found its name: the update finds no
     row, and the retry creates the job anew."""
     [old_id] = await add(store, spec("gone"))
     async with await psycopg.AsyncConnection.connect(dsn) as other:
         await other.execute("DELETE FROM scheduled_jobs WHERE id = %s", (old_id,))
         upsert = asyncio.create_task(
-            store.upsert_jobs([spec("gone", "*/5 * * * *")], extra_handlers={"noop"}))
+            store.upsert_jobs([spec("gone", "*/5 * * * *")], extra_handlers={"noop"})
+        )
         # its update waits for the deleted row's lock
         await until_waiting_on_a_lock(db, "the upsert")
         assert not upsert.done()
@@ -93,10 +100,14 @@ async def test_an_upsert_whose_job_is_deleted_under_it_creates_the_job_again(
 async def test_a_firing_writes_no_name_index(db: Any) -> None:
     """The job row is updated twice per firing and never HOT; each index on it is written both
     times. Its indexes are the primary key and the claim's and the sweeper's partial indexes."""
-    rows = db.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'scheduled_jobs' "
-                      "ORDER BY indexname").fetchall()
-    assert [r["indexname"] for r in rows] == ["scheduled_jobs_due", "scheduled_jobs_leases",
-                                              "scheduled_jobs_pkey"]
+    rows = db.execute(
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'scheduled_jobs' ORDER BY indexname"
+    ).fetchall()
+    assert [r["indexname"] for r in rows] == [
+        "scheduled_jobs_due",
+        "scheduled_jobs_leases",
+        "scheduled_jobs_pkey",
+    ]
 
 
 async def test_names_stored_before_version_5_move_to_job_names(empty_dsn: str) -> None:
@@ -111,9 +122,11 @@ async def test_names_stored_before_version_5_move_to_job_names(empty_dsn: str) -
         for tenant, name in (("t", "x"), ("u", "x"), ("t", "y")):
             await conn.execute(_INSERT, (tenant, name))
         assert await migrate(conn) == [5]
-        cur = await conn.execute("SELECT n.tenant, n.name, j.name = n.name AND j.tenant = "
-                                 "n.tenant FROM job_names n JOIN scheduled_jobs j "
-                                 "ON j.id = n.job_id ORDER BY 1, 2")
+        cur = await conn.execute(
+            "SELECT n.tenant, n.name, j.name = n.name AND j.tenant = "
+            "n.tenant FROM job_names n JOIN scheduled_jobs j "
+            "ON j.id = n.job_id ORDER BY 1, 2"
+        )
         assert await cur.fetchall() == [("t", "x", True), ("t", "y", True), ("u", "x", True)]
         with pytest.raises(psycopg.errors.UniqueViolation):
             await conn.execute(_INSERT, ("u", "x"))

@@ -17,8 +17,7 @@ def test_migration_numbering_is_contiguous_from_one() -> None:
 
 
 def test_every_named_query_is_loaded() -> None:
-    for name in ("finish_and_claim", "renew_leases", "release_runs", "upsert_job",
-                 "heartbeat"):
+    for name in ("finish_and_claim", "renew_leases", "release_runs", "upsert_job", "heartbeat"):
         assert QUERIES[name].lstrip().upper().startswith(("WITH", "SELECT", "UPDATE", "INSERT"))
 
 
@@ -89,17 +88,25 @@ async def test_a_run_open_across_the_upgrade_to_version_4_keeps_its_row(empty_ds
         cur = await conn.execute(
             "SELECT j.name, j.run_id = r.id AS same, j.claimed_at::text FROM scheduled_jobs j "
             "LEFT JOIN job_runs r ON r.job_id = j.id AND r.scheduled_for = j.scheduled_for "
-            "ORDER BY j.name")
-        assert await cur.fetchall() == [("busy", True, "2026-01-01 12:00:05+00"),
-                                        ("calm", None, None)]
-        cur = await conn.execute("SELECT outcome, attempts, node_id, fencing_token "
-                                 "FROM job_runs_live ORDER BY scheduled_for")
-        assert await cur.fetchall() == [("succeeded", 1, "old-node", 3),
-                                        ("running", 2, "old-node", 7)]
+            "ORDER BY j.name"
+        )
+        assert await cur.fetchall() == [
+            ("busy", True, "2026-01-01 12:00:05+00"),
+            ("calm", None, None),
+        ]
+        cur = await conn.execute(
+            "SELECT outcome, attempts, node_id, fencing_token "
+            "FROM job_runs_live ORDER BY scheduled_for"
+        )
+        assert await cur.fetchall() == [
+            ("succeeded", 1, "old-node", 3),
+            ("running", 2, "old-node", 7),
+        ]
 
 
 async def test_interval_jobs_stored_before_version_3_keep_their_whole_second_grid(
-        empty_dsn: str) -> None:
+    empty_dsn: str,
+) -> None:
     """Up to version 2 interval jobs fired on their anchor truncated to whole seconds; version 3
     stores that grid, so upgrading neither moves a job nor adds a run a fraction later."""
     async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
@@ -115,8 +122,9 @@ async def test_interval_jobs_stored_before_version_3_keep_their_whole_second_gri
                     '2026-01-01 12:00:00.357+00', '2026-01-01 12:05:00+00',
                     '2026-01-01 12:05:00+00')""")
         assert await migrate(conn) == [3]
-        cur = await conn.execute("SELECT name, anchor_at::text, scheduled_for::text "
-                                 "FROM scheduled_jobs ORDER BY name")
+        cur = await conn.execute(
+            "SELECT name, anchor_at::text, scheduled_for::text FROM scheduled_jobs ORDER BY name"
+        )
         assert await cur.fetchall() == [
             ("cron", "2026-01-01 12:00:00.357+00", "2026-01-01 12:05:00+00"),  # unused by cron
             ("every", "2026-01-01 12:00:00+00", "2026-01-01 12:05:00+00"),

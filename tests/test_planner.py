@@ -33,14 +33,22 @@ def minutes(*ms: int) -> tuple[datetime, ...]:
 
 def test_skip_holds_only_the_newest_due_occurrence_within_grace() -> None:
     # Due at 00:01..00:05, now 00:05:20, grace 60 s: only 00:05 may still run.
-    plan = hold(MINUTELY, CatchUpPolicy("skip", 60), T + timedelta(minutes=1),
-                now=T + timedelta(minutes=5, seconds=20))
+    plan = hold(
+        MINUTELY,
+        CatchUpPolicy("skip", 60),
+        T + timedelta(minutes=1),
+        now=T + timedelta(minutes=5, seconds=20),
+    )
     assert plan == Advance(T + timedelta(minutes=5), minutes(1, 2, 3, 4), 4)
 
 
 def test_skip_past_grace_moves_to_the_next_future_occurrence() -> None:
-    plan = hold(MINUTELY, CatchUpPolicy("skip", 10), T + timedelta(minutes=1),
-                now=T + timedelta(minutes=5, seconds=20))
+    plan = hold(
+        MINUTELY,
+        CatchUpPolicy("skip", 10),
+        T + timedelta(minutes=1),
+        now=T + timedelta(minutes=5, seconds=20),
+    )
     assert plan == Advance(T + timedelta(minutes=6), minutes(1, 2, 3, 4, 5), 5)
     assert plan.scheduled_for > T + timedelta(minutes=5, seconds=20)  # never a past one
 
@@ -48,44 +56,75 @@ def test_skip_past_grace_moves_to_the_next_future_occurrence() -> None:
 def test_on_time_occurrence_runs_under_every_policy() -> None:
     for mode in ("skip", "backfill", "coalesce"):
         policy = CatchUpPolicy(mode, 0)  # type: ignore[arg-type]
-        decision = plan_claim(MINUTELY, policy, scheduled_for=T, attempt=1, max_attempts=3,
-                              now=T + timedelta(milliseconds=5))
+        decision = plan_claim(
+            MINUTELY,
+            policy,
+            scheduled_for=T,
+            attempt=1,
+            max_attempts=3,
+            now=T + timedelta(milliseconds=5),
+        )
         assert decision.action == ("run" if mode != "skip" else "skip")
-    on_time = plan_claim(MINUTELY, CatchUpPolicy("skip", 1), scheduled_for=T, attempt=1,
-                         max_attempts=3, now=T + timedelta(milliseconds=5))
+    on_time = plan_claim(
+        MINUTELY,
+        CatchUpPolicy("skip", 1),
+        scheduled_for=T,
+        attempt=1,
+        max_attempts=3,
+        now=T + timedelta(milliseconds=5),
+    )
     assert on_time.action == "run"
 
 
 def test_retries_are_never_misfires_and_exhaustion_moves_on() -> None:
     late = T + timedelta(hours=1)
-    retry = plan_claim(MINUTELY, CatchUpPolicy("skip", 0), scheduled_for=T, attempt=2,
-                       max_attempts=3, now=late)
+    retry = plan_claim(
+        MINUTELY, CatchUpPolicy("skip", 0), scheduled_for=T, attempt=2, max_attempts=3, now=late
+    )
     assert retry.action == "run"
-    exhausted = plan_claim(MINUTELY, CatchUpPolicy("backfill"), scheduled_for=T, attempt=4,
-                           max_attempts=3, now=T + timedelta(seconds=5))
+    exhausted = plan_claim(
+        MINUTELY,
+        CatchUpPolicy("backfill"),
+        scheduled_for=T,
+        attempt=4,
+        max_attempts=3,
+        now=T + timedelta(seconds=5),
+    )
     assert exhausted.action == "exhausted"
     assert exhausted.advance == Advance(T + timedelta(minutes=1))
 
 
 def test_a_triggered_off_schedule_occurrence_runs() -> None:
     triggered = T + timedelta(seconds=17, microseconds=250)
-    decision = plan_claim(EVERY_10S, CatchUpPolicy("coalesce"), scheduled_for=triggered,
-                          attempt=1, max_attempts=1, now=triggered + timedelta(seconds=1),
-                          anchor=T)
+    decision = plan_claim(
+        EVERY_10S,
+        CatchUpPolicy("coalesce"),
+        scheduled_for=triggered,
+        attempt=1,
+        max_attempts=1,
+        now=triggered + timedelta(seconds=1),
+        anchor=T,
+    )
     assert decision.action == "run"
 
 
 def test_skipped_records_are_capped_but_counted() -> None:
-    plan = hold(parse_schedule("@every 1s"), CatchUpPolicy("skip", 0), T,
-                now=T + timedelta(days=7), anchor=T)
+    plan = hold(
+        parse_schedule("@every 1s"),
+        CatchUpPolicy("skip", 0),
+        T,
+        now=T + timedelta(days=7),
+        anchor=T,
+    )
     # now falls exactly on an occurrence: that newest one is not late at all, so it runs.
     assert plan.skipped_count == 7 * 86400
     assert len(plan.skipped) == MAX_SKIPPED_RECORDS
     assert plan.skipped[0] == T and plan.scheduled_for == T + timedelta(days=7)
 
 
-def brute_force(schedule_expr: str, first: datetime, now: datetime, keep: int,
-                anchor: datetime) -> tuple[datetime, int]:
+def brute_force(
+    schedule_expr: str, first: datetime, now: datetime, keep: int, anchor: datetime
+) -> tuple[datetime, int]:
     schedule = parse_schedule(schedule_expr)
     due = [first]
     while (nxt := schedule.next_after(due[-1], anchor=anchor)) <= now:
@@ -112,8 +151,9 @@ def test_interval_arithmetic_matches_walking_the_schedule(
     if off_grid:  # a triggered occurrence between two grid points
         first -= timedelta(microseconds=1)
     now = first + timedelta(seconds=late)
-    plan = hold(schedule, CatchUpPolicy("backfill", backfill_limit=keep), first, now=now,
-                anchor=anchor)
+    plan = hold(
+        schedule, CatchUpPolicy("backfill", backfill_limit=keep), first, now=now, anchor=anchor
+    )
     expected_hold, expected_skipped = brute_force(expr, first, now, keep, anchor)
     assert (plan.scheduled_for, plan.skipped_count) == (expected_hold, expected_skipped)
 
@@ -144,8 +184,13 @@ def test_skip_due_to_the_microsecond() -> None:
     on_time = hold(EVERY_60S, CatchUpPolicy("skip", 0), at(1), now=at(120), anchor=ANCHOR)
     assert on_time == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
     # one microsecond earlier it is not yet due: the newest due one is 60 s late, skipped
-    early = hold(EVERY_60S, CatchUpPolicy("skip", 0), at(1),
-                 now=at(120) - timedelta(microseconds=1), anchor=ANCHOR)
+    early = hold(
+        EVERY_60S,
+        CatchUpPolicy("skip", 0),
+        at(1),
+        now=at(120) - timedelta(microseconds=1),
+        anchor=ANCHOR,
+    )
     assert early == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
     # a grace that ends one microsecond short of the newest occurrence skips it too
     late = hold(EVERY_60S, CatchUpPolicy("skip", 4.642999), at(1), now=BACK, anchor=ANCHOR)
@@ -157,8 +202,9 @@ def test_skip_due_to_the_microsecond() -> None:
 def test_backfill_counts_missed_sub_second_occurrences() -> None:
     everything = hold(EVERY_60S, CatchUpPolicy("backfill"), at(1), now=BACK, anchor=ANCHOR)
     assert everything == Advance(at(1))
-    limited = hold(EVERY_60S, CatchUpPolicy("backfill", backfill_limit=10), at(1), now=BACK,
-                   anchor=ANCHOR)
+    limited = hold(
+        EVERY_60S, CatchUpPolicy("backfill", backfill_limit=10), at(1), now=BACK, anchor=ANCHOR
+    )
     assert limited == Advance(at(111), tuple(at(k) for k in range(1, 111)), 110)
     # after each backfilled run the job moves to the next occurrence on the same grid
     nxt = advance(EVERY_60S, CatchUpPolicy("backfill"), after=at(1), now=BACK, anchor=ANCHOR)
@@ -170,30 +216,60 @@ def test_backfill_counts_missed_sub_second_occurrences() -> None:
 def test_coalesce_runs_the_newest_sub_second_occurrence() -> None:
     plan = hold(EVERY_60S, CatchUpPolicy("coalesce"), at(1), now=BACK, anchor=ANCHOR)
     assert plan == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
-    after_run = advance(EVERY_60S, CatchUpPolicy("coalesce"), after=at(120), now=BACK,
-                        anchor=ANCHOR)
+    after_run = advance(
+        EVERY_60S, CatchUpPolicy("coalesce"), after=at(120), now=BACK, anchor=ANCHOR
+    )
     assert after_run == Advance(at(121))  # still at :00.357
 
 
 def test_claim_of_a_sub_second_occurrence() -> None:
     policy = CatchUpPolicy("skip", 1)
-    on_time = plan_claim(EVERY_60S, policy, scheduled_for=at(5), attempt=1, max_attempts=3,
-                         now=at(5) + timedelta(milliseconds=5), anchor=ANCHOR)
+    on_time = plan_claim(
+        EVERY_60S,
+        policy,
+        scheduled_for=at(5),
+        attempt=1,
+        max_attempts=3,
+        now=at(5) + timedelta(milliseconds=5),
+        anchor=ANCHOR,
+    )
     assert on_time.action == "run"
-    exhausted = plan_claim(EVERY_60S, policy, scheduled_for=at(5), attempt=4, max_attempts=3,
-                           now=at(5) + timedelta(seconds=2), anchor=ANCHOR)
+    exhausted = plan_claim(
+        EVERY_60S,
+        policy,
+        scheduled_for=at(5),
+        attempt=4,
+        max_attempts=3,
+        now=at(5) + timedelta(seconds=2),
+        anchor=ANCHOR,
+    )
     assert exhausted == ClaimDecision("exhausted", Advance(at(6)))
     # 00:07:00.357 is exactly 1 s (the grace) late: still runs, the older two are skipped
-    late = plan_claim(EVERY_60S, policy, scheduled_for=at(5), attempt=1, max_attempts=3,
-                      now=at(7) + timedelta(seconds=1), anchor=ANCHOR)
+    late = plan_claim(
+        EVERY_60S,
+        policy,
+        scheduled_for=at(5),
+        attempt=1,
+        max_attempts=3,
+        now=at(7) + timedelta(seconds=1),
+        anchor=ANCHOR,
+    )
     assert late == ClaimDecision("skip", Advance(at(7), (at(5), at(6)), 2))
-    stale = plan_claim(EVERY_60S, policy, scheduled_for=at(5), attempt=1, max_attempts=3,
-                       now=at(7) + timedelta(seconds=1, microseconds=1), anchor=ANCHOR)
+    stale = plan_claim(
+        EVERY_60S,
+        policy,
+        scheduled_for=at(5),
+        attempt=1,
+        max_attempts=3,
+        now=at(7) + timedelta(seconds=1, microseconds=1),
+        anchor=ANCHOR,
+    )
     assert stale == ClaimDecision("skip", Advance(at(8), (at(5), at(6), at(7)), 3))
 
 
-def brute_force_policy(schedule: Schedule, policy: CatchUpPolicy, first: datetime,
-                       now: datetime, anchor: datetime) -> Advance:
+def brute_force_policy(
+    schedule: Schedule, policy: CatchUpPolicy, first: datetime, now: datetime, anchor: datetime
+) -> Advance:
     """The catch-up rules by walking every occurrence with next_after (the oracle)."""
     due = [first]
     while (nxt := schedule.next_after(due[-1], anchor=anchor)) <= now:
@@ -222,7 +298,11 @@ def brute_force_policy(schedule: Schedule, policy: CatchUpPolicy, first: datetim
     ),
 )
 def test_sub_second_interval_planning_matches_walking_the_schedule(
-    seconds: int, anchor_us: int, offset_us: int, late_us: int, off_grid_us: int,
+    seconds: int,
+    anchor_us: int,
+    offset_us: int,
+    late_us: int,
+    off_grid_us: int,
     policy: CatchUpPolicy,
 ) -> None:
     schedule = parse_schedule(f"@every {seconds}s")

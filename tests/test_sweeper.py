@@ -33,8 +33,9 @@ async def _leaders(store: Store) -> list[tuple[str, bool | None]]:
     return [(n["node_id"], n["leader"]) for n in await store.cluster_nodes(ttl=10)]
 
 
-async def test_the_leader_reaps_expired_leases(store: Store, dsn: str, db: Any,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_leader_reaps_expired_leases(
+    store: Store, dsn: str, db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     await add(store, spec("x"))
     await store.trigger_job("default", "x")
     [claimed] = await store.claim_due("dead-node", ALL_SHARDS, 1, lease=30)
@@ -52,44 +53,63 @@ async def test_the_leader_reaps_expired_leases(store: Store, dsn: str, db: Any,
     job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
     assert job == {"status": "idle", "last_error": "lease of node dead-node expired"}
     # the lost attempt is written to history: the run's row, as the claim handed it out
-    run = db.execute("SELECT id, outcome, error, attempts, node_id, fencing_token, started_at "
-                     "FROM job_runs").fetchone()
-    assert run == {"id": claimed.run_id, "outcome": "retrying",
-                   "error": "lease of node dead-node expired", "attempts": 1,
-                   "node_id": "dead-node", "fencing_token": claimed.fencing_token,
-                   "started_at": claimed.db_now}
+    run = db.execute(
+        "SELECT id, outcome, error, attempts, node_id, fencing_token, started_at FROM job_runs"
+    ).fetchone()
+    assert run == {
+        "id": claimed.run_id,
+        "outcome": "retrying",
+        "error": "lease of node dead-node expired",
+        "attempts": 1,
+        "node_id": "dead-node",
+        "fencing_token": claimed.fencing_token,
+        "started_at": claimed.db_now,
+    }
 
 
 async def test_a_node_that_does_not_lead_reaps_only_long_expired_leases(
-        store: Store, dsn: str, db: Any) -> None:
+    store: Store, dsn: str, db: Any
+) -> None:
     """The backup sweep: while another session holds the lock (a silent leader), a node reaps
     only leases expired longer than ``backup_delay``; once the lock is free it leads."""
     await add(store, spec("recent"), spec("old"))
     for name in ("recent", "old"):
         await store.trigger_job("default", name)
     await store.claim_due("dead-node", ALL_SHARDS, 2, lease=30)
-    db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - CASE name "
-               "WHEN 'recent' THEN interval '5 seconds' ELSE interval '15 seconds' END")
+    db.execute(
+        "UPDATE scheduled_jobs SET lease_expires_at = now() - CASE name "
+        "WHEN 'recent' THEN interval '5 seconds' ELSE interval '15 seconds' END"
+    )
     silent = await connect(dsn, application_name="pgpulse:silent:beat")
     session = Session(dsn, "pgpulse:b:beat")
     beat = Store(session)
     try:
         await silent.execute("SELECT pg_advisory_lock(%s)", (LEADER_LOCK_KEY,))
-        first = await beat.heartbeat("b", running=0, shards=(), ttl=10, leading=False,
-                                     backup_delay=10)
+        first = await beat.heartbeat(
+            "b", running=0, shards=(), ttl=10, leading=False, backup_delay=10
+        )
         assert (first.leader, first.reaped) == (False, 1)
-        assert db.execute("SELECT name FROM scheduled_jobs WHERE status = 'running'"
-                          ).fetchall() == [{"name": "recent"}]
+        assert db.execute(
+            "SELECT name FROM scheduled_jobs WHERE status = 'running'"
+        ).fetchall() == [{"name": "recent"}]
         await silent.close()  # the silent leader's session ends: the next try takes the lock
         # (its backend exits, and releases the lock, a moment after the client closed)
-        await wait_until(lambda: not db.execute(
-            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
-            (LEADER_LOCK_KEY,)).fetchone()["n"], within=5)
-        second = await beat.heartbeat("b", running=0, shards=(), ttl=10, leading=False,
-                                      backup_delay=10)
+        await wait_until(
+            lambda: (
+                not db.execute(
+                    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
+                    (LEADER_LOCK_KEY,),
+                ).fetchone()["n"]
+            ),
+            within=5,
+        )
+        second = await beat.heartbeat(
+            "b", running=0, shards=(), ttl=10, leading=False, backup_delay=10
+        )
         assert (second.leader, second.reaped) == (True, 1)
-        third = await beat.heartbeat("b", running=0, shards=(), ttl=10, leading=True,
-                                     backup_delay=10)
+        third = await beat.heartbeat(
+            "b", running=0, shards=(), ttl=10, leading=True, backup_delay=10
+        )
         assert (third.leader, third.reaped) == (True, 0)
     finally:
         await silent.close()
@@ -103,20 +123,25 @@ async def test_a_pooled_heartbeat_takes_no_part_in_leadership(store: Store, db: 
     await store.register_node("n1", hostname="h", pid=1, slots=4, handlers=["x"])
     beat = await store.heartbeat("n1", running=0, shards=[0], ttl=10)
     assert (beat.live, beat.leader, beat.reaped) == (("n1",), False, 0)
-    locks = db.execute("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'"
-                       " AND objid::bigint = %s", (LEADER_LOCK_KEY,)).fetchone()
+    locks = db.execute(
+        "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = %s",
+        (LEADER_LOCK_KEY,),
+    ).fetchone()
     assert locks == {"n": 0}
 
 
 async def test_a_leader_whose_session_died_steps_down_and_another_takes_over(
-        store: Store, dsn: str, db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    store: Store, dsn: str, db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     a, b = node(store, dsn, {}, node_id="a"), node(store, dsn, {}, node_id="b")
     try:
         await a.start()
         await b.start()
         assert await _leaders(store) == [("a", True), ("b", False)]
-        killed = db.execute("SELECT pg_terminate_backend(pid, 5000) AS ok FROM pg_stat_activity"
-                            " WHERE application_name = 'pgpulse:a:beat'").fetchall()
+        killed = db.execute(
+            "SELECT pg_terminate_backend(pid, 5000) AS ok FROM pg_stat_activity"
+            " WHERE application_name = 'pgpulse:a:beat'"
+        ).fetchall()
         assert killed == [{"ok": True}]
         await b.heartbeat_once()  # the lock died with a's session: b takes it at once
         assert b.sweeper.is_leader
@@ -132,7 +157,8 @@ async def test_a_leader_whose_session_died_steps_down_and_another_takes_over(
 
 
 async def test_a_heartbeat_that_reconnected_does_not_claim_the_lost_lock(
-        store: Store, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    store: Store, dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """The session reconnects inside the heartbeat that says "I lead": the new connection does
     not hold the lock, so the node must not believe its answer; the next heartbeat retakes it."""
     a = node(store, dsn, {}, node_id="a")
@@ -153,7 +179,8 @@ async def test_a_heartbeat_that_reconnected_does_not_claim_the_lost_lock(
 
 
 async def test_status_names_this_databases_leader_on_a_shared_server(
-        store: Store, dsn: str, server_dsn: str) -> None:
+    store: Store, dsn: str, server_dsn: str
+) -> None:
     """Another Pulse cluster in another database of the same server has its own leader."""
     other = await connect(server_dsn, application_name="pgpulse:other-cluster-node:beat")
     mine = node(store, dsn, {}, node_id="mine")
@@ -168,12 +195,15 @@ async def test_status_names_this_databases_leader_on_a_shared_server(
 
 
 async def test_the_leader_prunes_old_history_and_the_others_do_not(
-        store: Store, dsn: str, db: Any) -> None:
+    store: Store, dsn: str, db: Any
+) -> None:
     [job_id] = await add(store, spec("old"))
-    db.execute("INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
-               "VALUES (%s, now() - interval '3 days', 1, 'succeeded', now() - interval '3 days'),"
-               " (%s, now() - interval '1 hour', 1, 'succeeded', now() - interval '1 hour')",
-               (job_id, job_id))
+    db.execute(
+        "INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
+        "VALUES (%s, now() - interval '3 days', 1, 'succeeded', now() - interval '3 days'),"
+        " (%s, now() - interval '1 hour', 1, 'succeeded', now() - interval '1 hour')",
+        (job_id, job_id),
+    )
     a = node(store, dsn, {}, node_id="a", keep_runs=86400.0)
     b = node(store, dsn, {}, node_id="b", keep_runs=86400.0)
     try:
@@ -203,7 +233,8 @@ class _Counting:
 
 
 async def test_an_idle_node_sends_one_statement_per_heartbeat_leader_or_not(
-        store: Store, dsn: str) -> None:
+    store: Store, dsn: str
+) -> None:
     pool = _Counting(store.pool)
     nodes = [node(Store(pool), dsn, {}, node_id=node_id) for node_id in ("a", "b")]
     beats: list[_Counting] = []

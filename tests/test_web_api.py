@@ -19,15 +19,21 @@ PUBLIC_URL = "https://93.184.215.14/hook"  # a public address literal: no DNS ne
 
 
 def job_body(name: str, **fields: Any) -> dict[str, Any]:
-    body = {"name": name, "schedule": "0 3 * * *", "handler": "http",
-            "payload": {"url": PUBLIC_URL}, "timezone": "Europe/Paris"}
+    body = {
+        "name": name,
+        "schedule": "0 3 * * *",
+        "handler": "http",
+        "payload": {"url": PUBLIC_URL},
+        "timezone": "Europe/Paris",
+    }
     body.update(fields)
     return body
 
 
 def jobs_in_db(db: Any) -> list[dict[str, Any]]:
-    return db.execute("SELECT tenant, name, status, schedule FROM scheduled_jobs ORDER BY id"
-                      ).fetchall()
+    return db.execute(
+        "SELECT tenant, name, status, schedule FROM scheduled_jobs ORDER BY id"
+    ).fetchall()
 
 
 async def test_tokens_are_stored_as_hashes_and_shown_once(store: Store, db: Any) -> None:
@@ -40,24 +46,28 @@ async def test_tokens_are_stored_as_hashes_and_shown_once(store: Store, db: Any)
     assert secret not in str(stored)  # no column holds the secret
     listed = await tokens.list()
     assert [(t["id"], t["tenant"], t["admin"], t["label"]) for t in listed] == [
-        (row["id"], "acme", False, "ci")]
+        (row["id"], "acme", False, "ci")
+    ]
     assert secret not in str(listed)
 
 
-async def test_every_request_needs_a_live_token_and_revocation_is_immediate(
-        store: Store) -> None:
+async def test_every_request_needs_a_live_token_and_revocation_is_immediate(store: Store) -> None:
     token = await make_token(store, "acme")
     async with api_client(store) as anonymous:
         refused = await anonymous.get("/api/v1/jobs")
         assert refused.status_code == 401
         assert refused.headers["www-authenticate"] == "Bearer"
         assert refused.json()["error"]["field"] == "authorization"
-        forged = await anonymous.get("/api/v1/jobs",
-                                     headers={"Authorization": "Bearer pgp_" + "x" * 43})
+        forged = await anonymous.get(
+            "/api/v1/jobs", headers={"Authorization": "Bearer pgp_" + "x" * 43}
+        )
         assert forged.status_code == 401
     async with api_client(store, token) as client:
         assert (await client.get("/api/v1/me")).json() == {
-            "token_id": 1, "tenant": "acme", "admin": False}
+            "token_id": 1,
+            "tenant": "acme",
+            "admin": False,
+        }
         await TokenStore(store.pool).revoke(1)
         after = await client.get("/api/v1/me")
         assert after.status_code == 401
@@ -71,14 +81,19 @@ async def test_job_lifecycle(store: Store, db: Any) -> None:
         assert created.status_code == 201, created.text
         job = created.json()
         assert (job["tenant"], job["name"], job["status"], job["source"]) == (
-            "acme", "report", "idle", "api")
+            "acme",
+            "report",
+            "idle",
+            "api",
+        )
         assert job["schedule_description"] == "at 03:00 (Europe/Paris)"
         # upcoming: five occurrences at 03:00 local, with the zone's offset
         assert len(job["upcoming"]) == 5
         assert all("T03:00:00+0" in t for t in job["upcoming"])
         assert job["scheduled_for"].endswith("Z")
         assert datetime.fromisoformat(job["upcoming"][0]) == datetime.fromisoformat(
-            job["scheduled_for"])
+            job["scheduled_for"]
+        )
 
         again = await client.post("/api/v1/jobs", json=job_body("report"))
         assert again.status_code == 200 and again.json()["id"] == job["id"]
@@ -86,19 +101,24 @@ async def test_job_lifecycle(store: Store, db: Any) -> None:
         shown = await client.get(f"/api/v1/jobs/{job['id']}")
         assert shown.json()["payload"] == {"url": PUBLIC_URL}
 
-        patched = await client.patch(f"/api/v1/jobs/{job['id']}",
-                                     json={"schedule": "@every 90m", "max_attempts": 5})
+        patched = await client.patch(
+            f"/api/v1/jobs/{job['id']}", json={"schedule": "@every 90m", "max_attempts": 5}
+        )
         assert patched.status_code == 200, patched.text
-        assert (patched.json()["schedule"], patched.json()["max_attempts"],
-                patched.json()["schedule_description"]) == ("@every 90m", 5,
-                                                             "every 1 hour 30 minutes")
+        assert (
+            patched.json()["schedule"],
+            patched.json()["max_attempts"],
+            patched.json()["schedule_description"],
+        ) == ("@every 90m", 5, "every 1 hour 30 minutes")
         assert patched.json()["timezone"] == "Europe/Paris"  # untouched field kept
         unlimited = await client.patch(f"/api/v1/jobs/{job['id']}", json={"timeout": None})
         assert unlimited.status_code == 200 and unlimited.json()["timeout"] is None
         nulled = await client.patch(f"/api/v1/jobs/{job['id']}", json={"schedule": None})
         assert nulled.status_code == 422
         assert (nulled.json()["error"]["field"], nulled.json()["error"]["value"]) == (
-            "schedule", None)
+            "schedule",
+            None,
+        )
 
         paused = await client.post(f"/api/v1/jobs/{job['id']}/pause")
         assert paused.json()["status"] == "paused"
@@ -106,8 +126,11 @@ async def test_job_lifecycle(store: Store, db: Any) -> None:
         refused = await client.post(f"/api/v1/jobs/{job['id']}/trigger")
         assert refused.status_code == 409
         assert refused.json()["error"] == {
-            "code": "conflict", "field": "status", "value": "paused",
-            "message": "job 'report' is paused; only an idle job can be triggered"}
+            "code": "conflict",
+            "field": "status",
+            "value": "paused",
+            "message": "job 'report' is paused; only an idle job can be triggered",
+        }
         assert (await client.post(f"/api/v1/jobs/{job['id']}/resume")).json()["status"] == "idle"
 
         triggered = await client.post(f"/api/v1/jobs/{job['id']}/trigger")
@@ -126,8 +149,13 @@ async def test_job_lifecycle(store: Store, db: Any) -> None:
 async def test_list_filters_and_keyset_pages(store: Store) -> None:
     admin = await make_token(store, admin=True)
     async with api_client(store, admin) as client:
-        for tenant, name in [("acme", "a1"), ("acme", "a2"), ("acme", "b1"), ("globex", "a1"),
-                             ("globex", "z9")]:
+        for tenant, name in [
+            ("acme", "a1"),
+            ("acme", "a2"),
+            ("acme", "b1"),
+            ("globex", "a1"),
+            ("globex", "z9"),
+        ]:
             response = await client.post("/api/v1/jobs", json=job_body(name, tenant=tenant))
             assert response.status_code == 201
         seen, cursor = [], None
@@ -138,10 +166,14 @@ async def test_list_filters_and_keyset_pages(store: Store) -> None:
             cursor = page["next_cursor"]
             if cursor is None:
                 break
-        assert seen == [[("acme", "a1"), ("acme", "a2")], [("acme", "b1"), ("globex", "a1")],
-                        [("globex", "z9")]]
-        prefixed = (await client.get("/api/v1/jobs", params={"name_prefix": "a",
-                                                              "tenant": "acme"})).json()
+        assert seen == [
+            [("acme", "a1"), ("acme", "a2")],
+            [("acme", "b1"), ("globex", "a1")],
+            [("globex", "z9")],
+        ]
+        prefixed = (
+            await client.get("/api/v1/jobs", params={"name_prefix": "a", "tenant": "acme"})
+        ).json()
         assert [j["name"] for j in prefixed["items"]] == ["a1", "a2"]
         await client.post(f"/api/v1/jobs/{prefixed['items'][0]['id']}/pause")
         paused = (await client.get("/api/v1/jobs", params={"status": "paused"})).json()
@@ -153,18 +185,30 @@ async def test_list_filters_and_keyset_pages(store: Store) -> None:
 
 async def _seed_runs(db: Any, job_id: int) -> list[int]:
     base = datetime(2026, 1, 1, tzinfo=UTC)
-    rows = [(base + timedelta(minutes=i), outcome) for i, outcome in
-            enumerate(["succeeded", "failed", "succeeded", "skipped"])]
+    rows = [
+        (base + timedelta(minutes=i), outcome)
+        for i, outcome in enumerate(["succeeded", "failed", "succeeded", "skipped"])
+    ]
     ids = []
     for at, outcome in rows:
         started = None if outcome == "skipped" else at + timedelta(seconds=2)
         finished = at + timedelta(seconds=5)
-        ids.append(db.execute(
-            "INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, node_id, "
-            "started_at, finished_at, error, output) VALUES (%s, %s, 1, %s, 'n1', %s, %s, %s, "
-            "%s) RETURNING id", (job_id, at, outcome, started, finished,
-                                 "boom" if outcome == "failed" else None, f"out {outcome}"),
-        ).fetchone()["id"])
+        ids.append(
+            db.execute(
+                "INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, node_id, "
+                "started_at, finished_at, error, output) VALUES (%s, %s, 1, %s, 'n1', %s, %s, %s, "
+                "%s) RETURNING id",
+                (
+                    job_id,
+                    at,
+                    outcome,
+                    started,
+                    finished,
+                    "boom" if outcome == "failed" else None,
+                    f"out {outcome}",
+                ),
+            ).fetchone()["id"]
+        )
     return ids
 
 
@@ -179,18 +223,30 @@ async def test_runs_by_job_outcome_time_range_and_one_run(store: Store, db: Any)
         assert "output" not in listed["items"][0] or listed["items"][0]["output"] is None
         failed = (await client.get("/api/v1/runs", params={"outcome": "failed"})).json()
         assert [(r["id"], r["error"]) for r in failed["items"]] == [(ids[1], "boom")]
-        ranged = (await client.get("/api/v1/runs", params={
-            "job_id": job["id"], "since": "2026-01-01T00:01:00+00:00",
-            "until": "2026-01-01T01:03:00+01:00"})).json()
+        ranged = (
+            await client.get(
+                "/api/v1/runs",
+                params={
+                    "job_id": job["id"],
+                    "since": "2026-01-01T00:01:00+00:00",
+                    "until": "2026-01-01T01:03:00+01:00",
+                },
+            )
+        ).json()
         assert [r["id"] for r in ranged["items"]] == [ids[2], ids[1]]
         page1 = (await client.get("/api/v1/runs", params={"limit": 3})).json()
-        page2 = (await client.get("/api/v1/runs", params={"limit": 3,
-                                                           "cursor": page1["next_cursor"]})).json()
+        page2 = (
+            await client.get("/api/v1/runs", params={"limit": 3, "cursor": page1["next_cursor"]})
+        ).json()
         assert [r["id"] for r in page1["items"] + page2["items"]] == ids[::-1]
         assert page2["next_cursor"] is None
         one = (await client.get(f"/api/v1/runs/{ids[1]}")).json()
         assert (one["outcome"], one["output"], one["error"], one["attempts"]) == (
-            "failed", "out failed", "boom", 1)
+            "failed",
+            "out failed",
+            "boom",
+            1,
+        )
         naive = await client.get("/api/v1/runs", params={"since": "2026-01-01T00:00:00"})
         assert naive.status_code == 422 and naive.json()["error"]["field"] == "since"
 
@@ -206,11 +262,21 @@ async def test_a_run_in_progress_is_listed_and_shown_as_running(store: Store, db
         [claimed] = await store.claim_due("n9", list(range(64)), 1, lease=30)
         listed = (await client.get(f"/api/v1/jobs/{job['id']}/runs")).json()
         assert [(r["id"], r["outcome"]) for r in listed["items"]] == [
-            (claimed.run_id, "running"), *((i, o) for i, o in zip(
-                older[::-1], ["skipped", "succeeded", "failed", "succeeded"], strict=True))]
+            (claimed.run_id, "running"),
+            *(
+                (i, o)
+                for i, o in zip(
+                    older[::-1], ["skipped", "succeeded", "failed", "succeeded"], strict=True
+                )
+            ),
+        ]
         one = (await client.get(f"/api/v1/runs/{claimed.run_id}")).json()
         assert (one["outcome"], one["node_id"], one["attempts"], one["finished_at"]) == (
-            "running", "n9", 1, None)
+            "running",
+            "n9",
+            1,
+            None,
+        )
         running = (await client.get("/api/v1/runs", params={"outcome": "running"})).json()
         assert [r["id"] for r in running["items"]] == [claimed.run_id]
 
@@ -224,7 +290,12 @@ async def test_cluster_nodes_shards_and_counts(store: Store) -> None:
         cluster = (await client.get("/api/v1/cluster")).json()
     [node] = cluster["nodes"]
     assert (node["node_id"], node["alive"], node["shards"], node["running"], node["slots"]) == (
-        "n1", True, [0, 1, 2], 1, 4)
+        "n1",
+        True,
+        [0, 1, 2],
+        1,
+        4,
+    )
     assert cluster["shards"]["owners"] == {"0": ["n1"], "1": ["n1"], "2": ["n1"]}
     assert cluster["shards"]["unowned"] == list(range(3, 64))
     assert cluster["leader"] is None
@@ -236,35 +307,59 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         spec = (await client.get("/api/v1/openapi.json")).json()
         metrics = await client.get("/metrics")
     assert set(spec["paths"]) == {
-        "/api/v1/me", "/api/v1/jobs", "/api/v1/jobs/{job_id}", "/api/v1/jobs/{job_id}/pause",
-        "/api/v1/jobs/{job_id}/resume", "/api/v1/jobs/{job_id}/trigger",
-        "/api/v1/jobs/{job_id}/runs", "/api/v1/runs", "/api/v1/runs/{run_id}",
-        "/api/v1/cluster"}
+        "/api/v1/me",
+        "/api/v1/jobs",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/{job_id}/pause",
+        "/api/v1/jobs/{job_id}/resume",
+        "/api/v1/jobs/{job_id}/trigger",
+        "/api/v1/jobs/{job_id}/runs",
+        "/api/v1/runs",
+        "/api/v1/runs/{run_id}",
+        "/api/v1/cluster",
+    }
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert metrics.status_code == 200
     assert 'pgpulse_jobs{state="total"} 0.0' in metrics.text
 
 
-@pytest.mark.parametrize(("body", "field", "value"), [
-    (job_body("x", timezone="Mars/Olympus"), "timezone", "Mars/Olympus"),
-    (job_body("x", schedule="0 0 30 2 *"), "schedule", "0 0 30 2 *"),
-    (job_body("x", schedule="@every 99999999d"), "schedule", "@every 99999999d"),
-    (job_body("x", catch_up="sometimes"), "catch_up", "sometimes"),
-    (job_body("x", handler="nobody.knows"), "handler", "nobody.knows"),
-    (job_body("x", payload={"url": "ftp://example.com/"}), "payload.url", "ftp://example.com/"),
-    (job_body("x", payload={"url": PUBLIC_URL, "k": ["a\x00b"]}), "payload.k[0]", "a\\u0000b"),
-    (job_body("x", payload={"url": PUBLIC_URL, "\ud800": 1}), "payload", "\\ud800"),
-    (job_body("x", max_attempts=0), "max_attempts", 0),
-    (job_body(" padded"), "name", " padded"),
-    ({"schedule": "* * * * *", "handler": "http"}, "name", None),
-], ids=["zone", "never-fires", "interval-past-9999", "catch-up", "handler", "url-scheme",
-        "nul", "surrogate-key", "attempts", "name", "missing-name"])
+@pytest.mark.parametrize(
+    ("body", "field", "value"),
+    [
+        (job_body("x", timezone="Mars/Olympus"), "timezone", "Mars/Olympus"),
+        (job_body("x", schedule="0 0 30 2 *"), "schedule", "0 0 30 2 *"),
+        (job_body("x", schedule="@every 99999999d"), "schedule", "@every 99999999d"),
+        (job_body("x", catch_up="sometimes"), "catch_up", "sometimes"),
+        (job_body("x", handler="nobody.knows"), "handler", "nobody.knows"),
+        (job_body("x", payload={"url": "ftp://example.com/"}), "payload.url", "ftp://example.com/"),
+        (job_body("x", payload={"url": PUBLIC_URL, "k": ["a\x00b"]}), "payload.k[0]", "a\\u0000b"),
+        (job_body("x", payload={"url": PUBLIC_URL, "\ud800": 1}), "payload", "\\ud800"),
+        (job_body("x", max_attempts=0), "max_attempts", 0),
+        (job_body(" padded"), "name", " padded"),
+        ({"schedule": "* * * * *", "handler": "http"}, "name", None),
+    ],
+    ids=[
+        "zone",
+        "never-fires",
+        "interval-past-9999",
+        "catch-up",
+        "handler",
+        "url-scheme",
+        "nul",
+        "surrogate-key",
+        "attempts",
+        "name",
+        "missing-name",
+    ],
+)
 async def test_refusals_name_the_field_and_value_and_write_nothing(
-        store: Store, db: Any, body: dict[str, Any], field: str, value: Any) -> None:
+    store: Store, db: Any, body: dict[str, Any], field: str, value: Any
+) -> None:
     token = await make_token(store, "acme")
     async with api_client(store, token) as client:  # ASCII JSON: escapes lone surrogates
-        response = await client.post("/api/v1/jobs", content=json.dumps(body),
-                                     headers={"content-type": "application/json"})
+        response = await client.post(
+            "/api/v1/jobs", content=json.dumps(body), headers={"content-type": "application/json"}
+        )
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert (error["code"], error["field"], error["value"]) == ("invalid_input", field, value)
@@ -274,11 +369,15 @@ async def test_refusals_name_the_field_and_value_and_write_nothing(
 async def test_malformed_json_and_unknown_fields(store: Store, db: Any) -> None:
     token = await make_token(store, "acme")
     async with api_client(store, token) as client:
-        broken = await client.post("/api/v1/jobs", content=b'{"name": ',
-                                   headers={"content-type": "application/json"})
+        broken = await client.post(
+            "/api/v1/jobs", content=b'{"name": ', headers={"content-type": "application/json"}
+        )
         extra = await client.post("/api/v1/jobs", json=job_body("x", owner="me"))
-        deep = await client.post("/api/v1/jobs", content=b"[" * 5000 + b"]" * 5000,
-                                 headers={"content-type": "application/json"})
+        deep = await client.post(
+            "/api/v1/jobs",
+            content=b"[" * 5000 + b"]" * 5000,
+            headers={"content-type": "application/json"},
+        )
     assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_json"
     assert extra.status_code == 422 and extra.json()["error"]["field"] == "owner"
     assert 400 <= deep.status_code < 500
@@ -296,8 +395,9 @@ async def test_body_size_limit_is_413_declared_or_streamed(store: Store, db: Any
             for _ in range(5):
                 yield b" " * 1000
 
-        streamed = await client.post("/api/v1/jobs", content=chunks(),
-                                     headers={"content-type": "application/json"})
+        streamed = await client.post(
+            "/api/v1/jobs", content=chunks(), headers={"content-type": "application/json"}
+        )
         small = await client.post("/api/v1/jobs", json=job_body("small"))
     assert declared.status_code == 413
     assert declared.json()["error"]["code"] == "payload_too_large"
@@ -324,4 +424,5 @@ async def test_health_answers_with_the_database_clock(store: Store, db: Any) -> 
     assert health.status_code == 200 and health.json()["ok"] is True
     reported = datetime.fromisoformat(health.json()["db_now"])
     assert abs(db.execute("SELECT now() AS now").fetchone()["now"] - reported) < timedelta(
-        seconds=5)
+        seconds=5
+    )

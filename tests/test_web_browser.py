@@ -27,7 +27,8 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(),
-    reason=f"{CHROMIUM} is missing: apt-get install -y chromium (CI installs it)")
+    reason=f"{CHROMIUM} is missing: apt-get install -y chromium (CI installs it)",
+)
 
 
 async def work(ctx: RunContext) -> str:
@@ -61,8 +62,9 @@ def _revoke(dsn: str, token: str) -> None:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE pgpulse_api_tokens SET revoked_at = now() WHERE prefix = %s",
-                     (token[:12],))
+        conn.execute(
+            "UPDATE pgpulse_api_tokens SET revoked_at = now() WHERE prefix = %s", (token[:12],)
+        )
 
 
 @pytest.mark.timeout(120)
@@ -72,17 +74,29 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
     settings = WebSettings(refresh_seconds=0.4)
     handlers = {"demo.work": work, "demo.flaky": flaky}
     with LiveServer(dsn, settings, handlers=handlers, node_config=node_config()) as server:
-        with httpx.Client(base_url=server.base_url,
-                          headers={"Authorization": f"Bearer {acme}"}) as api:
-            report = _create(api, name="nightly-report", schedule="30 2 * * *",
-                             timezone="Europe/Paris", handler="demo.work")
+        with httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {acme}"}
+        ) as api:
+            report = _create(
+                api,
+                name="nightly-report",
+                schedule="30 2 * * *",
+                timezone="Europe/Paris",
+                handler="demo.work",
+            )
             _create(api, name="heartbeat", schedule="@every 1s", handler="demo.work")
-            invoices = _create(api, name="sync-invoices", schedule="*/15 * * * *",
-                               timezone="America/New_York", handler="demo.flaky",
-                               max_attempts=1)
+            invoices = _create(
+                api,
+                name="sync-invoices",
+                schedule="*/15 * * * *",
+                timezone="America/New_York",
+                handler="demo.flaky",
+                max_attempts=1,
+            )
             assert api.post(f"/api/v1/jobs/{invoices['id']}/trigger").status_code == 200
-        with httpx.Client(base_url=server.base_url,
-                          headers={"Authorization": f"Bearer {globex}"}) as api:
+        with httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {globex}"}
+        ) as api:
             _create(api, name="globex-secret", schedule="@hourly", handler="demo.work")
 
         with sync_api.sync_playwright() as playwright:
@@ -102,12 +116,15 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 # trigger: the node runs it and the page shows the outcome without a reload
                 page.click("[data-testid=trigger-nightly-report]")
                 sync_api.expect(page.locator("#notice")).to_have_text("triggered")
-                sync_api.expect(page.locator("[data-testid=outcome-nightly-report]")
-                                ).to_have_text("succeeded")
-                sync_api.expect(page.locator("[data-testid=attention-sync-invoices]")
-                                ).to_contain_text("upstream answered 503")
-                sync_api.expect(page.locator("[data-testid=outcome-heartbeat]")
-                                ).to_have_text("succeeded")
+                sync_api.expect(page.locator("[data-testid=outcome-nightly-report]")).to_have_text(
+                    "succeeded"
+                )
+                sync_api.expect(
+                    page.locator("[data-testid=attention-sync-invoices]")
+                ).to_contain_text("upstream answered 503")
+                sync_api.expect(page.locator("[data-testid=outcome-heartbeat]")).to_have_text(
+                    "succeeded"
+                )
                 page.wait_for_timeout(1500)  # a few more heartbeat runs for the pictures
                 _shot(page, tmp_path, "dashboard.png")
 
@@ -116,8 +133,9 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 assert page.locator("svg.chart polyline.series-duration").count() == 1
                 page.click("[data-testid=pause-nightly-report]")
                 sync_api.expect(page.locator("[data-testid=job-status]")).to_have_text("paused")
-                status = db.execute("SELECT status FROM scheduled_jobs WHERE id = %s",
-                                    (report["id"],)).fetchone()["status"]
+                status = db.execute(
+                    "SELECT status FROM scheduled_jobs WHERE id = %s", (report["id"],)
+                ).fetchone()["status"]
                 assert status == "paused"
 
                 page.click('a[href="/ui/"]')
@@ -128,8 +146,7 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 page.click('a[href="/ui/cluster"]')
                 node = page.locator('tr[data-node="web-test-node"]')
                 sync_api.expect(node).to_contain_text("64: 0 1 2")
-                sync_api.expect(page.locator("[data-testid=leader]")).to_have_text(
-                    "web-test-node")
+                sync_api.expect(page.locator("[data-testid=leader]")).to_have_text("web-test-node")
 
                 # another tenant: sees none of acme's jobs, and acme's job page is a plain 404
                 other = browser.new_page()
@@ -142,7 +159,8 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 response = other.goto(f"{server.base_url}/ui/jobs/{report['id']}")
                 assert response is not None and response.status == 404
                 assert other.locator("[data-testid=error]").inner_text() == (
-                    f"no job with id {report['id']}")
+                    f"no job with id {report['id']}"
+                )
 
                 # revoking acme's token signs its browser out at the next refresh
                 _revoke(dsn, acme)

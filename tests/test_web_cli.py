@@ -33,11 +33,13 @@ def test_token_create_list_revoke(dsn: str, db: Any) -> None:
     assert "shown only now" in created.stderr
     listed = json.loads(cli(dsn, "token", "list", "--json").stdout)
     assert [(t["id"], t["prefix"], t["tenant"], t["admin"], t["revoked_at"]) for t in listed] == [
-        (1, secret[:12], "acme", False, None)]
+        (1, secret[:12], "acme", False, None)
+    ]
     assert secret not in json.dumps(listed)
     assert cli(dsn, "token", "revoke", "1").exit_code == 0
-    assert db.execute("SELECT revoked_at IS NOT NULL AS gone FROM pgpulse_api_tokens"
-                      ).fetchone()["gone"]
+    assert db.execute("SELECT revoked_at IS NOT NULL AS gone FROM pgpulse_api_tokens").fetchone()[
+        "gone"
+    ]
     again = cli(dsn, "token", "revoke", "1")
     assert again.exit_code == 2 and "no live token with id 1" in again.stderr
     tenantless = cli(dsn, "token", "create")
@@ -60,8 +62,13 @@ def _free_port() -> int:
 
 def test_serve_answers_until_sigterm(dsn: str) -> None:
     port = _free_port()
-    env = {**os.environ, "PGPULSE_DATABASE_URL": dsn, "PGPULSE_SERVE_LISTEN": f"127.0.0.1:{port}",
-           "PGPULSE_LOG_FORMAT": "json", "PGPULSE_LOG_LEVEL": "INFO"}
+    env = {
+        **os.environ,
+        "PGPULSE_DATABASE_URL": dsn,
+        "PGPULSE_SERVE_LISTEN": f"127.0.0.1:{port}",
+        "PGPULSE_LOG_FORMAT": "json",
+        "PGPULSE_LOG_LEVEL": "INFO",
+    }
     proc = subprocess.Popen([PGPULSE, "serve"], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
@@ -78,7 +85,8 @@ def test_serve_answers_until_sigterm(dsn: str) -> None:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=15)
     assert proc.returncode == 0
-    actions = [json.loads(line).get("action") for line in stderr.splitlines()
-               if line.startswith("{")]
+    actions = [
+        json.loads(line).get("action") for line in stderr.splitlines() if line.startswith("{")
+    ]
     assert "web_serving" in actions and "web_stopped" in actions
     assert f"on http://127.0.0.1:{port}" in stderr

@@ -27,36 +27,60 @@ def sample(name: str, **labels: str) -> float:
 def claimed_job(attempt: int = 1) -> ClaimedJob:
     at = utc(2026, 1, 1, 12, 0)
     return ClaimedJob(
-        id=1, tenant="t", name="j", schedule="* * * * *", timezone="UTC", handler="h",
-        payload={}, catch_up="skip", backfill_limit=None, misfire_grace=60.0, max_attempts=3,
-        retry_backoff=1.0, timeout=None, anchor_at=at, scheduled_for=at, attempt=attempt,
-        fencing_token=7, run_id=1, db_now=at + timedelta(seconds=0.2))
+        id=1,
+        tenant="t",
+        name="j",
+        schedule="* * * * *",
+        timezone="UTC",
+        handler="h",
+        payload={},
+        catch_up="skip",
+        backfill_limit=None,
+        misfire_grace=60.0,
+        max_attempts=3,
+        retry_backoff=1.0,
+        timeout=None,
+        anchor_at=at,
+        scheduled_for=at,
+        attempt=attempt,
+        fencing_token=7,
+        run_id=1,
+        db_now=at + timedelta(seconds=0.2),
+    )
 
 
 def test_observe_finish_counts_outcome_lag_duration_and_skips() -> None:
     job = claimed_job()
-    before = {"ok": sample("pgpulse_runs_total", outcome="succeeded"),
-              "lag": sample("pgpulse_run_lag_seconds_count"),
-              "lag_sum": sample("pgpulse_run_lag_seconds_sum"),
-              "dur": sample("pgpulse_run_duration_seconds_sum", outcome="succeeded"),
-              "skipped": sample("pgpulse_skipped_occurrences_total"),
-              "fenced": sample("pgpulse_fenced_writes_rejected_total")}
-    advance = Advance(scheduled_for=utc(2026, 1, 1, 12, 3),
-                      skipped=(utc(2026, 1, 1, 12, 1), utc(2026, 1, 1, 12, 2)))
-    metrics.observe_finish("succeeded", job, True, advance=advance,
-                           ended_at=job.db_now + timedelta(seconds=1.5))
+    before = {
+        "ok": sample("pgpulse_runs_total", outcome="succeeded"),
+        "lag": sample("pgpulse_run_lag_seconds_count"),
+        "lag_sum": sample("pgpulse_run_lag_seconds_sum"),
+        "dur": sample("pgpulse_run_duration_seconds_sum", outcome="succeeded"),
+        "skipped": sample("pgpulse_skipped_occurrences_total"),
+        "fenced": sample("pgpulse_fenced_writes_rejected_total"),
+    }
+    advance = Advance(
+        scheduled_for=utc(2026, 1, 1, 12, 3),
+        skipped=(utc(2026, 1, 1, 12, 1), utc(2026, 1, 1, 12, 2)),
+    )
+    metrics.observe_finish(
+        "succeeded", job, True, advance=advance, ended_at=job.db_now + timedelta(seconds=1.5)
+    )
     assert sample("pgpulse_runs_total", outcome="succeeded") == before["ok"] + 1
     assert sample("pgpulse_run_lag_seconds_count") == before["lag"] + 1
     assert abs(sample("pgpulse_run_lag_seconds_sum") - before["lag_sum"] - 0.2) < 1e-9
-    assert abs(sample("pgpulse_run_duration_seconds_sum", outcome="succeeded")
-               - before["dur"] - 1.5) < 1e-9
+    assert (
+        abs(sample("pgpulse_run_duration_seconds_sum", outcome="succeeded") - before["dur"] - 1.5)
+        < 1e-9
+    )
     assert sample("pgpulse_skipped_occurrences_total") == before["skipped"] + 2
 
     # A skipped claim: the planner's advance lists the claimed occurrence among its skipped ones.
     metrics.observe_finish("skipped", job, True, advance=advance)
     assert sample("pgpulse_skipped_occurrences_total") == before["skipped"] + 4
-    metrics.observe_finish("retrying", claimed_job(attempt=2), True,
-                           ended_at=job.db_now + timedelta(seconds=1))
+    metrics.observe_finish(
+        "retrying", claimed_job(attempt=2), True, ended_at=job.db_now + timedelta(seconds=1)
+    )
     assert sample("pgpulse_run_lag_seconds_count") == before["lag"] + 1  # retries: no lag
     metrics.observe_finish("succeeded", job, False, ended_at=job.db_now)
     assert sample("pgpulse_fenced_writes_rejected_total") == before["fenced"] + 1
@@ -81,8 +105,9 @@ def test_node_gauges_and_claims() -> None:
 async def test_cluster_gauges_are_read_at_scrape(store: Store, db: Any) -> None:
     await add(store, *[spec(f"j{i}") for i in range(3)])
     db.execute("UPDATE scheduled_jobs SET status = 'paused' WHERE name = 'j0'")
-    db.execute("UPDATE scheduled_jobs SET next_run_at = now() - interval '30 seconds' "
-               "WHERE name = 'j1'")
+    db.execute(
+        "UPDATE scheduled_jobs SET next_run_at = now() - interval '30 seconds' WHERE name = 'j1'"
+    )
     body, content_type = await metrics.exposition(store)
     text = body.decode()
     assert content_type.startswith("text/plain")
@@ -93,8 +118,10 @@ async def test_cluster_gauges_are_read_at_scrape(store: Store, db: Any) -> None:
 
 
 async def test_node_sidecar_serves_metrics_and_the_app(dsn: str) -> None:
-    async with (web_sidecar(dsn, None, metrics="127.0.0.1:0", http="127.0.0.1:0") as bound,
-                httpx.AsyncClient() as client):
+    async with (
+        web_sidecar(dsn, None, metrics="127.0.0.1:0", http="127.0.0.1:0") as bound,
+        httpx.AsyncClient() as client,
+    ):
         scrape = await client.get("http://{}:{}/metrics".format(*bound["metrics"]))
         health = await client.get("http://{}:{}/healthz".format(*bound["metrics"]))
         login = await client.get("http://{}:{}/ui/login".format(*bound["http"]))
@@ -138,6 +165,7 @@ def test_run_histograms_count_a_value_in_the_first_bucket_it_does_not_exceed() -
     """The run histograms are plain numbers rendered at scrape: a value equal to a bound counts
     in that bound's bucket (``le`` is "less than or equal"), one above every bound only in
     +Inf, and each bucket is cumulative."""
+
     def buckets(name: str, **labels: str) -> list[float]:
         return [sample(f"{name}_bucket", le=le, **labels) for le in ("0.005", "0.01", "+Inf")]
 
@@ -146,7 +174,10 @@ def test_run_histograms_count_a_value_in_the_first_bucket_it_does_not_exceed() -
     inf0 = sample("pgpulse_run_duration_seconds_bucket", le="+Inf", outcome="fenced")
     metrics.observe_run("fenced", 0.01, 3600.5)
     assert [b - a for a, b in zip(lag0, buckets("pgpulse_run_lag_seconds"), strict=True)] == [
-        0.0, 1.0, 1.0]
+        0.0,
+        1.0,
+        1.0,
+    ]
     assert sample("pgpulse_run_duration_seconds_bucket", le="3600.0", outcome="fenced") == dur0
     assert sample("pgpulse_run_duration_seconds_bucket", le="+Inf", outcome="fenced") == inf0 + 1
     assert sample("pgpulse_runs_total", outcome="fenced") >= 1

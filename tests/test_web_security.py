@@ -13,38 +13,62 @@ from pgpulse.web import HttpAllowList, WebSettings
 from web_helpers import api_client, make_token
 
 PUBLIC_URL = "https://93.184.215.14/hook"
-SHELL = {"name": "backup", "schedule": "0 3 * * *", "handler": "shell",
-         "payload": {"command": "echo backup"}}
+SHELL = {
+    "name": "backup",
+    "schedule": "0 3 * * *",
+    "handler": "shell",
+    "payload": {"command": "echo backup"},
+}
 
 
 def http_job(name: str, url: str = PUBLIC_URL, **payload: Any) -> dict[str, Any]:
-    return {"name": name, "schedule": "0 3 * * *", "handler": "http",
-            "payload": {"url": url, **payload}}
+    return {
+        "name": name,
+        "schedule": "0 3 * * *",
+        "handler": "http",
+        "payload": {"url": url, **payload},
+    }
 
 
 def snapshot(db: Any) -> list[dict[str, Any]]:
-    return db.execute("SELECT j.*, (SELECT count(*) FROM job_runs) AS runs FROM scheduled_jobs j "
-                      "ORDER BY id").fetchall()
+    return db.execute(
+        "SELECT j.*, (SELECT count(*) FROM job_runs) AS runs FROM scheduled_jobs j ORDER BY id"
+    ).fetchall()
 
 
 def not_found(kind: str, ident: int) -> dict[str, Any]:
-    return {"error": {"code": "not_found", "message": f"no {kind} with id {ident}",
-                      "field": f"{kind}_id", "value": ident}}
+    return {
+        "error": {
+            "code": "not_found",
+            "message": f"no {kind} with id {ident}",
+            "field": f"{kind}_id",
+            "value": ident,
+        }
+    }
 
 
 async def test_another_tenants_job_is_exactly_a_missing_job_on_every_endpoint(
-        store: Store, db: Any) -> None:
+    store: Store, db: Any
+) -> None:
     acme, globex = await make_token(store, "acme"), await make_token(store, "globex")
     async with api_client(store, acme) as client:
         job = (await client.post("/api/v1/jobs", json=http_job("payroll"))).json()
-    run_id = db.execute("INSERT INTO job_runs (job_id, scheduled_for, outcome) VALUES "
-                        "(%s, now(), 'succeeded') RETURNING id", (job["id"],)).fetchone()["id"]
+    run_id = db.execute(
+        "INSERT INTO job_runs (job_id, scheduled_for, outcome) VALUES "
+        "(%s, now(), 'succeeded') RETURNING id",
+        (job["id"],),
+    ).fetchone()["id"]
     before = snapshot(db)
     missing_job, missing_run = job["id"] + 1000, run_id + 1000
-    calls = [("GET", "/api/v1/jobs/{}", None), ("PATCH", "/api/v1/jobs/{}", {"max_attempts": 9}),
-             ("DELETE", "/api/v1/jobs/{}", None), ("POST", "/api/v1/jobs/{}/pause", None),
-             ("POST", "/api/v1/jobs/{}/resume", None), ("POST", "/api/v1/jobs/{}/trigger", None),
-             ("GET", "/api/v1/jobs/{}/runs", None)]
+    calls = [
+        ("GET", "/api/v1/jobs/{}", None),
+        ("PATCH", "/api/v1/jobs/{}", {"max_attempts": 9}),
+        ("DELETE", "/api/v1/jobs/{}", None),
+        ("POST", "/api/v1/jobs/{}/pause", None),
+        ("POST", "/api/v1/jobs/{}/resume", None),
+        ("POST", "/api/v1/jobs/{}/trigger", None),
+        ("GET", "/api/v1/jobs/{}/runs", None),
+    ]
     async with api_client(store, globex) as intruder:
         for method, path, body in calls:
             theirs = await intruder.request(method, path.format(job["id"]), json=body)
@@ -53,20 +77,21 @@ async def test_another_tenants_job_is_exactly_a_missing_job_on_every_endpoint(
             assert theirs.json() == not_found("job", job["id"])
             assert nobodys.json() == not_found("job", missing_job)
             assert theirs.headers["content-length"] == str(
-                len(nobodys.content) + len(str(job["id"])) * 2 - len(str(missing_job)) * 2)
+                len(nobodys.content) + len(str(job["id"])) * 2 - len(str(missing_job)) * 2
+            )
         run = await intruder.get(f"/api/v1/runs/{run_id}")
         assert run.status_code == 404 and run.json() == not_found("run", run_id)
         assert (await intruder.get(f"/api/v1/runs/{missing_run}")).json() == not_found(
-            "run", missing_run)
+            "run", missing_run
+        )
         assert (await intruder.get("/api/v1/runs")).json() == {"items": [], "next_cursor": None}
         assert (await intruder.get("/api/v1/runs", params={"job_id": job["id"]})).json()[
-            "items"] == []
+            "items"
+        ] == []
         assert (await intruder.get("/api/v1/jobs")).json()["items"] == []
-        assert (await intruder.get("/api/v1/jobs", params={"tenant": "acme"})).json()[
-            "items"] == []
+        assert (await intruder.get("/api/v1/jobs", params={"tenant": "acme"})).json()["items"] == []
         assert (await intruder.get("/api/v1/cluster")).json()["jobs"]["total"] == 0
-        hijack = await intruder.post("/api/v1/jobs", json={**http_job("payroll"),
-                                                           "tenant": "acme"})
+        hijack = await intruder.post("/api/v1/jobs", json={**http_job("payroll"), "tenant": "acme"})
         assert hijack.status_code == 403
         assert hijack.json()["error"]["field"] == "tenant"
         assert hijack.json()["error"]["value"] == "acme"
@@ -86,74 +111,111 @@ async def test_tenant_token_creates_in_its_own_tenant(store: Store) -> None:
     assert job["tenant"] == "acme"
 
 
-async def test_shell_jobs_need_an_admin_token_and_the_servers_opt_in(
-        store: Store, db: Any) -> None:
+async def test_shell_jobs_need_an_admin_token_and_the_servers_opt_in(store: Store, db: Any) -> None:
     admin, tenant = await make_token(store, admin=True), await make_token(store, "acme")
     async with api_client(store, admin) as root:
         closed = await root.post("/api/v1/jobs", json=SHELL)
     assert closed.status_code == 403
     assert (closed.json()["error"]["field"], closed.json()["error"]["value"]) == (
-        "handler", "shell")
+        "handler",
+        "shell",
+    )
     assert "--allow-shell-jobs" in closed.json()["error"]["message"]
     opted_in = WebSettings(allow_shell_jobs=True)
     async with api_client(store, tenant, opted_in) as client:
         refused = await client.post("/api/v1/jobs", json=SHELL)
         assert refused.status_code == 403 and "admin" in refused.json()["error"]["message"]
         http = (await client.post("/api/v1/jobs", json=http_job("hook"))).json()
-        to_shell = await client.patch(f"/api/v1/jobs/{http['id']}", json={
-            "handler": "shell", "payload": {"command": "id"}})
+        to_shell = await client.patch(
+            f"/api/v1/jobs/{http['id']}", json={"handler": "shell", "payload": {"command": "id"}}
+        )
         assert to_shell.status_code == 403
     assert [j["handler"] for j in snapshot(db)] == ["http"]
     async with api_client(store, admin, opted_in) as root:
         created = await root.post("/api/v1/jobs", json={**SHELL, "tenant": "acme"})
         assert created.status_code == 201 and created.json()["handler"] == "shell"
     async with api_client(store, tenant, opted_in) as client:
-        changed = await client.patch(f"/api/v1/jobs/{created.json()['id']}",
-                                     json={"payload": {"command": "rm -rf /"}})
+        changed = await client.patch(
+            f"/api/v1/jobs/{created.json()['id']}", json={"payload": {"command": "rm -rf /"}}
+        )
         assert changed.status_code == 403
         # operating an admin-made shell job (no change to what it runs) stays allowed
         assert (await client.post(f"/api/v1/jobs/{created.json()['id']}/pause")).status_code == 200
-    assert db.execute("SELECT payload FROM scheduled_jobs WHERE handler = 'shell'"
-                      ).fetchone()["payload"] == {"command": "echo backup"}
+    assert db.execute("SELECT payload FROM scheduled_jobs WHERE handler = 'shell'").fetchone()[
+        "payload"
+    ] == {"command": "echo backup"}
 
 
-@pytest.mark.parametrize("url", [
-    "http://127.0.0.1/", "http://localhost:8080/admin", "http://[::1]/",
-    "http://169.254.169.254/latest/meta-data/", "http://[fe80::1]/", "http://10.1.2.3/",
-    "http://192.168.0.1/", "http://0.0.0.0/", "http://2130706433/", "http://127.1/",
-    "http://[::ffff:127.0.0.1]/", "http://does-not-resolve.invalid/",
-], ids=["loopback", "localhost", "v6-loopback", "metadata", "v6-link-local", "private-10",
-        "private-192", "unspecified", "decimal-loopback", "short-loopback", "v4-mapped",
-        "unresolvable"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/",
+        "http://localhost:8080/admin",
+        "http://[::1]/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fe80::1]/",
+        "http://10.1.2.3/",
+        "http://192.168.0.1/",
+        "http://0.0.0.0/",
+        "http://2130706433/",
+        "http://127.1/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://does-not-resolve.invalid/",
+    ],
+    ids=[
+        "loopback",
+        "localhost",
+        "v6-loopback",
+        "metadata",
+        "v6-link-local",
+        "private-10",
+        "private-192",
+        "unspecified",
+        "decimal-loopback",
+        "short-loopback",
+        "v4-mapped",
+        "unresolvable",
+    ],
+)
 async def test_http_jobs_refuse_unlisted_non_public_targets(
-        store: Store, db: Any, url: str) -> None:
+    store: Store, db: Any, url: str
+) -> None:
     token = await make_token(store, "acme")
     async with api_client(store, token) as client:
         response = await client.post("/api/v1/jobs", json=http_job("probe", url))
     assert response.status_code == 422, response.text
     assert (response.json()["error"]["field"], response.json()["error"]["value"]) == (
-        "payload.url", url)
+        "payload.url",
+        url,
+    )
     assert snapshot(db) == []
 
 
 async def test_http_allow_list_and_redirects(store: Store, db: Any) -> None:
     token = await make_token(store, "acme")
-    settings = WebSettings(http_allow=HttpAllowList.parse(
-        ["hooks.internal", "*.corp.example", "10.0.0.0/8", "::1"]))
+    settings = WebSettings(
+        http_allow=HttpAllowList.parse(["hooks.internal", "*.corp.example", "10.0.0.0/8", "::1"])
+    )
     async with api_client(store, token, settings) as client:
-        for name, url in [("a", "http://hooks.internal/run"), ("b", "https://ci.corp.example/"),
-                          ("c", "http://10.9.8.7:8080/"), ("d", "http://[::1]:9000/"),
-                          ("e", PUBLIC_URL)]:
+        for name, url in [
+            ("a", "http://hooks.internal/run"),
+            ("b", "https://ci.corp.example/"),
+            ("c", "http://10.9.8.7:8080/"),
+            ("d", "http://[::1]:9000/"),
+            ("e", PUBLIC_URL),
+        ]:
             response = await client.post("/api/v1/jobs", json=http_job(name, url))
             assert response.status_code == 201, (url, response.text)
         still = await client.post("/api/v1/jobs", json=http_job("f", "http://192.168.1.1/"))
         assert still.status_code == 422
-        redirecting = await client.post("/api/v1/jobs", json=http_job(
-            "g", PUBLIC_URL, follow_redirects=True))
+        redirecting = await client.post(
+            "/api/v1/jobs", json=http_job("g", PUBLIC_URL, follow_redirects=True)
+        )
         assert redirecting.status_code == 422
         assert redirecting.json()["error"]["field"] == "payload.follow_redirects"
-        listed = await client.post("/api/v1/jobs", json=http_job(
-            "h", "http://hooks.internal/", follow_redirects=True))
+        listed = await client.post(
+            "/api/v1/jobs", json=http_job("h", "http://hooks.internal/", follow_redirects=True)
+        )
         assert listed.status_code == 201
     assert [j["name"] for j in snapshot(db)] == ["a", "b", "c", "d", "e", "h"]
 

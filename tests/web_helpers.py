@@ -28,13 +28,15 @@ async def make_token(store: Store, tenant: str | None = None, *, admin: bool = F
 
 
 @asynccontextmanager
-async def api_client(store: Store, token: str | None = None,
-                     settings: WebSettings | None = None) -> AsyncIterator[httpx.AsyncClient]:
+async def api_client(
+    store: Store, token: str | None = None, settings: WebSettings | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client calling the web app in process (same event loop as ``store``)."""
     app = create_app(store, settings or WebSettings())
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://pulse.test", headers=headers) as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://pulse.test", headers=headers
+    ) as client:
         yield client
 
 
@@ -42,9 +44,14 @@ class LiveServer:
     """The web app on 127.0.0.1 (random port) in a thread with its own event loop and pool,
     plus a scheduler node running ``handlers`` when given. Use as a context manager."""
 
-    def __init__(self, dsn: str, settings: WebSettings, *,
-                 handlers: Mapping[str, Handler] | None = None,
-                 node_config: NodeConfig | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        settings: WebSettings,
+        *,
+        handlers: Mapping[str, Handler] | None = None,
+        node_config: NodeConfig | None = None,
+    ) -> None:
         self.dsn = dsn
         self.settings = settings
         self.handlers = handlers
@@ -54,8 +61,7 @@ class LiveServer:
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._thread_main, name="live-server",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._thread_main, name="live-server", daemon=True)
 
     def __enter__(self) -> LiveServer:
         self._thread.start()
@@ -103,19 +109,27 @@ class LiveServer:
 
 def node_config(**overrides: Any) -> NodeConfig:
     """A fast node for tests: short heartbeats and polls."""
-    options: dict[str, Any] = {"node_id": "web-test-node", "slots": 4, "lease": 3.0,
-                               "heartbeat_interval": 0.25, "node_ttl": 2.0,
-                               "poll_interval": 0.5, "drain_timeout": 2.0}
+    options: dict[str, Any] = {
+        "node_id": "web-test-node",
+        "slots": 4,
+        "lease": 3.0,
+        "heartbeat_interval": 0.25,
+        "node_ttl": 2.0,
+        "poll_interval": 0.5,
+        "drain_timeout": 2.0,
+    }
     options.update(overrides)
     return NodeConfig(**options)
 
 
 def sync_token(dsn: str, tenant: str | None = None, *, admin: bool = False) -> str:
     """:func:`make_token` for synchronous tests (runs its own short event loop)."""
+
     async def create() -> str:
         pool = await open_pool(dsn, application_name="pgpulse-test-token", max_size=1)
         try:
             return await make_token(Store(pool), tenant, admin=admin)
         finally:
             await pool.close()
+
     return asyncio.run(create())

@@ -59,16 +59,14 @@ def _engine(dsn: str) -> AsyncEngine:
 def _scheduler(engine: AsyncEngine, concurrency: int = 100) -> AsyncScheduler:
     store = SQLAlchemyDataStore(engine)
     broker = AsyncpgEventBroker.from_async_sqla_engine(engine)
-    return AsyncScheduler(store, broker, max_concurrent_jobs=concurrency,
-                          cleanup_interval=None)
+    return AsyncScheduler(store, broker, max_concurrent_jobs=concurrency, cleanup_interval=None)
 
 
 async def setup(dsn: str) -> None:
     """Create APScheduler's tables and the ``noop`` task (no limit on its running jobs)."""
     engine = _engine(dsn)
     async with _scheduler(engine) as scheduler:
-        await scheduler.configure_task(TASK, func=noop, max_running_jobs=None,
-                                       job_executor="async")
+        await scheduler.configure_task(TASK, func=noop, max_running_jobs=None, job_executor="async")
     await engine.dispose()
 
 
@@ -82,13 +80,19 @@ async def _insert(dsn: str, jobs: int, trigger_of: Callable[[int], IntervalTrigg
             rows: list[dict[str, Any]] = []
             for k in range(start, min(jobs, start + BATCH)):
                 trigger = trigger_of(k)
-                schedule = Schedule(id=f"s{k}", task_id=TASK, trigger=trigger,
-                                    coalesce=CoalescePolicy.latest, misfire_grace_time=None,
-                                    metadata={}, max_jitter=None, job_executor="async",
-                                    job_result_expiration_time=timedelta(hours=1))
+                schedule = Schedule(
+                    id=f"s{k}",
+                    task_id=TASK,
+                    trigger=trigger,
+                    coalesce=CoalescePolicy.latest,
+                    misfire_grace_time=None,
+                    metadata={},
+                    max_jitter=None,
+                    job_executor="async",
+                    job_result_expiration_time=timedelta(hours=1),
+                )
                 schedule.next_fire_time = trigger.next()  # as add_schedule does
-                rows.append(store._convert_outgoing_fire_times(
-                    schedule.marshal(store.serializer)))
+                rows.append(store._convert_outgoing_fire_times(schedule.marshal(store.serializer)))
             await conn.execute(store._t_schedules.insert(), rows)
     await engine.dispose()
 
@@ -96,8 +100,11 @@ async def _insert(dsn: str, jobs: int, trigger_of: Callable[[int], IntervalTrigg
 async def load_drain(dsn: str, jobs: int) -> None:
     """``jobs`` hourly schedules, each due once within the last 30 minutes."""
     now = datetime.now(UTC)
-    await _insert(dsn, jobs, lambda k: IntervalTrigger(
-        hours=1, start_time=now - timedelta(seconds=1800 - k % 1800)))
+    await _insert(
+        dsn,
+        jobs,
+        lambda k: IntervalTrigger(hours=1, start_time=now - timedelta(seconds=1800 - k % 1800)),
+    )
 
 
 async def load_steady(dsn: str, jobs: int, base: float, duration: float) -> int:
@@ -105,18 +112,21 @@ async def load_steady(dsn: str, jobs: int, base: float, duration: float) -> int:
     microsecond (Pulse's scenario 4 spread); returns how many occurrences fall within the
     window."""
     start = datetime.fromtimestamp(base, UTC)
-    await _insert(dsn, jobs, lambda k: IntervalTrigger(
-        seconds=60, start_time=start + timedelta(microseconds=offset_us(spread(k, jobs)))))
+    await _insert(
+        dsn,
+        jobs,
+        lambda k: IntervalTrigger(
+            seconds=60, start_time=start + timedelta(microseconds=offset_us(spread(k, jobs)))
+        ),
+    )
     return steady_expected(jobs, duration, lambda k: spread(k, jobs))
 
 
-async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
-                 stop: asyncio.Event) -> None:
+async def worker(dsn: str, mode: str, jobs: int, concurrency: int, stop: asyncio.Event) -> None:
     """One scheduler process (role both: processes schedules and runs jobs)."""
     engine = _engine(dsn)
     async with _scheduler(engine, concurrency) as scheduler:
-        await scheduler.configure_task(TASK, func=noop, max_running_jobs=None,
-                                       job_executor="async")
+        await scheduler.configure_task(TASK, func=noop, max_running_jobs=None, job_executor="async")
         await scheduler.start_in_background()
         await stop.wait()
     await engine.dispose()
@@ -124,11 +134,14 @@ async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
 
 PEER = Peer(
     name="APScheduler 4.0.0a6",
-    setup=setup, load_drain=load_drain, load_steady=load_steady, worker=worker,
+    setup=setup,
+    load_drain=load_drain,
+    load_steady=load_steady,
+    worker=worker,
     done_sql="SELECT count(*) FROM job_results WHERE outcome = 'success'",
     drain_note="interval schedules all due; each firing stores a job result",
     steady_note="IntervalTrigger(seconds=60) schedules, start times spread evenly over the "
-                "minute to the microsecond, as Pulse's",
+    "minute to the microsecond, as Pulse's",
 )
 
 if __name__ == "__main__":

@@ -141,16 +141,32 @@ def _analyze(dsn: str) -> None:
         conn.execute("VACUUM (ANALYZE)")
 
 
-def _spawn(script: str, args: argparse.Namespace, index: int,
-           folder: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    script: str, args: argparse.Namespace, index: int, folder: Path
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env[STARTS_ENV] = str(folder / f"worker-{index}.starts")
     log = (folder / f"worker-{index}.log").open("wb")
     return subprocess.Popen(
-        [sys.executable, script, "--worker", "--dsn", args.dsn, "--mode", args.mode,
-         "--jobs", str(args.jobs), "--concurrency", str(args.concurrency),
-         "--base", str(args.base)],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            sys.executable,
+            script,
+            "--worker",
+            "--dsn",
+            args.dsn,
+            "--mode",
+            args.mode,
+            "--jobs",
+            str(args.jobs),
+            "--concurrency",
+            str(args.concurrency),
+            "--base",
+            str(args.base),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
 
 
 def _stop(procs: list[subprocess.Popen[bytes]], timeout: float = 20.0) -> None:
@@ -178,12 +194,13 @@ def _cpu(procs: list[subprocess.Popen[bytes]]) -> float:
 
 
 def _logs(folder: Path) -> str:
-    return "\n".join(f"--- {p.name} ---\n{p.read_text(errors='replace')[-1500:]}"
-                     for p in sorted(folder.glob("worker-*.log")))
+    return "\n".join(
+        f"--- {p.name} ---\n{p.read_text(errors='replace')[-1500:]}"
+        for p in sorted(folder.glob("worker-*.log"))
+    )
 
 
-def _drain(peer: Peer, script: str, args: argparse.Namespace,
-           folder: Path) -> dict[str, Any]:
+def _drain(peer: Peer, script: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     started = time.perf_counter()
     asyncio.run(peer.load_drain(args.dsn, args.jobs))
     _analyze(args.dsn)
@@ -197,8 +214,7 @@ def _drain(peer: Peer, script: str, args: argparse.Namespace,
             time.sleep(0.2)
         time.sleep(2.0)  # warm-up: every worker has started fetching
         with DbCpu(args.dsn) as meter:
-            count0, cpu0, wall0 = _done(args.dsn, peer.done_sql), _cpu(procs), \
-                time.perf_counter()
+            count0, cpu0, wall0 = _done(args.dsn, peer.done_sql), _cpu(procs), time.perf_counter()
             count1 = count0
             while time.perf_counter() - wall0 < args.seconds and count1 < args.jobs:
                 time.sleep(1.0)
@@ -209,14 +225,18 @@ def _drain(peer: Peer, script: str, args: argparse.Namespace,
     if count0 >= args.jobs:
         raise RuntimeError(f"all {args.jobs} jobs ran during the 2 s warm-up: raise --jobs")
     fired = count1 - count0
-    return {"fired": fired, "seconds": wall, "rate": fired / wall, "load_s": load_s,
-            "db_cpu_ms": meter.seconds() / fired * 1000 if fired else float("nan"),
-            "worker_cpu_pct": (cpu1 - cpu0) / wall / args.processes * 100,
-            "drained": count1 >= args.jobs}
+    return {
+        "fired": fired,
+        "seconds": wall,
+        "rate": fired / wall,
+        "load_s": load_s,
+        "db_cpu_ms": meter.seconds() / fired * 1000 if fired else float("nan"),
+        "worker_cpu_pct": (cpu1 - cpu0) / wall / args.processes * 100,
+        "drained": count1 >= args.jobs,
+    }
 
 
-def _steady(peer: Peer, script: str, args: argparse.Namespace,
-            folder: Path) -> dict[str, Any]:
+def _steady(peer: Peer, script: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     base = args.base
     started = time.perf_counter()
     expected = asyncio.run(peer.load_steady(args.dsn, args.jobs, base, args.seconds))
@@ -236,12 +256,19 @@ def _steady(peer: Peer, script: str, args: argparse.Namespace,
     for path in folder.glob("worker-*.starts"):
         values = array("d")
         values.frombytes(path.read_bytes())
-        lags.extend((start - sched) * 1000 for start, sched in zip(values[0::2], values[1::2],
-                                                                   strict=True)
-                    if base <= sched <= base + args.seconds)
-    return {"lag": lag_summary(lags), "runs": len(lags), "expected": expected,
-            "missed": expected - len(lags), "load_s": load_s,
-            "lags_ms": cdf_points(lags)}
+        lags.extend(
+            (start - sched) * 1000
+            for start, sched in zip(values[0::2], values[1::2], strict=True)
+            if base <= sched <= base + args.seconds
+        )
+    return {
+        "lag": lag_summary(lags),
+        "runs": len(lags),
+        "expected": expected,
+        "missed": expected - len(lags),
+        "load_s": load_s,
+        "lags_ms": cdf_points(lags),
+    }
 
 
 def main(peer: Peer) -> None:
@@ -253,8 +280,12 @@ def main(peer: Peer) -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=50, help="jobs at once per worker")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured window")
-    parser.add_argument("--lead", type=float, default=8.0,
-                        help="steady: seconds from loading to the first occurrence")
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=8.0,
+        help="steady: seconds from loading to the first occurrence",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--base", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -281,6 +312,16 @@ def main(peer: Peer) -> None:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     note = peer.drain_note if args.mode == "drain" else peer.steady_note
-    print(json.dumps({"peer": peer.name, "mode": args.mode, "jobs": args.jobs,
-                      "processes": args.processes, "concurrency": args.concurrency,
-                      "note": note, **figures}))
+    print(
+        json.dumps(
+            {
+                "peer": peer.name,
+                "mode": args.mode,
+                "jobs": args.jobs,
+                "processes": args.processes,
+                "concurrency": args.concurrency,
+                "note": note,
+                **figures,
+            }
+        )
+    )

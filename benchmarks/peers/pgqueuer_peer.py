@@ -56,16 +56,21 @@ async def _enqueue(dsn: str, payloads: list[bytes | None]) -> None:
     try:
         queries = Queries(AsyncpgDriver(conn))
         for start in range(0, len(payloads), BATCH):
-            chunk = payloads[start:start + BATCH]
-            await queries.enqueue([ENTRYPOINT] * len(chunk), chunk, [0] * len(chunk),
-                                  [timedelta(hours=1) if p else None for p in chunk])
+            chunk = payloads[start : start + BATCH]
+            await queries.enqueue(
+                [ENTRYPOINT] * len(chunk),
+                chunk,
+                [0] * len(chunk),
+                [timedelta(hours=1) if p else None for p in chunk],
+            )
         if any(payloads):
             # the payload holds the occurrence's instant (Unix microseconds): make it the
             # exact eligibility time (integer microseconds, no float rounding)
             await conn.execute(
                 "UPDATE pgqueuer SET execute_after = timestamptz 'epoch' + "
                 "('x' || encode(payload, 'hex'))::bit(64)::bigint * interval '1 microsecond' "
-                "WHERE payload IS NOT NULL")
+                "WHERE payload IS NOT NULL"
+            )
     finally:
         await conn.close()
 
@@ -79,17 +84,18 @@ async def load_steady(dsn: str, jobs: int, base: float, duration: float) -> int:
     """Enqueue every occurrence within ``[base, base + duration]`` of job k every 60 s from
     ``base + k * 60 / jobs`` s (to the microsecond) as a delayed job; returns how many."""
     base_us, window, period = offset_us(base), offset_us(duration), offset_us(PERIOD)
-    instants = [base_us + first + m * period for first in
-                (offset_us(spread(k, jobs)) for k in range(jobs))
-                for m in range((window - first) // period + 1 if first <= window else 0)]
+    instants = [
+        base_us + first + m * period
+        for first in (offset_us(spread(k, jobs)) for k in range(jobs))
+        for m in range((window - first) // period + 1 if first <= window else 0)
+    ]
     await _enqueue(dsn, [struct.pack(">q", at) for at in instants])
     expected = steady_expected(jobs, duration, lambda k: spread(k, jobs))
     assert expected == len(instants)
     return expected
 
 
-async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
-                 stop: asyncio.Event) -> None:
+async def worker(dsn: str, mode: str, jobs: int, concurrency: int, stop: asyncio.Event) -> None:
     """One PgQueuer process (a queue manager; batch size ``concurrency``)."""
     conn = await asyncpg.connect(dsn)
     pgq = PgQueuer(AsyncpgDriver(conn))
@@ -99,8 +105,7 @@ async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
         if job.payload:
             note_start(struct.unpack(">q", job.payload)[0] / 1e6)
 
-    run = asyncio.create_task(pgq.run(batch_size=concurrency,
-                                      dequeue_timeout=timedelta(seconds=1)))
+    run = asyncio.create_task(pgq.run(batch_size=concurrency, dequeue_timeout=timedelta(seconds=1)))
     await stop.wait()
     pgq.shutdown.set()
     await run
@@ -109,11 +114,14 @@ async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
 
 PEER = Peer(
     name="PgQueuer 1.6.0",
-    setup=setup, load_drain=load_drain, load_steady=load_steady, worker=worker,
+    setup=setup,
+    load_drain=load_drain,
+    load_steady=load_steady,
+    worker=worker,
     done_sql="SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",
     drain_note="enqueued jobs (its scheduler holds one cron per entrypoint, minute resolution)",
     steady_note="delayed one-shot jobs at each occurrence's instant, spread to the microsecond "
-                "as Pulse's (its scheduler cannot express per-job @every 60s)",
+    "as Pulse's (its scheduler cannot express per-job @every 60s)",
 )
 
 if __name__ == "__main__":

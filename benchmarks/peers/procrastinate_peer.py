@@ -40,8 +40,10 @@ def _app(dsn: str, pool_size: int = 10) -> App:
     # max_delay 2 s: catch up only the occurrences of the last 2 s when a worker starts (the
     # default, 10 min, would defer the previous occurrence of every task at once at start-up;
     # 0 would never defer anything: a first tick always comes a little after its second)
-    return App(connector=PsycopgConnector(conninfo=dsn, max_size=pool_size),
-               periodic_defaults={"max_delay": 2})
+    return App(
+        connector=PsycopgConnector(conninfo=dsn, max_size=pool_size),
+        periodic_defaults={"max_delay": 2},
+    )
 
 
 def _register(app: App) -> None:
@@ -80,8 +82,7 @@ async def load_steady(dsn: str, jobs: int, base: float, duration: float) -> int:
     return steady_expected(jobs, duration, lambda k: float(_second(k, jobs)))
 
 
-async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
-                 stop: asyncio.Event) -> None:
+async def worker(dsn: str, mode: str, jobs: int, concurrency: int, stop: asyncio.Event) -> None:
     """One worker process (with the periodic deferrer when ``mode`` is steady)."""
     app = _app(dsn, pool_size=concurrency + 2)
     _register(app)
@@ -90,9 +91,11 @@ async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
         for k in range(jobs):
             app.periodic(cron=f"* * * * * {_second(k, jobs)}", periodic_id=str(k))(noop)
     async with app.open_async():
-        run = asyncio.create_task(app.run_worker_async(
-            concurrency=concurrency, install_signal_handlers=False,
-            shutdown_graceful_timeout=5))
+        run = asyncio.create_task(
+            app.run_worker_async(
+                concurrency=concurrency, install_signal_handlers=False, shutdown_graceful_timeout=5
+            )
+        )
         await stop.wait()
         run.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -101,11 +104,14 @@ async def worker(dsn: str, mode: str, jobs: int, concurrency: int,
 
 PEER = Peer(
     name="Procrastinate 3.10.0",
-    setup=setup, load_drain=load_drain, load_steady=load_steady, worker=worker,
+    setup=setup,
+    load_drain=load_drain,
+    load_steady=load_steady,
+    worker=worker,
     done_sql="SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
     drain_note="deferred jobs (periodic tasks are code, one defer per tick); job rows kept",
     steady_note="periodic tasks, cron with seconds: 1-second resolution, so ~N/60 due in the "
-                "same second (Pulse spreads them sub-second)",
+    "same second (Pulse spreads them sub-second)",
 )
 
 if __name__ == "__main__":

@@ -35,9 +35,14 @@ log = logging.getLogger(__name__)
 
 
 @contextlib.asynccontextmanager
-async def connect(database_url: str | None = None, *, data_dir: Path | None = None,
-                  application_name: str = "pgpulse", max_size: int = 4,
-                  migrate: bool = True) -> AsyncIterator[Store]:
+async def connect(
+    database_url: str | None = None,
+    *,
+    data_dir: Path | None = None,
+    application_name: str = "pgpulse",
+    max_size: int = 4,
+    migrate: bool = True,
+) -> AsyncIterator[Store]:
     """Open a :class:`~pgpulse.store.Store` on a database, migrating it first.
 
     Args:
@@ -83,9 +88,11 @@ class App:
         Raises:
             InvalidInput: the name is taken by another handler.
         """
+
         def register(func: Handler) -> Handler:
             self.handlers.register(name or func.__name__, func)
             return func
+
         return register
 
     def job(self, name: str, *, schedule: str, **options: Any) -> Callable[[Handler], Handler]:
@@ -101,18 +108,25 @@ class App:
             InvalidSchedule, UnknownTimeZone, InvalidPayload, InvalidInput: at declaration
                 time, so a bad job never reaches the database.
         """
-        spec = JobSpec.create(name=name, schedule=schedule, handler=name, tenant=self.tenant,
-                              source="code", **options)
+        spec = JobSpec.create(
+            name=name, schedule=schedule, handler=name, tenant=self.tenant, source="code", **options
+        )
 
         def register(func: Handler) -> Handler:
             self.handlers.register(name, func)
             self.jobs.append(spec)
             return func
+
         return register
 
-    async def run_node(self, database_url: str | None = None, *,
-                       data_dir: Path | None = None, config: NodeConfig | None = None,
-                       install_signal_handlers: bool = True) -> None:
+    async def run_node(
+        self,
+        database_url: str | None = None,
+        *,
+        data_dir: Path | None = None,
+        config: NodeConfig | None = None,
+        install_signal_handlers: bool = True,
+    ) -> None:
         """Run one scheduler node for this app until SIGTERM/SIGINT (then drain and exit).
 
         Migrates the database and upserts the code-declared jobs before claiming.
@@ -122,8 +136,12 @@ class App:
         """
         config = config or NodeConfig()
         dsn = resolve_dsn(database_url, data_dir)
-        pool = await open_pool(dsn, application_name=f"pgpulse:{config.node_id}",
-                               max_size=min(config.slots, 8) + 2, min_size=2)
+        pool = await open_pool(
+            dsn,
+            application_name=f"pgpulse:{config.node_id}",
+            max_size=min(config.slots, 8) + 2,
+            min_size=2,
+        )
         try:
             store = Store(pool)
             await store.migrate()

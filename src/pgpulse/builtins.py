@@ -63,20 +63,24 @@ def _check_keys(payload: Mapping[str, Any], known: frozenset[str], example: str)
         raise InvalidPayload(
             f"payload.{unknown[0]} is not a field of this handler (fields: "
             f"{', '.join(sorted(known))}; e.g. {example})",
-            field=f"payload.{unknown[0]}", value=payload[unknown[0]])
+            field=f"payload.{unknown[0]}",
+            value=payload[unknown[0]],
+        )
 
 
 SHELL_FIELDS = frozenset({"command", "stdin", "env", "user", "cwd"})
-HTTP_FIELDS = frozenset({"url", "method", "headers", "json", "body", "timeout", "expect_status",
-                         "follow_redirects"})
+HTTP_FIELDS = frozenset(
+    {"url", "method", "headers", "json", "body", "timeout", "expect_status", "follow_redirects"}
+)
 
 
 def _check_text(payload: Mapping[str, Any], key: str, *, required: bool = False) -> None:
     field = f"payload.{key}"
     if key not in payload:
         if required:
-            raise InvalidPayload(f"{field} is required (e.g. {{\"{key}\": ...}})", field=field,
-                                 value=None)
+            raise InvalidPayload(
+                f'{field} is required (e.g. {{"{key}": ...}})', field=field, value=None
+            )
         return
     value = payload[key]
     if not isinstance(value, str):

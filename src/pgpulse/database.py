@@ -64,8 +64,9 @@ def _kwargs(application_name: str) -> dict[str, Any]:
     }
 
 
-async def connect(dsn: str, *, application_name: str = "pgpulse",
-                  autocommit: bool = True) -> AsyncConn:
+async def connect(
+    dsn: str, *, application_name: str = "pgpulse", autocommit: bool = True
+) -> AsyncConn:
     """Open one connection (for LISTEN, the leader lock, migrations, the CLI).
 
     Raises:
@@ -76,8 +77,11 @@ async def connect(dsn: str, *, application_name: str = "pgpulse",
     try:
         conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        raise InvalidInput(f"database_url {redact(dsn)!r} is not a valid DSN: {exc}",
-                           field="database_url", value=redact(dsn)) from None
+        raise InvalidInput(
+            f"database_url {redact(dsn)!r} is not a valid DSN: {exc}",
+            field="database_url",
+            value=redact(dsn),
+        ) from None
     try:
         return await psycopg.AsyncConnection.connect(
             dsn, autocommit=autocommit, **_kwargs(application_name)
@@ -85,13 +89,15 @@ async def connect(dsn: str, *, application_name: str = "pgpulse",
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatabaseUnavailable(
-            f"database {redact(dsn)!r} does not answer: {reason}", field="database_url",
+            f"database {redact(dsn)!r} does not answer: {reason}",
+            field="database_url",
             value=redact(dsn),
         ) from exc
 
 
-async def open_pool(dsn: str, *, application_name: str, max_size: int,
-                    min_size: int = 1) -> AsyncConnectionPool[AsyncConn]:
+async def open_pool(
+    dsn: str, *, application_name: str, max_size: int, min_size: int = 1
+) -> AsyncConnectionPool[AsyncConn]:
     """Open a checked connection pool (autocommit connections, dict rows).
 
     Raises:
@@ -132,8 +138,9 @@ class Session:
             it also works through a pooler that refuses startup options).
     """
 
-    def __init__(self, dsn: str, application_name: str,
-                 settings: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, dsn: str, application_name: str, settings: Mapping[str, str] | None = None
+    ) -> None:
         self.dsn = dsn
         self.application_name = application_name
         self.settings = dict(settings or {})

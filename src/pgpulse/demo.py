@@ -62,15 +62,24 @@ async def recorded_shell(ctx: RunContext) -> str | None:
     await asyncio.sleep(next((s for w, s in WORK_SECONDS.items() if w in ctx.job_name), 0.0))
     output = await shell_handler(ctx)
     if _log_conn is None or _log_conn.closed:
-        _log_conn = await psycopg.AsyncConnection.connect(os.environ["PGPULSE_DATABASE_URL"],
-                                                          autocommit=True)
-    await _log_conn.execute(Q["log_execution"], {
-        "job_id": ctx.job_id, "scheduled_for": ctx.scheduled_for, "attempt": ctx.attempt,
-        "token": ctx.fencing_token, "node": ctx.node_id})
+        _log_conn = await psycopg.AsyncConnection.connect(
+            os.environ["PGPULSE_DATABASE_URL"], autocommit=True
+        )
+    await _log_conn.execute(
+        Q["log_execution"],
+        {
+            "job_id": ctx.job_id,
+            "scheduled_for": ctx.scheduled_for,
+            "attempt": ctx.attempt,
+            "token": ctx.fencing_token,
+            "node": ctx.node_id,
+        },
+    )
     return output
 
 
 # -- the orchestration --------------------------------------------------------------------------
+
 
 def _fresh_database(server_dsn: str) -> str:
     with psycopg.connect(server_dsn, autocommit=True) as conn:
@@ -86,15 +95,17 @@ def _is_system_crontab(path: Path) -> bool:
 
 
 def _specs(path: Path, tenant: str, relay: bool, system: bool = False) -> list[JobSpec]:
-    parsed = parse_crontab(path.read_text(encoding="utf-8"), path=str(path),
-                           system=system or _is_system_crontab(path))
+    parsed = parse_crontab(
+        path.read_text(encoding="utf-8"), path=str(path), system=system or _is_system_crontab(path)
+    )
     for error in parsed.errors:
         click.echo(f"  refused {error}")
     specs = []
     for entry in parsed.entries:
         backfill = relay and "billing" in entry.command
-        specs.append(entry_to_spec(entry, tenant=tenant,
-                                   catch_up="backfill" if backfill else "skip"))
+        specs.append(
+            entry_to_spec(entry, tenant=tenant, catch_up="backfill" if backfill else "skip")
+        )
     # A late run within 30 s still counts (a lease expiry after the kill delays some runs).
     return [dataclasses.replace(spec, misfire_grace=30.0) for spec in specs]
 
@@ -102,14 +113,42 @@ def _specs(path: Path, tenant: str, relay: bool, system: bool = False) -> list[J
 def _start_node(dsn: str, node_id: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PGPULSE_DATABASE_URL": dsn}
     return subprocess.Popen(
-        [sys.executable, "-m", "pgpulse", "--log-level", "WARNING", "node", "run",
-         "--app", "pgpulse.demo:app", "--node-id", node_id, "--slots", "8",
-         "--lease", str(LEASE), "--heartbeat", str(HEARTBEAT), "--poll", "1",
-         "--drain-timeout", "10", "--allow-shell-jobs", "--shell-dry-run"], env=env)
+        [
+            sys.executable,
+            "-m",
+            "pgpulse",
+            "--log-level",
+            "WARNING",
+            "node",
+            "run",
+            "--app",
+            "pgpulse.demo:app",
+            "--node-id",
+            node_id,
+            "--slots",
+            "8",
+            "--lease",
+            str(LEASE),
+            "--heartbeat",
+            str(HEARTBEAT),
+            "--poll",
+            "1",
+            "--drain-timeout",
+            "10",
+            "--allow-shell-jobs",
+            "--shell-dry-run",
+        ],
+        env=env,
+    )
 
 
-async def run_demo(database_url: str | None, data_dir: Path | None, crontabs: list[Path],
-                   duration: float, system: bool = False) -> int:
+async def run_demo(
+    database_url: str | None,
+    data_dir: Path | None,
+    crontabs: list[Path],
+    duration: float,
+    system: bool = False,
+) -> int:
     """Run the demo; return 0 when no occurrence was duplicated or missed, else 1.
 
     Args:
@@ -131,8 +170,7 @@ async def run_demo(database_url: str | None, data_dir: Path | None, crontabs: li
     try:
         store = Store(pool)
         await store.migrate()
-        await (await psycopg.AsyncConnection.connect(dsn, autocommit=True)).execute(
-            Q["create_log"])
+        await (await psycopg.AsyncConnection.connect(dsn, autocommit=True)).execute(Q["create_log"])
         started = await _import(store, crontabs, system)
         return await _run_cluster(store, dsn, started, duration)
     finally:
@@ -141,8 +179,10 @@ async def run_demo(database_url: str | None, data_dir: Path | None, crontabs: li
 
 async def _import(store: Store, crontabs: list[Path], system: bool) -> datetime:
     now = await store.db_now()
-    click.echo(f"importing {RELAY_CRONTAB} into tenant 'relay' as if the cluster had been down "
-               f"since {(now - DOWNTIME):%H:%M:%S} UTC")
+    click.echo(
+        f"importing {RELAY_CRONTAB} into tenant 'relay' as if the cluster had been down "
+        f"since {(now - DOWNTIME):%H:%M:%S} UTC"
+    )
     await store.upsert_jobs(_specs(RELAY_CRONTAB, "relay", relay=True), now=now - DOWNTIME)
     for path in crontabs:
         click.echo(f"importing {path} into tenant 'local' (shell jobs run in dry-run mode)")
@@ -154,19 +194,24 @@ async def _import(store: Store, crontabs: list[Path], system: bool) -> datetime:
             for _ in range(3):
                 nxt = schedule.next_after(nxt, anchor=now)
                 upcoming.append(f"{nxt:%Y-%m-%d %H:%M:%S}")
-            click.echo(f"  {spec.name}: [{spec.schedule} {spec.timezone}] next (UTC): "
-                       f"{', '.join(upcoming)}")
+            click.echo(
+                f"  {spec.name}: [{spec.schedule} {spec.timezone}] next (UTC): "
+                f"{', '.join(upcoming)}"
+            )
     return now
 
 
 async def _run_cluster(store: Store, dsn: str, started: datetime, duration: float) -> int:
     t0 = time.monotonic()
     procs = {node_id: _start_node(dsn, node_id) for node_id in NODES}
-    click.echo(f"started {', '.join(NODES)} (lease {LEASE:g}s, heartbeat {HEARTBEAT:g}s); "
-               f"running for {duration:g}s")
+    click.echo(
+        f"started {', '.join(NODES)} (lease {LEASE:g}s, heartbeat {HEARTBEAT:g}s); "
+        f"running for {duration:g}s"
+    )
     killed: str | None = None
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True,
-                                                     row_factory=dict_row) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        dsn, autocommit=True, row_factory=dict_row
+    ) as conn:
         next_report = 5.0
         while (elapsed := time.monotonic() - t0) < duration:
             await asyncio.sleep(0.2)
@@ -175,10 +220,12 @@ async def _run_cluster(store: Store, dsn: str, started: datetime, duration: floa
                 if holder or elapsed >= duration * 0.6:
                     killed = holder["locked_by"] if holder else NODES[1]
                     procs[killed].send_signal(signal.SIGKILL)
-                    click.echo(f"t={elapsed:4.0f}s  SIGKILL {killed}"
-                               f"{' while it runs ' + holder['name'] if holder else ''}: its "
-                               f"leases expire within {LEASE:g}s, its shards move within a few "
-                               "heartbeats")
+                    click.echo(
+                        f"t={elapsed:4.0f}s  SIGKILL {killed}"
+                        f"{' while it runs ' + holder['name'] if holder else ''}: its "
+                        f"leases expire within {LEASE:g}s, its shards move within a few "
+                        "heartbeats"
+                    )
             if elapsed >= next_report:
                 next_report += 5.0
                 rows = await (await conn.execute(Q["progress"])).fetchall()
@@ -194,28 +241,58 @@ async def _run_cluster(store: Store, dsn: str, started: datetime, duration: floa
         return await _report(conn, started, stopped_at - timedelta(seconds=3))
 
 
-async def _report(conn: psycopg.AsyncConnection[Any], started: datetime,
-                  cutoff: datetime) -> int:
+async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, cutoff: datetime) -> int:
     rows = await (await conn.execute(Q["report"], {"cutoff": cutoff})).fetchall()
     table, bad = [], 0
     for row in rows:
         schedule = parse_schedule(row["schedule"], row["timezone"])
-        due = schedule.occurrences_between(row["anchor_at"], cutoff, anchor=row["anchor_at"],
-                                           limit=100_000)
+        due = schedule.occurrences_between(
+            row["anchor_at"], cutoff, anchor=row["anchor_at"], limit=100_000
+        )
         missed = len(set(due) - set(row["accounted"] or []))
         if row["duplicates"] or (missed and row["catch_up"] == "backfill"):
             bad += 1
-        table.append([f"{row['tenant']}/{row['name']}", row["schedule"], row["catch_up"],
-                      len(due), row["succeeded"], row["skipped"], row["retried"],
-                      row["duplicates"], missed, row["nodes"] or "-"])
-    click.echo("\n" + tabulate(table, headers=[
-        "job", "schedule", "catch-up", "due", "succeeded", "skipped", "taken over",
-        "duplicates", "missed", "executions by node"]))
+        table.append(
+            [
+                f"{row['tenant']}/{row['name']}",
+                row["schedule"],
+                row["catch_up"],
+                len(due),
+                row["succeeded"],
+                row["skipped"],
+                row["retried"],
+                row["duplicates"],
+                missed,
+                row["nodes"] or "-",
+            ]
+        )
+    click.echo(
+        "\n"
+        + tabulate(
+            table,
+            headers=[
+                "job",
+                "schedule",
+                "catch-up",
+                "due",
+                "succeeded",
+                "skipped",
+                "taken over",
+                "duplicates",
+                "missed",
+                "executions by node",
+            ],
+        )
+    )
     takeovers = await (await conn.execute(Q["takeovers"])).fetchall()
     for row in takeovers:
-        click.echo(f"taken over: {row['name']} @ {row['scheduled_for']:%H:%M:%S} finished by "
-                   f"{row['node_id']} as attempt {row['attempts']}")
-    click.echo(f"\noccurrences counted from {started - DOWNTIME:%H:%M:%S} (the import) to "
-               f"{cutoff:%H:%M:%S} UTC. {'OK: no duplicate, no missed run.' if not bad else ''}"
-               f"{f'FAILED: {bad} job(s) duplicated or missed runs.' if bad else ''}")
+        click.echo(
+            f"taken over: {row['name']} @ {row['scheduled_for']:%H:%M:%S} finished by "
+            f"{row['node_id']} as attempt {row['attempts']}"
+        )
+    click.echo(
+        f"\noccurrences counted from {started - DOWNTIME:%H:%M:%S} (the import) to "
+        f"{cutoff:%H:%M:%S} UTC. {'OK: no duplicate, no missed run.' if not bad else ''}"
+        f"{f'FAILED: {bad} job(s) duplicated or missed runs.' if bad else ''}"
+    )
     return 1 if bad else 0

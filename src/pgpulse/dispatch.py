@@ -49,8 +49,9 @@ def _skip_reason(job: ClaimedJob) -> str:
     return f"missed: beyond backfill_limit ({job.backfill_limit})"
 
 
-def plan_finish(job: ClaimedJob, result: AttemptResult, now: datetime,
-                rng: random.Random | None = None) -> Outcome:
+def plan_finish(
+    job: ClaimedJob, result: AttemptResult, now: datetime, rng: random.Random | None = None
+) -> Outcome:
     """Decide how an attempt's end is written (pure).
 
     Success moves the job to its next occurrence computed from ``scheduled_for`` with the
@@ -66,18 +67,35 @@ def plan_finish(job: ClaimedJob, result: AttemptResult, now: datetime,
         rng: random source for the jitter (tests pass a seeded one).
     """
     if not result.ok and job.attempt < job.max_attempts:
-        return Outcome(job, "retrying", retry_in=retry_delay(job.attempt, job.retry_backoff, rng),
-                       error=result.error, output=result.output, ended_at=now)
-    nxt = advance(job.parsed_schedule, job.policy, after=job.scheduled_for, now=now,
-                  anchor=job.anchor_at)
-    return Outcome(job, "succeeded" if result.ok else "failed", advance=nxt, error=result.error,
-                   output=result.output,
-                   skip_reason=_skip_reason(job) if nxt.skipped else None, ended_at=now)
+        return Outcome(
+            job,
+            "retrying",
+            retry_in=retry_delay(job.attempt, job.retry_backoff, rng),
+            error=result.error,
+            output=result.output,
+            ended_at=now,
+        )
+    nxt = advance(
+        job.parsed_schedule, job.policy, after=job.scheduled_for, now=now, anchor=job.anchor_at
+    )
+    return Outcome(
+        job,
+        "succeeded" if result.ok else "failed",
+        advance=nxt,
+        error=result.error,
+        output=result.output,
+        skip_reason=_skip_reason(job) if nxt.skipped else None,
+        ended_at=now,
+    )
 
 
-async def run_attempt(job: ClaimedJob, handler: Handler, ctx: RunContext,
-                      is_async: bool | None = None,
-                      timed_out: Callable[[ClaimedJob], bool] | None = None) -> AttemptResult:
+async def run_attempt(
+    job: ClaimedJob,
+    handler: Handler,
+    ctx: RunContext,
+    is_async: bool | None = None,
+    timed_out: Callable[[ClaimedJob], bool] | None = None,
+) -> AttemptResult:
     """Run the handler once under the job's timeout (``job.timeout`` seconds, none if ``None``)
     and classify how it ended (:func:`~pgpulse.handlers.call_handler`; ``is_async`` as there).
 
@@ -137,10 +155,16 @@ class Dispatcher:
             :func:`run_attempt`); ``None``: each attempt keeps its own timer.
     """
 
-    def __init__(self, recorder: OutcomeRecorder, handlers: Mapping[str, Handler], node_id: str,
-                 options: Mapping[str, Any], clock: Callable[[ClaimedJob], datetime],
-                 on_finishing: Callable[[ClaimedJob], None] = lambda job: None,
-                 timed_out: Callable[[ClaimedJob], bool] | None = None) -> None:
+    def __init__(
+        self,
+        recorder: OutcomeRecorder,
+        handlers: Mapping[str, Handler],
+        node_id: str,
+        options: Mapping[str, Any],
+        clock: Callable[[ClaimedJob], datetime],
+        on_finishing: Callable[[ClaimedJob], None] = lambda job: None,
+        timed_out: Callable[[ClaimedJob], bool] | None = None,
+    ) -> None:
         self.recorder = recorder
         self.handlers = handlers
         self.node_id = node_id
@@ -148,8 +172,9 @@ class Dispatcher:
         self.clock = clock
         self.on_finishing = on_finishing
         self.timed_out = timed_out
-        self._is_async = {name: inspect.iscoroutinefunction(handler)
-                          for name, handler in handlers.items()}
+        self._is_async = {
+            name: inspect.iscoroutinefunction(handler) for name, handler in handlers.items()
+        }
 
     def _record(self, outcome: Outcome) -> Outcome:
         self.on_finishing(outcome.job)
@@ -166,32 +191,65 @@ class Dispatcher:
         Raises:
             asyncio.CancelledError: the attempt was cancelled; nothing was queued.
         """
-        decision = plan_claim(job.parsed_schedule, job.policy, scheduled_for=job.scheduled_for,
-                              attempt=job.attempt, max_attempts=job.max_attempts,
-                              now=job.db_now, anchor=job.anchor_at)
+        decision = plan_claim(
+            job.parsed_schedule,
+            job.policy,
+            scheduled_for=job.scheduled_for,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            now=job.db_now,
+            anchor=job.anchor_at,
+        )
         if decision.action != "run":
             assert decision.advance is not None
             outcome: RunOutcome = "skipped" if decision.action == "skip" else "fenced"
-            error = (None if outcome == "skipped" else
-                     f"attempts exhausted: {job.max_attempts} leases lost or expired")
-            return self._record(Outcome(job, outcome, advance=decision.advance, error=error,
-                                        skip_reason=_skip_reason(job)))
+            error = (
+                None
+                if outcome == "skipped"
+                else f"attempts exhausted: {job.max_attempts} leases lost or expired"
+            )
+            return self._record(
+                Outcome(
+                    job,
+                    outcome,
+                    advance=decision.advance,
+                    error=error,
+                    skip_reason=_skip_reason(job),
+                )
+            )
         try:
             handler = self.handlers[job.handler]
         except (KeyError, UnknownHandler):
-            reason = (f"shell jobs are not allowed on node {self.node_id} (start it with "
-                      "--allow-shell-jobs)" if job.handler == "shell" else
-                      f"handler {job.handler!r} is not registered on node {self.node_id}")
-            log.error("job %s/%s failed: %s", job.tenant, job.name, reason,
-                      extra={"action": "job_failed", "job": job.name})
+            reason = (
+                f"shell jobs are not allowed on node {self.node_id} (start it with "
+                "--allow-shell-jobs)"
+                if job.handler == "shell"
+                else f"handler {job.handler!r} is not registered on node {self.node_id}"
+            )
+            log.error(
+                "job %s/%s failed: %s",
+                job.tenant,
+                job.name,
+                reason,
+                extra={"action": "job_failed", "job": job.name},
+            )
             return self._record(Outcome(job, "failed", status="failed", error=reason))
-        ctx = RunContext(job_id=job.id, job_name=job.name, tenant=job.tenant,
-                         payload=job.payload, scheduled_for=job.scheduled_for,
-                         attempt=job.attempt, run_id=job.run_id,
-                         fencing_token=job.fencing_token, timeout=job.timeout,
-                         node_id=self.node_id, options=self.options)
-        result = await run_attempt(job, handler, ctx, self._is_async.get(job.handler),
-                                   self.timed_out)
+        ctx = RunContext(
+            job_id=job.id,
+            job_name=job.name,
+            tenant=job.tenant,
+            payload=job.payload,
+            scheduled_for=job.scheduled_for,
+            attempt=job.attempt,
+            run_id=job.run_id,
+            fencing_token=job.fencing_token,
+            timeout=job.timeout,
+            node_id=self.node_id,
+            options=self.options,
+        )
+        result = await run_attempt(
+            job, handler, ctx, self._is_async.get(job.handler), self.timed_out
+        )
         return self._record(plan_finish(job, result, self.clock(job)))
 
     @staticmethod
@@ -204,10 +262,20 @@ class Dispatcher:
         job = outcome.job
         metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
         if not written:
-            log.warning("lease of %s/%s lost before its outcome was written; nothing recorded",
-                        job.tenant, job.name, extra={"action": "write_fenced", "job": job.name})
+            log.warning(
+                "lease of %s/%s lost before its outcome was written; nothing recorded",
+                job.tenant,
+                job.name,
+                extra={"action": "write_fenced", "job": job.name},
+            )
         elif log.isEnabledFor(logging.INFO):
             attempt = f" (attempt {job.attempt})" if outcome.ended_at is not None else ""
-            log.info("%s %s/%s at %s%s", outcome.outcome, job.tenant, job.name,
-                     job.scheduled_for, attempt,
-                     extra={"action": f"run_{outcome.outcome}", "job": job.name})
+            log.info(
+                "%s %s/%s at %s%s",
+                outcome.outcome,
+                job.tenant,
+                job.name,
+                job.scheduled_for,
+                attempt,
+                extra={"action": f"run_{outcome.outcome}", "job": job.name},
+            )

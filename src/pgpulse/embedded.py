@@ -104,11 +104,15 @@ def start_embedded(data_dir: Path | None = None, *, keep_running: bool = False) 
         raise DatabaseUnavailable(
             f"could not start the embedded PostgreSQL in {pgdata}: {exc} "
             f"(server log: {pgdata / 'log'})",
-            field="data_dir", value=str(folder),
+            field="data_dir",
+            value=str(folder),
         ) from exc
     uri: str = server.get_uri()
-    log.info("embedded PostgreSQL ready in %s", pgdata,
-             extra={"action": "embedded_started", "data_dir": str(pgdata)})
+    log.info(
+        "embedded PostgreSQL ready in %s",
+        pgdata,
+        extra={"action": "embedded_started", "data_dir": str(pgdata)},
+    )
     return uri
 
 
@@ -132,6 +136,9 @@ def stop_embedded(data_dir: Path | None = None) -> bool:
             package.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
             (pgdata / ".handle_pids.json").write_text("[]")
     except Exception as exc:
-        raise DatabaseUnavailable(f"could not stop the embedded PostgreSQL in {pgdata}: {exc}",
-                                  field="data_dir", value=str(folder)) from exc
+        raise DatabaseUnavailable(
+            f"could not stop the embedded PostgreSQL in {pgdata}: {exc}",
+            field="data_dir",
+            value=str(folder),
+        ) from exc
     return True

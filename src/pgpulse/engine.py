@@ -75,7 +75,8 @@ class NodeConfig:
     """
 
     node_id: str = field(
-        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    )
     slots: int = 10
     lease: float = 30.0
     heartbeat_interval: float = 2.0
@@ -118,13 +119,21 @@ class Node:
         config: node settings.
     """
 
-    def __init__(self, store: Store, dsn: str, handlers: Mapping[str, Handler],
-                 config: NodeConfig | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        dsn: str,
+        handlers: Mapping[str, Handler],
+        config: NodeConfig | None = None,
+    ) -> None:
         self.store = store
         self.dsn = dsn
         self.config = config or NodeConfig()
-        self.handlers = {name: handler for name, handler in handlers.items()
-                         if name != "shell" or self.config.allow_shell}
+        self.handlers = {
+            name: handler
+            for name, handler in handlers.items()
+            if name != "shell" or self.config.allow_shell
+        }
         self.node_id = self.config.node_id
         self.shards: tuple[int, ...] = ()
         self.running: dict[int, _Attempt] = {}
@@ -133,16 +142,21 @@ class Node:
         self._beat_session = Session(dsn, f"pgpulse:{self.node_id}:beat")
         self.beat = Store(self._beat_session)
         # The claim loop claims and records through a session of its own, planned for it.
-        self._claim_session = Session(dsn, f"pgpulse:{self.node_id}:claim",
-                                      CLAIM_SESSION_SETTINGS)
+        self._claim_session = Session(dsn, f"pgpulse:{self.node_id}:claim", CLAIM_SESSION_SETTINGS)
         self.claimer = Store(self._claim_session)
-        self.sweeper = Sweeper(store, self._beat_session, self.node_id,
-                               keep_runs=self.config.keep_runs)
+        self.sweeper = Sweeper(
+            store, self._beat_session, self.node_id, keep_runs=self.config.keep_runs
+        )
         self.recorder = OutcomeRecorder(store, self._settled)
-        self.dispatcher = Dispatcher(self.recorder, self.handlers, self.node_id,
-                                     self.config.handler_options,
-                                     self._estimated_db_now, self._finishing,
-                                     self._timed_out)
+        self.dispatcher = Dispatcher(
+            self.recorder,
+            self.handlers,
+            self.node_id,
+            self.config.handler_options,
+            self._estimated_db_now,
+            self._finishing,
+            self._timed_out,
+        )
         self._wake = asyncio.Event()
         self._watchdog: asyncio.Handle | None = None
         self._watchdog_at = 0.0  # monotonic deadline the watchdog is armed for
@@ -154,24 +168,36 @@ class Node:
 
     async def start(self) -> None:
         """Register this node and take its first share of shards (before claiming anything)."""
-        await self.store.register_node(self.node_id, hostname=socket.gethostname(),
-                                       pid=os.getpid(), slots=self.config.slots,
-                                       handlers=list(self.handlers))
+        await self.store.register_node(
+            self.node_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            slots=self.config.slots,
+            handlers=list(self.handlers),
+        )
         with _quiet_db_errors("first heartbeat"):  # no shards until a heartbeat gets through
             await self.heartbeat_once()
         revived = await self.store.revive_jobs(list(self.handlers))
         if revived:
-            log.info("revived %d jobs whose handler this node knows", revived,
-                     extra={"action": "jobs_revived", "count": revived})
-        log.info("node %s started with %d slots", self.node_id, self.config.slots,
-                 extra={"action": "node_started", "node": self.node_id})
+            log.info(
+                "revived %d jobs whose handler this node knows",
+                revived,
+                extra={"action": "jobs_revived", "count": revived},
+            )
+        log.info(
+            "node %s started with %d slots",
+            self.node_id,
+            self.config.slots,
+            extra={"action": "node_started", "node": self.node_id},
+        )
 
     async def run(self) -> None:
         """Run until :meth:`stop`, then drain: finish, or hand back, running attempts."""
         loop = asyncio.get_running_loop()
         # Sync handlers run in threads: one per slot, so a claimed job never waits for a thread.
         loop.set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(self.config.slots, "pgpulse-handler"))
+            concurrent.futures.ThreadPoolExecutor(self.config.slots, "pgpulse-handler")
+        )
         await self.start()
         self.started.set()
         self.recorder.attach(self._wake)  # the claim loop writes outcomes with its claims
@@ -180,9 +206,14 @@ class Node:
                 group.create_task(self._claim_loop(), name="claim")
                 # A heartbeat may take as long as a renewal is still useful: a slow link (or a
                 # session reconnecting through one) can still keep the leases.
-                group.create_task(self._every(
-                    self.heartbeat_once, "heartbeat",
-                    self.config.lease - self.config.safety_margin), name="heartbeat")
+                group.create_task(
+                    self._every(
+                        self.heartbeat_once,
+                        "heartbeat",
+                        self.config.lease - self.config.safety_margin,
+                    ),
+                    name="heartbeat",
+                )
                 group.create_task(self._every(self.sweeper.prune_once, "prune"), name="prune")
                 group.create_task(self._listen_loop(), name="listen")
         finally:
@@ -196,13 +227,17 @@ class Node:
     async def _drain(self) -> None:
         self.recorder.detach()  # no claim loop any more: outcomes are written on their own
         if self.running:
-            log.info("draining %d running attempts", len(self.running),
-                     extra={"action": "node_draining", "node": self.node_id})
+            log.info(
+                "draining %d running attempts",
+                len(self.running),
+                extra={"action": "node_draining", "node": self.node_id},
+            )
             pending = {attempt.task for attempt in self.running.values()}
             until = time.monotonic() + self.config.drain_timeout
             while pending and (left := until - time.monotonic()) > 0:
                 _, pending = await asyncio.wait(
-                    pending, timeout=min(left, self.config.heartbeat_interval))
+                    pending, timeout=min(left, self.config.heartbeat_interval)
+                )
                 if pending:  # keep their leases, or the watchdog stops them before the grace
                     with _quiet_db_errors("heartbeat"):  # ends (a drain may outlast a lease)
                         async with asyncio.timeout(self.config.heartbeat_interval):
@@ -221,9 +256,13 @@ class Node:
             with _quiet_db_errors("release_runs"):
                 released = await self.store.release_runs(
                     [(a.job.id, a.job.fencing_token) for a in unfinished],
-                    reason=f"released by node {self.node_id} at shutdown")
-                log.info("released %d unfinished claims", released,
-                         extra={"action": "claims_released", "count": released})
+                    reason=f"released by node {self.node_id} at shutdown",
+                )
+                log.info(
+                    "released %d unfinished claims",
+                    released,
+                    extra={"action": "claims_released", "count": released},
+                )
         metrics.set_running(len(self.running))
         with _quiet_db_errors("stop_node"):
             await self.store.stop_node(self.node_id)
@@ -255,7 +294,8 @@ class Node:
         sent = time.monotonic()
         try:
             step = await self.claimer.finish_and_claim(
-                batch, self.node_id, self.shards, limit, lease=self.config.lease)
+                batch, self.node_id, self.shards, limit, lease=self.config.lease
+            )
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 self.recorder.put_back(batch)
@@ -284,8 +324,13 @@ class Node:
         self._arm_watchdog(min(attempt.deadline, timeout_at))
         task.add_done_callback(functools.partial(self._finished, job.id))
         if log.isEnabledFor(logging.DEBUG):  # not even the log record's extras otherwise
-            log.debug("claimed %s/%s for %s", job.tenant, job.name, job.scheduled_for,
-                      extra={"action": "run_claimed", "job": job.name})
+            log.debug(
+                "claimed %s/%s for %s",
+                job.tenant,
+                job.name,
+                job.scheduled_for,
+                extra={"action": "run_claimed", "job": job.name},
+            )
 
     def _attempt_of(self, job: ClaimedJob) -> _Attempt | None:
         """The running attempt of this claim of ``job`` (same fencing token), if any: the job
@@ -309,8 +354,12 @@ class Node:
 
     def _finished(self, job_id: int, task: asyncio.Task[Any]) -> None:
         if not task.cancelled() and task.exception() is not None:
-            log.error("attempt of job %d failed: %r", job_id, task.exception(),
-                      extra={"action": "attempt_crashed"})
+            log.error(
+                "attempt of job %d failed: %r",
+                job_id,
+                task.exception(),
+                extra={"action": "attempt_crashed"},
+            )
         attempt = self.running.get(job_id)
         if attempt is None or attempt.task is not task or attempt.finishing:
             return  # the job was claimed again since, or its outcome's write will forget it
@@ -339,8 +388,7 @@ class Node:
                 timer.cancel()
             loop = asyncio.get_running_loop()
             self._watchdog_at = deadline
-            self._watchdog = loop.call_at(loop.time() + (deadline - time.monotonic()),
-                                          self._watch)
+            self._watchdog = loop.call_at(loop.time() + (deadline - time.monotonic()), self._watch)
 
     def _watch(self) -> None:
         """The watchdog fired: cancel every attempt past its lease deadline or its timeout,
@@ -378,9 +426,13 @@ class Node:
         attempt.stop_reason = "lease_lost"
         metrics.lease_renewal_failed()
         attempt.task.cancel()
-        log.warning("lease of %s/%s lost (%s); attempt cancelled, nothing recorded",
-                    attempt.job.tenant, attempt.job.name, why,
-                    extra={"action": "lease_lost", "job": attempt.job.name})
+        log.warning(
+            "lease of %s/%s lost (%s); attempt cancelled, nothing recorded",
+            attempt.job.tenant,
+            attempt.job.name,
+            why,
+            extra={"action": "lease_lost", "job": attempt.job.name},
+        )
 
     def _estimated_db_now(self, job: ClaimedJob) -> datetime:
         """The database's instant now, as claim time plus monotonic time elapsed since."""
@@ -397,8 +449,9 @@ class Node:
                 async with asyncio.timeout(self.config.lease / 2):
                     step = await self._step()
             except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
-                log.warning("claim failed: %s", exc or type(exc).__name__,
-                            extra={"action": "claim_failed"})
+                log.warning(
+                    "claim failed: %s", exc or type(exc).__name__, extra={"action": "claim_failed"}
+                )
                 await _wait(self._stopping, retry_in)  # queued outcomes go out with the retry
                 retry_in = min(retry_in * 2, self.config.heartbeat_interval)
                 continue
@@ -421,21 +474,34 @@ class Node:
         first: on a slow link it is the write that keeps work alive."""
         await self.renew_once()
         state = "draining" if self._stopping.is_set() else "alive"
-        beat = await self.beat.heartbeat(self.node_id, running=len(self.running),
-                                         shards=self.shards, ttl=self.config.node_ttl,
-                                         state=state, leading=self.sweeper.leading(),
-                                         backup_delay=self.config.node_ttl)
+        beat = await self.beat.heartbeat(
+            self.node_id,
+            running=len(self.running),
+            shards=self.shards,
+            ttl=self.config.node_ttl,
+            state=state,
+            leading=self.sweeper.leading(),
+            backup_delay=self.config.node_ttl,
+        )
         self.sweeper.observe(beat)
         live = beat.live
         if state == "alive" and self.node_id not in live:
-            await self.beat.register_node(self.node_id, hostname=socket.gethostname(),
-                                          pid=os.getpid(), slots=self.config.slots,
-                                          handlers=list(self.handlers))
+            await self.beat.register_node(
+                self.node_id,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                slots=self.config.slots,
+                handlers=list(self.handlers),
+            )
         shards = () if state != "alive" else shards_for(self.node_id, live)
         if shards != self.shards:
-            log.info("node %s owns %d shards among %d live nodes", self.node_id, len(shards),
-                     len(set(live) | {self.node_id}),
-                     extra={"action": "shards_changed", "shards": list(shards)})
+            log.info(
+                "node %s owns %d shards among %d live nodes",
+                self.node_id,
+                len(shards),
+                len(set(live) | {self.node_id}),
+                extra={"action": "shards_changed", "shards": list(shards)},
+            )
             self.shards = shards
             metrics.set_shards(len(shards))
             self._wake.set()
@@ -447,7 +513,8 @@ class Node:
             return
         sent = time.monotonic()
         renewed = await self.beat.renew_leases(
-            [(a.job.id, a.job.fencing_token) for a in attempts], lease=self.config.lease)
+            [(a.job.id, a.job.fencing_token) for a in attempts], lease=self.config.lease
+        )
         for attempt in attempts:
             if self.running.get(attempt.job.id) is not attempt:
                 continue  # it ended during the renewal (the job may already run again)
@@ -479,8 +546,9 @@ class Node:
                     try:
                         while not self._stopping.is_set():
                             nxt = asyncio.ensure_future(anext(gen))
-                            done, _ = await asyncio.wait({nxt, stop},
-                                                         return_when=asyncio.FIRST_COMPLETED)
+                            done, _ = await asyncio.wait(
+                                {nxt, stop}, return_when=asyncio.FIRST_COMPLETED
+                            )
                             if nxt not in done:
                                 break
                             note = nxt.result()
@@ -523,8 +591,13 @@ class _quiet_db_errors:  # lower case: used as a context manager, reads like a s
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         if exc is not None and isinstance(
-                exc, psycopg.Error | OSError | TimeoutError | DatabaseUnavailable):
-            log.warning("%s failed: %s", self.what, exc or type(exc).__name__,
-                        extra={"action": f"{self.what}_failed"})
+            exc, psycopg.Error | OSError | TimeoutError | DatabaseUnavailable
+        ):
+            log.warning(
+                "%s failed: %s",
+                self.what,
+                exc or type(exc).__name__,
+                extra={"action": f"{self.what}_failed"},
+            )
             return True
         return False

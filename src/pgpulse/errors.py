@@ -70,4 +70,3 @@ class JobNotFound(PulseError):
 
 class DatabaseUnavailable(PulseError):
     """The database named by a DSN (or the embedded server) does not answer."""
-

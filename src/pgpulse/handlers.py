@@ -96,8 +96,9 @@ class HandlerRegistry(Mapping[str, Handler]):
         if not callable(handler):
             raise InvalidInput(f"handler {name!r} is not callable", field="handler", value=name)
         if name in self._handlers and self._handlers[name] is not handler:
-            raise InvalidInput(f"handler {name!r} is already registered", field="handler",
-                               value=name)
+            raise InvalidInput(
+                f"handler {name!r} is already registered", field="handler", value=name
+            )
         self._handlers[name] = handler
 
     def __getitem__(self, name: str) -> Handler:
@@ -107,7 +108,8 @@ class HandlerRegistry(Mapping[str, Handler]):
             raise UnknownHandler(
                 f"handler {name!r} is not registered on this node "
                 f"(known: {', '.join(sorted(self._handlers)) or 'none'})",
-                field="handler", value=name,
+                field="handler",
+                value=name,
             ) from None
 
     def __contains__(self, name: object) -> bool:
@@ -120,8 +122,9 @@ class HandlerRegistry(Mapping[str, Handler]):
         return len(self._handlers)
 
 
-async def call_handler(handler: Handler, ctx: RunContext,
-                       is_async: bool | None = None) -> HandlerResult:
+async def call_handler(
+    handler: Handler, ctx: RunContext, is_async: bool | None = None
+) -> HandlerResult:
     """Run ``handler`` for one attempt: async handlers are awaited, sync ones run in a thread.
 
     Cancellation (timeout, lost lease, shutdown) cancels an async handler at its next await; a

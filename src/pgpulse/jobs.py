@@ -37,23 +37,33 @@ def _check_name(field_name: str, value: object, pattern: re.Pattern[str] = _NAME
 
 #: Upper bounds of the numeric fields: beyond them a value is a mistake, and some would overflow
 #: PostgreSQL's integer or interval types. Durations in seconds.
-LIMITS = {"backfill_limit": 1_000_000, "misfire_grace": 366 * 86400.0, "max_attempts": 1000,
-          "retry_backoff": 86400.0, "timeout": 30 * 86400.0}
+LIMITS = {
+    "backfill_limit": 1_000_000,
+    "misfire_grace": 366 * 86400.0,
+    "max_attempts": 1000,
+    "retry_backoff": 86400.0,
+    "timeout": 30 * 86400.0,
+}
 
 
 def _check_number(
     field_name: str, value: object, *, minimum: float, integer: bool = False
 ) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(f"{field_name} must be a number, got {value!r}", field=field_name,
-                           value=value)
+        raise InvalidInput(
+            f"{field_name} must be a number, got {value!r}", field=field_name, value=value
+        )
     maximum = LIMITS[field_name]
     if not math.isfinite(value) or not minimum <= value <= maximum:
-        raise InvalidInput(f"{field_name} must be a number from {minimum:g} to {maximum:.0f}, "
-                           f"got {value!r}", field=field_name, value=value)
+        raise InvalidInput(
+            f"{field_name} must be a number from {minimum:g} to {maximum:.0f}, got {value!r}",
+            field=field_name,
+            value=value,
+        )
     if integer and int(value) != value:
-        raise InvalidInput(f"{field_name} must be a whole number, got {value!r}",
-                           field=field_name, value=value)
+        raise InvalidInput(
+            f"{field_name} must be a whole number, got {value!r}", field=field_name, value=value
+        )
     return float(value)
 
 
@@ -76,11 +86,13 @@ def parse_payload(value: object) -> dict[str, Any]:
         except json.JSONDecodeError as exc:
             raise InvalidPayload(
                 f"payload is not valid JSON ({exc.msg} at char {exc.pos}): {value!r}",
-                field="payload", value=value,
+                field="payload",
+                value=value,
             ) from None
     if not isinstance(value, dict):
-        raise InvalidPayload(f"payload must be a JSON object, got {value!r}", field="payload",
-                             value=value)
+        raise InvalidPayload(
+            f"payload must be a JSON object, got {value!r}", field="payload", value=value
+        )
     try:
         text = json.dumps(value, allow_nan=False)
         # PostgreSQL's jsonb stores neither NUL characters nor lone surrogates.
@@ -88,8 +100,9 @@ def parse_payload(value: object) -> dict[str, Any]:
             raise ValueError("it holds a NUL character (\\u0000), which PostgreSQL cannot store")
         json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"payload cannot be encoded as JSON: {exc}", field="payload",
-                             value=value) from None
+        raise InvalidPayload(
+            f"payload cannot be encoded as JSON: {exc}", field="payload", value=value
+        ) from None
     return cast(dict[str, Any], value)
 
 
@@ -97,8 +110,9 @@ def _check_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
     try:
         return parse_payload(meta or {})
     except InvalidPayload as exc:
-        raise InvalidInput(str(exc).replace("payload", "meta", 1), field="meta",
-                           value=meta) from None
+        raise InvalidInput(
+            str(exc).replace("payload", "meta", 1), field="meta", value=meta
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,14 +188,16 @@ class JobSpec:
         if catch_up not in CATCH_UP_POLICIES:
             raise InvalidInput(
                 f"catch_up must be one of {', '.join(CATCH_UP_POLICIES)}, got {catch_up!r}",
-                field="catch_up", value=catch_up,
+                field="catch_up",
+                value=catch_up,
             )
         if backfill_limit is not None:
             _check_number("backfill_limit", backfill_limit, minimum=1, integer=True)
             if catch_up != "backfill":
                 raise InvalidInput(
                     f"backfill_limit applies to catch_up backfill only (catch_up is {catch_up!r})",
-                    field="backfill_limit", value=backfill_limit,
+                    field="backfill_limit",
+                    value=backfill_limit,
                 )
         _check_number("misfire_grace", misfire_grace, minimum=0)
         _check_number("max_attempts", max_attempts, minimum=1, integer=True)

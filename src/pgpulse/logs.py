@@ -24,13 +24,14 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
     """
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
-        handler.setFormatter(JsonFormatter(
-            "%(asctime)s %(levelname)s %(name)s %(message)s",
-            rename_fields={"levelname": "level", "asctime": "time"},
-        ))
+        handler.setFormatter(
+            JsonFormatter(
+                "%(asctime)s %(levelname)s %(name)s %(message)s",
+                rename_fields={"levelname": "level", "asctime": "time"},
+            )
+        )
     elif fmt == "text":
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     else:
         raise ValueError(f"log format must be text or json, got {fmt!r}")
     root = logging.getLogger()

@@ -87,7 +87,6 @@ _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 _CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
-
 class _Histogram:
     """One histogram series kept as plain numbers, observed on the engine's event-loop thread:
     no lock per observation (prometheus_client's histogram takes two), which mattered at
@@ -112,8 +111,9 @@ class _Histogram:
     def cumulative(self) -> list[tuple[str, float]]:
         """``(le, observations ≤ le)`` pairs as the exposition format wants them."""
         out, running = [], 0
-        for bound, count in zip((*map(floatToGoString, self.bounds), "+Inf"), self.counts,
-                                strict=True):
+        for bound, count in zip(
+            (*map(floatToGoString, self.bounds), "+Inf"), self.counts, strict=True
+        ):
             running += count
             out.append((bound, float(running)))
         return out
@@ -130,18 +130,21 @@ class _RunMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Render the three families from the current numbers."""
-        runs = CounterMetricFamily("pgpulse_runs_total",
-                                   "Attempts whose end was written, by outcome.",
-                                   labels=["outcome"])
+        runs = CounterMetricFamily(
+            "pgpulse_runs_total", "Attempts whose end was written, by outcome.", labels=["outcome"]
+        )
         for outcome, count in self.runs.items():
             runs.add_metric([outcome], count)
         lag = HistogramMetricFamily(
             "pgpulse_run_lag_seconds",
-            "First attempt's start (claim) minus the occurrence's scheduled_for.")
+            "First attempt's start (claim) minus the occurrence's scheduled_for.",
+        )
         lag.add_metric([], self.lag.cumulative(), self.lag.total)
         duration = HistogramMetricFamily(
             "pgpulse_run_duration_seconds",
-            "Claim to recorded end, for attempts that ran a handler.", labels=["outcome"])
+            "Claim to recorded end, for attempts that ran a handler.",
+            labels=["outcome"],
+        )
         for outcome, series in self.duration.items():
             duration.add_metric([outcome], series.cumulative(), series.total)
         return iter((runs, lag, duration))
@@ -149,27 +152,36 @@ class _RunMetrics(Collector):
 
 _RUN_METRICS = _RunMetrics()
 REGISTRY.register(_RUN_METRICS)
-CLAIM_DURATION = Histogram("pgpulse_claim_duration_seconds",
-                           "Latency of one claim statement.", buckets=_CLAIM_BUCKETS)
+CLAIM_DURATION = Histogram(
+    "pgpulse_claim_duration_seconds", "Latency of one claim statement.", buckets=_CLAIM_BUCKETS
+)
 CLAIMED = Counter("pgpulse_claimed_jobs_total", "Jobs claimed by this node.")
 RUNNING = Gauge("pgpulse_node_running_attempts", "Attempts running on this node now.")
 SHARDS = Gauge("pgpulse_node_shards_owned", "Shards this node polls.")
-LEASE_RENEWALS_FAILED = Counter("pgpulse_lease_renewals_failed_total",
-                                "Attempts cancelled because their lease could not be renewed.")
-FENCED_WRITES = Counter("pgpulse_fenced_writes_rejected_total",
-                        "Outcome writes ignored because the fencing token was stale.")
+LEASE_RENEWALS_FAILED = Counter(
+    "pgpulse_lease_renewals_failed_total",
+    "Attempts cancelled because their lease could not be renewed.",
+)
+FENCED_WRITES = Counter(
+    "pgpulse_fenced_writes_rejected_total",
+    "Outcome writes ignored because the fencing token was stale.",
+)
 SKIPPED = Counter("pgpulse_skipped_occurrences_total", "Occurrences recorded as skipped.")
 JOBS = Gauge("pgpulse_jobs", "Jobs by state, cluster-wide (read at scrape).", ["state"])
-MAX_LAG = Gauge("pgpulse_jobs_max_lag_seconds",
-                "How late the most overdue idle job is, cluster-wide (read at scrape).")
-REFRESH_ERRORS = Counter("pgpulse_metrics_refresh_errors_total",
-                         "Scrapes whose cluster-wide read failed.")
+MAX_LAG = Gauge(
+    "pgpulse_jobs_max_lag_seconds",
+    "How late the most overdue idle job is, cluster-wide (read at scrape).",
+)
+REFRESH_ERRORS = Counter(
+    "pgpulse_metrics_refresh_errors_total", "Scrapes whose cluster-wide read failed."
+)
 
 for _state in JOB_STATES:
     JOBS.labels(_state)
 
 
 # -- what the engine calls -------------------------------------------------------------------
+
 
 def observe_claim(seconds: float, count: int) -> None:
     """Record one claim statement: its latency in ``seconds`` and the ``count`` jobs claimed."""
@@ -195,8 +207,13 @@ def observe_run(outcome: str, lag_seconds: float | None, duration_seconds: float
         tally.duration[outcome].observe(max(duration_seconds, 0.0))
 
 
-def observe_finish(outcome: str, job: ClaimedJob, written: bool,
-                   advance: Advance | None = None, ended_at: datetime | None = None) -> None:
+def observe_finish(
+    outcome: str,
+    job: ClaimedJob,
+    written: bool,
+    advance: Advance | None = None,
+    ended_at: datetime | None = None,
+) -> None:
     """Record the fenced write that ended an attempt of ``job`` (one call per ``finish_run``).
 
     Args:
@@ -248,6 +265,7 @@ def set_running(count: int) -> None:
 
 
 # -- serving -----------------------------------------------------------------------------------
+
 
 async def refresh_cluster(store: Store) -> bool:
     """Read the cluster-wide job counts into :data:`JOBS` and :data:`MAX_LAG`.

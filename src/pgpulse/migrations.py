@@ -50,8 +50,12 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
         for version, name, sql in migration_files():
             if version in done:
                 continue
-            log.info("applying migration %04d_%s", version, name,
-                     extra={"action": "migration_applied", "version": version})
+            log.info(
+                "applying migration %04d_%s",
+                version,
+                name,
+                extra={"action": "migration_applied", "version": version},
+            )
             await conn.execute(sql)
             await conn.execute(
                 "INSERT INTO pgpulse_migrations (version, name) VALUES (%s, %s)", (version, name)

@@ -94,8 +94,7 @@ def advance(
         run finished, so schedules do not drift and an interval job keeps its exact anchor
         (design.md, invariant 7).
     """
-    return hold(schedule, policy, schedule.next_after(after, anchor=anchor), now=now,
-                anchor=anchor)
+    return hold(schedule, policy, schedule.next_after(after, anchor=anchor), now=now, anchor=anchor)
 
 
 def hold(
@@ -143,8 +142,9 @@ def _advance_skip(
     skipped = newest.skipped
     if len(skipped) < MAX_SKIPPED_RECORDS:
         skipped = (*skipped, newest.scheduled_for)
-    return Advance(schedule.next_after(newest.scheduled_for, anchor=anchor), skipped,
-                   newest.skipped_count + 1)
+    return Advance(
+        schedule.next_after(newest.scheduled_for, anchor=anchor), skipped, newest.skipped_count + 1
+    )
 
 
 def _advance_keep_newest(

@@ -110,8 +110,12 @@ class OutcomeRecorder:
             except psycopg.OperationalError:
                 self.put_back([outcome])
             except psycopg.Error as exc:
-                log.error("outcome of %s refused by the database: %s", outcome.job.name, exc,
-                          extra={"action": "record_refused", "job": outcome.job.name})
+                log.error(
+                    "outcome of %s refused by the database: %s",
+                    outcome.job.name,
+                    exc,
+                    extra={"action": "record_refused", "job": outcome.job.name},
+                )
                 self.on_settled(outcome, False, exc)
             else:
                 self.settle([outcome], written)
@@ -140,9 +144,13 @@ class OutcomeRecorder:
                 async with asyncio.timeout(WRITE_TIMEOUT):
                     return await self.store.finish_runs(batch)
             except (psycopg.OperationalError, TimeoutError) as exc:
-                log.warning("recording %d outcomes failed (%s); retrying in %.1fs", len(batch),
-                            exc or type(exc).__name__, delay,
-                            extra={"action": "record_retry", "count": len(batch)})
+                log.warning(
+                    "recording %d outcomes failed (%s); retrying in %.1fs",
+                    len(batch),
+                    exc or type(exc).__name__,
+                    delay,
+                    extra={"action": "record_retry", "count": len(batch)},
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 

@@ -81,24 +81,44 @@ def print_records(rows: Sequence[dict[str, Any]], as_json: bool, columns: Sequen
     if not rows:
         click.echo("(none)")
         return
-    click.echo(tabulate([[_cell(row.get(c)) for c in columns] for row in rows],
-                        headers=list(columns)))
+    click.echo(
+        tabulate([[_cell(row.get(c)) for c in columns] for row in rows], headers=list(columns))
+    )
 
 
 def print_status(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], as_json: bool) -> None:
     """Print the cluster: nodes (alive, heartbeat, shards, running, leader) and job counts."""
     if as_json:
         leader = next((n["node_id"] for n in nodes if n["leader"]), None)
-        click.echo(json.dumps({"nodes": list(nodes), "leader": leader, "jobs": counts},
-                              default=to_json, indent=2))
+        click.echo(
+            json.dumps(
+                {"nodes": list(nodes), "leader": leader, "jobs": counts}, default=to_json, indent=2
+            )
+        )
         return
-    table = [[n["node_id"], "yes" if n["alive"] else "no", n["state"],
-              _cell(n["last_heartbeat"]), len(n["shards"]), f"{n['running']}/{n['slots']}",
-              "*" if n["leader"] else ""] for n in nodes]
-    click.echo(tabulate(table, headers=["node", "alive", "state", "last heartbeat", "shards",
-                                        "running", "leader"]) if table else "no nodes")
+    table = [
+        [
+            n["node_id"],
+            "yes" if n["alive"] else "no",
+            n["state"],
+            _cell(n["last_heartbeat"]),
+            len(n["shards"]),
+            f"{n['running']}/{n['slots']}",
+            "*" if n["leader"] else "",
+        ]
+        for n in nodes
+    ]
+    click.echo(
+        tabulate(
+            table,
+            headers=["node", "alive", "state", "last heartbeat", "shards", "running", "leader"],
+        )
+        if table
+        else "no nodes"
+    )
     lag = counts["max_lag"]
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "
         f"{counts['paused']} paused, {counts['failed']} failed; "
-        f"lag of the most overdue job: {'none' if lag is None else f'{lag:.3f}s'}")
+        f"lag of the most overdue job: {'none' if lag is None else f'{lag:.3f}s'}"
+    )

@@ -50,8 +50,21 @@ _MAX_INTERVAL = timedelta(days=3650)
 # schedule with no occurrence in 400 years has none at all. ~10 years would be too short: Feb 29
 # that is a Sunday (``0 0 29 2 */7``) can be 28 to 40 years apart.
 _HORIZON_YEARS = 400
-_MONTH_NAMES = ("", "January", "February", "March", "April", "May", "June", "July", "August",
-                "September", "October", "November", "December")
+_MONTH_NAMES = (
+    "",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 _DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
 _MAX_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 # (field name, lowest value, highest value, names accepted for values)
@@ -63,9 +76,15 @@ _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("month", 1, 12, {n[:3].lower(): i for i, n in enumerate(_MONTH_NAMES) if n}),
     ("day-of-week", 0, 7, {n[:3].lower(): i for i, n in enumerate(_DAY_NAMES)}),
 )
-_MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
-           "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
-           "@hourly": "0 * * * *"}
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 _EVERY_RE = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
 _EVERY_UNITS = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
 
@@ -102,7 +121,7 @@ class _Cron:
             if month in self.months:
                 first_weekday, length = calendar.monthrange(year, month)
                 days = self.month_days[length, first_weekday]
-                for d in days[bisect_left(days, day):]:
+                for d in days[bisect_left(days, day) :]:
                     found = time if d == day else first_time
                     if found is not None:
                         return datetime(year, month, d, *found)
@@ -195,11 +214,14 @@ class Schedule:
             raise InvalidSchedule(
                 f"schedule {self.expr!r}: no occurrence within {_HORIZON_YEARS} years after "
                 f"{start.isoformat()} in time zone {self.timezone}",
-                field="schedule", value=self.expr)
+                field="schedule",
+                value=self.expr,
+            )
         return found
 
-    def occurrences_between(self, start: datetime, end: datetime, *,
-                            anchor: datetime | None = None, limit: int) -> list[datetime]:
+    def occurrences_between(
+        self, start: datetime, end: datetime, *, anchor: datetime | None = None, limit: int
+    ) -> list[datetime]:
         """Return the occurrences ``t`` with ``start < t <= end``, ascending, at most ``limit``.
 
         Args:
@@ -296,15 +318,20 @@ def _load_zone(name: str) -> ZoneInfo:
         raise UnknownTimeZone(
             f"timezone {name!r} is not an IANA time zone name "
             f"({f'did you mean {hint!r}?' if hint else 'such as Europe/London'})",
-            field="timezone", value=name) from exc
+            field="timezone",
+            value=name,
+        ) from exc
 
 
 def _parse_every(expr: str, args: list[str]) -> timedelta:
     duration = args[0] if len(args) == 1 else " ".join(args)
     match = _EVERY_RE.fullmatch(duration)
     if not duration or match is None:
-        raise _invalid(expr, f"@every duration {duration!r} is not valid: use whole numbers "
-                             "with units d, h, m, s in that order (30s, 15m, 1h30m, 2d)")
+        raise _invalid(
+            expr,
+            f"@every duration {duration!r} is not valid: use whole numbers "
+            "with units d, h, m, s in that order (30s, 15m, 1h30m, 2d)",
+        )
     days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
     try:
         interval = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
@@ -320,23 +347,39 @@ def _parse_cron(expr: str, words: list[str]) -> _Cron:
         raise _invalid(expr, f"expected 5 fields (or 6 with seconds first), got {len(words)}")
     texts = tuple(words) if len(words) == 6 else ("0", *words)
     sec, mins, hrs, doms, months, dows = (
-        _parse_field(expr, index, text) for index, text in enumerate(texts))
+        _parse_field(expr, index, text) for index, text in enumerate(texts)
+    )
     dows = frozenset(d % 7 for d in dows)
     day_or = not (texts[3].startswith("*") or texts[5].startswith("*"))
     if not day_or and not any(d <= _MAX_DAYS[m] for m in months for d in doms):
         month_list = _join([_MONTH_NAMES[m] for m in sorted(months)], "or")
-        raise _invalid(expr, f"day-of-month field: {texts[3]} never occurs in {month_list}, "
-                             "so the schedule can never fire")
+        raise _invalid(
+            expr,
+            f"day-of-month field: {texts[3]} never occurs in {month_list}, "
+            "so the schedule can never fire",
+        )
 
     def matches(day: int, weekday: int) -> bool:
         return (day in doms or weekday in dows) if day_or else (day in doms and weekday in dows)
 
     month_days = {  # cron weekday of day d when the 1st is Python weekday f: (f + d) % 7
         (length, first): tuple(d for d in range(1, length + 1) if matches(d, (first + d) % 7))
-        for length in range(28, 32) for first in range(7)}
-    return _Cron(texts, len(words) == 6, tuple(sorted(sec)), tuple(sorted(mins)),
-                 tuple(sorted(hrs)), tuple(sorted(doms)), months, tuple(sorted(dows)), day_or,
-                 texts[1].startswith("*") or texts[2].startswith("*"), month_days)
+        for length in range(28, 32)
+        for first in range(7)
+    }
+    return _Cron(
+        texts,
+        len(words) == 6,
+        tuple(sorted(sec)),
+        tuple(sorted(mins)),
+        tuple(sorted(hrs)),
+        tuple(sorted(doms)),
+        months,
+        tuple(sorted(dows)),
+        day_or,
+        texts[1].startswith("*") or texts[2].startswith("*"),
+        month_days,
+    )
 
 
 def _parse_field(expr: str, index: int, text: str) -> frozenset[int]:
@@ -444,8 +487,7 @@ def _next_fixed(cron: _Cron, zone: ZoneInfo, after: datetime, last_year: int) ->
     return _transition(zone, _instant(wall, second), _instant(wall, first))
 
 
-def _next_elapsed(cron: _Cron, zone: ZoneInfo, after: datetime,
-                  last_year: int) -> datetime | None:
+def _next_elapsed(cron: _Cron, zone: ZoneInfo, after: datetime, last_year: int) -> datetime | None:
     """Elapsed-time job: every instant whose wall time matches (none in gaps, both passes)."""
     local = after.astimezone(zone)
     now_wall = local.replace(tzinfo=None, fold=0)
@@ -521,7 +563,7 @@ def _describe_time(cron: _Cron) -> str:
         return "at " + _join([pattern.format(h, m, s) for h in hrs for m in mins for s in secs])
     pieces: list[str] = []
     units = (("second", secs, 60), ("minute", mins, 60), ("hour", hrs, 24))
-    for unit, values, size in units[0 if cron.has_seconds else 1:]:
+    for unit, values, size in units[0 if cron.has_seconds else 1 :]:
         step = values[1] - values[0] if len(values) > 1 else 0
         if len(values) == size:
             if not pieces:

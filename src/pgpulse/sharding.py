@@ -29,8 +29,9 @@ def _placement(nodes: frozenset[str], shard_count: int) -> dict[str, tuple[int, 
     return {node: tuple(shards) for node, shards in owned.items()}
 
 
-def shards_for(node: str, live_nodes: Collection[str],
-               shard_count: int = SHARD_COUNT) -> tuple[int, ...]:
+def shards_for(
+    node: str, live_nodes: Collection[str], shard_count: int = SHARD_COUNT
+) -> tuple[int, ...]:
     """Return the shards ``node`` owns among ``live_nodes``, ascending.
 
     Args:

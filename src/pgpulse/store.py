@@ -51,8 +51,12 @@ class _UpsertRaced(Exception):
 #: comparisons and arithmetic handle without a time-zone lookup. Sequential scans are off: every
 #: table this statement touches is read through an index by design, and a generic plan made when
 #: ``job_runs`` was empty (and analyzed) scanned the whole history for each finished run.
-CLAIM_SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan", "jit": "off",
-                          "enable_seqscan": "off", "TimeZone": "UTC"}
+CLAIM_SESSION_SETTINGS = {
+    "plan_cache_mode": "force_generic_plan",
+    "jit": "off",
+    "enable_seqscan": "off",
+    "TimeZone": "UTC",
+}
 
 RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
 
@@ -101,8 +105,9 @@ class ClaimedJob(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _policy(mode: Literal["skip", "backfill", "coalesce"], misfire_grace: float,
-            backfill_limit: int | None) -> CatchUpPolicy:
+def _policy(
+    mode: Literal["skip", "backfill", "coalesce"], misfire_grace: float, backfill_limit: int | None
+) -> CatchUpPolicy:
     return CatchUpPolicy(mode, misfire_grace, backfill_limit)
 
 
@@ -233,8 +238,9 @@ class Store:
 
     # -- job definitions -------------------------------------------------------------------
 
-    async def validate_handlers(self, specs: Iterable[JobSpec],
-                                extra_handlers: Collection[str] = ()) -> None:
+    async def validate_handlers(
+        self, specs: Iterable[JobSpec], extra_handlers: Collection[str] = ()
+    ) -> None:
         """Refuse specs whose handler no node knows, or whose built-in payload is malformed.
 
         A handler is known when it is built in (``shell``, ``http``), registered by any node that
@@ -253,15 +259,20 @@ class Store:
                 raise UnknownHandler(
                     f"handler {spec.handler!r} of job {spec.name!r} is not built in and no "
                     f"node has registered it (known: {', '.join(sorted(known))})",
-                    field="handler", value=spec.handler,
+                    field="handler",
+                    value=spec.handler,
                 )
             validator = PAYLOAD_VALIDATORS.get(spec.handler)
             if validator is not None:
                 validator(spec.payload)
 
-    async def upsert_jobs(self, specs: Sequence[JobSpec], *,
-                          extra_handlers: Collection[str] = (),
-                          now: datetime | None = None) -> list[tuple[int, bool]]:
+    async def upsert_jobs(
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        extra_handlers: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> list[tuple[int, bool]]:
         """Create or update jobs by (tenant, name), all in one transaction.
 
         A new job (or one whose schedule or time zone changed) holds the first occurrence after
@@ -288,20 +299,26 @@ class Store:
         names = [(spec.tenant, spec.name) for spec in specs]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
-            raise InvalidInput(f"job {dup[1]!r} of tenant {dup[0]!r} is given twice",
-                               field="name", value=dup[1])
+            raise InvalidInput(
+                f"job {dup[1]!r} of tenant {dup[0]!r} is given twice", field="name", value=dup[1]
+            )
         for attempt in range(1, UPSERT_TRIES + 1):
             try:
                 return await self._upsert_once(specs, now)
             except _UpsertRaced as raced:
                 if attempt == UPSERT_TRIES:
-                    raise (raced.__cause__ or RuntimeError(
-                        f"upsert_jobs: a job was deleted between its lookup and its update "
-                        f"at each of {UPSERT_TRIES} tries")) from None
+                    raise (
+                        raced.__cause__
+                        or RuntimeError(
+                            f"upsert_jobs: a job was deleted between its lookup and its update "
+                            f"at each of {UPSERT_TRIES} tries"
+                        )
+                    ) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _upsert_once(self, specs: Sequence[JobSpec],
-                           now: datetime | None) -> list[tuple[int, bool]]:
+    async def _upsert_once(
+        self, specs: Sequence[JobSpec], now: datetime | None
+    ) -> list[tuple[int, bool]]:
         """One try of :meth:`upsert_jobs`, in one transaction; raises :class:`_UpsertRaced`
         (after rolling back) when another session created or deleted one of the jobs at once."""
         results: list[tuple[int, bool]] = []
@@ -311,16 +328,28 @@ class Store:
                 for spec in specs:
                     schedule = spec.parsed_schedule()
                     first = schedule.next_after(clock, anchor=clock)
-                    cur = await conn.execute(QUERIES["upsert_job"], {
-                        "tenant": spec.tenant, "name": spec.name, "schedule": spec.schedule,
-                        "schedule_kind": schedule.kind, "timezone": spec.timezone,
-                        "handler": spec.handler, "payload": Jsonb(spec.payload),
-                        "catch_up": spec.catch_up, "backfill_limit": spec.backfill_limit,
-                        "misfire_grace": spec.misfire_grace, "max_attempts": spec.max_attempts,
-                        "retry_backoff": spec.retry_backoff, "timeout": spec.timeout,
-                        "source": spec.source, "meta": Jsonb(spec.meta), "anchor_at": clock,
-                        "scheduled_for": first,
-                    })
+                    cur = await conn.execute(
+                        QUERIES["upsert_job"],
+                        {
+                            "tenant": spec.tenant,
+                            "name": spec.name,
+                            "schedule": spec.schedule,
+                            "schedule_kind": schedule.kind,
+                            "timezone": spec.timezone,
+                            "handler": spec.handler,
+                            "payload": Jsonb(spec.payload),
+                            "catch_up": spec.catch_up,
+                            "backfill_limit": spec.backfill_limit,
+                            "misfire_grace": spec.misfire_grace,
+                            "max_attempts": spec.max_attempts,
+                            "retry_backoff": spec.retry_backoff,
+                            "timeout": spec.timeout,
+                            "source": spec.source,
+                            "meta": Jsonb(spec.meta),
+                            "anchor_at": clock,
+                            "scheduled_for": first,
+                        },
+                    )
                     row = await cur.fetchone()
                     if row is None:  # deleted between the name lookup and the update
                         raise _UpsertRaced
@@ -351,8 +380,7 @@ class Store:
             JobNotFound: no such job.
             InvalidInput: the job is running (pause it when the run ends) — nothing changes.
         """
-        await self._set_status(tenant, name, "paused", ("idle", "failed", "paused"), None,
-                               "paused")
+        await self._set_status(tenant, name, "paused", ("idle", "failed", "paused"), None, "paused")
 
     async def resume_job(self, tenant: str, name: str, *, now: datetime | None = None) -> None:
         """Resume a paused (or failed) job at its first occurrence after now.
@@ -369,19 +397,34 @@ class Store:
         first = schedule.next_after(clock, anchor=job["anchor_at"])
         await self._set_status(tenant, name, "idle", ("paused", "failed"), first, "resumed")
 
-    async def _set_status(self, tenant: str, name: str, status: str, from_status: Sequence[str],
-                          scheduled_for: datetime | None, verb: str) -> None:
-        rows = await self._rows("set_paused", {
-            "tenant": tenant, "name": name, "status": status, "from_status": list(from_status),
-            "scheduled_for": scheduled_for,
-        })
+    async def _set_status(
+        self,
+        tenant: str,
+        name: str,
+        status: str,
+        from_status: Sequence[str],
+        scheduled_for: datetime | None,
+        verb: str,
+    ) -> None:
+        rows = await self._rows(
+            "set_paused",
+            {
+                "tenant": tenant,
+                "name": name,
+                "status": status,
+                "from_status": list(from_status),
+                "scheduled_for": scheduled_for,
+            },
+        )
         if not rows:
             current = await self._rows("job_status", {"tenant": tenant, "name": name})
             if not current:
                 raise JobNotFound(tenant, name)
             raise InvalidInput(
                 f"job {name!r} is {current[0]['status']}; only a {' or '.join(from_status)} "
-                f"job can be {verb}", field="status", value=current[0]["status"],
+                f"job can be {verb}",
+                field="status",
+                value=current[0]["status"],
             )
 
     async def trigger_job(self, tenant: str, name: str) -> datetime:
@@ -399,8 +442,11 @@ class Store:
             current = await self._rows("job_status", {"tenant": tenant, "name": name})
             if not current:
                 raise JobNotFound(tenant, name)
-            raise InvalidInput(f"job {name!r} is {current[0]['status']}; only an idle job can "
-                               "be triggered", field="status", value=current[0]["status"])
+            raise InvalidInput(
+                f"job {name!r} is {current[0]['status']}; only an idle job can be triggered",
+                field="status",
+                value=current[0]["status"],
+            )
         return rows[0]["scheduled_for"]  # type: ignore[no-any-return]
 
     async def delete_job(self, tenant: str, name: str) -> None:
@@ -411,8 +457,15 @@ class Store:
 
     # -- the hot path ----------------------------------------------------------------------
 
-    async def claim_due(self, node: str, shards: Sequence[int], limit: int, *, lease: float,
-                        now: datetime | None = None) -> list[ClaimedJob]:
+    async def claim_due(
+        self,
+        node: str,
+        shards: Sequence[int],
+        limit: int,
+        *,
+        lease: float,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
         """Claim up to ``limit`` due idle jobs of ``shards`` for ``node``, oldest due first
         (:meth:`finish_and_claim` with no outcomes to write).
 
@@ -426,8 +479,9 @@ class Store:
             return []
         return (await self.finish_and_claim((), node, shards, limit, lease=lease, now=now)).jobs
 
-    async def finish_runs(self, outcomes: Sequence[Outcome], *,
-                          now: datetime | None = None) -> set[int]:
+    async def finish_runs(
+        self, outcomes: Sequence[Outcome], *, now: datetime | None = None
+    ) -> set[int]:
         """End the current attempt of each job in ``outcomes`` — fenced — in one statement
         (:meth:`finish_and_claim` claiming nothing).
 
@@ -442,9 +496,16 @@ class Store:
             return set()
         return (await self.finish_and_claim(outcomes, "", (), 0, lease=0.0, now=now)).written
 
-    async def finish_and_claim(self, outcomes: Sequence[Outcome], node: str,
-                               shards: Sequence[int], limit: int, *, lease: float,
-                               now: datetime | None = None) -> Step:
+    async def finish_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        node: str,
+        shards: Sequence[int],
+        limit: int,
+        *,
+        lease: float,
+        now: datetime | None = None,
+    ) -> Step:
         """One step of a node's claim loop, in one statement (one round trip, one commit):
         write the fenced ``outcomes`` (as :meth:`finish_runs`), then claim up to ``limit`` due
         jobs of ``shards`` (as :meth:`claim_due`; nothing is claimed when ``limit`` is 0 or
@@ -462,18 +523,33 @@ class Store:
             psycopg.Error: the statement failed (nothing was written or claimed).
             DatabaseUnavailable: the store's session could not connect.
         """
-        batch = [{
-            "job_id": o.job.id, "token": o.job.fencing_token,
-            "status": o.status, "scheduled_for": o.next_scheduled_for,
-            "next_run_at": o.next_run_at, "retry_in": o.retry_in or 0.0,
-            "reset_attempt": o.advance is not None, "outcome": o.outcome,
-            "error": o.error and _storable(o.error), "output": o.output and _storable(o.output),
-            "skipped": o.advance.skipped if o.advance is not None and o.advance.skipped else None,
-            "skip_reason": o.skip_reason,
-        } for o in sorted(outcomes, key=lambda o: o.job.id)]
-        params = {"outcomes": orjson.dumps(batch).decode(), "now": now, "node": node,
-                  "shards": _array_literal(tuple(shards)), "limit": max(limit, 0) if shards else 0,
-                  "lease": lease}
+        batch = [
+            {
+                "job_id": o.job.id,
+                "token": o.job.fencing_token,
+                "status": o.status,
+                "scheduled_for": o.next_scheduled_for,
+                "next_run_at": o.next_run_at,
+                "retry_in": o.retry_in or 0.0,
+                "reset_attempt": o.advance is not None,
+                "outcome": o.outcome,
+                "error": o.error and _storable(o.error),
+                "output": o.output and _storable(o.output),
+                "skipped": o.advance.skipped
+                if o.advance is not None and o.advance.skipped
+                else None,
+                "skip_reason": o.skip_reason,
+            }
+            for o in sorted(outcomes, key=lambda o: o.job.id)
+        ]
+        params = {
+            "outcomes": orjson.dumps(batch).decode(),
+            "now": now,
+            "node": node,
+            "shards": _array_literal(tuple(shards)),
+            "limit": max(limit, 0) if shards else 0,
+            "lease": lease,
+        }
         async with self.pool.connection() as conn:
             # ClaimedJob's fields, in order, in binary (no text parsing of instants and numbers)
             cur = conn.cursor(row_factory=tuple_row, binary=True)
@@ -493,8 +569,9 @@ class Store:
                     next_due = at if next_due is None else min(next_due, at)
         return Step(written, jobs, next_due, db_now)
 
-    async def renew_leases(self, held: Sequence[tuple[int, int]], *, lease: float,
-                           now: datetime | None = None) -> set[int]:
+    async def renew_leases(
+        self, held: Sequence[tuple[int, int]], *, lease: float, now: datetime | None = None
+    ) -> set[int]:
         """Extend the lease of each (job id, fencing token) still held; return the ids renewed.
 
         Fenced: a pair whose token is stale, whose job is no longer running, or whose lease has
@@ -503,29 +580,41 @@ class Store:
         if not held:
             return set()
         held = sorted(held)  # job id order, as finish_runs: no lock-order deadlock
-        rows = await self._rows("renew_leases", {
-            "job_ids": [job_id for job_id, _ in held], "tokens": [tok for _, tok in held],
-            "lease": lease, "now": now,
-        })
+        rows = await self._rows(
+            "renew_leases",
+            {
+                "job_ids": [job_id for job_id, _ in held],
+                "tokens": [tok for _, tok in held],
+                "lease": lease,
+                "now": now,
+            },
+        )
         return {row["id"] for row in rows}
 
-    async def release_runs(self, held: Sequence[tuple[int, int]], *, reason: str,
-                           now: datetime | None = None) -> int:
+    async def release_runs(
+        self, held: Sequence[tuple[int, int]], *, reason: str, now: datetime | None = None
+    ) -> int:
         """Hand claims back (graceful shutdown): each held job is due again at once and the
         attempt is not counted; ``reason`` becomes the job's ``last_error``. Fenced per pair.
         Returns how many were released."""
         if not held:
             return 0
-        rows = await self._rows("release_runs", {
-            "job_ids": [job_id for job_id, _ in held], "tokens": [tok for _, tok in held],
-            "reason": reason, "now": now,
-        })
+        rows = await self._rows(
+            "release_runs",
+            {
+                "job_ids": [job_id for job_id, _ in held],
+                "tokens": [tok for _, tok in held],
+                "reason": reason,
+                "now": now,
+            },
+        )
         return len(rows)
 
     # -- cluster ---------------------------------------------------------------------------
 
-    async def reap_expired_leases(self, *, limit: int = 1000, older_than: float = 0.0,
-                                  now: datetime | None = None) -> int:
+    async def reap_expired_leases(
+        self, *, limit: int = 1000, older_than: float = 0.0, now: datetime | None = None
+    ) -> int:
         """Return running jobs whose lease expired (more than ``older_than`` seconds ago) to
         idle, due at once; return how many. Nodes reap with each :meth:`heartbeat`; this is
         the same sweep on behalf of no node (nothing recorded, no leadership taken).
@@ -534,27 +623,52 @@ class Store:
         ``retrying`` (the lost attempt counted) so the next claim is the next attempt of the
         same run.
         """
-        beat = await self.heartbeat(None, running=0, shards=(), ttl=0.0, backup_delay=older_than,
-                                    limit=limit, now=now)
+        beat = await self.heartbeat(
+            None, running=0, shards=(), ttl=0.0, backup_delay=older_than, limit=limit, now=now
+        )
         return beat.reaped
 
-    async def register_node(self, node: str, *, hostname: str, pid: int, slots: int,
-                            handlers: Collection[str], now: datetime | None = None) -> None:
+    async def register_node(
+        self,
+        node: str,
+        *,
+        hostname: str,
+        pid: int,
+        slots: int,
+        handlers: Collection[str],
+        now: datetime | None = None,
+    ) -> None:
         """Insert or refresh this node's registry row (state ``alive``)."""
-        await self._rows("register_node", {
-            "node": node, "hostname": hostname, "pid": pid, "slots": slots,
-            "handlers": sorted(handlers), "now": now,
-        })
+        await self._rows(
+            "register_node",
+            {
+                "node": node,
+                "hostname": hostname,
+                "pid": pid,
+                "slots": slots,
+                "handlers": sorted(handlers),
+                "now": now,
+            },
+        )
 
     async def revive_jobs(self, handlers: Collection[str]) -> int:
         """Return jobs that failed for want of a handler in ``handlers`` to idle, due at once.
         Returns how many were revived."""
         return len(await self._rows("revive_jobs", {"handlers": sorted(handlers)}))
 
-    async def heartbeat(self, node: str | None, *, running: int, shards: Sequence[int],
-                        ttl: float, state: str = "alive", leading: bool | None = None,
-                        backup_delay: float | None = None, limit: int = 1000,
-                        now: datetime | None = None) -> Heartbeat:
+    async def heartbeat(
+        self,
+        node: str | None,
+        *,
+        running: int,
+        shards: Sequence[int],
+        ttl: float,
+        state: str = "alive",
+        leading: bool | None = None,
+        backup_delay: float | None = None,
+        limit: int = 1000,
+        now: datetime | None = None,
+    ) -> Heartbeat:
         """Record this node's heartbeat, take part in leadership, and reap expired leases — one
         statement (design.md, "Cluster behaviour").
 
@@ -575,13 +689,27 @@ class Store:
         other; reaping twice is harmless); the run row stays open as ``retrying`` so the next
         claim is the next attempt of the same run; each reaped job's shard is notified.
         """
-        [row] = await self._rows("heartbeat", {
-            "node": node, "running": running, "shards": list(shards), "ttl": ttl,
-            "state": state, "leading": leading, "leader_key": LEADER_LOCK_KEY,
-            "backup_delay": backup_delay, "limit": limit, "now": now,
-        })
-        return Heartbeat(live=tuple(row["live"]), db_now=row["db_now"],
-                         leader=row["leader"], reaped=row["reaped"])
+        [row] = await self._rows(
+            "heartbeat",
+            {
+                "node": node,
+                "running": running,
+                "shards": list(shards),
+                "ttl": ttl,
+                "state": state,
+                "leading": leading,
+                "leader_key": LEADER_LOCK_KEY,
+                "backup_delay": backup_delay,
+                "limit": limit,
+                "now": now,
+            },
+        )
+        return Heartbeat(
+            live=tuple(row["live"]),
+            db_now=row["db_now"],
+            leader=row["leader"],
+            reaped=row["reaped"],
+        )
 
     async def stop_node(self, node: str) -> None:
         """Mark this node stopped (it owns no shards from now on)."""
@@ -595,8 +723,9 @@ class Store:
 
     # -- reading for people ----------------------------------------------------------------
 
-    async def list_runs(self, *, tenant: str | None = None, name: str | None = None,
-                        limit: int = 50) -> list[dict[str, Any]]:
+    async def list_runs(
+        self, *, tenant: str | None = None, name: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
         """Most recent runs first (of one job, one tenant, or all)."""
         return await self._rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
 

@@ -40,8 +40,15 @@ class Sweeper:
         prune_every: seconds between two prunes by the leader.
     """
 
-    def __init__(self, store: Store, session: Session, node_id: str, *, keep_runs: float,
-                 prune_every: float = 3600.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        session: Session,
+        node_id: str,
+        *,
+        keep_runs: float,
+        prune_every: float = 3600.0,
+    ) -> None:
         self.store = store
         self.session = session
         self.node_id = node_id
@@ -79,12 +86,17 @@ class Sweeper:
             self._leading, self._generation = True, self.session.generation
             log.info("node %s is the leader", self.node_id, extra={"action": "leader_elected"})
         if beat.reaped and beat.leader:
-            log.warning("returned %d expired leases to the pool", beat.reaped,
-                        extra={"action": "leases_reaped", "count": beat.reaped})
+            log.warning(
+                "returned %d expired leases to the pool",
+                beat.reaped,
+                extra={"action": "leases_reaped", "count": beat.reaped},
+            )
         elif beat.reaped:
-            log.warning("leader silent: returned %d long-expired leases to the pool",
-                        beat.reaped,
-                        extra={"action": "leases_reaped_by_backup", "count": beat.reaped})
+            log.warning(
+                "leader silent: returned %d long-expired leases to the pool",
+                beat.reaped,
+                extra={"action": "leases_reaped_by_backup", "count": beat.reaped},
+            )
 
     def _lose(self) -> None:
         self._leading = False
@@ -102,6 +114,10 @@ class Sweeper:
         self._last_prune = time.monotonic()  # a failed prune waits for the next period too
         runs, nodes = await self.store.prune(keep_runs=self.keep_runs)
         if runs or nodes:
-            log.info("pruned %d runs and %d silent nodes", runs, nodes,
-                     extra={"action": "pruned", "runs": runs, "nodes": nodes})
+            log.info(
+                "pruned %d runs and %d silent nodes",
+                runs,
+                nodes,
+                extra={"action": "pruned", "runs": runs, "nodes": nodes},
+            )
         return runs, nodes

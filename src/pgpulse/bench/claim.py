@@ -50,8 +50,9 @@ BATCHES = (1, 25, 100)
 DUE_LEVELS = (500, 50_000, 500_000)
 
 
-async def _time_claims(claimer: Store, pooled: Store, shards: tuple[int, ...], batch: int,
-                       samples: int) -> list[float]:
+async def _time_claims(
+    claimer: Store, pooled: Store, shards: tuple[int, ...], batch: int, samples: int
+) -> list[float]:
     """Latency of ``samples`` claims through ``claimer``, in ms; each claim's jobs are handed
     back through ``pooled``, untimed (an empty poll claims nothing and hands nothing back)."""
     out: list[float] = []
@@ -81,16 +82,24 @@ def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: boo
             session uses, ``store.CLAIM_SESSION_SETTINGS``) instead of a custom plan.
     """
     text, names = to_positional(QUERIES["finish_and_claim"])
-    values = {"outcomes": "[]", "node": "bench-explain", "shards": list(shards), "limit": batch,
-              "lease": 60.0, "now": None}
+    values = {
+        "outcomes": "[]",
+        "node": "bench-explain",
+        "shards": list(shards),
+        "limit": batch,
+        "lease": 60.0,
+        "now": None,
+    }
     args = sql.SQL(", ").join(sql.Literal(values[name]) for name in names)
     with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        conn.execute("SET plan_cache_mode = "
-                     + ("force_generic_plan" if generic else "force_custom_plan"))
+        conn.execute(
+            "SET plan_cache_mode = " + ("force_generic_plan" if generic else "force_custom_plan")
+        )
         with conn.transaction(force_rollback=True):
             conn.execute(f"PREPARE bench_claim AS {text}")
-            cur = conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_claim({})")
-                               .format(args))
+            cur = conn.execute(
+                sql.SQL("EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_claim({})").format(args)
+            )
             plan = "\n".join(row["QUERY PLAN"] for row in cur.fetchall())
         conn.execute("DEALLOCATE bench_claim")
         return plan
@@ -109,11 +118,21 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         now = db_now(conn)
     loading = time.perf_counter()
-    load_jobs(dsn, stored, schedule="@every 1h", kind="interval",
-              base=now + timedelta(days=1), modulo=86400, step=1.0)
+    load_jobs(
+        dsn,
+        stored,
+        schedule="@every 1h",
+        kind="interval",
+        base=now + timedelta(days=1),
+        modulo=86400,
+        step=1.0,
+    )
     load_s = time.perf_counter() - loading
-    result = Result("1", f"poll and claim latency, {stored:,} jobs stored",
-                    ["due", "shards", "batch", "p50 ms", "p99 ms", "max ms", "claims"])
+    result = Result(
+        "1",
+        f"poll and claim latency, {stored:,} jobs stored",
+        ["due", "shards", "batch", "p50 ms", "p99 ms", "max ms", "claims"],
+    )
     plans: dict[str, str] = {}
     samples_raw: dict[str, list[float]] = {}
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
@@ -129,8 +148,9 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
         claimer = Store(session)
         claims = await _time_claims(claimer, pooled, ALL_SHARDS, 10, samples)
         label = "claim_due (empty poll)"
-        result.rows.append([0, 64, label, pct(claims, 50), pct(claims, 99), max(claims),
-                            len(claims)])
+        result.rows.append(
+            [0, 64, label, pct(claims, 50), pct(claims, 99), max(claims), len(claims)]
+        )
         samples_raw[f"empty/{label}"] = claims
         for level in DUE_LEVELS:
             due = max(int(level * scale), 1)
@@ -140,26 +160,40 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
             for shards in (ALL_SHARDS, QUARTER_SHARDS):
                 for batch in BATCHES:
                     values = await _time_claims(claimer, pooled, shards, batch, samples)
-                    result.rows.append([due, len(shards), batch, pct(values, 50),
-                                        pct(values, 99), max(values), len(values)])
+                    result.rows.append(
+                        [
+                            due,
+                            len(shards),
+                            batch,
+                            pct(values, 50),
+                            pct(values, 99),
+                            max(values),
+                            len(values),
+                        ]
+                    )
                     samples_raw[f"{due}/{len(shards)}/{batch}"] = values
         for generic in (False, True):
             key = "generic" if generic else "custom"
             plans[key] = explain_claim(dsn, ALL_SHARDS, 100, generic=generic)
-            plans[f"{key}_16_shards"] = explain_claim(dsn, QUARTER_SHARDS, 100,
-                                                      generic=generic)
+            plans[f"{key}_16_shards"] = explain_claim(dsn, QUARTER_SHARDS, 100, generic=generic)
     await session.close()
     gc.unfreeze()
     gc.set_threshold(*threshold)
-    result.notes.append(f"{stored:,} jobs loaded in {load_s:.1f} s (INSERT ... SELECT per "
-                        "100,000 rows, then VACUUM ANALYZE)")
-    result.notes.append("claim latency seen by the node (round trip + building ClaimedJob), "
-                        "through a node's claim session: statements prepared after 5 uses, "
-                        "generic plans, no JIT (store.CLAIM_SESSION_SETTINGS), with a node's "
-                        f"garbage collection (report.tune_collector); {samples:,} claims per "
-                        "cell")
-    result.notes.append(f"EXPLAIN (ANALYZE, BUFFERS) of the claim of 100 at {due:,} due is in "
-                        "the JSON (custom and generic plans) and in docs/benchmarks.md")
+    result.notes.append(
+        f"{stored:,} jobs loaded in {load_s:.1f} s (INSERT ... SELECT per "
+        "100,000 rows, then VACUUM ANALYZE)"
+    )
+    result.notes.append(
+        "claim latency seen by the node (round trip + building ClaimedJob), "
+        "through a node's claim session: statements prepared after 5 uses, "
+        "generic plans, no JIT (store.CLAIM_SESSION_SETTINGS), with a node's "
+        f"garbage collection (report.tune_collector); {samples:,} claims per "
+        "cell"
+    )
+    result.notes.append(
+        f"EXPLAIN (ANALYZE, BUFFERS) of the claim of 100 at {due:,} due is in "
+        "the JSON (custom and generic plans) and in docs/benchmarks.md"
+    )
     drop_db(server_dsn, "pgpulse_bench_claim")
     # The floor on the same server: the least claim any scheduler makes (bench/floor.sql).
     floor_dsn = await asyncio.to_thread(floor.create, server_dsn, stored, due)
@@ -168,10 +202,19 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
     result.notes.append(
         f"floor (bench/floor.sql: one narrow table, one partial index, no shards, nothing "
         f"returned but ids and tokens; {stored:,} stored, {due:,} due, a synchronous client): "
-        + ", ".join(f"claim of {batch} p50 {cell['p50']:.2f} / p99 {cell['p99']:.2f} ms"
-                    for batch, cell in least.items()))
-    result.data.update({"stored": stored, "load_s": load_s, "plans": plans,
-                        "samples_ms": samples_raw, "floor": {"due": due, "claims": least},
-                        "due_levels": [max(int(lv * scale), 1) for lv in DUE_LEVELS]})
+        + ", ".join(
+            f"claim of {batch} p50 {cell['p50']:.2f} / p99 {cell['p99']:.2f} ms"
+            for batch, cell in least.items()
+        )
+    )
+    result.data.update(
+        {
+            "stored": stored,
+            "load_s": load_s,
+            "plans": plans,
+            "samples_ms": samples_raw,
+            "floor": {"due": due, "claims": least},
+            "due_levels": [max(int(lv * scale), 1) for lv in DUE_LEVELS],
+        }
+    )
     return result
-

@@ -30,7 +30,8 @@ from pgpulse.sql import _load_queries  # the same "-- name:" block format as que
 
 #: Statements of the benchmark itself (loading and reading results), by name.
 BENCH_SQL: Final[dict[str, str]] = _load_queries(
-    resources.files(__package__).joinpath("bench.sql").read_text("utf-8"))
+    resources.files(__package__).joinpath("bench.sql").read_text("utf-8")
+)
 
 #: Rows per bulk-load statement (keeps one statement's memory and WAL burst modest).
 LOAD_CHUNK = 100_000
@@ -70,8 +71,14 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict of everything."""
-        return {"scenario": self.scenario, "title": self.title, "headers": self.headers,
-                "rows": self.rows, "notes": self.notes, "data": self.data}
+        return {
+            "scenario": self.scenario,
+            "title": self.title,
+            "headers": self.headers,
+            "rows": self.rows,
+            "notes": self.notes,
+            "data": self.data,
+        }
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -97,8 +104,9 @@ def admin(server_dsn: str) -> psycopg.Connection[dict[str, Any]]:
 def drop_db(server_dsn: str, name: str) -> None:
     """Drop database ``name`` if it exists, disconnecting its sessions."""
     with admin(server_dsn) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 async def fresh_db(server_dsn: str, name: str, template: str | None = None) -> str:
@@ -109,8 +117,11 @@ async def fresh_db(server_dsn: str, name: str, template: str | None = None) -> s
         if template is None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         else:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                sql.Identifier(name), sql.Identifier(template)))
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
+            )
     dsn = with_db(server_dsn, name)
     if template is None:
         aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, row_factory=dict_row)
@@ -119,8 +130,9 @@ async def fresh_db(server_dsn: str, name: str, template: str | None = None) -> s
     return dsn
 
 
-def q(conn: psycopg.Connection[dict[str, Any]], name: str,
-      params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def q(
+    conn: psycopg.Connection[dict[str, Any]], name: str, params: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Run bench statement ``name`` and return its rows (``[]`` for no result set)."""
     cur = conn.execute(BENCH_SQL[name], params or {})
     return list(cur.fetchall()) if cur.description else []
@@ -131,9 +143,19 @@ def db_now(conn: psycopg.Connection[dict[str, Any]]) -> datetime:
     return q(conn, "now")[0]["now"]  # type: ignore[no-any-return]
 
 
-def load_jobs(dsn: str, count: int, *, schedule: str, kind: str, base: datetime,
-              modulo: int, step: float, catch_up: str = "backfill",
-              misfire_grace: float = 86400.0, handler: str = "noop") -> None:
+def load_jobs(
+    dsn: str,
+    count: int,
+    *,
+    schedule: str,
+    kind: str,
+    base: datetime,
+    modulo: int,
+    step: float,
+    catch_up: str = "backfill",
+    misfire_grace: float = 86400.0,
+    handler: str = "noop",
+) -> None:
     """Insert ``count`` jobs with one statement per :data:`LOAD_CHUNK`, then VACUUM ANALYZE.
 
     Job i (1-based) holds the occurrence ``base + (i mod modulo) * step`` seconds, which is
@@ -141,12 +163,21 @@ def load_jobs(dsn: str, count: int, *, schedule: str, kind: str, base: datetime,
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
         for first in range(1, count + 1, LOAD_CHUNK):
-            conn.execute(BENCH_SQL["load_jobs"], {
-                "first": first, "last": min(count, first + LOAD_CHUNK - 1),
-                "schedule": schedule, "kind": kind, "handler": handler, "catch_up": catch_up,
-                "misfire_grace": misfire_grace, "base": base, "modulo": max(modulo, 1),
-                "step": step,
-            })
+            conn.execute(
+                BENCH_SQL["load_jobs"],
+                {
+                    "first": first,
+                    "last": min(count, first + LOAD_CHUNK - 1),
+                    "schedule": schedule,
+                    "kind": kind,
+                    "handler": handler,
+                    "catch_up": catch_up,
+                    "misfire_grace": misfire_grace,
+                    "base": base,
+                    "modulo": max(modulo, 1),
+                    "step": step,
+                },
+            )
         conn.execute("VACUUM (ANALYZE) scheduled_jobs")
 
 
@@ -227,8 +258,7 @@ class DbCpu:
 def server_settings(dsn: str) -> dict[str, str]:
     """The server settings that shape the figures (version, memory, durability)."""
     with admin(dsn) as conn:
-        return {row["name"]: f"{row['setting']}{row['unit'] or ''}"
-                for row in q(conn, "settings")}
+        return {row["name"]: f"{row['setting']}{row['unit'] or ''}" for row in q(conn, "settings")}
 
 
 @contextmanager
@@ -284,8 +314,15 @@ async def backlog_template(server_dsn: str, jobs: int) -> str:
         dsn = await fresh_db(server_dsn, name)
         with admin(dsn) as conn:
             now = db_now(conn)
-        load_jobs(dsn, jobs, schedule="@every 1h", kind="interval",
-                  base=now - timedelta(minutes=30), modulo=1800, step=1.0)
+        load_jobs(
+            dsn,
+            jobs,
+            schedule="@every 1h",
+            kind="interval",
+            base=now - timedelta(minutes=30),
+            modulo=1800,
+            step=1.0,
+        )
         register_handler(dsn)
         _BACKLOGS.clear()
         _BACKLOGS[key] = name
@@ -294,8 +331,13 @@ async def backlog_template(server_dsn: str, jobs: int) -> str:
 
 def lag_summary(lags_ms: Sequence[float]) -> dict[str, float]:
     """``n``, ``p50``, ``p90``, ``p99`` and ``max`` of lags in milliseconds (NaN when empty)."""
-    return {"n": len(lags_ms), "p50": pct(lags_ms, 50), "p90": pct(lags_ms, 90),
-            "p99": pct(lags_ms, 99), "max": max(lags_ms) if lags_ms else math.nan}
+    return {
+        "n": len(lags_ms),
+        "p50": pct(lags_ms, 50),
+        "p90": pct(lags_ms, 90),
+        "p99": pct(lags_ms, 99),
+        "max": max(lags_ms) if lags_ms else math.nan,
+    }
 
 
 def cdf_points(values: Sequence[float], points: int = 1000) -> list[float]:

@@ -78,7 +78,9 @@ def measure(dsn: str, cluster: NodeCluster, window: float) -> dict[str, Any]:
     span = max((end - t0).total_seconds(), 1e-3)
     node_cpu = [b - a for a, b in zip(nodes0, nodes1, strict=True)]
     return {
-        "fired": fired, "seconds": span, "rate": fired / span,
+        "fired": fired,
+        "seconds": span,
+        "rate": fired / span,
         "db_cpu_ms": db_cpu / fired * 1000 if fired else float("nan"),
         "node_cpu_pct": sum(node_cpu) / len(node_cpu) / wall * 100,
         "busy_pct": (busy1 - busy0) / wall / CORES * 100,
@@ -86,8 +88,9 @@ def measure(dsn: str, cluster: NodeCluster, window: float) -> dict[str, Any]:
     }
 
 
-async def run(server_dsn: str, scale: float, *, slots: int = 50,
-              node_counts: tuple[int, ...] = NODE_COUNTS) -> Result:
+async def run(
+    server_dsn: str, scale: float, *, slots: int = 50, node_counts: tuple[int, ...] = NODE_COUNTS
+) -> Result:
     """Run scenario 2 and return its table (the ceiling ratio is added by the runner).
 
     Args:
@@ -99,10 +102,21 @@ async def run(server_dsn: str, scale: float, *, slots: int = 50,
     jobs = jobs_for(scale)
     window = window_for(scale)
     template = await backlog_template(server_dsn, jobs)
-    result = Result("2", f"backlog drain, {jobs:,} due no-op jobs, nodes of {slots} slots",
-                    ["nodes", "firings/s", "DB CPU ms/firing", "node CPU %/node",
-                     "machine busy %", "fired in window", "window s", "settle s",
-                     "duplicates"])
+    result = Result(
+        "2",
+        f"backlog drain, {jobs:,} due no-op jobs, nodes of {slots} slots",
+        [
+            "nodes",
+            "firings/s",
+            "DB CPU ms/firing",
+            "node CPU %/node",
+            "machine busy %",
+            "fired in window",
+            "window s",
+            "settle s",
+            "duplicates",
+        ],
+    )
     runs: list[dict[str, Any]] = []
     for count in node_counts:
         dsn = await fresh_db(server_dsn, DB_NAME, template=template)
@@ -113,19 +127,35 @@ async def run(server_dsn: str, scale: float, *, slots: int = 50,
             duplicates = q(conn, "duplicates")[0]["duplicates"]
         cluster.remove_folder()
         if not figures["fired"]:
-            result.notes.append(f"{count} nodes: the backlog ran out before they had split the "
-                                "shards; use a larger --scale")
+            result.notes.append(
+                f"{count} nodes: the backlog ran out before they had split the "
+                "shards; use a larger --scale"
+            )
         figures.update({"nodes": count, "settle": settle, "duplicates": duplicates})
         runs.append(figures)
-        result.rows.append([count, figures["rate"], figures["db_cpu_ms"],
-                            figures["node_cpu_pct"], figures["busy_pct"], figures["fired"],
-                            figures["seconds"], settle, duplicates])
+        result.rows.append(
+            [
+                count,
+                figures["rate"],
+                figures["db_cpu_ms"],
+                figures["node_cpu_pct"],
+                figures["busy_pct"],
+                figures["fired"],
+                figures["seconds"],
+                settle,
+                duplicates,
+            ]
+        )
         drop_db(server_dsn, DB_NAME)
-    result.notes.append("firings = runs whose fenced completion and history row committed inside "
-                        "the window; the window opens once the nodes split the 64 shards "
-                        "(start-up excluded)")
-    result.notes.append(f"each node: `pgpulse node run --slots {slots}` with a no-op async "
-                        "handler; database, nodes and benchmark share this machine's "
-                        f"{CORES} cores")
+    result.notes.append(
+        "firings = runs whose fenced completion and history row committed inside "
+        "the window; the window opens once the nodes split the 64 shards "
+        "(start-up excluded)"
+    )
+    result.notes.append(
+        f"each node: `pgpulse node run --slots {slots}` with a no-op async "
+        "handler; database, nodes and benchmark share this machine's "
+        f"{CORES} cores"
+    )
     result.data.update({"jobs": jobs, "slots": slots, "window": window, "runs": runs})
     return result

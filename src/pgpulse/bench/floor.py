@@ -31,7 +31,8 @@ from pgpulse.sql import _load_queries  # the same "-- name:" block format as que
 from pgpulse.store import CLAIM_SESSION_SETTINGS
 
 FLOOR_SQL: Final[dict[str, str]] = _load_queries(
-    resources.files(__package__).joinpath("floor.sql").read_text("utf-8"))
+    resources.files(__package__).joinpath("floor.sql").read_text("utf-8")
+)
 
 DB_NAME = "pgpulse_bench_floor"
 
@@ -75,11 +76,16 @@ def claim_latency(dsn: str, batches: Sequence[int], samples: int) -> dict[int, d
         psycopg.Error: a claim failed (``dsn`` holds no floor tables: see :func:`create`).
     """
     out: dict[int, dict[str, Any]] = {}
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as claimer, \
-            psycopg.connect(dsn, autocommit=True) as other:
+    with (
+        psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as claimer,
+        psycopg.connect(dsn, autocommit=True) as other,
+    ):
         for setting, value in CLAIM_SESSION_SETTINGS.items():
-            claimer.execute(sql.SQL("SELECT set_config({}, {}, false)").format(
-                sql.Literal(setting), sql.Literal(value)))
+            claimer.execute(
+                sql.SQL("SELECT set_config({}, {}, false)").format(
+                    sql.Literal(setting), sql.Literal(value)
+                )
+            )
         gc.disable()  # no collection inside a timed claim (Pulse's claims run with a node's)
         try:
             for batch in batches:
@@ -91,8 +97,13 @@ def claim_latency(dsn: str, batches: Sequence[int], samples: int) -> dict[int, d
                     times.append((time.perf_counter() - start) * 1000)
                     claimed = len(rows)
                     other.execute(FLOOR_SQL["unclaim"], {"ids": [row[0] for row in rows]})
-                out[batch] = {"p50": pct(times, 50), "p99": pct(times, 99), "max": max(times),
-                              "claims": samples, "claimed": claimed}
+                out[batch] = {
+                    "p50": pct(times, 50),
+                    "p99": pct(times, 99),
+                    "max": max(times),
+                    "claims": samples,
+                    "claimed": claimed,
+                }
         finally:
             gc.enable()
     return out

@@ -51,8 +51,9 @@ def _wait_started(dsn: str, at: datetime, jobs: int, timeout: float) -> bool:
     return False
 
 
-async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
-              lead: float = 4.0) -> Result:
+async def run(
+    server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50, lead: float = 4.0
+) -> Result:
     """Run scenario 5 and return its table.
 
     Args:
@@ -68,10 +69,20 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
         far = db_now(conn) + timedelta(days=1)
     load_jobs(dsn, jobs, schedule="@every 1h", kind="interval", base=far, modulo=3600, step=1.0)
     register_handler(dsn)
-    result = Result("5", f"thundering herd, {jobs:,} jobs due at the same second, {nodes} nodes "
-                         f"of {slots} slots",
-                    ["all started after s", "bound s", "lag p50 ms", "lag p90 ms",
-                     "lag p99 ms", "lag max ms", "claim lag p99 ms", "started"])
+    result = Result(
+        "5",
+        f"thundering herd, {jobs:,} jobs due at the same second, {nodes} nodes of {slots} slots",
+        [
+            "all started after s",
+            "bound s",
+            "lag p50 ms",
+            "lag p90 ms",
+            "lag p99 ms",
+            "lag max ms",
+            "claim lag p99 ms",
+            "started",
+        ],
+    )
     with NodeCluster(dsn, nodes, slots=slots, record_starts=True) as cluster:
         await asyncio.to_thread(cluster.wait_settled)
         with admin(dsn) as conn:
@@ -89,13 +100,33 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
     drop_db(server_dsn, DB_NAME)
     lag, claim_lag = lag_summary(lags), lag_summary(claim)
     all_started = lag["max"] / 1000
-    result.rows.append([all_started, None, lag["p50"], lag["p90"], lag["p99"], lag["max"],
-                        claim_lag["p99"], len(lags)])
+    result.rows.append(
+        [
+            all_started,
+            None,
+            lag["p50"],
+            lag["p90"],
+            lag["p99"],
+            lag["max"],
+            claim_lag["p99"],
+            len(lags),
+        ]
+    )
     if not finished:
         result.notes.append(f"not every run started within {120 + lead:g} s")
-    result.notes.append(f"armed {armed_ahead:.1f} s before the instant; lag = handler start "
-                        "minus scheduled_for (same clock: database and nodes share the machine)")
-    result.data.update({"jobs": jobs, "nodes": nodes, "slots": slots, "lag": lag,
-                        "claim_lag": claim_lag, "all_started_s": all_started,
-                        "lags_ms": cdf_points(lags)})
+    result.notes.append(
+        f"armed {armed_ahead:.1f} s before the instant; lag = handler start "
+        "minus scheduled_for (same clock: database and nodes share the machine)"
+    )
+    result.data.update(
+        {
+            "jobs": jobs,
+            "nodes": nodes,
+            "slots": slots,
+            "lag": lag,
+            "claim_lag": claim_lag,
+            "all_started_s": all_started,
+            "lags_ms": cdf_points(lags),
+        }
+    )
     return result

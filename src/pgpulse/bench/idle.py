@@ -50,8 +50,9 @@ def window_for(scale: float) -> float:
     return min(60.0, max(20.0, 60.0 * scale))
 
 
-async def run(server_dsn: str, scale: float, *, nodes: int = 4, slots: int = 50,
-              poll: float = 5.0) -> Result:
+async def run(
+    server_dsn: str, scale: float, *, nodes: int = 4, slots: int = 50, poll: float = 5.0
+) -> Result:
     """Run scenario 6 and return its table.
 
     Args:
@@ -67,13 +68,20 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 4, slots: int = 50,
     with admin(dsn) as conn:
         far = db_now(conn) + timedelta(days=1)
         prepared_after = conn.prepare_threshold or 0  # the driver's default, as nodes have it
-    load_jobs(dsn, jobs, schedule="@every 1d", kind="interval", base=far, modulo=3600,
-              step=1.0)
+    load_jobs(dsn, jobs, schedule="@every 1d", kind="interval", base=far, modulo=3600, step=1.0)
     register_handler(dsn)
-    result = Result("6", f"idle cost, {nodes} nodes, {jobs:,} jobs stored, nothing due for "
-                         f"{window:g} s (--poll {poll:g}, --heartbeat 2)",
-                    ["statements/s per node", "sessions opened/s", "node CPU % per node",
-                     "node RSS MB", "DB CPU %"])
+    result = Result(
+        "6",
+        f"idle cost, {nodes} nodes, {jobs:,} jobs stored, nothing due for "
+        f"{window:g} s (--poll {poll:g}, --heartbeat 2)",
+        [
+            "statements/s per node",
+            "sessions opened/s",
+            "node CPU % per node",
+            "node RSS MB",
+            "DB CPU %",
+        ],
+    )
     with NodeCluster(dsn, nodes, slots=slots, poll=poll) as cluster:
         await asyncio.to_thread(cluster.wait_settled)
         # A backend reports its counts when it goes idle, or up to 10 s later if it reported
@@ -94,12 +102,29 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 4, slots: int = 50,
     xacts = after["xacts"] - before["xacts"] - 1
     per_node = xacts / wall / nodes
     node_cpu = sum(b - a for a, b in zip(cpu0, cpu1, strict=True)) / nodes / wall * 100
-    result.rows.append([per_node, (after["sessions"] - before["sessions"]) / wall, node_cpu,
-                        sum(rss) / len(rss) / 2**20, meter.seconds() / wall * 100])
+    result.rows.append(
+        [
+            per_node,
+            (after["sessions"] - before["sessions"]) / wall,
+            node_cpu,
+            sum(rss) / len(rss) / 2**20,
+            meter.seconds() / wall * 100,
+        ]
+    )
     budget = 1 / poll + 1 / 2.0
-    result.notes.append(f"the issue's budget: one claim per poll interval plus the heartbeat = "
-                        f"{budget:.2f} statements/s per node, under 2% of a core per node")
-    result.data.update({"jobs": jobs, "nodes": nodes, "window": window, "poll": poll,
-                        "statements_per_node_s": per_node, "node_cpu_pct": node_cpu,
-                        "budget": budget})
+    result.notes.append(
+        f"the issue's budget: one claim per poll interval plus the heartbeat = "
+        f"{budget:.2f} statements/s per node, under 2% of a core per node"
+    )
+    result.data.update(
+        {
+            "jobs": jobs,
+            "nodes": nodes,
+            "window": window,
+            "poll": poll,
+            "statements_per_node_s": per_node,
+            "node_cpu_pct": node_cpu,
+            "budget": budget,
+        }
+    )
     return result

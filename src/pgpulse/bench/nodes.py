@@ -61,12 +61,33 @@ class NodeCluster:
             if self.record_starts:
                 env[STARTS_ENV] = str(self.folder / f"{node_id}.starts")
             log = (self.folder / f"{node_id}.log").open("wb")
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pgpulse", "--database-url", self.dsn,
-                 "--log-level", "WARNING", "node", "run", "--app", NOOP_APP,
-                 "--node-id", node_id, "--slots", str(self.slots), "--poll", str(self.poll),
-                 *self.extra_args],
-                stdout=log, stderr=subprocess.STDOUT, env=env))
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pgpulse",
+                        "--database-url",
+                        self.dsn,
+                        "--log-level",
+                        "WARNING",
+                        "node",
+                        "run",
+                        "--app",
+                        NOOP_APP,
+                        "--node-id",
+                        node_id,
+                        "--slots",
+                        str(self.slots),
+                        "--poll",
+                        str(self.poll),
+                        *self.extra_args,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+            )
 
     def wait_settled(self, timeout: float = 30.0) -> float:
         """Wait until every node is alive and the 64 shards are split among them, each shard
@@ -87,9 +108,10 @@ class NodeCluster:
                 if len(rows) == self.count and sorted(owned) == list(range(64)):
                     return time.perf_counter() - start
                 if time.perf_counter() - start > timeout:
-                    raise RuntimeError(f"{self.count} nodes did not settle in {timeout:g}s "
-                                       f"(alive: {len(rows)}, shards owned: {len(owned)})\n"
-                                       + self.logs())
+                    raise RuntimeError(
+                        f"{self.count} nodes did not settle in {timeout:g}s "
+                        f"(alive: {len(rows)}, shards owned: {len(owned)})\n" + self.logs()
+                    )
                 time.sleep(0.2)
 
     def check_alive(self) -> None:
@@ -157,8 +179,12 @@ class NodeCluster:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 

@@ -16,8 +16,11 @@ from typing import Any
 from tabulate import tabulate
 
 #: Plot files, relative to the docs folder.
-PLOTS = {"claim": "benchmarks/claim_latency.png", "drain": "benchmarks/throughput.png",
-         "lag": "benchmarks/lag.png"}
+PLOTS = {
+    "claim": "benchmarks/claim_latency.png",
+    "drain": "benchmarks/throughput.png",
+    "lag": "benchmarks/lag.png",
+}
 
 HOW_TO_RUN = """\
 ```sh
@@ -85,8 +88,9 @@ def _fmt(value: Any) -> str:
 
 
 def _table(headers: list[str], rows: Iterable[list[Any]]) -> str:
-    return tabulate([[_fmt(v) for v in row] for row in rows], headers, tablefmt="github",
-                    disable_numparse=True)
+    return tabulate(
+        [[_fmt(v) for v in row] for row in rows], headers, tablefmt="github", disable_numparse=True
+    )
 
 
 def _by_scenario(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -104,49 +108,84 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
     rows: list[list[Any]] = []
 
     def add(target: str, measured: float, ok: bool, unit: str = "") -> None:
-        rows.append([target, "n/a" if math.isnan(measured) else f"{measured:,.3g}{unit}",
-                     "n/a" if math.isnan(measured) else ("yes" if ok else "**no**")])
+        rows.append(
+            [
+                target,
+                "n/a" if math.isnan(measured) else f"{measured:,.3g}{unit}",
+                "n/a" if math.isnan(measured) else ("yes" if ok else "**no**"),
+            ]
+        )
 
     if "2" in results and "3" in results and results["3"]["data"].get("best"):
         # "with 2-4 nodes": each of those node counts, not the best of them
         for run in results["2"]["data"]["runs"]:
             if 2 <= run["nodes"] <= 4:
                 share = run.get("ceiling_share", math.nan)
-                add(f"throughput ≥ 70% of the raw ceiling, {run['nodes']} nodes", share * 100,
-                    share >= 0.7, "%")
+                add(
+                    f"throughput ≥ 70% of the raw ceiling, {run['nodes']} nodes",
+                    share * 100,
+                    share >= 0.7,
+                    "%",
+                )
     if "1" in results:
         rows1 = results["1"]["rows"]
         for batch in sorted({r[2] for r in rows1 if isinstance(r[2], int)}):
             worst = _worst_claim_p99(rows1, batch)
-            add(f"claim of {batch}: p99 < 2 ms at every backlog (worst cell)", worst, worst < 2,
-                " ms")
+            add(
+                f"claim of {batch}: p99 < 2 ms at every backlog (worst cell)",
+                worst,
+                worst < 2,
+                " ms",
+            )
         empty = [r[4] for r in rows1 if r[2] == "claim_due (empty poll)"]
         poll = empty[0] if empty else math.nan
-        add(f"empty poll p99 < 1 ms with {results['1']['data']['stored']:,} stored", poll,
-            poll < 1, " ms")
+        add(
+            f"empty poll p99 < 1 ms with {results['1']['data']['stored']:,} stored",
+            poll,
+            poll < 1,
+            " ms",
+        )
     if "4" in results:
         p99 = results["4"]["data"]["lag"]["p99"]
         add("steady-state lag p99 < 50 ms", p99, p99 < 50, " ms")
     if "5" in results:
         data = results["5"]["data"]
         bound = data.get("bound_s", math.nan)
-        add(f"herd fully started within jobs/throughput + 1 s ({_fmt(bound)} s)",
-            data["all_started_s"], data["all_started_s"] <= bound, " s")
+        add(
+            f"herd fully started within jobs/throughput + 1 s ({_fmt(bound)} s)",
+            data["all_started_s"],
+            data["all_started_s"] <= bound,
+            " s",
+        )
     if "6" in results:
         data = results["6"]["data"]
-        add(f"idle: ≤ {data['budget']:.2f} statements/s per node (poll + heartbeat)",
-            data["statements_per_node_s"], data["statements_per_node_s"] <= data["budget"])
-        add("idle: < 2% of a core per node", data["node_cpu_pct"], data["node_cpu_pct"] < 2,
-            "%")
+        add(
+            f"idle: ≤ {data['budget']:.2f} statements/s per node (poll + heartbeat)",
+            data["statements_per_node_s"],
+            data["statements_per_node_s"] <= data["budget"],
+        )
+        add("idle: < 2% of a core per node", data["node_cpu_pct"], data["node_cpu_pct"] < 2, "%")
     if "7" in results:
         for name, ratio in results["7"]["data"].get("ratios", {}).items():
-            add(f"≥ 3× the firings/s of {name}", ratio["throughput_ratio"],
-                ratio["throughput_ratio"] >= 3, "×")
+            add(
+                f"≥ 3× the firings/s of {name}",
+                ratio["throughput_ratio"],
+                ratio["throughput_ratio"] >= 3,
+                "×",
+            )
             peer_p99 = ratio["peer_p99"]
-            add(f"lower lag p99 than {name} ("
-                + ("none of its steady-state runs started" if peer_p99 == math.inf
-                   else f"{_fmt(peer_p99)} ms") + ")",
-                ratio["pulse_p99"], ratio["pulse_p99"] < peer_p99, " ms")
+            add(
+                f"lower lag p99 than {name} ("
+                + (
+                    "none of its steady-state runs started"
+                    if peer_p99 == math.inf
+                    else f"{_fmt(peer_p99)} ms"
+                )
+                + ")",
+                ratio["pulse_p99"],
+                ratio["pulse_p99"] < peer_p99,
+                " ms",
+            )
     return rows
 
 
@@ -164,20 +203,29 @@ def floor_rows(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
     if least:
         for batch, cell in sorted(least["claims"].items(), key=lambda kv: int(kv[0])):
             pulse = _worst_claim_p99(results["1"]["rows"], int(batch))
-            rows.append([f"claim of {batch}: p99 < 2 ms", f"{_fmt(pulse)} ms (worst cell)",
-                         f"{_fmt(cell['p99'])} ms ({least['due']:,} due)",
-                         "yes" if cell["p99"] < 2 else "**no**"])
+            rows.append(
+                [
+                    f"claim of {batch}: p99 < 2 ms",
+                    f"{_fmt(pulse)} ms (worst cell)",
+                    f"{_fmt(cell['p99'])} ms ({least['due']:,} due)",
+                    "yes" if cell["p99"] < 2 else "**no**",
+                ]
+            )
     step = results.get("3", {}).get("data", {}).get("floor")
     ratios = results.get("7", {}).get("data", {}).get("ratios", {})
     if step and ratios:
         name, ratio = max(ratios.items(), key=lambda kv: kv[1]["peer_rate"])
         asked = 3 * ratio["peer_rate"]
         cores = asked * step["db_cpu_ms"] / 1000
-        rows.append([f"≥ 3× the firings/s of {name}: {_fmt(asked)}/s",
-                     f"{_fmt(ratio['pulse_rate'])}/s",
-                     f"{_fmt(step['rate'])}/s with no Python; its database alone would need "
-                     f"{cores:.2f} cores at {_fmt(asked)}/s",
-                     "yes" if step["rate"] >= asked else "**no**"])
+        rows.append(
+            [
+                f"≥ 3× the firings/s of {name}: {_fmt(asked)}/s",
+                f"{_fmt(ratio['pulse_rate'])}/s",
+                f"{_fmt(step['rate'])}/s with no Python; its database alone would need "
+                f"{cores:.2f} cores at {_fmt(asked)}/s",
+                "yes" if step["rate"] >= asked else "**no**",
+            ]
+        )
     return rows
 
 
@@ -194,8 +242,9 @@ def _plot_claims(result: dict[str, Any], path: Path) -> None:
     rows = [r for r in result["rows"] if isinstance(r[2], int) and r[1] == 64]
     for batch in sorted({r[2] for r in rows}):
         cells = sorted((r[0], r[4]) for r in rows if r[2] == batch)
-        ax.plot([c[0] for c in cells], [c[1] for c in cells], marker="o",
-                label=f"claim of {batch}, p99")
+        ax.plot(
+            [c[0] for c in cells], [c[1] for c in cells], marker="o", label=f"claim of {batch}, p99"
+        )
     empty = [r[4] for r in result["rows"] if r[2] == "claim_due (empty poll)"]
     if empty:
         ax.axhline(empty[0], color="grey", linestyle=":", label="empty poll, p99")
@@ -213,8 +262,10 @@ def _plot_claims(result: dict[str, Any], path: Path) -> None:
 def _plot_drain(results: dict[str, dict[str, Any]], path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
-    labels = [f"Pulse, {r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
-              for r in results["2"]["data"]["runs"]]
+    labels = [
+        f"Pulse, {r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
+        for r in results["2"]["data"]["runs"]
+    ]
     values = [r["rate"] for r in results["2"]["data"]["runs"]]
     for run in results.get("7", {}).get("data", {}).get("runs", []):
         if run["mode"] == "drain":
@@ -240,8 +291,11 @@ def _plot_lags(series: list[tuple[str, list[float]]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, lags in series:
         ordered = sorted(lags)
-        ax.plot([max(v, 0.01) for v in ordered],
-                [i / len(ordered) for i in range(1, len(ordered) + 1)], label=name)
+        ax.plot(
+            [max(v, 0.01) for v in ordered],
+            [i / len(ordered) for i in range(1, len(ordered) + 1)],
+            label=name,
+        )
     ax.axvline(50, color="red", linestyle="--", label="target p99: 50 ms")
     ax.axhline(0.99, color="grey", linestyle=":")
     ax.set_xscale("log")
@@ -268,9 +322,11 @@ def plot(results: dict[str, dict[str, Any]], docs: Path) -> list[str]:
         series.append(("Pulse, steady state", results["4"]["data"].get("lags_ms", [])))
     if "5" in results:
         series.append(("Pulse, thundering herd", results["5"]["data"].get("lags_ms", [])))
-    series.extend((f"{run['peer']}, steady state", run.get("lags_ms", []))
-                  for run in results.get("7", {}).get("data", {}).get("runs", [])
-                  if run["mode"] == "steady")
+    series.extend(
+        (f"{run['peer']}, steady state", run.get("lags_ms", []))
+        for run in results.get("7", {}).get("data", {}).get("runs", [])
+        if run["mode"] == "steady"
+    )
     series = [(name, lags) for name, lags in series if lags]
     if series:
         _plot_lags(series, docs / PLOTS["lag"])
@@ -282,8 +338,11 @@ def _scenario_section(result: dict[str, Any], plots: dict[str, str]) -> list[str
     out = [f"## Scenario {result['scenario']}: {result['title']}", ""]
     run = result["data"].get("run")
     if run:
-        out += [f"*Measured {run['started']} at scale {run['scale']:g}, revision "
-                f"`{run['revision']}`; {result['data'].get('elapsed_s', math.nan):.0f} s.*", ""]
+        out += [
+            f"*Measured {run['started']} at scale {run['scale']:g}, revision "
+            f"`{run['revision']}`; {result['data'].get('elapsed_s', math.nan):.0f} s.*",
+            "",
+        ]
     out += [_table(result["headers"], result["rows"]), ""]
     out += [f"* {note}" for note in result["notes"]]
     plot_key = {"1": "claim", "2": "drain", "4": "lag"}.get(result["scenario"])
@@ -297,32 +356,54 @@ def render(payload: dict[str, Any], plots: dict[str, str]) -> str:
     """The whole page as Markdown."""
     meta = payload["meta"]
     results = _by_scenario(payload["results"])
-    lines = ["# Benchmarks", "",
-             "Generated by `pgpulse bench` — do not edit by hand; rerun it (see below). Every "
-             "figure is from this machine; the database, the nodes and the benchmark share it.",
-             "", "## How to run", "", HOW_TO_RUN, "", "## Method", "", METHOD, "",
-             "## Machine and server", ""]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `pgpulse bench` — do not edit by hand; rerun it (see below). Every "
+        "figure is from this machine; the database, the nodes and the benchmark share it.",
+        "",
+        "## How to run",
+        "",
+        HOW_TO_RUN,
+        "",
+        "## Method",
+        "",
+        METHOD,
+        "",
+        "## Machine and server",
+        "",
+    ]
     machine = meta.get("machine", {})
-    lines += [f"* {machine.get('cpus')} CPUs, {machine.get('memory_gb')} GB, "
-              f"{machine.get('platform')}, Python {machine.get('python')}",
-              f"* last run {meta.get('started')} → {meta.get('finished')}, scale "
-              f"{meta.get('scale')}, node slots {meta.get('slots')}, revision "
-              f"`{meta.get('revision')}`",
-              f"* other work on the machine kept {meta.get('background_busy_pct', math.nan):.0f}%"
-              " of its cores busy just before the run (a shared machine adds noise: compare "
-              "figures within one run)",
-              "* server: " + ", ".join(f"{k} = {v}" for k, v in meta.get("server", {}).items()),
-              "", "## The issue's targets", "",
-              _table(["target", "measured", "met"], targets(results)), ""]
+    lines += [
+        f"* {machine.get('cpus')} CPUs, {machine.get('memory_gb')} GB, "
+        f"{machine.get('platform')}, Python {machine.get('python')}",
+        f"* last run {meta.get('started')} → {meta.get('finished')}, scale "
+        f"{meta.get('scale')}, node slots {meta.get('slots')}, revision "
+        f"`{meta.get('revision')}`",
+        f"* other work on the machine kept {meta.get('background_busy_pct', math.nan):.0f}%"
+        " of its cores busy just before the run (a shared machine adds noise: compare "
+        "figures within one run)",
+        "* server: " + ", ".join(f"{k} = {v}" for k, v in meta.get("server", {}).items()),
+        "",
+        "## The issue's targets",
+        "",
+        _table(["target", "measured", "met"], targets(results)),
+        "",
+    ]
     floors = floor_rows(results)
     if floors:
-        lines += ["### What this machine allows: the floor", "",
-                  "The least SQL any PostgreSQL scheduler runs per firing (`bench/floor.sql`: one "
-                  "narrow table, one partial index, a history table with one B-tree; a fenced "
-                  "claim, a fenced completion and its history row; no definitions, shards, "
-                  "retries or sweeper index), measured on the same server in the same run. A "
-                  "target the floor misses is out of reach of any design on this machine.", "",
-                  _table(["target", "Pulse", "the floor", "floor meets it"], floors), ""]
+        lines += [
+            "### What this machine allows: the floor",
+            "",
+            "The least SQL any PostgreSQL scheduler runs per firing (`bench/floor.sql`: one "
+            "narrow table, one partial index, a history table with one B-tree; a fenced "
+            "claim, a fenced completion and its history row; no definitions, shards, "
+            "retries or sweeper index), measured on the same server in the same run. A "
+            "target the floor misses is out of reach of any design on this machine.",
+            "",
+            _table(["target", "Pulse", "the floor", "floor meets it"], floors),
+            "",
+        ]
     for key in sorted(results):
         lines += _scenario_section(results[key], plots)
         if key == "1":
@@ -330,12 +411,24 @@ def render(payload: dict[str, Any], plots: dict[str, str]) -> str:
             for name in ("custom", "generic"):
                 if name in plans:
                     due = max(results[key]["data"].get("due_levels", [0]))
-                    lines += [f"### `EXPLAIN (ANALYZE, BUFFERS)` of the claim of 100 at "
-                              f"{due:,} due, 64 shards, {name} plan", "", "```",
-                              plans[name], "```", ""]
+                    lines += [
+                        f"### `EXPLAIN (ANALYZE, BUFFERS)` of the claim of 100 at "
+                        f"{due:,} due, 64 shards, {name} plan",
+                        "",
+                        "```",
+                        plans[name],
+                        "```",
+                        "",
+                    ]
         if key == "3" and results[key]["data"].get("script"):
-            lines += ["### The ceiling's pgbench script (generated from `queries.sql`)", "",
-                      "```sql", results[key]["data"]["script"].rstrip(), "```", ""]
+            lines += [
+                "### The ceiling's pgbench script (generated from `queries.sql`)",
+                "",
+                "```sql",
+                results[key]["data"]["script"].rstrip(),
+                "```",
+                "",
+            ]
         if key == "5" and "lag" in plots:
             lines += [f"![lag]({plots['lag']})", ""]
     return "\n".join(lines).rstrip() + "\n"

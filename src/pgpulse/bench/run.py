@@ -49,11 +49,20 @@ def background_busy(seconds: float = 2.0) -> float:
 def git_revision() -> str:
     """``<commit>`` (``+dirty`` when the tree has changes), or ``unknown``."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True,
-                               cwd=Path(__file__).parent).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -90,9 +99,11 @@ def cross_figures(results: dict[str, Result]) -> None:
             bound = herd_result.data["jobs"] / rate + 1
             herd_result.data["bound_s"] = bound
             herd_result.rows[0][1] = bound
-            herd_result.notes.append(f"bound = {herd_result.data['jobs']:,} jobs / "
-                                     f"{rate:,.0f} firings/s (scenario 2, "
-                                     f"{herd_result.data['nodes']} nodes) + 1 s")
+            herd_result.notes.append(
+                f"bound = {herd_result.data['jobs']:,} jobs / "
+                f"{rate:,.0f} firings/s (scenario 2, "
+                f"{herd_result.data['nodes']} nodes) + 1 s"
+            )
     if "7" in results:
         peers.add_pulse_ratios(results["7"], results.get("2"), results.get("4"))
 
@@ -126,9 +137,15 @@ def report_only(out: Path = Path("docs")) -> Path:
     return write_report(path, out)
 
 
-async def run_bench(server_dsn: str, *, scale: float, only: tuple[str, ...] = ALL,
-                    slots: int = 50, out: Path = Path("docs"),
-                    echo: Callable[[str], None] = print) -> list[Result]:
+async def run_bench(
+    server_dsn: str,
+    *,
+    scale: float,
+    only: tuple[str, ...] = ALL,
+    slots: int = 50,
+    out: Path = Path("docs"),
+    echo: Callable[[str], None] = print,
+) -> list[Result]:
     """Run the scenarios in ``only`` against the server of ``server_dsn``, print each table,
     then write ``<out>/benchmarks/results.json``, the PNG plots and ``<out>/benchmarks.md``.
 
@@ -143,16 +160,24 @@ async def run_bench(server_dsn: str, *, scale: float, only: tuple[str, ...] = AL
     """
     meta: dict[str, Any] = {
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "scale": scale, "slots": slots, "scenarios": list(only), "revision": git_revision(),
-        "machine": {"cpus": psutil.cpu_count(), "memory_gb": round(
-            psutil.virtual_memory().total / 2**30, 1), "platform": platform.platform(),
-            "python": platform.python_version()},
+        "scale": scale,
+        "slots": slots,
+        "scenarios": list(only),
+        "revision": git_revision(),
+        "machine": {
+            "cpus": psutil.cpu_count(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
         "background_busy_pct": background_busy(),
         "server": server_settings(server_dsn),
     }
-    echo(f"pgpulse bench: scale {scale:g}, scenarios {','.join(only)}, revision "
-         f"{meta['revision']}; other work kept {meta['background_busy_pct']:.0f}% of the "
-         f"machine's {meta['machine']['cpus']} cores busy just before")
+    echo(
+        f"pgpulse bench: scale {scale:g}, scenarios {','.join(only)}, revision "
+        f"{meta['revision']}; other work kept {meta['background_busy_pct']:.0f}% of the "
+        f"machine's {meta['machine']['cpus']} cores busy just before"
+    )
     results: dict[str, Result] = {}
     try:
         for key in only:
@@ -160,8 +185,11 @@ async def run_bench(server_dsn: str, *, scale: float, only: tuple[str, ...] = AL
             echo(f"... scenario {key}")
             result = await SCENARIOS[key](server_dsn, scale, slots)
             result.data["elapsed_s"] = time.perf_counter() - started
-            result.data["run"] = {"started": meta["started"], "scale": scale,
-                                  "revision": meta["revision"]}
+            result.data["run"] = {
+                "started": meta["started"],
+                "scale": scale,
+                "revision": meta["revision"],
+            }
             results[key] = result
             result.print()
     finally:

@@ -41,8 +41,10 @@ def substitute(statement: str, values: Mapping[str, str]) -> str:
     """
     missing = [name for name in placeholders(statement) if name not in values]
     if missing:
-        raise KeyError(f"no benchmark value for parameter(s) {', '.join(missing)} of the "
-                       "statement; update pgpulse/bench/ceiling.py")
+        raise KeyError(
+            f"no benchmark value for parameter(s) {', '.join(missing)} of the "
+            "statement; update pgpulse/bench/ceiling.py"
+        )
     return _PLACEHOLDER.sub(lambda m: f"({values[m.group(1)]})", statement).replace("%%", "%")
 
 
@@ -69,8 +71,11 @@ def split_final_select(statement: str) -> tuple[str, str]:
             depth += 1
         elif ch == ")":
             depth -= 1
-        elif depth == 0 and upper.startswith("SELECT", i) and (i == 0 or not statement[i - 1]
-                                                                .isalnum()):
+        elif (
+            depth == 0
+            and upper.startswith("SELECT", i)
+            and (i == 0 or not statement[i - 1].isalnum())
+        ):
             last = i
         i += 1
     if last <= 0 or not upper.lstrip().startswith("WITH"):

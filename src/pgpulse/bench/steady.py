@@ -68,8 +68,9 @@ def expected_runs(jobs: int, duration: float, step: float) -> int:
     return total
 
 
-async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
-              lead: float = 8.0) -> Result:
+async def run(
+    server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50, lead: float = 8.0
+) -> Result:
     """Run scenario 4 and return its table.
 
     Args:
@@ -87,14 +88,35 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
     # base itself is a whole second (only for readable logs); the anchors are spread from it
     base = now.replace(microsecond=0) + timedelta(seconds=round(lead + jobs / 100_000))
     step = PERIOD / jobs  # seconds between two consecutive jobs' anchors
-    load_jobs(dsn, jobs, schedule="@every 60s", kind="interval", base=base, modulo=jobs,
-              step=step, catch_up="skip", misfire_grace=60.0)
+    load_jobs(
+        dsn,
+        jobs,
+        schedule="@every 60s",
+        kind="interval",
+        base=base,
+        modulo=jobs,
+        step=step,
+        catch_up="skip",
+        misfire_grace=60.0,
+    )
     register_handler(dsn)
     end = base + timedelta(seconds=duration)
-    result = Result("4", f"steady state, {jobs:,} @every 60s jobs ({jobs / 60:,.0f} firings/s), "
-                         f"{nodes} nodes of {slots} slots, {duration:g} s",
-                    ["lag p50 ms", "lag p90 ms", "lag p99 ms", "lag max ms", "claim lag p50 ms",
-                     "claim lag p99 ms", "runs", "missed", "DB CPU %"])
+    result = Result(
+        "4",
+        f"steady state, {jobs:,} @every 60s jobs ({jobs / 60:,.0f} firings/s), "
+        f"{nodes} nodes of {slots} slots, {duration:g} s",
+        [
+            "lag p50 ms",
+            "lag p90 ms",
+            "lag p99 ms",
+            "lag max ms",
+            "claim lag p50 ms",
+            "claim lag p99 ms",
+            "runs",
+            "missed",
+            "DB CPU %",
+        ],
+    )
     with NodeCluster(dsn, nodes, slots=slots, record_starts=True) as cluster:
         settle = await asyncio.to_thread(cluster.wait_settled)
         with admin(dsn) as conn:
@@ -111,16 +133,40 @@ async def run(server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50,
     drop_db(server_dsn, DB_NAME)
     expected = expected_runs(jobs, duration, step)
     lag, claim_lag = lag_summary(lags), lag_summary(claim)
-    result.rows.append([lag["p50"], lag["p90"], lag["p99"], lag["max"], claim_lag["p50"],
-                        claim_lag["p99"], len(lags), expected - len(claim),
-                        meter.seconds() / wall * 100])
-    result.notes.append(f"nodes settled {ahead:.1f} s before the first occurrence "
-                        f"(settling took {settle:.1f} s)")
-    result.notes.append("lag = handler start minus scheduled_for; claim lag = the claim "
-                        "statement's now() minus scheduled_for")
-    result.notes.append(f"anchors spread evenly over the minute, one job every "
-                        f"{step * 1000:.3g} ms (interval anchors keep their microseconds, so no "
-                        "two jobs fall due at the same instant)")
-    result.data.update({"jobs": jobs, "nodes": nodes, "slots": slots, "duration": duration,
-                        "lag": lag, "claim_lag": claim_lag, "lags_ms": cdf_points(lags)})
+    result.rows.append(
+        [
+            lag["p50"],
+            lag["p90"],
+            lag["p99"],
+            lag["max"],
+            claim_lag["p50"],
+            claim_lag["p99"],
+            len(lags),
+            expected - len(claim),
+            meter.seconds() / wall * 100,
+        ]
+    )
+    result.notes.append(
+        f"nodes settled {ahead:.1f} s before the first occurrence (settling took {settle:.1f} s)"
+    )
+    result.notes.append(
+        "lag = handler start minus scheduled_for; claim lag = the claim "
+        "statement's now() minus scheduled_for"
+    )
+    result.notes.append(
+        f"anchors spread evenly over the minute, one job every "
+        f"{step * 1000:.3g} ms (interval anchors keep their microseconds, so no "
+        "two jobs fall due at the same instant)"
+    )
+    result.data.update(
+        {
+            "jobs": jobs,
+            "nodes": nodes,
+            "slots": slots,
+            "duration": duration,
+            "lag": lag,
+            "claim_lag": claim_lag,
+            "lags_ms": cdf_points(lags),
+        }
+    )
     return result

@@ -90,9 +90,10 @@ class Verdict:
 
     def table(self) -> str:
         """The verdict as a text table, followed by examples of every non-empty figure."""
-        rows = [[f.name, f.value, f.rule,
-                 "ok" if f.ok else "FAIL" if f.rule == "must be 0" else "WARN"]
-                for f in self.figures]
+        rows = [
+            [f.name, f.value, f.rule, "ok" if f.ok else "FAIL" if f.rule == "must be 0" else "WARN"]
+            for f in self.figures
+        ]
         text = tabulate(rows, headers=["figure", "value", "rule", ""])
         for fig in self.figures:
             if fig.examples:
@@ -121,9 +122,12 @@ def _faulted(execution: Execution, faults: Iterable[Fault], margin: timedelta) -
     return None
 
 
-def _cause(history: History, earlier: Execution,
-           succeeded: set[tuple[int, datetime, int | None]],
-           margin: timedelta) -> tuple[bool, str]:
+def _cause(
+    history: History,
+    earlier: Execution,
+    succeeded: set[tuple[int, datetime, int | None]],
+    margin: timedelta,
+) -> tuple[bool, str]:
     """Why an occurrence got another effect after ``earlier``'s: (benign, explanation)."""
     if (earlier.job_id, earlier.scheduled_for, earlier.token) in succeeded:
         return False, f"t{earlier.token} was recorded succeeded, then the occurrence ran again"
@@ -132,15 +136,17 @@ def _cause(history: History, earlier: Execution,
     fault = _faulted(earlier, history.faults, margin)
     if fault is None:
         return False, f"t{earlier.token} was interrupted with no fault on its node"
-    return True, (f"t{earlier.token} was interrupted by the {fault.kind} of "
-                  f"{fault.target or 'the database'} at {_ts(fault.started_at)}")
+    return True, (
+        f"t{earlier.token} was interrupted by the {fault.kind} of "
+        f"{fault.target or 'the database'} at {_ts(fault.started_at)}"
+    )
 
 
 def duplicates(history: History) -> tuple[list[str], list[str]]:
     """Return (duplicated occurrences, explained at-least-once re-executions), described."""
     succeeded: set[tuple[int, datetime, int | None]] = {
-        (e.job_id, e.scheduled_for, e.token) for e in history.run_events
-        if e.outcome == "succeeded"}
+        (e.job_id, e.scheduled_for, e.token) for e in history.run_events if e.outcome == "succeeded"
+    }
     applied: dict[tuple[int, datetime], list[Execution]] = defaultdict(list)
     for execution in history.executions:
         if execution.result == "applied":
@@ -153,9 +159,12 @@ def duplicates(history: History) -> tuple[list[str], list[str]]:
             continue
         effects.sort(key=lambda e: (e.ended_at, e.id))
         causes = [_cause(history, earlier, succeeded, margin) for earlier in effects[:-1]]
-        line = (f"job {job_id} @ {_ts(scheduled_for)}: {len(effects)} effects by "
-                + ", ".join(f"{e.node_id}/t{e.token}@{_ts(e.ended_at)}" for e in effects)
-                + " — " + "; ".join(text for _, text in causes))
+        line = (
+            f"job {job_id} @ {_ts(scheduled_for)}: {len(effects)} effects by "
+            + ", ".join(f"{e.node_id}/t{e.token}@{_ts(e.ended_at)}" for e in effects)
+            + " — "
+            + "; ".join(text for _, text in causes)
+        )
         (reexecuted if all(benign for benign, _ in causes) else dups).append(line)
     return dups, reexecuted
 
@@ -173,12 +182,17 @@ def overlaps(history: History) -> list[str]:
         latest: Execution | None = None
         for run in runs:
             assert run.ended_at is not None
-            if latest is not None and latest.ended_at is not None \
-                    and run.started_at < latest.ended_at:
-                found.append(f"job {job_id}: {latest.node_id}/t{latest.token} "
-                             f"[{_ts(latest.started_at)}, {_ts(latest.ended_at)}] and "
-                             f"{run.node_id}/t{run.token} [{_ts(run.started_at)}, "
-                             f"{_ts(run.ended_at)}]")
+            if (
+                latest is not None
+                and latest.ended_at is not None
+                and run.started_at < latest.ended_at
+            ):
+                found.append(
+                    f"job {job_id}: {latest.node_id}/t{latest.token} "
+                    f"[{_ts(latest.started_at)}, {_ts(latest.ended_at)}] and "
+                    f"{run.node_id}/t{run.token} [{_ts(run.started_at)}, "
+                    f"{_ts(run.ended_at)}]"
+                )
             if latest is None or (latest.ended_at is not None and run.ended_at > latest.ended_at):
                 latest = run
     return found
@@ -195,12 +209,16 @@ def double_claims(events: Sequence[RunEvent]) -> list[str]:
         if event.outcome == "running":
             previous = open_claims.get(job)
             if previous is not None and previous.token != event.token:
-                found.append(f"job {job}: {event.node_id} claimed t{event.token} at "
-                             f"{_ts(event.at)} while t{previous.token} of {previous.node_id} "
-                             f"(claimed {_ts(previous.at)}) was still open")
+                found.append(
+                    f"job {job}: {event.node_id} claimed t{event.token} at "
+                    f"{_ts(event.at)} while t{previous.token} of {previous.node_id} "
+                    f"(claimed {_ts(previous.at)}) was still open"
+                )
             if event.token is not None and last_token.get(job, -1) >= event.token:
-                found.append(f"job {job}: token t{event.token} at {_ts(event.at)} did not grow "
-                             f"(last t{last_token[job]})")
+                found.append(
+                    f"job {job}: token t{event.token} at {_ts(event.at)} did not grow "
+                    f"(last t{last_token[job]})"
+                )
             open_claims[job] = event
             if event.token is not None:
                 last_token[job] = max(last_token.get(job, -1), event.token)
@@ -225,19 +243,24 @@ def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
     queued: list[str] = []
     for job in history.jobs:
         schedule = parse_schedule(job.schedule, job.timezone)
-        due = schedule.occurrences_between(job.anchor_at, history.settle_at,
-                                           anchor=job.anchor_at, limit=1_000_000)
+        due = schedule.occurrences_between(
+            job.anchor_at, history.settle_at, anchor=job.anchor_at, limit=1_000_000
+        )
         for at in due:
             run = runs.get((job.id, at))
             pending = job.scheduled_for is not None and job.scheduled_for <= at
             if pending and (run is None or run.outcome != "succeeded"):
-                queued.append(f"{job.name} (id {job.id}) @ {_ts(at)}: "
-                              f"{run.outcome if run else 'not yet claimed'}")
+                queued.append(
+                    f"{job.name} (id {job.id}) @ {_ts(at)}: "
+                    f"{run.outcome if run else 'not yet claimed'}"
+                )
             elif run is None:
                 missing.append(f"{job.name} (id {job.id}, {job.catch_up}) @ {_ts(at)}: no run")
             elif job.catch_up == "backfill" and run.outcome != "succeeded":
-                lost.append(f"{job.name} (id {job.id}) @ {_ts(at)}: {run.outcome} after "
-                            f"{run.attempts} attempt(s)")
+                lost.append(
+                    f"{job.name} (id {job.id}) @ {_ts(at)}: {run.outcome} after "
+                    f"{run.attempts} attempt(s)"
+                )
     return lost, missing, queued
 
 
@@ -246,10 +269,15 @@ def stuck(history: History) -> list[str]:
     grace = timedelta(seconds=2 * history.heartbeat + 1)
     found = []
     for job in history.jobs:
-        if job.status == "running" and job.lease_expires_at is not None \
-                and job.lease_expires_at < history.checked_at - grace:
-            found.append(f"{job.name} (id {job.id}): running on {job.locked_by}, lease expired "
-                         f"at {_ts(job.lease_expires_at)}")
+        if (
+            job.status == "running"
+            and job.lease_expires_at is not None
+            and job.lease_expires_at < history.checked_at - grace
+        ):
+            found.append(
+                f"{job.name} (id {job.id}): running on {job.locked_by}, lease expired "
+                f"at {_ts(job.lease_expires_at)}"
+            )
         elif job.status == "failed":
             found.append(f"{job.name} (id {job.id}): failed — {job.last_error}")
     return found
@@ -266,42 +294,67 @@ def check(history: History) -> Verdict:
     """
     dups, reexecuted = duplicates(history)
     lost, missing, queued = unaccounted(history)
-    fenced = [f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ended "
-              f"{_ts(e.ended_at)}" for e in history.executions if e.result == "fenced"]
+    fenced = [
+        f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ended {_ts(e.ended_at)}"
+        for e in history.executions
+        if e.result == "fenced"
+    ]
     zombies = any(f.kind in ZOMBIE_MAKERS for f in history.faults)
-    stale = [f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ({e.kind}) "
-             f"wrote at {_ts(e.ended_at)}" for e in history.executions
-             if e.result == "applied" and e.lease_ok_at_end is False]
-    crashes = [f"{x.node_id} {x.why} (code {x.returncode}) at {_ts(x.at)}"
-               for x in history.node_exits]
+    stale = [
+        f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ({e.kind}) "
+        f"wrote at {_ts(e.ended_at)}"
+        for e in history.executions
+        if e.result == "applied" and e.lease_ok_at_end is False
+    ]
+    crashes = [
+        f"{x.node_id} {x.why} (code {x.returncode}) at {_ts(x.at)}" for x in history.node_exits
+    ]
     steady, faulty = lags(history)
     recovery, notes = recoveries(history)
     by_result: dict[str, int] = defaultdict(int)
     for execution in history.executions:
         by_result[execution.result or "unfinished"] += 1
-    return Verdict((
-        _count("duplicates", dups),
-        _count("overlaps", overlaps(history)),
-        _count("double claims", double_claims(history.run_events)),
-        _count("lost", lost),
-        _count("unrecorded", missing),
-        _count("stuck", stuck(history)),
-        _count("node crashes", crashes),
-        Figure("fenced", str(len(fenced)), "expected > 0" if zombies else "info",
-               bool(fenced) or not zombies, tuple(fenced[:_EXAMPLES])),
-        _count("re-executed", reexecuted, "info"),
-        _count("queued at check", queued, "info"),
-        _count("stale effects", stale, "info"),
-        Figure("lag steady", spread(steady, (50, 99))),
-        Figure("lag in faults", spread(faulty, (50, 99))),
-        Figure("recovery", spread(recovery, (50,)), "info", True, tuple(notes[:_EXAMPLES])),
-        Figure("executions", f"{len(history.executions)} ("
-               + ", ".join(f"{k} {v}" for k, v in sorted(by_result.items())) + ")",
-               examples=()),
-        Figure("faults", str(len(history.faults)) + " (" + ", ".join(
-            f"{k} {sum(1 for f in history.faults if f.kind == k)}"
-            for k in sorted({f.kind for f in history.faults})) + ")"),
-    ))
+    return Verdict(
+        (
+            _count("duplicates", dups),
+            _count("overlaps", overlaps(history)),
+            _count("double claims", double_claims(history.run_events)),
+            _count("lost", lost),
+            _count("unrecorded", missing),
+            _count("stuck", stuck(history)),
+            _count("node crashes", crashes),
+            Figure(
+                "fenced",
+                str(len(fenced)),
+                "expected > 0" if zombies else "info",
+                bool(fenced) or not zombies,
+                tuple(fenced[:_EXAMPLES]),
+            ),
+            _count("re-executed", reexecuted, "info"),
+            _count("queued at check", queued, "info"),
+            _count("stale effects", stale, "info"),
+            Figure("lag steady", spread(steady, (50, 99))),
+            Figure("lag in faults", spread(faulty, (50, 99))),
+            Figure("recovery", spread(recovery, (50,)), "info", True, tuple(notes[:_EXAMPLES])),
+            Figure(
+                "executions",
+                f"{len(history.executions)} ("
+                + ", ".join(f"{k} {v}" for k, v in sorted(by_result.items()))
+                + ")",
+                examples=(),
+            ),
+            Figure(
+                "faults",
+                str(len(history.faults))
+                + " ("
+                + ", ".join(
+                    f"{k} {sum(1 for f in history.faults if f.kind == k)}"
+                    for k in sorted({f.kind for f in history.faults})
+                )
+                + ")",
+            ),
+        )
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

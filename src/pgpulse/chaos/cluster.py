@@ -52,8 +52,13 @@ class Cluster:
         clock: the database's current instant, as the harness estimates it.
     """
 
-    def __init__(self, settings: NodeSettings, dsn_for: Callable[[int], str], log_dir: Path,
-                 clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        settings: NodeSettings,
+        dsn_for: Callable[[int], str],
+        log_dir: Path,
+        clock: Callable[[], datetime],
+    ) -> None:
         self.settings = settings
         self.dsn_for = dsn_for
         self.log_dir = log_dir
@@ -86,17 +91,45 @@ class Cluster:
         dsn = self.dsn_for(index)
         # PYTHONFAULTHANDLER: a node that hangs on SIGTERM gets SIGABRT, which makes Python print
         # every thread's stack into its log before it dies.
-        env = {**os.environ, "PGPULSE_DATABASE_URL": dsn, "PGPULSE_CHAOS_SEED": str(s.seed),
-               "PGPULSE_CHAOS_GUARD": s.guard, "PYTHONFAULTHANDLER": "1"}
+        env = {
+            **os.environ,
+            "PGPULSE_DATABASE_URL": dsn,
+            "PGPULSE_CHAOS_SEED": str(s.seed),
+            "PGPULSE_CHAOS_GUARD": s.guard,
+            "PYTHONFAULTHANDLER": "1",
+        }
         node_id = self.node_id(index)
         with (self.log_dir / f"{node_id}.log").open("ab") as sink:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "pgpulse", "--database-url", dsn, "--log-level", "WARNING",
-                "node", "run", "--app", "pgpulse.chaos.workload:app", "--node-id", node_id,
-                "--lease", str(s.lease), "--heartbeat", str(s.heartbeat), "--poll", str(s.poll),
-                "--slots", str(s.slots), "--drain-timeout", str(s.drain_timeout),
-                env=env, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=sink,
-                start_new_session=True)
+                sys.executable,
+                "-m",
+                "pgpulse",
+                "--database-url",
+                dsn,
+                "--log-level",
+                "WARNING",
+                "node",
+                "run",
+                "--app",
+                "pgpulse.chaos.workload:app",
+                "--node-id",
+                node_id,
+                "--lease",
+                str(s.lease),
+                "--heartbeat",
+                str(s.heartbeat),
+                "--poll",
+                str(s.poll),
+                "--slots",
+                str(s.slots),
+                "--drain-timeout",
+                str(s.drain_timeout),
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=sink,
+                stderr=sink,
+                start_new_session=True,
+            )
         self.procs[index] = proc
         watcher = asyncio.create_task(self._watch(index, proc), name=f"watch:{node_id}")
         self._watchers.add(watcher)
@@ -110,12 +143,19 @@ class Cluster:
         if code == _DATABASE_UNAVAILABLE:
             # The documented refusal to start without a database (a restart that met a
             # restarting server or a cut network): a supervisor starts it again; not a crash.
-            log.warning("%s could not reach the database at start; starting it again", node_id,
-                        extra={"action": "chaos_node_retry", "node": node_id})
+            log.warning(
+                "%s could not reach the database at start; starting it again",
+                node_id,
+                extra={"action": "chaos_node_retry", "node": node_id},
+            )
         else:
             self.exits.append(NodeExit(node_id, self.clock(), code))
-            log.error("%s exited on its own with code %s; restarting it", node_id, code,
-                      extra={"action": "chaos_node_crashed", "node": node_id})
+            log.error(
+                "%s exited on its own with code %s; restarting it",
+                node_id,
+                code,
+                extra={"action": "chaos_node_crashed", "node": node_id},
+            )
         await asyncio.sleep(1.0)
         if not self._closing and self.procs.get(index) is proc:
             await self.start(index)
@@ -166,13 +206,21 @@ class Cluster:
             # -SIGTERM: it died of the signal itself, i.e. before it had installed its handler
             # (still starting, nothing claimed yet) — the CLI's documented behaviour.
             if code not in (0, -signal.SIGTERM):
-                self.exits.append(NodeExit(self.node_id(index), self.clock(), code,
-                                           "failed to stop cleanly on SIGTERM"))
+                self.exits.append(
+                    NodeExit(
+                        self.node_id(index), self.clock(), code, "failed to stop cleanly on SIGTERM"
+                    )
+                )
             return code
         except TimeoutError:
             node_id = self.node_id(index)
-            log.error("%s did not stop within %.0fs of SIGTERM; aborting it (stacks in %s.log)",
-                      node_id, grace, node_id, extra={"action": "chaos_node_hung"})
+            log.error(
+                "%s did not stop within %.0fs of SIGTERM; aborting it (stacks in %s.log)",
+                node_id,
+                grace,
+                node_id,
+                extra={"action": "chaos_node_hung"},
+            )
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGABRT)
             with contextlib.suppress(TimeoutError):

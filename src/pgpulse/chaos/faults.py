@@ -32,8 +32,7 @@ from pgpulse.chaos.server import Server
 
 log = logging.getLogger(__name__)
 
-FAULT_KINDS: tuple[str, ...] = ("kill", "pause", "partition", "delay", "pg_restart",
-                                "join_leave")
+FAULT_KINDS: tuple[str, ...] = ("kill", "pause", "partition", "delay", "pg_restart", "join_leave")
 _NODE_KINDS = frozenset({"kill", "pause", "partition", "delay"})
 
 
@@ -59,12 +58,17 @@ class PlannedFault:
 
     def describe(self, node_id: str | None) -> str:
         """A one-line description, e.g. ``pause node-2 for 6.1s``."""
-        what = {"kill": "SIGKILL {n}, restart after {h}", "pause": "SIGSTOP {n} for {h}",
-                "partition": "cut {n} ({m}) for {h}", "delay": "delay {n} by {l} for {h}",
-                "pg_restart": "restart PostgreSQL ({m}) with {h} down",
-                "join_leave": "start {n}, SIGTERM it after {h}"}[self.kind]
-        return what.format(n=node_id, h=f"{self.hold:.1f}s", m=self.mode,
-                           l=f"{self.latency * 1000:.0f}ms")
+        what = {
+            "kill": "SIGKILL {n}, restart after {h}",
+            "pause": "SIGSTOP {n} for {h}",
+            "partition": "cut {n} ({m}) for {h}",
+            "delay": "delay {n} by {l} for {h}",
+            "pg_restart": "restart PostgreSQL ({m}) with {h} down",
+            "join_leave": "start {n}, SIGTERM it after {h}",
+        }[self.kind]
+        return what.format(
+            n=node_id, h=f"{self.hold:.1f}s", m=self.mode, l=f"{self.latency * 1000:.0f}ms"
+        )
 
 
 def _draw(kind: str, rng: random.Random, lease: float) -> tuple[float, str, float]:
@@ -84,8 +88,15 @@ def _draw(kind: str, rng: random.Random, lease: float) -> tuple[float, str, floa
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
-def plan_faults(seed: int, *, duration: float, nodes: int, lease: float,
-                kinds: Sequence[str] = FAULT_KINDS, warmup: float = 2.0) -> list[PlannedFault]:
+def plan_faults(
+    seed: int,
+    *,
+    duration: float,
+    nodes: int,
+    lease: float,
+    kinds: Sequence[str] = FAULT_KINDS,
+    warmup: float = 2.0,
+) -> list[PlannedFault]:
     """Draw the fault plan of a run (pure: the same arguments give the same plan).
 
     Args:
@@ -129,8 +140,7 @@ def plan_faults(seed: int, *, duration: float, nodes: int, lease: float,
         if not ready:
             t += 0.5
             continue
-        plan.append(PlannedFault(round(t, 3), kind, node, round(hold, 3), mode,
-                                 round(latency, 3)))
+        plan.append(PlannedFault(round(t, 3), kind, node, round(hold, 3), mode, round(latency, 3)))
         if pending and kind == pending[0]:
             pending.pop(0)
         if kind == "pg_restart":
@@ -154,9 +164,15 @@ class Injector:
         drain_timeout: the nodes' drain timeout, seconds (bounds a SIGTERMed node's exit).
     """
 
-    def __init__(self, cluster: Cluster, proxies: Sequence[Proxy], server: Server,
-                 clock: Callable[[], datetime], leader: Callable[[], Awaitable[str | None]],
-                 drain_timeout: float) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        proxies: Sequence[Proxy],
+        server: Server,
+        clock: Callable[[], datetime],
+        leader: Callable[[], Awaitable[str | None]],
+        drain_timeout: float,
+    ) -> None:
         self.cluster = cluster
         self.proxies = proxies
         self.server = server
@@ -173,8 +189,11 @@ class Injector:
         """
         node_id = None if fault.node is None else self.cluster.node_id(fault.node)
         detail = fault.describe(node_id)
-        if node_id is not None and fault.kind != "join_leave" and \
-                await self._safe_leader() == node_id:
+        if (
+            node_id is not None
+            and fault.kind != "join_leave"
+            and await self._safe_leader() == node_id
+        ):
             detail += " (the leader)"
         started = self.clock()
         log.warning("fault: %s", detail, extra={"action": "chaos_fault", "kind": fault.kind})
@@ -187,8 +206,9 @@ class Injector:
             await self.cluster.start(index)
             await asyncio.sleep(fault.hold)
             code = await self.cluster.terminate(index, self.drain_timeout + 15)
-            return Fault(fault.kind, node_id, started, self.clock(),
-                         f"{detail}; exited with code {code}")
+            return Fault(
+                fault.kind, node_id, started, self.clock(), f"{detail}; exited with code {code}"
+            )
         if not self.cluster.running(index):
             return Fault(fault.kind, node_id, started, started, f"{detail} — skipped: down")
         await self._begin(fault, index)

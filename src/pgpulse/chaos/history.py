@@ -165,8 +165,14 @@ class History:
     started_at: datetime | None = None
 
 
-_TYPES: dict[str, type[Any]] = {"executions": Execution, "run_events": RunEvent, "runs": Run,
-                                "jobs": Job, "faults": Fault, "node_exits": NodeExit}
+_TYPES: dict[str, type[Any]] = {
+    "executions": Execution,
+    "run_events": RunEvent,
+    "runs": Run,
+    "jobs": Job,
+    "faults": Fault,
+    "node_exits": NodeExit,
+}
 
 
 def _encode(value: Any) -> Any:

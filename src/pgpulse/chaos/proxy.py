@@ -68,8 +68,11 @@ class _Side(asyncio.Protocol):
             self.peer.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.peer is not None and self.peer.transport is not None \
-                and self.link.proxy.mode is None:
+        if (
+            self.peer is not None
+            and self.peer.transport is not None
+            and self.link.proxy.mode is None
+        ):
             self.peer.transport.resume_reading()
 
 
@@ -201,8 +204,7 @@ class Proxy:
             if self.upstream.path is not None:
                 await loop.create_unix_connection(lambda: server, self.upstream.path)
             else:
-                await loop.create_connection(lambda: server, self.upstream.host,
-                                             self.upstream.port)
+                await loop.create_connection(lambda: server, self.upstream.host, self.upstream.port)
         except OSError:
             link.close()
             return

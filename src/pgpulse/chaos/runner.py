@@ -135,9 +135,11 @@ async def run_chaos(config: ChaosConfig, echo: Echo = print) -> Verdict:
     else:
         server = ManagedServer(config.data_dir)
     run = _Run(config, echo, server, folder=Path(tempfile.mkdtemp(prefix="pgpulse-chaos-run-")))
-    echo(f"chaos seed {seed}: {config.nodes} nodes, {config.jobs} jobs, faults for "
-         f"{config.duration:g}s (lease {config.node.lease:g}s, heartbeat "
-         f"{config.node.heartbeat:g}s, {config.node.guard} guard); logs in {run.folder}")
+    echo(
+        f"chaos seed {seed}: {config.nodes} nodes, {config.jobs} jobs, faults for "
+        f"{config.duration:g}s (lease {config.node.lease:g}s, heartbeat "
+        f"{config.node.heartbeat:g}s, {config.node.guard} guard); logs in {run.folder}"
+    )
     verdict: Verdict | None = None
     try:
         await server.start()
@@ -154,9 +156,11 @@ async def run_chaos(config: ChaosConfig, echo: Echo = print) -> Verdict:
         else:
             echo(f"node logs kept in {run.folder}")
         where = " (on the same --database-url)" if config.database_url else ""
-        echo(f"seed {seed}: replay with `pgpulse chaos --seed {seed} --duration "
-             f"{config.duration:g} --nodes {config.nodes} --jobs {config.jobs} --guard "
-             f"{config.node.guard}`{where}")
+        echo(
+            f"seed {seed}: replay with `pgpulse chaos --seed {seed} --duration "
+            f"{config.duration:g} --nodes {config.nodes} --jobs {config.jobs} --guard "
+            f"{config.node.guard}`{where}"
+        )
 
 
 async def _run(run: _Run) -> Verdict:
@@ -173,8 +177,7 @@ async def _run(run: _Run) -> Verdict:
         proxy = Proxy(Cluster.node_id(index), run.server.upstream)
         await proxy.start()
         run.proxies.append(proxy)
-    cluster = Cluster(config.node, lambda i: run.proxies[i].dsn(run.dbname),
-                      run.folder, run.clock)
+    cluster = Cluster(config.node, lambda i: run.proxies[i].dsn(run.dbname), run.folder, run.clock)
     try:
         return await _drive(run, cluster)
     finally:
@@ -191,16 +194,23 @@ async def _stop(run: _Run, cluster: Cluster) -> None:
 async def _drive(run: _Run, cluster: Cluster) -> Verdict:
     config = run.config
     node = config.node
-    async with await psycopg.AsyncConnection.connect(run.dsn(), autocommit=True,
-                                                     row_factory=dict_row) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        run.dsn(), autocommit=True, row_factory=dict_row
+    ) as conn:
         await asyncio.gather(*(cluster.start(i) for i in range(config.nodes)))
         await _wait_alive(conn, config.nodes, ttl=3 * node.heartbeat + 1)
     started_at = run.clock()
     assert config.seed is not None
-    plan = plan_faults(config.seed, duration=config.duration, nodes=config.nodes,
-                       lease=node.lease, kinds=config.kinds)
-    injector = Injector(cluster, run.proxies, run.server, run.clock,
-                        lambda: _leader(run), node.drain_timeout)
+    plan = plan_faults(
+        config.seed,
+        duration=config.duration,
+        nodes=config.nodes,
+        lease=node.lease,
+        kinds=config.kinds,
+    )
+    injector = Injector(
+        cluster, run.proxies, run.server, run.clock, lambda: _leader(run), node.drain_timeout
+    )
     run.echo(f"all {config.nodes} nodes alive; {len(plan)} faults planned")
     faults = await _inject(run, injector, plan)
     settle_at = run.clock()
@@ -233,8 +243,9 @@ async def _wait_alive(conn: psycopg.AsyncConnection[DictRow], count: int, ttl: f
 async def _drain_backlog(run: _Run, settle_at: datetime, limit: float) -> None:
     """Wait (at most ``limit`` seconds) until every backfill job has moved past the settle
     point, so that an occurrence still queued behind a long outage is not taken for lost."""
-    async with await psycopg.AsyncConnection.connect(run.dsn(), autocommit=True,
-                                                     row_factory=dict_row) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        run.dsn(), autocommit=True, row_factory=dict_row
+    ) as conn:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(limit):
                 while True:
@@ -245,9 +256,9 @@ async def _drain_backlog(run: _Run, settle_at: datetime, limit: float) -> None:
 
 
 async def _leader(run: _Run) -> str | None:
-    async with await psycopg.AsyncConnection.connect(run.dsn(), autocommit=True,
-                                                     row_factory=dict_row,
-                                                     connect_timeout=2) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        run.dsn(), autocommit=True, row_factory=dict_row, connect_timeout=2
+    ) as conn:
         row = await (await conn.execute(Q["leader"], {"key": LEADER_LOCK_KEY})).fetchone()
         return None if row is None else row["node_id"]
 
@@ -273,19 +284,23 @@ async def _progress(run: _Run, start: float) -> None:
         await asyncio.sleep(5)
         with contextlib.suppress(psycopg.Error, OSError):
             async with await psycopg.AsyncConnection.connect(
-                    run.dsn(), autocommit=True, row_factory=dict_row, connect_timeout=2) as conn:
+                run.dsn(), autocommit=True, row_factory=dict_row, connect_timeout=2
+            ) as conn:
                 row = await (await conn.execute(Q["progress"])).fetchone()
                 assert row is not None
-                run.echo(f"t={time.monotonic() - start:6.1f}s  executions {row['executions']}, "
-                         f"effects {row['applied']}, fenced {row['fenced']}")
+                run.echo(
+                    f"t={time.monotonic() - start:6.1f}s  executions {row['executions']}, "
+                    f"effects {row['applied']}, fenced {row['fenced']}"
+                )
 
 
 async def _rows(conn: psycopg.AsyncConnection[DictRow], name: str) -> list[dict[str, Any]]:
     return list(await (await conn.execute(Q[name])).fetchall())
 
 
-async def _snapshot(run: _Run, faults: list[Fault], settle_at: datetime,
-                    cluster: Cluster) -> History:
+async def _snapshot(
+    run: _Run, faults: list[Fault], settle_at: datetime, cluster: Cluster
+) -> History:
     try:
         conn = await psycopg.AsyncConnection.connect(run.dsn(), row_factory=dict_row)
     except psycopg.Error as exc:
@@ -298,7 +313,10 @@ async def _snapshot(run: _Run, faults: list[Fault], settle_at: datetime,
             run_events=tuple(RunEvent.from_row(r) for r in await _rows(conn, "read_run_log")),
             runs=tuple(Run.from_row(r) for r in await _rows(conn, "read_runs")),
             jobs=tuple(Job.from_row(r) for r in jobs),
-            faults=tuple(faults), settle_at=settle_at,
+            faults=tuple(faults),
+            settle_at=settle_at,
             checked_at=jobs[0]["checked_at"] if jobs else run.clock(),
-            lease=run.config.node.lease, heartbeat=run.config.node.heartbeat,
-            node_exits=tuple(cluster.exits))
+            lease=run.config.node.lease,
+            heartbeat=run.config.node.heartbeat,
+            node_exits=tuple(cluster.exits),
+        )

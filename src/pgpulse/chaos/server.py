@@ -109,8 +109,17 @@ class ManagedServer:
             ensure_user_exists(self._user)
             entry = pwd.getpwnam(self._user)
             os.chown(self.folder, entry.pw_uid, entry.pw_gid)
-        await self._run("initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres",
-                        "-E", "utf8", "--no-sync")
+        await self._run(
+            "initdb",
+            "-D",
+            str(self.pgdata),
+            "--auth=trust",
+            "-U",
+            "postgres",
+            "-E",
+            "utf8",
+            "--no-sync",
+        )
         self.port = _free_port()
         self.upstream = Upstream("127.0.0.1", self.port)
         await self._pg_ctl_start()
@@ -140,10 +149,23 @@ class ManagedServer:
         self.folder = None
 
     async def _pg_ctl_start(self) -> None:
-        options = (f"-p {self.port} -h 127.0.0.1 -k {self.folder} "
-                   f"-c max_connections={self.max_connections} -c fsync=off")
-        await self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "30",
-                        "-l", str(self.pgdata.parent / "postgres.log"), "-o", options, "start")
+        options = (
+            f"-p {self.port} -h 127.0.0.1 -k {self.folder} "
+            f"-c max_connections={self.max_connections} -c fsync=off"
+        )
+        await self._run(
+            "pg_ctl",
+            "-D",
+            str(self.pgdata),
+            "-w",
+            "-t",
+            "30",
+            "-l",
+            str(self.pgdata.parent / "postgres.log"),
+            "-o",
+            options,
+            "start",
+        )
 
     async def _run(self, program: str, *args: str) -> None:
         # Output goes to a file, never a pipe: the postmaster pg_ctl starts would inherit the
@@ -152,13 +174,21 @@ class ManagedServer:
         out = self.folder / "pg_ctl.out"
         with out.open("ab") as sink:
             proc = await asyncio.create_subprocess_exec(
-                str(_bin(program)), *args, user=self._user, stdin=asyncio.subprocess.DEVNULL,
-                stdout=sink, stderr=sink)
+                str(_bin(program)),
+                *args,
+                user=self._user,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=sink,
+                stderr=sink,
+            )
             code = await proc.wait()
         if code != 0:
             tail = out.read_text(errors="replace").strip()[-500:]
-            raise DatabaseUnavailable(f"{program} {args[-1]} failed ({code}): {tail}",
-                                      field="data_dir", value=str(self.folder))
+            raise DatabaseUnavailable(
+                f"{program} {args[-1]} failed ({code}): {tail}",
+                field="data_dir",
+                value=str(self.folder),
+            )
 
 
 class ExternalServer:
@@ -183,8 +213,11 @@ class ExternalServer:
         elif host in _LOOPBACK:
             self.upstream = Upstream("127.0.0.1" if host == "localhost" else host, port)
         else:
-            raise InvalidInput(f"the chaos harness only uses a local server; got host {host!r}",
-                               field="database_url", value=host)
+            raise InvalidInput(
+                f"the chaos harness only uses a local server; got host {host!r}",
+                field="database_url",
+                value=host,
+            )
         self.dsn = dsn
         self.user = str(params.get("user") or "postgres")
 
@@ -197,8 +230,9 @@ class ExternalServer:
         try:
             conn = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=5)
         except psycopg.Error as exc:
-            raise DatabaseUnavailable(f"database does not answer: {exc}",
-                                      field="database_url", value=self.dsn) from exc
+            raise DatabaseUnavailable(
+                f"database does not answer: {exc}", field="database_url", value=self.dsn
+            ) from exc
         await conn.close()
 
     def admin_dsn(self, dbname: str = "postgres") -> str:
@@ -232,7 +266,9 @@ async def create_database(server: Server, prefix: str = "pgpulse_chaos") -> str:
 async def drop_database(server: Server, name: str) -> None:
     """Drop database ``name`` (forcing its sessions out); errors are ignored."""
     with contextlib.suppress(psycopg.Error):
-        async with await psycopg.AsyncConnection.connect(server.admin_dsn(),
-                                                         autocommit=True) as conn:
-            await conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
+        async with await psycopg.AsyncConnection.connect(
+            server.admin_dsn(), autocommit=True
+        ) as conn:
+            await conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

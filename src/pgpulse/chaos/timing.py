@@ -44,8 +44,9 @@ def lags(history: History) -> tuple[list[float], list[float]]:
     steady: list[float] = []
     faulty: list[float] = []
     for execution in history.executions:
-        if execution.attempt != 1 or (history.started_at is not None
-                                      and execution.scheduled_for < history.started_at):
+        if execution.attempt != 1 or (
+            history.started_at is not None and execution.scheduled_for < history.started_at
+        ):
             continue  # retries wait on purpose; before every node was up is start-up
         instants = closes.get(execution.job_id, [])
         i = bisect.bisect_right(instants, execution.started_at)
@@ -74,22 +75,30 @@ def recoveries(history: History) -> tuple[list[float], list[str]]:
             claim = next((e for e in reversed(events[:split]) if e.outcome == "running"), None)
             if claim is None or claim.node_id != fault.target:
                 continue
-            if any(e.token == claim.token and e.outcome in CLOSING_OUTCOMES
-                   for e in events[:split]):
+            if any(
+                e.token == claim.token and e.outcome in CLOSING_OUTCOMES for e in events[:split]
+            ):
                 continue  # its claim had ended before the fault
             later = events[split:]
             reclaim = next((e for e in later if e.outcome == "running"), None)
             if any(e.token == claim.token and e.outcome in FINAL_OUTCOMES for e in later):
                 continue  # the holder finished it after all (a short partition or pause)
             if reclaim is None:
-                never.append(f"job {job_id} held by {fault.target} at its {fault.kind} "
-                             f"({_ts(fault.started_at)}) was never claimed again")
+                never.append(
+                    f"job {job_id} held by {fault.target} at its {fault.kind} "
+                    f"({_ts(fault.started_at)}) was never claimed again"
+                )
                 continue
             seconds = (reclaim.at - fault.started_at).total_seconds()
             times.append(seconds)
-            slowest.append((seconds, f"{seconds:.1f}s: job {job_id} after {fault.detail} at "
-                                     f"{_ts(fault.started_at)}, claimed again by "
-                                     f"{reclaim.node_id}"))
+            slowest.append(
+                (
+                    seconds,
+                    f"{seconds:.1f}s: job {job_id} after {fault.detail} at "
+                    f"{_ts(fault.started_at)}, claimed again by "
+                    f"{reclaim.node_id}",
+                )
+            )
     slowest.sort(reverse=True)
     return times, never + [text for _, text in slowest[:3]]
 

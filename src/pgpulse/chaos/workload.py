@@ -101,16 +101,27 @@ def build_jobs(count: int, *, lease: float, seed: int) -> list[JobSpec]:
         for i in range(quota):
             policy = kind.policies[i % len(kind.policies)]
             backfill = policy == "backfill"
-            specs.append(JobSpec.create(
-                name=f"{kind.name}-{i:03d}-{policy}", schedule=rng.choice(kind.schedules),
-                handler=f"chaos.{kind.name}", catch_up=policy,
-                payload={"kind": kind.name, "min": kind.min, "max": kind.max, "fail": kind.fail},
-                # A short grace makes skip/coalesce decisions happen after every outage.
-                misfire_grace=rng.choice((1.0, 2.0, 3.0)),
-                # Backfill occurrences must all run: enough attempts for planned failures and
-                # lost leases together never to exhaust them.
-                max_attempts=12 if backfill else 3, retry_backoff=0.2,
-                source="chaos"))
+            specs.append(
+                JobSpec.create(
+                    name=f"{kind.name}-{i:03d}-{policy}",
+                    schedule=rng.choice(kind.schedules),
+                    handler=f"chaos.{kind.name}",
+                    catch_up=policy,
+                    payload={
+                        "kind": kind.name,
+                        "min": kind.min,
+                        "max": kind.max,
+                        "fail": kind.fail,
+                    },
+                    # A short grace makes skip/coalesce decisions happen after every outage.
+                    misfire_grace=rng.choice((1.0, 2.0, 3.0)),
+                    # Backfill occurrences must all run: enough attempts for planned failures and
+                    # lost leases together never to exhaust them.
+                    max_attempts=12 if backfill else 3,
+                    retry_backoff=0.2,
+                    source="chaos",
+                )
+            )
     return specs[:count]
 
 
@@ -128,8 +139,12 @@ def _dsn() -> str:
 
 
 def _conn_kwargs() -> dict[str, Any]:
-    return {"autocommit": True, "row_factory": dict_row, "connect_timeout": 5,
-            "application_name": "pgpulse-chaos-handler"}
+    return {
+        "autocommit": True,
+        "row_factory": dict_row,
+        "connect_timeout": 5,
+        "application_name": "pgpulse-chaos-handler",
+    }
 
 
 async def _history_pool() -> AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]:
@@ -137,9 +152,15 @@ async def _history_pool() -> AsyncConnectionPool[psycopg.AsyncConnection[DictRow
     async with _pool_lock:
         if _pool is None:
             pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] = AsyncConnectionPool(
-                _dsn(), min_size=1, max_size=4, timeout=POOL_TIMEOUT, kwargs=_conn_kwargs(),
-                connection_class=psycopg.AsyncConnection[DictRow], open=False,
-                name="chaos-history")
+                _dsn(),
+                min_size=1,
+                max_size=4,
+                timeout=POOL_TIMEOUT,
+                kwargs=_conn_kwargs(),
+                connection_class=psycopg.AsyncConnection[DictRow],
+                open=False,
+                name="chaos-history",
+            )
             await pool.open(wait=False)
             _pool = pool
         return _pool
@@ -150,9 +171,15 @@ def _sync_history_pool() -> ConnectionPool[psycopg.Connection[DictRow]]:
     with _sync_lock:
         if _sync_pool is None:
             _sync_pool = ConnectionPool(
-                _dsn(), min_size=1, max_size=2, timeout=POOL_TIMEOUT, kwargs=_conn_kwargs(),
-                connection_class=psycopg.Connection[DictRow], open=True,
-                name="chaos-history-sync")
+                _dsn(),
+                min_size=1,
+                max_size=2,
+                timeout=POOL_TIMEOUT,
+                kwargs=_conn_kwargs(),
+                connection_class=psycopg.Connection[DictRow],
+                open=True,
+                name="chaos-history-sync",
+            )
         return _sync_pool
 
 
@@ -165,14 +192,25 @@ def _plan(ctx: RunContext) -> tuple[float, bool]:
 
 
 def _start_args(ctx: RunContext) -> dict[str, Any]:
-    return {"job_id": ctx.job_id, "scheduled_for": ctx.scheduled_for, "attempt": ctx.attempt,
-            "token": ctx.fencing_token, "node": ctx.node_id, "kind": ctx.payload["kind"]}
+    return {
+        "job_id": ctx.job_id,
+        "scheduled_for": ctx.scheduled_for,
+        "attempt": ctx.attempt,
+        "token": ctx.fencing_token,
+        "node": ctx.node_id,
+        "kind": ctx.payload["kind"],
+    }
 
 
 def _effect_args(ctx: RunContext, history_id: int) -> dict[str, Any]:
-    return {"job_id": ctx.job_id, "scheduled_for": ctx.scheduled_for,
-            "token": ctx.fencing_token, "node": ctx.node_id, "history_id": history_id,
-            "lease_guard": os.environ.get("PGPULSE_CHAOS_GUARD", "lease") == "lease"}
+    return {
+        "job_id": ctx.job_id,
+        "scheduled_for": ctx.scheduled_for,
+        "token": ctx.fencing_token,
+        "node": ctx.node_id,
+        "history_id": history_id,
+        "lease_guard": os.environ.get("PGPULSE_CHAOS_GUARD", "lease") == "lease",
+    }
 
 
 def _verdict(result: str | None, ctx: RunContext) -> str:
@@ -200,8 +238,7 @@ async def run_async(ctx: RunContext) -> str:
         raise HandlerFailed(f"chaos: planned failure of attempt {ctx.attempt}")
     await asyncio.sleep(duration)
     async with pool.connection() as conn:
-        end = await (await conn.execute(Q["apply_effect"], _effect_args(ctx, row["id"]))
-                     ).fetchone()
+        end = await (await conn.execute(Q["apply_effect"], _effect_args(ctx, row["id"]))).fetchone()
     return _verdict(end["result"] if end else None, ctx)
 
 

@@ -24,8 +24,9 @@ def _load_queries(text: str) -> dict[str, str]:
         # Comments and indentation stay in the file, not in what is sent: psycopg caches the
         # conversion of a statement of up to 4,096 characters and parses a longer one again at
         # every execute.
-        lines = [line.strip() for line in body.strip().splitlines()
-                 if not line.lstrip().startswith("--")]
+        lines = [
+            line.strip() for line in body.strip().splitlines() if not line.lstrip().startswith("--")
+        ]
         queries[name] = "\n".join(lines).strip().rstrip(";")
     return queries
 

@@ -46,8 +46,10 @@ JobId = Annotated[int, Path(ge=1, le=2**63 - 1, examples=[1], description="The j
 RunId = Annotated[int, Path(ge=1, le=2**63 - 1, examples=[1], description="The run's id.")]
 Text = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 Limit = Annotated[int, Query(ge=1, le=500, description="Items per page.")]
-Cursor = Annotated[str | None, Query(min_length=1, max_length=1000,
-                                     description="next_cursor of the previous page.")]
+Cursor = Annotated[
+    str | None,
+    Query(min_length=1, max_length=1000, description="next_cursor of the previous page."),
+]
 
 
 def context(request: Request) -> WebContext:
@@ -56,21 +58,28 @@ def context(request: Request) -> WebContext:
     return ctx
 
 
-async def principal(request: Request,
-                    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-                    ) -> Principal:
+async def principal(
+    request: Request,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Principal:
     """Who the request acts for, from its bearer token (checked on every request).
 
     Raises:
         Unauthorized: no bearer token, or an unknown, malformed or revoked one.
     """
     if creds is None:
-        raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)",
-                           field="authorization", value=None)
+        raise Unauthorized(
+            "a bearer token is required (Authorization: Bearer <token>)",
+            field="authorization",
+            value=None,
+        )
     who = await context(request).tokens.authenticate(creds.credentials)
     if who is None:
-        raise Unauthorized("the token is unknown or revoked", field="authorization",
-                           value=creds.credentials[:12] + "…")
+        raise Unauthorized(
+            "the token is unknown or revoked",
+            field="authorization",
+            value=creds.credentials[:12] + "…",
+        )
     return who
 
 
@@ -85,25 +94,43 @@ async def me(who: Who) -> dict[str, Any]:
 
 
 @router.get("/jobs", response_model=JobPage, summary="List jobs")
-async def list_jobs(who: Who, ctx: Ctx, tenant: Text = None, status: Status | None = None,
-                    handler: Text = None, name_prefix: Text = None, cursor: Cursor = None,
-                    limit: Limit = 50) -> dict[str, Any]:
+async def list_jobs(
+    who: Who,
+    ctx: Ctx,
+    tenant: Text = None,
+    status: Status | None = None,
+    handler: Text = None,
+    name_prefix: Text = None,
+    cursor: Cursor = None,
+    limit: Limit = 50,
+) -> dict[str, Any]:
     """Jobs in (tenant, name) order, filtered; a tenant token sees only its tenant."""
     if tenant is not None and not who.sees(tenant):
         return {"items": [], "next_cursor": None}
     after = decode_job_cursor(cursor) if cursor else None
-    rows = await ctx.service.reads.jobs(tenant=tenant or who.scope, status=status,
-                                        handler=handler, name_prefix=name_prefix, after=after,
-                                        limit=limit + 1)
+    rows = await ctx.service.reads.jobs(
+        tenant=tenant or who.scope,
+        status=status,
+        handler=handler,
+        name_prefix=name_prefix,
+        after=after,
+        limit=limit + 1,
+    )
     page = rows[:limit]
     more = len(rows) > limit
-    return {"items": [present_job(row) for row in page],
-            "next_cursor": encode_job_cursor(page[-1]["tenant"], page[-1]["name"])
-            if more else None}
+    return {
+        "items": [present_job(row) for row in page],
+        "next_cursor": encode_job_cursor(page[-1]["tenant"], page[-1]["name"]) if more else None,
+    }
 
 
-@router.post("/jobs", response_model=Job, status_code=201, summary="Create or update a job",
-             responses={200: {"model": Job, "description": "Updated"}, 403: _ERR, 413: _ERR})
+@router.post(
+    "/jobs",
+    response_model=Job,
+    status_code=201,
+    summary="Create or update a job",
+    responses={200: {"model": Job, "description": "Updated"}, 403: _ERR, 413: _ERR},
+)
 async def create_job(body: JobCreate, who: Who, ctx: Ctx, response: Response) -> dict[str, Any]:
     """Upsert by (tenant, name): 201 when created, 200 when updated. An unchanged schedule keeps
     the job's state. ``shell`` jobs need an admin token and a server started with
@@ -119,55 +146,93 @@ async def get_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
     return await ctx.service.job(who, job_id)
 
 
-@router.patch("/jobs/{job_id}", response_model=Job, summary="Change a job",
-              responses={403: _ERR, 404: _ERR, 413: _ERR})
+@router.patch(
+    "/jobs/{job_id}",
+    response_model=Job,
+    summary="Change a job",
+    responses={403: _ERR, 404: _ERR, 413: _ERR},
+)
 async def update_job(job_id: JobId, body: JobPatch, who: Who, ctx: Ctx) -> dict[str, Any]:
     """Change the given fields; a new schedule or zone takes effect from the next occurrence."""
     return await ctx.service.update(who, job_id, body.model_dump(exclude_unset=True))
 
 
-@router.delete("/jobs/{job_id}", status_code=204, response_class=Response,
-               responses={404: _ERR}, summary="Delete a job")
+@router.delete(
+    "/jobs/{job_id}",
+    status_code=204,
+    response_class=Response,
+    responses={404: _ERR},
+    summary="Delete a job",
+)
 async def delete_job(job_id: JobId, who: Who, ctx: Ctx) -> Response:
     """Delete the job and its run history."""
     await ctx.service.act(who, job_id, "delete")
     return Response(status_code=204)
 
 
-@router.post("/jobs/{job_id}/pause", response_model=Job, responses={404: _ERR, 409: _ERR},
-             summary="Pause a job")
+@router.post(
+    "/jobs/{job_id}/pause",
+    response_model=Job,
+    responses={404: _ERR, 409: _ERR},
+    summary="Pause a job",
+)
 async def pause_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
     """Pause an idle or failed job (409 while it runs)."""
     return await ctx.service.act(who, job_id, "pause")
 
 
-@router.post("/jobs/{job_id}/resume", response_model=Job, responses={404: _ERR, 409: _ERR},
-             summary="Resume a job")
+@router.post(
+    "/jobs/{job_id}/resume",
+    response_model=Job,
+    responses={404: _ERR, 409: _ERR},
+    summary="Resume a job",
+)
 async def resume_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
     """Resume a paused or failed job at its first occurrence after now."""
     return await ctx.service.act(who, job_id, "resume")
 
 
-@router.post("/jobs/{job_id}/trigger", response_model=Triggered,
-             responses={404: _ERR, 409: _ERR}, summary="Run a job now")
+@router.post(
+    "/jobs/{job_id}/trigger",
+    response_model=Triggered,
+    responses={404: _ERR, 409: _ERR},
+    summary="Run a job now",
+)
 async def trigger_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
     """Add an extra occurrence at the database's now to an idle job (409 otherwise)."""
     job = await ctx.service.act(who, job_id, "trigger")
     return {"job": job, "occurrence": job["scheduled_for"]}
 
 
-async def _runs(ctx: WebContext, who: Principal, *, job_id: int | None, outcome: str | None,
-                since: AwareDatetime | None, until: AwareDatetime | None, cursor: str | None,
-                limit: int) -> dict[str, Any]:
+async def _runs(
+    ctx: WebContext,
+    who: Principal,
+    *,
+    job_id: int | None,
+    outcome: str | None,
+    since: AwareDatetime | None,
+    until: AwareDatetime | None,
+    cursor: str | None,
+    limit: int,
+) -> dict[str, Any]:
     before = None
     if cursor is not None:
         if not cursor.isdigit() or not 0 < int(cursor) < 2**63:
-            raise InvalidInput(f"cursor {cursor!r} is not a cursor returned by this API",
-                               field="cursor", value=cursor)
+            raise InvalidInput(
+                f"cursor {cursor!r} is not a cursor returned by this API",
+                field="cursor",
+                value=cursor,
+            )
         before = int(cursor)
-    rows = await ctx.service.reads.runs(tenant=who.scope, job_id=job_id, outcome=outcome,
-                                        since=since, until=until, before_id=before,
-                                        limit=limit + 1)
+    rows = await ctx.service.reads.runs(
+        tenant=who.scope,
+        job_id=job_id,
+        outcome=outcome,
+        since=since,
+        until=until,
+        before_id=before,
+        limit=limit + 1,
+    )
     page = rows[:limit]
     return {"items": page, "next_cursor": str(page[-1]["id"]) if len(rows) > limit else None}
 
@@ -180,31 +245,70 @@ def _iso_only(value: object) -> object:
 
 
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]")
-Since = Annotated[AwareDatetime | None, BeforeValidator(_iso_only),
-                  Query(description="scheduled_for >= since (ISO-8601 with offset).")]
-Until = Annotated[AwareDatetime | None, BeforeValidator(_iso_only),
-                  Query(description="scheduled_for < until (ISO-8601 with offset).")]
+Since = Annotated[
+    AwareDatetime | None,
+    BeforeValidator(_iso_only),
+    Query(description="scheduled_for >= since (ISO-8601 with offset)."),
+]
+Until = Annotated[
+    AwareDatetime | None,
+    BeforeValidator(_iso_only),
+    Query(description="scheduled_for < until (ISO-8601 with offset)."),
+]
 
 
 @router.get("/runs", response_model=RunPage, summary="List runs")
-async def list_runs(who: Who, ctx: Ctx, job_id: Annotated[int | None, Query(ge=1, le=2**63 - 1)]
-                    = None, outcome: Outcome | None = None, since: Since = None,
-                    until: Until = None, cursor: Cursor = None,
-                    limit: Limit = 50) -> dict[str, Any]:
+async def list_runs(
+    who: Who,
+    ctx: Ctx,
+    job_id: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    outcome: Outcome | None = None,
+    since: Since = None,
+    until: Until = None,
+    cursor: Cursor = None,
+    limit: Limit = 50,
+) -> dict[str, Any]:
     """Runs newest first, by job, outcome and a range of scheduled_for."""
-    return await _runs(ctx, who, job_id=job_id, outcome=outcome, since=since, until=until,
-                       cursor=cursor, limit=limit)
+    return await _runs(
+        ctx,
+        who,
+        job_id=job_id,
+        outcome=outcome,
+        since=since,
+        until=until,
+        cursor=cursor,
+        limit=limit,
+    )
 
 
-@router.get("/jobs/{job_id}/runs", response_model=RunPage, responses={404: _ERR},
-            summary="List a job's runs")
-async def list_job_runs(job_id: JobId, who: Who, ctx: Ctx, outcome: Outcome | None = None,
-                        since: Since = None, until: Until = None, cursor: Cursor = None,
-                        limit: Limit = 50) -> dict[str, Any]:
+@router.get(
+    "/jobs/{job_id}/runs",
+    response_model=RunPage,
+    responses={404: _ERR},
+    summary="List a job's runs",
+)
+async def list_job_runs(
+    job_id: JobId,
+    who: Who,
+    ctx: Ctx,
+    outcome: Outcome | None = None,
+    since: Since = None,
+    until: Until = None,
+    cursor: Cursor = None,
+    limit: Limit = 50,
+) -> dict[str, Any]:
     """Runs of one job, newest first (404 if the job is not visible)."""
     await ctx.service.job(who, job_id)
-    return await _runs(ctx, who, job_id=job_id, outcome=outcome, since=since, until=until,
-                       cursor=cursor, limit=limit)
+    return await _runs(
+        ctx,
+        who,
+        job_id=job_id,
+        outcome=outcome,
+        since=since,
+        until=until,
+        cursor=cursor,
+        limit=limit,
+    )
 
 
 @router.get("/runs/{run_id}", response_model=Run, responses={404: _ERR}, summary="Show a run")

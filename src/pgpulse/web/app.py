@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 #: Headers of every dashboard response: no framing, no inline script, no referrer leaks.
 UI_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-                               "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -69,11 +69,16 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
         The ASGI app, wrapped in the request size limit.
     """
     settings = settings or WebSettings()
-    app = FastAPI(title="Pulse", version="1", openapi_url="/api/v1/openapi.json",
-                  docs_url=None, redoc_url=None,
-                  description="Jobs, runs and cluster of a Pulse scheduler. Every route needs "
-                              "`Authorization: Bearer <token>` (`pgpulse token create`). "
-                              "Refusals answer `{\"error\": {code, message, field, value}}`.")
+    app = FastAPI(
+        title="Pulse",
+        version="1",
+        openapi_url="/api/v1/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+        description="Jobs, runs and cluster of a Pulse scheduler. Every route needs "
+        "`Authorization: Bearer <token>` (`pgpulse token create`). "
+        'Refusals answer `{"error": {code, message, field, value}}`.',
+    )
     app.state.pulse = WebContext.build(store, settings)
     install_error_handlers(app)
     app.include_router(api.router)
@@ -86,8 +91,11 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
             return pulse_error_response(exc)
         status = status_of(exc)[0]
         return dashboard.templates.TemplateResponse(
-            request, "error.html", {"who": None, "status": status, "message": exc.message},
-            status_code=status)
+            request,
+            "error.html",
+            {"who": None, "status": status, "message": exc.message},
+            status_code=status,
+        )
 
     async def on_sign_in(request: Request, exc: Exception) -> Response:
         if request.query_params.get("fragment") == "1" or request.method != "GET":
@@ -98,8 +106,9 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
     app.add_exception_handler(dashboard.SignIn, on_sign_in)
 
     @app.middleware("http")
-    async def ui_headers(request: Request,
-                         call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    async def ui_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
         response = await call_next(request)
         if request.url.path.startswith("/ui"):
             response.headers.update(UI_HEADERS)
@@ -128,6 +137,7 @@ def create_metrics_app(store: Store | None) -> Starlette:
         store: refreshes the cluster-wide gauges at each scrape; ``None`` serves only this
             process's metrics.
     """
+
     async def metrics_route(request: Request) -> Response:
         return await _metrics_response(store)
 
@@ -138,4 +148,3 @@ def create_metrics_app(store: Store | None) -> Starlette:
 
     routes: list[Any] = [Route("/metrics", metrics_route), Route("/healthz", health)]
     return Starlette(routes=routes)
-

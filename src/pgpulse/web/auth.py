@@ -101,8 +101,9 @@ class TokenStore:
             cur = await conn.execute(QUERIES[name], params or {})
             return list(await cur.fetchall())
 
-    async def create(self, *, tenant: str | None, admin: bool,
-                     label: str = "") -> tuple[str, dict[str, Any]]:
+    async def create(
+        self, *, tenant: str | None, admin: bool, label: str = ""
+    ) -> tuple[str, dict[str, Any]]:
         """Create a token; return ``(token, row)``. The token is not stored and cannot be shown
         again.
 
@@ -116,23 +117,42 @@ class TokenStore:
                 (``field`` names it).
         """
         if tenant is None and not admin:
-            raise InvalidInput("a tenant token needs --tenant (or create an --admin token)",
-                               field="tenant", value=None)
+            raise InvalidInput(
+                "a tenant token needs --tenant (or create an --admin token)",
+                field="tenant",
+                value=None,
+            )
         if tenant is not None and not _TENANT_RE.match(tenant):
-            raise InvalidInput(f"tenant {tenant!r} is not a valid name", field="tenant",
-                               value=tenant)
+            raise InvalidInput(
+                f"tenant {tenant!r} is not a valid name", field="tenant", value=tenant
+            )
         if len(label) > 200 or any(ord(c) < 32 for c in label):
-            raise InvalidInput("label must be at most 200 printable characters", field="label",
-                               value=label)
+            raise InvalidInput(
+                "label must be at most 200 printable characters", field="label", value=label
+            )
         token = new_token()
-        [row] = await self._rows("token_insert", {
-            "hash": hash_token(token), "prefix": token[:SHOWN_PREFIX_CHARS], "tenant": tenant,
-            "admin": admin, "label": label,
-        })
-        log.info("created %s token %d (%s)", "admin" if admin else f"tenant {tenant}",
-                 row["id"], row["prefix"], extra={"action": "token_created",
-                                                   "token_id": row["id"], "tenant": tenant,
-                                                   "admin": admin})
+        [row] = await self._rows(
+            "token_insert",
+            {
+                "hash": hash_token(token),
+                "prefix": token[:SHOWN_PREFIX_CHARS],
+                "tenant": tenant,
+                "admin": admin,
+                "label": label,
+            },
+        )
+        log.info(
+            "created %s token %d (%s)",
+            "admin" if admin else f"tenant {tenant}",
+            row["id"],
+            row["prefix"],
+            extra={
+                "action": "token_created",
+                "token_id": row["id"],
+                "tenant": tenant,
+                "admin": admin,
+            },
+        )
         return token, row
 
     async def authenticate(self, token: str) -> Principal | None:
@@ -156,8 +176,9 @@ class TokenStore:
         rows = await self._rows("token_revoke", {"id": token_id})
         if not rows:
             raise TokenNotFound(f"no live token with id {token_id}", field="id", value=token_id)
-        log.info("revoked token %d", token_id, extra={"action": "token_revoked",
-                                                     "token_id": token_id})
+        log.info(
+            "revoked token %d", token_id, extra={"action": "token_revoked", "token_id": token_id}
+        )
         return rows[0]
 
     async def list(self) -> list[dict[str, Any]]:

@@ -40,8 +40,10 @@ def run_chart(points: Sequence[Point], *, width: int = WIDTH, height: int = HEIG
     """
     values = [v for p in points for v in (p.duration, p.lag) if v is not None]
     if not values:
-        return Markup(f'<svg class="chart" viewBox="0 0 {width} 40" role="img" '
-                      'aria-label="no runs yet"><text x="8" y="24">no runs yet</text></svg>')
+        return Markup(
+            f'<svg class="chart" viewBox="0 0 {width} 40" role="img" '
+            'aria-label="no runs yet"><text x="8" y="24">no runs yet</text></svg>'
+        )
     top = max(max(values), 0.001)
     first, last = points[0].at, points[-1].at
     span = max((last - first).total_seconds(), 1.0)
@@ -53,18 +55,20 @@ def run_chart(points: Sequence[Point], *, width: int = WIDTH, height: int = HEIG
             x = _LEFT + plot_w / 2
         return round(x, 1), round(_TOP + plot_h * (1 - max(value, 0.0) / top), 1)
 
-    parts = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
-             'aria-label="duration and lag of recent runs">',
-             f'<line class="axis" x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{width - _RIGHT}" '
-             f'y2="{_TOP + plot_h}"/>',
-             f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + plot_h}"/>',
-             f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + 4}" text-anchor="end">'
-             f'{escape(_seconds(top))}</text>',
-             f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + plot_h}" text-anchor="end">0</text>',
-             f'<text class="tick" x="{_LEFT}" y="{height - 8}">'
-             f'{escape(first.strftime("%Y-%m-%d %H:%M:%S"))}</text>',
-             f'<text class="tick" x="{width - _RIGHT}" y="{height - 8}" text-anchor="end">'
-             f'{escape(last.strftime("%Y-%m-%d %H:%M:%S"))}</text>']
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        'aria-label="duration and lag of recent runs">',
+        f'<line class="axis" x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{width - _RIGHT}" '
+        f'y2="{_TOP + plot_h}"/>',
+        f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + plot_h}"/>',
+        f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + 4}" text-anchor="end">'
+        f"{escape(_seconds(top))}</text>",
+        f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + plot_h}" text-anchor="end">0</text>',
+        f'<text class="tick" x="{_LEFT}" y="{height - 8}">'
+        f"{escape(first.strftime('%Y-%m-%d %H:%M:%S'))}</text>",
+        f'<text class="tick" x="{width - _RIGHT}" y="{height - 8}" text-anchor="end">'
+        f"{escape(last.strftime('%Y-%m-%d %H:%M:%S'))}</text>",
+    ]
     for index, (attr, css, label) in enumerate(SERIES):
         coords = [(p, xy(p, v)) for p in points if (v := getattr(p, attr)) is not None]
         if coords:
@@ -72,12 +76,16 @@ def run_chart(points: Sequence[Point], *, width: int = WIDTH, height: int = HEIG
             parts.append(f'<polyline class="{css}" points="{line}"/>')
         for point, (x, y) in coords:
             value = getattr(point, attr)
-            parts.append(f'<circle class="{css}" cx="{x}" cy="{y}" r="2.5"><title>'
-                         f'{escape(label)} {escape(_seconds(value))} at '
-                         f'{escape(point.at.isoformat())}</title></circle>')
+            parts.append(
+                f'<circle class="{css}" cx="{x}" cy="{y}" r="2.5"><title>'
+                f"{escape(label)} {escape(_seconds(value))} at "
+                f"{escape(point.at.isoformat())}</title></circle>"
+            )
         legend_x = _LEFT + 8 + index * 90
-        parts.append(f'<rect class="{css}" x="{legend_x}" y="{_TOP}" width="10" height="10"/>'
-                     f'<text class="legend" x="{legend_x + 14}" y="{_TOP + 9}">'
-                     f'{escape(label)}</text>')
+        parts.append(
+            f'<rect class="{css}" x="{legend_x}" y="{_TOP}" width="10" height="10"/>'
+            f'<text class="legend" x="{legend_x + 14}" y="{_TOP + 9}">'
+            f"{escape(label)}</text>"
+        )
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -31,27 +31,45 @@ F = TypeVar("F", bound=Callable[..., Any])
 def web_options(func: F) -> F:
     """Add ``--allow-shell-jobs``, ``--http-allow``, ``--max-body`` and ``--secure-cookies``."""
     options = [
-        click.option("--allow-shell-jobs", is_flag=True, show_envvar=True,
-                     help="Explicit opt-in to shell jobs (they run commands on the nodes): a "
-                          "node runs them only with it, and the API lets admin tokens create "
-                          "or change them only with it."),
-        click.option("--http-allow", multiple=True, show_envvar=True, metavar="HOST|*.DOMAIN|CIDR",
-                     help="Extra targets http jobs may call besides public addresses "
-                          "(loopback, link-local and private ones are refused unless listed). "
-                          "Repeat, or space-separate in the variable."),
-        click.option("--max-body", type=click.IntRange(1024, 16 * 1024 * 1024),
-                     default=DEFAULT_MAX_BODY_BYTES, show_envvar=True,
-                     help="Largest request body in bytes; larger ones get 413."),
-        click.option("--secure-cookies", is_flag=True, show_envvar=True,
-                     help="Mark the dashboard's sign-in cookie Secure (serving behind HTTPS)."),
+        click.option(
+            "--allow-shell-jobs",
+            is_flag=True,
+            show_envvar=True,
+            help="Explicit opt-in to shell jobs (they run commands on the nodes): a "
+            "node runs them only with it, and the API lets admin tokens create "
+            "or change them only with it.",
+        ),
+        click.option(
+            "--http-allow",
+            multiple=True,
+            show_envvar=True,
+            metavar="HOST|*.DOMAIN|CIDR",
+            help="Extra targets http jobs may call besides public addresses "
+            "(loopback, link-local and private ones are refused unless listed). "
+            "Repeat, or space-separate in the variable.",
+        ),
+        click.option(
+            "--max-body",
+            type=click.IntRange(1024, 16 * 1024 * 1024),
+            default=DEFAULT_MAX_BODY_BYTES,
+            show_envvar=True,
+            help="Largest request body in bytes; larger ones get 413.",
+        ),
+        click.option(
+            "--secure-cookies",
+            is_flag=True,
+            show_envvar=True,
+            help="Mark the dashboard's sign-in cookie Secure (serving behind HTTPS).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def web_settings(allow_shell_jobs: bool, http_allow: tuple[str, ...], max_body: int,
-                 secure_cookies: bool) -> WebSettings:
+def web_settings(
+    allow_shell_jobs: bool, http_allow: tuple[str, ...], max_body: int, secure_cookies: bool
+) -> WebSettings:
     """Build :class:`WebSettings` from :func:`web_options` values.
 
     Raises:
@@ -61,13 +79,22 @@ def web_settings(allow_shell_jobs: bool, http_allow: tuple[str, ...], max_body: 
         allow = HttpAllowList.parse(http_allow)
     except PulseError as exc:
         raise click.BadParameter(str(exc), param_hint="--http-allow") from None
-    return WebSettings(allow_shell_jobs=allow_shell_jobs, http_allow=allow,
-                       max_body_bytes=max_body, secure_cookies=secure_cookies)
+    return WebSettings(
+        allow_shell_jobs=allow_shell_jobs,
+        http_allow=allow,
+        max_body_bytes=max_body,
+        secure_cookies=secure_cookies,
+    )
 
 
 @click.command()
-@click.option("--listen", default="127.0.0.1:8080", show_envvar=True, metavar="HOST:PORT",
-              help="Address of the API, dashboard (/ui) and metrics (/metrics).")
+@click.option(
+    "--listen",
+    default="127.0.0.1:8080",
+    show_envvar=True,
+    metavar="HOST:PORT",
+    help="Address of the API, dashboard (/ui) and metrics (/metrics).",
+)
 @web_options
 @click.pass_obj
 def serve(obj: dict[str, Any], /, listen: str, **options: Any) -> None:
@@ -75,15 +102,26 @@ def serve(obj: dict[str, Any], /, listen: str, **options: Any) -> None:
     settings = web_settings(**options)
 
     async def main() -> None:
-        async with connect(obj["database_url"], data_dir=obj["data_dir"],
-                           application_name="pgpulse:serve", max_size=8) as store:
+        async with connect(
+            obj["database_url"],
+            data_dir=obj["data_dir"],
+            application_name="pgpulse:serve",
+            max_size=8,
+        ) as store:
             await serve_app(store, listen, settings, lambda line: click.echo(line, err=True))
 
     run_command(main())
 
 
-def run_node_with_web(app: App, obj: dict[str, Any], config: NodeConfig, *,
-                      metrics: str | None, http: str | None, settings: WebSettings) -> None:
+def run_node_with_web(
+    app: App,
+    obj: dict[str, Any],
+    config: NodeConfig,
+    *,
+    metrics: str | None,
+    http: str | None,
+    settings: WebSettings,
+) -> None:
     """Run a node (``pgpulse node run``) with its ``--metrics`` / ``--http`` servers beside it.
 
     The servers bind before the node starts (a busy address exits 2 at once) and stop after
@@ -93,8 +131,9 @@ def run_node_with_web(app: App, obj: dict[str, Any], config: NodeConfig, *,
     data_dir: Path | None = obj["data_dir"]
 
     async def main() -> None:
-        async with web_sidecar(database_url, data_dir, metrics=metrics, http=http,
-                               settings=settings):
+        async with web_sidecar(
+            database_url, data_dir, metrics=metrics, http=http, settings=settings
+        ):
             await app.run_node(database_url, data_dir=data_dir, config=config)
 
     run_command(main())
@@ -109,19 +148,25 @@ def _tokens(obj: dict[str, Any], action: Callable[[TokenStore], Coroutine[Any, A
     async def main() -> T:
         async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
             return await action(TokenStore(store.pool))
+
     return run_command(main())
 
 
 @token.command("create")
-@click.option("--tenant", default=None, show_envvar=True,
-              help="The tenant the token sees (required unless --admin).")
+@click.option(
+    "--tenant",
+    default=None,
+    show_envvar=True,
+    help="The tenant the token sees (required unless --admin).",
+)
 @click.option("--admin", is_flag=True, help="See every tenant; may manage shell jobs.")
 @click.option("--label", default="", help="A note shown by token list.")
 @click.pass_obj
 def token_create(obj: dict[str, Any], tenant: str | None, admin: bool, label: str) -> None:
     """Create a token and print it once (only its hash is stored)."""
-    secret, row = _tokens(obj, lambda tokens: tokens.create(tenant=tenant, admin=admin,
-                                                            label=label))
+    secret, row = _tokens(
+        obj, lambda tokens: tokens.create(tenant=tenant, admin=admin, label=label)
+    )
     scope = "admin" if admin else f"tenant {tenant}"
     click.echo(f"created token {row['id']} ({scope}); it is shown only now:", err=True)
     click.echo(secret)
@@ -145,5 +190,8 @@ def token_list(obj: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, default=str, indent=2))
         return
-    print_records(rows, False, ["id", "prefix", "tenant", "admin", "label", "created_at",
-                                "last_used_at", "revoked_at"])
+    print_records(
+        rows,
+        False,
+        ["id", "prefix", "tenant", "admin", "label", "created_at", "last_used_at", "revoked_at"],
+    )

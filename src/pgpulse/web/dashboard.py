@@ -79,14 +79,21 @@ async def signed_in(request: Request) -> tuple[Principal, str]:
 Session = Annotated[tuple[Principal, str], Depends(signed_in)]
 
 
-def _page(request: Request, name: str, who: Principal, token: str,
-          **data: Any) -> HTMLResponse:
+def _page(request: Request, name: str, who: Principal, token: str, **data: Any) -> HTMLResponse:
     fragment = request.query_params.get("fragment") == "1"
     ctx: WebContext = request.app.state.pulse
-    return templates.TemplateResponse(request, f"_{name}.html" if fragment else f"{name}.html", {
-        "who": who, "csrf": csrf_token(token), "page": name,
-        "refresh_ms": int(ctx.settings.refresh_seconds * 1000), **data,
-    }, headers={"Cache-Control": "no-store"})
+    return templates.TemplateResponse(
+        request,
+        f"_{name}.html" if fragment else f"{name}.html",
+        {
+            "who": who,
+            "csrf": csrf_token(token),
+            "page": name,
+            "refresh_ms": int(ctx.settings.refresh_seconds * 1000),
+            **data,
+        },
+        headers={"Cache-Control": "no-store"},
+    )
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -102,11 +109,18 @@ async def login(request: Request) -> Response:
     token = (form.get("token") or [""])[0].strip()
     ctx: WebContext = request.app.state.pulse
     if not token or await ctx.tokens.authenticate(token) is None:
-        return templates.TemplateResponse(request, "login.html", {
-            "error": "That token is unknown or revoked."}, status_code=401)
+        return templates.TemplateResponse(
+            request, "login.html", {"error": "That token is unknown or revoked."}, status_code=401
+        )
     response = RedirectResponse("/ui/", status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/ui",
-                        secure=ctx.settings.secure_cookies)
+    response.set_cookie(
+        COOKIE,
+        token,
+        httponly=True,
+        samesite="strict",
+        path="/ui",
+        secure=ctx.settings.secure_cookies,
+    )
     return response
 
 
@@ -124,10 +138,16 @@ async def jobs_page(request: Request, session: Session) -> HTMLResponse:
     who, token = session
     ctx: WebContext = request.app.state.pulse
     rows = await ctx.service.reads.jobs(tenant=who.scope, limit=500)
-    return _page(request, "jobs", who, token, jobs=[present_job(r) for r in rows],
-                 counts=await ctx.service.store.cluster_counts(tenant=who.scope),
-                 attention=await ctx.service.reads.attention(tenant=who.scope),
-                 now=await ctx.store.db_now())
+    return _page(
+        request,
+        "jobs",
+        who,
+        token,
+        jobs=[present_job(r) for r in rows],
+        counts=await ctx.service.store.cluster_counts(tenant=who.scope),
+        attention=await ctx.service.reads.attention(tenant=who.scope),
+        now=await ctx.store.db_now(),
+    )
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -137,8 +157,11 @@ async def job_page(request: Request, job_id: JobId, session: Session) -> HTMLRes
     ctx: WebContext = request.app.state.pulse
     job = await ctx.service.job(who, job_id)
     runs = await ctx.service.reads.runs(tenant=who.scope, job_id=job_id, limit=50)
-    points = [Point(r["scheduled_for"], r["duration"], r["lag"])
-              for r in reversed(runs) if r["started_at"] is not None]
+    points = [
+        Point(r["scheduled_for"], r["duration"], r["lag"])
+        for r in reversed(runs)
+        if r["started_at"] is not None
+    ]
     return _page(request, "job", who, token, job=job, runs=runs, chart=run_chart(points))
 
 
@@ -147,8 +170,14 @@ async def cluster_page(request: Request, session: Session) -> HTMLResponse:
     """Nodes with their shards and heartbeats, the leader, job counts."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
-    return _page(request, "cluster", who, token, cluster=await ctx.service.cluster(who),
-                 now=await ctx.store.db_now())
+    return _page(
+        request,
+        "cluster",
+        who,
+        token,
+        cluster=await ctx.service.cluster(who),
+        now=await ctx.store.db_now(),
+    )
 
 
 @router.post("/jobs/{job_id}/{verb}")
@@ -159,11 +188,14 @@ async def job_action(request: Request, job_id: JobId, verb: str, session: Sessio
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     wants_json = "application/json" in request.headers.get("accept", "")
     if verb not in ("pause", "resume", "trigger") or not hmac.compare_digest(
-            (form.get("csrf") or [""])[0], csrf_token(token)):
-        body = error_body("forbidden", "stale page or unknown action: reload and retry",
-                          "csrf", None)
-        return JSONResponse(body, 403) if wants_json else HTMLResponse(body["error"]["message"],
-                                                                       403)
+        (form.get("csrf") or [""])[0], csrf_token(token)
+    ):
+        body = error_body(
+            "forbidden", "stale page or unknown action: reload and retry", "csrf", None
+        )
+        return (
+            JSONResponse(body, 403) if wants_json else HTMLResponse(body["error"]["message"], 403)
+        )
     ctx: WebContext = request.app.state.pulse
     try:
         await ctx.service.act(who, job_id, verb)

@@ -85,8 +85,9 @@ def pulse_error_response(exc: PulseError) -> JSONResponse:
     """The JSON response refusing ``exc``."""
     status, code = status_of(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(error_body(code, exc.message, exc.field, exc.value), status,
-                        headers=headers)
+    return JSONResponse(
+        error_body(code, exc.message, exc.field, exc.value), status, headers=headers
+    )
 
 
 def _validation_field(loc: tuple[Any, ...]) -> str:
@@ -118,8 +119,12 @@ def install_error_handlers(app: FastAPI) -> None:
         first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid"}
         field = _validation_field(tuple(first.get("loc", ())))
         if first.get("type") == "json_invalid":
-            return JSONResponse(error_body("invalid_json", f"body is not valid JSON: "
-                                           f"{first.get('msg')}", "body", None), 400)
+            return JSONResponse(
+                error_body(
+                    "invalid_json", f"body is not valid JSON: {first.get('msg')}", "body", None
+                ),
+                400,
+            )
         message = f"{field}: {first.get('msg', 'invalid')}"
         value = None if first.get("type") == "missing" else first.get("input")
         return JSONResponse(error_body("invalid_input", message, field, value), 422)
@@ -127,20 +132,30 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(
-            exc.status_code, "http_error")
+            exc.status_code, "http_error"
+        )
         field = "path" if exc.status_code in (404, 405) else "body"
         value = request.url.path if field == "path" else None
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(request))
-        return JSONResponse(error_body(code, str(exc.detail), field, value), exc.status_code,
-                            headers=headers or None)
+        return JSONResponse(
+            error_body(code, str(exc.detail), field, value),
+            exc.status_code,
+            headers=headers or None,
+        )
 
     async def on_database_error(request: Request, exc: Exception) -> JSONResponse:
-        log.error("database error on %s %s: %s", request.method, request.url.path, exc,
-                  extra={"action": "api_database_error"})
-        return JSONResponse(error_body("database_unavailable", "the database did not answer",
-                                       None, None), 503)
+        log.error(
+            "database error on %s %s: %s",
+            request.method,
+            request.url.path,
+            exc,
+            extra={"action": "api_database_error"},
+        )
+        return JSONResponse(
+            error_body("database_unavailable", "the database did not answer", None, None), 503
+        )
 
     app.add_exception_handler(PulseError, on_pulse_error)
     app.add_exception_handler(RequestValidationError, on_validation)
@@ -164,13 +179,22 @@ class BodyLimit:
         self.limit = limit
 
     async def _refuse(self, send: Send, size: str) -> None:
-        body = json.dumps(error_body(
-            "payload_too_large", f"request body is larger than {self.limit} bytes", "body",
-            size)).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        body = json.dumps(
+            error_body(
+                "payload_too_large", f"request body is larger than {self.limit} bytes", "body", size
+            )
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -78,8 +78,11 @@ class HttpAllowList:
                 pass
             host = entry[2:] if entry.startswith("*.") else entry
             if not host or any(c in host for c in "/:@ *[]") or host.startswith("."):
-                raise InvalidInput(f"http allow-list entry {raw!r} is not a host name, "
-                                   "*.domain or CIDR network", field="http_allow", value=raw)
+                raise InvalidInput(
+                    f"http allow-list entry {raw!r} is not a host name, *.domain or CIDR network",
+                    field="http_allow",
+                    value=raw,
+                )
             if entry.startswith("*."):
                 suffixes.append("." + host)
             else:
@@ -130,11 +133,18 @@ def check_shell(principal: Principal, settings: WebSettings, *handlers: str | No
     if "shell" not in handlers:
         return
     if not settings.allow_shell_jobs:
-        raise Forbidden("shell jobs run commands on every node: this server was not started "
-                        "with --allow-shell-jobs", field="handler", value="shell")
+        raise Forbidden(
+            "shell jobs run commands on every node: this server was not started "
+            "with --allow-shell-jobs",
+            field="handler",
+            value="shell",
+        )
     if not principal.admin:
-        raise Forbidden("shell jobs run commands on every node: only an admin token may "
-                        "create or change them", field="handler", value="shell")
+        raise Forbidden(
+            "shell jobs run commands on every node: only an admin token may create or change them",
+            field="handler",
+            value="shell",
+        )
 
 
 def _literal_address(host: str) -> IPAddress | None:
@@ -181,29 +191,39 @@ async def check_http_target(payload: dict[str, Any], settings: WebSettings) -> N
         host = (parts.hostname or "").rstrip(".")
         port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
     except ValueError as exc:
-        raise TargetNotAllowed(f"payload.url {url!r} is not a valid URL: {exc}",
-                               field="payload.url", value=url) from None
+        raise TargetNotAllowed(
+            f"payload.url {url!r} is not a valid URL: {exc}", field="payload.url", value=url
+        ) from None
     allow = settings.http_allow
     literal = _literal_address(host)
     listed = allow.allows_name(host) or (literal is not None and allow.allows_address(literal))
     if payload.get("follow_redirects") is True and not listed:
-        raise TargetNotAllowed("payload.follow_redirects is allowed only for hosts on the "
-                               "server's --http-allow list (a redirect could lead anywhere)",
-                               field="payload.follow_redirects", value=True)
+        raise TargetNotAllowed(
+            "payload.follow_redirects is allowed only for hosts on the "
+            "server's --http-allow list (a redirect could lead anywhere)",
+            field="payload.follow_redirects",
+            value=True,
+        )
     if listed:
         return
-    addresses = [literal] if literal is not None else await _resolve(
-        host, port, settings.resolve_timeout)
+    addresses = (
+        [literal] if literal is not None else await _resolve(host, port, settings.resolve_timeout)
+    )
     if not addresses:
-        raise TargetNotAllowed(f"payload.url host {host!r} does not resolve; add it to the "
-                               "server's --http-allow list", field="payload.url", value=url)
+        raise TargetNotAllowed(
+            f"payload.url host {host!r} does not resolve; add it to the server's --http-allow list",
+            field="payload.url",
+            value=url,
+        )
     for address in addresses:
         why = _refusal(address)
         if why is not None and not allow.allows_address(address):
             raise TargetNotAllowed(
                 f"payload.url {url!r} targets {address} ({why}); such addresses are refused "
-                "unless the server's --http-allow list names them", field="payload.url",
-                value=url)
+                "unless the server's --http-allow list names them",
+                field="payload.url",
+                value=url,
+            )
 
 
 def check_text(field_name: str, value: Any) -> None:
@@ -218,8 +238,9 @@ def check_text(field_name: str, value: Any) -> None:
     while stack:
         item, where, depth = stack.pop()
         if depth > 64:
-            raise InvalidInput(f"{field_name} is nested more than 64 levels deep",
-                               field=field_name, value=None)
+            raise InvalidInput(
+                f"{field_name} is nested more than 64 levels deep", field=field_name, value=None
+            )
         if isinstance(item, str):
             _check_string(where, item)
         elif isinstance(item, dict):
@@ -232,10 +253,16 @@ def check_text(field_name: str, value: Any) -> None:
 
 def _check_string(where: str, text: str) -> None:
     if "\x00" in text:
-        raise InvalidInput(f"{where} must not contain NUL characters", field=where,
-                           value=text.replace("\x00", "\\u0000"))
+        raise InvalidInput(
+            f"{where} must not contain NUL characters",
+            field=where,
+            value=text.replace("\x00", "\\u0000"),
+        )
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidInput(f"{where} holds an unpaired surrogate", field=where,
-                           value=text.encode("utf-8", "backslashreplace").decode()) from None
+        raise InvalidInput(
+            f"{where} holds an unpaired surrogate",
+            field=where,
+            value=text.encode("utf-8", "backslashreplace").decode(),
+        ) from None

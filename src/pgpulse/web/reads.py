@@ -43,8 +43,9 @@ def decode_job_cursor(cursor: str) -> tuple[str, str]:
         tenant.encode("utf-8")
         name.encode("utf-8")
     except (ValueError, TypeError, binascii.Error, UnicodeError):
-        raise InvalidInput(f"cursor {cursor!r} is not a cursor returned by this API",
-                           field="cursor", value=cursor) from None
+        raise InvalidInput(
+            f"cursor {cursor!r} is not a cursor returned by this API", field="cursor", value=cursor
+        ) from None
     return tenant, name
 
 
@@ -63,55 +64,105 @@ class Reads:
             cur = await conn.execute(QUERIES[name], params)
             return list(await cur.fetchall())
 
-    async def jobs(self, *, tenant: str | None, status: str | None = None,
-                   handler: str | None = None, name_prefix: str | None = None,
-                   after: tuple[str, str] | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    async def jobs(
+        self,
+        *,
+        tenant: str | None,
+        status: str | None = None,
+        handler: str | None = None,
+        name_prefix: str | None = None,
+        after: tuple[str, str] | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
         """A page of jobs in ``(tenant, name)`` order, after the job ``after``.
 
         Each row holds the definition (durations in seconds), the state, ``due_lag`` (seconds
         the job is overdue now, ``None`` unless idle and due), and ``last_lag`` /
         ``last_duration`` of its latest started run.
         """
-        return await self._rows("jobs", {
-            "tenant": tenant, "id": None, "status": status, "handler": handler,
-            "name_prefix": name_prefix, "after_tenant": after[0] if after else None,
-            "after_name": after[1] if after else None, "limit": limit,
-        })
+        return await self._rows(
+            "jobs",
+            {
+                "tenant": tenant,
+                "id": None,
+                "status": status,
+                "handler": handler,
+                "name_prefix": name_prefix,
+                "after_tenant": after[0] if after else None,
+                "after_name": after[1] if after else None,
+                "limit": limit,
+            },
+        )
 
     async def job(self, job_id: int, *, tenant: str | None) -> dict[str, Any] | None:
         """One job as :meth:`jobs` gives it, or ``None`` if missing or of another tenant."""
-        rows = await self._rows("jobs", {
-            "tenant": tenant, "id": job_id, "status": None, "handler": None,
-            "name_prefix": None, "after_tenant": None, "after_name": None, "limit": 1,
-        })
+        rows = await self._rows(
+            "jobs",
+            {
+                "tenant": tenant,
+                "id": job_id,
+                "status": None,
+                "handler": None,
+                "name_prefix": None,
+                "after_tenant": None,
+                "after_name": None,
+                "limit": 1,
+            },
+        )
         return rows[0] if rows else None
 
-    async def runs(self, *, tenant: str | None, job_id: int | None = None,
-                   outcome: str | None = None, since: datetime | None = None,
-                   until: datetime | None = None, before_id: int | None = None,
-                   limit: int = 50) -> list[dict[str, Any]]:
+    async def runs(
+        self,
+        *,
+        tenant: str | None,
+        job_id: int | None = None,
+        outcome: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
         """A page of runs, newest first, with ``lag`` and ``duration`` in seconds.
 
         ``since <= scheduled_for < until`` when given; ``before_id`` is the keyset cursor. The
         captured ``output`` is left out (see :meth:`run`).
         """
-        return await self._rows("runs", {
-            "tenant": tenant, "job_id": job_id, "run_id": None, "outcome": outcome,
-            "since": since, "until": until, "before_id": before_id, "limit": limit,
-            "with_output": False,
-        })
+        return await self._rows(
+            "runs",
+            {
+                "tenant": tenant,
+                "job_id": job_id,
+                "run_id": None,
+                "outcome": outcome,
+                "since": since,
+                "until": until,
+                "before_id": before_id,
+                "limit": limit,
+                "with_output": False,
+            },
+        )
 
     async def run(self, run_id: int, *, tenant: str | None) -> dict[str, Any] | None:
         """One run with its output and error, or ``None`` if missing or of another tenant."""
-        rows = await self._rows("runs", {
-            "tenant": tenant, "job_id": None, "run_id": run_id, "outcome": None,
-            "since": None, "until": None, "before_id": None, "limit": 1, "with_output": True,
-        })
+        rows = await self._rows(
+            "runs",
+            {
+                "tenant": tenant,
+                "job_id": None,
+                "run_id": run_id,
+                "outcome": None,
+                "since": None,
+                "until": None,
+                "before_id": None,
+                "limit": 1,
+                "with_output": True,
+            },
+        )
         return rows[0] if rows else None
 
-    async def attention(self, *, tenant: str | None, overdue: float = 60.0,
-                        limit: int = 20) -> list[dict[str, Any]]:
+    async def attention(
+        self, *, tenant: str | None, overdue: float = 60.0, limit: int = 20
+    ) -> list[dict[str, Any]]:
         """Jobs that need a person: failed, last run failed or fenced, or overdue by more than
         ``overdue`` seconds; the most recently finished first."""
-        return await self._rows("attention", {"tenant": tenant, "overdue": overdue,
-                                              "limit": limit})
+        return await self._rows("attention", {"tenant": tenant, "overdue": overdue, "limit": limit})

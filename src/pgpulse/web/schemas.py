@@ -29,27 +29,42 @@ class JobDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    timezone: str = Field("UTC", min_length=1, max_length=100, examples=["Europe/Paris"],
-                          description="IANA time zone the cron fields are read in.")
-    payload: dict[str, Any] = Field(default_factory=dict,
-                                    description="JSON object handed to the handler.")
+    timezone: str = Field(
+        "UTC",
+        min_length=1,
+        max_length=100,
+        examples=["Europe/Paris"],
+        description="IANA time zone the cron fields are read in.",
+    )
+    payload: dict[str, Any] = Field(
+        default_factory=dict, description="JSON object handed to the handler."
+    )
     catch_up: CatchUp = "skip"
     backfill_limit: int | None = Field(None, ge=1, le=1_000_000)
     misfire_grace: float = Field(60.0, ge=0, le=MAX_SECONDS, description="Seconds.")
     max_attempts: int = Field(3, ge=1, le=1000)
     retry_backoff: float = Field(1.0, ge=0.001, le=86400, description="Seconds.")
-    timeout: float | None = Field(3600.0, ge=0.001, le=MAX_SECONDS,
-                                  description="Per-attempt limit, seconds; null: none.")
+    timeout: float | None = Field(
+        3600.0, ge=0.001, le=MAX_SECONDS, description="Per-attempt limit, seconds; null: none."
+    )
 
 
 class JobCreate(JobDefinition):
     """Create or update (upsert by tenant and name) a job."""
 
     name: Name
-    tenant: str | None = Field(None, min_length=1, max_length=200,
-                               description="Default: the token's tenant (admin: 'default').")
-    schedule: str = Field(min_length=1, max_length=200, examples=["0 3 * * *"],
-                          description="Cron (5 or 6 fields), @macro or @every interval.")
+    tenant: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Default: the token's tenant (admin: 'default').",
+    )
+    schedule: str = Field(
+        min_length=1,
+        max_length=200,
+        examples=["0 3 * * *"],
+        description="Cron (5 or 6 fields), @macro or @every interval.",
+    )
     handler: str = Field(min_length=1, max_length=200, examples=["http"])
 
 
@@ -70,8 +85,17 @@ class JobPatch(BaseModel):
     retry_backoff: float | Unset = Field(None, ge=0.001, le=86400)
     timeout: float | None = Field(None, ge=0.001, le=MAX_SECONDS)
 
-    @field_validator("schedule", "handler", "timezone", "payload", "catch_up", "misfire_grace",
-                     "max_attempts", "retry_backoff", mode="before")
+    @field_validator(
+        "schedule",
+        "handler",
+        "timezone",
+        "payload",
+        "catch_up",
+        "misfire_grace",
+        "max_attempts",
+        "retry_backoff",
+        mode="before",
+    )
     @classmethod
     def _not_null(cls, value: Any) -> Any:
         if value is None:
@@ -220,4 +244,3 @@ class Error(BaseModel):
     """Every refusal has this body."""
 
     error: ErrorDetail
-

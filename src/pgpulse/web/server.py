@@ -65,8 +65,9 @@ def bind(text: str, *, field: str = "listen") -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise InvalidInput(f"cannot listen on {text!r}: {exc.strerror or exc}", field=field,
-                           value=text) from None
+        raise InvalidInput(
+            f"cannot listen on {text!r}: {exc.strerror or exc}", field=field, value=text
+        ) from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
@@ -82,12 +83,19 @@ class _QuietSignalsServer(uvicorn.Server):
 
 def _config(app: Any) -> uvicorn.Config:
     # log_config=None: uvicorn's records go through Pulse's logging set-up (text or JSON lines).
-    return uvicorn.Config(app, log_config=None, lifespan="off", server_header=False,
-                          access_log=False, proxy_headers=False)
+    return uvicorn.Config(
+        app,
+        log_config=None,
+        lifespan="off",
+        server_header=False,
+        access_log=False,
+        proxy_headers=False,
+    )
 
 
-async def serve(store: Store, listen: str, settings: WebSettings,
-                announce: Callable[[str], object] = print) -> None:
+async def serve(
+    store: Store, listen: str, settings: WebSettings, announce: Callable[[str], object] = print
+) -> None:
     """Serve the API, dashboard and metrics on ``listen`` until SIGTERM/SIGINT (then finish
     open requests and return).
 
@@ -99,10 +107,16 @@ async def serve(store: Store, listen: str, settings: WebSettings,
     """
     sock = bind(listen)
     host, port = sock.getsockname()[:2]
-    log.info("serving the API and dashboard on http://%s:%d/ui/", host, port,
-             extra={"action": "web_serving", "address": f"{host}:{port}"})
-    announce(f"serving the API (/api/v1), dashboard (/ui/) and metrics (/metrics) on "
-             f"http://{host}:{port}")
+    log.info(
+        "serving the API and dashboard on http://%s:%d/ui/",
+        host,
+        port,
+        extra={"action": "web_serving", "address": f"{host}:{port}"},
+    )
+    announce(
+        f"serving the API (/api/v1), dashboard (/ui/) and metrics (/metrics) on "
+        f"http://{host}:{port}"
+    )
     server = _QuietSignalsServer(_config(create_app(store, settings)))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # finish open requests, then exit 0
@@ -130,10 +144,14 @@ async def run_in_background(app: Any, sock: socket.socket) -> AsyncIterator[uvic
 
 
 @contextlib.asynccontextmanager
-async def web_sidecar(database_url: str | None, data_dir: Path | None, *,
-                      metrics: str | None = None, http: str | None = None,
-                      settings: WebSettings | None = None
-                      ) -> AsyncIterator[dict[str, tuple[str, int]]]:
+async def web_sidecar(
+    database_url: str | None,
+    data_dir: Path | None,
+    *,
+    metrics: str | None = None,
+    http: str | None = None,
+    settings: WebSettings | None = None,
+) -> AsyncIterator[dict[str, tuple[str, int]]]:
     """Run a node's web servers while the block runs (``node run --metrics/--http``).
 
     Args:
@@ -152,19 +170,27 @@ async def web_sidecar(database_url: str | None, data_dir: Path | None, *,
     if metrics is None and http is None:
         yield {}
         return
-    sockets = [bind(metrics, field="metrics") if metrics else None,
-               bind(http, field="http") if http else None]
+    sockets = [
+        bind(metrics, field="metrics") if metrics else None,
+        bind(http, field="http") if http else None,
+    ]
     async with contextlib.AsyncExitStack() as stack:
         for sock in sockets:
             if sock is not None:
                 stack.callback(sock.close)
         store = await stack.enter_async_context(
-            connect(database_url, data_dir=data_dir, application_name="pgpulse:web", max_size=3))
+            connect(database_url, data_dir=data_dir, application_name="pgpulse:web", max_size=3)
+        )
         if sockets[0] is not None:
-            await stack.enter_async_context(run_in_background(create_metrics_app(store),
-                                                              sockets[0]))
+            await stack.enter_async_context(
+                run_in_background(create_metrics_app(store), sockets[0])
+            )
         if sockets[1] is not None:
-            await stack.enter_async_context(run_in_background(create_app(store, settings),
-                                                              sockets[1]))
-        yield {name: sock.getsockname()[:2] for name, sock in zip(("metrics", "http"), sockets,
-                                                                   strict=True) if sock}
+            await stack.enter_async_context(
+                run_in_background(create_app(store, settings), sockets[1])
+            )
+        yield {
+            name: sock.getsockname()[:2]
+            for name, sock in zip(("metrics", "http"), sockets, strict=True)
+            if sock
+        }

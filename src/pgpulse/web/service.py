@@ -26,8 +26,18 @@ from pgpulse.web.reads import Reads
 log = logging.getLogger(__name__)
 
 #: Fields of a job definition the API accepts (``name`` and ``tenant`` identify the job).
-DEFINITION_FIELDS = ("schedule", "handler", "timezone", "payload", "catch_up", "backfill_limit",
-                     "misfire_grace", "max_attempts", "retry_backoff", "timeout")
+DEFINITION_FIELDS = (
+    "schedule",
+    "handler",
+    "timezone",
+    "payload",
+    "catch_up",
+    "backfill_limit",
+    "misfire_grace",
+    "max_attempts",
+    "retry_backoff",
+    "timeout",
+)
 #: How many upcoming occurrences a job shows.
 UPCOMING = 5
 
@@ -67,11 +77,12 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
 def present_job(row: dict[str, Any]) -> dict[str, Any]:
     """A job row as the API shows it: instants in UTC, the schedule in words, and the next
     occurrences in the job's own zone."""
-    job = {key: value.astimezone(UTC) if isinstance(value, datetime) else value
-           for key, value in row.items()}
+    job = {
+        key: value.astimezone(UTC) if isinstance(value, datetime) else value
+        for key, value in row.items()
+    }
     try:
-        job["schedule_description"] = parse_schedule(row["schedule"],
-                                                     row["timezone"]).describe()
+        job["schedule_description"] = parse_schedule(row["schedule"], row["timezone"]).describe()
         job["upcoming"] = upcoming(row)
     except PulseError as exc:  # stored by another version, or its zone left the tz database
         job["schedule_description"], job["upcoming"] = f"invalid: {exc}", []
@@ -102,8 +113,9 @@ class JobService:
             raise NoSuchJob(job_id)
         return present_job(row)
 
-    async def save(self, who: Principal, fields: dict[str, Any],
-                   current: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+    async def save(
+        self, who: Principal, fields: dict[str, Any], current: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """Create or update job ``(fields["tenant"], fields["name"])``: validate, then upsert.
 
         Args:
@@ -124,25 +136,44 @@ class JobService:
             check_text(key, value)
         tenant = fields.get("tenant") or who.tenant or "default"
         if not who.sees(tenant):
-            raise Forbidden(f"this token may not manage jobs of tenant {tenant!r}",
-                            field="tenant", value=tenant)
-        check_shell(who, self.settings, current["handler"] if current else None,
-                    fields.get("handler"))
+            raise Forbidden(
+                f"this token may not manage jobs of tenant {tenant!r}", field="tenant", value=tenant
+            )
+        check_shell(
+            who, self.settings, current["handler"] if current else None, fields.get("handler")
+        )
         options = {key: fields[key] for key in DEFINITION_FIELDS if key in fields}
-        spec = JobSpec.create(name=fields.get("name"), tenant=tenant, source="api",  # type: ignore[arg-type]
-                              **options)
+        spec = JobSpec.create(
+            name=fields.get("name"),  # type: ignore[arg-type]
+            tenant=tenant,
+            source="api",
+            **options,
+        )
         await self.store.validate_handlers([spec])
         if spec.handler == "http":
             await check_http_target(spec.payload, self.settings)
         try:
             [(job_id, created)] = await self.store.upsert_jobs([spec])
         except OverflowError:  # an @every interval so long its next occurrence is past 9999
-            raise InvalidInput(f"schedule {spec.schedule!r} has no occurrence before the year "
-                               "9999", field="schedule", value=spec.schedule) from None
-        log.info("job %s/%s %s through the API (token %d)", tenant, spec.name,
-                 "created" if created else "updated", who.token_id,
-                 extra={"action": "api_job_saved", "tenant": tenant, "job": spec.name,
-                        "token_id": who.token_id, "created": created})
+            raise InvalidInput(
+                f"schedule {spec.schedule!r} has no occurrence before the year 9999",
+                field="schedule",
+                value=spec.schedule,
+            ) from None
+        log.info(
+            "job %s/%s %s through the API (token %d)",
+            tenant,
+            spec.name,
+            "created" if created else "updated",
+            who.token_id,
+            extra={
+                "action": "api_job_saved",
+                "tenant": tenant,
+                "job": spec.name,
+                "token_id": who.token_id,
+                "created": created,
+            },
+        )
         return await self.job(who, job_id), created
 
     async def update(self, who: Principal, job_id: int, changes: dict[str, Any]) -> dict[str, Any]:
@@ -173,15 +204,29 @@ class JobService:
         row = await self.reads.job(job_id, tenant=who.scope)
         if row is None:
             raise NoSuchJob(job_id)
-        method = {"pause": self.store.pause_job, "resume": self.store.resume_job,
-                  "trigger": self.store.trigger_job, "delete": self.store.delete_job}[verb]
+        method = {
+            "pause": self.store.pause_job,
+            "resume": self.store.resume_job,
+            "trigger": self.store.trigger_job,
+            "delete": self.store.delete_job,
+        }[verb]
         try:
             await method(row["tenant"], row["name"])
         except JobNotFound:
             raise NoSuchJob(job_id) from None
-        log.info("job %s/%s: %s through the API (token %d)", row["tenant"], row["name"], verb,
-                 who.token_id, extra={"action": f"api_job_{verb}", "tenant": row["tenant"],
-                                      "job": row["name"], "token_id": who.token_id})
+        log.info(
+            "job %s/%s: %s through the API (token %d)",
+            row["tenant"],
+            row["name"],
+            verb,
+            who.token_id,
+            extra={
+                "action": f"api_job_{verb}",
+                "tenant": row["tenant"],
+                "job": row["name"],
+                "token_id": who.token_id,
+            },
+        )
         return {} if verb == "delete" else await self.job(who, job_id)
 
     async def run(self, who: Principal, run_id: int) -> dict[str, Any]:
@@ -202,9 +247,12 @@ class JobService:
                     owners[shard].append(node["node_id"])
         leader = next((n["node_id"] for n in nodes if n["leader"]), None)
         return {
-            "nodes": [{**n, "leader": bool(n["leader"])} for n in nodes], "leader": leader,
-            "shards": {"owners": {str(s): owners[s] for s in sorted(owners)},
-                       "unowned": [s for s in range(64) if s not in owners],
-                       "contested": [s for s in sorted(owners) if len(owners[s]) > 1]},
+            "nodes": [{**n, "leader": bool(n["leader"])} for n in nodes],
+            "leader": leader,
+            "shards": {
+                "owners": {str(s): owners[s] for s in sorted(owners)},
+                "unowned": [s for s in range(64) if s not in owners],
+                "contested": [s for s in sorted(owners) if len(owners[s]) > 1],
+            },
             "jobs": await self.store.cluster_counts(tenant=who.scope),
         }
