@@ -17,9 +17,9 @@ import schemathesis
 from hypothesis import strategies as st
 
 _FINGERPRINT = """
-SELECT md5(coalesce((SELECT string_agg(j::text, '|' ORDER BY j.id) FROM scheduled_jobs j), '')
+SELECT md5(coalesce((SELECT string_agg(j::text, '|' ORDER BY j.id) FROM pgpulse_jobs j), '')
            || '#' ||
-           coalesce((SELECT string_agg(r::text, '|' ORDER BY r.id) FROM job_runs r), ''))
+           coalesce((SELECT string_agg(r::text, '|' ORDER BY r.id) FROM pgpulse_runs r), ''))
 """
 _conn: psycopg.Connection[Any] | None = None
 _before: dict[int, str] = {}

@@ -38,9 +38,7 @@ async def test_declared_jobs_are_upserted_at_node_start_and_run(dsn: str, db: An
         node.cancel()
         with pytest.raises(asyncio.CancelledError):
             await node
-    job = db.execute(
-        "SELECT tenant, name, handler, schedule, source FROM scheduled_jobs"
-    ).fetchone()
+    job = db.execute("SELECT tenant, name, handler, schedule, source FROM pgpulse_jobs").fetchone()
     assert job == {
         "tenant": "relay",
         "name": "health",

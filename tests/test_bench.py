@@ -12,15 +12,15 @@ from typing import Any
 
 import psycopg
 
-from pgpulse.bench import floor
-from pgpulse.bench.ceiling import pgbench_script
-from pgpulse.bench.common import Result, drop_db, load_jobs
-from pgpulse.bench.peers import add_pulse_ratios
-from pgpulse.bench.report import floor_rows, render, targets
-from pgpulse.bench.sqltext import placeholders, split_final_select, to_positional
-from pgpulse.bench.steady import PERIOD, expected_runs
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
+from pgpulse_tools.bench import floor
+from pgpulse_tools.bench.ceiling import pgbench_script
+from pgpulse_tools.bench.common import Result, drop_db, load_jobs
+from pgpulse_tools.bench.peers import add_pulse_ratios
+from pgpulse_tools.bench.report import floor_rows, render, targets
+from pgpulse_tools.bench.sqltext import placeholders, split_final_select, to_positional
+from pgpulse_tools.bench.steady import PERIOD, expected_runs
 
 
 def test_ceiling_script_is_generated_from_every_parameter_of_the_queries() -> None:
@@ -29,7 +29,7 @@ def test_ceiling_script_is_generated_from_every_parameter_of_the_queries() -> No
     script = pgbench_script()
     assert "%(" not in script and ";" not in script  # one statement, every parameter bound
     assert "json_to_recordset((:outcomes)::json)" in script
-    assert "INSERT INTO job_runs AS r" in script  # the history row, written once per firing
+    assert "INSERT INTO pgpulse_runs AS r" in script  # the history row, written once per firing
     assert "FOR UPDATE OF j SKIP LOCKED" in script  # Pulse's own claim, not a copy
     assert script.endswith("FROM pulse_claim \\gset\n")
 
@@ -201,7 +201,7 @@ def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: st
         misfire_grace=60.0,
     )
     rows = db.execute(
-        "SELECT anchor_at, scheduled_for, next_run_at FROM scheduled_jobs ORDER BY anchor_at"
+        "SELECT anchor_at, scheduled_for, next_run_at FROM pgpulse_jobs ORDER BY anchor_at"
     ).fetchall()
     anchors = [r["anchor_at"] for r in rows]
     assert all(r["scheduled_for"] == r["next_run_at"] == r["anchor_at"] for r in rows)

@@ -42,7 +42,7 @@ async def drain(store: Store, now: Any, seen: list[RunContext]) -> None:
 
 
 def outcomes(db: Any) -> dict[str, list[Any]]:
-    rows = db.execute("SELECT scheduled_for, outcome FROM job_runs ORDER BY id").fetchall()
+    rows = db.execute("SELECT scheduled_for, outcome FROM pgpulse_runs ORDER BY id").fetchall()
     result: dict[str, list[Any]] = {}
     for row in rows:
         result.setdefault(row["outcome"], []).append(row["scheduled_for"])
@@ -55,7 +55,7 @@ async def test_backfill_runs_every_missed_occurrence_in_order(store: Store, db: 
     await drain(store, BACK, seen)
     assert [ctx.scheduled_for for ctx in seen] == MISSED  # 112 runs, ascending, distinct
     assert outcomes(db) == {"succeeded": MISSED}
-    job = db.execute("SELECT status, scheduled_for FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT status, scheduled_for FROM pgpulse_jobs").fetchone()
     assert job == {"status": "idle", "scheduled_for": utc(2026, 1, 1, 1, 53)}  # on schedule
 
 
@@ -67,7 +67,7 @@ async def test_backfill_limit_keeps_the_newest_and_records_the_rest(store: Store
     result = outcomes(db)
     assert result["succeeded"] == MISSED[-10:]
     assert sorted(result["skipped"]) == MISSED[:102]
-    assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone()["n"] == 112
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs").fetchone()["n"] == 112
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ async def test_skip_records_skips_and_runs_nothing_beyond_grace(
     result = outcomes(db)
     assert sorted(result["skipped"]) == MISSED[: 112 - len(late_runs)]
     assert result.get("succeeded", []) == late_runs
-    job = db.execute("SELECT scheduled_for, next_run_at FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT scheduled_for, next_run_at FROM pgpulse_jobs").fetchone()
     assert job["scheduled_for"] == utc(2026, 1, 1, 1, 53)  # continues, not in the past
     assert job["next_run_at"] == utc(2026, 1, 1, 1, 53)
 
@@ -110,7 +110,7 @@ async def test_interval_keeps_its_anchor_after_downtime(store: Store, db: Any) -
     seen: list[RunContext] = []
     await drain(store, anchor + timedelta(hours=2, seconds=5), seen)
     assert seen == []
-    job = db.execute("SELECT scheduled_for FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT scheduled_for FROM pgpulse_jobs").fetchone()
     assert job["scheduled_for"] == utc(2026, 1, 1, 2, 1, 50)  # still at :50
     skipped = outcomes(db)["skipped"]
     assert len(skipped) == 120 and all(t.second == 50 for t in skipped)
@@ -128,12 +128,12 @@ def sub(k: int) -> Any:
 
 async def test_interval_keeps_a_sub_second_anchor_after_downtime(store: Store, db: Any) -> None:
     await add(store, spec("tick", schedule="@every 60s", catch_up="skip", misfire_grace=0), now=SUB)
-    job = db.execute("SELECT anchor_at, scheduled_for, next_run_at FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT anchor_at, scheduled_for, next_run_at FROM pgpulse_jobs").fetchone()
     assert job == {"anchor_at": SUB, "scheduled_for": sub(1), "next_run_at": sub(1)}
     seen: list[RunContext] = []
     await drain(store, SUB + timedelta(hours=2, seconds=5), seen)
     assert seen == []
-    job = db.execute("SELECT scheduled_for, next_run_at FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT scheduled_for, next_run_at FROM pgpulse_jobs").fetchone()
     assert job == {"scheduled_for": sub(121), "next_run_at": sub(121)}  # still at :50.357123
     assert sorted(outcomes(db)["skipped"]) == [sub(k) for k in range(1, 121)]
 
@@ -148,7 +148,7 @@ async def test_backfill_on_a_sub_second_grid_is_due_to_the_microsecond(
     await drain(store, sub(10), seen)  # now it is (due means scheduled_for <= now)
     assert [ctx.scheduled_for for ctx in seen] == [sub(k) for k in range(1, 11)]
     assert outcomes(db) == {"succeeded": [sub(k) for k in range(1, 11)]}
-    job = db.execute("SELECT scheduled_for FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT scheduled_for FROM pgpulse_jobs").fetchone()
     assert job["scheduled_for"] == sub(11)
 
 
@@ -167,7 +167,7 @@ async def test_backfill_limit_and_coalesce_keep_a_sub_second_anchor(store: Store
     }
     assert ran == {"limited": [sub(110), sub(111), sub(112)], "report": [sub(112)]}
     rows = db.execute(
-        "SELECT j.name, r.scheduled_for FROM job_runs r JOIN scheduled_jobs j "
+        "SELECT j.name, r.scheduled_for FROM pgpulse_runs r JOIN pgpulse_jobs j "
         "ON j.id = r.job_id WHERE r.outcome = 'skipped' ORDER BY 1, 2"
     ).fetchall()
     skipped = {
@@ -178,7 +178,7 @@ async def test_backfill_limit_and_coalesce_keep_a_sub_second_anchor(store: Store
         "limited": [sub(k) for k in range(1, 110)],
         "report": [sub(k) for k in range(1, 112)],
     }
-    held = db.execute("SELECT scheduled_for FROM scheduled_jobs ORDER BY name").fetchall()
+    held = db.execute("SELECT scheduled_for FROM pgpulse_jobs ORDER BY name").fetchall()
     assert [r["scheduled_for"] for r in held] == [sub(113), sub(113)]
 
 
@@ -196,5 +196,5 @@ async def test_resume_continues_on_the_sub_second_grid(
     await add(store, spec("tick", schedule="@every 60s"), now=SUB)
     await store.pause_job("default", "tick")
     await store.resume_job("default", "tick", now=resumed_at)
-    job = db.execute("SELECT status, scheduled_for, next_run_at FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT status, scheduled_for, next_run_at FROM pgpulse_jobs").fetchone()
     assert job == {"status": "idle", "scheduled_for": expected, "next_run_at": expected}

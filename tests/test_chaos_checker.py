@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from helpers import utc
-from pgpulse.chaos.checker import Verdict, check
-from pgpulse.chaos.history import (
+from pgpulse_tools.chaos.checker import Verdict, check
+from pgpulse_tools.chaos.history import (
     Execution,
     Fault,
     History,
@@ -23,7 +23,7 @@ from pgpulse.chaos.history import (
     dump_history,
     load_history,
 )
-from pgpulse.chaos.timing import percentile
+from pgpulse_tools.chaos.timing import percentile
 
 T0 = utc(2026, 1, 1, 12, 0, 0)  # the job's anchor: it fires at T0+1s, T0+2s, ...
 
@@ -329,17 +329,17 @@ def test_occurrences_the_job_has_not_reached_yet_are_queued_not_lost() -> None:
 async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caught(
     store: Any, db: Any
 ) -> None:
-    """Since schema version 4 a claim writes no job_runs row: the harness logs claims and their
-    ends from scheduled_jobs. Real engine writes give 'running' per claim and 'ended' per end
+    """A claim writes no pgpulse_runs row: the harness logs claims and their
+    ends from pgpulse_jobs. Real engine writes give 'running' per claim and 'ended' per end
     (release, finish), the checker finds nothing in them, and a second claim made while one is
     open (a token bumped under a live lease) is caught. Without the claim log every history
     would pass the double-claim check."""
     from helpers import ALL_SHARDS, add, spec
-    from pgpulse.chaos.checker import double_claims
-    from pgpulse.chaos.history import RunEvent
-    from pgpulse.chaos.runner import Q
     from pgpulse.planner import Advance
     from pgpulse.store import Outcome
+    from pgpulse_tools.chaos.checker import double_claims
+    from pgpulse_tools.chaos.history import RunEvent
+    from pgpulse_tools.chaos.runner import Q
 
     db.execute(Q["create_history"])
     await add(store, spec("billing"), now=utc(2026, 1, 1))
@@ -363,6 +363,6 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
     ]
     assert double_claims(events()) == []
     [third] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=utc(2026, 1, 1, 0, 6))
-    db.execute("UPDATE scheduled_jobs SET fencing_token = fencing_token + 1, locked_by = 'rogue'")
+    db.execute("UPDATE pgpulse_jobs SET fencing_token = fencing_token + 1, locked_by = 'rogue'")
     [found] = double_claims(events())
     assert f"rogue claimed t{third.fencing_token + 1}" in found and "node-a" in found

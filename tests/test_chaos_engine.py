@@ -148,7 +148,7 @@ async def test_a_silent_leader_does_not_stop_expired_leases_being_reaped(
         async with running(node(store, dsn, {"noop": noop}, lease=2.0)):
             await wait_until(
                 lambda: (
-                    db.execute("SELECT locked_by FROM scheduled_jobs").fetchone()["locked_by"]
+                    db.execute("SELECT locked_by FROM pgpulse_jobs").fetchone()["locked_by"]
                     != "paused-node"
                 ),
                 within=8,
@@ -168,7 +168,7 @@ async def test_the_token_guard_refuses_a_zombie_only_once_a_newer_token_was_seen
     [job_id] = await add(store, spec("fenced", schedule="0 0 1 1 *"))
     await store.trigger_job("default", "fenced")
     [zombie] = await store.claim_due("zombie", ALL_SHARDS, 1, lease=0.2)
-    db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - interval '1 second'")
+    db.execute("UPDATE pgpulse_jobs SET lease_expires_at = now() - interval '1 second'")
     seen = {job_id: 0}
 
     def guarded_write(job: ClaimedJob) -> bool:

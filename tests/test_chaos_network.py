@@ -16,11 +16,11 @@ import pytest
 from psycopg import conninfo
 
 from helpers import add, spec
-from pgpulse.chaos.proxy import Proxy
-from pgpulse.chaos.server import ExternalServer
 from pgpulse.database import open_pool
 from pgpulse.handlers import RunContext
 from pgpulse.store import Store
+from pgpulse_tools.chaos.proxy import Proxy
+from pgpulse_tools.chaos.server import ExternalServer
 from test_engine import node, running, wait_until
 
 LEASE, HEARTBEAT = 3.0, 0.2

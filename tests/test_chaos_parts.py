@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pgpulse.chaos.faults import FAULT_KINDS, plan_faults
-from pgpulse.chaos.proxy import Proxy, Upstream
-from pgpulse.chaos.workload import build_jobs, kinds
+from pgpulse_tools.chaos.faults import FAULT_KINDS, plan_faults
+from pgpulse_tools.chaos.proxy import Proxy, Upstream
+from pgpulse_tools.chaos.workload import build_jobs, kinds
 
 
 def test_a_seed_names_a_plan_and_every_kind_comes_first() -> None:

@@ -14,36 +14,54 @@ verdict would depend on timing; ``pgpulse chaos --guard token`` measures that ca
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from pgpulse.chaos.checker import Verdict
-from pgpulse.chaos.cluster import NodeSettings
-from pgpulse.chaos.faults import FAULT_KINDS
-from pgpulse.chaos.runner import ChaosConfig, run_chaos
+from pgpulse_tools.chaos.checker import Verdict
+from pgpulse_tools.chaos.faults import FAULT_KINDS
 
 SEED = 14
-CONFIG = ChaosConfig(
-    duration=30,
-    nodes=3,
-    seed=SEED,
-    jobs=80,
-    node=NodeSettings(
-        lease=3.0, heartbeat=0.5, poll=1.0, slots=24, drain_timeout=2.0, guard="lease"
-    ),
-)
+#: The command a user types (run as ``python -m pgpulse``, the CLI's own loop: uvloop).
+COMMAND = [
+    *("chaos", "--duration", "30", "--nodes", "3", "--seed", str(SEED), "--jobs", "80"),
+    *("--lease", "3", "--heartbeat", "0.5", "--slots", "24", "--drain-timeout", "2"),
+    *("--guard", "lease"),
+]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
 def chaos_run() -> Iterator[tuple[Verdict, str]]:
-    """Run the harness once; yield its verdict and everything it printed."""
-    lines: list[str] = []
-    verdict = asyncio.run(run_chaos(CONFIG, lines.append))
-    yield verdict, "\n".join(lines)
+    """Run ``pgpulse chaos`` once, as a subprocess on the loop the CLI uses; yield its verdict
+    (from ``--report``) and everything it printed. It starts its own PostgreSQL (in a temporary
+    folder of its own), so it does not use the suite's server."""
+    with tempfile.TemporaryDirectory(prefix="pgpulse-chaos-test-") as folder:
+        report = Path(folder) / "verdict.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PGPULSE_")}
+        done = subprocess.run(
+            [sys.executable, "-m", "pgpulse", *COMMAND, "--report", str(report)],
+            capture_output=True,
+            text=True,
+            timeout=220,
+            env=env,
+            check=False,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode in (0, 1), output  # 1: a verdict that failed; anything else broke
+        assert report.exists(), output
+        verdict = Verdict.from_dict(json.loads(report.read_text()))
+        assert (done.returncode == 0) == verdict.ok, output
+        yield verdict, output
 
 
 def test_the_run_injects_every_fault_kind_and_prints_its_seed(
@@ -75,3 +93,41 @@ def test_the_verdict_is_ok(chaos_run: tuple[Verdict, str]) -> None:
     verdict, _ = chaos_run
     assert verdict.ok, verdict.table()
     assert int(verdict.figure("fenced").value) > 0, verdict.table()
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_start_exits_3_in_one_line_and_leaves_no_folder(tmp_path: Path) -> None:
+    """The command on a server that does not answer: one line on stderr, exit 3, and none of the
+    temporary folders it made is left behind (TMPDIR points into this test's folder)."""
+    with socket_port() as port:  # bound and not listening: connections are refused
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PGPULSE_")}
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pgpulse",
+                "--database-url",
+                f"postgresql://postgres@127.0.0.1:{port}/postgres",
+                "chaos",
+                "--duration",
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=50,
+            env={**env, "TMPDIR": str(tmp_path)},
+            check=False,
+        )
+    assert done.returncode == 3, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@contextlib.contextmanager
+def socket_port() -> Iterator[int]:
+    """A loopback TCP port that is bound but not listening, for as long as the block runs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]

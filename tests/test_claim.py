@@ -14,12 +14,12 @@ import pytest
 from psycopg import sql
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse.bench.common import load_jobs
-from pgpulse.bench.sqltext import to_positional
 from pgpulse.database import Session
 from pgpulse.planner import Advance
 from pgpulse.sql import QUERIES
 from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Outcome, Store
+from pgpulse_tools.bench.common import load_jobs
+from pgpulse_tools.bench.sqltext import to_positional
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)  # every job created at T0 is due by then
@@ -60,7 +60,7 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
     )
     assert tuple(c.name for c in cur.description) == (*ClaimedJob._fields, "next_due", "written")
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
-    row = db.execute("SELECT run_id FROM scheduled_jobs").fetchone()
+    row = db.execute("SELECT run_id FROM pgpulse_jobs").fetchone()
     assert (
         job.id,
         job.name,
@@ -92,7 +92,7 @@ async def test_a_claimer_skips_rows_locked_by_another_instead_of_waiting(
     async with await psycopg.AsyncConnection.connect(dsn) as holder:
         # Another poller's transaction holds five rows locked and does not commit.
         await holder.execute(
-            "SELECT id FROM scheduled_jobs WHERE id = ANY(%s) FOR UPDATE", (ids[:5],)
+            "SELECT id FROM pgpulse_jobs WHERE id = ANY(%s) FOR UPDATE", (ids[:5],)
         )
         started = time.monotonic()
         batch = await store.claim_due("node-b", ALL_SHARDS, 10, lease=30, now=LATER)
@@ -103,7 +103,7 @@ async def test_a_claimer_skips_rows_locked_by_another_instead_of_waiting(
 
 
 async def test_claim_takes_only_owned_shards_and_shows_the_run_running(store: Store, db) -> None:
-    """The claim writes only the job row; job_runs_live shows the attempt as running, under
+    """The claim writes only the job row; pgpulse_runs_live shows the attempt as running, under
     the run id the claim handed out (history is written when the attempt ends)."""
     ids = await add(store, *(spec(f"job-{i}") for i in range(128)), now=T0)
     batch = await store.claim_due("node-a", [0, 1], 100, lease=30, now=LATER)
@@ -112,8 +112,8 @@ async def test_claim_takes_only_owned_shards_and_shows_the_run_running(store: St
     job = batch[0]
     assert job.attempt == 1 and job.fencing_token == 1
     assert job.db_now == LATER
-    assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 0}
-    run = db.execute("SELECT * FROM job_runs_live WHERE id = %s", (job.run_id,)).fetchone()
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs").fetchone() == {"n": 0}
+    run = db.execute("SELECT * FROM pgpulse_runs_live WHERE id = %s", (job.run_id,)).fetchone()
     assert (run["outcome"], run["attempts"], run["started_at"], run["fencing_token"]) == (
         "running",
         1,
@@ -122,7 +122,7 @@ async def test_claim_takes_only_owned_shards_and_shows_the_run_running(store: St
     )
     assert run["scheduled_for"] == job.scheduled_for and run["node_id"] == "node-a"
     row = db.execute(
-        "SELECT status, lease_expires_at, locked_by FROM scheduled_jobs WHERE id = %s", (job.id,)
+        "SELECT status, lease_expires_at, locked_by FROM pgpulse_jobs WHERE id = %s", (job.id,)
     ).fetchone()
     assert row == {
         "status": "running",
@@ -135,14 +135,14 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
     store: Store, db: Any
 ) -> None:
     """History is written when an attempt ends: a retry's row is written by the failed attempt,
-    hidden in job_runs_live while the next attempt runs, and updated by its end — one row, the
+    hidden in pgpulse_runs_live while the next attempt runs, and updated by its end — one row, the
     id every attempt was handed, attempts 2, started at the second claim."""
     await add(store, spec("flaky"), now=T0)
     [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     assert await store.finish_runs(
         [Outcome(first, "retrying", retry_in=0.0, error="boom")], now=LATER
     ) == {first.id}
-    live = "SELECT id, outcome, attempts, node_id, started_at FROM job_runs_live"
+    live = "SELECT id, outcome, attempts, node_id, started_at FROM pgpulse_runs_live"
     assert db.execute(live).fetchall() == [
         {
             "id": first.run_id,
@@ -167,7 +167,7 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
     done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
     assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {first.id}
     assert db.execute(
-        "SELECT id, outcome, attempts, node_id, started_at, finished_at, error FROM job_runs"
+        "SELECT id, outcome, attempts, node_id, started_at, finished_at, error FROM pgpulse_runs"
     ).fetchall() == [
         {
             "id": first.run_id,
@@ -182,35 +182,6 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
     # the next occurrence is a new run
     [nxt] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=utc(2026, 1, 1, 0, 2))
     assert nxt.attempt == 1 and nxt.run_id > first.run_id
-
-
-async def test_a_run_id_left_by_a_version_3_node_is_not_handed_out_again(
-    store: Store, db: Any
-) -> None:
-    """A version-3 node (rolling upgrade) moves a job on without clearing run_id, which it does
-    not know: the id is then another occurrence's row. Neither the claim nor the sweeper uses
-    it again (a handler would get another run's id; the history row would collide with it)."""
-    await add(store, spec("billing"), now=T0)
-    [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
-    done = Outcome(first, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
-    assert await store.finish_runs([done], now=LATER) == {first.id}
-    stale = "UPDATE scheduled_jobs SET run_id = %s"  # what an old node's finish leaves
-    db.execute(stale, (first.run_id,))
-    [second] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=utc(2026, 1, 1, 0, 2))
-    assert second.run_id != first.run_id
-    db.execute(stale, (first.run_id,))  # as an old node's claim of it would leave it
-    db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - interval '1 second'")
-    assert await store.reap_expired_leases() == 1
-    rows = db.execute(
-        "SELECT id, scheduled_for, outcome FROM job_runs ORDER BY scheduled_for"
-    ).fetchall()
-    assert rows[0] == {
-        "id": first.run_id,
-        "scheduled_for": first.scheduled_for,
-        "outcome": "succeeded",
-    }  # the earlier run is untouched
-    assert rows[1]["id"] != first.run_id and rows[1]["outcome"] == "retrying"
-    assert rows[1]["scheduled_for"] == utc(2026, 1, 1, 0, 2)
 
 
 async def test_claim_limit_is_respected_and_not_due_jobs_stay(store: Store) -> None:
@@ -232,13 +203,13 @@ async def test_stale_token_completion_changes_nothing(store: Store, db) -> None:
     assert taker.fencing_token == zombie.fencing_token + 1
     assert taker.attempt == 2 and taker.run_id == zombie.run_id  # same run, next attempt
 
-    before = db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone()
-    run_before = db.execute("SELECT * FROM job_runs WHERE id = %s", (zombie.run_id,)).fetchone()
+    before = db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone()
+    run_before = db.execute("SELECT * FROM pgpulse_runs WHERE id = %s", (zombie.run_id,)).fetchone()
     wrote = await store.finish_runs([Outcome(zombie, "retrying", retry_in=1.0, error="zombie")])
     assert wrote == set()
-    assert db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone() == before
+    assert db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone() == before
     assert (
-        db.execute("SELECT * FROM job_runs WHERE id = %s", (zombie.run_id,)).fetchone()
+        db.execute("SELECT * FROM pgpulse_runs WHERE id = %s", (zombie.run_id,)).fetchone()
         == run_before
     )
     # The zombie cannot renew its lease either; the rightful holder can.
@@ -253,7 +224,7 @@ async def test_release_hands_the_claim_back_without_counting_the_attempt(store: 
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     assert await store.release_runs([(job_id, job.fencing_token)], reason="shutdown") == 1
     row = db.execute(
-        "SELECT status, attempt, lease_expires_at, last_error FROM scheduled_jobs WHERE id = %s",
+        "SELECT status, attempt, lease_expires_at, last_error FROM pgpulse_jobs WHERE id = %s",
         (job_id,),
     ).fetchone()
     assert row == {
@@ -263,7 +234,7 @@ async def test_release_hands_the_claim_back_without_counting_the_attempt(store: 
         "last_error": "shutdown",
     }
     # the attempt did not end: no history, nothing shown as running
-    assert db.execute("SELECT count(*) AS n FROM job_runs_live").fetchone() == {"n": 0}
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs_live").fetchone() == {"n": 0}
     [again] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30)
     assert again.attempt == 1 and again.run_id == job.run_id  # the same run, attempt 1 again
 
@@ -295,7 +266,7 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
         "now": T0,
     }
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        await conn.execute("ANALYZE scheduled_jobs")  # plan on statistics, not on a guess
+        await conn.execute("ANALYZE pgpulse_jobs")  # plan on statistics, not on a guess
         cur = await conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["finish_and_claim"],  # type: ignore[operator]
             params,
@@ -303,9 +274,7 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
         row = await cur.fetchone()
         await conn.rollback()
     assert row is not None
-    scans = [
-        n for n in _plan_nodes(row[0][0]["Plan"]) if n.get("Index Name") == "scheduled_jobs_due"
-    ]
+    scans = [n for n in _plan_nodes(row[0][0]["Plan"]) if n.get("Index Name") == "pgpulse_jobs_due"]
     assert all("Index Cond" in n for n in scans), scans
     due = [n for n in scans if "<=" in n["Index Cond"]]
     ahead = [n for n in scans if "<=" not in n["Index Cond"]]
@@ -331,7 +300,9 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
     assert (step.written, step.jobs, step.db_now) == ({job_id}, [], LATER)
     assert step.next_due == utc(2026, 1, 1, 0, 2)  # before the hourly job's 01:00
-    run = db.execute("SELECT outcome, output FROM job_runs WHERE id = %s", (job.run_id,)).fetchone()
+    run = db.execute(
+        "SELECT outcome, output FROM pgpulse_runs WHERE id = %s", (job.run_id,)
+    ).fetchone()
     assert run == {"outcome": "succeeded", "output": "a\ufffdb"}  # NUL cannot be stored as is
     after = await store.finish_and_claim([], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
     [again] = after.jobs
@@ -347,11 +318,11 @@ async def test_a_failed_step_writes_no_outcome(store: Store, db) -> None:
     [job_id] = await add(store, spec("a"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
-    before = db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone()
+    before = db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone()
     with pytest.raises(psycopg.errors.NumericValueOutOfRange):
         # 40000 is no smallint: the claim fails after the outcome was sent
         await store.finish_and_claim([done], "node-a", [40000], 1, lease=30, now=LATER)
-    assert db.execute("SELECT * FROM scheduled_jobs WHERE id = %s", (job_id,)).fetchone() == before
+    assert db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone() == before
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 0, lease=30, now=LATER)
     assert step.written == {job_id} and step.jobs == [] and step.next_due is None
 
@@ -438,7 +409,7 @@ async def test_the_generic_claim_plan_reads_only_what_it_claims(store: Store, ds
     due = [
         n
         for n in idle
-        if n.get("Index Name") == "scheduled_jobs_due" and "<=" in n.get("Index Cond", "")
+        if n.get("Index Name") == "pgpulse_jobs_due" and "<=" in n.get("Index Cond", "")
     ]
     assert due and all(n["Actual Rows"] == 0 for n in due), due
     # ... and finding the next due instant reads the one index entry after now
@@ -456,20 +427,20 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
     store: Store, dsn: str, db: Any
 ) -> None:
     """Finishing a batch reads only the rows it finishes, whatever the statistics were when the
-    claim session planned it. Here they are a fresh install's: job_runs analyzed while empty,
-    no job running. A plan made from them scanned all of job_runs for each finished run (and
-    read every running job through scheduled_jobs_leases); with 4,000 history rows and 60 jobs
+    claim session planned it. Here they are a fresh install's: pgpulse_runs analyzed while empty,
+    no job running. A plan made from them scanned all of pgpulse_runs for each finished run (and
+    read every running job through pgpulse_jobs_leases); with 4,000 history rows and 60 jobs
     running, finishing 3 must read at most 3 rows at any step, and write 3 history rows."""
     await add(store, *(spec(f"job-{i}") for i in range(60)), now=T0)
-    db.execute("VACUUM ANALYZE scheduled_jobs")
-    db.execute("VACUUM ANALYZE job_runs")  # empty
+    db.execute("VACUUM ANALYZE pgpulse_jobs")
+    db.execute("VACUUM ANALYZE pgpulse_runs")  # empty
     claimed = await store.claim_due("n", ALL_SHARDS, 60, lease=30, now=LATER)
 
     def history_grows() -> None:  # the plan is made while the history is empty, used once not
         db.execute(
-            "INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
+            "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
             "SELECT j.id, %s - make_interval(mins => k), 1, 'succeeded', %s "
-            "FROM scheduled_jobs j, generate_series(1, 66) AS k",
+            "FROM pgpulse_jobs j, generate_series(1, 66) AS k",
             (T0, T0),
         )
 
@@ -510,10 +481,10 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
     )
     # the three were written, each with its history row (and nothing claimed: the limit is 0)
     assert writes == [
-        ("Insert", "job_runs", 0),
-        ("Insert", "job_runs", 3),
-        ("Update", "scheduled_jobs", 0),
-        ("Update", "scheduled_jobs", 3),
+        ("Insert", "pgpulse_runs", 0),
+        ("Insert", "pgpulse_runs", 3),
+        ("Update", "pgpulse_jobs", 0),
+        ("Update", "pgpulse_jobs", 3),
     ], reads
     assert max(rows for _, _, _, rows in reads) == 3, "\n".join(map(str, reads))
     assert not [n for n in plan if n["Node Type"] == "Seq Scan"], reads

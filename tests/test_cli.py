@@ -21,7 +21,7 @@ def cli(dsn: str, *args: str) -> Result:
 
 
 def job_rows(db: Any) -> list[dict[str, Any]]:
-    return db.execute("SELECT * FROM scheduled_jobs ORDER BY id").fetchall()
+    return db.execute("SELECT * FROM pgpulse_jobs ORDER BY id").fetchall()
 
 
 def test_schedule_next_prints_exact_instants_across_a_dst_gap() -> None:

@@ -57,12 +57,12 @@ async def test_killed_node_run_is_taken_over_as_attempt_two(
     try:
         await wait_until(
             lambda: db.execute(
-                "SELECT count(*) AS n FROM job_runs_live WHERE outcome = 'running' "
+                "SELECT count(*) AS n FROM pgpulse_runs_live WHERE outcome = 'running' "
                 "AND node_id = 'node-a'"
             ).fetchone()["n"],
             within=30,
         )
-        first = db.execute("SELECT id, attempts FROM job_runs_live").fetchone()
+        first = db.execute("SELECT id, attempts FROM pgpulse_runs_live").fetchone()
         assert first["attempts"] == 1
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -72,13 +72,13 @@ async def test_killed_node_run_is_taken_over_as_attempt_two(
     async with running(b):
         await wait_until(
             lambda: db.execute(
-                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'"
+                "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'succeeded'"
             ).fetchone()["n"],
             within=30,
         )
         await asyncio.sleep(0)
     runs = db.execute(
-        "SELECT id, scheduled_for, attempts, outcome, node_id, output FROM job_runs"
+        "SELECT id, scheduled_for, attempts, outcome, node_id, output FROM pgpulse_runs"
     ).fetchall()
     assert runs == [
         {
@@ -91,7 +91,7 @@ async def test_killed_node_run_is_taken_over_as_attempt_two(
         }
     ]
     assert (
-        db.execute("SELECT count(*) AS n FROM scheduled_jobs WHERE status = 'running'").fetchone()[
+        db.execute("SELECT count(*) AS n FROM pgpulse_jobs WHERE status = 'running'").fetchone()[
             "n"
         ]
         == 0

@@ -104,7 +104,7 @@ async def test_a_backlog_never_runs_more_attempts_than_slots(
         await wait_until(
             lambda: (
                 db.execute(
-                    "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'"
+                    "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'succeeded'"
                 ).fetchone()["n"]
                 == 40
             )
@@ -129,7 +129,7 @@ async def test_an_every_second_job_runs_each_occurrence_once(
         len(times) - 1
     )
     runs = db.execute(
-        "SELECT scheduled_for, outcome, attempts, output FROM job_runs ORDER BY scheduled_for"
+        "SELECT scheduled_for, outcome, attempts, output FROM pgpulse_runs ORDER BY scheduled_for"
     ).fetchall()
     done = [r for r in runs if r["outcome"] == "succeeded"]
     assert [r["scheduled_for"] for r in done] == times[: len(done)]
@@ -153,11 +153,11 @@ async def test_failures_retry_then_succeed_in_the_same_run(store: Store, dsn: st
     async with running(node(store, dsn, {"flaky": flaky})):
         await wait_until(
             lambda: db.execute(
-                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'"
+                "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'succeeded'"
             ).fetchone()["n"]
         )
     assert attempts == [1, 2, 3]
-    run = db.execute("SELECT outcome, attempts, error, output FROM job_runs").fetchone()
+    run = db.execute("SELECT outcome, attempts, error, output FROM pgpulse_runs").fetchone()
     assert run == {"outcome": "succeeded", "attempts": 3, "error": None, "output": "ok"}
 
 
@@ -171,15 +171,15 @@ async def test_exhausted_attempts_fail_the_run_and_the_job_moves_on(
         store,
         spec("broken", schedule="0 0 1 1 *", handler="broken", max_attempts=2, retry_backoff=0.05),
     )
-    before = db.execute("SELECT scheduled_for FROM scheduled_jobs").fetchone()["scheduled_for"]
+    before = db.execute("SELECT scheduled_for FROM pgpulse_jobs").fetchone()["scheduled_for"]
     occurrence = await store.trigger_job("default", "broken")
     async with running(node(store, dsn, {"broken": broken})):
         await wait_until(
             lambda: db.execute(
-                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
+                "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'failed'"
             ).fetchone()["n"]
         )
-    run = db.execute("SELECT scheduled_for, outcome, attempts, error FROM job_runs").fetchone()
+    run = db.execute("SELECT scheduled_for, outcome, attempts, error FROM pgpulse_runs").fetchone()
     assert run == {
         "scheduled_for": occurrence,
         "outcome": "failed",
@@ -187,7 +187,7 @@ async def test_exhausted_attempts_fail_the_run_and_the_job_moves_on(
         "error": "ValueError: no upstream",
     }
     job = db.execute(
-        "SELECT status, scheduled_for, attempt, last_outcome FROM scheduled_jobs"
+        "SELECT status, scheduled_for, attempt, last_outcome FROM pgpulse_jobs"
     ).fetchone()
     assert job == {
         "status": "idle",
@@ -203,9 +203,9 @@ async def test_unknown_handler_fails_the_job_clearly(store: Store, dsn: str, db:
     n = node(store, dsn, {})
     async with running(n):
         await wait_until(
-            lambda: db.execute("SELECT status FROM scheduled_jobs").fetchone()["status"] == "failed"
+            lambda: db.execute("SELECT status FROM pgpulse_jobs").fetchone()["status"] == "failed"
         )
-    job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT status, last_error FROM pgpulse_jobs").fetchone()
     assert job == {
         "status": "failed",
         "last_error": f"handler 'gone' is not registered on node {n.node_id}",
@@ -224,11 +224,13 @@ async def test_a_run_past_its_timeout_is_cancelled_and_fails(
     async with running(node(store, dsn, {"slow": slow})):
         await wait_until(
             lambda: db.execute(
-                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
+                "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'failed'"
             ).fetchone()["n"]
         )
     assert cancelled.is_set()
-    assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == "timed out after 0.2s"
+    assert (
+        db.execute("SELECT error FROM pgpulse_runs").fetchone()["error"] == "timed out after 0.2s"
+    )
 
 
 async def test_one_watchdog_times_out_each_run_at_its_own_limit(
@@ -256,7 +258,7 @@ async def test_one_watchdog_times_out_each_run_at_its_own_limit(
         await wait_until(
             lambda: (
                 db.execute(
-                    "SELECT count(*) AS n FROM job_runs WHERE finished_at IS NOT NULL"
+                    "SELECT count(*) AS n FROM pgpulse_runs WHERE finished_at IS NOT NULL"
                 ).fetchone()["n"]
                 == 4
             )
@@ -264,7 +266,7 @@ async def test_one_watchdog_times_out_each_run_at_its_own_limit(
     rows = db.execute(
         "SELECT j.name, r.outcome, r.error, r.output, "
         "extract(epoch FROM r.finished_at - r.started_at)::float8 AS took "
-        "FROM job_runs r JOIN scheduled_jobs j ON j.id = r.job_id"
+        "FROM pgpulse_runs r JOIN pgpulse_jobs j ON j.id = r.job_id"
     ).fetchall()
     ended = {row["name"]: (row["outcome"], row["error"], row["output"]) for row in rows}
     assert ended == {
@@ -331,7 +333,7 @@ def test_a_run_past_its_timeout_fails_on_uvloop(dsn: str, db: Any) -> None:
             async with running(node(store, dsn, {"slow": slow})):
                 await wait_until(
                     lambda: db.execute(
-                        "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
+                        "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'failed'"
                     ).fetchone()["n"]
                 )
             assert cancelled.is_set()
@@ -340,7 +342,9 @@ def test_a_run_past_its_timeout_fails_on_uvloop(dsn: str, db: Any) -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(scenario())
-    assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == "timed out after 0.2s"
+    assert (
+        db.execute("SELECT error FROM pgpulse_runs").fetchone()["error"] == "timed out after 0.2s"
+    )
 
 
 async def test_a_handlers_own_timeout_error_is_a_plain_failure(
@@ -356,10 +360,10 @@ async def test_a_handlers_own_timeout_error_is_a_plain_failure(
     async with running(node(store, dsn, {"upstream": upstream})):
         await wait_until(
             lambda: db.execute(
-                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'failed'"
+                "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'failed'"
             ).fetchone()["n"]
         )
-    assert db.execute("SELECT error FROM job_runs").fetchone()["error"] == (
+    assert db.execute("SELECT error FROM pgpulse_runs").fetchone()["error"] == (
         "TimeoutError: upstream took too long"
     )
 
@@ -377,10 +381,10 @@ async def test_an_output_with_nul_characters_is_stored_not_stuck(
     async with running(node(store, dsn, {"binary": binary})):
         await wait_until(
             lambda: db.execute(
-                "SELECT count(*) AS n FROM job_runs WHERE outcome = 'succeeded'"
+                "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'succeeded'"
             ).fetchone()["n"]
         )
-    assert db.execute("SELECT output FROM job_runs").fetchone()["output"] == "head\ufffdtail"
+    assert db.execute("SELECT output FROM pgpulse_runs").fetchone()["output"] == "head\ufffdtail"
 
 
 async def test_a_node_that_cannot_renew_cancels_its_run_before_the_lease_ends(
@@ -397,11 +401,11 @@ async def test_a_node_that_cannot_renew_cancels_its_run_before_the_lease_ends(
     async with asyncio.timeout(5):
         await cancelled.wait()
     row = db.execute(
-        "SELECT status, lease_expires_at > now() AS lease_left FROM scheduled_jobs"
+        "SELECT status, lease_expires_at > now() AS lease_left FROM pgpulse_jobs"
     ).fetchone()
     assert row == {"status": "running", "lease_left": True}  # cancelled before expiry
-    assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 0}  # no end
-    assert db.execute("SELECT outcome FROM job_runs_live").fetchone() == {"outcome": "running"}
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs").fetchone() == {"n": 0}  # no end
+    assert db.execute("SELECT outcome FROM pgpulse_runs_live").fetchone() == {"outcome": "running"}
 
 
 async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str, db: Any) -> None:
@@ -412,12 +416,12 @@ async def test_a_refused_renewal_cancels_the_run_at_once(store: Store, dsn: str,
     n = node(store, dsn, {"long": long})
     await n.start()
     assert await n.claim_once() == 1
-    db.execute("UPDATE scheduled_jobs SET fencing_token = fencing_token + 1")  # taken over
+    db.execute("UPDATE pgpulse_jobs SET fencing_token = fencing_token + 1")  # taken over
     await n.renew_once()
     async with asyncio.timeout(2):
         await cancelled.wait()
-    assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 0}  # no end
-    assert db.execute("SELECT outcome FROM job_runs_live").fetchone() == {"outcome": "running"}
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs").fetchone() == {"n": 0}  # no end
+    assert db.execute("SELECT outcome FROM pgpulse_runs_live").fetchone() == {"outcome": "running"}
 
 
 async def test_a_drain_longer_than_the_lease_keeps_renewing_and_lets_the_run_finish(
@@ -440,9 +444,9 @@ async def test_a_drain_longer_than_the_lease_keeps_renewing_and_lets_the_run_fin
     n.stop()
     async with asyncio.timeout(15):
         await task
-    runs = db.execute("SELECT outcome, attempts FROM job_runs").fetchall()
+    runs = db.execute("SELECT outcome, attempts FROM pgpulse_runs").fetchall()
     assert runs == [{"outcome": "succeeded", "attempts": 1}]
-    assert db.execute("SELECT status FROM scheduled_jobs").fetchone()["status"] == "idle"
+    assert db.execute("SELECT status FROM pgpulse_jobs").fetchone()["status"] == "idle"
 
 
 async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str, db: Any) -> None:
@@ -458,7 +462,7 @@ async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str
     async with running(n):
         async with asyncio.timeout(10):
             await started.wait()
-    job = db.execute("SELECT status, attempt, locked_by, last_error FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT status, attempt, locked_by, last_error FROM pgpulse_jobs").fetchone()
     assert job == {
         "status": "idle",
         "attempt": 0,
@@ -466,7 +470,7 @@ async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str
         "last_error": f"released by node {n.node_id} at shutdown",
     }
     # the attempt did not end: no history row; the next claim makes attempt 1 again
-    assert db.execute("SELECT count(*) AS n FROM job_runs_live").fetchone() == {"n": 0}
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs_live").fetchone() == {"n": 0}
     state = db.execute("SELECT state FROM pgpulse_nodes").fetchone()["state"]
     assert state == "stopped"
 
@@ -484,10 +488,10 @@ async def test_a_node_that_knows_the_handler_revives_the_failed_job(
     await store.trigger_job("default", "late")
     async with running(node(store, dsn, {})):
         await wait_until(
-            lambda: db.execute("SELECT status FROM scheduled_jobs").fetchone()["status"] == "failed"
+            lambda: db.execute("SELECT status FROM pgpulse_jobs").fetchone()["status"] == "failed"
         )
     async with running(node(store, dsn, {"late": late})):
         async with asyncio.timeout(10):
             await ran.wait()
-    job = db.execute("SELECT status, last_error, last_outcome FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT status, last_error, last_outcome FROM pgpulse_jobs").fetchone()
     assert job == {"status": "idle", "last_error": None, "last_outcome": "succeeded"}

@@ -1,6 +1,6 @@
-"""A job's history goes with the job (schema version 6): deleting jobs, by Pulse or by hand, one
-or many in a statement, deletes their job_runs rows, through a trigger instead of a foreign key,
-which no firing checks any more."""
+"""A job's history goes with the job: deleting jobs, by Pulse or by hand, one or many in a
+statement, deletes their pgpulse_runs rows, through a trigger instead of a foreign key, which no
+firing checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, until_waiting_on_a_lock, utc
-from pgpulse.migrations import migrate
 from pgpulse.planner import Advance
 from pgpulse.store import Outcome, Store
 
@@ -31,10 +30,10 @@ async def _fire(store: Store, count: int) -> None:
 
 
 def _history(db: Any) -> list[tuple[str, str]]:
-    """(job name, outcome) of every job_runs row, joined by the row's job_id."""
+    """(job name, outcome) of every pgpulse_runs row, joined by the row's job_id."""
     rows = db.execute(
-        "SELECT coalesce(j.name, '<orphan>') AS name, r.outcome FROM job_runs r "
-        "LEFT JOIN scheduled_jobs j ON j.id = r.job_id ORDER BY 1"
+        "SELECT coalesce(j.name, '<orphan>') AS name, r.outcome FROM pgpulse_runs r "
+        "LEFT JOIN pgpulse_jobs j ON j.id = r.job_id ORDER BY 1"
     ).fetchall()
     return [(r["name"], r["outcome"]) for r in rows]
 
@@ -52,7 +51,7 @@ async def test_deleting_jobs_deletes_their_history_and_only_theirs(store: Store,
     await store.delete_job("default", "b")
     assert _history(db) == [("a", "succeeded"), ("c", "succeeded"), ("d", "succeeded")]
 
-    deleted = db.execute("DELETE FROM scheduled_jobs WHERE name IN ('a', 'd')").rowcount
+    deleted = db.execute("DELETE FROM pgpulse_jobs WHERE name IN ('a', 'd')").rowcount
     assert deleted == 2
     assert _history(db) == [("c", "succeeded")]
 
@@ -64,11 +63,10 @@ async def test_a_delete_that_waits_for_a_history_write_deletes_that_row_too(
     waits for it, then deletes the row it wrote: no orphan, which the foreign key prevented."""
     [job_id] = await add(store, spec("busy"), now=T0)
     async with await psycopg.AsyncConnection.connect(dsn) as writer:
+        await writer.execute("UPDATE pgpulse_jobs SET updated_at = now() WHERE id = %s", (job_id,))
         await writer.execute(
-            "UPDATE scheduled_jobs SET updated_at = now() WHERE id = %s", (job_id,)
-        )
-        await writer.execute(
-            "INSERT INTO job_runs (job_id, scheduled_for, outcome) VALUES (%s, %s, 'succeeded')",
+            "INSERT INTO pgpulse_runs (job_id, scheduled_for, outcome) "
+            "VALUES (%s, %s, 'succeeded')",
             (job_id, utc(2026, 1, 1, 0, 1)),
         )
         delete = asyncio.create_task(store.delete_job("default", "busy"))
@@ -77,51 +75,22 @@ async def test_a_delete_that_waits_for_a_history_write_deletes_that_row_too(
         await writer.commit()
         await asyncio.wait_for(delete, 10)
     assert _history(db) == []
-    assert db.execute("SELECT count(*) AS n FROM scheduled_jobs").fetchone()["n"] == 0
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
 
 
 async def test_truncating_jobs_truncates_history(store: Store, db: Any) -> None:
     await add(store, spec("a"), spec("b"), now=T0)
     await _fire(store, 2)
     with pytest.raises(psycopg.errors.FeatureNotSupported):
-        db.execute("TRUNCATE scheduled_jobs")  # job_names refers to it: CASCADE is needed
+        db.execute("TRUNCATE pgpulse_jobs")  # pgpulse_job_names refers to it: CASCADE is needed
     assert len(_history(db)) == 2
-    db.execute("TRUNCATE scheduled_jobs CASCADE")
+    db.execute("TRUNCATE pgpulse_jobs CASCADE")
     assert _history(db) == []
 
 
 async def test_a_firing_checks_no_foreign_key(db: Any) -> None:
     rows = db.execute(
-        "SELECT conname FROM pg_constraint WHERE contype = 'f' AND conrelid = 'job_runs'::regclass"
+        "SELECT conname FROM pg_constraint "
+        "WHERE contype = 'f' AND conrelid = 'pgpulse_runs'::regclass"
     ).fetchall()
     assert rows == []
-
-
-async def test_history_stored_before_version_6_stays_and_goes_with_its_job(empty_dsn: str) -> None:
-    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
-        await migrate(conn)
-        await conn.execute("DELETE FROM pgpulse_migrations WHERE version = 6")  # as of version 5
-        await conn.execute("DROP TRIGGER job_runs_delete ON scheduled_jobs")
-        await conn.execute("DROP TRIGGER job_runs_truncate ON scheduled_jobs")
-        await conn.execute("DROP FUNCTION pgpulse_job_runs_delete, pgpulse_job_runs_truncate")
-        await conn.execute(
-            "ALTER TABLE job_runs ADD CONSTRAINT job_runs_job_id_fkey FOREIGN KEY "
-            "(job_id) REFERENCES scheduled_jobs (id) ON DELETE CASCADE"
-        )
-        await conn.execute("""
-            INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler,
-                                        anchor_at, scheduled_for, next_run_at)
-            SELECT 't', 'job' || g, '@hourly', 'cron', 'noop', now(), now(), now()
-            FROM generate_series(1, 2) g""")
-        await conn.execute(
-            "INSERT INTO job_runs (job_id, scheduled_for, outcome) "
-            "SELECT id, now(), 'succeeded' FROM scheduled_jobs"
-        )
-        assert await migrate(conn) == [6]
-        await conn.execute("DELETE FROM scheduled_jobs WHERE name = 'job1'")
-        cur = await conn.execute(
-            "SELECT j.name FROM job_runs r JOIN scheduled_jobs j ON j.id = r.job_id"
-        )
-        assert await cur.fetchall() == [("job2",)]
-        cur = await conn.execute("SELECT count(*) FROM job_runs")
-        assert await cur.fetchone() == (1,)

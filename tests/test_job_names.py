@@ -1,5 +1,5 @@
-"""Job names (schema version 5): (tenant, name) is unique through job_names, which every way of
-creating a job keeps whole, and which the claim and the end of an attempt never write."""
+"""Job names: (tenant, name) is unique through pgpulse_job_names, which every way of creating a
+job keeps whole, and which the claim and the end of an attempt never write."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import psycopg
 import pytest
 
 from helpers import add, spec, until_waiting_on_a_lock
-from pgpulse.migrations import migrate
 from pgpulse.store import Store
 
 _INSERT = """
-    INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
+    INSERT INTO pgpulse_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
                                 scheduled_for, next_run_at)
     VALUES (%s, %s, '@hourly', 'cron', 'noop', now(), now(), now())
     RETURNING id"""
@@ -23,7 +22,7 @@ _INSERT = """
 def _names(db: Any) -> list[tuple[str, str, int]]:
     return [
         (r["tenant"], r["name"], r["job_id"])
-        for r in db.execute("SELECT * FROM job_names ORDER BY tenant, name").fetchall()
+        for r in db.execute("SELECT * FROM pgpulse_job_names ORDER BY tenant, name").fetchall()
     ]
 
 
@@ -32,7 +31,7 @@ async def test_every_created_job_has_its_name_and_a_taken_name_changes_nothing(
 ) -> None:
     [a] = await add(store, spec("a"))
     bulk = db.execute("""
-        INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
+        INSERT INTO pgpulse_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
                                     scheduled_for, next_run_at)
         SELECT 't' || g, 'b', '@hourly', 'cron', 'noop', now(), now(), now()
         FROM generate_series(1, 2) g
@@ -42,13 +41,13 @@ async def test_every_created_job_has_its_name_and_a_taken_name_changes_nothing(
 
     with pytest.raises(psycopg.errors.UniqueViolation) as raised:
         db.execute(_INSERT, ("default", "a"))
-    assert raised.value.diag.constraint_name == "job_names_pkey"
+    assert raised.value.diag.constraint_name == "pgpulse_job_names_pkey"
     assert "(default, a)" in (raised.value.diag.message_detail or "")
-    assert db.execute("SELECT count(*) AS n FROM scheduled_jobs").fetchone()["n"] == 3
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 3
 
     await store.delete_job("t1", "b")
     assert _names(db) == [("default", "a", a), ("t2", "b", b2)]
-    db.execute("UPDATE scheduled_jobs SET name = 'renamed' WHERE id = %s", (b2,))
+    db.execute("UPDATE pgpulse_jobs SET name = 'renamed' WHERE id = %s", (b2,))
     assert _names(db) == [("default", "a", a), ("t2", "renamed", b2)]
     assert (await store.get_job("t2", "renamed"))["id"] == b2
 
@@ -71,7 +70,7 @@ async def test_an_upsert_racing_the_creation_of_its_name_updates_that_job(
         assert not upsert.done()
         await other.commit()
         assert await asyncio.wait_for(upsert, 10) == [(first_id, False)]
-    rows = db.execute("SELECT id, schedule FROM scheduled_jobs WHERE name = 'raced'").fetchall()
+    rows = db.execute("SELECT id, schedule FROM pgpulse_jobs WHERE name = 'raced'").fetchall()
     assert [(r["id"], r["schedule"]) for r in rows] == [(first_id, "*/5 * * * *")]
 
 
@@ -82,7 +81,7 @@ async def test_an_upsert_whose_job_is_deleted_under_it_creates_the_job_again(
     row, and the retry creates the job anew."""
     [old_id] = await add(store, spec("gone"))
     async with await psycopg.AsyncConnection.connect(dsn) as other:
-        await other.execute("DELETE FROM scheduled_jobs WHERE id = %s", (old_id,))
+        await other.execute("DELETE FROM pgpulse_jobs WHERE id = %s", (old_id,))
         upsert = asyncio.create_task(
             store.upsert_jobs([spec("gone", "*/5 * * * *")], extra_handlers={"noop"})
         )
@@ -92,7 +91,7 @@ async def test_an_upsert_whose_job_is_deleted_under_it_creates_the_job_again(
         await other.commit()
         [(new_id, created)] = await asyncio.wait_for(upsert, 10)
     assert created and new_id != old_id
-    rows = db.execute("SELECT id, schedule FROM scheduled_jobs WHERE name = 'gone'").fetchall()
+    rows = db.execute("SELECT id, schedule FROM pgpulse_jobs WHERE name = 'gone'").fetchall()
     assert [(r["id"], r["schedule"]) for r in rows] == [(new_id, "*/5 * * * *")]
     assert _names(db) == [("default", "gone", new_id)]
 
@@ -101,32 +100,10 @@ async def test_a_firing_writes_no_name_index(db: Any) -> None:
     """The job row is updated twice per firing and never HOT; each index on it is written both
     times. Its indexes are the primary key and the claim's and the sweeper's partial indexes."""
     rows = db.execute(
-        "SELECT indexname FROM pg_indexes WHERE tablename = 'scheduled_jobs' ORDER BY indexname"
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'pgpulse_jobs' ORDER BY indexname"
     ).fetchall()
     assert [r["indexname"] for r in rows] == [
-        "scheduled_jobs_due",
-        "scheduled_jobs_leases",
-        "scheduled_jobs_pkey",
+        "pgpulse_jobs_due",
+        "pgpulse_jobs_leases",
+        "pgpulse_jobs_pkey",
     ]
-
-
-async def test_names_stored_before_version_5_move_to_job_names(empty_dsn: str) -> None:
-    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
-        await migrate(conn)
-        await conn.execute("DELETE FROM pgpulse_migrations WHERE version = 5")  # as of version 4
-        await conn.execute("DROP TABLE job_names")
-        await conn.execute("DROP TRIGGER job_names_insert ON scheduled_jobs")
-        await conn.execute("DROP TRIGGER job_names_rename ON scheduled_jobs")
-        await conn.execute("DROP FUNCTION pgpulse_job_names_insert, pgpulse_job_names_rename")
-        await conn.execute("ALTER TABLE scheduled_jobs ADD UNIQUE (tenant, name)")
-        for tenant, name in (("t", "x"), ("u", "x"), ("t", "y")):
-            await conn.execute(_INSERT, (tenant, name))
-        assert await migrate(conn) == [5]
-        cur = await conn.execute(
-            "SELECT n.tenant, n.name, j.name = n.name AND j.tenant = "
-            "n.tenant FROM job_names n JOIN scheduled_jobs j "
-            "ON j.id = n.job_id ORDER BY 1, 2"
-        )
-        assert await cur.fetchall() == [("t", "x", True), ("t", "y", True), ("u", "x", True)]
-        with pytest.raises(psycopg.errors.UniqueViolation):
-            await conn.execute(_INSERT, ("u", "x"))

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import psycopg
+import pytest
 
+from pgpulse.errors import PreReleaseSchema
 from pgpulse.migrations import migrate, schema_version
 from pgpulse.sql import QUERIES, migration_files
+from pgpulse_tools.schema import SCHEMA_FILE, migrated_schema
 
 
 def test_migration_numbering_is_contiguous_from_one() -> None:
@@ -56,76 +60,40 @@ async def test_two_nodes_migrating_at_once_do_not_race(empty_dsn: str) -> None:
         assert row is not None and row[0] == len(migration_files())
 
 
-async def test_a_run_open_across_the_upgrade_to_version_4_keeps_its_row(empty_dsn: str) -> None:
-    """Up to version 3 a claim opened the run's row as 'running'; version 4 writes history at
-    the end of an attempt and keeps the run id on the job: a job running across the upgrade gets
-    the id of the row its claim opened, and is shown once, as running."""
-    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
-        await migrate(conn)
-        await conn.execute("DELETE FROM pgpulse_migrations WHERE version = 4")
-        await conn.execute("DROP VIEW job_runs_live")
-        await conn.execute("ALTER TABLE scheduled_jobs DROP COLUMN run_id, DROP COLUMN claimed_at")
-        await conn.execute("""
-            INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
-                                        scheduled_for, next_run_at, status, attempt,
-                                        fencing_token, locked_by, lease_expires_at)
-            VALUES ('t', 'busy', '@hourly', 'cron', 'noop', '2026-01-01 00:00+00',
-                    '2026-01-01 12:00+00', '2026-01-01 12:00+00', 'running', 2, 7, 'old-node',
-                    now() + interval '1 minute'),
-                   ('t', 'calm', '@hourly', 'cron', 'noop', '2026-01-01 00:00+00',
-                    '2026-01-01 13:00+00', '2026-01-01 13:00+00', 'idle', 0, 3, NULL, NULL)""")
-        await conn.execute("""
-            INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, node_id, fencing_token,
-                                  started_at, finished_at)
-            SELECT id, '2026-01-01 11:00+00'::timestamptz, 1, 'succeeded', 'old-node', 3,
-                   '2026-01-01 11:00:01+00'::timestamptz, '2026-01-01 11:00:02+00'::timestamptz
-            FROM scheduled_jobs WHERE name = 'calm'
-            UNION ALL
-            SELECT id, '2026-01-01 12:00+00', 2, 'running', 'old-node', 7,
-                   '2026-01-01 12:00:05+00', NULL
-            FROM scheduled_jobs WHERE name = 'busy'""")
-        assert await migrate(conn) == [4]
-        cur = await conn.execute(
-            "SELECT j.name, j.run_id = r.id AS same, j.claimed_at::text FROM scheduled_jobs j "
-            "LEFT JOIN job_runs r ON r.job_id = j.id AND r.scheduled_for = j.scheduled_for "
-            "ORDER BY j.name"
-        )
-        assert await cur.fetchall() == [
-            ("busy", True, "2026-01-01 12:00:05+00"),
-            ("calm", None, None),
-        ]
-        cur = await conn.execute(
-            "SELECT outcome, attempts, node_id, fencing_token "
-            "FROM job_runs_live ORDER BY scheduled_for"
-        )
-        assert await cur.fetchall() == [
-            ("succeeded", 1, "old-node", 3),
-            ("running", 2, "old-node", 7),
-        ]
+async def test_the_migrations_produce_exactly_the_committed_schema(server_dsn: str) -> None:
+    """``src/pgpulse/sql/schema.sql`` is what the migrations make, on this server (regenerate it
+    with ``python -m pgpulse_tools.schema`` after adding a migration)."""
+    committed = SCHEMA_FILE.read_text(encoding="utf-8")
+    body = committed[committed.index("\nCREATE ") + 1 :]
+    assert await migrated_schema(server_dsn) == body
+    assert "CREATE TABLE public.pgpulse_jobs (" in body and "pgpulse_runs_live" in body
 
 
-async def test_interval_jobs_stored_before_version_3_keep_their_whole_second_grid(
-    empty_dsn: str,
-) -> None:
-    """Up to version 2 interval jobs fired on their anchor truncated to whole seconds; version 3
-    stores that grid, so upgrading neither moves a job nor adds a run a fraction later."""
+def test_every_object_of_the_schema_is_named_pgpulse() -> None:
+    """A user's database has tables of its own: every table, view, index, function, trigger and
+    sequence Pulse creates is called pgpulse_*."""
+    schema = SCHEMA_FILE.read_text(encoding="utf-8")
+    kinds = r"TABLE|VIEW|INDEX|FUNCTION|TRIGGER|SEQUENCE|UNIQUE INDEX"
+    names = re.findall(rf"^CREATE (?:{kinds}) (?:public\.)?(\w+)", schema, re.MULTILINE)
+    names += re.findall(r"SEQUENCE NAME public\.(\w+)", schema)
+    assert len(names) >= 15, names
+    assert [n for n in names if not n.startswith("pgpulse_")] == []
+
+
+async def test_a_pre_release_schema_is_refused_and_left_as_it_was(empty_dsn: str) -> None:
+    """A database migrated by Pulse 0.1.0 (its version 1 was 'initial') is not taken for up to
+    date: migrate refuses it, naming what it found, and changes nothing."""
     async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
-        await migrate(conn)
-        await conn.execute("DELETE FROM pgpulse_migrations WHERE version = 3")  # as of version 2
-        await conn.execute("""
-            INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
-                                        scheduled_for, next_run_at)
-            VALUES ('t', 'every', '@every 60s', 'interval', 'noop',
-                    '2026-01-01 12:00:00.357+00', '2026-01-01 12:05:00+00',
-                    '2026-01-01 12:05:00+00'),
-                   ('t', 'cron', '* * * * *', 'cron', 'noop',
-                    '2026-01-01 12:00:00.357+00', '2026-01-01 12:05:00+00',
-                    '2026-01-01 12:05:00+00')""")
-        assert await migrate(conn) == [3]
-        cur = await conn.execute(
-            "SELECT name, anchor_at::text, scheduled_for::text FROM scheduled_jobs ORDER BY name"
+        await conn.execute(
+            "CREATE TABLE pgpulse_migrations (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        assert await cur.fetchall() == [
-            ("cron", "2026-01-01 12:00:00.357+00", "2026-01-01 12:05:00+00"),  # unused by cron
-            ("every", "2026-01-01 12:00:00+00", "2026-01-01 12:05:00+00"),
-        ]
+        await conn.execute(
+            "INSERT INTO pgpulse_migrations (version, name) "
+            "VALUES (1, 'initial'), (2, 'api_tokens')"
+        )
+        with pytest.raises(PreReleaseSchema, match=r"pre-release schema.*'initial'") as refused:
+            await migrate(conn)
+        assert refused.value.field == "database" and refused.value.value == "initial"
+        cur = await conn.execute("SELECT to_regclass('pgpulse_jobs') IS NULL")
+        assert await cur.fetchone() == (True,)

@@ -39,7 +39,7 @@ async def test_the_leader_reaps_expired_leases(
     await add(store, spec("x"))
     await store.trigger_job("default", "x")
     [claimed] = await store.claim_due("dead-node", ALL_SHARDS, 1, lease=30)
-    db.execute("UPDATE scheduled_jobs SET lease_expires_at = now() - interval '0.5 second'")
+    db.execute("UPDATE pgpulse_jobs SET lease_expires_at = now() - interval '0.5 second'")
     a, b = node(store, dsn, {}, node_id="a"), node(store, dsn, {}, node_id="b")
     caplog.set_level(logging.INFO, logger="pgpulse.sweeper")
     try:
@@ -50,11 +50,11 @@ async def test_the_leader_reaps_expired_leases(
     finally:
         await _leave(a, b)
     assert _actions(caplog) == ["leader_elected", "leases_reaped"]
-    job = db.execute("SELECT status, last_error FROM scheduled_jobs").fetchone()
+    job = db.execute("SELECT status, last_error FROM pgpulse_jobs").fetchone()
     assert job == {"status": "idle", "last_error": "lease of node dead-node expired"}
     # the lost attempt is written to history: the run's row, as the claim handed it out
     run = db.execute(
-        "SELECT id, outcome, error, attempts, node_id, fencing_token, started_at FROM job_runs"
+        "SELECT id, outcome, error, attempts, node_id, fencing_token, started_at FROM pgpulse_runs"
     ).fetchone()
     assert run == {
         "id": claimed.run_id,
@@ -77,7 +77,7 @@ async def test_a_node_that_does_not_lead_reaps_only_long_expired_leases(
         await store.trigger_job("default", name)
     await store.claim_due("dead-node", ALL_SHARDS, 2, lease=30)
     db.execute(
-        "UPDATE scheduled_jobs SET lease_expires_at = now() - CASE name "
+        "UPDATE pgpulse_jobs SET lease_expires_at = now() - CASE name "
         "WHEN 'recent' THEN interval '5 seconds' ELSE interval '15 seconds' END"
     )
     silent = await connect(dsn, application_name="pgpulse:silent:beat")
@@ -89,9 +89,9 @@ async def test_a_node_that_does_not_lead_reaps_only_long_expired_leases(
             "b", running=0, shards=(), ttl=10, leading=False, backup_delay=10
         )
         assert (first.leader, first.reaped) == (False, 1)
-        assert db.execute(
-            "SELECT name FROM scheduled_jobs WHERE status = 'running'"
-        ).fetchall() == [{"name": "recent"}]
+        assert db.execute("SELECT name FROM pgpulse_jobs WHERE status = 'running'").fetchall() == [
+            {"name": "recent"}
+        ]
         await silent.close()  # the silent leader's session ends: the next try takes the lock
         # (its backend exits, and releases the lock, a moment after the client closed)
         await wait_until(
@@ -114,7 +114,7 @@ async def test_a_node_that_does_not_lead_reaps_only_long_expired_leases(
     finally:
         await silent.close()
         await session.close()
-    statuses = db.execute("SELECT DISTINCT status FROM scheduled_jobs").fetchall()
+    statuses = db.execute("SELECT DISTINCT status FROM pgpulse_jobs").fetchall()
     assert statuses == [{"status": "idle"}]
 
 
@@ -199,7 +199,7 @@ async def test_the_leader_prunes_old_history_and_the_others_do_not(
 ) -> None:
     [job_id] = await add(store, spec("old"))
     db.execute(
-        "INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, finished_at) "
         "VALUES (%s, now() - interval '3 days', 1, 'succeeded', now() - interval '3 days'),"
         " (%s, now() - interval '1 hour', 1, 'succeeded', now() - interval '1 hour')",
         (job_id, job_id),
@@ -214,7 +214,7 @@ async def test_the_leader_prunes_old_history_and_the_others_do_not(
         assert await a.sweeper.prune_once() is None  # the next one is due in an hour
     finally:
         await _leave(a, b)
-    assert db.execute("SELECT count(*) AS n FROM job_runs").fetchone() == {"n": 1}
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs").fetchone() == {"n": 1}
 
 
 class _Counting:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from pgpulse.store import Store
-from pgpulse.web import WebSettings
 from pgpulse.web.auth import TokenStore
+from pgpulse.web.policy import WebSettings
 from web_helpers import api_client, make_token
 
 PUBLIC_URL = "https://93.184.215.14/hook"  # a public address literal: no DNS needed
@@ -32,7 +32,7 @@ def job_body(name: str, **fields: Any) -> dict[str, Any]:
 
 def jobs_in_db(db: Any) -> list[dict[str, Any]]:
     return db.execute(
-        "SELECT tenant, name, status, schedule FROM scheduled_jobs ORDER BY id"
+        "SELECT tenant, name, status, schedule FROM pgpulse_jobs ORDER BY id"
     ).fetchall()
 
 
@@ -195,7 +195,7 @@ async def _seed_runs(db: Any, job_id: int) -> list[int]:
         finished = at + timedelta(seconds=5)
         ids.append(
             db.execute(
-                "INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, node_id, "
+                "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, node_id, "
                 "started_at, finished_at, error, output) VALUES (%s, %s, 1, %s, 'n1', %s, %s, %s, "
                 "%s) RETURNING id",
                 (

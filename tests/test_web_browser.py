@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from pgpulse.handlers import HandlerFailed, RunContext
-from pgpulse.web import WebSettings
+from pgpulse.web.policy import WebSettings
 from web_helpers import LiveServer, node_config, sync_token
 
 CHROMIUM = "/usr/bin/chromium"
@@ -134,7 +134,7 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 page.click("[data-testid=pause-nightly-report]")
                 sync_api.expect(page.locator("[data-testid=job-status]")).to_have_text("paused")
                 status = db.execute(
-                    "SELECT status FROM scheduled_jobs WHERE id = %s", (report["id"],)
+                    "SELECT status FROM pgpulse_jobs WHERE id = %s", (report["id"],)
                 ).fetchone()["status"]
                 assert status == "paused"
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pgpulse.web import WebSettings
+from pgpulse.web.policy import WebSettings
 from web_helpers import LiveServer, sync_token
 
 HOOKS = Path(__file__).with_name("fuzz_hooks.py")
@@ -38,7 +38,7 @@ def _seed(base_url: str, token: str, db: Any) -> None:
             )
             assert response.status_code == 201, response.text
     db.execute(
-        "INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, started_at, "
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, started_at, "
         "finished_at, output) VALUES (1, now(), 1, 'succeeded', now(), now(), 'ok')"
     )
 

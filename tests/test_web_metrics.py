@@ -104,9 +104,9 @@ def test_node_gauges_and_claims() -> None:
 
 async def test_cluster_gauges_are_read_at_scrape(store: Store, db: Any) -> None:
     await add(store, *[spec(f"j{i}") for i in range(3)])
-    db.execute("UPDATE scheduled_jobs SET status = 'paused' WHERE name = 'j0'")
+    db.execute("UPDATE pgpulse_jobs SET status = 'paused' WHERE name = 'j0'")
     db.execute(
-        "UPDATE scheduled_jobs SET next_run_at = now() - interval '30 seconds' WHERE name = 'j1'"
+        "UPDATE pgpulse_jobs SET next_run_at = now() - interval '30 seconds' WHERE name = 'j1'"
     )
     body, content_type = await metrics.exposition(store)
     text = body.decode()

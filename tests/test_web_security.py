@@ -9,7 +9,7 @@ import pytest
 
 from pgpulse.errors import InvalidInput
 from pgpulse.store import Store
-from pgpulse.web import HttpAllowList, WebSettings
+from pgpulse.web.policy import HttpAllowList, WebSettings
 from web_helpers import api_client, make_token
 
 PUBLIC_URL = "https://93.184.215.14/hook"
@@ -32,7 +32,7 @@ def http_job(name: str, url: str = PUBLIC_URL, **payload: Any) -> dict[str, Any]
 
 def snapshot(db: Any) -> list[dict[str, Any]]:
     return db.execute(
-        "SELECT j.*, (SELECT count(*) FROM job_runs) AS runs FROM scheduled_jobs j ORDER BY id"
+        "SELECT j.*, (SELECT count(*) FROM pgpulse_runs) AS runs FROM pgpulse_jobs j ORDER BY id"
     ).fetchall()
 
 
@@ -54,7 +54,7 @@ async def test_another_tenants_job_is_exactly_a_missing_job_on_every_endpoint(
     async with api_client(store, acme) as client:
         job = (await client.post("/api/v1/jobs", json=http_job("payroll"))).json()
     run_id = db.execute(
-        "INSERT INTO job_runs (job_id, scheduled_for, outcome) VALUES "
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, outcome) VALUES "
         "(%s, now(), 'succeeded') RETURNING id",
         (job["id"],),
     ).fetchone()["id"]
@@ -141,7 +141,7 @@ async def test_shell_jobs_need_an_admin_token_and_the_servers_opt_in(store: Stor
         assert changed.status_code == 403
         # operating an admin-made shell job (no change to what it runs) stays allowed
         assert (await client.post(f"/api/v1/jobs/{created.json()['id']}/pause")).status_code == 200
-    assert db.execute("SELECT payload FROM scheduled_jobs WHERE handler = 'shell'").fetchone()[
+    assert db.execute("SELECT payload FROM pgpulse_jobs WHERE handler = 'shell'").fetchone()[
         "payload"
     ] == {"command": "echo backup"}
 

@@ -16,8 +16,9 @@ from pgpulse.database import open_pool
 from pgpulse.engine import Node, NodeConfig
 from pgpulse.handlers import Handler
 from pgpulse.store import Store
-from pgpulse.web import WebSettings, create_app
+from pgpulse.web.app import create_app
 from pgpulse.web.auth import TokenStore
+from pgpulse.web.policy import WebSettings
 from pgpulse.web.server import bind, run_in_background
 
 

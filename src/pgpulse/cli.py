@@ -29,7 +29,7 @@ from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
 from pgpulse.report import print_records, print_status, run_command, to_json, tune_collector
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
-from pgpulse.web.commands import run_node_with_web, web_options, web_settings
+from pgpulse.web.options import web_options, web_settings
 
 T = TypeVar("T")
 CONTEXT = {
@@ -54,13 +54,62 @@ def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     return command
 
 
+#: Commands imported only when invoked, as ``(module:attribute, short help)``: the web edge
+#: (FastAPI, uvicorn) and the tools of the ``pgpulse-tools`` distribution (demo, fault harness,
+#: benchmark), which the runtime never imports and a production install need not carry.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("pgpulse.web.commands:serve", "Serve the JSON API, the dashboard and metrics."),
+    "token": ("pgpulse.web.commands:token", "Create, list and revoke API tokens."),
+    "demo": ("pgpulse_tools.commands:demo", "Three nodes share a crontab; one is killed midway."),
+    "chaos": ("pgpulse_tools.commands:chaos", "Inject faults into a live cluster; check history."),
+    "bench": ("pgpulse_tools.commands:bench", "Benchmark Pulse against the floor and its peers."),
+}
+
+
+def _load_lazy(name: str) -> click.Command:
+    """Import the command ``name`` of :data:`LAZY_COMMANDS`; a missing ``pgpulse-tools`` is
+    reported as one line (exit 2), naming what to install."""
+    target, _ = LAZY_COMMANDS[name]
+    module_name, _, attr = target.partition(":")
+    try:
+        command: click.Command = getattr(importlib.import_module(module_name), attr)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("pgpulse_tools"):
+            raise
+        raise click.UsageError(
+            f"'pgpulse {name}' is part of pgpulse-tools, which is not installed: "
+            "pip install -e ./tools from a checkout of Pulse (./scripts/setup does)"
+        ) from None
+    return command
+
+
 class _EnvGroup(click.Group):
-    """A command group whose every option shows its ``PGPULSE_*`` variable in ``--help``."""
+    """A command group whose every option shows its ``PGPULSE_*`` variable in ``--help``, and
+    whose :data:`LAZY_COMMANDS` are imported only when invoked."""
 
     group_class = type  # subgroups are _EnvGroup too
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        lazy = LAZY_COMMANDS if self is main else {}
+        return sorted({*super().list_commands(ctx), *lazy})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List subcommands with their short help, without importing the lazy ones."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.commands:
+                rows.append((name, self.commands[name].get_short_help_str(formatter.width)))
+            else:
+                rows.append((name, LAZY_COMMANDS[name][1]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
+        if command is None and self is main and cmd_name in LAZY_COMMANDS:
+            command = _load_lazy(cmd_name)
+            self.add_command(command, cmd_name)
         for param in command.params if command is not None else ():
             if isinstance(param, click.Option):
                 param.show_envvar = True
@@ -239,6 +288,8 @@ def node_run(
         raise click.BadParameter(str(exc), param_hint="--lease") from exc
     tune_collector()
     if metrics_addr or http_addr:
+        from pgpulse.web.commands import run_node_with_web  # FastAPI, uvicorn: only when serving
+
         run_node_with_web(
             pulse_app,
             obj,
@@ -525,156 +576,3 @@ def db_stop(obj: dict[str, Any]) -> None:
     """Stop the embedded server now."""
     stopped = stop_embedded(obj["data_dir"])
     click.echo("stopped" if stopped else "not running")
-
-
-@main.command(context_settings={"ignore_unknown_options": False})
-@click.argument("crontabs", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--duration", type=click.FloatRange(20, 170), default=75.0, help="Seconds the three nodes run."
-)
-@click.option(
-    "--system",
-    is_flag=True,
-    help="CRONTABS are in system format (/etc/crontab and /etc/cron.d/* always are).",
-)
-@click.pass_obj
-def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, system: bool) -> None:
-    """Three nodes share the Relay crontab (plus CRONTABS); one is killed midway."""
-    from pgpulse.demo import run_demo
-
-    sys.exit(
-        run_command(
-            run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration, system)
-        )
-    )
-
-
-# -- web: API, dashboard, metrics, tokens (commands in pgpulse.web.commands) ------------------
-
-
-def _add_web_commands() -> None:
-    from pgpulse.web.commands import serve, token
-
-    main.add_command(serve)
-    main.add_command(token)
-
-
-_add_web_commands()
-
-
-# -- chaos: the fault-injection harness (pgpulse.chaos) -----------------------------------------
-
-
-@main.command("chaos")
-@click.option(
-    "--duration",
-    type=click.FloatRange(5),
-    default=60.0,
-    show_envvar=True,
-    help="Seconds during which faults are injected.",
-)
-@click.option(
-    "--nodes",
-    type=click.IntRange(2, 16),
-    default=4,
-    show_envvar=True,
-    help="Scheduler nodes (one more joins and leaves).",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=None,
-    show_envvar=True,
-    help="Seed of the fault plan and workload [default: random, printed].",
-)
-@click.option(
-    "--jobs", type=click.IntRange(7), default=300, show_envvar=True, help="Jobs in the workload."
-)
-@click.option(
-    "--guard",
-    type=click.Choice(["token", "lease"]),
-    default="lease",
-    show_envvar=True,
-    help="Effect guard: lease (the token must hold a live lease: exactly once) or "
-    "token (newest token wins: orders writes, but a zombie can still write).",
-)
-@click.pass_obj
-def chaos(
-    obj: dict[str, Any], duration: float, nodes: int, seed: int | None, jobs: int, guard: str
-) -> None:
-    """Kill, pause, partition and restart a live cluster; check the history; exit 1 on a
-    duplicate, overlap, lost or stuck run. Starts its own PostgreSQL unless --database-url."""
-    from pgpulse.chaos.cluster import NodeSettings
-    from pgpulse.chaos.runner import ChaosConfig, run_chaos
-
-    config = ChaosConfig(
-        duration=duration,
-        nodes=nodes,
-        seed=seed,
-        jobs=jobs,
-        node=NodeSettings(guard=guard),
-        database_url=obj["database_url"],
-        data_dir=obj["data_dir"],
-    )
-    sys.exit(0 if run_command(run_chaos(config, click.echo)).ok else 1)
-
-
-# -- bench: Pulse against the raw SQL ceiling and peer schedulers (pgpulse.bench) ---------------
-
-
-@main.command("bench")
-@click.option(
-    "--scale",
-    type=click.FloatRange(0.001, 1.0),
-    default=0.1,
-    show_envvar=True,
-    help="Fraction of the issue's sizes (1 = 1,000,000 jobs stored).",
-)
-@click.option(
-    "--only",
-    default="1,2,3,4,5,6,7",
-    show_envvar=True,
-    help="Scenarios, comma-separated: 1 claim latency, 2 drain, 3 raw SQL ceiling, "
-    "4 steady state, 5 thundering herd, 6 idle cost, 7 peers.",
-)
-@click.option(
-    "--slots",
-    type=click.IntRange(1, 1000),
-    default=50,
-    show_envvar=True,
-    help="--slots of every benchmark node (and the ceiling's claim batch).",
-)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("docs"),
-    show_envvar=True,
-    help="Docs folder for benchmarks.md, plots and results.json.",
-)
-@click.option(
-    "--report-only",
-    is_flag=True,
-    help="Only rewrite benchmarks.md and the plots from the last results.json.",
-)
-@click.pass_obj
-def bench(
-    obj: dict[str, Any], scale: float, only: str, slots: int, out: Path, report_only: bool
-) -> None:
-    """Benchmark Pulse against the raw SQL ceiling and peer schedulers (figures, not tests);
-    write docs/benchmarks.md. Run it through ./scripts/bench (peers live in .venv-bench)."""
-    from pgpulse.bench.run import ALL, run_bench
-    from pgpulse.bench.run import report_only as rewrite_report
-    from pgpulse.database import resolve_dsn
-
-    if report_only:
-        click.echo(f"wrote {rewrite_report(out)}")
-        return
-    chosen = tuple(part.strip() for part in only.split(",") if part.strip())
-    if not chosen or any(part not in ALL for part in chosen):
-        raise click.BadParameter(f"{only!r}: scenarios are {','.join(ALL)}", param_hint="--only")
-
-    async def bench_main() -> None:
-        dsn = resolve_dsn(obj["database_url"], obj["data_dir"])
-        await run_bench(dsn, scale=scale, only=chosen, slots=slots, out=out, echo=click.echo)
-
-    run_command(bench_main())

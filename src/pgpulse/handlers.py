@@ -32,8 +32,8 @@ class RunContext:
         payload: the job's JSON payload (a dict; treat it as read-only).
         scheduled_for: the occurrence's logical instant (aware, UTC), never a wall-clock reading.
         attempt: 1 for the first attempt of this occurrence, 2 for the first retry, ...
-        run_id: id of the ``job_runs`` row shared by every attempt of this occurrence (the
-            row is written when an attempt ends; while one runs, ``job_runs_live`` shows it).
+        run_id: id of the ``pgpulse_runs`` row shared by every attempt of this occurrence (the
+            row is written when an attempt ends; while one runs, ``pgpulse_runs_live`` shows it).
         fencing_token: grows on every claim of the job; guard external side effects with it
             (an effect written with a smaller token than one already seen must be refused).
         timeout: the attempt's time limit in seconds, or ``None``.

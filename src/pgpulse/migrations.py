@@ -2,6 +2,10 @@
 
 Two nodes starting at once both call :func:`migrate`; the transaction-scoped advisory lock makes
 the second wait for the first and then find nothing left to apply, so migrating is idempotent.
+
+Release 0.2.0 starts the numbering again from one baseline (``0001_baseline``): a database
+migrated by the pre-release 0.1.0 (whose version 1 was ``initial``) is refused with a clear
+error rather than taken for up to date.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from pgpulse.errors import PreReleaseSchema
 from pgpulse.sql import migration_files
 
 log = logging.getLogger(__name__)
@@ -39,15 +44,26 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
 
     Raises:
         psycopg.Error: a migration failed; the transaction is rolled back and nothing changes.
+        PreReleaseSchema: the database was migrated by Pulse 0.1.0; nothing changes.
     """
     applied_now: list[int] = []
+    files = migration_files()
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         await conn.execute(_CREATE_TABLE)
         cur = conn.cursor(row_factory=tuple_row)
-        await cur.execute("SELECT version FROM pgpulse_migrations")
-        done = {row[0] for row in await cur.fetchall()}
-        for version, name, sql in migration_files():
+        await cur.execute("SELECT version, name FROM pgpulse_migrations")
+        names: dict[int, str] = dict(await cur.fetchall())
+        if 1 in names and names[1] != files[0][1]:
+            raise PreReleaseSchema(
+                f"the database holds Pulse's pre-release schema (migration 1 is {names[1]!r}, "
+                f"not {files[0][1]!r}); 0.2.0 starts from a new baseline: use a new database, "
+                "or drop this one's pgpulse_* and scheduled_jobs/job_* tables",
+                field="database",
+                value=names[1],
+            )
+        done = set(names)
+        for version, name, sql in files:
             if version in done:
                 continue
             log.info(

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pgpulse.schedule import Schedule
 
-#: At most this many skipped occurrences are written as ``job_runs`` rows per catch-up decision;
+#: At most this many skipped occurrences are written as ``pgpulse_runs`` rows per catch-up decision;
 #: the rest are counted (``Advance.skipped_count``) so a week of a one-second job cannot flood
 #: the history table.
 MAX_SKIPPED_RECORDS = 1000

@@ -38,11 +38,17 @@ def run_command(coro: Coroutine[Any, Any, T]) -> T:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(coro)
     except DatabaseUnavailable as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {one_line(str(exc))}", err=True)
         sys.exit(3)
     except PulseError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {one_line(str(exc))}", err=True)
         sys.exit(2)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: its non-blank lines joined by ``"; "`` (libpq's messages carry a
+    hint on a second line, and an error is one line on stderr)."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

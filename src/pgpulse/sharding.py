@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from uhashring import HashRing
 
-#: Number of shards; fixed by the ``shard_id`` column of ``scheduled_jobs``.
+#: Number of shards; fixed by the ``shard_id`` column of ``pgpulse_jobs``.
 SHARD_COUNT = 64
 #: Points per node on the ring; 1,000 keeps 64 shards within about ±25% of an even split.
 VNODES = 1000

@@ -50,7 +50,7 @@ class _UpsertRaced(Exception):
 #: timestamps with ``datetime.UTC`` rather than a ``ZoneInfo``, which the planner's per-run
 #: comparisons and arithmetic handle without a time-zone lookup. Sequential scans are off: every
 #: table this statement touches is read through an index by design, and a generic plan made when
-#: ``job_runs`` was empty (and analyzed) scanned the whole history for each finished run.
+#: ``pgpulse_runs`` was empty (and analyzed) scanned the whole history for each finished run.
 CLAIM_SESSION_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
     "jit": "off",
@@ -64,8 +64,8 @@ RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
 class ClaimedJob(NamedTuple):
     """A job this node holds a lease on, as the claim returned it (immutable).
 
-    Attributes mirror ``scheduled_jobs`` columns; durations are seconds. ``run_id`` is the id
-    of the ``job_runs`` row of ``scheduled_for`` (written when an attempt ends; the claim only
+    Attributes mirror ``pgpulse_jobs`` columns; durations are seconds. ``run_id`` is the id
+    of the ``pgpulse_runs`` row of ``scheduled_for`` (written when an attempt ends; the claim only
     reserves the id); ``db_now`` is the database's instant of the claim (the run's
     ``started_at``).
     A ``finish_and_claim`` row is these fields in this order, then ``next_due`` and ``written``:
@@ -280,8 +280,8 @@ class Store:
         spec twice is a no-op. A running job keeps its current occurrence; the new definition
         takes effect from its next one.
 
-        Jobs are found by name in ``job_names``. When another session creates one of the same
-        names (or deletes one of the jobs) at the same instant, the whole transaction is rolled
+        Jobs are found by name in ``pgpulse_job_names``. When another session creates one of the
+        same names (or deletes one of the jobs) at the same instant, the whole transaction is rolled
         back and tried again, up to :data:`UPSERT_TRIES` times; the next try updates the job the
         other session created.
 
@@ -355,7 +355,7 @@ class Store:
                         raise _UpsertRaced
                     results.append((row["id"], row["created"]))
         except psycopg.errors.UniqueViolation as exc:
-            if exc.diag.constraint_name != "job_names_pkey":
+            if exc.diag.constraint_name != "pgpulse_job_names_pkey":
                 raise
             raise _UpsertRaced from exc
         except psycopg.errors.DeadlockDetected as exc:  # two batches creating names crosswise
@@ -473,7 +473,7 @@ class Store:
         claimers never wait on each other and never receive the same job. Each claimed job gets
         status ``running``, ``attempt + 1``, a new fencing token and a lease of ``lease``
         seconds, and keeps (retry) or draws (first attempt) the occurrence's run id. Nothing is
-        written to ``job_runs`` until the attempt ends (:meth:`finish_runs`, or the sweeper).
+        written to ``pgpulse_runs`` until the attempt ends (:meth:`finish_runs`, or the sweeper).
         """
         if limit <= 0 or not shards:
             return []

@@ -13,9 +13,13 @@ from typing import Final
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
-def _load_queries(text: str) -> dict[str, str]:
-    """Split ``queries.sql`` into ``{name: statement}`` at each ``-- name: NAME`` line, without
-    the block's comment lines and each line's indentation (no literal spans lines)."""
+def split_named_blocks(text: str) -> dict[str, str]:
+    """Split SQL text into ``{name: statement}`` at each ``-- name: NAME`` line, without the
+    block's comment lines and each line's indentation (no literal spans lines).
+
+    Raises:
+        ValueError: a name is defined twice.
+    """
     parts = _NAME.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
@@ -31,9 +35,11 @@ def _load_queries(text: str) -> dict[str, str]:
     return queries
 
 
-def load_queries(filename: str) -> dict[str, str]:
-    """Load the named blocks of a packaged ``.sql`` file (``queries.sql``, ``demo.sql``)."""
-    return _load_queries(resources.files(__package__).joinpath(filename).read_text("utf-8"))
+def load_queries(filename: str, package: str | None = None) -> dict[str, str]:
+    """Load the named blocks of a ``.sql`` file shipped in ``package`` (default: this one,
+    ``pgpulse.sql``: ``queries.sql``, ``web.sql``). See :func:`split_named_blocks`."""
+    folder = resources.files(package or __package__)
+    return split_named_blocks(folder.joinpath(filename).read_text("utf-8"))
 
 
 QUERIES: Final[dict[str, str]] = load_queries("queries.sql")

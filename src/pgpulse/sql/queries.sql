@@ -10,29 +10,27 @@
 -- Finish. The batch is one JSON array parameter (%(outcomes)s: an object per attempt; see
 -- Store.finish_and_claim), so the driver sends one text value instead of a dozen arrays. Each
 -- element changes nothing unless its job is still running under its token (a zombie's late write
--- is a no-op). Per element: the job row moves to its next state, the occurrence's job_runs row
+-- is a no-op). Per element: the job row moves to its next state, the occurrence's pgpulse_runs row
 -- is written with the attempt's outcome — inserted, or updated when an earlier attempt of the
 -- occurrence wrote it — and its skipped occurrences (the element's "skipped" array, but for the
--- run's own occurrence) get rows of their own. History is written once per attempt, at its end
--- (schema version 4): the claim writes only the job row. The run row takes the claim's values
+-- run's own occurrence) get rows of their own. History is written once per attempt, at its end:
+-- the claim writes only the job row. The run row takes the claim's values
 -- (run id, occurrence, attempt, node, instant) from the job row as this statement's snapshot
 -- shows it, i.e. before `job` changed it (every CTE sees the same snapshot).
 -- next_run_at NULL means "retry_in seconds from now". Each job row is found by its primary key:
--- a generic plan made while job_runs was empty once scanned all of it per element. "Still
+-- a generic plan made while pgpulse_runs was empty once scanned all of it per element. "Still
 -- running" is written as lease_expires_at IS NOT NULL (the same, by the table's CHECK) so the
--- planner cannot choose scheduled_jobs_leases, which reads every running job, from statistics
+-- planner cannot choose pgpulse_jobs_leases, which reads every running job, from statistics
 -- taken when few ran.
 --
 -- Claim. Lock with SKIP LOCKED (never wait on another poller), move to running with a new lease
--- and fencing token; the first claim of an occurrence draws its run id from job_runs' sequence,
+-- and fencing token; the first claim of an occurrence draws its run id from pgpulse_runs' sequence,
 -- later ones (retry, re-claim after a lost lease or a release) keep it: every statement that
--- moves a job to another occurrence clears run_id, as it resets attempt. A kept id whose row is
--- another occurrence's (left by a version-3 node, which does not know the column, during a
--- rolling upgrade) is replaced: the check runs only when an id is kept. All CTEs see one
+-- moves a job to another occurrence clears run_id, as it resets attempt. All CTEs see one
 -- snapshot: a job finished here is claimed at the next step, not this one (the caller knows its
 -- next due instant from the outcome it sent).
 -- The due bound is written inline (not joined from clock) so it is an index condition: the scan
--- of scheduled_jobs_due stops at the first row not yet due, however many are stored. The rows
+-- of pgpulse_jobs_due stops at the first row not yet due, however many are stored. The rows
 -- are updated by id = ANY(ARRAY(...)), an index lookup whatever the planner estimates: joined
 -- to `due`, a generic plan (which assumes a LIMIT of 10% of the due rows) merged the whole
 -- primary key instead (60 ms for 50 rows at 300,000 due).
@@ -50,7 +48,7 @@ WITH clock AS (
               next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
               error text, output text, skipped json, skip_reason text)
 ), job AS (
-    UPDATE scheduled_jobs j
+    UPDATE pgpulse_jobs j
     SET status = i.status,
         scheduled_for = i.scheduled_for,
         next_run_at = coalesce(i.next_run_at, clock.now + make_interval(secs => i.retry_in)),
@@ -67,7 +65,7 @@ WITH clock AS (
       AND j.id = i.job_id AND j.fencing_token = i.token AND j.lease_expires_at IS NOT NULL
     RETURNING j.id
 ), run AS (
-    INSERT INTO job_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
+    INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
                                fencing_token, started_at, finished_at, error, output)
     OVERRIDING SYSTEM VALUE
     SELECT o.run_id, o.id, o.scheduled_for,
@@ -75,7 +73,7 @@ WITH clock AS (
            o.fencing_token,
            CASE WHEN i.outcome <> 'skipped' THEN o.claimed_at END,
            CASE WHEN i.outcome <> 'retrying' THEN clock.now END, i.error, i.output
-    FROM input i JOIN job ON job.id = i.job_id JOIN scheduled_jobs o ON o.id = job.id, clock
+    FROM input i JOIN job ON job.id = i.job_id JOIN pgpulse_jobs o ON o.id = job.id, clock
     WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
     SET attempts = excluded.attempts, outcome = excluded.outcome, node_id = excluded.node_id,
@@ -83,17 +81,17 @@ WITH clock AS (
         finished_at = excluded.finished_at, error = excluded.error, output = excluded.output
     RETURNING 1
 ), skipped AS (
-    INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
+    INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
     SELECT i.job_id, s.at::timestamptz, 0, 'skipped', i.skip_reason, clock.now
     FROM input i JOIN job ON job.id = i.job_id, clock,
          json_array_elements_text(i.skipped) AS s(at)
-    WHERE s.at::timestamptz <> (SELECT o.scheduled_for FROM scheduled_jobs o
+    WHERE s.at::timestamptz <> (SELECT o.scheduled_for FROM pgpulse_jobs o
                                 WHERE o.id = i.job_id)
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING 1
 ), due AS (
     SELECT j.id
-    FROM scheduled_jobs j
+    FROM pgpulse_jobs j
     WHERE j.status = 'idle'
       AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
       AND j.shard_id = ANY(%(shards)s::smallint[])
@@ -101,17 +99,13 @@ WITH clock AS (
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ), claimed AS (
-    UPDATE scheduled_jobs j
+    UPDATE pgpulse_jobs j
     SET status = 'running',
         attempt = j.attempt + 1,
         fencing_token = j.fencing_token + 1,
         locked_by = %(node)s,
         lease_expires_at = clock.now + make_interval(secs => %(lease)s),
-        run_id = CASE WHEN j.run_id IS NOT NULL
-                           AND NOT EXISTS (SELECT 1 FROM job_runs x WHERE x.id = j.run_id
-                                             AND (x.job_id, x.scheduled_for)
-                                                 <> (j.id, j.scheduled_for))
-                      THEN j.run_id ELSE nextval('job_runs_id_seq') END,
+        run_id = coalesce(j.run_id, nextval('pgpulse_runs_id_seq')),
         claimed_at = clock.now,
         updated_at = clock.now
     FROM clock
@@ -123,10 +117,10 @@ WITH clock AS (
               j.attempt, j.fencing_token, j.run_id
 )
 SELECT claimed.*, clock.now AS db_now,
-       -- the head of scheduled_jobs_due past now (ORDER BY ... LIMIT 1, not min(): the planner
+       -- the head of pgpulse_jobs_due past now (ORDER BY ... LIMIT 1, not min(): the planner
        -- may compute min() by a bitmap scan of every idle row)
        (SELECT j.next_run_at
-        FROM scheduled_jobs j
+        FROM pgpulse_jobs j
         WHERE j.status = 'idle'
           AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
           AND j.shard_id = ANY(%(shards)s::smallint[])
@@ -142,8 +136,8 @@ ORDER BY claimed.scheduled_for;
 -- Heartbeat for running work: extend the lease of each (job id, fencing token) pair this node
 -- still holds. Returns the ids renewed; a pair missing from the result has lost its lease.
 -- No status test: an unexpired lease means running (CHECK), and the lookup stays on the primary
--- key rather than scheduled_jobs_leases (every running job).
-UPDATE scheduled_jobs j
+-- key rather than pgpulse_jobs_leases (every running job).
+UPDATE pgpulse_jobs j
 SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease)s)
 FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
 WHERE j.id = held.id AND j.fencing_token = held.token
@@ -152,12 +146,12 @@ RETURNING j.id;
 
 -- name: release_runs
 -- Hand claims back at shutdown so no one waits for lease expiry. Fenced per pair; the attempt
--- is not counted and nothing is added to job_runs (the attempt did not end: the next claim makes
+-- is not counted and nothing is added to pgpulse_runs (the attempt did not end: the next claim makes
 -- it again, with the same run id); the job's last_error says why it was handed back.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 )
-UPDATE scheduled_jobs j
+UPDATE pgpulse_jobs j
 SET status = 'idle', next_run_at = clock.now, attempt = greatest(j.attempt - 1, 0),
     locked_by = NULL, lease_expires_at = NULL, last_error = %(reason)s, updated_at = clock.now
 FROM clock, unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
@@ -176,7 +170,7 @@ SET hostname = excluded.hostname, pid = excluded.pid, slots = excluded.slots,
 -- name: revive_jobs
 -- A node that knows a handler brings back the jobs that failed because a node did not know it
 -- (status 'failed' means "cannot be scheduled"; an unknown handler is its only cause today).
-UPDATE scheduled_jobs j
+UPDATE pgpulse_jobs j
 SET status = 'idle', next_run_at = now(), last_error = NULL, updated_at = now()
 WHERE j.status = 'failed' AND j.handler = ANY(%(handlers)s::text[])
 RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
@@ -193,7 +187,7 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 --   more than %(backup_delay)s seconds ago (NULL: none). SKIP LOCKED: sweepers never wait on each
 --   other, and reaping twice is harmless. The occurrence's run row is written (or kept) as
 --   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; each
---   reaped job's shard is woken. With nothing expired this is one probe of scheduled_jobs_leases
+--   reaped job's shard is woken. With nothing expired this is one probe of pgpulse_jobs_leases
 --   (the bound is an index condition);
 -- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing).
 -- Returns one row: the clock reading, whether this session leads, how many leases it reaped, and
@@ -206,7 +200,7 @@ WITH clock AS (
                                  ELSE false END AS leader
 ), expired AS (
     SELECT j.id, j.scheduled_for, j.attempt, j.locked_by, j.fencing_token, j.run_id, j.claimed_at
-    FROM scheduled_jobs j
+    FROM pgpulse_jobs j
     WHERE j.status = 'running'
       AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
               secs => CASE WHEN (SELECT leader FROM lead) THEN 0
@@ -215,7 +209,7 @@ WITH clock AS (
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ), job AS (
-    UPDATE scheduled_jobs j
+    UPDATE pgpulse_jobs j
     SET status = 'idle', next_run_at = clock.now,
         last_error = 'lease of node ' || coalesce(j.locked_by, '?') || ' expired',
         locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
@@ -223,14 +217,10 @@ WITH clock AS (
     WHERE j.id = expired.id
     RETURNING j.id, j.last_error, pg_notify('pgpulse_wakeup', j.shard_id::text)
 ), run AS (
-    INSERT INTO job_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
+    INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
                                fencing_token, started_at, error)
     OVERRIDING SYSTEM VALUE
-    SELECT CASE WHEN e.run_id IS NOT NULL
-                     AND NOT EXISTS (SELECT 1 FROM job_runs x WHERE x.id = e.run_id
-                                       AND (x.job_id, x.scheduled_for) <> (e.id, e.scheduled_for))
-                THEN e.run_id ELSE nextval('job_runs_id_seq') END,
-           e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
+    SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq')), e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
            e.claimed_at, job.last_error
     FROM expired e JOIN job ON job.id = e.id
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
@@ -266,7 +256,7 @@ WHERE node_id = %(node)s;
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), runs AS (
-    DELETE FROM job_runs r
+    DELETE FROM pgpulse_runs r
     USING clock
     WHERE r.finished_at < clock.now - make_interval(secs => %(keep)s)
     RETURNING 1
@@ -282,15 +272,14 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 -- Create or update job (tenant, name). A new job, or one whose schedule or time zone changed,
 -- gets %(scheduled_for)s as its next occurrence (computed by the caller from the database's now
 -- read by db_now); an unchanged schedule keeps the job's state, so re-importing is a no-op.
--- The job is found by its name in job_names (schema version 5): updated if there, inserted if
--- not. Two sessions creating one new name at once: the second's insert of the name waits for
--- the first and fails with unique_violation (job_names_pkey), rolling its statement back; so
+-- The job is found by its name in pgpulse_job_names: updated if there, inserted if not. Two sessions creating one new name at once: the second's insert of the name waits for
+-- the first and fails with unique_violation (pgpulse_job_names_pkey), rolling its statement back; so
 -- does a job deleted between the lookup and the update (no row returned). The caller retries:
 -- the next try finds the name (Store.upsert_jobs).
 WITH found AS (
-    SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s
+    SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s
 ), updated AS (
-    UPDATE scheduled_jobs j
+    UPDATE pgpulse_jobs j
     SET schedule = %(schedule)s, schedule_kind = %(schedule_kind)s, timezone = %(timezone)s,
         handler = %(handler)s, payload = %(payload)s, catch_up = %(catch_up)s,
         backfill_limit = %(backfill_limit)s,
@@ -317,7 +306,7 @@ WITH found AS (
     WHERE j.id = found.job_id
     RETURNING j.id, j.shard_id, false AS created
 ), inserted AS (
-    INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, timezone, handler, payload,
+    INSERT INTO pgpulse_jobs (tenant, name, schedule, schedule_kind, timezone, handler, payload,
                                 catch_up, backfill_limit, misfire_grace, max_attempts,
                                 retry_backoff, timeout, source, meta, anchor_at, scheduled_for,
                                 next_run_at)
@@ -341,21 +330,21 @@ SELECT now() AS db_now;
 SELECT j.*, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s
-FROM scheduled_jobs j
-WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
+FROM pgpulse_jobs j
+WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
 
 -- name: list_jobs
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.status,
        j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.last_outcome, j.last_error,
        j.last_finished_at
-FROM job_names n JOIN scheduled_jobs j ON j.id = n.job_id
+FROM pgpulse_job_names n JOIN pgpulse_jobs j ON j.id = n.job_id
 WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
 ORDER BY n.tenant, n.name;
 
 -- name: set_paused
 -- Pause (from idle or failed) or resume (from paused or failed, holding %(scheduled_for)s, the
 -- next occurrence after now). A running job cannot change state here: the caller says so.
-UPDATE scheduled_jobs j
+UPDATE pgpulse_jobs j
 SET status = %(status)s,
     scheduled_for = coalesce(%(scheduled_for)s, j.scheduled_for),
     next_run_at = coalesce(%(scheduled_for)s, j.next_run_at),
@@ -363,7 +352,7 @@ SET status = %(status)s,
     run_id = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.run_id END,
     last_error = CASE WHEN %(status)s = 'idle' THEN NULL ELSE j.last_error END,
     updated_at = now()
-WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
   AND j.status = ANY(%(from_status)s::text[])
 RETURNING j.id, j.status, pg_notify('pgpulse_wakeup', j.shard_id::text);
 
@@ -371,33 +360,33 @@ RETURNING j.id, j.status, pg_notify('pgpulse_wakeup', j.shard_id::text);
 -- Trigger now: an idle job whose next occurrence is in the future gets an extra occurrence at the
 -- database's now; afterwards the schedule continues from that instant, which reaches the same
 -- next occurrence. A job that is already due is left as it is (it runs now anyway).
-UPDATE scheduled_jobs j
+UPDATE pgpulse_jobs j
 SET scheduled_for = CASE WHEN j.scheduled_for > now() THEN now() ELSE j.scheduled_for END,
     run_id = CASE WHEN j.scheduled_for > now() THEN NULL ELSE j.run_id END,
     next_run_at = now(),
     updated_at = now()
-WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
   AND j.status = 'idle'
 RETURNING j.id, j.scheduled_for, pg_notify('pgpulse_wakeup', j.shard_id::text);
 
 -- name: job_status
-SELECT j.status FROM scheduled_jobs j
-WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
+SELECT j.status FROM pgpulse_jobs j
+WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
 
 -- name: delete_job
-DELETE FROM scheduled_jobs j
-WHERE j.id = (SELECT n.job_id FROM job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+DELETE FROM pgpulse_jobs j
+WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
 RETURNING j.id;
 
 -- name: list_runs
--- Runs newest first, those running now included (job_runs_live).
+-- Runs newest first, those running now included (pgpulse_runs_live).
 SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id, r.started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
        r.error, r.output, r.fencing_token
-FROM job_runs_live r JOIN scheduled_jobs j ON j.id = r.job_id
+FROM pgpulse_runs_live r JOIN pgpulse_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (%(name)s::text IS NULL
-       OR r.job_id IN (SELECT n.job_id FROM job_names n
+       OR r.job_id IN (SELECT n.job_id FROM pgpulse_job_names n
                        WHERE n.name = %(name)s
                          AND (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)))
 ORDER BY r.id DESC
@@ -407,11 +396,9 @@ LIMIT %(limit)s;
 SELECT n.node_id, n.hostname, n.pid, n.state, n.started_at, n.last_heartbeat,
        n.last_heartbeat > now() - make_interval(secs => %(ttl)s) AND n.state = 'alive' AS alive,
        n.shards, n.running, n.slots,
-       -- A node holds the leader lock on its heartbeat session ('pgpulse:<id>:beat'); earlier
-       -- versions on one named 'pgpulse:<id>' (a rolling upgrade runs both). Names are cut to
-       -- 63 characters, as PostgreSQL stores them.
-       (SELECT a.application_name IN (left('pgpulse:' || n.node_id || ':beat', 63),
-                                      left('pgpulse:' || n.node_id, 63))
+       -- A node holds the leader lock on its heartbeat session ('pgpulse:<id>:beat'). Names are
+       -- cut to 63 characters, as PostgreSQL stores them.
+       (SELECT a.application_name = left('pgpulse:' || n.node_id || ':beat', 63)
         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE l.locktype = 'advisory' AND l.classid::bigint = 0
           AND l.objid::bigint = %(leader_key)s AND l.granted
@@ -430,7 +417,7 @@ SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
        extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
                                                            AND next_run_at <= now()))::float8
            AS max_lag
-FROM scheduled_jobs
+FROM pgpulse_jobs
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: known_handlers

@@ -40,7 +40,7 @@ ORDER BY id;
 -- A page of jobs in (tenant, name) order after the keyset cursor, with how late the job is now
 -- (due_lag, seconds; NULL unless idle and due) and the lag and duration of its latest started
 -- run. %(id)s selects one job (show); the other filters are optional. Pages are read in the
--- order of job_names' primary key (the names' index since schema version 5).
+-- order of pgpulse_job_names' primary key.
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
@@ -50,12 +50,12 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
             THEN extract(epoch FROM now() - j.next_run_at)::float8 END AS due_lag,
        last.lag AS last_lag, last.duration AS last_duration
-FROM job_names n
-JOIN scheduled_jobs j ON j.id = n.job_id
+FROM pgpulse_job_names n
+JOIN pgpulse_jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
     SELECT extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
            extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration
-    FROM job_runs r
+    FROM pgpulse_runs r
     WHERE r.job_id = j.id AND r.started_at IS NOT NULL
     ORDER BY r.id DESC
     LIMIT 1
@@ -73,14 +73,14 @@ LIMIT %(limit)s;
 -- A page of runs, newest first (id order), after the keyset cursor %(before_id)s. The time range
 -- applies to scheduled_for (the occurrence), half-open: since <= scheduled_for < until.
 -- lag = started_at - scheduled_for of the latest attempt; output only when %(with_output)s.
--- Runs in progress are included (job_runs_live: outcome 'running').
+-- Runs in progress are included (pgpulse_runs_live: outcome 'running').
 SELECT r.id, r.job_id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id,
        r.fencing_token, r.started_at, r.finished_at,
        extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
        extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
        r.error, CASE WHEN %(with_output)s THEN r.output END AS output
-FROM job_runs_live r
-JOIN scheduled_jobs j ON j.id = r.job_id
+FROM pgpulse_runs_live r
+JOIN pgpulse_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (%(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s)
   AND (%(run_id)s::bigint IS NULL OR r.id = %(run_id)s)
@@ -96,7 +96,7 @@ LIMIT %(limit)s;
 -- overdue by more than %(overdue)s seconds (no live node owns their shard, or nodes are full).
 SELECT j.id, j.tenant, j.name, j.status, j.last_outcome, j.last_error, j.last_finished_at,
        j.next_run_at, extract(epoch FROM now() - j.next_run_at)::float8 AS overdue
-FROM scheduled_jobs j
+FROM pgpulse_jobs j
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (j.status = 'failed'
        OR j.last_outcome IN ('failed', 'fenced')

@@ -2,8 +2,8 @@
 
 Registered on the ``pgpulse`` group by :mod:`pgpulse.cli`. Like every command they are thin:
 parse options, call the library, print one line on error (exit 2 refused input, 3 database
-down). :func:`web_options` and :func:`run_node_with_web` give ``pgpulse node run`` its
-``--metrics`` / ``--http`` servers.
+down). :func:`run_node_with_web` gives ``pgpulse node run`` its ``--metrics`` / ``--http``
+servers (its options are in :mod:`pgpulse.web.options`, which imports no web framework).
 """
 
 from __future__ import annotations
@@ -17,74 +17,14 @@ import click
 
 from pgpulse.app import App, connect
 from pgpulse.engine import NodeConfig
-from pgpulse.errors import PulseError
 from pgpulse.report import print_records, run_command
 from pgpulse.web.auth import TokenStore
-from pgpulse.web.policy import DEFAULT_MAX_BODY_BYTES, HttpAllowList, WebSettings
+from pgpulse.web.options import web_options, web_settings
+from pgpulse.web.policy import WebSettings
 from pgpulse.web.server import serve as serve_app
 from pgpulse.web.server import web_sidecar
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def web_options(func: F) -> F:
-    """Add ``--allow-shell-jobs``, ``--http-allow``, ``--max-body`` and ``--secure-cookies``."""
-    options = [
-        click.option(
-            "--allow-shell-jobs",
-            is_flag=True,
-            show_envvar=True,
-            help="Explicit opt-in to shell jobs (they run commands on the nodes): a "
-            "node runs them only with it, and the API lets admin tokens create "
-            "or change them only with it.",
-        ),
-        click.option(
-            "--http-allow",
-            multiple=True,
-            show_envvar=True,
-            metavar="HOST|*.DOMAIN|CIDR",
-            help="Extra targets http jobs may call besides public addresses "
-            "(loopback, link-local and private ones are refused unless listed). "
-            "Repeat, or space-separate in the variable.",
-        ),
-        click.option(
-            "--max-body",
-            type=click.IntRange(1024, 16 * 1024 * 1024),
-            default=DEFAULT_MAX_BODY_BYTES,
-            show_envvar=True,
-            help="Largest request body in bytes; larger ones get 413.",
-        ),
-        click.option(
-            "--secure-cookies",
-            is_flag=True,
-            show_envvar=True,
-            help="Mark the dashboard's sign-in cookie Secure (serving behind HTTPS).",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def web_settings(
-    allow_shell_jobs: bool, http_allow: tuple[str, ...], max_body: int, secure_cookies: bool
-) -> WebSettings:
-    """Build :class:`WebSettings` from :func:`web_options` values.
-
-    Raises:
-        click.BadParameter: a malformed ``--http-allow`` entry.
-    """
-    try:
-        allow = HttpAllowList.parse(http_allow)
-    except PulseError as exc:
-        raise click.BadParameter(str(exc), param_hint="--http-allow") from None
-    return WebSettings(
-        allow_shell_jobs=allow_shell_jobs,
-        http_allow=allow,
-        max_body_bytes=max_body,
-        secure_cookies=secure_cookies,
-    )
 
 
 @click.command()

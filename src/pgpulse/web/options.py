@@ -1,0 +1,76 @@
+"""The web edge's command-line options, shared by ``pgpulse serve`` and ``pgpulse node run``.
+
+Kept apart from :mod:`pgpulse.web.commands` so that the ``pgpulse`` command can declare
+``node run``'s options without importing FastAPI or uvicorn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from pgpulse.errors import PulseError
+from pgpulse.web.policy import DEFAULT_MAX_BODY_BYTES, HttpAllowList, WebSettings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def web_options(func: F) -> F:
+    """Add ``--allow-shell-jobs``, ``--http-allow``, ``--max-body`` and ``--secure-cookies``."""
+    options = [
+        click.option(
+            "--allow-shell-jobs",
+            is_flag=True,
+            show_envvar=True,
+            help="Explicit opt-in to shell jobs (they run commands on the nodes): a "
+            "node runs them only with it, and the API lets admin tokens create "
+            "or change them only with it.",
+        ),
+        click.option(
+            "--http-allow",
+            multiple=True,
+            show_envvar=True,
+            metavar="HOST|*.DOMAIN|CIDR",
+            help="Extra targets http jobs may call besides public addresses "
+            "(loopback, link-local and private ones are refused unless listed). "
+            "Repeat, or space-separate in the variable.",
+        ),
+        click.option(
+            "--max-body",
+            type=click.IntRange(1024, 16 * 1024 * 1024),
+            default=DEFAULT_MAX_BODY_BYTES,
+            show_envvar=True,
+            help="Largest request body in bytes; larger ones get 413.",
+        ),
+        click.option(
+            "--secure-cookies",
+            is_flag=True,
+            show_envvar=True,
+            help="Mark the dashboard's sign-in cookie Secure (serving behind HTTPS).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def web_settings(
+    allow_shell_jobs: bool, http_allow: tuple[str, ...], max_body: int, secure_cookies: bool
+) -> WebSettings:
+    """Build :class:`WebSettings` from :func:`web_options` values.
+
+    Raises:
+        click.BadParameter: a malformed ``--http-allow`` entry.
+    """
+    try:
+        allow = HttpAllowList.parse(http_allow)
+    except PulseError as exc:
+        raise click.BadParameter(str(exc), param_hint="--http-allow") from None
+    return WebSettings(
+        allow_shell_jobs=allow_shell_jobs,
+        http_allow=allow,
+        max_body_bytes=max_body,
+        secure_cookies=secure_cookies,
+    )

@@ -1,0 +1,170 @@
+-- Statements of `pgpulse bench` only (loading and resetting benchmark data, reading results).
+-- Pulse's own statements come from sql/queries.sql and are never copied here: the benchmark
+-- drives them through the Store, and the raw ceiling (pgbench) is generated from their text.
+
+-- name: load_jobs
+-- Bulk-load jobs %(first)s..%(last)s exactly as upsert_jobs would store them (one statement, so
+-- 1,000,000 jobs load in seconds). Job i holds the occurrence
+-- %(base)s + (i mod %(modulo)s) * %(step)s seconds; interval schedules are anchored there.
+INSERT INTO pgpulse_jobs (tenant, name, schedule, schedule_kind, timezone, handler, payload,
+                            catch_up, misfire_grace, max_attempts, timeout, source, anchor_at,
+                            scheduled_for, next_run_at)
+SELECT 'bench', 'job-' || i, %(schedule)s, %(kind)s, 'UTC', %(handler)s, '{}'::jsonb,
+       %(catch_up)s, make_interval(secs => %(misfire_grace)s), 3,
+       make_interval(secs => 60), 'bench', t.at, t.at, t.at
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i,
+     LATERAL (SELECT %(base)s::timestamptz
+                     + make_interval(secs => mod(i, %(modulo)s::bigint) * %(step)s::float8)
+                     AS at) AS t;
+
+-- name: make_due
+-- Scenario 1: make the first %(due)s jobs (by id) due, spread over the past hour, and every other
+-- idle job due only tomorrow or later.
+UPDATE pgpulse_jobs
+SET next_run_at = CASE WHEN id <= %(first_id)s + %(due)s - 1
+                       THEN now() - make_interval(secs => 60 + mod(id, 3000))
+                       ELSE now() + make_interval(secs => 86400 + mod(id, 86400)) END,
+    scheduled_for = CASE WHEN id <= %(first_id)s + %(due)s - 1
+                         THEN now() - make_interval(secs => 60 + mod(id, 3000))
+                         ELSE now() + make_interval(secs => 86400 + mod(id, 86400)) END
+WHERE status = 'idle'
+  AND (id <= %(first_id)s + %(due)s - 1) <> (next_run_at <= now());
+
+-- name: unclaim
+-- Scenario 1: hand claimed jobs back unchanged (same occurrence, same due time) so the backlog
+-- keeps its size between two timed claims. Not timed.
+UPDATE pgpulse_jobs
+SET status = 'idle', locked_by = NULL, lease_expires_at = NULL, attempt = 0, run_id = NULL
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running';
+
+-- name: first_id
+SELECT min(id) AS first_id, count(*) AS jobs FROM pgpulse_jobs;
+
+-- name: db_processes
+-- Server processes working for database %(dbname)s, plus the shared WAL writer, checkpointer and
+-- background writer (backend_type in %(aux)s): what DbCpu meters.
+SELECT pid FROM pg_stat_activity
+WHERE datname = %(dbname)s OR backend_type = ANY(%(aux)s::text[]);
+
+-- name: xacts
+-- Transactions committed or rolled back in this database (each autocommit statement is one).
+SELECT xact_commit + xact_rollback AS xacts
+FROM pg_stat_database WHERE datname = current_database();
+
+-- name: drain_progress
+SELECT count(*) AS done FROM pgpulse_runs WHERE outcome = 'succeeded';
+
+-- name: drain_result
+-- Firings (succeeded runs) whose history write finished between the first claim and
+-- %(window)s seconds later, by the database's clock.
+WITH first AS (SELECT min(started_at) AS t0 FROM pgpulse_runs)
+SELECT extract(epoch FROM first.t0)::float8 AS t0,
+       count(*) FILTER (WHERE r.finished_at <= first.t0 + make_interval(secs => %(window)s))
+           AS fired,
+       count(*) AS fired_total,
+       extract(epoch FROM max(r.finished_at) - first.t0)::float8 AS span
+FROM pgpulse_runs r, first
+WHERE r.outcome = 'succeeded'
+GROUP BY first.t0;
+
+-- name: duplicates
+-- Occurrences run more than once (must be none): attempts > 1 without a failure are re-claims.
+SELECT count(*) AS duplicates FROM pgpulse_runs WHERE attempts > 1 AND outcome = 'succeeded';
+
+-- name: lag_samples
+-- Lag of every run that started: claim instant (the handler starts at once) minus scheduled_for,
+-- in milliseconds, for occurrences scheduled within [%(t0)s, %(t1)s].
+SELECT extract(epoch FROM r.started_at - r.scheduled_for)::float8 * 1000 AS lag_ms,
+       extract(epoch FROM r.started_at)::float8 AS started
+FROM pgpulse_runs r
+WHERE r.scheduled_for BETWEEN %(t0)s AND %(t1)s AND r.started_at IS NOT NULL
+ORDER BY r.started_at;
+
+-- name: occurrence_counts
+-- For occurrences scheduled within [%(t0)s, %(t1)s]: runs by outcome.
+SELECT outcome, count(*) AS n FROM pgpulse_runs
+WHERE scheduled_for BETWEEN %(t0)s AND %(t1)s
+GROUP BY outcome ORDER BY outcome;
+
+-- name: settings
+-- The settings that shape the figures, as the server shows them (with units: '128MB').
+SELECT name, current_setting(name) AS setting, '' AS unit FROM pg_settings
+WHERE name IN ('server_version', 'shared_buffers', 'work_mem', 'synchronous_commit', 'fsync',
+               'max_connections', 'jit', 'plan_cache_mode', 'random_page_cost',
+               'effective_cache_size', 'autovacuum')
+ORDER BY name;
+
+-- name: register_handler
+-- A stopped pseudo-node that knows handler %(handler)s, as a node running it would register.
+INSERT INTO pgpulse_nodes (node_id, hostname, pid, state, handlers)
+VALUES ('bench-loader', 'bench', 0, 'stopped', ARRAY[%(handler)s])
+ON CONFLICT (node_id) DO NOTHING;
+
+-- name: now
+SELECT now() AS now;
+
+-- name: nodes_alive
+-- Benchmark nodes alive by the database's clock, with the shards each reported at its last
+-- heartbeat (the cluster has settled when these partition the 64 shards).
+SELECT node_id, shards FROM pgpulse_nodes
+WHERE state = 'alive' AND last_heartbeat > now() - interval '10 seconds'
+ORDER BY node_id;
+
+-- name: backlog_state
+-- Whether any job is still due (cheap: the head of pgpulse_jobs_due) or running.
+SELECT EXISTS (SELECT 1 FROM pgpulse_jobs WHERE status = 'idle' AND next_run_at <= now())
+           AS due,
+       EXISTS (SELECT 1 FROM pgpulse_jobs WHERE status = 'running') AS running,
+       now() AS now;
+
+-- name: fired_between
+-- Firings (succeeded runs) whose history write committed within [%(t0)s, %(t1)s] (the
+-- database's clock), and the last such instant.
+SELECT count(*) AS fired, max(finished_at) AS last_finished
+FROM pgpulse_runs
+WHERE outcome = 'succeeded' AND finished_at BETWEEN %(t0)s AND %(t1)s;
+
+-- name: fired_span
+-- All firings so far: how many, first claim instant and last completion instant.
+SELECT count(*) AS fired, min(started_at) AS first_started, max(finished_at) AS last_finished
+FROM pgpulse_runs WHERE outcome = 'succeeded';
+
+-- name: database_exists
+SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = %(name)s) AS found;
+
+-- name: wake
+-- The wake-up notification every node listens for (empty payload: all shards).
+SELECT pg_notify('pgpulse_wakeup', '');
+
+-- name: park_all
+-- Make every job wait a day (nothing due), keeping its schedule.
+UPDATE pgpulse_jobs SET scheduled_for = now() + interval '1 day',
+                          next_run_at = now() + interval '1 day';
+
+-- name: herd_instant
+-- The instant the herd falls due: the next whole second at least %(lead)s seconds away.
+SELECT date_trunc('second', now()) + make_interval(secs => %(lead)s + 1) AS at;
+
+-- name: herd_arm
+-- Scenario 5: every job falls due at %(at)s on a once-an-hour cron schedule %(schedule)s.
+UPDATE pgpulse_jobs
+SET schedule = %(schedule)s, schedule_kind = 'cron', scheduled_for = %(at)s, next_run_at = %(at)s,
+    anchor_at = %(at)s;
+
+-- name: started_at
+-- How many runs of occurrence %(at)s have started, and the last claim instant (pgpulse_runs_live:
+-- a run's row is written when it ends).
+SELECT count(*) AS started, max(started_at) AS last_started
+FROM pgpulse_runs_live WHERE scheduled_for = %(at)s;
+
+-- name: claim_lags
+-- Claim lag (claim instant minus scheduled_for, ms) of runs of occurrences in [%(t0)s, %(t1)s].
+SELECT extract(epoch FROM started_at - scheduled_for)::float8 * 1000 AS lag_ms
+FROM pgpulse_runs_live
+WHERE scheduled_for BETWEEN %(t0)s AND %(t1)s AND started_at IS NOT NULL;
+
+-- name: db_activity
+-- Transactions and sessions this database has seen so far (cumulative; each autocommit
+-- statement is one transaction). Backends report with up to ~1 s delay, 10 s when idle.
+SELECT xact_commit + xact_rollback AS xacts, sessions
+FROM pg_stat_database WHERE datname = current_database();

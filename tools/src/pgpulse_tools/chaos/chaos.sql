@@ -1,0 +1,191 @@
+-- Statements of the fault-injection harness (pgpulse chaos), as named blocks.
+-- The harness creates its tables itself in the fresh database of a run (they are evidence, not
+-- part of Pulse's schema, so no migration). Instants are the database's clock_timestamp(): the
+-- one clock every node shares (design.md, invariant 1).
+
+-- name: create_history
+-- chaos_history: one row per handler execution, written by the handler itself (start, then end).
+--   result: 'applied' (its fenced effect was written), 'fenced' (the guard refused the effect),
+--   'failed' (the handler failed on purpose, before any effect); NULL = never ended (cancelled,
+--   killed). lease_ok_*: whether the execution's token still held an unexpired lease on the job
+--   at that instant, as the database saw it (an observation; the guard does not read it).
+-- chaos_fence: the largest fencing token the "external resource" has seen per job.
+-- chaos_effects: the side effect, keyed by occurrence; applied counts committed effect writes.
+-- chaos_run_log: the engine's own writes, recorded by triggers, so the checker can tell an
+--   interrupted attempt from a recorded success: every insert/update of pgpulse_runs (outcomes,
+--   reaps), and from pgpulse_jobs each claim (a new fencing token: 'running') and each end of
+--   a claim (the lease cleared: 'ended', by an outcome, a reap or a release). A claim writes
+--   no pgpulse_runs row. Observation only: a harness database, never a
+--   Pulse migration.
+CREATE TABLE chaos_history (
+    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id            bigint NOT NULL,
+    scheduled_for     timestamptz NOT NULL,
+    attempt           integer NOT NULL,
+    token             bigint NOT NULL,
+    node_id           text NOT NULL,
+    kind              text NOT NULL,
+    started_at        timestamptz NOT NULL,
+    ended_at          timestamptz,
+    result            text CHECK (result IN ('applied', 'fenced', 'failed')),
+    lease_ok_at_start boolean NOT NULL,
+    lease_ok_at_end   boolean
+);
+CREATE INDEX chaos_history_job ON chaos_history (job_id, started_at);
+CREATE TABLE chaos_fence (
+    job_id    bigint PRIMARY KEY,
+    max_token bigint NOT NULL
+);
+CREATE TABLE chaos_effects (
+    job_id        bigint NOT NULL,
+    scheduled_for timestamptz NOT NULL,
+    token         bigint NOT NULL,
+    node_id       text NOT NULL,
+    applied       integer NOT NULL,
+    first_at      timestamptz NOT NULL,
+    last_at       timestamptz NOT NULL,
+    PRIMARY KEY (job_id, scheduled_for)
+);
+CREATE TABLE chaos_run_log (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id        bigint NOT NULL,
+    scheduled_for timestamptz NOT NULL,
+    outcome       text NOT NULL,
+    attempts      integer NOT NULL,
+    token         bigint,
+    node_id       text,
+    error         text,
+    at            timestamptz NOT NULL
+);
+CREATE FUNCTION chaos_log_run() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, error, at)
+    VALUES (NEW.job_id, NEW.scheduled_for, NEW.outcome, NEW.attempts, NEW.fencing_token,
+            NEW.node_id, NEW.error, clock_timestamp());
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER chaos_log_run AFTER INSERT OR UPDATE ON pgpulse_runs
+FOR EACH ROW EXECUTE FUNCTION chaos_log_run();
+CREATE FUNCTION chaos_log_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.fencing_token <> OLD.fencing_token THEN
+        INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, at)
+        VALUES (NEW.id, NEW.scheduled_for, 'running', NEW.attempt, NEW.fencing_token,
+                NEW.locked_by, clock_timestamp());
+    ELSIF OLD.lease_expires_at IS NOT NULL AND NEW.lease_expires_at IS NULL THEN
+        INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, error,
+                                   at)
+        VALUES (OLD.id, OLD.scheduled_for, 'ended', OLD.attempt, OLD.fencing_token,
+                OLD.locked_by, NEW.last_error, clock_timestamp());
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER chaos_log_claim AFTER UPDATE ON pgpulse_jobs
+FOR EACH ROW EXECUTE FUNCTION chaos_log_claim();
+
+-- name: start_execution
+-- A handler starts: register its token with the resource (a fencing-aware resource remembers
+-- the largest token it has seen, so a zombie's later write is refused once the new owner has
+-- shown up) and record the start. Returns the history row id.
+WITH fence AS (
+    INSERT INTO chaos_fence AS f (job_id, max_token) VALUES (%(job_id)s, %(token)s)
+    ON CONFLICT (job_id) DO UPDATE SET max_token = greatest(f.max_token, excluded.max_token)
+    RETURNING f.max_token
+)
+INSERT INTO chaos_history (job_id, scheduled_for, attempt, token, node_id, kind, started_at,
+                           lease_ok_at_start)
+SELECT %(job_id)s, %(scheduled_for)s, %(attempt)s, %(token)s, %(node)s, %(kind)s,
+       clock_timestamp(),
+       EXISTS (SELECT 1 FROM pgpulse_jobs j
+               WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s AND j.status = 'running'
+                 AND j.lease_expires_at > clock_timestamp())
+FROM fence
+RETURNING id;
+
+-- name: apply_effect
+-- A handler's side effect, guarded by its fencing token as README tells users to: accepted only
+-- if no larger token has been seen for the job. With %(lease_guard)s the guard also requires the
+-- token's lease to be current (possible only because this "resource" shares Pulse's database).
+-- The effect (keyed by occurrence) and the end of the history row commit together, so the
+-- history never disagrees with the effects.
+WITH fence AS (
+    SELECT f.max_token FROM chaos_fence f WHERE f.job_id = %(job_id)s FOR UPDATE
+), lease AS (
+    SELECT EXISTS (SELECT 1 FROM pgpulse_jobs j
+                   WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
+                     AND j.status = 'running'
+                     AND j.lease_expires_at > clock_timestamp()) AS ok
+), verdict AS (
+    SELECT coalesce((SELECT max_token FROM fence), 0) <= %(token)s
+               AND (NOT %(lease_guard)s OR lease.ok) AS accepted,
+           lease.ok AS lease_ok, clock_timestamp() AS at
+    FROM lease
+), effect AS (
+    INSERT INTO chaos_effects AS e (job_id, scheduled_for, token, node_id, applied, first_at,
+                                    last_at)
+    SELECT %(job_id)s, %(scheduled_for)s, %(token)s, %(node)s, 1, v.at, v.at
+    FROM verdict v WHERE v.accepted
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    SET token = excluded.token, node_id = excluded.node_id, applied = e.applied + 1,
+        last_at = excluded.last_at
+    RETURNING 1
+)
+UPDATE chaos_history h
+SET ended_at = v.at, result = CASE WHEN v.accepted THEN 'applied' ELSE 'fenced' END,
+    lease_ok_at_end = v.lease_ok
+FROM verdict v
+WHERE h.id = %(history_id)s
+RETURNING h.result, (SELECT count(*) FROM effect) AS effects;
+
+-- name: fail_execution
+-- A handler fails on purpose (before any effect): close its history row.
+UPDATE chaos_history h
+SET ended_at = clock_timestamp(), result = 'failed',
+    lease_ok_at_end = EXISTS (SELECT 1 FROM pgpulse_jobs j
+                              WHERE j.id = h.job_id AND j.fencing_token = h.token
+                                AND j.status = 'running'
+                                AND j.lease_expires_at > clock_timestamp())
+WHERE h.id = %(history_id)s;
+
+-- name: live_nodes
+SELECT count(*) AS n FROM pgpulse_nodes
+WHERE state = 'alive' AND last_heartbeat > now() - make_interval(secs => %(ttl)s);
+
+-- name: leader
+-- The node holding the leader lock now (NULL if none), as pgpulse status shows it.
+SELECT regexp_replace(substr(a.application_name, 9), ':beat$', '') AS node_id
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.classid::bigint = 0 AND l.objid::bigint = %(key)s
+  AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+LIMIT 1;
+
+-- name: progress
+SELECT count(*) AS executions, count(*) FILTER (WHERE result = 'applied') AS applied,
+       count(*) FILTER (WHERE result = 'fenced') AS fenced
+FROM chaos_history;
+
+-- name: read_history
+SELECT id, job_id, scheduled_for, attempt, token, node_id, kind, started_at, ended_at, result,
+       lease_ok_at_start, lease_ok_at_end
+FROM chaos_history ORDER BY id;
+
+-- name: read_run_log
+SELECT id, job_id, scheduled_for, outcome, attempts, token, node_id, error, at
+FROM chaos_run_log ORDER BY at, id;
+
+-- name: read_runs
+SELECT job_id, scheduled_for, outcome, attempts, fencing_token AS token
+FROM pgpulse_runs ORDER BY job_id, scheduled_for;
+
+-- name: read_jobs
+-- Every job with its state at the check, and the database's instant of the check.
+SELECT j.id, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.anchor_at, j.status,
+       j.scheduled_for, j.lease_expires_at, j.locked_by, j.last_error, clock_timestamp() AS checked_at
+FROM pgpulse_jobs j ORDER BY j.id;
+
+-- name: backlog
+-- Backfill jobs whose current occurrence is not yet past %(at)s: their backlog is still running.
+SELECT count(*) AS n FROM pgpulse_jobs
+WHERE catch_up = 'backfill' AND scheduled_for <= %(at)s;

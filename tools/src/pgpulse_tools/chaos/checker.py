@@ -1,0 +1,390 @@
+"""The history checker: a pure function from a recorded :class:`History` to a :class:`Verdict`.
+
+Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
+
+* **duplicates** — occurrences with more than one committed effect, unless every earlier effect
+  was written under a valid lease by an attempt that was then interrupted (its node faulted)
+  before its outcome was recorded: that is at-least-once re-execution, counted as
+  **re-executed**. An earlier effect whose attempt was recorded ``succeeded``, or that was written
+  after its lease had expired, or interrupted with no fault on its node, is a duplicate.
+* **overlaps** — two executions of one job whose [start, end] intervals intersect while both
+  wrote their effect (neither was fenced).
+* **double claims** — from the engine's own ``pgpulse_runs`` writes: a claim of a job while the
+  previous claim's token was neither finished, released nor reaped, or a token that did not grow.
+* **lost** — ``backfill`` occurrences due by the settle point whose run did not succeed although
+  their job has moved past them.
+* **unrecorded** — occurrences of any policy due by the settle point, passed by their job, with
+  no ``pgpulse_runs`` row (each must be run or recorded skipped).
+* **queued at check** — occurrences due by the settle point that their job has not reached yet
+  (a backlog still draining; the runner waits for backfill backlogs before the check).
+* **stuck** — jobs ``running`` with a lease expired for longer than the sweeper needs, or
+  ``failed`` (never scheduled again), at the check.
+* **node crashes** — node processes that exited on their own, or hung on SIGTERM.
+* **fenced** — executions whose late effect was refused by the token guard (expected > 0 when
+  nodes were paused or partitioned: proof that the guard fired).
+* **lag**, **recovery** — see :mod:`pgpulse_tools.chaos.timing`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from pgpulse.schedule import parse_schedule
+from pgpulse_tools.chaos.history import (
+    CLOSING_OUTCOMES,
+    Execution,
+    Fault,
+    History,
+    RunEvent,
+    load_history,
+)
+from pgpulse_tools.chaos.timing import lags, recoveries, spread
+
+#: Faults that can leave a node holding a lease it cannot use (zombies).
+ZOMBIE_MAKERS = frozenset({"pause", "partition"})
+_EXAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One line of the verdict.
+
+    Attributes:
+        name: the figure's name.
+        value: its value as printed.
+        rule: ``must be 0``, ``expected > 0`` or ``info``.
+        ok: whether the rule holds (always true for ``info``).
+        examples: a few offending or illustrative items.
+    """
+
+    name: str
+    value: str
+    rule: str = "info"
+    ok: bool = True
+    examples: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The checker's result: figures in print order."""
+
+    figures: tuple[Figure, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Whether every ``must be 0`` figure is 0."""
+        return all(f.ok for f in self.figures if f.rule == "must be 0")
+
+    def figure(self, name: str) -> Figure:
+        """The figure called ``name``. Raises :class:`KeyError` if there is none."""
+        for fig in self.figures:
+            if fig.name == name:
+                return fig
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The verdict as JSON-ready data (``pgpulse chaos --report FILE`` writes it)."""
+        return {"ok": self.ok, "figures": [asdict(f) for f in self.figures]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        """The verdict :meth:`as_dict` wrote. Raises :class:`KeyError` or :class:`TypeError`
+        on data of another shape."""
+        return cls(
+            tuple(
+                Figure(**{**f, "examples": tuple(f.get("examples", ()))}) for f in data["figures"]
+            )
+        )
+
+    def table(self) -> str:
+        """The verdict as a text table, followed by examples of every non-empty figure."""
+        rows = [
+            [f.name, f.value, f.rule, "ok" if f.ok else "FAIL" if f.rule == "must be 0" else "WARN"]
+            for f in self.figures
+        ]
+        text = tabulate(rows, headers=["figure", "value", "rule", ""])
+        for fig in self.figures:
+            if fig.examples:
+                text += f"\n\n{fig.name}:\n" + "\n".join(f"  {e}" for e in fig.examples)
+        return text
+
+
+def _count(name: str, items: Sequence[str], rule: str = "must be 0") -> Figure:
+    ok = not items if rule == "must be 0" else True
+    return Figure(name, str(len(items)), rule, ok, tuple(items[:_EXAMPLES]))
+
+
+def _ts(at: datetime | None) -> str:
+    return "-" if at is None else at.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _faulted(execution: Execution, faults: Iterable[Fault], margin: timedelta) -> Fault | None:
+    """A fault on the execution's node (or the database) around the end of the execution."""
+    at = execution.ended_at
+    assert at is not None
+    for fault in faults:
+        if fault.target not in (None, execution.node_id):
+            continue
+        if fault.started_at - margin <= at <= fault.ended_at + margin:
+            return fault
+    return None
+
+
+def _cause(
+    history: History,
+    earlier: Execution,
+    succeeded: set[tuple[int, datetime, int | None]],
+    margin: timedelta,
+) -> tuple[bool, str]:
+    """Why an occurrence got another effect after ``earlier``'s: (benign, explanation)."""
+    if (earlier.job_id, earlier.scheduled_for, earlier.token) in succeeded:
+        return False, f"t{earlier.token} was recorded succeeded, then the occurrence ran again"
+    if not earlier.lease_ok_at_end:
+        return False, f"t{earlier.token} wrote its effect after its lease had expired"
+    fault = _faulted(earlier, history.faults, margin)
+    if fault is None:
+        return False, f"t{earlier.token} was interrupted with no fault on its node"
+    return True, (
+        f"t{earlier.token} was interrupted by the {fault.kind} of "
+        f"{fault.target or 'the database'} at {_ts(fault.started_at)}"
+    )
+
+
+def duplicates(history: History) -> tuple[list[str], list[str]]:
+    """Return (duplicated occurrences, explained at-least-once re-executions), described."""
+    succeeded: set[tuple[int, datetime, int | None]] = {
+        (e.job_id, e.scheduled_for, e.token) for e in history.run_events if e.outcome == "succeeded"
+    }
+    applied: dict[tuple[int, datetime], list[Execution]] = defaultdict(list)
+    for execution in history.executions:
+        if execution.result == "applied":
+            applied[(execution.job_id, execution.scheduled_for)].append(execution)
+    margin = timedelta(seconds=history.lease)
+    dups: list[str] = []
+    reexecuted: list[str] = []
+    for (job_id, scheduled_for), effects in sorted(applied.items()):
+        if len(effects) < 2:
+            continue
+        effects.sort(key=lambda e: (e.ended_at, e.id))
+        causes = [_cause(history, earlier, succeeded, margin) for earlier in effects[:-1]]
+        line = (
+            f"job {job_id} @ {_ts(scheduled_for)}: {len(effects)} effects by "
+            + ", ".join(f"{e.node_id}/t{e.token}@{_ts(e.ended_at)}" for e in effects)
+            + " — "
+            + "; ".join(text for _, text in causes)
+        )
+        (reexecuted if all(benign for benign, _ in causes) else dups).append(line)
+    return dups, reexecuted
+
+
+def overlaps(history: History) -> list[str]:
+    """Pairs of executions of one job that both applied their effect with intersecting
+    [start, end] intervals."""
+    by_job: dict[int, list[Execution]] = defaultdict(list)
+    for execution in history.executions:
+        if execution.result == "applied":
+            by_job[execution.job_id].append(execution)
+    found: list[str] = []
+    for job_id, runs in sorted(by_job.items()):
+        runs.sort(key=lambda e: (e.started_at, e.id))
+        latest: Execution | None = None
+        for run in runs:
+            assert run.ended_at is not None
+            if (
+                latest is not None
+                and latest.ended_at is not None
+                and run.started_at < latest.ended_at
+            ):
+                found.append(
+                    f"job {job_id}: {latest.node_id}/t{latest.token} "
+                    f"[{_ts(latest.started_at)}, {_ts(latest.ended_at)}] and "
+                    f"{run.node_id}/t{run.token} [{_ts(run.started_at)}, "
+                    f"{_ts(run.ended_at)}]"
+                )
+            if latest is None or (latest.ended_at is not None and run.ended_at > latest.ended_at):
+                latest = run
+    return found
+
+
+def double_claims(events: Sequence[RunEvent]) -> list[str]:
+    """Claims (``running`` writes) of a job whose previous claim was still open, or whose
+    token did not grow, in the engine's own ``pgpulse_runs`` writes ordered by instant."""
+    open_claims: dict[int, RunEvent] = {}
+    last_token: dict[int, int] = {}
+    found: list[str] = []
+    for event in sorted(events, key=lambda e: (e.at, e.id)):
+        job = event.job_id
+        if event.outcome == "running":
+            previous = open_claims.get(job)
+            if previous is not None and previous.token != event.token:
+                found.append(
+                    f"job {job}: {event.node_id} claimed t{event.token} at "
+                    f"{_ts(event.at)} while t{previous.token} of {previous.node_id} "
+                    f"(claimed {_ts(previous.at)}) was still open"
+                )
+            if event.token is not None and last_token.get(job, -1) >= event.token:
+                found.append(
+                    f"job {job}: token t{event.token} at {_ts(event.at)} did not grow "
+                    f"(last t{last_token[job]})"
+                )
+            open_claims[job] = event
+            if event.token is not None:
+                last_token[job] = max(last_token.get(job, -1), event.token)
+        elif event.outcome in CLOSING_OUTCOMES and event.token is not None:
+            claim = open_claims.get(job)
+            if claim is not None and claim.token == event.token:
+                del open_claims[job]
+    return found
+
+
+def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
+    """Return (lost backfill occurrences, occurrences with no run record, occurrences still
+    queued at the check), described.
+
+    An occurrence due by the settle point is *queued* while its job still holds it or an
+    earlier one (a backlog the settle period did not drain: lag, not loss). Otherwise it must
+    have a run record, and a backfill one a successful run, or it is *unrecorded* / *lost*.
+    """
+    runs = {(r.job_id, r.scheduled_for): r for r in history.runs}
+    lost: list[str] = []
+    missing: list[str] = []
+    queued: list[str] = []
+    for job in history.jobs:
+        schedule = parse_schedule(job.schedule, job.timezone)
+        due = schedule.occurrences_between(
+            job.anchor_at, history.settle_at, anchor=job.anchor_at, limit=1_000_000
+        )
+        for at in due:
+            run = runs.get((job.id, at))
+            pending = job.scheduled_for is not None and job.scheduled_for <= at
+            if pending and (run is None or run.outcome != "succeeded"):
+                queued.append(
+                    f"{job.name} (id {job.id}) @ {_ts(at)}: "
+                    f"{run.outcome if run else 'not yet claimed'}"
+                )
+            elif run is None:
+                missing.append(f"{job.name} (id {job.id}, {job.catch_up}) @ {_ts(at)}: no run")
+            elif job.catch_up == "backfill" and run.outcome != "succeeded":
+                lost.append(
+                    f"{job.name} (id {job.id}) @ {_ts(at)}: {run.outcome} after "
+                    f"{run.attempts} attempt(s)"
+                )
+    return lost, missing, queued
+
+
+def stuck(history: History) -> list[str]:
+    """Jobs left ``running`` on an expired lease (beyond the sweeper's reach) or ``failed``."""
+    grace = timedelta(seconds=2 * history.heartbeat + 1)
+    found = []
+    for job in history.jobs:
+        if (
+            job.status == "running"
+            and job.lease_expires_at is not None
+            and job.lease_expires_at < history.checked_at - grace
+        ):
+            found.append(
+                f"{job.name} (id {job.id}): running on {job.locked_by}, lease expired "
+                f"at {_ts(job.lease_expires_at)}"
+            )
+        elif job.status == "failed":
+            found.append(f"{job.name} (id {job.id}): failed — {job.last_error}")
+    return found
+
+
+def check(history: History) -> Verdict:
+    """Check a recorded history against Pulse's invariants (pure; no I/O, no clock).
+
+    Args:
+        history: the rows a chaos run recorded, and its faults.
+
+    Returns:
+        The :class:`Verdict`; ``verdict.ok`` is false when a must-be-zero figure is not zero.
+    """
+    dups, reexecuted = duplicates(history)
+    lost, missing, queued = unaccounted(history)
+    fenced = [
+        f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ended {_ts(e.ended_at)}"
+        for e in history.executions
+        if e.result == "fenced"
+    ]
+    zombies = any(f.kind in ZOMBIE_MAKERS for f in history.faults)
+    stale = [
+        f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ({e.kind}) "
+        f"wrote at {_ts(e.ended_at)}"
+        for e in history.executions
+        if e.result == "applied" and e.lease_ok_at_end is False
+    ]
+    crashes = [
+        f"{x.node_id} {x.why} (code {x.returncode}) at {_ts(x.at)}" for x in history.node_exits
+    ]
+    steady, faulty = lags(history)
+    recovery, notes = recoveries(history)
+    by_result: dict[str, int] = defaultdict(int)
+    for execution in history.executions:
+        by_result[execution.result or "unfinished"] += 1
+    return Verdict(
+        (
+            _count("duplicates", dups),
+            _count("overlaps", overlaps(history)),
+            _count("double claims", double_claims(history.run_events)),
+            _count("lost", lost),
+            _count("unrecorded", missing),
+            _count("stuck", stuck(history)),
+            _count("node crashes", crashes),
+            Figure(
+                "fenced",
+                str(len(fenced)),
+                "expected > 0" if zombies else "info",
+                bool(fenced) or not zombies,
+                tuple(fenced[:_EXAMPLES]),
+            ),
+            _count("re-executed", reexecuted, "info"),
+            _count("queued at check", queued, "info"),
+            _count("stale effects", stale, "info"),
+            Figure("lag steady", spread(steady, (50, 99))),
+            Figure("lag in faults", spread(faulty, (50, 99))),
+            Figure("recovery", spread(recovery, (50,)), "info", True, tuple(notes[:_EXAMPLES])),
+            Figure(
+                "executions",
+                f"{len(history.executions)} ("
+                + ", ".join(f"{k} {v}" for k, v in sorted(by_result.items()))
+                + ")",
+                examples=(),
+            ),
+            Figure(
+                "faults",
+                str(len(history.faults))
+                + " ("
+                + ", ".join(
+                    f"{k} {sum(1 for f in history.faults if f.kind == k)}"
+                    for k in sorted({f.kind for f in history.faults})
+                )
+                + ")",
+            ),
+        )
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pgpulse_tools.chaos.checker HISTORY.json``: check a saved history again (a run
+    keeps ``history.json`` in its folder); print the verdict; return 0 if it is ok, else 1."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m pgpulse_tools.chaos.checker HISTORY.json", file=sys.stderr)
+        return 2
+    verdict = check(load_history(Path(args[0])))
+    print(verdict.table())
+    return 0 if verdict.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

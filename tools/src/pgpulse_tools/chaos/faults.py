@@ -1,0 +1,243 @@
+"""Faults: a seeded plan (pure) and the injector that carries it out.
+
+:func:`plan_faults` draws the fault schedule from the seed alone, so a seed names a plan:
+every kind appears once first (in a seeded order), then random kinds follow until the fault
+phase ends. A node never has two faults at once, at least one regular node stays healthy, and
+the database restarts one at a time. Kinds:
+
+============== =========================================================================
+kill           SIGKILL a node, start it again (same node id) after a short downtime
+pause          SIGSTOP a node for 1.3–2.5 leases, then SIGCONT: the zombie
+partition      cut the node's proxy (``stall``: a silent network; ``drop``: resets) for
+               0.5–2 leases, then heal
+delay          add 50–400 ms to every chunk of the node's traffic for 0.5–1.5 leases
+pg_restart     stop PostgreSQL (``fast`` or ``immediate``: a crash), start it again
+join_leave     start an extra node, SIGTERM it 1–3 leases later (it drains and hands back)
+============== =========================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pgpulse_tools.chaos.cluster import Cluster
+from pgpulse_tools.chaos.history import Fault
+from pgpulse_tools.chaos.proxy import CutMode, Proxy
+from pgpulse_tools.chaos.server import Server
+
+log = logging.getLogger(__name__)
+
+FAULT_KINDS: tuple[str, ...] = ("kill", "pause", "partition", "delay", "pg_restart", "join_leave")
+_NODE_KINDS = frozenset({"kill", "pause", "partition", "delay"})
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFault:
+    """One fault of the plan.
+
+    Attributes:
+        at: seconds after the start of the fault phase.
+        kind: one of :data:`FAULT_KINDS`.
+        node: the node index (for ``join_leave`` the extra node's; ``None`` for ``pg_restart``).
+        hold: seconds the fault lasts (downtime, pause, cut, delay, restart gap, membership).
+        mode: ``stall``/``drop`` for a partition, ``fast``/``immediate`` for a restart.
+        latency: seconds added per chunk, for ``delay``.
+    """
+
+    at: float
+    kind: str
+    node: int | None
+    hold: float
+    mode: str = ""
+    latency: float = 0.0
+
+    def describe(self, node_id: str | None) -> str:
+        """A one-line description, e.g. ``pause node-2 for 6.1s``."""
+        what = {
+            "kill": "SIGKILL {n}, restart after {h}",
+            "pause": "SIGSTOP {n} for {h}",
+            "partition": "cut {n} ({m}) for {h}",
+            "delay": "delay {n} by {l} for {h}",
+            "pg_restart": "restart PostgreSQL ({m}) with {h} down",
+            "join_leave": "start {n}, SIGTERM it after {h}",
+        }[self.kind]
+        return what.format(
+            n=node_id, h=f"{self.hold:.1f}s", m=self.mode, l=f"{self.latency * 1000:.0f}ms"
+        )
+
+
+def _draw(kind: str, rng: random.Random, lease: float) -> tuple[float, str, float]:
+    """(hold seconds, mode, latency seconds) of a fault of ``kind``."""
+    if kind == "kill":
+        return rng.uniform(0.2, 2.0), "", 0.0
+    if kind == "pause":
+        return lease * rng.uniform(1.3, 2.5), "", 0.0
+    if kind == "partition":
+        return lease * rng.uniform(0.5, 2.0), rng.choice(("stall", "drop")), 0.0
+    if kind == "delay":
+        return lease * rng.uniform(0.5, 1.5), "", rng.uniform(0.05, 0.4)
+    if kind == "pg_restart":
+        return rng.uniform(0.3, 2.0), rng.choice(("fast", "immediate")), 0.0
+    if kind == "join_leave":
+        return lease * rng.uniform(1.0, 3.0), "", 0.0
+    raise ValueError(f"unknown fault kind {kind!r}")
+
+
+def plan_faults(
+    seed: int,
+    *,
+    duration: float,
+    nodes: int,
+    lease: float,
+    kinds: Sequence[str] = FAULT_KINDS,
+    warmup: float = 2.0,
+) -> list[PlannedFault]:
+    """Draw the fault plan of a run (pure: the same arguments give the same plan).
+
+    Args:
+        seed: the run's seed.
+        duration: seconds during which faults start (each then lasts its ``hold``).
+        nodes: regular nodes (indexes ``0..nodes-1``; the extra node is ``nodes``).
+        lease: the nodes' lease, seconds (pauses outlast it; partitions straddle it).
+        kinds: the fault kinds to draw from (each is planned at least once if time allows).
+        warmup: seconds before the first fault.
+
+    Returns:
+        Faults ordered by start.
+
+    Raises:
+        ValueError: an unknown kind, or fewer than 2 nodes for node faults.
+    """
+    unknown = set(kinds) - set(FAULT_KINDS)
+    if unknown:
+        raise ValueError(f"unknown fault kinds {sorted(unknown)}")
+    if nodes < 2 and _NODE_KINDS & set(kinds):
+        raise ValueError("node faults need at least 2 nodes (one stays healthy)")
+    rng = random.Random(seed)
+    pending = list(kinds)
+    rng.shuffle(pending)
+    busy = [0.0] * (nodes + 1)  # until when each node (and the extra one) is taken
+    pg_busy = 0.0
+    plan: list[PlannedFault] = []
+    t = warmup
+    while t < duration and kinds:
+        kind = pending[0] if pending else rng.choice(list(kinds))
+        hold, mode, latency = _draw(kind, rng, lease)
+        node: int | None = None
+        if kind in _NODE_KINDS:
+            healthy = [i for i in range(nodes) if busy[i] <= t]
+            node = rng.choice(healthy) if len(healthy) >= 2 else None
+            ready = node is not None
+        elif kind == "pg_restart":
+            ready = pg_busy <= t
+        else:
+            node, ready = nodes, busy[nodes] <= t
+        if not ready:
+            t += 0.5
+            continue
+        plan.append(PlannedFault(round(t, 3), kind, node, round(hold, 3), mode, round(latency, 3)))
+        if pending and kind == pending[0]:
+            pending.pop(0)
+        if kind == "pg_restart":
+            pg_busy = t + hold + lease
+        elif node is not None:
+            busy[node] = t + hold + lease  # time to come back before the next fault on it
+        room = (duration - t) / (len(pending) + 1)
+        t += rng.uniform(0.5, max(1.0, min(4.0, room)))
+    return plan
+
+
+class Injector:
+    """Carries out planned faults on the cluster, its proxies and the server.
+
+    Args:
+        cluster: the node processes.
+        proxies: one proxy per node index (the extra node's last).
+        server: the PostgreSQL server.
+        clock: the database's current instant, as the harness estimates it.
+        leader: returns the current leader's node id (to say when the leader was hit).
+        drain_timeout: the nodes' drain timeout, seconds (bounds a SIGTERMed node's exit).
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        proxies: Sequence[Proxy],
+        server: Server,
+        clock: Callable[[], datetime],
+        leader: Callable[[], Awaitable[str | None]],
+        drain_timeout: float,
+    ) -> None:
+        self.cluster = cluster
+        self.proxies = proxies
+        self.server = server
+        self.clock = clock
+        self.leader = leader
+        self.drain_timeout = drain_timeout
+
+    async def apply(self, fault: PlannedFault) -> Fault:
+        """Inject ``fault``, hold it, end it; return what happened, with instants.
+
+        Raises:
+            DatabaseUnavailable: PostgreSQL did not come back after a restart.
+            OSError: a node could not be started again.
+        """
+        node_id = None if fault.node is None else self.cluster.node_id(fault.node)
+        detail = fault.describe(node_id)
+        if (
+            node_id is not None
+            and fault.kind != "join_leave"
+            and await self._safe_leader() == node_id
+        ):
+            detail += " (the leader)"
+        started = self.clock()
+        log.warning("fault: %s", detail, extra={"action": "chaos_fault", "kind": fault.kind})
+        if fault.kind == "pg_restart":
+            await self.server.restart(fault.hold, fault.mode)
+            return Fault(fault.kind, None, started, self.clock(), detail)
+        assert fault.node is not None
+        index = fault.node
+        if fault.kind == "join_leave":
+            await self.cluster.start(index)
+            await asyncio.sleep(fault.hold)
+            code = await self.cluster.terminate(index, self.drain_timeout + 15)
+            return Fault(
+                fault.kind, node_id, started, self.clock(), f"{detail}; exited with code {code}"
+            )
+        if not self.cluster.running(index):
+            return Fault(fault.kind, node_id, started, started, f"{detail} — skipped: down")
+        await self._begin(fault, index)
+        await asyncio.sleep(fault.hold)
+        await self._end(fault, index)
+        return Fault(fault.kind, node_id, started, self.clock(), detail)
+
+    async def _begin(self, fault: PlannedFault, index: int) -> None:
+        if fault.kind == "kill":
+            await self.cluster.kill(index)
+        elif fault.kind == "pause":
+            self.cluster.pause(index)
+        elif fault.kind == "partition":
+            mode: CutMode = "drop" if fault.mode == "drop" else "stall"
+            self.proxies[index].cut(mode)
+        elif fault.kind == "delay":
+            self.proxies[index].delay(fault.latency)
+
+    async def _end(self, fault: PlannedFault, index: int) -> None:
+        if fault.kind == "kill":
+            await self.cluster.start(index)
+        elif fault.kind == "pause":
+            self.cluster.resume(index)
+        else:
+            self.proxies[index].heal()
+
+    async def _safe_leader(self) -> str | None:
+        try:
+            async with asyncio.timeout(1.0):
+                return await self.leader()
+        except Exception:  # the leader is only a remark in the log; never fail a fault on it
+            return None

@@ -1,0 +1,218 @@
+"""The recorded history of a chaos run, as value objects the checker reads (no I/O here).
+
+Rows come from the harness's tables (``chaos.sql``) and Pulse's own (``pgpulse_runs``,
+``pgpulse_jobs``); :class:`Fault` entries come from the runner's log. Instants are aware
+datetimes on the database's clock; durations are seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+#: Run-log outcomes that close a claim (the claim's token stops being the owner's).
+CLOSING_OUTCOMES = frozenset({"succeeded", "failed", "retrying", "skipped", "fenced", "ended"})
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One handler execution, as the handler recorded it (``chaos_history``).
+
+    Attributes:
+        result: ``applied``, ``fenced``, ``failed``, or ``None`` if it never ended (cancelled
+            or killed).
+        lease_ok_at_start, lease_ok_at_end: whether the execution's token held an unexpired
+            lease on the job at that instant, by the database (``None``: never ended).
+    """
+
+    id: int
+    job_id: int
+    scheduled_for: datetime
+    attempt: int
+    token: int
+    node_id: str
+    kind: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    result: str | None = None
+    lease_ok_at_start: bool = True
+    lease_ok_at_end: bool | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Execution:
+        """Build from a ``read_history`` row."""
+        return cls(**{name: row[name] for name in cls.__slots__})
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One write of the engine (``chaos_run_log``, recorded by triggers): a claim
+    (``running``) or the end of one (``ended``: the lease cleared) on ``pgpulse_jobs``; an
+    outcome, a reap (``retrying``) or a skipped record on ``pgpulse_runs``."""
+
+    id: int
+    job_id: int
+    scheduled_for: datetime
+    outcome: str
+    attempts: int
+    token: int | None
+    node_id: str | None
+    at: datetime
+    error: str | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> RunEvent:
+        """Build from a ``read_run_log`` row."""
+        return cls(**{name: row[name] for name in cls.__slots__})
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A ``pgpulse_runs`` row as it stands at the check."""
+
+    job_id: int
+    scheduled_for: datetime
+    outcome: str
+    attempts: int
+    token: int | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Run:
+        """Build from a ``read_runs`` row."""
+        return cls(**{name: row[name] for name in cls.__slots__})
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job's definition and state at the check (``pgpulse_jobs``)."""
+
+    id: int
+    name: str
+    schedule: str
+    timezone: str
+    handler: str
+    catch_up: str
+    anchor_at: datetime
+    status: str
+    scheduled_for: datetime | None = None
+    lease_expires_at: datetime | None = None
+    locked_by: str | None = None
+    last_error: str | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        """Build from a ``read_jobs`` row."""
+        return cls(**{name: row[name] for name in cls.__slots__})
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One injected fault, as the runner logged it.
+
+    Attributes:
+        kind: ``kill``, ``pause``, ``partition``, ``delay``, ``pg_restart`` or ``join_leave``.
+        target: the node id (``None`` for ``pg_restart``).
+        started_at: when it began (SIGKILL, SIGSTOP, cut, delay, stop; for ``join_leave`` the
+            extra node's start).
+        ended_at: when it ended (restart, SIGCONT, heal, start; for ``join_leave`` the extra
+            node's exit after its SIGTERM).
+        detail: a human-readable description (mode, durations).
+    """
+
+    kind: str
+    target: str | None
+    started_at: datetime
+    ended_at: datetime
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeExit:
+    """A node process that exited although the harness neither killed nor stopped it, or that
+    did not stop when asked (``why``)."""
+
+    node_id: str
+    at: datetime
+    returncode: int
+    why: str = "exited on its own"
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """Everything the checker reads.
+
+    Attributes:
+        settle_at: when the faults stopped (every node up, network healed): occurrences due by
+            then must be accounted for at ``checked_at``.
+        started_at: when every node was first alive (lag is measured from then on).
+        checked_at: the instant of the snapshot, after settling.
+        lease, heartbeat: the nodes' settings, seconds (for windows and grace periods).
+    """
+
+    executions: tuple[Execution, ...]
+    run_events: tuple[RunEvent, ...]
+    runs: tuple[Run, ...]
+    jobs: tuple[Job, ...]
+    faults: tuple[Fault, ...]
+    settle_at: datetime
+    checked_at: datetime
+    lease: float
+    heartbeat: float
+    node_exits: tuple[NodeExit, ...] = field(default=())
+    started_at: datetime | None = None
+
+
+_TYPES: dict[str, type[Any]] = {
+    "executions": Execution,
+    "run_events": RunEvent,
+    "runs": Run,
+    "jobs": Job,
+    "faults": Fault,
+    "node_exits": NodeExit,
+}
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return {"$t": value.isoformat()}
+    if isinstance(value, tuple):
+        return [_encode(item) for item in value]
+    if hasattr(value, "__slots__"):
+        return {name: _encode(getattr(value, name)) for name in value.__slots__}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"$t"}:
+        return datetime.fromisoformat(value["$t"])
+    if isinstance(value, dict):
+        return {key: _decode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    return value
+
+
+def dump_history(history: History, path: Path) -> None:
+    """Write ``history`` to ``path`` as JSON (read it back with :func:`load_history`).
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    path.write_text(json.dumps(_encode(history)), encoding="utf-8")
+
+
+def load_history(path: Path) -> History:
+    """Read a history written by :func:`dump_history` (to check it again, or study it).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: it is not such a history.
+    """
+    data = _decode(json.loads(path.read_text(encoding="utf-8")))
+    fields: dict[str, Any] = dict(data)
+    for name, kind in _TYPES.items():
+        fields[name] = tuple(kind(**item) for item in data.get(name, []))
+    return History(**fields)

@@ -1,0 +1,323 @@
+"""``pgpulse chaos``: run the cluster, inject the seeded faults, settle, check, print the verdict.
+
+A run: start (or use) a PostgreSQL; create a fresh database, migrate it, create the history
+tables; load the workload; start one proxy per node and the nodes; wait until every node is
+alive; carry out the fault plan; when the last fault has ended (the *settle point*), let the
+cluster settle; snapshot the history; stop the nodes with SIGTERM; check; print the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+
+from pgpulse.app import connect
+from pgpulse.errors import DatabaseUnavailable
+from pgpulse.sql import load_queries
+from pgpulse.store import LEADER_LOCK_KEY
+from pgpulse_tools.chaos.checker import Verdict, check
+from pgpulse_tools.chaos.cluster import Cluster, NodeSettings
+from pgpulse_tools.chaos.faults import FAULT_KINDS, Injector, PlannedFault, plan_faults
+from pgpulse_tools.chaos.history import (
+    Execution,
+    Fault,
+    History,
+    Job,
+    Run,
+    RunEvent,
+    dump_history,
+)
+from pgpulse_tools.chaos.proxy import Proxy
+from pgpulse_tools.chaos.server import (
+    ExternalServer,
+    ManagedServer,
+    Server,
+    create_database,
+    drop_database,
+)
+from pgpulse_tools.chaos.workload import app as workload_app
+from pgpulse_tools.chaos.workload import build_jobs, kinds
+
+Q = load_queries("chaos.sql", __package__)
+log = logging.getLogger(__name__)
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosConfig:
+    """Settings of a run. Durations are seconds.
+
+    Attributes:
+        duration: the fault phase: faults start within it (each then lasts its hold).
+        nodes: regular nodes (one more joins and leaves with ``join_leave``).
+        seed: seeds the fault plan, the workload and handler behaviour; random if ``None``.
+        jobs: how many jobs the workload loads.
+        node: the nodes' lease, heartbeat, poll, slots, drain timeout.
+        settle: how long the cluster runs after the last fault before the check; ``None``:
+            long enough for any lease to expire and any handler to finish.
+        database_url: use this server (a fresh database on it) instead of starting one; the
+            ``pg_restart`` fault is then left out.
+        data_dir: where the harness's own server lives (a temporary folder inside it).
+        kinds: the fault kinds to inject.
+        keep: keep the run folder (node logs) even when the verdict is ok.
+    """
+
+    duration: float = 60.0
+    nodes: int = 4
+    seed: int | None = None
+    jobs: int = 300
+    node: NodeSettings = field(default_factory=NodeSettings)
+    settle: float | None = None
+    database_url: str | None = None
+    data_dir: Path | None = None
+    kinds: tuple[str, ...] = FAULT_KINDS
+    keep: bool = False
+
+    def settle_seconds(self) -> float:
+        """The settle period: a lease to expire, the sweeper, the longest handler, margin."""
+        if self.settle is not None:
+            return self.settle
+        longest = max(k.max for k in kinds(self.node.lease))
+        return self.node.lease + 2 * self.node.heartbeat + longest + 3.0
+
+
+@dataclass(slots=True)
+class _Run:
+    """What a run holds while it goes (the imperative shell around the pure parts)."""
+
+    config: ChaosConfig
+    echo: Echo
+    server: Server
+    dbname: str = ""
+    proxies: list[Proxy] = field(default_factory=list)
+    offset: timedelta = timedelta(0)
+    folder: Path = field(default_factory=Path)
+
+    def clock(self) -> datetime:
+        """The database's current instant (local clock plus the offset measured at start)."""
+        return datetime.now(UTC) + self.offset
+
+    def dsn(self) -> str:
+        """The harness's own (unproxied) DSN of the run's database."""
+        return self.server.admin_dsn(self.dbname)
+
+
+async def run_chaos(config: ChaosConfig, echo: Echo = print) -> Verdict:
+    """Run the harness once and return the verdict (``verdict.ok``: every must-be-zero is 0).
+
+    Args:
+        config: the run's settings (the seed is drawn and printed when ``None``).
+        echo: where progress and the verdict are printed.
+
+    Raises:
+        DatabaseUnavailable: the server could not start or does not answer.
+        InvalidInput: ``database_url`` names a non-local host.
+    """
+    seed = config.seed if config.seed is not None else random.SystemRandom().randrange(10**6)
+    config = replace(config, seed=seed, node=replace(config.node, seed=seed))
+    if config.database_url:
+        server: Server = ExternalServer(config.database_url)
+        config = replace(config, kinds=tuple(k for k in config.kinds if k != "pg_restart"))
+        echo("using the given server: PostgreSQL restarts are left out of the plan")
+    else:
+        server = ManagedServer(config.data_dir)
+    run = _Run(config, echo, server, folder=Path(tempfile.mkdtemp(prefix="pgpulse-chaos-run-")))
+    echo(
+        f"chaos seed {seed}: {config.nodes} nodes, {config.jobs} jobs, faults for "
+        f"{config.duration:g}s (lease {config.node.lease:g}s, heartbeat "
+        f"{config.node.heartbeat:g}s, {config.node.guard} guard); logs in {run.folder}"
+    )
+    verdict: Verdict | None = None
+    try:
+        await server.start()
+        verdict = await _run(run)
+        return verdict
+    finally:
+        for proxy in run.proxies:
+            await proxy.close()
+        if run.dbname and not server.restartable:
+            await drop_database(server, run.dbname)
+        await server.close()
+        started = run.folder.is_dir() and any(run.folder.iterdir())
+        if not started or (verdict is not None and verdict.ok and not config.keep):
+            shutil.rmtree(run.folder, ignore_errors=True)  # a failed start leaves nothing
+        else:
+            echo(f"node logs kept in {run.folder}")
+        where = " (on the same --database-url)" if config.database_url else ""
+        echo(
+            f"seed {seed}: replay with `pgpulse chaos --seed {seed} --duration "
+            f"{config.duration:g} --nodes {config.nodes} --jobs {config.jobs} --guard "
+            f"{config.node.guard}`{where}"
+        )
+
+
+async def _run(run: _Run) -> Verdict:
+    config = run.config
+    run.dbname = await create_database(run.server)
+    async with connect(run.dsn(), max_size=2) as store:
+        run.offset = await store.db_now() - datetime.now(UTC)
+        async with await psycopg.AsyncConnection.connect(run.dsn(), autocommit=True) as conn:
+            await conn.execute(Q["create_history"])
+        assert config.seed is not None
+        specs = build_jobs(config.jobs, lease=config.node.lease, seed=config.seed)
+        await store.upsert_jobs(specs, extra_handlers=list(workload_app.handlers))
+    for index in range(config.nodes + 1):
+        proxy = Proxy(Cluster.node_id(index), run.server.upstream)
+        await proxy.start()
+        run.proxies.append(proxy)
+    cluster = Cluster(config.node, lambda i: run.proxies[i].dsn(run.dbname), run.folder, run.clock)
+    try:
+        return await _drive(run, cluster)
+    finally:
+        await _stop(run, cluster)
+
+
+async def _stop(run: _Run, cluster: Cluster) -> None:
+    codes = await cluster.stop_all(run.config.node.drain_timeout + 15)
+    bad = {node: code for node, code in codes.items() if code not in (0, None)}
+    if bad:
+        run.echo(f"nodes that did not exit cleanly on SIGTERM: {bad}")
+
+
+async def _drive(run: _Run, cluster: Cluster) -> Verdict:
+    config = run.config
+    node = config.node
+    async with await psycopg.AsyncConnection.connect(
+        run.dsn(), autocommit=True, row_factory=dict_row
+    ) as conn:
+        await asyncio.gather(*(cluster.start(i) for i in range(config.nodes)))
+        await _wait_alive(conn, config.nodes, ttl=3 * node.heartbeat + 1)
+    started_at = run.clock()
+    assert config.seed is not None
+    plan = plan_faults(
+        config.seed,
+        duration=config.duration,
+        nodes=config.nodes,
+        lease=node.lease,
+        kinds=config.kinds,
+    )
+    injector = Injector(
+        cluster, run.proxies, run.server, run.clock, lambda: _leader(run), node.drain_timeout
+    )
+    run.echo(f"all {config.nodes} nodes alive; {len(plan)} faults planned")
+    faults = await _inject(run, injector, plan)
+    settle_at = run.clock()
+    settle = config.settle_seconds()
+    run.echo(f"faults over at {settle_at:%H:%M:%S}; settling for {settle:.1f}s")
+    await asyncio.sleep(settle)
+    await _drain_backlog(run, settle_at, limit=max(30.0, 2 * settle, config.duration / 5))
+    history = await _snapshot(run, faults, settle_at, cluster)
+    # Graceful stop is part of the test: a node that hangs on SIGTERM is a crash.
+    await _stop(run, cluster)
+    history = replace(history, started_at=started_at, node_exits=tuple(cluster.exits))
+    await asyncio.to_thread(dump_history, history, run.folder / "history.json")
+    verdict = check(history)
+    run.echo("\n" + verdict.table() + "\n")
+    for fault in faults:
+        run.echo(f"  {fault.started_at:%H:%M:%S.%f}"[:-3] + f"  {fault.detail}")
+    run.echo(f"\nverdict: {'OK' if verdict.ok else 'FAILED'} (seed {config.seed})")
+    return verdict
+
+
+async def _wait_alive(conn: psycopg.AsyncConnection[DictRow], count: int, ttl: float) -> None:
+    async with asyncio.timeout(60):
+        while True:
+            row = await (await conn.execute(Q["live_nodes"], {"ttl": ttl})).fetchone()
+            if row and row["n"] >= count:
+                return
+            await asyncio.sleep(0.2)
+
+
+async def _drain_backlog(run: _Run, settle_at: datetime, limit: float) -> None:
+    """Wait (at most ``limit`` seconds) until every backfill job has moved past the settle
+    point, so that an occurrence still queued behind a long outage is not taken for lost."""
+    async with await psycopg.AsyncConnection.connect(
+        run.dsn(), autocommit=True, row_factory=dict_row
+    ) as conn:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(limit):
+                while True:
+                    row = await (await conn.execute(Q["backlog"], {"at": settle_at})).fetchone()
+                    if row is None or row["n"] == 0:
+                        return
+                    await asyncio.sleep(0.5)
+
+
+async def _leader(run: _Run) -> str | None:
+    async with await psycopg.AsyncConnection.connect(
+        run.dsn(), autocommit=True, row_factory=dict_row, connect_timeout=2
+    ) as conn:
+        row = await (await conn.execute(Q["leader"], {"key": LEADER_LOCK_KEY})).fetchone()
+        return None if row is None else row["node_id"]
+
+
+async def _inject(run: _Run, injector: Injector, plan: list[PlannedFault]) -> list[Fault]:
+    start = time.monotonic()
+
+    async def one(fault: PlannedFault) -> Fault:
+        await asyncio.sleep(max(0.0, start + fault.at - time.monotonic()))
+        done = await injector.apply(fault)
+        run.echo(f"t={time.monotonic() - start:6.1f}s  {done.detail} — over")
+        return done
+
+    progress = asyncio.create_task(_progress(run, start))
+    try:
+        return list(await asyncio.gather(*(one(f) for f in plan)))
+    finally:
+        progress.cancel()
+
+
+async def _progress(run: _Run, start: float) -> None:
+    while True:
+        await asyncio.sleep(5)
+        with contextlib.suppress(psycopg.Error, OSError):
+            async with await psycopg.AsyncConnection.connect(
+                run.dsn(), autocommit=True, row_factory=dict_row, connect_timeout=2
+            ) as conn:
+                row = await (await conn.execute(Q["progress"])).fetchone()
+                assert row is not None
+                run.echo(
+                    f"t={time.monotonic() - start:6.1f}s  executions {row['executions']}, "
+                    f"effects {row['applied']}, fenced {row['fenced']}"
+                )
+
+
+async def _rows(conn: psycopg.AsyncConnection[DictRow], name: str) -> list[dict[str, Any]]:
+    return list(await (await conn.execute(Q[name])).fetchall())
+
+
+async def _snapshot(
+    run: _Run, faults: list[Fault], settle_at: datetime, cluster: Cluster
+) -> History:
+    try:
+        conn = await psycopg.AsyncConnection.connect(run.dsn(), row_factory=dict_row)
+    except psycopg.Error as exc:
+        raise DatabaseUnavailable(f"cannot read the history: {exc}") from exc
+    async with conn:  # one REPEATABLE READ transaction: every table as of one instant
+        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        jobs = await _rows(conn, "read_jobs")
+        return History(
+            executions=tuple(Execution.from_row(r) for r in await _rows(conn, "read_history")),
+            run_events=tuple(RunEvent.from_row(r) for r in await _rows(conn, "read_run_log")),
+            runs=tuple(Run.from_row(r) for r in await _rows(conn, "read_runs")),
+            jobs=tuple(Job.from_row(r) for r in jobs),
+            faults=tuple(faults),
+            settle_at=settle_at,
+            checked_at=jobs[0]["checked_at"] if jobs else run.clock(),
+            lease=run.config.node.lease,
+            heartbeat=run.config.node.heartbeat,
+            node_exits=tuple(cluster.exits),
+        )

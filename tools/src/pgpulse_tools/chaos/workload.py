@@ -1,0 +1,269 @@
+"""The chaos workload: the jobs the harness loads and the handlers its node processes run.
+
+Every handler records its own execution in ``chaos_history`` (start and end instants by the
+database's clock, attempt, fencing token, node) and does one side effect guarded by its fencing
+token (``chaos_effects``, keyed by occurrence): the guard README gives users, so fencing is
+exercised end to end. ``PGPULSE_CHAOS_GUARD=lease`` makes the guard also require the token's
+lease to be current, which only a resource inside Pulse's own database can check. Handler kinds
+(``chaos.<kind>``):
+
+========== =========================================== ======================================
+kind       schedule                                    behaviour
+========== =========================================== ======================================
+quick      ``@every 1s``                               10–100 ms
+steady     ``@every 3s``                               50–500 ms
+cron       6-field cron with seconds (``*/2``, ``*/5``) 20–300 ms
+flaky      ``@every 2s``                               fails at random (25%) and retries
+slow       ``@every 1s``                               1.2–2.5 s: longer than its period
+long       ``@every 3·lease``                          1.3–1.8 leases: lives on heartbeats
+blocking   ``@every 3s``                               a sync handler (a thread; cannot be
+                                                       cancelled), 0.2–1.5 s
+========== =========================================== ======================================
+
+Durations and failures are drawn from a generator seeded by (``PGPULSE_CHAOS_SEED``, job,
+occurrence, attempt), so an execution behaves the same whichever node runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from pgpulse.app import App
+from pgpulse.handlers import HandlerFailed, RunContext
+from pgpulse.jobs import JobSpec
+from pgpulse.sql import load_queries
+
+Q = load_queries("chaos.sql", __package__)
+#: Seconds a handler waits for a history connection before its attempt fails.
+POOL_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One handler kind of the workload (durations in seconds, ``fail`` a probability)."""
+
+    name: str
+    schedules: tuple[str, ...]
+    min: float
+    max: float
+    policies: tuple[str, ...] = ("backfill", "skip", "coalesce")
+    share: float = 0.1
+    fail: float = 0.0
+    blocking: bool = False
+
+
+def kinds(lease: float) -> tuple[Kind, ...]:
+    """The workload's kinds for nodes running with ``lease`` seconds of lease."""
+    long_every = f"@every {math.ceil(3 * lease)}s"
+    return (
+        Kind("quick", ("@every 1s",), 0.01, 0.1, share=0.30),
+        Kind("steady", ("@every 3s",), 0.05, 0.5, share=0.13),
+        Kind("cron", ("*/2 * * * * *", "*/5 * * * * *"), 0.02, 0.3, share=0.15),
+        Kind("flaky", ("@every 2s",), 0.05, 0.3, share=0.10, fail=0.25),
+        Kind("slow", ("@every 1s",), 1.2, 2.5, policies=("skip", "coalesce"), share=0.10),
+        Kind("long", (long_every,), 1.3 * lease, 1.8 * lease, share=0.10),
+        Kind("blocking", ("@every 3s",), 0.2, 1.5, share=0.12, blocking=True),
+    )
+
+
+def build_jobs(count: int, *, lease: float, seed: int) -> list[JobSpec]:
+    """Return ``count`` job specs mixing every kind and catch-up policy (deterministic).
+
+    Args:
+        count: number of jobs (at least one of each kind when ``count`` >= 7).
+        lease: the nodes' lease, seconds (sets the ``long`` kind's durations and period).
+        seed: seeds the choice of schedules, policies and grace periods.
+
+    Raises:
+        ValueError: ``count`` < 1.
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    rng = random.Random(seed)
+    all_kinds = kinds(lease)
+    quotas = [max(1, round(k.share * count)) for k in all_kinds]
+    while sum(quotas) > count and max(quotas) > 1:
+        quotas[quotas.index(max(quotas))] -= 1
+    quotas[0] += max(count - sum(quotas), 0)
+    specs: list[JobSpec] = []
+    for kind, quota in zip(all_kinds, quotas, strict=True):
+        for i in range(quota):
+            policy = kind.policies[i % len(kind.policies)]
+            backfill = policy == "backfill"
+            specs.append(
+                JobSpec.create(
+                    name=f"{kind.name}-{i:03d}-{policy}",
+                    schedule=rng.choice(kind.schedules),
+                    handler=f"chaos.{kind.name}",
+                    catch_up=policy,
+                    payload={
+                        "kind": kind.name,
+                        "min": kind.min,
+                        "max": kind.max,
+                        "fail": kind.fail,
+                    },
+                    # A short grace makes skip/coalesce decisions happen after every outage.
+                    misfire_grace=rng.choice((1.0, 2.0, 3.0)),
+                    # Backfill occurrences must all run: enough attempts for planned failures and
+                    # lost leases together never to exhaust them.
+                    max_attempts=12 if backfill else 3,
+                    retry_backoff=0.2,
+                    source="chaos",
+                )
+            )
+    return specs[:count]
+
+
+# -- the handlers node processes run ------------------------------------------------------------
+
+app = App(builtins=False)
+_pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
+_pool_lock = asyncio.Lock()
+_sync_pool: ConnectionPool[psycopg.Connection[DictRow]] | None = None
+_sync_lock = threading.Lock()
+
+
+def _dsn() -> str:
+    return os.environ["PGPULSE_DATABASE_URL"]
+
+
+def _conn_kwargs() -> dict[str, Any]:
+    return {
+        "autocommit": True,
+        "row_factory": dict_row,
+        "connect_timeout": 5,
+        "application_name": "pgpulse-chaos-handler",
+    }
+
+
+async def _history_pool() -> AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]:
+    global _pool
+    async with _pool_lock:
+        if _pool is None:
+            pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] = AsyncConnectionPool(
+                _dsn(),
+                min_size=1,
+                max_size=4,
+                timeout=POOL_TIMEOUT,
+                kwargs=_conn_kwargs(),
+                connection_class=psycopg.AsyncConnection[DictRow],
+                open=False,
+                name="chaos-history",
+            )
+            await pool.open(wait=False)
+            _pool = pool
+        return _pool
+
+
+def _sync_history_pool() -> ConnectionPool[psycopg.Connection[DictRow]]:
+    global _sync_pool
+    with _sync_lock:
+        if _sync_pool is None:
+            _sync_pool = ConnectionPool(
+                _dsn(),
+                min_size=1,
+                max_size=2,
+                timeout=POOL_TIMEOUT,
+                kwargs=_conn_kwargs(),
+                connection_class=psycopg.Connection[DictRow],
+                open=True,
+                name="chaos-history-sync",
+            )
+        return _sync_pool
+
+
+def _plan(ctx: RunContext) -> tuple[float, bool]:
+    """(duration in seconds, fails on purpose) of this execution — the same on any node."""
+    seed = os.environ.get("PGPULSE_CHAOS_SEED", "0")
+    rng = random.Random(f"{seed}:{ctx.job_id}:{ctx.scheduled_for.isoformat()}:{ctx.attempt}")
+    payload = ctx.payload
+    return rng.uniform(payload["min"], payload["max"]), rng.random() < payload.get("fail", 0.0)
+
+
+def _start_args(ctx: RunContext) -> dict[str, Any]:
+    return {
+        "job_id": ctx.job_id,
+        "scheduled_for": ctx.scheduled_for,
+        "attempt": ctx.attempt,
+        "token": ctx.fencing_token,
+        "node": ctx.node_id,
+        "kind": ctx.payload["kind"],
+    }
+
+
+def _effect_args(ctx: RunContext, history_id: int) -> dict[str, Any]:
+    return {
+        "job_id": ctx.job_id,
+        "scheduled_for": ctx.scheduled_for,
+        "token": ctx.fencing_token,
+        "node": ctx.node_id,
+        "history_id": history_id,
+        "lease_guard": os.environ.get("PGPULSE_CHAOS_GUARD", "lease") == "lease",
+    }
+
+
+def _verdict(result: str | None, ctx: RunContext) -> str:
+    if result != "applied":
+        raise HandlerFailed(f"chaos: the fencing guard refused token {ctx.fencing_token}")
+    return f"effect applied by {ctx.node_id} (token {ctx.fencing_token})"
+
+
+async def run_async(ctx: RunContext) -> str:
+    """An async workload handler: record the start, work, then apply the fenced effect.
+
+    Raises:
+        HandlerFailed: a planned failure, or the guard refused the effect (fenced).
+        psycopg.Error: the history could not be written (the attempt fails).
+    """
+    duration, fails = _plan(ctx)
+    pool = await _history_pool()
+    async with pool.connection() as conn:
+        row = await (await conn.execute(Q["start_execution"], _start_args(ctx))).fetchone()
+    assert row is not None
+    if fails:
+        await asyncio.sleep(duration / 4)
+        async with pool.connection() as conn:
+            await conn.execute(Q["fail_execution"], {"history_id": row["id"]})
+        raise HandlerFailed(f"chaos: planned failure of attempt {ctx.attempt}")
+    await asyncio.sleep(duration)
+    async with pool.connection() as conn:
+        end = await (await conn.execute(Q["apply_effect"], _effect_args(ctx, row["id"]))).fetchone()
+    return _verdict(end["result"] if end else None, ctx)
+
+
+def run_blocking(ctx: RunContext) -> str:
+    """A sync workload handler (runs in a worker thread, so it cannot be cancelled).
+
+    Raises:
+        HandlerFailed: a planned failure, or the guard refused the effect (fenced).
+        psycopg.Error: the history could not be written (the attempt fails).
+    """
+    duration, fails = _plan(ctx)
+    pool = _sync_history_pool()
+    with pool.connection() as conn:
+        row = conn.execute(Q["start_execution"], _start_args(ctx)).fetchone()
+    assert row is not None
+    if fails:
+        time.sleep(duration / 4)
+        with pool.connection() as conn:
+            conn.execute(Q["fail_execution"], {"history_id": row["id"]})
+        raise HandlerFailed(f"chaos: planned failure of attempt {ctx.attempt}")
+    time.sleep(duration)
+    with pool.connection() as conn:
+        end = conn.execute(Q["apply_effect"], _effect_args(ctx, row["id"])).fetchone()
+    return _verdict(end["result"] if end else None, ctx)
+
+
+for _kind in kinds(lease=1.0):
+    app.handlers.register(f"chaos.{_kind.name}", run_blocking if _kind.blocking else run_async)

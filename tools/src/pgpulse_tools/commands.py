@@ -1,0 +1,200 @@
+"""The tools' commands: ``pgpulse demo``, ``pgpulse chaos`` and ``pgpulse bench``.
+
+:mod:`pgpulse.cli` lists them in its help and imports this module only when one of them is
+invoked (``LAZY_COMMANDS`` there). Like every command they are thin: parse options, call the
+tool, print one line on error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pgpulse.report import run_command
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@click.argument("crontabs", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--duration", type=click.FloatRange(20, 170), default=75.0, help="Seconds the three nodes run."
+)
+@click.option(
+    "--system",
+    is_flag=True,
+    help="CRONTABS are in system format (/etc/crontab and /etc/cron.d/* always are).",
+)
+@click.pass_obj
+def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, system: bool) -> None:
+    """Three nodes share the Relay crontab (plus CRONTABS); one is killed midway."""
+    from pgpulse_tools.demo.run import run_demo
+
+    sys.exit(
+        run_command(
+            run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration, system)
+        )
+    )
+
+
+# -- chaos: the fault-injection harness (pgpulse_tools.chaos) ----------------------------------
+
+
+@click.command("chaos")
+@click.option(
+    "--duration",
+    type=click.FloatRange(5),
+    default=60.0,
+    show_envvar=True,
+    help="Seconds during which faults are injected.",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(2, 16),
+    default=4,
+    show_envvar=True,
+    help="Scheduler nodes (one more joins and leaves).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    show_envvar=True,
+    help="Seed of the fault plan and workload [default: random, printed].",
+)
+@click.option(
+    "--jobs", type=click.IntRange(7), default=300, show_envvar=True, help="Jobs in the workload."
+)
+@click.option(
+    "--guard",
+    type=click.Choice(["token", "lease"]),
+    default="lease",
+    show_envvar=True,
+    help="Effect guard: lease (the token must hold a live lease: exactly once) or "
+    "token (newest token wins: orders writes, but a zombie can still write).",
+)
+@click.option(
+    "--lease", type=click.FloatRange(2), default=4.0, help="Every node's --lease, seconds."
+)
+@click.option(
+    "--heartbeat",
+    type=click.FloatRange(0.1),
+    default=0.5,
+    help="Every node's --heartbeat, seconds (under a third of --lease).",
+)
+@click.option("--slots", type=click.IntRange(1, 1000), default=32, help="Every node's --slots.")
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(0),
+    default=3.0,
+    help="Every node's --drain-timeout, seconds.",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Also write the verdict as JSON to this file.",
+)
+@click.pass_obj
+def chaos(
+    obj: dict[str, Any],
+    duration: float,
+    nodes: int,
+    seed: int | None,
+    jobs: int,
+    guard: str,
+    lease: float,
+    heartbeat: float,
+    slots: int,
+    drain_timeout: float,
+    report: Path | None,
+) -> None:
+    """Kill, pause, partition and restart a live cluster; check the history; exit 1 on a
+    duplicate, overlap, lost or stuck run. Starts its own PostgreSQL unless --database-url."""
+    from pgpulse_tools.chaos.cluster import NodeSettings
+    from pgpulse_tools.chaos.runner import ChaosConfig, run_chaos
+
+    if lease <= 2 * heartbeat:
+        raise click.BadParameter(
+            f"{lease:g}: the lease must be longer than two heartbeats ({heartbeat:g}s)",
+            param_hint="--lease",
+        )
+    settings = NodeSettings(
+        lease=lease, heartbeat=heartbeat, slots=slots, drain_timeout=drain_timeout, guard=guard
+    )
+    config = ChaosConfig(
+        duration=duration,
+        nodes=nodes,
+        seed=seed,
+        jobs=jobs,
+        node=settings,
+        database_url=obj["database_url"],
+        data_dir=obj["data_dir"],
+    )
+    verdict = run_command(run_chaos(config, click.echo))
+    if report is not None:
+        report.write_text(json.dumps(verdict.as_dict(), indent=2) + "\n", encoding="utf-8")
+    sys.exit(0 if verdict.ok else 1)
+
+
+# -- bench: Pulse against the raw SQL ceiling and peer schedulers (pgpulse_tools.bench) --------
+
+
+@click.command("bench")
+@click.option(
+    "--scale",
+    type=click.FloatRange(0.001, 1.0),
+    default=0.1,
+    show_envvar=True,
+    help="Fraction of the issue's sizes (1 = 1,000,000 jobs stored).",
+)
+@click.option(
+    "--only",
+    default="1,2,3,4,5,6,7",
+    show_envvar=True,
+    help="Scenarios, comma-separated: 1 claim latency, 2 drain, 3 raw SQL ceiling, "
+    "4 steady state, 5 thundering herd, 6 idle cost, 7 peers.",
+)
+@click.option(
+    "--slots",
+    type=click.IntRange(1, 1000),
+    default=50,
+    show_envvar=True,
+    help="--slots of every benchmark node (and the ceiling's claim batch).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("docs"),
+    show_envvar=True,
+    help="Docs folder for benchmarks.md, plots and results.json.",
+)
+@click.option(
+    "--report-only",
+    is_flag=True,
+    help="Only rewrite benchmarks.md and the plots from the last results.json.",
+)
+@click.pass_obj
+def bench(
+    obj: dict[str, Any], scale: float, only: str, slots: int, out: Path, report_only: bool
+) -> None:
+    """Benchmark Pulse against the raw SQL ceiling and peer schedulers (figures, not tests);
+    write docs/benchmarks.md. Run it through ./scripts/bench (peers live in .venv-bench)."""
+    from pgpulse.database import resolve_dsn
+    from pgpulse_tools.bench.run import ALL, run_bench
+    from pgpulse_tools.bench.run import report_only as rewrite_report
+
+    if report_only:
+        click.echo(f"wrote {rewrite_report(out)}")
+        return
+    chosen = tuple(part.strip() for part in only.split(",") if part.strip())
+    if not chosen or any(part not in ALL for part in chosen):
+        raise click.BadParameter(f"{only!r}: scenarios are {','.join(ALL)}", param_hint="--only")
+
+    async def bench_main() -> None:
+        dsn = resolve_dsn(obj["database_url"], obj["data_dir"])
+        await run_bench(dsn, scale=scale, only=chosen, slots=slots, out=out, echo=click.echo)
+
+    run_command(bench_main())

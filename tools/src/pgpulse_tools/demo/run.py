@@ -1,0 +1,298 @@
+"""``pgpulse demo``: three nodes share a real crontab; one is killed with SIGKILL midway.
+
+The demo works in its own database (``pgpulse_demo``, recreated each run) on the configured
+server (the embedded PostgreSQL by default). It imports ``examples/relay.crontab`` into tenant
+``relay`` as if the cluster had been down for the last three minutes (so the billing rollup,
+imported with catch-up ``backfill``, has missed minutes to make up, and the others, imported with
+``skip``, have missed runs to record as skipped), plus any crontab files given (tenant
+``local``). Every node runs shell jobs in dry-run mode: a machine's maintenance commands are
+recorded, never executed. Each handler execution that completes is also written by the handler
+itself to ``pgpulse_demo_log``: that independent witness is what the duplicate count reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from tabulate import tabulate
+
+from pgpulse.app import App
+from pgpulse.builtins import shell_handler
+from pgpulse.crontab import entry_to_spec, parse_crontab
+from pgpulse.database import open_pool, resolve_dsn
+from pgpulse.handlers import RunContext
+from pgpulse.jobs import JobSpec
+from pgpulse.schedule import parse_schedule
+from pgpulse.sql import load_queries
+from pgpulse.store import Store
+
+Q = load_queries("demo.sql", __package__)
+RELAY_CRONTAB = Path(__file__).resolve().parents[2] / "examples" / "relay.crontab"
+NODES = ("node-1", "node-2", "node-3")
+DOWNTIME = timedelta(minutes=3)
+LEASE, HEARTBEAT = 6.0, 1.0
+
+# -- the app every demo node runs ---------------------------------------------------------------
+
+app = App(builtins=False)
+_log_conn: psycopg.AsyncConnection[Any] | None = None
+
+
+#: Seconds each Relay job "works" (by a word of its name), so the kill lands on running work.
+WORK_SECONDS = {"billing": 6.0, "cleanup": 3.0, "health": 1.0}
+
+
+@app.handler("shell")
+async def recorded_shell(ctx: RunContext) -> str | None:
+    """The built-in shell handler (dry-run on demo nodes), witnessed in ``pgpulse_demo_log``."""
+    global _log_conn
+    await asyncio.sleep(next((s for w, s in WORK_SECONDS.items() if w in ctx.job_name), 0.0))
+    output = await shell_handler(ctx)
+    if _log_conn is None or _log_conn.closed:
+        _log_conn = await psycopg.AsyncConnection.connect(
+            os.environ["PGPULSE_DATABASE_URL"], autocommit=True
+        )
+    await _log_conn.execute(
+        Q["log_execution"],
+        {
+            "job_id": ctx.job_id,
+            "scheduled_for": ctx.scheduled_for,
+            "attempt": ctx.attempt,
+            "token": ctx.fencing_token,
+            "node": ctx.node_id,
+        },
+    )
+    return output
+
+
+# -- the orchestration --------------------------------------------------------------------------
+
+
+def _fresh_database(server_dsn: str) -> str:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS pgpulse_demo WITH (FORCE)"))
+        conn.execute(sql.SQL("CREATE DATABASE pgpulse_demo"))
+    return psycopg.conninfo.make_conninfo(server_dsn, dbname="pgpulse_demo")
+
+
+def _is_system_crontab(path: Path) -> bool:
+    """``/etc/crontab`` and ``/etc/cron.d/*`` have a user field (system format)."""
+    resolved = path.resolve()
+    return resolved == Path("/etc/crontab") or resolved.parent == Path("/etc/cron.d")
+
+
+def _specs(path: Path, tenant: str, relay: bool, system: bool = False) -> list[JobSpec]:
+    parsed = parse_crontab(
+        path.read_text(encoding="utf-8"), path=str(path), system=system or _is_system_crontab(path)
+    )
+    for error in parsed.errors:
+        click.echo(f"  refused {error}")
+    specs = []
+    for entry in parsed.entries:
+        backfill = relay and "billing" in entry.command
+        specs.append(
+            entry_to_spec(entry, tenant=tenant, catch_up="backfill" if backfill else "skip")
+        )
+    # A late run within 30 s still counts (a lease expiry after the kill delays some runs).
+    return [dataclasses.replace(spec, misfire_grace=30.0) for spec in specs]
+
+
+def _start_node(dsn: str, node_id: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PGPULSE_DATABASE_URL": dsn}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pgpulse",
+            "--log-level",
+            "WARNING",
+            "node",
+            "run",
+            "--app",
+            "pgpulse_tools.demo.run:app",
+            "--node-id",
+            node_id,
+            "--slots",
+            "8",
+            "--lease",
+            str(LEASE),
+            "--heartbeat",
+            str(HEARTBEAT),
+            "--poll",
+            "1",
+            "--drain-timeout",
+            "10",
+            "--allow-shell-jobs",
+            "--shell-dry-run",
+        ],
+        env=env,
+    )
+
+
+async def run_demo(
+    database_url: str | None,
+    data_dir: Path | None,
+    crontabs: list[Path],
+    duration: float,
+    system: bool = False,
+) -> int:
+    """Run the demo; return 0 when no occurrence was duplicated or missed, else 1.
+
+    Args:
+        database_url: server to use (a database ``pgpulse_demo`` is created there); ``None``
+            for the embedded PostgreSQL.
+        data_dir: the embedded server's data folder.
+        crontabs: extra crontab files to import (tenant ``local``) and show.
+        duration: seconds the nodes run; one is killed at 40% of it (at the first moment after
+            that when some node is running a job, so the kill interrupts real work).
+        system: read the extra crontabs in system format (a user field before the command);
+            ``/etc/crontab`` and ``/etc/cron.d/*`` always are.
+
+    Raises:
+        DatabaseUnavailable: the server does not answer.
+    """
+    server = resolve_dsn(database_url, data_dir)
+    dsn = await asyncio.to_thread(_fresh_database, server)
+    pool = await open_pool(dsn, application_name="pgpulse-demo", max_size=2)
+    try:
+        store = Store(pool)
+        await store.migrate()
+        await (await psycopg.AsyncConnection.connect(dsn, autocommit=True)).execute(Q["create_log"])
+        started = await _import(store, crontabs, system)
+        return await _run_cluster(store, dsn, started, duration)
+    finally:
+        await pool.close()
+
+
+async def _import(store: Store, crontabs: list[Path], system: bool) -> datetime:
+    now = await store.db_now()
+    click.echo(
+        f"importing {RELAY_CRONTAB} into tenant 'relay' as if the cluster had been down "
+        f"since {(now - DOWNTIME):%H:%M:%S} UTC"
+    )
+    await store.upsert_jobs(_specs(RELAY_CRONTAB, "relay", relay=True), now=now - DOWNTIME)
+    for path in crontabs:
+        click.echo(f"importing {path} into tenant 'local' (shell jobs run in dry-run mode)")
+        specs = _specs(path, "local", relay=False, system=system)
+        await store.upsert_jobs(specs, now=now)
+        for spec in specs:
+            schedule = parse_schedule(spec.schedule, spec.timezone)
+            nxt, upcoming = now, []
+            for _ in range(3):
+                nxt = schedule.next_after(nxt, anchor=now)
+                upcoming.append(f"{nxt:%Y-%m-%d %H:%M:%S}")
+            click.echo(
+                f"  {spec.name}: [{spec.schedule} {spec.timezone}] next (UTC): "
+                f"{', '.join(upcoming)}"
+            )
+    return now
+
+
+async def _run_cluster(store: Store, dsn: str, started: datetime, duration: float) -> int:
+    t0 = time.monotonic()
+    procs = {node_id: _start_node(dsn, node_id) for node_id in NODES}
+    click.echo(
+        f"started {', '.join(NODES)} (lease {LEASE:g}s, heartbeat {HEARTBEAT:g}s); "
+        f"running for {duration:g}s"
+    )
+    killed: str | None = None
+    async with await psycopg.AsyncConnection.connect(
+        dsn, autocommit=True, row_factory=dict_row
+    ) as conn:
+        next_report = 5.0
+        while (elapsed := time.monotonic() - t0) < duration:
+            await asyncio.sleep(0.2)
+            if killed is None and elapsed >= duration * 0.4:
+                holder = await (await conn.execute(Q["holder_of_running"])).fetchone()
+                if holder or elapsed >= duration * 0.6:
+                    killed = holder["locked_by"] if holder else NODES[1]
+                    procs[killed].send_signal(signal.SIGKILL)
+                    click.echo(
+                        f"t={elapsed:4.0f}s  SIGKILL {killed}"
+                        f"{' while it runs ' + holder['name'] if holder else ''}: its "
+                        f"leases expire within {LEASE:g}s, its shards move within a few "
+                        "heartbeats"
+                    )
+            if elapsed >= next_report:
+                next_report += 5.0
+                rows = await (await conn.execute(Q["progress"])).fetchall()
+                counts = ", ".join(f"{r['node_id']} {r['runs']}" for r in rows) or "none yet"
+                click.echo(f"t={elapsed:4.0f}s  executions: {counts}")
+        stopped_at = await store.db_now()
+        for node_id, proc in procs.items():
+            if node_id != killed:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            await asyncio.to_thread(proc.wait, 30)
+        click.echo("nodes stopped (SIGTERM: each drained and handed back its claims)")
+        return await _report(conn, started, stopped_at - timedelta(seconds=3))
+
+
+async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, cutoff: datetime) -> int:
+    rows = await (await conn.execute(Q["report"], {"cutoff": cutoff})).fetchall()
+    table, bad = [], 0
+    for row in rows:
+        schedule = parse_schedule(row["schedule"], row["timezone"])
+        due = schedule.occurrences_between(
+            row["anchor_at"], cutoff, anchor=row["anchor_at"], limit=100_000
+        )
+        missed = len(set(due) - set(row["accounted"] or []))
+        if row["duplicates"] or (missed and row["catch_up"] == "backfill"):
+            bad += 1
+        table.append(
+            [
+                f"{row['tenant']}/{row['name']}",
+                row["schedule"],
+                row["catch_up"],
+                len(due),
+                row["succeeded"],
+                row["skipped"],
+                row["retried"],
+                row["duplicates"],
+                missed,
+                row["nodes"] or "-",
+            ]
+        )
+    click.echo(
+        "\n"
+        + tabulate(
+            table,
+            headers=[
+                "job",
+                "schedule",
+                "catch-up",
+                "due",
+                "succeeded",
+                "skipped",
+                "taken over",
+                "duplicates",
+                "missed",
+                "executions by node",
+            ],
+        )
+    )
+    takeovers = await (await conn.execute(Q["takeovers"])).fetchall()
+    for row in takeovers:
+        click.echo(
+            f"taken over: {row['name']} @ {row['scheduled_for']:%H:%M:%S} finished by "
+            f"{row['node_id']} as attempt {row['attempts']}"
+        )
+    click.echo(
+        f"\noccurrences counted from {started - DOWNTIME:%H:%M:%S} (the import) to "
+        f"{cutoff:%H:%M:%S} UTC. {'OK: no duplicate, no missed run.' if not bad else ''}"
+        f"{f'FAILED: {bad} job(s) duplicated or missed runs.' if bad else ''}"
+    )
+    return 1 if bad else 0
