@@ -22,6 +22,8 @@ settings, as the ``http`` job handler does.
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -90,6 +92,15 @@ async def _exchange(client: httpx.AsyncClient, request: OutboundRequest) -> _Ans
     )
 
 
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """httpx's default TLS context (certifi's CAs, ``SSL_CERT_FILE``...), built once: building
+    it costs some 70 ms of CPU, which a client per send would spend on the event loop."""
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
 def _retryable_error(exc: Exception) -> bool:
     import httpx
 
@@ -136,7 +147,9 @@ async def send_request(
             if client is not None:
                 answer = await _exchange(client, request)
             else:
-                async with httpx.AsyncClient(timeout=None, follow_redirects=False) as own:
+                async with httpx.AsyncClient(
+                    timeout=None, follow_redirects=False, verify=_default_tls()
+                ) as own:
                     answer = await _exchange(own, request)
     except TimeoutError:
         return failed(f"{where} timed out after {request.timeout:g} s", retryable=True)

@@ -94,12 +94,12 @@ def redact_url(url: str) -> str:
 
 def url_secrets(url: str) -> list[str]:
     """The parts of ``url`` that :func:`redact_url` masks, as they may appear in free text
-    (raw and percent-decoded), the whole URL first.
+    (raw and percent-decoded), the whole URL first (when it has any secret part).
 
     Args:
         url: the URL whose secrets an error message or log line must not quote.
     """
-    found = [url]
+    found = [url] if redact_url(url) != url else []
     try:
         parts = urlsplit(url)
     except ValueError:
