@@ -237,7 +237,8 @@ class SmtpReceiver:
                 mail_from=str(envelope.mail_from),
                 rcpt_tos=list(envelope.rcpt_tos),
                 message=message,
-                tls=session.ssl is not None,
+                tls=server.transport is not None
+                and server.transport.get_extra_info("ssl_object") is not None,
                 login=None if login is None else (login.login.decode(), login.password.decode()),
             )
         )
@@ -250,7 +251,8 @@ class SmtpReceiver:
             assert isinstance(data, LoginPassword)
             self.logins.append((data.login.decode(), data.password.decode()))
             ok = (data.login.decode(), data.password.decode()) == (login, password)
-            return AuthResult(success=ok, auth_data=data if ok else None)
+            # handled=False: the server itself answers 535 to a refused login.
+            return AuthResult(success=ok, handled=ok, auth_data=data if ok else None)
 
         return check
 

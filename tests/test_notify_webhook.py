@@ -231,7 +231,8 @@ async def test_cancelled_send_closes_its_connection_and_propagates(receiver: Htt
     assert await asyncio.to_thread(receiver.slow_seen.wait, 5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
+        async with asyncio.timeout(5):  # at once, not when the send's own deadline passes
+            await task
     assert await asyncio.to_thread(receiver.client_gone.wait, 5)
 
 

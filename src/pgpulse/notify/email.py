@@ -8,8 +8,9 @@
 * The message names the job, the occurrence, the error and the dashboard link. Its
   ``Message-ID`` is derived from the event's delivery key, so a retried delivery is recognisable
   as the same message; ``Auto-Submitted: auto-generated`` (RFC 3834) keeps auto-responders quiet.
-* An SMTP 4xx reply, a network error or a timeout is retryable; a 5xx reply (recipient unknown,
-  authentication refused, STARTTLS not offered) is final.
+* An SMTP 4xx reply, a network error (a TLS handshake included) or a timeout is retryable; a
+  5xx reply (recipient unknown, authentication refused) or a server that lacks what the config
+  requires (STARTTLS, a login mechanism) is final.
 
 The SMTP host is not held to the address policy of ``http`` jobs: relays are usually on the
 node's own network (``localhost``, a private address). Who may configure notifiers is the
@@ -23,12 +24,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import re
+import socket
 import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from email.headerregistry import Address, HeaderRegistry
 from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -61,23 +61,6 @@ EMAIL_FIELDS = frozenset(
 )
 #: Most recipients of one notifier.
 MAX_RECIPIENTS = 50
-_HOST = re.compile(
-    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[?[0-9A-Fa-f:.]+\]?$"
-)
-
-
-def _address(key: str, value: object) -> str:
-    """One RFC 5322 address (``ops@example.com`` or ``Pulse <pulse@example.com>``)."""
-    text = fields.text({key: value}, key, required=True, max_chars=320)
-    assert text is not None
-    header = HeaderRegistry()("To", text)
-    addresses: tuple[Address, ...] = getattr(header, "addresses", ())
-    if header.defects or len(addresses) != 1:
-        raise fields.refuse(key, "is not one e-mail address (e.g. ops@example.com)", value)
-    address = addresses[0]
-    if not address.username or not address.domain or "@" not in address.addr_spec:
-        raise fields.refuse(key, "is not one e-mail address (e.g. ops@example.com)", value)
-    return str(address)
 
 
 def _recipients(config: Mapping[str, Any]) -> tuple[str, ...]:
@@ -89,7 +72,7 @@ def _recipients(config: Mapping[str, Any]) -> tuple[str, ...]:
         raise fields.refuse(
             "to", f"must be an address or a list of 1 to {MAX_RECIPIENTS} addresses", value
         )
-    return tuple(_address(f"to[{i}]", item) for i, item in enumerate(items))
+    return tuple(fields.email_address(f"to[{i}]", item) for i, item in enumerate(items))
 
 
 def _tls_ca(config: Mapping[str, Any]) -> str | None:
@@ -157,8 +140,7 @@ class EmailConfig:
         obj = fields.check_object(config, cls.kind, EMAIL_FIELDS, example)
         host = fields.text(obj, "host", required=True, max_chars=253)
         assert host is not None
-        if not _HOST.match(host):
-            raise fields.refuse("host", "is not a host name or an IP address", host)
+        fields.host_name("host", host)
         security = fields.choice(obj, "security", SECURITY_MODES, "starttls")
         port = fields.number(
             obj, "port", default=DEFAULT_PORTS[security], minimum=1, maximum=65535, integer=True
@@ -182,7 +164,7 @@ class EmailConfig:
         )
         return cls(
             host=host,
-            sender=_address("from", obj.get("from")),
+            sender=fields.email_address("from", obj.get("from")),
             recipients=_recipients(obj),
             port=int(port),
             security=security,
@@ -232,6 +214,17 @@ class EmailConfig:
     def retry_policy(self) -> RetryPolicy:
         """The retry policy of this notifier's deliveries."""
         return RetryPolicy(max_attempts=self.max_attempts, backoff=self.retry_backoff)
+
+
+_FQDN: list[str] = []
+
+
+async def _local_hostname() -> str:
+    """This machine's name for ``EHLO`` (``socket.getfqdn``, which may ask DNS: looked up once
+    per process, in a thread)."""
+    if not _FQDN:
+        _FQDN.append(await asyncio.to_thread(socket.getfqdn))
+    return _FQDN[0]
 
 
 def _one_line(text: str) -> str:
@@ -310,7 +303,7 @@ class EmailNotifier:
             self._tls = ssl.create_default_context(cadata=self.config.tls_ca)
         return self._tls
 
-    def _client(self) -> aiosmtplib.SMTP:
+    def _client(self, local_hostname: str) -> aiosmtplib.SMTP:
         import aiosmtplib
 
         config = self.config
@@ -322,7 +315,11 @@ class EmailNotifier:
             username=config.username,
             password=None if config.password is None else config.password.reveal(),
             tls_context=None if config.security == "plain" else self._tls_context(),
-            timeout=config.timeout,
+            local_hostname=local_hostname,
+            # No aiosmtplib timeouts: the one deadline in send() bounds the whole exchange.
+            # (aiosmtplib's own go through asyncio.wait_for, which on Python 3.11 can swallow a
+            # cancellation that arrives as the connection completes.)
+            timeout=None,
         )
 
     def _result(
@@ -350,7 +347,7 @@ class EmailNotifier:
 
         started = time.monotonic()
         message = build_message(self.config, event)
-        smtp = self._client()
+        smtp = self._client(await _local_hostname())
         where = self._where
         try:
             async with asyncio.timeout(self.config.timeout):
@@ -381,15 +378,15 @@ class EmailNotifier:
                 retryable=classify_smtp_code(exc.code) == "retry",
                 status=exc.code,
             )
-        except aiosmtplib.SMTPNotSupported as exc:
-            return self._result(started, error=f"{where}: {exc}", retryable=False, status=None)
-        except (aiosmtplib.SMTPException, OSError) as exc:
+        except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPConnectError, OSError) as exc:
             return self._result(
                 started,
                 error=f"{where} failed: {type(exc).__name__}: {exc}",
                 retryable=True,
                 status=None,
             )
+        except aiosmtplib.SMTPException as exc:  # STARTTLS or AUTH not offered, and the like
+            return self._result(started, error=f"{where}: {exc}", retryable=False, status=None)
         finally:
             smtp.close()  # synchronous: a cancelled send leaves no connection behind
         result = self._result(started, error=None, retryable=False, status=250)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from email.headerregistry import Address, HeaderRegistry
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 "token"
+_HOST_NAME = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[?[0-9A-Fa-f:.]+\]?$"
+)
 #: Longest URL accepted, characters.
 MAX_URL_CHARS = 2048
 
@@ -151,6 +155,29 @@ def choice(config: Mapping[str, Any], key: str, choices: tuple[str, ...], defaul
     if value not in choices:
         raise refuse(key, f"must be one of {', '.join(choices)}", value)
     return str(value)
+
+
+def host_name(key: str, host: str) -> None:
+    """Refuse ``host`` unless it is a DNS host name or an IP address (RFC 1123 labels)."""
+    if not _HOST_NAME.match(host):
+        raise refuse(key, "is not a host name or an IP address", host)
+
+
+def email_address(key: str, value: object) -> str:
+    """One RFC 5322 address (``ops@example.com`` or ``Pulse <pulse@example.com>``), parsed by
+    the standard library's header parser; returned in its normal form."""
+    given = text({key: value}, key, required=True, max_chars=320)
+    assert given is not None
+    header = HeaderRegistry()("To", given)
+    addresses: tuple[Address, ...] = getattr(header, "addresses", ())
+    if (
+        header.defects
+        or len(addresses) != 1
+        or not addresses[0].username
+        or not addresses[0].domain
+    ):
+        raise refuse(key, "is not one e-mail address (e.g. ops@example.com)", value)
+    return str(addresses[0])
 
 
 def http_url(config: Mapping[str, Any], key: str, *, required: bool) -> Secret | None:
