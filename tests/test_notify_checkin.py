@@ -139,6 +139,7 @@ async def test_failures_are_classified_and_never_quote_the_key(
     endpoint: HttpReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.INFO, logger="httpx")  # another test may have quieted it
     gone = await notifier(url=endpoint.url("/gone")).send(event("success"))
     assert (gone.ok, gone.status, gone.retryable) == (False, 410, False)
     port = free_port()

@@ -255,7 +255,9 @@ async def test_a_shared_client_is_used_and_left_open(receiver: HttpReceiver) -> 
 async def test_secrets_stay_out_of_results_reprs_and_logs(
     receiver: HttpReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG)  # httpx logs each request's full URL at INFO
+    caplog.set_level(logging.DEBUG)
+    # httpx logs each request's full URL at INFO (and another test may have quieted it).
+    caplog.set_level(logging.INFO, logger="httpx")
     echoing = notifier(
         receiver.url(f"/echo?token={TOKEN}"), headers={"Authorization": f"Bearer {TOKEN}x"}
     )
