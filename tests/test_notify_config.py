@@ -306,6 +306,11 @@ def test_email_config_refusals_name_the_field(change: dict[str, Any], field: str
     assert str(caught.value).startswith(field)
 
 
+async def test_email_has_no_address_policy_for_its_relay() -> None:
+    config = EmailConfig.from_json({"host": "127.0.0.1", "from": "a@b.test", "to": "c@d.test"})
+    await config.check_targets(HttpAllowList())  # a relay on the node's own machine is fine
+
+
 # --- checkin config -----------------------------------------------------------------------
 
 

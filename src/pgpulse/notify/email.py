@@ -41,6 +41,8 @@ from pgpulse.notify.retry import RetryPolicy, classify_smtp_code
 if TYPE_CHECKING:
     import aiosmtplib
 
+    from pgpulse.web.policy import HttpAllowList
+
 SECURITY_MODES = ("starttls", "tls", "plain")
 DEFAULT_PORTS = {"starttls": 587, "tls": 465, "plain": 25}
 EMAIL_FIELDS = frozenset(
@@ -214,6 +216,10 @@ class EmailConfig:
     def retry_policy(self) -> RetryPolicy:
         """The retry policy of this notifier's deliveries."""
         return RetryPolicy(max_attempts=self.max_attempts, backoff=self.retry_backoff)
+
+    async def check_targets(self, allow: HttpAllowList, *, resolve_timeout: float = 2.0) -> None:
+        """Nothing to check: SMTP relays are not held to the ``http`` jobs' address policy (see
+        the module's docstring). Here so every kind of config answers the same call."""
 
 
 _FQDN: list[str] = []
