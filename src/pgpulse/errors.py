@@ -75,3 +75,9 @@ class DatabaseUnavailable(PulseError):
 class PreReleaseSchema(PulseError):
     """The database holds the schema of the pre-release Pulse 0.1.0, which no migration upgrades
     (release 0.2.0 starts from a new baseline)."""
+
+
+class InvalidNotifierConfig(InvalidInput):
+    """A notifier's configuration (``webhook``, ``email``, ``checkin``) has a missing, unknown or
+    refused field; ``field`` is ``"config.<key>"``. A secret field's value is never carried:
+    ``value`` is then ``"***"`` (or a URL with its secret parts masked)."""
