@@ -40,7 +40,8 @@ from pgpulse.sql import load_queries
 from pgpulse.store import Store
 
 Q = load_queries("demo.sql", __package__)
-RELAY_CRONTAB = Path(__file__).resolve().parents[2] / "examples" / "relay.crontab"
+#: The checkout's examples/relay.crontab (tools/src/pgpulse_tools/demo/run.py is four levels down).
+RELAY_CRONTAB = Path(__file__).resolve().parents[4] / "examples" / "relay.crontab"
 NODES = ("node-1", "node-2", "node-3")
 DOWNTIME = timedelta(minutes=3)
 LEASE, HEARTBEAT = 6.0, 1.0
