@@ -1,7 +1,8 @@
 """The ``pgpulse`` command. A thin edge: it parses options and calls the library.
 
-Every option has a ``PGPULSE_*`` environment fallback (shown in ``--help``). Errors print one
-line on stderr and exit non-zero: 2 for refused input, 3 for a database that does not answer.
+Every option has one environment fallback, named by one rule (:func:`envvar_for`) and shown in
+``--help``. Errors print one line on stderr and exit non-zero: 2 for refused input (a value
+click's types refuse included), 3 for a database that does not answer.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import dataclasses
 import importlib
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import wraps
 from pathlib import Path
@@ -22,11 +24,19 @@ import click
 from pgpulse import logs
 from pgpulse.app import App, connect
 from pgpulse.crontab import entry_to_spec, parse_crontab
+from pgpulse.database import with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
-from pgpulse.errors import JobNotFound, PulseError
+from pgpulse.errors import DatabaseUnavailable, JobNotFound, PulseError
 from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
-from pgpulse.report import print_records, print_status, run_command, to_json, tune_collector
+from pgpulse.report import (
+    one_line,
+    print_records,
+    print_status,
+    run_command,
+    to_json,
+    tune_collector,
+)
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
@@ -83,11 +93,90 @@ def _load_lazy(name: str) -> click.Command:
     return command
 
 
+def envvar_for(path: Sequence[str], option: click.Option) -> str:
+    """Return the environment variable of ``option``, an option of the command at ``path``.
+
+    The rule, for every option of every command: ``PGPULSE_``, then the command's words, then
+    the option's (first) long name, upper-cased, each ``-`` made ``_``. ``job create --tz`` is
+    ``PGPULSE_JOB_CREATE_TZ``; a global option such as ``--database-url`` (``path`` empty) is
+    ``PGPULSE_DATABASE_URL``. The name comes from what the user types, never from the Python
+    parameter behind it.
+
+    Args:
+        path: the command's words after ``pgpulse`` (``["node", "run"]``; ``[]`` for ``pgpulse``).
+        option: one of its options; it must have a long name (``--x``).
+
+    Raises:
+        ValueError: ``option`` has no long name.
+    """
+    long_names = [name for name in option.opts if name.startswith("--")]
+    if not long_names:
+        raise ValueError(f"option {option.opts} has no long name")
+    words = ["PGPULSE", *path, long_names[0][2:]]
+    return "_".join(words).upper().replace("-", "_")
+
+
+def _apply_envvar_rule(command: click.Command, path: Sequence[str]) -> None:
+    """Give every option of ``command`` its :func:`envvar_for` variable, shown in ``--help``, and
+    no other: click's own fallback from the parameter name (``..._AS_JSON``) is switched off.
+    Eager options that hold no value (``--version``) are actions, not settings: they get none.
+    The subcommands of a plain click group (a lazy one, ``token``) get theirs here too."""
+    for param in command.params:
+        if not isinstance(param, click.Option) or (param.is_eager and not param.expose_value):
+            continue
+        param.envvar = envvar_for(path, param)
+        param.show_envvar = True
+        param.allow_from_autoenv = False
+    if isinstance(command, click.Group) and not isinstance(command, _EnvGroup):
+        for name, sub in command.commands.items():
+            _apply_envvar_rule(sub, [*path, name])
+
+
+def _command_path(ctx: click.Context) -> list[str]:
+    """The words of ``ctx``'s command after the program name (``[]`` for ``pgpulse`` itself)."""
+    words = []
+    while ctx.parent is not None:
+        words.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return words[::-1]
+
+
+class _Refused(click.ClickException):
+    """A value refused while the command line was parsed: one line on stderr, exit 2, as every
+    refusal of input is (a malformed command line, such as a missing argument or an unknown
+    option, keeps click's usage hint)."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        message = self.format_message()
+        click.echo(f"error: {message[:1].lower()}{message[1:]}", err=True)
+
+
+@contextmanager
+def _one_line_refusals() -> Iterator[None]:
+    try:
+        yield
+    except click.MissingParameter:
+        raise
+    except click.BadParameter as exc:
+        raise _Refused(exc.format_message()) from None
+
+
 class _EnvGroup(click.Group):
-    """A command group whose every option shows its ``PGPULSE_*`` variable in ``--help``, and
-    whose :data:`LAZY_COMMANDS` are imported only when invoked."""
+    """A command group whose every option has its :func:`envvar_for` variable (shown in
+    ``--help``), whose :data:`LAZY_COMMANDS` are imported only when invoked, and whose refused
+    option values are one line (:class:`_Refused`)."""
 
     group_class = type  # subgroups are _EnvGroup too
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with _one_line_refusals():
+            return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_refusals():  # a subcommand's options are parsed in here
+            return super().invoke(ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         lazy = LAZY_COMMANDS if self is main else {}
@@ -110,60 +199,95 @@ class _EnvGroup(click.Group):
         if command is None and self is main and cmd_name in LAZY_COMMANDS:
             command = _load_lazy(cmd_name)
             self.add_command(command, cmd_name)
-        for param in command.params if command is not None else ():
-            if isinstance(param, click.Option):
-                param.show_envvar = True
+        if command is not None:
+            _apply_envvar_rule(command, [*_command_path(ctx), cmd_name])
         return command
 
 
+class GlobalOptions(dict[str, Any]):
+    """``ctx.obj`` of every command: ``database_url`` (a DSN, or ``None`` for the embedded
+    server), ``data_dir``, ``database`` and ``embedded`` (no DSN was given).
+
+    With ``--database`` the DSN names that database: a given DSN is rewritten at once; the
+    embedded server's DSN is looked up (which starts the server) only when a command first reads
+    ``database_url``, so commands that need no database never start it. Errors on the way are
+    one line on stderr: exit 2 for a malformed DSN, 3 for an embedded server that cannot start.
+
+    Args:
+        database_url: ``--database-url``, or ``None``.
+        database: ``--database``, or ``None``.
+        data_dir: ``--data-dir``, or ``None`` for the default.
+    """
+
+    def __init__(
+        self, database_url: str | None, database: str | None, data_dir: Path | None
+    ) -> None:
+        super().__init__(database=database, data_dir=data_dir, embedded=not database_url)
+        if database_url or not database:
+            self["database_url"] = self._resolved(lambda: database_url) if database_url else None
+
+    def __missing__(self, key: str) -> Any:
+        if key != "database_url":
+            raise KeyError(key)
+        self[key] = self._resolved(lambda: start_embedded(self["data_dir"]))
+        return self[key]
+
+    def _resolved(self, server: Callable[[], str]) -> str:
+        try:
+            return with_database(server(), self["database"])
+        except PulseError as exc:
+            click.echo(f"error: {one_line(str(exc))}", err=True)
+            sys.exit(3 if isinstance(exc, DatabaseUnavailable) else 2)
+
+
 @click.group(cls=_EnvGroup, context_settings=CONTEXT)
+@click.version_option(None, "--version", package_name="pgpulse", message="%(prog)s %(version)s")
 @click.option(
     "--database-url",
-    envvar="PGPULSE_DATABASE_URL",
-    show_envvar=True,
-    help="PostgreSQL DSN. Unset: use the embedded PostgreSQL in --data-dir.",
+    metavar="DSN",
+    help="PostgreSQL DSN (libpq URI or key=value), e.g. postgresql://pulse@db.internal/pulse. "
+    "Unset: the embedded PostgreSQL in --data-dir, database 'postgres'. `pgpulse status` "
+    "names the database in use.",
+)
+@click.option(
+    "--database",
+    metavar="NAME",
+    help="Use database NAME of that server (the embedded one, or --database-url's) instead "
+    "of the one the DSN names, e.g. --database pgpulse_demo after the demo.",
 )
 @click.option(
     "--data-dir",
-    envvar="PGPULSE_DATA_DIR",
-    show_envvar=True,
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help=f"Embedded PostgreSQL data folder [default: {default_data_dir()}].",
 )
 @click.option(
     "--log-level",
-    envvar="PGPULSE_LOG_LEVEL",
-    show_envvar=True,
     default="WARNING",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Least severe log records printed (on stderr).",
 )
 @click.option(
     "--log-format",
-    envvar="PGPULSE_LOG_FORMAT",
-    show_envvar=True,
     default="text",
     type=click.Choice(["text", "json"]),
-    help="json: one JSON object per line.",
+    help="text, or json: one JSON object per line, with a stable 'action' field.",
 )
 @click.pass_context
 def main(
     ctx: click.Context,
     database_url: str | None,
+    database: str | None,
     data_dir: Path | None,
     log_level: str,
     log_format: str,
 ) -> None:
     """Pulse: a distributed cron scheduler with PostgreSQL as its only moving part."""
     logs.configure(log_level, log_format)
-    ctx.obj = {"database_url": database_url, "data_dir": data_dir}
+    ctx.obj = GlobalOptions(database_url, database, data_dir)
 
 
-@main.command()
-@with_store
-async def migrate(store: Store) -> None:
-    """Apply pending schema migrations (nodes also do this at start)."""
-    click.echo("schema is up to date")
+_apply_envvar_rule(main, [])
 
 
 # -- node --------------------------------------------------------------------------------------
@@ -325,7 +449,13 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 @tenant_option
 @click.option("--tz", "timezone", default="UTC", help="IANA time zone of the schedule.")
 @click.option("--payload", default="{}", help="JSON object handed to the handler.")
-@click.option("--catch-up", type=click.Choice(CATCH_UP_POLICIES), default="skip")
+@click.option(
+    "--catch-up",
+    type=click.Choice(CATCH_UP_POLICIES),
+    default="skip",
+    help="Missed occurrences: skip (record as skipped; run the newest if within "
+    "--misfire-grace), backfill (run each, oldest first), coalesce (run once).",
+)
 @click.option(
     "--backfill-limit",
     type=int,
@@ -333,7 +463,12 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     help="With backfill: run only the newest N missed occurrences.",
 )
 @click.option("--misfire-grace", type=float, default=60.0, help="Seconds late that still run.")
-@click.option("--max-attempts", type=int, default=3)
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=3,
+    help="Attempts per occurrence; after the last failure the run is failed.",
+)
 @click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
 @click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")
 @with_store
@@ -444,7 +579,9 @@ AFTER_FORMATS = [
 @schedule.command("next", epilog="\b\n" + SCHEDULE_HELP)
 @click.argument("expression")
 @click.option("--tz", "timezone", default="UTC", help="IANA time zone.")
-@click.option("--count", type=click.IntRange(1, 1000), default=5)
+@click.option(
+    "--count", type=click.IntRange(1, 1000), default=5, help="How many occurrences to print."
+)
 @click.option(
     "--after",
     type=click.DateTime(AFTER_FORMATS),
@@ -532,7 +669,7 @@ async def status(store: Store, as_json: bool) -> None:
 @main.command()
 @click.argument("job_name", required=False)
 @click.option("--tenant", default=None, help="Only this tenant.")
-@click.option("--limit", type=click.IntRange(1, 10000), default=30)
+@click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
 @json_option
 @with_store
 async def runs(
