@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from helpers import pgpulse
 from pgpulse.cli import main
 
 SHELL_PAYLOAD = '{"command": "echo hi"}'
@@ -300,3 +301,39 @@ def test_values_the_database_cannot_hold_are_refused_up_front(
     with pytest.raises(InvalidInput) as caught:
         JobSpec.create(**base)
     assert caught.value.field == field
+
+
+# -- as a user types them: real processes ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("after", "first"),
+    [
+        pytest.param("2026-12-01 10:00", "2026-12-01T11:00:00+00:00", id="space_no_seconds"),
+        pytest.param("2026-12-01T10:00", "2026-12-01T11:00:00+00:00", id="t_no_seconds"),
+        pytest.param("2026-12-01T10:30Z", "2026-12-01T11:00:00+00:00", id="zulu"),
+        pytest.param("2026-12-01T12:30+02:00", "2026-12-01T11:00:00+00:00", id="offset"),
+        pytest.param("2026-12-01", "2026-12-01T01:00:00+00:00", id="bare_date"),
+        pytest.param("20261201T1000", "2026-12-01T11:00:00+00:00", id="basic_format"),
+    ],
+)
+def test_schedule_next_after_reads_iso_8601_as_fromisoformat(after: str, first: str) -> None:
+    shown = pgpulse("schedule", "next", "0 * * * *", "--count", "1", "--after", after)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == ["at minute 0 (UTC)", f"{first}  {first}"]
+
+
+@pytest.mark.parametrize("after", ["tomorrow", "2026-13-01T10:00", "2026-12-01T10:00+25:00"])
+def test_schedule_next_refuses_a_bad_after_in_one_line(after: str) -> None:
+    refused = pgpulse("schedule", "next", "0 * * * *", "--after", after)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        "error: invalid value for '--after' (env var: 'PGPULSE_SCHEDULE_NEXT_AFTER'): "
+        f"{after!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00"
+    ]
+
+
+def test_schedule_next_at_the_end_of_time_is_one_line() -> None:
+    refused = pgpulse("schedule", "next", "@every 1d", "--after", "9999-12-31T12:00")
+    assert refused.returncode == 2
+    assert refused.stderr == "error: no occurrence after 9999-12-31T12:00:00+00:00 before 10000\n"

@@ -566,14 +566,22 @@ def schedule() -> None:
     """Check schedule arithmetic."""
 
 
-#: ``--after`` formats: ISO-8601 with ``T`` or a space, optional fraction (1 to 6 digits) and
-#: offset (``+02:00``, ``+0200`` or ``Z``), or a bare date.
-AFTER_FORMATS = [
-    f"%Y-%m-%d{sep}%H:%M:%S{frac}{zone}"
-    for sep in ("T", " ")
-    for frac in ("", ".%f")
-    for zone in ("%z", "")
-] + ["%Y-%m-%d"]
+class IsoDateTime(click.ParamType):
+    """A date and time in ISO 8601 as :meth:`datetime.fromisoformat` reads it (Python 3.11+):
+    ``2026-12-01T10:00``, ``2026-12-01 10:00``, ``2026-12-01T10:00:00.357+02:00``, ``...Z``,
+    ``20261201T1000`` or a bare date (midnight). Naive values are returned naive."""
+
+    name = "datetime"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return datetime.fromisoformat(str(value))
+        except ValueError:
+            self.fail(
+                f"{value!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00", param, ctx
+            )
 
 
 @schedule.command("next", epilog="\b\n" + SCHEDULE_HELP)
@@ -584,10 +592,10 @@ AFTER_FORMATS = [
 )
 @click.option(
     "--after",
-    type=click.DateTime(AFTER_FORMATS),
+    type=IsoDateTime(),
     metavar="DATETIME",
-    help="Start instant, ISO-8601: YYYY-MM-DD[THH:MM:SS[.ffffff][+HH:MM|Z]] ('T' or "
-    "a space), UTC if no offset. An @every schedule is anchored there, to the "
+    help="Start instant, ISO 8601 (2026-12-01T10:00, 2026-12-01 10:00:30.357+02:00, "
+    "...Z, or a date), UTC if no offset. An @every schedule is anchored there, to the "
     "microsecond: give a job's anchor_at to see its grid. "
     "[default: now, to the whole second]",
 )
@@ -605,7 +613,14 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
     anchor = cursor
     click.echo(f"{parsed.describe()}")
     for _ in range(count):
-        cursor = parsed.next_after(cursor, anchor=anchor)
+        try:
+            cursor = parsed.next_after(cursor, anchor=anchor)
+        except OverflowError:  # past the end of time (year 9999)
+            click.echo(f"error: no occurrence after {cursor.isoformat()} before 10000", err=True)
+            sys.exit(2)
+        except PulseError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
         click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
 
 
