@@ -566,14 +566,16 @@ def schedule() -> None:
     """Check schedule arithmetic."""
 
 
-class IsoDateTime(click.ParamType):
+class IsoDateTime(click.ParamType[datetime]):
     """A date and time in ISO 8601 as :meth:`datetime.fromisoformat` reads it (Python 3.11+):
     ``2026-12-01T10:00``, ``2026-12-01 10:00``, ``2026-12-01T10:00:00.357+02:00``, ``...Z``,
     ``20261201T1000`` or a bare date (midnight). Naive values are returned naive."""
 
     name = "datetime"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
         if isinstance(value, datetime):
             return value
         try:
