@@ -337,3 +337,40 @@ def test_schedule_next_at_the_end_of_time_is_one_line() -> None:
     refused = pgpulse("schedule", "next", "@every 1d", "--after", "9999-12-31T12:00")
     assert refused.returncode == 2
     assert refused.stderr == "error: no occurrence after 9999-12-31T12:00:00+00:00 before 10000\n"
+
+
+def test_pause_and_resume_are_idempotent_with_a_note(dsn: str, db: Any) -> None:
+    create = ["job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell"]
+    assert pgpulse(*create, "--payload", SHELL_PAYLOAD, dsn=dsn).returncode == 0
+    first = pgpulse("job", "pause", "backup", dsn=dsn)
+    assert (first.returncode, first.stdout) == (0, "paused backup\n")
+    updated = job_rows(db)[0]["updated_at"]
+    again = pgpulse("job", "pause", "backup", dsn=dsn)
+    assert (again.returncode, again.stdout) == (0, "backup was paused already; no change\n")
+    assert job_rows(db)[0]["updated_at"] == updated  # nothing written
+    resumed = pgpulse("job", "resume", "backup", dsn=dsn)
+    row = job_rows(db)[0]
+    assert resumed.returncode == 0 and row["status"] == "idle"
+    assert resumed.stdout == f"resumed backup; next occurrence {row['scheduled_for'].isoformat()}\n"
+    idle = pgpulse("job", "resume", "backup", dsn=dsn)
+    assert (idle.returncode, idle.stdout) == (0, "backup is idle, not paused; no change\n")
+    assert job_rows(db)[0]["updated_at"] == row["updated_at"]
+
+    db.execute(
+        "UPDATE pgpulse_jobs SET status = 'running', locked_by = 'n', "
+        "lease_expires_at = now() + interval '1 minute'"
+    )
+    running = pgpulse("job", "pause", "backup", dsn=dsn)
+    assert running.returncode == 2 and running.stdout == ""
+    assert running.stderr == (
+        "error: job 'backup' is running; only an idle or failed job can be paused\n"
+    )
+    assert job_rows(db)[0]["status"] == "running"
+
+
+def test_runs_of_an_unknown_job_names_no_tenant_when_none_was_given(dsn: str) -> None:
+    missing = pgpulse("runs", "nosuchjob", dsn=dsn)
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert missing.stderr == "error: no job named 'nosuchjob' in any tenant\n"
+    scoped = pgpulse("runs", "nosuchjob", "--tenant", "acme", dsn=dsn)
+    assert scoped.stderr == "error: no job named 'nosuchjob' in tenant 'acme'\n"

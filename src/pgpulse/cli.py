@@ -542,18 +542,38 @@ def _state_command(verb: str, doc: str) -> None:
     @tenant_option
     @with_store
     async def command(store: Store, name: str, tenant: str) -> None:
-        method = getattr(store, f"{verb}_job")
-        result = await method(tenant, name)
-        if verb != "trigger":
-            click.echo(f"{verb}d {name}")
-        elif result < await store.db_now() - timedelta(seconds=1):
-            click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
+        if verb == "pause":
+            changed = await store.pause_job(tenant, name)
+            click.echo(f"paused {name}" if changed else f"{name} was paused already; no change")
+        elif verb == "resume":
+            changed = await store.resume_job(tenant, name)
+            row = await store.get_job(tenant, name)
+            click.echo(
+                f"resumed {name}; next occurrence {row['scheduled_for'].isoformat()}"
+                if changed
+                else f"{name} is {row['status']}, not paused; no change"
+            )
+        elif verb == "delete":
+            await store.delete_job(tenant, name)
+            click.echo(f"deleted {name}")
         else:
-            click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
+            result = await store.trigger_job(tenant, name)
+            if result < await store.db_now() - timedelta(seconds=1):
+                click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
+            else:
+                click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
 
 
-_state_command("pause", "Pause job NAME (an idle or failed job; not claimed until resumed).")
-_state_command("resume", "Resume job NAME at its next occurrence after now.")
+_state_command(
+    "pause",
+    "Pause job NAME (idle or failed; not claimed until resumed). Idempotent: a paused "
+    "job stays paused. A running job is refused: pause it when its run ends.",
+)
+_state_command(
+    "resume",
+    "Resume job NAME at its next occurrence after now (occurrences inside the pause "
+    "do not run). Idempotent: a job that is not paused is left as it is.",
+)
 _state_command("trigger", "Run job NAME now, once, as an extra occurrence.")
 _state_command("delete", "Delete job NAME and its run history.")
 
@@ -696,7 +716,7 @@ async def runs(
     if job_name is not None and not any(
         j["name"] == job_name for j in await store.list_jobs(tenant)
     ):
-        raise JobNotFound(tenant or "any", job_name)
+        raise JobNotFound(tenant, job_name)
     rows = await store.list_runs(tenant=tenant, name=job_name, limit=limit)
     print_records(
         rows,
