@@ -36,6 +36,25 @@ ALL_SHARDS = list(range(64))
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
 
 
+async def apgpulse(
+    *args: str, dsn: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """:func:`pgpulse` for async tests: the process runs while the event loop goes on (for at
+    most a minute)."""
+    environ = {**os.environ, **(env or {})}
+    if dsn is not None:
+        environ["PGPULSE_DATABASE_URL"] = dsn
+    proc = await asyncio.create_subprocess_exec(
+        PGPULSE, *args, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(
+        [PGPULSE, *args], proc.returncode, out.decode(), err.decode()
+    )
+
+
 def pgpulse(
     *args: str,
     dsn: str | None = None,

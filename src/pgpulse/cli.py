@@ -31,10 +31,10 @@ from pgpulse.errors import DatabaseUnavailable, JobNotFound, PulseError
 from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
 from pgpulse.report import (
     one_line,
+    print_job,
     print_records,
     print_status,
     run_command,
-    to_json,
     tune_collector,
 )
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
@@ -504,6 +504,7 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
             "last_outcome",
             "last_error",
         ],
+        shorten={"last_error"},
     )
 
 
@@ -513,21 +514,21 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
 @json_option
 @with_store
 async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
-    """Show one job, with its next five occurrences in its own time zone."""
-    row = await store.get_job(tenant, name)
-    schedule = parse_schedule(row["schedule"], row["timezone"])
-    upcoming, cursor = [], row["scheduled_for"]
-    for _ in range(5):
-        upcoming.append(cursor)
-        cursor = schedule.next_after(cursor, anchor=row["anchor_at"])
-    row["description"] = schedule.describe()
-    row["upcoming"] = [_local(t, row["timezone"]) for t in upcoming]
+    """Show job NAME: definition, state, current occurrence, next five occurrences in its own
+    time zone, last five runs. --json prints the job as the API's GET /api/v1/jobs/{id} does."""
+    # The API's own reading, presentation and schema of a job (pydantic; no web framework).
+    from pgpulse.web.reads import Reads
+    from pgpulse.web.schemas import Job
+    from pgpulse.web.service import present_job
+
+    row = await Reads(store.pool).job((await store.get_job(tenant, name))["id"], tenant=tenant)
+    if row is None:  # deleted in between
+        raise JobNotFound(tenant, name)
+    job = present_job(row)
     if as_json:
-        click.echo(json.dumps(row, default=to_json, indent=2))
+        click.echo(json.dumps(Job.model_validate(job).model_dump(mode="json"), indent=2))
         return
-    for key, value in row.items():
-        text = json.dumps(value) if isinstance(value, dict | list) else value
-        click.echo(f"{key:>18}: {text}")
+    print_job(job, await store.list_runs(tenant=tenant, name=name, limit=5))
 
 
 def _local(instant: datetime, timezone: str) -> str:
@@ -722,6 +723,7 @@ async def runs(
         rows,
         as_json,
         ["name", "scheduled_for", "outcome", "attempts", "node_id", "duration", "error"],
+        shorten={"error"},
     )
 
 
