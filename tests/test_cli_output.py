@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from helpers import apgpulse, pgpulse
@@ -139,3 +140,26 @@ def test_json_log_lines_carry_an_rfc_3339_utc_time(dsn: str) -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]), line
     logged = datetime.fromisoformat(line["time"])
     assert abs(logged - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+def test_listed_names_are_whole_and_can_be_typed_back(dsn: str, tmp_path: Path) -> None:
+    tab = tmp_path / "nightly-maintenance.crontab"
+    tab.write_text(
+        "15 2 * * * /usr/local/bin/backup-database --full > /var/log/backup.log 2>&1\n"
+        '*/10 * * * * echo "relay: health check upstream providers at $(date -u +\\%T)"\n'
+    )
+    imported = pgpulse("crontab", "import", str(tab), dsn=dsn)
+    assert imported.returncode == 0, imported.stderr
+    long_name = "reports." + "quarterly-revenue-by-region-" * 4 + "final"
+    create = ("job", "create", long_name, "--schedule", "@daily", "--handler", "shell")
+    assert pgpulse(*create, "--payload", '{"command": "true"}', dsn=dsn).returncode == 0
+    listed = pgpulse("job", "list", dsn=dsn)
+    assert listed.returncode == 0, listed.stderr
+    shown_names = [line.split()[0] for line in listed.stdout.splitlines()[2:]]
+    assert len(shown_names) == 3 and long_name in shown_names
+    assert "nightly-maintenance.backup-database-" in " ".join(shown_names)
+    assert "nightly-maintenance.echo-relay-health-check-" in " ".join(shown_names)
+    for name in shown_names:
+        assert len(name) <= max(len(long_name), 60)
+        shown = pgpulse("job", "show", name, dsn=dsn)
+        assert shown.returncode == 0 and shown.stdout.startswith(f"job default/{name} ")
