@@ -24,7 +24,7 @@ import click
 from pgpulse import logs
 from pgpulse.app import App, connect
 from pgpulse.crontab import entry_to_spec, parse_crontab
-from pgpulse.database import with_database
+from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
 from pgpulse.errors import DatabaseUnavailable, JobNotFound, PulseError
@@ -35,6 +35,7 @@ from pgpulse.report import (
     print_records,
     print_status,
     run_command,
+    status_problems,
     tune_collector,
 )
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
@@ -694,14 +695,49 @@ async def crontab_import(
 # -- status ------------------------------------------------------------------------------------
 
 
+#: Time-to-live of a node that registered none (before schema version 2): NodeConfig's default.
+DEFAULT_NODE_TTL = 10.0
+#: ``status --check``'s default --max-lag, seconds.
+DEFAULT_MAX_LAG = 60.0
+
+
 @main.command()
 @json_option
-@with_store
-async def status(store: Store, as_json: bool) -> None:
-    """Nodes, shards, the leader, job counts and the current lag."""
-    nodes = await store.cluster_nodes(ttl=10.0)
-    counts = await store.cluster_counts()
-    print_status(nodes, counts, as_json)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 (saying why on stderr) when no node is alive or a due job is later than "
+    "--max-lag: for monitoring scripts and container health checks.",
+)
+@click.option(
+    "--max-lag",
+    type=click.FloatRange(0),
+    default=None,
+    metavar="SECONDS",
+    help=f"How late a due job may be for --check to pass (implies --check) "
+    f"[default: {DEFAULT_MAX_LAG:g}].",
+)
+@click.pass_obj
+def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | None) -> None:
+    """The headline (live nodes, leader, due jobs, database), then nodes, shards, job counts
+    and the current lag. A node silent for longer than its time-to-live is 'lost'."""
+
+    async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+        async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+            async with store.pool.connection() as conn:
+                where = describe(conn.info)
+            nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)
+            return where, nodes, await store.cluster_counts()
+
+    where, nodes, counts = run_command(read())
+    database = f"{where} (embedded)" if obj["embedded"] else where
+    problems = None
+    if check or max_lag is not None:
+        problems = status_problems(nodes, counts, DEFAULT_MAX_LAG if max_lag is None else max_lag)
+    print_status(nodes, counts, as_json, database=database, problems=problems)
+    if problems:
+        click.echo(f"check failed: {'; '.join(problems)}", err=True)
+        sys.exit(1)
 
 
 @main.command()

@@ -15,6 +15,7 @@ import click
 from tabulate import tabulate
 
 from pgpulse.errors import DatabaseUnavailable, PulseError
+from pgpulse.sharding import SHARD_COUNT
 
 T = TypeVar("T")
 
@@ -210,36 +211,83 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
             click.echo(f"  {line}")
 
 
-def print_status(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], as_json: bool) -> None:
-    """Print the cluster: nodes (alive, heartbeat, shards, running, leader) and job counts."""
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
+    """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
+    lost nodes, shards still moving, and the database, e.g. ``3 nodes alive, leader node-2,
+    0 jobs due — database 'pulse' on db.internal:5432``."""
+    alive = [n for n in nodes if n["alive"]]
+    lost = [n for n in nodes if n["state"] == "lost"]
+    leader = next((n["node_id"] for n in nodes if n["leader"]), None)
+    due, lag = counts["due"], counts["max_lag"]
+    jobs = _count(due, "job") + " due" + (f", oldest {lag:.1f} s late" if due and lag else "")
+    if not alive:
+        line = f"NO LIVE NODE: {jobs}"
+    else:
+        line = f"{_count(len(alive), 'node')} alive, leader {leader or 'none yet'}, {jobs}"
+        owned = sum(len(n["shards"]) for n in alive)
+        if owned != SHARD_COUNT:
+            line += f", shards moving ({owned} of {SHARD_COUNT} owned)"
+    if lost:
+        line += f"; {_count(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
+    return f"{line} — {database}"
+
+
+def status_problems(
+    nodes: Sequence[dict[str, Any]], counts: dict[str, Any], max_lag: float
+) -> list[str]:
+    """Why ``status --check`` fails: no live node, or a due job later than ``max_lag`` seconds
+    (empty when healthy). A lost node beside live ones is not a problem: its jobs move on."""
+    problems = []
+    if not any(n["alive"] for n in nodes):
+        problems.append("no live node")
+    lag = counts["max_lag"]
+    if lag is not None and lag > max_lag:
+        problems.append(f"the most overdue job is {lag:.1f} s late, over --max-lag {max_lag:g} s")
+    return problems
+
+
+def print_status(
+    nodes: Sequence[dict[str, Any]],
+    counts: dict[str, Any],
+    as_json: bool,
+    *,
+    database: str,
+    problems: Sequence[str] | None = None,
+) -> None:
+    """Print the cluster: the headline, the nodes (state, heartbeat, shards, running, leader,
+    start) and job counts; with ``problems`` (``status --check``), the check's verdict too."""
+    headline = status_headline(nodes, counts, database)
     if as_json:
-        leader = next((n["node_id"] for n in nodes if n["leader"]), None)
-        click.echo(
-            json.dumps(
-                {"nodes": list(nodes), "leader": leader, "jobs": counts}, default=to_json, indent=2
-            )
-        )
+        document: dict[str, Any] = {
+            "headline": headline,
+            "database": database,
+            "nodes": list(nodes),
+            "leader": next((n["node_id"] for n in nodes if n["leader"]), None),
+            "jobs": counts,
+        }
+        if problems is not None:
+            document["check"] = {"ok": not problems, "problems": list(problems)}
+        click.echo(json.dumps(document, default=to_json, indent=2))
         return
+    click.echo(headline + "\n")
     table = [
         [
             n["node_id"],
-            "yes" if n["alive"] else "no",
             n["state"],
             _cell(n["last_heartbeat"]),
             len(n["shards"]),
             f"{n['running']}/{n['slots']}",
             "*" if n["leader"] else "",
+            _cell(n["started_at"]),
         ]
         for n in nodes
     ]
-    click.echo(
-        tabulate(
-            table,
-            headers=["node", "alive", "state", "last heartbeat", "shards", "running", "leader"],
-        )
-        if table
-        else "no nodes"
-    )
+    headers = ["node", "state", "last heartbeat", "shards", "running", "leader", "started"]
+    click.echo(tabulate(table, headers=headers) if table else "no nodes")
     lag = counts["max_lag"]
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "

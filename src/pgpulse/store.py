@@ -658,9 +658,18 @@ class Store:
         pid: int,
         slots: int,
         handlers: Collection[str],
+        ttl: float | None = None,
+        rejoin: bool = False,
         now: datetime | None = None,
     ) -> None:
-        """Insert or refresh this node's registry row (state ``alive``)."""
+        """Insert or refresh this node's registry row (state ``alive``).
+
+        Args:
+            ttl: seconds of silence after which the node's peers count it dead (its
+                ``node_ttl``); ``status`` and the API judge it by the same. ``None``: unknown.
+            rejoin: the node was running and registers again (its row went stale): keep its
+                ``started_at``. ``False`` (a start, a restart under the same id) resets it.
+        """
         await self._rows(
             "register_node",
             {
@@ -669,6 +678,8 @@ class Store:
                 "pid": pid,
                 "slots": slots,
                 "handlers": sorted(handlers),
+                "ttl": ttl,
+                "rejoin": rejoin,
                 "now": now,
             },
         )
@@ -752,7 +763,9 @@ class Store:
         return await self._rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
 
     async def cluster_nodes(self, *, ttl: float) -> list[dict[str, Any]]:
-        """Every registered node with liveness (by ``ttl`` seconds) and whether it leads."""
+        """Every registered node with liveness (by its own registered time-to-live, else
+        ``ttl`` seconds), state (``lost`` for a silent node that never stopped; a lost or
+        stopped node shows no shards and nothing running) and whether it leads."""
         return await self._rows("cluster_nodes", {"ttl": ttl, "leader_key": LEADER_LOCK_KEY})
 
     async def cluster_counts(self, tenant: str | None = None) -> dict[str, Any]:
