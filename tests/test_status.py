@@ -191,3 +191,54 @@ def test_database_reaches_another_database_of_the_server(
         assert embedded.stdout.splitlines()[0].endswith(f"— {database_of(db)} (embedded)")
     missing = pgpulse("--database-url", server_dsn, "--database", "no_such_db", "status")
     assert missing.returncode == 3 and "no_such_db" in missing.stderr
+
+
+APP = """
+from pgpulse import App, RunContext
+
+app = App()
+
+
+@app.handler("trial.hello")
+async def hello(ctx: RunContext) -> str:
+    return "hello"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["cwd", "app_dir"])
+def test_node_run_imports_the_app_from_the_current_folder(
+    dsn: str, db: Any, tmp_path: Any, where: str
+) -> None:
+    (tmp_path / "trialapp.py").write_text(APP)
+    args = ["node", "run", "--app", "trialapp:app", "--node-id", "trial", "--heartbeat", "0.5"]
+    if where == "app_dir":
+        args[4:4] = ["--app-dir", str(tmp_path)]
+    proc = subprocess.Popen(
+        [PGPULSE, *args],
+        env={**os.environ, "PGPULSE_DATABASE_URL": dsn},
+        cwd=tmp_path if where == "cwd" else "/",
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not db.execute(
+            "SELECT 1 FROM pgpulse_nodes WHERE node_id = 'trial' AND 'trial.hello' = ANY(handlers)"
+        ).fetchone():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+
+
+def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: Any) -> None:
+    refused = pgpulse("node", "run", "--app", "nosuchmodule:app", dsn=dsn)
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "error: invalid value for --app: cannot load 'nosuchmodule:app': "
+        "No module named 'nosuchmodule'\n"
+    )

@@ -299,11 +299,16 @@ def node() -> None:
     """Run a scheduler node."""
 
 
-def load_app(spec: str | None) -> App:
+def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     """Import ``module:attribute`` and return the :class:`App` it names (built-ins only if
-    ``None``). Raises :class:`click.BadParameter` naming the value."""
+    ``None``). ``app_dir`` (``--app-dir``, the current folder by default) is put first on the
+    import path, as uvicorn, gunicorn and celery do. Raises :class:`click.BadParameter`
+    naming the value."""
     if not spec:
         return App()
+    folder = str((app_dir or Path()).resolve())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     module_name, _, attr = spec.partition(":")
     try:
         app = getattr(importlib.import_module(module_name), attr or "app")
@@ -316,6 +321,14 @@ def load_app(spec: str | None) -> App:
 
 @node.command("run")
 @click.option("--app", show_envvar=True, help="module:attribute of your pgpulse.App.")
+@click.option(
+    "--app-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path(),
+    show_default=False,
+    help="Folder put first on the import path before --app is imported [default: the "
+    "current folder].",
+)
 @click.option("--node-id", show_envvar=True, help="Unique node id [default: host-pid-random].")
 @click.option(
     "--slots",
@@ -378,6 +391,7 @@ def node_run(
     obj: dict[str, Any],
     /,
     app: str | None,
+    app_dir: Path,
     node_id: str | None,
     slots: int,
     lease: float,
@@ -394,7 +408,7 @@ def node_run(
     --allow-shell-jobs is each node's explicit opt-in to run shell jobs (they run commands on
     this machine); without it the node fails the shell jobs it claims, naming the flag.
     """
-    pulse_app = load_app(app)
+    pulse_app = load_app(app, app_dir)
     options: dict[str, Any] = {
         "lease": lease,
         "heartbeat_interval": heartbeat,
