@@ -374,3 +374,21 @@ def test_runs_of_an_unknown_job_names_no_tenant_when_none_was_given(dsn: str) ->
     assert missing.stderr == "error: no job named 'nosuchjob' in any tenant\n"
     scoped = pgpulse("runs", "nosuchjob", "--tenant", "acme", dsn=dsn)
     assert scoped.stderr == "error: no job named 'nosuchjob' in tenant 'acme'\n"
+
+
+def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) -> None:
+    create = ("job", "create", "ping", "--schedule", "@every 1m", "--handler", "http")
+    local = '{"url": "http://127.0.0.1:9/hook"}'
+    refused = pgpulse(*create, "--payload", local, dsn=dsn)
+    assert refused.returncode == 2 and refused.stdout == ""
+    [line] = refused.stderr.splitlines()
+    assert line.startswith("error: payload.url 'http://127.0.0.1:9/hook' targets 127.0.0.1")
+    assert line.endswith("; from the command line, --allow-private-target allows it")
+    redirects = '{"url": "http://93.184.216.34/", "follow_redirects": true}'
+    assert pgpulse(*create, "--payload", redirects, dsn=dsn).returncode == 2
+    assert job_rows(db) == []
+    public = pgpulse(*create, "--payload", '{"url": "http://93.184.216.34/"}', dsn=dsn)
+    assert public.returncode == 0, public.stderr
+    allowed = pgpulse(*create, "--payload", local, "--allow-private-target", dsn=dsn)
+    assert allowed.returncode == 0 and allowed.stdout.startswith("updated job ping")
+    assert job_rows(db)[0]["payload"] == {"url": "http://127.0.0.1:9/hook"}

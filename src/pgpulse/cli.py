@@ -27,7 +27,7 @@ from pgpulse.crontab import entry_to_spec, parse_crontab
 from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
-from pgpulse.errors import DatabaseUnavailable, JobNotFound, PulseError
+from pgpulse.errors import DatabaseUnavailable, InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
 from pgpulse.report import (
     one_line,
@@ -486,10 +486,31 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 )
 @click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
 @click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")
+@click.option(
+    "--allow-private-target",
+    is_flag=True,
+    help="Let an http job call a loopback, private, link-local or unresolvable host, or "
+    "follow redirects: the API refuses those unless its --http-allow list names the host.",
+)
 @with_store
-async def job_create(store: Store, name: str, **fields: Any) -> None:
-    """Create or update (upsert) job NAME."""
+async def job_create(store: Store, name: str, allow_private_target: bool, **fields: Any) -> None:
+    """Create or update (upsert) job NAME.
+
+    An http job's URL is checked as the API checks it (public addresses only, every address
+    its host resolves to); --allow-private-target is the operator's explicit exception.
+    """
     spec = JobSpec.create(name=name, source="cli", **fields)
+    if spec.handler == "http" and not allow_private_target:
+        from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
+
+        try:
+            await check_http_target(spec.payload, WebSettings())
+        except InvalidInput as exc:
+            raise InvalidInput(
+                f"{exc}; from the command line, --allow-private-target allows it",
+                field=exc.field,
+                value=exc.value,
+            ) from None
     [(job_id, created)] = await store.upsert_jobs([spec])
     row = await store.get_job(spec.tenant, name)
     click.echo(
