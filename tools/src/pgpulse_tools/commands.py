@@ -32,11 +32,9 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     """Three nodes share the Relay crontab (plus CRONTABS); one is killed midway."""
     from pgpulse_tools.demo.run import run_demo
 
-    sys.exit(
-        run_command(
-            run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration, system)
-        )
-    )
+    # the demo makes its own database on the server: --database names none for it
+    database_url = None if obj["embedded"] else obj["database_url"]
+    sys.exit(run_command(run_demo(database_url, obj["data_dir"], list(crontabs), duration, system)))
 
 
 # -- chaos: the fault-injection harness (pgpulse_tools.chaos) ----------------------------------
