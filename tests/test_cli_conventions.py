@@ -5,6 +5,7 @@ environment-variable rule derived from each option's name, a help text on every 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -133,3 +134,47 @@ def test_a_refused_option_value_is_one_line_exit_2() -> None:
         "error: invalid value for '--count' (env var: 'PGPULSE_SCHEDULE_NEXT_COUNT'): "
         "0 is not in the range 1<=x<=1000.\n"
     )
+
+
+def readme_commands() -> set[tuple[str, ...]]:
+    """The command words of every ``pgpulse ...`` line in README.md's shell blocks."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    found = set()
+    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
+        for line in block.splitlines():
+            words = line.split("#")[0].split()
+            if words[:1] != ["pgpulse"]:
+                continue
+            path: list[str] = []
+            for word in words[1:]:
+                if not re.fullmatch(r"[a-z]+(\|[a-z]+)*", word):
+                    break
+                path.append(word)
+            found |= {tuple(p) for p in _alternatives(path)}
+    return found
+
+
+def _alternatives(path: list[str]) -> list[list[str]]:
+    """``job list|show`` -> ``[job, list]``, ``[job, show]``."""
+    if not path:
+        return [[]]
+    return [[head, *rest] for head in path[0].split("|") for rest in _alternatives(path[1:])]
+
+
+def test_every_command_the_readme_shows_exists() -> None:
+    known = {path for path, _, _ in tree()}
+    shown = readme_commands()
+    assert {("migrate",), ("job", "create"), ("status",), ("token", "create")} <= shown
+    missing = sorted(p for p in shown if p not in known)
+    assert missing == []
+
+
+def test_migrate_in_a_real_process(dsn: str) -> None:
+    migrated = subprocess.run(
+        [PGPULSE, "migrate"],
+        env={**os.environ, "PGPULSE_DATABASE_URL": dsn},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (migrated.returncode, migrated.stdout) == (0, "schema is up to date\n")

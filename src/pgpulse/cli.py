@@ -291,6 +291,13 @@ def main(
 _apply_envvar_rule(main, [])
 
 
+@main.command()
+@with_store
+async def migrate(store: Store) -> None:
+    """Apply pending schema migrations (nodes also do this at start)."""
+    click.echo("schema is up to date")
+
+
 # -- node --------------------------------------------------------------------------------------
 
 
