@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 import pytest
 
-from pgpulse.cli import LAZY_COMMANDS, main
+from pgpulse.cli import main
+from pgpulse.cli_conventions import LAZY_COMMANDS
 
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
 

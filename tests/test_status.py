@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import pytest
 
 from helpers import PGPULSE, pgpulse
@@ -189,6 +190,14 @@ def test_database_reaches_another_database_of_the_server(
         )
         assert embedded.returncode == 0, embedded.stderr
         assert embedded.stdout.splitlines()[0].endswith(f"— {database_of(db)} (embedded)")
+        url = pgpulse(
+            *("--data-dir", socket.removesuffix("/pgdata"), "--database", db.info.dbname),
+            *("db", "url"),
+            env={"PGPULSE_DATABASE_URL": ""},
+        )
+        assert url.returncode == 0, url.stderr
+        with psycopg.connect(url.stdout.strip()) as conn:
+            assert conn.info.dbname == db.info.dbname
     missing = pgpulse("--database-url", server_dsn, "--database", "no_such_db", "status")
     assert missing.returncode == 3 and "no_such_db" in missing.stderr
 

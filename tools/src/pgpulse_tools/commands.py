@@ -1,8 +1,8 @@
 """The tools' commands: ``pgpulse demo``, ``pgpulse chaos`` and ``pgpulse bench``.
 
 :mod:`pgpulse.cli` lists them in its help and imports this module only when one of them is
-invoked (``LAZY_COMMANDS`` there). Like every command they are thin: parse options, call the
-tool, print one line on error.
+invoked (``LAZY_COMMANDS`` in :mod:`pgpulse.cli_conventions`). Like every command they are
+thin: parse options, call the tool, print one line on error.
 """
 
 from __future__ import annotations
