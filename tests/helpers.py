@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pgpulse.jobs import JobSpec
@@ -27,6 +31,45 @@ async def add(store: Store, *specs: JobSpec, now: datetime | None = None) -> lis
 
 
 ALL_SHARDS = list(range(64))
+
+#: The ``pgpulse`` command of this environment, as a user types it.
+PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
+
+
+async def apgpulse(
+    *args: str, dsn: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """:func:`pgpulse` for async tests: the process runs while the event loop goes on (for at
+    most a minute)."""
+    environ = {**os.environ, **(env or {})}
+    if dsn is not None:
+        environ["PGPULSE_DATABASE_URL"] = dsn
+    proc = await asyncio.create_subprocess_exec(
+        PGPULSE, *args, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(
+        [PGPULSE, *args], proc.returncode, out.decode(), err.decode()
+    )
+
+
+def pgpulse(
+    *args: str,
+    dsn: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``pgpulse ARGS...`` as a real process (on ``dsn``'s database when given, through
+    ``PGPULSE_DATABASE_URL``) and return its exit code, stdout and stderr."""
+    environ = {**os.environ, **(env or {})}
+    if dsn is not None:
+        environ["PGPULSE_DATABASE_URL"] = dsn
+    return subprocess.run(
+        [PGPULSE, *args], env=environ, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 async def until_waiting_on_a_lock(db: Any, what: str = "the statement under test") -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from helpers import pgpulse
 from pgpulse.cli import main
 
 SHELL_PAYLOAD = '{"command": "echo hi"}'
@@ -300,3 +301,94 @@ def test_values_the_database_cannot_hold_are_refused_up_front(
     with pytest.raises(InvalidInput) as caught:
         JobSpec.create(**base)
     assert caught.value.field == field
+
+
+# -- as a user types them: real processes ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("after", "first"),
+    [
+        pytest.param("2026-12-01 10:00", "2026-12-01T11:00:00+00:00", id="space_no_seconds"),
+        pytest.param("2026-12-01T10:00", "2026-12-01T11:00:00+00:00", id="t_no_seconds"),
+        pytest.param("2026-12-01T10:30Z", "2026-12-01T11:00:00+00:00", id="zulu"),
+        pytest.param("2026-12-01T12:30+02:00", "2026-12-01T11:00:00+00:00", id="offset"),
+        pytest.param("2026-12-01", "2026-12-01T01:00:00+00:00", id="bare_date"),
+        pytest.param("20261201T1000", "2026-12-01T11:00:00+00:00", id="basic_format"),
+    ],
+)
+def test_schedule_next_after_reads_iso_8601_as_fromisoformat(after: str, first: str) -> None:
+    shown = pgpulse("schedule", "next", "0 * * * *", "--count", "1", "--after", after)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == ["at minute 0 (UTC)", f"{first}  {first}"]
+
+
+@pytest.mark.parametrize("after", ["tomorrow", "2026-13-01T10:00", "2026-12-01T10:00+25:00"])
+def test_schedule_next_refuses_a_bad_after_in_one_line(after: str) -> None:
+    refused = pgpulse("schedule", "next", "0 * * * *", "--after", after)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        "error: invalid value for '--after' (env var: 'PGPULSE_SCHEDULE_NEXT_AFTER'): "
+        f"{after!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00"
+    ]
+
+
+def test_schedule_next_at_the_end_of_time_is_one_line() -> None:
+    refused = pgpulse("schedule", "next", "@every 1d", "--after", "9999-12-31T12:00")
+    assert refused.returncode == 2
+    assert refused.stderr == "error: no occurrence after 9999-12-31T12:00:00+00:00 before 10000\n"
+
+
+def test_pause_and_resume_are_idempotent_with_a_note(dsn: str, db: Any) -> None:
+    create = ["job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell"]
+    assert pgpulse(*create, "--payload", SHELL_PAYLOAD, dsn=dsn).returncode == 0
+    first = pgpulse("job", "pause", "backup", dsn=dsn)
+    assert (first.returncode, first.stdout) == (0, "paused backup\n")
+    updated = job_rows(db)[0]["updated_at"]
+    again = pgpulse("job", "pause", "backup", dsn=dsn)
+    assert (again.returncode, again.stdout) == (0, "backup was paused already; no change\n")
+    assert job_rows(db)[0]["updated_at"] == updated  # nothing written
+    resumed = pgpulse("job", "resume", "backup", dsn=dsn)
+    row = job_rows(db)[0]
+    assert resumed.returncode == 0 and row["status"] == "idle"
+    assert resumed.stdout == f"resumed backup; next occurrence {row['scheduled_for'].isoformat()}\n"
+    idle = pgpulse("job", "resume", "backup", dsn=dsn)
+    assert (idle.returncode, idle.stdout) == (0, "backup is idle, not paused; no change\n")
+    assert job_rows(db)[0]["updated_at"] == row["updated_at"]
+
+    db.execute(
+        "UPDATE pgpulse_jobs SET status = 'running', locked_by = 'n', "
+        "lease_expires_at = now() + interval '1 minute'"
+    )
+    running = pgpulse("job", "pause", "backup", dsn=dsn)
+    assert running.returncode == 2 and running.stdout == ""
+    assert running.stderr == (
+        "error: job 'backup' is running; only an idle or failed job can be paused\n"
+    )
+    assert job_rows(db)[0]["status"] == "running"
+
+
+def test_runs_of_an_unknown_job_names_no_tenant_when_none_was_given(dsn: str) -> None:
+    missing = pgpulse("runs", "nosuchjob", dsn=dsn)
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert missing.stderr == "error: no job named 'nosuchjob' in any tenant\n"
+    scoped = pgpulse("runs", "nosuchjob", "--tenant", "acme", dsn=dsn)
+    assert scoped.stderr == "error: no job named 'nosuchjob' in tenant 'acme'\n"
+
+
+def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) -> None:
+    create = ("job", "create", "ping", "--schedule", "@every 1m", "--handler", "http")
+    local = '{"url": "http://127.0.0.1:9/hook"}'
+    refused = pgpulse(*create, "--payload", local, dsn=dsn)
+    assert refused.returncode == 2 and refused.stdout == ""
+    [line] = refused.stderr.splitlines()
+    assert line.startswith("error: payload.url 'http://127.0.0.1:9/hook' targets 127.0.0.1")
+    assert line.endswith("; from the command line, --allow-private-target allows it")
+    redirects = '{"url": "http://93.184.216.34/", "follow_redirects": true}'
+    assert pgpulse(*create, "--payload", redirects, dsn=dsn).returncode == 2
+    assert job_rows(db) == []
+    public = pgpulse(*create, "--payload", '{"url": "http://93.184.216.34/"}', dsn=dsn)
+    assert public.returncode == 0, public.stderr
+    allowed = pgpulse(*create, "--payload", local, "--allow-private-target", dsn=dsn)
+    assert allowed.returncode == 0 and allowed.stdout.startswith("updated job ping")
+    assert job_rows(db)[0]["payload"] == {"url": "http://127.0.0.1:9/hook"}

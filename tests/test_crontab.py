@@ -395,13 +395,39 @@ def names(text: str, path: str = "/etc/cron.d/backup") -> list[str]:
 
 def test_job_names_are_readable_and_bounded() -> None:
     backup, mirror = names(BACKUP)
-    assert re.fullmatch(r"backup\.usr-local-bin-backup-full-[0-9a-f]{8}", backup)
+    assert re.fullmatch(r"backup\.backup-[0-9a-f]{8}", backup)  # a path's last part, no option
     assert re.fullmatch(r"backup\.sync-mirror-[0-9a-f]{8}", mirror)
     long_name = names("0 0 * * * " + "very-long-command " * 20)[0]
-    slug = long_name.split(".", 1)[1].rsplit("-", 1)[0]
-    assert len(slug) <= 40
+    assert re.fullmatch(r"backup\.very-long-command-[0-9a-f]{8}", long_name)  # whole words
     assert NAME_RE.match(long_name)
     assert names("0 0 * * * ./$$$")[0].startswith("backup.job-")
+    assert re.fullmatch(r"backup\.a{24}-[0-9a-f]{8}", names("0 0 * * * " + "a" * 50)[0])
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        pytest.param(
+            "php /var/www/html/artisan schedule:run >> /dev/null 2>&1",
+            "php-artisan-schedule-run",
+            id="redirections_left_out",
+        ),
+        pytest.param(
+            "test -x /usr/sbin/anacron || ( cd / && run-parts --report /etc/cron.daily )",
+            "test-anacron-cd",
+            id="options_and_operators_left_out",
+        ),
+        pytest.param(
+            'echo "relay: billing usage rollup (tenant API tokens -> billing metrics)"',
+            "echo-relay-billing-usage",
+            id="quoted_words",
+        ),
+    ],
+)
+def test_job_names_use_the_first_words_of_the_command(command: str, words: str) -> None:
+    [name] = names(f"0 0 * * * {command}")
+    assert re.fullmatch(rf"backup\.{words}-[0-9a-f]{{8}}", name), name
+    assert len(name) <= len("backup.") + 24 + 9
 
 
 def test_job_names_are_stable_across_reimports_and_line_moves() -> None:

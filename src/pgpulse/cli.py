@@ -1,7 +1,8 @@
 """The ``pgpulse`` command. A thin edge: it parses options and calls the library.
 
-Every option has a ``PGPULSE_*`` environment fallback (shown in ``--help``). Errors print one
-line on stderr and exit non-zero: 2 for refused input, 3 for a database that does not answer.
+Every option has one environment fallback, named by one rule and shown in ``--help``; a
+refused option value is one line (see :mod:`pgpulse.cli_conventions`). Errors print one line
+on stderr and exit non-zero: 2 for refused input, 3 for a database that does not answer.
 """
 
 from __future__ import annotations
@@ -21,22 +22,32 @@ import click
 
 from pgpulse import logs
 from pgpulse.app import App, connect
+from pgpulse.cli_conventions import (
+    CONTEXT,
+    GlobalOptions,
+    IsoDateTime,
+    PulseGroup,
+    apply_envvar_rule,
+)
 from pgpulse.crontab import entry_to_spec, parse_crontab
+from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
-from pgpulse.errors import JobNotFound, PulseError
+from pgpulse.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
-from pgpulse.report import print_records, print_status, run_command, to_json, tune_collector
+from pgpulse.report import (
+    print_job,
+    print_records,
+    print_status,
+    run_command,
+    status_problems,
+    tune_collector,
+)
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
 
 T = TypeVar("T")
-CONTEXT = {
-    "auto_envvar_prefix": "PGPULSE",
-    "show_default": True,
-    "help_option_names": ["-h", "--help"],
-}
 
 
 def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
@@ -54,109 +65,54 @@ def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     return command
 
 
-#: Commands imported only when invoked, as ``(module:attribute, short help)``: the web edge
-#: (FastAPI, uvicorn) and the tools of the ``pgpulse-tools`` distribution (demo, fault harness,
-#: benchmark), which the runtime never imports and a production install need not carry.
-LAZY_COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("pgpulse.web.commands:serve", "Serve the JSON API, the dashboard and metrics."),
-    "token": ("pgpulse.web.commands:token", "Create, list and revoke API tokens."),
-    "demo": ("pgpulse_tools.commands:demo", "Three nodes share a crontab; one is killed midway."),
-    "chaos": ("pgpulse_tools.commands:chaos", "Inject faults into a live cluster; check history."),
-    "bench": ("pgpulse_tools.commands:bench", "Benchmark Pulse against the floor and its peers."),
-}
-
-
-def _load_lazy(name: str) -> click.Command:
-    """Import the command ``name`` of :data:`LAZY_COMMANDS`; a missing ``pgpulse-tools`` is
-    reported as one line (exit 2), naming what to install."""
-    target, _ = LAZY_COMMANDS[name]
-    module_name, _, attr = target.partition(":")
-    try:
-        command: click.Command = getattr(importlib.import_module(module_name), attr)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not exc.name.startswith("pgpulse_tools"):
-            raise
-        raise click.UsageError(
-            f"'pgpulse {name}' is part of pgpulse-tools, which is not installed: "
-            "pip install -e ./tools from a checkout of Pulse (./scripts/setup does)"
-        ) from None
-    return command
-
-
-class _EnvGroup(click.Group):
-    """A command group whose every option shows its ``PGPULSE_*`` variable in ``--help``, and
-    whose :data:`LAZY_COMMANDS` are imported only when invoked."""
-
-    group_class = type  # subgroups are _EnvGroup too
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        lazy = LAZY_COMMANDS if self is main else {}
-        return sorted({*super().list_commands(ctx), *lazy})
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """List subcommands with their short help, without importing the lazy ones."""
-        rows = []
-        for name in self.list_commands(ctx):
-            if name in self.commands:
-                rows.append((name, self.commands[name].get_short_help_str(formatter.width)))
-            else:
-                rows.append((name, LAZY_COMMANDS[name][1]))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is None and self is main and cmd_name in LAZY_COMMANDS:
-            command = _load_lazy(cmd_name)
-            self.add_command(command, cmd_name)
-        for param in command.params if command is not None else ():
-            if isinstance(param, click.Option):
-                param.show_envvar = True
-        return command
-
-
-@click.group(cls=_EnvGroup, context_settings=CONTEXT)
+@click.group(cls=PulseGroup, context_settings=CONTEXT)
+@click.version_option(None, "--version", package_name="pgpulse", message="%(prog)s %(version)s")
 @click.option(
     "--database-url",
-    envvar="PGPULSE_DATABASE_URL",
-    show_envvar=True,
-    help="PostgreSQL DSN. Unset: use the embedded PostgreSQL in --data-dir.",
+    metavar="DSN",
+    help="PostgreSQL DSN (libpq URI or key=value), e.g. postgresql://pulse@db.internal/pulse. "
+    "Unset: the embedded PostgreSQL in --data-dir, database 'postgres'. `pgpulse status` "
+    "names the database in use.",
+)
+@click.option(
+    "--database",
+    metavar="NAME",
+    help="Use database NAME of that server (the embedded one, or --database-url's) instead "
+    "of the one the DSN names, e.g. --database pgpulse_demo after the demo.",
 )
 @click.option(
     "--data-dir",
-    envvar="PGPULSE_DATA_DIR",
-    show_envvar=True,
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help=f"Embedded PostgreSQL data folder [default: {default_data_dir()}].",
 )
 @click.option(
     "--log-level",
-    envvar="PGPULSE_LOG_LEVEL",
-    show_envvar=True,
     default="WARNING",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Least severe log records printed (on stderr).",
 )
 @click.option(
     "--log-format",
-    envvar="PGPULSE_LOG_FORMAT",
-    show_envvar=True,
     default="text",
     type=click.Choice(["text", "json"]),
-    help="json: one JSON object per line.",
+    help="text, or json: one JSON object per line, with a stable 'action' field.",
 )
 @click.pass_context
 def main(
     ctx: click.Context,
     database_url: str | None,
+    database: str | None,
     data_dir: Path | None,
     log_level: str,
     log_format: str,
 ) -> None:
     """Pulse: a distributed cron scheduler with PostgreSQL as its only moving part."""
     logs.configure(log_level, log_format)
-    ctx.obj = {"database_url": database_url, "data_dir": data_dir}
+    ctx.obj = GlobalOptions(database_url, database, data_dir)
+
+
+apply_envvar_rule(main, [])
 
 
 @main.command()
@@ -174,11 +130,16 @@ def node() -> None:
     """Run a scheduler node."""
 
 
-def load_app(spec: str | None) -> App:
+def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     """Import ``module:attribute`` and return the :class:`App` it names (built-ins only if
-    ``None``). Raises :class:`click.BadParameter` naming the value."""
+    ``None``). ``app_dir`` (``--app-dir``, the current folder by default) is put first on the
+    import path, as uvicorn, gunicorn and celery do. Raises :class:`click.BadParameter`
+    naming the value."""
     if not spec:
         return App()
+    folder = str((app_dir or Path()).resolve())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     module_name, _, attr = spec.partition(":")
     try:
         app = getattr(importlib.import_module(module_name), attr or "app")
@@ -191,6 +152,14 @@ def load_app(spec: str | None) -> App:
 
 @node.command("run")
 @click.option("--app", show_envvar=True, help="module:attribute of your pgpulse.App.")
+@click.option(
+    "--app-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path(),
+    show_default=False,
+    help="Folder put first on the import path before --app is imported [default: the "
+    "current folder].",
+)
 @click.option("--node-id", show_envvar=True, help="Unique node id [default: host-pid-random].")
 @click.option(
     "--slots",
@@ -253,6 +222,7 @@ def node_run(
     obj: dict[str, Any],
     /,
     app: str | None,
+    app_dir: Path,
     node_id: str | None,
     slots: int,
     lease: float,
@@ -269,7 +239,7 @@ def node_run(
     --allow-shell-jobs is each node's explicit opt-in to run shell jobs (they run commands on
     this machine); without it the node fails the shell jobs it claims, naming the flag.
     """
-    pulse_app = load_app(app)
+    pulse_app = load_app(app, app_dir)
     options: dict[str, Any] = {
         "lease": lease,
         "heartbeat_interval": heartbeat,
@@ -325,7 +295,13 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 @tenant_option
 @click.option("--tz", "timezone", default="UTC", help="IANA time zone of the schedule.")
 @click.option("--payload", default="{}", help="JSON object handed to the handler.")
-@click.option("--catch-up", type=click.Choice(CATCH_UP_POLICIES), default="skip")
+@click.option(
+    "--catch-up",
+    type=click.Choice(CATCH_UP_POLICIES),
+    default="skip",
+    help="Missed occurrences: skip (record as skipped; run the newest if within "
+    "--misfire-grace), backfill (run each, oldest first), coalesce (run once).",
+)
 @click.option(
     "--backfill-limit",
     type=int,
@@ -333,13 +309,39 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     help="With backfill: run only the newest N missed occurrences.",
 )
 @click.option("--misfire-grace", type=float, default=60.0, help="Seconds late that still run.")
-@click.option("--max-attempts", type=int, default=3)
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=3,
+    help="Attempts per occurrence; after the last failure the run is failed.",
+)
 @click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
 @click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")
+@click.option(
+    "--allow-private-target",
+    is_flag=True,
+    help="Let an http job call a loopback, private, link-local or unresolvable host, or "
+    "follow redirects: the API refuses those unless its --http-allow list names the host.",
+)
 @with_store
-async def job_create(store: Store, name: str, **fields: Any) -> None:
-    """Create or update (upsert) job NAME."""
+async def job_create(store: Store, name: str, allow_private_target: bool, **fields: Any) -> None:
+    """Create or update (upsert) job NAME.
+
+    An http job's URL is checked as the API checks it (public addresses only, every address
+    its host resolves to); --allow-private-target is the operator's explicit exception.
+    """
     spec = JobSpec.create(name=name, source="cli", **fields)
+    if spec.handler == "http" and not allow_private_target:
+        from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
+
+        try:
+            await check_http_target(spec.payload, WebSettings())
+        except InvalidInput as exc:
+            raise InvalidInput(
+                f"{exc}; from the command line, --allow-private-target allows it",
+                field=exc.field,
+                value=exc.value,
+            ) from None
     [(job_id, created)] = await store.upsert_jobs([spec])
     row = await store.get_job(spec.tenant, name)
     click.echo(
@@ -369,6 +371,7 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
             "last_outcome",
             "last_error",
         ],
+        shorten={"last_error"},
     )
 
 
@@ -378,21 +381,21 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
 @json_option
 @with_store
 async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
-    """Show one job, with its next five occurrences in its own time zone."""
-    row = await store.get_job(tenant, name)
-    schedule = parse_schedule(row["schedule"], row["timezone"])
-    upcoming, cursor = [], row["scheduled_for"]
-    for _ in range(5):
-        upcoming.append(cursor)
-        cursor = schedule.next_after(cursor, anchor=row["anchor_at"])
-    row["description"] = schedule.describe()
-    row["upcoming"] = [_local(t, row["timezone"]) for t in upcoming]
+    """Show job NAME: definition, state, current occurrence, next five occurrences in its own
+    time zone, last five runs. --json prints the job as the API's GET /api/v1/jobs/{id} does."""
+    # The API's own reading, presentation and schema of a job (pydantic; no web framework).
+    from pgpulse.web.reads import Reads
+    from pgpulse.web.schemas import Job
+    from pgpulse.web.service import present_job
+
+    row = await Reads(store.pool).job((await store.get_job(tenant, name))["id"], tenant=tenant)
+    if row is None:  # deleted in between
+        raise JobNotFound(tenant, name)
+    job = present_job(row)
     if as_json:
-        click.echo(json.dumps(row, default=to_json, indent=2))
+        click.echo(json.dumps(Job.model_validate(job).model_dump(mode="json"), indent=2))
         return
-    for key, value in row.items():
-        text = json.dumps(value) if isinstance(value, dict | list) else value
-        click.echo(f"{key:>18}: {text}")
+    print_job(job, await store.list_runs(tenant=tenant, name=name, limit=5))
 
 
 def _local(instant: datetime, timezone: str) -> str:
@@ -407,18 +410,38 @@ def _state_command(verb: str, doc: str) -> None:
     @tenant_option
     @with_store
     async def command(store: Store, name: str, tenant: str) -> None:
-        method = getattr(store, f"{verb}_job")
-        result = await method(tenant, name)
-        if verb != "trigger":
-            click.echo(f"{verb}d {name}")
-        elif result < await store.db_now() - timedelta(seconds=1):
-            click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
+        if verb == "pause":
+            changed = await store.pause_job(tenant, name)
+            click.echo(f"paused {name}" if changed else f"{name} was paused already; no change")
+        elif verb == "resume":
+            changed = await store.resume_job(tenant, name)
+            row = await store.get_job(tenant, name)
+            click.echo(
+                f"resumed {name}; next occurrence {row['scheduled_for'].isoformat()}"
+                if changed
+                else f"{name} is {row['status']}, not paused; no change"
+            )
+        elif verb == "delete":
+            await store.delete_job(tenant, name)
+            click.echo(f"deleted {name}")
         else:
-            click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
+            result = await store.trigger_job(tenant, name)
+            if result < await store.db_now() - timedelta(seconds=1):
+                click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
+            else:
+                click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
 
 
-_state_command("pause", "Pause job NAME (an idle or failed job; not claimed until resumed).")
-_state_command("resume", "Resume job NAME at its next occurrence after now.")
+_state_command(
+    "pause",
+    "Pause job NAME (idle or failed; not claimed until resumed). Idempotent: a paused "
+    "job stays paused. A running job is refused: pause it when its run ends.",
+)
+_state_command(
+    "resume",
+    "Resume job NAME at its next occurrence after now (occurrences inside the pause "
+    "do not run). Idempotent: a job that is not paused is left as it is.",
+)
 _state_command("trigger", "Run job NAME now, once, as an extra occurrence.")
 _state_command("delete", "Delete job NAME and its run history.")
 
@@ -431,26 +454,18 @@ def schedule() -> None:
     """Check schedule arithmetic."""
 
 
-#: ``--after`` formats: ISO-8601 with ``T`` or a space, optional fraction (1 to 6 digits) and
-#: offset (``+02:00``, ``+0200`` or ``Z``), or a bare date.
-AFTER_FORMATS = [
-    f"%Y-%m-%d{sep}%H:%M:%S{frac}{zone}"
-    for sep in ("T", " ")
-    for frac in ("", ".%f")
-    for zone in ("%z", "")
-] + ["%Y-%m-%d"]
-
-
 @schedule.command("next", epilog="\b\n" + SCHEDULE_HELP)
 @click.argument("expression")
 @click.option("--tz", "timezone", default="UTC", help="IANA time zone.")
-@click.option("--count", type=click.IntRange(1, 1000), default=5)
+@click.option(
+    "--count", type=click.IntRange(1, 1000), default=5, help="How many occurrences to print."
+)
 @click.option(
     "--after",
-    type=click.DateTime(AFTER_FORMATS),
+    type=IsoDateTime(),
     metavar="DATETIME",
-    help="Start instant, ISO-8601: YYYY-MM-DD[THH:MM:SS[.ffffff][+HH:MM|Z]] ('T' or "
-    "a space), UTC if no offset. An @every schedule is anchored there, to the "
+    help="Start instant, ISO 8601 (2026-12-01T10:00, 2026-12-01 10:00:30.357+02:00, "
+    "...Z, or a date), UTC if no offset. An @every schedule is anchored there, to the "
     "microsecond: give a job's anchor_at to see its grid. "
     "[default: now, to the whole second]",
 )
@@ -468,7 +483,14 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
     anchor = cursor
     click.echo(f"{parsed.describe()}")
     for _ in range(count):
-        cursor = parsed.next_after(cursor, anchor=anchor)
+        try:
+            cursor = parsed.next_after(cursor, anchor=anchor)
+        except OverflowError:  # past the end of time (year 9999)
+            click.echo(f"error: no occurrence after {cursor.isoformat()} before 10000", err=True)
+            sys.exit(2)
+        except PulseError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
         click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
 
 
@@ -519,20 +541,55 @@ async def crontab_import(
 # -- status ------------------------------------------------------------------------------------
 
 
+#: Time-to-live of a node that registered none (before schema version 2): NodeConfig's default.
+DEFAULT_NODE_TTL = 10.0
+#: ``status --check``'s default --max-lag, seconds.
+DEFAULT_MAX_LAG = 60.0
+
+
 @main.command()
 @json_option
-@with_store
-async def status(store: Store, as_json: bool) -> None:
-    """Nodes, shards, the leader, job counts and the current lag."""
-    nodes = await store.cluster_nodes(ttl=10.0)
-    counts = await store.cluster_counts()
-    print_status(nodes, counts, as_json)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 (saying why on stderr) when no node is alive or a due job is later than "
+    "--max-lag: for monitoring scripts and container health checks.",
+)
+@click.option(
+    "--max-lag",
+    type=click.FloatRange(0),
+    default=None,
+    metavar="SECONDS",
+    help=f"How late a due job may be for --check to pass (implies --check) "
+    f"[default: {DEFAULT_MAX_LAG:g}].",
+)
+@click.pass_obj
+def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | None) -> None:
+    """The headline (live nodes, leader, due jobs, database), then nodes, shards, job counts
+    and the current lag. A node silent for longer than its time-to-live is 'lost'."""
+
+    async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+        async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+            async with store.pool.connection() as conn:
+                where = describe(conn.info)
+            nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)
+            return where, nodes, await store.cluster_counts()
+
+    where, nodes, counts = run_command(read())
+    database = f"{where} (embedded)" if obj["embedded"] else where
+    problems = None
+    if check or max_lag is not None:
+        problems = status_problems(nodes, counts, DEFAULT_MAX_LAG if max_lag is None else max_lag)
+    print_status(nodes, counts, as_json, database=database, problems=problems)
+    if problems:
+        click.echo(f"check failed: {'; '.join(problems)}", err=True)
+        sys.exit(1)
 
 
 @main.command()
 @click.argument("job_name", required=False)
 @click.option("--tenant", default=None, help="Only this tenant.")
-@click.option("--limit", type=click.IntRange(1, 10000), default=30)
+@click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
 @json_option
 @with_store
 async def runs(
@@ -542,12 +599,13 @@ async def runs(
     if job_name is not None and not any(
         j["name"] == job_name for j in await store.list_jobs(tenant)
     ):
-        raise JobNotFound(tenant or "any", job_name)
+        raise JobNotFound(tenant, job_name)
     rows = await store.list_runs(tenant=tenant, name=job_name, limit=limit)
     print_records(
         rows,
         as_json,
         ["name", "scheduled_for", "outcome", "attempts", "node_id", "duration", "error"],
+        shorten={"error"},
     )
 
 
@@ -564,7 +622,9 @@ def db() -> None:
 def db_url(obj: dict[str, Any]) -> None:
     """Start the embedded server (it keeps running until `pgpulse db stop`); print its DSN."""
     try:
-        click.echo(start_embedded(obj["data_dir"], keep_running=True))
+        click.echo(
+            with_database(start_embedded(obj["data_dir"], keep_running=True), obj["database"])
+        )
     except PulseError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(3)

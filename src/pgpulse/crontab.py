@@ -60,8 +60,12 @@ CRON_MACROS: dict[str, str] = {
 #: Pulse extension: this marker, then 6 schedule fields (seconds first), then the command.
 PULSE6_MARKER = "@pulse6"
 
-#: Longest command slug in a job name, in characters.
+#: Longest slug of a file stem in a job name, in characters.
 _SLUG_MAX = 40
+#: Longest run of command words in a job name, in characters.
+_WORDS_MAX = 24
+#: A shell operator or redirection, left out of job names (``>``, ``2>&1``, ``|``, ``&&``).
+_SHELL_OPERATOR = re.compile(r"^(\d*[<>]|[|&;()]|\$\()")
 
 #: ``NAME =`` at the start of an environment line; a quoted name may hold blanks (env.c).
 _ENV_HEAD = re.compile(
@@ -218,13 +222,21 @@ def split_command(text: str) -> tuple[str, str | None]:
 
 
 def job_name_for(entry: CrontabEntry, *, prefix: str | None = None) -> str:
-    """Return the stable job name of a crontab entry.
+    """Return the stable job name of a crontab entry: short, readable, unique in its file.
 
-    The name is ``{prefix}.{command slug}-{hash}``, plus ``-N`` for the Nth identical line of a
-    file (N >= 2). The slug is the command lower-cased, runs of other characters turned into
-    ``-``, cut to 40 characters. The hash is the first 8 hex digits of SHA-256 over (schedule,
-    timezone, user, command, stdin). The line number is not part of it: re-importing the same
-    file gives the same names, and moving a line, or adding comments, renames nothing.
+    The name is ``{prefix}.{words}-{hash}``, plus ``-N`` for the Nth identical line of a file
+    (N >= 2), e.g. ``relay.echo-relay-billing-usage-3b1ea88b``:
+
+    * ``words``: the command's first words, at most 24 characters of whole words joined by
+      ``-`` (a first word longer than that is cut). Options (``-x``, ``--full``) and shell
+      operators and redirections (``>``, ``2>&1``, ``|``, ``&&``) are left out, a path stands
+      for its last part (``/usr/local/bin/backup`` is ``backup``), and each word is
+      lower-cased with runs of other characters made ``-``. ``job`` if nothing is left.
+    * ``hash``: the first 8 hex digits of SHA-256 over (schedule, timezone, user, command,
+      stdin): what makes the line the same job. The environment (``PATH=``...) is not part of
+      it, so a new ``PATH`` updates the same job; an edited schedule or command is a new one.
+    * The line number is not part of the name: re-importing the same file gives the same
+      names, and moving a line, or adding comments, renames nothing.
 
     Args:
         entry: an entry from :func:`parse_crontab`.
@@ -233,11 +245,11 @@ def job_name_for(entry: CrontabEntry, *, prefix: str | None = None) -> str:
             imported files share a stem, so that their identical lines do not share a name.
 
     Returns:
-        The job name (at most about 100 characters, no blanks).
+        The job name (no blanks; about 35 characters plus the prefix).
     """
     if prefix is None:
         prefix = _slug(PurePath(entry.path).stem) or "crontab"
-    name = f"{prefix}.{_slug(entry.command) or 'job'}-{_identity_digest(entry)[:8]}"
+    name = f"{prefix}.{_command_words(entry.command) or 'job'}-{_identity_digest(entry)[:8]}"
     return name if entry.occurrence == 1 else f"{name}-{entry.occurrence}"
 
 
@@ -480,3 +492,22 @@ def _identity_digest(entry: CrontabEntry) -> str:
 def _slug(text: str) -> str:
     """Lower-case ``text``, turn runs of other characters into ``-``, cut to 40 characters."""
     return _NON_SLUG.sub("-", text.lower()).strip("-")[:_SLUG_MAX].rstrip("-")
+
+
+def _command_words(command: str) -> str:
+    """The first words of ``command`` as a slug of at most :data:`_WORDS_MAX` characters (see
+    :func:`job_name_for`)."""
+    words: list[str] = []
+    for token in command.split():
+        if token.startswith("-") or _SHELL_OPERATOR.match(token):
+            continue
+        word = _slug(token.rstrip("/").rsplit("/", 1)[-1] if "/" in token else token)
+        if word:
+            words.append(word)
+    slug = ""
+    for word in words:
+        longer = f"{slug}-{word}" if slug else word
+        if len(longer) > _WORDS_MAX:
+            return slug or word[:_WORDS_MAX].rstrip("-")
+        slug = longer
+    return slug

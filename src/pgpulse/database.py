@@ -50,6 +50,35 @@ def resolve_dsn(database_url: str | None, data_dir: Path | None = None) -> str:
     return start_embedded(data_dir)
 
 
+def with_database(dsn: str, database: str | None) -> str:
+    """Return ``dsn`` naming database ``database`` of the same server (``dsn`` itself if
+    ``database`` is ``None`` or empty): ``pgpulse --database NAME``.
+
+    Raises:
+        InvalidInput: ``dsn`` is malformed (``field`` is ``"database_url"``).
+    """
+    if not database:
+        return dsn
+    try:
+        return conninfo.make_conninfo(dsn, dbname=database)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInput(
+            f"database_url {redact(dsn)!r} is not a valid DSN: {exc}",
+            field="database_url",
+            value=redact(dsn),
+        ) from None
+
+
+def describe(info: psycopg.ConnectionInfo) -> str:
+    """Where a connection is, for people, never with its password: ``database 'pulse' on
+    db.internal:5432`` (a Unix-socket folder stands for host and port: the embedded server's
+    is in its data folder). ``info`` is an open connection's ``conn.info``: the values libpq
+    really used, defaults and environment included."""
+    host = info.host
+    where = host if host.startswith("/") else f"{host}:{info.port}"
+    return f"database {info.dbname!r} on {where}"
+
+
 def redact(dsn: str) -> str:
     """Return ``dsn`` with any password replaced by ``***`` (for error messages and logs)."""
     dsn = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)

@@ -174,6 +174,7 @@ class Node:
             pid=os.getpid(),
             slots=self.config.slots,
             handlers=list(self.handlers),
+            ttl=self.config.node_ttl,
         )
         with _quiet_db_errors("first heartbeat"):  # no shards until a heartbeat gets through
             await self.heartbeat_once()
@@ -492,6 +493,8 @@ class Node:
                 pid=os.getpid(),
                 slots=self.config.slots,
                 handlers=list(self.handlers),
+                ttl=self.config.node_ttl,
+                rejoin=True,
             )
         shards = () if state != "alive" else shards_for(self.node_id, live)
         if shards != self.shards:

@@ -61,10 +61,11 @@ class CrontabError(InvalidInput):
 
 
 class JobNotFound(PulseError):
-    """No job has the given (tenant, name)."""
+    """No job has the given (tenant, name); a ``tenant`` of ``None`` means in any tenant."""
 
-    def __init__(self, tenant: str, name: str) -> None:
-        super().__init__(f"no job named {name!r} in tenant {tenant!r}", field="name", value=name)
+    def __init__(self, tenant: str | None, name: str) -> None:
+        where = "in any tenant" if tenant is None else f"in tenant {tenant!r}"
+        super().__init__(f"no job named {name!r} {where}", field="name", value=name)
         self.tenant = tenant
 
 

@@ -7,14 +7,15 @@ import asyncio
 import gc
 import json
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from datetime import datetime
+from collections.abc import Callable, Collection, Coroutine, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import click
 from tabulate import tabulate
 
 from pgpulse.errors import DatabaseUnavailable, PulseError
+from pgpulse.sharding import SHARD_COUNT
 
 T = TypeVar("T")
 
@@ -61,26 +62,49 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def to_json(value: Any) -> Any:
-    """``json.dumps`` default: instants as ISO-8601 with offset, anything else as text."""
+    """``json.dumps`` default: instants as ISO 8601 with ``T`` and an offset, written as the
+    API writes them (pydantic: ``Z`` for a zero offset, ``2026-12-01T06:32:00Z``), durations
+    as seconds, anything else as text."""
     if isinstance(value, datetime):
-        return value.isoformat()
+        text = value.isoformat()
+        return text[:-6] + "Z" if value.utcoffset() == timedelta(0) else text
+    if isinstance(value, timedelta):
+        return value.total_seconds()
     return str(value)
 
 
-def _cell(value: Any) -> Any:
+#: Longest text shown in a table cell of a column that may be shortened (errors, commands).
+CELL_MAX = 60
+
+
+def _cell(value: Any, shorten: bool = False) -> Any:
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
     if isinstance(value, float):
         return f"{value:.3f}"
-    if isinstance(value, str) and len(value) > 60:
-        return value[:57] + "..."
+    if isinstance(value, str) and shorten:
+        text = value.strip()
+        first = text.split("\n", 1)[0]
+        return first if first == text and len(first) <= CELL_MAX else first[: CELL_MAX - 1] + "…"
     if isinstance(value, list | tuple) and len(value) > 8:
         return f"{len(value)} items"
     return value
 
 
-def print_records(rows: Sequence[dict[str, Any]], as_json: bool, columns: Sequence[str]) -> None:
-    """Print ``rows`` as a table of ``columns`` (or as a JSON list of whole rows)."""
+def print_records(
+    rows: Sequence[dict[str, Any]],
+    as_json: bool,
+    columns: Sequence[str],
+    *,
+    shorten: Collection[str] = (),
+) -> None:
+    """Print ``rows`` as a table of ``columns`` (or as a JSON list of whole rows).
+
+    Nothing a user types back (names, tenants, ids) is ever cut; only the text of the
+    ``shorten`` columns (errors, output) is cut to its first line of at most :data:`CELL_MAX`
+    characters, ending in ``…`` where it was cut (the whole text is in ``--json`` and
+    ``job show``).
+    """
     if as_json:
         click.echo(json.dumps(list(rows), default=to_json, indent=2))
         return
@@ -88,40 +112,182 @@ def print_records(rows: Sequence[dict[str, Any]], as_json: bool, columns: Sequen
         click.echo("(none)")
         return
     click.echo(
-        tabulate([[_cell(row.get(c)) for c in columns] for row in rows], headers=list(columns))
+        tabulate(
+            [[_cell(row.get(c), c in shorten) for c in columns] for row in rows],
+            headers=list(columns),
+        )
     )
 
 
-def print_status(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], as_json: bool) -> None:
-    """Print the cluster: nodes (alive, heartbeat, shards, running, leader) and job counts."""
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:g} s"
+
+
+def _instant(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat(timespec="seconds")
+
+
+def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
+    """Print one job (as :func:`pgpulse.web.service.present_job` gives it) for people, grouped:
+    its definition, its state, its current occurrence, its next occurrences in its own zone
+    and its last ``runs``. Instants are ISO 8601 in UTC, the upcoming ones in the job's zone."""
+    catch_up = job["catch_up"]
+    if catch_up == "skip":
+        catch_up += f", misfire grace {_seconds(job['misfire_grace'])}"
+    elif catch_up == "backfill" and job["backfill_limit"]:
+        catch_up += f", newest {job['backfill_limit']} only"
+    lease = job["lease_expires_at"]
+    sections: list[tuple[str, list[tuple[str, Any]]]] = [
+        (
+            "definition",
+            [
+                ("schedule", f"{job['schedule']}: {job['schedule_description']}"),
+                ("time zone", job["timezone"]),
+                *(
+                    [("anchored at", _instant(job["anchor_at"]))]
+                    if "every" in job["schedule"]
+                    else []
+                ),
+                ("handler", job["handler"]),
+                ("payload", json.dumps(job["payload"], ensure_ascii=False)),
+                ("catch-up", catch_up),
+                (
+                    "attempts",
+                    f"{job['max_attempts']}, backoff base {_seconds(job['retry_backoff'])}",
+                ),
+                ("timeout", _seconds(job["timeout"])),
+                ("source", job["source"]),
+            ],
+        ),
+        (
+            "state",
+            [
+                ("status", job["status"]),
+                ("last outcome", job["last_outcome"] or "-"),
+                ("last finished", _instant(job["last_finished_at"])),
+                ("last error", job["last_error"] or "-"),
+                ("late now", _seconds(job["due_lag"])),
+                ("created", _instant(job["created_at"])),
+                ("updated", _instant(job["updated_at"])),
+            ],
+        ),
+        (
+            "current occurrence",
+            [
+                ("scheduled for", _instant(job["scheduled_for"])),
+                ("claimable at", _instant(job["next_run_at"])),
+                ("attempt", job["attempt"]),
+                (
+                    "held by",
+                    "-" if lease is None else f"{job['locked_by']} until {_instant(lease)}",
+                ),
+            ],
+        ),
+        (
+            f"next occurrences ({job['timezone']})",
+            [("", _instant(t)) for t in job["upcoming"]] or [("", "none")],
+        ),
+    ]
+    click.echo(f"job {job['tenant']}/{job['name']} (id {job['id']})")
+    for title, lines in sections:
+        click.echo(f"\n{title}")
+        for label, value in lines:
+            click.echo(f"  {label:<16}{value}".rstrip() if label else f"  {value}")
+    click.echo(f"\nlast runs ({len(runs)})")
+    if runs:
+        table = [
+            [
+                _instant(r["scheduled_for"]),
+                r["outcome"],
+                r["attempts"],
+                r["node_id"] or "-",
+                _seconds(r["duration"] and round(r["duration"], 3)),
+                _cell(r["error"], shorten=True) or "",
+            ]
+            for r in runs
+        ]
+        headers = ["scheduled for", "outcome", "attempts", "node", "duration", "error"]
+        for line in tabulate(table, headers=headers).splitlines():
+            click.echo(f"  {line}")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
+    """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
+    lost nodes, shards still moving, and the database, e.g. ``3 nodes alive, leader node-2,
+    0 jobs due — database 'pulse' on db.internal:5432``."""
+    alive = [n for n in nodes if n["alive"]]
+    lost = [n for n in nodes if n["state"] == "lost"]
+    leader = next((n["node_id"] for n in nodes if n["leader"]), None)
+    due, lag = counts["due"], counts["max_lag"]
+    jobs = _count(due, "job") + " due" + (f", oldest {lag:.1f} s late" if due and lag else "")
+    if not alive:
+        line = f"NO LIVE NODE: {jobs}"
+    else:
+        line = f"{_count(len(alive), 'node')} alive, leader {leader or 'none yet'}, {jobs}"
+        owned = sum(len(n["shards"]) for n in alive)
+        if owned != SHARD_COUNT:
+            line += f", shards moving ({owned} of {SHARD_COUNT} owned)"
+    if lost:
+        line += f"; {_count(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
+    return f"{line} — {database}"
+
+
+def status_problems(
+    nodes: Sequence[dict[str, Any]], counts: dict[str, Any], max_lag: float
+) -> list[str]:
+    """Why ``status --check`` fails: no live node, or a due job later than ``max_lag`` seconds
+    (empty when healthy). A lost node beside live ones is not a problem: its jobs move on."""
+    problems = []
+    if not any(n["alive"] for n in nodes):
+        problems.append("no live node")
+    lag = counts["max_lag"]
+    if lag is not None and lag > max_lag:
+        problems.append(f"the most overdue job is {lag:.1f} s late, over --max-lag {max_lag:g} s")
+    return problems
+
+
+def print_status(
+    nodes: Sequence[dict[str, Any]],
+    counts: dict[str, Any],
+    as_json: bool,
+    *,
+    database: str,
+    problems: Sequence[str] | None = None,
+) -> None:
+    """Print the cluster: the headline, the nodes (state, heartbeat, shards, running, leader,
+    start) and job counts; with ``problems`` (``status --check``), the check's verdict too."""
+    headline = status_headline(nodes, counts, database)
     if as_json:
-        leader = next((n["node_id"] for n in nodes if n["leader"]), None)
-        click.echo(
-            json.dumps(
-                {"nodes": list(nodes), "leader": leader, "jobs": counts}, default=to_json, indent=2
-            )
-        )
+        document: dict[str, Any] = {
+            "headline": headline,
+            "database": database,
+            "nodes": list(nodes),
+            "leader": next((n["node_id"] for n in nodes if n["leader"]), None),
+            "jobs": counts,
+        }
+        if problems is not None:
+            document["check"] = {"ok": not problems, "problems": list(problems)}
+        click.echo(json.dumps(document, default=to_json, indent=2))
         return
+    click.echo(headline + "\n")
     table = [
         [
             n["node_id"],
-            "yes" if n["alive"] else "no",
             n["state"],
             _cell(n["last_heartbeat"]),
             len(n["shards"]),
             f"{n['running']}/{n['slots']}",
             "*" if n["leader"] else "",
+            _cell(n["started_at"]),
         ]
         for n in nodes
     ]
-    click.echo(
-        tabulate(
-            table,
-            headers=["node", "alive", "state", "last heartbeat", "shards", "running", "leader"],
-        )
-        if table
-        else "no nodes"
-    )
+    headers = ["node", "state", "last heartbeat", "shards", "running", "leader", "started"]
+    click.echo(tabulate(table, headers=headers) if table else "no nodes")
     lag = counts["max_lag"]
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "

@@ -373,29 +373,45 @@ class Store:
         """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
         return await self._rows("list_jobs", {"tenant": tenant})
 
-    async def pause_job(self, tenant: str, name: str) -> None:
-        """Pause an idle or failed job: it is not claimed until resumed.
+    async def pause_job(self, tenant: str, name: str) -> bool:
+        """Pause an idle or failed job: it is not claimed until resumed. Idempotent.
+
+        Returns:
+            ``True`` if the job was paused now, ``False`` if it was paused already.
 
         Raises:
             JobNotFound: no such job.
             InvalidInput: the job is running (pause it when the run ends) — nothing changes.
         """
-        await self._set_status(tenant, name, "paused", ("idle", "failed", "paused"), None, "paused")
+        return await self._set_status(
+            tenant, name, "paused", ("idle", "failed"), None, "paused", unchanged=("paused",)
+        )
 
-    async def resume_job(self, tenant: str, name: str, *, now: datetime | None = None) -> None:
-        """Resume a paused (or failed) job at its first occurrence after now.
+    async def resume_job(self, tenant: str, name: str, *, now: datetime | None = None) -> bool:
+        """Resume a paused (or failed) job at its first occurrence after now. Idempotent.
 
         Occurrences that fell inside the pause are not run: pausing means "not these".
 
+        Returns:
+            ``True`` if the job was resumed now, ``False`` if it was not paused (idle or
+            running: nothing changes).
+
         Raises:
             JobNotFound: no such job.
-            InvalidInput: the job is neither paused nor failed.
         """
         job = await self.get_job(tenant, name)
         clock = now or await self.db_now()
         schedule = parse_schedule(job["schedule"], job["timezone"])
         first = schedule.next_after(clock, anchor=job["anchor_at"])
-        await self._set_status(tenant, name, "idle", ("paused", "failed"), first, "resumed")
+        return await self._set_status(
+            tenant,
+            name,
+            "idle",
+            ("paused", "failed"),
+            first,
+            "resumed",
+            unchanged=("idle", "running"),
+        )
 
     async def _set_status(
         self,
@@ -405,7 +421,9 @@ class Store:
         from_status: Sequence[str],
         scheduled_for: datetime | None,
         verb: str,
-    ) -> None:
+        *,
+        unchanged: Sequence[str],
+    ) -> bool:
         rows = await self._rows(
             "set_paused",
             {
@@ -416,16 +434,20 @@ class Store:
                 "scheduled_for": scheduled_for,
             },
         )
-        if not rows:
-            current = await self._rows("job_status", {"tenant": tenant, "name": name})
-            if not current:
-                raise JobNotFound(tenant, name)
-            raise InvalidInput(
-                f"job {name!r} is {current[0]['status']}; only a {' or '.join(from_status)} "
-                f"job can be {verb}",
-                field="status",
-                value=current[0]["status"],
-            )
+        if rows:
+            return True
+        current = await self._rows("job_status", {"tenant": tenant, "name": name})
+        if not current:
+            raise JobNotFound(tenant, name)
+        if current[0]["status"] in unchanged:
+            return False
+        allowed = " or ".join(from_status)
+        raise InvalidInput(
+            f"job {name!r} is {current[0]['status']}; only "
+            f"{'an' if allowed[0] in 'aeiou' else 'a'} {allowed} job can be {verb}",
+            field="status",
+            value=current[0]["status"],
+        )
 
     async def trigger_job(self, tenant: str, name: str) -> datetime:
         """Add an extra occurrence at the database's now (the schedule continues after it).
@@ -636,9 +658,18 @@ class Store:
         pid: int,
         slots: int,
         handlers: Collection[str],
+        ttl: float | None = None,
+        rejoin: bool = False,
         now: datetime | None = None,
     ) -> None:
-        """Insert or refresh this node's registry row (state ``alive``)."""
+        """Insert or refresh this node's registry row (state ``alive``).
+
+        Args:
+            ttl: seconds of silence after which the node's peers count it dead (its
+                ``node_ttl``); ``status`` and the API judge it by the same. ``None``: unknown.
+            rejoin: the node was running and registers again (its row went stale): keep its
+                ``started_at``. ``False`` (a start, a restart under the same id) resets it.
+        """
         await self._rows(
             "register_node",
             {
@@ -647,6 +678,8 @@ class Store:
                 "pid": pid,
                 "slots": slots,
                 "handlers": sorted(handlers),
+                "ttl": ttl,
+                "rejoin": rejoin,
                 "now": now,
             },
         )
@@ -730,7 +763,9 @@ class Store:
         return await self._rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
 
     async def cluster_nodes(self, *, ttl: float) -> list[dict[str, Any]]:
-        """Every registered node with liveness (by ``ttl`` seconds) and whether it leads."""
+        """Every registered node with liveness (by its own registered time-to-live, else
+        ``ttl`` seconds), state (``lost`` for a silent node that never stopped; a lost or
+        stopped node shows no shards and nothing running) and whether it leads."""
         return await self._rows("cluster_nodes", {"ttl": ttl, "leader_key": LEADER_LOCK_KEY})
 
     async def cluster_counts(self, tenant: str | None = None) -> dict[str, Any]:

@@ -159,13 +159,17 @@ WHERE j.id = held.id AND j.fencing_token = held.token AND j.lease_expires_at IS 
 RETURNING j.id;
 
 -- name: register_node
+-- A node's start (started_at is now, also when a restarted node reuses its id) or, with
+-- %(rejoin)s, a running node registering again after its row went stale (started_at kept).
 INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, state, started_at,
-                                last_heartbeat)
+                                last_heartbeat, ttl)
 VALUES (%(node)s, %(hostname)s, %(pid)s, %(slots)s, %(handlers)s, 'alive',
-        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), %(ttl)s)
 ON CONFLICT (node_id) DO UPDATE
 SET hostname = excluded.hostname, pid = excluded.pid, slots = excluded.slots,
-    handlers = excluded.handlers, state = 'alive', last_heartbeat = excluded.last_heartbeat;
+    handlers = excluded.handlers, state = 'alive', last_heartbeat = excluded.last_heartbeat,
+    ttl = excluded.ttl,
+    started_at = CASE WHEN %(rejoin)s::bool THEN n.started_at ELSE excluded.started_at END;
 
 -- name: revive_jobs
 -- A node that knows a handler brings back the jobs that failed because a node did not know it
@@ -393,9 +397,16 @@ ORDER BY r.id DESC
 LIMIT %(limit)s;
 
 -- name: cluster_nodes
-SELECT n.node_id, n.hostname, n.pid, n.state, n.started_at, n.last_heartbeat,
-       n.last_heartbeat > now() - make_interval(secs => %(ttl)s) AND n.state = 'alive' AS alive,
-       n.shards, n.running, n.slots,
+-- Every registered node, judged by the time-to-live it registered with (%(ttl)s for a node that
+-- recorded none), as its peers judge it: 'lost' when its heartbeat is older than that although
+-- it never said it stopped (killed, partitioned, paused). A lost or stopped node owns no shards
+-- and runs nothing; its last shards and load stay in the row, not in what is shown.
+SELECT n.node_id, n.hostname, n.pid,
+       CASE WHEN h.fresh OR n.state = 'stopped' THEN n.state ELSE 'lost' END AS state,
+       n.started_at, n.last_heartbeat, h.fresh AND n.state = 'alive' AS alive,
+       CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.shards ELSE '{}' END AS shards,
+       CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.running ELSE 0 END AS running,
+       n.slots, coalesce(n.ttl, %(ttl)s) AS ttl,
        -- A node holds the leader lock on its heartbeat session ('pgpulse:<id>:beat'). Names are
        -- cut to 63 characters, as PostgreSQL stores them.
        (SELECT a.application_name = left('pgpulse:' || n.node_id || ':beat', 63)
@@ -405,6 +416,9 @@ SELECT n.node_id, n.hostname, n.pid, n.state, n.started_at, n.last_heartbeat,
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
         LIMIT 1) AS leader
 FROM pgpulse_nodes n
+CROSS JOIN LATERAL (
+    SELECT n.last_heartbeat > now() - make_interval(secs => coalesce(n.ttl, %(ttl)s)) AS fresh
+) h
 ORDER BY n.node_id;
 
 -- name: cluster_counts

@@ -129,7 +129,9 @@ CREATE TABLE public.pgpulse_nodes (
     running integer DEFAULT 0 NOT NULL,
     slots integer DEFAULT 0 NOT NULL,
     handlers text[] DEFAULT '{}'::text[] NOT NULL,
-    CONSTRAINT pgpulse_nodes_state_check CHECK ((state = ANY (ARRAY['alive'::text, 'draining'::text, 'stopped'::text])))
+    ttl double precision,
+    CONSTRAINT pgpulse_nodes_state_check CHECK ((state = ANY (ARRAY['alive'::text, 'draining'::text, 'stopped'::text]))),
+    CONSTRAINT pgpulse_nodes_ttl_check CHECK ((ttl > (0)::double precision))
 );
 
 CREATE TABLE public.pgpulse_runs (

@@ -17,7 +17,7 @@ import click
 
 from pgpulse.app import App, connect
 from pgpulse.engine import NodeConfig
-from pgpulse.report import print_records, run_command
+from pgpulse.report import print_records, run_command, to_json
 from pgpulse.web.auth import TokenStore
 from pgpulse.web.options import web_options, web_settings
 from pgpulse.web.policy import WebSettings
@@ -128,7 +128,7 @@ def token_list(obj: dict[str, Any], as_json: bool) -> None:
     """List tokens (prefix, tenant, admin, last use, revocation) without secrets."""
     rows = _tokens(obj, lambda tokens: tokens.list())
     if as_json:
-        click.echo(json.dumps(rows, default=str, indent=2))
+        click.echo(json.dumps(rows, default=to_json, indent=2))
         return
     print_records(
         rows,

@@ -1,8 +1,8 @@
 """The tools' commands: ``pgpulse demo``, ``pgpulse chaos`` and ``pgpulse bench``.
 
 :mod:`pgpulse.cli` lists them in its help and imports this module only when one of them is
-invoked (``LAZY_COMMANDS`` there). Like every command they are thin: parse options, call the
-tool, print one line on error.
+invoked (``LAZY_COMMANDS`` in :mod:`pgpulse.cli_conventions`). Like every command they are
+thin: parse options, call the tool, print one line on error.
 """
 
 from __future__ import annotations
@@ -32,11 +32,9 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     """Three nodes share the Relay crontab (plus CRONTABS); one is killed midway."""
     from pgpulse_tools.demo.run import run_demo
 
-    sys.exit(
-        run_command(
-            run_demo(obj["database_url"], obj["data_dir"], list(crontabs), duration, system)
-        )
-    )
+    # the demo makes its own database on the server: --database names none for it
+    database_url = None if obj["embedded"] else obj["database_url"]
+    sys.exit(run_command(run_demo(database_url, obj["data_dir"], list(crontabs), duration, system)))
 
 
 # -- chaos: the fault-injection harness (pgpulse_tools.chaos) ----------------------------------

@@ -17,6 +17,16 @@ CREATE TABLE IF NOT EXISTS pgpulse_demo_log (
 INSERT INTO pgpulse_demo_log (job_id, scheduled_for, attempt, fencing_token, node_id)
 VALUES (%(job_id)s, %(scheduled_for)s, %(attempt)s, %(token)s, %(node)s);
 
+-- name: next_job_id
+-- The id the next job created gets (the demo spreads its jobs over the nodes' shards).
+SELECT setval(pg_get_serial_sequence('pgpulse_jobs', 'id'), %(id)s, false);
+
+-- name: nodes_ready
+-- Every demo node alive and the shards shared out: each polls only its own.
+SELECT count(*) = %(n)s AND sum(cardinality(shards)) = 64 AS ready
+FROM pgpulse_nodes
+WHERE state = 'alive' AND last_heartbeat > now() - interval '3 seconds';
+
 -- name: progress
 SELECT node_id, count(*) AS runs FROM pgpulse_demo_log GROUP BY node_id ORDER BY node_id;
 
@@ -27,7 +37,7 @@ WHERE status = 'running' ORDER BY (name LIKE '%%billing%%') DESC, id LIMIT 1;
 
 -- name: report
 -- Per job: runs by outcome, executions witnessed, duplicated occurrences, nodes that ran it.
-SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.catch_up, j.anchor_at,
+SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.catch_up, j.anchor_at, j.scheduled_for,
        (SELECT count(*) FROM pgpulse_runs r WHERE r.job_id = j.id AND r.outcome = 'succeeded'
           AND r.scheduled_for <= %(cutoff)s) AS succeeded,
        (SELECT count(*) FROM pgpulse_runs r WHERE r.job_id = j.id AND r.outcome = 'skipped'

@@ -8,6 +8,12 @@ imported with catch-up ``backfill``, has missed minutes to make up, and the othe
 ``local``). Every node runs shell jobs in dry-run mode: a machine's maintenance commands are
 recorded, never executed. Each handler execution that completes is also written by the handler
 itself to ``pgpulse_demo_log``: that independent witness is what the duplicate count reads.
+
+The three Relay jobs get ids whose shards (``id % 64``) belong to three different nodes on the
+ring of ``node-1``..``node-3`` (:func:`pgpulse.sharding.shards_for`), so every node has work
+before the kill. At the end an occurrence is *missed* when the job has moved past it without a
+run (it will never run: must be 0 for the backfill job) and *pending* when the job has not
+reached it yet (still due: it runs when a node next starts); duplicates must be 0 everywhere.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,10 +40,11 @@ from tabulate import tabulate
 from pgpulse.app import App
 from pgpulse.builtins import shell_handler
 from pgpulse.crontab import entry_to_spec, parse_crontab
-from pgpulse.database import open_pool, resolve_dsn
+from pgpulse.database import open_pool, redact, resolve_dsn
 from pgpulse.handlers import RunContext
 from pgpulse.jobs import JobSpec
 from pgpulse.schedule import parse_schedule
+from pgpulse.sharding import shards_for
 from pgpulse.sql import load_queries
 from pgpulse.store import Store
 
@@ -111,6 +120,20 @@ def _specs(path: Path, tenant: str, relay: bool, system: bool = False) -> list[J
     return [dataclasses.replace(spec, misfire_grace=30.0) for spec in specs]
 
 
+def _spread_ids(count: int) -> list[tuple[int, str]]:
+    """Ascending job ids for ``count`` jobs, the Nth on a shard that node N (cyclically) owns
+    on the ring of :data:`NODES`: each node has a job of its own from the start."""
+    chosen: list[tuple[int, str]] = []
+    for index in range(count):
+        node_id = NODES[index % len(NODES)]
+        owned = set(shards_for(node_id, NODES))
+        job_id = (chosen[-1][0] if chosen else 0) + 1
+        while job_id % 64 not in owned:
+            job_id += 1
+        chosen.append((job_id, node_id))
+    return chosen
+
+
 def _start_node(dsn: str, node_id: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PGPULSE_DATABASE_URL": dsn}
     return subprocess.Popen(
@@ -172,10 +195,11 @@ async def run_demo(
         store = Store(pool)
         await store.migrate()
         await (await psycopg.AsyncConnection.connect(dsn, autocommit=True)).execute(Q["create_log"])
-        started = await _import(store, crontabs, system)
-        return await _run_cluster(store, dsn, started, duration)
+        verdict = await _run_cluster(store, dsn, duration, lambda: _import(store, crontabs, system))
     finally:
         await pool.close()
+    _print_next_steps(database_url, data_dir)
+    return verdict
 
 
 async def _import(store: Store, crontabs: list[Path], system: bool) -> datetime:
@@ -184,7 +208,12 @@ async def _import(store: Store, crontabs: list[Path], system: bool) -> datetime:
         f"importing {RELAY_CRONTAB} into tenant 'relay' as if the cluster had been down "
         f"since {(now - DOWNTIME):%H:%M:%S} UTC"
     )
-    await store.upsert_jobs(_specs(RELAY_CRONTAB, "relay", relay=True), now=now - DOWNTIME)
+    relay = _specs(RELAY_CRONTAB, "relay", relay=True)
+    for spec, (job_id, node_id) in zip(relay, _spread_ids(len(relay)), strict=True):
+        async with store.pool.connection() as conn:
+            await conn.execute(Q["next_job_id"], {"id": job_id})
+        await store.upsert_jobs([spec], now=now - DOWNTIME)
+        click.echo(f"  {spec.name}: id {job_id}, shard {job_id % 64}, owned by {node_id}")
     for path in crontabs:
         click.echo(f"importing {path} into tenant 'local' (shell jobs run in dry-run mode)")
         specs = _specs(path, "local", relay=False, system=system)
@@ -202,17 +231,23 @@ async def _import(store: Store, crontabs: list[Path], system: bool) -> datetime:
     return now
 
 
-async def _run_cluster(store: Store, dsn: str, started: datetime, duration: float) -> int:
-    t0 = time.monotonic()
+async def _run_cluster(
+    store: Store, dsn: str, duration: float, load: Callable[[], Awaitable[datetime]]
+) -> int:
     procs = {node_id: _start_node(dsn, node_id) for node_id in NODES}
-    click.echo(
-        f"started {', '.join(NODES)} (lease {LEASE:g}s, heartbeat {HEARTBEAT:g}s); "
-        f"running for {duration:g}s"
-    )
     killed: str | None = None
     async with await psycopg.AsyncConnection.connect(
         dsn, autocommit=True, row_factory=dict_row
     ) as conn:
+        # The jobs are loaded once every node owns its shards, so each runs its own job from
+        # the start (a node alone polls every shard until the others join).
+        waited = await _wait_ready(conn)
+        click.echo(
+            f"started {', '.join(NODES)} (lease {LEASE:g}s, heartbeat {HEARTBEAT:g}s) in "
+            f"{waited:.1f}s; they run for {duration:g}s from the import"
+        )
+        started = await load()
+        t0 = time.monotonic()
         next_report = 5.0
         while (elapsed := time.monotonic() - t0) < duration:
             await asyncio.sleep(0.2)
@@ -229,9 +264,7 @@ async def _run_cluster(store: Store, dsn: str, started: datetime, duration: floa
                     )
             if elapsed >= next_report:
                 next_report += 5.0
-                rows = await (await conn.execute(Q["progress"])).fetchall()
-                counts = ", ".join(f"{r['node_id']} {r['runs']}" for r in rows) or "none yet"
-                click.echo(f"t={elapsed:4.0f}s  executions: {counts}")
+                click.echo(f"t={elapsed:4.0f}s  executions: {await _progress(conn, killed)}")
         stopped_at = await store.db_now()
         for node_id, proc in procs.items():
             if node_id != killed:
@@ -239,18 +272,52 @@ async def _run_cluster(store: Store, dsn: str, started: datetime, duration: floa
         for proc in procs.values():
             await asyncio.to_thread(proc.wait, 30)
         click.echo("nodes stopped (SIGTERM: each drained and handed back its claims)")
-        return await _report(conn, started, stopped_at - timedelta(seconds=3))
+        return await _report(conn, started, stopped_at)
 
 
-async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, cutoff: datetime) -> int:
-    rows = await (await conn.execute(Q["report"], {"cutoff": cutoff})).fetchall()
-    table, bad = [], 0
+async def _wait_ready(conn: psycopg.AsyncConnection[Any]) -> float:
+    """Wait (at most 30 s) until every demo node is alive and the shards are shared out;
+    return the seconds waited."""
+    begun = time.monotonic()
+    for _ in range(150):
+        row = await (await conn.execute(Q["nodes_ready"], {"n": len(NODES)})).fetchone()
+        if row and row["ready"]:
+            break
+        await asyncio.sleep(0.2)
+    return time.monotonic() - begun
+
+
+async def _progress(conn: psycopg.AsyncConnection[Any], killed: str | None) -> str:
+    """Executions so far per node, every node named (0 included), the killed one marked."""
+    rows = await (await conn.execute(Q["progress"])).fetchall()
+    runs = {row["node_id"]: row["runs"] for row in rows}
+    return ", ".join(
+        f"{node_id} {runs.get(node_id, 0)}{' (killed)' if node_id == killed else ''}"
+        for node_id in NODES
+    )
+
+
+def _tally(row: dict[str, Any], end: datetime) -> tuple[int, int, int]:
+    """(due, missed, pending) of one job's occurrences from its import to ``end``: an
+    occurrence before the job's current one with no run recorded is missed (the job moved
+    past it: it will never run); the job's current occurrence and later ones are pending."""
+    schedule = parse_schedule(row["schedule"], row["timezone"])
+    due = schedule.occurrences_between(
+        row["anchor_at"], end, anchor=row["anchor_at"], limit=100_000
+    )
+    accounted = set(row["accounted"] or [])
+    current = row["scheduled_for"]
+    missed = sum(1 for t in due if t < current and t not in accounted)
+    pending = sum(1 for t in due if t >= current)
+    return len(due), missed, pending
+
+
+async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, end: datetime) -> int:
+    rows = await (await conn.execute(Q["report"], {"cutoff": end})).fetchall()
+    table, bad, still_due = [], 0, 0
     for row in rows:
-        schedule = parse_schedule(row["schedule"], row["timezone"])
-        due = schedule.occurrences_between(
-            row["anchor_at"], cutoff, anchor=row["anchor_at"], limit=100_000
-        )
-        missed = len(set(due) - set(row["accounted"] or []))
+        due, missed, pending = _tally(row, end)
+        still_due += pending
         if row["duplicates"] or (missed and row["catch_up"] == "backfill"):
             bad += 1
         table.append(
@@ -258,34 +325,33 @@ async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, cutoff:
                 f"{row['tenant']}/{row['name']}",
                 row["schedule"],
                 row["catch_up"],
-                len(due),
+                due,
                 row["succeeded"],
                 row["skipped"],
                 row["retried"],
                 row["duplicates"],
                 missed,
+                pending,
                 row["nodes"] or "-",
             ]
         )
-    click.echo(
-        "\n"
-        + tabulate(
-            table,
-            headers=[
-                "job",
-                "schedule",
-                "catch-up",
-                "due",
-                "succeeded",
-                "skipped",
-                "taken over",
-                "duplicates",
-                "missed",
-                "executions by node",
-            ],
-        )
-    )
+    headers = [
+        "job",
+        "schedule",
+        "catch-up",
+        "due",
+        "succeeded",
+        "skipped",
+        "taken over",
+        "duplicates",
+        "missed",
+        "pending",
+        "executions by node",
+    ]
+    click.echo("\n" + tabulate(table, headers=headers))
     takeovers = await (await conn.execute(Q["takeovers"])).fetchall()
+    if takeovers:
+        click.echo("")
     for row in takeovers:
         click.echo(
             f"taken over: {row['name']} @ {row['scheduled_for']:%H:%M:%S} finished by "
@@ -293,7 +359,35 @@ async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, cutoff:
         )
     click.echo(
         f"\noccurrences counted from {started - DOWNTIME:%H:%M:%S} (the import) to "
-        f"{cutoff:%H:%M:%S} UTC. {'OK: no duplicate, no missed run.' if not bad else ''}"
-        f"{f'FAILED: {bad} job(s) duplicated or missed runs.' if bad else ''}"
+        f"{end:%H:%M:%S} UTC (the stop). missed: the job moved past it without a run (it "
+        "will never run); pending: still due at the stop (it runs when a node next starts)."
     )
+    if bad:
+        click.echo(f"FAILED: {bad} job(s) duplicated or missed runs.")
+    else:
+        click.echo(
+            "OK: no duplicate, no missed run"
+            + (f" ({still_due} occurrence(s) still pending at the stop)." if still_due else ".")
+        )
     return 1 if bad else 0
+
+
+def _print_next_steps(database_url: str | None, data_dir: Path | None) -> None:
+    """The exact commands that inspect the demo's database, which stays until the next demo."""
+    here = Path(sys.executable).with_name("pgpulse")
+    found = shutil.which("pgpulse")
+    command = "pgpulse" if found and Path(found).resolve() == here.resolve() else str(here)
+    if database_url:
+        command += f" --database-url '{redact(database_url)}'"
+    elif data_dir is not None:
+        command += f" --data-dir '{data_dir}'"
+    command += " --database pgpulse_demo"
+    click.echo("\nThe demo's database pgpulse_demo stays until the next demo. Inspect it:")
+    for args, what in [
+        ("status", "nodes (all stopped now), shards, due jobs"),
+        ("job list --tenant relay", "the imported jobs"),
+        ("runs --tenant relay", "their runs, newest first"),
+        ("token create --admin", "a token for the API and dashboard, then:"),
+        ("serve", "the API and the dashboard on http://127.0.0.1:8080/ui/"),
+    ]:
+        click.echo(f"  {command} {args:<24} # {what}")

@@ -1,0 +1,230 @@
+"""The conventions of the ``pgpulse`` command line, over its whole command tree.
+
+* One environment variable per option, named by one rule from what the user types
+  (:func:`envvar_for`), shown in ``--help``; no other name reaches an option.
+* A value an option's type refuses is one line on stderr and exit 2 (:class:`Refused`), like
+  every refusal of input; a malformed command line keeps click's usage hint.
+* The web edge's and the tools' commands (:data:`LAZY_COMMANDS`) are imported only when
+  invoked, so ``pgpulse schedule next`` loads neither FastAPI nor the demo.
+* The global options reach commands as :class:`GlobalOptions` (``ctx.obj``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pgpulse.database import with_database
+from pgpulse.embedded import start_embedded
+from pgpulse.errors import DatabaseUnavailable, PulseError
+from pgpulse.report import one_line
+
+#: click's settings for every command of the tree.
+CONTEXT = {
+    "auto_envvar_prefix": "PGPULSE",
+    "show_default": True,
+    "help_option_names": ["-h", "--help"],
+}
+
+
+#: Commands imported only when invoked, as ``(module:attribute, short help)``: the web edge
+#: (FastAPI, uvicorn) and the tools of the ``pgpulse-tools`` distribution (demo, fault harness,
+#: benchmark), which the runtime never imports and a production install need not carry.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("pgpulse.web.commands:serve", "Serve the JSON API, the dashboard and metrics."),
+    "token": ("pgpulse.web.commands:token", "Create, list and revoke API tokens."),
+    "demo": ("pgpulse_tools.commands:demo", "Three nodes share a crontab; one is killed midway."),
+    "chaos": ("pgpulse_tools.commands:chaos", "Inject faults into a live cluster; check history."),
+    "bench": ("pgpulse_tools.commands:bench", "Benchmark Pulse against the floor and its peers."),
+}
+
+
+def _load_lazy(name: str) -> click.Command:
+    """Import the command ``name`` of :data:`LAZY_COMMANDS`; a missing ``pgpulse-tools`` is
+    reported as one line (exit 2), naming what to install."""
+    target, _ = LAZY_COMMANDS[name]
+    module_name, _, attr = target.partition(":")
+    try:
+        command: click.Command = getattr(importlib.import_module(module_name), attr)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("pgpulse_tools"):
+            raise
+        raise click.UsageError(
+            f"'pgpulse {name}' is part of pgpulse-tools, which is not installed: "
+            "pip install -e ./tools from a checkout of Pulse (./scripts/setup does)"
+        ) from None
+    return command
+
+
+def envvar_for(path: Sequence[str], option: click.Option) -> str:
+    """Return the environment variable of ``option``, an option of the command at ``path``.
+
+    The rule, for every option of every command: ``PGPULSE_``, then the command's words, then
+    the option's (first) long name, upper-cased, each ``-`` made ``_``. ``job create --tz`` is
+    ``PGPULSE_JOB_CREATE_TZ``; a global option such as ``--database-url`` (``path`` empty) is
+    ``PGPULSE_DATABASE_URL``. The name comes from what the user types, never from the Python
+    parameter behind it.
+
+    Args:
+        path: the command's words after ``pgpulse`` (``["node", "run"]``; ``[]`` for ``pgpulse``).
+        option: one of its options; it must have a long name (``--x``).
+
+    Raises:
+        ValueError: ``option`` has no long name.
+    """
+    long_names = [name for name in option.opts if name.startswith("--")]
+    if not long_names:
+        raise ValueError(f"option {option.opts} has no long name")
+    words = ["PGPULSE", *path, long_names[0][2:]]
+    return "_".join(words).upper().replace("-", "_")
+
+
+def apply_envvar_rule(command: click.Command, path: Sequence[str]) -> None:
+    """Give every option of ``command`` its :func:`envvar_for` variable, shown in ``--help``, and
+    no other: click's own fallback from the parameter name (``..._AS_JSON``) is switched off.
+    Eager options that hold no value (``--version``) are actions, not settings: they get none.
+    The subcommands of a plain click group (a lazy one, ``token``) get theirs here too."""
+    for param in command.params:
+        if not isinstance(param, click.Option) or (param.is_eager and not param.expose_value):
+            continue
+        param.envvar = envvar_for(path, param)
+        param.show_envvar = True
+        param.allow_from_autoenv = False
+    if isinstance(command, click.Group) and not isinstance(command, PulseGroup):
+        for name, sub in command.commands.items():
+            apply_envvar_rule(sub, [*path, name])
+
+
+def _command_path(ctx: click.Context) -> list[str]:
+    """The words of ``ctx``'s command after the program name (``[]`` for ``pgpulse`` itself)."""
+    words = []
+    while ctx.parent is not None:
+        words.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return words[::-1]
+
+
+class Refused(click.ClickException):
+    """A value refused while the command line was parsed: one line on stderr, exit 2, as every
+    refusal of input is (a malformed command line, such as a missing argument or an unknown
+    option, keeps click's usage hint)."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        message = self.format_message()
+        click.echo(f"error: {message[:1].lower()}{message[1:]}", err=True)
+
+
+@contextmanager
+def _one_line_refusals() -> Iterator[None]:
+    try:
+        yield
+    except click.MissingParameter:
+        raise
+    except click.BadParameter as exc:
+        raise Refused(exc.format_message()) from None
+
+
+class PulseGroup(click.Group):
+    """A command group whose every option has its :func:`envvar_for` variable (shown in
+    ``--help``), whose :data:`LAZY_COMMANDS` are imported only when invoked, and whose refused
+    option values are one line (:class:`Refused`)."""
+
+    group_class = type  # subgroups are PulseGroup too
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with _one_line_refusals():
+            return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_refusals():  # a subcommand's options are parsed in here
+            return super().invoke(ctx)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        lazy = LAZY_COMMANDS if ctx.parent is None else {}
+        return sorted({*super().list_commands(ctx), *lazy})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List subcommands with their short help, without importing the lazy ones."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.commands:
+                rows.append((name, self.commands[name].get_short_help_str(formatter.width)))
+            else:
+                rows.append((name, LAZY_COMMANDS[name][1]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and ctx.parent is None and cmd_name in LAZY_COMMANDS:
+            command = _load_lazy(cmd_name)
+            self.add_command(command, cmd_name)
+        if command is not None:
+            apply_envvar_rule(command, [*_command_path(ctx), cmd_name])
+        return command
+
+
+class GlobalOptions(dict[str, Any]):
+    """``ctx.obj`` of every command: ``database_url`` (a DSN, or ``None`` for the embedded
+    server), ``data_dir``, ``database`` and ``embedded`` (no DSN was given).
+
+    With ``--database`` the DSN names that database: a given DSN is rewritten at once; the
+    embedded server's DSN is looked up (which starts the server) only when a command first reads
+    ``database_url``, so commands that need no database never start it. Errors on the way are
+    one line on stderr: exit 2 for a malformed DSN, 3 for an embedded server that cannot start.
+
+    Args:
+        database_url: ``--database-url``, or ``None``.
+        database: ``--database``, or ``None``.
+        data_dir: ``--data-dir``, or ``None`` for the default.
+    """
+
+    def __init__(
+        self, database_url: str | None, database: str | None, data_dir: Path | None
+    ) -> None:
+        super().__init__(database=database, data_dir=data_dir, embedded=not database_url)
+        if database_url or not database:
+            self["database_url"] = self._resolved(lambda: database_url) if database_url else None
+
+    def __missing__(self, key: str) -> Any:
+        if key != "database_url":
+            raise KeyError(key)
+        self[key] = self._resolved(lambda: start_embedded(self["data_dir"]))
+        return self[key]
+
+    def _resolved(self, server: Callable[[], str]) -> str:
+        try:
+            return with_database(server(), self["database"])
+        except PulseError as exc:
+            click.echo(f"error: {one_line(str(exc))}", err=True)
+            sys.exit(3 if isinstance(exc, DatabaseUnavailable) else 2)
+
+
+class IsoDateTime(click.ParamType[datetime]):
+    """A date and time in ISO 8601 as :meth:`datetime.fromisoformat` reads it (Python 3.11+):
+    ``2026-12-01T10:00``, ``2026-12-01 10:00``, ``2026-12-01T10:00:00.357+02:00``, ``...Z``,
+    ``20261201T1000`` or a bare date (midnight). Naive values are returned naive."""
+
+    name = "datetime"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return datetime.fromisoformat(str(value))
+        except ValueError:
+            self.fail(
+                f"{value!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00", param, ctx
+            )

@@ -1,0 +1,181 @@
+"""The command line's conventions over its whole command tree, lazy commands included: one
+environment-variable rule derived from each option's name, a help text on every option, and
+``--version``; and the rule at work in a real process."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from pgpulse.cli import main
+from pgpulse.cli_conventions import LAZY_COMMANDS
+
+PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
+
+
+def walk(
+    command: click.Command, ctx: click.Context, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command, click.Context]]:
+    """Every command of the tree under ``command`` with its words and its context, loading lazy
+    commands the way ``pgpulse`` does when one is invoked (``get_command``)."""
+    yield path, command, ctx
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None, name
+            yield from walk(sub, click.Context(sub, info_name=name, parent=ctx), (*path, name))
+
+
+def tree() -> list[tuple[tuple[str, ...], click.Command, click.Context]]:
+    root = click.Context(main, info_name="pgpulse", auto_envvar_prefix="PGPULSE")
+    return list(walk(main, root))
+
+
+def options(
+    command: click.Command,
+) -> list[click.Option]:
+    return [
+        p
+        for p in command.params
+        if isinstance(p, click.Option) and not (p.is_eager and not p.expose_value)
+    ]
+
+
+def expected_envvar(path: tuple[str, ...], option: click.Option) -> str:
+    """The README's rule, written out again independently of the code under test."""
+    long_name = next(o for o in option.opts if o.startswith("--"))
+    return "PGPULSE_" + "_".join([*path, long_name[2:]]).upper().replace("-", "_")
+
+
+def test_the_tree_holds_every_command_lazy_ones_included() -> None:
+    paths = {path for path, _, _ in tree()}
+    assert set(LAZY_COMMANDS) <= {p[0] for p in paths if p}
+    assert {("job", "create"), ("token", "create"), ("token", "list"), ("node", "run")} <= paths
+    assert sum(len(options(c)) for _, c, _ in tree()) > 60
+
+
+def test_every_option_reads_one_variable_named_by_the_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for path, command, ctx in tree():
+        for option in options(command):
+            name = expected_envvar(path, option)
+            assert option.envvar == name, (path, option.opts)
+            assert option.show_envvar, (path, option.opts)
+            monkeypatch.setenv(name, "from-the-rule")
+            assert option.resolve_envvar_value(ctx) == "from-the-rule", (path, option.opts)
+            monkeypatch.delenv(name)
+            # click's own fallback from the Python parameter name is not a second way in
+            click_name = f"{ctx.auto_envvar_prefix}_{(option.name or '').upper()}"
+            if click_name != name:
+                monkeypatch.setenv(click_name, "by-parameter-name")
+                assert option.resolve_envvar_value(ctx) is None, (path, click_name)
+                monkeypatch.delenv(click_name)
+
+
+def test_every_option_has_help_and_help_shows_its_variable() -> None:
+    missing = []
+    for path, command, ctx in tree():
+        text = command.get_help(ctx)
+        for option in options(command):
+            if not (option.help or "").strip():
+                missing.append(f"pgpulse {' '.join(path)} {option.opts[0]}")
+            assert expected_envvar(path, option) in text.replace("\n", " "), (path, option.opts)
+        assert (command.help or command.short_help or "").strip(), path
+    assert missing == []
+
+
+def test_the_rule_in_a_real_process(dsn: str, db: object) -> None:
+    """``--tz`` and ``--json`` once mapped to ..._TIMEZONE and ..._AS_JSON; now their own names."""
+    env = {
+        **os.environ,
+        "PGPULSE_DATABASE_URL": dsn,
+        "PGPULSE_JOB_CREATE_TZ": "Europe/Paris",
+        "PGPULSE_JOB_CREATE_SCHEDULE": "0 3 * * *",
+        "PGPULSE_JOB_CREATE_HANDLER": "shell",
+        "PGPULSE_JOB_CREATE_PAYLOAD": '{"command": "true"}',
+        "PGPULSE_JOB_LIST_JSON": "1",
+    }
+    created = subprocess.run(
+        [PGPULSE, "job", "create", "nightly"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert created.returncode == 0, created.stderr
+    listed = subprocess.run(
+        [PGPULSE, "job", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert '"timezone": "Europe/Paris"' in listed.stdout  # JSON, by PGPULSE_JOB_LIST_JSON
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    shown = subprocess.run([PGPULSE, "--version"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0
+    assert shown.stdout == f"pgpulse {version('pgpulse')}\n"
+
+
+def test_a_refused_option_value_is_one_line_exit_2() -> None:
+    refused = subprocess.run(
+        [PGPULSE, "schedule", "next", "* * * * *", "--count", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    assert refused.stderr == (
+        "error: invalid value for '--count' (env var: 'PGPULSE_SCHEDULE_NEXT_COUNT'): "
+        "0 is not in the range 1<=x<=1000.\n"
+    )
+
+
+def readme_commands() -> set[tuple[str, ...]]:
+    """The command words of every ``pgpulse ...`` line in README.md's shell blocks."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    found = set()
+    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
+        for line in block.splitlines():
+            words = line.split("#")[0].split()
+            if words[:1] != ["pgpulse"]:
+                continue
+            path: list[str] = []
+            for word in words[1:]:
+                if not re.fullmatch(r"[a-z]+(\|[a-z]+)*", word):
+                    break
+                path.append(word)
+            found |= {tuple(p) for p in _alternatives(path)}
+    return found
+
+
+def _alternatives(path: list[str]) -> list[list[str]]:
+    """``job list|show`` -> ``[job, list]``, ``[job, show]``."""
+    if not path:
+        return [[]]
+    return [[head, *rest] for head in path[0].split("|") for rest in _alternatives(path[1:])]
+
+
+def test_every_command_the_readme_shows_exists() -> None:
+    known = {path for path, _, _ in tree()}
+    shown = readme_commands()
+    assert {("migrate",), ("job", "create"), ("status",), ("token", "create")} <= shown
+    missing = sorted(p for p in shown if p not in known)
+    assert missing == []
+
+
+def test_migrate_in_a_real_process(dsn: str) -> None:
+    migrated = subprocess.run(
+        [PGPULSE, "migrate"],
+        env={**os.environ, "PGPULSE_DATABASE_URL": dsn},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (migrated.returncode, migrated.stdout) == (0, "schema is up to date\n")

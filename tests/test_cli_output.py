@@ -1,0 +1,165 @@
+"""What the command line prints, as a user sees it from real processes: ``job show`` grouped for
+people and, with ``--json``, the API's very job; ISO 8601 instants with ``T`` and an offset in
+every JSON output (CLI and API); RFC 3339 UTC times on JSON log lines; names never cut."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from helpers import apgpulse, pgpulse
+from pgpulse.store import Store
+from web_helpers import api_client, make_token
+
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)$")
+INSTANT_KEYS = re.compile(r"(_at|_for|^upcoming|^last_heartbeat)$")
+SHELL = '{"command": "pg_dump pulse > /backups/pulse.sql"}'
+
+
+def instants(value: Any, key: str = "") -> list[tuple[str, Any]]:
+    """Every (key, value) under ``value`` whose key names an instant."""
+    if isinstance(value, dict):
+        return [pair for k, v in value.items() for pair in instants(v, k)]
+    if isinstance(value, list):
+        return [pair for v in value for pair in instants(v, key)]
+    return [(key, value)] if INSTANT_KEYS.search(key) and value is not None else []
+
+
+def assert_iso(document: Any, *required: str) -> None:
+    found = instants(document)
+    assert {k for k, _ in found} >= set(required), found
+    bad = [(k, v) for k, v in found if not (isinstance(v, str) and ISO.match(v))]
+    assert bad == []
+
+
+async def seed(store: Store, db: Any) -> int:
+    """A Paris backup job with two finished runs (arranged in SQL: the view is under test)."""
+    created = await apgpulse(
+        *("job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell"),
+        *("--payload", SHELL, "--tz", "Europe/Paris", "--max-attempts", "5"),
+        dsn=store_dsn(db),
+    )
+    assert created.returncode == 0, created.stderr
+    job_id: int = db.execute("SELECT id FROM pgpulse_jobs").fetchone()["id"]
+    for day, outcome, error in ((1, "succeeded", None), (2, "failed", "exit 3\nsecond line")):
+        db.execute(
+            "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, node_id, "
+            "fencing_token, started_at, finished_at, error) VALUES (%s, %s, 1, %s, 'node-a', "
+            "%s, %s, %s, %s)",
+            (
+                job_id,
+                datetime(2026, 11, day, 2, tzinfo=UTC),
+                outcome,
+                day,
+                datetime(2026, 11, day, 2, 0, 1, tzinfo=UTC),
+                datetime(2026, 11, day, 2, 0, 3, 500_000, tzinfo=UTC),
+                error,
+            ),
+        )
+    return job_id
+
+
+def store_dsn(db: Any) -> str:
+    info = db.info
+    return f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
+
+
+async def test_job_show_json_is_the_api_job(store: Store, db: Any) -> None:
+    job_id = await seed(store, db)
+    shown = await apgpulse("job", "show", "backup", "--json", dsn=store_dsn(db))
+    assert shown.returncode == 0, shown.stderr
+    cli_job = json.loads(shown.stdout)
+    async with api_client(store, await make_token(store, admin=True)) as client:
+        api_job = (await client.get(f"/api/v1/jobs/{job_id}")).json()
+    assert cli_job == api_job
+    assert cli_job["misfire_grace"] == 60.0 and "misfire_grace_s" not in cli_job
+    assert_iso(cli_job, "created_at", "scheduled_for", "upcoming")
+    assert cli_job["upcoming"][0].endswith("T03:00:00+01:00")
+
+
+async def test_job_show_groups_the_job_for_people(store: Store, db: Any) -> None:
+    await seed(store, db)
+    shown = await apgpulse("job", "show", "backup", dsn=store_dsn(db))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("next occurrences"))
+    assert lines[0].startswith("job default/backup (id ")
+    assert [line for line in lines if line and not line.startswith(" ")][1:] == [
+        "definition",
+        "state",
+        "current occurrence",
+        "next occurrences (Europe/Paris)",
+        "last runs (2)",
+    ]
+    assert "  schedule        0 3 * * *: at 03:00 (Europe/Paris)" in lines
+    assert f"  payload         {SHELL}" in lines
+    assert "  attempts        5, backoff base 1 s" in lines
+    assert "  catch-up        skip, misfire grace 60 s" in lines
+    assert all(line.endswith("T03:00:00+01:00") for line in lines[head + 1 : head + 6])
+    runs = lines[lines.index("last runs (2)") + 3 :]
+    assert runs[0].split() == [
+        *("2026-11-02T02:00:00+00:00", "failed", "1", "node-a", "2.5", "s", "exit", "3…")
+    ]
+    assert runs[0].endswith("exit 3…")  # the first line of a longer error, marked as cut
+    assert runs[1].split()[:2] == ["2026-11-01T02:00:00+00:00", "succeeded"]
+
+
+async def test_every_json_instant_is_iso_8601_with_t_and_an_offset(store: Store, db: Any) -> None:
+    job_id = await seed(store, db)
+    target = store_dsn(db)
+    created = await apgpulse("token", "create", "--admin", "--label", "ci", dsn=target)
+    assert created.returncode == 0, created.stderr
+    tokens = json.loads((await apgpulse("token", "list", "--json", dsn=target)).stdout)
+    assert_iso(tokens, "created_at")
+    runs = json.loads((await apgpulse("runs", "--json", dsn=target)).stdout)
+    assert_iso(runs, "scheduled_for", "started_at", "finished_at")
+    jobs = json.loads((await apgpulse("job", "list", "--json", dsn=target)).stdout)
+    assert_iso(jobs, "scheduled_for")
+    await store.register_node("n1", hostname="h", pid=1, slots=4, handlers=["x"])
+    status = json.loads((await apgpulse("status", "--json", dsn=target)).stdout)
+    assert_iso(status, "started_at", "last_heartbeat")
+    async with api_client(store, await make_token(store, admin=True)) as client:
+        assert_iso((await client.get(f"/api/v1/jobs/{job_id}")).json(), "created_at", "upcoming")
+        assert_iso((await client.get("/api/v1/runs")).json(), "scheduled_for", "finished_at")
+        assert_iso((await client.get("/api/v1/cluster")).json(), "last_heartbeat")
+
+
+def test_json_log_lines_carry_an_rfc_3339_utc_time(dsn: str) -> None:
+    made = pgpulse(
+        "token",
+        "create",
+        "--admin",
+        dsn=dsn,
+        env={"PGPULSE_LOG_FORMAT": "json", "PGPULSE_LOG_LEVEL": "INFO", "TZ": "Asia/Tokyo"},
+    )
+    assert made.returncode == 0, made.stderr
+    [line] = [json.loads(x) for x in made.stderr.splitlines() if '"token_created"' in x]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]), line
+    logged = datetime.fromisoformat(line["time"])
+    assert abs(logged - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+def test_listed_names_are_whole_and_can_be_typed_back(dsn: str, tmp_path: Path) -> None:
+    tab = tmp_path / "nightly-maintenance.crontab"
+    tab.write_text(
+        "15 2 * * * /usr/local/bin/backup-database --full > /var/log/backup.log 2>&1\n"
+        '*/10 * * * * echo "relay: health check upstream providers at $(date -u +\\%T)"\n'
+    )
+    imported = pgpulse("crontab", "import", str(tab), dsn=dsn)
+    assert imported.returncode == 0, imported.stderr
+    long_name = "reports." + "quarterly-revenue-by-region-" * 4 + "final"
+    create = ("job", "create", long_name, "--schedule", "@daily", "--handler", "shell")
+    assert pgpulse(*create, "--payload", '{"command": "true"}', dsn=dsn).returncode == 0
+    listed = pgpulse("job", "list", dsn=dsn)
+    assert listed.returncode == 0, listed.stderr
+    shown_names = [line.split()[0] for line in listed.stdout.splitlines()[2:]]
+    assert len(shown_names) == 3 and long_name in shown_names
+    assert "nightly-maintenance.backup-database-" in " ".join(shown_names)
+    assert "nightly-maintenance.echo-relay-health-check-" in " ".join(shown_names)
+    for name in shown_names:
+        assert len(name) <= max(len(long_name), 60)
+        shown = pgpulse("job", "show", name, dsn=dsn)
+        assert shown.returncode == 0 and shown.stdout.startswith(f"job default/{name} ")

@@ -1,0 +1,253 @@
+"""``pgpulse status`` as a user runs it, after a real SIGKILL of a real node process: a killed
+node is shown lost with no shards and nothing running, the live nodes' shards add up to 64,
+the headline says what matters and names the database, ``--check`` fails only when no node
+is alive or a due job is too late, and a restarted node shows its new start."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import PGPULSE, pgpulse
+
+HEARTBEAT = 0.5  # node_ttl = max(3 * 0.5, 2 * 0.5 + 1) = 2 s
+
+
+@contextmanager
+def nodes(dsn: str) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
+    """Start node processes by id; every one still running is SIGKILLed at the end."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(node_id: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [PGPULSE, "node", "run", "--node-id", node_id, "--heartbeat", str(HEARTBEAT)],
+            env={**os.environ, "PGPULSE_DATABASE_URL": dsn},
+        )
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+def status(dsn: str) -> dict[str, Any]:
+    shown = pgpulse("status", "--json", dsn=dsn)
+    assert shown.returncode == 0, shown.stderr
+    document: dict[str, Any] = json.loads(shown.stdout)
+    return document
+
+
+def wait_for(dsn: str, condition: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        document = status(dsn)
+        if condition(document):
+            return document
+        assert time.monotonic() < deadline, f"{what} never happened: {document}"
+        time.sleep(0.3)
+
+
+def by_id(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n["node_id"]: n for n in document["nodes"]}
+
+
+def settled(*alive: str, lost: tuple[str, ...] = ()) -> Callable[[dict[str, Any]], bool]:
+    """The given nodes alive and sharing all 64 shards, the ``lost`` ones lost, a leader."""
+
+    def check(document: dict[str, Any]) -> bool:
+        found = by_id(document)
+        return (
+            all(found.get(n, {}).get("alive") for n in alive)
+            and all(found.get(n, {}).get("state") == "lost" for n in lost)
+            and sum(len(found[n]["shards"]) for n in alive) == 64
+            and document["leader"] in alive
+        )
+
+    return check
+
+
+def database_of(db: Any) -> str:
+    """How status names the test's database (a socket folder stands for host and port)."""
+    info = db.info
+    where = info.host if info.host.startswith("/") else f"{info.host}:{info.port}"
+    return f"database {info.dbname!r} on {where}"
+
+
+@pytest.mark.slow
+def test_status_after_a_real_sigkill(dsn: str, db: Any) -> None:
+    where = database_of(db)
+    with nodes(dsn) as start:
+        start("node-a")
+        b = start("node-b")
+        before = wait_for(dsn, settled("node-a", "node-b"), "two live nodes")
+        first_start = by_id(before)["node-b"]["started_at"]
+        leader = before["leader"]
+        assert before["headline"] == f"2 nodes alive, leader {leader}, 0 jobs due — {where}"
+
+        b.send_signal(signal.SIGKILL)
+        b.wait(10)
+        after = wait_for(dsn, settled("node-a", lost=("node-b",)), "node-b lost")
+        killed = by_id(after)["node-b"]
+        assert (killed["alive"], killed["state"], killed["shards"], killed["running"]) == (
+            False,
+            "lost",
+            [],
+            0,
+        )
+        shown = pgpulse("status", "--check", dsn=dsn)
+        assert shown.returncode == 0, shown.stderr  # one node alive is a working cluster
+        lines = shown.stdout.splitlines()
+        assert lines[0] == (
+            "1 node alive, leader node-a, 0 jobs due; 1 node lost (node-b) — " + where
+        )
+        rows = {line.split()[0]: line.split() for line in lines[4:6]}
+        assert rows["node-a"][1:2] == ["alive"] and rows["node-a"][3] == "64"
+        assert rows["node-b"][1:2] == ["lost"] and rows["node-b"][3:5] == ["0", "0/10"]
+
+        start("node-b")  # a restart under the same id: a new start
+        again = wait_for(dsn, settled("node-a", "node-b"), "node-b back")
+        restarted = by_id(again)["node-b"]["started_at"]
+        assert datetime.fromisoformat(restarted) > datetime.fromisoformat(first_start)
+        assert datetime.fromisoformat(restarted) > datetime.fromisoformat(killed["last_heartbeat"])
+    # every node killed (the context's end): no live node, and --check says so
+    wait_for(dsn, lambda d: not any(n["alive"] for n in d["nodes"]), "every node lost")
+    down = pgpulse("status", "--check", dsn=dsn)
+    assert down.returncode == 1
+    assert (
+        down.stdout.splitlines()[0]
+        == f"NO LIVE NODE: 0 jobs due; 2 nodes lost (node-a, node-b) — {where}"
+    )
+    assert down.stderr == "check failed: no live node\n"
+
+
+def test_status_check_fails_on_a_late_job_and_names_the_database(dsn: str, db: Any) -> None:
+    create = ("job", "create", "report", "--schedule", "@hourly", "--handler", "shell")
+    assert pgpulse(*create, "--payload", '{"command": "true"}', dsn=dsn).returncode == 0
+    db.execute("UPDATE pgpulse_jobs SET next_run_at = now() - interval '90 seconds'")
+    late = pgpulse("status", "--max-lag", "30", dsn=dsn)  # --max-lag implies --check
+    assert late.returncode == 1
+    assert late.stdout.startswith("NO LIVE NODE: 1 job due, oldest 9")
+    assert late.stderr.startswith(
+        "check failed: no live node; the most overdue job is 9"
+    ) and late.stderr.endswith(" s late, over --max-lag 30 s\n")
+    checked = json.loads(pgpulse("status", "--json", "--check", dsn=dsn).stdout)
+    assert checked["check"]["ok"] is False and len(checked["check"]["problems"]) == 2
+    assert checked["database"] in checked["headline"]
+    url = f"postgresql://postgres:s3cret-pw@127.0.0.1:1/{db.info.dbname}"
+    refused = pgpulse("--database-url", url, "status")
+    assert refused.returncode == 3 and "s3cret-pw" not in refused.stderr + refused.stdout
+
+
+def test_database_reaches_another_database_of_the_server(
+    server_dsn: str, dsn: str, db: Any
+) -> None:
+    """--database NAME on the given server, and on the embedded one (by --data-dir) when the
+    suite runs on it: status names the database it reached, never a password."""
+    assert (
+        pgpulse(
+            "job",
+            "create",
+            "x",
+            "--schedule",
+            "@daily",
+            "--handler",
+            "shell",
+            "--payload",
+            '{"command": "true"}',
+            dsn=dsn,
+        ).returncode
+        == 0
+    )
+    env = {"PGPULSE_DATABASE": db.info.dbname}
+    given = pgpulse("--database-url", server_dsn, "status", env=env)
+    assert given.returncode == 0, given.stderr
+    assert given.stdout.splitlines()[0].endswith(f"— {database_of(db)}")
+    assert "jobs: 1 total" in given.stdout
+    socket = db.info.host
+    if socket.startswith("/") and socket.endswith("/pgdata"):  # the suite's embedded server
+        embedded = pgpulse(
+            "--data-dir",
+            socket.removesuffix("/pgdata"),
+            "--database",
+            db.info.dbname,
+            "status",
+            env={"PGPULSE_DATABASE_URL": ""},
+        )
+        assert embedded.returncode == 0, embedded.stderr
+        assert embedded.stdout.splitlines()[0].endswith(f"— {database_of(db)} (embedded)")
+        url = pgpulse(
+            *("--data-dir", socket.removesuffix("/pgdata"), "--database", db.info.dbname),
+            *("db", "url"),
+            env={"PGPULSE_DATABASE_URL": ""},
+        )
+        assert url.returncode == 0, url.stderr
+        with psycopg.connect(url.stdout.strip()) as conn:
+            assert conn.info.dbname == db.info.dbname
+    missing = pgpulse("--database-url", server_dsn, "--database", "no_such_db", "status")
+    assert missing.returncode == 3 and "no_such_db" in missing.stderr
+
+
+APP = """
+from pgpulse import App, RunContext
+
+app = App()
+
+
+@app.handler("trial.hello")
+async def hello(ctx: RunContext) -> str:
+    return "hello"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["cwd", "app_dir"])
+def test_node_run_imports_the_app_from_the_current_folder(
+    dsn: str, db: Any, tmp_path: Any, where: str
+) -> None:
+    (tmp_path / "trialapp.py").write_text(APP)
+    args = ["node", "run", "--app", "trialapp:app", "--node-id", "trial", "--heartbeat", "0.5"]
+    if where == "app_dir":
+        args[4:4] = ["--app-dir", str(tmp_path)]
+    proc = subprocess.Popen(
+        [PGPULSE, *args],
+        env={**os.environ, "PGPULSE_DATABASE_URL": dsn},
+        cwd=tmp_path if where == "cwd" else "/",
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not db.execute(
+            "SELECT 1 FROM pgpulse_nodes WHERE node_id = 'trial' AND 'trial.hello' = ANY(handlers)"
+        ).fetchone():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+
+
+def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: Any) -> None:
+    refused = pgpulse("node", "run", "--app", "nosuchmodule:app", dsn=dsn)
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "error: invalid value for --app: cannot load 'nosuchmodule:app': "
+        "No module named 'nosuchmodule'\n"
+    )
