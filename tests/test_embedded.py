@@ -4,16 +4,31 @@ stopped on demand."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from pgpulse.embedded import start_embedded, stop_embedded
 
 
-def test_dead_users_are_pruned_and_db_stop_stops_the_server(tmp_path: Path) -> None:
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A data folder outside pytest's own temporary root, which pytest keeps at mode 0700 (and
+    resets to it when another session starts): the server runs as another user when we are
+    root, and needs to traverse every parent folder."""
+    folder = Path(tempfile.mkdtemp(prefix="pgpulse-embedded-test-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_dead_users_are_pruned_and_db_stop_stops_the_server(data_dir: Path) -> None:
+    tmp_path = data_dir
     # A process that used the server and was killed -9 left its pid in the handle list.
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
