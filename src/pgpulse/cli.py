@@ -487,7 +487,11 @@ async def status(store: Store, as_json: bool) -> None:
 async def runs(
     store: Store, job_name: str | None, tenant: str | None, limit: int, as_json: bool
 ) -> None:
-    """Recent runs (of JOB_NAME, if given), newest first."""
+    """Recent runs (of JOB_NAME, if given), newest first.
+
+    A skipped row may stand for many consecutive occurrences (column occurrences): from its
+    scheduled_for through last_scheduled_for (shown with --json).
+    """
     if job_name is not None and not any(
         j["name"] == job_name for j in await store.list_jobs(tenant)
     ):
@@ -496,7 +500,16 @@ async def runs(
     print_records(
         rows,
         as_json,
-        ["name", "scheduled_for", "outcome", "attempts", "node_id", "duration", "error"],
+        [
+            "name",
+            "scheduled_for",
+            "outcome",
+            "occurrences",
+            "attempts",
+            "node_id",
+            "duration",
+            "error",
+        ],
     )
 
 

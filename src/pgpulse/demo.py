@@ -249,7 +249,12 @@ async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, cutoff:
         due = schedule.occurrences_between(
             row["anchor_at"], cutoff, anchor=row["anchor_at"], limit=100_000
         )
-        missed = len(set(due) - set(row["accounted"] or []))
+        summarised = row["summarised"] or []
+        missed = sum(
+            1
+            for at in set(due) - set(row["accounted"] or [])
+            if not any(first <= at <= last for first, last in summarised)
+        )
         if row["duplicates"] or (missed and row["catch_up"] == "backfill"):
             bad += 1
         table.append(

@@ -163,6 +163,21 @@ def _storable(text: str | None) -> str | None:
     return text
 
 
+_NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
+
+
+def _skips(advance: Advance | None) -> dict[str, Any]:
+    """The skipped occurrences of an outcome as ``finish_and_claim`` reads them: a count, the
+    first and (for more than one) the last; the statement writes one summary row of them."""
+    if advance is None or not advance.skipped_count:
+        return _NO_SKIPS
+    return {
+        "skips": advance.skipped_count,
+        "skip_from": advance.skipped_first,
+        "skip_to": advance.skipped_last if advance.skipped_count > 1 else None,
+    }
+
+
 class Outcome(NamedTuple):
     """How an attempt of a claimed job ends: the argument of :meth:`Store.finish_runs`
     (immutable; a named tuple, built once per run without a frozen dataclass's per-field
@@ -175,12 +190,12 @@ class Outcome(NamedTuple):
     Attributes:
         job: the claimed job (its id, fencing token and run id fence the write).
         outcome: the run row's new outcome.
-        advance: where the job goes next, for a final outcome.
+        advance: where the job goes next, for a final outcome (with the occurrences it skips).
         retry_in: seconds until the retry, for ``retrying``.
         status: the job's new status: ``idle``, or ``failed`` (cannot be scheduled).
         error: error text for the run and the job's ``last_error``.
         output: captured output (already truncated).
-        skip_reason: error text of the skipped occurrences' rows.
+        skip_reason: error text of the skipped occurrences' summary row.
         ended_at: the database's instant (as the node estimates it) when the handler ended;
             ``None`` when no handler ran. Not written: metrics take the run's duration from it.
     """
@@ -535,9 +550,7 @@ class Store:
                 "outcome": o.outcome,
                 "error": o.error and _storable(o.error),
                 "output": o.output and _storable(o.output),
-                "skipped": o.advance.skipped
-                if o.advance is not None and o.advance.skipped
-                else None,
+                **_skips(o.advance),
                 "skip_reason": o.skip_reason,
             }
             for o in sorted(outcomes, key=lambda o: o.job.id)

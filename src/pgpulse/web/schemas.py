@@ -162,6 +162,13 @@ class Run(BaseModel):
     scheduled_for: datetime
     attempts: int = Field(description="Attempts made (0 for a skipped occurrence).")
     outcome: Outcome
+    occurrences: int = Field(
+        description="Occurrences the row stands for: 1, or for a skipped summary the "
+        "consecutive occurrences from scheduled_for through last_scheduled_for."
+    )
+    last_scheduled_for: datetime = Field(
+        description="The last occurrence the row stands for (scheduled_for when 1)."
+    )
     node_id: str | None
     fencing_token: int | None
     started_at: datetime | None = Field(description="Start of the latest attempt.")
