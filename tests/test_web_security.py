@@ -146,6 +146,31 @@ async def test_shell_jobs_need_an_admin_token_and_the_servers_opt_in(store: Stor
     ] == {"command": "echo backup"}
 
 
+@pytest.mark.parametrize("allow_shell_jobs", [False, True])
+async def test_a_tenant_cannot_overwrite_a_shell_job_through_create(
+    store: Store, allow_shell_jobs: bool
+) -> None:
+    """Create is an upsert: POSTing the name of an admin's shell job is a change of it, and
+    refused like the PATCH (issue 15, item 2: it answered 200 and made it an http job)."""
+    admin, tenant = await make_token(store, admin=True), await make_token(store, "acme")
+    async with api_client(store, admin, WebSettings(allow_shell_jobs=True)) as root:
+        made = await root.post("/api/v1/jobs", json={**SHELL, "tenant": "acme"})
+        assert made.status_code == 201
+    before = await store.get_job("acme", "backup")
+    async with api_client(store, tenant, WebSettings(allow_shell_jobs=allow_shell_jobs)) as client:
+        for attempt in (http_job("backup"), {**SHELL, "schedule": "* * * * *"}):
+            refused = await client.post("/api/v1/jobs", json=attempt)
+            assert refused.status_code == 403, refused.json()
+            assert refused.json()["error"]["field"] == "handler"
+            assert "shell job" in refused.json()["error"]["message"]
+        patched = await client.patch(
+            f"/api/v1/jobs/{made.json()['id']}",
+            json={"handler": "http", "payload": {"url": PUBLIC_URL}},
+        )
+        assert patched.status_code == 403
+    assert await store.get_job("acme", "backup") == before
+
+
 @pytest.mark.parametrize(
     "url",
     [

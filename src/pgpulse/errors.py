@@ -60,6 +60,11 @@ class CrontabError(InvalidInput):
         self.reason = reason
 
 
+class Forbidden(PulseError):
+    """The writer may not do this: another tenant's job, or a ``shell`` job without shell
+    rights (:mod:`pgpulse.access`). Nothing was written."""
+
+
 class JobNotFound(PulseError):
     """No job has the given (tenant, name)."""
 

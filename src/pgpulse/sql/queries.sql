@@ -340,6 +340,18 @@ WITH found AS (
 SELECT w.id, w.shard_id, w.created, pg_notify('pgpulse_wakeup', w.shard_id::text)
 FROM (SELECT * FROM updated UNION ALL SELECT * FROM inserted) w;
 
+-- name: lock_jobs_by_name
+-- The handler of each existing job among the names (%(tenants)s[i], %(names)s[i]), its row
+-- locked until the end of the transaction: an upsert checks who may write each definition
+-- against the job it replaces (pgpulse.access), and nothing changes that job in between. Rows
+-- are locked in id order, as every statement over several job rows takes them.
+SELECT n.tenant, n.name, j.handler
+FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
+JOIN job_names n ON n.tenant = w.tenant AND n.name = w.name
+JOIN scheduled_jobs j ON j.id = n.job_id
+ORDER BY j.id
+FOR UPDATE OF j;
+
 -- name: now
 SELECT now() AS db_now;
 

@@ -1,7 +1,9 @@
 """What the HTTP edge refuses before anything is written: its settings and security rules.
 
 * ``shell`` jobs run commands on every node. The API creates or changes one only for an admin
-  token AND when the server was started with ``--allow-shell-jobs``.
+  token AND when the server was started with ``--allow-shell-jobs`` (the rule is
+  :mod:`pgpulse.access`'s, applied by the store to every write; :attr:`WebSettings` carries the
+  opt-in).
 * ``http`` jobs must not turn the scheduler into a request-forgery tool. Their URL's host must be
   on the operator's allow-list (:attr:`WebSettings.http_allow`: host names, ``*.domain``
   patterns, CIDR networks), or else resolve only to public (globally routable) addresses:
@@ -23,8 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from pgpulse.errors import InvalidInput, PulseError
-from pgpulse.web.auth import Principal
+from pgpulse.errors import Forbidden, InvalidInput, PulseError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -33,8 +34,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 
 
-class Forbidden(PulseError):
-    """The token may not do this (a ``shell`` job without admin rights or server opt-in)."""
+__all__ = ["Forbidden", "HttpAllowList", "WebSettings", "check_http_target", "check_text"]
 
 
 class TargetNotAllowed(InvalidInput):
@@ -119,32 +119,6 @@ class WebSettings:
     refresh_seconds: float = 2.0
     resolve_timeout: float = 2.0
     secure_cookies: bool = False
-
-
-def check_shell(principal: Principal, settings: WebSettings, *handlers: str | None) -> None:
-    """Refuse creating or changing a ``shell`` job unless admin token AND server opt-in.
-
-    Args:
-        handlers: the job's handler before (``None`` for a new job) and after the change.
-
-    Raises:
-        Forbidden: ``field="handler"``, ``value="shell"``.
-    """
-    if "shell" not in handlers:
-        return
-    if not settings.allow_shell_jobs:
-        raise Forbidden(
-            "shell jobs run commands on every node: this server was not started "
-            "with --allow-shell-jobs",
-            field="handler",
-            value="shell",
-        )
-    if not principal.admin:
-        raise Forbidden(
-            "shell jobs run commands on every node: only an admin token may create or change them",
-            field="handler",
-            value="shell",
-        )
 
 
 def _literal_address(host: str) -> IPAddress | None:
