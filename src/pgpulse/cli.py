@@ -228,7 +228,10 @@ def node_run(
         "poll_interval": poll,
         "slots": slots,
         "drain_timeout": drain_timeout,
-        "handler_options": {"shell_dry_run": shell_dry_run},
+        "handler_options": {
+            "shell_dry_run": shell_dry_run,
+            "http_allow": web_settings(**web).http_allow,  # checked at each connection
+        },
         "allow_shell": web["allow_shell_jobs"] or shell_dry_run,
     }
     if node_id:
