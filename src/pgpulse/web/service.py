@@ -163,7 +163,7 @@ class JobService:
                 "tenant": tenant,
                 "job": spec.name,
                 "token_id": who.token_id,
-                "created": created,
+                "job_created": created,  # not "created": a LogRecord attribute
             },
         )
         return await self.job(who, job_id), created
