@@ -209,6 +209,12 @@ def test_crontab_with_a_bad_line_imports_nothing(dsn: str, db: Any, tmp_path: Pa
             id="backfill_limit_without_backfill",
         ),
         pytest.param(["--tz", "europe/london"], "timezone", ["Europe/London"], id="zone_case_hint"),
+        pytest.param(
+            ["--misfire-grace", "0"],
+            "misfire_grace",
+            ["misfire_grace must be at least 1 second, got 0.0", "skip every occurrence"],
+            id="misfire_grace_zero",
+        ),
     ],
 )
 def test_bad_input_is_refused_naming_the_field_and_changes_nothing(
@@ -289,6 +295,7 @@ def test_status_and_runs_as_json(dsn: str) -> None:
         pytest.param({"timeout": 1e300}, "timeout", id="timeout_overflow"),
         pytest.param({"payload": {"json": {"k": "a\u0000b"}}}, "payload", id="nul_in_payload"),
         pytest.param({"payload": {"k": "\ud800"}}, "payload", id="lone_surrogate"),
+        pytest.param({"misfire_grace": 0.999}, "misfire_grace", id="grace_under_1s"),
     ],
 )
 def test_values_the_database_cannot_hold_are_refused_up_front(

@@ -104,6 +104,38 @@ async def test_a_run_open_across_the_upgrade_to_version_4_keeps_its_row(empty_ds
         ]
 
 
+async def test_version_7_keeps_history_rows_and_gives_no_job_a_grace_under_1s(
+    empty_dsn: str,
+) -> None:
+    """Version 7 adds summary columns (existing rows stand for one occurrence each) and lifts
+    misfire_grace below 1 s, with which no occurrence could ever run, to 1 s."""
+    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
+        await migrate(conn)
+        await conn.execute("DELETE FROM pgpulse_migrations WHERE version = 7")  # as of version 6
+        await conn.execute(
+            "ALTER TABLE job_runs DROP CONSTRAINT job_runs_occurrences, "
+            "DROP COLUMN occurrences CASCADE, DROP COLUMN last_scheduled_for"
+        )
+        await conn.execute("""
+            INSERT INTO scheduled_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,
+                                        scheduled_for, next_run_at, misfire_grace)
+            SELECT 't', n, '@hourly', 'cron', 'noop', now(), now(), now(), g
+            FROM (VALUES ('zero', interval '0'), ('half', interval '0.5 s'),
+                         ('minute', interval '60 s')) AS v(n, g)""")
+        await conn.execute("""
+            INSERT INTO job_runs (job_id, scheduled_for, attempts, outcome, finished_at)
+            SELECT id, '2026-01-01 11:00+00', 0, 'skipped', now()
+            FROM scheduled_jobs WHERE name = 'zero'""")
+        assert await migrate(conn) == [7]
+        cur = await conn.execute(
+            "SELECT name, extract(epoch FROM misfire_grace)::float8 FROM scheduled_jobs "
+            "ORDER BY name"
+        )
+        assert await cur.fetchall() == [("half", 1.0), ("minute", 60.0), ("zero", 1.0)]
+        cur = await conn.execute("SELECT occurrences, last_scheduled_for FROM job_runs_live")
+        assert await cur.fetchall() == [(1, None)]
+
+
 async def test_interval_jobs_stored_before_version_3_keep_their_whole_second_grid(
     empty_dsn: str,
 ) -> None:

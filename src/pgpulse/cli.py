@@ -284,7 +284,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     default=None,
     help="With backfill: run only the newest N missed occurrences.",
 )
-@click.option("--misfire-grace", type=float, default=60.0, help="Seconds late that still run.")
+@click.option(
+    "--misfire-grace", type=float, default=60.0, help="Seconds late that still run (at least 1)."
+)
 @click.option("--max-attempts", type=int, default=3)
 @click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
 @click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")

@@ -67,6 +67,23 @@ def _check_number(
     return float(value)
 
 
+#: The least ``misfire_grace``, seconds. A claim always comes some milliseconds after its
+#: occurrence is due, so with less nothing would ever run on time (every occurrence skipped).
+MIN_MISFIRE_GRACE = 1.0
+
+
+def _check_misfire_grace(value: object) -> None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1:
+        raise InvalidInput(
+            f"misfire_grace must be at least {MIN_MISFIRE_GRACE:g} second, got {value!r}: a "
+            "claim always comes a little after its occurrence is due, so a smaller grace would "
+            "skip every occurrence",
+            field="misfire_grace",
+            value=value,
+        )
+    _check_number("misfire_grace", value, minimum=MIN_MISFIRE_GRACE)
+
+
 def parse_payload(value: object) -> dict[str, Any]:
     """Return a job payload as a JSON object.
 
@@ -129,7 +146,8 @@ class JobSpec:
         catch_up: ``skip``, ``backfill`` or ``coalesce`` (design.md, Policies).
         backfill_limit: with ``backfill``, keep only the newest N missed occurrences; ``None``
             keeps all.
-        misfire_grace: seconds an occurrence may be late and still run under ``skip``.
+        misfire_grace: seconds an occurrence may be late and still run under ``skip`` (at
+            least :data:`MIN_MISFIRE_GRACE`).
         max_attempts: attempts per occurrence before the run is failed (>= 1).
         retry_backoff: base of the exponential retry backoff, seconds (> 0).
         timeout: per-attempt limit in seconds, or ``None`` for no limit.
@@ -199,7 +217,7 @@ class JobSpec:
                     field="backfill_limit",
                     value=backfill_limit,
                 )
-        _check_number("misfire_grace", misfire_grace, minimum=0)
+        _check_misfire_grace(misfire_grace)
         _check_number("max_attempts", max_attempts, minimum=1, integer=True)
         _check_number("retry_backoff", retry_backoff, minimum=0.001)
         if timeout is not None:

@@ -41,7 +41,7 @@ class JobDefinition(BaseModel):
     )
     catch_up: CatchUp = "skip"
     backfill_limit: int | None = Field(None, ge=1, le=1_000_000)
-    misfire_grace: float = Field(60.0, ge=0, le=MAX_SECONDS, description="Seconds.")
+    misfire_grace: float = Field(60.0, ge=1, le=MAX_SECONDS, description="Seconds, at least 1.")
     max_attempts: int = Field(3, ge=1, le=1000)
     retry_backoff: float = Field(1.0, ge=0.001, le=86400, description="Seconds.")
     timeout: float | None = Field(
@@ -80,7 +80,7 @@ class JobPatch(BaseModel):
     payload: dict[str, Any] | Unset = None
     catch_up: CatchUp | Unset = None
     backfill_limit: int | None = Field(None, ge=1, le=1_000_000)
-    misfire_grace: float | Unset = Field(None, ge=0, le=MAX_SECONDS)
+    misfire_grace: float | Unset = Field(None, ge=1, le=MAX_SECONDS)
     max_attempts: int | Unset = Field(None, ge=1, le=1000)
     retry_backoff: float | Unset = Field(None, ge=0.001, le=86400)
     timeout: float | None = Field(None, ge=0.001, le=MAX_SECONDS)

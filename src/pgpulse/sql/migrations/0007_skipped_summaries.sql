@@ -1,4 +1,5 @@
--- Pulse schema, version 7: skipped occurrences are summarised in one history row.
+-- Pulse schema, version 7: skipped occurrences are summarised in one history row, and a job's
+-- misfire_grace is at least one second.
 --
 -- A catch-up decision can skip any number of consecutive occurrences of a job (a `* * * * * *`
 -- job ten years behind skips 315 million of them). It writes them as one job_runs row with
@@ -29,3 +30,10 @@ SELECT j.run_id, j.id, j.scheduled_for, j.attempt, 'running', j.locked_by, j.fen
        j.claimed_at, NULL::timestamptz, NULL::text, NULL::text, 1::bigint, NULL::timestamptz
 FROM scheduled_jobs j
 WHERE j.status = 'running';
+
+-- misfire_grace 0 could never run an occurrence: a claim always comes some milliseconds after
+-- the occurrence is due, so it was always late. From version 7 the least grace is one second
+-- (refused below that when a job is written); jobs stored with less get one second.
+UPDATE scheduled_jobs
+SET misfire_grace = interval '1 second'
+WHERE misfire_grace < interval '1 second';
