@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import importlib
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -59,12 +60,48 @@ class _EnvGroup(click.Group):
 
     group_class = type  # subgroups are _EnvGroup too
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Refuse, before parsing, a command line or ``PGPULSE_*`` variable that is not UTF-8
+        (Python hands such bytes over as lone surrogates, which no field may hold)."""
+        if ctx.parent is None:
+            _refuse_undecodable(ctx, args)
+        return super().parse_args(ctx, args)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
         for param in command.params if command is not None else ():
             if isinstance(param, click.Option):
                 param.show_envvar = True
         return command
+
+
+def _not_utf8(text: str) -> str | None:
+    """How ``text`` (decoded with ``surrogateescape``) fails to be UTF-8, or ``None``."""
+    data = text.encode("utf-8", "surrogateescape")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        shown = data.decode("utf-8", "backslashreplace")
+        return f"'{shown}' is not valid UTF-8 (byte 0x{data[exc.start]:02x})"
+    return None
+
+
+def _refuse_undecodable(ctx: click.Context, args: list[str]) -> None:
+    """One line naming the option (or argument, or variable) and its value; exit 2."""
+    found = [
+        (f"environment variable {name}", why)
+        for name, value in os.environ.items()
+        if name.startswith("PGPULSE_") and (why := _not_utf8(value))
+    ]
+    for index, arg in enumerate(args):
+        why = _not_utf8(arg)
+        if why is not None:
+            before = args[index - 1] if index else ""
+            found.append((before if before.startswith("-") else f"argument {index + 1}", why))
+    if found:
+        where, why = found[0]
+        click.echo(f"error: {where}: {why}; nothing was done", err=True)
+        ctx.exit(2)
 
 
 @click.group(cls=_EnvGroup, context_settings=CONTEXT)
@@ -421,9 +458,20 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
         cursor = cursor.replace(tzinfo=UTC)
     anchor = cursor
     click.echo(f"{parsed.describe()}")
-    for _ in range(count):
-        cursor = parsed.next_after(cursor, anchor=anchor)
-        click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
+    try:
+        for _ in range(count):
+            cursor = parsed.next_after(cursor, anchor=anchor)
+            click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
+    except PulseError as exc:  # e.g. no occurrence before the year 10000
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except OverflowError:  # an occurrence whose local time in the zone is past 9999-12-31
+        click.echo(
+            f"error: schedule {expression!r}: the occurrence after {cursor.isoformat()} is past "
+            f"the year 9999 in time zone {timezone}",
+            err=True,
+        )
+        sys.exit(2)
 
 
 @main.group()
@@ -450,8 +498,8 @@ async def crontab_import(
     Every line is imported or refused with file:line and the reason. If any line is refused,
     nothing is written and the command exits 2.
     """
-    text = await asyncio.to_thread(path.read_text, encoding="utf-8")
-    parsed = parse_crontab(text, path=str(path), system=system)
+    data = await asyncio.to_thread(path.read_bytes)  # lines that are not UTF-8 are refused
+    parsed = parse_crontab(data, path=str(path), system=system)
     for error in parsed.errors:
         click.echo(f"refused {error}", err=True)
     if parsed.errors:

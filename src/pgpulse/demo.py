@@ -96,7 +96,7 @@ def _is_system_crontab(path: Path) -> bool:
 
 def _specs(path: Path, tenant: str, relay: bool, system: bool = False) -> list[JobSpec]:
     parsed = parse_crontab(
-        path.read_text(encoding="utf-8"), path=str(path), system=system or _is_system_crontab(path)
+        path.read_bytes(), path=str(path), system=system or _is_system_crontab(path)
     )
     for error in parsed.errors:
         click.echo(f"  refused {error}")

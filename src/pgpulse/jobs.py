@@ -84,19 +84,40 @@ def _check_misfire_grace(value: object) -> None:
     _check_number("misfire_grace", value, minimum=MIN_MISFIRE_GRACE)
 
 
+#: The largest payload (and ``meta``) of a job: its JSON text, encoded as UTF-8, in bytes. One
+#: limit on every path (CLI, Python API, crontab, code, HTTP): a payload travels with every
+#: claim of its job, and PostgreSQL's jsonb would refuse only at 255 MB, mid-transaction.
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _too_large(size: int, value: object) -> InvalidPayload:
+    return InvalidPayload(
+        f"payload is {size:,} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES:,} bytes",
+        field="payload",
+        value=f"<{size:,} bytes>",
+    )
+
+
 def parse_payload(value: object) -> dict[str, Any]:
     """Return a job payload as a JSON object.
 
     Args:
-        value: a ``dict`` (must be JSON-serialisable) or a ``str`` holding a JSON object.
+        value: a ``dict`` (must be JSON-serialisable) or a ``str`` holding a JSON object, at
+            most :data:`MAX_PAYLOAD_BYTES` as UTF-8 JSON text.
 
     Returns:
         The payload as a ``dict``.
 
     Raises:
-        InvalidPayload: the string is not JSON, the JSON is not an object, or the dict holds
-            values JSON cannot encode; ``field`` is ``"payload"``.
+        InvalidPayload: the string is not JSON, the JSON is not an object, the dict holds
+            values JSON cannot encode or text PostgreSQL cannot store (NUL characters, lone
+            surrogates), or it is too large; ``field`` is ``"payload"``.
     """
+    if isinstance(value, str) and len(value) > MAX_PAYLOAD_BYTES:  # no need to parse it
+        raise _too_large(len(value.encode("utf-8", "surrogatepass")), value)
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -111,15 +132,26 @@ def parse_payload(value: object) -> dict[str, Any]:
             f"payload must be a JSON object, got {value!r}", field="payload", value=value
         )
     try:
-        text = json.dumps(value, allow_nan=False)
-        # PostgreSQL's jsonb stores neither NUL characters nor lone surrogates.
-        if "\\u0000" in text:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        # PostgreSQL's jsonb stores neither NUL characters nor lone surrogates. JSON writes a
+        # NUL as the escape \\u0000 (an odd number of backslashes); a text that holds a
+        # backslash and "u0000" (an even number) is fine.
+        if _NUL_ESCAPE.search(text):
             raise ValueError("it holds a NUL character (\\u0000), which PostgreSQL cannot store")
-        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("utf-8", "backslashreplace").decode()
+        raise InvalidPayload(
+            f"payload cannot be encoded: it holds a lone surrogate ({bad}), which is not text",
+            field="payload",
+            value=bad,
+        ) from None
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(
             f"payload cannot be encoded as JSON: {exc}", field="payload", value=value
         ) from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise _too_large(size, value)
     return cast(dict[str, Any], value)
 
 
