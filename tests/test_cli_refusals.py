@@ -155,3 +155,37 @@ async def test_a_literal_backslash_u0000_is_accepted_and_a_nul_is_not(
         body = {"name": "api", "schedule": "@daily", "handler": "shell", "payload": literal}
         assert (await client.post("/api/v1/jobs", json=body)).status_code == 201
     assert (await store.get_job("default", "api"))["payload"] == literal
+
+
+# --- item 12: zones that mean different things on different hosts ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("zone", "why"),
+    [
+        ("localtime", "depend on the host"),
+        ("posixrules", "depend on the host"),
+        ("right/UTC", "depend on the host"),
+        ("posix/Europe/Berlin", "depend on the host"),
+        ("Factory", "placeholder"),
+    ],
+)
+async def test_host_dependent_zones_are_refused(
+    dsn: str, store: Store, zone: str, why: str
+) -> None:
+    run = pgpulse if zone == "localtime" else in_process  # one as a real subprocess
+    refused(run(dsn, "job", "create", "z", "--schedule", "0 3 * * *", "--tz", zone, *SHELL),
+            f"timezone {zone!r} is refused", why)  # fmt: skip
+    refused(in_process(None, "schedule", "next", "0 3 * * *", "--tz", zone), why)
+    admin = await make_token(store, admin=True)
+    body = {"name": "z", "schedule": "0 3 * * *", "handler": "http", "timezone": zone}
+    body["payload"] = {"url": "https://93.184.215.14/"}
+    async with api_client(store, admin) as client:
+        response = await client.post("/api/v1/jobs", json=body)
+    assert response.status_code == 422 and response.json()["error"]["field"] == "timezone"
+    assert jobs(dsn) == []
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Etc/GMT+5", "US/Eastern", "Europe/Berlin", "EST5EDT"])
+def test_database_zones_and_their_aliases_are_accepted(zone: str) -> None:
+    assert JobSpec.create(name="z", schedule="0 3 * * *", handler="h", timezone=zone)
