@@ -189,3 +189,33 @@ async def test_host_dependent_zones_are_refused(
 @pytest.mark.parametrize("zone", ["UTC", "Etc/GMT+5", "US/Eastern", "Europe/Berlin", "EST5EDT"])
 def test_database_zones_and_their_aliases_are_accepted(zone: str) -> None:
     assert JobSpec.create(name="z", schedule="0 3 * * *", handler="h", timezone=zone)
+
+
+# --- item 13: names hold printable characters only ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("del\x7fete", "U+007F (a control character)"),
+        ("next\x85line", "U+0085 (a control character)"),
+        ("gnp.\u202eexe", "U+202E (RIGHT-TO-LEFT OVERRIDE, a format character)"),
+        ("zero\u200bwidth", "U+200B (ZERO WIDTH SPACE, a format character)"),
+        ("line\u2028sep", "U+2028 (LINE SEPARATOR, a line separator)"),
+    ],
+)
+@pytest.mark.parametrize("field", ["name", "tenant"])
+async def test_control_format_and_bidi_characters_are_refused_in_names_and_tenants(
+    dsn: str, store: Store, text: str, shown: str, field: str
+) -> None:
+    args = [text, "--schedule", "@daily", *SHELL] if field == "name" else [
+        "ok", "--tenant", text, "--schedule", "@daily", *SHELL]  # fmt: skip
+    run = pgpulse if "\u202e" in text and field == "name" else in_process  # one subprocess
+    refused(run(dsn, "job", "create", *args), f"{field} ", "is not a valid name", shown)
+    admin = await make_token(store, admin=True)
+    body = {"name": "ok", "schedule": "@daily", "handler": "http", field: text}
+    body["payload"] = {"url": "https://93.184.215.14/"}
+    async with api_client(store, admin) as client:
+        response = await client.post("/api/v1/jobs", json=body)
+    assert response.status_code == 422 and response.json()["error"]["field"] == field
+    assert jobs(dsn) == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -19,20 +20,59 @@ from pgpulse.schedule import Schedule, parse_schedule
 CatchUp = Literal["skip", "backfill", "coalesce"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
 
-#: Names of jobs, tenants and handlers: printable, no whitespace at the ends, at most 200 chars.
-_NAME_RE = re.compile(r"^[^\s\x00-\x1f](?:[^\x00-\x1f]{0,198}[^\s\x00-\x1f])?$")
+#: Names of handlers: an identifier-like ASCII name (it is also a registry key in code).
 _HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+_KINDS = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Cs": "a lone surrogate: a byte that is not UTF-8",
+    "Co": "a private-use character",
+    "Cn": "an unassigned code point",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Zs": "a space other than ' '",
+}
+#: Longest job or tenant name, characters.
+MAX_NAME_CHARS = 200
 
 
-def _check_name(field_name: str, value: object, pattern: re.Pattern[str] = _NAME_RE) -> str:
-    if not isinstance(value, str) or not pattern.match(value):
-        raise InvalidInput(
-            f"{field_name} {value!r} is not a valid name "
-            "(1-200 printable characters, no leading or trailing space)",
-            field=field_name,
-            value=value,
-        )
-    return value
+def _name_problem(value: str) -> str | None:
+    """Why ``value`` is not a job or tenant name, or ``None``: 1-200 printable characters
+    (``str.isprintable``: no control, format — bidirectional overrides included — surrogate,
+    private-use, unassigned or separator characters but the space), no space at either end."""
+    if not 1 <= len(value) <= MAX_NAME_CHARS:
+        return f"it has {len(value)} characters"
+    if value != value.strip():
+        return "it starts or ends with a space"
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is None:
+        return None
+    kind = _KINDS.get(unicodedata.category(bad), "not printable")
+    name = unicodedata.name(bad, "")
+    return f"it holds U+{ord(bad):04X} ({f'{name}, ' if name else ''}{kind})"
+
+
+def _check_name(field_name: str, value: object, pattern: re.Pattern[str] | None = None) -> str:
+    """``value`` if it is a valid name (``pattern``: a handler name), else InvalidInput."""
+    problem: str | None
+    if not isinstance(value, str):
+        problem = "it is not text"
+    elif pattern is None:
+        problem = _name_problem(value)
+    else:
+        problem = None if pattern.match(value) else ""
+    if problem is None:
+        return cast(str, value)
+    rule = (
+        "a letter or _, then letters, digits and _.:- (at most 200)"
+        if pattern is not None
+        else "1-200 printable characters, no leading or trailing space"
+    )
+    raise InvalidInput(
+        f"{field_name} {value!r} is not a valid name ({rule}){f': {problem}' if problem else ''}",
+        field=field_name,
+        value=value,
+    )
 
 
 #: Upper bounds of the numeric fields: beyond them a value is a mistake, and some would overflow
