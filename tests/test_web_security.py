@@ -251,3 +251,28 @@ def test_allow_list_entries_are_checked() -> None:
     assert not parsed.allows_name("corp.example.evil")
     with pytest.raises(InvalidInput, match="http allow-list entry"):
         HttpAllowList.parse(["http://x/"])
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Sec-Fetch-Site": "cross-site"}, 403),
+        ({"Sec-Fetch-Site": "same-site"}, 403),  # another port or subdomain of the same site
+        ({"Origin": "http://evil.example"}, 403),
+        ({"Origin": "null"}, 403),
+        ({"Sec-Fetch-Site": "same-origin", "Origin": "http://pulse.test"}, 303),
+        ({"Sec-Fetch-Site": "none"}, 303),
+        ({"Origin": "http://pulse.test"}, 303),
+        ({}, 303),  # not a browser's cross-site form: a script
+    ],
+)
+async def test_sign_in_accepts_posts_from_the_dashboards_own_pages_only(
+    store: Store, headers: dict[str, str], status: int
+) -> None:
+    token = await make_token(store, "acme")
+    async with api_client(store) as client:
+        response = await client.post("/ui/login", data={"token": token}, headers=headers)
+        assert response.status_code == status
+        assert ("pgpulse_token" in response.cookies) is (status == 303)
+        out = await client.post("/ui/logout", headers=headers)
+        assert out.status_code == status
