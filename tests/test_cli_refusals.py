@@ -84,7 +84,7 @@ def jobs(dsn: str) -> list[Any]:
 )
 def test_bytes_that_are_not_utf8_are_refused(dsn: str, args: list[Any], words: list[str]) -> None:
     refused(pgpulse(dsn, "job", "create", *args), *words)
-    refused(pgpulse(dsn, "job", "show", b"bad\xffname"), "not valid UTF-8")
+    refused(in_process(dsn, "job", "show", "bad\udcffname"), "not valid UTF-8")  # as decoded
     assert jobs(dsn) == []
 
 
