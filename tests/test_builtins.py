@@ -29,9 +29,11 @@ from pgpulse.builtins import (
     validate_http_payload,
     validate_shell_payload,
 )
+from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, HandlerFailed, RunContext, truncate_output
 
+LOOPBACK = HttpAllowList.parse(["127.0.0.1"])
 SCHEDULED_FOR = datetime(2024, 3, 10, 2, 30, tzinfo=UTC)
 SCHEDULED_ISO = "2024-03-10T02:30:00+00:00"
 IS_ROOT = os.geteuid() == 0
@@ -50,7 +52,7 @@ def make_ctx(payload: dict[str, Any], **overrides: Any) -> RunContext:
         "fencing_token": 17,
         "timeout": None,
         "node_id": "node-a",
-        "options": {},
+        "options": {"http_allow": LOOPBACK},  # the loopback server below is allow-listed
     }
     values.update(overrides)
     return RunContext(**values)

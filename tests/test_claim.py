@@ -164,7 +164,7 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
             "started_at": second_at,
         }
     ]
-    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
+    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)))
     assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {first.id}
     assert db.execute(
         "SELECT id, outcome, attempts, node_id, started_at, finished_at, error FROM pgpulse_runs"
@@ -296,7 +296,7 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     )
     [job] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=30, now=LATER)
     assert job.id == job_id and job.scheduled_for == utc(2026, 1, 1, 0, 1)
-    done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()), output="a\x00b")
+    done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)), output="a\x00b")
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
     assert (step.written, step.jobs, step.db_now) == ({job_id}, [], LATER)
     assert step.next_due == utc(2026, 1, 1, 0, 2)  # before the hourly job's 01:00
@@ -317,7 +317,7 @@ async def test_a_failed_step_writes_no_outcome(store: Store, db) -> None:
     the outcome again with its next step)."""
     [job_id] = await add(store, spec("a"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
-    done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
+    done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)))
     before = db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone()
     with pytest.raises(psycopg.errors.NumericValueOutOfRange):
         # 40000 is no smallint: the claim fails after the outcome was sent
@@ -458,7 +458,9 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
             "outcome": "succeeded",
             "error": None,
             "output": None,
-            "skipped": None,
+            "skips": 0,
+            "skip_from": None,
+            "skip_to": None,
             "skip_reason": None,
         }
         for job, at in zip(finished, nxt, strict=True)

@@ -210,6 +210,12 @@ def test_crontab_with_a_bad_line_imports_nothing(dsn: str, db: Any, tmp_path: Pa
             id="backfill_limit_without_backfill",
         ),
         pytest.param(["--tz", "europe/london"], "timezone", ["Europe/London"], id="zone_case_hint"),
+        pytest.param(
+            ["--misfire-grace", "0"],
+            "misfire_grace",
+            ["misfire_grace must be at least 1 second, got 0.0", "skip every occurrence"],
+            id="misfire_grace_zero",
+        ),
     ],
 )
 def test_bad_input_is_refused_naming_the_field_and_changes_nothing(
@@ -290,6 +296,7 @@ def test_status_and_runs_as_json(dsn: str) -> None:
         pytest.param({"timeout": 1e300}, "timeout", id="timeout_overflow"),
         pytest.param({"payload": {"json": {"k": "a\u0000b"}}}, "payload", id="nul_in_payload"),
         pytest.param({"payload": {"k": "\ud800"}}, "payload", id="lone_surrogate"),
+        pytest.param({"misfire_grace": 0.999}, "misfire_grace", id="grace_under_1s"),
     ],
 )
 def test_values_the_database_cannot_hold_are_refused_up_front(
@@ -336,7 +343,10 @@ def test_schedule_next_refuses_a_bad_after_in_one_line(after: str) -> None:
 def test_schedule_next_at_the_end_of_time_is_one_line() -> None:
     refused = pgpulse("schedule", "next", "@every 1d", "--after", "9999-12-31T12:00")
     assert refused.returncode == 2
-    assert refused.stderr == "error: no occurrence after 9999-12-31T12:00:00+00:00 before 10000\n"
+    assert refused.stderr == (
+        "error: schedule '@every 1d': no occurrence within 400 years after "
+        "9999-12-31T12:00:00+00:00 (nor before the year 10000) in time zone UTC\n"
+    )
 
 
 def test_pause_and_resume_are_idempotent_with_a_note(dsn: str, db: Any) -> None:

@@ -91,6 +91,7 @@ def job_row(**fields: Any) -> dict[str, Any]:
         "timezone": "UTC",
         "anchor_at": anchor,
         "accounted": [],
+        "summarised": None,
         **fields,
     }
 
@@ -105,3 +106,10 @@ def test_missed_is_behind_the_job_and_pending_ahead_of_it() -> None:
         scheduled_for=first + 5 * minute, accounted=[first + i * minute for i in range(5)]
     )
     assert _tally(caught_up, first + 4 * minute) == (5, 0, 0)
+    # a skipped summary row accounts for every occurrence from its first through its last
+    summarised = job_row(
+        scheduled_for=first + 4 * minute,
+        accounted=[first, first + 3 * minute],
+        summarised=[[first + minute, first + 2 * minute]],
+    )
+    assert _tally(summarised, first + 4 * minute) == (5, 0, 1)

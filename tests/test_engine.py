@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+
+import psycopg
+import pytest
 
 from helpers import add, spec
 from pgpulse.engine import Node, NodeConfig
@@ -495,3 +499,26 @@ async def test_a_node_that_knows_the_handler_revives_the_failed_job(
             await ran.wait()
     job = db.execute("SELECT status, last_error, last_outcome FROM pgpulse_jobs").fetchone()
     assert job == {"status": "idle", "last_error": None, "last_outcome": "succeeded"}
+
+
+async def test_a_timed_out_claim_logs_why(
+    store: Store, dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A claim that times out (here: pgpulse_jobs locked by another session for longer than
+    half the lease) logs the exception's type, not an empty reason (issue 15, item 15:
+    'claim failed: ' said nothing, TimeoutError's text being empty)."""
+    async with running(node(store, dsn, {}, lease=1.0, heartbeat_interval=0.2)):
+        with (
+            caplog.at_level(logging.WARNING, logger="pgpulse.engine"),
+            psycopg.connect(dsn) as blocker,
+        ):
+            blocker.execute("LOCK TABLE pgpulse_jobs IN ACCESS EXCLUSIVE MODE")
+            async with asyncio.timeout(10):
+                # no event to wait on: poll the captured records (bounded by the timeout)
+                while not any(getattr(r, "action", "") == "claim_failed" for r in caplog.records):  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+            blocker.rollback()
+    failures = [r.getMessage() for r in caplog.records if r.getMessage().startswith("claim failed")]
+    assert failures and all(m == "claim failed: TimeoutError" for m in failures), failures
+    beats = [r.getMessage() for r in caplog.records if r.getMessage().startswith("heartbeat")]
+    assert all(m.endswith("failed: TimeoutError") for m in beats), beats  # side loops too

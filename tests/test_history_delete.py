@@ -23,9 +23,7 @@ async def _fire(store: Store, count: int) -> None:
     now = utc(2026, 1, 1, 0, 1)
     claimed = await store.claim_due("node-a", ALL_SHARDS, count, lease=30, now=now)
     assert len(claimed) == count
-    done = [
-        Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ())) for job in claimed
-    ]
+    done = [Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2))) for job in claimed]
     assert len(await store.finish_runs(done, now=now)) == count
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +12,6 @@ from hypothesis import strategies as st
 
 from pgpulse.planner import (
     MAX_RETRY_DELAY,
-    MAX_SKIPPED_RECORDS,
     Advance,
     CatchUpPolicy,
     ClaimDecision,
@@ -21,6 +21,7 @@ from pgpulse.planner import (
     retry_delay,
 )
 from pgpulse.schedule import Schedule, parse_schedule
+from test_schedule import PROPERTY_SETTINGS, _parse_or_reject, cases
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 MINUTELY = parse_schedule("* * * * *")
@@ -31,6 +32,13 @@ def minutes(*ms: int) -> tuple[datetime, ...]:
     return tuple(T + timedelta(minutes=m) for m in ms)
 
 
+def summary(held: datetime, skipped: Sequence[datetime]) -> Advance:
+    """The Advance that holds ``held`` and skips ``skipped`` (consecutive occurrences)."""
+    if not skipped:
+        return Advance(held)
+    return Advance(held, len(skipped), skipped[0], skipped[-1])
+
+
 def test_skip_holds_only_the_newest_due_occurrence_within_grace() -> None:
     # Due at 00:01..00:05, now 00:05:20, grace 60 s: only 00:05 may still run.
     plan = hold(
@@ -39,7 +47,7 @@ def test_skip_holds_only_the_newest_due_occurrence_within_grace() -> None:
         T + timedelta(minutes=1),
         now=T + timedelta(minutes=5, seconds=20),
     )
-    assert plan == Advance(T + timedelta(minutes=5), minutes(1, 2, 3, 4), 4)
+    assert plan == summary(T + timedelta(minutes=5), minutes(1, 2, 3, 4))
 
 
 def test_skip_past_grace_moves_to_the_next_future_occurrence() -> None:
@@ -49,7 +57,7 @@ def test_skip_past_grace_moves_to_the_next_future_occurrence() -> None:
         T + timedelta(minutes=1),
         now=T + timedelta(minutes=5, seconds=20),
     )
-    assert plan == Advance(T + timedelta(minutes=6), minutes(1, 2, 3, 4, 5), 5)
+    assert plan == summary(T + timedelta(minutes=6), minutes(1, 2, 3, 4, 5))
     assert plan.scheduled_for > T + timedelta(minutes=5, seconds=20)  # never a past one
 
 
@@ -108,18 +116,16 @@ def test_a_triggered_off_schedule_occurrence_runs() -> None:
     assert decision.action == "run"
 
 
-def test_skipped_records_are_capped_but_counted() -> None:
+def test_a_week_of_skipped_occurrences_is_one_summary() -> None:
     plan = hold(
         parse_schedule("@every 1s"),
-        CatchUpPolicy("skip", 0),
+        CatchUpPolicy("skip", 1),
         T,
         now=T + timedelta(days=7),
         anchor=T,
     )
     # now falls exactly on an occurrence: that newest one is not late at all, so it runs.
-    assert plan.skipped_count == 7 * 86400
-    assert len(plan.skipped) == MAX_SKIPPED_RECORDS
-    assert plan.skipped[0] == T and plan.scheduled_for == T + timedelta(days=7)
+    assert plan == Advance(T + timedelta(days=7), 7 * 86400, T, T + timedelta(days=7, seconds=-1))
 
 
 def brute_force(
@@ -173,16 +179,16 @@ def at(k: int) -> datetime:
 
 def test_skip_keeps_a_sub_second_anchor_after_downtime() -> None:
     plan = hold(EVERY_60S, CatchUpPolicy("skip", 0), at(1), now=BACK, anchor=ANCHOR)
-    assert plan == Advance(at(121), tuple(at(k) for k in range(1, 121)), 120)
+    assert plan == summary(at(121), [at(k) for k in range(1, 121)])
     assert plan.scheduled_for == datetime(2026, 1, 1, 2, 1, 0, 357_000, tzinfo=UTC)
     within_grace = hold(EVERY_60S, CatchUpPolicy("skip", 60), at(1), now=BACK, anchor=ANCHOR)
-    assert within_grace == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
+    assert within_grace == summary(at(120), [at(k) for k in range(1, 120)])
 
 
 def test_skip_due_to_the_microsecond() -> None:
     # now on the occurrence itself: it is due and not late at all, so it runs (grace 0)
     on_time = hold(EVERY_60S, CatchUpPolicy("skip", 0), at(1), now=at(120), anchor=ANCHOR)
-    assert on_time == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
+    assert on_time == summary(at(120), [at(k) for k in range(1, 120)])
     # one microsecond earlier it is not yet due: the newest due one is 60 s late, skipped
     early = hold(
         EVERY_60S,
@@ -191,10 +197,10 @@ def test_skip_due_to_the_microsecond() -> None:
         now=at(120) - timedelta(microseconds=1),
         anchor=ANCHOR,
     )
-    assert early == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
+    assert early == summary(at(120), [at(k) for k in range(1, 120)])
     # a grace that ends one microsecond short of the newest occurrence skips it too
     late = hold(EVERY_60S, CatchUpPolicy("skip", 4.642999), at(1), now=BACK, anchor=ANCHOR)
-    assert late == Advance(at(121), tuple(at(k) for k in range(1, 121)), 120)
+    assert late == summary(at(121), [at(k) for k in range(1, 121)])
     kept = hold(EVERY_60S, CatchUpPolicy("skip", 4.643), at(1), now=BACK, anchor=ANCHOR)
     assert kept.scheduled_for == at(120) and kept.skipped_count == 119
 
@@ -205,7 +211,7 @@ def test_backfill_counts_missed_sub_second_occurrences() -> None:
     limited = hold(
         EVERY_60S, CatchUpPolicy("backfill", backfill_limit=10), at(1), now=BACK, anchor=ANCHOR
     )
-    assert limited == Advance(at(111), tuple(at(k) for k in range(1, 111)), 110)
+    assert limited == summary(at(111), [at(k) for k in range(1, 111)])
     # after each backfilled run the job moves to the next occurrence on the same grid
     nxt = advance(EVERY_60S, CatchUpPolicy("backfill"), after=at(1), now=BACK, anchor=ANCHOR)
     assert nxt == Advance(at(2))
@@ -215,7 +221,7 @@ def test_backfill_counts_missed_sub_second_occurrences() -> None:
 
 def test_coalesce_runs_the_newest_sub_second_occurrence() -> None:
     plan = hold(EVERY_60S, CatchUpPolicy("coalesce"), at(1), now=BACK, anchor=ANCHOR)
-    assert plan == Advance(at(120), tuple(at(k) for k in range(1, 120)), 119)
+    assert plan == summary(at(120), [at(k) for k in range(1, 120)])
     after_run = advance(
         EVERY_60S, CatchUpPolicy("coalesce"), after=at(120), now=BACK, anchor=ANCHOR
     )
@@ -254,7 +260,7 @@ def test_claim_of_a_sub_second_occurrence() -> None:
         now=at(7) + timedelta(seconds=1),
         anchor=ANCHOR,
     )
-    assert late == ClaimDecision("skip", Advance(at(7), (at(5), at(6)), 2))
+    assert late == ClaimDecision("skip", summary(at(7), [at(5), at(6)]))
     stale = plan_claim(
         EVERY_60S,
         policy,
@@ -264,7 +270,7 @@ def test_claim_of_a_sub_second_occurrence() -> None:
         now=at(7) + timedelta(seconds=1, microseconds=1),
         anchor=ANCHOR,
     )
-    assert stale == ClaimDecision("skip", Advance(at(8), (at(5), at(6), at(7)), 3))
+    assert stale == ClaimDecision("skip", summary(at(8), [at(5), at(6), at(7)]))
 
 
 def brute_force_policy(
@@ -276,12 +282,12 @@ def brute_force_policy(
         due.append(nxt)
     if policy.mode == "skip":
         if due[-1] >= now - timedelta(seconds=policy.misfire_grace):
-            return Advance(due[-1], tuple(due[:-1]), len(due) - 1)
-        return Advance(schedule.next_after(due[-1], anchor=anchor), tuple(due), len(due))
+            return summary(due[-1], due[:-1])
+        return summary(schedule.next_after(due[-1], anchor=anchor), due)
     keep = 1 if policy.mode == "coalesce" else policy.backfill_limit
     assert keep is not None
     kept = due[-keep:]
-    return Advance(kept[0], tuple(due[: len(due) - len(kept)]), len(due) - len(kept))
+    return summary(kept[0], due[: len(due) - len(kept)])
 
 
 @settings(max_examples=400, deadline=None)
@@ -325,3 +331,26 @@ def test_retry_delay_is_exponential_with_jitter_and_capped(attempt: int) -> None
     delays = [retry_delay(attempt, 1.0, rng) for _ in range(200)]
     assert all(ceiling / 2 <= d <= ceiling for d in delays)
     assert max(delays) - min(delays) > ceiling / 10  # jittered, not constant
+
+
+POLICIES = st.one_of(
+    st.builds(CatchUpPolicy, st.just("skip"), st.integers(1, 7200).map(float)),
+    st.builds(CatchUpPolicy, st.just("backfill"), st.just(60.0), st.integers(1, 400)),
+    st.just(CatchUpPolicy("coalesce")),
+)
+
+
+@PROPERTY_SETTINGS
+@given(cases(seconds=False), st.integers(0, 36 * 3600), st.integers(0, 999_999), POLICIES)
+def test_cron_planning_matches_walking_the_schedule(
+    case: tuple[str, str, datetime], late: int, micros: int, policy: CatchUpPolicy
+) -> None:
+    """Counting and searching (never walking) give what walking every occurrence gives, in
+    zones and around the DST changes of test_schedule's cases; half the time the first pending
+    occurrence is a triggered, off-schedule one."""
+    expr, zone, start = case
+    schedule = _parse_or_reject(expr, zone)
+    first = start if micros % 2 else schedule.next_after(start)
+    now = first + timedelta(seconds=late, microseconds=micros)
+    plan = hold(schedule, policy, first, now=now)
+    assert plan == brute_force_policy(schedule, policy, first, now, first)

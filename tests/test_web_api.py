@@ -335,6 +335,7 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         (job_body("x", payload={"url": PUBLIC_URL, "k": ["a\x00b"]}), "payload.k[0]", "a\\u0000b"),
         (job_body("x", payload={"url": PUBLIC_URL, "\ud800": 1}), "payload", "\\ud800"),
         (job_body("x", max_attempts=0), "max_attempts", 0),
+        (job_body("x", misfire_grace=0), "misfire_grace", 0),
         (job_body(" padded"), "name", " padded"),
         ({"schedule": "* * * * *", "handler": "http"}, "name", None),
     ],
@@ -348,6 +349,7 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         "nul",
         "surrogate-key",
         "attempts",
+        "misfire-grace-0",
         "name",
         "missing-name",
     ],
@@ -364,6 +366,45 @@ async def test_refusals_name_the_field_and_value_and_write_nothing(
     error = response.json()["error"]
     assert (error["code"], error["field"], error["value"]) == ("invalid_input", field, value)
     assert jobs_in_db(db) == []
+
+
+LONE = "bad\udc80text"  # a lone surrogate: JSON can carry it escaped, UTF-8 cannot
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["name", "tenant", "schedule", "handler", "timezone", "catch_up", "unknown key", "patch"],
+)
+async def test_lone_surrogates_in_any_field_are_refused_with_422(
+    store: Store, db: Any, where: str
+) -> None:
+    """Issue 15, item 6: these answered 500 (UnicodeEncodeError rendering the refusal)."""
+    admin = await make_token(store, admin=True)
+    async with api_client(store, admin) as client:
+        if where == "patch":
+            made = (await client.post("/api/v1/jobs", json=job_body("x"))).json()
+            before = jobs_in_db(db)
+            response = await client.patch(
+                f"/api/v1/jobs/{made['id']}",
+                content=json.dumps({"schedule": "@daily", LONE: 1}),  # ASCII JSON: "\udc80"
+                headers={"content-type": "application/json"},
+            )
+        else:
+            before = []
+            body = job_body("x")
+            if where == "unknown key":
+                body[LONE] = 1
+            else:
+                body[where] = LONE
+            response = await client.post(
+                "/api/v1/jobs",
+                content=json.dumps(body),
+                headers={"content-type": "application/json"},
+            )
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_input" and "\\udc80" in json.dumps(error)
+    assert jobs_in_db(db) == before
 
 
 async def test_malformed_json_and_unknown_fields(store: Store, db: Any) -> None:

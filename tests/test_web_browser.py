@@ -10,8 +10,10 @@ replace ``docs/dashboard.png`` and ``docs/dashboard-job.png`` (the README shows 
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +169,82 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 page.wait_for_url("**/ui/login")
             finally:
                 browser.close()
+
+
+class _Attacker:
+    """Another site (http://localhost:PORT, not the dashboard's 127.0.0.1) whose page posts a
+    form to the dashboard as soon as it loads: ``/signin`` with the attacker's token, ``/signout``
+    to sign the visitor out."""
+
+    def __init__(self, dashboard: str, token: str) -> None:
+        forms = {
+            "/signin": f'<form method="post" action="{dashboard}/ui/login">'
+            f'<input name="token" value="{token}"></form>',
+            "/signout": f'<form method="post" action="{dashboard}/ui/logout"></form>',
+        }
+
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = (
+                    f"<html><body>{forms[self.path]}"
+                    "<script>document.forms[0].submit()</script></body></html>"
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+        self.url = f"http://localhost:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Attacker:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.timeout(120)
+def test_a_cross_site_form_cannot_sign_a_browser_in_or_out(dsn: str) -> None:
+    """Login CSRF (issue 15, item 14): another site's page that posts the dashboard's sign-in
+    form with the attacker's token must not sign the visitor in as the attacker, nor its
+    sign-out form sign the visitor out; the dashboard's own form still works."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    attacker_token, visitor_token = sync_token(dsn, "evil"), sync_token(dsn, "acme")
+    with (
+        LiveServer(dsn, WebSettings()) as server,
+        _Attacker(server.base_url, attacker_token) as attacker,
+        sync_api.sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            with page.expect_response(f"{server.base_url}/ui/login") as posted:
+                page.goto(f"{attacker.url}/signin")
+            assert posted.value.status == 403
+            assert page.context.cookies(server.base_url) == []  # no session was set
+            page.goto(f"{server.base_url}/ui/")
+            assert page.url.endswith("/ui/login")  # not signed in as the attacker
+
+            page.fill("#token", visitor_token)  # the dashboard's own form signs in
+            page.click("button[type=submit]")
+            page.wait_for_selector("[data-testid=who]")
+            assert page.locator("[data-testid=who]").inner_text() == "tenant acme"
+
+            with page.expect_response(f"{server.base_url}/ui/logout") as posted:
+                page.goto(f"{attacker.url}/signout")
+            assert posted.value.status == 403
+            page.goto(f"{server.base_url}/ui/")
+            assert page.locator("[data-testid=who]").inner_text() == "tenant acme"
+            page.click("button.link")  # its own sign-out button does sign out
+            page.wait_for_url("**/ui/login")
+        finally:
+            browser.close()

@@ -61,6 +61,7 @@ def _free_port() -> int:
 
 
 def test_serve_answers_until_sigterm(dsn: str) -> None:
+    token = cli(dsn, "token", "create", "--admin").stdout.strip().splitlines()[-1]
     port = _free_port()
     env = {
         **os.environ,
@@ -81,6 +82,18 @@ def test_serve_answers_until_sigterm(dsn: str) -> None:
                 time.sleep(0.1)
         assert health.json()["ok"] is True
         assert httpx.get(f"http://127.0.0.1:{port}/api/v1/jobs").status_code == 401
+        # A write logs at INFO with extras (issue 15, item 4: a reserved LogRecord key in them
+        # made every create and PATCH answer 500 after committing).
+        headers = {"Authorization": f"Bearer {token}"}
+        job = {"name": "hook", "schedule": "@hourly", "handler": "http"}
+        job["payload"] = {"url": "https://93.184.215.14/"}
+        api = f"http://127.0.0.1:{port}/api/v1/jobs"
+        created = httpx.post(api, json=job, headers=headers, timeout=10)
+        assert created.status_code == 201, created.text
+        patched = httpx.patch(
+            f"{api}/{created.json()['id']}", json={"schedule": "@daily"}, headers=headers
+        )
+        assert patched.status_code == 200, patched.text
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=15)
@@ -89,4 +102,5 @@ def test_serve_answers_until_sigterm(dsn: str) -> None:
         json.loads(line).get("action") for line in stderr.splitlines() if line.startswith("{")
     ]
     assert "web_serving" in actions and "web_stopped" in actions
+    assert actions.count("api_job_saved") == 2
     assert f"on http://127.0.0.1:{port}" in stderr

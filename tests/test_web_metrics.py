@@ -59,10 +59,7 @@ def test_observe_finish_counts_outcome_lag_duration_and_skips() -> None:
         "skipped": sample("pgpulse_skipped_occurrences_total"),
         "fenced": sample("pgpulse_fenced_writes_rejected_total"),
     }
-    advance = Advance(
-        scheduled_for=utc(2026, 1, 1, 12, 3),
-        skipped=(utc(2026, 1, 1, 12, 1), utc(2026, 1, 1, 12, 2)),
-    )
+    advance = Advance(utc(2026, 1, 1, 12, 3), 2, utc(2026, 1, 1, 12, 1), utc(2026, 1, 1, 12, 2))
     metrics.observe_finish(
         "succeeded", job, True, advance=advance, ended_at=job.db_now + timedelta(seconds=1.5)
     )
@@ -75,7 +72,7 @@ def test_observe_finish_counts_outcome_lag_duration_and_skips() -> None:
     )
     assert sample("pgpulse_skipped_occurrences_total") == before["skipped"] + 2
 
-    # A skipped claim: the planner's advance lists the claimed occurrence among its skipped ones.
+    # A skipped claim: the planner's advance counts the claimed occurrence among its skipped ones.
     metrics.observe_finish("skipped", job, True, advance=advance)
     assert sample("pgpulse_skipped_occurrences_total") == before["skipped"] + 4
     metrics.observe_finish(

@@ -146,6 +146,31 @@ async def test_shell_jobs_need_an_admin_token_and_the_servers_opt_in(store: Stor
     ] == {"command": "echo backup"}
 
 
+@pytest.mark.parametrize("allow_shell_jobs", [False, True])
+async def test_a_tenant_cannot_overwrite_a_shell_job_through_create(
+    store: Store, allow_shell_jobs: bool
+) -> None:
+    """Create is an upsert: POSTing the name of an admin's shell job is a change of it, and
+    refused like the PATCH (issue 15, item 2: it answered 200 and made it an http job)."""
+    admin, tenant = await make_token(store, admin=True), await make_token(store, "acme")
+    async with api_client(store, admin, WebSettings(allow_shell_jobs=True)) as root:
+        made = await root.post("/api/v1/jobs", json={**SHELL, "tenant": "acme"})
+        assert made.status_code == 201
+    before = await store.get_job("acme", "backup")
+    async with api_client(store, tenant, WebSettings(allow_shell_jobs=allow_shell_jobs)) as client:
+        for attempt in (http_job("backup"), {**SHELL, "schedule": "* * * * *"}):
+            refused = await client.post("/api/v1/jobs", json=attempt)
+            assert refused.status_code == 403, refused.json()
+            assert refused.json()["error"]["field"] == "handler"
+            assert "shell job" in refused.json()["error"]["message"]
+        patched = await client.patch(
+            f"/api/v1/jobs/{made.json()['id']}",
+            json={"handler": "http", "payload": {"url": PUBLIC_URL}},
+        )
+        assert patched.status_code == 403
+    assert await store.get_job("acme", "backup") == before
+
+
 @pytest.mark.parametrize(
     "url",
     [
@@ -226,3 +251,28 @@ def test_allow_list_entries_are_checked() -> None:
     assert not parsed.allows_name("corp.example.evil")
     with pytest.raises(InvalidInput, match="http allow-list entry"):
         HttpAllowList.parse(["http://x/"])
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Sec-Fetch-Site": "cross-site"}, 403),
+        ({"Sec-Fetch-Site": "same-site"}, 403),  # another port or subdomain of the same site
+        ({"Origin": "http://evil.example"}, 403),
+        ({"Origin": "null"}, 403),
+        ({"Sec-Fetch-Site": "same-origin", "Origin": "http://pulse.test"}, 303),
+        ({"Sec-Fetch-Site": "none"}, 303),
+        ({"Origin": "http://pulse.test"}, 303),
+        ({}, 303),  # not a browser's cross-site form: a script
+    ],
+)
+async def test_sign_in_accepts_posts_from_the_dashboards_own_pages_only(
+    store: Store, headers: dict[str, str], status: int
+) -> None:
+    token = await make_token(store, "acme")
+    async with api_client(store) as client:
+        response = await client.post("/ui/login", data={"token": token}, headers=headers)
+        assert response.status_code == status
+        assert ("pgpulse_token" in response.cookies) is (status == 303)
+        out = await client.post("/ui/logout", headers=headers)
+        assert out.status_code == status

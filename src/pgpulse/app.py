@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from pgpulse.access import code_writer
 from pgpulse.builtins import BUILTIN_HANDLERS
 from pgpulse.database import open_pool, resolve_dsn
 from pgpulse.engine import Node, NodeConfig
@@ -129,10 +130,13 @@ class App:
     ) -> None:
         """Run one scheduler node for this app until SIGTERM/SIGINT (then drain and exit).
 
-        Migrates the database and upserts the code-declared jobs before claiming.
+        Migrates the database and upserts the code-declared jobs before claiming (as
+        :func:`pgpulse.access.code_writer`: never over a ``shell`` job of the same name).
 
         Raises:
             DatabaseUnavailable: the database does not answer.
+            Forbidden: a declared job would replace a ``shell`` job; nothing is written and no
+                node starts.
         """
         config = config or NodeConfig()
         dsn = resolve_dsn(database_url, data_dir)
@@ -146,7 +150,11 @@ class App:
             store = Store(pool)
             await store.migrate()
             if self.jobs:
-                await store.upsert_jobs(self.jobs, extra_handlers=list(self.handlers))
+                await store.upsert_jobs(
+                    self.jobs,
+                    writer=code_writer(self.tenant, f"the code of node {config.node_id}"),
+                    extra_handlers=list(self.handlers),
+                )
             node = Node(store, dsn, self.handlers, config)
             if install_signal_handlers:
                 loop = asyncio.get_running_loop()

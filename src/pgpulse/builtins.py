@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from pgpulse.egress import GuardedTransport, HttpAllowList
 from pgpulse.errors import InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
 
@@ -518,7 +519,14 @@ async def http_handler(ctx: RunContext) -> str | None:
     either. Redirects are followed only with ``payload.follow_redirects: true``. The whole
     request is bounded by ``payload.timeout`` seconds, by default ``min(ctx.timeout or 30, 30)``;
     the job's own timeout is enforced by the engine cancelling the task, which closes the
-    connection. Proxy settings come from the node's environment (``HTTPS_PROXY``, ``NO_PROXY``...).
+    connection.
+
+    Every connection (redirects included) goes through :class:`pgpulse.egress.GuardedTransport`
+    with the node's allow-list, ``ctx.options["http_allow"]`` (an
+    :class:`~pgpulse.egress.HttpAllowList`; none: public addresses only): the address actually
+    connected to is checked when the connection is made, so a name that resolves elsewhere
+    since the job was written (DNS rebinding) cannot reach a refused address. No proxy from the
+    environment is used: a proxy would connect to addresses the node cannot check.
 
     Args:
         ctx: the attempt; ``ctx.payload`` as described in :func:`validate_http_payload`.
@@ -530,7 +538,8 @@ async def http_handler(ctx: RunContext) -> str | None:
     Raises:
         HandlerFailed: invalid payload; the status is not 2xx (or not in
             ``payload.expect_status`` when given), with the body attached as output; a network
-            error or timeout, named by its class (``ConnectError: ...``).
+            error or timeout, named by its class (``ConnectError: ...``), a refused address
+            among them (``ConnectError: connection to 'x' refused: it resolves to 127.0.0.1``).
     """
     payload = ctx.payload
     _validated(validate_http_payload, payload)
@@ -546,7 +555,9 @@ async def http_handler(ctx: RunContext) -> str | None:
             asyncio.timeout(timeout),
             # No httpx timeouts: the one deadline above bounds connect, send and read together.
             httpx.AsyncClient(
-                timeout=None, follow_redirects=payload.get("follow_redirects", False)
+                transport=GuardedTransport(ctx.options.get("http_allow") or HttpAllowList()),
+                timeout=None,
+                follow_redirects=payload.get("follow_redirects", False),
             ) as client,
             client.stream(
                 method,

@@ -247,7 +247,10 @@ def node_run(
         "poll_interval": poll,
         "slots": slots,
         "drain_timeout": drain_timeout,
-        "handler_options": {"shell_dry_run": shell_dry_run},
+        "handler_options": {
+            "shell_dry_run": shell_dry_run,
+            "http_allow": web_settings(**web).http_allow,  # checked at each connection
+        },
         "allow_shell": web["allow_shell_jobs"] or shell_dry_run,
     }
     if node_id:
@@ -308,7 +311,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     default=None,
     help="With backfill: run only the newest N missed occurrences.",
 )
-@click.option("--misfire-grace", type=float, default=60.0, help="Seconds late that still run.")
+@click.option(
+    "--misfire-grace", type=float, default=60.0, help="Seconds late that still run (at least 1)."
+)
 @click.option(
     "--max-attempts",
     type=int,
@@ -482,16 +487,20 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
         cursor = cursor.replace(tzinfo=UTC)
     anchor = cursor
     click.echo(f"{parsed.describe()}")
-    for _ in range(count):
-        try:
+    try:
+        for _ in range(count):
             cursor = parsed.next_after(cursor, anchor=anchor)
-        except OverflowError:  # past the end of time (year 9999)
-            click.echo(f"error: no occurrence after {cursor.isoformat()} before 10000", err=True)
-            sys.exit(2)
-        except PulseError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-        click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
+            click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
+    except PulseError as exc:  # e.g. no occurrence before the year 10000
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except OverflowError:  # an occurrence whose local time in the zone is past 9999-12-31
+        click.echo(
+            f"error: schedule {expression!r}: the occurrence after {cursor.isoformat()} is past "
+            f"the year 9999 in time zone {timezone}",
+            err=True,
+        )
+        sys.exit(2)
 
 
 @main.group()
@@ -518,8 +527,8 @@ async def crontab_import(
     Every line is imported or refused with file:line and the reason. If any line is refused,
     nothing is written and the command exits 2.
     """
-    text = await asyncio.to_thread(path.read_text, encoding="utf-8")
-    parsed = parse_crontab(text, path=str(path), system=system)
+    data = await asyncio.to_thread(path.read_bytes)  # lines that are not UTF-8 are refused
+    parsed = parse_crontab(data, path=str(path), system=system)
     for error in parsed.errors:
         click.echo(f"refused {error}", err=True)
     if parsed.errors:
@@ -541,7 +550,7 @@ async def crontab_import(
 # -- status ------------------------------------------------------------------------------------
 
 
-#: Time-to-live of a node that registered none (before schema version 2): NodeConfig's default.
+#: Time-to-live of a node row that holds none (registered by hand, say): NodeConfig's default.
 DEFAULT_NODE_TTL = 10.0
 #: ``status --check``'s default --max-lag, seconds.
 DEFAULT_MAX_LAG = 60.0
@@ -595,7 +604,11 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
 async def runs(
     store: Store, job_name: str | None, tenant: str | None, limit: int, as_json: bool
 ) -> None:
-    """Recent runs (of JOB_NAME, if given), newest first."""
+    """Recent runs (of JOB_NAME, if given), newest first.
+
+    A skipped row may stand for many consecutive occurrences (column occurrences): from its
+    scheduled_for through last_scheduled_for (shown with --json).
+    """
     if job_name is not None and not any(
         j["name"] == job_name for j in await store.list_jobs(tenant)
     ):
@@ -604,7 +617,16 @@ async def runs(
     print_records(
         rows,
         as_json,
-        ["name", "scheduled_for", "outcome", "attempts", "node_id", "duration", "error"],
+        [
+            "name",
+            "scheduled_for",
+            "outcome",
+            "occurrences",
+            "attempts",
+            "node_id",
+            "duration",
+            "error",
+        ],
         shorten={"error"},
     )
 

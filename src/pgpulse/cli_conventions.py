@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -133,6 +134,37 @@ def _one_line_refusals() -> Iterator[None]:
         raise Refused(exc.format_message()) from None
 
 
+def _not_utf8(text: str) -> str | None:
+    """How ``text`` (decoded with ``surrogateescape``) fails to be UTF-8, or ``None``."""
+    data = text.encode("utf-8", "surrogateescape")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        shown = data.decode("utf-8", "backslashreplace")
+        return f"'{shown}' is not valid UTF-8 (byte 0x{data[exc.start]:02x})"
+    return None
+
+
+def _refuse_undecodable(ctx: click.Context, args: list[str]) -> None:
+    """Refuse, before parsing, a command line or ``PGPULSE_*`` variable that is not UTF-8
+    (Python hands such bytes over as lone surrogates, which no field may hold): one line naming
+    the option (or argument, or variable) and its value; exit 2."""
+    found = [
+        (f"environment variable {name}", why)
+        for name, value in os.environ.items()
+        if name.startswith("PGPULSE_") and (why := _not_utf8(value))
+    ]
+    for index, arg in enumerate(args):
+        why = _not_utf8(arg)
+        if why is not None:
+            before = args[index - 1] if index else ""
+            found.append((before if before.startswith("-") else f"argument {index + 1}", why))
+    if found:
+        where, why = found[0]
+        click.echo(f"error: {where}: {why}; nothing was done", err=True)
+        ctx.exit(2)
+
+
 class PulseGroup(click.Group):
     """A command group whose every option has its :func:`envvar_for` variable (shown in
     ``--help``), whose :data:`LAZY_COMMANDS` are imported only when invoked, and whose refused
@@ -141,6 +173,8 @@ class PulseGroup(click.Group):
     group_class = type  # subgroups are PulseGroup too
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            _refuse_undecodable(ctx, args)
         with _one_line_refusals():
             return super().parse_args(ctx, args)
 

@@ -148,8 +148,24 @@ class _Settings:
     bad_tz: tuple[int, str] | None = None
 
 
+def _decoded(raw: str | bytes, line_no: int, path: str) -> str:
+    """One line as text, or a :class:`CrontabError` naming its first byte that is not UTF-8
+    (a str line decoded with ``surrogateescape`` carries such bytes as lone surrogates)."""
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        shown = data.decode("utf-8", "backslashreplace")
+        raise CrontabError(
+            path,
+            line_no,
+            f"not valid UTF-8: byte 0x{data[exc.start]:02x} at column {exc.start + 1}",
+            line=shown,
+        ) from None
+
+
 def parse_crontab(
-    text: str, *, path: str, system: bool = False, default_timezone: str = "UTC"
+    text: str | bytes, *, path: str, system: bool = False, default_timezone: str = "UTC"
 ) -> CrontabParse:
     """Parse the text of a crontab file (pure: no I/O, no clock).
 
@@ -160,7 +176,9 @@ def parse_crontab(
     ``@reboot`` and the ``@pulse6`` extension.
 
     Args:
-        text: the file's content (lines end with ``\\n`` or ``\\r\\n``).
+        text: the file's content (lines end with ``\\n`` or ``\\r\\n``), as read (bytes: each
+            line must be UTF-8) or decoded; a line that is not valid UTF-8 is refused, naming
+            the first bad byte.
         path: the file's name, as it should appear in errors, job sources and job names.
         system: ``True`` for the system format (``/etc/crontab``, ``/etc/cron.d/*``), where a
             user name follows the time fields.
@@ -177,9 +195,12 @@ def parse_crontab(
     entries: list[CrontabEntry] = []
     errors: list[CrontabError] = []
     seen: dict[str, int] = {}
-    for line_no, raw in enumerate(text.split("\n"), start=1):
-        line = raw.removesuffix("\r")
+    lines: list[str | bytes] = [
+        *(text.split(b"\n") if isinstance(text, bytes) else text.split("\n"))
+    ]
+    for line_no, raw in enumerate(lines, start=1):
         try:
+            line = _decoded(raw, line_no, path).removesuffix("\r")
             entry = _parse_line(line, line_no, path=path, system=system, settings=settings)
         except CrontabError as exc:
             errors.append(exc)

@@ -17,7 +17,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -25,7 +25,7 @@ import psycopg
 from pgpulse import metrics
 from pgpulse.errors import UnknownHandler
 from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
-from pgpulse.planner import advance, plan_claim, retry_delay
+from pgpulse.planner import ClaimDecision, advance, plan_claim, retry_delay
 from pgpulse.recorder import OutcomeRecorder
 from pgpulse.store import ClaimedJob, Outcome, RunOutcome
 
@@ -47,6 +47,25 @@ def _skip_reason(job: ClaimedJob) -> str:
     if job.catch_up == "coalesce":
         return "coalesced into a later occurrence"
     return f"missed: beyond backfill_limit ({job.backfill_limit})"
+
+
+#: A claimed occurrence at least this far behind the claim is decided in a worker thread: the
+#: decision costs some microseconds per offset change of the job's zone in between (about two
+#: a year; design.md, invariant 8), which a node's event loop must not spend inline.
+DECIDE_IN_THREAD_BEHIND = timedelta(days=30)
+
+
+def _plan_claim(job: ClaimedJob) -> ClaimDecision:
+    """:func:`~pgpulse.planner.plan_claim` for ``job`` at its claim instant."""
+    return plan_claim(
+        job.parsed_schedule,
+        job.policy,
+        scheduled_for=job.scheduled_for,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        now=job.db_now,
+        anchor=job.anchor_at,
+    )
 
 
 def plan_finish(
@@ -84,7 +103,7 @@ def plan_finish(
         advance=nxt,
         error=result.error,
         output=result.output,
-        skip_reason=_skip_reason(job) if nxt.skipped else None,
+        skip_reason=_skip_reason(job) if nxt.skipped_count else None,
         ended_at=now,
     )
 
@@ -191,15 +210,10 @@ class Dispatcher:
         Raises:
             asyncio.CancelledError: the attempt was cancelled; nothing was queued.
         """
-        decision = plan_claim(
-            job.parsed_schedule,
-            job.policy,
-            scheduled_for=job.scheduled_for,
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
-            now=job.db_now,
-            anchor=job.anchor_at,
-        )
+        if job.db_now - job.scheduled_for < DECIDE_IN_THREAD_BEHIND:
+            decision = _plan_claim(job)
+        else:  # far behind: not on the event loop (see DECIDE_IN_THREAD_BEHIND)
+            decision = await asyncio.to_thread(_plan_claim, job)
         if decision.action != "run":
             assert decision.advance is not None
             outcome: RunOutcome = "skipped" if decision.action == "skip" else "fenced"

@@ -43,7 +43,7 @@ import psycopg
 from pgpulse import metrics
 from pgpulse.database import Session, connect
 from pgpulse.dispatch import Dispatcher
-from pgpulse.errors import DatabaseUnavailable
+from pgpulse.errors import DatabaseUnavailable, describe
 from pgpulse.handlers import Handler
 from pgpulse.recorder import OutcomeRecorder
 from pgpulse.sharding import shards_for
@@ -450,9 +450,7 @@ class Node:
                 async with asyncio.timeout(self.config.lease / 2):
                     step = await self._step()
             except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
-                log.warning(
-                    "claim failed: %s", exc or type(exc).__name__, extra={"action": "claim_failed"}
-                )
+                log.warning("claim failed: %s", describe(exc), extra={"action": "claim_failed"})
                 await _wait(self._stopping, retry_in)  # queued outcomes go out with the retry
                 retry_in = min(retry_in * 2, self.config.heartbeat_interval)
                 continue
@@ -599,7 +597,7 @@ class _quiet_db_errors:  # lower case: used as a context manager, reads like a s
             log.warning(
                 "%s failed: %s",
                 self.what,
-                exc or type(exc).__name__,
+                describe(exc),
                 extra={"action": f"{self.what}_failed"},
             )
             return True

@@ -10,6 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 
+def describe(exc: BaseException) -> str:
+    """``exc`` as a log line says why: its text, or its type's name when the text is empty (a
+    timeout's ``TimeoutError()`` has none)."""
+    return str(exc) or type(exc).__name__
+
+
 class PulseError(Exception):
     """Base class of every error Pulse raises on purpose.
 
@@ -58,6 +64,11 @@ class CrontabError(InvalidInput):
         self.path = path
         self.line_no = line_no
         self.reason = reason
+
+
+class Forbidden(PulseError):
+    """The writer may not do this: another tenant's job, or a ``shell`` job without shell
+    rights (:mod:`pgpulse.access`). Nothing was written."""
 
 
 class JobNotFound(PulseError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -19,20 +20,59 @@ from pgpulse.schedule import Schedule, parse_schedule
 CatchUp = Literal["skip", "backfill", "coalesce"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
 
-#: Names of jobs, tenants and handlers: printable, no whitespace at the ends, at most 200 chars.
-_NAME_RE = re.compile(r"^[^\s\x00-\x1f](?:[^\x00-\x1f]{0,198}[^\s\x00-\x1f])?$")
+#: Names of handlers: an identifier-like ASCII name (it is also a registry key in code).
 _HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+_KINDS = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Cs": "a lone surrogate: a byte that is not UTF-8",
+    "Co": "a private-use character",
+    "Cn": "an unassigned code point",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Zs": "a space other than ' '",
+}
+#: Longest job or tenant name, characters.
+MAX_NAME_CHARS = 200
 
 
-def _check_name(field_name: str, value: object, pattern: re.Pattern[str] = _NAME_RE) -> str:
-    if not isinstance(value, str) or not pattern.match(value):
-        raise InvalidInput(
-            f"{field_name} {value!r} is not a valid name "
-            "(1-200 printable characters, no leading or trailing space)",
-            field=field_name,
-            value=value,
-        )
-    return value
+def _name_problem(value: str) -> str | None:
+    """Why ``value`` is not a job or tenant name, or ``None``: 1-200 printable characters
+    (``str.isprintable``: no control, format — bidirectional overrides included — surrogate,
+    private-use, unassigned or separator characters but the space), no space at either end."""
+    if not 1 <= len(value) <= MAX_NAME_CHARS:
+        return f"it has {len(value)} characters"
+    if value != value.strip():
+        return "it starts or ends with a space"
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is None:
+        return None
+    kind = _KINDS.get(unicodedata.category(bad), "not printable")
+    name = unicodedata.name(bad, "")
+    return f"it holds U+{ord(bad):04X} ({f'{name}, ' if name else ''}{kind})"
+
+
+def _check_name(field_name: str, value: object, pattern: re.Pattern[str] | None = None) -> str:
+    """``value`` if it is a valid name (``pattern``: a handler name), else InvalidInput."""
+    problem: str | None
+    if not isinstance(value, str):
+        problem = "it is not text"
+    elif pattern is None:
+        problem = _name_problem(value)
+    else:
+        problem = None if pattern.match(value) else ""
+    if problem is None:
+        return cast(str, value)
+    rule = (
+        "a letter or _, then letters, digits and _.:- (at most 200)"
+        if pattern is not None
+        else "1-200 printable characters, no leading or trailing space"
+    )
+    raise InvalidInput(
+        f"{field_name} {value!r} is not a valid name ({rule}){f': {problem}' if problem else ''}",
+        field=field_name,
+        value=value,
+    )
 
 
 #: Upper bounds of the numeric fields: beyond them a value is a mistake, and some would overflow
@@ -67,19 +107,57 @@ def _check_number(
     return float(value)
 
 
+#: The least ``misfire_grace``, seconds. A claim always comes some milliseconds after its
+#: occurrence is due, so with less nothing would ever run on time (every occurrence skipped).
+MIN_MISFIRE_GRACE = 1.0
+
+
+def _check_misfire_grace(value: object) -> None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1:
+        raise InvalidInput(
+            f"misfire_grace must be at least {MIN_MISFIRE_GRACE:g} second, got {value!r}: a "
+            "claim always comes a little after its occurrence is due, so a smaller grace would "
+            "skip every occurrence",
+            field="misfire_grace",
+            value=value,
+        )
+    _check_number("misfire_grace", value, minimum=MIN_MISFIRE_GRACE)
+
+
+#: The largest payload (and ``meta``) of a job: its JSON text, encoded as UTF-8, in bytes. One
+#: limit on every path (CLI, Python API, crontab, code, HTTP): a payload travels with every
+#: claim of its job, and PostgreSQL's jsonb would refuse only at 255 MB, mid-transaction.
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _too_large(size: int, value: object) -> InvalidPayload:
+    return InvalidPayload(
+        f"payload is {size:,} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES:,} bytes",
+        field="payload",
+        value=f"<{size:,} bytes>",
+    )
+
+
 def parse_payload(value: object) -> dict[str, Any]:
     """Return a job payload as a JSON object.
 
     Args:
-        value: a ``dict`` (must be JSON-serialisable) or a ``str`` holding a JSON object.
+        value: a ``dict`` (must be JSON-serialisable) or a ``str`` holding a JSON object, at
+            most :data:`MAX_PAYLOAD_BYTES` as UTF-8 JSON text.
 
     Returns:
         The payload as a ``dict``.
 
     Raises:
-        InvalidPayload: the string is not JSON, the JSON is not an object, or the dict holds
-            values JSON cannot encode; ``field`` is ``"payload"``.
+        InvalidPayload: the string is not JSON, the JSON is not an object, the dict holds
+            values JSON cannot encode or text PostgreSQL cannot store (NUL characters, lone
+            surrogates), or it is too large; ``field`` is ``"payload"``.
     """
+    if isinstance(value, str) and len(value) > MAX_PAYLOAD_BYTES:  # no need to parse it
+        raise _too_large(len(value.encode("utf-8", "surrogatepass")), value)
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -94,15 +172,26 @@ def parse_payload(value: object) -> dict[str, Any]:
             f"payload must be a JSON object, got {value!r}", field="payload", value=value
         )
     try:
-        text = json.dumps(value, allow_nan=False)
-        # PostgreSQL's jsonb stores neither NUL characters nor lone surrogates.
-        if "\\u0000" in text:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        # PostgreSQL's jsonb stores neither NUL characters nor lone surrogates. JSON writes a
+        # NUL as the escape \\u0000 (an odd number of backslashes); a text that holds a
+        # backslash and "u0000" (an even number) is fine.
+        if _NUL_ESCAPE.search(text):
             raise ValueError("it holds a NUL character (\\u0000), which PostgreSQL cannot store")
-        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("utf-8", "backslashreplace").decode()
+        raise InvalidPayload(
+            f"payload cannot be encoded: it holds a lone surrogate ({bad}), which is not text",
+            field="payload",
+            value=bad,
+        ) from None
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(
             f"payload cannot be encoded as JSON: {exc}", field="payload", value=value
         ) from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise _too_large(size, value)
     return cast(dict[str, Any], value)
 
 
@@ -129,7 +218,8 @@ class JobSpec:
         catch_up: ``skip``, ``backfill`` or ``coalesce`` (design.md, Policies).
         backfill_limit: with ``backfill``, keep only the newest N missed occurrences; ``None``
             keeps all.
-        misfire_grace: seconds an occurrence may be late and still run under ``skip``.
+        misfire_grace: seconds an occurrence may be late and still run under ``skip`` (at
+            least :data:`MIN_MISFIRE_GRACE`).
         max_attempts: attempts per occurrence before the run is failed (>= 1).
         retry_backoff: base of the exponential retry backoff, seconds (> 0).
         timeout: per-attempt limit in seconds, or ``None`` for no limit.
@@ -199,7 +289,7 @@ class JobSpec:
                     field="backfill_limit",
                     value=backfill_limit,
                 )
-        _check_number("misfire_grace", misfire_grace, minimum=0)
+        _check_misfire_grace(misfire_grace)
         _check_number("max_attempts", max_attempts, minimum=1, integer=True)
         _check_number("retry_backoff", retry_backoff, minimum=0.001)
         if timeout is not None:

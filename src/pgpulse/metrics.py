@@ -233,9 +233,8 @@ def observe_finish(
     lag = (job.db_now - job.scheduled_for).total_seconds() if ran and job.attempt == 1 else None
     duration = (ended_at - job.db_now).total_seconds() if ended_at is not None else None
     observe_run(outcome, lag, duration)
-    # skipped_count counts every skipped occurrence (the claimed one too, when it was skipped),
-    # also those beyond the rows the planner records
-    skipped(max(advance.skipped_count, len(advance.skipped)) if advance is not None else 0)
+    # skipped_count counts every skipped occurrence (the claimed one too, when it was skipped)
+    skipped(advance.skipped_count if advance is not None else 0)
 
 
 def lease_renewal_failed(count: int = 1) -> None:

@@ -22,20 +22,15 @@ Retries use exponential backoff with jitter ("full jitter" halved: the delay is 
 from __future__ import annotations
 
 import random
-from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
 from pgpulse.schedule import Schedule
 
-#: At most this many skipped occurrences are written as ``pgpulse_runs`` rows per catch-up decision;
-#: the rest are counted (``Advance.skipped_count``) so a week of a one-second job cannot flood
-#: the history table.
-MAX_SKIPPED_RECORDS = 1000
 #: Longest retry delay, seconds.
 MAX_RETRY_DELAY = 3600.0
-_CHUNK = 512
+_MICROSECOND = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,19 +51,24 @@ class CatchUpPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Advance:
-    """Where a job goes next.
+    """Where a job goes next, and the occurrences it skips on the way.
+
+    The skipped occurrences are consecutive occurrences of the schedule, so a count and the
+    first and last of them describe them all: the store writes them as one history row however
+    many there are (a summary), and no decision lists them.
 
     Attributes:
         scheduled_for: the occurrence the job holds next (aware UTC; may be <= now when it is
             due at once, e.g. a backfill).
-        skipped: occurrences to record as skipped, oldest first (at most
-            :data:`MAX_SKIPPED_RECORDS`).
-        skipped_count: how many occurrences were skipped in all (>= ``len(skipped)``).
+        skipped_count: how many occurrences are skipped (0: none).
+        skipped_first: the oldest skipped occurrence (``None`` when none is skipped).
+        skipped_last: the newest skipped occurrence (the same as ``skipped_first`` for one).
     """
 
     scheduled_for: datetime
-    skipped: tuple[datetime, ...] = ()
     skipped_count: int = 0
+    skipped_first: datetime | None = None
+    skipped_last: datetime | None = None
 
 
 def advance(
@@ -93,6 +93,10 @@ def advance(
         An :class:`Advance`. The next occurrence is computed from ``after``, never from when a
         run finished, so schedules do not drift and an interval job keeps its exact anchor
         (design.md, invariant 7).
+
+    Raises:
+        InvalidSchedule: the schedule has no occurrence after ``after`` (see
+            :meth:`Schedule.next_after`).
     """
     return hold(schedule, policy, schedule.next_after(after, anchor=anchor), now=now, anchor=anchor)
 
@@ -107,98 +111,72 @@ def hold(
 ) -> Advance:
     """Apply the catch-up policy to a job whose earliest pending occurrence is ``first``.
 
+    The due occurrences are ``first`` and the schedule's occurrences in (first, now]. They are
+    counted, never listed, and only the few that matter are found (the newest, or the
+    ``backfill_limit``-th newest), so the cost is the same for one missed occurrence or a
+    century of them (design.md, invariant 8): see :meth:`Schedule.count_between` and
+    :meth:`Schedule.newest_at_or_before`.
+
     Args:
         schedule: the job's parsed schedule.
         policy: the job's catch-up policy.
         first: the earliest occurrence not yet run (it may be a triggered, off-schedule one).
         now: the database's current instant (an occurrence is due when ``<= now``, to the
             microsecond).
-        anchor: the anchor of an interval schedule, kept to the microsecond.
+        anchor: the anchor of an interval schedule, kept to the microsecond (``None``: the
+            grid through ``first``).
 
     Returns:
         The occurrence to hold (``first`` itself when nothing is skipped) and the skipped ones.
+
+    Raises:
+        InvalidSchedule: the schedule has no occurrence after the newest due one.
     """
     if first > now or (policy.mode == "backfill" and policy.backfill_limit is None):
         return Advance(first)
+    anchor = first if anchor is None else anchor
+    # Almost always only `first` is due: its successor (cached, and asked again when the run
+    # ends) settles that without counting.
+    following = schedule.next_after(first, anchor=anchor)
+    due = 1 if following > now else 2 + schedule.count_between(following, now, anchor=anchor)
     if policy.mode == "skip":
-        return _advance_skip(schedule, policy.misfire_grace, first, now, anchor)
+        newest = _newest_due(schedule, 1, first, due, now, anchor)
+        if newest >= now - timedelta(0, policy.misfire_grace):  # (days, seconds)
+            return _skip_older(schedule, first, newest, due - 1, anchor)
+        # Even the newest due occurrence is past its grace: skip them all and hold the first
+        # future one, so a job late by many periods never runs a stale occurrence.
+        after = following if due == 1 else schedule.next_after(newest, anchor=anchor)
+        return Advance(after, due, first, newest)
     keep = 1 if policy.mode == "coalesce" else policy.backfill_limit
     assert keep is not None
-    return _advance_keep_newest(schedule, keep, first, now, anchor)
-
-
-def _advance_skip(
-    schedule: Schedule, grace: float, first: datetime, now: datetime, anchor: datetime | None
-) -> Advance:
-    """Hold the newest due occurrence if it is within the grace; skip every older one.
-
-    If even the newest due occurrence is older than ``now - grace``, it is skipped too and the
-    job holds its first future occurrence. So a job late by many periods never runs a burst of
-    stale occurrences, and never holds an occurrence that is already past its grace.
-    """
-    newest = _advance_keep_newest(schedule, 1, first, now, anchor)
-    if newest.scheduled_for >= now - timedelta(0, grace):  # (days, seconds), once per run
-        return newest
-    skipped = newest.skipped
-    if len(skipped) < MAX_SKIPPED_RECORDS:
-        skipped = (*skipped, newest.scheduled_for)
-    return Advance(
-        schedule.next_after(newest.scheduled_for, anchor=anchor), skipped, newest.skipped_count + 1
-    )
-
-
-def _advance_keep_newest(
-    schedule: Schedule, keep: int, first: datetime, now: datetime, anchor: datetime | None
-) -> Advance:
-    """Hold the oldest of the newest ``keep`` due occurrences; skip the older ones.
-
-    ``first`` is due (``first <= now``). Interval schedules are counted arithmetically (O(1) in
-    the length of the downtime, exact to the microsecond); cron schedules are walked in chunks.
-    """
-    if schedule.kind == "interval":
-        return _keep_newest_interval(schedule, keep, first, now, anchor)
-    newest: deque[datetime] = deque([first], maxlen=keep)
-    skipped: list[datetime] = []
-    count = 0
-    cursor = first
-    while True:
-        batch = schedule.occurrences_between(cursor, now, anchor=anchor, limit=_CHUNK)
-        for occurrence in batch:
-            if len(newest) == keep:
-                count += 1
-                if len(skipped) < MAX_SKIPPED_RECORDS:
-                    skipped.append(newest[0])
-            newest.append(occurrence)
-        if len(batch) < _CHUNK:
-            break
-        cursor = batch[-1]
-    return Advance(newest[0], tuple(skipped), count)
-
-
-def _keep_newest_interval(
-    schedule: Schedule, keep: int, first: datetime, now: datetime, anchor: datetime | None
-) -> Advance:
-    """Interval case of :func:`_advance_keep_newest`: the due occurrences are ``first`` and the
-    grid points ``grid_first + k * step`` (k >= 0) that are ``<= now``, counted in O(1).
-
-    ``first`` may be off the grid (a triggered occurrence). The grid is the anchor's own, to the
-    microsecond (``anchor=None``: the grid through ``first``, as :meth:`Schedule.next_after`).
-    ``timedelta // timedelta`` floors exact integer microseconds, so the count has no rounding.
-    """
-    step = schedule.interval
-    assert step is not None
-    grid_first = schedule.next_after(first, anchor=anchor)  # first may be off the grid (trigger)
-    on_grid = 0 if grid_first > now else (now - grid_first) // step + 1
-    due = 1 + on_grid
     if due <= keep:
         return Advance(first)
+    held = _newest_due(schedule, keep, first, due, now, anchor)
+    return _skip_older(schedule, first, held, due - keep, anchor)
 
-    def occurrence(i: int) -> datetime:  # i-th due occurrence, 0 = first
-        return first if i == 0 else grid_first + (i - 1) * step
 
-    count = due - keep
-    skipped = tuple(occurrence(i) for i in range(min(count, MAX_SKIPPED_RECORDS)))
-    return Advance(occurrence(count), skipped, count)
+def _newest_due(
+    schedule: Schedule, n: int, first: datetime, due: int, now: datetime, anchor: datetime | None
+) -> datetime:
+    """The ``n``-th newest of the ``due`` due occurrences (``first`` is the oldest of them)."""
+    if n >= due:
+        return first
+    found = schedule.newest_at_or_before(now, n, anchor=anchor)
+    assert found is not None and found > first  # due - 1 >= n occurrences lie in (first, now]
+    return found
+
+
+def _skip_older(
+    schedule: Schedule, first: datetime, held: datetime, count: int, anchor: datetime | None
+) -> Advance:
+    """Hold ``held`` and skip the ``count`` due occurrences before it, from ``first`` on."""
+    if count == 0:
+        return Advance(held)
+    if count == 1:
+        return Advance(held, 1, first, first)
+    last = schedule.last_at_or_before(held - _MICROSECOND, anchor=anchor)
+    assert last is not None and last > first
+    return Advance(held, count, first, last)
 
 
 ClaimAction = Literal["run", "skip", "exhausted"]

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import psycopg
 
+from pgpulse.errors import describe
 from pgpulse.store import Outcome, Store
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ class OutcomeRecorder:
                 log.warning(
                     "recording %d outcomes failed (%s); retrying in %.1fs",
                     len(batch),
-                    exc or type(exc).__name__,
+                    describe(exc),
                     delay,
                     extra={"action": "record_retry", "count": len(batch)},
                 )

@@ -20,17 +20,18 @@ The cron rules are those of Vixie cron as Debian ships it (design.md, invariant 
 
 from __future__ import annotations
 
-import calendar
 import re
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import ZoneInfo
 
-from pgpulse.errors import InvalidSchedule, UnknownTimeZone
+from pgpulse import cron as cron_math
+from pgpulse.cron import HORIZON_YEARS, Cron
+from pgpulse.errors import InvalidSchedule
+from pgpulse.zones import load_zone
 
 __all__ = ["SCHEDULE_HELP", "Schedule", "parse_schedule"]
 
@@ -46,10 +47,6 @@ Schedules follow Vixie/Debian cron and are read in the job's time zone.
 
 _SECOND = timedelta(seconds=1)
 _MAX_INTERVAL = timedelta(days=3650)
-# The Gregorian calendar repeats every 400 years (146 097 days, a whole number of weeks), so a
-# schedule with no occurrence in 400 years has none at all. ~10 years would be too short: Feb 29
-# that is a Sunday (``0 0 29 2 */7``) can be 28 to 40 years apart.
-_HORIZON_YEARS = 400
 _MONTH_NAMES = (
     "",
     "January",
@@ -88,62 +85,6 @@ _MACROS = {
 _EVERY_RE = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
 _EVERY_UNITS = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
 
-Time = tuple[int, int, int]
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Cron:
-    """A parsed cron expression: each field precomputed as a sorted tuple (internal)."""
-
-    texts: tuple[str, ...]  # the six field texts, seconds first ("0" when not given)
-    has_seconds: bool
-    seconds: tuple[int, ...]
-    minutes: tuple[int, ...]
-    hours: tuple[int, ...]
-    doms: tuple[int, ...]
-    months: frozenset[int]
-    dows: tuple[int, ...]  # 0-6, Sunday = 0
-    day_or: bool  # neither day field starts with '*': a day matching either fires
-    elapsed: bool  # minute or hour field starts with '*': follows elapsed time across DST
-    # The matching days of a month depend only on its length and the weekday of its 1st:
-    # (days in month, Python weekday of the 1st) -> sorted matching days.
-    month_days: dict[tuple[int, int], tuple[int, ...]]
-
-    def next_wall(self, start: datetime, last_year: int) -> datetime | None:
-        """Return the first naive wall time >= ``start`` matching every field, or None.
-
-        Whole non-matching months and days are skipped; gives up after the end of ``last_year``.
-        """
-        year, month, day = start.year, start.month, start.day
-        first_time: Time = (self.hours[0], self.minutes[0], self.seconds[0])
-        time = self._time_at_or_after(start.hour, start.minute, start.second)
-        while year <= last_year:
-            if month in self.months:
-                first_weekday, length = calendar.monthrange(year, month)
-                days = self.month_days[length, first_weekday]
-                for d in days[bisect_left(days, day) :]:
-                    found = time if d == day else first_time
-                    if found is not None:
-                        return datetime(year, month, d, *found)
-            year, month = (year + 1, 1) if month == 12 else (year, month + 1)
-            day, time = 1, first_time
-        return None
-
-    def _time_at_or_after(self, hour: int, minute: int, second: int) -> Time | None:
-        hours, minutes, seconds = self.hours, self.minutes, self.seconds
-        i = bisect_left(hours, hour)
-        if i < len(hours) and hours[i] == hour:
-            j = bisect_left(minutes, minute)
-            if j < len(minutes) and minutes[j] == minute:
-                k = bisect_left(seconds, second)
-                if k < len(seconds):
-                    return hour, minute, seconds[k]
-                j += 1
-            if j < len(minutes):
-                return hour, minutes[j], seconds[0]
-            i += 1
-        return (hours[i], minutes[0], seconds[0]) if i < len(hours) else None
-
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
@@ -165,7 +106,7 @@ class Schedule:
     kind: Literal["cron", "interval"]
     interval: timedelta | None = None
     _zone: ZoneInfo = field(default=ZoneInfo("UTC"), repr=False, compare=False)
-    _cron: _Cron | None = field(default=None, repr=False, compare=False)
+    _cron: Cron | None = field(default=None, repr=False, compare=False)
 
     def next_after(self, after: datetime, *, anchor: datetime | None = None) -> datetime:
         """Return the first occurrence strictly later than ``after``.
@@ -195,29 +136,123 @@ class Schedule:
 
         Raises:
             ValueError: ``after`` or ``anchor`` is naive.
-            InvalidSchedule: a cron schedule has no occurrence within 400 years (one that only
-                matches wall times skipped by DST in its zone, e.g.).
+            InvalidSchedule: no occurrence within 400 years (a cron schedule that only matches
+                wall times skipped by DST in its zone, e.g.), or none before the year 10000.
         """
         start = _utc(after, "after")
-        if self.interval is not None:
-            # timedelta arithmetic is exact integer microseconds: `//` floors, so the result is
-            # the first grid point strictly later than `after` (not `after` itself when on it).
-            grid = start if anchor is None else _utc(anchor, "anchor")
-            return grid + ((start - grid) // self.interval + 1) * self.interval
-        cron = self._cron
-        assert cron is not None  # parse_schedule sets exactly one of interval and _cron
-        # Cron works in whole seconds: the next match after `after` is the next one after its
-        # whole second (a match is never between the two).
-        start = start.replace(microsecond=0)
-        found = _next_cron(cron, self._zone, start)
-        if found is None:
-            raise InvalidSchedule(
-                f"schedule {self.expr!r}: no occurrence within {_HORIZON_YEARS} years after "
-                f"{start.isoformat()} in time zone {self.timezone}",
-                field="schedule",
-                value=self.expr,
+        found: datetime | None
+        try:
+            if self.interval is not None:
+                # timedelta arithmetic is exact integer microseconds: `//` floors, so the result
+                # is the first grid point strictly later than `after` (not `after` itself).
+                grid = start if anchor is None else _utc(anchor, "anchor")
+                return grid + ((start - grid) // self.interval + 1) * self.interval
+            # Cron works in whole seconds: the next match after `after` is the next one after
+            # its whole second (a match is never between the two).
+            found = cron_math.next_after(
+                self._cron_fields, self._zone, start.replace(microsecond=0)
             )
+        except OverflowError:
+            found = None
+        if found is None:
+            raise self._none_after(start)
         return found
+
+    def last_at_or_before(
+        self, moment: datetime, *, anchor: datetime | None = None
+    ) -> datetime | None:
+        """Return the newest occurrence at or before ``moment`` (the mirror of
+        :meth:`next_after`, with the same DST rules), or ``None`` if there is none within 400
+        years before it (or before the year 1).
+
+        Args:
+            moment: an aware instant, any zone.
+            anchor: as for :meth:`next_after`; None means ``moment`` itself is on the grid.
+
+        Raises:
+            ValueError: ``moment`` or ``anchor`` is naive.
+        """
+        end = _utc(moment, "moment")
+        try:
+            if self.interval is not None:
+                grid = end if anchor is None else _utc(anchor, "anchor")
+                return grid + ((end - grid) // self.interval) * self.interval
+            return cron_math.last_at_or_before(
+                self._cron_fields, self._zone, end.replace(microsecond=0)
+            )
+        except OverflowError:
+            return None
+
+    def count_between(
+        self, start: datetime, end: datetime, *, anchor: datetime | None = None
+    ) -> int:
+        """How many occurrences ``t`` have ``start < t <= end`` (what repeated :meth:`next_after`
+        calls would give), counted without listing them.
+
+        Args:
+            start, end: aware instants, any zone; 0 when ``end <= start``.
+            anchor: as for :meth:`next_after`; None means ``start``.
+
+        Returns:
+            The count. Intervals: O(1). Cron: calendar arithmetic, plus a correction for each
+            change of the zone's UTC offset in the range (about two a year).
+
+        Raises:
+            ValueError: a naive instant.
+        """
+        low, high = _utc(start, "start"), _utc(end, "end")
+        if high <= low:
+            return 0
+        if self.interval is not None:
+            grid = low if anchor is None else _utc(anchor, "anchor")
+            return (high - grid) // self.interval - (low - grid) // self.interval
+        return cron_math.count_between(
+            self._cron_fields, self._zone, low.replace(microsecond=0), high.replace(microsecond=0)
+        )
+
+    def newest_at_or_before(
+        self, moment: datetime, n: int, *, anchor: datetime | None = None
+    ) -> datetime | None:
+        """Return the ``n``-th newest occurrence at or before ``moment`` (``n=1``: the newest,
+        as :meth:`last_at_or_before`), or ``None`` if there are fewer within 400 years.
+
+        Cron: found by counting (:meth:`count_between`) over a window that doubles back from
+        ``moment``, then halving it: some 2 log2(window / n seconds) counts, each over at most
+        twice the window, never a walk over the ``n`` occurrences.
+
+        Raises:
+            ValueError: a naive instant, or ``n < 1``.
+        """
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        newest = self.last_at_or_before(moment, anchor=anchor)
+        if newest is None or n == 1:
+            return newest
+        if self.interval is not None:
+            try:
+                return newest - (n - 1) * self.interval
+            except OverflowError:
+                return None
+        end = _utc(moment, "moment").replace(microsecond=0)
+
+        # count((end - s, end]) >= n exactly when s > end - (the n-th newest): find the least
+        # such span s in whole seconds; the occurrence is then end - s + 1 s.
+        def enough(seconds: int) -> bool:
+            return self.count_between(end - timedelta(seconds=seconds), end) >= n
+
+        low, high = 0, n
+        limit = HORIZON_YEARS * 366 * 86400
+        try:
+            while not enough(high):
+                if high > limit:
+                    return None
+                low, high = high, high * 2
+            while high - low > 1:
+                middle = (low + high) // 2
+                low, high = (low, middle) if enough(middle) else (middle, high)
+        except OverflowError:  # the window reached before the year 1
+            return None
+        return end - timedelta(seconds=high) + _SECOND
 
     def occurrences_between(
         self, start: datetime, end: datetime, *, anchor: datetime | None = None, limit: int
@@ -249,6 +284,19 @@ class Schedule:
             found.append(current)
         return found
 
+    @property
+    def _cron_fields(self) -> Cron:
+        assert self._cron is not None  # parse_schedule sets exactly one of interval and _cron
+        return self._cron
+
+    def _none_after(self, start: datetime) -> InvalidSchedule:
+        return InvalidSchedule(
+            f"schedule {self.expr!r}: no occurrence within {HORIZON_YEARS} years after "
+            f"{start.isoformat()} (nor before the year 10000) in time zone {self.timezone}",
+            field="schedule",
+            value=self.expr,
+        )
+
     def describe(self) -> str:
         """Return a short English description, e.g. ``"at 04:30 on Friday (Europe/London)"``."""
         if self.interval is not None:
@@ -256,20 +304,6 @@ class Schedule:
         assert self._cron is not None
         parts = (_describe_time(self._cron), _describe_days(self._cron))
         return " ".join(p for p in parts if p) + f" ({self.timezone})"
-
-
-@lru_cache(maxsize=16384)
-def _next_cron(cron: _Cron, zone: ZoneInfo, start: datetime) -> datetime | None:
-    """The first match of ``cron`` in ``zone`` strictly after ``start`` (UTC, whole second)
-    within :data:`_HORIZON_YEARS` years, or ``None``.
-
-    Cached (a search costs 6-8 us): the planner asks for the same next occurrence when it
-    claims a run and when it finishes it, and jobs that share a schedule share occurrences.
-    Keys are cheap to hash: :func:`parse_schedule` returns one ``_Cron`` per expression and
-    zone (hashed by identity) and zones are singletons.
-    """
-    last_year = min(start.year + _HORIZON_YEARS, 9999)
-    return (_next_elapsed if cron.elapsed else _next_fixed)(cron, zone, start, last_year)
 
 
 @lru_cache(maxsize=4096)
@@ -295,7 +329,7 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     head = words[0].lower() if words else ""
     if head == "@every":
         interval = _parse_every(expr, words[1:])
-        return Schedule(text, timezone, "interval", interval, _load_zone(timezone))
+        return Schedule(text, timezone, "interval", interval, load_zone(timezone))
     if head == "@reboot":
         raise _invalid(expr, "Pulse has no reboot event; use a one-off trigger instead")
     if head.startswith("@"):
@@ -303,24 +337,11 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
             raise _invalid(expr, f"unknown macro {text!r} (known: {', '.join(_MACROS)}, @every)")
         words = _MACROS[head].split()
     cron = _parse_cron(expr, words)
-    return Schedule(text, timezone, "cron", None, _load_zone(timezone), cron)
+    return Schedule(text, timezone, "cron", None, load_zone(timezone), cron)
 
 
 def _invalid(expr: str, reason: str) -> InvalidSchedule:
     return InvalidSchedule(f"schedule {expr!r}: {reason}", field="schedule", value=expr)
-
-
-def _load_zone(name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a directory name
-        hint = next((z for z in available_timezones() if z.lower() == name.lower()), None)
-        raise UnknownTimeZone(
-            f"timezone {name!r} is not an IANA time zone name "
-            f"({f'did you mean {hint!r}?' if hint else 'such as Europe/London'})",
-            field="timezone",
-            value=name,
-        ) from exc
 
 
 def _parse_every(expr: str, args: list[str]) -> timedelta:
@@ -342,7 +363,7 @@ def _parse_every(expr: str, args: list[str]) -> timedelta:
     return interval
 
 
-def _parse_cron(expr: str, words: list[str]) -> _Cron:
+def _parse_cron(expr: str, words: list[str]) -> Cron:
     if len(words) not in (5, 6):
         raise _invalid(expr, f"expected 5 fields (or 6 with seconds first), got {len(words)}")
     texts = tuple(words) if len(words) == 6 else ("0", *words)
@@ -367,7 +388,7 @@ def _parse_cron(expr: str, words: list[str]) -> _Cron:
         for length in range(28, 32)
         for first in range(7)
     }
-    return _Cron(
+    return Cron(
         texts,
         len(words) == 6,
         tuple(sorted(sec)),
@@ -432,89 +453,6 @@ def _utc(moment: datetime, name: str) -> datetime:
     return moment.astimezone(UTC)
 
 
-# --- daylight saving -------------------------------------------------------------------------
-# A naive wall time w has two UTC offsets, on the first (fold=0) and second (fold=1) pass:
-# equal -> w exists once; first > second -> w is repeated (fall back); first < second -> w is
-# skipped (spring forward). Instants are aware UTC datetimes; wall times are naive local ones.
-
-
-def _offsets(zone: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
-    first, second = zone.utcoffset(wall.replace(fold=0)), zone.utcoffset(wall.replace(fold=1))
-    assert first is not None and second is not None  # a ZoneInfo always knows the offset
-    return first, second
-
-
-def _wall(instant: datetime, offset: timedelta) -> datetime:
-    return (instant + offset).replace(tzinfo=None)
-
-
-def _instant(wall: datetime, offset: timedelta) -> datetime:
-    return (wall - offset).replace(tzinfo=UTC)
-
-
-def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
-    """Return the first whole-second instant in (before, after] with ``after``'s UTC offset.
-
-    Assumes exactly one offset change in between (tzdata transitions fall on whole seconds).
-    """
-    target = after.astimezone(zone).utcoffset()
-    low, high = int(before.timestamp()), int(after.timestamp())
-    while high - low > 1:
-        mid = (low + high) // 2
-        if datetime.fromtimestamp(mid, zone).utcoffset() == target:
-            high = mid
-        else:
-            low = mid
-    return datetime.fromtimestamp(high, UTC)
-
-
-def _next_fixed(cron: _Cron, zone: ZoneInfo, after: datetime, last_year: int) -> datetime | None:
-    """Fixed-time job: each matching wall time once, at its first pass or just after its gap."""
-    local = after.astimezone(zone)
-    if local.fold:  # in a repeated hour's second pass: its wall times fired on the first pass
-        first, second = _offsets(zone, local.replace(tzinfo=None))
-        change = _transition(zone, after - (first - second), after)
-        wall = cron.next_wall(_wall(change, first), last_year)  # from the repeated hour's end
-    else:
-        wall = cron.next_wall(local.replace(tzinfo=None) + _SECOND, last_year)
-    if wall is None:
-        return None
-    first, second = _offsets(zone, wall)
-    if first >= second:  # exists, or repeated: first pass
-        return _instant(wall, first)
-    # Skipped: fire at the first instant after the gap. It is later than `after`, whose wall
-    # time is before this one; wall times sharing the gap map to the same instant (fire once).
-    return _transition(zone, _instant(wall, second), _instant(wall, first))
-
-
-def _next_elapsed(cron: _Cron, zone: ZoneInfo, after: datetime, last_year: int) -> datetime | None:
-    """Elapsed-time job: every instant whose wall time matches (none in gaps, both passes)."""
-    local = after.astimezone(zone)
-    now_wall = local.replace(tzinfo=None, fold=0)
-    wall = cron.next_wall(now_wall + _SECOND, last_year)
-    first, second = _offsets(zone, now_wall)
-    if first > second and not local.fold:
-        # In a repeated hour's first pass: its rest comes first, then its whole second pass,
-        # and only then the wall times after it.
-        change = _transition(zone, after, after + (first - second))
-        end = _wall(change, first)
-        if wall is not None and wall < end:
-            return _instant(wall, first)
-        again = cron.next_wall(_wall(change, second), last_year)
-        if again is not None and again < end:
-            return _instant(again, second)
-    while wall is not None:
-        first, second = _offsets(zone, wall)
-        if first == second:
-            return _instant(wall, first)
-        if first > second:  # repeated: the first pass, unless `after` is already past it
-            early = _instant(wall, first)
-            return early if early > after else _instant(wall, second)
-        change = _transition(zone, _instant(wall, second), _instant(wall, first))
-        wall = cron.next_wall(_wall(change, second), last_year)  # resume after the gap
-    return None
-
-
 # --- describe --------------------------------------------------------------------------------
 
 
@@ -556,7 +494,7 @@ def _describe_interval(interval: timedelta) -> str:
     return " ".join(parts)
 
 
-def _describe_time(cron: _Cron) -> str:
+def _describe_time(cron: Cron) -> str:
     secs, mins, hrs = cron.seconds, cron.minutes, cron.hours
     if len(secs) * len(mins) * len(hrs) <= 4:
         pattern = "{:02d}:{:02d}:{:02d}" if cron.has_seconds else "{:02d}:{:02d}"
@@ -575,7 +513,7 @@ def _describe_time(cron: _Cron) -> str:
     return " past ".join(pieces)
 
 
-def _describe_days(cron: _Cron) -> str:
+def _describe_days(cron: Cron) -> str:
     doms = "day-of-month " + _values(cron.doms)
     dows = _values(cron.dows, _DAY_NAMES)
     if cron.day_or:

@@ -20,6 +20,7 @@ from psycopg.abc import Buffer
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb, JsonbBinaryLoader
 
+from pgpulse.access import OPERATOR, Writer, check_write
 from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound, UnknownHandler
@@ -163,6 +164,21 @@ def _storable(text: str | None) -> str | None:
     return text
 
 
+_NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
+
+
+def _skips(advance: Advance | None) -> dict[str, Any]:
+    """The skipped occurrences of an outcome as ``finish_and_claim`` reads them: a count, the
+    first and (for more than one) the last; the statement writes one summary row of them."""
+    if advance is None or not advance.skipped_count:
+        return _NO_SKIPS
+    return {
+        "skips": advance.skipped_count,
+        "skip_from": advance.skipped_first,
+        "skip_to": advance.skipped_last if advance.skipped_count > 1 else None,
+    }
+
+
 class Outcome(NamedTuple):
     """How an attempt of a claimed job ends: the argument of :meth:`Store.finish_runs`
     (immutable; a named tuple, built once per run without a frozen dataclass's per-field
@@ -175,12 +191,12 @@ class Outcome(NamedTuple):
     Attributes:
         job: the claimed job (its id, fencing token and run id fence the write).
         outcome: the run row's new outcome.
-        advance: where the job goes next, for a final outcome.
+        advance: where the job goes next, for a final outcome (with the occurrences it skips).
         retry_in: seconds until the retry, for ``retrying``.
         status: the job's new status: ``idle``, or ``failed`` (cannot be scheduled).
         error: error text for the run and the job's ``last_error``.
         output: captured output (already truncated).
-        skip_reason: error text of the skipped occurrences' rows.
+        skip_reason: error text of the skipped occurrences' summary row.
         ended_at: the database's instant (as the node estimates it) when the handler ended;
             ``None`` when no handler ran. Not written: metrics take the run's duration from it.
     """
@@ -270,10 +286,18 @@ class Store:
         self,
         specs: Sequence[JobSpec],
         *,
+        writer: Writer = OPERATOR,
         extra_handlers: Collection[str] = (),
         now: datetime | None = None,
     ) -> list[tuple[int, bool]]:
-        """Create or update jobs by (tenant, name), all in one transaction.
+        """Create or update jobs by (tenant, name), all in one transaction, as ``writer``.
+
+        Authorisation (design.md, invariant 10): every path that writes a definition comes
+        here, and here each spec is checked by :func:`pgpulse.access.check_write` against the
+        job it replaces, whose row is read and locked in the writing transaction (so a
+        concurrent change of that job cannot slip between the check and the write). The
+        default writer, :data:`~pgpulse.access.OPERATOR`, holds the database's credentials and
+        may write everything; the API passes its token's writer, a node its code's.
 
         A new job (or one whose schedule or time zone changed) holds the first occurrence after
         the database's now; an unchanged schedule keeps the job's state, so upserting the same
@@ -290,6 +314,7 @@ class Store:
 
         Raises:
             UnknownHandler, InvalidPayload: see :meth:`validate_handlers`; nothing is written.
+            Forbidden: ``writer`` may not write one of the specs; nothing is written.
             psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected: still racing
                 another session after :data:`UPSERT_TRIES` tries; nothing is written.
             RuntimeError: a job was deleted between its lookup and its update at every try;
@@ -304,7 +329,7 @@ class Store:
             )
         for attempt in range(1, UPSERT_TRIES + 1):
             try:
-                return await self._upsert_once(specs, now)
+                return await self._upsert_once(specs, writer, now)
             except _UpsertRaced as raced:
                 if attempt == UPSERT_TRIES:
                     raise (
@@ -317,7 +342,7 @@ class Store:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _upsert_once(
-        self, specs: Sequence[JobSpec], now: datetime | None
+        self, specs: Sequence[JobSpec], writer: Writer, now: datetime | None
     ) -> list[tuple[int, bool]]:
         """One try of :meth:`upsert_jobs`, in one transaction; raises :class:`_UpsertRaced`
         (after rolling back) when another session created or deleted one of the jobs at once."""
@@ -325,6 +350,15 @@ class Store:
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 clock = now or (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
+                current = await conn.execute(
+                    QUERIES["lock_jobs_by_name"],
+                    {"tenants": [s.tenant for s in specs], "names": [s.name for s in specs]},
+                )
+                handlers = {
+                    (r["tenant"], r["name"]): r["handler"] for r in await current.fetchall()
+                }
+                for spec in specs:  # before any write: a refusal leaves the transaction empty
+                    check_write(writer, spec, handlers.get((spec.tenant, spec.name)))
                 for spec in specs:
                     schedule = spec.parsed_schedule()
                     first = schedule.next_after(clock, anchor=clock)
@@ -557,9 +591,7 @@ class Store:
                 "outcome": o.outcome,
                 "error": o.error and _storable(o.error),
                 "output": o.output and _storable(o.output),
-                "skipped": o.advance.skipped
-                if o.advance is not None and o.advance.skipped
-                else None,
+                **_skips(o.advance),
                 "skip_reason": o.skip_reason,
             }
             for o in sorted(outcomes, key=lambda o: o.job.id)

@@ -12,10 +12,12 @@
 -- element changes nothing unless its job is still running under its token (a zombie's late write
 -- is a no-op). Per element: the job row moves to its next state, the occurrence's pgpulse_runs row
 -- is written with the attempt's outcome — inserted, or updated when an earlier attempt of the
--- occurrence wrote it — and its skipped occurrences (the element's "skipped" array, but for the
--- run's own occurrence) get rows of their own. History is written once per attempt, at its end:
--- the claim writes only the job row. The run row takes the claim's values
--- (run id, occurrence, attempt, node, instant) from the job row as this statement's snapshot
+-- occurrence wrote it — and the occurrences it skips, however many, get one summary row:
+-- "skips" occurrences from "skip_from" through "skip_to" (NULL for one). When the run's own
+-- occurrence is skipped (outcome 'skipped'), it is the first of them and its row is the
+-- summary. History is written once per attempt, at its end: the claim writes only the job row.
+-- The run row takes the claim's values (run id, occurrence, attempt, node, instant) from the
+-- job row as this statement's snapshot
 -- shows it, i.e. before `job` changed it (every CTE sees the same snapshot).
 -- next_run_at NULL means "retry_in seconds from now". Each job row is found by its primary key:
 -- a generic plan made while pgpulse_runs was empty once scanned all of it per element. "Still
@@ -46,7 +48,8 @@ WITH clock AS (
     FROM json_to_recordset(%(outcomes)s::json)
          AS i(job_id bigint, token bigint, status text, scheduled_for timestamptz,
               next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
-              error text, output text, skipped json, skip_reason text)
+              error text, output text, skips bigint, skip_from timestamptz,
+              skip_to timestamptz, skip_reason text)
 ), job AS (
     UPDATE pgpulse_jobs j
     SET status = i.status,
@@ -66,27 +69,30 @@ WITH clock AS (
     RETURNING j.id
 ), run AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
-                               fencing_token, started_at, finished_at, error, output)
+                               fencing_token, started_at, finished_at, error, output,
+                               occurrences, last_scheduled_for)
     OVERRIDING SYSTEM VALUE
     SELECT o.run_id, o.id, o.scheduled_for,
            CASE WHEN i.outcome <> 'skipped' THEN o.attempt ELSE 0 END, i.outcome, o.locked_by,
            o.fencing_token,
            CASE WHEN i.outcome <> 'skipped' THEN o.claimed_at END,
-           CASE WHEN i.outcome <> 'retrying' THEN clock.now END, i.error, i.output
+           CASE WHEN i.outcome <> 'retrying' THEN clock.now END, i.error, i.output,
+           CASE WHEN i.outcome = 'skipped' THEN i.skips ELSE 1 END,
+           CASE WHEN i.outcome = 'skipped' THEN i.skip_to END
     FROM input i JOIN job ON job.id = i.job_id JOIN pgpulse_jobs o ON o.id = job.id, clock
     WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
     SET attempts = excluded.attempts, outcome = excluded.outcome, node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = excluded.finished_at, error = excluded.error, output = excluded.output
+        finished_at = excluded.finished_at, error = excluded.error, output = excluded.output,
+        occurrences = excluded.occurrences, last_scheduled_for = excluded.last_scheduled_for
     RETURNING 1
 ), skipped AS (
-    INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, error, finished_at)
-    SELECT i.job_id, s.at::timestamptz, 0, 'skipped', i.skip_reason, clock.now
-    FROM input i JOIN job ON job.id = i.job_id, clock,
-         json_array_elements_text(i.skipped) AS s(at)
-    WHERE s.at::timestamptz <> (SELECT o.scheduled_for FROM pgpulse_jobs o
-                                WHERE o.id = i.job_id)
+    INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, error, finished_at,
+                          occurrences, last_scheduled_for)
+    SELECT i.job_id, i.skip_from, 0, 'skipped', i.skip_reason, clock.now, i.skips, i.skip_to
+    FROM input i JOIN job ON job.id = i.job_id, clock
+    WHERE i.skips > 0 AND i.outcome <> 'skipped'
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING 1
 ), due AS (
@@ -327,6 +333,18 @@ WITH found AS (
 SELECT w.id, w.shard_id, w.created, pg_notify('pgpulse_wakeup', w.shard_id::text)
 FROM (SELECT * FROM updated UNION ALL SELECT * FROM inserted) w;
 
+-- name: lock_jobs_by_name
+-- The handler of each existing job among the names (%(tenants)s[i], %(names)s[i]), its row
+-- locked until the end of the transaction: an upsert checks who may write each definition
+-- against the job it replaces (pgpulse.access), and nothing changes that job in between. Rows
+-- are locked in id order, as every statement over several job rows takes them.
+SELECT n.tenant, n.name, j.handler
+FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
+JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
+JOIN pgpulse_jobs j ON j.id = n.job_id
+ORDER BY j.id
+FOR UPDATE OF j;
+
 -- name: now
 SELECT now() AS db_now;
 
@@ -383,8 +401,11 @@ WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant
 RETURNING j.id;
 
 -- name: list_runs
--- Runs newest first, those running now included (pgpulse_runs_live).
-SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id, r.started_at,
+-- Runs newest first, those running now included (pgpulse_runs_live). A skipped summary row stands
+-- for its occurrences from scheduled_for through last_scheduled_for.
+SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.occurrences,
+       coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for, r.node_id,
+       r.started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
        r.error, r.output, r.fencing_token
 FROM pgpulse_runs_live r JOIN pgpulse_jobs j ON j.id = r.job_id

@@ -104,6 +104,7 @@ CREATE TABLE public.pgpulse_jobs (
     CONSTRAINT pgpulse_jobs_catch_up_check CHECK ((catch_up = ANY (ARRAY['skip'::text, 'backfill'::text, 'coalesce'::text]))),
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT pgpulse_jobs_misfire_grace_check CHECK ((misfire_grace >= '00:00:01'::interval)),
     CONSTRAINT pgpulse_jobs_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
     CONSTRAINT pgpulse_jobs_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'interval'::text]))),
     CONSTRAINT pgpulse_jobs_status_check CHECK ((status = ANY (ARRAY['idle'::text, 'running'::text, 'paused'::text, 'failed'::text])))
@@ -146,6 +147,9 @@ CREATE TABLE public.pgpulse_runs (
     finished_at timestamp with time zone,
     error text,
     output text,
+    occurrences bigint DEFAULT 1 NOT NULL,
+    last_scheduled_for timestamp with time zone,
+    CONSTRAINT pgpulse_runs_occurrences CHECK (((occurrences >= 1) AND ((occurrences = 1) = (last_scheduled_for IS NULL)) AND (last_scheduled_for >= scheduled_for))),
     CONSTRAINT pgpulse_runs_outcome_check CHECK ((outcome = ANY (ARRAY['running'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'fenced'::text])))
 );
 
@@ -169,7 +173,9 @@ CREATE VIEW public.pgpulse_runs_live AS
     r.started_at,
     r.finished_at,
     r.error,
-    r.output
+    r.output,
+    r.occurrences,
+    r.last_scheduled_for
    FROM public.pgpulse_runs r
   WHERE (NOT (EXISTS ( SELECT 1
            FROM public.pgpulse_jobs j
@@ -185,7 +191,9 @@ UNION ALL
     j.claimed_at AS started_at,
     NULL::timestamp with time zone AS finished_at,
     NULL::text AS error,
-    NULL::text AS output
+    NULL::text AS output,
+    (1)::bigint AS occurrences,
+    NULL::timestamp with time zone AS last_scheduled_for
    FROM public.pgpulse_jobs j
   WHERE (j.status = 'running'::text);
 

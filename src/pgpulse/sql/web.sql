@@ -73,8 +73,10 @@ LIMIT %(limit)s;
 -- A page of runs, newest first (id order), after the keyset cursor %(before_id)s. The time range
 -- applies to scheduled_for (the occurrence), half-open: since <= scheduled_for < until.
 -- lag = started_at - scheduled_for of the latest attempt; output only when %(with_output)s.
--- Runs in progress are included (pgpulse_runs_live: outcome 'running').
+-- Runs in progress are included (pgpulse_runs_live: outcome 'running'). A skipped summary row stands
+-- for its occurrences from scheduled_for through last_scheduled_for.
 SELECT r.id, r.job_id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id,
+       r.occurrences, coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for,
        r.fencing_token, r.started_at, r.finished_at,
        extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
        extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,

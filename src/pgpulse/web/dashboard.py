@@ -9,7 +9,9 @@ the pages and the pause, resume and trigger buttons still work (plain forms).
 
 Sign-in stores the token in an ``HttpOnly``, ``SameSite=Strict`` cookie scoped to ``/ui``; the
 token is checked on every request, so a revoked token signs the browser out at once. Buttons
-post a CSRF value derived from the token (:func:`pgpulse.web.auth.csrf_token`).
+post a CSRF value derived from the token (:func:`pgpulse.web.auth.csrf_token`); sign-in and
+sign-out, which have no session to derive one from, accept posts from the dashboard's own
+pages only (:func:`from_own_page`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import datetime
 from importlib import resources
 from pathlib import Path as FilePath
 from typing import Annotated, Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -102,9 +104,37 @@ async def login_form(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(request, "login.html", {"error": None})
 
 
+def from_own_page(request: Request) -> bool:
+    """Whether a form post comes from this dashboard's own pages, not another site's.
+
+    Sign-in and sign-out carry no anti-forgery value (no session exists before sign-in), so a
+    cross-site form could sign a browser in with an attacker's token (login CSRF) or out. The
+    browser says where a post comes from: ``Sec-Fetch-Site`` (every current browser; only
+    ``same-origin``, or ``none`` for a request the user made, are accepted), else ``Origin``
+    (must name this server's host and port, as its ``Host`` header does). A post with neither
+    header is not a browser's cross-site form (a script, an old client) and is accepted.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    host = request.headers.get("host", "").lower()
+    return origin != "null" and urlsplit(origin).netloc.lower() == host
+
+
+_FOREIGN = "This request did not come from this dashboard's own page: open /ui/login here."
+
+
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Response:
-    """Check the posted token; on success set the cookie and go to the jobs page."""
+    """Check the posted token; on success set the cookie and go to the jobs page. A post from
+    another site's page is refused with 403 and sets nothing (:func:`from_own_page`)."""
+    if not from_own_page(request):
+        return templates.TemplateResponse(
+            request, "login.html", {"error": _FOREIGN}, status_code=403
+        )
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     token = (form.get("token") or [""])[0].strip()
     ctx: WebContext = request.app.state.pulse
@@ -125,8 +155,12 @@ async def login(request: Request) -> Response:
 
 
 @router.post("/logout")
-async def logout() -> Response:
-    """Forget the token cookie."""
+async def logout(request: Request) -> Response:
+    """Forget the token cookie (not for a post from another site's page: 403)."""
+    if not from_own_page(request):
+        return templates.TemplateResponse(
+            request, "login.html", {"error": _FOREIGN}, status_code=403
+        )
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
     return response

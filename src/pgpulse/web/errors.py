@@ -48,6 +48,23 @@ class Unauthorized(PulseError):
     """The request has no valid bearer token (missing, malformed, unknown or revoked)."""
 
 
+def _encodable(value: Any) -> Any:
+    """``value`` with every string UTF-8 can encode: a lone surrogate (which JSON can carry
+    escaped, and Python decodes) becomes its backslash escape, in keys and nested values too,
+    so no refusal fails while it is rendered."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(v) for v in value]
+    return value
+
+
 def _echo(value: Any) -> Any:
     """``value`` made JSON-safe and short enough to echo back."""
     try:
@@ -60,8 +77,9 @@ def _echo(value: Any) -> Any:
 
 
 def error_body(code: str, message: str, field: str | None, value: Any) -> dict[str, Any]:
-    """The one error body shape of the API."""
-    return {"error": {"code": code, "message": message, "field": field, "value": _echo(value)}}
+    """The one error body shape of the API (every string in it encodable as UTF-8)."""
+    error = {"code": code, "message": message, "field": field, "value": _echo(value)}
+    return {"error": _encodable(error)}
 
 
 def status_of(exc: PulseError) -> tuple[int, str]:

@@ -1,40 +1,34 @@
 """What the HTTP edge refuses before anything is written: its settings and security rules.
 
 * ``shell`` jobs run commands on every node. The API creates or changes one only for an admin
-  token AND when the server was started with ``--allow-shell-jobs``.
-* ``http`` jobs must not turn the scheduler into a request-forgery tool. Their URL's host must be
-  on the operator's allow-list (:attr:`WebSettings.http_allow`: host names, ``*.domain``
-  patterns, CIDR networks), or else resolve only to public (globally routable) addresses:
-  loopback, link-local (cloud metadata at 169.254.169.254), private, shared, reserved,
-  multicast and unspecified addresses are refused unless allow-listed; so is a name that does
-  not resolve. ``follow_redirects: true`` is accepted only for allow-listed hosts, since a
-  redirect could lead anywhere.
+  token AND when the server was started with ``--allow-shell-jobs`` (the rule is
+  :mod:`pgpulse.access`'s, applied by the store to every write; :attr:`WebSettings` carries the
+  opt-in).
+* ``http`` jobs must not turn the scheduler into a request-forgery tool (:mod:`pgpulse.egress`):
+  their URL's host must be on the operator's allow-list (:attr:`WebSettings.http_allow`) or
+  resolve only to public addresses; so a job that could never run is refused when written. The
+  guarantee is the node's: it checks the address it connects to, at connect time (a name may
+  resolve elsewhere by then). ``follow_redirects: true`` is accepted only for allow-listed
+  hosts, since a redirect could lead anywhere.
 * Text must be storable: NUL characters and unpaired surrogates are refused with a 422 naming
   the field instead of failing in the database.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import socket
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from pgpulse.errors import InvalidInput, PulseError
-from pgpulse.web.auth import Principal
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+from pgpulse.egress import HttpAllowList, IPAddress, resolve
+from pgpulse.errors import Forbidden, InvalidInput, PulseError
 
 #: Default limit of a request body, bytes. Larger bodies are refused with 413.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 
 
-class Forbidden(PulseError):
-    """The token may not do this (a ``shell`` job without admin rights or server opt-in)."""
+__all__ = ["Forbidden", "HttpAllowList", "WebSettings", "check_http_target", "check_text"]
 
 
 class TargetNotAllowed(InvalidInput):
@@ -43,59 +37,6 @@ class TargetNotAllowed(InvalidInput):
 
 class PayloadTooLarge(PulseError):
     """A request body is larger than :attr:`WebSettings.max_body_bytes`."""
-
-
-@dataclass(frozen=True, slots=True)
-class HttpAllowList:
-    """Hosts and networks ``http`` jobs may target besides public addresses.
-
-    Build with :meth:`parse`. ``names`` are exact host names (lower case); ``suffixes`` come
-    from ``*.example.com`` entries and match any subdomain; ``networks`` from CIDRs or single
-    addresses.
-    """
-
-    names: frozenset[str] = frozenset()
-    suffixes: tuple[str, ...] = ()
-    networks: tuple[IPNetwork, ...] = ()
-
-    @classmethod
-    def parse(cls, entries: Iterable[str]) -> HttpAllowList:
-        """Parse allow-list entries: ``hooks.internal``, ``*.corp.example``, ``10.0.0.0/8``,
-        ``127.0.0.1``, ``::1``.
-
-        Raises:
-            InvalidInput: an entry is empty or malformed (``field="http_allow"``).
-        """
-        names: set[str] = set()
-        suffixes: list[str] = []
-        networks: list[IPNetwork] = []
-        for raw in entries:
-            entry = raw.strip().lower()
-            try:
-                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-                continue
-            except ValueError:
-                pass
-            host = entry[2:] if entry.startswith("*.") else entry
-            if not host or any(c in host for c in "/:@ *[]") or host.startswith("."):
-                raise InvalidInput(
-                    f"http allow-list entry {raw!r} is not a host name, *.domain or CIDR network",
-                    field="http_allow",
-                    value=raw,
-                )
-            if entry.startswith("*."):
-                suffixes.append("." + host)
-            else:
-                names.add(host)
-        return cls(frozenset(names), tuple(suffixes), tuple(networks))
-
-    def allows_name(self, host: str) -> bool:
-        """Whether the host name itself is allow-listed (no resolution needed)."""
-        return host in self.names or any(host.endswith(s) for s in self.suffixes)
-
-    def allows_address(self, address: IPAddress) -> bool:
-        """Whether ``address`` lies in an allow-listed network."""
-        return any(address in net for net in self.networks if net.version == address.version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,58 +62,11 @@ class WebSettings:
     secure_cookies: bool = False
 
 
-def check_shell(principal: Principal, settings: WebSettings, *handlers: str | None) -> None:
-    """Refuse creating or changing a ``shell`` job unless admin token AND server opt-in.
-
-    Args:
-        handlers: the job's handler before (``None`` for a new job) and after the change.
-
-    Raises:
-        Forbidden: ``field="handler"``, ``value="shell"``.
-    """
-    if "shell" not in handlers:
-        return
-    if not settings.allow_shell_jobs:
-        raise Forbidden(
-            "shell jobs run commands on every node: this server was not started "
-            "with --allow-shell-jobs",
-            field="handler",
-            value="shell",
-        )
-    if not principal.admin:
-        raise Forbidden(
-            "shell jobs run commands on every node: only an admin token may create or change them",
-            field="handler",
-            value="shell",
-        )
-
-
 def _literal_address(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host)
     except ValueError:
         return None
-
-
-def _refusal(address: IPAddress) -> str | None:
-    """Why ``address`` may not be targeted by default, or ``None`` if it is public."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    for kind in ("loopback", "link_local", "multicast", "unspecified", "private", "reserved"):
-        if getattr(address, f"is_{kind}"):
-            return kind.replace("_", "-")
-    return None if address.is_global else "not globally routable"
-
-
-async def _resolve(host: str, port: int, seconds: float) -> list[IPAddress]:
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(seconds):
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, TimeoutError, UnicodeError, ValueError):
-        return []
-    found = {ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos}
-    return sorted(found, key=str)
 
 
 async def check_http_target(payload: dict[str, Any], settings: WebSettings) -> None:
@@ -207,7 +101,7 @@ async def check_http_target(payload: dict[str, Any], settings: WebSettings) -> N
     if listed:
         return
     addresses = (
-        [literal] if literal is not None else await _resolve(host, port, settings.resolve_timeout)
+        [literal] if literal is not None else await resolve(host, port, settings.resolve_timeout)
     )
     if not addresses:
         raise TargetNotAllowed(
@@ -216,8 +110,8 @@ async def check_http_target(payload: dict[str, Any], settings: WebSettings) -> N
             value=url,
         )
     for address in addresses:
-        why = _refusal(address)
-        if why is not None and not allow.allows_address(address):
+        why = allow.refuses(address)
+        if why is not None:
             raise TargetNotAllowed(
                 f"payload.url {url!r} targets {address} ({why}); such addresses are refused "
                 "unless the server's --http-allow list names them",

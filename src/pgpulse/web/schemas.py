@@ -41,7 +41,7 @@ class JobDefinition(BaseModel):
     )
     catch_up: CatchUp = "skip"
     backfill_limit: int | None = Field(None, ge=1, le=1_000_000)
-    misfire_grace: float = Field(60.0, ge=0, le=MAX_SECONDS, description="Seconds.")
+    misfire_grace: float = Field(60.0, ge=1, le=MAX_SECONDS, description="Seconds, at least 1.")
     max_attempts: int = Field(3, ge=1, le=1000)
     retry_backoff: float = Field(1.0, ge=0.001, le=86400, description="Seconds.")
     timeout: float | None = Field(
@@ -80,7 +80,7 @@ class JobPatch(BaseModel):
     payload: dict[str, Any] | Unset = None
     catch_up: CatchUp | Unset = None
     backfill_limit: int | None = Field(None, ge=1, le=1_000_000)
-    misfire_grace: float | Unset = Field(None, ge=0, le=MAX_SECONDS)
+    misfire_grace: float | Unset = Field(None, ge=1, le=MAX_SECONDS)
     max_attempts: int | Unset = Field(None, ge=1, le=1000)
     retry_backoff: float | Unset = Field(None, ge=0.001, le=86400)
     timeout: float | None = Field(None, ge=0.001, le=MAX_SECONDS)
@@ -162,6 +162,13 @@ class Run(BaseModel):
     scheduled_for: datetime
     attempts: int = Field(description="Attempts made (0 for a skipped occurrence).")
     outcome: Outcome
+    occurrences: int = Field(
+        description="Occurrences the row stands for: 1, or for a skipped summary the "
+        "consecutive occurrences from scheduled_for through last_scheduled_for."
+    )
+    last_scheduled_for: datetime = Field(
+        description="The last occurrence the row stands for (scheduled_for when 1)."
+    )
     node_id: str | None
     fencing_token: int | None
     started_at: datetime | None = Field(description="Start of the latest attempt.")

@@ -15,12 +15,13 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from pgpulse.errors import InvalidInput, JobNotFound, PulseError
+from pgpulse.access import Writer, token_writer
+from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
 from pgpulse.schedule import parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.auth import Principal
-from pgpulse.web.policy import Forbidden, WebSettings, check_http_target, check_shell, check_text
+from pgpulse.web.policy import WebSettings, check_http_target, check_text
 from pgpulse.web.reads import Reads
 
 log = logging.getLogger(__name__)
@@ -113,35 +114,33 @@ class JobService:
             raise NoSuchJob(job_id)
         return present_job(row)
 
-    async def save(
-        self, who: Principal, fields: dict[str, Any], current: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], bool]:
-        """Create or update job ``(fields["tenant"], fields["name"])``: validate, then upsert.
+    def writer(self, who: Principal) -> Writer:
+        """What the token may write (:mod:`pgpulse.access`: the store applies the rule)."""
+        return token_writer(
+            who.token_id, who.tenant, admin=who.admin, shell_allowed=self.settings.allow_shell_jobs
+        )
+
+    async def save(self, who: Principal, fields: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create or update job ``(fields["tenant"], fields["name"])``: validate, then upsert
+        as the token's writer (the store refuses what the token may not write, against the job
+        as it stands in the writing transaction).
 
         Args:
             fields: ``name``, ``tenant`` (default: the token's, or ``default`` for admin) and
                 definition fields (:data:`DEFINITION_FIELDS`).
-            current: the job's row when updating by id (its handler counts for the shell rule).
 
         Returns:
             ``(job, created)``.
 
         Raises:
-            Forbidden: another tenant's name for a tenant token; a ``shell`` job without admin
-                token and server opt-in.
+            Forbidden: another tenant's name for a tenant token; creating, changing or
+                replacing a ``shell`` job without admin token and server opt-in.
             InvalidInput: any refused field (schedule, timezone, payload, handler, URL target,
                 limits); nothing is written.
         """
         for key, value in fields.items():
             check_text(key, value)
         tenant = fields.get("tenant") or who.tenant or "default"
-        if not who.sees(tenant):
-            raise Forbidden(
-                f"this token may not manage jobs of tenant {tenant!r}", field="tenant", value=tenant
-            )
-        check_shell(
-            who, self.settings, current["handler"] if current else None, fields.get("handler")
-        )
         options = {key: fields[key] for key in DEFINITION_FIELDS if key in fields}
         spec = JobSpec.create(
             name=fields.get("name"),  # type: ignore[arg-type]
@@ -152,14 +151,7 @@ class JobService:
         await self.store.validate_handlers([spec])
         if spec.handler == "http":
             await check_http_target(spec.payload, self.settings)
-        try:
-            [(job_id, created)] = await self.store.upsert_jobs([spec])
-        except OverflowError:  # an @every interval so long its next occurrence is past 9999
-            raise InvalidInput(
-                f"schedule {spec.schedule!r} has no occurrence before the year 9999",
-                field="schedule",
-                value=spec.schedule,
-            ) from None
+        [(job_id, created)] = await self.store.upsert_jobs([spec], writer=self.writer(who))
         log.info(
             "job %s/%s %s through the API (token %d)",
             tenant,
@@ -171,7 +163,7 @@ class JobService:
                 "tenant": tenant,
                 "job": spec.name,
                 "token_id": who.token_id,
-                "created": created,
+                "job_created": created,  # not "created": a LogRecord attribute
             },
         )
         return await self.job(who, job_id), created
@@ -187,7 +179,7 @@ class JobService:
             raise NoSuchJob(job_id)
         fields = {key: current[key] for key in DEFINITION_FIELDS}
         fields.update(changes, name=current["name"], tenant=current["tenant"])
-        job, _ = await self.save(who, fields, current)
+        job, _ = await self.save(who, fields)
         return job
 
     async def act(self, who: Principal, job_id: int, verb: str) -> dict[str, Any]:

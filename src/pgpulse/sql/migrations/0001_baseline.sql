@@ -21,7 +21,10 @@ CREATE TABLE pgpulse_jobs (
     catch_up         text NOT NULL DEFAULT 'skip'
                      CHECK (catch_up IN ('skip', 'backfill', 'coalesce')),
     backfill_limit   integer CHECK (backfill_limit > 0),
-    misfire_grace    interval NOT NULL DEFAULT '60 seconds',
+    -- at least one second: a claim always comes some milliseconds after an occurrence is due,
+    -- so a grace of 0 would skip every occurrence
+    misfire_grace    interval NOT NULL DEFAULT '60 seconds'
+                     CHECK (misfire_grace >= interval '1 second'),
     max_attempts     integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
     retry_backoff    interval NOT NULL DEFAULT '1 second',
     timeout          interval,
@@ -99,7 +102,12 @@ FOR EACH ROW WHEN ((OLD.tenant, OLD.name) IS DISTINCT FROM (NEW.tenant, NEW.name
 EXECUTE FUNCTION pgpulse_job_names_rename();
 
 -- One row per occurrence: a retry or a take-over after a lost lease is the next attempt of the
--- same row, never a new run. Skipped occurrences get rows too.
+-- same row, never a new run. The occurrences one catch-up decision skips, however many (a
+-- `* * * * * *` job ten years behind skips 315 million), get one summary row with outcome
+-- 'skipped': scheduled_for is the first of them, occurrences how many the row stands for,
+-- last_scheduled_for the last (the schedule's occurrences from scheduled_for through
+-- last_scheduled_for; an off-schedule, triggered occurrence can only be the first). Every
+-- other row stands for its own occurrence alone (occurrences 1, last_scheduled_for NULL).
 -- job_id has no foreign key: every firing writes one row here, and a key would check each one
 -- (a lookup per inserted row at the end of the statement, about 6 % of the database's time per
 -- firing) while guarding nothing Pulse needs: every statement that writes history inserts rows
@@ -118,7 +126,12 @@ CREATE TABLE pgpulse_runs (
     finished_at    timestamptz,
     error          text,
     output         text,
-    UNIQUE (job_id, scheduled_for)
+    occurrences        bigint NOT NULL DEFAULT 1,
+    last_scheduled_for timestamptz,
+    UNIQUE (job_id, scheduled_for),
+    CONSTRAINT pgpulse_runs_occurrences
+        CHECK (occurrences >= 1 AND (occurrences = 1) = (last_scheduled_for IS NULL)
+               AND last_scheduled_for >= scheduled_for)
 );
 CREATE INDEX pgpulse_runs_recent ON pgpulse_runs (job_id, id DESC);
 CREATE INDEX pgpulse_runs_finished ON pgpulse_runs (finished_at) WHERE finished_at IS NOT NULL;
@@ -150,14 +163,14 @@ FOR EACH STATEMENT EXECUTE FUNCTION pgpulse_runs_truncate();
 -- `pgpulse runs`, the API and the dashboard show.
 CREATE VIEW pgpulse_runs_live AS
 SELECT r.id, r.job_id, r.scheduled_for, r.attempts, r.outcome, r.node_id, r.fencing_token,
-       r.started_at, r.finished_at, r.error, r.output
+       r.started_at, r.finished_at, r.error, r.output, r.occurrences, r.last_scheduled_for
 FROM pgpulse_runs r
 WHERE NOT EXISTS (SELECT 1 FROM pgpulse_jobs j
                   WHERE j.id = r.job_id AND j.status = 'running'
                     AND j.scheduled_for = r.scheduled_for)
 UNION ALL
 SELECT j.run_id, j.id, j.scheduled_for, j.attempt, 'running', j.locked_by, j.fencing_token,
-       j.claimed_at, NULL::timestamptz, NULL::text, NULL::text
+       j.claimed_at, NULL::timestamptz, NULL::text, NULL::text, 1::bigint, NULL::timestamptz
 FROM pgpulse_jobs j
 WHERE j.status = 'running';
 
@@ -171,7 +184,12 @@ CREATE TABLE pgpulse_nodes (
     shards         smallint[] NOT NULL DEFAULT '{}',
     running        integer NOT NULL DEFAULT 0,
     slots          integer NOT NULL DEFAULT 0,
-    handlers       text[] NOT NULL DEFAULT '{}'
+    handlers       text[] NOT NULL DEFAULT '{}',
+    -- The node's time-to-live (about three heartbeats, from `node run --heartbeat`): its peers
+    -- count it dead once its heartbeat is older, and its shards move. `pgpulse status` and the
+    -- API judge each node by the ttl it registered with, so they call a node lost at the moment
+    -- its peers stop counting it, and the shards of the live nodes add up.
+    ttl            double precision CHECK (ttl > 0)
 );
 
 -- Bearer tokens of the HTTP API and dashboard (pgpulse.web). A token is shown once, when

@@ -66,7 +66,7 @@ _OUTCOME = (
     "'status', 'idle', 'scheduled_for', scheduled_for + interval '1 hour', "
     "'next_run_at', scheduled_for + interval '1 hour', 'retry_in', 0, "
     "'reset_attempt', true, 'outcome', 'succeeded', 'error', NULL, 'output', NULL, "
-    "'skipped', NULL, 'skip_reason', NULL)"
+    "'skips', 0, 'skip_from', NULL, 'skip_to', NULL, 'skip_reason', NULL)"
 )
 
 

@@ -176,7 +176,7 @@ SELECT id, job_id, scheduled_for, outcome, attempts, token, node_id, error, at
 FROM chaos_run_log ORDER BY at, id;
 
 -- name: read_runs
-SELECT job_id, scheduled_for, outcome, attempts, fencing_token AS token
+SELECT job_id, scheduled_for, outcome, attempts, fencing_token AS token, last_scheduled_for
 FROM pgpulse_runs ORDER BY job_id, scheduled_for;
 
 -- name: read_jobs

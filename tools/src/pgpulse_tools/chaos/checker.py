@@ -42,6 +42,7 @@ from pgpulse_tools.chaos.history import (
     Execution,
     Fault,
     History,
+    Run,
     RunEvent,
     load_history,
 )
@@ -253,6 +254,10 @@ def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
     have a run record, and a backfill one a successful run, or it is *unrecorded* / *lost*.
     """
     runs = {(r.job_id, r.scheduled_for): r for r in history.runs}
+    summaries: dict[int, list[Run]] = defaultdict(list)  # skipped rows of many occurrences
+    for r in history.runs:
+        if r.last_scheduled_for is not None:
+            summaries[r.job_id].append(r)
     lost: list[str] = []
     missing: list[str] = []
     queued: list[str] = []
@@ -262,7 +267,7 @@ def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
             job.anchor_at, history.settle_at, anchor=job.anchor_at, limit=1_000_000
         )
         for at in due:
-            run = runs.get((job.id, at))
+            run = runs.get((job.id, at)) or _summary_of(summaries[job.id], at)
             pending = job.scheduled_for is not None and job.scheduled_for <= at
             if pending and (run is None or run.outcome != "succeeded"):
                 queued.append(
@@ -277,6 +282,13 @@ def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
                     f"{run.attempts} attempt(s)"
                 )
     return lost, missing, queued
+
+
+def _summary_of(summaries: Sequence[Run], at: datetime) -> Run | None:
+    """The skipped summary row that stands for the occurrence ``at``, if one does."""
+    return next(
+        (r for r in summaries if r.scheduled_for <= at <= (r.last_scheduled_for or at)), None
+    )
 
 
 def stuck(history: History) -> list[str]:

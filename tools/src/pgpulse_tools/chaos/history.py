@@ -71,13 +71,15 @@ class RunEvent:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """A ``pgpulse_runs`` row as it stands at the check."""
+    """A ``pgpulse_runs`` row as it stands at the check (a skipped summary row stands for the
+    occurrences from ``scheduled_for`` through ``last_scheduled_for``)."""
 
     job_id: int
     scheduled_for: datetime
     outcome: str
     attempts: int
     token: int | None
+    last_scheduled_for: datetime | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:

@@ -40,13 +40,18 @@ WHERE status = 'running' ORDER BY (name LIKE '%%billing%%') DESC, id LIMIT 1;
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.catch_up, j.anchor_at, j.scheduled_for,
        (SELECT count(*) FROM pgpulse_runs r WHERE r.job_id = j.id AND r.outcome = 'succeeded'
           AND r.scheduled_for <= %(cutoff)s) AS succeeded,
-       (SELECT count(*) FROM pgpulse_runs r WHERE r.job_id = j.id AND r.outcome = 'skipped'
-          AND r.scheduled_for <= %(cutoff)s) AS skipped,
+       (SELECT coalesce(sum(r.occurrences), 0) FROM pgpulse_runs r
+         WHERE r.job_id = j.id AND r.outcome = 'skipped'
+           AND r.scheduled_for <= %(cutoff)s) AS skipped,
        (SELECT count(*) FROM pgpulse_runs r WHERE r.job_id = j.id AND r.attempts > 1
           AND r.outcome = 'succeeded') AS retried,
        (SELECT array_agg(r.scheduled_for ORDER BY r.scheduled_for) FROM pgpulse_runs r
          WHERE r.job_id = j.id AND r.outcome IN ('succeeded', 'skipped')
            AND r.scheduled_for <= %(cutoff)s) AS accounted,
+       -- skipped summary rows: [first, last] of the occurrences each stands for
+       (SELECT array_agg(ARRAY[r.scheduled_for, r.last_scheduled_for]) FROM pgpulse_runs r
+         WHERE r.job_id = j.id AND r.last_scheduled_for IS NOT NULL
+           AND r.scheduled_for <= %(cutoff)s) AS summarised,
        (SELECT count(*) FROM (SELECT 1 FROM pgpulse_demo_log l WHERE l.job_id = j.id
                               GROUP BY l.scheduled_for HAVING count(*) > 1) d) AS duplicates,
        (SELECT string_agg(node_id || ': ' || n, ', ' ORDER BY node_id)

@@ -106,7 +106,7 @@ def _is_system_crontab(path: Path) -> bool:
 
 def _specs(path: Path, tenant: str, relay: bool, system: bool = False) -> list[JobSpec]:
     parsed = parse_crontab(
-        path.read_text(encoding="utf-8"), path=str(path), system=system or _is_system_crontab(path)
+        path.read_bytes(), path=str(path), system=system or _is_system_crontab(path)
     )
     for error in parsed.errors:
         click.echo(f"  refused {error}")
@@ -300,14 +300,22 @@ async def _progress(conn: psycopg.AsyncConnection[Any], killed: str | None) -> s
 def _tally(row: dict[str, Any], end: datetime) -> tuple[int, int, int]:
     """(due, missed, pending) of one job's occurrences from its import to ``end``: an
     occurrence before the job's current one with no run recorded is missed (the job moved
-    past it: it will never run); the job's current occurrence and later ones are pending."""
+    past it: it will never run); the job's current occurrence and later ones are pending. A
+    skipped summary row records every occurrence from its first through its last."""
     schedule = parse_schedule(row["schedule"], row["timezone"])
     due = schedule.occurrences_between(
         row["anchor_at"], end, anchor=row["anchor_at"], limit=100_000
     )
     accounted = set(row["accounted"] or [])
+    summarised = row["summarised"] or []
     current = row["scheduled_for"]
-    missed = sum(1 for t in due if t < current and t not in accounted)
+    missed = sum(
+        1
+        for t in due
+        if t < current
+        and t not in accounted
+        and not any(first <= t <= last for first, last in summarised)
+    )
     pending = sum(1 for t in due if t >= current)
     return len(due), missed, pending
 

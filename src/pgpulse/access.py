@@ -1,0 +1,124 @@
+"""Who may write which job definitions: the one rule every write path applies (design.md,
+invariant 10).
+
+Every path that creates or changes a job definition — create-as-upsert and ``PATCH`` in the API,
+``pgpulse job create``, ``pgpulse crontab import``, :meth:`Store.upsert_jobs` in the Python API,
+and the jobs an :class:`~pgpulse.app.App` declares in code when its node starts — ends in
+:meth:`Store.upsert_jobs`, which calls :func:`check_write` for each definition against the job it
+replaces, read and locked in the same transaction. The rule (pure):
+
+* A writer limited to some tenants writes only their jobs.
+* A ``shell`` job runs commands on every node: creating one, turning a job into one, or changing
+  an existing one's definition in any way needs a writer with shell rights. Pausing, resuming
+  and triggering are not definition writes.
+
+The writers: :data:`OPERATOR` (anyone holding the database's credentials: the CLI and the Python
+API by default) may write everything; an API token writes as :func:`token_writer` says; code
+declarations as :func:`code_writer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pgpulse.errors import Forbidden
+from pgpulse.jobs import JobSpec
+
+__all__ = ["OPERATOR", "Writer", "check_write", "code_writer", "token_writer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Writer:
+    """Who writes job definitions, and what they may change.
+
+    Attributes:
+        name: who it is, as refusals name it (``"token 7"``, ``"the operator"``).
+        tenants: the tenants whose jobs it may write; ``None``: every tenant.
+        shell: whether it may create ``shell`` jobs and change their definitions.
+        no_shell_reason: why it may not, when it may not (ends the refusal's message).
+    """
+
+    name: str
+    tenants: frozenset[str] | None = None
+    shell: bool = False
+    no_shell_reason: str = "it has no right to"
+
+
+#: Anyone holding the database's credentials: the CLI and the Python API (Store.upsert_jobs'
+#: default writer). They could change any row by SQL, so the rule lets them write everything.
+OPERATOR = Writer("the operator", None, True)
+
+
+def token_writer(token_id: int, tenant: str | None, *, admin: bool, shell_allowed: bool) -> Writer:
+    """The writer an API token acts as.
+
+    Args:
+        token_id: the token's id (named in refusals).
+        tenant: a tenant token's tenant (ignored for admin tokens).
+        admin: admin tokens write every tenant.
+        shell_allowed: the server was started with ``--allow-shell-jobs``.
+
+    Returns:
+        A writer with shell rights only for an admin token on a server that allows shell jobs.
+    """
+    if not shell_allowed:
+        reason = "this server was not started with --allow-shell-jobs"
+    else:
+        reason = "only an admin token may create or change them"
+    return Writer(
+        f"token {token_id}",
+        None if admin else frozenset({tenant or "default"}),
+        admin and shell_allowed,
+        reason,
+    )
+
+
+def code_writer(tenant: str, where: str) -> Writer:
+    """The writer of the jobs an :class:`~pgpulse.app.App` declares in code (their handlers are
+    the app's functions): its own tenant, and no shell rights — a declaration never replaces a
+    ``shell`` job of the same name.
+
+    Args:
+        tenant: the app's tenant.
+        where: what declares them, for refusals (``"the code of node web-1"``).
+    """
+    return Writer(
+        where,
+        frozenset({tenant}),
+        False,
+        "a job declared in code may not replace one (rename the declared job, or delete the "
+        "shell job first)",
+    )
+
+
+def check_write(writer: Writer, spec: JobSpec, current_handler: str | None) -> None:
+    """Refuse ``spec`` unless ``writer`` may write it over the job it replaces.
+
+    Args:
+        writer: who writes.
+        spec: the new definition.
+        current_handler: the handler of the job ``spec`` replaces (same tenant and name), read
+            in the writing transaction; ``None`` for a new job.
+
+    Raises:
+        Forbidden: another tenant's job (``field="tenant"``), or a ``shell`` job created,
+            changed or replaced without shell rights (``field="handler"``, ``value="shell"``).
+    """
+    if writer.tenants is not None and spec.tenant not in writer.tenants:
+        raise Forbidden(
+            f"{writer.name} may not manage jobs of tenant {spec.tenant!r}",
+            field="tenant",
+            value=spec.tenant,
+        )
+    if writer.shell or "shell" not in (spec.handler, current_handler):
+        return
+    if current_handler == "shell":
+        what = f"job {spec.name!r} of tenant {spec.tenant!r} is a shell job"
+    else:
+        what = f"job {spec.name!r} would be a shell job"
+    raise Forbidden(
+        f"{what}, and shell jobs run commands on every node: {writer.name} may not create or "
+        f"change them ({writer.no_shell_reason})",
+        field="handler",
+        value="shell",
+    )

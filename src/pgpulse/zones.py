@@ -1,0 +1,182 @@
+"""Time zones: which names Pulse accepts, and UTC-offset arithmetic (pure, no clock).
+
+Names. A job's zone must mean the same on every node, so only the names of the IANA time zone
+database as the ``tzdata`` package lists them are accepted (canonical zones and their usual
+aliases: ``Europe/Berlin``, ``UTC``, ``Etc/GMT+5``, ``US/Eastern``). Names whose rules depend on
+the host are refused: ``localtime`` (a link to the host's own zone), ``posixrules``, ``posix/*``
+and ``right/*`` (host build variants; ``right/`` counts leap seconds), and ``Factory`` (a
+placeholder meaning "zone not set").
+
+Offsets. A naive wall time ``w`` has two UTC offsets, on its first (``fold=0``) and second
+(``fold=1``) pass: equal, ``w`` exists once; first > second, ``w`` is repeated (fall back); first
+< second, ``w`` is skipped (spring forward). :func:`offset_changes` lists the instants where a
+zone's offset changes, found by probing the zone every :data:`PROBE_DAYS` days and bisecting to
+the second: exact as long as no two offset changes are closer than that, which holds for every
+zone of the database from 1970 on (the closest pairs are 6.96 days apart; a test checks every
+zone against the database's own transition table).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import cache, lru_cache
+from importlib import resources
+from typing import NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pgpulse.errors import UnknownTimeZone
+
+__all__ = ["OffsetChange", "load_zone", "offset_changes", "offsets", "transition"]
+
+#: Days between two probes of a zone's offset (below the 6.96-day minimum spacing of changes).
+PROBE_DAYS = 6
+_PROBE = timedelta(days=PROBE_DAYS)
+#: Wall times are probed in blocks of this many probes (a block is cached per zone).
+_BLOCK_PROBES = 60
+_BLOCK_DAYS = PROBE_DAYS * _BLOCK_PROBES
+_SECOND = timedelta(seconds=1)
+#: Names of the database that are not places: "zone not set".
+_PLACEHOLDERS = frozenset({"Factory"})
+#: Zones with one offset for all time (tzdata's ``Etc/*`` and the UTC/GMT aliases).
+_FIXED = frozenset(
+    {"UTC", "UCT", "GMT", "GMT0", "GMT+0", "GMT-0", "Greenwich", "Universal", "Zulu"}
+)
+
+
+@cache
+def zone_names() -> frozenset[str]:
+    """The zone names Pulse accepts: the ``tzdata`` package's list, less placeholders."""
+    text = resources.files("tzdata").joinpath("zones").read_text("utf-8")
+    return frozenset(text.split()) - _PLACEHOLDERS
+
+
+def _refusal(name: str) -> str:
+    """Why ``name`` is not accepted (for the error message)."""
+    if name == "localtime" or name.startswith(("posix/", "right/")) or name == "posixrules":
+        return "its rules depend on the host's configuration; name the zone, such as Europe/Berlin"
+    if name in _PLACEHOLDERS:
+        return "it is a placeholder for 'zone not set'; name the zone, such as Europe/Berlin"
+    hint = next((z for z in sorted(zone_names()) if z.lower() == name.lower()), None)
+    return "it is not an IANA time zone name " + (
+        f"(did you mean {hint!r}?)" if hint else "(such as Europe/London)"
+    )
+
+
+@lru_cache(maxsize=1024)
+def load_zone(name: str) -> ZoneInfo:
+    """Return the zone named ``name`` (one shared object per name).
+
+    Args:
+        name: an IANA time zone name, exactly as the database spells it (``Europe/London``).
+
+    Raises:
+        UnknownTimeZone: not a name of the database, or one whose meaning depends on the host
+            (``localtime``, ``posixrules``, ``right/UTC``, ``Factory``); ``field="timezone"``,
+            ``value=name``; the message says why.
+    """
+    if name in zone_names():
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # the host lacks its tz data
+            pass
+    raise UnknownTimeZone(
+        f"timezone {name!r} is refused: {_refusal(name)}", field="timezone", value=name
+    )
+
+
+def offsets(zone: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
+    """The UTC offsets of the naive wall time ``wall`` on its first and second pass."""
+    first, second = zone.utcoffset(wall.replace(fold=0)), zone.utcoffset(wall.replace(fold=1))
+    assert first is not None and second is not None  # a ZoneInfo always knows the offset
+    return first, second
+
+
+def wall_at(instant: datetime, offset: timedelta) -> datetime:
+    """The naive wall time of the UTC ``instant`` under ``offset``."""
+    return (instant + offset).replace(tzinfo=None)
+
+
+def instant_at(wall: datetime, offset: timedelta) -> datetime:
+    """The UTC instant of the naive ``wall`` time read with ``offset``."""
+    return (wall - offset).replace(tzinfo=UTC)
+
+
+def transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """Return the first whole-second instant in (before, after] with ``after``'s UTC offset.
+
+    Assumes exactly one offset change in between (tzdata transitions fall on whole seconds).
+    """
+    target = after.astimezone(zone).utcoffset()
+    low, high = int(before.timestamp()), int(after.timestamp())
+    while high - low > 1:
+        mid = (low + high) // 2
+        if datetime.fromtimestamp(mid, zone).utcoffset() == target:
+            high = mid
+        else:
+            low = mid
+    return datetime.fromtimestamp(high, UTC)
+
+
+class OffsetChange(NamedTuple):
+    """A change of a zone's UTC offset: from ``at`` on (a UTC instant) the offset is ``after``;
+    just before, ``before``. ``after > before``: a gap (wall times skipped); else an overlap."""
+
+    at: datetime
+    before: timedelta
+    after: timedelta
+
+
+def offset_changes(zone: ZoneInfo, start: datetime, end: datetime) -> list[OffsetChange]:
+    """Every change of ``zone``'s UTC offset at an instant ``t`` with ``start < t <= end``.
+
+    Args:
+        zone: the zone.
+        start, end: aware instants.
+
+    Returns:
+        The changes, oldest first. Cost: one cached block per :data:`_BLOCK_DAYS` days of the
+        range (60 probes and a bisection per change, the first time a block is asked for).
+    """
+    if zone.key in _FIXED or zone.key.startswith("Etc/") or end <= start:
+        return []
+    # A change at instant t shows in fold=0 wall times at t + max(before, after), within a day
+    # and a bit of t: probe the wall times of the range widened by two days.
+    low = start.astimezone(UTC).toordinal() - 2
+    high = end.astimezone(UTC).toordinal() + 2
+    found: list[OffsetChange] = []
+    for block in range(low // _BLOCK_DAYS, high // _BLOCK_DAYS + 1):
+        found.extend(c for c in _block_changes(zone, block) if start < c.at <= end)
+    return found
+
+
+@lru_cache(maxsize=16384)
+def _block_changes(zone: ZoneInfo, block: int) -> tuple[OffsetChange, ...]:
+    """The changes whose fold=0 wall time falls in (first day of ``block``, first of the next]
+    (days by proleptic Gregorian ordinal; blocks partition all wall times)."""
+    first_day = block * _BLOCK_DAYS
+    if first_day < 1 or first_day + _BLOCK_DAYS > datetime.max.toordinal():
+        return ()  # the ends of the calendar: nothing is scheduled there
+    probe = datetime.fromordinal(first_day)
+    offset = zone.utcoffset(probe)
+    changes: list[OffsetChange] = []
+    for _ in range(_BLOCK_PROBES):
+        following = probe + _PROBE
+        after = zone.utcoffset(following)
+        if after != offset:
+            assert offset is not None and after is not None
+            wall = _first_wall_with(zone, probe, following, after)
+            changes.append(OffsetChange(instant_at(wall, max(offset, after)), offset, after))
+        probe, offset = following, after
+    return tuple(changes)
+
+
+def _first_wall_with(zone: ZoneInfo, low: datetime, high: datetime, target: timedelta) -> datetime:
+    """The first whole-second wall time in (low, high] whose fold=0 offset is ``target``
+    (``high``'s is, ``low``'s is not; one change in between)."""
+    while high - low > _SECOND:
+        mid = low + timedelta(seconds=(high - low).total_seconds() // 2)
+        if zone.utcoffset(mid) == target:
+            high = mid
+        else:
+            low = mid
+    return high

@@ -1,0 +1,221 @@
+"""Bad input on the command line, as a user types it: one line on stderr naming the field and
+value, exit 2, nothing written, never a traceback (issue 15, items 10-13). One case of each kind
+runs ``pgpulse`` as a real subprocess (bytes on its command line as a shell passes them, the
+loop the CLI really uses); their variants run the same command in process (click's runner, each
+``pgpulse`` start costs over a second). The same values through the API and the Python API are
+refused the same way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from pgpulse.cli import main
+from pgpulse.errors import InvalidInput
+from pgpulse.jobs import MAX_PAYLOAD_BYTES, JobSpec
+from pgpulse.store import Store
+from pgpulse.web.policy import WebSettings
+from web_helpers import api_client, make_token
+
+PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
+SHELL = ["--handler", "shell", "--payload", '{"command": "echo hi"}']
+
+
+def pgpulse(dsn: str | None, *args: str | bytes, env: dict[str, str] | None = None) -> Any:
+    """Run ``pgpulse`` with ``args`` (bytes pass through as the shell would give them)."""
+    prefix: list[str | bytes] = [PGPULSE] + (["--database-url", dsn] if dsn else [])
+    return subprocess.run([*prefix, *args], capture_output=True, timeout=60, env=env, check=False)
+
+
+def in_process(dsn: str | None, *args: str) -> Any:
+    """``pgpulse`` in this process (click's runner): exit code and stderr as a subprocess's."""
+    prefix = ["--database-url", dsn] if dsn else []
+    # A thread of its own: the command runs its own event loop, and async tests have one.
+    with ThreadPoolExecutor(1) as thread:
+        result = thread.submit(CliRunner().invoke, main, [*prefix, *args]).result()
+    return subprocess.CompletedProcess(args, result.exit_code, b"", result.stderr.encode())
+
+
+def refused(result: Any, *words: str) -> str:
+    """Assert exit 2 with one line on stderr holding ``words``; return that line."""
+    stderr = result.stderr.decode("utf-8", "backslashreplace")
+    assert result.returncode == 2, stderr
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def jobs(dsn: str) -> list[Any]:
+    with ThreadPoolExecutor(1) as thread:
+        listed = thread.submit(
+            CliRunner().invoke, main, ["--database-url", dsn, "job", "list", "--json"]
+        ).result()
+    assert listed.exit_code == 0, listed.output
+    return list(json.loads(listed.stdout))
+
+
+# --- item 10: tracebacks, and one payload limit everywhere ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        pytest.param(
+            [b"bad\xffname", "--schedule", "@daily", *SHELL],
+            ["argument 5", "'bad\\xffname'", "not valid UTF-8 (byte 0xff)"],
+            id="name_not_utf8",
+        ),
+        pytest.param(
+            ["x", "--tenant", b"t\xfe", "--schedule", "@daily", *SHELL],
+            ["--tenant", "'t\\xfe'", "byte 0xfe"],
+            id="tenant_not_utf8",
+        ),
+    ],
+)
+def test_bytes_that_are_not_utf8_are_refused(dsn: str, args: list[Any], words: list[str]) -> None:
+    refused(pgpulse(dsn, "job", "create", *args), *words)
+    refused(in_process(dsn, "job", "show", "bad\udcffname"), "not valid UTF-8")  # as decoded
+    assert jobs(dsn) == []
+
+
+def test_a_crontab_with_bytes_that_are_not_utf8_imports_nothing(dsn: str, tmp_path: Path) -> None:
+    tab = tmp_path / "latin1.crontab"
+    tab.write_bytes(b"0 1 * * * echo fine\n0 2 * * * echo caf\xe9\n")
+    result = pgpulse(dsn, "crontab", "import", str(tab))
+    stderr = result.stderr.decode()
+    assert result.returncode == 2 and "Traceback" not in stderr
+    assert f"{tab}:2: not valid UTF-8: byte 0xe9 at column 19" in stderr
+    assert jobs(dsn) == []
+
+
+def test_schedule_next_past_the_year_9999_is_refused() -> None:
+    result = pgpulse(None, "schedule", "next", "@every 3650d", "--after", "9990-01-01")
+    refused(result, "schedule '@every 3650d'", "before the year 10000")
+
+
+def test_payloads_have_one_size_limit_on_every_path(dsn: str, tmp_path: Path) -> None:
+    big = json.dumps({"command": "echo " + "x" * MAX_PAYLOAD_BYTES})
+    refused(
+        pgpulse(dsn, "job", "create", "big", "--schedule", "@daily", "--handler", "shell",
+                "--payload", big),
+        "payload is 65,556 bytes of JSON; the limit is 65,536 bytes",
+    )  # fmt: skip
+    tab = tmp_path / "big.crontab"
+    tab.write_text(f"0 1 * * * echo {'x' * MAX_PAYLOAD_BYTES}\n")
+    refused(in_process(dsn, "crontab", "import", str(tab)), "the limit is 65,536 bytes")
+    with pytest.raises(InvalidInput, match="the limit is 65,536 bytes") as caught:
+        JobSpec.create(name="big", schedule="@daily", handler="h", payload={"k": "x" * 2**22})
+    assert caught.value.field == "payload"
+    assert jobs(dsn) == []
+    # within the limit, every path takes it
+    fits = json.dumps({"command": "echo " + "x" * (MAX_PAYLOAD_BYTES - 100)})
+    made = in_process(dsn, "job", "create", "fits", "--schedule", "@daily", "--handler", "shell",
+                      "--payload", fits)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+
+
+async def test_the_api_refuses_a_payload_over_the_limit_with_422(store: Store) -> None:
+    admin = await make_token(store, admin=True)
+    body = {"name": "big", "schedule": "@daily", "handler": "http"}
+    body["payload"] = {"url": "https://93.184.215.14/", "body": "x" * MAX_PAYLOAD_BYTES}
+    async with api_client(store, admin, WebSettings(max_body_bytes=2**20)) as client:
+        response = await client.post("/api/v1/jobs", json=body)
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "payload"
+    assert "65,536 bytes" in response.json()["error"]["message"]
+    assert await store.list_jobs() == []
+
+
+# --- item 11: a backslash and u0000 is text, not a NUL ---------------------------------------
+
+
+async def test_a_literal_backslash_u0000_is_accepted_and_a_nul_is_not(
+    dsn: str, store: Store
+) -> None:
+    literal = {"command": "printf \\u0000"}  # a backslash, then "u0000": no NUL character
+    made = pgpulse(dsn, "job", "create", "lit", "--schedule", "@daily", "--handler", "shell",
+                   "--payload", json.dumps(literal))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert (await store.get_job("default", "lit"))["payload"] == literal
+    nul = in_process(dsn, "job", "create", "nul", "--schedule", "@daily", "--handler", "shell",
+                     "--payload", '{"command": "printf \\u0000"}')  # fmt: skip
+    refused(nul, "NUL character")
+    admin = await make_token(store, admin=True)
+    async with api_client(store, admin, WebSettings(allow_shell_jobs=True)) as client:
+        body = {"name": "api", "schedule": "@daily", "handler": "shell", "payload": literal}
+        assert (await client.post("/api/v1/jobs", json=body)).status_code == 201
+    assert (await store.get_job("default", "api"))["payload"] == literal
+
+
+# --- item 12: zones that mean different things on different hosts ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("zone", "why"),
+    [
+        ("localtime", "depend on the host"),
+        ("posixrules", "depend on the host"),
+        ("right/UTC", "depend on the host"),
+        ("posix/Europe/Berlin", "depend on the host"),
+        ("Factory", "placeholder"),
+    ],
+)
+async def test_host_dependent_zones_are_refused(
+    dsn: str, store: Store, zone: str, why: str
+) -> None:
+    run = pgpulse if zone == "localtime" else in_process  # one as a real subprocess
+    refused(run(dsn, "job", "create", "z", "--schedule", "0 3 * * *", "--tz", zone, *SHELL),
+            f"timezone {zone!r} is refused", why)  # fmt: skip
+    refused(in_process(None, "schedule", "next", "0 3 * * *", "--tz", zone), why)
+    admin = await make_token(store, admin=True)
+    body = {"name": "z", "schedule": "0 3 * * *", "handler": "http", "timezone": zone}
+    body["payload"] = {"url": "https://93.184.215.14/"}
+    async with api_client(store, admin) as client:
+        response = await client.post("/api/v1/jobs", json=body)
+    assert response.status_code == 422 and response.json()["error"]["field"] == "timezone"
+    assert jobs(dsn) == []
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Etc/GMT+5", "US/Eastern", "Europe/Berlin", "EST5EDT"])
+def test_database_zones_and_their_aliases_are_accepted(zone: str) -> None:
+    assert JobSpec.create(name="z", schedule="0 3 * * *", handler="h", timezone=zone)
+
+
+# --- item 13: names hold printable characters only ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("del\x7fete", "U+007F (a control character)"),
+        ("next\x85line", "U+0085 (a control character)"),
+        ("gnp.\u202eexe", "U+202E (RIGHT-TO-LEFT OVERRIDE, a format character)"),
+        ("zero\u200bwidth", "U+200B (ZERO WIDTH SPACE, a format character)"),
+        ("line\u2028sep", "U+2028 (LINE SEPARATOR, a line separator)"),
+    ],
+)
+@pytest.mark.parametrize("field", ["name", "tenant"])
+async def test_control_format_and_bidi_characters_are_refused_in_names_and_tenants(
+    dsn: str, store: Store, text: str, shown: str, field: str
+) -> None:
+    args = [text, "--schedule", "@daily", *SHELL] if field == "name" else [
+        "ok", "--tenant", text, "--schedule", "@daily", *SHELL]  # fmt: skip
+    run = pgpulse if "\u202e" in text and field == "name" else in_process  # one subprocess
+    refused(run(dsn, "job", "create", *args), f"{field} ", "is not a valid name", shown)
+    admin = await make_token(store, admin=True)
+    body = {"name": "ok", "schedule": "@daily", "handler": "http", field: text}
+    body["payload"] = {"url": "https://93.184.215.14/"}
+    async with api_client(store, admin) as client:
+        response = await client.post("/api/v1/jobs", json=body)
+    assert response.status_code == 422 and response.json()["error"]["field"] == field
+    assert jobs(dsn) == []
