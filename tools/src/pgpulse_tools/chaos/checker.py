@@ -5,8 +5,12 @@ Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
 * **duplicates** — occurrences with more than one committed effect, unless every earlier effect
   was written under a valid lease by an attempt that was then interrupted (its node faulted)
   before its outcome was recorded: that is at-least-once re-execution, counted as
-  **re-executed**. An earlier effect whose attempt was recorded ``succeeded``, or that was written
-  after its lease had expired, or interrupted with no fault on its node, is a duplicate.
+  **re-executed**; or unless the database lost the record of every earlier effect in a failover
+  (only the node's journal has it): counted as **occurrences repeated**, which only asynchronous
+  replication may cause. An earlier effect whose attempt was recorded ``succeeded``, or that was
+  written after its lease had expired, or interrupted with no fault on its node, is a duplicate.
+* **double token holders**, **tokens reissued**, **run ids reissued** — see
+  :mod:`pgpulse_tools.chaos.tokens` (invariant 9: must be 0 with any replication).
 * **overlaps** — two executions of one job whose [start, end] intervals intersect while both
   wrote their effect (neither was fenced).
 * **double claims** — from the engine's own ``pgpulse_runs`` writes: a claim of a job while the
@@ -23,6 +27,13 @@ Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
 * **fenced** — executions whose late effect was refused by the token guard (expected > 0 when
   nodes were paused or partitioned: proof that the guard fired).
 * **lag**, **recovery** — see :mod:`pgpulse_tools.chaos.timing`.
+* on a replicated cluster, **failovers survived** (each followed by a claim on the new primary:
+  must be all) and **failover to first claim** — see :mod:`pgpulse_tools.chaos.timing`.
+
+Rules per replication mode: with ``async`` a failover may lose the last acknowledged commits, so
+**occurrences repeated** is information there; with ``sync`` (and on one server) it must be 0.
+Every other must-be-0 figure must be 0 in every mode: a lost WAL may repeat an occurrence, never
+lose one (a job row and its run row commit together), and never give one token to two holders.
 """
 
 from __future__ import annotations
@@ -45,10 +56,13 @@ from pgpulse_tools.chaos.history import (
     RunEvent,
     load_history,
 )
-from pgpulse_tools.chaos.timing import lags, recoveries, spread
+from pgpulse_tools.chaos.timing import failovers, lags, recoveries, spread
+from pgpulse_tools.chaos.tokens import reissued_run_ids, reissued_tokens
 
 #: Faults that can leave a node holding a lease it cannot use (zombies).
 ZOMBIE_MAKERS = frozenset({"pause", "partition"})
+#: Rules that decide the verdict.
+DECISIVE = frozenset({"must be 0", "must be all"})
 _EXAMPLES = 5
 
 
@@ -59,7 +73,7 @@ class Figure:
     Attributes:
         name: the figure's name.
         value: its value as printed.
-        rule: ``must be 0``, ``expected > 0`` or ``info``.
+        rule: ``must be 0``, ``must be all``, ``expected > 0`` or ``info``.
         ok: whether the rule holds (always true for ``info``).
         examples: a few offending or illustrative items.
     """
@@ -79,8 +93,8 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        """Whether every ``must be 0`` figure is 0."""
-        return all(f.ok for f in self.figures if f.rule == "must be 0")
+        """Whether every ``must be 0`` figure is 0 and every ``must be all`` one is all."""
+        return all(f.ok for f in self.figures if f.rule in DECISIVE)
 
     def figure(self, name: str) -> Figure:
         """The figure called ``name``. Raises :class:`KeyError` if there is none."""
@@ -106,7 +120,7 @@ class Verdict:
     def table(self) -> str:
         """The verdict as a text table, followed by examples of every non-empty figure."""
         rows = [
-            [f.name, f.value, f.rule, "ok" if f.ok else "FAIL" if f.rule == "must be 0" else "WARN"]
+            [f.name, f.value, f.rule, "ok" if f.ok else "FAIL" if f.rule in DECISIVE else "WARN"]
             for f in self.figures
         ]
         text = tabulate(rows, headers=["figure", "value", "rule", ""])
@@ -137,28 +151,48 @@ def _faulted(execution: Execution, faults: Iterable[Fault], margin: timedelta) -
     return None
 
 
+def _failover_after(history: History, at: datetime) -> str | None:
+    """The first failover whose kill came at or after ``at``, described; ``None`` if none."""
+    deaths = sorted(
+        f.died_at for f in history.faults if f.kind == "failover" and f.died_at is not None
+    )
+    later = [died for died in deaths if died >= at]
+    return f"failover at {_ts(later[0])}" if later else None
+
+
 def _cause(
     history: History,
     earlier: Execution,
     succeeded: set[tuple[int, datetime, int | None]],
     margin: timedelta,
-) -> tuple[bool, str]:
-    """Why an occurrence got another effect after ``earlier``'s: (benign, explanation)."""
+) -> tuple[str, str]:
+    """Why an occurrence got another effect after ``earlier``'s: (``duplicate``,
+    ``re-executed`` or ``repeated``, explanation)."""
+    if not earlier.in_db:  # first: a success recorded under its token may be a reissue's
+        moved = _failover_after(history, earlier.ended_at or earlier.started_at)
+        if moved is None:
+            return "duplicate", f"t{earlier.token}'s record is gone from the database, no failover"
+        return "repeated", f"t{earlier.token}'s record was lost by the {moved}"
     if (earlier.job_id, earlier.scheduled_for, earlier.token) in succeeded:
-        return False, f"t{earlier.token} was recorded succeeded, then the occurrence ran again"
+        return (
+            "duplicate",
+            f"t{earlier.token} was recorded succeeded, then the occurrence ran again",
+        )
     if not earlier.lease_ok_at_end:
-        return False, f"t{earlier.token} wrote its effect after its lease had expired"
+        return "duplicate", f"t{earlier.token} wrote its effect after its lease had expired"
     fault = _faulted(earlier, history.faults, margin)
     if fault is None:
-        return False, f"t{earlier.token} was interrupted with no fault on its node"
-    return True, (
+        return "duplicate", f"t{earlier.token} was interrupted with no fault on its node"
+    return "re-executed", (
         f"t{earlier.token} was interrupted by the {fault.kind} of "
         f"{fault.target or 'the database'} at {_ts(fault.started_at)}"
     )
 
 
-def duplicates(history: History) -> tuple[list[str], list[str]]:
-    """Return (duplicated occurrences, explained at-least-once re-executions), described."""
+def duplicates(history: History) -> tuple[list[str], list[str], list[str]]:
+    """Return (duplicated occurrences, explained at-least-once re-executions, occurrences
+    repeated after a failover lost their record), described. An occurrence is a duplicate if
+    any earlier effect is; repeated if any is repeated and none is a duplicate."""
     succeeded: set[tuple[int, datetime, int | None]] = {
         (e.job_id, e.scheduled_for, e.token) for e in history.run_events if e.outcome == "succeeded"
     }
@@ -167,8 +201,7 @@ def duplicates(history: History) -> tuple[list[str], list[str]]:
         if execution.result == "applied":
             applied[(execution.job_id, execution.scheduled_for)].append(execution)
     margin = timedelta(seconds=history.lease)
-    dups: list[str] = []
-    reexecuted: list[str] = []
+    found: dict[str, list[str]] = {"duplicate": [], "re-executed": [], "repeated": []}
     for (job_id, scheduled_for), effects in sorted(applied.items()):
         if len(effects) < 2:
             continue
@@ -180,8 +213,10 @@ def duplicates(history: History) -> tuple[list[str], list[str]]:
             + " — "
             + "; ".join(text for _, text in causes)
         )
-        (reexecuted if all(benign for benign, _ in causes) else dups).append(line)
-    return dups, reexecuted
+        kinds = {kind for kind, _ in causes}
+        verdict = next(k for k in ("duplicate", "repeated", "re-executed") if k in kinds)
+        found[verdict].append(line)
+    return found["duplicate"], found["re-executed"], found["repeated"]
 
 
 def overlaps(history: History) -> list[str]:
@@ -307,7 +342,8 @@ def check(history: History) -> Verdict:
     Returns:
         The :class:`Verdict`; ``verdict.ok`` is false when a must-be-zero figure is not zero.
     """
-    dups, reexecuted = duplicates(history)
+    dups, reexecuted, repeated = duplicates(history)
+    tokens_again, doubles = reissued_tokens(history)
     lost, missing, queued = unaccounted(history)
     fenced = [
         f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ended {_ts(e.ended_at)}"
@@ -332,8 +368,16 @@ def check(history: History) -> Verdict:
     return Verdict(
         (
             _count("duplicates", dups),
+            _count(
+                "occurrences repeated",
+                repeated,
+                "info" if history.replication == "async" else "must be 0",
+            ),
             _count("overlaps", overlaps(history)),
             _count("double claims", double_claims(history.run_events)),
+            _count("double token holders", doubles),
+            _count("tokens reissued", tokens_again),
+            _count("run ids reissued", reissued_run_ids(history)),
             _count("lost", lost),
             _count("unrecorded", missing),
             _count("stuck", stuck(history)),
@@ -351,6 +395,7 @@ def check(history: History) -> Verdict:
             Figure("lag steady", spread(steady, (50, 99))),
             Figure("lag in faults", spread(faulty, (50, 99))),
             Figure("recovery", spread(recovery, (50,)), "info", True, tuple(notes[:_EXAMPLES])),
+            *_failover_figures(history),
             Figure(
                 "executions",
                 f"{len(history.executions)} ("
@@ -369,6 +414,28 @@ def check(history: History) -> Verdict:
                 + ")",
             ),
         )
+    )
+
+
+def _failover_figures(history: History) -> tuple[Figure, ...]:
+    """On a replicated cluster: failovers survived, and death-to-first-claim times."""
+    if history.replication is None:
+        return ()
+    times, missed, notes = failovers(history)
+    total = len(times) + len(missed)
+    return (
+        Figure(
+            "failovers survived",
+            f"{len(times)}/{total}",
+            "must be all",
+            not missed,
+            tuple(missed[:_EXAMPLES]),
+        ),
+        Figure(
+            "failover to first claim",
+            spread(times, (50,)),
+            examples=tuple(notes[:_EXAMPLES]),
+        ),
     )
 
 
