@@ -380,6 +380,19 @@ class ReplicatedServer:
                         break
                     await asyncio.sleep(0.01)
 
+    async def replayed(self, within: float = 10.0) -> None:
+        """Wait until the standby has replayed everything the primary has written so far.
+
+        Raises:
+            TimeoutError: not within ``within`` seconds.
+        """
+        [target] = await self.primary.query("SELECT pg_current_wal_lsn()::text")
+        async with asyncio.timeout(within):
+            while True:
+                if await self._caught_up(target):
+                    return
+                await asyncio.sleep(0.01)
+
     async def _caught_up(self, target: str) -> bool:
         with contextlib.suppress(psycopg.OperationalError):
             state = await self.primary.query(
@@ -417,6 +430,25 @@ class ReplicatedServer:
                     f"{new.name} did not receive {old.name}'s shutdown checkpoint {checkpoint}"
                 )
             await asyncio.sleep(0.005)
+
+
+async def initdb_template(folder: Path, bin_dir: Path | None = None) -> Path:
+    """Run initdb once into ``folder/template`` (owned by PostgreSQL's user) and return it: a
+    :class:`ReplicatedServer` copies it instead of running initdb (four times faster), as the test
+    suite does for its clusters.
+
+    Raises:
+        ToolFailed: initdb failed.
+        InvalidInput: ``bin_dir`` lacks a program.
+    """
+    runas = await asyncio.to_thread(RunAs.for_postgres)
+    runas.own(folder)
+    server = Postgres("template", folder, Binaries.resolve(bin_dir), runas)
+    await server.tool(
+        "initdb", "-D", str(folder / "template"), "--auth=trust", "-U", "postgres", "-E", "utf8",
+        "--no-sync",
+    )  # fmt: skip
+    return folder / "template"
 
 
 def multi_host_dsn(ports: list[int], dbname: str, user: str = "postgres") -> str:
