@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import cluster_pg_bin
 from pgpulse_tools.chaos.checker import Verdict
 
 SEED = 1
@@ -33,16 +34,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def _pg_bin() -> list[str]:
-    """The machine's PostgreSQL programs when the suite runs on the machine's server (CI's
-    second run), so the cluster runs on a second major version; else the embedded ones."""
-    url = os.environ.get("PGPULSE_TEST_DATABASE_URL")
-    if not url:
-        return []
-    import psycopg
-
-    with psycopg.connect(url, connect_timeout=5) as conn:
-        folder = Path(f"/usr/lib/postgresql/{conn.info.server_version // 10000}/bin")
-    return ["--pg-bin", str(folder)] if (folder / "pg_rewind").is_file() else []
+    folder = cluster_pg_bin()
+    return [] if folder is None else ["--pg-bin", str(folder)]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from helpers import ALL_SHARDS, add, spec
+from helpers import ALL_SHARDS, add, cluster_pg_bin, spec
 from pgpulse.app import connect
 from pgpulse.errors import DatabaseUnavailable
 from pgpulse_tools.chaos.replication import ReplicatedServer, Replication, initdb_template
@@ -45,20 +45,10 @@ INVARIANT_9 = (
 )
 
 
-def _bin_dir() -> Path | None:
-    url = os.environ.get("PGPULSE_TEST_DATABASE_URL")
-    if not url:
-        return None
-    with psycopg.connect(url, connect_timeout=5) as conn:
-        major = conn.info.server_version // 10000
-    folder = Path(f"/usr/lib/postgresql/{major}/bin")
-    return folder if (folder / "pg_rewind").is_file() else None
-
-
 @pytest.fixture(scope="session")
 def pg_bin() -> Path | None:
     """The cluster's PostgreSQL programs (``None``: the embedded server's)."""
-    return _bin_dir()
+    return cluster_pg_bin()
 
 
 @pytest.fixture(scope="session")
@@ -288,8 +278,6 @@ async def test_a_node_follows_a_failover_and_a_switchover_and_hears_triggers_at_
 
 
 def _clock() -> datetime:
-    from datetime import UTC
-
     return datetime.now(UTC)
 
 

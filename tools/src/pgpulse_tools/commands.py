@@ -119,6 +119,12 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     "[default: the embedded server's].",
 )
 @click.option(
+    "--patroni",
+    is_flag=True,
+    help="With --cluster: a Patroni-managed cluster (etcd and two members; needs patroni and "
+    "etcd on the PATH), failed over and switched over with patronictl.",
+)
+@click.option(
     "--faults",
     default=None,
     show_envvar=True,
@@ -146,6 +152,7 @@ def chaos(
     cluster: bool,
     replication: str,
     pg_bin: Path | None,
+    patroni: bool,
     faults: str | None,
     report: Path | None,
 ) -> None:
@@ -182,8 +189,9 @@ def chaos(
         database_url=obj["database_url"],
         data_dir=obj["data_dir"],
         kinds=kinds,
-        replication=_replication(cluster, replication, pg_bin),
+        replication=_replication(cluster, replication, pg_bin, patroni),
         pg_bin=pg_bin,
+        patroni=patroni,
     )
     verdict = run_command(run_chaos(config, click.echo))
     if report is not None:
@@ -191,13 +199,17 @@ def chaos(
     sys.exit(0 if verdict.ok else 1)
 
 
-def _replication(cluster: bool, replication: str, pg_bin: Path | None) -> Replication | None:
-    """The run's replication mode (``None``: one server); --replication and --pg-bin are
-    refused without --cluster."""
+def _replication(
+    cluster: bool, replication: str, pg_bin: Path | None, patroni: bool
+) -> Replication | None:
+    """The run's replication mode (``None``: one server); --replication, --pg-bin and
+    --patroni are refused without --cluster."""
     source = click.get_current_context().get_parameter_source("replication")
     if not cluster:
         if pg_bin is not None:
             raise click.BadParameter("needs --cluster", param_hint="--pg-bin")
+        if patroni:
+            raise click.BadParameter("needs --cluster", param_hint="--patroni")
         if source not in (ParameterSource.DEFAULT, None):
             raise click.BadParameter("needs --cluster", param_hint="--replication")
         return None

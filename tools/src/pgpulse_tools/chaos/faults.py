@@ -15,8 +15,10 @@ pg_restart     stop PostgreSQL (``fast`` or ``immediate``: a crash), start it ag
 join_leave     start an extra node, SIGTERM it 1–3 leases later (it drains and hands back)
 failover       (replicated cluster) cut replication 0.3–1 s before SIGKILLing the primary,
                promote the standby, rebuild the old primary as the new standby 0.5–2 s later
+               (Patroni: ``patronictl failover``)
 switchover     (replicated cluster) stop the primary cleanly, promote the standby, rejoin
-               the old primary as the new standby 0.2–1 s later
+               the old primary as the new standby 0.2–1 s later (Patroni: ``patronictl
+               switchover``)
 ============== =========================================================================
 
 The database faults (``pg_restart``, ``failover``, ``switchover``) happen one at a time; the
@@ -78,7 +80,8 @@ class PlannedFault:
     window: float = 0.0
 
     def describe(self, node_id: str | None) -> str:
-        """A one-line description, e.g. ``pause node-2 for 6.1s``."""
+        """A one-line description, e.g. ``pause node-2 for 6.1s`` (a move of the primary is
+        described by what the server did: see :meth:`Promotion.describe`)."""
         what = {
             "kill": "SIGKILL {n}, restart after {h}",
             "pause": "SIGSTOP {n} for {h}",
@@ -86,17 +89,11 @@ class PlannedFault:
             "delay": "delay {n} by {l} for {h}",
             "pg_restart": "restart PostgreSQL ({m}) with {h} down",
             "join_leave": "start {n}, SIGTERM it after {h}",
-            "failover": "fail over: cut replication, {w} later SIGKILL the primary, "
-            "promote the standby, rebuild the old primary {h} later",
-            "switchover": "switch over: stop the primary, promote the standby, "
-            "rejoin the old primary {h} later",
+            "failover": "fail the primary over",
+            "switchover": "switch the primary over",
         }[self.kind]
         return what.format(
-            n=node_id,
-            h=f"{self.hold:.1f}s",
-            m=self.mode,
-            l=f"{self.latency * 1000:.0f}ms",
-            w=f"{self.window:.2f}s",
+            n=node_id, h=f"{self.hold:.1f}s", m=self.mode, l=f"{self.latency * 1000:.0f}ms"
         )
 
 

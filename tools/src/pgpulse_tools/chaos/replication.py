@@ -107,15 +107,19 @@ class Promotion:
     rebuilt_by: str
 
     def describe(self) -> str:
-        """e.g. ``pg1 → pg2, writable 41 ms after the kill; pg1 rebuilt by pg_rewind``."""
+        """e.g. ``pg1 → pg2, writable 41 ms after the kill, replication cut 0.31s before; pg1
+        rebuilt by pg_rewind 1.1s later``."""
         how = "kill" if self.kind == "failover" else "stop"
+        if self.rebuilt_by == "patroni":
+            how = "demotion"
         ms = (self.promoted_at - self.died_at).total_seconds() * 1000
         cut = ""
         if self.cut_at is not None:
             cut = f", replication cut {(self.died_at - self.cut_at).total_seconds():.2f}s before"
+        later = (self.rebuilt_at - self.promoted_at).total_seconds()
         return (
             f"{self.old} → {self.new}, writable {ms:.0f} ms after the {how}{cut}; "
-            f"{self.old} rebuilt by {self.rebuilt_by}"
+            f"{self.old} rebuilt by {self.rebuilt_by} {later:.1f}s later"
         )
 
 

@@ -50,6 +50,7 @@ from pgpulse_tools.chaos.history import (
     dump_history,
 )
 from pgpulse_tools.chaos.journal import merge, read_journals
+from pgpulse_tools.chaos.patroni import PatroniServer
 from pgpulse_tools.chaos.proxy import ProxyGroup
 from pgpulse_tools.chaos.replication import ReplicatedServer, Replication
 from pgpulse_tools.chaos.server import (
@@ -87,6 +88,9 @@ class ChaosConfig:
         replication: ``sync`` or ``async``: run on a replicated cluster of the harness's own
             (failover and switchover faults instead of restarts); ``None``: one server.
         pg_bin: the cluster's PostgreSQL programs (default: the embedded server's).
+        patroni: with ``replication``, a Patroni-managed cluster (etcd and two members, the
+            primary moved by patronictl: :mod:`~pgpulse_tools.chaos.patroni`) instead of the
+            harness's own pair.
     """
 
     duration: float = 60.0
@@ -101,6 +105,7 @@ class ChaosConfig:
     keep: bool = False
     replication: Replication | None = None
     pg_bin: Path | None = None
+    patroni: bool = False
 
     def fault_kinds(self) -> tuple[str, ...]:
         """The kinds to plan: the given ones, or every kind this run's server allows.
@@ -172,6 +177,7 @@ async def run_chaos(config: ChaosConfig, echo: Echo = print) -> Verdict:
     server = _server(config, echo)
     run = _Run(config, echo, server, folder=Path(tempfile.mkdtemp(prefix="pgpulse-chaos-run-")))
     on = f" on a {config.replication}-replicated cluster" if config.replication else ""
+    on += " managed by Patroni" if config.patroni else ""
     echo(
         f"chaos seed {seed}: {config.nodes} nodes{on}, {config.jobs} jobs, faults for "
         f"{config.duration:g}s (lease {config.node.lease:g}s, heartbeat "
@@ -205,6 +211,8 @@ def _server(config: ChaosConfig, echo: Echo) -> Server:
                 field="database_url",
                 value=config.database_url,
             )
+        if config.patroni:
+            return PatroniServer(config.data_dir, config.replication, config.pg_bin)
         return ReplicatedServer(config.data_dir, config.replication, config.pg_bin)
     if config.database_url:
         echo("using the given server: PostgreSQL restarts are left out of the plan")
@@ -220,6 +228,8 @@ def _replay(config: ChaosConfig) -> str:
     ]
     if config.replication is not None:
         words.append(f"--cluster --replication {config.replication}")
+    if config.patroni:
+        words.append("--patroni")
     if config.pg_bin is not None:
         words.append(f"--pg-bin {config.pg_bin}")
     if config.kinds is not None and set(config.kinds) != set(
