@@ -98,3 +98,30 @@ def test_with_sync_replication_nothing_repeats_and_no_token_is_held_twice(
 def test_the_verdict_is_ok(cluster_run: tuple[Verdict, str]) -> None:
     verdict, _ = cluster_run
     assert verdict.ok, verdict.table()
+
+
+@pytest.mark.timeout(60)
+def test_a_cluster_that_cannot_start_exits_2_in_one_line_and_leaves_no_folder(
+    tmp_path: Path,
+) -> None:
+    """``--pg-bin`` names a folder without PostgreSQL's programs: one line naming the field and
+    the folder, exit 2, and none of the temporary folders the run made is left (TMPDIR points
+    into this test's folder)."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGPULSE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pgpulse", *COMMAND, "--pg-bin", str(empty)],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env={**env, "TMPDIR": str(scratch)},
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: pg_bin"), done.stderr
+    assert str(empty) in errors[0] and "Traceback" not in done.stdout + done.stderr
+    assert list(scratch.iterdir()) == []
