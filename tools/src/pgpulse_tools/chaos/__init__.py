@@ -16,6 +16,7 @@ a pure checker turns those records into a verdict table.
 * :mod:`~pgpulse_tools.chaos.faults` — the seeded fault plan (pure) and the injector;
 * :mod:`~pgpulse_tools.chaos.history` — the recorded rows as value objects (JSON dump and load);
 * :mod:`~pgpulse_tools.chaos.journal` — each node's execution journal, outside the database;
+* :mod:`~pgpulse_tools.chaos.effects` — duplicated, re-executed, repeated and overlapping effects;
 * :mod:`~pgpulse_tools.chaos.tokens` — fencing tokens and run ids handed out twice;
 * :mod:`~pgpulse_tools.chaos.checker` — the verdict, a pure function of the history;
 * :mod:`~pgpulse_tools.chaos.timing` — its lag and recovery figures;
