@@ -89,3 +89,18 @@ async def until_waiting_on_a_lock(db: Any, what: str = "the statement under test
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{what} never waited for the other session")
+
+
+def cluster_pg_bin() -> Path | None:
+    """The PostgreSQL programs of the replicated clusters the tests start: when the suite runs
+    on the machine's server (``PGPULSE_TEST_DATABASE_URL``, CI's second run), that server's own
+    programs if installed (``/usr/lib/postgresql/<major>/bin``), so two major versions are
+    covered; else ``None``, the embedded server's."""
+    url = os.environ.get("PGPULSE_TEST_DATABASE_URL")
+    if not url:
+        return None
+    import psycopg
+
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        folder = Path(f"/usr/lib/postgresql/{conn.info.server_version // 10000}/bin")
+    return folder if (folder / "pg_rewind").is_file() else None

@@ -68,11 +68,19 @@ class Recorder:
         lease_ok_at_end: bool = True,
         job: int = 1,
         attempt: int = 1,
+        token: int | None = None,
+        run_id: int | None = None,
+        in_db: bool = True,
     ) -> int:
-        """One execution of occurrence ``sf`` (claimed at ``start``); returns its token."""
-        self.token += 1
+        """One execution of occurrence ``sf`` (claimed at ``start``); returns its token.
+
+        ``token``: hand out this token (again) instead of the next one. ``in_db=False``: a
+        failover lost the claim, the execution's row and its outcome (only the journal has it).
+        """
+        self.token = self.token + 1 if token is None else token
         begin = sf if start is None else start
-        self.event(job, sf, "running", self.token, node, begin, attempt)
+        if in_db:
+            self.event(job, sf, "running", self.token, node, begin, attempt)
         end = begin + duration if result is not None else None
         self.executions.append(
             Execution(
@@ -88,9 +96,11 @@ class Recorder:
                 result,
                 True,
                 None if result is None else lease_ok_at_end,
+                run_id=run_id,
+                in_db=in_db,
             )
         )
-        if recorded and end is not None:
+        if recorded and in_db and end is not None:
             self.event(
                 job,
                 sf,
@@ -366,3 +376,81 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
     db.execute("UPDATE pgpulse_jobs SET fencing_token = fencing_token + 1, locked_by = 'rogue'")
     [found] = double_claims(events())
     assert f"rogue claimed t{third.fencing_token + 1}" in found and "node-a" in found
+
+
+# -- a replicated cluster: failovers, reissued tokens and run ids (invariant 9) ----------------
+
+
+def failover(died: float, promoted: float, kind: str = "failover") -> Fault:
+    return Fault(kind, None, at(died - 0.5), at(died + 2), kind, at(died), at(promoted))
+
+
+def lost_claim_then_reissued(*, long: bool = False) -> Recorder:
+    """Occurrence 3 runs on n1 under t3, all of it in the window a failover loses; after the
+    promotion (4.2) n2 is handed t3 again for the same occurrence. ``long``: n1 still runs."""
+    rec = clean(2)
+    rec.run(3, node="n1", start=3.0, duration=3.0 if long else 0.1, in_db=False)
+    rec.run(3, node="n2", start=4.5, token=3)
+    rec.run(4, node="n2", start=4.7)
+    rec.run(5, node="n2")
+    return rec
+
+
+def test_a_failover_that_lost_a_claim_shows_the_token_reissued_and_the_repeat() -> None:
+    history = lost_claim_then_reissued().history(faults=(failover(4.0, 4.2),), replication="async")
+    verdict = check(history)
+    assert failed(verdict) == {"tokens reissued"}
+    assert verdict.figure("occurrences repeated").value == "1"  # information with async
+    assert verdict.figure("occurrences repeated").rule == "info"
+    assert verdict.figure("duplicates").value == "0"
+    assert verdict.figure("double token holders").value == "0"  # n1 was done by then
+    assert "lost by the database" in verdict.figure("tokens reissued").examples[0]
+    assert verdict.figure("failovers survived").value == "1/1"
+    assert verdict.figure("failover to first claim").value.startswith("p50 0.500s")
+
+
+def test_with_sync_replication_a_repeated_occurrence_fails_the_run() -> None:
+    history = lost_claim_then_reissued().history(faults=(failover(4.0, 4.2),), replication="sync")
+    assert failed(check(history)) == {"tokens reissued", "occurrences repeated"}
+
+
+def test_two_holders_of_one_token_at_once_are_double_token_holders() -> None:
+    history = lost_claim_then_reissued(long=True).history(
+        faults=(failover(4.0, 4.2),), replication="async"
+    )
+    verdict = check(history)  # both applied their effect: the worst case, caught four ways
+    assert failed(verdict) == {"tokens reissued", "double token holders", "overlaps", "duplicates"}
+    assert "n1 @ 12:00:03.001" in verdict.figure("double token holders").examples[0]
+
+
+def test_an_execution_without_an_end_holds_its_token_until_its_node_is_killed() -> None:
+    rec = clean(2)
+    rec.run(3, node="n1", start=3.0, result=None, in_db=False)  # SIGKILLed, no end recorded
+    rec.run(3, node="n2", start=4.5, token=3)
+    rec.run(4, node="n2", start=4.7)
+    rec.run(5, node="n2")
+    kill = Fault("kill", "n1", at(3.5), at(3.6), "SIGKILL n1")
+    holders = check(rec.history(faults=(kill, failover(4.0, 4.2)), replication="async"))
+    assert holders.figure("double token holders").value == "0"
+    unbounded = check(rec.history(faults=(failover(4.0, 4.2),), replication="async"))
+    assert unbounded.figure("double token holders").value == "1"  # held for a lease: 3.0-7.0
+
+
+def test_a_run_id_given_to_two_occurrences_is_reissued() -> None:
+    rec = clean(1)
+    rec.run(2, run_id=7, in_db=False)
+    rec.run(3, run_id=7)
+    rec.run(4, run_id=8)
+    rec.run(4, node="n2", run_id=8, start=4.5, attempt=2, result="failed")  # a retry shares it
+    verdict = check(rec.history(faults=(failover(2.5, 2.6),), replication="async"))
+    assert verdict.figure("run ids reissued").value == "1"
+    assert "run id 7 given to 2 occurrences" in verdict.figure("run ids reissued").examples[0]
+
+
+def test_a_failover_with_no_claim_afterwards_is_not_survived() -> None:
+    rec = clean(3)  # nothing claimed after 3.1
+    verdict = check(rec.history(faults=(failover(3.5, 3.6),), replication="sync", settle=3.5))
+    assert failed(verdict) == {"failovers survived"}
+    assert verdict.figure("failovers survived").value == "0/1"
+    assert not verdict.ok
+    assert "failover to first claim" not in {f.name for f in check(rec.history()).figures}

@@ -4,13 +4,17 @@ workload mix, and the proxy's cut / delay / heal against a tiny echo server."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pgpulse_tools.chaos.faults import FAULT_KINDS, plan_faults
+from pgpulse_tools.chaos.faults import CLUSTER_RUN_KINDS, FAULT_KINDS, plan_faults
 from pgpulse_tools.chaos.proxy import Proxy, Upstream
 from pgpulse_tools.chaos.workload import build_jobs, kinds
 
@@ -146,3 +150,100 @@ def test_the_cli_offers_the_chaos_command() -> None:
     assert result.exit_code == 0
     for option in ("--duration", "--nodes", "--seed", "--jobs", "PGPULSE_CHAOS_SEED"):
         assert option in result.output
+    for option in ("--cluster", "--replication", "--pg-bin", "--faults"):
+        assert option in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (["--replication", "async"], "--replication"),
+        (["--pg-bin", "/usr"], "--pg-bin"),
+        (["--cluster", "--faults", "meteor"], "--faults"),
+        (["--faults", ""], "--faults"),
+    ],
+)
+def test_cluster_options_are_refused_where_they_mean_nothing(args: list[str], refused: str) -> None:
+    from click.testing import CliRunner
+
+    from pgpulse.cli import main
+
+    result = CliRunner().invoke(main, ["chaos", "--duration", "5", *args])
+    assert result.exit_code == 2 and refused in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    ("settings", "field_value"),
+    [
+        ({"kinds": ("failover",)}, "failover"),  # one server: nothing to fail over
+        ({"kinds": ("pg_restart",), "replication": "sync"}, "pg_restart"),
+        ({"kinds": ("pg_restart",), "database_url": "postgresql://127.0.0.1/x"}, "pg_restart"),
+    ],
+)
+def test_a_fault_the_server_cannot_take_is_refused(
+    settings: dict[str, Any], field_value: str
+) -> None:
+    from pgpulse.errors import InvalidInput
+    from pgpulse_tools.chaos.runner import ChaosConfig
+
+    with pytest.raises(InvalidInput) as refused:
+        ChaosConfig(**settings).fault_kinds()
+    assert refused.value.field == "faults" and refused.value.value == field_value
+
+
+def test_by_default_a_cluster_run_fails_over_instead_of_restarting() -> None:
+    from pgpulse_tools.chaos.runner import ChaosConfig
+
+    assert ChaosConfig().fault_kinds() == FAULT_KINDS
+    assert set(ChaosConfig(replication="async").fault_kinds()) == (
+        set(FAULT_KINDS) - {"pg_restart"} | {"failover", "switchover"}
+    )
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_cluster_plan_moves_the_primary_one_move_at_a_time(seed: int) -> None:
+    lease = 3.0
+    plan = plan_faults(seed, duration=60, nodes=3, lease=lease, kinds=CLUSTER_RUN_KINDS)
+    moves = [f for f in plan if f.kind in ("failover", "switchover")]
+    assert {f.kind for f in moves} == {"failover", "switchover"}
+    assert "pg_restart" not in {f.kind for f in plan}
+    for before, after in itertools.pairwise(moves):
+        assert after.at >= before.at + before.window + before.hold + lease
+    for move in moves:
+        assert (0.3 <= move.window <= 1.0) if move.kind == "failover" else move.window == 0
+        assert move.node is None
+
+
+def test_the_journal_keeps_what_the_database_lost(tmp_path: Path) -> None:
+    """Four executions as a node journals them; the database kept one whole, one without its
+    end, lost one, and one aborted: the merge marks exactly the two losses."""
+    from helpers import utc
+    from pgpulse_tools.chaos.history import Execution
+    from pgpulse_tools.chaos.journal import Journal, merge, read_journals
+
+    journal = Journal(tmp_path)
+    sf = utc(2026, 1, 1)
+    for n, uid in enumerate(("kept", "endless", "gone", "aborted"), start=1):
+        fields = {"job_id": n, "scheduled_for": sf, "attempt": 1, "token": n, "run_id": n}
+        journal.started(uid, "node-1", {**fields, "kind": "quick"})
+    journal.ended("kept", "node-1", "applied", True, True)
+    journal.ended("endless", "node-1", "applied", True, True)
+    journal.ended("gone", "node-1", "fenced", True, False)
+    journal.aborted("aborted", "node-1")
+    (tmp_path / "node-2.journal").write_bytes(b'{"e": "sta')  # cut short by a SIGKILL
+    records = read_journals(tmp_path)
+    assert len(records) == 8
+    row = Execution(1, 1, sf, 1, 1, "node-1", "quick", sf, sf, "applied", True, True, "kept", 1)
+    rows = [
+        row,
+        replace(row, id=2, job_id=2, token=2, ended_at=None, result=None, uid="endless"),
+        replace(row, id=3, job_id=4, token=4, ended_at=None, result=None, uid="aborted"),
+    ]
+    merged = {e.uid: e for e in merge(rows, records)}
+    assert merged["kept"] == row
+    assert merged["endless"].result == "applied" and not merged["endless"].in_db
+    assert merged["aborted"].ended_at is not None and merged["aborted"].result is None
+    assert merged["aborted"].in_db
+    gone = merged["gone"]
+    assert (gone.id, gone.job_id, gone.token, gone.result, gone.in_db) == (4, 3, 3, "fenced", False)
+    assert gone.lease_ok_at_end is False and gone.scheduled_for == sf

@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from pgpulse.report import run_command
+
+if TYPE_CHECKING:
+    from pgpulse_tools.chaos.replication import Replication
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -90,6 +94,42 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     help="Every node's --drain-timeout, seconds.",
 )
 @click.option(
+    "--cluster",
+    is_flag=True,
+    help="Run on a primary and a streaming standby of its own (nodes get a multi-host DSN), "
+    "with failover and switchover faults instead of restarts.",
+)
+@click.option(
+    "--replication",
+    type=click.Choice(["sync", "async"]),
+    default="sync",
+    show_default=True,
+    show_envvar=True,
+    help="With --cluster: synchronous replication (nothing committed is lost) or asynchronous "
+    "(a failover loses the last commits).",
+)
+@click.option(
+    "--pg-bin",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    show_envvar=True,
+    help="With --cluster: the PostgreSQL programs' folder, e.g. /usr/lib/postgresql/15/bin "
+    "[default: the embedded server's].",
+)
+@click.option(
+    "--patroni",
+    is_flag=True,
+    help="With --cluster: a Patroni-managed cluster (etcd and two members; needs patroni and "
+    "etcd on the PATH), failed over and switched over with patronictl.",
+)
+@click.option(
+    "--faults",
+    default=None,
+    show_envvar=True,
+    help="Fault kinds, comma-separated (kill, pause, partition, delay, pg_restart, join_leave; "
+    "with --cluster failover, switchover instead of pg_restart) [default: all].",
+)
+@click.option(
     "--report",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     default=None,
@@ -107,11 +147,18 @@ def chaos(
     heartbeat: float,
     slots: int,
     drain_timeout: float,
+    cluster: bool,
+    replication: str,
+    pg_bin: Path | None,
+    patroni: bool,
+    faults: str | None,
     report: Path | None,
 ) -> None:
-    """Kill, pause, partition and restart a live cluster; check the history; exit 1 on a
-    duplicate, overlap, lost or stuck run. Starts its own PostgreSQL unless --database-url."""
+    """Kill, pause, partition and restart a live cluster (or fail its replicated database
+    over); check the history; exit 1 on a duplicate, overlap, lost or stuck run, or a fencing
+    token held twice. Starts its own PostgreSQL unless --database-url."""
     from pgpulse_tools.chaos.cluster import NodeSettings
+    from pgpulse_tools.chaos.faults import CLUSTER_KINDS, FAULT_KINDS
     from pgpulse_tools.chaos.runner import ChaosConfig, run_chaos
 
     if lease <= 2 * heartbeat:
@@ -119,6 +166,15 @@ def chaos(
             f"{lease:g}: the lease must be longer than two heartbeats ({heartbeat:g}s)",
             param_hint="--lease",
         )
+    kinds = None
+    if faults is not None:
+        kinds = tuple(part.strip() for part in faults.split(",") if part.strip())
+        unknown = [k for k in kinds if k not in (*FAULT_KINDS, *CLUSTER_KINDS)] or kinds == ()
+        if unknown:
+            raise click.BadParameter(
+                f"{faults!r}: kinds are {', '.join((*FAULT_KINDS, *CLUSTER_KINDS))}",
+                param_hint="--faults",
+            )
     settings = NodeSettings(
         lease=lease, heartbeat=heartbeat, slots=slots, drain_timeout=drain_timeout, guard=guard
     )
@@ -130,11 +186,32 @@ def chaos(
         node=settings,
         database_url=obj["database_url"],
         data_dir=obj["data_dir"],
+        kinds=kinds,
+        replication=_replication(cluster, replication, pg_bin, patroni),
+        pg_bin=pg_bin,
+        patroni=patroni,
     )
     verdict = run_command(run_chaos(config, click.echo))
     if report is not None:
         report.write_text(json.dumps(verdict.as_dict(), indent=2) + "\n", encoding="utf-8")
     sys.exit(0 if verdict.ok else 1)
+
+
+def _replication(
+    cluster: bool, replication: str, pg_bin: Path | None, patroni: bool
+) -> Replication | None:
+    """The run's replication mode (``None``: one server); --replication, --pg-bin and
+    --patroni are refused without --cluster."""
+    source = click.get_current_context().get_parameter_source("replication")
+    if not cluster:
+        if pg_bin is not None:
+            raise click.BadParameter("needs --cluster", param_hint="--pg-bin")
+        if patroni:
+            raise click.BadParameter("needs --cluster", param_hint="--patroni")
+        if source not in (ParameterSource.DEFAULT, None):
+            raise click.BadParameter("needs --cluster", param_hint="--replication")
+        return None
+    return "sync" if replication == "sync" else "async"
 
 
 # -- bench: Pulse against the raw SQL ceiling and peer schedulers (pgpulse_tools.bench) --------

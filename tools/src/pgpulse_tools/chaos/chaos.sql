@@ -5,6 +5,8 @@
 
 -- name: create_history
 -- chaos_history: one row per handler execution, written by the handler itself (start, then end).
+--   uid: the execution's own id, also in the node's journal file (workload.py), which keeps what
+--   a failover that lost WAL takes from this table. run_id: the claim's run id.
 --   result: 'applied' (its fenced effect was written), 'fenced' (the guard refused the effect),
 --   'failed' (the handler failed on purpose, before any effect); NULL = never ended (cancelled,
 --   killed). lease_ok_*: whether the execution's token still held an unexpired lease on the job
@@ -19,10 +21,12 @@
 --   Pulse migration.
 CREATE TABLE chaos_history (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    uid               text NOT NULL,
     job_id            bigint NOT NULL,
     scheduled_for     timestamptz NOT NULL,
     attempt           integer NOT NULL,
     token             bigint NOT NULL,
+    run_id            bigint NOT NULL,
     node_id           text NOT NULL,
     kind              text NOT NULL,
     started_at        timestamptz NOT NULL,
@@ -32,6 +36,7 @@ CREATE TABLE chaos_history (
     lease_ok_at_end   boolean
 );
 CREATE INDEX chaos_history_job ON chaos_history (job_id, started_at);
+CREATE UNIQUE INDEX chaos_history_uid ON chaos_history (uid);
 CREATE TABLE chaos_fence (
     job_id    bigint PRIMARY KEY,
     max_token bigint NOT NULL
@@ -88,28 +93,30 @@ FOR EACH ROW EXECUTE FUNCTION chaos_log_claim();
 -- name: start_execution
 -- A handler starts: register its token with the resource (a fencing-aware resource remembers
 -- the largest token it has seen, so a zombie's later write is refused once the new owner has
--- shown up) and record the start. Returns the history row id.
+-- shown up) and record the start. Returns whether the token's lease was current.
 WITH fence AS (
     INSERT INTO chaos_fence AS f (job_id, max_token) VALUES (%(job_id)s, %(token)s)
     ON CONFLICT (job_id) DO UPDATE SET max_token = greatest(f.max_token, excluded.max_token)
     RETURNING f.max_token
 )
-INSERT INTO chaos_history (job_id, scheduled_for, attempt, token, node_id, kind, started_at,
-                           lease_ok_at_start)
-SELECT %(job_id)s, %(scheduled_for)s, %(attempt)s, %(token)s, %(node)s, %(kind)s,
-       clock_timestamp(),
+INSERT INTO chaos_history (uid, job_id, scheduled_for, attempt, token, run_id, node_id, kind,
+                           started_at, lease_ok_at_start)
+SELECT %(uid)s, %(job_id)s, %(scheduled_for)s, %(attempt)s, %(token)s, %(run_id)s, %(node)s,
+       %(kind)s, clock_timestamp(),
        EXISTS (SELECT 1 FROM pgpulse_jobs j
                WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s AND j.status = 'running'
                  AND j.lease_expires_at > clock_timestamp())
 FROM fence
-RETURNING id;
+RETURNING lease_ok_at_start;
 
 -- name: apply_effect
 -- A handler's side effect, guarded by its fencing token as README tells users to: accepted only
 -- if no larger token has been seen for the job. With %(lease_guard)s the guard also requires the
 -- token's lease to be current (possible only because this "resource" shares Pulse's database).
 -- The effect (keyed by occurrence) and the end of the history row commit together, so the
--- history never disagrees with the effects.
+-- history never disagrees with the effects. The verdict comes back even when the history row is
+-- gone (a failover lost its start): the node's journal records it either way. The row is found
+-- by its uid, not its id: after such a failover the identity hands its id out again.
 WITH fence AS (
     SELECT f.max_token FROM chaos_fence f WHERE f.job_id = %(job_id)s FOR UPDATE
 ), lease AS (
@@ -131,23 +138,35 @@ WITH fence AS (
     SET token = excluded.token, node_id = excluded.node_id, applied = e.applied + 1,
         last_at = excluded.last_at
     RETURNING 1
+), history AS (
+    UPDATE chaos_history h
+    SET ended_at = v.at, result = CASE WHEN v.accepted THEN 'applied' ELSE 'fenced' END,
+        lease_ok_at_end = v.lease_ok
+    FROM verdict v
+    WHERE h.uid = %(uid)s
+    RETURNING 1
 )
-UPDATE chaos_history h
-SET ended_at = v.at, result = CASE WHEN v.accepted THEN 'applied' ELSE 'fenced' END,
-    lease_ok_at_end = v.lease_ok
-FROM verdict v
-WHERE h.id = %(history_id)s
-RETURNING h.result, (SELECT count(*) FROM effect) AS effects;
+SELECT CASE WHEN v.accepted THEN 'applied' ELSE 'fenced' END AS result,
+       v.lease_ok AS lease_ok_at_end, (SELECT count(*) FROM effect) AS effects,
+       (SELECT count(*) FROM history) AS recorded
+FROM verdict v;
 
 -- name: fail_execution
--- A handler fails on purpose (before any effect): close its history row.
-UPDATE chaos_history h
-SET ended_at = clock_timestamp(), result = 'failed',
-    lease_ok_at_end = EXISTS (SELECT 1 FROM pgpulse_jobs j
-                              WHERE j.id = h.job_id AND j.fencing_token = h.token
-                                AND j.status = 'running'
-                                AND j.lease_expires_at > clock_timestamp())
-WHERE h.id = %(history_id)s;
+-- A handler fails on purpose (before any effect): close its history row (found by uid, as in
+-- apply_effect); whether its lease was current comes back even if the row is gone.
+WITH lease AS (
+    SELECT EXISTS (SELECT 1 FROM pgpulse_jobs j
+                   WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
+                     AND j.status = 'running'
+                     AND j.lease_expires_at > clock_timestamp()) AS ok
+), history AS (
+    UPDATE chaos_history h
+    SET ended_at = clock_timestamp(), result = 'failed', lease_ok_at_end = lease.ok
+    FROM lease
+    WHERE h.uid = %(uid)s
+    RETURNING 1
+)
+SELECT lease.ok AS lease_ok_at_end, (SELECT count(*) FROM history) AS recorded FROM lease;
 
 -- name: live_nodes
 SELECT count(*) AS n FROM pgpulse_nodes
@@ -168,7 +187,7 @@ FROM chaos_history;
 
 -- name: read_history
 SELECT id, job_id, scheduled_for, attempt, token, node_id, kind, started_at, ended_at, result,
-       lease_ok_at_start, lease_ok_at_end
+       lease_ok_at_start, lease_ok_at_end, uid, run_id
 FROM chaos_history ORDER BY id;
 
 -- name: read_run_log

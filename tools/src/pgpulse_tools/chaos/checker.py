@@ -2,13 +2,10 @@
 
 Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
 
-* **duplicates** — occurrences with more than one committed effect, unless every earlier effect
-  was written under a valid lease by an attempt that was then interrupted (its node faulted)
-  before its outcome was recorded: that is at-least-once re-execution, counted as
-  **re-executed**. An earlier effect whose attempt was recorded ``succeeded``, or that was written
-  after its lease had expired, or interrupted with no fault on its node, is a duplicate.
-* **overlaps** — two executions of one job whose [start, end] intervals intersect while both
-  wrote their effect (neither was fenced).
+* **duplicates**, **re-executed**, **occurrences repeated**, **overlaps** — see
+  :mod:`pgpulse_tools.chaos.effects`.
+* **double token holders**, **tokens reissued**, **run ids reissued** — see
+  :mod:`pgpulse_tools.chaos.tokens` (invariant 9: must be 0 with any replication).
 * **double claims** — from the engine's own ``pgpulse_runs`` writes: a claim of a job while the
   previous claim's token was neither finished, released nor reaped, or a token that did not grow.
 * **lost** — ``backfill`` occurrences due by the settle point whose run did not succeed although
@@ -23,12 +20,19 @@ Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
 * **fenced** — executions whose late effect was refused by the token guard (expected > 0 when
   nodes were paused or partitioned: proof that the guard fired).
 * **lag**, **recovery** — see :mod:`pgpulse_tools.chaos.timing`.
+* on a replicated cluster, **failovers survived** (each followed by a claim on the new primary:
+  must be all) and **failover to first claim** — see :mod:`pgpulse_tools.chaos.timing`.
+
+Rules per replication mode: with ``async`` a failover may lose the last acknowledged commits, so
+**occurrences repeated** is information there; with ``sync`` (and on one server) it must be 0.
+Every other must-be-0 figure must be 0 in every mode: a lost WAL may repeat an occurrence, never
+lose one (a job row and its run row commit together), and never give one token to two holders.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -37,19 +41,21 @@ from typing import Any
 from tabulate import tabulate
 
 from pgpulse.schedule import parse_schedule
+from pgpulse_tools.chaos.effects import duplicates, overlaps
 from pgpulse_tools.chaos.history import (
     CLOSING_OUTCOMES,
-    Execution,
-    Fault,
     History,
     Run,
     RunEvent,
     load_history,
 )
-from pgpulse_tools.chaos.timing import lags, recoveries, spread
+from pgpulse_tools.chaos.timing import failovers, lags, recoveries, spread
+from pgpulse_tools.chaos.tokens import reissued_run_ids, reissued_tokens
 
 #: Faults that can leave a node holding a lease it cannot use (zombies).
 ZOMBIE_MAKERS = frozenset({"pause", "partition"})
+#: Rules that decide the verdict.
+DECISIVE = frozenset({"must be 0", "must be all"})
 _EXAMPLES = 5
 
 
@@ -60,7 +66,7 @@ class Figure:
     Attributes:
         name: the figure's name.
         value: its value as printed.
-        rule: ``must be 0``, ``expected > 0`` or ``info``.
+        rule: ``must be 0``, ``must be all``, ``expected > 0`` or ``info``.
         ok: whether the rule holds (always true for ``info``).
         examples: a few offending or illustrative items.
     """
@@ -80,8 +86,8 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        """Whether every ``must be 0`` figure is 0."""
-        return all(f.ok for f in self.figures if f.rule == "must be 0")
+        """Whether every ``must be 0`` figure is 0 and every ``must be all`` one is all."""
+        return all(f.ok for f in self.figures if f.rule in DECISIVE)
 
     def figure(self, name: str) -> Figure:
         """The figure called ``name``. Raises :class:`KeyError` if there is none."""
@@ -107,7 +113,7 @@ class Verdict:
     def table(self) -> str:
         """The verdict as a text table, followed by examples of every non-empty figure."""
         rows = [
-            [f.name, f.value, f.rule, "ok" if f.ok else "FAIL" if f.rule == "must be 0" else "WARN"]
+            [f.name, f.value, f.rule, "ok" if f.ok else "FAIL" if f.rule in DECISIVE else "WARN"]
             for f in self.figures
         ]
         text = tabulate(rows, headers=["figure", "value", "rule", ""])
@@ -124,94 +130,6 @@ def _count(name: str, items: Sequence[str], rule: str = "must be 0") -> Figure:
 
 def _ts(at: datetime | None) -> str:
     return "-" if at is None else at.strftime("%H:%M:%S.%f")[:-3]
-
-
-def _faulted(execution: Execution, faults: Iterable[Fault], margin: timedelta) -> Fault | None:
-    """A fault on the execution's node (or the database) around the end of the execution."""
-    at = execution.ended_at
-    assert at is not None
-    for fault in faults:
-        if fault.target not in (None, execution.node_id):
-            continue
-        if fault.started_at - margin <= at <= fault.ended_at + margin:
-            return fault
-    return None
-
-
-def _cause(
-    history: History,
-    earlier: Execution,
-    succeeded: set[tuple[int, datetime, int | None]],
-    margin: timedelta,
-) -> tuple[bool, str]:
-    """Why an occurrence got another effect after ``earlier``'s: (benign, explanation)."""
-    if (earlier.job_id, earlier.scheduled_for, earlier.token) in succeeded:
-        return False, f"t{earlier.token} was recorded succeeded, then the occurrence ran again"
-    if not earlier.lease_ok_at_end:
-        return False, f"t{earlier.token} wrote its effect after its lease had expired"
-    fault = _faulted(earlier, history.faults, margin)
-    if fault is None:
-        return False, f"t{earlier.token} was interrupted with no fault on its node"
-    return True, (
-        f"t{earlier.token} was interrupted by the {fault.kind} of "
-        f"{fault.target or 'the database'} at {_ts(fault.started_at)}"
-    )
-
-
-def duplicates(history: History) -> tuple[list[str], list[str]]:
-    """Return (duplicated occurrences, explained at-least-once re-executions), described."""
-    succeeded: set[tuple[int, datetime, int | None]] = {
-        (e.job_id, e.scheduled_for, e.token) for e in history.run_events if e.outcome == "succeeded"
-    }
-    applied: dict[tuple[int, datetime], list[Execution]] = defaultdict(list)
-    for execution in history.executions:
-        if execution.result == "applied":
-            applied[(execution.job_id, execution.scheduled_for)].append(execution)
-    margin = timedelta(seconds=history.lease)
-    dups: list[str] = []
-    reexecuted: list[str] = []
-    for (job_id, scheduled_for), effects in sorted(applied.items()):
-        if len(effects) < 2:
-            continue
-        effects.sort(key=lambda e: (e.ended_at, e.id))
-        causes = [_cause(history, earlier, succeeded, margin) for earlier in effects[:-1]]
-        line = (
-            f"job {job_id} @ {_ts(scheduled_for)}: {len(effects)} effects by "
-            + ", ".join(f"{e.node_id}/t{e.token}@{_ts(e.ended_at)}" for e in effects)
-            + " — "
-            + "; ".join(text for _, text in causes)
-        )
-        (reexecuted if all(benign for benign, _ in causes) else dups).append(line)
-    return dups, reexecuted
-
-
-def overlaps(history: History) -> list[str]:
-    """Pairs of executions of one job that both applied their effect with intersecting
-    [start, end] intervals."""
-    by_job: dict[int, list[Execution]] = defaultdict(list)
-    for execution in history.executions:
-        if execution.result == "applied":
-            by_job[execution.job_id].append(execution)
-    found: list[str] = []
-    for job_id, runs in sorted(by_job.items()):
-        runs.sort(key=lambda e: (e.started_at, e.id))
-        latest: Execution | None = None
-        for run in runs:
-            assert run.ended_at is not None
-            if (
-                latest is not None
-                and latest.ended_at is not None
-                and run.started_at < latest.ended_at
-            ):
-                found.append(
-                    f"job {job_id}: {latest.node_id}/t{latest.token} "
-                    f"[{_ts(latest.started_at)}, {_ts(latest.ended_at)}] and "
-                    f"{run.node_id}/t{run.token} [{_ts(run.started_at)}, "
-                    f"{_ts(run.ended_at)}]"
-                )
-            if latest is None or (latest.ended_at is not None and run.ended_at > latest.ended_at):
-                latest = run
-    return found
 
 
 def double_claims(events: Sequence[RunEvent]) -> list[str]:
@@ -319,7 +237,8 @@ def check(history: History) -> Verdict:
     Returns:
         The :class:`Verdict`; ``verdict.ok`` is false when a must-be-zero figure is not zero.
     """
-    dups, reexecuted = duplicates(history)
+    dups, reexecuted, repeated = duplicates(history)
+    tokens_again, doubles = reissued_tokens(history)
     lost, missing, queued = unaccounted(history)
     fenced = [
         f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ended {_ts(e.ended_at)}"
@@ -344,8 +263,16 @@ def check(history: History) -> Verdict:
     return Verdict(
         (
             _count("duplicates", dups),
+            _count(
+                "occurrences repeated",
+                repeated,
+                "info" if history.replication == "async" else "must be 0",
+            ),
             _count("overlaps", overlaps(history)),
             _count("double claims", double_claims(history.run_events)),
+            _count("double token holders", doubles),
+            _count("tokens reissued", tokens_again),
+            _count("run ids reissued", reissued_run_ids(history)),
             _count("lost", lost),
             _count("unrecorded", missing),
             _count("stuck", stuck(history)),
@@ -363,6 +290,7 @@ def check(history: History) -> Verdict:
             Figure("lag steady", spread(steady, (50, 99))),
             Figure("lag in faults", spread(faulty, (50, 99))),
             Figure("recovery", spread(recovery, (50,)), "info", True, tuple(notes[:_EXAMPLES])),
+            *_failover_figures(history),
             Figure(
                 "executions",
                 f"{len(history.executions)} ("
@@ -381,6 +309,28 @@ def check(history: History) -> Verdict:
                 + ")",
             ),
         )
+    )
+
+
+def _failover_figures(history: History) -> tuple[Figure, ...]:
+    """On a replicated cluster: failovers survived, and death-to-first-claim times."""
+    if history.replication is None:
+        return ()
+    times, missed, notes = failovers(history)
+    total = len(times) + len(missed)
+    return (
+        Figure(
+            "failovers survived",
+            f"{len(times)}/{total}",
+            "must be all",
+            not missed,
+            tuple(missed[:_EXAMPLES]),
+        ),
+        Figure(
+            "failover to first claim",
+            spread(times, (50,)),
+            examples=tuple(notes[:_EXAMPLES]),
+        ),
     )
 
 

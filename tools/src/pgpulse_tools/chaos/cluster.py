@@ -1,8 +1,9 @@
 """The node processes of a chaos run: start, SIGKILL, SIGSTOP/SIGCONT, SIGTERM, watch.
 
 Each node is ``python -m pgpulse node run --app pgpulse_tools.chaos.workload:app`` with its own
-``--database-url`` (its proxy), in a session of its own (a Ctrl-C at the harness does not reach
-it), its output appended to ``<log_dir>/<node id>.log``. A node that exits although the harness
+``--database-url`` (its proxies), in a session of its own (a Ctrl-C at the harness does not reach
+it), its output appended to ``<log_dir>/<node id>.log``, its handlers' journal to
+``<log_dir>/<node id>.journal``. A node that exits although the harness
 neither killed nor stopped it is recorded as a :class:`~pgpulse_tools.chaos.history.NodeExit` and
 started again.
 """
@@ -21,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pgpulse_tools.chaos.history import NodeExit
+from pgpulse_tools.chaos.journal import JOURNAL_ENV
 
 log = logging.getLogger(__name__)
 #: Exit code of ``pgpulse`` when the database does not answer (see :mod:`pgpulse.cli`).
@@ -96,6 +98,7 @@ class Cluster:
             "PGPULSE_DATABASE_URL": dsn,
             "PGPULSE_CHAOS_SEED": str(s.seed),
             "PGPULSE_CHAOS_GUARD": s.guard,
+            JOURNAL_ENV: str(self.log_dir),
             "PYTHONFAULTHANDLER": "1",
         }
         node_id = self.node_id(index)

@@ -13,7 +13,16 @@ partition      cut the node's proxy (``stall``: a silent network; ``drop``: rese
 delay          add 50–400 ms to every chunk of the node's traffic for 0.5–1.5 leases
 pg_restart     stop PostgreSQL (``fast`` or ``immediate``: a crash), start it again
 join_leave     start an extra node, SIGTERM it 1–3 leases later (it drains and hands back)
+failover       (replicated cluster) cut replication 0.3–1 s before SIGKILLing the primary,
+               promote the standby, rebuild the old primary as the new standby 0.5–2 s later
+               (Patroni: ``patronictl failover``)
+switchover     (replicated cluster) stop the primary cleanly, promote the standby, rejoin
+               the old primary as the new standby 0.2–1 s later (Patroni: ``patronictl
+               switchover``)
 ============== =========================================================================
+
+The database faults (``pg_restart``, ``failover``, ``switchover``) happen one at a time; the
+injector also waits for the previous one to end (a rebuild can outlast its plan).
 """
 
 from __future__ import annotations
@@ -27,13 +36,24 @@ from datetime import datetime
 
 from pgpulse_tools.chaos.cluster import Cluster
 from pgpulse_tools.chaos.history import Fault
-from pgpulse_tools.chaos.proxy import CutMode, Proxy
+from pgpulse_tools.chaos.proxy import CutMode, ProxyGroup
 from pgpulse_tools.chaos.server import Server
 
 log = logging.getLogger(__name__)
 
+#: The kinds of a run on one server.
 FAULT_KINDS: tuple[str, ...] = ("kill", "pause", "partition", "delay", "pg_restart", "join_leave")
+#: The faults that move a replicated cluster's primary.
+CLUSTER_KINDS: tuple[str, ...] = ("failover", "switchover")
+#: The kinds of a run on a replicated cluster (a restart of one server is a failover's job).
+CLUSTER_RUN_KINDS: tuple[str, ...] = (
+    *(k for k in FAULT_KINDS if k != "pg_restart"),
+    *CLUSTER_KINDS,
+)
 _NODE_KINDS = frozenset({"kill", "pause", "partition", "delay"})
+_DATABASE_KINDS = frozenset({"pg_restart", *CLUSTER_KINDS})
+#: Seconds a rebuild of the old primary is expected to take (planning only; see Injector).
+_REBUILD = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +67,8 @@ class PlannedFault:
         hold: seconds the fault lasts (downtime, pause, cut, delay, restart gap, membership).
         mode: ``stall``/``drop`` for a partition, ``fast``/``immediate`` for a restart.
         latency: seconds added per chunk, for ``delay``.
+        window: seconds replication is cut before a ``failover``'s kill (the commits of that
+            window reach the primary only).
     """
 
     at: float
@@ -55,9 +77,11 @@ class PlannedFault:
     hold: float
     mode: str = ""
     latency: float = 0.0
+    window: float = 0.0
 
     def describe(self, node_id: str | None) -> str:
-        """A one-line description, e.g. ``pause node-2 for 6.1s``."""
+        """A one-line description, e.g. ``pause node-2 for 6.1s`` (a move of the primary is
+        described by what the server did: see :meth:`Promotion.describe`)."""
         what = {
             "kill": "SIGKILL {n}, restart after {h}",
             "pause": "SIGSTOP {n} for {h}",
@@ -65,6 +89,8 @@ class PlannedFault:
             "delay": "delay {n} by {l} for {h}",
             "pg_restart": "restart PostgreSQL ({m}) with {h} down",
             "join_leave": "start {n}, SIGTERM it after {h}",
+            "failover": "fail the primary over",
+            "switchover": "switch the primary over",
         }[self.kind]
         return what.format(
             n=node_id, h=f"{self.hold:.1f}s", m=self.mode, l=f"{self.latency * 1000:.0f}ms"
@@ -72,7 +98,7 @@ class PlannedFault:
 
 
 def _draw(kind: str, rng: random.Random, lease: float) -> tuple[float, str, float]:
-    """(hold seconds, mode, latency seconds) of a fault of ``kind``."""
+    """(hold seconds, mode, latency or window seconds) of a fault of ``kind``."""
     if kind == "kill":
         return rng.uniform(0.2, 2.0), "", 0.0
     if kind == "pause":
@@ -85,6 +111,10 @@ def _draw(kind: str, rng: random.Random, lease: float) -> tuple[float, str, floa
         return rng.uniform(0.3, 2.0), rng.choice(("fast", "immediate")), 0.0
     if kind == "join_leave":
         return lease * rng.uniform(1.0, 3.0), "", 0.0
+    if kind == "failover":
+        return rng.uniform(0.5, 2.0), "", rng.uniform(0.3, 1.0)
+    if kind == "switchover":
+        return rng.uniform(0.2, 1.0), "", 0.0
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
@@ -113,7 +143,7 @@ def plan_faults(
     Raises:
         ValueError: an unknown kind, or fewer than 2 nodes for node faults.
     """
-    unknown = set(kinds) - set(FAULT_KINDS)
+    unknown = set(kinds) - {*FAULT_KINDS, *CLUSTER_KINDS}
     if unknown:
         raise ValueError(f"unknown fault kinds {sorted(unknown)}")
     if nodes < 2 and _NODE_KINDS & set(kinds):
@@ -128,22 +158,30 @@ def plan_faults(
     while t < duration and kinds:
         kind = pending[0] if pending else rng.choice(list(kinds))
         hold, mode, latency = _draw(kind, rng, lease)
+        window = latency if kind == "failover" else 0.0
+        latency = 0.0 if kind == "failover" else latency
         node: int | None = None
         if kind in _NODE_KINDS:
             healthy = [i for i in range(nodes) if busy[i] <= t]
             node = rng.choice(healthy) if len(healthy) >= 2 else None
             ready = node is not None
-        elif kind == "pg_restart":
+        elif kind in _DATABASE_KINDS:
             ready = pg_busy <= t
         else:
             node, ready = nodes, busy[nodes] <= t
         if not ready:
             t += 0.5
             continue
-        plan.append(PlannedFault(round(t, 3), kind, node, round(hold, 3), mode, round(latency, 3)))
+        plan.append(
+            PlannedFault(
+                round(t, 3), kind, node, round(hold, 3), mode, round(latency, 3), round(window, 3)
+            )
+        )
         if pending and kind == pending[0]:
             pending.pop(0)
-        if kind == "pg_restart":
+        if kind in CLUSTER_KINDS:
+            pg_busy = t + window + hold + _REBUILD + lease
+        elif kind == "pg_restart":
             pg_busy = t + hold + lease
         elif node is not None:
             busy[node] = t + hold + lease  # time to come back before the next fault on it
@@ -157,7 +195,7 @@ class Injector:
 
     Args:
         cluster: the node processes.
-        proxies: one proxy per node index (the extra node's last).
+        proxies: one node's proxies per node index (the extra node's last).
         server: the PostgreSQL server.
         clock: the database's current instant, as the harness estimates it.
         leader: returns the current leader's node id (to say when the leader was hit).
@@ -167,7 +205,7 @@ class Injector:
     def __init__(
         self,
         cluster: Cluster,
-        proxies: Sequence[Proxy],
+        proxies: Sequence[ProxyGroup],
         server: Server,
         clock: Callable[[], datetime],
         leader: Callable[[], Awaitable[str | None]],
@@ -179,14 +217,19 @@ class Injector:
         self.clock = clock
         self.leader = leader
         self.drain_timeout = drain_timeout
+        self._database = asyncio.Lock()  # one database fault at a time, whatever the plan said
 
     async def apply(self, fault: PlannedFault) -> Fault:
         """Inject ``fault``, hold it, end it; return what happened, with instants.
 
         Raises:
-            DatabaseUnavailable: PostgreSQL did not come back after a restart.
+            DatabaseUnavailable: PostgreSQL did not come back after a restart, or a failover
+                left no working cluster.
             OSError: a node could not be started again.
         """
+        if fault.kind in _DATABASE_KINDS:
+            async with self._database:
+                return await self._database_fault(fault)
         node_id = None if fault.node is None else self.cluster.node_id(fault.node)
         detail = fault.describe(node_id)
         if (
@@ -197,9 +240,6 @@ class Injector:
             detail += " (the leader)"
         started = self.clock()
         log.warning("fault: %s", detail, extra={"action": "chaos_fault", "kind": fault.kind})
-        if fault.kind == "pg_restart":
-            await self.server.restart(fault.hold, fault.mode)
-            return Fault(fault.kind, None, started, self.clock(), detail)
         assert fault.node is not None
         index = fault.node
         if fault.kind == "join_leave":
@@ -215,6 +255,26 @@ class Injector:
         await asyncio.sleep(fault.hold)
         await self._end(fault, index)
         return Fault(fault.kind, node_id, started, self.clock(), detail)
+
+    async def _database_fault(self, fault: PlannedFault) -> Fault:
+        detail = fault.describe(None)
+        started = self.clock()
+        log.warning("fault: %s", detail, extra={"action": "chaos_fault", "kind": fault.kind})
+        if fault.kind == "pg_restart":
+            await self.server.restart(fault.hold, fault.mode)
+            return Fault(fault.kind, None, started, self.clock(), detail)
+        done = await self.server.fail_over(
+            fault.kind, down=fault.hold, window=fault.window, clock=self.clock
+        )
+        return Fault(
+            fault.kind,
+            None,
+            started,
+            self.clock(),
+            f"{detail}: {done.describe()}",
+            died_at=done.died_at,
+            promoted_at=done.promoted_at,
+        )
 
     async def _begin(self, fault: PlannedFault, index: int) -> None:
         if fault.kind == "kill":

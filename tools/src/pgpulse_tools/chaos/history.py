@@ -19,13 +19,18 @@ CLOSING_OUTCOMES = frozenset({"succeeded", "failed", "retrying", "skipped", "fen
 
 @dataclass(frozen=True, slots=True)
 class Execution:
-    """One handler execution, as the handler recorded it (``chaos_history``).
+    """One handler execution, as the handler recorded it (``chaos_history`` and its journal).
 
     Attributes:
         result: ``applied``, ``fenced``, ``failed``, or ``None`` if it never ended (cancelled
             or killed).
         lease_ok_at_start, lease_ok_at_end: whether the execution's token held an unexpired
             lease on the job at that instant, by the database (``None``: never ended).
+        uid: the execution's own id (in the database's row and the node's journal).
+        run_id: the run id its claim handed out.
+        in_db: whether the database kept its whole record; ``False`` when only the node's
+            journal has it (a failover lost the transactions that wrote it): see
+            :mod:`~pgpulse_tools.chaos.journal`.
     """
 
     id: int
@@ -40,11 +45,14 @@ class Execution:
     result: str | None = None
     lease_ok_at_start: bool = True
     lease_ok_at_end: bool | None = None
+    uid: str = ""
+    run_id: int | None = None
+    in_db: bool = True
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Execution:
         """Build from a ``read_history`` row."""
-        return cls(**{name: row[name] for name in cls.__slots__})
+        return cls(**{name: row[name] for name in cls.__slots__ if name in row})
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +123,16 @@ class Fault:
     """One injected fault, as the runner logged it.
 
     Attributes:
-        kind: ``kill``, ``pause``, ``partition``, ``delay``, ``pg_restart`` or ``join_leave``.
-        target: the node id (``None`` for ``pg_restart``).
+        kind: ``kill``, ``pause``, ``partition``, ``delay``, ``pg_restart``, ``join_leave``,
+            ``failover`` or ``switchover``.
+        target: the node id (``None`` for the database's faults).
         started_at: when it began (SIGKILL, SIGSTOP, cut, delay, stop; for ``join_leave`` the
             extra node's start).
         ended_at: when it ended (restart, SIGCONT, heal, start; for ``join_leave`` the extra
             node's exit after its SIGTERM).
         detail: a human-readable description (mode, durations).
+        died_at: (failover, switchover) when the old primary was killed or began to stop.
+        promoted_at: (failover, switchover) when the new primary accepted writes.
     """
 
     kind: str
@@ -129,6 +140,8 @@ class Fault:
     started_at: datetime
     ended_at: datetime
     detail: str = ""
+    died_at: datetime | None = None
+    promoted_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +165,7 @@ class History:
         started_at: when every node was first alive (lag is measured from then on).
         checked_at: the instant of the snapshot, after settling.
         lease, heartbeat: the nodes' settings, seconds (for windows and grace periods).
+        replication: ``sync`` or ``async`` on a replicated cluster; ``None`` on one server.
     """
 
     executions: tuple[Execution, ...]
@@ -165,6 +179,7 @@ class History:
     heartbeat: float
     node_exits: tuple[NodeExit, ...] = field(default=())
     started_at: datetime | None = None
+    replication: str | None = None
 
 
 _TYPES: dict[str, type[Any]] = {

@@ -245,3 +245,58 @@ class Proxy:
                 to.transport.write(data)
         if to.outbox:
             to.timer = loop.call_at(to.outbox[0][0], self._flush, to)
+
+
+class ProxyGroup:
+    """One node's link to the database: a :class:`Proxy` per server (one for a single server,
+    one per member of a replicated cluster), cut, delayed and healed together.
+
+    Args:
+        name: label for logs (the node it serves).
+        upstreams: the servers, in the order the node's DSN lists them.
+    """
+
+    def __init__(self, name: str, upstreams: list[Upstream]) -> None:
+        self.name = name
+        self.proxies = [Proxy(f"{name}/{i + 1}", upstream) for i, upstream in enumerate(upstreams)]
+
+    async def start(self) -> None:
+        """Start every proxy.
+
+        Raises:
+            OSError: a port is taken.
+        """
+        for proxy in self.proxies:
+            await proxy.start()
+
+    def dsn(self, dbname: str, user: str = "postgres") -> str:
+        """The DSN a node uses: the proxy's URI for one server; for several, libpq's multi-host
+        form, ``host=127.0.0.1,127.0.0.1 port=P1,P2 ... target_session_attrs=read-write``, so the
+        node itself finds the server that accepts writes."""
+        if len(self.proxies) == 1:
+            return self.proxies[0].dsn(dbname, user)
+        hosts = ",".join("127.0.0.1" for _ in self.proxies)
+        ports = ",".join(str(proxy.port) for proxy in self.proxies)
+        return (
+            f"host={hosts} port={ports} user={user} dbname={dbname} target_session_attrs=read-write"
+        )
+
+    def cut(self, mode: CutMode) -> None:
+        """Partition the node from every server (see :meth:`Proxy.cut`)."""
+        for proxy in self.proxies:
+            proxy.cut(mode)
+
+    def delay(self, seconds: float) -> None:
+        """Delay the node's traffic to every server (see :meth:`Proxy.delay`)."""
+        for proxy in self.proxies:
+            proxy.delay(seconds)
+
+    def heal(self) -> None:
+        """End a cut and any delay on every server's proxy."""
+        for proxy in self.proxies:
+            proxy.heal()
+
+    async def close(self) -> None:
+        """Close every proxy."""
+        for proxy in self.proxies:
+            await proxy.close()

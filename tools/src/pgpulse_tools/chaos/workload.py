@@ -1,7 +1,9 @@
 """The chaos workload: the jobs the harness loads and the handlers its node processes run.
 
 Every handler records its own execution in ``chaos_history`` (start and end instants by the
-database's clock, attempt, fencing token, node) and does one side effect guarded by its fencing
+database's clock, attempt, fencing token, run id, node) and in its node's journal file outside
+the database (:mod:`~pgpulse_tools.chaos.journal`: a failover may lose the rows), and does one
+side effect guarded by its fencing
 token (``chaos_effects``, keyed by occurrence): the guard README gives users, so fencing is
 exercised end to end. ``PGPULSE_CHAOS_GUARD=lease`` makes the guard also require the token's
 lease to be current, which only a resource inside Pulse's own database can check. Handler kinds
@@ -32,6 +34,7 @@ import os
 import random
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +46,7 @@ from pgpulse.app import App
 from pgpulse.handlers import HandlerFailed, RunContext
 from pgpulse.jobs import JobSpec
 from pgpulse.sql import load_queries
+from pgpulse_tools.chaos.journal import Journal
 
 Q = load_queries("chaos.sql", __package__)
 #: Seconds a handler waits for a history connection before its attempt fails.
@@ -132,6 +136,7 @@ _pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
 _pool_lock = asyncio.Lock()
 _sync_pool: ConnectionPool[psycopg.Connection[DictRow]] | None = None
 _sync_lock = threading.Lock()
+_journal = Journal.from_env()
 
 
 def _dsn() -> str:
@@ -158,6 +163,9 @@ async def _history_pool() -> AsyncConnectionPool[psycopg.AsyncConnection[DictRow
                 timeout=POOL_TIMEOUT,
                 kwargs=_conn_kwargs(),
                 connection_class=psycopg.AsyncConnection[DictRow],
+                # After a failover every idle connection is dead: test each before lending it,
+                # or each would fail one execution.
+                check=AsyncConnectionPool.check_connection,
                 open=False,
                 name="chaos-history",
             )
@@ -177,6 +185,7 @@ def _sync_history_pool() -> ConnectionPool[psycopg.Connection[DictRow]]:
                 timeout=POOL_TIMEOUT,
                 kwargs=_conn_kwargs(),
                 connection_class=psycopg.Connection[DictRow],
+                check=ConnectionPool.check_connection,
                 open=True,
                 name="chaos-history-sync",
             )
@@ -191,24 +200,42 @@ def _plan(ctx: RunContext) -> tuple[float, bool]:
     return rng.uniform(payload["min"], payload["max"]), rng.random() < payload.get("fail", 0.0)
 
 
-def _start_args(ctx: RunContext) -> dict[str, Any]:
-    return {
+def _start(ctx: RunContext) -> dict[str, Any]:
+    """The execution's start record: in the journal at once, then the database's row args."""
+    fields = {
         "job_id": ctx.job_id,
         "scheduled_for": ctx.scheduled_for,
         "attempt": ctx.attempt,
         "token": ctx.fencing_token,
-        "node": ctx.node_id,
+        "run_id": ctx.run_id,
         "kind": ctx.payload["kind"],
     }
+    uid = uuid.uuid4().hex
+    _journal.started(uid, ctx.node_id, fields)
+    return {**fields, "uid": uid, "node": ctx.node_id}
 
 
-def _effect_args(ctx: RunContext, history_id: int) -> dict[str, Any]:
+def _end(ctx: RunContext, start: dict[str, Any], row: DictRow, result: str, end: Any) -> None:
+    """Journal the end the database acknowledged (``end``: its returned row)."""
+    lease_ok = bool(end and end["lease_ok_at_end"])
+    _journal.ended(start["uid"], ctx.node_id, result, row["lease_ok_at_start"], lease_ok)
+    start["ended"] = True
+
+
+def _abort(ctx: RunContext, start: dict[str, Any]) -> None:
+    """Journal an execution that stops without an acknowledged end (it raised, or was
+    cancelled): from now on it holds no token."""
+    if not start.get("ended"):
+        _journal.aborted(start["uid"], ctx.node_id)
+
+
+def _effect_args(ctx: RunContext, start: dict[str, Any]) -> dict[str, Any]:
     return {
         "job_id": ctx.job_id,
         "scheduled_for": ctx.scheduled_for,
         "token": ctx.fencing_token,
         "node": ctx.node_id,
-        "history_id": history_id,
+        "uid": start["uid"],
         "lease_guard": os.environ.get("PGPULSE_CHAOS_GUARD", "lease") == "lease",
     }
 
@@ -228,18 +255,27 @@ async def run_async(ctx: RunContext) -> str:
     """
     duration, fails = _plan(ctx)
     pool = await _history_pool()
-    async with pool.connection() as conn:
-        row = await (await conn.execute(Q["start_execution"], _start_args(ctx))).fetchone()
-    assert row is not None
-    if fails:
-        await asyncio.sleep(duration / 4)
+    start = _start(ctx)
+    try:
         async with pool.connection() as conn:
-            await conn.execute(Q["fail_execution"], {"history_id": row["id"]})
-        raise HandlerFailed(f"chaos: planned failure of attempt {ctx.attempt}")
-    await asyncio.sleep(duration)
-    async with pool.connection() as conn:
-        end = await (await conn.execute(Q["apply_effect"], _effect_args(ctx, row["id"]))).fetchone()
-    return _verdict(end["result"] if end else None, ctx)
+            row = await (await conn.execute(Q["start_execution"], start)).fetchone()
+        assert row is not None
+        if fails:
+            await asyncio.sleep(duration / 4)
+            async with pool.connection() as conn:
+                cur = await conn.execute(Q["fail_execution"], _effect_args(ctx, start))
+                failed = await cur.fetchone()
+            _end(ctx, start, row, "failed", failed)
+            raise HandlerFailed(f"chaos: planned failure of attempt {ctx.attempt}")
+        await asyncio.sleep(duration)
+        async with pool.connection() as conn:
+            cur = await conn.execute(Q["apply_effect"], _effect_args(ctx, start))
+            end = await cur.fetchone()
+        assert end is not None
+        _end(ctx, start, row, end["result"], end)
+        return _verdict(end["result"], ctx)
+    finally:
+        _abort(ctx, start)
 
 
 def run_blocking(ctx: RunContext) -> str:
@@ -251,18 +287,25 @@ def run_blocking(ctx: RunContext) -> str:
     """
     duration, fails = _plan(ctx)
     pool = _sync_history_pool()
-    with pool.connection() as conn:
-        row = conn.execute(Q["start_execution"], _start_args(ctx)).fetchone()
-    assert row is not None
-    if fails:
-        time.sleep(duration / 4)
+    start = _start(ctx)
+    try:
         with pool.connection() as conn:
-            conn.execute(Q["fail_execution"], {"history_id": row["id"]})
-        raise HandlerFailed(f"chaos: planned failure of attempt {ctx.attempt}")
-    time.sleep(duration)
-    with pool.connection() as conn:
-        end = conn.execute(Q["apply_effect"], _effect_args(ctx, row["id"])).fetchone()
-    return _verdict(end["result"] if end else None, ctx)
+            row = conn.execute(Q["start_execution"], start).fetchone()
+        assert row is not None
+        if fails:
+            time.sleep(duration / 4)
+            with pool.connection() as conn:
+                failed = conn.execute(Q["fail_execution"], _effect_args(ctx, start)).fetchone()
+            _end(ctx, start, row, "failed", failed)
+            raise HandlerFailed(f"chaos: planned failure of attempt {ctx.attempt}")
+        time.sleep(duration)
+        with pool.connection() as conn:
+            end = conn.execute(Q["apply_effect"], _effect_args(ctx, start)).fetchone()
+        assert end is not None
+        _end(ctx, start, row, end["result"], end)
+        return _verdict(end["result"], ctx)
+    finally:
+        _abort(ctx, start)
 
 
 for _kind in kinds(lease=1.0):

@@ -1,0 +1,342 @@
+"""Pulse on a replicated PostgreSQL: a primary and a streaming standby on 127.0.0.1 (the chaos
+harness's :class:`ReplicatedServer`: real servers, real replication through a proxy the test can
+cut), through failovers, switchovers and a server that turns read-only.
+
+The servers run the embedded server's programs, or — when the suite runs on the machine's
+PostgreSQL (``PGPULSE_TEST_DATABASE_URL``) — that server's own programs if they are installed
+(``/usr/lib/postgresql/<major>/bin``), so CI covers two major versions. Nodes connect as users
+do: one multi-host DSN, ``target_session_attrs=read-write``.
+
+Tests marked ``xfail(strict=True)`` show what issue 21 must fix; they turn into failures (and
+must lose the mark) the day the engine does what they ask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from helpers import ALL_SHARDS, add, cluster_pg_bin, spec
+from pgpulse.app import connect
+from pgpulse.errors import DatabaseUnavailable
+from pgpulse_tools.chaos.replication import ReplicatedServer, Replication, initdb_template
+
+pytestmark = pytest.mark.timeout(60)
+
+#: Invariant 9, as the xfail reason of the tests it decides.
+INVARIANT_9 = (
+    "design.md invariant 9 (tokens are never reissued): today a claim lost with the WAL of a "
+    "failover leaves its fencing token and run id to be handed out again by the new primary"
+)
+
+
+@pytest.fixture(scope="session")
+def pg_bin() -> Path | None:
+    """The cluster's PostgreSQL programs (``None``: the embedded server's)."""
+    return cluster_pg_bin()
+
+
+@pytest.fixture(scope="session")
+def cluster_template(pg_bin: Path | None) -> Iterator[Path]:
+    """One initdb for the session; every cluster copies it."""
+    folder = Path(tempfile.mkdtemp(prefix="pgpulse-test-template-"))
+    try:
+        yield asyncio.run(initdb_template(folder, pg_bin))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+ClusterFactory = Callable[[Replication], contextlib.AbstractAsyncContextManager[ReplicatedServer]]
+
+
+@pytest.fixture
+def replicated(pg_bin: Path | None, cluster_template: Path) -> ClusterFactory:
+    """``async with replicated("sync") as cluster``: a started primary + standby, stopped (by
+    their pids) and deleted at the end of the block."""
+
+    @contextlib.asynccontextmanager
+    async def make(replication: Replication) -> AsyncIterator[ReplicatedServer]:
+        cluster = ReplicatedServer(
+            None, replication, pg_bin, max_connections=60, template=cluster_template
+        )
+        await cluster.start()
+        try:
+            yield cluster
+        finally:
+            await cluster.close()
+
+    return make
+
+
+async def _rows(dsn: str, query: str, params: dict[str, Any] | None = None) -> list[Any]:
+    async with await psycopg.AsyncConnection.connect(
+        dsn, autocommit=True, row_factory=dict_row, connect_timeout=3
+    ) as conn:
+        return await (await conn.execute(query, params)).fetchall()
+
+
+async def _until(what: str, check: Callable[[], Awaitable[bool]], within: float) -> float:
+    """Poll ``check`` until true; return the seconds it took. Raises AssertionError naming
+    ``what`` after ``within`` seconds (errors of a server in transition count as false)."""
+    began = time.monotonic()
+    while True:
+        with contextlib.suppress(psycopg.Error):
+            if await check():
+                return time.monotonic() - began
+        if time.monotonic() - began > within:
+            raise AssertionError(f"not within {within:g}s: {what}")
+        await asyncio.sleep(0.05)
+
+
+# -- the lost-WAL token test -------------------------------------------------------------------
+
+
+async def _due_job(cluster: ReplicatedServer) -> None:
+    """Migrate the primary and make one job due now, replicated to the standby."""
+    async with connect(cluster.admin_dsn(), max_size=1) as store:
+        await add(store, spec("billing", schedule="0 0 1 1 *"))
+        await store.trigger_job("default", "billing")
+    await cluster.replayed()
+
+
+async def _claim(cluster: ReplicatedServer, node: str) -> Any:
+    """One claim with Pulse's own claim statement, on whichever server is primary."""
+    async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
+        [job] = await store.claim_due(node, ALL_SHARDS, 1, lease=30)
+        return job
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=INVARIANT_9)
+async def test_a_claim_lost_in_a_failover_never_shares_its_token_or_run_id(
+    replicated: ClusterFactory,
+) -> None:
+    """Asynchronous replication: node A's claim commits on the primary after replication was
+    cut, the primary dies, the standby is promoted; node B claims the same job there. The two
+    claims must never hold the same fencing token or run id, and A's fenced write must change
+    nothing on the new primary (today: same token, same run id, and A's renewal succeeds)."""
+    async with replicated("async") as cluster:
+        await _due_job(cluster)
+        await cluster.cut_replication()
+        a = await _claim(cluster, "node-a")  # acknowledged; never reaches the standby
+        await cluster.crash_primary()
+        await cluster.promote()
+        b = await _claim(cluster, "node-b")
+        assert (a.id, a.scheduled_for) == (b.id, b.scheduled_for)  # the same occurrence ...
+        assert b.fencing_token != a.fencing_token, f"token t{a.fencing_token} handed out twice"
+        assert b.run_id != a.run_id, f"run id {a.run_id} handed out twice"
+        async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
+            renewed = await store.renew_leases([(a.id, a.fencing_token)], lease=30)
+        assert not renewed, "node A's stale claim renewed its lease on the new primary"
+
+
+async def test_with_sync_replication_a_claim_that_waited_for_the_standby_is_never_acknowledged(
+    replicated: ClusterFactory,
+) -> None:
+    """The same cut with synchronous replication: A's claim waits for the standby, the primary
+    dies under it, and A is told nothing was claimed; B's claim is then the only one (passes
+    today: what sync replication guarantees)."""
+    async with replicated("sync") as cluster:
+        await _due_job(cluster)
+        await cluster.cut_replication()
+        a = asyncio.create_task(_claim(cluster, "node-a"))
+        await asyncio.sleep(0.5)
+        assert not a.done()  # waiting for a standby it cannot reach
+        await cluster.crash_primary()
+        with pytest.raises((psycopg.OperationalError, DatabaseUnavailable)):
+            await a  # the outcome is unknown to A: never "claimed"
+        await cluster.promote()
+        b = await _claim(cluster, "node-b")
+        assert (b.fencing_token, b.attempt) == (1, 1)  # the first claim that ever happened
+
+
+# -- nodes through failovers (real node processes) ---------------------------------------------
+
+
+@contextlib.contextmanager
+def node_process(dsn: str, node_id: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``pgpulse node run`` as users run it (its own process, the CLI's loop), dry-running
+    shell jobs; a 30 s poll, so only a notification makes it claim a triggered job at once.
+    Stopped by its pid (SIGTERM, then SIGKILL)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGPULSE_")}
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "pgpulse", "--database-url", dsn, "--log-level", "INFO"),
+                *("node", "run", "--node-id", node_id, "--shell-dry-run", "--lease", "3"),
+                *("--heartbeat", "0.5", "--poll", "30", "--drain-timeout", "1"),
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=sink,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+async def _ping_job(cluster: ReplicatedServer) -> None:
+    async with connect(cluster.admin_dsn(), max_size=1) as store:
+        await add(
+            store, spec("ping", schedule="0 0 1 1 *", handler="shell", payload={"command": "true"})
+        )
+
+
+async def _beats_on_primary(cluster: ReplicatedServer, node: str, since: datetime) -> bool:
+    """Whether ``node`` heartbeated on the current primary after ``since`` and holds the
+    leader lock there (its heartbeat session does)."""
+    rows = await _rows(
+        cluster.primary.dsn(),
+        "SELECT (SELECT last_heartbeat > %(since)s FROM pgpulse_nodes WHERE node_id = %(node)s)"
+        " AS beat, EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        "  WHERE l.locktype = 'advisory' AND l.granted"
+        "   AND a.application_name = 'pgpulse:' || %(node)s || ':beat') AS leads,"
+        " EXISTS (SELECT 1 FROM pg_stat_activity"
+        "  WHERE application_name = 'pgpulse:' || %(node)s || ':listen') AS listens",
+        {"since": since, "node": node},
+    )
+    return bool(rows[0]["beat"] and rows[0]["leads"] and rows[0]["listens"])
+
+
+async def _trigger_reaches(cluster: ReplicatedServer, node: str) -> float:
+    """Trigger ``ping`` on the current primary; return the seconds (database clock) from the
+    trigger to its claim by ``node``, once the run succeeded (AssertionError after 5 s)."""
+    async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
+        occurrence = await store.trigger_job("default", "ping")
+
+    async def ran() -> bool:
+        rows = await _rows(
+            cluster.primary.dsn(),
+            "SELECT node_id, outcome FROM pgpulse_runs r JOIN pgpulse_jobs j ON j.id = r.job_id"
+            " WHERE j.name = 'ping' AND r.scheduled_for = %(at)s",
+            {"at": occurrence},
+        )
+        return bool(rows) and rows[0]["outcome"] == "succeeded"
+
+    await _until(f"the trigger at {occurrence} ran", ran, within=5)
+    [row] = await _rows(
+        cluster.primary.dsn(),
+        "SELECT r.node_id, extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag"
+        " FROM pgpulse_runs r WHERE r.scheduled_for = %(at)s",
+        {"at": occurrence},
+    )
+    assert row["node_id"] == node
+    return float(row["lag"])
+
+
+async def _primary_now(cluster: ReplicatedServer) -> datetime:
+    [row] = await _rows(cluster.primary.dsn(), "SELECT now() AS now")
+    return row["now"]
+
+
+@pytest.mark.slow
+async def test_a_node_follows_a_failover_and_a_switchover_and_hears_triggers_at_once(
+    replicated: ClusterFactory, tmp_path: Path
+) -> None:
+    """One node on a multi-host DSN. After a failover (SIGKILL + promote) and a switchover
+    (clean stop + promote, the old primary rejoining first in the DSN), it heartbeats and leads
+    on the new primary, LISTENs there, and a trigger there reaches it within a second."""
+    async with replicated("sync") as cluster:
+        await _ping_job(cluster)
+        with node_process(cluster.admin_dsn(), "node-a", tmp_path / "node-a.log"):
+            since = await _primary_now(cluster)
+            await _until(
+                "node-a up", lambda: _beats_on_primary(cluster, "node-a", since), within=20
+            )
+            assert await _trigger_reaches(cluster, "node-a") < 1.0
+            for kind in ("failover", "switchover"):
+                moved = await cluster.fail_over(kind, down=0.0, window=0.0, clock=_clock)
+                await _until(
+                    f"node-a heartbeats, leads and listens on {moved.new} after the {kind}",
+                    lambda at=moved.promoted_at: _beats_on_primary(cluster, "node-a", at),
+                    within=5,
+                )
+                lag = await _trigger_reaches(cluster, "node-a")
+                assert lag < 1.0, f"a trigger after the {kind} took {lag:.2f}s"
+
+
+def _clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="issue 21 item 1: a node whose server turned read-only keeps its sessions there "
+    "(every heartbeat and claim fails with 25006, the LISTEN session hears nothing); it must "
+    "reconnect and land on the primary",
+)
+async def test_a_node_on_a_server_that_turns_read_only_moves_to_the_primary(
+    replicated: ClusterFactory, tmp_path: Path
+) -> None:
+    """The node runs on pg1 (first in its DSN). pg2 is promoted (replication cut: the two part
+    ways), then pg1 turns read-only under the node's live sessions (default_transaction_read_only
+    and a reload, as a server becoming a standby would refuse writes). The node must notice and
+    move: heartbeat, lead and listen on pg2 within a few heartbeats, and claim a trigger there
+    within a second."""
+    async with replicated("async") as cluster:
+        await _ping_job(cluster)
+        old = cluster.primary
+        with node_process(cluster.admin_dsn(), "node-a", tmp_path / "node-a.log"):
+            since = await _primary_now(cluster)
+            await _until(
+                "node-a up", lambda: _beats_on_primary(cluster, "node-a", since), within=20
+            )
+            await cluster.replayed()
+            await cluster.cut_replication()
+            await cluster.promote()
+            await old.query("ALTER SYSTEM SET default_transaction_read_only = on")
+            await old.query("SELECT pg_reload_conf()")
+            flipped = await _primary_now(cluster)
+            await _until(
+                f"node-a heartbeats, leads and listens on {cluster.primary.name}",
+                lambda: _beats_on_primary(cluster, "node-a", flipped),
+                within=3,
+            )
+            assert await _trigger_reaches(cluster, "node-a") < 1.0
+
+
+# -- the harness itself --------------------------------------------------------------------------
+
+
+async def test_a_cluster_that_fails_to_start_leaves_no_folder_and_no_server(
+    pg_bin: Path | None, tmp_path: Path
+) -> None:
+    """The standby cannot be made (its "template" is no data folder, so the primary never
+    starts): the start raises, and neither a folder nor a postmaster is left."""
+    parent = Path(tempfile.mkdtemp(prefix="pgpulse-test-failed-"))
+    os.chmod(parent, 0o755)  # PostgreSQL's user must traverse it
+    not_a_pgdata = Path(tempfile.mkdtemp(prefix="pgpulse-test-empty-"))
+    os.chmod(not_a_pgdata, 0o755)
+    cluster = ReplicatedServer(parent, "sync", pg_bin, template=not_a_pgdata)
+    try:
+        with pytest.raises(DatabaseUnavailable):
+            await cluster.start()
+        assert os.listdir(parent) == []
+        assert not any(m.running for m in cluster.members)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+        shutil.rmtree(not_a_pgdata, ignore_errors=True)

@@ -1,0 +1,134 @@
+"""The occurrences' effects: duplicated, re-executed, repeated after a lost WAL, overlapping
+(pure; from the executions the handlers recorded and the faults the runner logged).
+
+* **duplicates** — occurrences with more than one committed effect, unless every earlier effect
+  was written under a valid lease by an attempt that was then interrupted (its node faulted)
+  before its outcome was recorded: that is at-least-once re-execution, counted as
+  **re-executed**; or unless the database lost the record of every earlier effect in a failover
+  (only the node's journal has it): counted as **occurrences repeated**, which only asynchronous
+  replication may cause. An earlier effect whose attempt was recorded ``succeeded``, or that was
+  written after its lease had expired, or interrupted with no fault on its node, is a duplicate.
+* **overlaps** — two executions of one job whose [start, end] intervals intersect while both
+  wrote their effect (neither was fenced).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from pgpulse_tools.chaos.history import Execution, Fault, History
+
+
+def _ts(at: datetime | None) -> str:
+    return "-" if at is None else at.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _faulted(execution: Execution, faults: Iterable[Fault], margin: timedelta) -> Fault | None:
+    """A fault on the execution's node (or the database) around the end of the execution."""
+    at = execution.ended_at
+    assert at is not None
+    for fault in faults:
+        if fault.target not in (None, execution.node_id):
+            continue
+        if fault.started_at - margin <= at <= fault.ended_at + margin:
+            return fault
+    return None
+
+
+def _failover_after(history: History, at: datetime) -> str | None:
+    """The first failover whose kill came at or after ``at``, described; ``None`` if none."""
+    deaths = sorted(
+        f.died_at for f in history.faults if f.kind == "failover" and f.died_at is not None
+    )
+    later = [died for died in deaths if died >= at]
+    return f"failover at {_ts(later[0])}" if later else None
+
+
+def _cause(
+    history: History,
+    earlier: Execution,
+    succeeded: set[tuple[int, datetime, int | None]],
+    margin: timedelta,
+) -> tuple[str, str]:
+    """Why an occurrence got another effect after ``earlier``'s: (``duplicate``,
+    ``re-executed`` or ``repeated``, explanation)."""
+    if not earlier.in_db:  # first: a success recorded under its token may be a reissue's
+        moved = _failover_after(history, earlier.ended_at or earlier.started_at)
+        if moved is None:
+            return "duplicate", f"t{earlier.token}'s record is gone from the database, no failover"
+        return "repeated", f"t{earlier.token}'s record was lost by the {moved}"
+    if (earlier.job_id, earlier.scheduled_for, earlier.token) in succeeded:
+        return (
+            "duplicate",
+            f"t{earlier.token} was recorded succeeded, then the occurrence ran again",
+        )
+    if not earlier.lease_ok_at_end:
+        return "duplicate", f"t{earlier.token} wrote its effect after its lease had expired"
+    fault = _faulted(earlier, history.faults, margin)
+    if fault is None:
+        return "duplicate", f"t{earlier.token} was interrupted with no fault on its node"
+    return "re-executed", (
+        f"t{earlier.token} was interrupted by the {fault.kind} of "
+        f"{fault.target or 'the database'} at {_ts(fault.started_at)}"
+    )
+
+
+def duplicates(history: History) -> tuple[list[str], list[str], list[str]]:
+    """Return (duplicated occurrences, explained at-least-once re-executions, occurrences
+    repeated after a failover lost their record), described. An occurrence is a duplicate if
+    any earlier effect is; repeated if any is repeated and none is a duplicate."""
+    succeeded: set[tuple[int, datetime, int | None]] = {
+        (e.job_id, e.scheduled_for, e.token) for e in history.run_events if e.outcome == "succeeded"
+    }
+    applied: dict[tuple[int, datetime], list[Execution]] = defaultdict(list)
+    for execution in history.executions:
+        if execution.result == "applied":
+            applied[(execution.job_id, execution.scheduled_for)].append(execution)
+    margin = timedelta(seconds=history.lease)
+    found: dict[str, list[str]] = {"duplicate": [], "re-executed": [], "repeated": []}
+    for (job_id, scheduled_for), effects in sorted(applied.items()):
+        if len(effects) < 2:
+            continue
+        effects.sort(key=lambda e: (e.ended_at, e.id))
+        causes = [_cause(history, earlier, succeeded, margin) for earlier in effects[:-1]]
+        line = (
+            f"job {job_id} @ {_ts(scheduled_for)}: {len(effects)} effects by "
+            + ", ".join(f"{e.node_id}/t{e.token}@{_ts(e.ended_at)}" for e in effects)
+            + " — "
+            + "; ".join(text for _, text in causes)
+        )
+        kinds = {kind for kind, _ in causes}
+        verdict = next(k for k in ("duplicate", "repeated", "re-executed") if k in kinds)
+        found[verdict].append(line)
+    return found["duplicate"], found["re-executed"], found["repeated"]
+
+
+def overlaps(history: History) -> list[str]:
+    """Pairs of executions of one job that both applied their effect with intersecting
+    [start, end] intervals."""
+    by_job: dict[int, list[Execution]] = defaultdict(list)
+    for execution in history.executions:
+        if execution.result == "applied":
+            by_job[execution.job_id].append(execution)
+    found: list[str] = []
+    for job_id, runs in sorted(by_job.items()):
+        runs.sort(key=lambda e: (e.started_at, e.id))
+        latest: Execution | None = None
+        for run in runs:
+            assert run.ended_at is not None
+            if (
+                latest is not None
+                and latest.ended_at is not None
+                and run.started_at < latest.ended_at
+            ):
+                found.append(
+                    f"job {job_id}: {latest.node_id}/t{latest.token} "
+                    f"[{_ts(latest.started_at)}, {_ts(latest.ended_at)}] and "
+                    f"{run.node_id}/t{run.token} [{_ts(run.started_at)}, "
+                    f"{_ts(run.ended_at)}]"
+                )
+            if latest is None or (latest.ended_at is not None and run.ended_at > latest.ended_at):
+                latest = run
+    return found
