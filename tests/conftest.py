@@ -28,6 +28,23 @@ def _with_db(dsn: str, dbname: str) -> str:
     return conninfo.make_conninfo(dsn, dbname=dbname)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``PGPULSE_TEST_SERVER_ONLY=1`` (CI's second run, on the machine's server), run only
+    the tests whose outcome can depend on the server under test: those that use it
+    (``server_dsn``, directly or through ``dsn``, ``store``...) and those that start servers of
+    their own with its programs (``server_programs``). The rest — pure tests, and harnesses that
+    start the embedded server's own binaries — already ran in the first run, unchanged."""
+    if os.environ.get("PGPULSE_TEST_SERVER_ONLY") != "1":
+        return
+    keep, drop = [], []
+    for item in items:
+        uses = "server_dsn" in getattr(item, "fixturenames", ())
+        (keep if uses or item.get_closest_marker("server_programs") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:
     """DSN of the server under test (maintenance database)."""

@@ -30,7 +30,7 @@ COMMAND = [
     *("--lease", "3", "--heartbeat", "0.5", "--slots", "24", "--drain-timeout", "2"),
 ]
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.server_programs]
 
 
 def _pg_bin() -> list[str]:

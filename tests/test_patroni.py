@@ -20,6 +20,7 @@ MISSING = missing_programs()
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(150),
+    pytest.mark.server_programs,
     pytest.mark.skipif(
         bool(MISSING),
         reason=f"needs {', '.join(MISSING)} on the PATH (apt-get install patroni etcd-server)",

@@ -36,7 +36,7 @@ from pgpulse.app import connect
 from pgpulse.errors import DatabaseUnavailable
 from pgpulse_tools.chaos.replication import ReplicatedServer, Replication, initdb_template
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.server_programs]
 
 #: Invariant 9, as the xfail reason of the tests it decides.
 INVARIANT_9 = (
