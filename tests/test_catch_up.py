@@ -10,7 +10,6 @@ import math
 import threading
 from datetime import timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -20,6 +19,7 @@ from pgpulse.dispatch import Dispatcher
 from pgpulse.handlers import RunContext
 from pgpulse.recorder import OutcomeRecorder
 from pgpulse.store import Store
+from pgpulse.zones import load_zone
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 BACK = T0 + timedelta(minutes=112)  # 01:52:30
@@ -224,7 +224,7 @@ def due_since(expr: str, zone: str, created: Any) -> int:
     if period is not None:
         first = (math.floor(created.timestamp()) // period + 1) * period  # before 1970: < 0
         return (math.floor(NOW.timestamp()) - first) // period + 1
-    tz = ZoneInfo(zone)
+    tz = load_zone(zone)
     return (NOW.astimezone(tz).date() - created.astimezone(tz).date()).days
 
 

@@ -402,3 +402,19 @@ def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) ->
     allowed = pgpulse(*create, "--payload", local, "--allow-private-target", dsn=dsn)
     assert allowed.returncode == 0 and allowed.stdout.startswith("updated job ping")
     assert job_rows(db)[0]["payload"] == {"url": "http://127.0.0.1:9/hook"}
+
+
+def test_zone_rules_come_from_the_tzdata_package_not_the_host(tmp_path: Path) -> None:
+    """A host whose tz files say Europe/Berlin is UTC (a stale or altered /usr/share/zoneinfo)
+    does not change the arithmetic: every node reads the same rules, those of the tzdata
+    package Pulse is installed with."""
+    fake = tmp_path / "zoneinfo" / "Europe"
+    fake.mkdir(parents=True)
+    (fake / "Berlin").write_bytes(Path("/usr/share/zoneinfo/UTC").read_bytes())
+    done = pgpulse(
+        "schedule", "next", "0 3 * * *", "--tz", "Europe/Berlin", "--count", "1",
+        "--after", "2026-01-10T00:00:00+00:00",
+        env={"PYTHONTZPATH": str(tmp_path / "zoneinfo")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].split()[0] == "2026-01-10T02:00:00+00:00"  # 03:00 CET

@@ -9,17 +9,17 @@ and instants near daylight-saving changes.
 from __future__ import annotations
 
 import itertools
-import zoneinfo
 import zoneinfo._zoneinfo as pure_zoneinfo  # the stdlib's reader of the tz database, an oracle
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
+from importlib import resources
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgpulse.schedule import Schedule
-from pgpulse.zones import PROBE_DAYS, OffsetChange, offset_changes
+from pgpulse.zones import PROBE_DAYS, OffsetChange, load_zone, offset_changes, zone_names
 from test_schedule import PROPERTY_SETTINGS, _parse_or_reject, cases, utc
 
 SECOND = timedelta(seconds=1)
@@ -144,23 +144,46 @@ def test_interval_searches_keep_the_anchor_to_the_microsecond() -> None:
 # --- where offsets change -------------------------------------------------------------------
 
 
-def _database_changes(key: str) -> list[OffsetChange]:
-    """The offset changes of the zone's explicit transition table, from 1970 on (the tz
-    database as the stdlib's pure-Python zoneinfo reads it: the oracle of the probing)."""
-    zone = pure_zoneinfo.ZoneInfo.no_cache(key)
+def _packaged(key: str) -> Any:
+    """Zone ``key`` from the ``tzdata`` package (Pulse's source of rules, not the host's), read by
+    the stdlib's pure-Python zoneinfo, whose transition tables are open to read."""
+    with resources.files("tzdata.zoneinfo").joinpath(*key.split("/")).open("rb") as data:
+        return pure_zoneinfo.ZoneInfo.from_file(data, key=key)
+
+
+def _database_changes(key: str, until_year: int = 2040) -> list[OffsetChange]:
+    """The offset changes of the zone as the tz database states them, from 1970 on: its explicit
+    transition table, then, for the years after it, its rule (the POSIX TZ string: a slim tzdata
+    file, as the package ships, ends its table at the last change of rules). Read by the
+    stdlib's pure-Python zoneinfo: the oracle of the probing."""
+    zone = _packaged(key)
     found: list[OffsetChange] = []
     before = zone._tti_before.utcoff if zone._tti_before else None
     for at, info in zip(zone._trans_utc, zone._ttinfos, strict=True):
         if info.utcoff != before and at >= 0 and before is not None:
             found.append(OffsetChange(datetime.fromtimestamp(at, UTC), before, info.utcoff))
         before = info.utcoff
+    rule = zone._tz_after
+    last = zone._trans_utc[-1] if zone._trans_utc else 0
+    if hasattr(rule, "transitions"):
+        first_year = datetime.fromtimestamp(max(last, 0), UTC).year
+        moves = []
+        for year in range(first_year, until_year + 1):
+            start, end = rule.transitions(year)  # local standard / daylight time, as seconds
+            moves.append((start - rule.std.utcoff.total_seconds(), rule.dst.utcoff))
+            moves.append((end - rule.dst.utcoff.total_seconds(), rule.std.utcoff))
+        for at, offset in sorted(moves):
+            if at > last and at >= 0 and offset != before and before is not None:
+                found.append(OffsetChange(datetime.fromtimestamp(at, UTC), before, offset))
+            if at > last:
+                before = offset
     return found
 
 
 def _rule_changes(key: str, years: range) -> list[int]:
     """Timestamps (local time: off by at most the DST shift) of the changes of the zone's
     rule for the years after its table (its POSIX TZ string)."""
-    rule = pure_zoneinfo.ZoneInfo.no_cache(key)._tz_after
+    rule = _packaged(key)._tz_after
     if not hasattr(rule, "transitions"):
         return []
     return sorted(t for year in years for t in rule.transitions(year))
@@ -170,7 +193,7 @@ def test_no_zone_changes_its_offset_twice_between_two_probes() -> None:
     """offset_changes probes every PROBE_DAYS days: no zone of the database may change its offset
     twice within that (plus the largest DST shift, 2 h) from 1970 on, by its table and rule."""
     closest = timedelta(days=365)
-    for key in sorted(zoneinfo.available_timezones() - {"localtime"}):
+    for key in sorted(zone_names()):
         table = [int(c.at.timestamp()) for c in _database_changes(key)]
         last = datetime.fromtimestamp(table[-1], UTC).year if table else 1970
         instants = sorted({*table, *_rule_changes(key, range(last + 1, 2200))})
@@ -182,16 +205,16 @@ def test_no_zone_changes_its_offset_twice_between_two_probes() -> None:
 @pytest.mark.parametrize("start_year", [1975, 2000, 2025])
 def test_offset_changes_are_the_database_transitions(start_year: int) -> None:
     start, end = utc(start_year, 1, 1), utc(start_year + 12, 1, 1)
-    for key in sorted(zoneinfo.available_timezones() - {"localtime"}):
+    for key in sorted(zone_names()):
         expected = [c for c in _database_changes(key) if start < c.at <= end]
-        assert offset_changes(ZoneInfo(key), start, end) == expected, key
+        assert offset_changes(load_zone(key), start, end) == expected, key
 
 
 def test_offset_changes_under_the_rule_after_the_table() -> None:
-    zone = ZoneInfo("America/New_York")
+    zone = load_zone("America/New_York")
     changes = offset_changes(zone, utc(2040, 1, 1), utc(2240, 1, 1))
     assert len(changes) == 400  # two a year, as its rule says
     for change in changes:
         assert (change.at - SECOND).astimezone(zone).utcoffset() == change.before
         assert change.at.astimezone(zone).utcoffset() == change.after
-    assert offset_changes(ZoneInfo("UTC"), utc(1900, 1, 1), utc(2900, 1, 1)) == []
+    assert offset_changes(load_zone("UTC"), utc(1900, 1, 1), utc(2900, 1, 1)) == []

@@ -404,9 +404,9 @@ async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
 
 
 def _local(instant: datetime, timezone: str) -> str:
-    from zoneinfo import ZoneInfo
+    from pgpulse.zones import load_zone
 
-    return instant.astimezone(ZoneInfo(timezone)).isoformat()
+    return instant.astimezone(load_zone(timezone)).isoformat()
 
 
 def _state_command(verb: str, doc: str) -> None:

@@ -5,7 +5,9 @@ database as the ``tzdata`` package lists them are accepted (canonical zones and 
 aliases: ``Europe/Berlin``, ``UTC``, ``Etc/GMT+5``, ``US/Eastern``). Names whose rules depend on
 the host are refused: ``localtime`` (a link to the host's own zone), ``posixrules``, ``posix/*``
 and ``right/*`` (host build variants; ``right/`` counts leap seconds), and ``Factory`` (a
-placeholder meaning "zone not set").
+placeholder meaning "zone not set"). Rules come from the ``tzdata`` package too, never from the
+host's ``/usr/share/zoneinfo``: two nodes with the same Pulse installation compute the same
+instants even when their hosts' tz databases are of different releases.
 
 Offsets. A naive wall time ``w`` has two UTC offsets, on its first (``fold=0``) and second
 (``fold=1``) pass: equal, ``w`` exists once; first > second, ``w`` is repeated (fall back); first
@@ -22,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cache, lru_cache
 from importlib import resources
 from typing import NamedTuple
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from pgpulse.errors import UnknownTimeZone
 
@@ -76,12 +78,21 @@ def load_zone(name: str) -> ZoneInfo:
     """
     if name in zone_names():
         try:
-            return ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError, OSError):  # the host lacks its tz data
+            return _packaged_zone(name)
+        except (ValueError, OSError):  # a damaged tzdata installation
             pass
     raise UnknownTimeZone(
         f"timezone {name!r} is refused: {_refusal(name)}", field="timezone", value=name
     )
+
+
+@cache
+def _packaged_zone(name: str) -> ZoneInfo:
+    """Zone ``name`` as the ``tzdata`` package has it (one object per name, as ``ZoneInfo(name)``
+    caches; ``ZoneInfo(name)`` itself would read the host's files first)."""
+    folder = resources.files("tzdata.zoneinfo")
+    with folder.joinpath(*name.split("/")).open("rb") as data:
+        return ZoneInfo.from_file(data, key=name)
 
 
 def offsets(zone: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:

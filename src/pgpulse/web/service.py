@@ -13,7 +13,6 @@ import logging
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from pgpulse.access import Writer, token_writer
 from pgpulse.errors import JobNotFound, PulseError
@@ -23,6 +22,7 @@ from pgpulse.store import Store
 from pgpulse.web.auth import Principal
 from pgpulse.web.policy import WebSettings, check_http_target, check_text
 from pgpulse.web.reads import Reads
+from pgpulse.zones import load_zone
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     Stops early at the end of time (year 9999) or for a schedule that no longer fires.
     """
     schedule = parse_schedule(row["schedule"], row["timezone"])
-    zone = ZoneInfo(row["timezone"])
+    zone = load_zone(row["timezone"])
     found: list[datetime] = []
     cursor: datetime = row["scheduled_for"]
     try:
