@@ -13,7 +13,8 @@ from typing import Any, cast
 from helpers import ALL_SHARDS, add, spec
 from pgpulse.engine import Node, NodeConfig
 from pgpulse.handlers import RunContext
-from pgpulse.store import ClaimedJob, Store
+from pgpulse.model import ClaimedJob
+from pgpulse.store import Store
 from test_engine import node, running, wait_until
 
 #: A DSN nothing listens on: what a node's new sessions meet while PostgreSQL restarts or its

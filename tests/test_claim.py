@@ -15,9 +15,10 @@ from psycopg import sql
 
 from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse.database import Session
+from pgpulse.model import ClaimedJob, Outcome
 from pgpulse.planner import Advance
 from pgpulse.sql import QUERIES
-from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Outcome, Store
+from pgpulse.store import CLAIM_SESSION_SETTINGS, Store
 from pgpulse_tools.bench.common import load_jobs
 from pgpulse_tools.bench.sqltext import to_positional
 

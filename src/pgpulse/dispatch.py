@@ -25,9 +25,9 @@ import psycopg
 from pgpulse import metrics
 from pgpulse.errors import UnknownHandler
 from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
+from pgpulse.model import ClaimedJob, Outcome, RunOutcome
 from pgpulse.planner import advance, plan_claim, retry_delay
 from pgpulse.recorder import OutcomeRecorder
-from pgpulse.store import ClaimedJob, Outcome, RunOutcome
 
 log = logging.getLogger(__name__)
 

@@ -45,9 +45,10 @@ from pgpulse.database import Session, connect
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable
 from pgpulse.handlers import Handler
+from pgpulse.model import ClaimedJob, Outcome, Step
 from pgpulse.recorder import OutcomeRecorder
 from pgpulse.sharding import shards_for
-from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Outcome, Step, Store
+from pgpulse.store import CLAIM_SESSION_SETTINGS, Store
 from pgpulse.sweeper import Sweeper
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,8 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgpulse.store import Outcome, Store
+from pgpulse.model import Outcome
+from pgpulse.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,9 @@ invariant 1).
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
 import orjson
 import psycopg
@@ -20,13 +19,13 @@ from psycopg.abc import Buffer
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb, JsonbBinaryLoader
 
-from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
 from pgpulse.database import ConnectionSource
-from pgpulse.errors import InvalidInput, JobNotFound, UnknownHandler
-from pgpulse.jobs import JobSpec
+from pgpulse.errors import InvalidInput, JobNotFound
+from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.migrations import migrate
-from pgpulse.planner import Advance, CatchUpPolicy
-from pgpulse.schedule import Schedule, parse_schedule
+from pgpulse.model import ClaimedJob, Heartbeat, Outcome, Step
+from pgpulse.planner import first_occurrence
+from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
 
 #: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
@@ -49,85 +48,14 @@ class _UpsertRaced(Exception):
 #: TimeZone is UTC (instants are absolute; only their Python form changes): psycopg then returns
 #: timestamps with ``datetime.UTC`` rather than a ``ZoneInfo``, which the planner's per-run
 #: comparisons and arithmetic handle without a time-zone lookup. Sequential scans are off: every
-#: table this statement touches is read through an index by design, and a generic plan made when
-#: ``pgpulse_runs`` was empty (and analyzed) scanned the whole history for each finished run.
+#: table this statement touches is read through an index by design, and a generic plan made
+#: while ``pgpulse_runs`` is empty (and analyzed) would scan the whole history per finished run.
 CLAIM_SESSION_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
     "jit": "off",
     "enable_seqscan": "off",
     "TimeZone": "UTC",
 }
-
-RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
-
-
-class ClaimedJob(NamedTuple):
-    """A job this node holds a lease on, as the claim returned it (immutable).
-
-    Attributes mirror ``pgpulse_jobs`` columns; durations are seconds. ``run_id`` is the id
-    of the ``pgpulse_runs`` row of ``scheduled_for`` (written when an attempt ends; the claim only
-    reserves the id); ``db_now`` is the database's instant of the claim (the run's
-    ``started_at``).
-    A ``finish_and_claim`` row is these fields in this order, then ``next_due`` and ``written``:
-    the store builds each claimed job from the row's tuple (a named tuple: no dict and no
-    per-field setattr per job).
-    """
-
-    id: int
-    tenant: str
-    name: str
-    schedule: str
-    timezone: str
-    handler: str
-    payload: dict[str, Any]
-    catch_up: Literal["skip", "backfill", "coalesce"]
-    backfill_limit: int | None
-    misfire_grace: float
-    max_attempts: int
-    retry_backoff: float
-    timeout: float | None
-    anchor_at: datetime
-    scheduled_for: datetime
-    attempt: int
-    fencing_token: int
-    run_id: int
-    db_now: datetime
-
-    @property
-    def parsed_schedule(self) -> Schedule:
-        """The job's schedule (parsed once per process, cached)."""
-        return parse_schedule(self.schedule, self.timezone)
-
-    @property
-    def policy(self) -> CatchUpPolicy:
-        """The job's catch-up policy (one shared immutable object per distinct setting)."""
-        return _policy(self.catch_up, self.misfire_grace, self.backfill_limit)
-
-
-@functools.lru_cache(maxsize=1024)
-def _policy(
-    mode: Literal["skip", "backfill", "coalesce"], misfire_grace: float, backfill_limit: int | None
-) -> CatchUpPolicy:
-    return CatchUpPolicy(mode, misfire_grace, backfill_limit)
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """What one :meth:`Store.finish_and_claim` did.
-
-    Attributes:
-        written: ids of the jobs whose outcome was written (the others' leases were lost).
-        jobs: the jobs claimed, oldest occurrence first.
-        next_due: when fewer jobs than asked were claimed, the earliest due instant known: of
-            the claimed shards' idle jobs, or of a job whose outcome was just written (it may
-            be due already: the claim did not see it). ``None``: none known, or nothing asked.
-        db_now: the database's instant of the claim (``None`` when nothing was asked).
-    """
-
-    written: set[int]
-    jobs: list[ClaimedJob]
-    next_due: datetime | None
-    db_now: datetime | None
 
 
 class _PayloadLoader(JsonbBinaryLoader):
@@ -163,51 +91,6 @@ def _storable(text: str | None) -> str | None:
     return text
 
 
-class Outcome(NamedTuple):
-    """How an attempt of a claimed job ends: the argument of :meth:`Store.finish_runs`
-    (immutable; a named tuple, built once per run without a frozen dataclass's per-field
-    ``object.__setattr__``: 1.24 us -> 0.50 us).
-
-    Exactly one of ``advance`` (move to ``advance.scheduled_for``, recording its skipped
-    occurrences) or ``retry_in`` (seconds until the next attempt of the same occurrence) applies;
-    with neither, the job keeps its occurrence (used with ``status="failed"``).
-
-    Attributes:
-        job: the claimed job (its id, fencing token and run id fence the write).
-        outcome: the run row's new outcome.
-        advance: where the job goes next, for a final outcome.
-        retry_in: seconds until the retry, for ``retrying``.
-        status: the job's new status: ``idle``, or ``failed`` (cannot be scheduled).
-        error: error text for the run and the job's ``last_error``.
-        output: captured output (already truncated).
-        skip_reason: error text of the skipped occurrences' rows.
-        ended_at: the database's instant (as the node estimates it) when the handler ended;
-            ``None`` when no handler ran. Not written: metrics take the run's duration from it.
-    """
-
-    job: ClaimedJob
-    outcome: RunOutcome
-    advance: Advance | None = None
-    retry_in: float | None = None
-    status: Literal["idle", "failed"] = "idle"
-    error: str | None = None
-    output: str | None = None
-    skip_reason: str | None = None
-    ended_at: datetime | None = None
-
-    @property
-    def next_scheduled_for(self) -> datetime:
-        """The occurrence the job holds after this write."""
-        return self.advance.scheduled_for if self.advance else self.job.scheduled_for
-
-    @property
-    def next_run_at(self) -> datetime | None:
-        """When the job may be claimed next; ``None`` means ``retry_in`` seconds from now."""
-        if self.advance is not None:
-            return self.advance.scheduled_for
-        return None if self.retry_in is not None else self.job.scheduled_for
-
-
 class Store:
     """Intent-named access to Pulse's tables.
 
@@ -238,33 +121,9 @@ class Store:
 
     # -- job definitions -------------------------------------------------------------------
 
-    async def validate_handlers(
-        self, specs: Iterable[JobSpec], extra_handlers: Collection[str] = ()
-    ) -> None:
-        """Refuse specs whose handler no node knows, or whose built-in payload is malformed.
-
-        A handler is known when it is built in (``shell``, ``http``), registered by any node that
-        ever ran against this database, or in ``extra_handlers`` (the caller's own app).
-
-        Raises:
-            UnknownHandler: ``field`` is ``"handler"``, ``value`` the name.
-            InvalidPayload: a ``shell``/``http`` payload lacks or mistypes a field.
-        """
-        specs = list(specs)
-        known = set(BUILTIN_HANDLERS) | set(extra_handlers)
-        if any(spec.handler not in known for spec in specs):
-            known |= {row["handler"] for row in await self._rows("known_handlers")}
-        for spec in specs:
-            if spec.handler not in known:
-                raise UnknownHandler(
-                    f"handler {spec.handler!r} of job {spec.name!r} is not built in and no "
-                    f"node has registered it (known: {', '.join(sorted(known))})",
-                    field="handler",
-                    value=spec.handler,
-                )
-            validator = PAYLOAD_VALIDATORS.get(spec.handler)
-            if validator is not None:
-                validator(spec.payload)
+    async def registered_handlers(self) -> set[str]:
+        """Names of the handlers registered by any node that ever ran against this database."""
+        return {row["handler"] for row in await self._rows("known_handlers")}
 
     async def upsert_jobs(
         self,
@@ -280,6 +139,12 @@ class Store:
         spec twice is a no-op. A running job keeps its current occurrence; the new definition
         takes effect from its next one.
 
+        The first occurrence is the planner's (:func:`~pgpulse.planner.first_occurrence`, from the
+        database's now). A spec's handler must be known: built in (``shell``, ``http``), in
+        ``extra_handlers`` (the caller's own app), or registered by a node that ran against this
+        database (read only when the first two do not know it). Payloads are checked when the
+        spec is built (:meth:`JobSpec.create`), as every other field.
+
         Jobs are found by name in ``pgpulse_job_names``. When another session creates one of the
         same names (or deletes one of the jobs) at the same instant, the whole transaction is rolled
         back and tried again, up to :data:`UPSERT_TRIES` times; the next try updates the job the
@@ -289,13 +154,18 @@ class Store:
             ``(job id, created)`` per spec, in order.
 
         Raises:
-            UnknownHandler, InvalidPayload: see :meth:`validate_handlers`; nothing is written.
+            UnknownHandler: a spec's handler is not known (``field`` is ``"handler"``); nothing
+                is written.
+            InvalidInput: two specs name the same job; nothing is written.
             psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected: still racing
                 another session after :data:`UPSERT_TRIES` tries; nothing is written.
             RuntimeError: a job was deleted between its lookup and its update at every try;
                 nothing is written.
         """
-        await self.validate_handlers(specs, extra_handlers)
+        known = set(extra_handlers)
+        if unknown_handlers(specs, known):
+            known |= await self.registered_handlers()
+        check_handlers(specs, known)
         names = [(spec.tenant, spec.name) for spec in specs]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
@@ -327,7 +197,7 @@ class Store:
                 clock = now or (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
                 for spec in specs:
                     schedule = spec.parsed_schedule()
-                    first = schedule.next_after(clock, anchor=clock)
+                    first = first_occurrence(schedule, now=clock, anchor=clock)
                     cur = await conn.execute(
                         QUERIES["upsert_job"],
                         {
@@ -394,7 +264,7 @@ class Store:
         job = await self.get_job(tenant, name)
         clock = now or await self.db_now()
         schedule = parse_schedule(job["schedule"], job["timezone"])
-        first = schedule.next_after(clock, anchor=job["anchor_at"])
+        first = first_occurrence(schedule, now=clock, anchor=job["anchor_at"])
         await self._set_status(tenant, name, "idle", ("paused", "failed"), first, "resumed")
 
     async def _set_status(
@@ -736,21 +606,3 @@ class Store:
     async def cluster_counts(self, tenant: str | None = None) -> dict[str, Any]:
         """Counts of due, running, paused, failed and all jobs, and the worst lag (seconds)."""
         return (await self._rows("cluster_counts", {"tenant": tenant}))[0]
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """What one :meth:`Store.heartbeat` found and did.
-
-    Attributes:
-        live: ids of the nodes alive by the database's clock (this one included if alive).
-        db_now: the database's instant of the heartbeat.
-        leader: whether the heartbeat's connection holds the leader lock (as the caller said,
-            when it passed ``leading=True``).
-        reaped: how many expired leases it returned to the pool.
-    """
-
-    live: tuple[str, ...]
-    db_now: datetime
-    leader: bool
-    reaped: int

@@ -21,7 +21,8 @@ import logging
 import time
 
 from pgpulse.database import Session
-from pgpulse.store import Heartbeat, Store
+from pgpulse.model import Heartbeat
+from pgpulse.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -149,7 +149,6 @@ class JobService:
             source="api",
             **options,
         )
-        await self.store.validate_handlers([spec])
         if spec.handler == "http":
             await check_http_target(spec.payload, self.settings)
         try:
