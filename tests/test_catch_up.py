@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse.dispatch import Dispatcher
+from pgpulse.dispatch import Dispatcher, plan_finish
 from pgpulse.handlers import RunContext
-from pgpulse.recorder import OutcomeRecorder
 from pgpulse.store import Store
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
@@ -23,21 +22,22 @@ MISSED = [utc(2026, 1, 1, 0, 1) + timedelta(minutes=i) for i in range(112)]
 
 
 async def drain(store: Store, now: Any, seen: list[RunContext]) -> None:
-    """Play a node at the fixed instant ``now`` until nothing is due."""
+    """Play a node at the fixed instant ``now`` until nothing is due: claim, decide, run, and
+    write each outcome, all at ``now``."""
 
     async def noop(ctx: RunContext) -> None:
         seen.append(ctx)
 
-    dispatcher = Dispatcher(
-        OutcomeRecorder(store), {"noop": noop}, "node-a", {}, clock=lambda job: job.db_now
-    )
+    dispatcher = Dispatcher({"noop": noop}, "node-a", {})
     for _ in range(1000):
         batch = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
         if not batch:
             return
-        for job in batch:
-            await dispatcher.dispatch(job)
-        await dispatcher.recorder.flush()
+        outcomes = [
+            dispatcher.decide(job) or plan_finish(job, await dispatcher.run(job), now)
+            for job in batch
+        ]
+        assert await store.finish_runs(outcomes, now=now) == {job.key for job in batch}
     raise AssertionError("never drained")
 
 

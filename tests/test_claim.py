@@ -142,7 +142,7 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
     [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     assert await store.finish_runs(
         [Outcome(first, "retrying", retry_in=0.0, error="boom")], now=LATER
-    ) == {first.id}
+    ) == {first.key}
     live = "SELECT id, outcome, attempts, node_id, started_at FROM pgpulse_runs_live"
     assert db.execute(live).fetchall() == [
         {
@@ -166,7 +166,7 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
         }
     ]
     done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
-    assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {first.id}
+    assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {second.key}
     assert db.execute(
         "SELECT id, outcome, attempts, node_id, started_at, finished_at, error FROM pgpulse_runs"
     ).fetchall() == [
@@ -215,9 +215,7 @@ async def test_stale_token_completion_changes_nothing(store: Store, db) -> None:
     )
     # The zombie cannot renew its lease either; the rightful holder can.
     assert await store.renew_leases([(job_id, zombie.fencing_token)], lease=30) == set()
-    assert await store.renew_leases([(job_id, taker.fencing_token)], lease=30, now=after_lease) == {
-        job_id
-    }
+    assert await store.renew_leases([taker.key], lease=30, now=after_lease) == {taker.key}
 
 
 async def test_release_hands_the_claim_back_without_counting_the_attempt(store: Store, db) -> None:
@@ -299,7 +297,7 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     assert job.id == job_id and job.scheduled_for == utc(2026, 1, 1, 0, 1)
     done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()), output="a\x00b")
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
-    assert (step.written, step.jobs, step.db_now) == ({job_id}, [], LATER)
+    assert (step.written, step.jobs, step.db_now) == ({job.key}, [], LATER)
     assert step.next_due == utc(2026, 1, 1, 0, 2)  # before the hourly job's 01:00
     run = db.execute(
         "SELECT outcome, output FROM pgpulse_runs WHERE id = %s", (job.run_id,)
@@ -325,7 +323,7 @@ async def test_a_failed_step_writes_no_outcome(store: Store, db) -> None:
         await store.finish_and_claim([done], "node-a", [40000], 1, lease=30, now=LATER)
     assert db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone() == before
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 0, lease=30, now=LATER)
-    assert step.written == {job_id} and step.jobs == [] and step.next_due is None
+    assert step.written == {job.key} and step.jobs == [] and step.next_due is None
 
 
 async def test_a_node_claims_with_one_generic_plan_and_no_jit(store: Store, dsn: str) -> None:

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from helpers import add, spec
-from pgpulse.engine import Node, NodeConfig
+from pgpulse.engine import Node, NodeConfig, pause_after
 from pgpulse.handlers import Handler, RunContext
+from pgpulse.model import Step
 from pgpulse.sharding import SHARD_COUNT
 from pgpulse.store import Store
 
@@ -279,38 +281,48 @@ async def test_one_watchdog_times_out_each_run_at_its_own_limit(
     assert 0.3 <= took["short"] < 0.9 <= took["long"], took
 
 
-async def test_a_timed_out_attempt_that_is_also_cancelled_otherwise_writes_nothing() -> None:
-    """run_attempt reports the caller's timeout only when that cancellation is the only one:
-    with a lost lease or a shutdown on top, the attempt is cancelled and nothing is written."""
-    from pgpulse.dispatch import AttemptResult, run_attempt
+async def test_a_timed_out_attempt_that_is_also_cancelled_otherwise_writes_nothing(
+    store: Store, dsn: str
+) -> None:
+    """A timeout is reported only when it is the attempt's one cancellation: an attempt
+    stopped (or whose lease is lost) on top of its timeout decides no outcome, and a stop
+    hands it back."""
+    slow, _ = sleeper()
+    await add(store, spec("slow", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.05))
+    await store.trigger_job("default", "slow")
+    n = node(store, dsn, {"slow": slow})
+    await n.start()
+    assert await n.claim_once() == 1
+    [attempt] = n.attempts
+    async with asyncio.timeout(5):
+        # One loop step at a time: the watchdog's cancel and the task seeing it are one step
+        # apart, and the stop must land between them (no event marks that instant).
+        while attempt.stop_reason != "timeout":  # noqa: ASYNC110 - see above
+            await asyncio.sleep(0)
+    assert n.attempts.stop() == [attempt]  # the timeout fired; before the task sees it, a stop
+    async with asyncio.timeout(5):
+        await asyncio.wait([attempt.task])
+    assert attempt.task.cancelled() and attempt.outcome is None and n.attempts.take() == []
+    assert len(n.attempts) == 0
 
-    job: Any = type("Job", (), {"timeout": 0.5})()
-    started = asyncio.Event()
 
-    async def handler(ctx: RunContext) -> None:
-        started.set()
-        await asyncio.sleep(30)
+def test_pause_after_a_step() -> None:
+    """The claim loop's sleep, decided without a database: outcomes waiting go out at once; a
+    full node waits to be woken; otherwise it sleeps until the next due instant (1 ms past
+    it), never longer than the poll interval, never less than 0."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
 
-    async def attempt(cancels: int) -> AttemptResult:
-        task = asyncio.create_task(
-            run_attempt(
-                job,
-                handler,
-                None,
-                True,  # type: ignore[arg-type]
-                timed_out=lambda j: j is job,
-            )
-        )
-        await started.wait()
-        started.clear()
-        for _ in range(cancels):
-            task.cancel()
-        return await task
+    def step(next_due: datetime | None, db_now: datetime | None = now) -> Step:
+        return Step(set(), [], next_due, db_now)
 
-    assert await attempt(1) == AttemptResult(False, "timed out after 0.5s")
-    with contextlib.suppress(asyncio.CancelledError):
-        await attempt(2)
-        raise AssertionError("an attempt cancelled twice must not report a timeout")
+    soon = now + timedelta(seconds=0.25)
+    assert pause_after(step(soon), waiting=1, free=3, poll=5.0) == 0.0
+    assert pause_after(step(soon), waiting=0, free=0, poll=5.0) is None
+    assert pause_after(step(soon), waiting=0, free=3, poll=5.0) == 0.251
+    assert pause_after(step(now + timedelta(hours=1)), waiting=0, free=3, poll=5.0) == 5.0
+    assert pause_after(step(now - timedelta(seconds=1)), waiting=0, free=3, poll=5.0) == 0.0
+    assert pause_after(step(None), waiting=0, free=3, poll=5.0) == 5.0
+    assert pause_after(step(soon, db_now=None), waiting=0, free=3, poll=5.0) == 5.0
 
 
 def test_a_run_past_its_timeout_fails_on_uvloop(dsn: str, db: Any) -> None:

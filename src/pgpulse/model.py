@@ -129,7 +129,8 @@ class Step:
     """What one :meth:`~pgpulse.store.Store.finish_and_claim` did.
 
     Attributes:
-        written: ids of the jobs whose outcome was written (the others' leases were lost).
+        written: the claims (job id, fencing token) whose outcome was written; the others'
+            leases were lost.
         jobs: the jobs claimed, oldest occurrence first.
         next_due: when fewer jobs than asked were claimed, the earliest due instant known: of
             the claimed shards' idle jobs, or of a job whose outcome was just written (it may
@@ -137,7 +138,7 @@ class Step:
         db_now: the database's instant of the claim (``None`` when nothing was asked).
     """
 
-    written: set[int]
+    written: set[ClaimKey]
     jobs: list[ClaimedJob]
     next_due: datetime | None
     db_now: datetime | None

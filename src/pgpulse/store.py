@@ -23,7 +23,7 @@ from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.migrations import migrate
-from pgpulse.model import ClaimedJob, Heartbeat, Outcome, Step
+from pgpulse.model import ClaimedJob, ClaimKey, Heartbeat, Outcome, Step
 from pgpulse.planner import first_occurrence
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
@@ -351,7 +351,7 @@ class Store:
 
     async def finish_runs(
         self, outcomes: Sequence[Outcome], *, now: datetime | None = None
-    ) -> set[int]:
+    ) -> set[ClaimKey]:
         """End the current attempt of each job in ``outcomes`` — fenced — in one statement
         (:meth:`finish_and_claim` claiming nothing).
 
@@ -360,7 +360,7 @@ class Store:
         Skipped occurrences of an element are inserted only if the element was written.
 
         Returns:
-            The ids of the jobs whose outcome was written.
+            The claims (job id, fencing token) whose outcome was written.
         """
         if not outcomes:
             return set()
@@ -427,22 +427,27 @@ class Store:
             await cur.execute(QUERIES["finish_and_claim"], params)
             rows = await cur.fetchall()
         fields = len(ClaimedJob._fields)  # then next_due, then written (on one row)
-        written = next(set(row[fields + 1]) for row in rows if row[fields + 1] is not None)
+        written = next(
+            {(job_id, token) for job_id, token in row[fields + 1]}
+            for row in rows
+            if row[fields + 1] is not None
+        )
         jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
         if not (limit > 0 and shards):
             return Step(written, jobs, None, None)
         next_due, db_now = rows[0][fields], rows[0][fields - 1]
         if len(jobs) < limit:  # a job finished here may be due before anything else
             for o in outcomes:
-                if o.job.id in written:
+                if o.job.key in written:
                     at = o.next_run_at or db_now + timedelta(seconds=o.retry_in or 0.0)
                     next_due = at if next_due is None else min(next_due, at)
         return Step(written, jobs, next_due, db_now)
 
     async def renew_leases(
-        self, held: Sequence[tuple[int, int]], *, lease: float, now: datetime | None = None
-    ) -> set[int]:
-        """Extend the lease of each (job id, fencing token) still held; return the ids renewed.
+        self, held: Sequence[ClaimKey], *, lease: float, now: datetime | None = None
+    ) -> set[ClaimKey]:
+        """Extend the lease of each claim (job id, fencing token) still held; return the claims
+        renewed.
 
         Fenced: a pair whose token is stale, whose job is no longer running, or whose lease has
         already expired is not renewed — its holder must stop the run (design.md, invariant 3).
@@ -459,10 +464,10 @@ class Store:
                 "now": now,
             },
         )
-        return {row["id"] for row in rows}
+        return {(row["id"], row["fencing_token"]) for row in rows}
 
     async def release_runs(
-        self, held: Sequence[tuple[int, int]], *, reason: str, now: datetime | None = None
+        self, held: Sequence[ClaimKey], *, reason: str, now: datetime | None = None
     ) -> int:
         """Hand claims back (graceful shutdown): each held job is due again at once and the
         attempt is not counted; ``reason`` becomes the job's ``last_error``. Fenced per pair.

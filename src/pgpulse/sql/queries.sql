@@ -63,7 +63,7 @@ WITH clock AS (
     FROM input i, clock
     WHERE j.id = ANY(ARRAY(SELECT job_id FROM input))
       AND j.id = i.job_id AND j.fencing_token = i.token AND j.lease_expires_at IS NOT NULL
-    RETURNING j.id
+    RETURNING j.id, j.fencing_token
 ), run AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
                                fencing_token, started_at, finished_at, error, output)
@@ -127,7 +127,8 @@ SELECT claimed.*, clock.now AS db_now,
           AND (SELECT count(*) FROM claimed) < %(limit)s
         ORDER BY j.next_run_at
         LIMIT 1) AS next_due,
-       CASE WHEN row_number() OVER () = 1 THEN ARRAY(SELECT id FROM job) END AS written
+       CASE WHEN row_number() OVER () = 1
+            THEN ARRAY(SELECT ARRAY[id, fencing_token] FROM job) END AS written
 FROM clock
 LEFT JOIN claimed ON true
 ORDER BY claimed.scheduled_for;
@@ -142,7 +143,7 @@ SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(sec
 FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
 WHERE j.id = held.id AND j.fencing_token = held.token
   AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
-RETURNING j.id;
+RETURNING j.id, j.fencing_token;
 
 -- name: release_runs
 -- Hand claims back at shutdown so no one waits for lease expiry. Fenced per pair; the attempt
