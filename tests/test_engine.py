@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from helpers import add, spec
 from pgpulse.engine import Node, NodeConfig, pause_after
@@ -197,6 +200,44 @@ async def test_exhausted_attempts_fail_the_run_and_the_job_moves_on(
         "attempt": 0,
         "last_outcome": "failed",
     }
+
+
+async def test_retries_and_final_failures_say_why_and_when(
+    store: Store, dsn: str, db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retry is logged with its error and the next attempt's instant (INFO); a run that
+    fails for good is a WARNING with its error."""
+
+    async def broken(ctx: RunContext) -> None:
+        raise ValueError(f"no upstream at attempt {ctx.attempt}")
+
+    await add(
+        store,
+        spec(
+            "broken", schedule=TRIGGERED_ONLY, handler="broken", max_attempts=2, retry_backoff=0.2
+        ),
+    )
+    await store.trigger_job("default", "broken")
+    caplog.set_level(logging.INFO, logger="pgpulse.dispatch")
+    async with running(node(store, dsn, {"broken": broken})):
+        await wait_until(
+            lambda: db.execute(
+                "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'failed'"
+            ).fetchone()["n"]
+        )
+    records = {r.action: r for r in caplog.records if r.name == "pgpulse.dispatch"}  # type: ignore[attr-defined]
+    retry, failed = records["run_retrying"], records["run_failed"]
+    assert retry.levelno == logging.INFO
+    assert retry.error == "ValueError: no upstream at attempt 1"  # type: ignore[attr-defined]
+    retry_at = datetime.fromisoformat(retry.retry_at)  # type: ignore[attr-defined]
+    message = retry.getMessage()
+    assert "ValueError: no upstream at attempt 1" in message and str(retry_at) in message
+    # the retry waits 1-2 s; the node's estimate of the instant is within a claim's round trip
+    second = db.execute("SELECT started_at FROM pgpulse_runs").fetchone()["started_at"]
+    assert abs(second - retry_at) < timedelta(seconds=0.5), (second, retry_at)
+    assert failed.levelno == logging.WARNING
+    assert failed.error == "ValueError: no upstream at attempt 2"  # type: ignore[attr-defined]
+    assert "ValueError: no upstream at attempt 2" in failed.getMessage()
 
 
 async def test_unknown_handler_fails_the_job_clearly(store: Store, dsn: str, db: Any) -> None:
