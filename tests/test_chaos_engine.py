@@ -130,6 +130,29 @@ async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt(
         _stop(attempts)
 
 
+async def test_a_stop_tells_which_attempts_started_their_handler() -> None:
+    """Only a claim whose handler never started may be handed back uncounted: a stop in the
+    same loop step as the claim cancels an attempt that never ran; one stopped later had
+    called its handler."""
+    called = asyncio.Event()
+
+    async def forever(ctx: RunContext) -> None:
+        called.set()
+        await asyncio.Event().wait()
+
+    attempts = _attempts({"noop": forever})
+    running = attempts.start(_claimed(7, token=1), time.monotonic(), time.monotonic())
+    async with asyncio.timeout(5):
+        await called.wait()
+    called.clear()
+    fresh = attempts.start(_claimed(8, token=1), time.monotonic(), time.monotonic())
+    assert attempts.stop() == [running, fresh]  # before fresh's task ever ran
+    async with asyncio.timeout(5):
+        await asyncio.wait([running.task, fresh.task])
+    assert (running.started, fresh.started, called.is_set()) == (True, False, False)
+    assert running.outcome is None and fresh.outcome is None and len(attempts) == 0
+
+
 async def test_a_silent_leader_does_not_stop_expired_leases_being_reaped(
     store: Store, dsn: str, db: Any
 ) -> None:

@@ -218,10 +218,12 @@ async def test_stale_token_completion_changes_nothing(store: Store, db) -> None:
     assert await store.renew_leases([taker.key], lease=30, now=after_lease) == {taker.key}
 
 
-async def test_release_hands_the_claim_back_without_counting_the_attempt(store: Store, db) -> None:
+async def test_a_claim_whose_handler_never_started_is_handed_back_uncounted(
+    store: Store, db: Any
+) -> None:
     [job_id] = await add(store, spec("cleanup"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
-    assert await store.release_runs([(job_id, job.fencing_token)], reason="shutdown") == 1
+    assert await store.hand_back_runs([job.key], started=(), reason="shutdown") == (1, 0)
     row = db.execute(
         "SELECT status, attempt, lease_expires_at, last_error FROM pgpulse_jobs WHERE id = %s",
         (job_id,),
@@ -232,10 +234,48 @@ async def test_release_hands_the_claim_back_without_counting_the_attempt(store: 
         "lease_expires_at": None,
         "last_error": "shutdown",
     }
-    # the attempt did not end: no history, nothing shown as running
+    # the attempt did not happen: no history, nothing shown as running
     assert db.execute("SELECT count(*) AS n FROM pgpulse_runs_live").fetchone() == {"n": 0}
     [again] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30)
     assert again.attempt == 1 and again.run_id == job.run_id  # the same run, attempt 1 again
+
+
+async def test_a_started_attempt_handed_back_is_recorded_and_the_next_claim_is_attempt_two(
+    store: Store, db: Any
+) -> None:
+    """A stopping node cancelled an attempt whose handler had run: the history keeps it, with
+    why it ended, and the occurrence's next claim is its second attempt. Fenced: a stale
+    claim hands back nothing."""
+    [job_id] = await add(store, spec("report"), now=T0)
+    [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
+    stale = (job_id, job.fencing_token - 1)
+    reason = "handed back by node node-a at shutdown"
+    assert await store.hand_back_runs(
+        [stale, job.key], started={stale, job.key}, reason=reason, now=LATER
+    ) == (1, 1)
+    run = db.execute(
+        "SELECT id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at, "
+        "finished_at, error FROM pgpulse_runs"
+    ).fetchall()
+    assert run == [
+        {
+            "id": job.run_id,
+            "scheduled_for": job.scheduled_for,
+            "attempts": 1,
+            "outcome": "retrying",
+            "node_id": "node-a",
+            "fencing_token": job.fencing_token,
+            "started_at": LATER,
+            "finished_at": None,
+            "error": reason,
+        }
+    ]
+    row = db.execute(
+        "SELECT status, attempt, locked_by, last_error FROM pgpulse_jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == {"status": "idle", "attempt": 1, "locked_by": None, "last_error": reason}
+    [again] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30)
+    assert (again.attempt, again.run_id) == (2, job.run_id)  # the same run, its second attempt
 
 
 async def test_reaper_ignores_live_leases(store: Store) -> None:

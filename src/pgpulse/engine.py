@@ -243,18 +243,26 @@ class Node:
 
     async def _hand_back(self, stopped: Sequence[Attempt]) -> None:
         """Hand the claims of stopped attempts back, so other nodes need not wait for their
-        leases to expire."""
+        leases to expire. An attempt whose handler had started counts: the history keeps it,
+        with the reason, and the next claim is the next attempt (only a claim that never
+        started its handler goes back uncounted)."""
         if not stopped:
             return
-        with _quiet_db_errors("release_runs"):
-            released = await self.store.release_runs(
+        reason = (
+            f"handed back by node {self.node_id} at shutdown: unfinished after the drain "
+            f"timeout ({self.config.drain_timeout:g}s)"
+        )
+        with _quiet_db_errors("hand_back_runs"):
+            handed, counted = await self.store.hand_back_runs(
                 [attempt.key for attempt in stopped],
-                reason=f"released by node {self.node_id} at shutdown",
+                started={attempt.key for attempt in stopped if attempt.started},
+                reason=reason,
             )
             log.info(
-                "released %d unfinished claims",
-                released,
-                extra={"action": "claims_released", "count": released},
+                "handed back %d unfinished claims (%d counted as attempts)",
+                handed,
+                counted,
+                extra={"action": "claims_released", "count": handed, "counted": counted},
             )
 
     # -- claiming --------------------------------------------------------------------------

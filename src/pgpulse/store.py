@@ -466,24 +466,37 @@ class Store:
         )
         return {(row["id"], row["fencing_token"]) for row in rows}
 
-    async def release_runs(
-        self, held: Sequence[ClaimKey], *, reason: str, now: datetime | None = None
-    ) -> int:
-        """Hand claims back (graceful shutdown): each held job is due again at once and the
-        attempt is not counted; ``reason`` becomes the job's ``last_error``. Fenced per pair.
-        Returns how many were released."""
+    async def hand_back_runs(
+        self,
+        held: Sequence[ClaimKey],
+        *,
+        started: Collection[ClaimKey],
+        reason: str,
+        now: datetime | None = None,
+    ) -> tuple[int, int]:
+        """Hand claims back (a node that stops): each held job is idle and due at once, and
+        ``reason`` becomes its ``last_error``. Fenced per claim (job id, fencing token).
+
+        A claim in ``started`` (its handler was called) counts as an attempt: its run row is
+        written ``retrying`` with ``reason`` as the error, so the next claim is the next
+        attempt. Any other claim is not counted and leaves no row.
+
+        Returns:
+            (claims handed back, of which counted as attempts).
+        """
         if not held:
-            return 0
+            return 0, 0
         rows = await self._rows(
-            "release_runs",
+            "hand_back_runs",
             {
                 "job_ids": [job_id for job_id, _ in held],
-                "tokens": [tok for _, tok in held],
+                "tokens": [token for _, token in held],
+                "started": [key in started for key in held],
                 "reason": reason,
                 "now": now,
             },
         )
-        return len(rows)
+        return len(rows), sum(1 for row in rows if row["started"])
 
     # -- cluster ---------------------------------------------------------------------------
 

@@ -145,19 +145,48 @@ WHERE j.id = held.id AND j.fencing_token = held.token
   AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
 RETURNING j.id, j.fencing_token;
 
--- name: release_runs
--- Hand claims back at shutdown so no one waits for lease expiry. Fenced per pair; the attempt
--- is not counted and nothing is added to pgpulse_runs (the attempt did not end: the next claim makes
--- it again, with the same run id); the job's last_error says why it was handed back.
+-- name: hand_back_runs
+-- A stopping node hands back the claims it could not finish, so no one waits for their leases to
+-- expire: each job is idle and due at once, %(reason)s its last_error. Fenced per claim. A claim
+-- whose handler had started (%(started)s) was an attempt: its run row is written 'retrying' with
+-- %(reason)s as its error, as the sweeper writes a lease that expired, so the next claim is the
+-- next attempt and the history says why this one ended. A claim whose handler never started is
+-- not counted (attempt - 1) and writes no row: the next claim makes the same attempt again.
+-- The run row takes the claim's values from the job row as this statement's snapshot shows it,
+-- before `job` changed it.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), held AS (
+    SELECT *
+    FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[], %(started)s::bool[])
+         AS h(id, token, started)
+), job AS (
+    UPDATE pgpulse_jobs j
+    SET status = 'idle',
+        next_run_at = clock.now,
+        attempt = CASE WHEN held.started THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        last_error = %(reason)s,
+        updated_at = clock.now
+    FROM clock, held
+    WHERE j.id = held.id AND j.fencing_token = held.token AND j.lease_expires_at IS NOT NULL
+    RETURNING j.id, held.started
+), run AS (
+    INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
+                                   fencing_token, started_at, error)
+    OVERRIDING SYSTEM VALUE
+    SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq')), o.id, o.scheduled_for, o.attempt,
+           'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s
+    FROM job JOIN pgpulse_jobs o ON o.id = job.id
+    WHERE job.started
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
+        finished_at = NULL, error = excluded.error
+    RETURNING 1
 )
-UPDATE pgpulse_jobs j
-SET status = 'idle', next_run_at = clock.now, attempt = greatest(j.attempt - 1, 0),
-    locked_by = NULL, lease_expires_at = NULL, last_error = %(reason)s, updated_at = clock.now
-FROM clock, unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
-WHERE j.id = held.id AND j.fencing_token = held.token AND j.lease_expires_at IS NOT NULL
-RETURNING j.id;
+SELECT job.id, job.started FROM job;
 
 -- name: register_node
 INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, state, started_at,
