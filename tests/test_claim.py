@@ -14,13 +14,13 @@ import pytest
 from psycopg import sql
 
 from helpers import ALL_SHARDS, add, spec, utc
+from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.database import Session
 from pgpulse.model import ClaimedJob, Outcome
 from pgpulse.planner import Advance
-from pgpulse.sql import QUERIES
-from pgpulse.store import CLAIM_SESSION_SETTINGS, Store
+from pgpulse.sql import QUERIES, positional
+from pgpulse.store import Store
 from pgpulse_tools.bench.common import load_jobs
-from pgpulse_tools.bench.sqltext import to_positional
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)  # every job created at T0 is due by then
@@ -401,7 +401,7 @@ async def _explain_generic_claim(
     made first (an execute that writes and claims nothing), then ``meanwhile`` runs, then the
     explained execute: a session keeps its generic plan however the tables change."""
     shards = "'{" + ",".join(map(str, ALL_SHARDS)) + "}'"
-    text, names = to_positional(QUERIES["finish_and_claim"].replace("%(shards)s", shards))
+    text, names = positional(QUERIES["finish_and_claim"].replace("%(shards)s", shards))
     values = {
         "outcomes": outcomes,
         "node": "n",

@@ -13,9 +13,10 @@ import psycopg
 import pytest
 
 from helpers import ALL_SHARDS, add, spec
+from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.database import AsyncConn, ConnectionSource, Session, connect
 from pgpulse.engine import Node
-from pgpulse.store import LEADER_LOCK_KEY, Store
+from pgpulse.store import Store
 from test_engine import node, wait_until
 
 

@@ -40,6 +40,7 @@ import psycopg
 
 from pgpulse import metrics
 from pgpulse.attempts import Attempt, Attempts
+from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
 from pgpulse.database import Session, connect
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable
@@ -47,7 +48,7 @@ from pgpulse.handlers import Handler
 from pgpulse.model import Step
 from pgpulse.recorder import Recorder
 from pgpulse.sharding import shards_for
-from pgpulse.store import CLAIM_SESSION_SETTINGS, Store
+from pgpulse.store import Store
 from pgpulse.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class Node:
         # Heartbeats and renewals use their own session, which reconnects at once after a
         # database restart (the pool would back off for seconds: leases would be lost).
         self._beat_session = Session(dsn, f"pgpulse:{self.node_id}:beat")
-        self.beat = Store(self._beat_session)
+        self.beat = ClaimStore(self._beat_session)
         # The claim loop claims and records through a session of its own, planned for it.
         self._claim_session = Session(dsn, f"pgpulse:{self.node_id}:claim", CLAIM_SESSION_SETTINGS)
         self.sweeper = Sweeper(
@@ -145,7 +146,7 @@ class Node:
             wake=self._wake,
         )
         self.recorder = Recorder(
-            Store(self._claim_session), self.attempts, self.node_id, lease=self.config.lease
+            ClaimStore(self._claim_session), self.attempts, self.node_id, lease=self.config.lease
         )
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def _policy(
 
 
 class Outcome(NamedTuple):
-    """How an attempt of a claimed job ends: what :meth:`~pgpulse.store.Store.finish_runs`
+    """How an attempt of a claimed job ends: what :meth:`~pgpulse.claims.ClaimStore.finish_runs`
     writes (immutable; a named tuple, as it is built once per run on the hot path).
 
     Exactly one of ``advance`` (move to ``advance.scheduled_for``, recording its skipped
@@ -126,7 +126,7 @@ class Outcome(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """What one :meth:`~pgpulse.store.Store.finish_and_claim` did.
+    """What one :meth:`~pgpulse.claims.ClaimStore.finish_and_claim` did.
 
     Attributes:
         written: the claims (job id, fencing token) whose outcome was written; the others'
@@ -146,7 +146,7 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """What one :meth:`~pgpulse.store.Store.heartbeat` found and did.
+    """What one :meth:`~pgpulse.claims.ClaimStore.heartbeat` found and did.
 
     Attributes:
         live: ids of the nodes alive by the database's clock (this one included if alive).

@@ -2,9 +2,10 @@
 
 :meth:`Recorder.step` is one step of the claim loop: it takes the outcomes decided so far from
 :class:`~pgpulse.attempts.Attempts`, writes them and claims as many due jobs as there are free
-slots — one transaction and one round trip (:meth:`~pgpulse.store.Store.finish_and_claim`), so a
-busy node pays one statement per batch of runs ended and started, and an idle node writes each
-outcome at once (a decided outcome wakes the claim loop; there is no timer). Every element stays
+slots — one transaction and one round trip
+(:meth:`~pgpulse.claims.ClaimStore.finish_and_claim`), so a busy node pays one statement per
+batch of runs ended and started, and an idle node writes each outcome at once (a decided outcome
+wakes the claim loop; there is no timer). Every element stays
 fenced by its own token, so batching changes no guarantee (design.md, invariant 3).
 
 One error policy for every outcome write, while the node runs and while it drains
@@ -26,9 +27,9 @@ import psycopg
 
 from pgpulse import metrics
 from pgpulse.attempts import Attempts
+from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable
 from pgpulse.model import Outcome, Step
-from pgpulse.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +38,15 @@ class Recorder:
     """Writes a node's outcomes with its claims.
 
     Args:
-        store: the store over the node's claim session
-            (:data:`~pgpulse.store.CLAIM_SESSION_SETTINGS`).
+        store: the node's claim session (:data:`~pgpulse.claims.CLAIM_SESSION_SETTINGS`).
         attempts: the node's attempts: where outcomes come from and claimed jobs go.
         node_id: the claiming node.
         lease: seconds of lease each claim grants.
     """
 
-    def __init__(self, store: Store, attempts: Attempts, node_id: str, *, lease: float) -> None:
+    def __init__(
+        self, store: ClaimStore, attempts: Attempts, node_id: str, *, lease: float
+    ) -> None:
         self.store = store
         self.attempts = attempts
         self.node_id = node_id
