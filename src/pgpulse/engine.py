@@ -32,7 +32,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -436,24 +436,12 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
         pass
 
 
-class _quiet_db_errors:  # lower case: used as a context manager, reads like a statement
+@contextlib.contextmanager
+def _quiet_db_errors(what: str) -> Iterator[None]:
     """Log database errors and timeouts of a side loop instead of letting them kill the node."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is not None and isinstance(
-            exc, psycopg.Error | OSError | TimeoutError | DatabaseUnavailable
-        ):
-            log.warning(
-                "%s failed: %s",
-                self.what,
-                exc or type(exc).__name__,
-                extra={"action": f"{self.what}_failed"},
-            )
-            return True
-        return False
+    try:
+        yield
+    except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
+        log.warning(
+            "%s failed: %s", what, exc or type(exc).__name__, extra={"action": f"{what}_failed"}
+        )
