@@ -13,13 +13,12 @@ from typing import Any
 import psycopg
 
 from pgpulse.schedule import parse_schedule
-from pgpulse.sql import QUERIES
 from pgpulse_tools.bench import floor
 from pgpulse_tools.bench.ceiling import pgbench_script
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
 from pgpulse_tools.bench.report import floor_rows, render, targets
-from pgpulse_tools.bench.sqltext import placeholders, split_final_select, to_positional
+from pgpulse_tools.bench.sqltext import split_final_select
 from pgpulse_tools.bench.steady import PERIOD, expected_runs
 
 
@@ -32,12 +31,6 @@ def test_ceiling_script_is_generated_from_every_parameter_of_the_queries() -> No
     assert "INSERT INTO pgpulse_runs AS r" in script  # the history row, written once per firing
     assert "FOR UPDATE OF j SKIP LOCKED" in script  # Pulse's own claim, not a copy
     assert script.endswith("FROM pulse_claim \\gset\n")
-
-
-def test_positional_rewrite_numbers_each_name_once() -> None:
-    text, names = to_positional(QUERIES["finish_and_claim"])
-    assert names == placeholders(QUERIES["finish_and_claim"])
-    assert "%(" not in text and f"${len(names)}" in text
 
 
 def test_split_final_select_keeps_the_ctes() -> None:

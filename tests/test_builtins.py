@@ -237,6 +237,34 @@ async def test_shell_second_cancel_does_not_interrupt_cleanup(
     await wait_until(lambda: not any(is_alive(pid) for pid in pids))
 
 
+async def test_shell_cancelled_while_starting_still_stops_its_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel that lands while the command starts (the shell forked, its pipes not yet
+    connected) stops and reaps the whole process group before it goes on: asyncio alone kills
+    only the shell, and what the shell had started ran on. (This was the race behind the two
+    cancellation tests above failing now and then on a loaded machine.)"""
+    monkeypatch.setattr(builtins, "KILL_GRACE_SECONDS", 0.2)
+    stopped: list[int] = []
+    terminate = builtins._terminate_group
+
+    async def observed(proc: asyncio.subprocess.Process) -> None:
+        stopped.append(proc.pid)
+        await terminate(proc)
+
+    monkeypatch.setattr(builtins, "_terminate_group", observed)
+    pids_file = tmp_path / "pids"
+    command = f"trap '' TERM; sleep 30 & echo $! >> {pids_file}; echo $$ >> {pids_file}; wait"
+    task = asyncio.create_task(shell_handler(make_ctx({"command": command})))
+    await asyncio.sleep(0)  # one loop step: the handler is starting the command
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(stopped) == 1 and not is_alive(stopped[0])  # stopped and reaped, then raised
+    pids = [int(pid) for pid in pids_file.read_text().split()] if pids_file.exists() else []
+    await wait_until(lambda: not any(is_alive(pid) for pid in pids))
+
+
 async def test_shell_dry_run_runs_nothing(tmp_path: Path) -> None:
     target = tmp_path / "FILE"
     ctx = make_ctx({"command": f"touch {target}"}, options={"shell_dry_run": True})

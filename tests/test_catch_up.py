@@ -15,9 +15,8 @@ import pytest
 
 from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse import dispatch
-from pgpulse.dispatch import Dispatcher
+from pgpulse.dispatch import Dispatcher, plan_finish
 from pgpulse.handlers import RunContext
-from pgpulse.recorder import OutcomeRecorder
 from pgpulse.store import Store
 from pgpulse.zones import load_zone
 
@@ -27,21 +26,22 @@ MISSED = [utc(2026, 1, 1, 0, 1) + timedelta(minutes=i) for i in range(112)]
 
 
 async def drain(store: Store, now: Any, seen: list[RunContext]) -> None:
-    """Play a node at the fixed instant ``now`` until nothing is due."""
+    """Play a node at the fixed instant ``now`` until nothing is due: claim, decide, run, and
+    write each outcome, all at ``now``."""
 
     async def noop(ctx: RunContext) -> None:
         seen.append(ctx)
 
-    dispatcher = Dispatcher(
-        OutcomeRecorder(store), {"noop": noop}, "node-a", {}, clock=lambda job: job.db_now
-    )
+    dispatcher = Dispatcher({"noop": noop}, "node-a", {})
     for _ in range(1000):
         batch = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
         if not batch:
             return
-        for job in batch:
-            await dispatcher.dispatch(job)
-        await dispatcher.recorder.flush()
+        outcomes = [
+            await dispatcher.decide(job) or plan_finish(job, await dispatcher.run(job), now)
+            for job in batch
+        ]
+        assert await store.finish_runs(outcomes, now=now) == {job.key for job in batch}
     raise AssertionError("never drained")
 
 
@@ -274,13 +274,11 @@ async def test_backfill_years_behind_runs_the_oldest_first_one_at_a_time(store: 
     async def noop(ctx: RunContext) -> None:
         seen.append(ctx)
 
-    dispatcher = Dispatcher(
-        OutcomeRecorder(store), {"noop": noop}, "node-a", {}, clock=lambda job: job.db_now
-    )
+    dispatcher = Dispatcher({"noop": noop}, "node-a", {})
     for _ in range(3):
         [job] = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=NOW)
-        await dispatcher.dispatch(job)
-        await dispatcher.recorder.flush()
+        outcome = await dispatcher.decide(job) or plan_finish(job, await dispatcher.run(job), NOW)
+        assert await store.finish_runs([outcome], now=NOW) == {job.key}
     oldest = created.replace(microsecond=0) + timedelta(seconds=1)
     assert [c.scheduled_for for c in seen] == [oldest + timedelta(seconds=k) for k in range(3)]
     assert (await store.get_job("default", "all"))["scheduled_for"] == oldest + timedelta(seconds=3)

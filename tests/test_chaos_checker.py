@@ -345,8 +345,8 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
     open (a token bumped under a live lease) is caught. Without the claim log every history
     would pass the double-claim check."""
     from helpers import ALL_SHARDS, add, spec
+    from pgpulse.model import Outcome
     from pgpulse.planner import Advance
-    from pgpulse.store import Outcome
     from pgpulse_tools.chaos.checker import double_claims
     from pgpulse_tools.chaos.history import RunEvent
     from pgpulse_tools.chaos.runner import Q
@@ -355,12 +355,10 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
     await add(store, spec("billing"), now=utc(2026, 1, 1))
     later = utc(2026, 1, 1, 0, 5)
     [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=later)
-    assert (
-        await store.release_runs([(first.id, first.fencing_token)], reason="stop", now=later) == 1
-    )
+    assert await store.hand_back_runs([first.key], started=(), reason="stop", now=later) == (1, 0)
     [second] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=later)
-    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 6)))
-    assert await store.finish_runs([done], now=later) == {second.id}
+    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 6), ()))
+    assert await store.finish_runs([done], now=later) == {second.key}
 
     def events() -> list[RunEvent]:
         return [RunEvent.from_row(row) for row in db.execute(Q["read_run_log"]).fetchall()]

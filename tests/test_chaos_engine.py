@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from helpers import ALL_SHARDS, add, spec
-from pgpulse.engine import Node, NodeConfig
+from pgpulse.attempts import Attempts
+from pgpulse.dispatch import Dispatcher
 from pgpulse.handlers import RunContext
-from pgpulse.store import ClaimedJob, Store
+from pgpulse.model import ClaimedJob
+from pgpulse.store import Store
 from test_engine import node, running, wait_until
 
 #: A DSN nothing listens on: what a node's new sessions meet while PostgreSQL restarts or its
@@ -57,76 +59,98 @@ def _claimed(job_id: int, token: int) -> ClaimedJob:
     )
 
 
-class _InstantDispatcher:
-    async def dispatch(self, job: ClaimedJob) -> None:
-        return None
+def _attempts(handlers: dict[str, Any], lease: float = 30.0) -> Attempts:
+    """A node's attempt table over ``handlers``, as :class:`Node` builds it."""
+    return Attempts(
+        Dispatcher(handlers, "node-a", {}), slots=4, lease=lease, margin=2.0, wake=asyncio.Event()
+    )
 
 
-async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_tracked(
-    store: Store, dsn: str
-) -> None:
+def _stop(attempts: Attempts) -> None:
+    for attempt in attempts:
+        attempt.task.cancel()
+
+
+async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_tracked() -> None:
     """Invariant 3: every running attempt is renewed and watched until it ends.
 
     The interleaving the harness hit: an attempt's outcome commits, the claim loop claims the
     job's next (already due) occurrence, and only then does the first task's done callback run.
     """
-    n: Node = node(store, dsn, {})
-    n.dispatcher = _InstantDispatcher()  # type: ignore[assignment]
-    n._start(_claimed(7, token=1), time.monotonic(), time.monotonic())
+
+    async def instant(ctx: RunContext) -> None:
+        return None
+
+    attempts = _attempts({"noop": instant})
+    first = attempts.start(_claimed(7, token=1), time.monotonic(), time.monotonic())
     # One loop step each, in this order (sleep(0) is the interleaving, not a wait for a start):
-    await asyncio.sleep(0)  # attempt 1 runs to its end; its done callback is now queued
-    # the claim loop takes the job again
-    n._start(_claimed(7, token=2), time.monotonic(), time.monotonic())
+    await asyncio.sleep(0)  # attempt 1 runs to its outcome; its done callback is now queued
+    [outcome] = attempts.take()
+    attempts.written([outcome], {first.key})  # its outcome commits...
+    # ... and the claim loop takes the job again
+    second = attempts.start(_claimed(7, token=2), time.monotonic(), time.monotonic())
     await asyncio.sleep(0)  # attempt 1's done callback runs
-    tracked = n.running.get(7)
     try:
-        assert tracked is not None and tracked.job.fencing_token == 2
+        assert attempts.get((7, 1)) is None and attempts.get((7, 2)) is second
+        assert attempts.leases() == [(7, 2)]
         # the node's watchdog fires no later than attempt 2's deadline
-        watchdog = n._watchdog
-        assert watchdog is not None and not watchdog.cancelled()
-        assert n._watchdog_at <= tracked.deadline
+        watchdog_at = attempts.watchdog_at
+        assert watchdog_at is not None and watchdog_at <= second.deadline
     finally:
-        _stop(n)
+        _stop(attempts)
 
 
-def _stop(n: Node) -> None:
-    for attempt in list(n.running.values()):
-        attempt.task.cancel()
-    if n._watchdog is not None:
-        n._watchdog.cancel()
-
-
-class _Forever:
-    async def dispatch(self, job: ClaimedJob) -> None:
-        await asyncio.Event().wait()
-
-
-async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt(
-    store: Store, dsn: str
-) -> None:
+async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt() -> None:
     """Invariant 3: only the attempt whose token lost its lease is cancelled.
 
     Seen without any fault injected ("lease ... lost (the database refused the renewal)"): the
     renewal is in flight while an attempt's outcome commits and the job is claimed again."""
-    n: Node = node(store, dsn, {})
-    n.dispatcher = _Forever()  # type: ignore[assignment]
-    n._start(_claimed(7, token=1), time.monotonic(), time.monotonic())
+    release = asyncio.Event()
 
-    class RacingStore:
-        async def renew_leases(self, held: list[tuple[int, int]], *, lease: float) -> set[int]:
-            assert held == [(7, 1)]
-            # Meanwhile attempt 1 ends (its outcome commits) and the job is claimed again.
-            n.running.pop(7).task.cancel()
-            n._start(_claimed(7, token=2), time.monotonic(), time.monotonic())
-            return set()  # token 1 no longer runs: its renewal is refused
+    async def waits(ctx: RunContext) -> None:
+        await release.wait()
 
-    n.beat = RacingStore()  # type: ignore[assignment]
+    attempts = _attempts({"noop": waits})
+    first = attempts.start(_claimed(7, token=1), time.monotonic(), time.monotonic())
+    held, sent = attempts.leases(), time.monotonic()
+    assert held == [(7, 1)]
+    # While the renewal is in flight, attempt 1 ends (its outcome commits) and the job is
+    # claimed again.
+    release.set()
+    async with asyncio.timeout(5):
+        await first.task
+    attempts.written(attempts.take(), {first.key})
+    release.clear()
+    second = attempts.start(_claimed(7, token=2), time.monotonic(), time.monotonic())
     try:
-        await n.renew_once()
-        assert n.running[7].job.fencing_token == 2
-        assert n.running[7].stop_reason is None, "attempt 2 was cancelled for attempt 1's lease"
+        attempts.renewed(held, set(), sent)  # token 1 no longer runs: its renewal is refused
+        assert attempts.get((7, 2)) is second
+        assert second.stop_reason is None, "attempt 2 was cancelled for attempt 1's lease"
     finally:
-        _stop(n)
+        _stop(attempts)
+
+
+async def test_a_stop_tells_which_attempts_started_their_handler() -> None:
+    """Only a claim whose handler never started may be handed back uncounted: a stop in the
+    same loop step as the claim cancels an attempt that never ran; one stopped later had
+    called its handler."""
+    called = asyncio.Event()
+
+    async def forever(ctx: RunContext) -> None:
+        called.set()
+        await asyncio.Event().wait()
+
+    attempts = _attempts({"noop": forever})
+    running = attempts.start(_claimed(7, token=1), time.monotonic(), time.monotonic())
+    async with asyncio.timeout(5):
+        await called.wait()
+    called.clear()
+    fresh = attempts.start(_claimed(8, token=1), time.monotonic(), time.monotonic())
+    assert attempts.stop() == [running, fresh]  # before fresh's task ever ran
+    async with asyncio.timeout(5):
+        await asyncio.wait([running.task, fresh.task])
+    assert (running.started, fresh.started, called.is_set()) == (True, False, False)
+    assert running.outcome is None and fresh.outcome is None and len(attempts) == 0
 
 
 async def test_a_silent_leader_does_not_stop_expired_leases_being_reaped(
@@ -154,7 +178,7 @@ async def test_a_silent_leader_does_not_stop_expired_leases_being_reaped(
                 within=8,
             )
     finally:
-        await silent._beat_session.close()
+        await silent.sweeper.session.close()
 
 
 async def test_the_token_guard_refuses_a_zombie_only_once_a_newer_token_was_seen(
@@ -184,38 +208,69 @@ async def test_the_token_guard_refuses_a_zombie_only_once_a_newer_token_was_seen
     assert guarded_write(owner) and not guarded_write(zombie)
 
 
-async def test_a_stale_claims_late_outcome_does_not_shield_the_newer_claim(
-    store: Store, dsn: str
-) -> None:
+async def test_a_stale_claims_late_outcome_does_not_shield_the_newer_claim() -> None:
     """Invariant 3: only the attempt whose outcome is being written escapes cancellation. A
     claim whose lease was lost and whose handler ignored the cancel still reaches its outcome;
     by then the node may run the job again under a newer token, and that attempt must stay
     cancellable (a refused renewal or its own timeout must still stop it)."""
-    n: Node = node(store, dsn, {})
-    n.dispatcher = _Forever()  # type: ignore[assignment]
-    n._start(_claimed(7, token=2), time.monotonic(), time.monotonic())
-    await asyncio.sleep(0)  # attempt 2 runs
+    stubborn = asyncio.Event()
+
+    async def ignores_one_cancel(ctx: RunContext) -> None:
+        if ctx.fencing_token == 1:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                await stubborn.wait()  # ignores the cancel and goes on
+            return
+        await asyncio.Event().wait()
+
+    attempts = _attempts({"noop": ignores_one_cancel})
+    stale = attempts.start(_claimed(7, token=1), time.monotonic(), time.monotonic())
+    await asyncio.sleep(0)  # attempt 1 runs
+    attempts.renewed([stale.key], set(), time.monotonic())  # its lease is lost: cancelled
+    assert stale.stop_reason == "lease_lost"
+    newer = attempts.start(_claimed(7, token=2), time.monotonic(), time.monotonic())
     try:
-        n._finishing(_claimed(7, token=1))  # the stale claim's outcome is queued
-        assert n.running[7].finishing is False
-        n._finishing(_claimed(7, token=2))
-        assert n.running[7].finishing is True
+        stubborn.set()
+        async with asyncio.timeout(5):
+            await stale.task
+        assert stale.outcome is not None  # the stale claim's outcome is on its way
+        attempts.renewed([stale.key, newer.key], set(), time.monotonic())  # both refused
+        assert newer.stop_reason == "lease_lost"  # the newer claim is still cancelled
+        async with asyncio.timeout(5):
+            await asyncio.wait([newer.task])
+        assert newer.task.cancelled() and newer.outcome is None
+        assert attempts.take() == [stale.outcome]  # for fencing to refuse
     finally:
-        _stop(n)
+        _stop(attempts)
 
 
-def test_the_watchdog_takes_a_deadline_already_past_on_uvloop(dsn: str) -> None:
+def test_the_watchdog_takes_a_deadline_already_past_on_uvloop() -> None:
     """A node resumed after a pause arms its watchdog for a deadline already past; uvloop then
     returns a plain Handle (no when()), and the next arming crashed the claim loop (chaos
     harness, node-1 exited with AttributeError)."""
     import uvloop
 
-    async def arm_twice() -> bool:
-        n = Node(Store(cast(Any, None)), dsn, {}, NodeConfig(lease=2.0, heartbeat_interval=0.2))
-        n._arm_watchdog(time.monotonic() - 1.0)  # past: fires at once
-        n._arm_watchdog(time.monotonic() + 5.0)  # later: must keep the earlier arming
-        await asyncio.sleep(0.05)
-        return n._watchdog is None  # it fired (nothing running: nothing re-armed)
+    async def arm_twice() -> tuple[str | None, bool, float | None, float]:
+        async def forever(ctx: RunContext) -> None:
+            await asyncio.Event().wait()
+
+        attempts = _attempts({"noop": forever}, lease=4.0)
+        now = time.monotonic()
+        paused = attempts.start(_claimed(7, token=1), now - 10.0, now)  # deadline long past
+        later = attempts.start(_claimed(8, token=1), now, now)  # must keep the earlier arming
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.wait([paused.task])  # the watchdog fired at once
+            return (
+                paused.stop_reason,
+                later.stop_reason is None,
+                attempts.watchdog_at,
+                later.deadline,
+            )
+        finally:
+            _stop(attempts)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        assert runner.run(arm_twice())
+        reason, spared, watchdog_at, deadline = runner.run(arm_twice())
+    assert (reason, spared, watchdog_at) == ("lease_lost", True, deadline)

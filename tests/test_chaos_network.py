@@ -69,7 +69,7 @@ async def _first_attempt(
     async with running(
         node(store, via, {"work": work}, lease=lease, heartbeat_interval=HEARTBEAT, node_ttl=1.0)
     ) as n:
-        await wait_until(lambda: n.running, within=30)
+        await wait_until(lambda: len(n.attempts) > 0, within=30)
         await asyncio.sleep(1.0)  # one second into the attempt
         await fault()
         async with asyncio.timeout(15):

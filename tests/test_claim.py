@@ -14,12 +14,13 @@ import pytest
 from psycopg import sql
 
 from helpers import ALL_SHARDS, add, spec, utc
+from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.database import Session
+from pgpulse.model import ClaimedJob, Outcome
 from pgpulse.planner import Advance
-from pgpulse.sql import QUERIES
-from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Outcome, Store
+from pgpulse.sql import QUERIES, positional
+from pgpulse.store import Store
 from pgpulse_tools.bench.common import load_jobs
-from pgpulse_tools.bench.sqltext import to_positional
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)  # every job created at T0 is due by then
@@ -141,7 +142,7 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
     [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     assert await store.finish_runs(
         [Outcome(first, "retrying", retry_in=0.0, error="boom")], now=LATER
-    ) == {first.id}
+    ) == {first.key}
     live = "SELECT id, outcome, attempts, node_id, started_at FROM pgpulse_runs_live"
     assert db.execute(live).fetchall() == [
         {
@@ -164,8 +165,8 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
             "started_at": second_at,
         }
     ]
-    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)))
-    assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {first.id}
+    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
+    assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {second.key}
     assert db.execute(
         "SELECT id, outcome, attempts, node_id, started_at, finished_at, error FROM pgpulse_runs"
     ).fetchall() == [
@@ -214,15 +215,15 @@ async def test_stale_token_completion_changes_nothing(store: Store, db) -> None:
     )
     # The zombie cannot renew its lease either; the rightful holder can.
     assert await store.renew_leases([(job_id, zombie.fencing_token)], lease=30) == set()
-    assert await store.renew_leases([(job_id, taker.fencing_token)], lease=30, now=after_lease) == {
-        job_id
-    }
+    assert await store.renew_leases([taker.key], lease=30, now=after_lease) == {taker.key}
 
 
-async def test_release_hands_the_claim_back_without_counting_the_attempt(store: Store, db) -> None:
+async def test_a_claim_whose_handler_never_started_is_handed_back_uncounted(
+    store: Store, db: Any
+) -> None:
     [job_id] = await add(store, spec("cleanup"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
-    assert await store.release_runs([(job_id, job.fencing_token)], reason="shutdown") == 1
+    assert await store.hand_back_runs([job.key], started=(), reason="shutdown") == (1, 0)
     row = db.execute(
         "SELECT status, attempt, lease_expires_at, last_error FROM pgpulse_jobs WHERE id = %s",
         (job_id,),
@@ -233,10 +234,48 @@ async def test_release_hands_the_claim_back_without_counting_the_attempt(store: 
         "lease_expires_at": None,
         "last_error": "shutdown",
     }
-    # the attempt did not end: no history, nothing shown as running
+    # the attempt did not happen: no history, nothing shown as running
     assert db.execute("SELECT count(*) AS n FROM pgpulse_runs_live").fetchone() == {"n": 0}
     [again] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30)
     assert again.attempt == 1 and again.run_id == job.run_id  # the same run, attempt 1 again
+
+
+async def test_a_started_attempt_handed_back_is_recorded_and_the_next_claim_is_attempt_two(
+    store: Store, db: Any
+) -> None:
+    """A stopping node cancelled an attempt whose handler had run: the history keeps it, with
+    why it ended, and the occurrence's next claim is its second attempt. Fenced: a stale
+    claim hands back nothing."""
+    [job_id] = await add(store, spec("report"), now=T0)
+    [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
+    stale = (job_id, job.fencing_token - 1)
+    reason = "handed back by node node-a at shutdown"
+    assert await store.hand_back_runs(
+        [stale, job.key], started={stale, job.key}, reason=reason, now=LATER
+    ) == (1, 1)
+    run = db.execute(
+        "SELECT id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at, "
+        "finished_at, error FROM pgpulse_runs"
+    ).fetchall()
+    assert run == [
+        {
+            "id": job.run_id,
+            "scheduled_for": job.scheduled_for,
+            "attempts": 1,
+            "outcome": "retrying",
+            "node_id": "node-a",
+            "fencing_token": job.fencing_token,
+            "started_at": LATER,
+            "finished_at": None,
+            "error": reason,
+        }
+    ]
+    row = db.execute(
+        "SELECT status, attempt, locked_by, last_error FROM pgpulse_jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == {"status": "idle", "attempt": 1, "locked_by": None, "last_error": reason}
+    [again] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30)
+    assert (again.attempt, again.run_id) == (2, job.run_id)  # the same run, its second attempt
 
 
 async def test_reaper_ignores_live_leases(store: Store) -> None:
@@ -298,7 +337,7 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     assert job.id == job_id and job.scheduled_for == utc(2026, 1, 1, 0, 1)
     done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)), output="a\x00b")
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
-    assert (step.written, step.jobs, step.db_now) == ({job_id}, [], LATER)
+    assert (step.written, step.jobs, step.db_now) == ({job.key}, [], LATER)
     assert step.next_due == utc(2026, 1, 1, 0, 2)  # before the hourly job's 01:00
     run = db.execute(
         "SELECT outcome, output FROM pgpulse_runs WHERE id = %s", (job.run_id,)
@@ -324,7 +363,7 @@ async def test_a_failed_step_writes_no_outcome(store: Store, db) -> None:
         await store.finish_and_claim([done], "node-a", [40000], 1, lease=30, now=LATER)
     assert db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone() == before
     step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 0, lease=30, now=LATER)
-    assert step.written == {job_id} and step.jobs == [] and step.next_due is None
+    assert step.written == {job.key} and step.jobs == [] and step.next_due is None
 
 
 async def test_a_node_claims_with_one_generic_plan_and_no_jit(store: Store, dsn: str) -> None:
@@ -362,7 +401,7 @@ async def _explain_generic_claim(
     made first (an execute that writes and claims nothing), then ``meanwhile`` runs, then the
     explained execute: a session keeps its generic plan however the tables change."""
     shards = "'{" + ",".join(map(str, ALL_SHARDS)) + "}'"
-    text, names = to_positional(QUERIES["finish_and_claim"].replace("%(shards)s", shards))
+    text, names = positional(QUERIES["finish_and_claim"].replace("%(shards)s", shards))
     values = {
         "outcomes": outcomes,
         "node": "n",

@@ -20,19 +20,15 @@ from test_engine import node, running, wait_until
 TESTS = Path(__file__).parent
 
 
-@pytest.mark.slow
-async def test_killed_node_run_is_taken_over_as_attempt_two(
-    store: Store, dsn: str, db: Any
-) -> None:
-    await add(store, spec("billing", schedule="0 0 1 1 *", handler="slow"))
-    occurrence = await store.trigger_job("default", "billing")
+def _node_process(dsn: str, node_id: str, *options: str) -> subprocess.Popen[bytes]:
+    """Start ``pgpulse node run --app crash_app:app`` as its own OS process (to be signalled);
+    Popen returns at once."""
     env = {
         **os.environ,
         "PGPULSE_DATABASE_URL": dsn,
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
-    # The node under test must be its own OS process to be killed; Popen returns at once.
-    proc = subprocess.Popen(  # noqa: ASYNC220
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -44,30 +40,31 @@ async def test_killed_node_run_is_taken_over_as_attempt_two(
             "--app",
             "crash_app:app",
             "--node-id",
-            "node-a",
+            node_id,
             "--lease",
             "3",
             "--heartbeat",
             "0.5",
             "--poll",
             "0.5",
+            *options,
         ],
         env=env,
     )
-    try:
-        await wait_until(
-            lambda: db.execute(
-                "SELECT count(*) AS n FROM pgpulse_runs_live WHERE outcome = 'running' "
-                "AND node_id = 'node-a'"
-            ).fetchone()["n"],
-            within=30,
-        )
-        first = db.execute("SELECT id, attempts FROM pgpulse_runs_live").fetchone()
-        assert first["attempts"] == 1
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
 
+
+async def _running_on(db: Any, node_id: str) -> None:
+    await wait_until(
+        lambda: db.execute(
+            "SELECT count(*) AS n FROM pgpulse_runs_live WHERE outcome = 'running' "
+            "AND node_id = %s",
+            (node_id,),
+        ).fetchone()["n"],
+        within=30,
+    )
+
+
+async def _finished_by_node_b(store: Store, dsn: str, db: Any) -> list[dict[str, Any]]:
     b = node(store, dsn, app.handlers, node_id="node-b", lease=3.0, heartbeat_interval=0.5)
     async with running(b):
         await wait_until(
@@ -76,11 +73,28 @@ async def test_killed_node_run_is_taken_over_as_attempt_two(
             ).fetchone()["n"],
             within=30,
         )
-        await asyncio.sleep(0)
-    runs = db.execute(
+    rows: list[dict[str, Any]] = db.execute(
         "SELECT id, scheduled_for, attempts, outcome, node_id, output FROM pgpulse_runs"
     ).fetchall()
-    assert runs == [
+    return rows
+
+
+@pytest.mark.slow
+async def test_killed_node_run_is_taken_over_as_attempt_two(
+    store: Store, dsn: str, db: Any
+) -> None:
+    await add(store, spec("billing", schedule="0 0 1 1 *", handler="slow"))
+    occurrence = await store.trigger_job("default", "billing")
+    proc = _node_process(dsn, "node-a")
+    try:
+        await _running_on(db, "node-a")
+        first = db.execute("SELECT id, attempts FROM pgpulse_runs_live").fetchone()
+        assert first["attempts"] == 1
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    assert await _finished_by_node_b(store, dsn, db) == [
         {
             "id": first["id"],
             "scheduled_for": occurrence,
@@ -96,3 +110,44 @@ async def test_killed_node_run_is_taken_over_as_attempt_two(
         ]
         == 0
     )
+
+
+@pytest.mark.slow
+async def test_an_attempt_a_drain_cancelled_stays_in_the_history(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """SIGTERM, a drain shorter than the run: node A cancels the attempt and hands it back at
+    once. The history keeps A's attempt and why it ended; node B runs attempt 2 of the run."""
+    await add(store, spec("billing", schedule="0 0 1 1 *", handler="slow"))
+    occurrence = await store.trigger_job("default", "billing")
+    proc = _node_process(dsn, "node-a", "--drain-timeout", "1")
+    try:
+        await _running_on(db, "node-a")
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    reason = "handed back by node node-a at shutdown: unfinished after the drain timeout (1s)"
+    run = db.execute("SELECT id, attempts, outcome, node_id, error FROM pgpulse_runs").fetchone()
+    assert {k: v for k, v in run.items() if k != "id"} == {
+        "attempts": 1,
+        "outcome": "retrying",
+        "node_id": "node-a",
+        "error": reason,
+    }
+    job = db.execute("SELECT status, attempt, locked_by FROM pgpulse_jobs").fetchone()
+    assert job == {"status": "idle", "attempt": 1, "locked_by": None}  # handed back at once
+    assert db.execute("SELECT state FROM pgpulse_nodes").fetchone() == {"state": "stopped"}
+
+    assert await _finished_by_node_b(store, dsn, db) == [
+        {
+            "id": run["id"],
+            "scheduled_for": occurrence,
+            "attempts": 2,
+            "outcome": "succeeded",
+            "node_id": "node-b",
+            "output": "done by node-b at attempt 2",
+        }
+    ]

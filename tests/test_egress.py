@@ -14,10 +14,9 @@ import pytest
 
 from helpers import ALL_SHARDS, spec, utc
 from pgpulse.builtins import http_handler
-from pgpulse.dispatch import Dispatcher
+from pgpulse.dispatch import Dispatcher, plan_finish
 from pgpulse.egress import HttpAllowList, refusal
 from pgpulse.handlers import HandlerFailed
-from pgpulse.recorder import OutcomeRecorder
 from pgpulse.store import Store
 from pgpulse.web.policy import WebSettings
 from test_builtins import make_ctx
@@ -69,12 +68,12 @@ async def test_a_stored_job_rebound_to_loopback_fails_its_run_with_the_reason(
         "rebind", handler="http", payload={"url": f"http://localhost:{port}/"}, max_attempts=1
     )
     await store.upsert_jobs([job], now=utc(2026, 1, 1))
-    dispatcher = Dispatcher(
-        OutcomeRecorder(store), {"http": http_handler}, "node-a", {}, clock=lambda j: j.db_now
-    )
-    [claimed] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=utc(2026, 1, 1, 0, 1))
-    await dispatcher.dispatch(claimed)
-    await dispatcher.recorder.flush()
+    dispatcher = Dispatcher({"http": http_handler}, "node-a", {})
+    at = utc(2026, 1, 1, 0, 1)
+    [claimed] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=at)
+    assert await dispatcher.decide(claimed) is None  # to be run
+    outcome = plan_finish(claimed, await dispatcher.run(claimed), at)
+    assert await store.finish_runs([outcome], now=at) == {claimed.key}
     [run] = await store.list_runs(name="rebind")
     assert run["outcome"] == "failed" and run["attempts"] == 1
     assert "refused" in run["error"] and "127.0.0.1" in run["error"]

@@ -7,14 +7,16 @@ import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 from helpers import add, spec
-from pgpulse.engine import Node, NodeConfig
+from pgpulse.engine import Node, NodeConfig, pause_after
 from pgpulse.handlers import Handler, RunContext
+from pgpulse.model import Step
 from pgpulse.sharding import SHARD_COUNT
 from pgpulse.store import Store
 
@@ -132,12 +134,16 @@ async def test_an_every_second_job_runs_each_occurrence_once(
     assert [(b - a).total_seconds() for a, b in itertools.pairwise(times)] == [1.0] * (
         len(times) - 1
     )
+    # Every attempt that ran had returned before the node stopped, and a stopping node writes
+    # the outcomes it decided: one succeeded row per occurrence seen, and nothing else.
     runs = db.execute(
         "SELECT scheduled_for, outcome, attempts, output FROM pgpulse_runs ORDER BY scheduled_for"
     ).fetchall()
-    done = [r for r in runs if r["outcome"] == "succeeded"]
-    assert [r["scheduled_for"] for r in done] == times[: len(done)]
-    assert all(r["attempts"] == 1 and r["output"] == "tick 1" for r in done)
+    assert len(times) >= 3
+    assert runs == [
+        {"scheduled_for": at, "outcome": "succeeded", "attempts": 1, "output": "tick 1"}
+        for at in times
+    ]
 
 
 async def test_failures_retry_then_succeed_in_the_same_run(store: Store, dsn: str, db: Any) -> None:
@@ -199,6 +205,44 @@ async def test_exhausted_attempts_fail_the_run_and_the_job_moves_on(
         "attempt": 0,
         "last_outcome": "failed",
     }
+
+
+async def test_retries_and_final_failures_say_why_and_when(
+    store: Store, dsn: str, db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retry is logged with its error and the next attempt's instant (INFO); a run that
+    fails for good is a WARNING with its error."""
+
+    async def broken(ctx: RunContext) -> None:
+        raise ValueError(f"no upstream at attempt {ctx.attempt}")
+
+    await add(
+        store,
+        spec(
+            "broken", schedule=TRIGGERED_ONLY, handler="broken", max_attempts=2, retry_backoff=0.2
+        ),
+    )
+    await store.trigger_job("default", "broken")
+    caplog.set_level(logging.INFO, logger="pgpulse.dispatch")
+    async with running(node(store, dsn, {"broken": broken})):
+        await wait_until(
+            lambda: db.execute(
+                "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'failed'"
+            ).fetchone()["n"]
+        )
+    records = {r.action: r for r in caplog.records if r.name == "pgpulse.dispatch"}  # type: ignore[attr-defined]
+    retry, failed = records["run_retrying"], records["run_failed"]
+    assert retry.levelno == logging.INFO
+    assert retry.error == "ValueError: no upstream at attempt 1"  # type: ignore[attr-defined]
+    retry_at = datetime.fromisoformat(retry.retry_at)  # type: ignore[attr-defined]
+    message = retry.getMessage()
+    assert "ValueError: no upstream at attempt 1" in message and str(retry_at) in message
+    # the retry waits 1-2 s; the node's estimate of the instant is within a claim's round trip
+    second = db.execute("SELECT started_at FROM pgpulse_runs").fetchone()["started_at"]
+    assert abs(second - retry_at) < timedelta(seconds=0.5), (second, retry_at)
+    assert failed.levelno == logging.WARNING
+    assert failed.error == "ValueError: no upstream at attempt 2"  # type: ignore[attr-defined]
+    assert "ValueError: no upstream at attempt 2" in failed.getMessage()
 
 
 async def test_unknown_handler_fails_the_job_clearly(store: Store, dsn: str, db: Any) -> None:
@@ -283,38 +327,48 @@ async def test_one_watchdog_times_out_each_run_at_its_own_limit(
     assert 0.3 <= took["short"] < 0.9 <= took["long"], took
 
 
-async def test_a_timed_out_attempt_that_is_also_cancelled_otherwise_writes_nothing() -> None:
-    """run_attempt reports the caller's timeout only when that cancellation is the only one:
-    with a lost lease or a shutdown on top, the attempt is cancelled and nothing is written."""
-    from pgpulse.dispatch import AttemptResult, run_attempt
+async def test_a_timed_out_attempt_that_is_also_cancelled_otherwise_writes_nothing(
+    store: Store, dsn: str
+) -> None:
+    """A timeout is reported only when it is the attempt's one cancellation: an attempt
+    stopped (or whose lease is lost) on top of its timeout decides no outcome, and a stop
+    hands it back."""
+    slow, _ = sleeper()
+    await add(store, spec("slow", schedule=TRIGGERED_ONLY, handler="slow", timeout=0.05))
+    await store.trigger_job("default", "slow")
+    n = node(store, dsn, {"slow": slow})
+    await n.start()
+    assert await n.claim_once() == 1
+    [attempt] = n.attempts
+    async with asyncio.timeout(5):
+        # One loop step at a time: the watchdog's cancel and the task seeing it are one step
+        # apart, and the stop must land between them (no event marks that instant).
+        while attempt.stop_reason != "timeout":  # noqa: ASYNC110 - see above
+            await asyncio.sleep(0)
+    assert n.attempts.stop() == [attempt]  # the timeout fired; before the task sees it, a stop
+    async with asyncio.timeout(5):
+        await asyncio.wait([attempt.task])
+    assert attempt.task.cancelled() and attempt.outcome is None and n.attempts.take() == []
+    assert len(n.attempts) == 0
 
-    job: Any = type("Job", (), {"timeout": 0.5})()
-    started = asyncio.Event()
 
-    async def handler(ctx: RunContext) -> None:
-        started.set()
-        await asyncio.sleep(30)
+def test_pause_after_a_step() -> None:
+    """The claim loop's sleep, decided without a database: outcomes waiting go out at once; a
+    full node waits to be woken; otherwise it sleeps until the next due instant (1 ms past
+    it), never longer than the poll interval, never less than 0."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
 
-    async def attempt(cancels: int) -> AttemptResult:
-        task = asyncio.create_task(
-            run_attempt(
-                job,
-                handler,
-                None,
-                True,  # type: ignore[arg-type]
-                timed_out=lambda j: j is job,
-            )
-        )
-        await started.wait()
-        started.clear()
-        for _ in range(cancels):
-            task.cancel()
-        return await task
+    def step(next_due: datetime | None, db_now: datetime | None = now) -> Step:
+        return Step(set(), [], next_due, db_now)
 
-    assert await attempt(1) == AttemptResult(False, "timed out after 0.5s")
-    with contextlib.suppress(asyncio.CancelledError):
-        await attempt(2)
-        raise AssertionError("an attempt cancelled twice must not report a timeout")
+    soon = now + timedelta(seconds=0.25)
+    assert pause_after(step(soon), waiting=1, free=3, poll=5.0) == 0.0
+    assert pause_after(step(soon), waiting=0, free=0, poll=5.0) is None
+    assert pause_after(step(soon), waiting=0, free=3, poll=5.0) == 0.251
+    assert pause_after(step(now + timedelta(hours=1)), waiting=0, free=3, poll=5.0) == 5.0
+    assert pause_after(step(now - timedelta(seconds=1)), waiting=0, free=3, poll=5.0) == 0.0
+    assert pause_after(step(None), waiting=0, free=3, poll=5.0) == 5.0
+    assert pause_after(step(soon, db_now=None), waiting=0, free=3, poll=5.0) == 5.0
 
 
 def test_a_run_past_its_timeout_fails_on_uvloop(dsn: str, db: Any) -> None:
@@ -454,6 +508,8 @@ async def test_a_drain_longer_than_the_lease_keeps_renewing_and_lets_the_run_fin
 
 
 async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str, db: Any) -> None:
+    """A stop cancels what the drain did not finish and hands it back at once; the attempt's
+    handler had started, so the history keeps it (the next claim is attempt 2)."""
     started = asyncio.Event()
 
     async def stuck(ctx: RunContext) -> None:
@@ -466,15 +522,13 @@ async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str
     async with running(n):
         async with asyncio.timeout(10):
             await started.wait()
+    reason = (
+        f"handed back by node {n.node_id} at shutdown: unfinished after the drain timeout (0.5s)"
+    )
     job = db.execute("SELECT status, attempt, locked_by, last_error FROM pgpulse_jobs").fetchone()
-    assert job == {
-        "status": "idle",
-        "attempt": 0,
-        "locked_by": None,
-        "last_error": f"released by node {n.node_id} at shutdown",
-    }
-    # the attempt did not end: no history row; the next claim makes attempt 1 again
-    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs_live").fetchone() == {"n": 0}
+    assert job == {"status": "idle", "attempt": 1, "locked_by": None, "last_error": reason}
+    run = db.execute("SELECT attempts, outcome, node_id, error FROM pgpulse_runs").fetchone()
+    assert run == {"attempts": 1, "outcome": "retrying", "node_id": n.node_id, "error": reason}
     state = db.execute("SELECT state FROM pgpulse_nodes").fetchone()["state"]
     assert state == "stopped"
 

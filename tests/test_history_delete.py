@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, until_waiting_on_a_lock, utc
+from pgpulse.model import Outcome
 from pgpulse.planner import Advance
-from pgpulse.store import Outcome, Store
+from pgpulse.store import Store
 
 T0 = utc(2026, 1, 1)
 

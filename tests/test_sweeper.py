@@ -13,16 +13,17 @@ import psycopg
 import pytest
 
 from helpers import ALL_SHARDS, add, spec
+from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.database import AsyncConn, ConnectionSource, Session, connect
 from pgpulse.engine import Node
-from pgpulse.store import LEADER_LOCK_KEY, Store
+from pgpulse.store import Store
 from test_engine import node, wait_until
 
 
 async def _leave(*nodes: Node) -> None:
     """Close the nodes' heartbeat sessions (as a drain does): a leader's lock goes with it."""
     for n in nodes:
-        await n._beat_session.close()
+        await n.sweeper.session.close()
 
 
 def _actions(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -165,7 +166,7 @@ async def test_a_heartbeat_that_reconnected_does_not_claim_the_lost_lock(
     try:
         await a.start()
         assert a.sweeper.is_leader
-        await a._beat_session.close()  # the lock is released with the connection
+        await a.sweeper.session.close()  # the lock is released with the connection
         caplog.set_level(logging.INFO, logger="pgpulse.sweeper")
         await a.heartbeat_once()
         assert not a.sweeper.is_leader
@@ -241,7 +242,7 @@ async def test_an_idle_node_sends_one_statement_per_heartbeat_leader_or_not(
     try:
         for n in nodes:
             await n.start()
-            beats.append(_Counting(n._beat_session))
+            beats.append(_Counting(n.sweeper.session))
             n.beat = Store(beats[-1])
         assert [n.sweeper.is_leader for n in nodes] == [True, False]
         assert await nodes[0].sweeper.prune_once() == (0, 0)  # the first prune is at once

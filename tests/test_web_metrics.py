@@ -14,8 +14,9 @@ from helpers import add, spec, utc
 from pgpulse import metrics
 from pgpulse.engine import Node
 from pgpulse.handlers import RunContext
+from pgpulse.model import ClaimedJob
 from pgpulse.planner import Advance
-from pgpulse.store import ClaimedJob, Store
+from pgpulse.store import Store
 from pgpulse.web.server import web_sidecar
 from web_helpers import node_config
 

@@ -398,6 +398,30 @@ async def _stop_after_cancel(proc: asyncio.subprocess.Process) -> None:
     cleanup.result()
 
 
+async def _start(*args: str, **options: Any) -> asyncio.subprocess.Process:
+    """Start the command (:func:`asyncio.create_subprocess_exec` with ``options``).
+
+    The command runs before the start returns: the shell is forked first, its pipes connected
+    after. A cancellation meanwhile would leave its process group running (asyncio kills only
+    the shell), so the start is shielded: a cancelled start is let finish, the group is then
+    stopped and reaped as after any other cancellation, and the cancellation goes on.
+
+    Raises:
+        OSError: the command could not be started.
+        asyncio.CancelledError: cancelled (the command, if it started, is stopped).
+    """
+    starting = asyncio.ensure_future(asyncio.create_subprocess_exec(*args, **options))
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        while not starting.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(starting)
+        if not starting.cancelled() and starting.exception() is None:
+            await _stop_after_cancel(starting.result())
+        raise
+
+
 def _exit_failure(code: int) -> str:
     if code < 0:
         try:
@@ -452,7 +476,7 @@ async def shell_handler(ctx: RunContext) -> str | None:
     run_as, user_env = _run_as(user, payload.get("cwd"))
     stdin_data = payload.get("stdin")
     try:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await _start(
             "/bin/sh",
             "-c",
             command,

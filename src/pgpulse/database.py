@@ -129,6 +129,11 @@ async def open_pool(
 ) -> AsyncConnectionPool[AsyncConn]:
     """Open a checked connection pool (autocommit connections, dict rows).
 
+    Each connection is checked as it is lent (an empty statement: one round trip): after a
+    database restart the idle connections are dead, and without the check the first statements
+    after it — a stopping node's hand-back among them — would fail on them instead of on a
+    fresh connection.
+
     Raises:
         DatabaseUnavailable: the first connection could not be made.
     """
@@ -140,6 +145,7 @@ async def open_pool(
         max_size=max(max_size, min_size),
         kwargs={"autocommit": True, **_kwargs(application_name)},
         connection_class=psycopg.AsyncConnection[DictRow],
+        check=AsyncConnectionPool.check_connection,
         open=False,
         name=application_name,
     )

@@ -1,12 +1,11 @@
-"""Dispatch of one claimed job: decide at claim time, run one attempt, write its fenced outcome.
+"""Dispatch of one claimed job: decide at claim time, run the handler once, decide its outcome.
 
-The decisions are pure (:func:`plan_finish` over :mod:`pgpulse.planner`); the only I/O is the
-handler call and one fenced outcome, queued on the node's
-:class:`~pgpulse.recorder.OutcomeRecorder` (group commit). The attempt ends once its outcome is
-queued; :meth:`Dispatcher.settled` counts and logs the write when it has landed. Cancelling the
-attempt's task is how the engine stops a run whose lease is lost or whose node shuts down: an
-attempt cancelled before its outcome was decided writes nothing (the engine releases shutdown
-claims; a lost lease has nothing left to write to).
+The decisions are pure (:meth:`Dispatcher.decide` and :func:`plan_finish`, over
+:mod:`pgpulse.planner`); the only I/O is the handler call (:meth:`Dispatcher.run`). Nothing here
+knows about leases, timeouts or writes: :mod:`pgpulse.attempts` runs each attempt through these
+steps, stops it (a cancellation) when its lease is lost, its timeout passes or its node stops,
+and hands its :class:`~pgpulse.model.Outcome` to the claim loop to write. :func:`report` counts
+and logs an outcome once its write has landed or was refused.
 """
 
 from __future__ import annotations
@@ -15,19 +14,15 @@ import asyncio
 import inspect
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
-
 from pgpulse import metrics
-from pgpulse.errors import UnknownHandler
 from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
+from pgpulse.model import ClaimedJob, Outcome, RunOutcome
 from pgpulse.planner import ClaimDecision, advance, plan_claim, retry_delay
-from pgpulse.recorder import OutcomeRecorder
-from pgpulse.store import ClaimedJob, Outcome, RunOutcome
 
 log = logging.getLogger(__name__)
 
@@ -108,45 +103,24 @@ def plan_finish(
     )
 
 
-async def run_attempt(
-    job: ClaimedJob,
-    handler: Handler,
-    ctx: RunContext,
-    is_async: bool | None = None,
-    timed_out: Callable[[ClaimedJob], bool] | None = None,
-) -> AttemptResult:
-    """Run the handler once under the job's timeout (``job.timeout`` seconds, none if ``None``)
-    and classify how it ended (:func:`~pgpulse.handlers.call_handler`; ``is_async`` as there).
+#: The result of every attempt that succeeded without output.
+_OK = AttemptResult(True)
 
-    Args:
-        job: the claimed job (its ``timeout`` in seconds, or ``None``).
-        handler: the job's handler.
-        ctx: the attempt's context, passed to the handler.
-        is_async: whether ``handler`` is a coroutine function (``None``: look it up).
-        timed_out: ``None``: the timeout is an ``asyncio.timeout`` around the handler. Otherwise
-            the caller enforces it (a node's one watchdog timer, not a timer per run): it
-            cancels the attempt's task, and ``timed_out(job)`` then says True; that cancellation
-            (alone: not with a lost lease or a shutdown) is the timeout.
+
+async def run_attempt(
+    handler: Handler, ctx: RunContext, is_async: bool | None = None
+) -> AttemptResult:
+    """Run the handler once and classify how it ended (:func:`~pgpulse.handlers.call_handler`;
+    ``is_async`` as there): its return is success, any exception a failed attempt.
+
+    The job's timeout is not enforced here: the attempt's owner cancels the task when it passes
+    (:mod:`pgpulse.attempts`, one watchdog per node), as it does on a lost lease or a stop.
 
     Raises:
-        asyncio.CancelledError: the engine cancelled the attempt (lost lease, shutdown).
+        asyncio.CancelledError: the attempt was cancelled.
     """
-    limit: asyncio.Timeout | None = None
     try:
-        if job.timeout is None or timed_out is not None:
-            output = await call_handler(handler, ctx, is_async)
-        else:
-            async with asyncio.timeout(job.timeout) as limit:
-                output = await call_handler(handler, ctx, is_async)
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if timed_out is None or not timed_out(job) or task is None or task.uncancel() > 0:
-            raise
-        return AttemptResult(False, f"timed out after {job.timeout:g}s")
-    except TimeoutError as exc:
-        if limit is None or not limit.expired():  # the handler's own TimeoutError, not ours
-            return AttemptResult(False, f"{type(exc).__name__}: {exc}")
-        return AttemptResult(False, f"timed out after {job.timeout:g}s")
+        output = await call_handler(handler, ctx, is_async)
     except HandlerFailed as exc:
         return AttemptResult(False, str(exc), truncate_output(exc.output))
     except Exception as exc:  # any handler error is a failed attempt, by design
@@ -154,61 +128,32 @@ async def run_attempt(
     return _OK if output is None else AttemptResult(True, None, truncate_output(output))
 
 
-#: The result of every attempt that succeeded without output.
-_OK = AttemptResult(True)
-
-
 class Dispatcher:
-    """Runs claimed jobs of one node.
+    """Runs the claimed jobs of one node, one attempt at a time each.
 
     Args:
-        recorder: writes outcomes (fenced, group-committed); report each write's result to
-            :meth:`settled`.
         handlers: the node's handlers by name.
         node_id: this node's id (goes into each :class:`RunContext`).
         options: node-level handler options (e.g. ``shell_dry_run``).
-        clock: returns the database's current instant as the node estimates it.
-        on_finishing: called just before an attempt's outcome is queued, so the node never
-            cancels an attempt whose fenced write is decided.
-        timed_out: whether the caller cancelled this claim of a job for its timeout (see
-            :func:`run_attempt`); ``None``: each attempt keeps its own timer.
     """
 
-    def __init__(
-        self,
-        recorder: OutcomeRecorder,
-        handlers: Mapping[str, Handler],
-        node_id: str,
-        options: Mapping[str, Any],
-        clock: Callable[[ClaimedJob], datetime],
-        on_finishing: Callable[[ClaimedJob], None] = lambda job: None,
-        timed_out: Callable[[ClaimedJob], bool] | None = None,
-    ) -> None:
-        self.recorder = recorder
+    def __init__(self, handlers: Mapping[str, Handler], node_id: str, options: Mapping[str, Any]):
         self.handlers = handlers
         self.node_id = node_id
         self.options = options
-        self.clock = clock
-        self.on_finishing = on_finishing
-        self.timed_out = timed_out
         self._is_async = {
             name: inspect.iscoroutinefunction(handler) for name, handler in handlers.items()
         }
 
-    def _record(self, outcome: Outcome) -> Outcome:
-        self.on_finishing(outcome.job)
-        self.recorder.record(outcome)
-        return outcome
+    async def decide(self, job: ClaimedJob) -> Outcome | None:
+        """The outcome of a claim whose handler is not to run, or ``None`` to run it. The
+        decision is pure; for an occurrence at least :data:`DECIDE_IN_THREAD_BEHIND` behind it is
+        made in a worker thread, off the event loop (its cost is bounded, but not tiny).
 
-    async def dispatch(self, job: ClaimedJob) -> Outcome:
-        """Take a claimed job to the end of its attempt: decide, run the handler if the
-        occurrence is to run, and queue the fenced outcome (not waiting for its write).
-
-        Returns:
-            The outcome queued.
-
-        Raises:
-            asyncio.CancelledError: the attempt was cancelled; nothing was queued.
+        A claimed occurrence is skipped when it is past its catch-up policy (misfire), ends
+        ``fenced`` when earlier attempts used up ``max_attempts`` without an outcome (leases lost
+        or expired, handed back at a stop), and fails the job (status ``failed``, cannot be
+        scheduled) when this node has no handler of that name.
         """
         if job.db_now - job.scheduled_for < DECIDE_IN_THREAD_BEHIND:
             decision = _plan_claim(job)
@@ -220,34 +165,35 @@ class Dispatcher:
             error = (
                 None
                 if outcome == "skipped"
-                else f"attempts exhausted: {job.max_attempts} leases lost or expired"
+                else f"attempts exhausted: {job.max_attempts} attempts ended without an outcome "
+                "(lease lost or expired, or handed back at a stop)"
             )
-            return self._record(
-                Outcome(
-                    job,
-                    outcome,
-                    advance=decision.advance,
-                    error=error,
-                    skip_reason=_skip_reason(job),
-                )
+            return Outcome(
+                job, outcome, advance=decision.advance, error=error, skip_reason=_skip_reason(job)
             )
-        try:
-            handler = self.handlers[job.handler]
-        except (KeyError, UnknownHandler):
-            reason = (
-                f"shell jobs are not allowed on node {self.node_id} (start it with "
-                "--allow-shell-jobs)"
-                if job.handler == "shell"
-                else f"handler {job.handler!r} is not registered on node {self.node_id}"
-            )
-            log.error(
-                "job %s/%s failed: %s",
-                job.tenant,
-                job.name,
-                reason,
-                extra={"action": "job_failed", "job": job.name},
-            )
-            return self._record(Outcome(job, "failed", status="failed", error=reason))
+        if job.handler in self.handlers:
+            return None
+        reason = (
+            f"shell jobs are not allowed on node {self.node_id} (start it with --allow-shell-jobs)"
+            if job.handler == "shell"
+            else f"handler {job.handler!r} is not registered on node {self.node_id}"
+        )
+        log.error(
+            "job %s/%s failed: %s",
+            job.tenant,
+            job.name,
+            reason,
+            extra={"action": "job_failed", "job": job.name},
+        )
+        return Outcome(job, "failed", status="failed", error=reason)
+
+    async def run(self, job: ClaimedJob) -> AttemptResult:
+        """Run ``job``'s handler once (after :meth:`decide` said to run it).
+
+        Raises:
+            asyncio.CancelledError: the attempt was cancelled.
+        """
+        handler = self.handlers[job.handler]
         ctx = RunContext(
             job_id=job.id,
             job_name=job.name,
@@ -261,35 +207,66 @@ class Dispatcher:
             node_id=self.node_id,
             options=self.options,
         )
-        result = await run_attempt(
-            job, handler, ctx, self._is_async.get(job.handler), self.timed_out
-        )
-        return self._record(plan_finish(job, result, self.clock(job)))
+        return await run_attempt(handler, ctx, self._is_async.get(job.handler))
 
-    @staticmethod
-    def settled(outcome: Outcome, written: bool, error: psycopg.Error | None = None) -> None:
-        """Count and log the end of an outcome's write (the recorder's ``on_settled``):
-        ``written`` False means fencing refused it (the lease was lost before it landed), or,
-        with ``error``, that the database refused it (the recorder logged why)."""
-        if error is not None:
-            return
-        job = outcome.job
-        metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
-        if not written:
-            log.warning(
-                "lease of %s/%s lost before its outcome was written; nothing recorded",
-                job.tenant,
-                job.name,
-                extra={"action": "write_fenced", "job": job.name},
-            )
-        elif log.isEnabledFor(logging.INFO):
-            attempt = f" (attempt {job.attempt})" if outcome.ended_at is not None else ""
-            log.info(
-                "%s %s/%s at %s%s",
-                outcome.outcome,
-                job.tenant,
-                job.name,
-                job.scheduled_for,
-                attempt,
-                extra={"action": f"run_{outcome.outcome}", "job": job.name},
-            )
+
+def report(outcome: Outcome, written: bool) -> None:
+    """Count and log an outcome whose write has landed (``written``) or was refused by fencing
+    (the lease was lost before it landed: nothing recorded).
+
+    A retry logs its error and the next attempt's instant (INFO, ``run_retrying``); a run that
+    fails for good is a WARNING with its error (``run_failed``, ``run_fenced``); the others are
+    INFO (a job failed for want of a handler was logged as an ERROR when it was claimed).
+    """
+    job = outcome.job
+    metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
+    if not written:
+        log.warning(
+            "lease of %s/%s lost before its outcome was written; nothing recorded",
+            job.tenant,
+            job.name,
+            extra={"action": "write_fenced", "job": job.name},
+        )
+        return
+    action = f"run_{outcome.outcome}"
+    if outcome.outcome == "retrying":
+        retry_at = (outcome.ended_at or job.db_now) + timedelta(0, outcome.retry_in or 0.0)
+        log.info(
+            "retrying %s/%s at %s: attempt %d failed (%s); attempt %d at %s (in %.3gs)",
+            job.tenant,
+            job.name,
+            job.scheduled_for,
+            job.attempt,
+            outcome.error,
+            job.attempt + 1,
+            retry_at,
+            outcome.retry_in or 0.0,
+            extra={
+                "action": action,
+                "job": job.name,
+                "error": outcome.error,
+                "retry_at": retry_at.isoformat(),
+            },
+        )
+    elif outcome.outcome in ("failed", "fenced") and outcome.status == "idle":
+        log.warning(
+            "%s %s/%s at %s (attempt %d): %s",
+            outcome.outcome,
+            job.tenant,
+            job.name,
+            job.scheduled_for,
+            job.attempt,
+            outcome.error,
+            extra={"action": action, "job": job.name, "error": outcome.error},
+        )
+    elif log.isEnabledFor(logging.INFO):
+        attempt = f" (attempt {job.attempt})" if outcome.ended_at is not None else ""
+        log.info(
+            "%s %s/%s at %s%s",
+            outcome.outcome,
+            job.tenant,
+            job.name,
+            job.scheduled_for,
+            attempt,
+            extra={"action": action, "job": job.name},
+        )

@@ -5,8 +5,9 @@ loudly):
 
 * ``claim``: in one transaction and one round trip per step, write the outcomes of the attempts
   that ended (group commit) and claim due jobs of the owned shards, at most as many as there are
-  free worker slots (backpressure, invariant 6); start each at once, then sleep until the next
-  due instant (the claim returns it), a wake-up notification, or an ended attempt;
+  free worker slots (backpressure, invariant 6); start each at once, then sleep for as long as
+  :func:`pause_after` says: until the next due instant (the claim returns it), a wake-up
+  notification, or an attempt that ended;
 * ``heartbeat``: every ``heartbeat_interval`` seconds renew the leases of running attempts
   (fenced), then, in one statement, record liveness, try to lead (or keep leading) and return
   expired leases to the pool — the leader's every one, the others' as backup for a silent leader
@@ -14,11 +15,11 @@ loudly):
 * ``prune``: the leader deletes old history once an hour; other nodes send nothing;
 * ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once.
 
-Self-fencing (invariant 3): each running attempt has a deadline, ``lease - safety_margin`` after
-the last successful renewal was *sent*. If it passes without a renewal (the database is
-unreachable, the node was paused), the attempt is cancelled before the lease can expire, and
-nothing is recorded as done. A renewal that the database refuses (stale token) cancels at once.
-One timer per node watches every deadline (armed for the earliest), not one timer per attempt.
+The running attempts themselves — their leases' deadlines, their timeouts, self-fencing and
+their outcomes — belong to :class:`~pgpulse.attempts.Attempts` (:attr:`Node.attempts`); these
+loops only feed it claims and renewals and write what it hands over. On :meth:`Node.stop` the
+loops end and :meth:`Node.run` drains: the attempts get ``drain_timeout`` seconds to finish,
+then the rest are cancelled and their claims handed back.
 """
 
 from __future__ import annotations
@@ -26,28 +27,28 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import logging
-import math
 import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from pgpulse import metrics
+from pgpulse.attempts import Attempt, Attempts
+from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
 from pgpulse.database import Session, connect
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable, describe
 from pgpulse.handlers import Handler
-from pgpulse.recorder import OutcomeRecorder
+from pgpulse.model import Step
+from pgpulse.recorder import Recorder
 from pgpulse.sharding import shards_for
-from pgpulse.store import CLAIM_SESSION_SETTINGS, ClaimedJob, Outcome, Step, Store
+from pgpulse.store import Store
 from pgpulse.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -97,24 +98,13 @@ class NodeConfig:
         return min(self.heartbeat_interval, self.lease / 4)
 
 
-@dataclass(slots=True)
-class _Attempt:
-    job: ClaimedJob
-    task: asyncio.Task[Any]
-    claimed_mono: float
-    deadline: float  # monotonic seconds: cancelled unless renewed before (self-fencing)
-    timeout_at: float  # monotonic seconds: cancelled as timed out (inf: no timeout)
-    stop_reason: str | None = None
-    finishing: bool = False  # its fenced outcome write is under way: a refused renewal
-    #                           means that write committed or will be refused; no cancel
-
-
 class Node:
     """One scheduler node.
 
     Args:
         store: the store (its pool is the node's connection pool).
-        dsn: DSN for the node's dedicated sessions (LISTEN, leader lock).
+        dsn: DSN for the node's dedicated sessions (claims, heartbeats and the leader lock,
+            LISTEN).
         handlers: handlers by name.
         config: node settings.
     """
@@ -136,33 +126,28 @@ class Node:
         }
         self.node_id = self.config.node_id
         self.shards: tuple[int, ...] = ()
-        self.running: dict[int, _Attempt] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.started = asyncio.Event()
         # Heartbeats and renewals use their own session, which reconnects at once after a
         # database restart (the pool would back off for seconds: leases would be lost).
         self._beat_session = Session(dsn, f"pgpulse:{self.node_id}:beat")
-        self.beat = Store(self._beat_session)
+        self.beat = ClaimStore(self._beat_session)
         # The claim loop claims and records through a session of its own, planned for it.
         self._claim_session = Session(dsn, f"pgpulse:{self.node_id}:claim", CLAIM_SESSION_SETTINGS)
-        self.claimer = Store(self._claim_session)
         self.sweeper = Sweeper(
             store, self._beat_session, self.node_id, keep_runs=self.config.keep_runs
         )
-        self.recorder = OutcomeRecorder(store, self._settled)
-        self.dispatcher = Dispatcher(
-            self.recorder,
-            self.handlers,
-            self.node_id,
-            self.config.handler_options,
-            self._estimated_db_now,
-            self._finishing,
-            self._timed_out,
+        self.attempts = Attempts(
+            Dispatcher(self.handlers, self.node_id, self.config.handler_options),
+            slots=self.config.slots,
+            lease=self.config.lease,
+            margin=self.config.safety_margin,
+            wake=self._wake,
         )
-        self._wake = asyncio.Event()
-        self._watchdog: asyncio.Handle | None = None
-        self._watchdog_at = 0.0  # monotonic deadline the watchdog is armed for
-        self._deadline_after = self.config.lease - self.config.safety_margin  # see _deadline
-        self._stopping = asyncio.Event()
-        self.started = asyncio.Event()
+        self.recorder = Recorder(
+            ClaimStore(self._claim_session), self.attempts, self.node_id, lease=self.config.lease
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -201,7 +186,6 @@ class Node:
         )
         await self.start()
         self.started.set()
-        self.recorder.attach(self._wake)  # the claim loop writes outcomes with its claims
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._claim_loop(), name="claim")
@@ -226,220 +210,72 @@ class Node:
         self._wake.set()
 
     async def _drain(self) -> None:
-        self.recorder.detach()  # no claim loop any more: outcomes are written on their own
-        if self.running:
+        """Give running attempts ``drain_timeout`` seconds to finish (writing their outcomes
+        as they come and renewing their leases meanwhile: a drain may outlast a lease), then
+        cancel the rest, write what they decided, hand their claims back and say goodbye."""
+        interval = self.config.heartbeat_interval
+        if self.attempts.unfinished():
             log.info(
                 "draining %d running attempts",
-                len(self.running),
+                len(self.attempts.unfinished()),
                 extra={"action": "node_draining", "node": self.node_id},
             )
-            pending = {attempt.task for attempt in self.running.values()}
-            until = time.monotonic() + self.config.drain_timeout
-            while pending and (left := until - time.monotonic()) > 0:
-                _, pending = await asyncio.wait(
-                    pending, timeout=min(left, self.config.heartbeat_interval)
-                )
-                if pending:  # keep their leases, or the watchdog stops them before the grace
-                    with _quiet_db_errors("heartbeat"):  # ends (a drain may outlast a lease)
-                        async with asyncio.timeout(self.config.heartbeat_interval):
-                            await self.heartbeat_once()  # also says "draining": no shards
-        unfinished = [a for a in self.running.values() if not a.finishing]
-        for attempt in unfinished:
-            attempt.stop_reason = "shutdown"
-            attempt.task.cancel()
-        if unfinished:
-            await asyncio.wait([a.task for a in unfinished], timeout=5)
-        with _quiet_db_errors("flush outcomes"):
-            async with asyncio.timeout(10):
-                await self.recorder.flush()  # outcomes decided before the cancel still land
-        unfinished = [a for a in unfinished if not a.finishing]  # (one may decide meanwhile)
-        if unfinished:
-            with _quiet_db_errors("release_runs"):
-                released = await self.store.release_runs(
-                    [(a.job.id, a.job.fencing_token) for a in unfinished],
-                    reason=f"released by node {self.node_id} at shutdown",
-                )
-                log.info(
-                    "released %d unfinished claims",
-                    released,
-                    extra={"action": "claims_released", "count": released},
-                )
-        metrics.set_running(len(self.running))
+        until = time.monotonic() + self.config.drain_timeout
+        beat_at = time.monotonic() + interval
+        while (left := until - time.monotonic()) > 0:
+            await self.recorder.flush(min(left, interval))  # what was decided meanwhile
+            if not self.attempts.unfinished():
+                break
+            await self.attempts.wait_unfinished(min(until, beat_at) - time.monotonic())
+            if self.attempts.unfinished() and time.monotonic() >= beat_at:
+                with _quiet_db_errors("heartbeat"):  # also says "draining": no shards
+                    async with asyncio.timeout(interval):
+                        await self.heartbeat_once()
+                beat_at = time.monotonic() + interval
+        stopped = self.attempts.stop()
+        if stopped:
+            await asyncio.wait([attempt.task for attempt in stopped], timeout=5)
+        await self.recorder.flush(10.0)  # outcomes decided before the cancel still land
+        await self._hand_back([attempt for attempt in stopped if attempt.outcome is None])
         with _quiet_db_errors("stop_node"):
             await self.store.stop_node(self.node_id)
         await self._beat_session.close()  # gives leadership up: the session held the lock
         await self._claim_session.close()
         log.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
 
+    async def _hand_back(self, stopped: Sequence[Attempt]) -> None:
+        """Hand the claims of stopped attempts back, so other nodes need not wait for their
+        leases to expire. An attempt whose handler had started counts: the history keeps it,
+        with the reason, and the next claim is the next attempt (only a claim that never
+        started its handler goes back uncounted)."""
+        if not stopped:
+            return
+        reason = (
+            f"handed back by node {self.node_id} at shutdown: unfinished after the drain "
+            f"timeout ({self.config.drain_timeout:g}s)"
+        )
+        with _quiet_db_errors("hand_back_runs"):
+            handed, counted = await self.store.hand_back_runs(
+                [attempt.key for attempt in stopped],
+                started={attempt.key for attempt in stopped if attempt.started},
+                reason=reason,
+            )
+            log.info(
+                "handed back %d unfinished claims (%d counted as attempts)",
+                handed,
+                counted,
+                extra={"action": "claims_released", "count": handed, "counted": counted},
+            )
+
     # -- claiming --------------------------------------------------------------------------
 
     async def claim_once(self) -> int:
-        """One step of the claim loop (see :meth:`_step`); return how many jobs it claimed."""
+        """One step of the claim loop (:meth:`Recorder.step`); return how many jobs it claimed."""
         return len((await self._step()).jobs)
 
     async def _step(self) -> Step:
-        """Write the outcomes queued so far and claim as many due jobs as there are free slots
-        (one transaction, one round trip: :meth:`Store.finish_and_claim`); start each claimed
-        job at once.
-
-        The attempts whose outcomes go out in this step end with it, so their slots count as
-        free: after the step at most ``slots`` attempts run (invariant 6). A failed step
-        claims nothing and queues its outcomes again.
-        """
-        batch = self.recorder.take()
-        ending = sum(1 for outcome in batch if self._holds(outcome.job))
-        free = self.config.slots - len(self.running) + ending
-        limit = free if self.shards and not self._stopping.is_set() else 0
-        if not batch and limit <= 0:
-            return Step(set(), [], None, None)
-        sent = time.monotonic()
-        try:
-            step = await self.claimer.finish_and_claim(
-                batch, self.node_id, self.shards, limit, lease=self.config.lease
-            )
-        except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError):
-                self.recorder.put_back(batch)
-            else:  # not the connection: find the outcome the database refuses, then go on
-                await self.recorder.write_each(batch)
-            raise
-        except BaseException:
-            self.recorder.put_back(batch)
-            raise
-        self.recorder.settle(batch, step.written)  # frees their slots: see _settled
-        if limit:
-            metrics.observe_claim(time.monotonic() - sent, len(step.jobs))
-        arrived = time.monotonic()
-        for job in step.jobs:
-            self._start(job, sent, arrived)
-        metrics.set_running(len(self.running))
-        return step
-
-    def _start(self, job: ClaimedJob, claimed_mono: float, started_mono: float) -> None:
-        """Start an attempt of ``job``: its lease counts from ``claimed_mono`` (when the claim
-        was sent), its timeout from ``started_mono`` (when the claim's reply arrived)."""
-        task = asyncio.create_task(self.dispatcher.dispatch(job), name=f"run:{job.name}")
-        timeout_at = math.inf if job.timeout is None else started_mono + job.timeout
-        attempt = _Attempt(job, task, claimed_mono, self._deadline(claimed_mono), timeout_at)
-        self.running[job.id] = attempt
-        self._arm_watchdog(min(attempt.deadline, timeout_at))
-        task.add_done_callback(functools.partial(self._finished, job.id))
-        if log.isEnabledFor(logging.DEBUG):  # not even the log record's extras otherwise
-            log.debug(
-                "claimed %s/%s for %s",
-                job.tenant,
-                job.name,
-                job.scheduled_for,
-                extra={"action": "run_claimed", "job": job.name},
-            )
-
-    def _attempt_of(self, job: ClaimedJob) -> _Attempt | None:
-        """The running attempt of this claim of ``job`` (same fencing token), if any: the job
-        may have been claimed again since, by this node, under a newer token."""
-        attempt = self.running.get(job.id)
-        if attempt is None or attempt.job.fencing_token != job.fencing_token:
-            return None
-        return attempt
-
-    def _holds(self, job: ClaimedJob) -> bool:
-        """Whether this claim of ``job`` (by fencing token) still occupies a slot."""
-        return self._attempt_of(job) is not None
-
-    def _settled(self, outcome: Outcome, written: bool, error: psycopg.Error | None) -> None:
-        """The recorder's report on an outcome's write: forget the attempt (this claim of the
-        job: its outcome was written or refused, so its slot and lease are done with), then
-        count and log it."""
-        if self._holds(outcome.job):
-            del self.running[outcome.job.id]
-        self.dispatcher.settled(outcome, written, error)
-
-    def _finished(self, job_id: int, task: asyncio.Task[Any]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "attempt of job %d failed: %r",
-                job_id,
-                task.exception(),
-                extra={"action": "attempt_crashed"},
-            )
-        attempt = self.running.get(job_id)
-        if attempt is None or attempt.task is not task or attempt.finishing:
-            return  # the job was claimed again since, or its outcome's write will forget it
-        del self.running[job_id]
-        metrics.set_running(len(self.running))
-        self._wake.set()
-
-    def _finishing(self, job: ClaimedJob) -> None:
-        """Mark this claim's attempt as writing its outcome (no cancel from now on)."""
-        attempt = self._attempt_of(job)
-        if attempt is not None:
-            attempt.finishing = True
-
-    def _deadline(self, renewed_mono: float) -> float:
-        """When an attempt whose lease was granted or renewed at ``renewed_mono`` (the request's
-        send time) must stop unless renewed again: ``safety_margin`` before the lease ends."""
-        return renewed_mono + self._deadline_after
-
-    def _arm_watchdog(self, deadline: float) -> None:
-        """Make the node's one watchdog timer fire no later than ``deadline`` (monotonic)."""
-        timer = self._watchdog
-        # The armed deadline is kept beside the handle: a loop may return a plain Handle, with
-        # no when(), for an instant already past (uvloop does; a paused node meets that).
-        if timer is None or timer.cancelled() or self._watchdog_at > deadline:
-            if timer is not None:
-                timer.cancel()
-            loop = asyncio.get_running_loop()
-            self._watchdog_at = deadline
-            self._watchdog = loop.call_at(loop.time() + (deadline - time.monotonic()), self._watch)
-
-    def _watch(self) -> None:
-        """The watchdog fired: cancel every attempt past its lease deadline or its timeout,
-        re-arm for the next of either."""
-        self._watchdog = None
-        now = time.monotonic()
-        later = []
-        for attempt in list(self.running.values()):
-            if attempt.deadline <= now:
-                self._lease_lost(attempt, "lease not renewed in time")
-            elif attempt.timeout_at <= now:
-                self._time_out(attempt)
-            else:
-                later.append(min(attempt.deadline, attempt.timeout_at))
-        if later:
-            self._arm_watchdog(min(later))
-
-    def _time_out(self, attempt: _Attempt) -> None:
-        """Cancel an attempt past its job's timeout; it ends as a failed attempt
-        (:func:`~pgpulse.dispatch.run_attempt` asks :meth:`_timed_out`)."""
-        if attempt.task.done() or attempt.finishing or attempt.stop_reason is not None:
-            return
-        attempt.stop_reason = "timeout"
-        attempt.timeout_at = math.inf
-        attempt.task.cancel()
-
-    def _timed_out(self, job: ClaimedJob) -> bool:
-        """Whether this claim of ``job`` was cancelled for its timeout (and nothing else)."""
-        attempt = self._attempt_of(job)
-        return attempt is not None and attempt.stop_reason == "timeout"
-
-    def _lease_lost(self, attempt: _Attempt, why: str) -> None:
-        if attempt.task.done() or self.running.get(attempt.job.id) is not attempt:
-            return
-        attempt.stop_reason = "lease_lost"
-        metrics.lease_renewal_failed()
-        attempt.task.cancel()
-        log.warning(
-            "lease of %s/%s lost (%s); attempt cancelled, nothing recorded",
-            attempt.job.tenant,
-            attempt.job.name,
-            why,
-            extra={"action": "lease_lost", "job": attempt.job.name},
-        )
-
-    def _estimated_db_now(self, job: ClaimedJob) -> datetime:
-        """The database's instant now, as claim time plus monotonic time elapsed since."""
-        attempt = self.running.get(job.id)
-        elapsed = time.monotonic() - attempt.claimed_mono if attempt else 0.0
-        return job.db_now + timedelta(0, elapsed)  # (days, seconds): half the keyword call
+        claiming = () if self._stopping.is_set() else self.shards  # a stopping node only writes
+        return await self.recorder.step(claiming)
 
     async def _claim_loop(self) -> None:
         retry_in = 0.1
@@ -455,15 +291,16 @@ class Node:
                 retry_in = min(retry_in * 2, self.config.heartbeat_interval)
                 continue
             retry_in = 0.1
-            if self.recorder.pending:
-                continue  # outcomes arrived during the step: write them (and claim) now
-            if len(self.running) >= self.config.slots:
-                await self._wake.wait()  # every slot busy: only an ended attempt (or a stop, a
-                continue  # shard change) makes a claim useful, and each of those wakes us
-            delay = self.config.poll_interval  # or until a freed slot or a notification wakes us
-            if step.next_due is not None and step.db_now is not None:
-                delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
-            await _wait(self._wake, max(delay, 0.0))
+            pause = pause_after(
+                step,
+                waiting=self.attempts.waiting,
+                free=self.attempts.free(),
+                poll=self.config.poll_interval,
+            )
+            if pause is None:
+                await self._wake.wait()
+            elif pause > 0:
+                await _wait(self._wake, pause)
 
     # -- heartbeat, leases, shards ---------------------------------------------------------
 
@@ -475,7 +312,7 @@ class Node:
         state = "draining" if self._stopping.is_set() else "alive"
         beat = await self.beat.heartbeat(
             self.node_id,
-            running=len(self.running),
+            running=len(self.attempts),
             shards=self.shards,
             ttl=self.config.node_ttl,
             state=state,
@@ -508,21 +345,14 @@ class Node:
             self._wake.set()
 
     async def renew_once(self) -> None:
-        """Renew the leases of every running attempt; cancel those the database refused."""
-        attempts = list(self.running.values())
-        if not attempts:
+        """Renew the leases of every running attempt (fenced); the attempts whose renewal the
+        database refused are cancelled (:meth:`Attempts.renewed`)."""
+        held = self.attempts.leases()
+        if not held:
             return
         sent = time.monotonic()
-        renewed = await self.beat.renew_leases(
-            [(a.job.id, a.job.fencing_token) for a in attempts], lease=self.config.lease
-        )
-        for attempt in attempts:
-            if self.running.get(attempt.job.id) is not attempt:
-                continue  # it ended during the renewal (the job may already run again)
-            if attempt.job.id in renewed:
-                attempt.deadline = self._deadline(sent)  # the watchdog finds it when it fires
-            elif not attempt.finishing:
-                self._lease_lost(attempt, "the database refused the renewal")
+        renewed = await self.beat.renew_leases(held, lease=self.config.lease)
+        self.attempts.renewed(held, renewed, sent)
 
     async def _every(self, step: Any, name: str, limit: float | None = None) -> None:
         """Run ``step`` every heartbeat interval until stopping, each run bounded by ``limit``
@@ -572,6 +402,32 @@ class Node:
                 await _wait(self._stopping, self.config.heartbeat_interval)
 
 
+def pause_after(step: Step, *, waiting: int, free: int, poll: float) -> float | None:
+    """How long the claim loop sleeps after ``step`` (pure): seconds, 0 for "step again at
+    once", or ``None`` for "until woken".
+
+    Outcomes decided meanwhile (``waiting``) go out at once. With no free slot only an attempt
+    that ends (or a stop, a shard change) makes a claim useful, and each of those wakes the
+    loop. Otherwise it sleeps until the next due instant the step returned (1 ms past it: the
+    claim compares ``<=``), at most ``poll`` seconds; a notification or an ended attempt wakes
+    it earlier.
+
+    Args:
+        step: what the step did (its ``next_due`` and ``db_now`` are the database's instants).
+        waiting: outcomes decided since the step, not yet written.
+        free: free worker slots.
+        poll: the node's longest sleep, seconds.
+    """
+    if waiting:
+        return 0.0
+    if free <= 0:
+        return None
+    delay = poll
+    if step.next_due is not None and step.db_now is not None:
+        delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
+    return max(delay, 0.0)
+
+
 async def _wait(event: asyncio.Event, seconds: float) -> None:
     """Wait for ``event`` at most ``seconds``."""
     try:
@@ -581,24 +437,10 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
         pass
 
 
-class _quiet_db_errors:  # lower case: used as a context manager, reads like a statement
+@contextlib.contextmanager
+def _quiet_db_errors(what: str) -> Iterator[None]:
     """Log database errors and timeouts of a side loop instead of letting them kill the node."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is not None and isinstance(
-            exc, psycopg.Error | OSError | TimeoutError | DatabaseUnavailable
-        ):
-            log.warning(
-                "%s failed: %s",
-                self.what,
-                describe(exc),
-                extra={"action": f"{self.what}_failed"},
-            )
-            return True
-        return False
+    try:
+        yield
+    except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
+        log.warning("%s failed: %s", what, describe(exc), extra={"action": f"{what}_failed"})

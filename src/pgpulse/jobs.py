@@ -1,8 +1,10 @@
 """Job definitions: the validated value object every boundary (CLI, code, crontab) builds.
 
 A :class:`JobSpec` is pure data. Building one through :meth:`JobSpec.create` validates every field
-and raises an :class:`~pgpulse.errors.InvalidInput` subclass naming the field and value, so the
-store never sees a bad definition (design.md, invariant 8).
+(a built-in handler's payload too) and raises an :class:`~pgpulse.errors.InvalidInput` subclass
+naming the field and value, so the store never sees a bad definition (design.md, invariant 11).
+Whether a handler is known needs the database (the handlers nodes registered): the store reads
+them and refuses with :func:`check_handlers`.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import json
 import math
 import re
 import unicodedata
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from pgpulse.errors import InvalidInput, InvalidPayload
+from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
+from pgpulse.errors import InvalidInput, InvalidPayload, UnknownHandler
 from pgpulse.schedule import Schedule, parse_schedule
 
 CatchUp = Literal["skip", "backfill", "coalesce"]
@@ -268,7 +272,9 @@ class JobSpec:
         Raises:
             InvalidSchedule: the schedule is malformed or can never fire.
             UnknownTimeZone: ``timezone`` is not an IANA zone.
-            InvalidPayload: ``payload`` is not a JSON object (or JSON text of one).
+            InvalidPayload: ``payload`` is not a JSON object (or JSON text of one), or a
+                built-in handler's payload lacks, mistypes or misspells a field
+                (:data:`~pgpulse.builtins.PAYLOAD_VALIDATORS`).
             InvalidInput: any other field is out of range; ``field`` names it.
         """
         _check_name("tenant", tenant)
@@ -294,13 +300,17 @@ class JobSpec:
         _check_number("retry_backoff", retry_backoff, minimum=0.001)
         if timeout is not None:
             _check_number("timeout", timeout, minimum=0.001)
+        checked_payload = parse_payload({} if payload is None else payload)
+        validator = PAYLOAD_VALIDATORS.get(handler)
+        if validator is not None:
+            validator(checked_payload)
         return cls(
             tenant=tenant,
             name=name,
             schedule=schedule.strip(),
             handler=handler,
             timezone=timezone,
-            payload=parse_payload({} if payload is None else payload),
+            payload=checked_payload,
             catch_up=catch_up,
             backfill_limit=None if backfill_limit is None else int(backfill_limit),
             misfire_grace=float(misfire_grace),
@@ -314,3 +324,31 @@ class JobSpec:
     def parsed_schedule(self) -> Schedule:
         """Return the parsed :class:`~pgpulse.schedule.Schedule` of this job (pure, no I/O)."""
         return parse_schedule(self.schedule, self.timezone)
+
+
+def unknown_handlers(specs: Iterable[JobSpec], known: Collection[str]) -> set[str]:
+    """The handlers of ``specs`` that are neither built in nor in ``known`` (pure)."""
+    return {spec.handler for spec in specs} - set(BUILTIN_HANDLERS) - set(known)
+
+
+def check_handlers(specs: Iterable[JobSpec], known: Collection[str]) -> None:
+    """Refuse the first spec whose handler is neither built in nor in ``known`` (pure).
+
+    Args:
+        specs: the job definitions about to be written.
+        known: handler names known besides the built-in ones: the caller's own and those the
+            nodes registered (``Store.registered_handlers``).
+
+    Raises:
+        UnknownHandler: ``field`` is ``"handler"``, ``value`` the name; the message lists the
+            known handlers.
+    """
+    names = set(BUILTIN_HANDLERS) | set(known)
+    for spec in specs:
+        if spec.handler not in names:
+            raise UnknownHandler(
+                f"handler {spec.handler!r} of job {spec.name!r} is not built in and no "
+                f"node has registered it (known: {', '.join(sorted(names))})",
+                field="handler",
+                value=spec.handler,
+            )

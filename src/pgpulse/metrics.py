@@ -66,8 +66,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
+    from pgpulse.model import ClaimedJob
     from pgpulse.planner import Advance
-    from pgpulse.store import ClaimedJob, Store
+    from pgpulse.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -219,8 +220,8 @@ def observe_finish(
     Args:
         outcome: the outcome written (:data:`OUTCOMES`).
         job: the claimed job; its ``db_now`` (claim instant) and ``scheduled_for`` give the lag.
-        written: what ``Store.finish_run`` returned; ``False`` counts a rejected fenced write
-            and nothing else.
+        written: whether the write took effect (``Store.finish_runs``); ``False`` counts a
+            rejected fenced write and nothing else.
         advance: the move to the next occurrence, if any; its skipped occurrences are counted
             (plus the current one when ``outcome`` is ``skipped``).
         ended_at: the database's instant (as the node estimates it) when the attempt ended, or

@@ -253,3 +253,20 @@ def retry_delay(attempt: int, base: float, rng: random.Random | None = None) -> 
     """
     ceiling = min(base * 2.0 ** max(attempt - 1, 0), MAX_RETRY_DELAY)
     return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+def first_occurrence(schedule: Schedule, *, now: datetime, anchor: datetime) -> datetime:
+    """The occurrence a job holds when it starts (again) at ``now``: created, given a new
+    schedule or time zone (``anchor`` is ``now``: an interval job's grid starts there), or resumed
+    after a pause (``anchor`` is the job's own, so an interval job stays on its grid).
+
+    It is the first occurrence strictly after ``now``: starting a job never makes an occurrence
+    due at once (``trigger`` does that), and pausing means "not these" (the occurrences that fell
+    inside the pause never run).
+
+    Args:
+        schedule: the job's parsed schedule.
+        now: the database's instant (aware).
+        anchor: the interval anchor (ignored for cron).
+    """
+    return schedule.next_after(now, anchor=anchor)

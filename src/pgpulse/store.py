@@ -1,37 +1,31 @@
 """The store: every read and write Pulse makes, as intent-named methods over one connection pool.
 
-Each method runs statements from ``sql/queries.sql`` and says in its docstring what it locks and
-what it fences. Instants are aware datetimes; durations are seconds. ``now`` parameters exist for
-tests only — production callers leave them ``None`` so the database's clock decides (design.md,
+:class:`Store` is the whole interface: job definitions (create by upsert, read, pause, resume,
+trigger, delete), the history and the cluster as people read them, and — inherited from
+:class:`~pgpulse.claims.ClaimStore` — what nodes claim, finish, renew and hand back. Each method
+runs statements from ``sql/queries.sql`` and says in its docstring what it locks and what it
+fences. Instants are aware datetimes; durations are seconds. ``now`` parameters exist for tests
+only — production callers leave them ``None`` so the database's clock decides (design.md,
 invariant 1).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
 
-import orjson
 import psycopg
-from psycopg.abc import Buffer
-from psycopg.rows import tuple_row
-from psycopg.types.json import Jsonb, JsonbBinaryLoader
+from psycopg.types.json import Jsonb
 
 from pgpulse.access import OPERATOR, Writer, check_write
-from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
-from pgpulse.database import ConnectionSource
-from pgpulse.errors import InvalidInput, JobNotFound, UnknownHandler
-from pgpulse.jobs import JobSpec
+from pgpulse.claims import LEADER_LOCK_KEY, ClaimStore
+from pgpulse.errors import InvalidInput, JobNotFound
+from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.migrations import migrate
-from pgpulse.planner import Advance, CatchUpPolicy
-from pgpulse.schedule import Schedule, parse_schedule
+from pgpulse.planner import first_occurrence
+from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
-
-#: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
-LEADER_LOCK_KEY = 0x50756C73
 
 #: Tries of :meth:`Store.upsert_jobs` when another session creates or deletes one of its jobs at
 #: the same instant (each try is one transaction; the next one finds the name).
@@ -42,189 +36,7 @@ class _UpsertRaced(Exception):
     """Another session created or deleted a job of this upsert concurrently; try again."""
 
 
-#: Settings of the session a node claims through (:meth:`Store.finish_and_claim`). The claim and
-#: the batch completion are planned once per session, as a generic plan: the plan does not
-#: depend on the values (the due bound is an index condition whatever they are), and a custom
-#: plan of these CTEs costs ~1 ms of planning per call, as much as claiming 25 jobs. JIT is off:
-#: a generic plan's row estimates can cross ``jit_above_cost``, and compiling costs tens of ms.
-#: TimeZone is UTC (instants are absolute; only their Python form changes): psycopg then returns
-#: timestamps with ``datetime.UTC`` rather than a ``ZoneInfo``, which the planner's per-run
-#: comparisons and arithmetic handle without a time-zone lookup. Sequential scans are off: every
-#: table this statement touches is read through an index by design, and a generic plan made when
-#: ``pgpulse_runs`` was empty (and analyzed) scanned the whole history for each finished run.
-CLAIM_SESSION_SETTINGS = {
-    "plan_cache_mode": "force_generic_plan",
-    "jit": "off",
-    "enable_seqscan": "off",
-    "TimeZone": "UTC",
-}
-
-RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
-
-
-class ClaimedJob(NamedTuple):
-    """A job this node holds a lease on, as the claim returned it (immutable).
-
-    Attributes mirror ``pgpulse_jobs`` columns; durations are seconds. ``run_id`` is the id
-    of the ``pgpulse_runs`` row of ``scheduled_for`` (written when an attempt ends; the claim only
-    reserves the id); ``db_now`` is the database's instant of the claim (the run's
-    ``started_at``).
-    A ``finish_and_claim`` row is these fields in this order, then ``next_due`` and ``written``:
-    the store builds each claimed job from the row's tuple (a named tuple: no dict and no
-    per-field setattr per job).
-    """
-
-    id: int
-    tenant: str
-    name: str
-    schedule: str
-    timezone: str
-    handler: str
-    payload: dict[str, Any]
-    catch_up: Literal["skip", "backfill", "coalesce"]
-    backfill_limit: int | None
-    misfire_grace: float
-    max_attempts: int
-    retry_backoff: float
-    timeout: float | None
-    anchor_at: datetime
-    scheduled_for: datetime
-    attempt: int
-    fencing_token: int
-    run_id: int
-    db_now: datetime
-
-    @property
-    def parsed_schedule(self) -> Schedule:
-        """The job's schedule (parsed once per process, cached)."""
-        return parse_schedule(self.schedule, self.timezone)
-
-    @property
-    def policy(self) -> CatchUpPolicy:
-        """The job's catch-up policy (one shared immutable object per distinct setting)."""
-        return _policy(self.catch_up, self.misfire_grace, self.backfill_limit)
-
-
-@functools.lru_cache(maxsize=1024)
-def _policy(
-    mode: Literal["skip", "backfill", "coalesce"], misfire_grace: float, backfill_limit: int | None
-) -> CatchUpPolicy:
-    return CatchUpPolicy(mode, misfire_grace, backfill_limit)
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """What one :meth:`Store.finish_and_claim` did.
-
-    Attributes:
-        written: ids of the jobs whose outcome was written (the others' leases were lost).
-        jobs: the jobs claimed, oldest occurrence first.
-        next_due: when fewer jobs than asked were claimed, the earliest due instant known: of
-            the claimed shards' idle jobs, or of a job whose outcome was just written (it may
-            be due already: the claim did not see it). ``None``: none known, or nothing asked.
-        db_now: the database's instant of the claim (``None`` when nothing was asked).
-    """
-
-    written: set[int]
-    jobs: list[ClaimedJob]
-    next_due: datetime | None
-    db_now: datetime | None
-
-
-class _PayloadLoader(JsonbBinaryLoader):
-    """psycopg's binary ``jsonb`` loader, with the empty object (most jobs' payload) made
-    without calling the JSON decoder: a new ``dict`` each time, as ``json.loads`` gives."""
-
-    def load(self, data: Buffer) -> Any:
-        """Decode one ``jsonb`` value (version byte, then JSON text)."""
-        if data == b"\x01{}":
-            return {}
-        return super().load(data)
-
-
-@functools.lru_cache(maxsize=16)
-def _array_literal(values: tuple[int, ...]) -> str:
-    """``values`` as a PostgreSQL array literal (``{1,2,3}``), sent as text and cast by the
-    statement: a node's shards change rarely, and psycopg would dump the list at every step."""
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def _storable(text: str | None) -> str | None:
-    """``text`` as PostgreSQL can store it: NUL characters (which ``text`` cannot hold) become
-    U+FFFD and lone surrogates (undecodable bytes kept by ``surrogateescape``) become ``?``.
-    Handler output and error text come from anywhere; they must never block an outcome."""
-    if text is None:
-        return None
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
-
-
-_NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
-
-
-def _skips(advance: Advance | None) -> dict[str, Any]:
-    """The skipped occurrences of an outcome as ``finish_and_claim`` reads them: a count, the
-    first and (for more than one) the last; the statement writes one summary row of them."""
-    if advance is None or not advance.skipped_count:
-        return _NO_SKIPS
-    return {
-        "skips": advance.skipped_count,
-        "skip_from": advance.skipped_first,
-        "skip_to": advance.skipped_last if advance.skipped_count > 1 else None,
-    }
-
-
-class Outcome(NamedTuple):
-    """How an attempt of a claimed job ends: the argument of :meth:`Store.finish_runs`
-    (immutable; a named tuple, built once per run without a frozen dataclass's per-field
-    ``object.__setattr__``: 1.24 us -> 0.50 us).
-
-    Exactly one of ``advance`` (move to ``advance.scheduled_for``, recording its skipped
-    occurrences) or ``retry_in`` (seconds until the next attempt of the same occurrence) applies;
-    with neither, the job keeps its occurrence (used with ``status="failed"``).
-
-    Attributes:
-        job: the claimed job (its id, fencing token and run id fence the write).
-        outcome: the run row's new outcome.
-        advance: where the job goes next, for a final outcome (with the occurrences it skips).
-        retry_in: seconds until the retry, for ``retrying``.
-        status: the job's new status: ``idle``, or ``failed`` (cannot be scheduled).
-        error: error text for the run and the job's ``last_error``.
-        output: captured output (already truncated).
-        skip_reason: error text of the skipped occurrences' summary row.
-        ended_at: the database's instant (as the node estimates it) when the handler ended;
-            ``None`` when no handler ran. Not written: metrics take the run's duration from it.
-    """
-
-    job: ClaimedJob
-    outcome: RunOutcome
-    advance: Advance | None = None
-    retry_in: float | None = None
-    status: Literal["idle", "failed"] = "idle"
-    error: str | None = None
-    output: str | None = None
-    skip_reason: str | None = None
-    ended_at: datetime | None = None
-
-    @property
-    def next_scheduled_for(self) -> datetime:
-        """The occurrence the job holds after this write."""
-        return self.advance.scheduled_for if self.advance else self.job.scheduled_for
-
-    @property
-    def next_run_at(self) -> datetime | None:
-        """When the job may be claimed next; ``None`` means ``retry_in`` seconds from now."""
-        if self.advance is not None:
-            return self.advance.scheduled_for
-        return None if self.retry_in is not None else self.job.scheduled_for
-
-
-class Store:
+class Store(ClaimStore):
     """Intent-named access to Pulse's tables.
 
     Args:
@@ -232,14 +44,6 @@ class Store:
             (:func:`pgpulse.database.open_pool`), or any other connection source such as a
             node's dedicated heartbeat :class:`~pgpulse.database.Session`.
     """
-
-    def __init__(self, pool: ConnectionSource) -> None:
-        self.pool = pool
-
-    async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(QUERIES[name], params or {})
-            return list(await cur.fetchall()) if cur.description else []
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -254,33 +58,9 @@ class Store:
 
     # -- job definitions -------------------------------------------------------------------
 
-    async def validate_handlers(
-        self, specs: Iterable[JobSpec], extra_handlers: Collection[str] = ()
-    ) -> None:
-        """Refuse specs whose handler no node knows, or whose built-in payload is malformed.
-
-        A handler is known when it is built in (``shell``, ``http``), registered by any node that
-        ever ran against this database, or in ``extra_handlers`` (the caller's own app).
-
-        Raises:
-            UnknownHandler: ``field`` is ``"handler"``, ``value`` the name.
-            InvalidPayload: a ``shell``/``http`` payload lacks or mistypes a field.
-        """
-        specs = list(specs)
-        known = set(BUILTIN_HANDLERS) | set(extra_handlers)
-        if any(spec.handler not in known for spec in specs):
-            known |= {row["handler"] for row in await self._rows("known_handlers")}
-        for spec in specs:
-            if spec.handler not in known:
-                raise UnknownHandler(
-                    f"handler {spec.handler!r} of job {spec.name!r} is not built in and no "
-                    f"node has registered it (known: {', '.join(sorted(known))})",
-                    field="handler",
-                    value=spec.handler,
-                )
-            validator = PAYLOAD_VALIDATORS.get(spec.handler)
-            if validator is not None:
-                validator(spec.payload)
+    async def registered_handlers(self) -> set[str]:
+        """Names of the handlers registered by any node that ever ran against this database."""
+        return {row["handler"] for row in await self._rows("known_handlers")}
 
     async def upsert_jobs(
         self,
@@ -304,6 +84,12 @@ class Store:
         spec twice is a no-op. A running job keeps its current occurrence; the new definition
         takes effect from its next one.
 
+        The first occurrence is the planner's (:func:`~pgpulse.planner.first_occurrence`, from the
+        database's now). A spec's handler must be known: built in (``shell``, ``http``), in
+        ``extra_handlers`` (the caller's own app), or registered by a node that ran against this
+        database (read only when the first two do not know it). Payloads are checked when the
+        spec is built (:meth:`JobSpec.create`), as every other field.
+
         Jobs are found by name in ``pgpulse_job_names``. When another session creates one of the
         same names (or deletes one of the jobs) at the same instant, the whole transaction is rolled
         back and tried again, up to :data:`UPSERT_TRIES` times; the next try updates the job the
@@ -313,14 +99,19 @@ class Store:
             ``(job id, created)`` per spec, in order.
 
         Raises:
-            UnknownHandler, InvalidPayload: see :meth:`validate_handlers`; nothing is written.
+            UnknownHandler: a spec's handler is not known (``field`` is ``"handler"``); nothing
+                is written.
+            InvalidInput: two specs name the same job; nothing is written.
             Forbidden: ``writer`` may not write one of the specs; nothing is written.
             psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected: still racing
                 another session after :data:`UPSERT_TRIES` tries; nothing is written.
             RuntimeError: a job was deleted between its lookup and its update at every try;
                 nothing is written.
         """
-        await self.validate_handlers(specs, extra_handlers)
+        known = set(extra_handlers)
+        if unknown_handlers(specs, known):
+            known |= await self.registered_handlers()
+        check_handlers(specs, known)
         names = [(spec.tenant, spec.name) for spec in specs]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
@@ -361,7 +152,7 @@ class Store:
                     check_write(writer, spec, handlers.get((spec.tenant, spec.name)))
                 for spec in specs:
                     schedule = spec.parsed_schedule()
-                    first = schedule.next_after(clock, anchor=clock)
+                    first = first_occurrence(schedule, now=clock, anchor=clock)
                     cur = await conn.execute(
                         QUERIES["upsert_job"],
                         {
@@ -436,7 +227,7 @@ class Store:
         job = await self.get_job(tenant, name)
         clock = now or await self.db_now()
         schedule = parse_schedule(job["schedule"], job["timezone"])
-        first = schedule.next_after(clock, anchor=job["anchor_at"])
+        first = first_occurrence(schedule, now=clock, anchor=job["anchor_at"])
         return await self._set_status(
             tenant,
             name,
@@ -511,281 +302,6 @@ class Store:
         if not await self._rows("delete_job", {"tenant": tenant, "name": name}):
             raise JobNotFound(tenant, name)
 
-    # -- the hot path ----------------------------------------------------------------------
-
-    async def claim_due(
-        self,
-        node: str,
-        shards: Sequence[int],
-        limit: int,
-        *,
-        lease: float,
-        now: datetime | None = None,
-    ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` due idle jobs of ``shards`` for ``node``, oldest due first
-        (:meth:`finish_and_claim` with no outcomes to write).
-
-        Concurrency: one statement; rows are locked ``FOR UPDATE SKIP LOCKED`` so concurrent
-        claimers never wait on each other and never receive the same job. Each claimed job gets
-        status ``running``, ``attempt + 1``, a new fencing token and a lease of ``lease``
-        seconds, and keeps (retry) or draws (first attempt) the occurrence's run id. Nothing is
-        written to ``pgpulse_runs`` until the attempt ends (:meth:`finish_runs`, or the sweeper).
-        """
-        if limit <= 0 or not shards:
-            return []
-        return (await self.finish_and_claim((), node, shards, limit, lease=lease, now=now)).jobs
-
-    async def finish_runs(
-        self, outcomes: Sequence[Outcome], *, now: datetime | None = None
-    ) -> set[int]:
-        """End the current attempt of each job in ``outcomes`` — fenced — in one statement
-        (:meth:`finish_and_claim` claiming nothing).
-
-        Concurrency: each element is written only if its job is still ``running`` under the
-        element's fencing token; otherwise that element changes nothing (its lease was lost).
-        Skipped occurrences of an element are inserted only if the element was written.
-
-        Returns:
-            The ids of the jobs whose outcome was written.
-        """
-        if not outcomes:
-            return set()
-        return (await self.finish_and_claim(outcomes, "", (), 0, lease=0.0, now=now)).written
-
-    async def finish_and_claim(
-        self,
-        outcomes: Sequence[Outcome],
-        node: str,
-        shards: Sequence[int],
-        limit: int,
-        *,
-        lease: float,
-        now: datetime | None = None,
-    ) -> Step:
-        """One step of a node's claim loop, in one statement (one round trip, one commit):
-        write the fenced ``outcomes`` (as :meth:`finish_runs`), then claim up to ``limit`` due
-        jobs of ``shards`` (as :meth:`claim_due`; nothing is claimed when ``limit`` is 0 or
-        ``shards`` is empty).
-
-        The claim sees the database as it was before the outcomes: a job whose next occurrence
-        is already due is claimed at the next step (its outcome's ``next_run_at`` says when).
-        If the statement fails, nothing of it is committed and the caller may send the same
-        outcomes again (fenced writes are idempotent). The outcomes go out as one JSON array, in
-        job id order (as renew_leases writes: two statements over the same running rows never
-        wait on each other in a cycle, i.e. never deadlock); their text is made storable
-        (:func:`_storable`) and their instants are written by orjson as RFC 3339 with offset.
-
-        Raises:
-            psycopg.Error: the statement failed (nothing was written or claimed).
-            DatabaseUnavailable: the store's session could not connect.
-        """
-        batch = [
-            {
-                "job_id": o.job.id,
-                "token": o.job.fencing_token,
-                "status": o.status,
-                "scheduled_for": o.next_scheduled_for,
-                "next_run_at": o.next_run_at,
-                "retry_in": o.retry_in or 0.0,
-                "reset_attempt": o.advance is not None,
-                "outcome": o.outcome,
-                "error": o.error and _storable(o.error),
-                "output": o.output and _storable(o.output),
-                **_skips(o.advance),
-                "skip_reason": o.skip_reason,
-            }
-            for o in sorted(outcomes, key=lambda o: o.job.id)
-        ]
-        params = {
-            "outcomes": orjson.dumps(batch).decode(),
-            "now": now,
-            "node": node,
-            "shards": _array_literal(tuple(shards)),
-            "limit": max(limit, 0) if shards else 0,
-            "lease": lease,
-        }
-        async with self.pool.connection() as conn:
-            # ClaimedJob's fields, in order, in binary (no text parsing of instants and numbers)
-            cur = conn.cursor(row_factory=tuple_row, binary=True)
-            cur.adapters.register_loader("jsonb", _PayloadLoader)
-            await cur.execute(QUERIES["finish_and_claim"], params)
-            rows = await cur.fetchall()
-        fields = len(ClaimedJob._fields)  # then next_due, then written (on one row)
-        written = next(set(row[fields + 1]) for row in rows if row[fields + 1] is not None)
-        jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
-        if not (limit > 0 and shards):
-            return Step(written, jobs, None, None)
-        next_due, db_now = rows[0][fields], rows[0][fields - 1]
-        if len(jobs) < limit:  # a job finished here may be due before anything else
-            for o in outcomes:
-                if o.job.id in written:
-                    at = o.next_run_at or db_now + timedelta(seconds=o.retry_in or 0.0)
-                    next_due = at if next_due is None else min(next_due, at)
-        return Step(written, jobs, next_due, db_now)
-
-    async def renew_leases(
-        self, held: Sequence[tuple[int, int]], *, lease: float, now: datetime | None = None
-    ) -> set[int]:
-        """Extend the lease of each (job id, fencing token) still held; return the ids renewed.
-
-        Fenced: a pair whose token is stale, whose job is no longer running, or whose lease has
-        already expired is not renewed — its holder must stop the run (design.md, invariant 3).
-        """
-        if not held:
-            return set()
-        held = sorted(held)  # job id order, as finish_runs: no lock-order deadlock
-        rows = await self._rows(
-            "renew_leases",
-            {
-                "job_ids": [job_id for job_id, _ in held],
-                "tokens": [tok for _, tok in held],
-                "lease": lease,
-                "now": now,
-            },
-        )
-        return {row["id"] for row in rows}
-
-    async def release_runs(
-        self, held: Sequence[tuple[int, int]], *, reason: str, now: datetime | None = None
-    ) -> int:
-        """Hand claims back (graceful shutdown): each held job is due again at once and the
-        attempt is not counted; ``reason`` becomes the job's ``last_error``. Fenced per pair.
-        Returns how many were released."""
-        if not held:
-            return 0
-        rows = await self._rows(
-            "release_runs",
-            {
-                "job_ids": [job_id for job_id, _ in held],
-                "tokens": [tok for _, tok in held],
-                "reason": reason,
-                "now": now,
-            },
-        )
-        return len(rows)
-
-    # -- cluster ---------------------------------------------------------------------------
-
-    async def reap_expired_leases(
-        self, *, limit: int = 1000, older_than: float = 0.0, now: datetime | None = None
-    ) -> int:
-        """Return running jobs whose lease expired (more than ``older_than`` seconds ago) to
-        idle, due at once; return how many. Nodes reap with each :meth:`heartbeat`; this is
-        the same sweep on behalf of no node (nothing recorded, no leadership taken).
-
-        Locks the expired rows ``SKIP LOCKED``; the occurrence's run row is written as
-        ``retrying`` (the lost attempt counted) so the next claim is the next attempt of the
-        same run.
-        """
-        beat = await self.heartbeat(
-            None, running=0, shards=(), ttl=0.0, backup_delay=older_than, limit=limit, now=now
-        )
-        return beat.reaped
-
-    async def register_node(
-        self,
-        node: str,
-        *,
-        hostname: str,
-        pid: int,
-        slots: int,
-        handlers: Collection[str],
-        ttl: float | None = None,
-        rejoin: bool = False,
-        now: datetime | None = None,
-    ) -> None:
-        """Insert or refresh this node's registry row (state ``alive``).
-
-        Args:
-            ttl: seconds of silence after which the node's peers count it dead (its
-                ``node_ttl``); ``status`` and the API judge it by the same. ``None``: unknown.
-            rejoin: the node was running and registers again (its row went stale): keep its
-                ``started_at``. ``False`` (a start, a restart under the same id) resets it.
-        """
-        await self._rows(
-            "register_node",
-            {
-                "node": node,
-                "hostname": hostname,
-                "pid": pid,
-                "slots": slots,
-                "handlers": sorted(handlers),
-                "ttl": ttl,
-                "rejoin": rejoin,
-                "now": now,
-            },
-        )
-
-    async def revive_jobs(self, handlers: Collection[str]) -> int:
-        """Return jobs that failed for want of a handler in ``handlers`` to idle, due at once.
-        Returns how many were revived."""
-        return len(await self._rows("revive_jobs", {"handlers": sorted(handlers)}))
-
-    async def heartbeat(
-        self,
-        node: str | None,
-        *,
-        running: int,
-        shards: Sequence[int],
-        ttl: float,
-        state: str = "alive",
-        leading: bool | None = None,
-        backup_delay: float | None = None,
-        limit: int = 1000,
-        now: datetime | None = None,
-    ) -> Heartbeat:
-        """Record this node's heartbeat, take part in leadership, and reap expired leases — one
-        statement (design.md, "Cluster behaviour").
-
-        A node is live when its state is ``alive`` and its heartbeat is younger than ``ttl``
-        seconds by the database's clock. If this node's row is missing (pruned), it is not in
-        ``live`` and the caller should register again.
-
-        Args:
-            node: this node's id; ``None`` records nothing (a sweep only).
-            leading: ``True`` if this connection holds the leader lock already (the lock is not
-                asked for again), ``False`` to try to take it — a session-level lock, so only
-                over a dedicated session, never a pool; ``None`` (default) takes no part.
-            backup_delay: if this connection does not lead, reap only leases expired more than
-                this many seconds ago (``None``: none); the leader reaps every expired lease.
-            limit: most leases reaped by one heartbeat.
-
-        Concurrency: expired rows are locked ``SKIP LOCKED`` (sweepers never wait on each
-        other; reaping twice is harmless); the run row stays open as ``retrying`` so the next
-        claim is the next attempt of the same run; each reaped job's shard is notified.
-        """
-        [row] = await self._rows(
-            "heartbeat",
-            {
-                "node": node,
-                "running": running,
-                "shards": list(shards),
-                "ttl": ttl,
-                "state": state,
-                "leading": leading,
-                "leader_key": LEADER_LOCK_KEY,
-                "backup_delay": backup_delay,
-                "limit": limit,
-                "now": now,
-            },
-        )
-        return Heartbeat(
-            live=tuple(row["live"]),
-            db_now=row["db_now"],
-            leader=row["leader"],
-            reaped=row["reaped"],
-        )
-
-    async def stop_node(self, node: str) -> None:
-        """Mark this node stopped (it owns no shards from now on)."""
-        await self._rows("stop_node", {"node": node, "now": None})
-
-    async def prune(self, *, keep_runs: float, now: datetime | None = None) -> tuple[int, int]:
-        """Delete finished runs older than ``keep_runs`` seconds and nodes silent for a day.
-        Returns (runs deleted, nodes deleted)."""
-        row = (await self._rows("prune", {"keep": keep_runs, "now": now}))[0]
-        return row["runs"], row["nodes"]
-
     # -- reading for people ----------------------------------------------------------------
 
     async def list_runs(
@@ -803,21 +319,3 @@ class Store:
     async def cluster_counts(self, tenant: str | None = None) -> dict[str, Any]:
         """Counts of due, running, paused, failed and all jobs, and the worst lag (seconds)."""
         return (await self._rows("cluster_counts", {"tenant": tenant}))[0]
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """What one :meth:`Store.heartbeat` found and did.
-
-    Attributes:
-        live: ids of the nodes alive by the database's clock (this one included if alive).
-        db_now: the database's instant of the heartbeat.
-        leader: whether the heartbeat's connection holds the leader lock (as the caller said,
-            when it passed ``leading=True``).
-        reaped: how many expired leases it returned to the pool.
-    """
-
-    live: tuple[str, ...]
-    db_now: datetime
-    leader: bool
-    reaped: int

@@ -1,8 +1,8 @@
 """Leadership and the lease sweeper, carried by each node's heartbeat.
 
 One node at a time is the leader: its heartbeat session holds a session-level advisory lock
-(:data:`~pgpulse.store.LEADER_LOCK_KEY`). Every node that does not lead tries the lock within its
-heartbeat statement (:meth:`~pgpulse.store.Store.heartbeat`, no extra round trip), so when the
+(:data:`~pgpulse.claims.LEADER_LOCK_KEY`). Every node that does not lead tries the lock within its
+heartbeat statement (:meth:`~pgpulse.claims.ClaimStore.heartbeat`, no extra round trip), so when the
 leader dies — its session ends and PostgreSQL releases the lock — another node leads from its
 next heartbeat. The same statement returns expired leases to the pool: the leader's, every
 expired lease; any other node's, those expired for longer than ``backup_delay``. That backup
@@ -21,7 +21,8 @@ import logging
 import time
 
 from pgpulse.database import Session
-from pgpulse.store import Heartbeat, Store
+from pgpulse.model import Heartbeat
+from pgpulse.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class Sweeper:
 
     async def prune_once(self) -> tuple[int, int] | None:
         """If this node leads and its last prune is ``prune_every`` seconds old, delete old
-        history (:meth:`~pgpulse.store.Store.prune`). Sends nothing otherwise.
+        history (:meth:`~pgpulse.claims.ClaimStore.prune`). Sends nothing otherwise.
 
         Returns:
             (runs deleted, nodes deleted), or ``None`` if it did not prune.

@@ -25,9 +25,8 @@ def split_named_blocks(text: str) -> dict[str, str]:
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"queries.sql defines {name!r} twice")
-        # Comments and indentation stay in the file, not in what is sent: psycopg caches the
-        # conversion of a statement of up to 4,096 characters and parses a longer one again at
-        # every execute.
+        # Comments and indentation stay in the file, not in what is sent (until a statement is
+        # prepared, its text goes out with every execute).
         lines = [
             line.strip() for line in body.strip().splitlines() if not line.lstrip().startswith("--")
         ]
@@ -43,6 +42,28 @@ def load_queries(filename: str, package: str | None = None) -> dict[str, str]:
 
 
 QUERIES: Final[dict[str, str]] = load_queries("queries.sql")
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def positional(statement: str) -> tuple[str, tuple[str, ...]]:
+    """Rewrite the ``%(name)s`` placeholders of ``statement`` as PostgreSQL's own ``$1, $2...``
+    (one number per distinct name, in first-use order; ``%%`` becomes ``%``).
+
+    A raw cursor (:class:`psycopg.AsyncRawCursor`) sends such a text as it is, with the values
+    in ``$n`` order: the driver never parses it, so no execute pays for its length (psycopg
+    parses ``%(name)s`` placeholders again at every execute of a statement longer than its
+    conversion cache takes).
+
+    Returns:
+        The rewritten text, and the placeholder names in ``$n`` order.
+    """
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${names.setdefault(match.group(1), len(names) + 1)}"
+
+    return _PLACEHOLDER.sub(number, statement).replace("%%", "%"), tuple(names)
 
 
 def migration_files() -> list[tuple[int, str, str]]:

@@ -3,55 +3,57 @@
 -- a fixed instant as %(now)s; production code always passes NULL.
 
 -- name: finish_and_claim
--- One step of a node's claim loop, in one statement (so one round trip and one implicit
--- transaction): the fenced end of a batch of attempts (group commit), then a claim of up to
--- %(limit)s due idle jobs of the shards %(shards)s for node %(node)s.
+-- One step of a node's claim loop, in one statement: one round trip and one (implicit)
+-- transaction, so a busy node pays one commit per batch of runs ended and started. It ends a batch
+-- of attempts, fenced, then claims up to %(limit)s due idle jobs of the shards %(shards)s for
+-- node %(node)s.
 --
--- Finish. The batch is one JSON array parameter (%(outcomes)s: an object per attempt; see
--- Store.finish_and_claim), so the driver sends one text value instead of a dozen arrays. Each
--- element changes nothing unless its job is still running under its token (a zombie's late write
--- is a no-op). Per element: the job row moves to its next state, the occurrence's pgpulse_runs row
--- is written with the attempt's outcome — inserted, or updated when an earlier attempt of the
--- occurrence wrote it — and the occurrences it skips, however many, get one summary row:
--- "skips" occurrences from "skip_from" through "skip_to" (NULL for one). When the run's own
--- occurrence is skipped (outcome 'skipped'), it is the first of them and its row is the
--- summary. History is written once per attempt, at its end: the claim writes only the job row.
--- The run row takes the claim's values (run id, occurrence, attempt, node, instant) from the
--- job row as this statement's snapshot
--- shows it, i.e. before `job` changed it (every CTE sees the same snapshot).
--- next_run_at NULL means "retry_in seconds from now". Each job row is found by its primary key:
--- a generic plan made while pgpulse_runs was empty once scanned all of it per element. "Still
--- running" is written as lease_expires_at IS NOT NULL (the same, by the table's CHECK) so the
--- planner cannot choose pgpulse_jobs_leases, which reads every running job, from statistics
--- taken when few ran.
+-- Finish (input, job, run, skipped). The batch is one JSON array (%(outcomes)s, an object per
+-- attempt: ClaimStore.finish_and_claim), one text value rather than a dozen arrays. An
+-- element changes nothing unless its job still runs under its token: the late write of a node
+-- that lost its lease is a no-op. Per element, the job row moves to its next state (next_run_at NULL: retry_in
+-- seconds from now); the occurrence's run row is written with the attempt's outcome, inserted or
+-- updated over an earlier attempt's, taking the claim's values (run id, occurrence, attempt,
+-- node, instant) from the job row as the statement's snapshot shows it, before `job` changed it;
+-- and the occurrences the element skips, however many, get one summary row: "skips"
+-- occurrences from "skip_from" through "skip_to" (NULL for one). When the run's own occurrence
+-- is skipped (outcome 'skipped'), it is the first of them and its row is the summary.
 --
--- Claim. Lock with SKIP LOCKED (never wait on another poller), move to running with a new lease
--- and fencing token; the first claim of an occurrence draws its run id from pgpulse_runs' sequence,
--- later ones (retry, re-claim after a lost lease or a release) keep it: every statement that
--- moves a job to another occurrence clears run_id, as it resets attempt. All CTEs see one
--- snapshot: a job finished here is claimed at the next step, not this one (the caller knows its
--- next due instant from the outcome it sent).
--- The due bound is written inline (not joined from clock) so it is an index condition: the scan
--- of pgpulse_jobs_due stops at the first row not yet due, however many are stored. The rows
--- are updated by id = ANY(ARRAY(...)), an index lookup whatever the planner estimates: joined
--- to `due`, a generic plan (which assumes a LIMIT of 10% of the due rows) merged the whole
--- primary key instead (60 ms for 50 rows at 300,000 due).
+-- Claim (due, claimed). Rows are locked SKIP LOCKED, so a poller never waits on another, and move
+-- to running with a new lease and fencing token. The first claim of an occurrence draws its run
+-- id from pgpulse_runs' sequence; later ones (a retry, a re-claim after a lost lease or a
+-- hand-back) keep it: every statement that moves a job to another occurrence clears run_id, as it
+-- resets attempt. Every CTE sees one snapshot, so a job finished here is claimed at the next step
+-- (the caller knows when it is due from the outcome it sent).
 --
--- One row per claimed job; when fewer than %(limit)s were claimed, next_due is the earliest
--- future due instant of those shards (NULL if none), so an idle node knows how long to sleep
--- without a second statement. Nothing claimed gives one row whose id is NULL. `written` (the ids
--- of the jobs whose outcome took effect) is on one row only, NULL on the others.
+-- Plans. A node's claim session plans this statement once, as a generic plan
+-- (claims.CLAIM_SESSION_SETTINGS), so every access is written to stay an index lookup whatever
+-- the statistics say: job rows are found by id = ANY(ARRAY(...)) on the primary key (joined to
+-- `input` or `due` instead, a generic plan may scan or merge the whole key); "still running" is
+-- written lease_expires_at IS NOT NULL (the same, by the table's CHECK), which keeps the planner
+-- off pgpulse_jobs_leases (every running job); the due bound is written inline rather than
+-- joined from clock, so it is an index condition and the scan of pgpulse_jobs_due stops at the
+-- first row not yet due, however many are stored.
+--
+-- One row per claimed job, oldest occurrence first; nothing claimed gives one row whose id is
+-- NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant of
+-- those shards (NULL if none), so an idle node knows how long to sleep without a second
+-- statement. `written`, the (job id, fencing token) of each outcome that took effect, is on the
+-- first row only.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), input AS (
+),
+input AS (
     SELECT *
-    FROM json_to_recordset(%(outcomes)s::json)
-         AS i(job_id bigint, token bigint, status text, scheduled_for timestamptz,
-              next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
-              error text, output text, skips bigint, skip_from timestamptz,
-              skip_to timestamptz, skip_reason text)
-), job AS (
-    UPDATE pgpulse_jobs j
+    FROM json_to_recordset(%(outcomes)s::json) AS i (
+        job_id bigint, token bigint, status text, scheduled_for timestamptz,
+        next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
+        error text, output text, skips bigint, skip_from timestamptz, skip_to timestamptz,
+        skip_reason text
+    )
+),
+job AS (
+    UPDATE pgpulse_jobs AS j
     SET status = i.status,
         scheduled_for = i.scheduled_for,
         next_run_at = coalesce(i.next_run_at, clock.now + make_interval(secs => i.retry_in)),
@@ -63,49 +65,76 @@ WITH clock AS (
         last_error = i.error,
         last_finished_at = clock.now,
         updated_at = clock.now
-    FROM input i, clock
+    FROM input AS i, clock
     WHERE j.id = ANY(ARRAY(SELECT job_id FROM input))
-      AND j.id = i.job_id AND j.fencing_token = i.token AND j.lease_expires_at IS NOT NULL
-    RETURNING j.id
-), run AS (
-    INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
-                               fencing_token, started_at, finished_at, error, output,
-                               occurrences, last_scheduled_for)
+      AND j.id = i.job_id
+      AND j.fencing_token = i.token
+      AND j.lease_expires_at IS NOT NULL
+    RETURNING j.id, j.fencing_token
+),
+run AS (
+    INSERT INTO pgpulse_runs AS r (
+        id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
+        finished_at, error, output, occurrences, last_scheduled_for
+    )
     OVERRIDING SYSTEM VALUE
-    SELECT o.run_id, o.id, o.scheduled_for,
-           CASE WHEN i.outcome <> 'skipped' THEN o.attempt ELSE 0 END, i.outcome, o.locked_by,
+    SELECT o.run_id,
+           o.id,
+           o.scheduled_for,
+           CASE WHEN i.outcome <> 'skipped' THEN o.attempt ELSE 0 END,
+           i.outcome,
+           o.locked_by,
            o.fencing_token,
            CASE WHEN i.outcome <> 'skipped' THEN o.claimed_at END,
-           CASE WHEN i.outcome <> 'retrying' THEN clock.now END, i.error, i.output,
+           CASE WHEN i.outcome <> 'retrying' THEN clock.now END,
+           i.error,
+           i.output,
            CASE WHEN i.outcome = 'skipped' THEN i.skips ELSE 1 END,
            CASE WHEN i.outcome = 'skipped' THEN i.skip_to END
-    FROM input i JOIN job ON job.id = i.job_id JOIN pgpulse_jobs o ON o.id = job.id, clock
+    FROM input AS i
+    JOIN job ON job.id = i.job_id
+    JOIN pgpulse_jobs AS o ON o.id = job.id
+    CROSS JOIN clock
     WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
-    SET attempts = excluded.attempts, outcome = excluded.outcome, node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = excluded.finished_at, error = excluded.error, output = excluded.output,
-        occurrences = excluded.occurrences, last_scheduled_for = excluded.last_scheduled_for
+    SET attempts = excluded.attempts,
+        outcome = excluded.outcome,
+        node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        error = excluded.error,
+        output = excluded.output,
+        occurrences = excluded.occurrences,
+        last_scheduled_for = excluded.last_scheduled_for
     RETURNING 1
-), skipped AS (
-    INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, error, finished_at,
-                          occurrences, last_scheduled_for)
+),
+skipped AS (
+    INSERT INTO pgpulse_runs (
+        job_id, scheduled_for, attempts, outcome, error, finished_at, occurrences,
+        last_scheduled_for
+    )
     SELECT i.job_id, i.skip_from, 0, 'skipped', i.skip_reason, clock.now, i.skips, i.skip_to
-    FROM input i JOIN job ON job.id = i.job_id, clock
-    WHERE i.skips > 0 AND i.outcome <> 'skipped'
+    FROM input AS i
+    JOIN job ON job.id = i.job_id
+    CROSS JOIN clock
+    WHERE i.skips > 0
+      AND i.outcome <> 'skipped'
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING 1
-), due AS (
+),
+due AS (
     SELECT j.id
-    FROM pgpulse_jobs j
+    FROM pgpulse_jobs AS j
     WHERE j.status = 'idle'
       AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
       AND j.shard_id = ANY(%(shards)s::smallint[])
     ORDER BY j.next_run_at
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
-), claimed AS (
-    UPDATE pgpulse_jobs j
+),
+claimed AS (
+    UPDATE pgpulse_jobs AS j
     SET status = 'running',
         attempt = j.attempt + 1,
         fencing_token = j.fencing_token + 1,
@@ -116,24 +145,31 @@ WITH clock AS (
         updated_at = clock.now
     FROM clock
     WHERE j.id = ANY(ARRAY(SELECT id FROM due))
-    RETURNING j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
-              j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
-              j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
-              extract(epoch FROM j.timeout)::float8 AS timeout, j.anchor_at, j.scheduled_for,
-              j.attempt, j.fencing_token, j.run_id
+    RETURNING j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload,
+              j.catch_up, j.backfill_limit,
+              extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
+              j.max_attempts,
+              extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
+              extract(epoch FROM j.timeout)::float8 AS timeout,
+              j.anchor_at, j.scheduled_for, j.attempt, j.fencing_token, j.run_id
 )
-SELECT claimed.*, clock.now AS db_now,
-       -- the head of pgpulse_jobs_due past now (ORDER BY ... LIMIT 1, not min(): the planner
-       -- may compute min() by a bitmap scan of every idle row)
-       (SELECT j.next_run_at
-        FROM pgpulse_jobs j
-        WHERE j.status = 'idle'
-          AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
-          AND j.shard_id = ANY(%(shards)s::smallint[])
-          AND (SELECT count(*) FROM claimed) < %(limit)s
-        ORDER BY j.next_run_at
-        LIMIT 1) AS next_due,
-       CASE WHEN row_number() OVER () = 1 THEN ARRAY(SELECT id FROM job) END AS written
+SELECT claimed.*,
+       clock.now AS db_now,
+       -- the head of pgpulse_jobs_due past now: ORDER BY ... LIMIT 1, not min(), which the
+       -- planner may compute by a bitmap scan of every idle row
+       (
+           SELECT j.next_run_at
+           FROM pgpulse_jobs AS j
+           WHERE j.status = 'idle'
+             AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
+             AND j.shard_id = ANY(%(shards)s::smallint[])
+             AND (SELECT count(*) FROM claimed) < %(limit)s
+           ORDER BY j.next_run_at
+           LIMIT 1
+       ) AS next_due,
+       CASE WHEN row_number() OVER () = 1
+            THEN ARRAY(SELECT ARRAY[id, fencing_token] FROM job)
+       END AS written
 FROM clock
 LEFT JOIN claimed ON true
 ORDER BY claimed.scheduled_for;
@@ -148,21 +184,50 @@ SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(sec
 FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
 WHERE j.id = held.id AND j.fencing_token = held.token
   AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
-RETURNING j.id;
+RETURNING j.id, j.fencing_token;
 
--- name: release_runs
--- Hand claims back at shutdown so no one waits for lease expiry. Fenced per pair; the attempt
--- is not counted and nothing is added to pgpulse_runs (the attempt did not end: the next claim makes
--- it again, with the same run id); the job's last_error says why it was handed back.
+-- name: hand_back_runs
+-- A stopping node hands back the claims it could not finish, so no one waits for their leases to
+-- expire: each job is idle and due at once, %(reason)s its last_error. Fenced per claim. A claim
+-- whose handler had started (%(started)s) was an attempt: its run row is written 'retrying' with
+-- %(reason)s as its error, as the sweeper writes a lease that expired, so the next claim is the
+-- next attempt and the history says why this one ended. A claim whose handler never started is
+-- not counted (attempt - 1) and writes no row: the next claim makes the same attempt again.
+-- The run row takes the claim's values from the job row as this statement's snapshot shows it,
+-- before `job` changed it.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), held AS (
+    SELECT *
+    FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[], %(started)s::bool[])
+         AS h(id, token, started)
+), job AS (
+    UPDATE pgpulse_jobs j
+    SET status = 'idle',
+        next_run_at = clock.now,
+        attempt = CASE WHEN held.started THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        last_error = %(reason)s,
+        updated_at = clock.now
+    FROM clock, held
+    WHERE j.id = held.id AND j.fencing_token = held.token AND j.lease_expires_at IS NOT NULL
+    RETURNING j.id, held.started
+), run AS (
+    INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
+                                   fencing_token, started_at, error)
+    OVERRIDING SYSTEM VALUE
+    SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq')), o.id, o.scheduled_for, o.attempt,
+           'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s
+    FROM job JOIN pgpulse_jobs o ON o.id = job.id
+    WHERE job.started
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
+        finished_at = NULL, error = excluded.error
+    RETURNING 1
 )
-UPDATE pgpulse_jobs j
-SET status = 'idle', next_run_at = clock.now, attempt = greatest(j.attempt - 1, 0),
-    locked_by = NULL, lease_expires_at = NULL, last_error = %(reason)s, updated_at = clock.now
-FROM clock, unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
-WHERE j.id = held.id AND j.fencing_token = held.token AND j.lease_expires_at IS NOT NULL
-RETURNING j.id;
+SELECT job.id, job.started FROM job;
 
 -- name: register_node
 -- A node's start (started_at is now, also when a restarted node reuses its id) or, with
@@ -178,8 +243,9 @@ SET hostname = excluded.hostname, pid = excluded.pid, slots = excluded.slots,
     started_at = CASE WHEN %(rejoin)s::bool THEN n.started_at ELSE excluded.started_at END;
 
 -- name: revive_jobs
--- A node that knows a handler brings back the jobs that failed because a node did not know it
--- (status 'failed' means "cannot be scheduled"; an unknown handler is its only cause today).
+-- A node that knows a handler brings back the jobs that failed because the node that claimed them
+-- did not have it (status 'failed' means "cannot be scheduled": a handler that node did not know,
+-- or a shell job on a node not allowed to run them).
 UPDATE pgpulse_jobs j
 SET status = 'idle', next_run_at = now(), last_error = NULL, updated_at = now()
 WHERE j.status = 'failed' AND j.handler = ANY(%(handlers)s::text[])
@@ -280,12 +346,14 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 
 -- name: upsert_job
 -- Create or update job (tenant, name). A new job, or one whose schedule or time zone changed,
--- gets %(scheduled_for)s as its next occurrence (computed by the caller from the database's now
--- read by db_now); an unchanged schedule keeps the job's state, so re-importing is a no-op.
--- The job is found by its name in pgpulse_job_names: updated if there, inserted if not. Two sessions creating one new name at once: the second's insert of the name waits for
--- the first and fails with unique_violation (pgpulse_job_names_pkey), rolling its statement back; so
--- does a job deleted between the lookup and the update (no row returned). The caller retries:
--- the next try finds the name (Store.upsert_jobs).
+-- gets %(scheduled_for)s as its next occurrence (planner.first_occurrence after the database's
+-- now, read in the same transaction); an unchanged schedule keeps the job's state, so
+-- re-importing is a no-op.
+-- The job is found by its name in pgpulse_job_names: updated if there, inserted if not. Two
+-- sessions creating one new name at once: the second's insert of the name waits for the first
+-- and fails with unique_violation (pgpulse_job_names_pkey), rolling its statement back; so does
+-- a job deleted between the lookup and the update (no row returned). The caller retries: the
+-- next try finds the name (Store.upsert_jobs).
 WITH found AS (
     SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s
 ), updated AS (

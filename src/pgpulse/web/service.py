@@ -148,7 +148,6 @@ class JobService:
             source="api",
             **options,
         )
-        await self.store.validate_handlers([spec])
         if spec.handler == "http":
             await check_http_target(spec.payload, self.settings)
         [(job_id, created)] = await self.store.upsert_jobs([spec], writer=self.writer(who))

@@ -1,8 +1,8 @@
 """Scenario 3: the raw ceiling — Pulse's own claim + completion + history SQL driven by pgbench.
 
 The pgbench script is generated from ``QUERIES`` at run time (never a copy), so it is exactly
-what a node's claim loop sends in one step (:meth:`pgpulse.store.Store.finish_and_claim`), minus
-Python — one statement that
+what a node's claim loop sends in one step
+(:meth:`pgpulse.claims.ClaimStore.finish_and_claim`), minus Python — one statement that
 
 1. ends the batch the previous step claimed, each run ``succeeded`` and its job moved to its
    next occurrence (``scheduled_for + 1 h``, what the planner computes for these ``@every 1h``
@@ -11,9 +11,9 @@ Python — one statement that
    JSON array the next step takes (``\\gset`` keeps it in a pgbench variable of the client).
 
 ``-M prepared`` plans them as psycopg's prepared statements do, with the settings of a node's
-claim session (``store.CLAIM_SESSION_SETTINGS``: generic plans, no JIT). Several clients run at once
-against a fresh copy of the scenario-2 backlog; firings/s counts succeeded history rows over the
-span from the first claim to the last completion (the database's clock). The ceiling is the
+claim session (``claims.CLAIM_SESSION_SETTINGS``: generic plans, no JIT). Several clients run at
+once against a fresh copy of the scenario-2 backlog; firings/s counts succeeded history rows over
+the span from the first claim to the last completion (the database's clock). The ceiling is the
 best cell run again for as long as scenario 2 measures Pulse (see :func:`run`). The floor
 (:mod:`pgpulse_tools.bench.floor`) then runs with the best cell's batch, clients and seconds.
 """
@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.sql import QUERIES
-from pgpulse.store import CLAIM_SESSION_SETTINGS
 from pgpulse_tools.bench import floor
 from pgpulse_tools.bench.common import (
     BENCH_SQL,

@@ -27,10 +27,11 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgpulse.app import connect
+from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.database import Session
 from pgpulse.report import tune_collector
-from pgpulse.sql import QUERIES
-from pgpulse.store import CLAIM_SESSION_SETTINGS, Store
+from pgpulse.sql import QUERIES, positional
+from pgpulse.store import Store
 from pgpulse_tools.bench import floor
 from pgpulse_tools.bench.common import (
     BENCH_SQL,
@@ -42,7 +43,6 @@ from pgpulse_tools.bench.common import (
     pct,
     q,
 )
-from pgpulse_tools.bench.sqltext import to_positional
 
 ALL_SHARDS = tuple(range(64))
 QUARTER_SHARDS = tuple(range(0, 64, 4))
@@ -79,9 +79,9 @@ def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: boo
         shards: the shards claimed from.
         batch: the claim's limit.
         generic: plan with ``plan_cache_mode = force_generic_plan`` (the plan a node's claim
-            session uses, ``store.CLAIM_SESSION_SETTINGS``) instead of a custom plan.
+            session uses, ``claims.CLAIM_SESSION_SETTINGS``) instead of a custom plan.
     """
-    text, names = to_positional(QUERIES["finish_and_claim"])
+    text, names = positional(QUERIES["finish_and_claim"])
     values = {
         "outcomes": "[]",
         "node": "bench-explain",
@@ -186,7 +186,7 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
     result.notes.append(
         "claim latency seen by the node (round trip + building ClaimedJob), "
         "through a node's claim session: statements prepared after 5 uses, "
-        "generic plans, no JIT (store.CLAIM_SESSION_SETTINGS), with a node's "
+        "generic plans, no JIT (claims.CLAIM_SESSION_SETTINGS), with a node's "
         f"garbage collection (report.tune_collector); {samples:,} claims per "
         "cell"
     )

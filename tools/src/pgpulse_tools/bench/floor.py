@@ -25,8 +25,8 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
+from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.sql import load_queries  # the same "-- name:" block format as queries.sql
-from pgpulse.store import CLAIM_SESSION_SETTINGS
 from pgpulse_tools.bench.common import admin, drop_db, pct, with_db
 
 FLOOR_SQL: Final[dict[str, str]] = load_queries("floor.sql", __package__)
@@ -63,7 +63,7 @@ def pgbench_script() -> str:
 def claim_latency(dsn: str, batches: Sequence[int], samples: int) -> dict[int, dict[str, Any]]:
     """Time ``samples`` floor claims of each size in ``batches`` (ms, round trip included), each
     claim's jobs handed back untimed; the claiming session has a node's claim settings
-    (``store.CLAIM_SESSION_SETTINGS``: generic plans, no JIT) and prepares the statement at once.
+    (``claims.CLAIM_SESSION_SETTINGS``: generic plans, no JIT) and prepares the statement at once.
 
     Returns:
         ``{batch: {"p50": ms, "p99": ms, "max": ms, "claims": samples, "claimed": jobs in the

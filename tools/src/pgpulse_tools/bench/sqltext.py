@@ -1,4 +1,5 @@
-"""Pulse's statements rewritten for other clients: ``$n`` for PREPARE, ``:var`` for pgbench.
+"""Pulse's statements rewritten for pgbench: ``:var`` for its placeholders (``$n`` for PREPARE
+is :func:`pgpulse.sql.positional`, which the store itself uses).
 
 The benchmark never keeps its own copy of Pulse's SQL: it takes the text from ``QUERIES`` (so a
 change to ``queries.sql`` changes the ceiling too) and only rewrites psycopg's ``%(name)s``
@@ -19,17 +20,6 @@ def placeholders(statement: str) -> list[str]:
     for match in _PLACEHOLDER.finditer(statement):
         seen.setdefault(match.group(1), None)
     return list(seen)
-
-
-def to_positional(statement: str) -> tuple[str, list[str]]:
-    """Rewrite ``%(name)s`` as ``$1, $2...`` (one number per distinct name).
-
-    Returns:
-        The rewritten text (for ``PREPARE name AS ...``) and the names in ``$n`` order.
-    """
-    names = placeholders(statement)
-    index = {name: i + 1 for i, name in enumerate(names)}
-    return _PLACEHOLDER.sub(lambda m: f"${index[m.group(1)]}", statement).replace("%%", "%"), names
 
 
 def substitute(statement: str, values: Mapping[str, str]) -> str:

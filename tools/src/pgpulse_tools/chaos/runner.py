@@ -28,9 +28,9 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 
 from pgpulse.app import connect
+from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.errors import DatabaseUnavailable, InvalidInput
 from pgpulse.sql import load_queries
-from pgpulse.store import LEADER_LOCK_KEY
 from pgpulse_tools.chaos.checker import Verdict, check
 from pgpulse_tools.chaos.cluster import Cluster, NodeSettings
 from pgpulse_tools.chaos.faults import (

@@ -1,0 +1,412 @@
+"""The statements a node runs: claims, outcomes, leases, hand-backs, heartbeats.
+
+:class:`ClaimStore` is the part of the store a node's own sessions use — the claim loop's
+(:data:`CLAIM_SESSION_SETTINGS`) and the heartbeat's — and :class:`~pgpulse.store.Store`, the
+whole store, inherits it. Every method runs one statement of ``sql/queries.sql`` and says in its
+docstring what it locks and what it fences (design.md, invariants 2 and 3). Instants are aware
+datetimes; durations are seconds. ``now`` parameters exist for tests only: production callers
+leave them ``None`` so the database's clock decides (design.md, invariant 1).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+import psycopg
+from psycopg.abc import Buffer
+from psycopg.rows import tuple_row
+from psycopg.types.json import JsonbBinaryLoader
+
+from pgpulse.database import ConnectionSource
+from pgpulse.model import ClaimedJob, ClaimKey, Heartbeat, Outcome, Step
+from pgpulse.planner import Advance
+from pgpulse.sql import QUERIES, positional
+
+#: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
+LEADER_LOCK_KEY = 0x50756C73
+
+#: Settings of the session a node claims through (:meth:`ClaimStore.finish_and_claim`). The claim
+#: and the batch completion are planned once per session, as a generic plan: the plan does not
+#: depend on the values (the due bound is an index condition whatever they are), and a custom
+#: plan of these CTEs costs ~1 ms of planning per call, as much as claiming 25 jobs. JIT is off:
+#: a generic plan's row estimates can cross ``jit_above_cost``, and compiling costs tens of ms.
+#: TimeZone is UTC (instants are absolute; only their Python form changes): psycopg then returns
+#: timestamps with ``datetime.UTC`` rather than a ``ZoneInfo``, which the planner's per-run
+#: comparisons and arithmetic handle without a time-zone lookup. Sequential scans are off: every
+#: table this statement touches is read through an index by design, and a generic plan made
+#: while ``pgpulse_runs`` is empty (and analyzed) would scan the whole history per finished run.
+CLAIM_SESSION_SETTINGS = {
+    "plan_cache_mode": "force_generic_plan",
+    "jit": "off",
+    "enable_seqscan": "off",
+    "TimeZone": "UTC",
+}
+
+
+class _PayloadLoader(JsonbBinaryLoader):
+    """psycopg's binary ``jsonb`` loader, with the empty object (most jobs' payload) made
+    without calling the JSON decoder: a new ``dict`` each time, as ``json.loads`` gives."""
+
+    def load(self, data: Buffer) -> Any:
+        """Decode one ``jsonb`` value (version byte, then JSON text)."""
+        if data == b"\x01{}":
+            return {}
+        return super().load(data)
+
+
+@functools.lru_cache(maxsize=16)
+def _array_literal(values: tuple[int, ...]) -> str:
+    """``values`` as a PostgreSQL array literal (``{1,2,3}``), sent as text and cast by the
+    statement: a node's shards change rarely, and psycopg would dump the list at every step."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _storable(text: str | None) -> str | None:
+    """``text`` as PostgreSQL can store it: NUL characters (which ``text`` cannot hold) become
+    U+FFFD and lone surrogates (undecodable bytes kept by ``surrogateescape``) become ``?``.
+    Handler output and error text come from anywhere; they must never block an outcome."""
+    if text is None:
+        return None
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+#: The claim step (``finish_and_claim``) with PostgreSQL's own placeholders, and their names in
+#: order: sent through a raw cursor, as written, so the driver never parses it.
+_STEP, _STEP_PARAMS = positional(QUERIES["finish_and_claim"])
+
+
+_NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
+
+
+def _skips(advance: Advance | None) -> dict[str, Any]:
+    """The skipped occurrences of an outcome as ``finish_and_claim`` reads them: a count, the
+    first and (for more than one) the last; the statement writes one summary row of them."""
+    if advance is None or not advance.skipped_count:
+        return _NO_SKIPS
+    return {
+        "skips": advance.skipped_count,
+        "skip_from": advance.skipped_first,
+        "skip_to": advance.skipped_last if advance.skipped_count > 1 else None,
+    }
+
+
+class ClaimStore:
+    """Intent-named access to what a node claims, finishes, renews and hands back.
+
+    Args:
+        pool: an open pool of autocommit connections with dict rows
+            (:func:`pgpulse.database.open_pool`), or a node's dedicated
+            :class:`~pgpulse.database.Session` (its claim or heartbeat session).
+    """
+
+    def __init__(self, pool: ConnectionSource) -> None:
+        self.pool = pool
+
+    async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(QUERIES[name], params or {})
+            return list(await cur.fetchall()) if cur.description else []
+
+    # -- claims and outcomes ---------------------------------------------------------------
+
+    async def claim_due(
+        self,
+        node: str,
+        shards: Sequence[int],
+        limit: int,
+        *,
+        lease: float,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` due idle jobs of ``shards`` for ``node``, oldest due first
+        (:meth:`finish_and_claim` with no outcomes to write).
+
+        Concurrency: one statement; rows are locked ``FOR UPDATE SKIP LOCKED`` so concurrent
+        claimers never wait on each other and never receive the same job. Each claimed job gets
+        status ``running``, ``attempt + 1``, a new fencing token and a lease of ``lease``
+        seconds, and keeps (retry) or draws (first attempt) the occurrence's run id. Nothing is
+        written to ``pgpulse_runs`` until the attempt ends (:meth:`finish_runs`, or the sweeper).
+        """
+        if limit <= 0 or not shards:
+            return []
+        return (await self.finish_and_claim((), node, shards, limit, lease=lease, now=now)).jobs
+
+    async def finish_runs(
+        self, outcomes: Sequence[Outcome], *, now: datetime | None = None
+    ) -> set[ClaimKey]:
+        """End the current attempt of each job in ``outcomes`` — fenced — in one statement
+        (:meth:`finish_and_claim` claiming nothing).
+
+        Concurrency: each element is written only if its job is still ``running`` under the
+        element's fencing token; otherwise that element changes nothing (its lease was lost).
+        Skipped occurrences of an element are inserted only if the element was written.
+
+        Returns:
+            The claims (job id, fencing token) whose outcome was written.
+        """
+        if not outcomes:
+            return set()
+        return (await self.finish_and_claim(outcomes, "", (), 0, lease=0.0, now=now)).written
+
+    async def finish_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        node: str,
+        shards: Sequence[int],
+        limit: int,
+        *,
+        lease: float,
+        now: datetime | None = None,
+    ) -> Step:
+        """One step of a node's claim loop, in one statement (one round trip, one commit):
+        write the fenced ``outcomes`` (as :meth:`finish_runs`), then claim up to ``limit`` due
+        jobs of ``shards`` (as :meth:`claim_due`; nothing is claimed when ``limit`` is 0 or
+        ``shards`` is empty).
+
+        The claim sees the database as it was before the outcomes: a job whose next occurrence
+        is already due is claimed at the next step (its outcome's ``next_run_at`` says when).
+        If the statement fails, nothing of it is committed and the caller may send the same
+        outcomes again (fenced writes are idempotent). The outcomes go out as one JSON array, in
+        job id order (as renew_leases writes: two statements over the same running rows never
+        wait on each other in a cycle, i.e. never deadlock); their text is made storable
+        (:func:`_storable`) and their instants are written by orjson as RFC 3339 with offset.
+
+        Raises:
+            psycopg.Error: the statement failed (nothing was written or claimed).
+            DatabaseUnavailable: the store's session could not connect.
+        """
+        batch = [
+            {
+                "job_id": o.job.id,
+                "token": o.job.fencing_token,
+                "status": o.status,
+                "scheduled_for": o.next_scheduled_for,
+                "next_run_at": o.next_run_at,
+                "retry_in": o.retry_in or 0.0,
+                "reset_attempt": o.advance is not None,
+                "outcome": o.outcome,
+                "error": o.error and _storable(o.error),
+                "output": o.output and _storable(o.output),
+                **_skips(o.advance),
+                "skip_reason": o.skip_reason,
+            }
+            for o in sorted(outcomes, key=lambda o: o.job.id)
+        ]
+        params = {
+            "outcomes": orjson.dumps(batch).decode(),
+            "now": now,
+            "node": node,
+            "shards": _array_literal(tuple(shards)),
+            "limit": max(limit, 0) if shards else 0,
+            "lease": lease,
+        }
+        async with self.pool.connection() as conn:
+            # As written (a raw cursor: the driver does not parse the statement), with
+            # ClaimedJob's fields, in order, in binary (no text parsing of instants and numbers).
+            cur = psycopg.AsyncRawCursor(conn, row_factory=tuple_row)
+            cur.adapters.register_loader("jsonb", _PayloadLoader)
+            await cur.execute(_STEP, [params[name] for name in _STEP_PARAMS], binary=True)
+            rows = await cur.fetchall()
+        fields = len(ClaimedJob._fields)  # then next_due, then written (on one row)
+        written = next(
+            {(job_id, token) for job_id, token in row[fields + 1]}
+            for row in rows
+            if row[fields + 1] is not None
+        )
+        jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
+        if not (limit > 0 and shards):
+            return Step(written, jobs, None, None)
+        next_due, db_now = rows[0][fields], rows[0][fields - 1]
+        if len(jobs) < limit:  # a job finished here may be due before anything else
+            for o in outcomes:
+                if o.job.key in written:
+                    at = o.next_run_at or db_now + timedelta(seconds=o.retry_in or 0.0)
+                    next_due = at if next_due is None else min(next_due, at)
+        return Step(written, jobs, next_due, db_now)
+
+    async def renew_leases(
+        self, held: Sequence[ClaimKey], *, lease: float, now: datetime | None = None
+    ) -> set[ClaimKey]:
+        """Extend the lease of each claim (job id, fencing token) still held; return the claims
+        renewed.
+
+        Fenced: a pair whose token is stale, whose job is no longer running, or whose lease has
+        already expired is not renewed — its holder must stop the run (design.md, invariant 3).
+        """
+        if not held:
+            return set()
+        held = sorted(held)  # job id order, as finish_runs: no lock-order deadlock
+        rows = await self._rows(
+            "renew_leases",
+            {
+                "job_ids": [job_id for job_id, _ in held],
+                "tokens": [tok for _, tok in held],
+                "lease": lease,
+                "now": now,
+            },
+        )
+        return {(row["id"], row["fencing_token"]) for row in rows}
+
+    async def hand_back_runs(
+        self,
+        held: Sequence[ClaimKey],
+        *,
+        started: Collection[ClaimKey],
+        reason: str,
+        now: datetime | None = None,
+    ) -> tuple[int, int]:
+        """Hand claims back (a node that stops): each held job is idle and due at once, and
+        ``reason`` becomes its ``last_error``. Fenced per claim (job id, fencing token).
+
+        A claim in ``started`` (its handler was called) counts as an attempt: its run row is
+        written ``retrying`` with ``reason`` as the error, so the next claim is the next
+        attempt. Any other claim is not counted and leaves no row.
+
+        Returns:
+            (claims handed back, of which counted as attempts).
+        """
+        if not held:
+            return 0, 0
+        rows = await self._rows(
+            "hand_back_runs",
+            {
+                "job_ids": [job_id for job_id, _ in held],
+                "tokens": [token for _, token in held],
+                "started": [key in started for key in held],
+                "reason": reason,
+                "now": now,
+            },
+        )
+        return len(rows), sum(1 for row in rows if row["started"])
+
+    # -- nodes and leases ------------------------------------------------------------------
+
+    async def reap_expired_leases(
+        self, *, limit: int = 1000, older_than: float = 0.0, now: datetime | None = None
+    ) -> int:
+        """Return running jobs whose lease expired (more than ``older_than`` seconds ago) to
+        idle, due at once; return how many. Nodes reap with each :meth:`heartbeat`; this is
+        the same sweep on behalf of no node (nothing recorded, no leadership taken).
+
+        Locks the expired rows ``SKIP LOCKED``; the occurrence's run row is written as
+        ``retrying`` (the lost attempt counted) so the next claim is the next attempt of the
+        same run.
+        """
+        beat = await self.heartbeat(
+            None, running=0, shards=(), ttl=0.0, backup_delay=older_than, limit=limit, now=now
+        )
+        return beat.reaped
+
+    async def register_node(
+        self,
+        node: str,
+        *,
+        hostname: str,
+        pid: int,
+        slots: int,
+        handlers: Collection[str],
+        ttl: float | None = None,
+        rejoin: bool = False,
+        now: datetime | None = None,
+    ) -> None:
+        """Insert or refresh this node's registry row (state ``alive``).
+
+        Args:
+            ttl: seconds of silence after which the node's peers count it dead (its
+                ``node_ttl``); ``status`` and the API judge it by the same. ``None``: unknown.
+            rejoin: the node was running and registers again (its row went stale): keep its
+                ``started_at``. ``False`` (a start, a restart under the same id) resets it.
+        """
+        await self._rows(
+            "register_node",
+            {
+                "node": node,
+                "hostname": hostname,
+                "pid": pid,
+                "slots": slots,
+                "handlers": sorted(handlers),
+                "ttl": ttl,
+                "rejoin": rejoin,
+                "now": now,
+            },
+        )
+
+    async def revive_jobs(self, handlers: Collection[str]) -> int:
+        """Return jobs that failed for want of a handler in ``handlers`` to idle, due at once.
+        Returns how many were revived."""
+        return len(await self._rows("revive_jobs", {"handlers": sorted(handlers)}))
+
+    async def heartbeat(
+        self,
+        node: str | None,
+        *,
+        running: int,
+        shards: Sequence[int],
+        ttl: float,
+        state: str = "alive",
+        leading: bool | None = None,
+        backup_delay: float | None = None,
+        limit: int = 1000,
+        now: datetime | None = None,
+    ) -> Heartbeat:
+        """Record this node's heartbeat, take part in leadership, and reap expired leases — one
+        statement (design.md, "Cluster behaviour").
+
+        A node is live when its state is ``alive`` and its heartbeat is younger than ``ttl``
+        seconds by the database's clock. If this node's row is missing (pruned), it is not in
+        ``live`` and the caller should register again.
+
+        Args:
+            node: this node's id; ``None`` records nothing (a sweep only).
+            leading: ``True`` if this connection holds the leader lock already (the lock is not
+                asked for again), ``False`` to try to take it — a session-level lock, so only
+                over a dedicated session, never a pool; ``None`` (default) takes no part.
+            backup_delay: if this connection does not lead, reap only leases expired more than
+                this many seconds ago (``None``: none); the leader reaps every expired lease.
+            limit: most leases reaped by one heartbeat.
+
+        Concurrency: expired rows are locked ``SKIP LOCKED`` (sweepers never wait on each
+        other; reaping twice is harmless); the run row stays open as ``retrying`` so the next
+        claim is the next attempt of the same run; each reaped job's shard is notified.
+        """
+        [row] = await self._rows(
+            "heartbeat",
+            {
+                "node": node,
+                "running": running,
+                "shards": list(shards),
+                "ttl": ttl,
+                "state": state,
+                "leading": leading,
+                "leader_key": LEADER_LOCK_KEY,
+                "backup_delay": backup_delay,
+                "limit": limit,
+                "now": now,
+            },
+        )
+        return Heartbeat(
+            live=tuple(row["live"]),
+            db_now=row["db_now"],
+            leader=row["leader"],
+            reaped=row["reaped"],
+        )
+
+    async def stop_node(self, node: str) -> None:
+        """Mark this node stopped (it owns no shards from now on)."""
+        await self._rows("stop_node", {"node": node, "now": None})
+
+    async def prune(self, *, keep_runs: float, now: datetime | None = None) -> tuple[int, int]:
+        """Delete finished runs older than ``keep_runs`` seconds and nodes silent for a day.
+        Returns (runs deleted, nodes deleted)."""
+        row = (await self._rows("prune", {"keep": keep_runs, "now": now}))[0]
+        return row["runs"], row["nodes"]

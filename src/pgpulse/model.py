@@ -1,0 +1,162 @@
+"""The values the engine and the store exchange: a claimed job, an attempt's outcome, what one
+claim step and one heartbeat did (pure: no I/O, no clock).
+
+The store builds them from rows and takes them as arguments (:mod:`pgpulse.store`); the engine,
+the attempts it runs and the planner compute with them. Instants are aware datetimes; durations
+are seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, NamedTuple
+
+from pgpulse.planner import Advance, CatchUpPolicy
+from pgpulse.schedule import Schedule, parse_schedule
+
+#: The outcomes an attempt's write gives its run row (``running`` is only ever shown, by the
+#: ``pgpulse_runs_live`` view, never written).
+RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
+
+#: What identifies one claim of a job: (job id, fencing token). Every write about a claimed run
+#: names both (design.md, invariant 3), and a node may hold two claims of one job at once (a
+#: stale one whose outcome is still on its way, and the newer one).
+ClaimKey = tuple[int, int]
+
+
+class ClaimedJob(NamedTuple):
+    """A job this node holds a lease on, as the claim returned it (immutable).
+
+    Attributes mirror ``pgpulse_jobs`` columns; durations are seconds. ``run_id`` is the id
+    of the ``pgpulse_runs`` row of ``scheduled_for`` (written when an attempt ends; the claim only
+    reserves the id); ``db_now`` is the database's instant of the claim (the run's
+    ``started_at``). A claim row is these fields in this order: the store builds each claimed
+    job from the row's tuple (a named tuple: no dict and no per-field setattr per job).
+    """
+
+    id: int
+    tenant: str
+    name: str
+    schedule: str
+    timezone: str
+    handler: str
+    payload: dict[str, Any]
+    catch_up: Literal["skip", "backfill", "coalesce"]
+    backfill_limit: int | None
+    misfire_grace: float
+    max_attempts: int
+    retry_backoff: float
+    timeout: float | None
+    anchor_at: datetime
+    scheduled_for: datetime
+    attempt: int
+    fencing_token: int
+    run_id: int
+    db_now: datetime
+
+    @property
+    def key(self) -> ClaimKey:
+        """This claim's (job id, fencing token)."""
+        return (self.id, self.fencing_token)
+
+    @property
+    def parsed_schedule(self) -> Schedule:
+        """The job's schedule (parsed once per process, cached)."""
+        return parse_schedule(self.schedule, self.timezone)
+
+    @property
+    def policy(self) -> CatchUpPolicy:
+        """The job's catch-up policy (one shared immutable object per distinct setting)."""
+        return _policy(self.catch_up, self.misfire_grace, self.backfill_limit)
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy(
+    mode: Literal["skip", "backfill", "coalesce"], misfire_grace: float, backfill_limit: int | None
+) -> CatchUpPolicy:
+    return CatchUpPolicy(mode, misfire_grace, backfill_limit)
+
+
+class Outcome(NamedTuple):
+    """How an attempt of a claimed job ends: what :meth:`~pgpulse.claims.ClaimStore.finish_runs`
+    writes (immutable; a named tuple, as it is built once per run on the hot path).
+
+    Exactly one of ``advance`` (move to ``advance.scheduled_for``, recording its skipped
+    occurrences) or ``retry_in`` (seconds until the next attempt of the same occurrence) applies;
+    with neither, the job keeps its occurrence (used with ``status="failed"``).
+
+    Attributes:
+        job: the claimed job (its id, fencing token and run id fence the write).
+        outcome: the run row's new outcome.
+        advance: where the job goes next, for a final outcome.
+        retry_in: seconds until the retry, for ``retrying``.
+        status: the job's new status: ``idle``, or ``failed`` (cannot be scheduled).
+        error: error text for the run and the job's ``last_error``.
+        output: captured output (already truncated).
+        skip_reason: error text of the skipped occurrences' rows.
+        ended_at: the database's instant (as the node estimates it) when the handler ended;
+            ``None`` when no handler ran. Not written: metrics take the run's duration from it,
+            and the log the instant of a retry.
+    """
+
+    job: ClaimedJob
+    outcome: RunOutcome
+    advance: Advance | None = None
+    retry_in: float | None = None
+    status: Literal["idle", "failed"] = "idle"
+    error: str | None = None
+    output: str | None = None
+    skip_reason: str | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def next_scheduled_for(self) -> datetime:
+        """The occurrence the job holds after this write."""
+        return self.advance.scheduled_for if self.advance else self.job.scheduled_for
+
+    @property
+    def next_run_at(self) -> datetime | None:
+        """When the job may be claimed next; ``None`` means ``retry_in`` seconds from now."""
+        if self.advance is not None:
+            return self.advance.scheduled_for
+        return None if self.retry_in is not None else self.job.scheduled_for
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one :meth:`~pgpulse.claims.ClaimStore.finish_and_claim` did.
+
+    Attributes:
+        written: the claims (job id, fencing token) whose outcome was written; the others'
+            leases were lost.
+        jobs: the jobs claimed, oldest occurrence first.
+        next_due: when fewer jobs than asked were claimed, the earliest due instant known: of
+            the claimed shards' idle jobs, or of a job whose outcome was just written (it may
+            be due already: the claim did not see it). ``None``: none known, or nothing asked.
+        db_now: the database's instant of the claim (``None`` when nothing was asked).
+    """
+
+    written: set[ClaimKey]
+    jobs: list[ClaimedJob]
+    next_due: datetime | None
+    db_now: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """What one :meth:`~pgpulse.claims.ClaimStore.heartbeat` found and did.
+
+    Attributes:
+        live: ids of the nodes alive by the database's clock (this one included if alive).
+        db_now: the database's instant of the heartbeat.
+        leader: whether the heartbeat's connection holds the leader lock (as the caller said,
+            when it passed ``leading=True``).
+        reaped: how many expired leases it returned to the pool.
+    """
+
+    live: tuple[str, ...]
+    db_now: datetime
+    leader: bool
+    reaped: int
