@@ -652,8 +652,8 @@ def test_parsed_fields() -> None:
         pytest.param("1,,2 * * * *", "minute field: empty list item", id="empty_list_item"),
         pytest.param("0 0 * foo *", "month field: 'foo' is not a number or a name", id="bad_name"),
         pytest.param("0 0 * * mon-", "day-of-week field: '' is not a number", id="open_range"),
-        pytest.param("0 0 L * *", "day-of-month field: 'L' is not a number", id="no_L_extension"),
-        pytest.param("0 0 * * 5#2", "day-of-week field: '5#2' is not a number", id="no_hash"),
+        pytest.param("0 0 * L *", "month field: 'L': L, W, # and ? belong", id="L_in_month"),
+        pytest.param("0 0 * * 5#6", "day-of-week field: '5#6': the number after #", id="hash_6"),
         pytest.param("x * * * *", "minute field: 'x' is not a number", id="garbage"),
         pytest.param(
             "* * * *", "expected 5 fields (or 6 with seconds first), got 4", id="4_fields"

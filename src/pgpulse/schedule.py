@@ -8,20 +8,26 @@ different instants over the second instead of aligning them all on whole seconds
 
 The cron rules are those of Vixie cron as Debian ships it (design.md, invariant 7):
 
-* Day-of-month and day-of-week: if either field starts with ``*`` a day must match both,
-  otherwise either (Debian cron, ``DOM_STAR``/``DOW_STAR`` in ``entry.c``).
+* Day-of-month and day-of-week: if either field starts with ``*`` (or ``?``, read as ``*``) a
+  day must match both, otherwise either (Debian cron, ``DOM_STAR``/``DOW_STAR`` in ``entry.c``).
 * Daylight saving: a job whose minute or hour field starts with ``*`` follows elapsed time: it
   fires at every matching instant that exists, never inside a skipped hour, in both passes of a
   repeated hour. Any other job is a fixed-time job: a local time inside a skipped hour fires at the
   first instant after the gap, one inside a repeated hour on the first pass only (Debian cron's
   DST handling in ``cron.c``).
 * ``a/n`` means ``a-max/n`` (a cronie extension); day-of-week 7 is Sunday, like 0.
+* Quartz's day extensions (:mod:`pgpulse.cron_days`): ``L`` (last day of the month), ``L-n``,
+  ``nW`` (the weekday nearest day n, within the month), ``LW``, ``L-nW`` in day-of-month;
+  ``n#k`` (the k-th weekday n, k = 1-5; a month without one does not fire) and ``nL`` (the last
+  weekday n) in day-of-week. Each day field is evaluated to the set of days it matches in the
+  month, extensions included, and the rule above combines the two sets: ``0 0 ? * 5#2`` is the
+  second Friday of each month; ``0 0 15W * 5`` is the weekday nearest the 15th *and* every
+  Friday. The DST rules are unchanged: they depend on the minute and hour fields only.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -30,6 +36,7 @@ from zoneinfo import ZoneInfo
 
 from pgpulse import cron as cron_math
 from pgpulse.cron import HORIZON_YEARS, Cron
+from pgpulse.cron_syntax import describe_cron, invalid, parse_cron
 from pgpulse.errors import InvalidSchedule
 from pgpulse.zones import load_zone
 
@@ -41,38 +48,14 @@ Schedules follow Vixie/Debian cron and are read in the job's time zone.
             six fields put seconds first: '*/15 * * * * *'.
             Each field: * 5 1-5 1,15 */10 1-30/10 5/10 (= 5-max/10); names jan-dec and sun-sat;
             day-of-week 0 and 7 are Sunday. When day-of-month and day-of-week both start
-            with something other than '*', a day matching either one fires.
+            with something other than '*' or '?', a day matching either one fires.
+            Day-of-month also: L (last day), L-3, 15W (weekday nearest the 15th), LW, L-2W, ?;
+            day-of-week also: 5#2 (second Friday), 5L (last Friday), ?.
   macros    @yearly @annually @monthly @weekly @daily @midnight @hourly
   interval  @every 30s, @every 15m, @every 1h30m, @every 2d (units d h m s, at least 1s)"""
 
 _SECOND = timedelta(seconds=1)
 _MAX_INTERVAL = timedelta(days=3650)
-_MONTH_NAMES = (
-    "",
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
-_DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
-_MAX_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-# (field name, lowest value, highest value, names accepted for values)
-_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
-    ("second", 0, 59, {}),
-    ("minute", 0, 59, {}),
-    ("hour", 0, 23, {}),
-    ("day-of-month", 1, 31, {}),
-    ("month", 1, 12, {n[:3].lower(): i for i, n in enumerate(_MONTH_NAMES) if n}),
-    ("day-of-week", 0, 7, {n[:3].lower(): i for i, n in enumerate(_DAY_NAMES)}),
-)
 _MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -298,12 +281,11 @@ class Schedule:
         )
 
     def describe(self) -> str:
-        """Return a short English description, e.g. ``"at 04:30 on Friday (Europe/London)"``."""
+        """Return a short English description, e.g. ``"at 04:30 on Friday (Europe/London)"``,
+        or ``"at 10:15 on the last Friday of the month (UTC)"``."""
         if self.interval is not None:
             return "every " + _describe_interval(self.interval)
-        assert self._cron is not None
-        parts = (_describe_time(self._cron), _describe_days(self._cron))
-        return " ".join(p for p in parts if p) + f" ({self.timezone})"
+        return f"{describe_cron(self._cron_fields)} ({self.timezone})"
 
 
 @lru_cache(maxsize=4096)
@@ -311,9 +293,10 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     """Parse and validate a schedule (cached on ``(expr, timezone)``).
 
     Args:
-        expr: a cron expression (5 fields, or 6 with seconds first), a macro (``@daily``...) or
-            an interval (``@every 1h30m``); see :data:`SCHEDULE_HELP`. Cron semantics follow
-            Vixie cron as Debian ships it; ``a/n`` follows cronie.
+        expr: a cron expression (5 fields, or 6 with seconds first), a macro (``@daily``...), or
+            an interval (``@every 1h30m``); see
+            :data:`SCHEDULE_HELP`. Cron semantics follow Vixie cron as Debian ships it, ``a/n``
+            cronie, and the day extensions Quartz (module docstring).
         timezone: an IANA time zone name the cron fields are read in.
 
     Returns:
@@ -321,7 +304,7 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
 
     Raises:
         InvalidSchedule: malformed, ``@reboot``, or can never fire (``0 0 30 2 *``); the message
-            names the offending cron field; ``field="schedule"``, ``value=expr``.
+            names the offending cron field and value; ``field="schedule"``, ``value=expr``.
         UnknownTimeZone: ``timezone`` is not an IANA name; ``field="timezone"``.
     """
     text = expr.strip()
@@ -331,24 +314,21 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
         interval = _parse_every(expr, words[1:])
         return Schedule(text, timezone, "interval", interval, load_zone(timezone))
     if head == "@reboot":
-        raise _invalid(expr, "Pulse has no reboot event; use a one-off trigger instead")
+        raise invalid(expr, "Pulse has no reboot event; use a one-off trigger instead")
     if head.startswith("@"):
         if head not in _MACROS or len(words) > 1:
-            raise _invalid(expr, f"unknown macro {text!r} (known: {', '.join(_MACROS)}, @every)")
+            known = ", ".join(_MACROS)
+            raise invalid(expr, f"unknown macro {text!r} (known: {known}, @every)")
         words = _MACROS[head].split()
-    cron = _parse_cron(expr, words)
+    cron = parse_cron(expr, words)
     return Schedule(text, timezone, "cron", None, load_zone(timezone), cron)
-
-
-def _invalid(expr: str, reason: str) -> InvalidSchedule:
-    return InvalidSchedule(f"schedule {expr!r}: {reason}", field="schedule", value=expr)
 
 
 def _parse_every(expr: str, args: list[str]) -> timedelta:
     duration = args[0] if len(args) == 1 else " ".join(args)
     match = _EVERY_RE.fullmatch(duration)
     if not duration or match is None:
-        raise _invalid(
+        raise invalid(
             expr,
             f"@every duration {duration!r} is not valid: use whole numbers "
             "with units d, h, m, s in that order (30s, 15m, 1h30m, 2d)",
@@ -357,91 +337,10 @@ def _parse_every(expr: str, args: list[str]) -> timedelta:
     try:
         interval = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     except OverflowError:
-        raise _invalid(expr, f"@every duration {duration!r} is too long") from None
+        raise invalid(expr, f"@every duration {duration!r} is too long") from None
     if not _SECOND <= interval <= _MAX_INTERVAL:
-        raise _invalid(expr, f"@every duration {duration!r} must be from 1s to 3650d")
+        raise invalid(expr, f"@every duration {duration!r} must be from 1s to 3650d")
     return interval
-
-
-def _parse_cron(expr: str, words: list[str]) -> Cron:
-    if len(words) not in (5, 6):
-        raise _invalid(expr, f"expected 5 fields (or 6 with seconds first), got {len(words)}")
-    texts = tuple(words) if len(words) == 6 else ("0", *words)
-    sec, mins, hrs, doms, months, dows = (
-        _parse_field(expr, index, text) for index, text in enumerate(texts)
-    )
-    dows = frozenset(d % 7 for d in dows)
-    day_or = not (texts[3].startswith("*") or texts[5].startswith("*"))
-    if not day_or and not any(d <= _MAX_DAYS[m] for m in months for d in doms):
-        month_list = _join([_MONTH_NAMES[m] for m in sorted(months)], "or")
-        raise _invalid(
-            expr,
-            f"day-of-month field: {texts[3]} never occurs in {month_list}, "
-            "so the schedule can never fire",
-        )
-
-    def matches(day: int, weekday: int) -> bool:
-        return (day in doms or weekday in dows) if day_or else (day in doms and weekday in dows)
-
-    month_days = {  # cron weekday of day d when the 1st is Python weekday f: (f + d) % 7
-        (length, first): tuple(d for d in range(1, length + 1) if matches(d, (first + d) % 7))
-        for length in range(28, 32)
-        for first in range(7)
-    }
-    return Cron(
-        texts,
-        len(words) == 6,
-        tuple(sorted(sec)),
-        tuple(sorted(mins)),
-        tuple(sorted(hrs)),
-        tuple(sorted(doms)),
-        months,
-        tuple(sorted(dows)),
-        day_or,
-        texts[1].startswith("*") or texts[2].startswith("*"),
-        month_days,
-    )
-
-
-def _parse_field(expr: str, index: int, text: str) -> frozenset[int]:
-    values: set[int] = set()
-    for item in text.split(","):
-        if not item:
-            raise _field_error(expr, index, f"empty list item in {text!r}")
-        base, slash, step_text = item.partition("/")
-        if slash and not (step_text.isascii() and step_text.isdigit()):
-            raise _field_error(expr, index, f"step {step_text!r} is not a number")
-        step = int(step_text) if slash else 1
-        if step == 0:
-            raise _field_error(expr, index, f"step 0 in {item!r} is not allowed (minimum 1)")
-        if base == "*":
-            first, last = _FIELDS[index][1:3]
-        elif "-" in base:
-            start, _, stop = base.partition("-")
-            first, last = _field_value(expr, index, start), _field_value(expr, index, stop)
-            if first > last:
-                raise _field_error(expr, index, f"range {base!r} is reversed (start after end)")
-        else:
-            first = _field_value(expr, index, base)
-            last = _FIELDS[index][2] if slash else first  # cronie: 'a/n' means 'a-max/n'
-        values.update(range(first, last + 1, step))
-    return frozenset(values)
-
-
-def _field_value(expr: str, index: int, token: str) -> int:
-    _, low, high, names = _FIELDS[index]
-    if token.lower() in names:
-        return names[token.lower()]
-    if not (token.isascii() and token.isdigit()):
-        kind = "a number or a name" if names else "a number"
-        raise _field_error(expr, index, f"{token!r} is not {kind}")
-    if not low <= int(token) <= high:
-        raise _field_error(expr, index, f"{int(token)} is out of range {low}-{high}")
-    return int(token)
-
-
-def _field_error(expr: str, index: int, reason: str) -> InvalidSchedule:
-    return _invalid(expr, f"{_FIELDS[index][0]} field: {reason}")
 
 
 def _utc(moment: datetime, name: str) -> datetime:
@@ -451,35 +350,6 @@ def _utc(moment: datetime, name: str) -> datetime:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{name} must be a timezone-aware datetime, got naive {moment!r}")
     return moment.astimezone(UTC)
-
-
-# --- describe --------------------------------------------------------------------------------
-
-
-def _join(items: Sequence[str], word: str = "and") -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
-
-
-def _values(values: tuple[int, ...], names: Sequence[str] = ()) -> str:
-    def label(v: int) -> str:
-        return names[v] if names else str(v)
-
-    step = values[1] - values[0] if len(values) >= 4 else 0
-    if step > 1 and values == tuple(range(values[0], values[-1] + 1, step)):
-        return f"{label(values[0])} through {label(values[-1])} in steps of {step}"
-    runs: list[list[int]] = []
-    for v in values:
-        if runs and v == runs[-1][1] + 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    parts: list[str] = []
-    for low, high in runs:
-        if high - low >= 2:
-            parts.append(f"{label(low)} through {label(high)}")
-        else:
-            parts.extend(label(v) for v in range(low, high + 1))
-    return _join(parts)
 
 
 def _describe_interval(interval: timedelta) -> str:
@@ -492,36 +362,3 @@ def _describe_interval(interval: timedelta) -> str:
     if len(parts) == 1 and parts[0].startswith("1 "):
         return parts[0][2:]  # "every hour", not "every 1 hour"
     return " ".join(parts)
-
-
-def _describe_time(cron: Cron) -> str:
-    secs, mins, hrs = cron.seconds, cron.minutes, cron.hours
-    if len(secs) * len(mins) * len(hrs) <= 4:
-        pattern = "{:02d}:{:02d}:{:02d}" if cron.has_seconds else "{:02d}:{:02d}"
-        return "at " + _join([pattern.format(h, m, s) for h in hrs for m in mins for s in secs])
-    pieces: list[str] = []
-    units = (("second", secs, 60), ("minute", mins, 60), ("hour", hrs, 24))
-    for unit, values, size in units[0 if cron.has_seconds else 1 :]:
-        step = values[1] - values[0] if len(values) > 1 else 0
-        if len(values) == size:
-            if not pieces:
-                pieces.append(f"every {unit}")
-        elif step > 1 and size % step == 0 and values == tuple(range(0, size, step)):
-            pieces.append(f"every {step} {unit}s")
-        else:
-            pieces.append(f"{'at ' if not pieces else ''}{unit} {_values(values)}")
-    return " past ".join(pieces)
-
-
-def _describe_days(cron: Cron) -> str:
-    doms = "day-of-month " + _values(cron.doms)
-    dows = _values(cron.dows, _DAY_NAMES)
-    if cron.day_or:
-        days = f"on {doms} or on {dows}"
-    elif len(cron.doms) == 31:
-        days = "" if len(cron.dows) == 7 else f"on {dows}"
-    else:
-        days = f"on {doms}" + ("" if len(cron.dows) == 7 else f" if it is a {dows}")
-    months = sorted(cron.months)
-    in_months = "" if len(months) == 12 else f"in {_values(tuple(months), _MONTH_NAMES)}"
-    return " ".join(p for p in (days, in_months) if p)
