@@ -1,4 +1,5 @@
-"""Schedule arithmetic: cron expressions, macros and ``@every`` intervals (pure, no I/O, no clock).
+"""Schedule arithmetic: cron expressions, macros, ``@every`` intervals and one-off ``@at``
+instants (pure, no I/O, no clock).
 
 Every instant going in must be timezone-aware; every instant coming out is an aware UTC datetime.
 Cron occurrences fall on whole seconds, as in Vixie cron. Interval occurrences are exactly
@@ -23,6 +24,13 @@ The cron rules are those of Vixie cron as Debian ships it (design.md, invariant 
   month, extensions included, and the rule above combines the two sets: ``0 0 ? * 5#2`` is the
   second Friday of each month; ``0 0 15W * 5`` is the weekday nearest the 15th *and* every
   Friday. The DST rules are unchanged: they depend on the minute and hour fields only.
+
+A one-off schedule, ``@at 2026-12-24T18:00:00`` (a wall time in the job's zone) or ``@at
+2026-12-24T18:00:00+01:00`` (an instant), has one occurrence. A wall time inside a skipped hour
+happens at the first instant after the gap, one inside a repeated hour on its first pass, as a
+fixed-time cron job fires. Such a schedule is *finite*: :attr:`Schedule.final` is its instant and
+:meth:`Schedule.next_after_or_none` says ``None`` after it (the job is complete), where recurring
+schedules never end.
 """
 
 from __future__ import annotations
@@ -37,8 +45,8 @@ from zoneinfo import ZoneInfo
 from pgpulse import cron as cron_math
 from pgpulse.cron import HORIZON_YEARS, Cron
 from pgpulse.cron_syntax import describe_cron, invalid, parse_cron
-from pgpulse.errors import InvalidSchedule
-from pgpulse.zones import load_zone
+from pgpulse.errors import InvalidSchedule, ScheduleEnded
+from pgpulse.zones import fixed_instant, load_zone
 
 __all__ = ["SCHEDULE_HELP", "Schedule", "parse_schedule"]
 
@@ -52,7 +60,8 @@ Schedules follow Vixie/Debian cron and are read in the job's time zone.
             Day-of-month also: L (last day), L-3, 15W (weekday nearest the 15th), LW, L-2W, ?;
             day-of-week also: 5#2 (second Friday), 5L (last Friday), ?.
   macros    @yearly @annually @monthly @weekly @daily @midnight @hourly
-  interval  @every 30s, @every 15m, @every 1h30m, @every 2d (units d h m s, at least 1s)"""
+  interval  @every 30s, @every 15m, @every 1h30m, @every 2d (units d h m s, at least 1s)
+  one-off   @at 2026-12-24T18:00:00 (in the job's zone), @at 2026-12-24T18:00:00+01:00"""
 
 _SECOND = timedelta(seconds=1)
 _MAX_INTERVAL = timedelta(days=3650)
@@ -67,6 +76,12 @@ _MACROS = {
 }
 _EVERY_RE = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
 _EVERY_UNITS = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+_AT_RE = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})?",
+    re.IGNORECASE,
+)
+_AT_FORM = "2026-12-24T18:00:00 (in the job's time zone) or 2026-12-24T18:00:00+01:00"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +95,48 @@ class Schedule:
     Attributes:
         expr: the expression as given, stripped.
         timezone: the IANA time zone name the cron fields are read in.
-        kind: ``"cron"`` (cron expression or macro) or ``"interval"`` (``@every``).
+        kind: ``"cron"`` (cron expression or macro), ``"interval"`` (``@every``) or ``"once"``
+            (``@at``).
         interval: the period of an ``@every`` schedule, else None.
+        at: the one occurrence of an ``@at`` schedule (aware UTC), else None.
     """
 
     expr: str
     timezone: str
-    kind: Literal["cron", "interval"]
+    kind: Literal["cron", "interval", "once"]
     interval: timedelta | None = None
     _zone: ZoneInfo = field(default=ZoneInfo("UTC"), repr=False, compare=False)
     _cron: Cron | None = field(default=None, repr=False, compare=False)
+    at: datetime | None = None
+
+    @property
+    def final(self) -> datetime | None:
+        """The last occurrence of a finite schedule (an ``@at`` schedule's instant, aware UTC),
+        or None for a recurring one (cron, macro, ``@every``), which never ends by design.
+
+        The planner's signal that a job is complete: once its ``scheduled_for`` reaches
+        ``final``, :meth:`next_after_or_none` returns None. A cron schedule that cannot fire
+        again (past the year 9999, or only DST-skipped wall times) is an error, not an end:
+        :meth:`next_after` raises for it.
+        """
+        return self.at
+
+    def next_after_or_none(
+        self, after: datetime, *, anchor: datetime | None = None
+    ) -> datetime | None:
+        """:meth:`next_after`, or None when a finite schedule has no occurrence after
+        ``after`` (an ``@at`` schedule at or past its instant: the job is complete).
+
+        Recurring schedules behave exactly as :meth:`next_after`, raising
+        :class:`~pgpulse.errors.InvalidSchedule` when they cannot fire again.
+
+        Raises:
+            ValueError: ``after`` or ``anchor`` is naive.
+            InvalidSchedule: a recurring schedule with no occurrence within 400 years.
+        """
+        if self.at is not None:
+            return self.at if self.at > _utc(after, "after") else None
+        return self.next_after(after, anchor=anchor)
 
     def next_after(self, after: datetime, *, anchor: datetime | None = None) -> datetime:
         """Return the first occurrence strictly later than ``after``.
@@ -121,8 +168,19 @@ class Schedule:
             ValueError: ``after`` or ``anchor`` is naive.
             InvalidSchedule: no occurrence within 400 years (a cron schedule that only matches
                 wall times skipped by DST in its zone, e.g.), or none before the year 10000.
+            ScheduleEnded: (an :class:`~pgpulse.errors.InvalidSchedule`) a one-off schedule
+                at or past its instant; :meth:`next_after_or_none` says None instead.
         """
         start = _utc(after, "after")
+        if self.at is not None:
+            if self.at > start:
+                return self.at
+            raise ScheduleEnded(
+                f"schedule {self.expr!r}: no occurrence after {start.isoformat()}: "
+                f"a one-off schedule fires once, at {self.at.isoformat()}",
+                field="schedule",
+                value=self.expr,
+            )
         found: datetime | None
         try:
             if self.interval is not None:
@@ -156,6 +214,8 @@ class Schedule:
             ValueError: ``moment`` or ``anchor`` is naive.
         """
         end = _utc(moment, "moment")
+        if self.at is not None:
+            return self.at if self.at <= end else None
         try:
             if self.interval is not None:
                 grid = end if anchor is None else _utc(anchor, "anchor")
@@ -186,6 +246,8 @@ class Schedule:
         low, high = _utc(start, "start"), _utc(end, "end")
         if high <= low:
             return 0
+        if self.at is not None:
+            return int(low < self.at <= high)
         if self.interval is not None:
             grid = low if anchor is None else _utc(anchor, "anchor")
             return (high - grid) // self.interval - (low - grid) // self.interval
@@ -209,8 +271,8 @@ class Schedule:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         newest = self.last_at_or_before(moment, anchor=anchor)
-        if newest is None or n == 1:
-            return newest
+        if newest is None or n == 1 or self.at is not None:
+            return newest if n == 1 else None
         if self.interval is not None:
             try:
                 return newest - (n - 1) * self.interval
@@ -249,7 +311,8 @@ class Schedule:
             limit: the most occurrences to return (the search stops there); must be >= 0.
 
         Returns:
-            Aware UTC datetimes, each what repeated :meth:`next_after` calls would give.
+            Aware UTC datetimes, each what repeated :meth:`next_after` calls would give (a
+            one-off schedule's list ends at its instant).
 
         Raises:
             ValueError: a naive instant or a negative ``limit``.
@@ -261,15 +324,15 @@ class Schedule:
         found: list[datetime] = []
         current = start
         while len(found) < limit:
-            current = self.next_after(current, anchor=grid)
-            if current > last:
+            following = self.next_after_or_none(current, anchor=grid)
+            if following is None or following > last:
                 break
-            found.append(current)
+            found.append(current := following)
         return found
 
     @property
     def _cron_fields(self) -> Cron:
-        assert self._cron is not None  # parse_schedule sets exactly one of interval and _cron
+        assert self._cron is not None  # parse_schedule sets one of interval, _cron and at
         return self._cron
 
     def _none_after(self, start: datetime) -> InvalidSchedule:
@@ -282,9 +345,14 @@ class Schedule:
 
     def describe(self) -> str:
         """Return a short English description, e.g. ``"at 04:30 on Friday (Europe/London)"``,
-        or ``"at 10:15 on the last Friday of the month (UTC)"``."""
+        ``"at 10:15 on the last Friday of the month (UTC)"``, ``"once, at 2026-12-24
+        18:00:00+01:00 (Europe/Berlin)"`` (a one-off instant in the job's zone, with its UTC
+        offset: unambiguous in a repeated hour)."""
         if self.interval is not None:
             return "every " + _describe_interval(self.interval)
+        if self.at is not None:
+            local = self.at.astimezone(self._zone).isoformat(sep=" ")
+            return f"once, at {local} ({self.timezone})"
         return f"{describe_cron(self._cron_fields)} ({self.timezone})"
 
 
@@ -293,11 +361,11 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     """Parse and validate a schedule (cached on ``(expr, timezone)``).
 
     Args:
-        expr: a cron expression (5 fields, or 6 with seconds first), a macro (``@daily``...), or
-            an interval (``@every 1h30m``); see
+        expr: a cron expression (5 fields, or 6 with seconds first), a macro (``@daily``...), an
+            interval (``@every 1h30m``) or a one-off instant (``@at 2026-12-24T18:00:00``); see
             :data:`SCHEDULE_HELP`. Cron semantics follow Vixie cron as Debian ships it, ``a/n``
             cronie, and the day extensions Quartz (module docstring).
-        timezone: an IANA time zone name the cron fields are read in.
+        timezone: an IANA time zone name the cron fields (and an ``@at`` wall time) are read in.
 
     Returns:
         The :class:`Schedule`.
@@ -313,15 +381,36 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     if head == "@every":
         interval = _parse_every(expr, words[1:])
         return Schedule(text, timezone, "interval", interval, load_zone(timezone))
+    if head == "@at":
+        zone = load_zone(timezone)
+        return Schedule(text, timezone, "once", None, zone, at=_parse_at(expr, words[1:], zone))
     if head == "@reboot":
         raise invalid(expr, "Pulse has no reboot event; use a one-off trigger instead")
     if head.startswith("@"):
         if head not in _MACROS or len(words) > 1:
             known = ", ".join(_MACROS)
-            raise invalid(expr, f"unknown macro {text!r} (known: {known}, @every)")
+            raise invalid(expr, f"unknown macro {text!r} (known: {known}, @every, @at)")
         words = _MACROS[head].split()
     cron = parse_cron(expr, words)
     return Schedule(text, timezone, "cron", None, load_zone(timezone), cron)
+
+
+def _parse_at(expr: str, args: list[str], zone: ZoneInfo) -> datetime:
+    """The instant of ``@at DATE TIME``: ISO 8601 with ``T`` or a space, seconds and fractions
+    optional; with ``Z`` or an offset it is that instant, else a wall time in ``zone`` (inside a
+    skipped hour: the first instant after the gap; repeated: the first pass)."""
+    moment = " ".join(args)
+    if not _AT_RE.fullmatch(moment):
+        raise invalid(expr, f"@at {moment!r} is not a date and time: write {_AT_FORM}")
+    try:
+        parsed = datetime.fromisoformat(moment.upper().replace(" ", "T"))
+        if parsed.tzinfo is not None:
+            return parsed.astimezone(UTC)
+        return fixed_instant(zone, parsed)
+    except ValueError as exc:
+        raise invalid(expr, f"@at {moment!r} is not a valid date and time ({exc})") from None
+    except OverflowError:
+        raise invalid(expr, f"@at {moment!r} is outside the years 1-9999 in UTC") from None
 
 
 def _parse_every(expr: str, args: list[str]) -> timedelta:
