@@ -11,6 +11,7 @@ Expected instants are written in UTC with the local wall time in a comment. Tran
 
 from __future__ import annotations
 
+import calendar
 import timeit
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -21,6 +22,7 @@ from cronsim import CronSim, CronSimError
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
+from cron_brute import day_matches
 from pgpulse.errors import InvalidSchedule, UnknownTimeZone
 from pgpulse.schedule import SCHEDULE_HELP, Schedule, parse_schedule
 from pgpulse.zones import load_zone
@@ -652,8 +654,8 @@ def test_parsed_fields() -> None:
         pytest.param("1,,2 * * * *", "minute field: empty list item", id="empty_list_item"),
         pytest.param("0 0 * foo *", "month field: 'foo' is not a number or a name", id="bad_name"),
         pytest.param("0 0 * * mon-", "day-of-week field: '' is not a number", id="open_range"),
-        pytest.param("0 0 L * *", "day-of-month field: 'L' is not a number", id="no_L_extension"),
-        pytest.param("0 0 * * 5#2", "day-of-week field: '5#2' is not a number", id="no_hash"),
+        pytest.param("0 0 * L *", "month field: 'L': L, W, # and ? belong", id="L_in_month"),
+        pytest.param("0 0 * * 5#6", "day-of-week field: '5#6': the number after #", id="hash_6"),
         pytest.param("x * * * *", "minute field: 'x' is not a number", id="garbage"),
         pytest.param(
             "* * * *", "expected 5 fields (or 6 with seconds first), got 4", id="4_fields"
@@ -822,9 +824,9 @@ TRANSITIONS = {zone: _transitions(zone) for zone in ZONES}
 SECOND_FIELDS = ["0", "30", "*/20", "10-15"]
 MINUTE_FIELDS = ["0", "30", "*/15", "0,30", "5-10", "*/7", "15/20", "45"]
 HOUR_FIELDS = ["0", "1", "2", "3", "0-3", "*/6", "1,2", "9-17/4", "23"]
-DOM_FIELDS = ["1", "15", "*/10", "28-31", "1,15", "*/2"]
+DOM_FIELDS = ["1", "15", "*/10", "28-31", "1,15", "*/2", "L", "L-2", "15W", "LW", "1,L", "?"]
 MONTH_FIELDS = ["3", "10", "3,4,10", "jan-jun", "*/2"]
-DOW_FIELDS = ["0", "1-5", "sun", "*/2", "6,0", "7"]
+DOW_FIELDS = ["0", "1-5", "sun", "*/2", "6,0", "7", "0L", "0#1", "0#2", "5#5", "1,5L", "?"]
 
 
 @st.composite
@@ -863,12 +865,19 @@ def dst_cases(draw: st.DrawFn, seconds: bool = True) -> tuple[str, str, datetime
     while hours[-1] != last:  # every wall hour from before the change to after it (mod 24)
         hours.append((hours[-1] + 1) % 24)
     local = change.astimezone(tz)
+    # The change's day, also as the L/# forms that name it (its weekday's n-th or last).
+    length = calendar.monthrange(local.year, local.month)[1]
+    weekday = local.isoweekday() % 7
+    doms = ["*", "?", str(local.day), f"L-{length - local.day}"]
+    dows = ["*", "?", str(weekday), f"{weekday}#{(local.day - 1) // 7 + 1}"]
+    if local.day + 7 > length:
+        dows.append(f"{weekday}L")
     fields = [
         draw(st.sampled_from(["*", *MINUTE_FIELDS])),
         draw(st.sampled_from(["*", ",".join(map(str, hours)), *map(str, hours)])),
-        draw(st.sampled_from(["*", str(local.day)])),
+        draw(st.sampled_from(doms)),
         draw(st.sampled_from(["*", str(local.month)])),
-        draw(st.sampled_from(["*", str(local.isoweekday() % 7)])),
+        draw(st.sampled_from(dows)),
     ]
     if seconds and draw(st.booleans()):
         fields.insert(0, draw(st.sampled_from(["*", *SECOND_FIELDS])))
@@ -891,25 +900,36 @@ PROPERTY_SETTINGS = settings(
 
 
 def _parse_or_reject(expr: str, zone: str) -> Schedule:
+    """The schedule, or the example rejected if it is refused or never fires from 2020 on: one
+    that only matches wall times DST skips (``* 1 * 3 0#5`` in London, whose fifth Sunday of
+    March is always its last, the day it springs forward; see the test of such schedules)."""
     try:
-        return parse_schedule(expr, zone)
+        schedule = parse_schedule(expr, zone)
+        schedule.next_after(datetime(2020, 1, 1, tzinfo=UTC))
     except InvalidSchedule:
         reject()
+    return schedule
 
 
 @cache
-def _matcher(expr: str) -> CronSim:
-    """A field oracle: cronsim's parsed sets (its field syntax is the one we accept)."""
-    return CronSim(expr.upper(), datetime(2000, 1, 1))
+def _matcher(expr: str) -> tuple[CronSim, str, str]:
+    """A field oracle: cronsim's parsed sets for the time and month fields (its syntax is ours
+    there), and the day fields for tests/cron_brute.py's day-by-day evaluator (cronsim knows
+    neither L-n nor W)."""
+    fields = expr.upper().split()
+    dom, dow = fields[-3], fields[-1]
+    fields[-3] = fields[-1] = "*"
+    return CronSim(" ".join(fields), datetime(2000, 1, 1)), dom, dow
 
 
-def _matches(oracle: CronSim, wall: datetime) -> bool:
+def _matches(expr: str, wall: datetime) -> bool:
+    oracle, dom, dow = _matcher(expr)
     return (
         wall.second in oracle.seconds
         and wall.minute in oracle.minutes
         and wall.hour in oracle.hours
         and wall.month in oracle.months
-        and oracle.match_day(wall.date())
+        and day_matches(dom, dow, wall.date())
     )
 
 
@@ -920,15 +940,15 @@ def _is_elapsed(expr: str) -> bool:
 
 def _fires_at(expr: str, zone: ZoneInfo, instant: datetime, step: timedelta) -> bool:
     """Brute-force rule of design.md invariant 7: does the job fire at `instant`?"""
-    oracle, local = _matcher(expr), instant.astimezone(zone)
+    local = instant.astimezone(zone)
     wall = local.replace(tzinfo=None, fold=0)
     if _is_elapsed(expr):
-        return _matches(oracle, wall)
-    if _matches(oracle, wall) and local.fold == 0:
+        return _matches(expr, wall)
+    if _matches(expr, wall) and local.fold == 0:
         return True
     before = (instant - step).astimezone(zone).replace(tzinfo=None, fold=0)
     skipped = int((wall - before) / step) - 1  # > 0 just after a spring-forward gap
-    return any(_matches(oracle, before + step * k) for k in range(1, skipped + 1))
+    return any(_matches(expr, before + step * k) for k in range(1, skipped + 1))
 
 
 @PROPERTY_SETTINGS
@@ -991,7 +1011,8 @@ def test_occurrences_between_is_repeated_next_after(
 # --- cronsim as an oracle ------------------------------------------------------------------------
 # cronsim implements the same Debian DOM/DOW rule ("day_and" when either field starts with '*'),
 # the same 'a/n' = 'a-max/n' and the same 0-7 day-of-week range, so in UTC (no DST) its
-# occurrences must equal ours. It also accepts L, W and # (we refuse them), so none are generated.
+# occurrences must equal ours. Its L, W and # are not all ours (no L-n, no nW), so none are
+# generated here: tests/test_cron_days.py checks them against a brute-force evaluator.
 
 FIELD_RANGES = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
 

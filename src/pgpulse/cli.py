@@ -489,7 +489,11 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
     click.echo(f"{parsed.describe()}")
     try:
         for _ in range(count):
-            cursor = parsed.next_after(cursor, anchor=anchor)
+            following = parsed.next_after_or_none(cursor, anchor=anchor)
+            if following is None:  # a one-off schedule: nothing after its instant
+                click.echo(f"no occurrence after {cursor.isoformat()}: the schedule has ended")
+                break
+            cursor = following
             click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
     except PulseError as exc:  # e.g. no occurrence before the year 10000
         click.echo(f"error: {exc}", err=True)

@@ -7,6 +7,10 @@ Debian cron's daylight-saving rules (pure, no I/O, no clock; design.md, invarian
 * A fixed-time job fires once per matching wall time: inside a skipped hour at the first instant
   after the gap (wall times sharing a gap fire once), inside a repeated hour on the first pass.
 
+The days a month matches (day-of-month and day-of-week, with L, W and # and Vixie's rule that
+combines them, :mod:`pgpulse.cron_days`) depend only on the month's length and the weekday of
+its 1st, so they are read from a table of 28 entries made once per expression.
+
 No operation here walks the occurrences it skips: :meth:`Cron.count_walls` counts matching wall
 times by calendar arithmetic (whole 400-year cycles, years, months, days, then the times of one
 day), and a count in a zone adds or removes the wall times of each offset change in the range
@@ -23,7 +27,8 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from pgpulse.zones import instant_at, offset_changes, offsets, transition, wall_at
+from pgpulse.cron_days import DayField
+from pgpulse.zones import fixed_instant, instant_at, offset_changes, offsets, transition, wall_at
 
 __all__ = ["HORIZON_YEARS", "Cron", "count_between", "last_at_or_before", "next_after"]
 
@@ -46,13 +51,14 @@ class Cron:
     seconds: tuple[int, ...]
     minutes: tuple[int, ...]
     hours: tuple[int, ...]
-    doms: tuple[int, ...]
+    dom: DayField  # day-of-month, extensions included (pgpulse.cron_days)
     months: frozenset[int]
-    dows: tuple[int, ...]  # 0-6, Sunday = 0
-    day_or: bool  # neither day field starts with '*': a day matching either fires
+    dow: DayField  # day-of-week, 0-6, Sunday = 0
+    day_or: bool  # neither day field starts with '*' or '?': a day matching either fires
     elapsed: bool  # minute or hour field starts with '*': follows elapsed time across DST
-    # The matching days of a month depend only on its length and the weekday of its 1st:
-    # (days in month, Python weekday of the 1st) -> sorted matching days.
+    # The matching days of a month depend only on its length and the weekday of its 1st, also
+    # with L, W and # (pgpulse.cron_days): (days in month, Python weekday of the 1st) -> sorted
+    # matching days. Every search and count below reads the days of a month from here.
     month_days: dict[tuple[int, int], tuple[int, ...]]
 
     def next_wall(self, start: datetime, last_year: int) -> datetime | None:
@@ -234,25 +240,16 @@ def _fixed_bound(zone: ZoneInfo, moment: datetime) -> datetime:
     return wall_at(change, first) - _SECOND
 
 
-def _fixed_instant(zone: ZoneInfo, wall: datetime) -> datetime:
-    """Where a fixed-time job's matching ``wall`` time fires: its first pass, or the first
-    instant after the gap that skips it (wall times sharing a gap map to the same instant)."""
-    first, second = offsets(zone, wall)
-    if first >= second:  # exists, or repeated: first pass
-        return instant_at(wall, first)
-    return transition(zone, instant_at(wall, second), instant_at(wall, first))
-
-
 def _next_fixed(cron: Cron, zone: ZoneInfo, after: datetime, last_year: int) -> datetime | None:
     """Fixed-time job: each matching wall time once, at its first pass or just after its gap.
     The result is later than ``after``, whose bound is before the wall time found."""
     wall = cron.next_wall(_fixed_bound(zone, after) + _SECOND, last_year)
-    return None if wall is None else _fixed_instant(zone, wall)
+    return None if wall is None else fixed_instant(zone, wall)
 
 
 def _last_fixed(cron: Cron, zone: ZoneInfo, end: datetime, first_year: int) -> datetime | None:
     wall = cron.prev_wall(_fixed_bound(zone, end), first_year)
-    return None if wall is None else _fixed_instant(zone, wall)
+    return None if wall is None else fixed_instant(zone, wall)
 
 
 def _count_fixed(cron: Cron, zone: ZoneInfo, start: datetime, end: datetime) -> int:

@@ -44,6 +44,12 @@ class InvalidSchedule(InvalidInput):
     """A schedule expression is malformed or can never fire (``0 0 30 2 *``)."""
 
 
+class ScheduleEnded(InvalidSchedule):
+    """A finite schedule (a one-off ``@at``) has no occurrence after the instant asked about:
+    its job is complete, not broken (:meth:`pgpulse.schedule.Schedule.next_after_or_none`
+    returns None instead of raising this)."""
+
+
 class UnknownTimeZone(InvalidInput):
     """A time zone name is not in the IANA database (``Mars/Olympus``)."""
 

@@ -1,4 +1,5 @@
-"""Schedule arithmetic: cron expressions, macros and ``@every`` intervals (pure, no I/O, no clock).
+"""Schedule arithmetic: cron expressions, macros, ``@every`` intervals and one-off ``@at``
+instants (pure, no I/O, no clock).
 
 Every instant going in must be timezone-aware; every instant coming out is an aware UTC datetime.
 Cron occurrences fall on whole seconds, as in Vixie cron. Interval occurrences are exactly
@@ -8,20 +9,33 @@ different instants over the second instead of aligning them all on whole seconds
 
 The cron rules are those of Vixie cron as Debian ships it (design.md, invariant 7):
 
-* Day-of-month and day-of-week: if either field starts with ``*`` a day must match both,
-  otherwise either (Debian cron, ``DOM_STAR``/``DOW_STAR`` in ``entry.c``).
+* Day-of-month and day-of-week: if either field starts with ``*`` (or ``?``, read as ``*``) a
+  day must match both, otherwise either (Debian cron, ``DOM_STAR``/``DOW_STAR`` in ``entry.c``).
 * Daylight saving: a job whose minute or hour field starts with ``*`` follows elapsed time: it
   fires at every matching instant that exists, never inside a skipped hour, in both passes of a
   repeated hour. Any other job is a fixed-time job: a local time inside a skipped hour fires at the
   first instant after the gap, one inside a repeated hour on the first pass only (Debian cron's
   DST handling in ``cron.c``).
 * ``a/n`` means ``a-max/n`` (a cronie extension); day-of-week 7 is Sunday, like 0.
+* Quartz's day extensions (:mod:`pgpulse.cron_days`): ``L`` (last day of the month), ``L-n``,
+  ``nW`` (the weekday nearest day n, within the month), ``LW``, ``L-nW`` in day-of-month;
+  ``n#k`` (the k-th weekday n, k = 1-5; a month without one does not fire) and ``nL`` (the last
+  weekday n) in day-of-week. Each day field is evaluated to the set of days it matches in the
+  month, extensions included, and the rule above combines the two sets: ``0 0 ? * 5#2`` is the
+  second Friday of each month; ``0 0 15W * 5`` is the weekday nearest the 15th *and* every
+  Friday. The DST rules are unchanged: they depend on the minute and hour fields only.
+
+A one-off schedule, ``@at 2026-12-24T18:00:00`` (a wall time in the job's zone) or ``@at
+2026-12-24T18:00:00+01:00`` (an instant), has one occurrence. A wall time inside a skipped hour
+happens at the first instant after the gap, one inside a repeated hour on its first pass, as a
+fixed-time cron job fires. Such a schedule is *finite*: :attr:`Schedule.final` is its instant and
+:meth:`Schedule.next_after_or_none` says ``None`` after it (the job is complete), where recurring
+schedules never end.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -30,8 +44,9 @@ from zoneinfo import ZoneInfo
 
 from pgpulse import cron as cron_math
 from pgpulse.cron import HORIZON_YEARS, Cron
-from pgpulse.errors import InvalidSchedule
-from pgpulse.zones import load_zone
+from pgpulse.cron_syntax import describe_cron, invalid, parse_cron
+from pgpulse.errors import InvalidSchedule, ScheduleEnded
+from pgpulse.zones import fixed_instant, load_zone
 
 __all__ = ["SCHEDULE_HELP", "Schedule", "parse_schedule"]
 
@@ -41,38 +56,15 @@ Schedules follow Vixie/Debian cron and are read in the job's time zone.
             six fields put seconds first: '*/15 * * * * *'.
             Each field: * 5 1-5 1,15 */10 1-30/10 5/10 (= 5-max/10); names jan-dec and sun-sat;
             day-of-week 0 and 7 are Sunday. When day-of-month and day-of-week both start
-            with something other than '*', a day matching either one fires.
+            with something other than '*' or '?', a day matching either one fires.
+            Day-of-month also: L (last day), L-3, 15W (weekday nearest the 15th), LW, L-2W, ?;
+            day-of-week also: 5#2 (second Friday), 5L (last Friday), ?.
   macros    @yearly @annually @monthly @weekly @daily @midnight @hourly
-  interval  @every 30s, @every 15m, @every 1h30m, @every 2d (units d h m s, at least 1s)"""
+  interval  @every 30s, @every 15m, @every 1h30m, @every 2d (units d h m s, at least 1s)
+  one-off   @at 2026-12-24T18:00:00 (in the job's zone), @at 2026-12-24T18:00:00+01:00"""
 
 _SECOND = timedelta(seconds=1)
 _MAX_INTERVAL = timedelta(days=3650)
-_MONTH_NAMES = (
-    "",
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
-_DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
-_MAX_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-# (field name, lowest value, highest value, names accepted for values)
-_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
-    ("second", 0, 59, {}),
-    ("minute", 0, 59, {}),
-    ("hour", 0, 23, {}),
-    ("day-of-month", 1, 31, {}),
-    ("month", 1, 12, {n[:3].lower(): i for i, n in enumerate(_MONTH_NAMES) if n}),
-    ("day-of-week", 0, 7, {n[:3].lower(): i for i, n in enumerate(_DAY_NAMES)}),
-)
 _MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -84,6 +76,12 @@ _MACROS = {
 }
 _EVERY_RE = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
 _EVERY_UNITS = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+_AT_RE = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})?",
+    re.IGNORECASE,
+)
+_AT_FORM = "2026-12-24T18:00:00 (in the job's time zone) or 2026-12-24T18:00:00+01:00"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,16 +95,48 @@ class Schedule:
     Attributes:
         expr: the expression as given, stripped.
         timezone: the IANA time zone name the cron fields are read in.
-        kind: ``"cron"`` (cron expression or macro) or ``"interval"`` (``@every``).
+        kind: ``"cron"`` (cron expression or macro), ``"interval"`` (``@every``) or ``"once"``
+            (``@at``).
         interval: the period of an ``@every`` schedule, else None.
+        at: the one occurrence of an ``@at`` schedule (aware UTC), else None.
     """
 
     expr: str
     timezone: str
-    kind: Literal["cron", "interval"]
+    kind: Literal["cron", "interval", "once"]
     interval: timedelta | None = None
     _zone: ZoneInfo = field(default=ZoneInfo("UTC"), repr=False, compare=False)
     _cron: Cron | None = field(default=None, repr=False, compare=False)
+    at: datetime | None = None
+
+    @property
+    def final(self) -> datetime | None:
+        """The last occurrence of a finite schedule (an ``@at`` schedule's instant, aware UTC),
+        or None for a recurring one (cron, macro, ``@every``), which never ends by design.
+
+        The planner's signal that a job is complete: once its ``scheduled_for`` reaches
+        ``final``, :meth:`next_after_or_none` returns None. A cron schedule that cannot fire
+        again (past the year 9999, or only DST-skipped wall times) is an error, not an end:
+        :meth:`next_after` raises for it.
+        """
+        return self.at
+
+    def next_after_or_none(
+        self, after: datetime, *, anchor: datetime | None = None
+    ) -> datetime | None:
+        """:meth:`next_after`, or None when a finite schedule has no occurrence after
+        ``after`` (an ``@at`` schedule at or past its instant: the job is complete).
+
+        Recurring schedules behave exactly as :meth:`next_after`, raising
+        :class:`~pgpulse.errors.InvalidSchedule` when they cannot fire again.
+
+        Raises:
+            ValueError: ``after`` or ``anchor`` is naive.
+            InvalidSchedule: a recurring schedule with no occurrence within 400 years.
+        """
+        if self.at is not None:
+            return self.at if self.at > _utc(after, "after") else None
+        return self.next_after(after, anchor=anchor)
 
     def next_after(self, after: datetime, *, anchor: datetime | None = None) -> datetime:
         """Return the first occurrence strictly later than ``after``.
@@ -138,8 +168,19 @@ class Schedule:
             ValueError: ``after`` or ``anchor`` is naive.
             InvalidSchedule: no occurrence within 400 years (a cron schedule that only matches
                 wall times skipped by DST in its zone, e.g.), or none before the year 10000.
+            ScheduleEnded: (an :class:`~pgpulse.errors.InvalidSchedule`) a one-off schedule
+                at or past its instant; :meth:`next_after_or_none` says None instead.
         """
         start = _utc(after, "after")
+        if self.at is not None:
+            if self.at > start:
+                return self.at
+            raise ScheduleEnded(
+                f"schedule {self.expr!r}: no occurrence after {start.isoformat()}: "
+                f"a one-off schedule fires once, at {self.at.isoformat()}",
+                field="schedule",
+                value=self.expr,
+            )
         found: datetime | None
         try:
             if self.interval is not None:
@@ -173,6 +214,8 @@ class Schedule:
             ValueError: ``moment`` or ``anchor`` is naive.
         """
         end = _utc(moment, "moment")
+        if self.at is not None:
+            return self.at if self.at <= end else None
         try:
             if self.interval is not None:
                 grid = end if anchor is None else _utc(anchor, "anchor")
@@ -203,6 +246,8 @@ class Schedule:
         low, high = _utc(start, "start"), _utc(end, "end")
         if high <= low:
             return 0
+        if self.at is not None:
+            return int(low < self.at <= high)
         if self.interval is not None:
             grid = low if anchor is None else _utc(anchor, "anchor")
             return (high - grid) // self.interval - (low - grid) // self.interval
@@ -226,8 +271,8 @@ class Schedule:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         newest = self.last_at_or_before(moment, anchor=anchor)
-        if newest is None or n == 1:
-            return newest
+        if newest is None or n == 1 or self.at is not None:
+            return newest if n == 1 else None
         if self.interval is not None:
             try:
                 return newest - (n - 1) * self.interval
@@ -266,7 +311,8 @@ class Schedule:
             limit: the most occurrences to return (the search stops there); must be >= 0.
 
         Returns:
-            Aware UTC datetimes, each what repeated :meth:`next_after` calls would give.
+            Aware UTC datetimes, each what repeated :meth:`next_after` calls would give (a
+            one-off schedule's list ends at its instant).
 
         Raises:
             ValueError: a naive instant or a negative ``limit``.
@@ -278,15 +324,15 @@ class Schedule:
         found: list[datetime] = []
         current = start
         while len(found) < limit:
-            current = self.next_after(current, anchor=grid)
-            if current > last:
+            following = self.next_after_or_none(current, anchor=grid)
+            if following is None or following > last:
                 break
-            found.append(current)
+            found.append(current := following)
         return found
 
     @property
     def _cron_fields(self) -> Cron:
-        assert self._cron is not None  # parse_schedule sets exactly one of interval and _cron
+        assert self._cron is not None  # parse_schedule sets one of interval, _cron and at
         return self._cron
 
     def _none_after(self, start: datetime) -> InvalidSchedule:
@@ -298,12 +344,16 @@ class Schedule:
         )
 
     def describe(self) -> str:
-        """Return a short English description, e.g. ``"at 04:30 on Friday (Europe/London)"``."""
+        """Return a short English description, e.g. ``"at 04:30 on Friday (Europe/London)"``,
+        ``"at 10:15 on the last Friday of the month (UTC)"``, ``"once, at 2026-12-24
+        18:00:00+01:00 (Europe/Berlin)"`` (a one-off instant in the job's zone, with its UTC
+        offset: unambiguous in a repeated hour)."""
         if self.interval is not None:
             return "every " + _describe_interval(self.interval)
-        assert self._cron is not None
-        parts = (_describe_time(self._cron), _describe_days(self._cron))
-        return " ".join(p for p in parts if p) + f" ({self.timezone})"
+        if self.at is not None:
+            local = self.at.astimezone(self._zone).isoformat(sep=" ")
+            return f"once, at {local} ({self.timezone})"
+        return f"{describe_cron(self._cron_fields)} ({self.timezone})"
 
 
 @lru_cache(maxsize=4096)
@@ -311,17 +361,18 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     """Parse and validate a schedule (cached on ``(expr, timezone)``).
 
     Args:
-        expr: a cron expression (5 fields, or 6 with seconds first), a macro (``@daily``...) or
-            an interval (``@every 1h30m``); see :data:`SCHEDULE_HELP`. Cron semantics follow
-            Vixie cron as Debian ships it; ``a/n`` follows cronie.
-        timezone: an IANA time zone name the cron fields are read in.
+        expr: a cron expression (5 fields, or 6 with seconds first), a macro (``@daily``...), an
+            interval (``@every 1h30m``) or a one-off instant (``@at 2026-12-24T18:00:00``); see
+            :data:`SCHEDULE_HELP`. Cron semantics follow Vixie cron as Debian ships it, ``a/n``
+            cronie, and the day extensions Quartz (module docstring).
+        timezone: an IANA time zone name the cron fields (and an ``@at`` wall time) are read in.
 
     Returns:
         The :class:`Schedule`.
 
     Raises:
         InvalidSchedule: malformed, ``@reboot``, or can never fire (``0 0 30 2 *``); the message
-            names the offending cron field; ``field="schedule"``, ``value=expr``.
+            names the offending cron field and value; ``field="schedule"``, ``value=expr``.
         UnknownTimeZone: ``timezone`` is not an IANA name; ``field="timezone"``.
     """
     text = expr.strip()
@@ -330,25 +381,43 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     if head == "@every":
         interval = _parse_every(expr, words[1:])
         return Schedule(text, timezone, "interval", interval, load_zone(timezone))
+    if head == "@at":
+        zone = load_zone(timezone)
+        return Schedule(text, timezone, "once", None, zone, at=_parse_at(expr, words[1:], zone))
     if head == "@reboot":
-        raise _invalid(expr, "Pulse has no reboot event; use a one-off trigger instead")
+        raise invalid(expr, "Pulse has no reboot event; use a one-off trigger instead")
     if head.startswith("@"):
         if head not in _MACROS or len(words) > 1:
-            raise _invalid(expr, f"unknown macro {text!r} (known: {', '.join(_MACROS)}, @every)")
+            known = ", ".join(_MACROS)
+            raise invalid(expr, f"unknown macro {text!r} (known: {known}, @every, @at)")
         words = _MACROS[head].split()
-    cron = _parse_cron(expr, words)
+    cron = parse_cron(expr, words)
     return Schedule(text, timezone, "cron", None, load_zone(timezone), cron)
 
 
-def _invalid(expr: str, reason: str) -> InvalidSchedule:
-    return InvalidSchedule(f"schedule {expr!r}: {reason}", field="schedule", value=expr)
+def _parse_at(expr: str, args: list[str], zone: ZoneInfo) -> datetime:
+    """The instant of ``@at DATE TIME``: ISO 8601 with ``T`` or a space, seconds and fractions
+    optional; with ``Z`` or an offset it is that instant, else a wall time in ``zone`` (inside a
+    skipped hour: the first instant after the gap; repeated: the first pass)."""
+    moment = " ".join(args)
+    if not _AT_RE.fullmatch(moment):
+        raise invalid(expr, f"@at {moment!r} is not a date and time: write {_AT_FORM}")
+    try:
+        parsed = datetime.fromisoformat(moment.upper().replace(" ", "T"))
+        if parsed.tzinfo is not None:
+            return parsed.astimezone(UTC)
+        return fixed_instant(zone, parsed)
+    except ValueError as exc:
+        raise invalid(expr, f"@at {moment!r} is not a valid date and time ({exc})") from None
+    except OverflowError:
+        raise invalid(expr, f"@at {moment!r} is outside the years 1-9999 in UTC") from None
 
 
 def _parse_every(expr: str, args: list[str]) -> timedelta:
     duration = args[0] if len(args) == 1 else " ".join(args)
     match = _EVERY_RE.fullmatch(duration)
     if not duration or match is None:
-        raise _invalid(
+        raise invalid(
             expr,
             f"@every duration {duration!r} is not valid: use whole numbers "
             "with units d, h, m, s in that order (30s, 15m, 1h30m, 2d)",
@@ -357,91 +426,10 @@ def _parse_every(expr: str, args: list[str]) -> timedelta:
     try:
         interval = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     except OverflowError:
-        raise _invalid(expr, f"@every duration {duration!r} is too long") from None
+        raise invalid(expr, f"@every duration {duration!r} is too long") from None
     if not _SECOND <= interval <= _MAX_INTERVAL:
-        raise _invalid(expr, f"@every duration {duration!r} must be from 1s to 3650d")
+        raise invalid(expr, f"@every duration {duration!r} must be from 1s to 3650d")
     return interval
-
-
-def _parse_cron(expr: str, words: list[str]) -> Cron:
-    if len(words) not in (5, 6):
-        raise _invalid(expr, f"expected 5 fields (or 6 with seconds first), got {len(words)}")
-    texts = tuple(words) if len(words) == 6 else ("0", *words)
-    sec, mins, hrs, doms, months, dows = (
-        _parse_field(expr, index, text) for index, text in enumerate(texts)
-    )
-    dows = frozenset(d % 7 for d in dows)
-    day_or = not (texts[3].startswith("*") or texts[5].startswith("*"))
-    if not day_or and not any(d <= _MAX_DAYS[m] for m in months for d in doms):
-        month_list = _join([_MONTH_NAMES[m] for m in sorted(months)], "or")
-        raise _invalid(
-            expr,
-            f"day-of-month field: {texts[3]} never occurs in {month_list}, "
-            "so the schedule can never fire",
-        )
-
-    def matches(day: int, weekday: int) -> bool:
-        return (day in doms or weekday in dows) if day_or else (day in doms and weekday in dows)
-
-    month_days = {  # cron weekday of day d when the 1st is Python weekday f: (f + d) % 7
-        (length, first): tuple(d for d in range(1, length + 1) if matches(d, (first + d) % 7))
-        for length in range(28, 32)
-        for first in range(7)
-    }
-    return Cron(
-        texts,
-        len(words) == 6,
-        tuple(sorted(sec)),
-        tuple(sorted(mins)),
-        tuple(sorted(hrs)),
-        tuple(sorted(doms)),
-        months,
-        tuple(sorted(dows)),
-        day_or,
-        texts[1].startswith("*") or texts[2].startswith("*"),
-        month_days,
-    )
-
-
-def _parse_field(expr: str, index: int, text: str) -> frozenset[int]:
-    values: set[int] = set()
-    for item in text.split(","):
-        if not item:
-            raise _field_error(expr, index, f"empty list item in {text!r}")
-        base, slash, step_text = item.partition("/")
-        if slash and not (step_text.isascii() and step_text.isdigit()):
-            raise _field_error(expr, index, f"step {step_text!r} is not a number")
-        step = int(step_text) if slash else 1
-        if step == 0:
-            raise _field_error(expr, index, f"step 0 in {item!r} is not allowed (minimum 1)")
-        if base == "*":
-            first, last = _FIELDS[index][1:3]
-        elif "-" in base:
-            start, _, stop = base.partition("-")
-            first, last = _field_value(expr, index, start), _field_value(expr, index, stop)
-            if first > last:
-                raise _field_error(expr, index, f"range {base!r} is reversed (start after end)")
-        else:
-            first = _field_value(expr, index, base)
-            last = _FIELDS[index][2] if slash else first  # cronie: 'a/n' means 'a-max/n'
-        values.update(range(first, last + 1, step))
-    return frozenset(values)
-
-
-def _field_value(expr: str, index: int, token: str) -> int:
-    _, low, high, names = _FIELDS[index]
-    if token.lower() in names:
-        return names[token.lower()]
-    if not (token.isascii() and token.isdigit()):
-        kind = "a number or a name" if names else "a number"
-        raise _field_error(expr, index, f"{token!r} is not {kind}")
-    if not low <= int(token) <= high:
-        raise _field_error(expr, index, f"{int(token)} is out of range {low}-{high}")
-    return int(token)
-
-
-def _field_error(expr: str, index: int, reason: str) -> InvalidSchedule:
-    return _invalid(expr, f"{_FIELDS[index][0]} field: {reason}")
 
 
 def _utc(moment: datetime, name: str) -> datetime:
@@ -451,35 +439,6 @@ def _utc(moment: datetime, name: str) -> datetime:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{name} must be a timezone-aware datetime, got naive {moment!r}")
     return moment.astimezone(UTC)
-
-
-# --- describe --------------------------------------------------------------------------------
-
-
-def _join(items: Sequence[str], word: str = "and") -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
-
-
-def _values(values: tuple[int, ...], names: Sequence[str] = ()) -> str:
-    def label(v: int) -> str:
-        return names[v] if names else str(v)
-
-    step = values[1] - values[0] if len(values) >= 4 else 0
-    if step > 1 and values == tuple(range(values[0], values[-1] + 1, step)):
-        return f"{label(values[0])} through {label(values[-1])} in steps of {step}"
-    runs: list[list[int]] = []
-    for v in values:
-        if runs and v == runs[-1][1] + 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    parts: list[str] = []
-    for low, high in runs:
-        if high - low >= 2:
-            parts.append(f"{label(low)} through {label(high)}")
-        else:
-            parts.extend(label(v) for v in range(low, high + 1))
-    return _join(parts)
 
 
 def _describe_interval(interval: timedelta) -> str:
@@ -492,36 +451,3 @@ def _describe_interval(interval: timedelta) -> str:
     if len(parts) == 1 and parts[0].startswith("1 "):
         return parts[0][2:]  # "every hour", not "every 1 hour"
     return " ".join(parts)
-
-
-def _describe_time(cron: Cron) -> str:
-    secs, mins, hrs = cron.seconds, cron.minutes, cron.hours
-    if len(secs) * len(mins) * len(hrs) <= 4:
-        pattern = "{:02d}:{:02d}:{:02d}" if cron.has_seconds else "{:02d}:{:02d}"
-        return "at " + _join([pattern.format(h, m, s) for h in hrs for m in mins for s in secs])
-    pieces: list[str] = []
-    units = (("second", secs, 60), ("minute", mins, 60), ("hour", hrs, 24))
-    for unit, values, size in units[0 if cron.has_seconds else 1 :]:
-        step = values[1] - values[0] if len(values) > 1 else 0
-        if len(values) == size:
-            if not pieces:
-                pieces.append(f"every {unit}")
-        elif step > 1 and size % step == 0 and values == tuple(range(0, size, step)):
-            pieces.append(f"every {step} {unit}s")
-        else:
-            pieces.append(f"{'at ' if not pieces else ''}{unit} {_values(values)}")
-    return " past ".join(pieces)
-
-
-def _describe_days(cron: Cron) -> str:
-    doms = "day-of-month " + _values(cron.doms)
-    dows = _values(cron.dows, _DAY_NAMES)
-    if cron.day_or:
-        days = f"on {doms} or on {dows}"
-    elif len(cron.doms) == 31:
-        days = "" if len(cron.dows) == 7 else f"on {dows}"
-    else:
-        days = f"on {doms}" + ("" if len(cron.dows) == 7 else f" if it is a {dows}")
-    months = sorted(cron.months)
-    in_months = "" if len(months) == 12 else f"in {_values(tuple(months), _MONTH_NAMES)}"
-    return " ".join(p for p in (days, in_months) if p)

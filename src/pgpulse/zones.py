@@ -28,7 +28,14 @@ from zoneinfo import ZoneInfo
 
 from pgpulse.errors import UnknownTimeZone
 
-__all__ = ["OffsetChange", "load_zone", "offset_changes", "offsets", "transition"]
+__all__ = [
+    "OffsetChange",
+    "fixed_instant",
+    "load_zone",
+    "offset_changes",
+    "offsets",
+    "transition",
+]
 
 #: Days between two probes of a zone's offset (below the 6.96-day minimum spacing of changes).
 PROBE_DAYS = 6
@@ -126,6 +133,24 @@ def transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
         else:
             low = mid
     return datetime.fromtimestamp(high, UTC)
+
+
+def fixed_instant(zone: ZoneInfo, wall: datetime) -> datetime:
+    """Where a local wall time happens once, as Debian cron fires a fixed-time job: its first
+    pass (``fold=0``) when it is repeated, or the first instant after the gap that skips it
+    (wall times sharing a gap map to the same instant).
+
+    Args:
+        zone: the zone.
+        wall: a naive wall time (microseconds kept when it exists or is repeated).
+
+    Returns:
+        An aware UTC instant. Raises ``OverflowError`` at the ends of the calendar.
+    """
+    first, second = offsets(zone, wall)
+    if first >= second:  # exists, or repeated: first pass
+        return instant_at(wall, first)
+    return transition(zone, instant_at(wall, second), instant_at(wall, first))
 
 
 class OffsetChange(NamedTuple):

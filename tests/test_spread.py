@@ -1,0 +1,116 @@
+"""Spread offsets: stable per job, in [0, S) to the microsecond, evenly spread, the documented
+hash (also computed by PostgreSQL), and the boundary's refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from datetime import timedelta
+
+import psycopg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pgpulse.errors import InvalidInput
+from pgpulse.spread import MAX_SPREAD, check_spread, spread_offset
+
+MICROSECOND = timedelta(microseconds=1)
+
+
+def test_documented_hash_gives_these_offsets() -> None:
+    """Pinned values: a change here moves every spread job of every deployment at once."""
+    assert spread_offset(1, 60) == timedelta(microseconds=_expected(1, 60_000_000))
+    got = [spread_offset(job_id, 60).total_seconds() for job_id in (1, 2, 3, 42)]
+    assert got == [_expected(i, 60_000_000) / 1e6 for i in (1, 2, 3, 42)]
+    assert len(set(got)) == 4
+
+
+def _expected(job_id: int, span_us: int) -> int:
+    """The module docstring's formula, written out again."""
+    digest = hashlib.sha256(f"pgpulse-spread:{job_id}".encode()).hexdigest()
+    return int(digest[:16], 16) * span_us // 2**64
+
+
+def test_the_offset_is_the_same_in_another_process() -> None:
+    """No per-process salt (Python's hash() has one): a fresh interpreter agrees."""
+    code = "from pgpulse.spread import spread_offset; print(spread_offset(123456789, 3600.5))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert other.stdout.strip() == str(spread_offset(123456789, 3600.5))
+
+
+@given(st.integers(1, 2**63 - 1), st.floats(0, MAX_SPREAD))
+def test_offsets_lie_in_the_window_and_are_stable(job_id: int, spread: float) -> None:
+    offset = spread_offset(job_id, spread)
+    assert timedelta(0) <= offset
+    assert offset < timedelta(seconds=spread) or spread * 1e6 < 1  # below 1 us: no spread
+    assert offset == spread_offset(job_id, spread)
+
+
+def test_no_spread_is_no_offset_and_tiny_spreads_keep_microseconds() -> None:
+    assert {spread_offset(i, 0) for i in range(100)} == {timedelta(0)}
+    assert {spread_offset(i, 0.000002) for i in range(200)} == {timedelta(0), MICROSECOND}
+
+
+def test_fifty_thousand_jobs_fill_a_minute_evenly() -> None:
+    """The herd of issue 19: 50,000 jobs over 60 s, about 833 a second, none much above."""
+    per_second = [0] * 60
+    for job_id in range(1, 50_001):
+        per_second[int(spread_offset(job_id, 60).total_seconds())] += 1
+    assert sum(per_second) == 50_000
+    assert max(per_second) < 833 * 1.15 and min(per_second) > 833 * 0.85, per_second
+
+
+def test_postgresql_computes_the_same_offset(server_dsn: str) -> None:
+    """The formula in SQL (sha256 is built into PostgreSQL 11+), for the integration phase."""
+    query = """
+        SELECT div((h + CASE WHEN h < 0 THEN 18446744073709551616 ELSE 0 END) * %(span)s,
+                   18446744073709551616) AS offset_us
+        FROM (SELECT ('x' || left(encode(sha256(convert_to('pgpulse-spread:' || %(id)s::bigint,
+                     'UTF8')), 'hex'), 16))::bit(64)::bigint::numeric AS h) AS hashed
+    """
+    with psycopg.connect(server_dsn) as conn:
+        for job_id, spread in [(1, 60), (2, 60), (987654321, 3600.25), (2**62 + 7, 0.5)]:
+            row = conn.execute(query, {"id": job_id, "span": round(spread * 1e6)}).fetchone()
+            assert row is not None
+            assert timedelta(microseconds=int(row[0])) == spread_offset(job_id, spread)
+
+
+@pytest.mark.parametrize("spread", [-1, float("nan"), float("inf"), MAX_SPREAD + 1])
+def test_bad_spreads_raise(spread: float) -> None:
+    with pytest.raises(ValueError, match="spread must be 0 to 86400 seconds"):
+        spread_offset(1, spread)
+
+
+@pytest.mark.parametrize(
+    ("spread", "kind", "interval", "message"),
+    [
+        pytest.param("60", "cron", None, "spread must be a number of seconds, got '60'", id="text"),
+        pytest.param(True, "cron", None, "spread must be a number of seconds", id="bool"),
+        pytest.param(-5, "cron", None, "spread must be 0 to 86400 seconds, got -5", id="negative"),
+        pytest.param(float("nan"), "cron", None, "spread must be 0 to 86400", id="nan"),
+        pytest.param(90000, "cron", None, "spread must be 0 to 86400 seconds", id="above_a_day"),
+        pytest.param(30, "once", None, "spread does not apply to a one-off @at", id="at"),
+        pytest.param(
+            60,
+            "interval",
+            timedelta(seconds=60),
+            "must be shorter than the @every period",
+            id="not_shorter_than_the_interval",
+        ),
+    ],
+)
+def test_check_spread_refuses(
+    spread: object, kind: str, interval: timedelta | None, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        check_spread(spread, kind, interval)
+    assert (caught.value.field, caught.value.value) == ("spread", spread) or spread != spread
+    assert message in str(caught.value)
+
+
+def test_check_spread_accepts() -> None:
+    assert check_spread(60, "cron") == 60.0
+    assert check_spread(0, "once") == 0.0
+    assert check_spread(59.5, "interval", timedelta(seconds=60)) == 59.5
