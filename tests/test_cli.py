@@ -4,6 +4,8 @@ bad input refused with a clear error that writes nothing."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ def cli(dsn: str, *args: str) -> Result:
     return CliRunner().invoke(main, ["--database-url", dsn, "--log-level", "WARNING", *args])
 
 
-def job_rows(db: Any) -> list[dict[str, Any]]:
+def job_rows(db: Any) -> Any:
     return db.execute("SELECT * FROM pgpulse_jobs ORDER BY id").fetchall()
 
 
@@ -418,3 +420,27 @@ def test_zone_rules_come_from_the_tzdata_package_not_the_host(tmp_path: Path) ->
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[1].split()[0] == "2026-01-10T02:00:00+00:00"  # 03:00 CET
+
+
+def test_import_pgpulse_and_schedule_next_load_no_web_stack_and_no_http_client() -> None:
+    """``import pgpulse`` and ``pgpulse schedule next`` import neither FastAPI, uvicorn nor httpx
+    (nor the tools): a quick command pays for none of them (issue 17)."""
+    heavy = ("fastapi", "uvicorn", "starlette", "httpx", "httpcore", "pgpulse_tools")
+    script = (
+        "import runpy, sys\n"
+        "import pgpulse\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+        "sys.argv = ['pgpulse', 'schedule', 'next', '0 3 * * *', '--count', '1']\n"
+        "try:\n"
+        "    runpy.run_module('pgpulse', run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code in (0, None), exit.code\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[]" and lines[-1] == "[]", done.stdout
+    assert "at 03:00" in done.stdout

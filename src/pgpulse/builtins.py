@@ -24,14 +24,15 @@ import re
 import signal
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
-
-from pgpulse.egress import GuardedTransport, HttpAllowList
+from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
+
+if TYPE_CHECKING:  # httpx loads with the first http request, not with ``import pgpulse``
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -520,6 +521,8 @@ def _redacted(url: str) -> str:
 
 
 def _http_headers(ctx: RunContext, given: Mapping[str, str] | None) -> httpx.Headers:
+    import httpx
+
     headers = httpx.Headers(dict(given or {}))
     scheduled_for = _iso_utc(ctx.scheduled_for)
     # Set last (headers are case-insensitive): the payload cannot forge the run's identity.
@@ -545,7 +548,8 @@ async def http_handler(ctx: RunContext) -> str | None:
     the job's own timeout is enforced by the engine cancelling the task, which closes the
     connection.
 
-    Every connection (redirects included) goes through :class:`pgpulse.egress.GuardedTransport`
+    Every connection (redirects included) goes through
+    :class:`pgpulse.egress_transport.GuardedTransport`
     with the node's allow-list, ``ctx.options["http_allow"]`` (an
     :class:`~pgpulse.egress.HttpAllowList`; none: public addresses only): the address actually
     connected to is checked when the connection is made, so a name that resolves elsewhere
@@ -565,6 +569,10 @@ async def http_handler(ctx: RunContext) -> str | None:
             error or timeout, named by its class (``ConnectError: ...``), a refused address
             among them (``ConnectError: connection to 'x' refused: it resolves to 127.0.0.1``).
     """
+    import httpx
+
+    from pgpulse.egress_transport import GuardedTransport
+
     payload = ctx.payload
     _validated(validate_http_payload, payload)
     url: str = payload["url"]

@@ -14,7 +14,8 @@ second is a guarantee: a name can resolve to a public address when the job is wr
 127.0.0.1 when it runs (DNS rebinding). The transport resolves the host itself, refuses the
 connection if any address it resolves to is refused, and connects to a checked address — never
 resolving twice — for every request, redirects included. A refused connection fails the attempt
-with ``ConnectError: ... refused ...``.
+with ``ConnectError: ... refused ...``. The transport is :mod:`pgpulse.egress_transport` (httpx and
+httpcore load only with it); this module is the rule, and imports neither.
 """
 
 from __future__ import annotations
@@ -22,16 +23,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
-
-import httpcore
-import httpx
 
 from pgpulse.errors import InvalidInput
 
-__all__ = ["GuardedTransport", "HttpAllowList", "refusal", "resolve"]
+__all__ = ["HttpAllowList", "refusal", "resolve"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -144,140 +141,3 @@ async def resolve(host: str, port: int, seconds: float | None) -> list[IPAddress
         return []
     found = {ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos}
     return sorted(found, key=lambda a: (a.version, int(a)))
-
-
-class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend, connecting only to addresses the allow-list rule admits."""
-
-    def __init__(self, allow: HttpAllowList) -> None:
-        self.allow = allow
-        self.inner = httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        """Resolve ``host``, refuse if any of its addresses is refused, connect to one of them
-        (in order, the next when one fails)."""
-        if self.allow.allows_name(host):
-            return await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        addresses = await resolve(host, port, timeout)
-        if not addresses:
-            raise httpcore.ConnectError(f"{host!r} does not resolve")
-        for address in addresses:
-            why = self.allow.refuses(address)
-            if why is not None:
-                raise httpcore.ConnectError(
-                    f"connection to {host!r} refused: it resolves to {address} ({why}), which "
-                    "http jobs may reach only if the node's --http-allow list names it"
-                )
-        failure: Exception | None = None
-        for address in addresses:
-            try:
-                return await self.inner.connect_tcp(
-                    str(address), port, timeout, local_address, socket_options
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                failure = exc
-        assert failure is not None
-        raise failure
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        """Refused: an ``http`` job reaches hosts, not local sockets."""
-        raise httpcore.ConnectError(f"unix socket {path!r} refused")
-
-    async def sleep(self, seconds: float) -> None:
-        """Sleep as the inner backend does."""
-        await self.inner.sleep(seconds)
-
-
-class _Body(httpx.AsyncByteStream):
-    """A response body read from httpcore, its errors as httpx's."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for part in self.stream:
-                yield part
-        except httpcore.TimeoutException as exc:
-            raise _as_httpx(exc) from exc
-        except httpcore.NetworkError as exc:
-            raise _as_httpx(exc) from exc
-        except httpcore.ProtocolError as exc:
-            raise _as_httpx(exc) from exc
-
-    async def aclose(self) -> None:
-        """Release the connection."""
-        await self.stream.aclose()
-
-
-def _as_httpx(exc: Exception) -> httpx.TransportError:
-    """httpx's exception of the same name as httpcore's ``exc`` (they mirror each other)."""
-    kind = getattr(httpx, type(exc).__name__, httpx.TransportError)
-    if not (isinstance(kind, type) and issubclass(kind, httpx.TransportError)):
-        kind = httpx.TransportError
-    return kind(str(exc))
-
-
-class GuardedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport whose every connection is checked against ``allow`` when it is made
-    (see the module docstring). No proxy: a proxy would connect on the node's behalf to an
-    address this transport could not check.
-
-    Args:
-        allow: the node's ``--http-allow`` list.
-    """
-
-    def __init__(self, allow: HttpAllowList) -> None:
-        self.pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            network_backend=_GuardedBackend(allow),
-        )
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Send ``request`` over a checked connection.
-
-        Raises:
-            httpx.ConnectError: the host does not resolve, or resolves to a refused address.
-            httpx.TransportError: any other network failure (httpx's class of the same name).
-        """
-        assert isinstance(request.stream, httpx.AsyncByteStream)
-        core = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
-            ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
-        try:
-            response = await self.pool.handle_async_request(core)
-        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
-            raise _as_httpx(exc) from exc
-        except httpcore.UnsupportedProtocol as exc:
-            raise httpx.UnsupportedProtocol(str(exc)) from exc
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_Body(response.stream),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        """Close the pool's connections."""
-        await self.pool.aclose()
