@@ -36,7 +36,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     start the embedded server's own binaries — already ran in the first run, unchanged."""
     if os.environ.get("PGPULSE_TEST_SERVER_ONLY") != "1":
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         uses = "server_dsn" in getattr(item, "fixturenames", ())
         (keep if uses or item.get_closest_marker("server_programs") else drop).append(item)

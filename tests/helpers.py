@@ -14,9 +14,17 @@ from pgpulse.jobs import JobSpec
 from pgpulse.store import Store
 
 
-def utc(*args: int) -> datetime:
+def utc(
+    year: int,
+    month: int,
+    day: int,
+    hour: int = 0,
+    minute: int = 0,
+    second: int = 0,
+    microsecond: int = 0,
+) -> datetime:
     """An aware UTC datetime: ``utc(2026, 1, 1, 0, 0, 30)``."""
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+    return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=UTC)
 
 
 def spec(name: str, schedule: str = "* * * * *", handler: str = "noop", **kw: Any) -> JobSpec:

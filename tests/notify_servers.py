@@ -230,7 +230,7 @@ class SmtpReceiver:
 
     async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
         content = cast(bytes, envelope.original_content or envelope.content)
-        message = cast(EmailMessage, message_from_bytes(content, policy=policy.default))
+        message = message_from_bytes(content, policy=policy.default)
         login = session.auth_data
         self.messages.append(
             SmtpMessage(

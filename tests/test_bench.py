@@ -39,7 +39,7 @@ def test_split_final_select_keeps_the_ctes() -> None:
 
 
 def test_report_states_each_target_with_its_measure() -> None:
-    payload = {
+    payload: dict[str, Any] = {
         "meta": {"scale": 0.1},
         "results": [
             {
@@ -109,7 +109,7 @@ def test_the_ceiling_target_is_judged_for_each_node_count_from_two_to_four() -> 
 def test_the_floor_says_which_targets_no_design_meets_on_this_machine() -> None:
     """The floor's claim p99 against 2 ms, and its step rate against 3× the fastest peer, with
     the cores its database work alone would take at that rate."""
-    results = {
+    results: dict[str, Any] = {
         "1": {
             "rows": [
                 [500, 64, 1, 0.5, 0.9, 3.0, 1000],

@@ -298,7 +298,7 @@ async def test_shell_runs_as_existing_user_as_root() -> None:
 
 async def test_shell_user_is_ignored_when_not_root(monkeypatch: pytest.MonkeyPatch) -> None:
     real_uid = os.getuid()
-    monkeypatch.setattr(builtins.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     out = await shell_handler(make_ctx({"command": "id -u", "user": "no-such-pulse-user"}))
     assert out == f"{real_uid}\n"
 

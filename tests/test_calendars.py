@@ -8,6 +8,7 @@ import subprocess
 import sys
 import timeit
 from datetime import UTC, date, datetime
+from typing import Any
 
 import pytest
 
@@ -130,7 +131,7 @@ def test_import_pgpulse_does_not_load_the_holidays_library() -> None:
         ),
     ],
 )
-def test_refused(kwargs: dict[str, object], field: str, message: str) -> None:
+def test_refused(kwargs: dict[str, Any], field: str, message: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         ExclusionCalendar.create(**kwargs)
     assert caught.value.field == field

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse import dispatch
+from pgpulse import dispatch, planner
 from pgpulse.dispatch import Dispatcher, plan_finish
 from pgpulse.handlers import RunContext
 from pgpulse.store import Store
@@ -223,9 +223,11 @@ def due_since(expr: str, zone: str, created: Any) -> int:
     period = {"* * * * *": 60, "* * * * * *": 1, "*/5 * * * *": 300}.get(expr)
     if period is not None:
         first = (math.floor(created.timestamp()) // period + 1) * period  # before 1970: < 0
-        return (math.floor(NOW.timestamp()) - first) // period + 1
+        due: int = (math.floor(NOW.timestamp()) - first) // period + 1
+        return due
     tz = load_zone(zone)
-    return (NOW.astimezone(tz).date() - created.astimezone(tz).date()).days
+    days: int = (NOW.astimezone(tz).date() - created.astimezone(tz).date()).days
+    return days
 
 
 @pytest.mark.parametrize("years", [10, 175])
@@ -290,7 +292,7 @@ async def test_a_decision_far_behind_is_made_off_the_event_loop(
     """The claim decision of an occurrence years behind runs in a worker thread (its cost grows
     with the zone's offset changes in between); an on-time one is decided inline."""
     threads: list[str] = []
-    decide = dispatch.plan_claim
+    decide = planner.plan_claim
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         threads.append(threading.current_thread().name)

@@ -103,7 +103,9 @@ async def test_a_claimer_skips_rows_locked_by_another_instead_of_waiting(
         await holder.rollback()
 
 
-async def test_claim_takes_only_owned_shards_and_shows_the_run_running(store: Store, db) -> None:
+async def test_claim_takes_only_owned_shards_and_shows_the_run_running(
+    store: Store, db: Any
+) -> None:
     """The claim writes only the job row; pgpulse_runs_live shows the attempt as running, under
     the run id the claim handed out (history is written when the attempt ends)."""
     ids = await add(store, *(spec(f"job-{i}") for i in range(128)), now=T0)
@@ -165,7 +167,7 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
             "started_at": second_at,
         }
     ]
-    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2), ()))
+    done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)))
     assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {second.key}
     assert db.execute(
         "SELECT id, outcome, attempts, node_id, started_at, finished_at, error FROM pgpulse_runs"
@@ -193,7 +195,7 @@ async def test_claim_limit_is_respected_and_not_due_jobs_stay(store: Store) -> N
     assert await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=T0) == []
 
 
-async def test_stale_token_completion_changes_nothing(store: Store, db) -> None:
+async def test_stale_token_completion_changes_nothing(store: Store, db: Any) -> None:
     """A zombie (paused past its lease) wakes and tries to complete: fencing refuses it."""
     [job_id] = await add(store, spec("billing"), now=T0)
     [zombie] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
@@ -307,7 +309,7 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         await conn.execute("ANALYZE pgpulse_jobs")  # plan on statistics, not on a guess
         cur = await conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["finish_and_claim"],  # type: ignore[operator]
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["finish_and_claim"],
             params,
         )
         row = await cur.fetchone()
@@ -351,7 +353,7 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     assert hourly not in {j.id for j in after.jobs}
 
 
-async def test_a_failed_step_writes_no_outcome(store: Store, db) -> None:
+async def test_a_failed_step_writes_no_outcome(store: Store, db: Any) -> None:
     """The outcome and the claim commit together or not at all (one statement; the node sends
     the outcome again with its next step)."""
     [job_id] = await add(store, spec("a"), now=T0)
@@ -417,7 +419,7 @@ async def _explain_generic_claim(
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         for name, value in CLAIM_SESSION_SETTINGS.items():
             await conn.execute("SELECT set_config(%s, %s, false)", (name, value))
-        await conn.execute(f"PREPARE claim AS {text}")  # type: ignore[arg-type]
+        await conn.execute(f"PREPARE claim AS {text}")
         if meanwhile is not None:
             await conn.execute(sql.SQL("EXECUTE claim({})").format(args(outcomes="[]", limit=0)))
             meanwhile()

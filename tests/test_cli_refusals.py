@@ -30,7 +30,7 @@ SHELL = ["--handler", "shell", "--payload", '{"command": "echo hi"}']
 
 def pgpulse(dsn: str | None, *args: str | bytes, env: dict[str, str] | None = None) -> Any:
     """Run ``pgpulse`` with ``args`` (bytes pass through as the shell would give them)."""
-    prefix: list[str | bytes] = [PGPULSE] + (["--database-url", dsn] if dsn else [])
+    prefix: list[str | bytes] = [PGPULSE, *(["--database-url", dsn] if dsn else [])]
     return subprocess.run([*prefix, *args], capture_output=True, timeout=60, env=env, check=False)
 
 
@@ -52,7 +52,8 @@ def refused(result: Any, *words: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr
     for word in words:
         assert word in lines[0], lines[0]
-    return lines[0]
+    line: str = lines[0]
+    return line
 
 
 def jobs(dsn: str) -> list[Any]:
@@ -126,7 +127,7 @@ def test_payloads_have_one_size_limit_on_every_path(dsn: str, tmp_path: Path) ->
 
 async def test_the_api_refuses_a_payload_over_the_limit_with_422(store: Store) -> None:
     admin = await make_token(store, admin=True)
-    body = {"name": "big", "schedule": "@daily", "handler": "http"}
+    body: dict[str, Any] = {"name": "big", "schedule": "@daily", "handler": "http"}
     body["payload"] = {"url": "https://93.184.215.14/", "body": "x" * MAX_PAYLOAD_BYTES}
     async with api_client(store, admin, WebSettings(max_body_bytes=2**20)) as client:
         response = await client.post("/api/v1/jobs", json=body)
@@ -178,7 +179,12 @@ async def test_host_dependent_zones_are_refused(
             f"timezone {zone!r} is refused", why)  # fmt: skip
     refused(in_process(None, "schedule", "next", "0 3 * * *", "--tz", zone), why)
     admin = await make_token(store, admin=True)
-    body = {"name": "z", "schedule": "0 3 * * *", "handler": "http", "timezone": zone}
+    body: dict[str, Any] = {
+        "name": "z",
+        "schedule": "0 3 * * *",
+        "handler": "http",
+        "timezone": zone,
+    }
     body["payload"] = {"url": "https://93.184.215.14/"}
     async with api_client(store, admin) as client:
         response = await client.post("/api/v1/jobs", json=body)
@@ -213,7 +219,7 @@ async def test_control_format_and_bidi_characters_are_refused_in_names_and_tenan
     run = pgpulse if "\u202e" in text and field == "name" else in_process  # one subprocess
     refused(run(dsn, "job", "create", *args), f"{field} ", "is not a valid name", shown)
     admin = await make_token(store, admin=True)
-    body = {"name": "ok", "schedule": "@daily", "handler": "http", field: text}
+    body: dict[str, Any] = {"name": "ok", "schedule": "@daily", "handler": "http", field: text}
     body["payload"] = {"url": "https://93.184.215.14/"}
     async with api_client(store, admin) as client:
         response = await client.post("/api/v1/jobs", json=body)

@@ -8,6 +8,7 @@ import ast
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,7 +74,7 @@ async def test_the_api_writes_at_every_log_level_and_format(
 ) -> None:
     logs.configure(level, fmt)
     admin = await make_token(store, admin=True)
-    job = {"name": "hook", "schedule": "@hourly", "handler": "http"}
+    job: dict[str, Any] = {"name": "hook", "schedule": "@hourly", "handler": "http"}
     job["payload"] = {"url": "https://93.184.215.14/"}
     async with api_client(store, admin) as client:
         created = await client.post("/api/v1/jobs", json=job)

@@ -63,7 +63,7 @@ def test_skip_past_grace_moves_to_the_next_future_occurrence() -> None:
 
 def test_on_time_occurrence_runs_under_every_policy() -> None:
     for mode in ("skip", "backfill", "coalesce"):
-        policy = CatchUpPolicy(mode, 0)  # type: ignore[arg-type]
+        policy = CatchUpPolicy(mode, 0)
         decision = plan_claim(
             MINUTELY,
             policy,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -248,7 +249,8 @@ async def _trigger_reaches(cluster: ReplicatedServer, node: str) -> float:
 
 async def _primary_now(cluster: ReplicatedServer) -> datetime:
     [row] = await _rows(cluster.primary.dsn(), "SELECT now() AS now")
-    return row["now"]
+    now: datetime = row["now"]
+    return now
 
 
 @pytest.mark.slow
@@ -270,7 +272,7 @@ async def test_a_node_follows_a_failover_and_a_switchover_and_hears_triggers_at_
                 moved = await cluster.fail_over(kind, down=0.0, window=0.0, clock=_clock)
                 await _until(
                     f"node-a heartbeats, leads and listens on {moved.new} after the {kind}",
-                    lambda at=moved.promoted_at: _beats_on_primary(cluster, "node-a", at),
+                    functools.partial(_beats_on_primary, cluster, "node-a", moved.promoted_at),
                     within=5,
                 )
                 lag = await _trigger_reaches(cluster, "node-a")

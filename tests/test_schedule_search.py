@@ -9,7 +9,7 @@ and instants near daylight-saving changes.
 from __future__ import annotations
 
 import itertools
-import zoneinfo._zoneinfo as pure_zoneinfo  # the stdlib's reader of the tz database, an oracle
+import zoneinfo._zoneinfo as pure_zoneinfo  # type: ignore[import-not-found]  # the stdlib's reader of the tz database, an oracle
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -67,7 +67,8 @@ def test_count_between_is_the_number_of_occurrences_walked(
 def test_newest_at_or_before_counts_back_n(case: tuple[str, str, datetime], n: int) -> None:
     expr, zone, moment = case
     schedule = _parse_or_reject(expr, zone)
-    expected, current = [], moment
+    expected: list[datetime] = []
+    current = moment
     while len(expected) < n:
         found = schedule.last_at_or_before(current)
         assert found is not None

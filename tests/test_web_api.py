@@ -30,7 +30,7 @@ def job_body(name: str, **fields: Any) -> dict[str, Any]:
     return body
 
 
-def jobs_in_db(db: Any) -> list[dict[str, Any]]:
+def jobs_in_db(db: Any) -> Any:
     return db.execute(
         "SELECT tenant, name, status, schedule FROM pgpulse_jobs ORDER BY id"
     ).fetchall()

@@ -85,7 +85,7 @@ def test_serve_answers_until_sigterm(dsn: str) -> None:
         # A write logs at INFO with extras (issue 15, item 4: a reserved LogRecord key in them
         # made every create and PATCH answer 500 after committing).
         headers = {"Authorization": f"Bearer {token}"}
-        job = {"name": "hook", "schedule": "@hourly", "handler": "http"}
+        job: dict[str, Any] = {"name": "hook", "schedule": "@hourly", "handler": "http"}
         job["payload"] = {"url": "https://93.184.215.14/"}
         api = f"http://127.0.0.1:{port}/api/v1/jobs"
         created = httpx.post(api, json=job, headers=headers, timeout=10)

@@ -30,7 +30,7 @@ def http_job(name: str, url: str = PUBLIC_URL, **payload: Any) -> dict[str, Any]
     }
 
 
-def snapshot(db: Any) -> list[dict[str, Any]]:
+def snapshot(db: Any) -> Any:
     return db.execute(
         "SELECT j.*, (SELECT count(*) FROM pgpulse_runs) AS runs FROM pgpulse_jobs j ORDER BY id"
     ).fetchall()
