@@ -116,10 +116,19 @@ apply_envvar_rule(main, [])
 
 
 @main.command()
-@with_store
-async def migrate(store: Store) -> None:
+@click.pass_obj
+def migrate(obj: dict[str, Any]) -> None:
     """Apply pending schema migrations (nodes also do this at start)."""
-    click.echo("schema is up to date")
+
+    async def apply() -> list[int]:
+        async with connect(obj["database_url"], data_dir=obj["data_dir"], migrate=False) as store:
+            return await store.migrate()
+
+    applied = run_command(apply())
+    if applied:
+        click.echo(f"applied migrations {', '.join(str(v) for v in applied)}; schema is up to date")
+    else:
+        click.echo("nothing to apply; schema is up to date")
 
 
 # -- node --------------------------------------------------------------------------------------
