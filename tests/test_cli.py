@@ -403,6 +403,10 @@ def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) ->
     assert public.returncode == 0, public.stderr
     allowed = pgpulse(*create, "--payload", local, "--allow-private-target", dsn=dsn)
     assert allowed.returncode == 0 and allowed.stdout.startswith("updated job ping")
+    assert allowed.stdout.splitlines()[1] == (
+        "note: its runs reach 127.0.0.1 only from nodes started with an --http-allow list "
+        "that names it (pgpulse node run --http-allow HOST)"
+    )
     assert job_rows(db)[0]["payload"] == {"url": "http://127.0.0.1:9/hook"}
 
 

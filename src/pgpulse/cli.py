@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from functools import wraps
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any, TypeVar
 
 import click
@@ -334,8 +335,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 @click.option(
     "--allow-private-target",
     is_flag=True,
-    help="Let an http job call a loopback, private, link-local or unresolvable host, or "
-    "follow redirects: the API refuses those unless its --http-allow list names the host.",
+    help="Store an http job whose host is loopback, private, link-local or unresolvable, or "
+    "that follows redirects (the API refuses those unless its --http-allow list names the "
+    "host). Its runs reach that host only from nodes whose --http-allow list names it.",
 )
 @with_store
 async def job_create(store: Store, name: str, allow_private_target: bool, **fields: Any) -> None:
@@ -345,23 +347,31 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
     its host resolves to); --allow-private-target is the operator's explicit exception.
     """
     spec = JobSpec.create(name=name, source="cli", **fields)
-    if spec.handler == "http" and not allow_private_target:
+    private = None
+    if spec.handler == "http":
         from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
 
         try:
             await check_http_target(spec.payload, WebSettings())
         except InvalidInput as exc:
-            raise InvalidInput(
-                f"{exc}; from the command line, --allow-private-target allows it",
-                field=exc.field,
-                value=exc.value,
-            ) from None
+            if not allow_private_target:
+                raise InvalidInput(
+                    f"{exc}; from the command line, --allow-private-target allows it",
+                    field=exc.field,
+                    value=exc.value,
+                ) from None
+            private = urlsplit(str(spec.payload.get("url", ""))).hostname or exc.value
     [(job_id, created)] = await store.upsert_jobs([spec])
     row = await store.get_job(spec.tenant, name)
     click.echo(
         f"{'created' if created else 'updated'} job {name} (id {job_id}); "
         f"next occurrence {row['scheduled_for'].isoformat()}"
     )
+    if private is not None:
+        click.echo(
+            f"note: its runs reach {private} only from nodes started with an --http-allow "
+            "list that names it (pgpulse node run --http-allow HOST)"
+        )
 
 
 @job.command("list")

@@ -291,6 +291,7 @@ def print_status(
     lag = counts["max_lag"]
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "
-        f"{counts['paused']} paused, {counts['failed']} failed; "
+        f"{counts['paused']} paused, {counts['failing']} whose last run failed, "
+        f"{counts['failed']} that cannot be scheduled; "
         f"lag of the most overdue job: {'none' if lag is None else f'{lag:.3f}s'}"
     )

@@ -512,10 +512,12 @@ ORDER BY n.node_id;
 
 -- name: cluster_counts
 -- Jobs by state, of one tenant or all, and how late the most overdue idle job is (seconds).
+-- failed: jobs that cannot be scheduled; failing: jobs whose last run failed or was fenced.
 SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
        count(*) FILTER (WHERE status = 'running') AS running,
        count(*) FILTER (WHERE status = 'paused') AS paused,
        count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE last_outcome IN ('failed', 'fenced')) AS failing,
        count(*) AS total,
        extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
                                                            AND next_run_at <= now()))::float8

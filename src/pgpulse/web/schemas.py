@@ -216,7 +216,8 @@ class JobCounts(BaseModel):
     due: int
     running: int
     paused: int
-    failed: int
+    failed: int = Field(description="jobs that cannot be scheduled (status failed)")
+    failing: int = Field(description="jobs whose last run failed or was fenced")
     total: int
     max_lag: float | None
 
