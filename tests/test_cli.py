@@ -134,6 +134,8 @@ def test_job_lifecycle(dsn: str, db: Any) -> None:
     assert [(j["name"], j["status"], j["timezone"]) for j in listed] == [
         ("backup", "idle", "Europe/Paris")
     ]
+    elsewhere = cli(dsn, "job", "list", "--tenant", "acme").output
+    assert elsewhere == "(none in tenant 'acme'; tenants with jobs: default: use --tenant NAME)\n"
     shown = json.loads(cli(dsn, "job", "show", "backup", "--json").output)
     assert len(shown["upcoming"]) == 5
     assert all(t.endswith(("+01:00", "+02:00")) and "T03:00:00" in t for t in shown["upcoming"])

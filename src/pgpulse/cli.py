@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from functools import wraps
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 
@@ -379,8 +379,16 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
 @json_option
 @with_store
 async def job_list(store: Store, tenant: str, as_json: bool) -> None:
-    """List jobs of a tenant."""
+    """List jobs of a tenant (when it has none, says which tenants do)."""
     rows = await store.list_jobs(tenant)
+    if not rows and not as_json:
+        others = sorted({row["tenant"] for row in await store.list_jobs(None)})
+        if others:
+            click.echo(
+                f"(none in tenant {tenant!r}; tenants with jobs: {', '.join(others)}: "
+                "use --tenant NAME)"
+            )
+            return
     print_records(
         rows,
         as_json,
@@ -627,7 +635,9 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
 async def runs(
     store: Store, job_name: str | None, tenant: str | None, limit: int, as_json: bool
 ) -> None:
-    """Recent runs (of JOB_NAME, if given), newest first.
+    """Recent runs (of JOB_NAME, if given), the most recently claimed first (run id order: an
+    occurrence claimed late, after a take-over or a catch-up, comes before earlier claims of
+    later occurrences).
 
     A skipped row may stand for many consecutive occurrences (column occurrences): from its
     scheduled_for through last_scheduled_for (shown with --json).

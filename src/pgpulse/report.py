@@ -293,5 +293,5 @@ def print_status(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "
         f"{counts['paused']} paused, {counts['failing']} whose last run failed, "
         f"{counts['failed']} that cannot be scheduled; "
-        f"lag of the most overdue job: {'none' if lag is None else f'{lag:.3f}s'}"
+        f"lag of the most overdue job: {'none' if lag is None else f'{lag:.1f} s'}"
     )

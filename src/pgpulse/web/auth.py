@@ -113,9 +113,16 @@ class TokenStore:
             label: free text shown by ``pgpulse token list``.
 
         Raises:
-            InvalidInput: no tenant for a tenant token, or a malformed tenant or label
-                (``field`` names it).
+            InvalidInput: no tenant for a tenant token, a tenant for an admin token (an admin
+                token sees every tenant: a tenant would read as a limit it does not have), or
+                a malformed tenant or label (``field`` names it).
         """
+        if tenant is not None and admin:
+            raise InvalidInput(
+                f"an --admin token sees every tenant; drop --tenant {tenant!r} (or --admin)",
+                field="tenant",
+                value=tenant,
+            )
         if tenant is None and not admin:
             raise InvalidInput(
                 "a tenant token needs --tenant (or create an --admin token)",

@@ -366,7 +366,8 @@ async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, end: da
             f"{row['node_id']} as attempt {row['attempts']}"
         )
     click.echo(
-        f"\noccurrences counted from {started - DOWNTIME:%H:%M:%S} (the import) to "
+        f"\noccurrences counted from {started - DOWNTIME:%H:%M:%S} (the start of the "
+        f"simulated outage, {DOWNTIME.seconds // 60} minutes before the import) to "
         f"{end:%H:%M:%S} UTC (the stop). missed: the job moved past it without a run (it "
         "will never run); pending: still due at the stop (it runs when a node next starts)."
     )
