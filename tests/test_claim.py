@@ -24,6 +24,13 @@ from pgpulse_tools.bench.common import load_jobs
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)  # every job created at T0 is due by then
+#: The claim routes of a node that has the tests' handler, owning every shard.
+NOOP_ALL = {"noop": tuple(ALL_SHARDS)}
+#: ... as the claim statement's parameters.
+ROUTE_ALL = {
+    "route_handlers": ["noop"],
+    "route_shards": ["{" + ",".join(map(str, ALL_SHARDS)) + "}"],
+}
 
 
 async def test_eight_concurrent_claimers_never_receive_the_same_job(store: Store) -> None:
@@ -54,7 +61,7 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
             "outcomes": "[]",
             "node": "n",
             "limit": 0,
-            "shards": ALL_SHARDS,
+            **ROUTE_ALL,
             "lease": 30,
             "now": LATER,
         },
@@ -301,7 +308,7 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
     params = {
         "outcomes": "[]",
         "node": "n",
-        "shards": ALL_SHARDS,
+        **ROUTE_ALL,
         "limit": 100,
         "lease": 30,
         "now": T0,
@@ -338,14 +345,14 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     [job] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=30, now=LATER)
     assert job.id == job_id and job.scheduled_for == utc(2026, 1, 1, 0, 1)
     done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)), output="a\x00b")
-    step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
+    step = await store.finish_and_claim([done], "node-a", NOOP_ALL, 5, lease=30, now=LATER)
     assert (step.written, step.jobs, step.db_now) == ({job.key}, [], LATER)
     assert step.next_due == utc(2026, 1, 1, 0, 2)  # before the hourly job's 01:00
     run = db.execute(
         "SELECT outcome, output FROM pgpulse_runs WHERE id = %s", (job.run_id,)
     ).fetchone()
     assert run == {"outcome": "succeeded", "output": "a\ufffdb"}  # NUL cannot be stored as is
-    after = await store.finish_and_claim([], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
+    after = await store.finish_and_claim([], "node-a", NOOP_ALL, 5, lease=30, now=LATER)
     [again] = after.jobs
     assert (again.id, again.scheduled_for) == (job_id, utc(2026, 1, 1, 0, 2))
     assert again.fencing_token == job.fencing_token + 1 and again.run_id != job.run_id
@@ -362,9 +369,9 @@ async def test_a_failed_step_writes_no_outcome(store: Store, db: Any) -> None:
     before = db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone()
     with pytest.raises(psycopg.errors.NumericValueOutOfRange):
         # 40000 is no smallint: the claim fails after the outcome was sent
-        await store.finish_and_claim([done], "node-a", [40000], 1, lease=30, now=LATER)
+        await store.finish_and_claim([done], "node-a", {"noop": (40000,)}, 1, lease=30, now=LATER)
     assert db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone() == before
-    step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 0, lease=30, now=LATER)
+    step = await store.finish_and_claim([done], "node-a", NOOP_ALL, 0, lease=30, now=LATER)
     assert step.written == {job.key} and step.jobs == [] and step.next_due is None
 
 
@@ -402,12 +409,12 @@ async def _explain_generic_claim(
     case for its estimates (and how the pgbench ceiling runs it). With ``meanwhile``, the plan is
     made first (an execute that writes and claims nothing), then ``meanwhile`` runs, then the
     explained execute: a session keeps its generic plan however the tables change."""
-    shards = "'{" + ",".join(map(str, ALL_SHARDS)) + "}'"
-    text, names = positional(QUERIES["finish_and_claim"].replace("%(shards)s", shards))
+    shards = "ARRAY['{" + ",".join(map(str, ALL_SHARDS)) + "}']"
+    text, names = positional(QUERIES["finish_and_claim"].replace("%(route_shards)s", shards))
     values = {
         "outcomes": outcomes,
         "node": "n",
-        "shards": ALL_SHARDS,
+        **ROUTE_ALL,
         "limit": limit,
         "lease": 30,
         "now": now,
