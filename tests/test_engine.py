@@ -577,6 +577,7 @@ async def test_a_timed_out_claim_logs_why(
     """A claim that times out (here: pgpulse_jobs locked by another session for longer than
     half the lease) logs the exception's type, not an empty reason (issue 15, item 15:
     'claim failed: ' said nothing, TimeoutError's text being empty)."""
+
     async def noop(ctx: RunContext) -> None:
         pass
 
