@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from helpers import add, pgpulse, spec
+from pgpulse import metrics
 from pgpulse.routing import routes_for, waiting_reason
 from pgpulse.sharding import SHARD_COUNT, shards_for
 from pgpulse.store import Store
 from pgpulse.web.reads import Reads
 from pgpulse.web.service import present_job
 from test_engine import wait_until
+from web_helpers import api_client, make_token
 
 TESTS = Path(__file__).parent
 EVERY_SECOND = "* * * * * *"  # 6 fields, seconds first
@@ -349,3 +351,41 @@ async def test_a_live_node_id_is_refused_and_a_stale_one_taken_over(db: Any, dsn
             assert row == {"pid": second.pid, "state": "alive"}
         assert second.returncode == 0
     assert db.execute("SELECT state FROM pgpulse_nodes").fetchone() == {"state": "stopped"}
+
+
+async def test_the_api_dashboard_and_metrics_show_what_waits(store: Store, db: Any) -> None:
+    """A job whose handler no live node advertises is `waiting` in the API's job and cluster
+    documents, carries a badge on the dashboard's job and jobs pages, and is counted by
+    pgpulse_jobs_unroutable; a live node with the handler clears all of them."""
+    [waiting_id, _] = await add(store, spec("report", handler="reports.send"), spec("ok"))
+    await store.register_node("n1", hostname="h", pid=1, slots=4, handlers=["noop"], ttl=60)
+    token = await make_token(store, admin=True)
+    async with api_client(store, token) as client:
+        job = (await client.get(f"/api/v1/jobs/{waiting_id}")).json()
+        assert job["waiting"] == "no live node can run handler reports.send"
+        cluster = (await client.get("/api/v1/cluster")).json()
+        assert cluster["jobs"]["unroutable"] == [
+            {
+                "handler": "reports.send",
+                "jobs": 1,
+                "due": 0,
+                "reason": "no live node can run handler reports.send",
+            }
+        ]
+        signed = await client.post("/ui/login", data={"token": token})
+        assert signed.status_code == 303
+        page = (await client.get(f"/ui/jobs/{waiting_id}")).text
+        assert "waiting: no live node can run handler reports.send" in page
+        jobs_page = (await client.get("/ui/")).text
+        assert 'data-testid="waiting-report"' in jobs_page
+        assert 'data-testid="waiting-ok"' not in jobs_page
+        body, _ = await metrics.exposition(store)
+        assert "pgpulse_jobs_unroutable 1.0" in body.decode()
+
+        await store.register_node(
+            "n2", hostname="h", pid=2, slots=4, handlers=["reports.send"], ttl=60
+        )
+        assert (await client.get(f"/api/v1/jobs/{waiting_id}")).json()["waiting"] is None
+        assert (await client.get("/api/v1/cluster")).json()["jobs"]["unroutable"] == []
+        body, _ = await metrics.exposition(store)
+        assert "pgpulse_jobs_unroutable 0.0" in body.decode()
