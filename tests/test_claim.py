@@ -471,6 +471,43 @@ async def test_the_generic_claim_plan_reads_only_what_it_claims(store: Store, ds
     assert not [n for n in backlog if n["Node Type"] == "Seq Scan"]
 
 
+async def test_the_claim_never_reads_the_due_jobs_of_handlers_it_has_no_route_for(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """Capability routing (issue 18): of 20,000 due jobs, the older half need a handler the
+    claiming node lacks; a claim of 5 along the node's route (noop) still reads no more than 5
+    rows at any step, and claims only noop jobs: its cost does not depend on how many due jobs
+    it cannot run (they would all stand before its first one in due order)."""
+    load_jobs(
+        dsn,
+        20_000,
+        schedule="@every 1h",
+        kind="interval",
+        base=T0 + timedelta(hours=1),
+        modulo=3600,
+        step=1.0,
+    )
+    db.execute(
+        "UPDATE pgpulse_jobs SET handler = 'elsewhere', next_run_at = next_run_at - interval "
+        "'1 hour', scheduled_for = scheduled_for - interval '1 hour' WHERE mod(id, 2) = 0"
+    )
+    db.execute("VACUUM ANALYZE pgpulse_jobs")
+    backlog = await _explain_generic_claim(dsn, 5, T0 + timedelta(hours=3))
+    assert max(n["Actual Rows"] for n in backlog) == 5, [
+        (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in backlog
+    ]
+    claimed = await store.claim_due(
+        "n", ALL_SHARDS, 5, lease=30, handlers=["noop"], now=T0 + timedelta(hours=3)
+    )
+    assert len(claimed) == 5 and {job.handler for job in claimed} == {"noop"}
+    assert (
+        await store.claim_due(
+            "n", ALL_SHARDS, 5, lease=30, handlers=["missing"], now=T0 + timedelta(hours=3)
+        )
+        == []
+    )
+
+
 async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
     store: Store, dsn: str, db: Any
 ) -> None:

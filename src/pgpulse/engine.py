@@ -4,14 +4,16 @@ A :class:`Node` runs four named tasks in one ``asyncio.TaskGroup`` (if one dies,
 loudly):
 
 * ``claim``: in one transaction and one round trip per step, write the outcomes of the attempts
-  that ended (group commit) and claim due jobs of the owned shards, at most as many as there are
+  that ended (group commit) and claim due jobs along its routes, at most as many as there are
   free worker slots (backpressure, invariant 6); start each at once, then sleep for as long as
   :func:`pause_after` says: until the next due instant (the claim returns it), a wake-up
   notification, or an attempt that ended;
 * ``heartbeat``: every ``heartbeat_interval`` seconds renew the leases of running attempts
   (fenced), then, in one statement, record liveness, try to lead (or keep leading) and return
   expired leases to the pool — the leader's every one, the others' as backup for a silent leader
-  (see :mod:`pgpulse.sweeper`); recompute shard ownership from the live nodes it returns;
+  (see :mod:`pgpulse.sweeper`); recompute shard ownership and the claim routes (for each handler
+  this node has, its shards among the live nodes that have it: :mod:`pgpulse.routing`) from the
+  live nodes it returns;
 * ``prune``: the leader deletes old history once an hour; other nodes send nothing;
 * ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once.
 
@@ -172,16 +174,21 @@ class Node:
         Raises:
             NodeIdTaken: another live process holds this node id; nothing was written.
         """
-        await self.beat.register_node(
-            self.node_id,
-            hostname=self._hostname,
-            pid=self._pid,
-            slots=self.config.slots,
-            handlers=list(self.handlers),
-            shell=self.config.shell_mode,
-            ttl=self.config.node_ttl,
-            rejoin=rejoin,
-        )
+        try:
+            await self.beat.register_node(
+                self.node_id,
+                hostname=self._hostname,
+                pid=self._pid,
+                slots=self.config.slots,
+                handlers=list(self.handlers),
+                shell=self.config.shell_mode,
+                ttl=self.config.node_ttl,
+                rejoin=rejoin,
+            )
+        except NodeIdTaken:
+            if not rejoin:  # a node that never started leaves no session open
+                await self._beat_session.close()
+            raise
         self._registered = True
 
     async def deregister(self) -> None:
@@ -356,8 +363,13 @@ class Node:
 
     async def heartbeat_once(self) -> None:
         """Renew the leases of running attempts; then, in one statement, record liveness, lead
-        (or try to) and reap expired leases; then recompute the owned shards. Renewal goes
-        first: on a slow link it is the write that keeps work alive."""
+        (or try to) and reap expired leases; then recompute the owned shards and the claim
+        routes. Renewal goes first: on a slow link it is the write that keeps work alive.
+
+        Raises:
+            NodeIdTaken: another process took this node's id over while it was silent past
+                its time-to-live; the node must stop.
+        """
         await self.renew_once()
         state = "draining" if self._stopping.is_set() else "alive"
         beat = await self.beat.heartbeat(
