@@ -308,7 +308,8 @@ async def test_a_live_node_id_is_refused_and_a_stale_one_taken_over(db: Any, dsn
     """A second process with a live node's --node-id exits 2 with one line naming the id and the
     holder's host and pid, writing nothing. A holder silent past its time-to-live (SIGSTOP) is
     stale: a new process takes the id over; the old one, continued, finds its id taken and
-    stops, saying so, without touching the new holder's row."""
+    stops, saying so, without touching the new holder's row. A holder killed with SIGKILL is
+    taken over at once, its row still fresh."""
     first = _start(dsn, "dup", "plain")
     with _nodes(first):
         await wait_until(lambda: _alive(db, "dup"))
@@ -349,7 +350,20 @@ async def test_a_live_node_id_is_refused_and_a_stale_one_taken_over(db: Any, dsn
             assert second.poll() is None
             row = db.execute("SELECT pid, state FROM pgpulse_nodes").fetchone()
             assert row == {"pid": second.pid, "state": "alive"}
-        assert second.returncode == 0
+            # killed, its row still fresh: its connections went with it, so a supervisor's
+            # immediate restart under the same id takes the row over
+            second.kill()
+            second.wait(10)
+            third = _start(dsn, "dup", "plain")
+            with _nodes(third):
+                await wait_until(
+                    lambda: (
+                        db.execute("SELECT pid FROM pgpulse_nodes").fetchone()["pid"] == third.pid
+                    )
+                )
+                await wait_until(lambda: _alive(db, "dup"))
+                assert third.poll() is None
+            assert third.returncode == 0
     assert db.execute("SELECT state FROM pgpulse_nodes").fetchone() == {"state": "stopped"}
 
 

@@ -3,7 +3,8 @@
 A node registers with what it can run — its handler names, and how it treats ``shell`` jobs —
 so that every node routes claims by capability (:mod:`pgpulse.routing`) and ``status`` shows
 which jobs no live node can run. One node id is one process (issue 18): registering refuses an
-id whose row is held by another live process, and a stale or stopped row is taken over. A
+id whose row is held by another live process, and a stale, stopped or abandoned row (its
+holder's heartbeat session gone) is taken over. A
 process knows its row by (host, pid): its heartbeats and its stop touch only that row, never
 one another process took over. :class:`NodeRegistry` is the base of
 :class:`~pgpulse.claims.ClaimStore` (and so of :class:`~pgpulse.store.Store`); ``now``
@@ -71,8 +72,11 @@ class NodeRegistry:
 
         Raises:
             NodeIdTaken: another live process holds ``node`` (a heartbeat within its
-                time-to-live, not stopped): nothing was written. A row of this same process,
-                a stopped row or a stale one is taken over.
+                time-to-live, not stopped, its heartbeat session connected): nothing was
+                written. A row of this same process, a stopped or stale row, or one whose
+                holder's heartbeat session is gone (a process killed with SIGKILL) is taken
+                over. Call it on the node's heartbeat session (``pgpulse:<id>:beat``), which
+                does not count as the holder's.
         """
         rows = await self._rows(
             "register_node",

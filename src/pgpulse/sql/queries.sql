@@ -261,9 +261,13 @@ SELECT job.id, job.started FROM job;
 -- A node's start (started_at is now, also when a restarted node reuses its id) or, with
 -- %(rejoin)s, a running node registering again after its row went missing (started_at kept).
 -- One node id, one process (issue 18): an existing row is taken over only if it is this process's
--- own (same host and pid), stopped, or stale (no heartbeat within its time-to-live; %(ttl)s, or
--- NodeConfig's default of 10 s, for a row that recorded none). Otherwise nothing changes and no row is returned: a live node holds
--- the id (register_holder says which).
+-- own (same host and pid), stopped, stale (no heartbeat within its time-to-live; %(ttl)s, or
+-- NodeConfig's default of 10 s, for a row that recorded none), or its holder's heartbeat session
+-- ('pgpulse:<id>:beat', the one this statement is sent on excepted) is gone from the server: a
+-- process killed with SIGKILL takes its connections with it, so a supervisor's immediate restart
+-- under the same id is not refused, while a live holder (even one partitioned away, whose
+-- connection the server still holds) is. Otherwise nothing changes and no row is returned: a
+-- live node holds the id (register_holder says which).
 INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, shell, state,
                                 started_at, last_heartbeat, ttl)
 VALUES (%(node)s, %(hostname)s, %(pid)s, %(slots)s, %(handlers)s, %(shell)s, 'alive',
@@ -277,6 +281,13 @@ WHERE (n.hostname, n.pid) = (excluded.hostname, excluded.pid)
    OR n.state = 'stopped'
    OR n.last_heartbeat <= excluded.last_heartbeat
                           - make_interval(secs => coalesce(n.ttl, %(ttl)s::float8, 10))
+   OR NOT EXISTS (
+          SELECT 1
+          FROM pg_stat_activity AS a
+          WHERE a.datname = current_database()
+            AND a.application_name = left('pgpulse:' || n.node_id || ':beat', 63)
+            AND a.pid <> pg_backend_pid()
+      )
 RETURNING n.node_id;
 
 -- name: register_holder
