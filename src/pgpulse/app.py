@@ -137,6 +137,8 @@ class App:
             DatabaseUnavailable: the database does not answer.
             Forbidden: a declared job would replace a ``shell`` job; nothing is written and no
                 node starts.
+            NodeIdTaken: the node id is held by another live process; nothing is written and
+                no node starts.
         """
         config = config or NodeConfig()
         dsn = resolve_dsn(database_url, data_dir)
@@ -149,13 +151,18 @@ class App:
         try:
             store = Store(pool)
             await store.migrate()
-            if self.jobs:
-                await store.upsert_jobs(
-                    self.jobs,
-                    writer=code_writer(self.tenant, f"the code of node {config.node_id}"),
-                    extra_handlers=list(self.handlers),
-                )
             node = Node(store, dsn, self.handlers, config)
+            await node.register()  # a node id held by a live process: refused, nothing written
+            try:
+                if self.jobs:
+                    await store.upsert_jobs(
+                        self.jobs,
+                        writer=code_writer(self.tenant, f"the code of node {config.node_id}"),
+                        extra_handlers=list(self.handlers),
+                    )
+            except BaseException:
+                await node.deregister()  # the id is free again at once
+                raise
             if install_signal_handlers:
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):

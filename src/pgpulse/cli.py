@@ -247,7 +247,8 @@ def node_run(
     """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit).
 
     --allow-shell-jobs is each node's explicit opt-in to run shell jobs (they run commands on
-    this machine); without it the node fails the shell jobs it claims, naming the flag.
+    this machine); without it the node claims none: they wait for a node that allows them. A
+    node claims only jobs whose handler it has; a --node-id held by a live node is refused.
     """
     pulse_app = load_app(app, app_dir)
     options: dict[str, Any] = {
@@ -613,7 +614,7 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
             async with store.pool.connection() as conn:
                 where = describe(conn.info)
             nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)
-            return where, nodes, await store.cluster_counts()
+            return where, nodes, await store.cluster_counts(ttl=DEFAULT_NODE_TTL)
 
     where, nodes, counts = run_command(read())
     database = f"{where} (embedded)" if obj["embedded"] else where

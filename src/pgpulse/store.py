@@ -24,6 +24,7 @@ from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.migrations import migrate
 from pgpulse.planner import first_occurrence
+from pgpulse.routing import waiting_reason
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
 
@@ -316,6 +317,16 @@ class Store(ClaimStore):
         stopped node shows no shards and nothing running) and whether it leads."""
         return await self._rows("cluster_nodes", {"ttl": ttl, "leader_key": LEADER_LOCK_KEY})
 
-    async def cluster_counts(self, tenant: str | None = None) -> dict[str, Any]:
-        """Counts of due, running, paused, failed and all jobs, and the worst lag (seconds)."""
-        return (await self._rows("cluster_counts", {"tenant": tenant}))[0]
+    async def cluster_counts(
+        self, tenant: str | None = None, *, ttl: float = 10.0
+    ) -> dict[str, Any]:
+        """Counts of due, running, paused, failed and all jobs, the worst lag (seconds), and
+        ``unroutable``: the idle jobs no live node can run (a node row that recorded no
+        time-to-live is judged by ``ttl`` seconds), by handler, each
+        ``{"handler", "jobs", "due", "reason"}`` with the reason they wait
+        (:func:`pgpulse.routing.waiting_reason`)."""
+        row = (await self._rows("cluster_counts", {"tenant": tenant, "ttl": ttl}))[0]
+        row["unroutable"] = [
+            {**entry, "reason": waiting_reason(entry["handler"])} for entry in row["unroutable"]
+        ]
+        return row

@@ -5,8 +5,10 @@
 -- name: finish_and_claim
 -- One step of a node's claim loop, in one statement: one round trip and one (implicit)
 -- transaction, so a busy node pays one commit per batch of runs ended and started. It ends a batch
--- of attempts, fenced, then claims up to %(limit)s due idle jobs of the shards %(shards)s for
--- node %(node)s.
+-- of attempts, fenced, then claims up to %(limit)s due idle jobs for node %(node)s along its
+-- routes: the i-th handler of %(route_handlers)s in the shards of the i-th array literal of
+-- %(route_shards)s (sharding.routes_for: the node's shards for that handler among the live nodes
+-- that have it). A job whose handler is on no route is never read (issue 18).
 --
 -- Finish (input, job, run, skipped). The batch is one JSON array (%(outcomes)s, an object per
 -- attempt: ClaimStore.finish_and_claim), one text value rather than a dozen arrays. An
@@ -32,12 +34,15 @@
 -- `input` or `due` instead, a generic plan may scan or merge the whole key); "still running" is
 -- written lease_expires_at IS NOT NULL (the same, by the table's CHECK), which keeps the planner
 -- off pgpulse_jobs_leases (every running job); the due bound is written inline rather than
--- joined from clock, so it is an index condition and the scan of pgpulse_jobs_due stops at the
--- first row not yet due, however many are stored.
+-- joined from clock, so it is an index condition and the scan of pgpulse_jobs_due (handler,
+-- next_run_at, shard_id) stops at the first row of the route's handler not yet due, however many
+-- are stored. Each route is one such scan, LIMIT %(limit)s (candidates); the oldest %(limit)s of
+-- them are then locked by id, SKIP LOCKED, and re-checked (due): rows of handlers the node has
+-- no route for are never visited, so the claim costs the same however many of them are due.
 --
 -- One row per claimed job, oldest occurrence first; nothing claimed gives one row whose id is
--- NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant of
--- those shards (NULL if none), so an idle node knows how long to sleep without a second
+-- NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant
+-- along its routes (NULL if none), so an idle node knows how long to sleep without a second
 -- statement. `written`, the (job id, fencing token) of each outcome that took effect, is on the
 -- first row only.
 WITH clock AS (
@@ -123,14 +128,32 @@ skipped AS (
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING 1
 ),
+route AS (
+    SELECT r.handler, r.shards::smallint[] AS shards
+    FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
+),
+candidates AS (
+    SELECT c.id
+    FROM route AS r
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.next_run_at
+        FROM pgpulse_jobs AS j
+        WHERE j.status = 'idle'
+          AND j.handler = r.handler
+          AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
+          AND j.shard_id = ANY(r.shards)
+        ORDER BY j.next_run_at
+        LIMIT %(limit)s
+    ) AS c
+    ORDER BY c.next_run_at
+    LIMIT %(limit)s
+),
 due AS (
     SELECT j.id
     FROM pgpulse_jobs AS j
-    WHERE j.status = 'idle'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
+      AND j.status = 'idle'
       AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
-      AND j.shard_id = ANY(%(shards)s::smallint[])
-    ORDER BY j.next_run_at
-    LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ),
 claimed AS (
@@ -155,17 +178,22 @@ claimed AS (
 )
 SELECT claimed.*,
        clock.now AS db_now,
-       -- the head of pgpulse_jobs_due past now: ORDER BY ... LIMIT 1, not min(), which the
-       -- planner may compute by a bitmap scan of every idle row
+       -- per route, the head of pgpulse_jobs_due past now: ORDER BY ... LIMIT 1, not min(),
+       -- which the planner may compute by a bitmap scan of every idle row
        (
-           SELECT j.next_run_at
-           FROM pgpulse_jobs AS j
-           WHERE j.status = 'idle'
-             AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
-             AND j.shard_id = ANY(%(shards)s::smallint[])
-             AND (SELECT count(*) FROM claimed) < %(limit)s
-           ORDER BY j.next_run_at
-           LIMIT 1
+           SELECT min(f.next_run_at)
+           FROM route AS r
+           CROSS JOIN LATERAL (
+               SELECT j.next_run_at
+               FROM pgpulse_jobs AS j
+               WHERE j.status = 'idle'
+                 AND j.handler = r.handler
+                 AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
+                 AND j.shard_id = ANY(r.shards)
+               ORDER BY j.next_run_at
+               LIMIT 1
+           ) AS f
+           WHERE (SELECT count(*) FROM claimed) < %(limit)s
        ) AS next_due,
        CASE WHEN row_number() OVER () = 1
             THEN ARRAY(SELECT ARRAY[id, fencing_token] FROM job)
@@ -231,16 +259,45 @@ SELECT job.id, job.started FROM job;
 
 -- name: register_node
 -- A node's start (started_at is now, also when a restarted node reuses its id) or, with
--- %(rejoin)s, a running node registering again after its row went stale (started_at kept).
-INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, state, started_at,
-                                last_heartbeat, ttl)
-VALUES (%(node)s, %(hostname)s, %(pid)s, %(slots)s, %(handlers)s, 'alive',
+-- %(rejoin)s, a running node registering again after its row went missing (started_at kept).
+-- One node id, one process (issue 18): an existing row is taken over only if it is this process's
+-- own (same host and pid), stopped, stale (no heartbeat within its time-to-live; %(ttl)s, or
+-- NodeConfig's default of 10 s, for a row that recorded none), or its holder's heartbeat session
+-- ('pgpulse:<id>:beat', the one this statement is sent on excepted) is gone from the server: a
+-- process killed with SIGKILL takes its connections with it, so a supervisor's immediate restart
+-- under the same id is not refused, while a live holder (even one partitioned away, whose
+-- connection the server still holds) is. Otherwise nothing changes and no row is returned: a
+-- live node holds the id (register_holder says which).
+INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, shell, state,
+                                started_at, last_heartbeat, ttl)
+VALUES (%(node)s, %(hostname)s, %(pid)s, %(slots)s, %(handlers)s, %(shell)s, 'alive',
         coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), %(ttl)s)
 ON CONFLICT (node_id) DO UPDATE
 SET hostname = excluded.hostname, pid = excluded.pid, slots = excluded.slots,
-    handlers = excluded.handlers, state = 'alive', last_heartbeat = excluded.last_heartbeat,
-    ttl = excluded.ttl,
-    started_at = CASE WHEN %(rejoin)s::bool THEN n.started_at ELSE excluded.started_at END;
+    handlers = excluded.handlers, shell = excluded.shell, state = 'alive',
+    last_heartbeat = excluded.last_heartbeat, ttl = excluded.ttl,
+    started_at = CASE WHEN %(rejoin)s::bool THEN n.started_at ELSE excluded.started_at END
+WHERE (n.hostname, n.pid) = (excluded.hostname, excluded.pid)
+   OR n.state = 'stopped'
+   OR n.last_heartbeat <= excluded.last_heartbeat
+                          - make_interval(secs => coalesce(n.ttl, %(ttl)s::float8, 10))
+   OR NOT EXISTS (
+          SELECT 1
+          FROM pg_stat_activity AS a
+          WHERE a.datname = current_database()
+            AND a.application_name = left('pgpulse:' || n.node_id || ':beat', 63)
+            AND a.pid <> pg_backend_pid()
+      )
+RETURNING n.node_id;
+
+-- name: register_holder
+-- The live process that holds node id %(node)s (register_node refused to take it over): its host,
+-- pid and how long ago (seconds) it sent its last heartbeat.
+SELECT n.hostname, n.pid, n.state,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - n.last_heartbeat)::float8
+           AS silent
+FROM pgpulse_nodes n
+WHERE n.node_id = %(node)s;
 
 -- name: revive_jobs
 -- A node that knows a handler brings back the jobs that failed because the node that claimed them
@@ -265,9 +322,12 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 --   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; each
 --   reaped job's shard is woken. With nothing expired this is one probe of pgpulse_jobs_leases
 --   (the bound is an index condition);
--- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing).
+-- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing), if
+--   its row is still this process's (%(hostname)s, %(pid)s; NULL pid: any): a row another
+--   process took over is left alone, and this node is then missing from `live`.
 -- Returns one row: the clock reading, whether this session leads, how many leases it reaped, and
--- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included.
+-- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included,
+-- with the handlers each can run (capability routing: sharding.routes_for).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), lead AS (
@@ -310,21 +370,27 @@ WITH clock AS (
         state = %(state)s
     FROM clock
     WHERE n.node_id = %(node)s
-    RETURNING n.node_id, n.state
+      AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int))
+    RETURNING n.node_id, n.state, n.handlers
 )
 SELECT clock.now AS db_now, lead.leader, (SELECT count(*) FROM job)::int AS reaped,
-       ARRAY(SELECT n.node_id
-             FROM pgpulse_nodes n
-             WHERE n.node_id <> %(node)s AND n.state = 'alive'
-               AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
-             UNION ALL
-             SELECT me.node_id FROM me WHERE me.state = 'alive') AS live
+       -- the live nodes and the handlers each advertises, as {"node": [handler, ...]}
+       (SELECT coalesce(json_object_agg(c.node_id, c.handlers), '{}')
+        FROM (SELECT n.node_id, n.handlers
+              FROM pgpulse_nodes n
+              WHERE n.node_id <> %(node)s AND n.state = 'alive'
+                AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
+              UNION ALL
+              SELECT me.node_id, me.handlers FROM me WHERE me.state = 'alive') AS c) AS live
 FROM clock, lead;
 
 -- name: stop_node
-UPDATE pgpulse_nodes
+-- A node says it stopped (its id is free at once): only its own row, not one another process
+-- took over (NULL pid: any).
+UPDATE pgpulse_nodes n
 SET state = 'stopped', running = 0, shards = '{}', last_heartbeat = coalesce(%(now)s::timestamptz, now())
-WHERE node_id = %(node)s;
+WHERE n.node_id = %(node)s
+  AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int));
 
 -- name: prune
 -- Housekeeping (leader only): forget finished runs older than %(keep)s seconds and nodes that
@@ -495,7 +561,7 @@ SELECT n.node_id, n.hostname, n.pid,
        n.started_at, n.last_heartbeat, h.fresh AND n.state = 'alive' AS alive,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.shards ELSE '{}' END AS shards,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.running ELSE 0 END AS running,
-       n.slots, coalesce(n.ttl, %(ttl)s) AS ttl,
+       n.slots, coalesce(n.ttl, %(ttl)s) AS ttl, n.handlers, n.shell,
        -- A node holds the leader lock on its heartbeat session ('pgpulse:<id>:beat'). Names are
        -- cut to 63 characters, as PostgreSQL stores them.
        (SELECT a.application_name = left('pgpulse:' || n.node_id || ':beat', 63)
@@ -511,19 +577,45 @@ CROSS JOIN LATERAL (
 ORDER BY n.node_id;
 
 -- name: cluster_counts
--- Jobs by state, of one tenant or all, and how late the most overdue idle job is (seconds).
+-- Jobs by state, of one tenant or all, and how late the most overdue idle job is (seconds);
+-- `unroutable`: the idle jobs whose handler no live node advertises, by handler, as
+-- [{"handler": h, "jobs": n, "due": d}] (they wait for a node that has it: issue 18).
 -- failed: jobs that cannot be scheduled; failing: jobs whose last run failed or was fenced.
-SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
-       count(*) FILTER (WHERE status = 'running') AS running,
-       count(*) FILTER (WHERE status = 'paused') AS paused,
-       count(*) FILTER (WHERE status = 'failed') AS failed,
-       count(*) FILTER (WHERE last_outcome IN ('failed', 'fenced')) AS failing,
-       count(*) AS total,
-       extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
-                                                           AND next_run_at <= now()))::float8
-           AS max_lag
-FROM pgpulse_jobs
-WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
+WITH live AS (
+    SELECT DISTINCT unnest(n.handlers) AS handler
+    FROM pgpulse_nodes n
+    WHERE n.state = 'alive'
+      AND n.last_heartbeat > now() - make_interval(secs => coalesce(n.ttl, %(ttl)s::float8))
+), counts AS (
+    SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'paused') AS paused,
+           count(*) FILTER (WHERE status = 'failed') AS failed,
+           count(*) FILTER (WHERE last_outcome IN ('failed', 'fenced')) AS failing,
+           count(*) AS total,
+           extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
+                                                               AND next_run_at <= now()))::float8
+               AS max_lag
+    FROM pgpulse_jobs
+    WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+), unroutable AS (
+    SELECT j.handler, count(*) AS jobs, count(*) FILTER (WHERE j.next_run_at <= now()) AS due
+    FROM pgpulse_jobs j
+    WHERE j.status = 'idle'
+      AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+      AND j.handler NOT IN (SELECT handler FROM live)
+    GROUP BY j.handler
+)
+SELECT counts.*,
+       (SELECT coalesce(json_agg(json_build_object('handler', u.handler, 'jobs', u.jobs,
+                                                   'due', u.due)
+                                 ORDER BY u.handler), '[]')
+        FROM unroutable u) AS unroutable
+FROM counts;
 
 -- name: known_handlers
 SELECT DISTINCT unnest(handlers) AS handler FROM pgpulse_nodes;
+
+-- name: job_handlers
+-- The handler names stored jobs use (claim_due without handlers: tools and tests).
+SELECT DISTINCT j.handler FROM pgpulse_jobs j ORDER BY j.handler;

@@ -131,6 +131,8 @@ CREATE TABLE public.pgpulse_nodes (
     slots integer DEFAULT 0 NOT NULL,
     handlers text[] DEFAULT '{}'::text[] NOT NULL,
     ttl double precision,
+    shell text DEFAULT 'off'::text NOT NULL,
+    CONSTRAINT pgpulse_nodes_shell_check CHECK ((shell = ANY (ARRAY['off'::text, 'run'::text, 'dry-run'::text]))),
     CONSTRAINT pgpulse_nodes_state_check CHECK ((state = ANY (ARRAY['alive'::text, 'draining'::text, 'stopped'::text]))),
     CONSTRAINT pgpulse_nodes_ttl_check CHECK ((ttl > (0)::double precision))
 );
@@ -221,7 +223,7 @@ ALTER TABLE ONLY public.pgpulse_runs
 ALTER TABLE ONLY public.pgpulse_runs
     ADD CONSTRAINT pgpulse_runs_pkey PRIMARY KEY (id);
 
-CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (next_run_at, shard_id) WHERE (status = 'idle'::text);
+CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (handler, next_run_at, shard_id) WHERE (status = 'idle'::text);
 
 CREATE INDEX pgpulse_jobs_leases ON public.pgpulse_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 

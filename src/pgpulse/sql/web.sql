@@ -39,7 +39,9 @@ ORDER BY id;
 -- name: jobs
 -- A page of jobs in (tenant, name) order after the keyset cursor, with how late the job is now
 -- (due_lag, seconds; NULL unless idle and due) and the lag and duration of its latest started
--- run. %(id)s selects one job (show); the other filters are optional. Pages are read in the
+-- run, and whether it is unroutable: idle, and no live node advertises its handler (it waits for
+-- one: issue 18; a node row that recorded no time-to-live is judged by NodeConfig's default,
+-- 10 s). %(id)s selects one job (show); the other filters are optional. Pages are read in the
 -- order of pgpulse_job_names' primary key.
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
@@ -49,7 +51,14 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
             THEN extract(epoch FROM now() - j.next_run_at)::float8 END AS due_lag,
-       last.lag AS last_lag, last.duration AS last_duration
+       last.lag AS last_lag, last.duration AS last_duration,
+       j.status = 'idle' AND NOT EXISTS (
+           SELECT 1
+           FROM pgpulse_nodes AS p
+           WHERE j.handler = ANY(p.handlers)
+             AND p.state = 'alive'
+             AND p.last_heartbeat > now() - make_interval(secs => coalesce(p.ttl, 10))
+       ) AS unroutable
 FROM pgpulse_job_names n
 JOIN pgpulse_jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (

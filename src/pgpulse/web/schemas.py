@@ -134,6 +134,10 @@ class Job(BaseModel):
     created_at: datetime
     updated_at: datetime
     due_lag: float | None = Field(description="Seconds overdue now (idle and due), else null.")
+    waiting: str | None = Field(
+        description="Why the job waits although idle: no live node can run its handler (or, "
+        "for a shell job, none allows shell jobs); null when a live node can."
+    )
     last_lag: float | None = Field(description="Start minus scheduled_for of the latest run.")
     last_duration: float | None = Field(description="Seconds the latest finished run took.")
 
@@ -210,8 +214,21 @@ class Shards(BaseModel):
     contested: list[int]
 
 
+class Unroutable(BaseModel):
+    """Idle jobs of one handler that no live node can run: they wait for a node that can."""
+
+    handler: str
+    jobs: int
+    due: int = Field(description="Of them, how many are due now.")
+    reason: str = Field(
+        description='"no live node can run handler X", or for shell jobs '
+        '"no live node allows shell jobs".'
+    )
+
+
 class JobCounts(BaseModel):
-    """Jobs by state (of the token's tenant; admin: all) and the worst lag, seconds."""
+    """Jobs by state (of the token's tenant; admin: all), the worst lag, seconds, and the idle
+    jobs no live node can run, by handler."""
 
     due: int
     running: int
@@ -220,6 +237,7 @@ class JobCounts(BaseModel):
     failing: int = Field(description="jobs whose last run failed or was fenced")
     total: int
     max_lag: float | None
+    unroutable: list[Unroutable]
 
 
 class Cluster(BaseModel):

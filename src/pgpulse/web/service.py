@@ -17,6 +17,7 @@ from typing import Any
 from pgpulse.access import Writer, token_writer
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
+from pgpulse.routing import waiting_reason
 from pgpulse.schedule import parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.auth import Principal
@@ -76,12 +77,14 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
 
 
 def present_job(row: dict[str, Any]) -> dict[str, Any]:
-    """A job row as the API shows it: instants in UTC, the schedule in words, and the next
-    occurrences in the job's own zone."""
+    """A job row as the API shows it: instants in UTC, the schedule in words, the next
+    occurrences in the job's own zone, and why it waits if no live node can run it."""
     job = {
         key: value.astimezone(UTC) if isinstance(value, datetime) else value
         for key, value in row.items()
+        if key != "unroutable"
     }
+    job["waiting"] = waiting_reason(row["handler"]) if row.get("unroutable") else None
     try:
         job["schedule_description"] = parse_schedule(row["schedule"], row["timezone"]).describe()
         job["upcoming"] = upcoming(row)
