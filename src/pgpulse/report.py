@@ -157,6 +157,7 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
                 ),
                 ("timeout", _seconds(job["timeout"])),
                 ("source", job["source"]),
+                ("revision", job.get("revision", 1)),
             ],
         ),
         (
@@ -294,3 +295,12 @@ def print_status(
         f"{counts['paused']} paused, {counts['failed']} failed; "
         f"lag of the most overdue job: {'none' if lag is None else f'{lag:.3f}s'}"
     )
+    stale = counts.get("stale_code_jobs") or []
+    if stale:
+        names = ", ".join(
+            j["name"] if j["tenant"] == "default" else f"{j['tenant']}/{j['name']}" for j in stale
+        )
+        click.echo(
+            f"declared by code no longer running: {len(stale)} job(s): {names} "
+            "(node run --prune-code-jobs deletes them)"
+        )
