@@ -130,7 +130,7 @@ async def test_shell_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_shell_runs_the_command_with_the_crontabs_shell() -> None:
     """Vixie cron runs the command with the crontab's SHELL: ``[[`` is bash, not sh."""
-    command = "[[ 1 == 1 ]] && echo \"$0\""
+    command = '[[ 1 == 1 ]] && echo "$0"'
     with pytest.raises(HandlerFailed, match="status 127"):  # /bin/sh (dash) has no [[
         await shell_handler(make_ctx({"command": command}))
     bash = {"command": command, "env": {"SHELL": "/bin/bash"}}
