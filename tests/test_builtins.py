@@ -134,9 +134,9 @@ async def test_shell_runs_the_command_with_the_crontabs_shell() -> None:
     with pytest.raises(HandlerFailed, match="status 127"):  # /bin/sh (dash) has no [[
         await shell_handler(make_ctx({"command": command}))
     bash = {"command": command, "env": {"SHELL": "/bin/bash"}}
-    assert (await shell_handler(make_ctx(bash))).strip() == "/bin/bash"
+    assert await shell_handler(make_ctx(bash)) == "/bin/bash\n"
     explicit = {"command": command, "shell": "/bin/bash", "env": {"SHELL": "/bin/sh"}}
-    assert (await shell_handler(make_ctx(explicit))).strip() == "/bin/bash"
+    assert await shell_handler(make_ctx(explicit)) == "/bin/bash\n"
 
 
 async def test_shell_nonzero_exit_fails_with_status_and_output() -> None:
