@@ -131,3 +131,18 @@ async def test_the_api_records_the_token_and_shows_the_history(store: Store) -> 
         ("create", "api", f"token:{token['id']} (ci)"),
     ]
     assert other.status_code == 404
+
+
+async def test_the_dashboards_job_page_shows_the_changes(store: Store) -> None:
+    secret, token = await TokenStore(store.pool).create(tenant=None, admin=True, label="ops")
+    await store.upsert_jobs([spec("etl", "@hourly")], extra_handlers={"noop"}, actor=ME)
+    await store.upsert_jobs([spec("etl", "@daily")], extra_handlers={"noop"}, actor=ME)
+    job_id = (await store.get_job("default", "etl"))["id"]
+    async with api_client(store) as client:
+        client.cookies.set("pgpulse_token", secret, path="/ui")
+        page = await client.get(f"/ui/jobs/{job_id}")
+    assert page.status_code == 200, page.text
+    assert "<code>api</code>, revision 2" in page.text
+    assert 'data-action="update"' in page.text and 'data-action="create"' in page.text
+    assert '<code>schedule</code>: "@hourly" → "@daily"' in page.text
+    assert token["id"] > 0
