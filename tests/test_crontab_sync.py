@@ -9,7 +9,10 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from helpers import pgpulse
-from pgpulse.crontab import is_system_crontab
+from pgpulse.audit import DEFINITION_FIELDS
+from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab
+from pgpulse.crontab_sync import plan_crontab_sync
+from pgpulse.jobs import JobSpec
 
 LINES = [
     "0 3 * * * backup --full",
@@ -128,3 +131,28 @@ def test_user_format_and_system_flags(dsn: str, db: Any, tmp_path: Path) -> None
     assert row["payload"]["command"] == "[[ 1 == 1 ]] && echo ok"
     assert row["payload"]["user"] == "root"
     assert row["payload"]["env"]["SHELL"] == "/bin/bash"
+
+
+def _row(job: JobSpec, job_id: int) -> dict[str, Any]:
+    """A stored row of ``job`` as lock_definitions reads it."""
+    row: dict[str, Any] = {key: getattr(job, key) for key in DEFINITION_FIELDS}
+    for key in ("misfire_grace", "retry_backoff", "timeout"):
+        row[f"{key}_s"] = row.pop(key)
+    return {**row, "id": job_id, "tenant": job.tenant, "name": job.name}
+
+
+def _specs(text: str) -> list[JobSpec]:
+    parsed = parse_crontab(text, path="/x/ops.crontab")
+    return [entry_to_spec(e, source=SOURCE) for e in parsed.entries]
+
+
+SOURCE = "crontab:/x/ops.crontab"
+
+
+def test_a_line_with_a_new_schedule_and_a_new_command_is_a_new_job() -> None:
+    [old] = _specs("0 3 * * * backup --full\n")
+    stored = {(old.tenant, old.name): _row(old, 7)}
+    plan = plan_crontab_sync(SOURCE, _specs("15 4 * * * archive\n"), stored)
+    assert [(s.action, s.job_id) for s in plan.steps] == [("create", None), ("delete", 7)]
+    same = plan_crontab_sync(SOURCE, [old], stored)
+    assert [(s.action, s.job_id) for s in same.steps] == [("unchanged", 7)]
