@@ -51,14 +51,14 @@ async def lock_definitions(
         ``{(tenant, name): row}``; each row holds ``id``, ``revision``, ``status`` and the
         definition (durations in seconds as ``*_s``, :func:`pgpulse.audit.definition_of_row`).
     """
-    cur = await conn.execute(
-        QUERIES["lock_definitions"],
-        {
-            "tenants": [tenant for tenant, _ in keys],
-            "names": [name for _, name in keys],
-            "sources": list(sources),
-        },
-    )
+    params = {
+        "tenants": [tenant for tenant, _ in keys],
+        "names": [name for _, name in keys],
+        "sources": list(sources),
+    }
+    # Without sources, by name only: an upsert (the API's, the CLI's) never scans the table.
+    query = "lock_definitions_and_sources" if sources else "lock_definitions"
+    cur = await conn.execute(QUERIES[query], params)
     return {(row["tenant"], row["name"]): row for row in await cur.fetchall()}
 
 

@@ -411,11 +411,25 @@ FROM (SELECT * FROM updated UNION ALL SELECT * FROM inserted) w;
 
 -- name: lock_definitions
 -- The definition (durations in seconds), revision and status of each existing job among the
--- names (%(tenants)s[i], %(names)s[i]) and of every job whose source is in %(sources)s, each
--- row locked until the end of the transaction: a write checks who may write each definition
--- against the job it replaces (pgpulse.access) and diffs it (pgpulse.audit), and nothing
--- changes that job in between. Rows are locked in id order, as every statement over several
--- job rows takes them.
+-- names (%(tenants)s[i], %(names)s[i]), each row locked until the end of the transaction: a
+-- write checks who may write each definition against the job it replaces (pgpulse.access) and
+-- diffs it (pgpulse.audit), and nothing changes that job in between. Found through
+-- pgpulse_job_names' primary key; rows are locked in id order, as every statement over
+-- several job rows takes them.
+SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
+       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
+       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
+       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.revision,
+       j.status
+FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
+JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
+JOIN pgpulse_jobs j ON j.id = n.job_id
+ORDER BY j.id
+FOR UPDATE OF j;
+
+-- name: lock_definitions_and_sources
+-- As lock_definitions, and also every job whose source is in %(sources)s (apply, crontab sync,
+-- a node's start: a scan of pgpulse_jobs, which has no index on source; see migration 0003).
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
