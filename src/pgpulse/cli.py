@@ -7,8 +7,6 @@ on stderr and exit non-zero: 2 for refused input, 3 for a database that does not
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import importlib
 import json
 import sys
@@ -23,6 +21,7 @@ import click
 
 from pgpulse import logs
 from pgpulse.app import App, connect
+from pgpulse.audit import cli_actor
 from pgpulse.cli_conventions import (
     CONTEXT,
     GlobalOptions,
@@ -30,7 +29,6 @@ from pgpulse.cli_conventions import (
     PulseGroup,
     apply_envvar_rule,
 )
-from pgpulse.crontab import entry_to_spec, parse_crontab
 from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
@@ -213,6 +211,14 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     help="shell jobs record their command instead of running it (implies --allow-shell-jobs).",
 )
 @click.option(
+    "--prune-code-jobs",
+    is_flag=True,
+    show_envvar=True,
+    help="At start, delete the jobs of the --app's source (code:<app name>) that its code no "
+    "longer declares, logging each; without it they are shown as declared by code no longer "
+    "running.",
+)
+@click.option(
     "--metrics",
     "metrics_addr",
     show_envvar=True,
@@ -240,6 +246,7 @@ def node_run(
     poll: float,
     drain_timeout: float,
     shell_dry_run: bool,
+    prune_code_jobs: bool,
     metrics_addr: str | None,
     http_addr: str | None,
     **web: Any,
@@ -250,7 +257,13 @@ def node_run(
     this machine); without it the node claims none: they wait for a node that allows them. A
     node claims only jobs whose handler it has; a --node-id held by a live node is refused.
     """
+    if prune_code_jobs and not app:
+        raise click.BadParameter(
+            "needs --app: it deletes the jobs of that app that its code no longer declares",
+            param_hint="--prune-code-jobs",
+        )
     pulse_app = load_app(app, app_dir)
+    pulse_app.prune = pulse_app.prune or prune_code_jobs
     options: dict[str, Any] = {
         "lease": lease,
         "heartbeat_interval": heartbeat,
@@ -362,7 +375,7 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
                     value=exc.value,
                 ) from None
             private = urlsplit(str(spec.payload.get("url", ""))).hostname or exc.value
-    [(job_id, created)] = await store.upsert_jobs([spec])
+    [(job_id, created)] = await store.upsert_jobs([spec], actor=cli_actor())
     row = await store.get_job(spec.tenant, name)
     click.echo(
         f"{'created' if created else 'updated'} job {name} (id {job_id}); "
@@ -428,7 +441,27 @@ async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(Job.model_validate(job).model_dump(mode="json"), indent=2))
         return
+    stale = {(j["tenant"], j["name"]) for j in await store.stale_code_jobs(tenant)}
+    if (tenant, name) in stale:
+        job["source"] += " (declared by code no longer running)"
     print_job(job, await store.list_runs(tenant=tenant, name=name, limit=5))
+
+
+@job.command("history")
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--limit", type=click.IntRange(1, 10000), default=50, help="At most this many changes."
+)
+@json_option
+@with_store
+async def job_history(store: Store, name: str, tenant: str, limit: int, as_json: bool) -> None:
+    """The audit trail of job NAME, newest first: when (the database's clock), what (create,
+    update, pause, resume, trigger, delete), the revision, source, actor and changed fields.
+    A deleted job's trail is kept until pruned with the runs' retention."""
+    from pgpulse.cli_sources import print_history
+
+    await print_history(store, name, tenant=tenant, limit=limit, as_json=as_json)
 
 
 def _local(instant: datetime, timezone: str) -> str:
@@ -443,11 +476,12 @@ def _state_command(verb: str, doc: str) -> None:
     @tenant_option
     @with_store
     async def command(store: Store, name: str, tenant: str) -> None:
+        actor = cli_actor()
         if verb == "pause":
-            changed = await store.pause_job(tenant, name)
+            changed = await store.pause_job(tenant, name, actor=actor)
             click.echo(f"paused {name}" if changed else f"{name} was paused already; no change")
         elif verb == "resume":
-            changed = await store.resume_job(tenant, name)
+            changed = await store.resume_job(tenant, name, actor=actor)
             row = await store.get_job(tenant, name)
             click.echo(
                 f"resumed {name}; next occurrence {row['scheduled_for'].isoformat()}"
@@ -455,10 +489,10 @@ def _state_command(verb: str, doc: str) -> None:
                 else f"{name} is {row['status']}, not paused; no change"
             )
         elif verb == "delete":
-            await store.delete_job(tenant, name)
+            await store.delete_job(tenant, name, actor=actor)
             click.echo(f"deleted {name}")
         else:
-            result = await store.trigger_job(tenant, name)
+            result = await store.trigger_job(tenant, name, actor=actor)
             if result < await store.db_now() - timedelta(seconds=1):
                 click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
             else:
@@ -476,7 +510,9 @@ _state_command(
     "do not run). Idempotent: a job that is not paused is left as it is.",
 )
 _state_command("trigger", "Run job NAME now, once, as an extra occurrence.")
-_state_command("delete", "Delete job NAME and its run history.")
+_state_command(
+    "delete", "Delete job NAME and its run history (its audit trail stays: job history)."
+)
 
 
 # -- schedules and crontabs ------------------------------------------------------------------
@@ -543,40 +579,99 @@ def crontab() -> None:
 @crontab.command("import")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @tenant_option
-@click.option("--system", is_flag=True, help="System format: a user field before the command.")
+@click.option(
+    "--system/--user-format",
+    default=None,
+    help="System format (a user field before the command) or user format [default: system "
+    "for /etc/crontab and /etc/cron.d/*, user for any other file].",
+)
 @click.option(
     "--catch-up",
     type=click.Choice(CATCH_UP_POLICIES),
     default="skip",
     help="Catch-up policy of the imported jobs.",
 )
+@click.option(
+    "--sync",
+    is_flag=True,
+    help="Make the database match the file: an edited line updates its job in place (history "
+    "kept), a deleted line deletes its job, untouched lines change nothing.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print the sync's plan; write nothing (implies --sync)."
+)
 @with_store
 async def crontab_import(
-    store: Store, path: Path, tenant: str, system: bool, catch_up: CatchUp
+    store: Store,
+    path: Path,
+    tenant: str,
+    system: bool | None,
+    catch_up: CatchUp,
+    sync: bool,
+    dry_run: bool,
 ) -> None:
     """Turn the lines of a crontab file into shell jobs (idempotent).
 
     Every line is imported or refused with file:line and the reason. If any line is refused,
-    nothing is written and the command exits 2.
+    nothing is written and the command exits 2. The file's jobs are one source,
+    crontab:<absolute path>; --sync reconciles that source with the file.
     """
-    data = await asyncio.to_thread(path.read_bytes)  # lines that are not UTF-8 are refused
-    parsed = parse_crontab(data, path=str(path), system=system)
-    for error in parsed.errors:
-        click.echo(f"refused {error}", err=True)
-    if parsed.errors:
-        click.echo(f"error: {len(parsed.errors)} line(s) refused; nothing imported", err=True)
-        sys.exit(2)
-    specs = [
-        dataclasses.replace(entry_to_spec(e, tenant=tenant), catch_up=catch_up)
-        for e in parsed.entries
-    ]
-    results = await store.upsert_jobs(specs)
-    for spec, (_, created) in zip(specs, results, strict=True):
-        click.echo(
-            f"{'created' if created else 'kept   '} {spec.name}  [{spec.schedule}] "
-            f"{spec.payload.get('command', '')}"
-        )
-    click.echo(f"imported {len(specs)} job(s) from {path}")
+    from pgpulse.cli_sources import import_crontab
+
+    await import_crontab(
+        store,
+        path,
+        tenant=tenant,
+        system=system,
+        catch_up=catch_up,
+        sync=sync,
+        dry_run=dry_run,
+    )
+
+
+@main.command("apply")
+@click.argument(
+    "paths",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="FILE...",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Delete the jobs of each file's source that the file no longer defines (never jobs "
+    "of other sources).",
+)
+@click.option(
+    "--exit-code",
+    is_flag=True,
+    help="Exit 1 when the plan is not empty (something to create, update or delete): for CI, "
+    "with --dry-run.",
+)
+@json_option
+@with_store
+async def apply(
+    store: Store,
+    paths: tuple[Path, ...],
+    dry_run: bool,
+    prune: bool,
+    exit_code: bool,
+    as_json: bool,
+) -> None:
+    """Make the jobs defined in TOML files FILE... exist as defined, in one transaction.
+
+    Each file is a source (apply:<its stem>, or its `source = "name"`); the plan shows per
+    job create, update (field by field), unchanged, or (--prune) delete. A refused file or
+    field writes nothing (exit 2, file:line and field). Concurrent applies of one source run
+    one after the other.
+    """
+    from pgpulse.cli_sources import apply_files
+
+    await apply_files(
+        store, paths, dry_run=dry_run, prune=prune, exit_code=exit_code, as_json=as_json
+    )
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -614,7 +709,9 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
             async with store.pool.connection() as conn:
                 where = describe(conn.info)
             nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)
-            return where, nodes, await store.cluster_counts(ttl=DEFAULT_NODE_TTL)
+            counts = await store.cluster_counts(ttl=DEFAULT_NODE_TTL)
+            counts["stale_code_jobs"] = await store.stale_code_jobs()
+            return where, nodes, counts
 
     where, nodes, counts = run_command(read())
     database = f"{where} (embedded)" if obj["embedded"] else where

@@ -157,6 +157,7 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
                 ),
                 ("timeout", _seconds(job["timeout"])),
                 ("source", job["source"]),
+                ("revision", job.get("revision", 1)),
             ],
         ),
         (
@@ -303,3 +304,12 @@ def print_status(
     )
     for w in counts.get("unroutable", []):
         click.echo(f"waiting: {_count(w['jobs'], 'job')} ({w['due']} due): {w['reason']}")
+    stale = counts.get("stale_code_jobs") or []
+    if stale:
+        names = ", ".join(
+            j["name"] if j["tenant"] == "default" else f"{j['tenant']}/{j['name']}" for j in stale
+        )
+        click.echo(
+            f"declared by code no longer running: {len(stale)} job(s): {names} "
+            "(node run --prune-code-jobs deletes them)"
+        )

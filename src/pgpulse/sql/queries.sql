@@ -393,8 +393,8 @@ WHERE n.node_id = %(node)s
   AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int));
 
 -- name: prune
--- Housekeeping (leader only): forget finished runs older than %(keep)s seconds and nodes that
--- have been silent for a day.
+-- Housekeeping (leader only): forget finished runs and audit-trail rows older than %(keep)s
+-- seconds (one retention for both) and nodes that have been silent for a day.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), runs AS (
@@ -407,11 +407,18 @@ WITH clock AS (
     USING clock
     WHERE n.last_heartbeat < clock.now - interval '1 day'
     RETURNING 1
+), history AS (
+    DELETE FROM pgpulse_job_history h
+    USING clock
+    WHERE h.at < clock.now - make_interval(secs => %(keep)s)
+    RETURNING 1
 )
-SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS nodes;
+SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS nodes,
+       (SELECT count(*) FROM history) AS history;
 
 -- name: upsert_job
--- Create or update job (tenant, name). A new job, or one whose schedule or time zone changed,
+-- Create or update job (tenant, name); Store.upsert_jobs sends it only for a definition that
+-- changes, so an update is always a new revision. A new job, or one whose schedule or time zone changed,
 -- gets %(scheduled_for)s as its next occurrence (planner.first_occurrence after the database's
 -- now, read in the same transaction); an unchanged schedule keeps the job's state, so
 -- re-importing is a no-op.
@@ -431,6 +438,7 @@ WITH found AS (
         max_attempts = %(max_attempts)s,
         retry_backoff = make_interval(secs => %(retry_backoff)s),
         timeout = make_interval(secs => %(timeout)s), source = %(source)s, meta = %(meta)s,
+        revision = j.revision + 1,
         anchor_at = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
                          THEN j.anchor_at ELSE %(anchor_at)s END,
         scheduled_for = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
@@ -448,7 +456,7 @@ WITH found AS (
         updated_at = now()
     FROM found
     WHERE j.id = found.job_id
-    RETURNING j.id, j.shard_id, false AS created
+    RETURNING j.id, j.shard_id, j.revision, false AS created
 ), inserted AS (
     INSERT INTO pgpulse_jobs (tenant, name, schedule, schedule_kind, timezone, handler, payload,
                                 catch_up, backfill_limit, misfire_grace, max_attempts,
@@ -462,22 +470,64 @@ WITH found AS (
            %(anchor_at)s::timestamptz, %(scheduled_for)s::timestamptz,
            %(scheduled_for)s::timestamptz
     WHERE NOT EXISTS (SELECT 1 FROM found)
-    RETURNING id, shard_id, true AS created
+    RETURNING id, shard_id, revision, true AS created
 )
-SELECT w.id, w.shard_id, w.created, pg_notify('pgpulse_wakeup', w.shard_id::text)
+SELECT w.id, w.shard_id, w.revision, w.created, pg_notify('pgpulse_wakeup', w.shard_id::text)
 FROM (SELECT * FROM updated UNION ALL SELECT * FROM inserted) w;
 
--- name: lock_jobs_by_name
--- The handler of each existing job among the names (%(tenants)s[i], %(names)s[i]), its row
--- locked until the end of the transaction: an upsert checks who may write each definition
--- against the job it replaces (pgpulse.access), and nothing changes that job in between. Rows
--- are locked in id order, as every statement over several job rows takes them.
-SELECT n.tenant, n.name, j.handler
+-- name: lock_definitions
+-- The definition (durations in seconds), revision and status of each existing job among the
+-- names (%(tenants)s[i], %(names)s[i]), each row locked until the end of the transaction: a
+-- write checks who may write each definition against the job it replaces (pgpulse.access) and
+-- diffs it (pgpulse.audit), and nothing changes that job in between. Found through
+-- pgpulse_job_names' primary key; rows are locked in id order, as every statement over
+-- several job rows takes them.
+SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
+       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
+       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
+       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.revision,
+       j.status
 FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
 JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
 JOIN pgpulse_jobs j ON j.id = n.job_id
 ORDER BY j.id
 FOR UPDATE OF j;
+
+-- name: lock_definitions_and_sources
+-- As lock_definitions, and also every job whose source is in %(sources)s (apply, crontab sync,
+-- a node's start: a scan of pgpulse_jobs, which has no index on source; see migration 0003).
+SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
+       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
+       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
+       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.revision,
+       j.status
+FROM pgpulse_jobs j
+WHERE j.id IN (SELECT n.job_id
+               FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
+               JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name)
+   OR j.source = ANY(%(sources)s::text[])
+ORDER BY j.id
+FOR UPDATE OF j;
+
+-- name: lock_source
+-- Serialise the writers of one source (pgpulse apply, crontab import --sync, a node declaring
+-- its app's jobs) until the end of the transaction: a second apply of the same files waits,
+-- then plans against what the first wrote. Key: the source's hash in the class 'pgpulse
+-- source' (two-key advisory locks; the leader lock uses the one-key space).
+SELECT pg_advisory_xact_lock(hashtext('pgpulse source'), hashtext(%(source)s));
+
+-- name: record_change
+-- One row of the audit trail, in the writing transaction (pgpulse.audit).
+INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                 changes)
+VALUES (%(job_id)s, %(tenant)s, %(name)s, coalesce(%(now)s::timestamptz, now()), %(action)s,
+        %(source)s, %(actor)s, %(revision)s, %(changes)s);
+
+-- name: rename_job
+-- crontab import --sync: an edited line keeps its job (id, history) under the name its new
+-- content gives (pgpulse_job_names follows through its trigger).
+UPDATE pgpulse_jobs SET name = %(new_name)s, updated_at = now()
+WHERE id = %(id)s;
 
 -- name: now
 SELECT now() AS db_now;
@@ -499,7 +549,9 @@ ORDER BY n.tenant, n.name;
 
 -- name: set_paused
 -- Pause (from idle or failed) or resume (from paused or failed, holding %(scheduled_for)s, the
--- next occurrence after now). A running job cannot change state here: the caller says so.
+-- next occurrence after now). A running job cannot change state here: the caller says so. The
+-- change (%(action)s: pause or resume) goes into the audit trail in the same statement.
+WITH changed AS (
 UPDATE pgpulse_jobs j
 SET status = %(status)s,
     scheduled_for = coalesce(%(scheduled_for)s, j.scheduled_for),
@@ -510,12 +562,21 @@ SET status = %(status)s,
     updated_at = now()
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
   AND j.status = ANY(%(from_status)s::text[])
-RETURNING j.id, j.status, pg_notify('pgpulse_wakeup', j.shard_id::text);
+RETURNING j.id, j.tenant, j.name, j.status, j.revision, j.shard_id
+), audit AS (
+INSERT INTO pgpulse_job_history (job_id, tenant, name, action, source, actor, revision)
+SELECT c.id, c.tenant, c.name, %(action)s, %(source)s, %(actor)s, c.revision
+FROM changed c
+)
+SELECT c.id, c.status, pg_notify('pgpulse_wakeup', c.shard_id::text)
+FROM changed c;
 
 -- name: trigger_job
 -- Trigger now: an idle job whose next occurrence is in the future gets an extra occurrence at the
 -- database's now; afterwards the schedule continues from that instant, which reaches the same
--- next occurrence. A job that is already due is left as it is (it runs now anyway).
+-- next occurrence. A job that is already due is left as it is (it runs now anyway). Recorded in
+-- the audit trail in the same statement.
+WITH changed AS (
 UPDATE pgpulse_jobs j
 SET scheduled_for = CASE WHEN j.scheduled_for > now() THEN now() ELSE j.scheduled_for END,
     run_id = CASE WHEN j.scheduled_for > now() THEN NULL ELSE j.run_id END,
@@ -523,25 +584,76 @@ SET scheduled_for = CASE WHEN j.scheduled_for > now() THEN now() ELSE j.schedule
     updated_at = now()
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
   AND j.status = 'idle'
-RETURNING j.id, j.scheduled_for, pg_notify('pgpulse_wakeup', j.shard_id::text);
+RETURNING j.id, j.tenant, j.name, j.scheduled_for, j.revision, j.shard_id
+), audit AS (
+INSERT INTO pgpulse_job_history (job_id, tenant, name, action, source, actor, revision,
+                                 changes)
+SELECT c.id, c.tenant, c.name, 'trigger', %(source)s, %(actor)s, c.revision,
+       jsonb_build_object('scheduled_for', jsonb_build_array(NULL, c.scheduled_for))
+FROM changed c
+)
+SELECT c.id, c.scheduled_for, pg_notify('pgpulse_wakeup', c.shard_id::text)
+FROM changed c;
 
 -- name: job_status
 SELECT j.status FROM pgpulse_jobs j
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
 
 -- name: delete_job
+-- Delete job %(id)s, or the job named (%(tenant)s, %(name)s) when %(id)s is null, and record it
+-- in the audit trail (which outlives the job) in the same statement; %(now)s only from tests.
+WITH removed AS (
 DELETE FROM pgpulse_jobs j
-WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
-RETURNING j.id;
+WHERE j.id = coalesce(%(id)s::bigint,
+                      (SELECT n.job_id FROM pgpulse_job_names n
+                       WHERE n.tenant = %(tenant)s AND n.name = %(name)s))
+RETURNING j.id, j.tenant, j.name, j.revision
+), audit AS (
+INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision)
+SELECT r.id, r.tenant, r.name, coalesce(%(now)s::timestamptz, now()), 'delete', %(source)s,
+       %(actor)s, r.revision
+FROM removed r
+)
+SELECT r.id, r.tenant, r.name FROM removed r;
+
+-- name: job_history
+-- The audit trail of the job named (%(tenant)s, %(name)s) now (under its earlier names too),
+-- and of deleted jobs that had that name, newest first.
+SELECT h.id, h.job_id, h.tenant, h.name, h.at, h.action, h.source, h.actor, h.revision,
+       h.changes
+FROM pgpulse_job_history h
+WHERE (h.tenant = %(tenant)s AND h.name = %(name)s)
+   OR h.job_id = (SELECT n.job_id FROM pgpulse_job_names n
+                  WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+ORDER BY h.id DESC
+LIMIT %(limit)s;
+
+-- name: job_history_by_id
+-- The audit trail of job %(job_id)s (of %(tenant)s, unless null), newest first.
+SELECT h.id, h.job_id, h.tenant, h.name, h.at, h.action, h.source, h.actor, h.revision,
+       h.changes
+FROM pgpulse_job_history h
+WHERE h.job_id = %(job_id)s
+  AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s)
+ORDER BY h.id DESC
+LIMIT %(limit)s;
 
 -- name: list_runs
--- Runs newest first, those running now included (pgpulse_runs_live). A skipped summary row stands
+-- Runs newest first, those running now included (pgpulse_runs_live), each with the revision of
+-- the definition it ran under. A skipped summary row stands
 -- for its occurrences from scheduled_for through last_scheduled_for.
 SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.occurrences,
        coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for, r.node_id,
        r.started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
-       r.error, r.output, r.fencing_token
+       r.error, r.output, r.fencing_token,
+       -- the definition's revision when the run started: the job's last audit-trail row
+       -- before it (revision 1 before any recorded change)
+       coalesce((SELECT h.revision FROM pgpulse_job_history h
+                 WHERE h.job_id = r.job_id
+                   AND h.at <= coalesce(r.started_at, r.finished_at, r.scheduled_for)
+                 ORDER BY h.id DESC
+                 LIMIT 1), 1) AS revision
 FROM pgpulse_runs_live r JOIN pgpulse_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (%(name)s::text IS NULL
@@ -619,3 +731,22 @@ SELECT DISTINCT unnest(handlers) AS handler FROM pgpulse_nodes;
 -- name: job_handlers
 -- The handler names stored jobs use (claim_due without handlers: tools and tests).
 SELECT DISTINCT j.handler FROM pgpulse_jobs j ORDER BY j.handler;
+
+-- name: declare_code
+-- What an app's code declares, written by each of its nodes at start (the last one wins).
+INSERT INTO pgpulse_code_declarations (source, tenant, names, node_id, declared_at)
+VALUES (%(source)s, %(tenant)s, %(names)s, %(node)s, now())
+ON CONFLICT (source) DO UPDATE
+SET tenant = excluded.tenant, names = excluded.names, node_id = excluded.node_id,
+    declared_at = excluded.declared_at;
+
+-- name: stale_code_jobs
+-- Jobs of a code source (`code:<app>`) that the app's code, as its last node to start declared
+-- it, no longer declares (of %(tenant)s, or all tenants): "declared by code no longer running".
+SELECT j.id, j.tenant, j.name, j.source, d.node_id, d.declared_at
+FROM pgpulse_jobs j
+JOIN pgpulse_code_declarations d ON d.source = j.source
+WHERE j.source LIKE 'code:%%'
+  AND NOT (j.tenant = d.tenant AND j.name = ANY(d.names))
+  AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+ORDER BY j.tenant, j.name;

@@ -61,6 +61,39 @@ ALTER TABLE public.pgpulse_api_tokens ALTER COLUMN id ADD GENERATED ALWAYS AS ID
     CACHE 1
 );
 
+CREATE TABLE public.pgpulse_code_declarations (
+    source text NOT NULL,
+    tenant text NOT NULL,
+    names text[] NOT NULL,
+    node_id text NOT NULL,
+    declared_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_code_declarations_source_check CHECK ((source ~~ 'code:%'::text))
+);
+
+CREATE TABLE public.pgpulse_job_history (
+    id bigint NOT NULL,
+    job_id bigint NOT NULL,
+    tenant text NOT NULL,
+    name text NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    action text NOT NULL,
+    source text NOT NULL,
+    actor text NOT NULL,
+    revision integer NOT NULL,
+    changes jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT pgpulse_job_history_action_check CHECK ((action = ANY (ARRAY['create'::text, 'update'::text, 'pause'::text, 'resume'::text, 'trigger'::text, 'delete'::text]))),
+    CONSTRAINT pgpulse_job_history_changes_check CHECK ((jsonb_typeof(changes) = 'object'::text))
+);
+
+ALTER TABLE public.pgpulse_job_history ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_job_history_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.pgpulse_job_names (
     tenant text NOT NULL,
     name text NOT NULL,
@@ -100,6 +133,7 @@ CREATE TABLE public.pgpulse_jobs (
     last_finished_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    revision integer DEFAULT 1 NOT NULL,
     CONSTRAINT pgpulse_jobs_backfill_limit_check CHECK ((backfill_limit > 0)),
     CONSTRAINT pgpulse_jobs_catch_up_check CHECK ((catch_up = ANY (ARRAY['skip'::text, 'backfill'::text, 'coalesce'::text]))),
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
@@ -205,6 +239,12 @@ ALTER TABLE ONLY public.pgpulse_api_tokens
 ALTER TABLE ONLY public.pgpulse_api_tokens
     ADD CONSTRAINT pgpulse_api_tokens_token_sha256_key UNIQUE (token_sha256);
 
+ALTER TABLE ONLY public.pgpulse_code_declarations
+    ADD CONSTRAINT pgpulse_code_declarations_pkey PRIMARY KEY (source);
+
+ALTER TABLE ONLY public.pgpulse_job_history
+    ADD CONSTRAINT pgpulse_job_history_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.pgpulse_job_names
     ADD CONSTRAINT pgpulse_job_names_job_id_key UNIQUE (job_id);
 
@@ -222,6 +262,12 @@ ALTER TABLE ONLY public.pgpulse_runs
 
 ALTER TABLE ONLY public.pgpulse_runs
     ADD CONSTRAINT pgpulse_runs_pkey PRIMARY KEY (id);
+
+CREATE INDEX pgpulse_job_history_at ON public.pgpulse_job_history USING btree (at);
+
+CREATE INDEX pgpulse_job_history_job ON public.pgpulse_job_history USING btree (job_id, id DESC);
+
+CREATE INDEX pgpulse_job_history_name ON public.pgpulse_job_history USING btree (tenant, name, id DESC);
 
 CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (handler, next_run_at, shard_id) WHERE (status = 'idle'::text);
 

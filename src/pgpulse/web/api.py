@@ -24,6 +24,7 @@ from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
 from pgpulse.web.schemas import (
     Cluster,
     Error,
+    History,
     Job,
     JobCreate,
     JobPage,
@@ -309,6 +310,18 @@ async def list_job_runs(
         cursor=cursor,
         limit=limit,
     )
+
+
+@router.get(
+    "/jobs/{job_id}/history",
+    response_model=History,
+    responses={404: _ERR},
+    summary="A job's audit trail",
+)
+async def job_history(job_id: JobId, who: Who, ctx: Ctx, limit: Limit = 100) -> dict[str, Any]:
+    """Every create, update, pause, resume, trigger of the job, newest first: when (the
+    database's clock), source, actor, revision and the changed fields (404 if not visible)."""
+    return {"items": await ctx.service.history(who, job_id, limit)}
 
 
 @router.get("/runs/{run_id}", response_model=Run, responses={404: _ERR}, summary="Show a run")

@@ -186,7 +186,8 @@ async def jobs_page(request: Request, session: Session) -> HTMLResponse:
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: JobId, session: Session) -> HTMLResponse:
-    """One job: definition, next occurrences, duration and lag chart, run history."""
+    """One job: definition, next occurrences, duration and lag chart, run history, and the
+    definition's own history (the audit trail's latest 20 changes)."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
     job = await ctx.service.job(who, job_id)
@@ -196,7 +197,17 @@ async def job_page(request: Request, job_id: JobId, session: Session) -> HTMLRes
         for r in reversed(runs)
         if r["started_at"] is not None
     ]
-    return _page(request, "job", who, token, job=job, runs=runs, chart=run_chart(points))
+    history = await ctx.service.history(who, job_id, 20)
+    return _page(
+        request,
+        "job",
+        who,
+        token,
+        job=job,
+        runs=runs,
+        chart=run_chart(points),
+        history=history,
+    )
 
 
 @router.get("/cluster", response_class=HTMLResponse)

@@ -121,6 +121,7 @@ class Job(BaseModel):
     retry_backoff: float
     timeout: float | None
     source: str
+    revision: int = Field(1, description="The definition's revision (1 when created).")
     status: Status
     scheduled_for: datetime = Field(description="The current occurrence (logical time), UTC.")
     next_run_at: datetime = Field(description="When it may be claimed (later on retry), UTC.")
@@ -181,6 +182,30 @@ class Run(BaseModel):
     lag: float | None = Field(description="Seconds from scheduled_for to the latest start.")
     error: str | None
     output: str | None = Field(None, description="Captured output (only on GET /runs/{id}).")
+    revision: int | None = Field(
+        None, description="The job definition's revision the run started under."
+    )
+
+
+class Change(BaseModel):
+    """One entry of a job's audit trail."""
+
+    id: int
+    job_id: int
+    tenant: str
+    name: str = Field(description="The job's name when the change was made.")
+    at: datetime = Field(description="When, by the database's clock (UTC).")
+    action: Literal["create", "update", "pause", "resume", "trigger", "delete"]
+    source: str = Field(description="cli, api, code:<app>, crontab:<path> or apply:<name>.")
+    actor: str = Field(description="os:<user>, token:<id> (<label>), code:<app>@<node>...")
+    revision: int = Field(description="The definition's revision after the change.")
+    changes: dict[str, list[Any]] = Field(description='{"field": [old, new]}.')
+
+
+class History(BaseModel):
+    """A job's audit trail, newest first."""
+
+    items: list[Change]
 
 
 class RunPage(BaseModel):

@@ -153,7 +153,9 @@ class JobService:
         )
         if spec.handler == "http":
             await check_http_target(spec.payload, self.settings)
-        [(job_id, created)] = await self.store.upsert_jobs([spec], writer=self.writer(who))
+        [(job_id, created)] = await self.store.upsert_jobs(
+            [spec], writer=self.writer(who), actor=who.actor
+        )
         log.info(
             "job %s/%s %s through the API (token %d)",
             tenant,
@@ -205,7 +207,7 @@ class JobService:
             "delete": self.store.delete_job,
         }[verb]
         try:
-            await method(row["tenant"], row["name"])
+            await method(row["tenant"], row["name"], actor=who.actor)
         except JobNotFound:
             raise NoSuchJob(job_id) from None
         log.info(
@@ -222,6 +224,15 @@ class JobService:
             },
         )
         return {} if verb == "delete" else await self.job(who, job_id)
+
+    async def history(self, who: Principal, job_id: int, limit: int) -> list[dict[str, Any]]:
+        """The audit trail of job ``job_id``, newest first (under its earlier names too).
+
+        Raises:
+            NoSuchJob: missing or of another tenant.
+        """
+        await self.job(who, job_id)
+        return await self.store.job_history_by_id(job_id, tenant=who.scope, limit=limit)
 
     async def run(self, who: Principal, run_id: int) -> dict[str, Any]:
         """One run with output and error. Raises :class:`NoSuchRun`."""
