@@ -25,8 +25,8 @@ from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.migrations import migrate
 from pgpulse.plan import Plan
 from pgpulse.planner import first_occurrence
-from pgpulse.routing import waiting_reason
 from pgpulse.reconcile import Planner, reconcile
+from pgpulse.routing import waiting_reason
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
 from pgpulse.writes import lock_definitions, write_definition
