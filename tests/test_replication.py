@@ -39,12 +39,6 @@ from pgpulse_tools.chaos.replication import ReplicatedServer, Replication, initd
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.server_programs]
 
-#: Invariant 9, as the xfail reason of the tests it decides.
-INVARIANT_9 = (
-    "design.md invariant 9 (tokens are never reissued): today a claim lost with the WAL of a "
-    "failover leaves its fencing token and run id to be handed out again by the new primary"
-)
-
 
 @pytest.fixture(scope="session")
 def pg_bin() -> Path | None:
@@ -107,6 +101,11 @@ async def _until(what: str, check: Callable[[], Awaitable[bool]], within: float)
 # -- the lost-WAL token test -------------------------------------------------------------------
 
 
+def _epoch(timeline: int) -> int:
+    """The epoch of tokens and run ids handed out on ``timeline`` (queries.sql, "Epochs")."""
+    return (timeline - 1) << 48
+
+
 async def _due_job(cluster: ReplicatedServer) -> None:
     """Migrate the primary and make one job due now, replicated to the standby."""
     async with connect(cluster.admin_dsn(), max_size=1) as store:
@@ -122,14 +121,15 @@ async def _claim(cluster: ReplicatedServer, node: str) -> Any:
         return job
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=INVARIANT_9)
 async def test_a_claim_lost_in_a_failover_never_shares_its_token_or_run_id(
     replicated: ClusterFactory,
 ) -> None:
     """Asynchronous replication: node A's claim commits on the primary after replication was
     cut, the primary dies, the standby is promoted; node B claims the same job there. The two
     claims must never hold the same fencing token or run id, and A's fenced write must change
-    nothing on the new primary (today: same token, same run id, and A's renewal succeeds)."""
+    nothing on the new primary (before epochs: same token, same run id, and A's renewal
+    succeeded). B's token and run id carry the new timeline's epoch: above anything timeline 1
+    handed out."""
     async with replicated("async") as cluster:
         await _due_job(cluster)
         await cluster.cut_replication()
@@ -140,6 +140,9 @@ async def test_a_claim_lost_in_a_failover_never_shares_its_token_or_run_id(
         assert (a.id, a.scheduled_for) == (b.id, b.scheduled_for)  # the same occurrence ...
         assert b.fencing_token != a.fencing_token, f"token t{a.fencing_token} handed out twice"
         assert b.run_id != a.run_id, f"run id {a.run_id} handed out twice"
+        assert (a.fencing_token, a.run_id) == (1, 1)  # timeline 1: epoch 0
+        assert b.fencing_token == _epoch(2) + 1 > a.fencing_token  # the token still grows
+        assert b.run_id > _epoch(2)
         async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
             renewed = await store.renew_leases([(a.id, a.fencing_token)], lease=30)
         assert not renewed, "node A's stale claim renewed its lease on the new primary"
@@ -162,7 +165,8 @@ async def test_with_sync_replication_a_claim_that_waited_for_the_standby_is_neve
             await a  # the outcome is unknown to A: never "claimed"
         await cluster.promote()
         b = await _claim(cluster, "node-b")
-        assert (b.fencing_token, b.attempt) == (1, 1)  # the first claim that ever happened
+        # the first claim that ever happened, on timeline 2
+        assert (b.fencing_token, b.attempt) == (_epoch(2) + 1, 1)
 
 
 # -- nodes through failovers (real node processes) ---------------------------------------------
