@@ -6,9 +6,6 @@ The servers run the embedded server's programs, or — when the suite runs on th
 PostgreSQL (``PGPULSE_TEST_DATABASE_URL``) — that server's own programs if they are installed
 (``/usr/lib/postgresql/<major>/bin``), so CI covers two major versions. Nodes connect as users
 do: one multi-host DSN, ``target_session_attrs=read-write``.
-
-Tests marked ``xfail(strict=True)`` show what issue 21 must fix; they turn into failures (and
-must lose the mark) the day the engine does what they ask.
 """
 
 from __future__ import annotations
@@ -30,10 +27,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import conninfo
 from psycopg.rows import dict_row
 
 from helpers import ALL_SHARDS, add, cluster_pg_bin, spec
 from pgpulse.app import connect
+from pgpulse.database import primary_dsn
 from pgpulse.errors import DatabaseUnavailable
 from pgpulse_tools.chaos.replication import ReplicatedServer, Replication, initdb_template
 
@@ -288,13 +287,6 @@ def _clock() -> datetime:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 21 item 1: a node whose server turned read-only keeps its sessions there "
-    "(every heartbeat and claim fails with 25006, the LISTEN session hears nothing); it must "
-    "reconnect and land on the primary",
-)
 async def test_a_node_on_a_server_that_turns_read_only_moves_to_the_primary(
     replicated: ClusterFactory, tmp_path: Path
 ) -> None:
@@ -346,3 +338,15 @@ async def test_a_cluster_that_fails_to_start_leaves_no_folder_and_no_server(
     finally:
         shutil.rmtree(parent, ignore_errors=True)
         shutil.rmtree(not_a_pgdata, ignore_errors=True)
+
+
+def test_a_multi_host_dsn_goes_to_the_primary_unless_it_says_otherwise() -> None:
+    """Every writing session of a node asks libpq for a read-write server when its DSN names
+    several hosts and no target_session_attrs; a DSN that chose, or names one host, is kept."""
+    two = "host=a,b port=5432,5433 dbname=pulse"
+    assert conninfo.conninfo_to_dict(primary_dsn(two))["target_session_attrs"] == "read-write"
+    uri = "postgresql://pulse@a:5432,b:5433/pulse"
+    assert conninfo.conninfo_to_dict(primary_dsn(uri))["target_session_attrs"] == "read-write"
+    chosen = "host=a,b dbname=pulse target_session_attrs=primary"
+    assert primary_dsn(chosen) == chosen
+    assert primary_dsn("host=a dbname=pulse") == "host=a dbname=pulse"

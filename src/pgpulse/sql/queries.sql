@@ -311,7 +311,9 @@ WITH clock AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
                                fencing_token, started_at, error)
     OVERRIDING SYSTEM VALUE
-    SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq')), e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
+    -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
+    SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+           e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
            e.claimed_at, job.last_error
     FROM expired e JOIN job ON job.id = e.id
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
@@ -430,6 +432,12 @@ FOR UPDATE OF j;
 
 -- name: now
 SELECT now() AS db_now;
+
+-- name: session_read_only
+-- Whether this session's server refuses writes: a standby (an old primary rejoined) or a
+-- primary made read-only. Sessions that never write (LISTEN, a pool's idle connections) ask,
+-- and move (database.session_is_read_only).
+SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool AS read_only;
 
 -- name: get_job
 SELECT j.*, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
