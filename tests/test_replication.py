@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import shutil
 import signal
@@ -30,7 +31,7 @@ import pytest
 from psycopg import conninfo
 from psycopg.rows import dict_row
 
-from helpers import ALL_SHARDS, add, cluster_pg_bin, spec
+from helpers import ALL_SHARDS, add, cluster_pg_bin, pgpulse, spec
 from pgpulse.app import connect
 from pgpulse.database import primary_dsn
 from pgpulse.errors import DatabaseUnavailable
@@ -350,3 +351,34 @@ def test_a_multi_host_dsn_goes_to_the_primary_unless_it_says_otherwise() -> None
     chosen = "host=a,b dbname=pulse target_session_attrs=primary"
     assert primary_dsn(chosen) == chosen
     assert primary_dsn("host=a dbname=pulse") == "host=a dbname=pulse"
+
+
+# -- a read replica for what people browse ---------------------------------------------------
+
+
+async def test_lists_come_from_the_read_replica_and_writes_go_to_the_primary(
+    replicated: ClusterFactory,
+) -> None:
+    """``--read-database-url`` on a real streaming standby. Replication is cut after job
+    ``billing``, then ``late`` is created on the primary: ``job list`` and ``status`` through
+    the replica show the standby's past (billing only), ``job pause late`` — a lookup and a
+    write — reaches the primary, and without the replica DSN the list is the primary's."""
+    async with replicated("async") as cluster:
+        await _due_job(cluster)  # billing, replayed on the standby
+        await cluster.cut_replication()
+        async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
+            await add(store, spec("late", schedule="0 0 1 1 *"))
+        primary, replica = cluster.admin_dsn(), cluster.standby.dsn()
+        env = {"PGPULSE_READ_DATABASE_URL": replica}
+        listed = await asyncio.to_thread(pgpulse, "job", "list", "--json", dsn=primary, env=env)
+        assert listed.returncode == 0, listed.stderr
+        assert [job["name"] for job in json.loads(listed.stdout)] == ["billing"]
+        status = await asyncio.to_thread(pgpulse, "status", "--json", dsn=primary, env=env)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["jobs"]["total"] == 1
+        paused = await asyncio.to_thread(pgpulse, "job", "pause", "late", dsn=primary, env=env)
+        assert paused.returncode == 0, paused.stderr
+        [row] = await _rows(primary, "SELECT status FROM pgpulse_jobs WHERE name = 'late'")
+        assert row["status"] == "paused"
+        everything = await asyncio.to_thread(pgpulse, "job", "list", "--json", dsn=primary)
+        assert [job["name"] for job in json.loads(everything.stdout)] == ["billing", "late"]
