@@ -47,11 +47,14 @@ async def connect(
     application_name: str = "pgpulse",
     max_size: int = 4,
     migrate: bool = True,
+    read_url: str | None = None,
 ) -> AsyncIterator[Store]:
     """Open a :class:`~pgpulse.store.Store` on a database, migrating it first.
 
     Args:
         database_url: a DSN; ``None`` starts (or joins) the embedded PostgreSQL.
+        read_url: a read replica's DSN for the lists people browse (``Store``'s ``reads``);
+            ``None``: everything on ``database_url``.
         data_dir: the embedded server's data folder (default: see :mod:`pgpulse.embedded`).
         application_name: shown in ``pg_stat_activity``.
         max_size: connections in the pool.
@@ -63,10 +66,19 @@ async def connect(
     dsn = resolve_dsn(database_url, data_dir)
     pool = await open_pool(dsn, application_name=application_name, max_size=max_size)
     try:
-        store = Store(pool)
-        if migrate:
-            await store.migrate()
-        yield store
+        reads = None
+        if read_url:
+            reads = await open_pool(
+                read_url, application_name=application_name, max_size=max_size, writable=False
+            )
+        try:
+            store = Store(pool, reads)
+            if migrate:
+                await store.migrate()
+            yield store
+        finally:
+            if reads is not None:
+                await reads.close()
     finally:
         await pool.close()
 

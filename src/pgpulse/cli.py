@@ -56,7 +56,11 @@ def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     @wraps(func)
     def command(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         async def main() -> Any:
-            async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+            async with connect(
+                obj["database_url"],
+                data_dir=obj["data_dir"],
+                read_url=obj["read_database_url"],
+            ) as store:
                 return await func(store, *args, **kwargs)
 
         return run_command(main())
@@ -78,6 +82,13 @@ def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     metavar="NAME",
     help="Use database NAME of that server (the embedded one, or --database-url's) instead "
     "of the one the DSN names, e.g. --database pgpulse_demo after the demo.",
+)
+@click.option(
+    "--read-database-url",
+    metavar="DSN",
+    help="A read replica's DSN for what people browse (status counts, jobs list, runs, the "
+    "dashboard and the API's lists): a busy dashboard then costs the primary nothing; writes "
+    "and every decision stay on --database-url. Unset: everything on --database-url.",
 )
 @click.option(
     "--data-dir",
@@ -102,13 +113,14 @@ def main(
     ctx: click.Context,
     database_url: str | None,
     database: str | None,
+    read_database_url: str | None,
     data_dir: Path | None,
     log_level: str,
     log_format: str,
 ) -> None:
     """Pulse: a distributed cron scheduler with PostgreSQL as its only moving part."""
     logs.configure(log_level, log_format)
-    ctx.obj = GlobalOptions(database_url, database, data_dir)
+    ctx.obj = GlobalOptions(database_url, database, data_dir, read_database_url)
 
 
 apply_envvar_rule(main, [])
@@ -434,7 +446,7 @@ async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
     from pgpulse.web.schemas import Job
     from pgpulse.web.service import present_job
 
-    row = await Reads(store.pool).job((await store.get_job(tenant, name))["id"], tenant=tenant)
+    row = await Reads(store.reads).job((await store.get_job(tenant, name))["id"], tenant=tenant)
     if row is None:  # deleted in between
         raise JobNotFound(tenant, name)
     job = present_job(row)
@@ -705,7 +717,9 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
     and the current lag. A node silent for longer than its time-to-live is 'lost'."""
 
     async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
-        async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+        async with connect(
+            obj["database_url"], data_dir=obj["data_dir"], read_url=obj["read_database_url"]
+        ) as store:
             async with store.pool.connection() as conn:
                 where = describe(conn.info)
             nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)

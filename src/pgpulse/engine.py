@@ -15,7 +15,8 @@ loudly):
   this node has, its shards among the live nodes that have it: :mod:`pgpulse.routing`) from the
   live nodes it returns;
 * ``prune``: the leader deletes old history once an hour; other nodes send nothing;
-* ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once.
+* ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once
+  (:class:`~pgpulse.listener.Listener`).
 
 The running attempts themselves — their leases' deadlines, their timeouts, self-fencing and
 their outcomes — belong to :class:`~pgpulse.attempts.Attempts` (:attr:`Node.attempts`); these
@@ -43,10 +44,11 @@ import psycopg
 from pgpulse import metrics
 from pgpulse.attempts import Attempt, Attempts
 from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
-from pgpulse.database import Session, connect
+from pgpulse.database import Session
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable, NodeIdTaken, describe
 from pgpulse.handlers import Handler
+from pgpulse.listener import Listener
 from pgpulse.model import Step
 from pgpulse.recorder import Recorder
 from pgpulse.registry import ShellMode
@@ -162,6 +164,14 @@ class Node:
             margin=self.config.safety_margin,
             wake=self._wake,
         )
+        self.listener = Listener(
+            dsn,
+            self.node_id,
+            lambda: self._watched,
+            self._wake,
+            self._stopping,
+            self.config.heartbeat_interval,
+        )
         self.recorder = Recorder(
             ClaimStore(self._claim_session), self.attempts, self.node_id, lease=self.config.lease
         )
@@ -259,7 +269,7 @@ class Node:
                 name="heartbeat",
             )
             group.create_task(self._every(self.sweeper.prune_once, "prune"), name="prune")
-            group.create_task(self._listen_loop(), name="listen")
+            group.create_task(self.listener.run(), name="listen")
 
     def stop(self) -> None:
         """Ask the node to stop claiming and drain (safe to call from a signal handler)."""
@@ -426,43 +436,6 @@ class Node:
                 async with asyncio.timeout(limit or interval * 2):
                     await step()
             await _wait(self._stopping, interval)
-
-    async def _listen_loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                conn = await connect(self.dsn, application_name=f"pgpulse:{self.node_id}:listen")
-                async with conn:
-                    await conn.execute("LISTEN pgpulse_wakeup")
-                    self._wake.set()  # anything notified while we were not listening
-                    gen = conn.notifies()
-                    stop = asyncio.ensure_future(self._stopping.wait())
-                    nxt: asyncio.Future[Any] | None = None
-                    try:
-                        while not self._stopping.is_set():
-                            nxt = asyncio.ensure_future(anext(gen))
-                            done, _ = await asyncio.wait(
-                                {nxt, stop}, return_when=asyncio.FIRST_COMPLETED
-                            )
-                            if nxt not in done:
-                                break
-                            note = nxt.result()
-                            if not note.payload or int(note.payload) in self._watched:
-                                self._wake.set()
-                    finally:
-                        # The reader must be gone before the connection closes, or close()
-                        # waits forever (also when this task is cancelled): psycopg's notifies()
-                        # holds the connection's lock while it is suspended, even right after it
-                        # yielded a notification (a stop just after a wake-up hung on exit).
-                        for pending in (stop, nxt):
-                            if pending is not None and not pending.done():
-                                pending.cancel()
-                                with contextlib.suppress(asyncio.CancelledError, Exception):
-                                    await pending
-                        with contextlib.suppress(Exception):
-                            await gen.aclose()
-            except (psycopg.Error, OSError, StopAsyncIteration, DatabaseUnavailable) as exc:
-                log.warning("listen session lost: %s", exc, extra={"action": "listen_lost"})
-                await _wait(self._stopping, self.config.heartbeat_interval)
 
 
 def pause_after(step: Step, *, waiting: int, free: int, poll: float) -> float | None:

@@ -20,6 +20,7 @@ import psycopg
 from pgpulse.access import OPERATOR, Writer, check_write
 from pgpulse.audit import PYTHON_ACTOR, Actor
 from pgpulse.claims import LEADER_LOCK_KEY, ClaimStore
+from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.migrations import migrate
@@ -47,7 +48,22 @@ class Store(ClaimStore):
         pool: an open pool of autocommit connections with dict rows
             (:func:`pgpulse.database.open_pool`), or any other connection source such as a
             node's dedicated heartbeat :class:`~pgpulse.database.Session`.
+        reads: where the lists people browse are read (:meth:`list_jobs`, :meth:`list_runs`,
+            :meth:`cluster_counts`, the web's lists): a read replica's pool
+            (``--read-database-url``), so a busy dashboard costs the primary nothing. ``None``:
+            ``pool``. Everything that writes or decides — a job read before its update, the
+            leader (the primary's locks) — stays on ``pool``. A replica may lag: these lists
+            show the cluster as it was that long ago.
     """
+
+    def __init__(self, pool: ConnectionSource, reads: ConnectionSource | None = None) -> None:
+        super().__init__(pool)
+        self.reads = reads or pool
+
+    async def _read_rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self.reads.connection() as conn:
+            cur = await conn.execute(QUERIES[name], params)
+            return list(await cur.fetchall())
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -181,7 +197,7 @@ class Store(ClaimStore):
 
     async def list_jobs(self, tenant: str | None = None) -> list[dict[str, Any]]:
         """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
-        return await self._rows("list_jobs", {"tenant": tenant})
+        return await self._read_rows("list_jobs", {"tenant": tenant})
 
     async def pause_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> bool:
         """Pause an idle or failed job: it is not claimed until resumed. Idempotent.
@@ -355,7 +371,7 @@ class Store(ClaimStore):
         self, *, tenant: str | None = None, name: str | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:
         """Most recent runs first (of one job, one tenant, or all)."""
-        return await self._rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
+        return await self._read_rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
 
     async def cluster_nodes(self, *, ttl: float) -> list[dict[str, Any]]:
         """Every registered node with liveness (by its own registered time-to-live, else
@@ -371,7 +387,7 @@ class Store(ClaimStore):
         time-to-live is judged by ``ttl`` seconds), by handler, each
         ``{"handler", "jobs", "due", "reason"}`` with the reason they wait
         (:func:`pgpulse.routing.waiting_reason`)."""
-        row = (await self._rows("cluster_counts", {"tenant": tenant, "ttl": ttl}))[0]
+        row = (await self._read_rows("cluster_counts", {"tenant": tenant, "ttl": ttl}))[0]
         row["unroutable"] = [
             {**entry, "reason": waiting_reason(entry["handler"])} for entry in row["unroutable"]
         ]

@@ -28,6 +28,15 @@
 -- resets attempt. Every CTE sees one snapshot, so a job finished here is claimed at the next step
 -- (the caller knows when it is due from the outcome it sent).
 --
+-- Epochs (design.md, invariant 9). A failover with asynchronous replication can lose the last
+-- commits, a claim's token and its sequence draw among them, and the new primary would hand them
+-- out again. It runs on a new timeline, though (every promotion starts one; the server's own
+-- count, read from the name of the WAL segment it writes: its first 8 hex digits), so tokens and
+-- run ids carry it: clock.epoch is (timeline - 1) * 2^48, a token is at least the epoch + 1 and a
+-- run id is the sequence's value + the epoch. What an older timeline handed out is below the
+-- epoch, whatever its WAL kept; on timeline 1 (a server never promoted) both are what they were.
+-- Limits: 2^48 claims of one job per timeline, 2^48 run ids in all, 32768 timelines.
+--
 -- Plans. A node's claim session plans this statement once, as a generic plan
 -- (claims.CLAIM_SESSION_SETTINGS), so every access is written to stay an index lookup whatever
 -- the statistics say: job rows are found by id = ANY(ARRAY(...)) on the primary key (joined to
@@ -46,7 +55,9 @@
 -- statement. `written`, the (job id, fencing token) of each outcome that took effect, is on the
 -- first row only.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
 ),
 input AS (
     SELECT *
@@ -116,10 +127,12 @@ run AS (
 ),
 skipped AS (
     INSERT INTO pgpulse_runs (
-        job_id, scheduled_for, attempts, outcome, error, finished_at, occurrences,
+        id, job_id, scheduled_for, attempts, outcome, error, finished_at, occurrences,
         last_scheduled_for
     )
-    SELECT i.job_id, i.skip_from, 0, 'skipped', i.skip_reason, clock.now, i.skips, i.skip_to
+    OVERRIDING SYSTEM VALUE
+    SELECT nextval('pgpulse_runs_id_seq') + clock.epoch,
+           i.job_id, i.skip_from, 0, 'skipped', i.skip_reason, clock.now, i.skips, i.skip_to
     FROM input AS i
     JOIN job ON job.id = i.job_id
     CROSS JOIN clock
@@ -160,10 +173,10 @@ claimed AS (
     UPDATE pgpulse_jobs AS j
     SET status = 'running',
         attempt = j.attempt + 1,
-        fencing_token = j.fencing_token + 1,
+        fencing_token = greatest(j.fencing_token, clock.epoch) + 1,
         locked_by = %(node)s,
         lease_expires_at = clock.now + make_interval(secs => %(lease)s),
-        run_id = coalesce(j.run_id, nextval('pgpulse_runs_id_seq')),
+        run_id = coalesce(j.run_id, nextval('pgpulse_runs_id_seq') + clock.epoch),
         claimed_at = clock.now,
         updated_at = clock.now
     FROM clock
@@ -245,7 +258,9 @@ WITH clock AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
                                    fencing_token, started_at, error)
     OVERRIDING SYSTEM VALUE
-    SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq')), o.id, o.scheduled_for, o.attempt,
+    -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
+    SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+           o.id, o.scheduled_for, o.attempt,
            'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s
     FROM job JOIN pgpulse_jobs o ON o.id = job.id
     WHERE job.started
@@ -356,7 +371,9 @@ WITH clock AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
                                fencing_token, started_at, error)
     OVERRIDING SYSTEM VALUE
-    SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq')), e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
+    -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
+    SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+           e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
            e.claimed_at, job.last_error
     FROM expired e JOIN job ON job.id = e.id
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
@@ -531,6 +548,12 @@ WHERE id = %(id)s;
 
 -- name: now
 SELECT now() AS db_now;
+
+-- name: session_read_only
+-- Whether this session's server refuses writes: a standby (an old primary rejoined) or a
+-- primary made read-only. Sessions that never write (LISTEN, a pool's idle connections) ask,
+-- and move (database.session_is_read_only).
+SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool AS read_only;
 
 -- name: get_job
 SELECT j.*, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,

@@ -109,7 +109,7 @@ async def list_jobs(
     if tenant is not None and not who.sees(tenant):
         return {"items": [], "next_cursor": None}
     after = decode_job_cursor(cursor) if cursor else None
-    rows = await ctx.service.reads.jobs(
+    rows = await ctx.service.lists.jobs(
         tenant=tenant or who.scope,
         status=status,
         handler=handler,
@@ -225,7 +225,7 @@ async def _runs(
                 value=cursor,
             )
         before = int(cursor)
-    rows = await ctx.service.reads.runs(
+    rows = await ctx.service.lists.runs(
         tenant=who.scope,
         job_id=job_id,
         outcome=outcome,

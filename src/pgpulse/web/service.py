@@ -103,7 +103,8 @@ class JobService:
 
     def __init__(self, store: Store, settings: WebSettings) -> None:
         self.store = store
-        self.reads = Reads(store.pool)
+        self.reads = Reads(store.pool)  # what a write or a decision reads: the primary
+        self.lists = Reads(store.reads)  # what people browse: a read replica, if any
         self.settings = settings
 
     async def job(self, who: Principal, job_id: int) -> dict[str, Any]:
