@@ -17,7 +17,10 @@
 -- node, instant) from the job row as the statement's snapshot shows it, before `job` changed it;
 -- and the occurrences the element skips, however many, get one summary row: "skips"
 -- occurrences from "skip_from" through "skip_to" (NULL for one). When the run's own occurrence
--- is skipped (outcome 'skipped'), it is the first of them and its row is the summary.
+-- is skipped (outcome 'skipped'), it is the first of them and its row is the summary. A later
+-- attempt written over an earlier one first appends that one to earlier_attempts (migration
+-- run_attempts), so the row keeps every attempt; an attempt that ends 'retrying' records its end
+-- in attempt_ended_at (finished_at is the run's end).
 --
 -- Claim (due, claimed). Rows are locked SKIP LOCKED, so a poller never waits on another, and move
 -- to running with a new lease and fencing token. The first claim of an occurrence draws its run
@@ -75,7 +78,7 @@ job AS (
 run AS (
     INSERT INTO pgpulse_runs AS r (
         id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
-        finished_at, error, output, occurrences, last_scheduled_for
+        finished_at, error, output, occurrences, last_scheduled_for, attempt_ended_at
     )
     OVERRIDING SYSTEM VALUE
     SELECT o.run_id,
@@ -90,14 +93,23 @@ run AS (
            i.error,
            i.output,
            CASE WHEN i.outcome = 'skipped' THEN i.skips ELSE 1 END,
-           CASE WHEN i.outcome = 'skipped' THEN i.skip_to END
+           CASE WHEN i.outcome = 'skipped' THEN i.skip_to END,
+           CASE WHEN i.outcome = 'retrying' THEN clock.now END
     FROM input AS i
     JOIN job ON job.id = i.job_id
     JOIN pgpulse_jobs AS o ON o.id = job.id
     CROSS JOIN clock
     WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
-    SET attempts = excluded.attempts,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
         outcome = excluded.outcome,
         node_id = excluded.node_id,
         fencing_token = excluded.fencing_token,
@@ -106,7 +118,8 @@ run AS (
         error = excluded.error,
         output = excluded.output,
         occurrences = excluded.occurrences,
-        last_scheduled_for = excluded.last_scheduled_for
+        last_scheduled_for = excluded.last_scheduled_for,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 ),
 skipped AS (
@@ -215,16 +228,24 @@ WITH clock AS (
     RETURNING j.id, held.started
 ), run AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
-                                   fencing_token, started_at, error)
+                                   fencing_token, started_at, error, attempt_ended_at)
     OVERRIDING SYSTEM VALUE
     SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq')), o.id, o.scheduled_for, o.attempt,
-           'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s
-    FROM job JOIN pgpulse_jobs o ON o.id = job.id
+           'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s, clock.now
+    FROM job JOIN pgpulse_jobs o ON o.id = job.id CROSS JOIN clock
     WHERE job.started
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
-    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error
+        finished_at = NULL, error = excluded.error, attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 )
 SELECT job.id, job.started FROM job;
@@ -294,15 +315,23 @@ WITH clock AS (
     RETURNING j.id, j.last_error, pg_notify('pgpulse_wakeup', j.shard_id::text)
 ), run AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
-                               fencing_token, started_at, error)
+                               fencing_token, started_at, error, attempt_ended_at)
     OVERRIDING SYSTEM VALUE
     SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq')), e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
-           e.claimed_at, job.last_error
-    FROM expired e JOIN job ON job.id = e.id
+           e.claimed_at, job.last_error, clock.now
+    FROM expired e JOIN job ON job.id = e.id CROSS JOIN clock
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
-    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error
+        finished_at = NULL, error = excluded.error, attempt_ended_at = excluded.attempt_ended_at
     RETURNING r.id
 ), me AS (
     UPDATE pgpulse_nodes n
@@ -470,12 +499,15 @@ RETURNING j.id;
 
 -- name: list_runs
 -- Runs newest first, those running now included (pgpulse_runs_live). A skipped summary row stands
--- for its occurrences from scheduled_for through last_scheduled_for.
+-- for its occurrences from scheduled_for through last_scheduled_for. lag is from the start of
+-- the run's first attempt; earlier_attempts lists the attempts before the latest.
 SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.occurrences,
        coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for, r.node_id,
-       r.started_at,
+       r.started_at, r.first_started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
-       r.error, r.output, r.fencing_token
+       extract(epoch FROM r.first_started_at - r.scheduled_for)::float8 AS lag,
+       r.error, r.output, r.fencing_token,
+       coalesce(r.earlier_attempts, '[]'::jsonb) AS earlier_attempts, r.attempt_ended_at
 FROM pgpulse_runs_live r JOIN pgpulse_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (%(name)s::text IS NULL
@@ -495,7 +527,7 @@ SELECT n.node_id, n.hostname, n.pid,
        n.started_at, n.last_heartbeat, h.fresh AND n.state = 'alive' AS alive,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.shards ELSE '{}' END AS shards,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.running ELSE 0 END AS running,
-       n.slots, coalesce(n.ttl, %(ttl)s) AS ttl,
+       n.slots, n.handlers, coalesce(n.ttl, %(ttl)s) AS ttl,
        -- A node holds the leader lock on its heartbeat session ('pgpulse:<id>:beat'). Names are
        -- cut to 63 characters, as PostgreSQL stores them.
        (SELECT a.application_name = left('pgpulse:' || n.node_id || ':beat', 63)

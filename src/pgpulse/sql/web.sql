@@ -38,8 +38,9 @@ ORDER BY id;
 
 -- name: jobs
 -- A page of jobs in (tenant, name) order after the keyset cursor, with how late the job is now
--- (due_lag, seconds; NULL unless idle and due) and the lag and duration of its latest started
--- run. %(id)s selects one job (show); the other filters are optional. Pages are read in the
+-- (due_lag, seconds; NULL unless idle and due) and the lag (from its first attempt) and duration
+-- of its latest started run. %(id)s selects one job (show); the other filters are optional:
+-- %(q)s finds the text in the name or the handler, case-insensitively. Pages are read in the
 -- order of pgpulse_job_names' primary key.
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
@@ -53,7 +54,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
 FROM pgpulse_job_names n
 JOIN pgpulse_jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
-    SELECT extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
+    SELECT extract(epoch FROM coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz,
+                                       r.started_at) - r.scheduled_for)::float8 AS lag,
            extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration
     FROM pgpulse_runs r
     WHERE r.job_id = j.id AND r.started_at IS NOT NULL
@@ -64,7 +66,12 @@ WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
   AND (%(id)s::bigint IS NULL OR n.job_id = %(id)s)
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
+  AND (%(source)s::text IS NULL OR j.source = %(source)s)
+  AND (%(last_outcome)s::text IS NULL OR j.last_outcome = %(last_outcome)s)
   AND (%(name_prefix)s::text IS NULL OR starts_with(n.name, %(name_prefix)s))
+  AND (%(q)s::text IS NULL
+       OR strpos(lower(n.name), lower(%(q)s)) > 0
+       OR strpos(lower(j.handler), lower(%(q)s)) > 0)
   AND (%(after_tenant)s::text IS NULL OR (n.tenant, n.name) > (%(after_tenant)s, %(after_name)s))
 ORDER BY n.tenant, n.name
 LIMIT %(limit)s;
@@ -72,25 +79,57 @@ LIMIT %(limit)s;
 -- name: runs
 -- A page of runs, newest first (id order), after the keyset cursor %(before_id)s. The time range
 -- applies to scheduled_for (the occurrence), half-open: since <= scheduled_for < until.
--- lag = started_at - scheduled_for of the latest attempt; output only when %(with_output)s.
--- Runs in progress are included (pgpulse_runs_live: outcome 'running'). A skipped summary row stands
--- for its occurrences from scheduled_for through last_scheduled_for.
-SELECT r.id, r.job_id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id,
-       r.occurrences, coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for,
-       r.fencing_token, r.started_at, r.finished_at,
+-- lag = first_started_at - scheduled_for: from the run's FIRST attempt (a retried run that
+-- started on time is not late); duration = finished_at - started_at of its latest attempt.
+-- earlier_attempts lists the attempts before the latest (migration run_attempts). The job filters
+-- (handler, source, %(q)s in the name) apply to the run's job. Runs in progress are included
+-- (pgpulse_runs_live: outcome 'running'). A skipped summary row stands for its occurrences from
+-- scheduled_for through last_scheduled_for.
+SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
+       r.outcome, r.node_id, r.occurrences,
+       coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for,
+       r.fencing_token, r.started_at, r.finished_at, r.first_started_at, r.attempt_ended_at,
        extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
-       extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
-       r.error, CASE WHEN %(with_output)s THEN r.output END AS output
+       extract(epoch FROM r.first_started_at - r.scheduled_for)::float8 AS lag,
+       r.error, r.output, coalesce(r.earlier_attempts, '[]'::jsonb) AS earlier_attempts
 FROM pgpulse_runs_live r
 JOIN pgpulse_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (%(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s)
   AND (%(run_id)s::bigint IS NULL OR r.id = %(run_id)s)
   AND (%(outcome)s::text IS NULL OR r.outcome = %(outcome)s)
+  AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
+  AND (%(source)s::text IS NULL OR j.source = %(source)s)
+  AND (%(q)s::text IS NULL OR strpos(lower(j.name), lower(%(q)s)) > 0)
   AND (%(since)s::timestamptz IS NULL OR r.scheduled_for >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR r.scheduled_for < %(until)s)
   AND (%(before_id)s::bigint IS NULL OR r.id < %(before_id)s)
 ORDER BY r.id DESC
+LIMIT %(limit)s;
+
+-- name: grid_runs
+-- The runs of job %(job_id)s whose occurrences fall in (%(after)s, %(until)s], oldest first
+-- (the occurrence grid), plus the newest skipped summary that starts at or before %(after)s
+-- and reaches into the range. Found on pgpulse_runs' (job_id, scheduled_for) key; at most
+-- %(limit)s rows.
+SELECT r.id, r.scheduled_for, r.outcome, r.attempts, r.node_id, r.occurrences,
+       coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for,
+       r.started_at, r.finished_at, r.error,
+       extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
+       extract(epoch FROM r.first_started_at - r.scheduled_for)::float8 AS lag
+FROM pgpulse_runs_live r
+WHERE r.job_id = %(job_id)s
+  AND (
+      (r.scheduled_for > %(after)s AND r.scheduled_for <= %(until)s)
+      OR r.id = (SELECT s.id
+                 FROM pgpulse_runs s
+                 WHERE s.job_id = %(job_id)s
+                   AND s.scheduled_for <= %(after)s
+                   AND s.last_scheduled_for > %(after)s
+                 ORDER BY s.scheduled_for DESC
+                 LIMIT 1)
+  )
+ORDER BY r.scheduled_for
 LIMIT %(limit)s;
 
 -- name: attention

@@ -1,0 +1,75 @@
+"""The dashboard's list filters: query parameters checked at the edge, and page links.
+
+A bad filter is refused with one line naming the parameter and its value (InvalidInput: 400
+and the error page), never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from urllib.parse import urlencode
+
+from fastapi import Request
+
+from pgpulse.errors import InvalidInput
+
+#: Values the filters accept.
+STATUSES = ("idle", "running", "paused", "failed")
+OUTCOMES = ("running", "retrying", "succeeded", "failed", "skipped", "fenced")
+#: Rows per page of the dashboard's lists.
+PAGE_SIZE = 50
+
+
+def text(request: Request, name: str) -> str | None:
+    """Query parameter ``name`` as text, ``None`` when absent or empty.
+
+    Raises:
+        InvalidInput: longer than 200 characters or with control characters (``field=name``).
+    """
+    value = request.query_params.get(name, "").strip()
+    if not value:
+        return None
+    if len(value) > 200 or any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise InvalidInput(
+            f"{name} {value[:40]!r} must be up to 200 printable characters",
+            field=name,
+            value=value[:40],
+        )
+    return value
+
+
+def choice(request: Request, name: str, allowed: Collection[str]) -> str | None:
+    """Query parameter ``name``, one of ``allowed`` (or ``None`` when absent or empty).
+
+    Raises:
+        InvalidInput: another value (``field=name``).
+    """
+    value = text(request, name)
+    if value is not None and value not in allowed:
+        raise InvalidInput(
+            f"{name} {value!r} is not one of {', '.join(allowed)}", field=name, value=value
+        )
+    return value
+
+
+def run_cursor(request: Request) -> int | None:
+    """The ``cursor`` parameter of a runs page: the id of the last run of the previous page.
+
+    Raises:
+        InvalidInput: not a positive integer (``field="cursor"``).
+    """
+    value = text(request, "cursor")
+    if value is None:
+        return None
+    if not value.isdigit() or not 0 < int(value) < 2**63:
+        raise InvalidInput(
+            f"cursor {value!r} is not a cursor of this page", field="cursor", value=value
+        )
+    return int(value)
+
+
+def next_link(request: Request, cursor: str) -> str:
+    """The URL of the next page: this page's filters with ``cursor``."""
+    query = {k: v for k, v in request.query_params.items() if k not in ("cursor", "fragment")}
+    query["cursor"] = cursor
+    return f"{request.url.path}?{urlencode(query)}"
