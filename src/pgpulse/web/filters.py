@@ -1,7 +1,7 @@
 """The dashboard's list filters: query parameters checked at the edge, and page links.
 
-A bad filter is refused with one line naming the parameter and its value (InvalidInput: 400
-and the error page), never silently dropped.
+A bad filter is refused with one line naming the parameter and its value (:class:`BadFilter`:
+422 and the error page), never silently dropped.
 """
 
 from __future__ import annotations
@@ -12,6 +12,11 @@ from urllib.parse import urlencode
 from fastapi import Request
 
 from pgpulse.errors import InvalidInput
+
+
+class BadFilter(InvalidInput):
+    """A list page's query parameter that is not a value the filter takes (422, whatever the
+    parameter's name: a ``status`` filter is not a conflict with a job's state)."""
 
 #: Values the filters accept.
 STATUSES = ("idle", "running", "paused", "failed")
@@ -24,13 +29,13 @@ def text(request: Request, name: str) -> str | None:
     """Query parameter ``name`` as text, ``None`` when absent or empty.
 
     Raises:
-        InvalidInput: longer than 200 characters or with control characters (``field=name``).
+        BadFilter: longer than 200 characters or with control characters (``field=name``).
     """
     value = request.query_params.get(name, "").strip()
     if not value:
         return None
     if len(value) > 200 or any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in value):
-        raise InvalidInput(
+        raise BadFilter(
             f"{name} {value[:40]!r} must be up to 200 printable characters",
             field=name,
             value=value[:40],
@@ -42,11 +47,11 @@ def choice(request: Request, name: str, allowed: Collection[str]) -> str | None:
     """Query parameter ``name``, one of ``allowed`` (or ``None`` when absent or empty).
 
     Raises:
-        InvalidInput: another value (``field=name``).
+        BadFilter: another value (``field=name``).
     """
     value = text(request, name)
     if value is not None and value not in allowed:
-        raise InvalidInput(
+        raise BadFilter(
             f"{name} {value!r} is not one of {', '.join(allowed)}", field=name, value=value
         )
     return value
@@ -56,13 +61,13 @@ def run_cursor(request: Request) -> int | None:
     """The ``cursor`` parameter of a runs page: the id of the last run of the previous page.
 
     Raises:
-        InvalidInput: not a positive integer (``field="cursor"``).
+        BadFilter: not a positive integer (``field="cursor"``).
     """
     value = text(request, "cursor")
     if value is None:
         return None
     if not value.isdigit() or not 0 < int(value) < 2**63:
-        raise InvalidInput(
+        raise BadFilter(
             f"cursor {value!r} is not a cursor of this page", field="cursor", value=value
         )
     return int(value)
