@@ -18,6 +18,7 @@ class BadFilter(InvalidInput):
     """A list page's query parameter that is not a value the filter takes (422, whatever the
     parameter's name: a ``status`` filter is not a conflict with a job's state)."""
 
+
 #: Values the filters accept.
 STATUSES = ("idle", "running", "paused", "failed")
 OUTCOMES = ("running", "retrying", "succeeded", "failed", "skipped", "fenced")
