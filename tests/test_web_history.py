@@ -32,7 +32,8 @@ async def four_attempts(store: Store) -> tuple[int, int, datetime]:
     [job_id] = await add(store, spec("flaky", max_attempts=9), now=T0)
     [a] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     await store.finish_runs(
-        [Outcome(a, "retrying", retry_in=0.0, error="boom")], now=LATER + timedelta(seconds=2)
+        [Outcome(a, "retrying", retry_in=0.0, error="boom", output="fetched 0 of 42")],
+        now=LATER + timedelta(seconds=2),
     )
     [b] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=LATER + timedelta(seconds=5))
     assert await store.reap_expired_leases(now=LATER + timedelta(seconds=40)) == 1
@@ -67,15 +68,16 @@ async def test_a_run_keeps_every_attempt_and_its_lag_is_from_the_first(store: St
             at(a["ended_at"]),
             a["outcome"],
             a["error"],
+            a["output"],
         )
         for a in run["attempt_log"]
     ]
     seconds = [LATER + timedelta(seconds=s) for s in (0, 2, 5, 40, 41, 42, 43, 45)]
     assert log == [
-        (1, "node-a", 1, seconds[0], seconds[1], "retrying", "boom"),
-        (2, "node-b", 2, seconds[2], seconds[3], "retrying", "lease of node node-b expired"),
-        (3, "node-c", 3, seconds[4], seconds[5], "retrying", "node stopping"),
-        (4, "node-d", 4, seconds[6], seconds[7], "succeeded", None),
+        (1, "node-a", 1, seconds[0], seconds[1], "retrying", "boom", "fetched 0 of 42"),
+        (2, "node-b", 2, seconds[2], seconds[3], "retrying", "lease of node node-b expired", None),
+        (3, "node-c", 3, seconds[4], seconds[5], "retrying", "node stopping", None),
+        (4, "node-d", 4, seconds[6], seconds[7], "succeeded", None, "rows: 42"),
     ]
     assert (run["attempts"], run["node_id"], run["outcome"]) == (4, "node-d", "succeeded")
     assert run["lag"] == first_lag  # not 43 s more: the run started on its first attempt
@@ -214,6 +216,7 @@ async def test_dashboard_run_page_shows_every_attempt_and_the_output(store: Stor
         assert f'data-testid="attempt-node-{n}">{node}' in page.text
     assert "lease of node node-b expired" in page.text and "node stopping" in page.text
     assert 'data-testid="run-output">rows: 42</pre>' in page.text
+    assert 'Output of attempt 1</summary><pre class="output">fetched 0 of 42</pre>' in page.text
     assert other.status_code == 404 and f"no run with id {run_id + 1000}" in other.text
 
 
@@ -239,7 +242,12 @@ async def test_terminal_runs_and_job_show_print_output_and_every_attempt(
         ["3", "node-c"],
         ["4", "node-d"],
     ]
-    assert lines[7:] == ["  output:", "    rows: 42"]
+    assert lines[7:] == [
+        "  output of attempt 1:",
+        "    fetched 0 of 42",
+        "  output:",
+        "    rows: 42",
+    ]
     shown = await apgpulse("job", "show", "flaky", "--attempts", dsn=dsn)
     assert shown.returncode == 0, shown.stderr
     runs = shown.stdout.split("last runs (1)\n", 1)[1].splitlines()
@@ -251,6 +259,11 @@ async def test_terminal_runs_and_job_show_print_output_and_every_attempt(
         ["4", "node-d", "2026-01-01T00:06:13+00:00"],
     ]
     assert runs[4].endswith("retrying   lease of node node-b expired")
-    assert runs[7:] == ["    output:", "      rows: 42"]
+    assert runs[7:] == [
+        "    output of attempt 1:",
+        "      fetched 0 of 42",
+        "    output:",
+        "      rows: 42",
+    ]
     bad = await apgpulse("runs", "flaky", "--attempts", "--limit", "0", dsn=dsn)
     assert bad.returncode == 2 and bad.stdout == ""

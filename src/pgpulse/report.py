@@ -147,10 +147,16 @@ def _attempt_lines(run: dict[str, Any]) -> list[str]:
         if table
         else ["(no attempt: skipped)"]
     )
-    output = (run.get("output") or "").rstrip("\n")
-    if output:
-        lines += ["output:", *(f"  {line}" for line in output.split("\n"))]
+    for attempt in run["attempt_log"][:-1]:
+        if attempt["output"]:
+            lines += [f"output of attempt {attempt['attempt']}:", *_indented(attempt["output"])]
+    if run.get("output"):
+        lines += ["output:", *_indented(run["output"])]
     return lines
+
+
+def _indented(text: str) -> list[str]:
+    return [f"  {line}" for line in text.rstrip("\n").split("\n")]
 
 
 def print_runs_with_attempts(runs: Sequence[dict[str, Any]]) -> None:

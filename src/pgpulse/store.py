@@ -50,7 +50,7 @@ def attempt_log(run: dict[str, Any]) -> list[dict[str, Any]]:
         Dicts of ``attempt``, ``node_id``, ``fencing_token``, ``started_at``, ``ended_at``
         (aware datetimes; ``ended_at`` ``None`` while it runs, and for a lease that expired it
         is when the sweeper reaped it), ``outcome`` (``retrying`` for an attempt followed by
-        another) and ``error``.
+        another), ``error`` and ``output`` (what it captured; ``None`` for a lost lease).
     """
     found = [
         {
@@ -61,6 +61,7 @@ def attempt_log(run: dict[str, Any]) -> list[dict[str, Any]]:
             "ended_at": _instant(a["ended_at"]),
             "outcome": a["outcome"],
             "error": a["error"],
+            "output": a.get("output"),
         }
         for a in run["earlier_attempts"]
     ]
@@ -74,6 +75,7 @@ def attempt_log(run: dict[str, Any]) -> list[dict[str, Any]]:
                 "ended_at": run["finished_at"] or run["attempt_ended_at"],
                 "outcome": run["outcome"],
                 "error": run["error"],
+                "output": run["output"],
             }
         )
     return found

@@ -107,7 +107,8 @@ run AS (
                                    'attempt', r.attempts, 'node_id', r.node_id,
                                    'fencing_token', r.fencing_token, 'started_at', r.started_at,
                                    'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error))
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
                            ELSE r.earlier_attempts END,
         attempts = excluded.attempts,
         outcome = excluded.outcome,
@@ -241,11 +242,13 @@ WITH clock AS (
                                    'attempt', r.attempts, 'node_id', r.node_id,
                                    'fencing_token', r.fencing_token, 'started_at', r.started_at,
                                    'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error))
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
                            ELSE r.earlier_attempts END,
         attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error, attempt_ended_at = excluded.attempt_ended_at
+        finished_at = NULL, error = excluded.error, output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 )
 SELECT job.id, job.started FROM job;
@@ -327,11 +330,13 @@ WITH clock AS (
                                    'attempt', r.attempts, 'node_id', r.node_id,
                                    'fencing_token', r.fencing_token, 'started_at', r.started_at,
                                    'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error))
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
                            ELSE r.earlier_attempts END,
         attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error, attempt_ended_at = excluded.attempt_ended_at
+        finished_at = NULL, error = excluded.error, output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING r.id
 ), me AS (
     UPDATE pgpulse_nodes n

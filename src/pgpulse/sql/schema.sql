@@ -203,7 +203,7 @@ UNION ALL
     NULL::timestamp with time zone AS attempt_ended_at,
     COALESCE((((prior.attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, j.claimed_at) AS first_started_at
    FROM (public.pgpulse_jobs j
-     LEFT JOIN LATERAL ( SELECT (COALESCE(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token, 'started_at', p.started_at, 'ended_at', p.attempt_ended_at, 'outcome', p.outcome, 'error', p.error))) AS attempts
+     LEFT JOIN LATERAL ( SELECT (COALESCE(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token, 'started_at', p.started_at, 'ended_at', p.attempt_ended_at, 'outcome', p.outcome, 'error', p.error, 'output', p.output))) AS attempts
            FROM public.pgpulse_runs p
           WHERE ((p.job_id = j.id) AND (p.scheduled_for = j.scheduled_for) AND (p.started_at IS NOT NULL))) prior ON (true))
   WHERE (j.status = 'running'::text);

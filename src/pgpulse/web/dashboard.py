@@ -65,8 +65,13 @@ def _when(value: datetime | None) -> str:
     return "–" if value is None else value.isoformat(sep=" ", timespec="seconds")
 
 
+def _when_ms(value: datetime | None) -> str:
+    return "–" if value is None else value.isoformat(sep=" ", timespec="milliseconds")
+
+
 templates.env.filters["seconds"] = _seconds
 templates.env.filters["when"] = _when
+templates.env.filters["when_ms"] = _when_ms
 
 
 class SignIn(Exception):

@@ -70,7 +70,9 @@ def window(
         now: the database's now (aware).
         cells, seconds: the most cells, the longest look back.
     """
-    start: datetime = max(now - timedelta(seconds=seconds), job["created_at"] - _TINY)
+    # strictly after the creation: an interval job's anchor (its creation) is on its grid but
+    # is not one of its occurrences, the first is an interval later
+    start: datetime = max(now - timedelta(seconds=seconds), job["created_at"])
     try:
         schedule = parse_schedule(job["schedule"], job["timezone"])
         oldest = schedule.newest_at_or_before(now, cells, anchor=job["anchor_at"])

@@ -164,6 +164,7 @@ class Attempt(BaseModel):
     )
     outcome: str = Field(description="'retrying' for an attempt another one followed.")
     error: str | None
+    output: str | None = Field(description="What this attempt captured.")
 
 
 class Run(BaseModel):

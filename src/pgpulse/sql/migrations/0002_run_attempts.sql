@@ -4,10 +4,11 @@
 -- finished_at, error, outcome). Each write that ends a later attempt over the same row (a retry,
 -- a take-over after a lost lease, a hand-back) first appends the attempt it replaces to
 -- earlier_attempts, a JSON array in attempt order: {attempt, node_id, fencing_token,
--- started_at, ended_at, outcome, error}. A run that succeeds at its first attempt (nearly every
--- run) is one INSERT, as before, with earlier_attempts NULL: nothing is added to the hot path.
--- A JSON array rather than a table of attempts: a second table would cost every firing a
--- second insert (and its index), where this costs only the rare retry.
+-- started_at, ended_at, outcome, error, output} (output at most MAX_OUTPUT_CHARS, 16 KiB, per
+-- attempt). A run that succeeds at its first attempt (nearly every run) is one INSERT, as
+-- before, with earlier_attempts NULL: nothing is added to the hot path. A JSON array rather
+-- than a table of attempts: a second table would cost every firing a second insert (and its
+-- index), where this costs only the rare retry.
 --
 -- attempt_ended_at: when the latest attempt ended while the run goes on (outcome 'retrying';
 -- finished_at stays NULL until the run ends, as pruning and the finished index expect). For a
@@ -40,7 +41,7 @@ LEFT JOIN LATERAL (
     SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
                'attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token,
                'started_at', p.started_at, 'ended_at', p.attempt_ended_at,
-               'outcome', p.outcome, 'error', p.error)) AS attempts
+               'outcome', p.outcome, 'error', p.error, 'output', p.output)) AS attempts
     FROM pgpulse_runs p
     WHERE p.job_id = j.id
       AND p.scheduled_for = j.scheduled_for
