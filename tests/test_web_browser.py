@@ -6,8 +6,8 @@ and the output, the cluster page's handlers and shard map, the alerts slot; anot
 sees none of it, and a revoked token is signed out at once.
 
 Screenshots go to the test's temporary folder; with ``PGPULSE_DOCS_SCREENSHOTS=1`` they also
-replace ``docs/dashboard.png``, ``docs/dashboard-job.png`` and ``docs/dashboard-run.png`` (the
-README shows them).
+replace ``docs/dashboard.png``, ``docs/dashboard-job.png``, ``docs/dashboard-run.png`` and
+``docs/dashboard-cluster.png`` (the README shows them).
 """
 
 from __future__ import annotations
@@ -231,6 +231,7 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 shards = page.locator("[data-testid=shard-map] [data-shard]")
                 sync_api.expect(shards).to_have_count(64)
                 assert page.locator('[data-shard][data-owner="web-test-node"]').count() == 64
+                _shot(page, tmp_path, "dashboard-cluster.png")
 
                 # another tenant: sees none of acme's jobs, and acme's job page is a plain 404
                 other = browser.new_page()

@@ -267,3 +267,26 @@ async def test_terminal_runs_and_job_show_print_output_and_every_attempt(
     ]
     bad = await apgpulse("runs", "flaky", "--attempts", "--limit", "0", dsn=dsn)
     assert bad.returncode == 2 and bad.stdout == ""
+
+
+async def test_dashboard_cluster_page_shows_handlers_and_the_shard_map(store: Store) -> None:
+    await store.register_node("n1", hostname="h1", pid=1, slots=4, handlers=["etl", "mailer"])
+    await store.register_node("n2", hostname="h2", pid=2, slots=4, handlers=["etl"])
+    await store.heartbeat("n1", running=0, shards=list(range(0, 32)), ttl=10)
+    await store.heartbeat("n2", running=0, shards=[*range(31, 60)], ttl=10)  # 31 contested
+    async with api_client(store) as client:
+        await signed_in(client, await make_token(store, admin=True))
+        page = html.unescape((await client.get("/ui/cluster")).text)
+    assert (
+        '<td class="handlers" data-testid="handlers-n1"><code>etl</code> <code>mailer</code>'
+        in (page)
+    )
+    shards = {
+        int(part.split('data-shard="')[1].split('"')[0]): part
+        for part in page.split('class="shard ')[1:]
+    }
+    assert len(shards) == 64
+    assert shards[0].startswith('owner-0"') and 'data-owner="n1"' in shards[0]
+    assert shards[40].startswith('owner-1"') and 'data-owner="n2"' in shards[40]
+    assert shards[31].startswith("owner-0 contested") and 'data-owner="n1 n2"' in shards[31]
+    assert shards[63].startswith('unowned"') and "shard 63: no live owner" in shards[63]
