@@ -15,6 +15,7 @@ from helpers import ALL_SHARDS, add, apgpulse, spec, utc
 from pgpulse.model import Outcome
 from pgpulse.planner import Advance
 from pgpulse.store import Store
+from pgpulse.web.reads import QUERIES, Reads
 from web_helpers import api_client, make_token
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
@@ -290,3 +291,43 @@ async def test_dashboard_cluster_page_shows_handlers_and_the_shard_map(store: St
     assert shards[40].startswith('owner-1"') and 'data-owner="n2"' in shards[40]
     assert shards[31].startswith("owner-0 contested") and 'data-owner="n1 n2"' in shards[31]
     assert shards[63].startswith('unowned"') and "shard 63: no live owner" in shards[63]
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(n for child in plan.get("Plans", []) for n in _plan_nodes(child))]
+
+
+async def test_a_page_of_runs_reads_one_page_not_the_whole_history(store: Store, db: Any) -> None:
+    """The runs and job pages refresh every two seconds: a page must walk an index to the
+    page's end, not scan and sort every run kept (as ORDER BY over the UNION ALL view did)."""
+    [job_id] = await add(store, spec("every-second", schedule="@every 1s"), now=T0)
+    db.execute(
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, started_at, "
+        "finished_at) SELECT %s, %s + make_interval(secs => g), 1, 'succeeded', "
+        "%s + make_interval(secs => g), %s + make_interval(secs => g) "
+        "FROM generate_series(1, 20000) g",
+        (job_id, T0, T0, T0),
+    )
+    db.execute("ANALYZE pgpulse_runs")
+    db.execute("ANALYZE pgpulse_jobs")
+    params: dict[str, Any] = dict.fromkeys(
+        ("tenant", "run_id", "outcome", "handler", "source", "q", "since", "until", "before_id")
+    )
+    for job in (None, job_id):
+        [[plan]] = (
+            db.execute(
+                "EXPLAIN (FORMAT JSON) " + QUERIES["runs"], {**params, "job_id": job, "limit": 51}
+            )
+            .fetchone()
+            .values()
+        )
+        scans = [
+            n["Node Type"]
+            for n in _plan_nodes(plan["Plan"])
+            if n.get("Relation Name") == "pgpulse_runs"
+        ]
+        assert scans and "Seq Scan" not in scans, scans
+    rows = await Reads(store.pool).runs(tenant=None, limit=3)
+    assert [r["scheduled_for"] for r in rows] == [
+        T0 + timedelta(seconds=s) for s in (20000, 19999, 19998)
+    ]

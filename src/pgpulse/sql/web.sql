@@ -121,9 +121,32 @@ FROM (
            r.started_at, r.finished_at, r.first_started_at AS first_started_at,
            r.attempt_ended_at, r.error, r.output, r.earlier_attempts
     FROM pgpulse_jobs j
-    JOIN pgpulse_runs_live r ON r.job_id = j.id AND r.scheduled_for = j.scheduled_for
+    CROSS JOIN LATERAL (
+        -- pgpulse_runs_live's running part, for this job (through the view, the planner may
+        -- scan pgpulse_runs for stored rows whose outcome is 'running')
+        SELECT j.run_id AS id, j.id AS job_id, j.scheduled_for, j.attempt AS attempts,
+               'running'::text AS outcome, j.locked_by AS node_id, 1::bigint AS occurrences,
+               NULL::timestamptz AS last_scheduled_for, j.fencing_token,
+               j.claimed_at AS started_at, NULL::timestamptz AS finished_at,
+               coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, j.claimed_at)
+                   AS first_started_at,
+               NULL::timestamptz AS attempt_ended_at, NULL::text AS error, NULL::text AS output,
+               prior.attempts AS earlier_attempts
+        FROM (SELECT 1) one
+        LEFT JOIN LATERAL (
+            SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                       jsonb_build_object(
+                           'attempt', p.attempts, 'node_id', p.node_id,
+                           'fencing_token', p.fencing_token, 'started_at', p.started_at,
+                           'ended_at', p.attempt_ended_at, 'outcome', p.outcome,
+                           'error', p.error, 'output', p.output)) AS attempts
+            FROM pgpulse_runs p
+            WHERE p.job_id = j.id
+              AND p.scheduled_for = j.scheduled_for
+              AND p.started_at IS NOT NULL
+        ) prior ON true
+    ) r
     WHERE j.status = 'running'
-      AND r.outcome = 'running'
       AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
       AND (%(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s)
       AND (%(run_id)s::bigint IS NULL OR r.id = %(run_id)s)
@@ -163,15 +186,22 @@ FROM (
     ORDER BY r.scheduled_for
     LIMIT %(limit)s)
     UNION ALL
-    (SELECT r.id, r.scheduled_for, r.outcome, r.attempts, r.node_id, r.occurrences,
-            r.last_scheduled_for, r.started_at, r.finished_at, r.error, r.first_started_at
+    (SELECT j.run_id, j.scheduled_for, 'running', j.attempt, j.locked_by, 1::bigint,
+            NULL::timestamptz, j.claimed_at, NULL::timestamptz, NULL::text,
+            coalesce(
+                (SELECT (p.earlier_attempts -> 0 ->> 'started_at')::timestamptz
+                 FROM pgpulse_runs p
+                 WHERE p.job_id = j.id AND p.scheduled_for = j.scheduled_for),
+                (SELECT p.started_at
+                 FROM pgpulse_runs p
+                 WHERE p.job_id = j.id AND p.scheduled_for = j.scheduled_for),
+                j.claimed_at)
+    -- pgpulse_runs_live's running part, for this job
     FROM pgpulse_jobs j
-    JOIN pgpulse_runs_live r ON r.job_id = j.id AND r.scheduled_for = j.scheduled_for
     WHERE j.id = %(job_id)s
       AND j.status = 'running'
-      AND r.outcome = 'running'
-      AND r.scheduled_for > %(after)s
-      AND r.scheduled_for <= %(until)s)
+      AND j.scheduled_for > %(after)s
+      AND j.scheduled_for <= %(until)s)
     UNION ALL
     (SELECT r.id, r.scheduled_for, r.outcome, r.attempts, r.node_id, r.occurrences,
             r.last_scheduled_for, r.started_at, r.finished_at, r.error, r.started_at
