@@ -160,6 +160,8 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                     "succeeded"
                 )
                 page.wait_for_timeout(1500)  # a few more heartbeat runs for the pictures
+                recent = page.locator('[data-testid=recent-heartbeat] a[data-state="succeeded"]')
+                assert recent.count() >= 2  # the strip of recent runs, each a link to its run
                 _shot(page, tmp_path, "dashboard.png")
 
                 page.click('tr[data-job="nightly-report"] a')

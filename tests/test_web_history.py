@@ -184,6 +184,9 @@ async def test_dashboard_lists_filter_page_and_refuse_bad_filters(store: Store) 
         assert 'data-job="etl-daily"' in filtered.text
         assert 'data-job="etl-hourly"' not in filtered.text
         assert 'value="etl"' in filtered.text  # the form shows the filter applied
+        listed = await client.get("/ui/", params={"q": "mail"})
+        strip = listed.text.split('data-testid="recent-mail-digest">')[1].split("</td>")[0]
+        assert strip.count("<a ") == 1 and 'data-state="failed"' in strip and "smtp down" in strip
         page1 = await client.get("/ui/")
         assert page1.text.count('<tr data-job="') == 50 and 'data-testid="next-page"' in page1.text
         link = page1.text.split('data-testid="next-page"')[0].rsplit('href="', 1)[1].split('"')[0]

@@ -216,6 +216,21 @@ WHERE g.scheduled_for > %(after)s
 ORDER BY g.scheduled_for
 LIMIT %(limit)s;
 
+-- name: recent_runs
+-- The newest %(per_job)s recorded runs of each job of %(job_ids)s (the jobs page's strip of
+-- recent outcomes; the caller passes only jobs its token may see), oldest first per job: one
+-- walk of pgpulse_runs_recent per job.
+SELECT r.job_id, r.id, r.outcome, r.scheduled_for, r.occurrences, r.error
+FROM unnest(%(job_ids)s::bigint[]) AS wanted (id)
+CROSS JOIN LATERAL (
+    SELECT r.job_id, r.id, r.outcome, r.scheduled_for, r.occurrences, r.error
+    FROM pgpulse_runs r
+    WHERE r.job_id = wanted.id
+    ORDER BY r.id DESC
+    LIMIT %(per_job)s
+) r
+ORDER BY r.job_id, r.id;
+
 -- name: attention
 -- Jobs that need a person: failed (cannot be scheduled), last run failed or fenced, or idle and
 -- overdue by more than %(overdue)s seconds (no live node owns their shard, or nodes are full).

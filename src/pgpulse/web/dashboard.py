@@ -209,6 +209,7 @@ async def jobs_page(request: Request, session: Session) -> HTMLResponse:
         who,
         token,
         jobs=[present_job(r) for r in rows],
+        recent=await ctx.service.reads.recent_runs([r["id"] for r in rows]),
         filters={**filters, "tenant": tenant},
         statuses=STATUSES,
         outcomes=OUTCOMES,

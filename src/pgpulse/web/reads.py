@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -198,6 +199,17 @@ class Reads:
         return await self._rows(
             "grid_runs", {"job_id": job_id, "after": after, "until": until, "limit": limit}
         )
+
+    async def recent_runs(
+        self, job_ids: Sequence[int], *, per_job: int = 10
+    ) -> dict[int, list[dict[str, Any]]]:
+        """The newest ``per_job`` recorded runs of each job of ``job_ids`` (ids the caller's
+        token may see), oldest first: ``{job id: [{id, outcome, scheduled_for, occurrences,
+        error}, ...]}``; a job without runs is left out."""
+        found: dict[int, list[dict[str, Any]]] = {}
+        for row in await self._rows("recent_runs", {"job_ids": list(job_ids), "per_job": per_job}):
+            found.setdefault(row["job_id"], []).append(row)
+        return found
 
     async def attention(
         self, *, tenant: str | None, overdue: float = 60.0, limit: int = 20
