@@ -196,6 +196,14 @@ async def test_dashboard_lists_filter_page_and_refuse_bad_filters(store: Store) 
 
         failed = await client.get("/ui/runs", params={"outcome": "failed"})
         assert 'data-job="mail-digest"' in failed.text and 'data-job="etl-daily"' not in failed.text
+        ranged = await client.get("/ui/runs", params={"since": "2026-01-01T00:01:00"})
+        assert 'data-job="mail-digest"' in ranged.text  # occurrences at 00:01 UTC
+        assert 'value="2026-01-01T00:01:00"' in ranged.text
+        later = await client.get("/ui/runs", params={"since": "2026-01-01T00:01:01+00:00"})
+        assert "No run matches these filters." in later.text
+        bad_since = await client.get("/ui/runs", params={"since": "yesterday"})
+        assert bad_since.status_code == 422
+        assert "since 'yesterday' is not an ISO 8601 date and time" in html.unescape(bad_since.text)
         bad = await client.get("/ui/", params={"status": "sleeping"})
         assert bad.status_code == 422
         message = "status 'sleeping' is not one of idle, running, paused, failed"

@@ -7,6 +7,7 @@ A bad filter is refused with one line naming the parameter and its value (:class
 from __future__ import annotations
 
 from collections.abc import Collection
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from fastapi import Request
@@ -56,6 +57,25 @@ def choice(request: Request, name: str, allowed: Collection[str]) -> str | None:
             f"{name} {value!r} is not one of {', '.join(allowed)}", field=name, value=value
         )
     return value
+
+
+def instant(request: Request, name: str) -> datetime | None:
+    """Query parameter ``name`` as an instant: ISO 8601, read as UTC when it has no offset
+    (what a browser's ``datetime-local`` input sends; the form says UTC).
+
+    Raises:
+        BadFilter: not an ISO 8601 date and time (``field=name``).
+    """
+    value = text(request, name)
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadFilter(
+            f"{name} {value!r} is not an ISO 8601 date and time", field=name, value=value
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def run_cursor(request: Request) -> int | None:

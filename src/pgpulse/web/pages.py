@@ -14,7 +14,15 @@ from fastapi.responses import HTMLResponse
 
 from pgpulse.web.context import WebContext
 from pgpulse.web.dashboard import Session, page
-from pgpulse.web.filters import OUTCOMES, PAGE_SIZE, choice, next_link, run_cursor, text
+from pgpulse.web.filters import (
+    OUTCOMES,
+    PAGE_SIZE,
+    choice,
+    instant,
+    next_link,
+    run_cursor,
+    text,
+)
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 RunId = Annotated[int, Path(ge=1, le=2**63 - 1)]
@@ -23,7 +31,8 @@ RunId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 @router.get("/runs", response_class=HTMLResponse)
 async def runs_page(request: Request, session: Session) -> HTMLResponse:
     """Runs of every visible job, newest first: search (job name), filters (tenant for an
-    admin, outcome, handler, source) and pages of :data:`PAGE_SIZE`."""
+    admin, outcome, handler, source, ``since <= scheduled_for < until`` in UTC) and pages of
+    :data:`PAGE_SIZE`."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
     tenant = text(request, "tenant") if who.admin else None
@@ -33,12 +42,15 @@ async def runs_page(request: Request, session: Session) -> HTMLResponse:
         "handler": text(request, "handler"),
         "source": text(request, "source"),
     }
+    since, until = instant(request, "since"), instant(request, "until")
     rows = await ctx.service.reads.runs(
         tenant=tenant or who.scope,
         q=filters["q"],
         outcome=filters["outcome"],
         handler=filters["handler"],
         source=filters["source"],
+        since=since,
+        until=until,
         before_id=run_cursor(request),
         limit=PAGE_SIZE + 1,
     )
@@ -50,7 +62,7 @@ async def runs_page(request: Request, session: Session) -> HTMLResponse:
         who,
         token,
         runs=rows,
-        filters={**filters, "tenant": tenant},
+        filters={**filters, "tenant": tenant, "since": since, "until": until},
         outcomes=OUTCOMES,
         next_page=next_link(request, str(rows[-1]["id"])) if more else None,
     )
