@@ -37,6 +37,7 @@ from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
 from pgpulse.report import (
     print_job,
     print_records,
+    print_runs_with_attempts,
     print_status,
     run_command,
     status_problems,
@@ -433,14 +434,26 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
     )
 
 
+attempts_option = click.option(
+    "--attempts",
+    "with_attempts",
+    is_flag=True,
+    help="Under each run, every attempt: node, start, end, outcome, error.",
+)
+
+
 @job.command("show")
 @click.argument("name")
 @tenant_option
+@attempts_option
 @json_option
 @with_store
-async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
+async def job_show(
+    store: Store, name: str, tenant: str, with_attempts: bool, as_json: bool
+) -> None:
     """Show job NAME: definition, state, current occurrence, next five occurrences in its own
-    time zone, last five runs. --json prints the job as the API's GET /api/v1/jobs/{id} does."""
+    time zone, last five runs with their output (--attempts: and every attempt). --json prints
+    the job as the API's GET /api/v1/jobs/{id} does."""
     # The API's own reading, presentation and schema of a job (pydantic; no web framework).
     from pgpulse.web.reads import Reads
     from pgpulse.web.schemas import Job
@@ -456,7 +469,7 @@ async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
     stale = {(j["tenant"], j["name"]) for j in await store.stale_code_jobs(tenant)}
     if (tenant, name) in stale:
         job["source"] += " (declared by code no longer running)"
-    print_job(job, await store.list_runs(tenant=tenant, name=name, limit=5))
+    print_job(job, await store.list_runs(tenant=tenant, name=name, limit=5), attempts=with_attempts)
 
 
 @job.command("history")
@@ -742,14 +755,22 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
 @click.argument("job_name", required=False)
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
+@attempts_option
 @json_option
 @with_store
 async def runs(
-    store: Store, job_name: str | None, tenant: str | None, limit: int, as_json: bool
+    store: Store,
+    job_name: str | None,
+    tenant: str | None,
+    limit: int,
+    with_attempts: bool,
+    as_json: bool,
 ) -> None:
     """Recent runs (of JOB_NAME, if given), the most recently claimed first (run id order: an
     occurrence claimed late, after a take-over or a catch-up, comes before earlier claims of
-    later occurrences).
+    later occurrences), with their output's first line (the whole of it in --json) and lag from
+    the first attempt; --attempts lists every attempt under its run (--json always has them, as
+    attempt_log).
 
     A skipped row may stand for many consecutive occurrences (column occurrences): from its
     scheduled_for through last_scheduled_for (shown with --json).
@@ -759,6 +780,9 @@ async def runs(
     ):
         raise JobNotFound(tenant, job_name)
     rows = await store.list_runs(tenant=tenant, name=job_name, limit=limit)
+    if with_attempts and not as_json:
+        print_runs_with_attempts(rows)
+        return
     print_records(
         rows,
         as_json,
@@ -769,10 +793,12 @@ async def runs(
             "occurrences",
             "attempts",
             "node_id",
+            "lag",
             "duration",
             "error",
+            "output",
         ],
-        shorten={"error"},
+        shorten={"error", "output"},
     )
 
 

@@ -41,6 +41,51 @@ class _UpsertRaced(Exception):
     """Another session created or deleted a job of this upsert concurrently; try again."""
 
 
+def _instant(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def attempt_log(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every attempt of a ``runs`` row, first to latest: the earlier ones as their writes
+    recorded them when they ended (``earlier_attempts``, migration run_attempts), then the
+    latest from the row's own columns. A skipped run has none; a run retried before that
+    migration shows only its latest.
+
+    Returns:
+        Dicts of ``attempt``, ``node_id``, ``fencing_token``, ``started_at``, ``ended_at``
+        (aware datetimes; ``ended_at`` ``None`` while it runs, and for a lease that expired it
+        is when the sweeper reaped it), ``outcome`` (``retrying`` for an attempt followed by
+        another), ``error`` and ``output`` (what it captured; ``None`` for a lost lease).
+    """
+    found = [
+        {
+            "attempt": a["attempt"],
+            "node_id": a["node_id"],
+            "fencing_token": a["fencing_token"],
+            "started_at": _instant(a["started_at"]),
+            "ended_at": _instant(a["ended_at"]),
+            "outcome": a["outcome"],
+            "error": a["error"],
+            "output": a.get("output"),
+        }
+        for a in run["earlier_attempts"]
+    ]
+    if run["started_at"] is not None:
+        found.append(
+            {
+                "attempt": run["attempts"],
+                "node_id": run["node_id"],
+                "fencing_token": run["fencing_token"],
+                "started_at": run["started_at"],
+                "ended_at": run["finished_at"] or run["attempt_ended_at"],
+                "outcome": run["outcome"],
+                "error": run["error"],
+                "output": run["output"],
+            }
+        )
+    return found
+
+
 class Store(ClaimStore):
     """Intent-named access to Pulse's tables.
 
@@ -370,8 +415,14 @@ class Store(ClaimStore):
     async def list_runs(
         self, *, tenant: str | None = None, name: str | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:
-        """Most recent runs first (of one job, one tenant, or all)."""
-        return await self._read_rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
+        """Most recent runs first (of one job, one tenant, or all), each with ``lag`` (seconds
+        from the occurrence to its first attempt's start) and ``attempt_log``
+        (:func:`attempt_log`)."""
+        rows = await self._read_rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
+        for row in rows:
+            row["attempt_log"] = attempt_log(row)
+            del row["earlier_attempts"], row["attempt_ended_at"]
+        return rows
 
     async def cluster_nodes(self, *, ttl: float) -> list[dict[str, Any]]:
         """Every registered node with liveness (by its own registered time-to-live, else

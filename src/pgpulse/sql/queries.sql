@@ -19,7 +19,10 @@
 -- node, instant) from the job row as the statement's snapshot shows it, before `job` changed it;
 -- and the occurrences the element skips, however many, get one summary row: "skips"
 -- occurrences from "skip_from" through "skip_to" (NULL for one). When the run's own occurrence
--- is skipped (outcome 'skipped'), it is the first of them and its row is the summary.
+-- is skipped (outcome 'skipped'), it is the first of them and its row is the summary. A later
+-- attempt written over an earlier one first appends that one to earlier_attempts (migration
+-- run_attempts), so the row keeps every attempt; an attempt that ends 'retrying' records its end
+-- in attempt_ended_at (finished_at is the run's end).
 --
 -- Claim (due, claimed). Rows are locked SKIP LOCKED, so a poller never waits on another, and move
 -- to running with a new lease and fencing token. The first claim of an occurrence draws its run
@@ -91,7 +94,7 @@ job AS (
 run AS (
     INSERT INTO pgpulse_runs AS r (
         id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
-        finished_at, error, output, occurrences, last_scheduled_for
+        finished_at, error, output, occurrences, last_scheduled_for, attempt_ended_at
     )
     OVERRIDING SYSTEM VALUE
     SELECT o.run_id,
@@ -106,14 +109,24 @@ run AS (
            i.error,
            i.output,
            CASE WHEN i.outcome = 'skipped' THEN i.skips ELSE 1 END,
-           CASE WHEN i.outcome = 'skipped' THEN i.skip_to END
+           CASE WHEN i.outcome = 'skipped' THEN i.skip_to END,
+           CASE WHEN i.outcome = 'retrying' THEN clock.now END
     FROM input AS i
     JOIN job ON job.id = i.job_id
     JOIN pgpulse_jobs AS o ON o.id = job.id
     CROSS JOIN clock
     WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
-    SET attempts = excluded.attempts,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
         outcome = excluded.outcome,
         node_id = excluded.node_id,
         fencing_token = excluded.fencing_token,
@@ -122,7 +135,8 @@ run AS (
         error = excluded.error,
         output = excluded.output,
         occurrences = excluded.occurrences,
-        last_scheduled_for = excluded.last_scheduled_for
+        last_scheduled_for = excluded.last_scheduled_for,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 ),
 skipped AS (
@@ -256,18 +270,28 @@ WITH clock AS (
     RETURNING j.id, held.started
 ), run AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
-                                   fencing_token, started_at, error)
+                                   fencing_token, started_at, error, attempt_ended_at)
     OVERRIDING SYSTEM VALUE
     -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
     SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
            o.id, o.scheduled_for, o.attempt,
-           'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s
-    FROM job JOIN pgpulse_jobs o ON o.id = job.id
+           'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s, clock.now
+    FROM job JOIN pgpulse_jobs o ON o.id = job.id CROSS JOIN clock
     WHERE job.started
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
-    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error
+        finished_at = NULL, error = excluded.error, output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 )
 SELECT job.id, job.started FROM job;
@@ -369,17 +393,27 @@ WITH clock AS (
     RETURNING j.id, j.last_error, pg_notify('pgpulse_wakeup', j.shard_id::text)
 ), run AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
-                               fencing_token, started_at, error)
+                               fencing_token, started_at, error, attempt_ended_at)
     OVERRIDING SYSTEM VALUE
     -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
     SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
            e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
-           e.claimed_at, job.last_error
-    FROM expired e JOIN job ON job.id = e.id
+           e.claimed_at, job.last_error, clock.now
+    FROM expired e JOIN job ON job.id = e.id CROSS JOIN clock
     ON CONFLICT (job_id, scheduled_for) DO UPDATE
-    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error
+        finished_at = NULL, error = excluded.error, output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING r.id
 ), me AS (
     UPDATE pgpulse_nodes n
@@ -663,13 +697,16 @@ LIMIT %(limit)s;
 
 -- name: list_runs
 -- Runs newest first, those running now included (pgpulse_runs_live), each with the revision of
--- the definition it ran under. A skipped summary row stands
--- for its occurrences from scheduled_for through last_scheduled_for.
+-- the definition it ran under. A skipped summary row stands for its occurrences from
+-- scheduled_for through last_scheduled_for. lag is from the start of the run's first attempt;
+-- earlier_attempts lists the attempts before the latest.
 SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.occurrences,
        coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for, r.node_id,
-       r.started_at,
+       r.started_at, r.first_started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
+       extract(epoch FROM r.first_started_at - r.scheduled_for)::float8 AS lag,
        r.error, r.output, r.fencing_token,
+       coalesce(r.earlier_attempts, '[]'::jsonb) AS earlier_attempts, r.attempt_ended_at,
        -- the definition's revision when the run started: the job's last audit-trail row
        -- before it (revision 1 before any recorded change)
        coalesce((SELECT h.revision FROM pgpulse_job_history h

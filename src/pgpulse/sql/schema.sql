@@ -185,6 +185,8 @@ CREATE TABLE public.pgpulse_runs (
     output text,
     occurrences bigint DEFAULT 1 NOT NULL,
     last_scheduled_for timestamp with time zone,
+    earlier_attempts jsonb,
+    attempt_ended_at timestamp with time zone,
     CONSTRAINT pgpulse_runs_occurrences CHECK (((occurrences >= 1) AND ((occurrences = 1) = (last_scheduled_for IS NULL)) AND (last_scheduled_for >= scheduled_for))),
     CONSTRAINT pgpulse_runs_outcome_check CHECK ((outcome = ANY (ARRAY['running'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'fenced'::text])))
 );
@@ -211,7 +213,10 @@ CREATE VIEW public.pgpulse_runs_live AS
     r.error,
     r.output,
     r.occurrences,
-    r.last_scheduled_for
+    r.last_scheduled_for,
+    r.earlier_attempts,
+    r.attempt_ended_at,
+    COALESCE((((r.earlier_attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, r.started_at) AS first_started_at
    FROM public.pgpulse_runs r
   WHERE (NOT (EXISTS ( SELECT 1
            FROM public.pgpulse_jobs j
@@ -229,8 +234,14 @@ UNION ALL
     NULL::text AS error,
     NULL::text AS output,
     (1)::bigint AS occurrences,
-    NULL::timestamp with time zone AS last_scheduled_for
-   FROM public.pgpulse_jobs j
+    NULL::timestamp with time zone AS last_scheduled_for,
+    prior.attempts AS earlier_attempts,
+    NULL::timestamp with time zone AS attempt_ended_at,
+    COALESCE((((prior.attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, j.claimed_at) AS first_started_at
+   FROM (public.pgpulse_jobs j
+     LEFT JOIN LATERAL ( SELECT (COALESCE(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token, 'started_at', p.started_at, 'ended_at', p.attempt_ended_at, 'outcome', p.outcome, 'error', p.error, 'output', p.output))) AS attempts
+           FROM public.pgpulse_runs p
+          WHERE ((p.job_id = j.id) AND (p.scheduled_for = j.scheduled_for) AND (p.started_at IS NOT NULL))) prior ON (true))
   WHERE (j.status = 'running'::text);
 
 ALTER TABLE ONLY public.pgpulse_api_tokens

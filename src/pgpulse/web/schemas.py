@@ -157,6 +157,21 @@ class Triggered(BaseModel):
     occurrence: datetime
 
 
+class Attempt(BaseModel):
+    """One attempt of a run."""
+
+    attempt: int = Field(description="1 for the first attempt.")
+    node_id: str | None
+    fencing_token: int | None
+    started_at: datetime | None
+    ended_at: datetime | None = Field(
+        description="When it ended (null while it runs; for a lost lease, when it was reaped)."
+    )
+    outcome: str = Field(description="'retrying' for an attempt another one followed.")
+    error: str | None
+    output: str | None = Field(description="What this attempt captured.")
+
+
 class Run(BaseModel):
     """One run: the execution of one occurrence, over its attempts."""
 
@@ -164,6 +179,8 @@ class Run(BaseModel):
     job_id: int
     tenant: str
     name: str
+    handler: str
+    source: str = Field(description="Where the job's definition comes from (api, crontab...).")
     scheduled_for: datetime
     attempts: int = Field(description="Attempts made (0 for a skipped occurrence).")
     outcome: Outcome
@@ -174,14 +191,18 @@ class Run(BaseModel):
     last_scheduled_for: datetime = Field(
         description="The last occurrence the row stands for (scheduled_for when 1)."
     )
-    node_id: str | None
+    node_id: str | None = Field(description="The node of the latest attempt.")
     fencing_token: int | None
     started_at: datetime | None = Field(description="Start of the latest attempt.")
+    first_started_at: datetime | None = Field(description="Start of the first attempt.")
     finished_at: datetime | None
-    duration: float | None = Field(description="Seconds from start to finish.")
-    lag: float | None = Field(description="Seconds from scheduled_for to the latest start.")
+    duration: float | None = Field(description="Seconds the latest attempt took.")
+    lag: float | None = Field(
+        description="Seconds from scheduled_for to the start of the FIRST attempt."
+    )
     error: str | None
-    output: str | None = Field(None, description="Captured output (only on GET /runs/{id}).")
+    output: str | None = Field(description="Captured output of the latest attempt.")
+    attempt_log: list[Attempt] = Field(description="Every attempt, first to latest.")
     revision: int | None = Field(
         None, description="The job definition's revision the run started under."
     )
@@ -228,6 +249,7 @@ class Node(BaseModel):
     shards: list[int]
     running: int
     slots: int
+    handlers: list[str] = Field(description="The handlers the node can run (its capabilities).")
     leader: bool
 
 
