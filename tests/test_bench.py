@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.bench import floor
+from pgpulse_tools.bench import checks, floor
 from pgpulse_tools.bench.ceiling import pgbench_script
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
@@ -211,3 +211,31 @@ def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: st
         for a in anchors
     )
     assert expected_runs(jobs, duration, step) == due == 2_000 // 2 + 1
+
+
+def test_a_rate_whose_cpu_exceeds_the_machine_is_untrusted() -> None:
+    """The issue's figure: 59,644 firings/s at 0.084 ms of DB CPU each is 5 CPU-s/s."""
+    found = checks.problems(rate=59_644, db_cpu_ms=0.084, seconds=10.0, cores=2)
+    assert found == [
+        "rate × CPU = 5.01 CPU-s/s on a 2-core machine: rate and CPU measured over different spans"
+    ]
+    assert checks.problems(rate=20_000, db_cpu_ms=0.09, seconds=10.0, cores=2) == []
+
+
+def test_a_short_or_drained_window_is_untrusted_and_left_out_of_the_best() -> None:
+    short = checks.judge({"rate": 9_000.0, "db_cpu_ms": 0.1, "seconds": 3.0})
+    drained = checks.judge({"rate": 8_000.0, "db_cpu_ms": 0.1, "seconds": 9.0, "drained": True})
+    steady = checks.judge({"rate": 7_000.0, "db_cpu_ms": 0.1, "seconds": 9.0})
+    assert short["problems"] == ["window 3.0 s < 5 s: mostly ramp-up"]
+    assert drained["problems"] == [
+        "the backlog ran out inside the window: a draining rate, not a sustained one"
+    ]
+    assert checks.verdict(steady) == "ok"
+    assert checks.best_trusted([short, drained, steady]) is steady
+    assert checks.best_trusted([short, drained]) is None
+
+
+def test_a_backlog_is_sized_to_outlast_its_window() -> None:
+    assert checks.backlog_to_outlast(20_000, 10.0, 100_000) == 300_000
+    assert checks.backlog_to_outlast(1_000, 10.0, 100_000) == 100_000
+    assert checks.backlog_to_outlast(float("nan"), 10.0, 100_000) == 100_000

@@ -21,6 +21,7 @@ best cell run again for as long as scenario 2 measures Pulse (see :func:`run`). 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import shutil
@@ -32,7 +33,7 @@ from typing import Any
 
 from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.sql import QUERIES
-from pgpulse_tools.bench import floor
+from pgpulse_tools.bench import checks, floor
 from pgpulse_tools.bench.common import (
     BENCH_SQL,
     DbCpu,
@@ -138,39 +139,58 @@ def run_pgbench(
 
 
 async def _measure(
-    server_dsn: str, template: str, script: Path, *, batch: int, clients: int, seconds: float
+    server_dsn: str, jobs: int, script: Path, *, batch: int, clients: int, seconds: float
 ) -> dict[str, Any]:
-    """Run Pulse's step with pgbench for ``seconds`` on a fresh copy of ``template``; return the
-    cell's figures (see :func:`_metered`)."""
-    dsn = await fresh_db(server_dsn, DB_NAME, template=template)
-    cell = await _metered(
-        dsn,
-        script,
-        clients=clients,
-        seconds=seconds,
-        variables={"batch": batch, "outcomes": "[]"},
-        span=BENCH_SQL["fired_span"],
-    )
-    drop_db(server_dsn, DB_NAME)
-    return {"batch": batch, **cell}
+    """Run Pulse's step with pgbench for ``seconds`` on a fresh copy of a backlog of ``jobs``
+    due jobs; return the cell's figures (see :func:`_metered`), judged by
+    :func:`pgpulse_tools.bench.checks.judge`.
+
+    A cell whose backlog ran out inside its window measured a draining queue: it runs once
+    more on a backlog sized from its own rate to outlast the window.
+    """
+    cell: dict[str, Any] = {}
+    for _ in range(2):
+        template = await backlog_template(server_dsn, jobs)
+        dsn = await fresh_db(server_dsn, DB_NAME, template=template)
+        cell = await _metered(
+            dsn,
+            script,
+            clients=clients,
+            seconds=seconds,
+            variables={"batch": batch, "outcomes": "[]"},
+            span=BENCH_SQL["fired_span"],
+        )
+        drop_db(server_dsn, DB_NAME)
+        cell.update({"batch": batch, "jobs": jobs, "drained": cell["fired"] >= jobs})
+        if not cell["drained"]:
+            break
+        jobs = checks.backlog_to_outlast(cell["rate"], seconds, jobs)
+    return checks.judge(cell)
 
 
 async def _measure_floor(
     server_dsn: str, jobs: int, script: Path, *, batch: int, clients: int, seconds: float
 ) -> dict[str, Any]:
     """Run the floor's step (:mod:`pgpulse_tools.bench.floor`) with pgbench for ``seconds`` on
-    ``jobs`` due jobs; return its figures (see :func:`_metered`)."""
-    dsn = await asyncio.to_thread(floor.create, server_dsn, jobs, jobs)
-    cell = await _metered(
-        dsn,
-        script,
-        clients=clients,
-        seconds=seconds,
-        variables={"batch": batch, "ids": "{}", "tokens": "{}"},
-        span=floor.FLOOR_SQL["fired_span"],
-    )
-    drop_db(server_dsn, floor.DB_NAME)
-    return {"batch": batch, **cell}
+    ``jobs`` due jobs; return its figures (see :func:`_metered`), judged, run once more on a
+    larger backlog when the first ran out inside the window (as :func:`_measure`)."""
+    cell: dict[str, Any] = {}
+    for _ in range(2):
+        dsn = await asyncio.to_thread(floor.create, server_dsn, jobs, jobs)
+        cell = await _metered(
+            dsn,
+            script,
+            clients=clients,
+            seconds=seconds,
+            variables={"batch": batch, "ids": "{}", "tokens": "{}"},
+            span=floor.FLOOR_SQL["fired_span"],
+        )
+        drop_db(server_dsn, floor.DB_NAME)
+        cell.update({"batch": batch, "jobs": jobs, "drained": cell["fired"] >= jobs})
+        if not cell["drained"]:
+            break
+        jobs = checks.backlog_to_outlast(cell["rate"], seconds, jobs)
+    return checks.judge(cell)
 
 
 async def _metered(
@@ -193,7 +213,8 @@ async def _metered(
     secs = (row["last_finished"] - row["first_started"]).total_seconds() if fired else float("nan")
     return {
         "clients": clients,
-        "seconds": seconds,
+        "seconds": secs,
+        "asked_s": seconds,
         "fired": fired,
         "rate": fired / secs if fired else 0.0,
         "db_cpu_ms": meter.seconds() / fired * 1000 if fired else float("nan"),
@@ -236,6 +257,7 @@ async def run(
             "machine busy %",
             "script latency ms",
             "fired",
+            "check",
         ],
     )
     if shutil.which("pgbench") is None:
@@ -243,21 +265,20 @@ async def run(
         result.data["best"] = None
         return result
     jobs = jobs_for(scale)
-    seconds = min(15.0, 4.0 + 11.0 * scale)
+    seconds = min(15.0, 6.0 + 9.0 * scale)
     sustained_s = window_for(scale)
-    template = await backlog_template(server_dsn, jobs)
     folder = Path(tempfile.mkdtemp(prefix="pgpulse-ceiling-"))
     script = folder / "pulse.sql"
     script.write_text(pgbench_script())
     cells = [
-        await _measure(server_dsn, template, script, batch=batch, clients=count, seconds=seconds)
+        await _measure(server_dsn, jobs, script, batch=batch, clients=count, seconds=seconds)
         for batch in batches
         for count in clients
     ]
-    burst = max(cells, key=lambda c: c["rate"])
+    burst = checks.best_trusted(cells) or max(cells, key=lambda c: c["rate"])
     best = await _measure(
         server_dsn,
-        template,
+        checks.backlog_to_outlast(burst["rate"], sustained_s, jobs),
         script,
         batch=burst["batch"],
         clients=burst["clients"],
@@ -267,7 +288,8 @@ async def run(
     floor_script.write_text(floor.pgbench_script())
     least = await _measure_floor(
         server_dsn,
-        jobs,
+        # the floor has run up to 3x Pulse's rate: size it to outlast the cell at 4x
+        checks.backlog_to_outlast(4 * burst["rate"], seconds, jobs),
         floor_script,
         batch=burst["batch"],
         clients=burst["clients"],
@@ -285,6 +307,7 @@ async def run(
                 cell["busy_pct"],
                 cell["latency_ms"],
                 cell["fired"],
+                checks.verdict(cell),
             ]
         )
     result.notes.append(
@@ -293,29 +316,38 @@ async def run(
         f"again for scenario 2's window, {sustained_s:g} s: "
         f"{best['rate']:,.0f} firings/s"
     )
-    if best["fired"] >= jobs:
+    if not checks.trusted(best):
         result.notes.append(
-            f"the sustained run drained all {jobs:,} jobs before its "
-            f"{sustained_s:g} s were up: its rate is over the span until the "
-            "last firing"
+            "the sustained run failed its checks (" + "; ".join(best["problems"]) + "): "
+            "no ceiling share is computed from it"
         )
     result.notes.append(
         "script generated from queries.sql at run time (docs/benchmarks.md "
         "shows it); DB CPU counts every server process, not pgbench itself"
     )
+    floor_ratio = (
+        burst["db_cpu_ms"] / least["db_cpu_ms"]
+        if checks.trusted(burst) and checks.trusted(least)
+        else math.nan
+    )
     result.notes.append(
         f"floor = the least SQL any PostgreSQL scheduler runs per firing (bench/floor.sql: "
         f"narrow rows, one B-tree on the history, no definitions, shards or retries), same "
         f"batch, clients and seconds as the best cell: {least['rate']:,.0f} firings/s at "
-        f"{least['db_cpu_ms']:.3f} ms DB CPU per firing; Pulse's statement costs "
-        f"{burst['db_cpu_ms'] / least['db_cpu_ms']:.2f}× its DB CPU per firing"
+        f"{least['db_cpu_ms']:.3f} ms DB CPU per firing; "
+        + (
+            f"Pulse's statement costs {floor_ratio:.2f}× its DB CPU per firing"
+            if not math.isnan(floor_ratio)
+            else "no ratio: a cell failed its checks"
+        )
     )
     result.data.update(
         {
             "jobs": jobs,
             "seconds": seconds,
             "cells": cells,
-            "best": best["rate"],
+            "best": best["rate"] if checks.trusted(best) else None,
+            "floor_cpu_ratio": floor_ratio,
             "best_cell": best,
             "burst_best": burst["rate"],
             "floor": least,

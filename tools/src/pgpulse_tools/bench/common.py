@@ -300,14 +300,15 @@ _BACKLOGS: dict[tuple[str, int], str] = {}
 
 async def backlog_template(server_dsn: str, jobs: int) -> str:
     """The name of a template database holding ``jobs`` idle jobs, all due now (created once
-    per process; scenarios 2, 3 and 7 copy it for each run).
+    per process and size; scenarios 2, 3 and 7 copy it for each run; :func:`drop_backlogs`
+    drops them).
 
     The jobs are ``@every 1h`` no-op jobs whose current occurrence lies in the last 30 minutes,
     so each fires once and then waits an hour: draining a copy is ``jobs`` firings.
     """
     key = (server_dsn, jobs)
     if key not in _BACKLOGS:
-        name = "pgpulse_bench_backlog"
+        name = f"pgpulse_bench_backlog_{jobs}"
         dsn = await fresh_db(server_dsn, name)
         with admin(dsn) as conn:
             now = db_now(conn)
@@ -321,9 +322,16 @@ async def backlog_template(server_dsn: str, jobs: int) -> str:
             step=1.0,
         )
         register_handler(dsn)
-        _BACKLOGS.clear()
         _BACKLOGS[key] = name
     return _BACKLOGS[key]
+
+
+def drop_backlogs(server_dsn: str) -> None:
+    """Drop every backlog template :func:`backlog_template` made on ``server_dsn``."""
+    for (server, jobs), name in list(_BACKLOGS.items()):
+        if server == server_dsn:
+            drop_db(server_dsn, name)
+            del _BACKLOGS[(server, jobs)]
 
 
 def lag_summary(lags_ms: Sequence[float]) -> dict[str, float]:

@@ -26,6 +26,7 @@ from psycopg import conninfo
 
 import pgpulse_tools
 from pgpulse_tools.bench import drain, steady
+from pgpulse_tools.bench.checks import trusted
 from pgpulse_tools.bench.common import Result, drop_db, fresh_db
 
 DB_NAME = "pgpulse_bench_peer"
@@ -203,7 +204,7 @@ def add_pulse_ratios(
     earlier call (``--report-only`` recomputes them)."""
     peers.notes[:] = [note for note in peers.notes if not note.startswith("Pulse vs ")]
     pulse_rate = (
-        max((r["rate"] for r in pulse_drain.data["runs"]), default=math.nan)
+        max((r["rate"] for r in pulse_drain.data["runs"] if trusted(r)), default=math.nan)
         if pulse_drain
         else math.nan
     )
@@ -211,7 +212,9 @@ def add_pulse_ratios(
     ratios: dict[str, dict[str, float]] = {}
     for name in sorted({r["peer"] for r in peers.data["runs"]}):
         rates = [
-            r["rate"] for r in peers.data["runs"] if r["peer"] == name and r["mode"] == "drain"
+            r["rate"]
+            for r in peers.data["runs"]
+            if r["peer"] == name and r["mode"] == "drain" and trusted(r)
         ]
         lags = [
             r["lag"]["p99"] if r["runs"] else math.inf  # none started: unbounded lag

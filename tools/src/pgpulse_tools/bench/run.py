@@ -21,7 +21,13 @@ from typing import Any
 import psutil
 
 from pgpulse_tools.bench import ceiling, claim, drain, herd, idle, peers, steady
-from pgpulse_tools.bench.common import Result, drop_db, machine_busy_seconds, server_settings
+from pgpulse_tools.bench.checks import trusted
+from pgpulse_tools.bench.common import (
+    Result,
+    drop_backlogs,
+    machine_busy_seconds,
+    server_settings,
+)
 from pgpulse_tools.bench.report import write_report
 
 ALL = ("1", "2", "3", "4", "5", "6", "7")
@@ -89,11 +95,12 @@ def cross_figures(results: dict[str, Result]) -> None:
                 row.pop(column)
         drain_result.headers.append(CEILING_SHARE)
         for row, run in zip(drain_result.rows, drain_result.data["runs"], strict=True):
-            run["ceiling_share"] = run["rate"] / best if best else math.nan
-            row.append(f"{run['ceiling_share']:.0%}" if best else "n/a")
+            usable = best and trusted(run)
+            run["ceiling_share"] = run["rate"] / best if usable else math.nan
+            row.append(f"{run['ceiling_share']:.0%}" if usable else "n/a")
     if "5" in results and "2" in results:
         herd_result = results["5"]
-        rates = {run["nodes"]: run["rate"] for run in results["2"].data["runs"]}
+        rates = {run["nodes"]: run["rate"] for run in results["2"].data["runs"] if trusted(run)}
         rate = rates.get(herd_result.data["nodes"])
         if rate:
             bound = herd_result.data["jobs"] / rate + 1
@@ -193,7 +200,7 @@ async def run_bench(
             results[key] = result
             result.print()
     finally:
-        drop_db(server_dsn, "pgpulse_bench_backlog")
+        drop_backlogs(server_dsn)
     json_path = out / "benchmarks" / "results.json"
     combined = {**load_results(json_path), **results}  # scenarios not run keep their figures
     cross_figures(combined)
