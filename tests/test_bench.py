@@ -20,6 +20,7 @@ from pgpulse_tools.bench.peers import add_pulse_ratios
 from pgpulse_tools.bench.report import floor_rows, render, targets
 from pgpulse_tools.bench.sqltext import split_final_select
 from pgpulse_tools.bench.steady import PERIOD, expected_runs
+from pgpulse_tools.bench.writes import WriteMeter, comparison_rows, per_firing
 
 
 def test_ceiling_script_is_generated_from_every_parameter_of_the_queries() -> None:
@@ -65,6 +66,17 @@ def test_report_states_each_target_with_its_measure() -> None:
     assert any(row[0].startswith("idle: ≤ 0.70") and row[2] == "**no**" for row in rows)
     page = render(payload, {})
     assert "## Scenario 4: steady" in page and "## The issue's targets" in page
+    payload["results"][0]["tables"] = [
+        {
+            "title": "Per firing",
+            "headers": ["step", "WAL bytes"],
+            "rows": [["floor", 812.5]],
+            "notes": ["cluster-wide"],
+        }
+    ]
+    page = render(payload, {})
+    assert "### Per firing" in page and "| floor  | 812         |" in page
+    assert "* cluster-wide" in page
 
 
 def test_a_peer_that_started_none_of_its_steady_runs_has_the_higher_lag() -> None:
@@ -173,6 +185,47 @@ def test_the_floor_claims_completes_fenced_and_records_each_firing_once(server_d
         claims = floor.claim_latency(dsn, (1, 5), samples=3)  # each claim is handed back
         assert [(b, c["claimed"], c["claims"]) for b, c in claims.items()] == [(1, 1, 3), (5, 5, 3)]
         assert 0 < claims[1]["p50"] <= claims[1]["max"]
+    finally:
+        drop_db(server_dsn, name)
+
+
+def test_the_write_meter_counts_what_each_floor_firing_writes(server_dsn: str) -> None:
+    """20 floor firings: 20 claims and 20 completions (updates that change an indexed column,
+    so none is HOT), 20 history rows; an index entry per non-HOT row version in each full
+    index (the two primary keys), at most one in the partial due index; some WAL."""
+    name = f"pgpulse_floor_{uuid.uuid4().hex[:8]}"
+    dsn = floor.create(server_dsn, 100, 30, name=name)
+    step = re.sub(r"\(:(\w+)\)", r"%(\1)s", floor.FLOOR_SQL["step"])  # pgbench -> psycopg
+    try:
+        meter = WriteMeter(dsn).start()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            claimed = conn.execute(step, {"ids": [], "tokens": [], "batch": 20}).fetchone()
+            assert claimed is not None
+            conn.execute(step, {"ids": claimed[0], "tokens": claimed[1], "batch": 0})
+        totals = meter.stop()  # the session has closed: its counters are in
+        assert {k: totals[k] for k in ("inserts", "updates", "hot_updates", "deletes")} == {
+            "inserts": 20,
+            "updates": 40,
+            "hot_updates": 0,
+            "deletes": 0,
+        }
+        assert totals["tuples"] == 60
+        assert totals["index_entries"] == 40 + 20  # floor_jobs_pkey, floor_runs_pkey
+        assert totals["partial_index_entries_max"] == 40  # floor_jobs_due
+        assert totals["wal_bytes"] > 0
+        each = per_firing(totals, 20, 0.05)
+        assert (each["tuples"], each["index_entries"], each["db_cpu_ms"]) == (3, 3, 0.05)
+        rows = comparison_rows(
+            [("Pulse", {"per_firing": {**each, "tuples": 6.0}}), ("floor", {"per_firing": each})]
+        )
+        assert rows[-1][:3] == ["Pulse ÷ floor", "1.00×", "2.00×"]
+        rows = comparison_rows(
+            [
+                ("Pulse", {"per_firing": each, "problems": ["short"]}),
+                ("floor", {"per_firing": each}),
+            ]
+        )
+        assert set(rows[-1][1:]) == {"n/a"}  # an untrusted cell is in no ratio
     finally:
         drop_db(server_dsn, name)
 

@@ -168,3 +168,26 @@ WHERE scheduled_for BETWEEN %(t0)s AND %(t1)s AND started_at IS NOT NULL;
 -- statement is one transaction). Backends report with up to ~1 s delay, 10 s when idle.
 SELECT xact_commit + xact_rollback AS xacts, sessions
 FROM pg_stat_database WHERE datname = current_database();
+
+-- name: table_writes
+-- Writes to every user table of this database so far (cumulative), with how many of its indexes
+-- are full (every non-HOT row version adds an entry) and partial (at most that many).
+SELECT t.relname,
+       t.n_tup_ins AS ins,
+       t.n_tup_upd AS upd,
+       t.n_tup_hot_upd AS hot,
+       t.n_tup_del AS del,
+       count(i.indexrelid) FILTER (WHERE i.indpred IS NULL) AS full_indexes,
+       count(i.indexrelid) FILTER (WHERE i.indpred IS NOT NULL) AS partial_indexes
+FROM pg_stat_user_tables t
+LEFT JOIN pg_index i ON i.indrelid = t.relid
+GROUP BY t.relname, t.n_tup_ins, t.n_tup_upd, t.n_tup_hot_upd, t.n_tup_del;
+
+-- name: wal_position
+-- The server's WAL insert position and its full-page images so far (the whole server's WAL).
+SELECT pg_current_wal_lsn()::text AS lsn, w.wal_fpi AS fpi
+FROM pg_stat_wal w;
+
+-- name: wal_diff
+-- WAL bytes between two positions.
+SELECT pg_wal_lsn_diff(%(lsn1)s::pg_lsn, %(lsn0)s::pg_lsn)::float8 AS bytes;

@@ -46,6 +46,8 @@ from pgpulse_tools.bench.common import (
 )
 from pgpulse_tools.bench.drain import CORES, jobs_for, window_for
 from pgpulse_tools.bench.sqltext import split_final_select, substitute
+from pgpulse_tools.bench.writes import WriteMeter, comparison_rows, per_firing
+from pgpulse_tools.bench.writes import headers as write_headers
 
 DB_NAME = "pgpulse_bench_ceiling"
 CLIENTS = (2, 4, 8)
@@ -199,26 +201,31 @@ async def _metered(
     """Run ``script`` with pgbench on ``dsn`` while metering the database's CPU; ``span`` reads
     back how many fired (``fired``) between the first claim (``first_started``) and the last
     completion (``last_finished``). Returns ``rate`` in firings/s over that span, ``db_cpu_ms``
-    per firing, ``busy_pct`` of all cores, ``fired`` and pgbench's own figures."""
+    per firing, ``busy_pct`` of all cores, ``fired``, ``per_firing`` (what each firing wrote:
+    :func:`pgpulse_tools.bench.writes.per_firing`) and pgbench's own figures."""
+    written = WriteMeter(dsn).start()
     with DbCpu(dsn) as meter:
         busy0, wall0 = machine_busy_seconds(), time.perf_counter()
         bench = await asyncio.to_thread(
             run_pgbench, dsn, script, clients=clients, seconds=seconds, variables=variables
         )
         busy1, wall = machine_busy_seconds(), time.perf_counter() - wall0
+    totals = await asyncio.to_thread(written.stop)  # pgbench's sessions have closed
     with admin(dsn) as conn:
         row = conn.execute(span).fetchone()
     assert row is not None
     fired = row["fired"]
     secs = (row["last_finished"] - row["first_started"]).total_seconds() if fired else float("nan")
+    db_cpu_ms = meter.seconds() / fired * 1000 if fired else float("nan")
     return {
         "clients": clients,
         "seconds": secs,
         "asked_s": seconds,
         "fired": fired,
         "rate": fired / secs if fired else 0.0,
-        "db_cpu_ms": meter.seconds() / fired * 1000 if fired else float("nan"),
+        "db_cpu_ms": db_cpu_ms,
         "busy_pct": (busy1 - busy0) / wall / CORES * 100,
+        "per_firing": per_firing(totals, fired, db_cpu_ms),
         **bench,
     }
 
@@ -340,6 +347,27 @@ async def run(
             if not math.isnan(floor_ratio)
             else "no ratio: a cell failed its checks"
         )
+    )
+    result.tables.append(
+        {
+            "title": "Pulse against the floor, per firing",
+            "headers": write_headers(),
+            "rows": comparison_rows(
+                [
+                    (f"Pulse (batch {burst['batch']}, {burst['clients']} clients)", burst),
+                    (f"floor (batch {least['batch']}, {least['clients']} clients)", least),
+                ]
+            ),
+            "notes": [
+                "same cell (batch, clients, seconds), same run: Pulse's finish_and_claim step "
+                "and the floor's step, each driven by pgbench",
+                "index entries: PostgreSQL 15 counts none, so each insert and non-HOT update "
+                "counts one per index of its table (exact for full indexes; an upper bound for "
+                "partial ones, which a row leaving their predicate skips)",
+                "WAL bytes: pg_current_wal_lsn() difference over the cell, the whole server's "
+                "WAL (an upper bound when other sessions write to the same server)",
+            ],
+        }
     )
     result.data.update(
         {

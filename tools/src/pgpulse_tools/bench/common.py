@@ -45,6 +45,8 @@ class Result:
         rows: table rows.
         notes: lines printed under the table (caveats, what a figure means).
         data: raw figures for JSON and plots (samples, plans, settings).
+        tables: further tables under the main one, each a dict with ``title``, ``headers``,
+            ``rows`` and ``notes``.
     """
 
     scenario: str
@@ -53,6 +55,7 @@ class Result:
     rows: list[list[Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    tables: list[dict[str, Any]] = field(default_factory=list)
 
     def table(self, fmt: str = "github") -> str:
         """The table as text (``github`` markdown by default)."""
@@ -64,6 +67,11 @@ class Result:
         print(self.table())
         for note in self.notes:
             print(f"  * {note}")
+        for extra in self.tables:
+            print(f"\n### {extra['title']}\n")
+            print(tabulate(extra["rows"], extra["headers"], tablefmt="github", floatfmt=".4g"))
+            for note in extra["notes"]:
+                print(f"  * {note}")
         print(flush=True)
 
     def to_json(self) -> dict[str, Any]:
@@ -75,6 +83,7 @@ class Result:
             "rows": self.rows,
             "notes": self.notes,
             "data": self.data,
+            "tables": self.tables,
         }
 
 

@@ -346,6 +346,9 @@ def _scenario_section(result: dict[str, Any], plots: dict[str, str]) -> list[str
         ]
     out += [_table(result["headers"], result["rows"]), ""]
     out += [f"* {note}" for note in result["notes"]]
+    for extra in result.get("tables", []):
+        out += ["", f"### {extra['title']}", "", _table(extra["headers"], extra["rows"]), ""]
+        out += [f"* {note}" for note in extra["notes"]]
     plot_key = {"1": "claim", "2": "drain", "4": "lag"}.get(result["scenario"])
     if plot_key and plot_key in plots:
         out += ["", f"![{plot_key}]({plots[plot_key]})"]
