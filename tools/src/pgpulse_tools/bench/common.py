@@ -69,7 +69,8 @@ class Result:
             print(f"  * {note}")
         for extra in self.tables:
             print(f"\n### {extra['title']}\n")
-            print(tabulate(extra["rows"], extra["headers"], tablefmt="github", floatfmt=".4g"))
+            rows = [[f"{v:.4g}" if isinstance(v, float) else v for v in r] for r in extra["rows"]]
+            print(tabulate(rows, extra["headers"], tablefmt="github", disable_numparse=True))
             for note in extra["notes"]:
                 print(f"  * {note}")
         print(flush=True)
