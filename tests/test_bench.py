@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.bench import checks, floor
+from pgpulse_tools.bench import checks, floor, stored
 from pgpulse_tools.bench.ceiling import pgbench_script
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
@@ -292,3 +292,31 @@ def test_a_backlog_is_sized_to_outlast_its_window() -> None:
     assert checks.backlog_to_outlast(20_000, 10.0, 100_000) == 300_000
     assert checks.backlog_to_outlast(1_000, 10.0, 100_000) == 100_000
     assert checks.backlog_to_outlast(float("nan"), 10.0, 100_000) == 100_000
+
+
+async def test_latency_against_jobs_stored_measures_both_sizes_in_one_database(
+    server_dsn: str,
+) -> None:
+    """Scenario 8 at toy sizes: each cell at each size, then the p99 ratios the target reads;
+    the free disk is checked before loading and the database dropped after."""
+    result = await stored.run(server_dsn, 0.1, samples=5, sizes=(600, 1_200))
+    cells = [(row[0], row[1]) for row in result.rows]
+    labels = ["empty poll", "claim of 1", "claim of 25", "claim of 100"]
+    assert cells == [
+        *((600, label) for label in labels),
+        *((1_200, label) for label in labels),
+        *(("1,200 ÷ 600", label) for label in labels),
+    ]
+    assert set(result.data["p99_ratios"]) == set(labels)
+    assert any(note.startswith("free disk before loading") for note in result.notes)
+    assert any(note.startswith("1,200 stored: 600 loaded in") for note in result.notes)
+    assert all(row[0] == "1,200 ÷ 600" for row in result.rows if row[2] == "")
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_database WHERE datname = %s", (stored.DB_NAME,)
+        ).fetchone()
+    assert left == (0,)
+    rows = targets({"8": {"data": result.data}})
+    assert [row[0] for row in rows] == [
+        f"{label}: p99 at 1,200 stored ≤ 1.2× p99 at 600" for label in labels
+    ]

@@ -162,19 +162,20 @@ def load_jobs(
     catch_up: str = "backfill",
     misfire_grace: float = 86400.0,
     handler: str = "noop",
+    start: int = 1,
 ) -> None:
     """Insert ``count`` jobs with one statement per :data:`LOAD_CHUNK`, then VACUUM ANALYZE.
 
-    Job i (1-based) holds the occurrence ``base + (i mod modulo) * step`` seconds, which is
-    also its interval anchor.
+    Job i (numbered from ``start``, so a second load adds to the first) holds the occurrence
+    ``base + (i mod modulo) * step`` seconds, which is also its interval anchor.
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for first in range(1, count + 1, LOAD_CHUNK):
+        for first in range(start, start + count, LOAD_CHUNK):
             conn.execute(
                 BENCH_SQL["load_jobs"],
                 {
                     "first": first,
-                    "last": min(count, first + LOAD_CHUNK - 1),
+                    "last": min(start + count - 1, first + LOAD_CHUNK - 1),
                     "schedule": schedule,
                     "kind": kind,
                     "handler": handler,
