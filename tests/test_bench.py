@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.bench import checks, floor, stored
+from pgpulse_tools.bench import checks, floor, levers, stored
 from pgpulse_tools.bench.ceiling import pgbench_script
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
@@ -320,3 +320,35 @@ async def test_latency_against_jobs_stored_measures_both_sizes_in_one_database(
     assert [row[0] for row in rows] == [
         f"{label}: p99 at 1,200 stored ≤ 1.2× p99 at 600" for label in labels
     ]
+
+
+def test_each_lever_applies_to_pulses_schema_and_is_judged_against_the_unchanged_runs(
+    dsn: str,
+) -> None:
+    """Every lever's DDL runs on a migrated database (a schema change would break it), and the
+    table puts each cell's DB CPU over the mean of the unchanged runs, untrusted ones aside."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for block in levers.LEVERS.values():
+            for statement in levers.statements(block):
+                conn.execute(statement)
+        indexes: dict[str, str] = dict(
+            conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'pgpulse_runs'"
+            ).fetchall()
+        )
+        options = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = 'pgpulse_jobs'"
+        ).fetchone()
+    assert "USING brin (finished_at)" in indexes["pgpulse_runs_finished"]
+    assert "pgpulse_runs_recent" not in indexes
+    assert options == (["fillfactor=70"],)
+    cell = {"rate": 100.0, "db_cpu_ms": 0.1, "per_firing": {"hot_updates": 0.0}, "problems": []}
+    table = levers.rows(
+        [
+            ("as is", cell),
+            ("BRIN pgpulse_runs_finished", {**cell, "db_cpu_ms": 0.08}),
+            ("no pgpulse_runs_recent", {**cell, "problems": ["short"]}),
+            ("as is (again)", {**cell, "db_cpu_ms": 0.1}),
+        ]
+    )
+    assert [row[3] for row in table] == ["1.00×", "0.80×", "n/a", "1.00×"]

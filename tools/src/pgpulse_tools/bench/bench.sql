@@ -191,3 +191,23 @@ FROM pg_stat_wal w;
 -- name: wal_diff
 -- WAL bytes between two positions.
 SELECT pg_wal_lsn_diff(%(lsn1)s::pg_lsn, %(lsn0)s::pg_lsn)::float8 AS bytes;
+
+-- name: lever_fillfactor
+-- Lever (scenario 3, on the benchmark's copy only): leave 30% of each pgpulse_jobs page free, so
+-- an update can put its new row version on the same page (HOT needs that, and no indexed column
+-- changed); the table is rewritten to apply it to the loaded rows.
+ALTER TABLE pgpulse_jobs SET (fillfactor = 70);
+VACUUM (FULL, ANALYZE) pgpulse_jobs;
+
+-- name: lever_brin_finished
+-- Lever: the pruning index on the history as BRIN instead of a B-tree. A run's row is written
+-- when it ends, with finished_at = now(), so the column follows the table's physical order and
+-- a BRIN range covers it; a firing's insert adds no B-tree entry for it.
+DROP INDEX pgpulse_runs_finished;
+CREATE INDEX pgpulse_runs_finished ON pgpulse_runs USING brin (finished_at)
+    WITH (pages_per_range = 32);
+
+-- name: lever_no_runs_recent
+-- Lever: no (job_id, id DESC) index on the history; a job's latest runs would be read through
+-- the unique (job_id, scheduled_for) index instead (in occurrence order, not id order).
+DROP INDEX pgpulse_runs_recent;

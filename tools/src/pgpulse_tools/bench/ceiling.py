@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,12 +141,20 @@ def run_pgbench(
     }
 
 
-async def _measure(
-    server_dsn: str, jobs: int, script: Path, *, batch: int, clients: int, seconds: float
+async def measure_cell(
+    server_dsn: str,
+    jobs: int,
+    script: Path,
+    *,
+    batch: int,
+    clients: int,
+    seconds: float,
+    ddl: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run Pulse's step with pgbench for ``seconds`` on a fresh copy of a backlog of ``jobs``
     due jobs; return the cell's figures (see :func:`_metered`), judged by
-    :func:`pgpulse_tools.bench.checks.judge`.
+    :func:`pgpulse_tools.bench.checks.judge`. ``ddl`` statements run on the copy first (one
+    at a time, autocommit: a lever of :mod:`pgpulse_tools.bench.levers`).
 
     A cell whose backlog ran out inside its window measured a draining queue: it runs once
     more on a backlog sized from its own rate to outlast the window.
@@ -154,6 +163,9 @@ async def _measure(
     for _ in range(2):
         template = await backlog_template(server_dsn, jobs)
         dsn = await fresh_db(server_dsn, DB_NAME, template=template)
+        with admin(dsn) as conn:
+            for statement in ddl:
+                conn.execute(statement)
         cell = await _metered(
             dsn,
             script,
@@ -175,7 +187,7 @@ async def _measure_floor(
 ) -> dict[str, Any]:
     """Run the floor's step (:mod:`pgpulse_tools.bench.floor`) with pgbench for ``seconds`` on
     ``jobs`` due jobs; return its figures (see :func:`_metered`), judged, run once more on a
-    larger backlog when the first ran out inside the window (as :func:`_measure`)."""
+    larger backlog when the first ran out inside the window (as :func:`measure_cell`)."""
     cell: dict[str, Any] = {}
     for _ in range(2):
         dsn = await asyncio.to_thread(floor.create, server_dsn, jobs, jobs)
@@ -278,12 +290,12 @@ async def run(
     script = folder / "pulse.sql"
     script.write_text(pgbench_script())
     cells = [
-        await _measure(server_dsn, jobs, script, batch=batch, clients=count, seconds=seconds)
+        await measure_cell(server_dsn, jobs, script, batch=batch, clients=count, seconds=seconds)
         for batch in batches
         for count in clients
     ]
     burst = checks.best_trusted(cells) or max(cells, key=lambda c: c["rate"])
-    best = await _measure(
+    best = await measure_cell(
         server_dsn,
         checks.backlog_to_outlast(burst["rate"], sustained_s, jobs),
         script,
@@ -380,6 +392,7 @@ async def run(
             "burst_best": burst["rate"],
             "floor": least,
             "script": script.read_text(),
+            "burst_cell": burst,
         }
     )
     shutil.rmtree(folder, ignore_errors=True)

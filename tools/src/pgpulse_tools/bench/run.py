@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from pgpulse_tools.bench import ceiling, claim, drain, herd, idle, peers, steady, stored
+from pgpulse_tools.bench import ceiling, claim, drain, herd, idle, levers, peers, steady, stored
 from pgpulse_tools.bench.checks import trusted
 from pgpulse_tools.bench.common import (
     Result,
@@ -38,13 +38,18 @@ Scenario = Callable[[str, float, int], Awaitable[Result]]
 SCENARIOS: dict[str, Scenario] = {
     "1": lambda dsn, scale, slots: claim.run(dsn, scale),
     "2": lambda dsn, scale, slots: drain.run(dsn, scale, slots=slots),
-    "3": lambda dsn, scale, slots: ceiling.run(dsn, scale, batches=(1, slots)),
+    "3": lambda dsn, scale, slots: _ceiling_and_levers(dsn, scale, slots),
     "4": lambda dsn, scale, slots: steady.run(dsn, scale, slots=slots),
     "5": lambda dsn, scale, slots: herd.run(dsn, scale, slots=slots),
     "6": lambda dsn, scale, slots: idle.run(dsn, scale, slots=slots),
     "7": lambda dsn, scale, slots: peers.run(dsn, scale),
     "8": lambda dsn, scale, slots: stored.run(dsn, scale),
 }
+
+
+async def _ceiling_and_levers(dsn: str, scale: float, slots: int) -> Result:
+    """Scenario 3: the ceiling and the floor, then the levers on the ceiling's best cell."""
+    return await levers.run(dsn, await ceiling.run(dsn, scale, batches=(1, slots)))
 
 
 def background_busy(seconds: float = 2.0) -> float:
