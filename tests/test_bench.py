@@ -352,3 +352,17 @@ def test_each_lever_applies_to_pulses_schema_and_is_judged_against_the_unchanged
         ]
     )
     assert [row[3] for row in table] == ["1.00×", "0.80×", "n/a", "1.00×"]
+
+
+def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trusted() -> None:
+    """The issue's first target: DB CPU per firing of the 2-node drain over the floor's step."""
+    floor_cell = {"db_cpu_ms": 0.05, "problems": []}
+    runs = [{"nodes": 1, "db_cpu_ms": 0.2}, {"nodes": 2, "db_cpu_ms": 0.06, "problems": []}]
+    results: dict[str, Any] = {"2": {"data": {"runs": runs}}, "3": {"data": {"floor": floor_cell}}}
+    assert targets(results)[-1] == [
+        "DB CPU per firing, drain with 2 nodes ≤ 1.3× the floor's (0.060 vs 0.050 ms)",
+        "1.20×",
+        "yes",
+    ]
+    floor_cell["problems"] = ["window 2.9 s < 5 s: mostly ramp-up"]
+    assert targets(results)[-1][1:] == ["n/a", "n/a"]

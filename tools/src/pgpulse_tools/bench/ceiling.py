@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from psycopg import sql
+
 from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.sql import QUERIES
 from pgpulse_tools.bench import checks, floor
@@ -47,8 +49,7 @@ from pgpulse_tools.bench.common import (
 )
 from pgpulse_tools.bench.drain import CORES, jobs_for, window_for
 from pgpulse_tools.bench.sqltext import split_final_select, substitute
-from pgpulse_tools.bench.writes import WriteMeter, comparison_rows, per_firing
-from pgpulse_tools.bench.writes import headers as write_headers
+from pgpulse_tools.bench.writes import WriteMeter, floor_table, per_firing
 
 DB_NAME = "pgpulse_bench_ceiling"
 CLIENTS = (2, 4, 8)
@@ -173,6 +174,7 @@ async def measure_cell(
             seconds=seconds,
             variables={"batch": batch, "outcomes": "[]"},
             span=BENCH_SQL["fired_span"],
+            hot_table="pgpulse_jobs",
         )
         drop_db(server_dsn, DB_NAME)
         cell.update({"batch": batch, "jobs": jobs, "drained": cell["fired"] >= jobs})
@@ -198,6 +200,7 @@ async def _measure_floor(
             seconds=seconds,
             variables={"batch": batch, "ids": "{}", "tokens": "{}"},
             span=floor.FLOOR_SQL["fired_span"],
+            hot_table="floor_jobs",
         )
         drop_db(server_dsn, floor.DB_NAME)
         cell.update({"batch": batch, "jobs": jobs, "drained": cell["fired"] >= jobs})
@@ -208,13 +211,22 @@ async def _measure_floor(
 
 
 async def _metered(
-    dsn: str, script: Path, *, clients: int, seconds: float, variables: dict[str, Any], span: str
+    dsn: str,
+    script: Path,
+    *,
+    clients: int,
+    seconds: float,
+    variables: dict[str, Any],
+    span: str,
+    hot_table: str,
 ) -> dict[str, Any]:
     """Run ``script`` with pgbench on ``dsn`` while metering the database's CPU; ``span`` reads
     back how many fired (``fired``) between the first claim (``first_started``) and the last
-    completion (``last_finished``). Returns ``rate`` in firings/s over that span, ``db_cpu_ms``
-    per firing, ``busy_pct`` of all cores, ``fired``, ``per_firing`` (what each firing wrote:
-    :func:`pgpulse_tools.bench.writes.per_firing`) and pgbench's own figures."""
+    completion (``last_finished``); ``hot_table`` is the table of the rows a firing updates
+    (its mean row width is ``per_firing["row_bytes"]``). Returns ``rate`` in firings/s over
+    that span, ``db_cpu_ms`` per firing, ``busy_pct`` of all cores, ``fired``, ``per_firing``
+    (what each firing wrote: :func:`pgpulse_tools.bench.writes.per_firing`) and pgbench's own
+    figures."""
     written = WriteMeter(dsn).start()
     with DbCpu(dsn) as meter:
         busy0, wall0 = machine_busy_seconds(), time.perf_counter()
@@ -225,7 +237,12 @@ async def _metered(
     totals = await asyncio.to_thread(written.stop)  # pgbench's sessions have closed
     with admin(dsn) as conn:
         row = conn.execute(span).fetchone()
-    assert row is not None
+        width = conn.execute(
+            sql.SQL("SELECT avg(pg_column_size(t.*))::float8 AS width FROM {} t").format(
+                sql.Identifier(hot_table)
+            )
+        ).fetchone()
+    assert row is not None and width is not None
     fired = row["fired"]
     secs = (row["last_finished"] - row["first_started"]).total_seconds() if fired else float("nan")
     db_cpu_ms = meter.seconds() / fired * 1000 if fired else float("nan")
@@ -237,7 +254,7 @@ async def _metered(
         "rate": fired / secs if fired else 0.0,
         "db_cpu_ms": db_cpu_ms,
         "busy_pct": (busy1 - busy0) / wall / CORES * 100,
-        "per_firing": per_firing(totals, fired, db_cpu_ms),
+        "per_firing": {**per_firing(totals, fired, db_cpu_ms), "row_bytes": width["width"]},
         **bench,
     }
 
@@ -360,27 +377,7 @@ async def run(
             else "no ratio: a cell failed its checks"
         )
     )
-    result.tables.append(
-        {
-            "title": "Pulse against the floor, per firing",
-            "headers": write_headers(),
-            "rows": comparison_rows(
-                [
-                    (f"Pulse (batch {burst['batch']}, {burst['clients']} clients)", burst),
-                    (f"floor (batch {least['batch']}, {least['clients']} clients)", least),
-                ]
-            ),
-            "notes": [
-                "same cell (batch, clients, seconds), same run: Pulse's finish_and_claim step "
-                "and the floor's step, each driven by pgbench",
-                "index entries: PostgreSQL 15 counts none, so each insert and non-HOT update "
-                "counts one per index of its table (exact for full indexes; an upper bound for "
-                "partial ones, which a row leaving their predicate skips)",
-                "WAL bytes: pg_current_wal_lsn() difference over the cell, the whole server's "
-                "WAL (an upper bound when other sessions write to the same server)",
-            ],
-        }
-    )
+    result.tables.append(floor_table(burst, least))
     result.data.update(
         {
             "jobs": jobs,

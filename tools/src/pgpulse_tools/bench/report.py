@@ -15,6 +15,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pgpulse_tools.bench import report_cost
 from pgpulse_tools.bench.stored import target_rows as stored_targets
 
 #: Plot files, relative to the docs folder.
@@ -179,6 +180,7 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
         )
         add("idle: < 2% of a core per node", data["node_cpu_pct"], data["node_cpu_pct"] < 2, "%")
     rows.extend(_stored_rows(results))
+    rows.extend(report_cost.cost_targets(results))
     if "7" in results:
         for name, ratio in results["7"]["data"].get("ratios", {}).items():
             add(
@@ -448,6 +450,8 @@ def render(payload: dict[str, Any], plots: dict[str, str]) -> str:
             ]
         if key == "5" and "lag" in plots:
             lines += [f"![lag]({plots['lag']})", ""]
+    if "3" in results:
+        lines += report_cost.section()
     return "\n".join(lines).rstrip() + "\n"
 
 

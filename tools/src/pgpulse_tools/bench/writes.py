@@ -43,6 +43,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("partial_index_entries_max", "partial-index entries ≤"),
     ("wal_bytes", "WAL bytes"),
     ("wal_fpi", "WAL full-page images"),
+    ("row_bytes", "job row bytes"),
 )
 
 
@@ -134,3 +135,30 @@ def comparison_rows(cells: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
 def headers() -> list[str]:
     """The table's column names."""
     return ["step", *(header for _, header in COLUMNS)]
+
+
+def floor_table(pulse: dict[str, Any], least: dict[str, Any]) -> dict[str, Any]:
+    """Scenario 3's table "Pulse against the floor, per firing" from Pulse's cell and the
+    floor's (same batch, clients and seconds), as a :class:`~pgpulse_tools.bench.common.Result`
+    extra table."""
+    return {
+        "title": "Pulse against the floor, per firing",
+        "headers": headers(),
+        "rows": comparison_rows(
+            [
+                (f"Pulse (batch {pulse['batch']}, {pulse['clients']} clients)", pulse),
+                (f"floor (batch {least['batch']}, {least['clients']} clients)", least),
+            ]
+        ),
+        "notes": [
+            "same cell (batch, clients, seconds), same run: Pulse's finish_and_claim step "
+            "and the floor's step, each driven by pgbench",
+            "index entries: PostgreSQL 15 counts none, so each insert and non-HOT update "
+            "counts one per index of its table (exact for full indexes; an upper bound for "
+            "partial ones, which a row leaving their predicate skips)",
+            "WAL bytes: pg_current_wal_lsn() difference over the cell, the whole server's "
+            "WAL (an upper bound when other sessions write to the same server)",
+            "job row bytes: mean pg_column_size of the rows a firing updates twice "
+            "(pgpulse_jobs, floor_jobs) after the cell",
+        ],
+    }
