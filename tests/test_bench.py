@@ -6,15 +6,18 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import shutil
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgpulse.schedule import parse_schedule
 from pgpulse_tools.bench import checks, floor, levers, stored
-from pgpulse_tools.bench.ceiling import pgbench_script
+from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
 from pgpulse_tools.bench.report import floor_rows, render, targets
@@ -366,3 +369,34 @@ def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trust
     ]
     floor_cell["problems"] = ["window 2.9 s < 5 s: mostly ramp-up"]
     assert targets(results)[-1][1:] == ["n/a", "n/a"]
+
+
+@pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
+def test_the_array_lever_completes_what_it_claimed_as_the_json_step_does(
+    dsn: str, tmp_path: Path
+) -> None:
+    """The arrays-for-outcomes variant of the ceiling's step is a correct step: every batch it
+    claims is completed by the next step, fenced, one succeeded history row per firing, each
+    job moved to its next hourly occurrence."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        now = conn.execute("SELECT now()").fetchone()
+    assert now is not None
+    load_jobs(dsn, 300, schedule="@every 1h", kind="interval", base=now[0] - timedelta(minutes=5),
+              modulo=60, step=1.0)  # fmt: skip
+    script = tmp_path / "arrays.sql"
+    script.write_text(levers.array_script())
+    variables = {"batch": 20, **{f"o_{f}": "{}" for f, _, _ in levers.OUTCOME_FIELDS}}
+    figures = run_pgbench(dsn, script, clients=1, seconds=1, variables=variables)
+    assert figures["tps"] > 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        runs = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE j.scheduled_for = r.scheduled_for + "
+            "interval '1 hour' AND r.outcome = 'succeeded') FROM pgpulse_runs r "
+            "JOIN pgpulse_jobs j ON j.id = r.job_id"
+        ).fetchone()
+        running = conn.execute(
+            "SELECT count(*) FROM pgpulse_jobs WHERE status = 'running'"
+        ).fetchone()
+    assert runs is not None and running is not None
+    assert runs[0] > 0 and runs[0] == runs[1]
+    assert running[0] <= 20  # only the last step's claim is left running

@@ -151,11 +151,13 @@ async def measure_cell(
     clients: int,
     seconds: float,
     ddl: Sequence[str] = (),
+    variables: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run Pulse's step with pgbench for ``seconds`` on a fresh copy of a backlog of ``jobs``
     due jobs; return the cell's figures (see :func:`_metered`), judged by
     :func:`pgpulse_tools.bench.checks.judge`. ``ddl`` statements run on the copy first (one
-    at a time, autocommit: a lever of :mod:`pgpulse_tools.bench.levers`).
+    at a time, autocommit: a lever of :mod:`pgpulse_tools.bench.levers`); ``variables`` are the
+    script's first values (default: no outcomes, as JSON).
 
     A cell whose backlog ran out inside its window measured a draining queue: it runs once
     more on a backlog sized from its own rate to outlast the window.
@@ -172,7 +174,7 @@ async def measure_cell(
             script,
             clients=clients,
             seconds=seconds,
-            variables={"batch": batch, "outcomes": "[]"},
+            variables={"batch": batch, **(variables or {"outcomes": "[]"})},
             span=BENCH_SQL["fired_span"],
             hot_table="pgpulse_jobs",
         )
