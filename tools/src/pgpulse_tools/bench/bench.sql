@@ -171,16 +171,21 @@ FROM pg_stat_database WHERE datname = current_database();
 
 -- name: table_writes
 -- Writes to every user table of this database so far (cumulative), with how many of its indexes
--- are full (every non-HOT row version adds an entry) and partial (at most that many).
+-- are full (every non-HOT row version adds an entry) and partial (at most that many). BRIN
+-- indexes summarise page ranges rather than hold an entry per row version: counted in neither.
 SELECT t.relname,
        t.n_tup_ins AS ins,
        t.n_tup_upd AS upd,
        t.n_tup_hot_upd AS hot,
        t.n_tup_del AS del,
-       count(i.indexrelid) FILTER (WHERE i.indpred IS NULL) AS full_indexes,
-       count(i.indexrelid) FILTER (WHERE i.indpred IS NOT NULL) AS partial_indexes
+       count(i.indexrelid) FILTER (WHERE i.indpred IS NULL AND am.amname <> 'brin')
+           AS full_indexes,
+       count(i.indexrelid) FILTER (WHERE i.indpred IS NOT NULL AND am.amname <> 'brin')
+           AS partial_indexes
 FROM pg_stat_user_tables t
 LEFT JOIN pg_index i ON i.indrelid = t.relid
+LEFT JOIN pg_class c ON c.oid = i.indexrelid
+LEFT JOIN pg_am am ON am.oid = c.relam
 GROUP BY t.relname, t.n_tup_ins, t.n_tup_upd, t.n_tup_hot_upd, t.n_tup_del;
 
 -- name: wal_position

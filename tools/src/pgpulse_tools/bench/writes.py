@@ -12,7 +12,8 @@ WAL counters (``pg_stat_wal``). Divided by the firings of the span they give, pe
   each index of its table whose predicate the new row version matches. For an index without a
   predicate that is exact; for a partial index it is an upper bound (a claim moves a job out of
   ``pgpulse_jobs_due``'s predicate and adds no entry there), so the two are kept apart:
-  ``index_entries`` (full indexes, exact) and ``partial_index_entries_max``;
+  ``index_entries`` (full indexes, exact) and ``partial_index_entries_max``; a BRIN index,
+  which summarises page ranges instead, counts in neither;
 * **WAL bytes**: ``pg_current_wal_lsn()`` difference — the whole server's WAL, so a figure
   measured on a server others also write to is an upper bound (the benchmark's own server is
   best); ``pg_stat_wal`` gives the same bytes and its full-page images (``wal_fpi``).
