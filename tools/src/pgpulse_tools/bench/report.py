@@ -31,6 +31,7 @@ HOW_TO_RUN = """\
 ./scripts/bench --scale 1          # the issue's sizes (1,000,000 jobs; long)
 ./scripts/bench --only 2,3         # some scenarios; the others keep their last figures here
 ./scripts/bench --report-only      # rewrite this page and the plots from results.json
+./scripts/bench --scale 10 --only 8   # poll and claim at 1 M and 10 M stored (~5 GB of disk)
 ```
 
 `scripts/bench` creates `.venv-bench` (Pulse with the `bench` extra: the peers, matplotlib,
