@@ -367,6 +367,10 @@ def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trust
         "1.20×",
         "yes",
     ]
+    results["2"]["data"]["run"] = {"started": "2026-12-01T12:00:00+00:00"}
+    assert targets(results)[-1][1:] == ["n/a", "n/a"]  # scenario 3 of another run
+    results["3"]["data"]["run"] = {"started": "2026-12-01T12:00:00+00:00"}
+    assert targets(results)[-1][1] == "1.20×"
     floor_cell["problems"] = ["window 2.9 s < 5 s: mostly ramp-up"]
     assert targets(results)[-1][1:] == ["n/a", "n/a"]
 
