@@ -37,8 +37,11 @@
 -- joined from clock, so it is an index condition and the scan of pgpulse_jobs_due (handler,
 -- next_run_at, shard_id) stops at the first row of the route's handler not yet due, however many
 -- are stored. Each route is one such scan, LIMIT %(limit)s (candidates); the oldest %(limit)s of
--- them are then locked by id, SKIP LOCKED, and re-checked (due): rows of handlers the node has
--- no route for are never visited, so the claim costs the same however many of them are due.
+-- them are then fetched again by their row address (ctid: no second index lookup), locked SKIP
+-- LOCKED and re-checked (due) — a row changed since this statement's snapshot has moved and is
+-- not claimed here, but at the next step. Rows of handlers the node has no route for are never
+-- visited, so the claim costs the same however many of them are due; and locking after the
+-- merge locks only the rows claimed, however many routes had due rows.
 --
 -- One row per claimed job, oldest occurrence first; nothing claimed gives one row whose id is
 -- NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant
@@ -133,10 +136,10 @@ route AS (
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
 ),
 candidates AS (
-    SELECT c.id
+    SELECT c.ctid
     FROM route AS r
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at
+        SELECT j.ctid, j.next_run_at
         FROM pgpulse_jobs AS j
         WHERE j.status = 'idle'
           AND j.handler = r.handler
@@ -151,7 +154,7 @@ candidates AS (
 due AS (
     SELECT j.id
     FROM pgpulse_jobs AS j
-    WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
+    WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
       AND j.status = 'idle'
       AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
     FOR UPDATE OF j SKIP LOCKED
