@@ -184,21 +184,19 @@ class Node:
         Raises:
             NodeIdTaken: another live process holds this node id; nothing was written.
         """
-        try:
-            await self.beat.register_node(
-                self.node_id,
-                hostname=self._hostname,
-                pid=self._pid,
-                slots=self.config.slots,
-                handlers=list(self.handlers),
-                shell=self.config.shell_mode,
-                ttl=self.config.node_ttl,
-                rejoin=rejoin,
-            )
-        except NodeIdTaken:
-            if not rejoin:  # a node that never started leaves no session open
-                await self._beat_session.close()
-            raise
+        # A start registers through the pool (the node's own sessions open with its loops); a
+        # rejoin through the heartbeat session, which register_node does not count as a holder's.
+        registry = self.beat if rejoin else self.store
+        await registry.register_node(
+            self.node_id,
+            hostname=self._hostname,
+            pid=self._pid,
+            slots=self.config.slots,
+            handlers=list(self.handlers),
+            shell=self.config.shell_mode,
+            ttl=self.config.node_ttl,
+            rejoin=rejoin,
+        )
         self._registered = True
 
     async def deregister(self) -> None:

@@ -48,9 +48,14 @@
 -- off pgpulse_jobs_leases (every running job); the due bound is written inline rather than
 -- joined from clock, so it is an index condition and the scan of pgpulse_jobs_due (handler,
 -- next_run_at, shard_id) stops at the first row of the route's handler not yet due, however many
--- are stored. Each route is one such scan, LIMIT %(limit)s (candidates); the oldest %(limit)s of
--- them are then locked by id, SKIP LOCKED, and re-checked (due): rows of handlers the node has
--- no route for are never visited, so the claim costs the same however many of them are due.
+-- are stored. Each route is one such scan, LIMIT %(limit)s, its rows locked SKIP LOCKED as it
+-- reads them (so two claimers of one route take different rows, as with one index scan); the
+-- oldest %(limit)s of all routes are claimed (due). Rows of handlers the node has no route for are
+-- never visited, so the claim costs the same however many of them are due. When several routes
+-- have due rows, the rows a route locked beyond the oldest %(limit)s stay locked, unclaimed, until
+-- the statement commits (others skip them for that long): the price of keeping the scan and the
+-- lock one step, which a claim that locked after the merge lost to contention (every claimer
+-- chose the same candidates, and all but one found them locked).
 --
 -- One row per claimed job, oldest occurrence first; nothing claimed gives one row whose id is
 -- NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant
@@ -159,7 +164,7 @@ route AS (
     SELECT r.handler, r.shards::smallint[] AS shards
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
 ),
-candidates AS (
+due AS (
     SELECT c.id
     FROM route AS r
     CROSS JOIN LATERAL (
@@ -171,17 +176,10 @@ candidates AS (
           AND j.shard_id = ANY(r.shards)
         ORDER BY j.next_run_at
         LIMIT %(limit)s
+        FOR UPDATE OF j SKIP LOCKED
     ) AS c
     ORDER BY c.next_run_at
     LIMIT %(limit)s
-),
-due AS (
-    SELECT j.id
-    FROM pgpulse_jobs AS j
-    WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
-      AND j.status = 'idle'
-      AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
-    FOR UPDATE OF j SKIP LOCKED
 ),
 claimed AS (
     UPDATE pgpulse_jobs AS j
