@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 
@@ -42,15 +42,25 @@ class Recorder:
         attempts: the node's attempts: where outcomes come from and claimed jobs go.
         node_id: the claiming node.
         lease: seconds of lease each claim grants.
+        on_alertable: called (no arguments, must not block) after a write that recorded a
+            failed run or skipped occurrences, so alert rules are evaluated at once (the alert
+            loop's :meth:`~pgpulse.alerts.delivery.AlertLoop.kick`); never on an attempt's path.
     """
 
     def __init__(
-        self, store: ClaimStore, attempts: Attempts, node_id: str, *, lease: float
+        self,
+        store: ClaimStore,
+        attempts: Attempts,
+        node_id: str,
+        *,
+        lease: float,
+        on_alertable: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.attempts = attempts
         self.node_id = node_id
         self.lease = lease
+        self.on_alertable = on_alertable
 
     async def step(self, shards: Sequence[int]) -> Step:
         """Write the outcomes decided so far and claim due jobs of ``shards`` (none: claim
@@ -82,6 +92,8 @@ class Recorder:
             self.attempts.unwritten(batch)
             raise
         self.attempts.written(batch, step.written)
+        if self.on_alertable is not None and any(_alertable(o) for o in batch):
+            self.on_alertable()
         if limit > 0:
             metrics.observe_claim(time.monotonic() - sent, len(step.jobs))
         arrived = time.monotonic()
@@ -131,3 +143,12 @@ class Recorder:
                 raise
             else:
                 self.attempts.written([outcome], written)
+                if self.on_alertable is not None and _alertable(outcome):
+                    self.on_alertable()
+
+
+def _alertable(outcome: Outcome) -> bool:
+    """Whether writing ``outcome`` may fire an alert rule at once (a failed run, a skip)."""
+    return outcome.outcome == "failed" or bool(
+        outcome.advance is not None and outcome.advance.skipped_count
+    )

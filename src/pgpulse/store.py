@@ -298,9 +298,14 @@ class Store(ClaimStore):
 
     async def delete_job(self, tenant: str, name: str) -> None:
         """Delete a job and its run history. A node still running it finds its fenced writes
-        change nothing. Raises :class:`JobNotFound`."""
-        if not await self._rows("delete_job", {"tenant": tenant, "name": name}):
+        change nothing. Its alert rules and silences go too (its alert history stays). Raises
+        :class:`JobNotFound`."""
+        rows = await self._rows("delete_job", {"tenant": tenant, "name": name})
+        if not rows:
             raise JobNotFound(tenant, name)
+        from pgpulse.alerts.store import AlertStore
+
+        await AlertStore(self.pool).forget_job(rows[0]["id"])
 
     # -- reading for people ----------------------------------------------------------------
 
