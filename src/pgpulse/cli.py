@@ -216,6 +216,21 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     metavar="HOST:PORT",
     help="Also serve the API and dashboard here.",
 )
+@click.option(
+    "--alert-interval",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_envvar=True,
+    show_default=True,
+    help="Seconds between the leader's evaluations of alert rules (late, silence, cluster); "
+    "0 turns alerting off on this node.",
+)
+@click.option(
+    "--dashboard-url",
+    default=None,
+    show_envvar=True,
+    help="The dashboard's address (https://pulse.example.com), for the links alerts carry.",
+)
 @web_options
 @click.pass_obj
 def node_run(
@@ -232,6 +247,8 @@ def node_run(
     shell_dry_run: bool,
     metrics_addr: str | None,
     http_addr: str | None,
+    alert_interval: float,
+    dashboard_url: str | None,
     **web: Any,
 ) -> None:
     """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit).
@@ -252,6 +269,8 @@ def node_run(
             "http_allow": web_settings(**web).http_allow,  # checked at each connection
         },
         "allow_shell": web["allow_shell_jobs"] or shell_dry_run,
+        "alert_interval": alert_interval,
+        "dashboard_url": dashboard_url,
     }
     if node_id:
         options["node_id"] = node_id

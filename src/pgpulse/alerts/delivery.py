@@ -148,12 +148,18 @@ class AlertLoop:
                     )
                     self._retry_at = loop.time() + min(self.interval, 2.0)
         finally:
-            for task in list(self._in_flight):
-                task.cancel()
-            if self._in_flight:
-                await asyncio.wait(self._in_flight, timeout=5)
-            if self._client is not None:
-                await self._client.aclose()
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel the sends in flight (their leases expire and another claim sends them again)
+        and close the HTTP client."""
+        for task in list(self._in_flight):
+            task.cancel()
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight), timeout=5)
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     async def tick(self) -> int:
         """Evaluate once, then claim and start the deliveries due (as many as there is room
@@ -208,7 +214,7 @@ class AlertLoop:
 
     async def _deliver(self, row: dict[str, Any]) -> None:
         config = parse_notifier_config(row["kind"], row["config"])
-        notifier = build_notifier(config, client=self._http())
+        notifier = build_notifier(config, client=None if row["kind"] == "email" else self._http())
         if not isinstance(notifier, WebhookNotifier | EmailNotifier):
             await self._finish(
                 row, "failed", None, None, f"a {row['kind']} notifier sends no alerts"
