@@ -231,6 +231,13 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     show_envvar=True,
     help="The dashboard's address (https://pulse.example.com), for the links alerts carry.",
 )
+@click.option(
+    "--otel",
+    is_flag=True,
+    show_envvar=True,
+    help="OpenTelemetry spans per claim and attempt, with OpenTelemetry's global tracer "
+    "provider (needs the otel extra: pip install 'pgpulse[otel]').",
+)
 @web_options
 @click.pass_obj
 def node_run(
@@ -249,6 +256,7 @@ def node_run(
     http_addr: str | None,
     alert_interval: float,
     dashboard_url: str | None,
+    otel: bool,
     **web: Any,
 ) -> None:
     """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit).
@@ -257,6 +265,13 @@ def node_run(
     this machine); without it the node fails the shell jobs it claims, naming the flag.
     """
     pulse_app = load_app(app, app_dir)
+    if otel:
+        from pgpulse import tracing
+
+        if not tracing.enable():
+            raise click.BadParameter(
+                "OpenTelemetry is not installed: pip install 'pgpulse[otel]'", param_hint="--otel"
+            )
     options: dict[str, Any] = {
         "lease": lease,
         "heartbeat_interval": heartbeat,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import psycopg
 
-from pgpulse import metrics
+from pgpulse import metrics, tracing
 from pgpulse.attempts import Attempts
 from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable, describe
@@ -78,6 +78,13 @@ class Recorder:
         if not batch and limit <= 0:
             return Step(set(), [], None, None)
         sent = time.monotonic()
+        if limit > 0 and tracing.is_enabled():
+            return await self._traced_step(batch, shards, limit, sent)
+        return await self._write_and_claim(batch, shards, limit, sent)
+
+    async def _write_and_claim(
+        self, batch: list[Outcome], shards: Sequence[int], limit: int, sent: float
+    ) -> Step:
         try:
             step = await self.store.finish_and_claim(
                 batch, self.node_id, shards, limit, lease=self.lease
@@ -100,6 +107,19 @@ class Recorder:
         for job in step.jobs:
             self.attempts.start(job, sent, arrived)
         return step
+
+    async def _traced_step(
+        self, batch: list[Outcome], shards: Sequence[int], limit: int, sent: float
+    ) -> Step:
+        """:meth:`step` inside a ``pgpulse.claim`` span (tracing on), its attempts linked to it."""
+        with tracing.claim_span(node_id=self.node_id, limit=limit) as claim:
+            token = tracing.CURRENT_CLAIM.set(claim)
+            try:
+                step = await self._write_and_claim(batch, shards, limit, sent)
+                claim.set_claimed(len(step.jobs))
+                return step
+            finally:
+                tracing.CURRENT_CLAIM.reset(token)
 
     async def flush(self, within: float) -> None:
         """Write the outcomes decided so far, claiming nothing (a stopping node), retrying a
