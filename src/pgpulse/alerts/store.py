@@ -259,13 +259,13 @@ class AlertStore:
         events that fire meanwhile are recorded, but not delivered.
 
         Raises:
-            InvalidInput: ``field="for"`` for a duration not in (0, a year]; ``field="reason"``
+            InvalidInput: ``field="for"`` for a duration not in [1 s, a year]; ``field="reason"``
                 for a reason over 1,000 characters.
             JobNotFound: no such job.
         """
-        if not 0 < seconds <= MAX_SILENCE:
+        if not 1 <= seconds <= MAX_SILENCE:
             raise InvalidInput(
-                f"for: a silence lasts more than 0 s and at most {MAX_SILENCE:g} s, "
+                f"for: a silence lasts at least 1 s and at most {MAX_SILENCE:g} s, "
                 f"got {seconds:g}",
                 field="for",
                 value=seconds,
