@@ -265,8 +265,7 @@ class AlertStore:
         """
         if not 1 <= seconds <= MAX_SILENCE:
             raise InvalidInput(
-                f"for: a silence lasts at least 1 s and at most {MAX_SILENCE:g} s, "
-                f"got {seconds:g}",
+                f"for: a silence lasts at least 1 s and at most {MAX_SILENCE:g} s, got {seconds:g}",
                 field="for",
                 value=seconds,
             )
