@@ -20,11 +20,11 @@ from typing import Any
 
 import psutil
 
-from pgpulse_tools.bench import ceiling, claim, drain, herd, idle, peers, steady
+from pgpulse_tools.bench import alerts, ceiling, claim, drain, herd, idle, peers, steady
 from pgpulse_tools.bench.common import Result, drop_db, machine_busy_seconds, server_settings
 from pgpulse_tools.bench.report import write_report
 
-ALL = ("1", "2", "3", "4", "5", "6", "7")
+ALL = ("1", "2", "3", "4", "5", "6", "7", "8")
 
 Scenario = Callable[[str, float, int], Awaitable[Result]]
 
@@ -36,6 +36,7 @@ SCENARIOS: dict[str, Scenario] = {
     "5": lambda dsn, scale, slots: herd.run(dsn, scale, slots=slots),
     "6": lambda dsn, scale, slots: idle.run(dsn, scale, slots=slots),
     "7": lambda dsn, scale, slots: peers.run(dsn, scale),
+    "8": lambda dsn, scale, slots: alerts.run(dsn, scale),
 }
 
 
