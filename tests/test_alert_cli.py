@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from helpers import add, pgpulse, spec
+from pgpulse.errors import InvalidInput
 from pgpulse.store import Store
+from test_engine import wait_until
 
 SECRET = "whsec_0123456789abcdef"
 SLACK = "https://93.184.215.14/services/T0123ABCD/B0456EFGH/xZ7kQ9Lm2Pq"
@@ -108,3 +115,47 @@ async def test_refused_input_is_one_line_exit_2_and_writes_nothing(
         "(SELECT count(*) FROM pgpulse_alert_silences) AS s"
     ).fetchone()
     assert counts == {"n": 1, "r": 0, "s": 0}
+
+
+async def test_rules_declared_in_code_are_set_when_a_node_starts(dsn: str, db: Any) -> None:
+    ops = json.dumps({"url": "https://93.184.215.14/hook"})
+    assert (
+        pgpulse("notifier", "add", "ops", "--kind", "webhook", "--config", ops, dsn=dsn).returncode
+        == 0
+    )
+    env = {**os.environ, "PGPULSE_DATABASE_URL": dsn, "PYTHONPATH": str(Path(__file__).parent)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pgpulse", "node", "run", "--app", "alerts_code_app:app",
+        "--heartbeat", "0.5", "--lease", "3", env=env,
+    )  # fmt: skip
+    try:
+        await wait_until(
+            lambda: (
+                db.execute("SELECT count(*) AS n FROM pgpulse_alert_rules").fetchone()["n"] == 2
+            ),
+            within=30,
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await proc.wait()
+    rules = json.loads(
+        pgpulse(
+            "alert", "rule", "list", "--tenant", "acme", "--job", "nightly", "--json", dsn=dsn
+        ).stdout
+    )
+    assert [(r["rule"], r["threshold"], r["notifiers"]) for r in rules] == [
+        ("failures", 2.0, ["ops"]),
+        ("silence", 172800.0, ["ops"]),
+    ]
+
+
+def test_a_malformed_rule_in_code_is_refused_at_declaration() -> None:
+    from pgpulse import App
+
+    with pytest.raises(InvalidInput) as refused:
+        App().job("j", schedule="@hourly", alerts={"failures": {"notify": ["ops"], "every": 2}})
+    assert refused.value.field == "alerts.failures"
+    with pytest.raises(InvalidInput) as unknown:
+        App().job("j", schedule="@hourly", alerts={"flaky": {"notify": ["ops"]}})
+    assert unknown.value.field == "rule"
