@@ -130,14 +130,14 @@ async def test_cluster_rules_fire_on_the_leader_only(store: Store, db: Any) -> N
     assert (await alerts.evaluate(node="b", leader=True))["fired"] == 1  # b took over
     rows = db.execute(
         "SELECT rule, details, (SELECT count(*) FROM pgpulse_alert_deliveries d "
-        "WHERE d.event_id = e.id) AS n FROM pgpulse_alert_events e ORDER BY id"
+        "WHERE d.event_id = e.id) AS n FROM pgpulse_alert_events e ORDER BY rule, id"
     ).fetchall()
     assert [(r["rule"], r["n"]) for r in rows] == [
-        ("node_died", 1),
         ("leader_changed", 0),  # the first leader recorded is no change
         ("leader_changed", 1),
+        ("node_died", 1),
     ]
-    assert rows[2]["details"] == {"leader": "b", "previous": "a"}
+    assert rows[1]["details"] == {"leader": "b", "previous": "a"}
 
 
 async def test_notifier_secrets_are_never_listed_and_a_used_one_stays(store: Store) -> None:

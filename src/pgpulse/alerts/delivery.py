@@ -146,7 +146,7 @@ class AlertLoop:
                         describe(exc),
                         extra={"action": "alerts_failed"},
                     )
-                    self._retry_at = loop.time() + min(self.interval, 2.0)
+                    self._retry_at = loop.time() + min(self.interval, 0.5)
         finally:
             await self.aclose()
 

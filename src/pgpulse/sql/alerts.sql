@@ -19,7 +19,8 @@
 -- A job's own rule of a kind replaces the default (job_id NULL). An event inside a silence is
 -- recorded, silenced, with no delivery; every other new event gets one pending delivery per
 -- notifier of its rule. Returns how many events fired, how many deliveries were queued, and
--- the first due instant of the older pending deliveries.
+-- the first due instant of the older pending deliveries. Events are inserted in key order, so
+-- two evaluations that race on several keys wait for each other rather than deadlock.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), recent AS (
@@ -231,6 +232,7 @@ WITH clock AS (
                 THEN clock.now END
     FROM candidates c, clock
     WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
     ON CONFLICT (dedupe_key) DO NOTHING
     RETURNING e.id, e.notifiers, e.silenced
 ), queued AS (
