@@ -10,6 +10,7 @@ documented recipe and the sender are held to each other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import socket
@@ -322,6 +323,7 @@ class CountingReceiver:
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _open: set[socket.socket] = field(default_factory=set)
 
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -338,6 +340,11 @@ class CountingReceiver:
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with state._lock:
+                    state._open.add(self.connection)
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -371,7 +378,14 @@ class CountingReceiver:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop listening and cut every open connection (a kept-alive one would otherwise go on
+        being served by its handler thread: the receiver would not be down)."""
         if self._server is not None:
+            with self._lock:
+                for sock in self._open:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+                self._open.clear()
             self._server.shutdown()
             self._server.server_close()
             self._server = None
