@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from pgpulse.errors import Forbidden
 from pgpulse.jobs import JobSpec
 
-__all__ = ["OPERATOR", "Writer", "check_write", "code_writer", "token_writer"]
+__all__ = [
+    "OPERATOR",
+    "Writer",
+    "check_alert_write",
+    "check_write",
+    "code_writer",
+    "token_writer",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +129,17 @@ def check_write(writer: Writer, spec: JobSpec, current_handler: str | None) -> N
         field="handler",
         value="shell",
     )
+
+
+def check_alert_write(writer: Writer, tenant: str | None) -> None:
+    """Refuse an alert setting (a rule, a silence, an acknowledgement) unless ``writer`` may
+    manage the jobs of ``tenant`` (``None``: the cluster's own rules and defaults, silences of
+    every job, notifiers — only a writer of every tenant may change those).
+
+    Raises:
+        Forbidden: ``field="tenant"``.
+    """
+    if writer.tenants is None or (tenant is not None and tenant in writer.tenants):
+        return
+    what = f"alerts of tenant {tenant!r}" if tenant is not None else "the cluster's alerts"
+    raise Forbidden(f"{writer.name} may not manage {what}", field="tenant", value=tenant)

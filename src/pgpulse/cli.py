@@ -245,6 +245,28 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     metavar="HOST:PORT",
     help="Also serve the API and dashboard here.",
 )
+@click.option(
+    "--alert-interval",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_envvar=True,
+    show_default=True,
+    help="Seconds between the leader's evaluations of alert rules (late, silence, cluster); "
+    "0 turns alerting off on this node.",
+)
+@click.option(
+    "--dashboard-url",
+    default=None,
+    show_envvar=True,
+    help="The dashboard's address (https://pulse.example.com), for the links alerts carry.",
+)
+@click.option(
+    "--otel",
+    is_flag=True,
+    show_envvar=True,
+    help="OpenTelemetry spans per claim and attempt, with OpenTelemetry's global tracer "
+    "provider (needs the otel extra: pip install 'pgpulse[otel]').",
+)
 @web_options
 @click.pass_obj
 def node_run(
@@ -262,6 +284,9 @@ def node_run(
     prune_code_jobs: bool,
     metrics_addr: str | None,
     http_addr: str | None,
+    alert_interval: float,
+    dashboard_url: str | None,
+    otel: bool,
     **web: Any,
 ) -> None:
     """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit).
@@ -277,6 +302,13 @@ def node_run(
         )
     pulse_app = load_app(app, app_dir)
     pulse_app.prune = pulse_app.prune or prune_code_jobs
+    if otel:
+        from pgpulse import tracing
+
+        if not tracing.enable():
+            raise click.BadParameter(
+                "OpenTelemetry is not installed: pip install 'pgpulse[otel]'", param_hint="--otel"
+            )
     options: dict[str, Any] = {
         "lease": lease,
         "heartbeat_interval": heartbeat,
@@ -289,6 +321,8 @@ def node_run(
             "http_allow": web_settings(**web).http_allow,  # checked at each connection
         },
         "allow_shell": web["allow_shell_jobs"] or shell_dry_run,
+        "alert_interval": alert_interval,
+        "dashboard_url": dashboard_url,
     }
     if node_id:
         options["node_id"] = node_id

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgpulse import metrics
+from pgpulse import metrics, tracing
 from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
 from pgpulse.model import ClaimedJob, Outcome, RunOutcome
 from pgpulse.planner import ClaimDecision, advance, plan_claim, retry_delay
@@ -209,7 +209,26 @@ class Dispatcher:
             node_id=self.node_id,
             options=self.options,
         )
-        return await run_attempt(handler, ctx, self._is_async.get(job.handler))
+        if not tracing.is_enabled():
+            return await run_attempt(handler, ctx, self._is_async.get(job.handler))
+        first = job.attempt == 1
+        with tracing.attempt_span(
+            job_id=job.id,
+            job_name=job.name,
+            tenant=job.tenant,
+            handler=job.handler,
+            scheduled_for=job.scheduled_for,
+            attempt=job.attempt,
+            run_id=job.run_id,
+            fencing_token=job.fencing_token,
+            node_id=self.node_id,
+            lag=(job.db_now - job.scheduled_for).total_seconds() if first else None,
+            claim=tracing.CURRENT_CLAIM.get(),
+        ) as span:
+            result = await run_attempt(handler, ctx, self._is_async.get(job.handler))
+            outcome = "succeeded" if result.ok else "failed"
+            span.set_outcome(outcome, error=None if result.ok else result.error)
+            return result
 
 
 def report(outcome: Outcome, written: bool) -> None:

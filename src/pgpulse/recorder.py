@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 
-from pgpulse import metrics
+from pgpulse import metrics, tracing
 from pgpulse.attempts import Attempts
 from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable, describe
@@ -43,15 +43,25 @@ class Recorder:
         attempts: the node's attempts: where outcomes come from and claimed jobs go.
         node_id: the claiming node.
         lease: seconds of lease each claim grants.
+        on_alertable: called (no arguments, must not block) after a write that recorded a
+            failed run or skipped occurrences, so alert rules are evaluated at once (the alert
+            loop's :meth:`~pgpulse.alerts.delivery.AlertLoop.kick`); never on an attempt's path.
     """
 
     def __init__(
-        self, store: ClaimStore, attempts: Attempts, node_id: str, *, lease: float
+        self,
+        store: ClaimStore,
+        attempts: Attempts,
+        node_id: str,
+        *,
+        lease: float,
+        on_alertable: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.attempts = attempts
         self.node_id = node_id
         self.lease = lease
+        self.on_alertable = on_alertable
 
     async def step(self, routes: Routes) -> Step:
         """Write the outcomes decided so far and claim due jobs along ``routes`` (each handler's
@@ -70,6 +80,13 @@ class Recorder:
         if not batch and limit <= 0:
             return Step(set(), [], None, None)
         sent = time.monotonic()
+        if limit > 0 and tracing.is_enabled():
+            return await self._traced_step(batch, routes, limit, sent)
+        return await self._write_and_claim(batch, routes, limit, sent)
+
+    async def _write_and_claim(
+        self, batch: list[Outcome], routes: Routes, limit: int, sent: float
+    ) -> Step:
         try:
             step = await self.store.finish_and_claim(
                 batch, self.node_id, routes, limit, lease=self.lease
@@ -84,12 +101,27 @@ class Recorder:
             self.attempts.unwritten(batch)
             raise
         self.attempts.written(batch, step.written)
+        if self.on_alertable is not None and any(_alertable(o) for o in batch):
+            self.on_alertable()
         if limit > 0:
             metrics.observe_claim(time.monotonic() - sent, len(step.jobs))
         arrived = time.monotonic()
         for job in step.jobs:
             self.attempts.start(job, sent, arrived)
         return step
+
+    async def _traced_step(
+        self, batch: list[Outcome], routes: Routes, limit: int, sent: float
+    ) -> Step:
+        """:meth:`step` inside a ``pgpulse.claim`` span (tracing on), its attempts linked to it."""
+        with tracing.claim_span(node_id=self.node_id, limit=limit) as claim:
+            token = tracing.CURRENT_CLAIM.set(claim)
+            try:
+                step = await self._write_and_claim(batch, routes, limit, sent)
+                claim.set_claimed(len(step.jobs))
+                return step
+            finally:
+                tracing.CURRENT_CLAIM.reset(token)
 
     async def flush(self, within: float) -> None:
         """Write the outcomes decided so far, claiming nothing (a stopping node), retrying a
@@ -133,3 +165,12 @@ class Recorder:
                 raise
             else:
                 self.attempts.written([outcome], written)
+                if self.on_alertable is not None and _alertable(outcome):
+                    self.on_alertable()
+
+
+def _alertable(outcome: Outcome) -> bool:
+    """Whether writing ``outcome`` may fire an alert rule at once (a failed run, a skip)."""
+    return outcome.outcome == "failed" or bool(
+        outcome.advance is not None and outcome.advance.skipped_count
+    )

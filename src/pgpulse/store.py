@@ -361,13 +361,17 @@ class Store(ClaimStore):
 
     async def delete_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> None:
         """Delete a job and its run history (its audit trail stays, ending with the delete). A
-        node still running it finds its fenced writes change nothing. Raises
-        :class:`JobNotFound`."""
+        node still running it finds its fenced writes change nothing. Its alert rules and
+        silences go too (its alert history stays). Raises :class:`JobNotFound`."""
         params = {"id": None, "tenant": tenant, "name": name, "now": None}
-        if not await self._rows(
+        rows = await self._rows(
             "delete_job", {**params, "source": actor.source, "actor": actor.name}
-        ):
+        )
+        if not rows:
             raise JobNotFound(tenant, name)
+        from pgpulse.alerts.store import AlertStore
+
+        await AlertStore(self.pool).forget_job(rows[0]["id"])
 
     async def job_history(
         self, tenant: str, name: str, *, limit: int = 100

@@ -38,6 +38,97 @@ BEGIN
 END
 $$;
 
+CREATE TABLE public.pgpulse_alert_deliveries (
+    id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    notifier_id bigint NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    locked_by text,
+    lease_expires_at timestamp with time zone,
+    fencing_token bigint DEFAULT 0 NOT NULL,
+    last_status integer,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    CONSTRAINT pgpulse_alert_deliveries_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text])))
+);
+
+ALTER TABLE public.pgpulse_alert_deliveries ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_alert_deliveries_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.pgpulse_alert_events (
+    id bigint NOT NULL,
+    dedupe_key text NOT NULL,
+    job_id bigint,
+    rule text NOT NULL,
+    scheduled_for timestamp with time zone,
+    run_id bigint,
+    fired_at timestamp with time zone DEFAULT now() NOT NULL,
+    error text,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    notifiers bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    silenced boolean DEFAULT false NOT NULL,
+    resolved_at timestamp with time zone,
+    acknowledged_at timestamp with time zone,
+    acknowledged_by text
+);
+
+ALTER TABLE public.pgpulse_alert_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_alert_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.pgpulse_alert_rules (
+    id bigint NOT NULL,
+    job_id bigint,
+    rule text NOT NULL,
+    threshold double precision,
+    notifiers bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_alert_rules_rule_check CHECK ((rule = ANY (ARRAY['failures'::text, 'late'::text, 'skipped'::text, 'missed'::text, 'silence'::text, 'recovered'::text, 'node_died'::text, 'leader_changed'::text, 'lag'::text]))),
+    CONSTRAINT pgpulse_alert_rules_threshold_check CHECK ((threshold > (0)::double precision))
+);
+
+ALTER TABLE public.pgpulse_alert_rules ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_alert_rules_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.pgpulse_alert_silences (
+    id bigint NOT NULL,
+    job_id bigint,
+    starts_at timestamp with time zone DEFAULT now() NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    reason text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_alert_silences_check CHECK ((ends_at > starts_at))
+);
+
+ALTER TABLE public.pgpulse_alert_silences ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_alert_silences_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.pgpulse_api_tokens (
     id bigint NOT NULL,
     token_sha256 bytea NOT NULL,
@@ -171,6 +262,26 @@ CREATE TABLE public.pgpulse_nodes (
     CONSTRAINT pgpulse_nodes_ttl_check CHECK ((ttl > (0)::double precision))
 );
 
+CREATE TABLE public.pgpulse_notifiers (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    config jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_notifiers_config_check CHECK ((jsonb_typeof(config) = 'object'::text)),
+    CONSTRAINT pgpulse_notifiers_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'email'::text, 'checkin'::text])))
+);
+
+ALTER TABLE public.pgpulse_notifiers ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_notifiers_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.pgpulse_runs (
     id bigint NOT NULL,
     job_id bigint NOT NULL,
@@ -244,6 +355,24 @@ UNION ALL
           WHERE ((p.job_id = j.id) AND (p.scheduled_for = j.scheduled_for) AND (p.started_at IS NOT NULL))) prior ON (true))
   WHERE (j.status = 'running'::text);
 
+ALTER TABLE ONLY public.pgpulse_alert_deliveries
+    ADD CONSTRAINT pgpulse_alert_deliveries_event_id_notifier_id_key UNIQUE (event_id, notifier_id);
+
+ALTER TABLE ONLY public.pgpulse_alert_deliveries
+    ADD CONSTRAINT pgpulse_alert_deliveries_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pgpulse_alert_events
+    ADD CONSTRAINT pgpulse_alert_events_dedupe_key_key UNIQUE (dedupe_key);
+
+ALTER TABLE ONLY public.pgpulse_alert_events
+    ADD CONSTRAINT pgpulse_alert_events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pgpulse_alert_rules
+    ADD CONSTRAINT pgpulse_alert_rules_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pgpulse_alert_silences
+    ADD CONSTRAINT pgpulse_alert_silences_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.pgpulse_api_tokens
     ADD CONSTRAINT pgpulse_api_tokens_pkey PRIMARY KEY (id);
 
@@ -268,11 +397,27 @@ ALTER TABLE ONLY public.pgpulse_jobs
 ALTER TABLE ONLY public.pgpulse_nodes
     ADD CONSTRAINT pgpulse_nodes_pkey PRIMARY KEY (node_id);
 
+ALTER TABLE ONLY public.pgpulse_notifiers
+    ADD CONSTRAINT pgpulse_notifiers_name_key UNIQUE (name);
+
+ALTER TABLE ONLY public.pgpulse_notifiers
+    ADD CONSTRAINT pgpulse_notifiers_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.pgpulse_runs
     ADD CONSTRAINT pgpulse_runs_job_id_scheduled_for_key UNIQUE (job_id, scheduled_for);
 
 ALTER TABLE ONLY public.pgpulse_runs
     ADD CONSTRAINT pgpulse_runs_pkey PRIMARY KEY (id);
+
+CREATE INDEX pgpulse_alert_deliveries_due ON public.pgpulse_alert_deliveries USING btree (next_attempt_at) WHERE (status = 'pending'::text);
+
+CREATE INDEX pgpulse_alert_events_open ON public.pgpulse_alert_events USING btree (job_id) WHERE (resolved_at IS NULL);
+
+CREATE INDEX pgpulse_alert_events_recent ON public.pgpulse_alert_events USING btree (id DESC);
+
+CREATE UNIQUE INDEX pgpulse_alert_rules_key ON public.pgpulse_alert_rules USING btree (COALESCE(job_id, (0)::bigint), rule);
+
+CREATE INDEX pgpulse_alert_silences_ends ON public.pgpulse_alert_silences USING btree (ends_at);
 
 CREATE INDEX pgpulse_job_history_at ON public.pgpulse_job_history USING btree (at);
 
@@ -295,6 +440,12 @@ CREATE TRIGGER pgpulse_job_names_rename AFTER UPDATE OF tenant, name ON public.p
 CREATE TRIGGER pgpulse_runs_delete AFTER DELETE ON public.pgpulse_jobs REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION public.pgpulse_runs_delete();
 
 CREATE TRIGGER pgpulse_runs_truncate AFTER TRUNCATE ON public.pgpulse_jobs FOR EACH STATEMENT EXECUTE FUNCTION public.pgpulse_runs_truncate();
+
+ALTER TABLE ONLY public.pgpulse_alert_deliveries
+    ADD CONSTRAINT pgpulse_alert_deliveries_event_id_fkey FOREIGN KEY (event_id) REFERENCES public.pgpulse_alert_events(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.pgpulse_alert_deliveries
+    ADD CONSTRAINT pgpulse_alert_deliveries_notifier_id_fkey FOREIGN KEY (notifier_id) REFERENCES public.pgpulse_notifiers(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.pgpulse_job_names
     ADD CONSTRAINT pgpulse_job_names_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.pgpulse_jobs(id) ON DELETE CASCADE;

@@ -231,7 +231,8 @@ def _replication(
     default="1,2,3,4,5,6,7,8",
     show_envvar=True,
     help="Scenarios, comma-separated: 1 claim latency, 2 drain, 3 raw SQL ceiling, "
-    "4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored.",
+    "4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored, "
+    "9 alert latency.",
 )
 @click.option(
     "--slots",

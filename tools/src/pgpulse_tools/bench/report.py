@@ -180,6 +180,8 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
             data["statements_per_node_s"] <= data["budget"],
         )
         add("idle: < 2% of a core per node", data["node_cpu_pct"], data["node_cpu_pct"] < 2, "%")
+        added = data.get("alerting_added", math.nan)
+        add("idle: alerting adds ≤ 10 % statements per node", added * 100, added <= 0.10, " %")
     rows.extend(_stored_rows(results))
     rows.extend(report_cost.cost_targets(results))
     if "7" in results:
