@@ -59,7 +59,12 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
             "now": LATER,
         },
     )
-    assert tuple(c.name for c in cur.description) == (*ClaimedJob._fields, "next_due", "written")
+    assert tuple(c.name for c in cur.description) == (
+        *ClaimedJob._fields,
+        "clock_now",
+        "next_due",
+        "written",
+    )
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
     row = db.execute("SELECT run_id FROM pgpulse_jobs").fetchone()
     assert (

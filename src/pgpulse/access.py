@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from pgpulse.errors import Forbidden
 from pgpulse.jobs import JobSpec
 
-__all__ = ["OPERATOR", "Writer", "check_write", "code_writer", "token_writer"]
+__all__ = [
+    "OPERATOR",
+    "Writer",
+    "check_calendar_write",
+    "check_write",
+    "code_writer",
+    "token_writer",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +129,18 @@ def check_write(writer: Writer, spec: JobSpec, current_handler: str | None) -> N
         field="handler",
         value="shell",
     )
+
+
+def check_calendar_write(writer: Writer, tenant: str) -> None:
+    """Refuse unless ``writer`` may create, replace or delete exclusion calendars of ``tenant``:
+    the same tenant rule as for jobs (a calendar changes when the tenant's jobs run).
+
+    Raises:
+        Forbidden: ``field="tenant"``.
+    """
+    if writer.tenants is not None and tenant not in writer.tenants:
+        raise Forbidden(
+            f"{writer.name} may not manage calendars of tenant {tenant!r}",
+            field="tenant",
+            value=tenant,
+        )

@@ -231,7 +231,8 @@ def observe_finish(
         fenced_write_rejected()
         return
     ran = ended_at is not None
-    lag = (job.db_now - job.scheduled_for).total_seconds() if ran and job.attempt == 1 else None
+    due = job.scheduled_for + job.spread_offset  # lag counts from the spread instant
+    lag = (job.db_now - due).total_seconds() if ran and job.attempt == 1 else None
     duration = (ended_at - job.db_now).total_seconds() if ended_at is not None else None
     observe_run(outcome, lag, duration)
     # skipped_count counts every skipped occurrence (the claimed one too, when it was skipped)

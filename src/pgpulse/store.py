@@ -19,12 +19,13 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgpulse.access import OPERATOR, Writer, check_write
-from pgpulse.claims import LEADER_LOCK_KEY, ClaimStore
+from pgpulse.calendar_store import CalendarStore
+from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
+from pgpulse.limits import RESUME_MODES, first_in_window
 from pgpulse.migrations import migrate
-from pgpulse.planner import first_occurrence
-from pgpulse.schedule import parse_schedule
+from pgpulse.schedule import Schedule, parse_schedule
 from pgpulse.sql import QUERIES
 
 #: Tries of :meth:`Store.upsert_jobs` when another session creates or deletes one of its jobs at
@@ -36,7 +37,59 @@ class _UpsertRaced(Exception):
     """Another session created or deleted a job of this upsert concurrently; try again."""
 
 
-class Store(ClaimStore):
+def _state_refusal(name: str, status: str, allowed: Sequence[str], verb: str) -> InvalidInput:
+    """The refusal of a change job ``name``'s status ``status`` does not allow."""
+    either = " or ".join(allowed)
+    return InvalidInput(
+        f"job {name!r} is {status}; only {'an' if either[0] in 'aeiou' else 'a'} {either} job "
+        f"can be {verb}",
+        field="status",
+        value=status,
+    )
+
+
+def _start(
+    spec: JobSpec, current: dict[str, Any] | None, clock: datetime
+) -> tuple[Schedule, datetime, datetime, str]:
+    """Where ``spec``'s job starts if its occurrences are (re)set at ``clock``: its schedule,
+    first occurrence (:func:`~pgpulse.limits.first_in_window`), interval anchor and status
+    (``completed`` when its window holds no occurrence). The statement uses them only for a
+    new job or a changed schedule or window.
+
+    Raises:
+        InvalidInput: ``field="schedule"``: a new (or newly given) one-off ``@at`` whose instant
+            is not after the database's now, unless ``catch_up`` (backfill or coalesce) says
+            to run it.
+    """
+    schedule = spec.parsed_schedule()
+    anchor = clock
+    if schedule.kind == "interval" and spec.not_before is not None and spec.not_before > clock:
+        anchor = spec.not_before
+    first = first_in_window(schedule, now=clock, anchor=anchor, not_before=spec.not_before)
+    status = "idle"
+    if first is None:  # a one-off whose instant is not after now, or before not_before
+        assert schedule.at is not None
+        first = schedule.at
+        fresh = current is None or (current["schedule"], current["timezone"]) != (
+            spec.schedule,
+            spec.timezone,
+        )
+        if schedule.at > clock:  # before not_before: never in the window
+            status = "completed"
+        elif fresh and spec.catch_up == "skip":
+            raise InvalidInput(
+                f"schedule {spec.schedule!r} of job {spec.name!r} is in the past (the database's "
+                f"now is {clock.isoformat()}); to run it anyway, give catch_up backfill or "
+                "coalesce",
+                field="schedule",
+                value=spec.schedule,
+            )
+    if spec.not_after is not None and first > spec.not_after:
+        status = "completed"
+    return schedule, first, anchor, status
+
+
+class Store(CalendarStore):
     """Intent-named access to Pulse's tables.
 
     Args:
@@ -145,14 +198,13 @@ class Store(ClaimStore):
                     QUERIES["lock_jobs_by_name"],
                     {"tenants": [s.tenant for s in specs], "names": [s.name for s in specs]},
                 )
-                handlers = {
-                    (r["tenant"], r["name"]): r["handler"] for r in await current.fetchall()
-                }
+                rows = {(r["tenant"], r["name"]): r for r in await current.fetchall()}
                 for spec in specs:  # before any write: a refusal leaves the transaction empty
-                    check_write(writer, spec, handlers.get((spec.tenant, spec.name)))
-                for spec in specs:
-                    schedule = spec.parsed_schedule()
-                    first = first_occurrence(schedule, now=clock, anchor=clock)
+                    row = rows.get((spec.tenant, spec.name))
+                    check_write(writer, spec, None if row is None else row["handler"])
+                    await self._check_calendars(conn, spec)
+                starts = [_start(spec, rows.get((spec.tenant, spec.name)), clock) for spec in specs]
+                for spec, (schedule, first, anchor, status) in zip(specs, starts, strict=True):
                     cur = await conn.execute(
                         QUERIES["upsert_job"],
                         {
@@ -171,7 +223,14 @@ class Store(ClaimStore):
                             "timeout": spec.timeout,
                             "source": spec.source,
                             "meta": Jsonb(spec.meta),
-                            "anchor_at": clock,
+                            "spread": spec.spread,
+                            "not_before": spec.not_before,
+                            "not_after": spec.not_after,
+                            "max_runs": spec.max_runs,
+                            "calendars": list(spec.calendars),
+                            "auto_pause_after": spec.auto_pause_after,
+                            "status": status,
+                            "anchor_at": anchor,
                             "scheduled_for": first,
                         },
                     )
@@ -187,6 +246,25 @@ class Store(ClaimStore):
             raise _UpsertRaced from exc
         return results
 
+    @staticmethod
+    async def _check_calendars(conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> None:
+        """Refuse ``spec`` if it names a calendar its tenant does not have; lock the ones it
+        names (FOR SHARE) until the transaction ends, so none is deleted meanwhile."""
+        if not spec.calendars:
+            return
+        cur = await conn.execute(
+            QUERIES["calendars_of_tenant"], {"tenant": spec.tenant, "names": list(spec.calendars)}
+        )
+        found = {row["name"] for row in await cur.fetchall()}
+        missing = [name for name in spec.calendars if name not in found]
+        if missing:
+            raise InvalidInput(
+                f"calendar {missing[0]!r} of job {spec.name!r} does not exist in tenant "
+                f"{spec.tenant!r} (create it with: pgpulse calendar set {missing[0]} ...)",
+                field="calendars",
+                value=missing[0],
+            )
+
     async def get_job(self, tenant: str, name: str) -> dict[str, Any]:
         """Return one job row. Raises :class:`JobNotFound`."""
         rows = await self._rows("get_job", {"tenant": tenant, "name": name})
@@ -198,81 +276,108 @@ class Store(ClaimStore):
         """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
         return await self._rows("list_jobs", {"tenant": tenant})
 
-    async def pause_job(self, tenant: str, name: str) -> bool:
-        """Pause an idle or failed job: it is not claimed until resumed. Idempotent.
+    async def pause_job(
+        self,
+        tenant: str,
+        name: str,
+        *,
+        until: datetime | None = None,
+        reason: str | None = None,
+        now: datetime | None = None,
+    ) -> bool:
+        """Pause an idle or failed job: it is not claimed until resumed. Idempotent; pausing a
+        paused job again sets its ``until`` and ``reason`` anew.
+
+        Args:
+            until: an aware instant after the database's now: the leader resumes the job then
+                (mode ``skip``: the occurrences inside the pause are recorded as skipped, reason
+                ``paused``); ``None``: until resumed by hand.
+            reason: why, shown wherever the status is (at most 500 characters).
 
         Returns:
             ``True`` if the job was paused now, ``False`` if it was paused already.
 
         Raises:
             JobNotFound: no such job.
-            InvalidInput: the job is running (pause it when the run ends) — nothing changes.
+            InvalidInput: the job is running or completed (``field="status"``), ``until`` is
+                not after now (``field="until"``) or ``reason`` too long (``field="reason"``);
+                nothing changes.
         """
-        return await self._set_status(
-            tenant, name, "paused", ("idle", "failed"), None, "paused", unchanged=("paused",)
+        if reason is not None and len(reason) > 500:
+            raise InvalidInput(
+                f"reason has {len(reason)} characters; at most 500", field="reason", value=reason
+            )
+        if until is not None:
+            clock = now or await self.db_now()
+            if until.tzinfo is None or until <= clock:
+                raise InvalidInput(
+                    f"until {until.isoformat()} is not after the database's now "
+                    f"({clock.isoformat()}): give a future instant with its offset",
+                    field="until",
+                    value=until.isoformat(),
+                )
+        rows = await self._rows(
+            "pause_job", {"tenant": tenant, "name": name, "until": until, "reason": reason}
         )
+        if not rows:
+            raise JobNotFound(tenant, name)
+        if not rows[0]["paused"]:
+            raise _state_refusal(name, rows[0]["was"], ("idle", "failed"), "paused")
+        return bool(rows[0]["was"] != "paused")
 
-    async def resume_job(self, tenant: str, name: str, *, now: datetime | None = None) -> bool:
-        """Resume a paused (or failed) job at its first occurrence after now. Idempotent.
-
-        Occurrences that fell inside the pause are not run: pausing means "not these".
-
-        Returns:
-            ``True`` if the job was resumed now, ``False`` if it was not paused (idle or
-            running: nothing changes).
-
-        Raises:
-            JobNotFound: no such job.
-        """
-        job = await self.get_job(tenant, name)
-        clock = now or await self.db_now()
-        schedule = parse_schedule(job["schedule"], job["timezone"])
-        first = first_occurrence(schedule, now=clock, anchor=job["anchor_at"])
-        return await self._set_status(
-            tenant,
-            name,
-            "idle",
-            ("paused", "failed"),
-            first,
-            "resumed",
-            unchanged=("idle", "running"),
-        )
-
-    async def _set_status(
+    async def resume_job(
         self,
         tenant: str,
         name: str,
-        status: str,
-        from_status: Sequence[str],
-        scheduled_for: datetime | None,
-        verb: str,
         *,
-        unchanged: Sequence[str],
+        catch_up: str = "skip",
+        now: datetime | None = None,
     ) -> bool:
-        rows = await self._rows(
-            "set_paused",
-            {
-                "tenant": tenant,
-                "name": name,
-                "status": status,
-                "from_status": list(from_status),
-                "scheduled_for": scheduled_for,
-            },
-        )
-        if rows:
+        """Resume a paused (or failed) job. Idempotent.
+
+        Args:
+            catch_up: what happens to the occurrences that fell inside the pause
+                (:mod:`pgpulse.limits`): ``skip`` — not these (the job holds its first
+                occurrence after now, nothing recorded); ``once`` — they run once, as the
+                newest of them, the older ones recorded as skipped; ``backfill`` — each of
+                them runs, oldest first. Later occurrences follow the job's own ``catch_up``.
+
+        Returns:
+            ``True`` if the job was resumed now, ``False`` if it was not paused (idle, running
+            or completed: nothing changes).
+
+        Raises:
+            JobNotFound: no such job.
+            InvalidInput: ``catch_up`` is not one of skip, once, backfill (``field="catch_up"``).
+        """
+        if catch_up not in RESUME_MODES:
+            raise InvalidInput(
+                f"catch_up must be one of {', '.join(RESUME_MODES)}, got {catch_up!r}",
+                field="catch_up",
+                value=catch_up,
+            )
+        first, status = None, "idle"
+        if catch_up == "skip":
+            job = await self.get_job(tenant, name)
+            clock = now or await self.db_now()
+            schedule = parse_schedule(job["schedule"], job["timezone"])
+            first = schedule.next_after_or_none(clock, anchor=job["anchor_at"])
+            if first is None or (job["not_after"] is not None and first > job["not_after"]):
+                first, status = first or job["scheduled_for"], "completed"
+        params = {
+            "tenant": tenant,
+            "name": name,
+            "status": status,
+            "scheduled_for": first,
+            "mode": None if catch_up == "skip" else catch_up,
+            "now": now,
+        }
+        if await self._rows("resume_job", params):
             return True
         current = await self._rows("job_status", {"tenant": tenant, "name": name})
         if not current:
             raise JobNotFound(tenant, name)
-        if current[0]["status"] in unchanged:
-            return False
-        allowed = " or ".join(from_status)
-        raise InvalidInput(
-            f"job {name!r} is {current[0]['status']}; only "
-            f"{'an' if allowed[0] in 'aeiou' else 'a'} {allowed} job can be {verb}",
-            field="status",
-            value=current[0]["status"],
-        )
+        return False
 
     async def trigger_job(self, tenant: str, name: str) -> datetime:
         """Add an extra occurrence at the database's now (the schedule continues after it).

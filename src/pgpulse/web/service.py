@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -181,8 +182,11 @@ class JobService:
         job, _ = await self.save(who, fields)
         return job
 
-    async def act(self, who: Principal, job_id: int, verb: str) -> dict[str, Any]:
-        """Pause, resume, trigger or delete job ``job_id`` through the store.
+    async def act(
+        self, who: Principal, job_id: int, verb: str, options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Pause, resume, trigger or delete job ``job_id`` through the store, with the verb's
+        ``options`` (pause: ``until``, ``reason``; resume: ``catch_up``).
 
         Returns:
             The job after the change (``{}`` after ``delete``); after ``trigger`` it holds the
@@ -195,14 +199,14 @@ class JobService:
         row = await self.reads.job(job_id, tenant=who.scope)
         if row is None:
             raise NoSuchJob(job_id)
-        method = {
+        methods: dict[str, Callable[..., Awaitable[Any]]] = {
             "pause": self.store.pause_job,
             "resume": self.store.resume_job,
             "trigger": self.store.trigger_job,
             "delete": self.store.delete_job,
-        }[verb]
+        }
         try:
-            await method(row["tenant"], row["name"])
+            await methods[verb](row["tenant"], row["name"], **(options or {}))
         except JobNotFound:
             raise NoSuchJob(job_id) from None
         log.info(
