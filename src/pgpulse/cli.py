@@ -486,7 +486,12 @@ async def job_pause(
         at = parse_instant("until", until, (await store.get_job(tenant, name))["timezone"])
     changed = await store.pause_job(tenant, name, until=at, reason=reason)
     what = f"{name}{f' until {at.isoformat()}' if at else ''}{f' ({reason})' if reason else ''}"
-    click.echo(f"paused {what}" if changed else f"{name} was paused already; now paused {what}")
+    if changed:
+        click.echo(f"paused {what}")
+    elif at or reason:
+        click.echo(f"{name} was paused already; now paused {what}")
+    else:
+        click.echo(f"{name} was paused already; no change")
 
 
 @job.command("resume")
@@ -505,7 +510,8 @@ async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> Non
     changed = await store.resume_job(tenant, name, catch_up=catch_up)
     row = await store.get_job(tenant, name)
     click.echo(
-        f"resumed {name} ({catch_up}); next occurrence {row['scheduled_for'].isoformat()}"
+        f"resumed {name}{'' if catch_up == 'skip' else f' ({catch_up})'}; next occurrence "
+        f"{row['scheduled_for'].isoformat()}"
         if changed
         else f"{name} is {row['status']}, not paused; no change"
     )

@@ -248,7 +248,7 @@ def plan_claim(
     if attempt > 1:
         return _RUN
     plan = hold(schedule, policy, scheduled_for, now=now, anchor=anchor)
-    if plan.scheduled_for == scheduled_for:
+    if plan.scheduled_for == scheduled_for and not plan.skipped_count:
         return _RUN
     return ClaimDecision("skip", plan)
 

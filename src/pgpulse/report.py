@@ -291,6 +291,6 @@ def print_status(
     lag = counts["max_lag"]
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "
-        f"{counts['paused']} paused, {counts['failed']} failed; "
+        f"{counts['paused']} paused, {counts['failed']} failed, {counts['completed']} completed; "
         f"lag of the most overdue job: {'none' if lag is None else f'{lag:.3f}s'}"
     )

@@ -321,7 +321,7 @@ class Store(CalendarStore):
         )
         if not rows:
             raise JobNotFound(tenant, name)
-        if not rows[0]["paused"]:
+        if rows[0]["was"] not in ("idle", "failed", "paused"):
             raise _state_refusal(name, rows[0]["was"], ("idle", "failed"), "paused")
         return bool(rows[0]["was"] != "paused")
 

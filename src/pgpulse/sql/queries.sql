@@ -495,8 +495,9 @@ WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant
 
 -- name: list_jobs
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.status,
-       j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.last_outcome, j.last_error,
-       j.last_finished_at
+       j.paused_until, j.pause_reason, j.scheduled_for, j.next_run_at, j.attempt, j.locked_by,
+       j.last_outcome, j.last_error, j.last_finished_at, j.spread, j.not_before, j.not_after,
+       j.max_runs, j.runs_done, j.calendars, j.auto_pause_after, j.failures
 FROM pgpulse_job_names n JOIN pgpulse_jobs j ON j.id = n.job_id
 WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
 ORDER BY n.tenant, n.name;
@@ -504,7 +505,8 @@ ORDER BY n.tenant, n.name;
 -- name: pause_job
 -- Pause an idle, failed or paused job (a paused one takes the new %(until)s and %(reason)s):
 -- it is not claimed until resumed, by hand or, at %(until)s, by the leader's heartbeat. A
--- running job cannot be paused here: the caller says so. Returns the status it had.
+-- running job cannot be paused here: the caller says so. Returns the status it had; a paused
+-- job whose until and reason are already these is not written.
 WITH target AS (
     SELECT j.id, j.status
     FROM pgpulse_jobs j
@@ -519,6 +521,9 @@ WITH target AS (
     FROM target
     WHERE j.id = target.id
       AND target.status IN ('idle', 'failed', 'paused')
+      AND (target.status <> 'paused'
+           OR (j.paused_until, j.pause_reason) IS DISTINCT FROM (%(until)s::timestamptz,
+                                                                 %(reason)s::text))
     RETURNING j.id
 )
 SELECT target.status AS was, (SELECT count(*) FROM paused) AS paused
@@ -626,6 +631,7 @@ SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
        count(*) FILTER (WHERE status = 'running') AS running,
        count(*) FILTER (WHERE status = 'paused') AS paused,
        count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'completed') AS completed,
        count(*) AS total,
        extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
                                                            AND next_run_at <= now()))::float8
