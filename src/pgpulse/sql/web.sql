@@ -47,6 +47,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        extract(epoch FROM j.timeout)::float8 AS timeout, j.source, j.status, j.anchor_at,
        j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.lease_expires_at,
        j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
+       j.spread, j.not_before, j.not_after, j.max_runs, j.runs_done, j.calendars,
+       j.auto_pause_after, j.failures, j.paused_until, j.pause_reason,
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
             THEN extract(epoch FROM now() - j.next_run_at)::float8 END AS due_lag,
        last.lag AS last_lag, last.duration AS last_duration

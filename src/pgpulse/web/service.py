@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pgpulse.access import Writer, token_writer
+from pgpulse.calendars import ExclusionCalendar
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
 from pgpulse.schedule import parse_schedule
@@ -39,6 +40,12 @@ DEFINITION_FIELDS = (
     "max_attempts",
     "retry_backoff",
     "timeout",
+    "spread",
+    "not_before",
+    "not_after",
+    "max_runs",
+    "calendars",
+    "auto_pause_after",
 )
 #: How many upcoming occurrences a job shows.
 UPCOMING = 5
@@ -223,6 +230,22 @@ class JobService:
             },
         )
         return {} if verb == "delete" else await self.job(who, job_id)
+
+    async def put_calendar(
+        self, who: Principal, tenant: str | None, name: str, fields: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Create or replace calendar ``name`` of ``tenant`` (default: the token's) as the
+        token's writer; returns it as listed.
+
+        Raises:
+            InvalidInput: the calendar's own refusals (:meth:`ExclusionCalendar.create`).
+            Forbidden: another tenant's calendar for a tenant token.
+        """
+        where = tenant or who.tenant or "default"
+        calendar = ExclusionCalendar.create(name, **fields)
+        await self.store.put_calendar(where, calendar, writer=self.writer(who))
+        rows = await self.store.list_calendars(where)
+        return next(row for row in rows if row["name"] == name)
 
     async def run(self, who: Principal, run_id: int) -> dict[str, Any]:
         """One run with output and error. Raises :class:`NoSuchRun`."""
