@@ -73,14 +73,15 @@ async def test_invalid_combinations_over_http_name_the_field_and_write_nothing(
 ) -> None:
     token = await make_token(store, "acme")
     async with api_client(store, token) as api:
-        for fields, field in [
+        cases: list[tuple[dict[str, Any], str]] = [
             ({"schedule": "@at 2099-01-01T00:00:00", "spread": 5}, "spread"),
             (
                 {"not_before": "2026-02-01T00:00:00Z", "not_after": "2026-01-01T00:00:00Z"},
                 "not_after",
             ),
             ({"calendars": ["nope"]}, "calendars"),
-        ]:
+        ]
+        for fields, field in cases:
             refused = await api.post("/api/v1/jobs", json=body("bad", **fields))
             assert refused.status_code == 422, refused.text
             assert refused.json()["error"]["field"] == field
