@@ -86,3 +86,20 @@ async def test_invalid_combinations_over_http_name_the_field_and_write_nothing(
             assert refused.status_code == 422, refused.text
             assert refused.json()["error"]["field"] == field
     assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
+
+
+async def test_the_dashboard_shows_a_pause_its_end_and_reason(store: Store) -> None:
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        job = (await api.post("/api/v1/jobs", json=body("nightly", max_runs=4))).json()
+        await api.post(
+            f"/api/v1/jobs/{job['id']}/pause",
+            json={"until": "2099-01-01T00:00:00+00:00", "reason": "audit"},
+        )
+    async with api_client(store) as ui:
+        assert (await ui.post("/ui/login", data={"token": token})).status_code == 303
+        listing = (await ui.get("/ui/")).text
+        assert 'data-testid="pause-nightly"' in listing and "audit" in listing
+        page = (await ui.get(f"/ui/jobs/{job['id']}")).text
+        assert 'data-testid="job-pause"' in page and "until 2099-01-01" in page
+        assert "0 of at most 4" in page

@@ -103,7 +103,8 @@ class App:
             name: the job's and the handler's name.
             schedule: the schedule expression.
             **options: any other :meth:`JobSpec.create` field (``timezone``, ``catch_up``,
-                ``payload``, ``max_attempts``, ``timeout``...).
+                ``payload``, ``max_attempts``, ``timeout``, ``spread``, ``not_before``,
+                ``not_after``, ``max_runs``, ``calendars``, ``auto_pause_after``...).
 
         Raises:
             InvalidSchedule, UnknownTimeZone, InvalidPayload, InvalidInput: at declaration

@@ -284,6 +284,8 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 --   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; each
 --   reaped job's shard is woken. With nothing expired this is one probe of pgpulse_jobs_leases
 --   (the bound is an index condition);
+-- * pauses that end: a paused job whose paused_until has come is idle again (the leader; a
+--   backup %(backup_delay)s seconds later), one probe of pgpulse_jobs_pause_ends when none has;
 -- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing).
 -- Returns one row: the clock reading, whether this session leads, how many leases it reaped, and
 -- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included.
