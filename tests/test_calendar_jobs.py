@@ -154,6 +154,9 @@ def test_calendar_commands_and_job_options_from_the_command_line(dsn: str) -> No
     assert paused.stdout.strip() == "paused x until 2099-01-01T00:00:00+00:00 (plant closed)"
     shown = pgpulse("job", "list", "--json", dsn=dsn)
     assert '"plant closed"' in shown.stdout
+    show = pgpulse("job", "show", "x", dsn=dsn).stdout
+    assert "paused until 2099-01-01T00:00:00+00:00: plant closed" in show
+    assert "max runs" in show and "5 (0 done)" in show and "plant" in show
     resumed = pgpulse("job", "resume", "x", "--catch-up", "once", dsn=dsn)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith("resumed x (once); next occurrence ")
