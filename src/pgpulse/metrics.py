@@ -36,7 +36,7 @@ Metrics (units are seconds unless stated):
     Occurrences recorded as skipped (misfire grace, backfill limit, coalescing).
 ``pgpulse_jobs{state}`` (gauge, cluster-wide)
     Jobs by state: ``due`` (idle and due, not yet claimed), ``running``, ``paused``, ``failed``,
-    ``total``. Read from the database at each scrape.
+    ``completed``, ``total``. Read from the database at each scrape.
 ``pgpulse_jobs_max_lag_seconds`` (gauge, cluster-wide)
     How late the most overdue idle job is (0 when none is due). Read at each scrape.
 ``pgpulse_metrics_refresh_errors_total`` (counter)
@@ -79,7 +79,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 #: Outcomes of :data:`RUNS`, initialised to 0 so dashboards see every series from the start.
 OUTCOMES = ("succeeded", "failed", "retrying", "skipped", "fenced")
 #: Job states of :data:`JOBS`.
-JOB_STATES = ("due", "running", "paused", "failed", "total")
+JOB_STATES = ("due", "running", "paused", "failed", "completed", "total")
 #: Seconds to wait for the cluster-wide read of a scrape before serving the previous values.
 REFRESH_TIMEOUT = 2.0
 
