@@ -172,3 +172,17 @@ def test_invalid_combinations_are_refused_naming_the_field(
     with pytest.raises(InvalidInput) as refused:
         spec("x", **fields)
     assert refused.value.field == field
+
+
+async def test_an_interval_job_with_not_before_starts_its_grid_there(store: Store, db: Any) -> None:
+    start = utc(2026, 10, 25, 0, 30)  # the night Europe leaves summer time
+    await add(
+        store,
+        spec("tick", schedule="@every 45m", not_before=start, max_runs=3),
+        now=utc(2026, 10, 24),
+    )
+    ran: list[Any] = []
+    for minutes in (0, 45, 90, 135):
+        await drain(store, start + timedelta(minutes=minutes, seconds=1), seen=ran)
+    assert ran == [start, start + timedelta(minutes=45), start + timedelta(minutes=90)]
+    assert job_row(db, "tick")["status"] == "completed"
