@@ -317,6 +317,8 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         "/api/v1/runs",
         "/api/v1/runs/{run_id}",
         "/api/v1/cluster",
+        "/api/v1/calendars",
+        "/api/v1/calendars/{name}",
     }
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert metrics.status_code == 200

@@ -38,9 +38,9 @@ ORDER BY id;
 
 -- name: jobs
 -- A page of jobs in (tenant, name) order after the keyset cursor, with how late the job is now
--- (due_lag, seconds; NULL unless idle and due) and the lag and duration of its latest started
--- run. %(id)s selects one job (show); the other filters are optional. Pages are read in the
--- order of pgpulse_job_names' primary key.
+-- (due_lag, seconds; NULL unless idle and due) and the lag (from the spread instant) and
+-- duration of its latest started run. %(id)s selects one job (show); the other filters are
+-- optional. Pages are read in the order of pgpulse_job_names' primary key.
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
@@ -55,7 +55,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
 FROM pgpulse_job_names n
 JOIN pgpulse_jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
-    SELECT extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
+    SELECT extract(epoch FROM r.started_at - r.scheduled_for
+                              - pgpulse_spread_offset(j.id, j.spread))::float8 AS lag,
            extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration
     FROM pgpulse_runs r
     WHERE r.job_id = j.id AND r.started_at IS NOT NULL
@@ -74,14 +75,16 @@ LIMIT %(limit)s;
 -- name: runs
 -- A page of runs, newest first (id order), after the keyset cursor %(before_id)s. The time range
 -- applies to scheduled_for (the occurrence), half-open: since <= scheduled_for < until.
--- lag = started_at - scheduled_for of the latest attempt; output only when %(with_output)s.
+-- lag = started_at - scheduled_for of the latest attempt, less the job's spread offset (lateness
+-- counts from the spread instant); output only when %(with_output)s.
 -- Runs in progress are included (pgpulse_runs_live: outcome 'running'). A skipped summary row stands
 -- for its occurrences from scheduled_for through last_scheduled_for.
 SELECT r.id, r.job_id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id,
        r.occurrences, coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for,
        r.fencing_token, r.started_at, r.finished_at,
        extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
-       extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
+       extract(epoch FROM r.started_at - r.scheduled_for
+                          - pgpulse_spread_offset(j.id, j.spread))::float8 AS lag,
        r.error, CASE WHEN %(with_output)s THEN r.output END AS output
 FROM pgpulse_runs_live r
 JOIN pgpulse_jobs j ON j.id = r.job_id

@@ -177,7 +177,10 @@ class Job(BaseModel):
     created_at: datetime
     updated_at: datetime
     due_lag: float | None = Field(description="Seconds overdue now (idle and due), else null.")
-    last_lag: float | None = Field(description="Start minus scheduled_for of the latest run.")
+    last_lag: float | None = Field(
+        description="Start of the latest run minus its spread instant (scheduled_for + the "
+        "job's spread offset)."
+    )
     last_duration: float | None = Field(description="Seconds the latest finished run took.")
 
 
@@ -217,7 +220,10 @@ class Run(BaseModel):
     started_at: datetime | None = Field(description="Start of the latest attempt.")
     finished_at: datetime | None
     duration: float | None = Field(description="Seconds from start to finish.")
-    lag: float | None = Field(description="Seconds from scheduled_for to the latest start.")
+    lag: float | None = Field(
+        description="Seconds from the spread instant (scheduled_for + the job's spread "
+        "offset; scheduled_for without spread) to the latest start."
+    )
     error: str | None
     output: str | None = Field(None, description="Captured output (only on GET /runs/{id}).")
 
