@@ -32,7 +32,7 @@ def test_the_claim_step_is_sent_as_written_with_postgresqls_own_placeholders() -
     which cost a busy node 5 % of its CPU. Each name gets one number, in first-use order."""
     statement = QUERIES["finish_and_claim"]
     text, names = positional(statement)
-    assert names == ("now", "outcomes", "shards", "limit", "node", "lease")
+    assert names == ("now", "outcomes", "route_handlers", "route_shards", "limit", "node", "lease")
     assert "%(" not in text and "%%" not in text
     assert sorted(set(re.findall(r"\$(\d+)", text)), key=int) == [
         str(i) for i in range(1, len(names) + 1)

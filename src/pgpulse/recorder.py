@@ -30,6 +30,7 @@ from pgpulse.attempts import Attempts
 from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable, describe
 from pgpulse.model import Outcome, Step
+from pgpulse.routing import Routes
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,10 @@ class Recorder:
         self.node_id = node_id
         self.lease = lease
 
-    async def step(self, shards: Sequence[int]) -> Step:
-        """Write the outcomes decided so far and claim due jobs of ``shards`` (none: claim
-        nothing) into the free slots, in one transaction; start each claimed job at once.
+    async def step(self, routes: Routes) -> Step:
+        """Write the outcomes decided so far and claim due jobs along ``routes`` (each handler's
+        jobs in its shards; none: claim nothing) into the free slots, in one transaction; start
+        each claimed job at once.
 
         The attempts whose outcomes go out in this step end with it, so their slots count as
         free: after the step at most ``slots`` attempts run (invariant 6).
@@ -64,13 +66,13 @@ class Recorder:
                 outcomes are queued again (but for one the database refused, see the module).
         """
         batch = self.attempts.take()
-        limit = self.attempts.free(batch) if shards else 0
+        limit = self.attempts.free(batch) if routes else 0
         if not batch and limit <= 0:
             return Step(set(), [], None, None)
         sent = time.monotonic()
         try:
             step = await self.store.finish_and_claim(
-                batch, self.node_id, shards, limit, lease=self.lease
+                batch, self.node_id, routes, limit, lease=self.lease
             )
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
@@ -98,7 +100,7 @@ class Recorder:
         while self.attempts.waiting and (left := until - time.monotonic()) > 0:
             try:
                 async with asyncio.timeout(left):
-                    await self.step(())
+                    await self.step({})
             except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
                 log.warning(
                     "recording %d outcomes failed (%s); retrying in %.1fs",

@@ -186,12 +186,14 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
                 ("timeout", _seconds(job["timeout"])),
                 *_limits(job),
                 ("source", job["source"]),
+                ("revision", job.get("revision", 1)),
             ],
         ),
         (
             "state",
             [
                 ("status", _status(job)),
+                *([("waiting", job["waiting"])] if job.get("waiting") else []),
                 ("last outcome", job["last_outcome"] or "-"),
                 ("last finished", _instant(job["last_finished_at"])),
                 ("last error", job["last_error"] or "-"),
@@ -246,8 +248,8 @@ def _count(n: int, word: str) -> str:
 
 def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
     """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
-    lost nodes, shards still moving, and the database, e.g. ``3 nodes alive, leader node-2,
-    0 jobs due — database 'pulse' on db.internal:5432``."""
+    lost nodes, shards still moving, jobs no live node can run, and the database, e.g.
+    ``3 nodes alive, leader node-2, 0 jobs due — database 'pulse' on db.internal:5432``."""
     alive = [n for n in nodes if n["alive"]]
     lost = [n for n in nodes if n["state"] == "lost"]
     leader = next((n["node_id"] for n in nodes if n["leader"]), None)
@@ -262,6 +264,11 @@ def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], dat
             line += f", shards moving ({owned} of {SHARD_COUNT} owned)"
     if lost:
         line += f"; {_count(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
+    waiting = counts.get("unroutable", [])
+    if waiting:
+        line += f"; {_count(sum(w['jobs'] for w in waiting), 'job')} waiting: " + ", ".join(
+            w["reason"] for w in waiting
+        )
     return f"{line} — {database}"
 
 
@@ -320,6 +327,18 @@ def print_status(
     lag = counts["max_lag"]
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "
-        f"{counts['paused']} paused, {counts['failed']} failed, {counts['completed']} completed; "
-        f"lag of the most overdue job: {'none' if lag is None else f'{lag:.3f}s'}"
+        f"{counts['paused']} paused, {counts['failing']} whose last run failed, "
+        f"{counts['failed']} that cannot be scheduled, {counts['completed']} completed; "
+        f"lag of the most overdue job: {'none' if lag is None else f'{lag:.1f} s'}"
     )
+    for w in counts.get("unroutable", []):
+        click.echo(f"waiting: {_count(w['jobs'], 'job')} ({w['due']} due): {w['reason']}")
+    stale = counts.get("stale_code_jobs") or []
+    if stale:
+        names = ", ".join(
+            j["name"] if j["tenant"] == "default" else f"{j['tenant']}/{j['name']}" for j in stale
+        )
+        click.echo(
+            f"declared by code no longer running: {len(stale)} job(s): {names} "
+            "(node run --prune-code-jobs deletes them)"
+        )

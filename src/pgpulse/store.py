@@ -16,17 +16,22 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from pgpulse.access import OPERATOR, Writer, check_write
+from pgpulse.audit import PYTHON_ACTOR, Actor
 from pgpulse.calendar_store import CalendarStore
 from pgpulse.claims import LEADER_LOCK_KEY
+from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
-from pgpulse.limits import RESUME_MODES, first_in_window
+from pgpulse.limits import RESUME_MODES
 from pgpulse.migrations import migrate
-from pgpulse.schedule import Schedule, parse_schedule
+from pgpulse.plan import Plan
+from pgpulse.reconcile import Planner, reconcile
+from pgpulse.routing import waiting_reason
+from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
+from pgpulse.writes import check_definition, lock_definitions, write_definition
 
 #: Tries of :meth:`Store.upsert_jobs` when another session creates or deletes one of its jobs at
 #: the same instant (each try is one transaction; the next one finds the name).
@@ -48,47 +53,6 @@ def _state_refusal(name: str, status: str, allowed: Sequence[str], verb: str) ->
     )
 
 
-def _start(
-    spec: JobSpec, current: dict[str, Any] | None, clock: datetime
-) -> tuple[Schedule, datetime, datetime, str]:
-    """Where ``spec``'s job starts if its occurrences are (re)set at ``clock``: its schedule,
-    first occurrence (:func:`~pgpulse.limits.first_in_window`), interval anchor and status
-    (``completed`` when its window holds no occurrence). The statement uses them only for a
-    new job or a changed schedule or window.
-
-    Raises:
-        InvalidInput: ``field="schedule"``: a new (or newly given) one-off ``@at`` whose instant
-            is not after the database's now, unless ``catch_up`` (backfill or coalesce) says
-            to run it.
-    """
-    schedule = spec.parsed_schedule()
-    anchor = clock
-    if schedule.kind == "interval" and spec.not_before is not None and spec.not_before > clock:
-        anchor = spec.not_before
-    first = first_in_window(schedule, now=clock, anchor=anchor, not_before=spec.not_before)
-    status = "idle"
-    if first is None:  # a one-off whose instant is not after now, or before not_before
-        assert schedule.at is not None
-        first = schedule.at
-        fresh = current is None or (current["schedule"], current["timezone"]) != (
-            spec.schedule,
-            spec.timezone,
-        )
-        if schedule.at > clock:  # before not_before: never in the window
-            status = "completed"
-        elif fresh and spec.catch_up == "skip":
-            raise InvalidInput(
-                f"schedule {spec.schedule!r} of job {spec.name!r} is in the past (the database's "
-                f"now is {clock.isoformat()}); to run it anyway, give catch_up backfill or "
-                "coalesce",
-                field="schedule",
-                value=spec.schedule,
-            )
-    if spec.not_after is not None and first > spec.not_after:
-        status = "completed"
-    return schedule, first, anchor, status
-
-
 class Store(CalendarStore):
     """Intent-named access to Pulse's tables.
 
@@ -96,7 +60,22 @@ class Store(CalendarStore):
         pool: an open pool of autocommit connections with dict rows
             (:func:`pgpulse.database.open_pool`), or any other connection source such as a
             node's dedicated heartbeat :class:`~pgpulse.database.Session`.
+        reads: where the lists people browse are read (:meth:`list_jobs`, :meth:`list_runs`,
+            :meth:`cluster_counts`, the web's lists): a read replica's pool
+            (``--read-database-url``), so a busy dashboard costs the primary nothing. ``None``:
+            ``pool``. Everything that writes or decides — a job read before its update, the
+            leader (the primary's locks) — stays on ``pool``. A replica may lag: these lists
+            show the cluster as it was that long ago.
     """
+
+    def __init__(self, pool: ConnectionSource, reads: ConnectionSource | None = None) -> None:
+        super().__init__(pool)
+        self.reads = reads or pool
+
+    async def _read_rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self.reads.connection() as conn:
+            cur = await conn.execute(QUERIES[name], params)
+            return list(await cur.fetchall())
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -122,6 +101,7 @@ class Store(CalendarStore):
         writer: Writer = OPERATOR,
         extra_handlers: Collection[str] = (),
         now: datetime | None = None,
+        actor: Actor = PYTHON_ACTOR,
     ) -> list[tuple[int, bool]]:
         """Create or update jobs by (tenant, name), all in one transaction, as ``writer``.
 
@@ -132,16 +112,20 @@ class Store(CalendarStore):
         default writer, :data:`~pgpulse.access.OPERATOR`, holds the database's credentials and
         may write everything; the API passes its token's writer, a node its code's.
 
-        A new job (or one whose schedule or time zone changed) holds the first occurrence after
-        the database's now; an unchanged schedule keeps the job's state, so upserting the same
-        spec twice is a no-op. A running job keeps its current occurrence; the new definition
+        A new job (or one whose schedule, time zone or active window changed) holds its first
+        occurrence in its window after the database's now (``completed`` when there is none);
+        an unchanged schedule keeps the job's state. A spec equal to the
+        stored definition writes nothing, so upserting the same spec twice is a no-op; every
+        other write is a new revision, recorded in the audit trail with ``actor``
+        (:mod:`pgpulse.writes`). A running job keeps its current occurrence; the new definition
         takes effect from its next one.
 
-        The first occurrence is the planner's (:func:`~pgpulse.planner.first_occurrence`, from the
-        database's now). A spec's handler must be known: built in (``shell``, ``http``), in
-        ``extra_handlers`` (the caller's own app), or registered by a node that ran against this
-        database (read only when the first two do not know it). Payloads are checked when the
-        spec is built (:meth:`JobSpec.create`), as every other field.
+        The first occurrence is :func:`~pgpulse.limits.first_in_window`'s, from the database's
+        now (:func:`pgpulse.writes.check_definition`). A spec's handler must be known: built
+        in (``shell``, ``http``), in ``extra_handlers`` (the caller's own app), or registered by
+        a node that ran against this database (read only when the first two do not know it).
+        Payloads are checked when the spec is built (:meth:`JobSpec.create`), as every other
+        field.
 
         Jobs are found by name in ``pgpulse_job_names``. When another session creates one of the
         same names (or deletes one of the jobs) at the same instant, the whole transaction is rolled
@@ -154,7 +138,9 @@ class Store(CalendarStore):
         Raises:
             UnknownHandler: a spec's handler is not known (``field`` is ``"handler"``); nothing
                 is written.
-            InvalidInput: two specs name the same job; nothing is written.
+            InvalidInput: two specs name the same job, a spec names a calendar its tenant does
+                not have (``field="calendars"``), or a new one-off ``@at`` is already past under
+                ``catch_up`` skip (``field="schedule"``); nothing is written.
             Forbidden: ``writer`` may not write one of the specs; nothing is written.
             psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected: still racing
                 another session after :data:`UPSERT_TRIES` tries; nothing is written.
@@ -173,7 +159,7 @@ class Store(CalendarStore):
             )
         for attempt in range(1, UPSERT_TRIES + 1):
             try:
-                return await self._upsert_once(specs, writer, now)
+                return await self._upsert_once(specs, writer, now, actor)
             except _UpsertRaced as raced:
                 if attempt == UPSERT_TRIES:
                     raise (
@@ -186,7 +172,7 @@ class Store(CalendarStore):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _upsert_once(
-        self, specs: Sequence[JobSpec], writer: Writer, now: datetime | None
+        self, specs: Sequence[JobSpec], writer: Writer, now: datetime | None, actor: Actor
     ) -> list[tuple[int, bool]]:
         """One try of :meth:`upsert_jobs`, in one transaction; raises :class:`_UpsertRaced`
         (after rolling back) when another session created or deleted one of the jobs at once."""
@@ -194,50 +180,23 @@ class Store(CalendarStore):
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 clock = now or (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
-                current = await conn.execute(
-                    QUERIES["lock_jobs_by_name"],
-                    {"tenants": [s.tenant for s in specs], "names": [s.name for s in specs]},
-                )
-                rows = {(r["tenant"], r["name"]): r for r in await current.fetchall()}
+                current = await lock_definitions(conn, [(s.tenant, s.name) for s in specs])
                 for spec in specs:  # before any write: a refusal leaves the transaction empty
-                    row = rows.get((spec.tenant, spec.name))
+                    row = current.get((spec.tenant, spec.name))
                     check_write(writer, spec, None if row is None else row["handler"])
-                    await self._check_calendars(conn, spec)
-                starts = [_start(spec, rows.get((spec.tenant, spec.name)), clock) for spec in specs]
-                for spec, (schedule, first, anchor, status) in zip(specs, starts, strict=True):
-                    cur = await conn.execute(
-                        QUERIES["upsert_job"],
-                        {
-                            "tenant": spec.tenant,
-                            "name": spec.name,
-                            "schedule": spec.schedule,
-                            "schedule_kind": schedule.kind,
-                            "timezone": spec.timezone,
-                            "handler": spec.handler,
-                            "payload": Jsonb(spec.payload),
-                            "catch_up": spec.catch_up,
-                            "backfill_limit": spec.backfill_limit,
-                            "misfire_grace": spec.misfire_grace,
-                            "max_attempts": spec.max_attempts,
-                            "retry_backoff": spec.retry_backoff,
-                            "timeout": spec.timeout,
-                            "source": spec.source,
-                            "meta": Jsonb(spec.meta),
-                            "spread": spec.spread,
-                            "not_before": spec.not_before,
-                            "not_after": spec.not_after,
-                            "max_runs": spec.max_runs,
-                            "calendars": list(spec.calendars),
-                            "auto_pause_after": spec.auto_pause_after,
-                            "status": status,
-                            "anchor_at": anchor,
-                            "scheduled_for": first,
-                        },
+                    await check_definition(conn, spec, row, clock)
+                for spec in specs:
+                    written = await write_definition(
+                        conn,
+                        spec,
+                        current.get((spec.tenant, spec.name)),
+                        clock=clock,
+                        actor=actor,
+                        now=now,
                     )
-                    row = await cur.fetchone()
-                    if row is None:  # deleted between the name lookup and the update
+                    if written is None:  # deleted between the name lookup and the update
                         raise _UpsertRaced
-                    results.append((row["id"], row["created"]))
+                    results.append((written.job_id, written.created))
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "pgpulse_job_names_pkey":
                 raise
@@ -245,25 +204,6 @@ class Store(CalendarStore):
         except psycopg.errors.DeadlockDetected as exc:  # two batches creating names crosswise
             raise _UpsertRaced from exc
         return results
-
-    @staticmethod
-    async def _check_calendars(conn: psycopg.AsyncConnection[Any], spec: JobSpec) -> None:
-        """Refuse ``spec`` if it names a calendar its tenant does not have; lock the ones it
-        names (FOR SHARE) until the transaction ends, so none is deleted meanwhile."""
-        if not spec.calendars:
-            return
-        cur = await conn.execute(
-            QUERIES["calendars_of_tenant"], {"tenant": spec.tenant, "names": list(spec.calendars)}
-        )
-        found = {row["name"] for row in await cur.fetchall()}
-        missing = [name for name in spec.calendars if name not in found]
-        if missing:
-            raise InvalidInput(
-                f"calendar {missing[0]!r} of job {spec.name!r} does not exist in tenant "
-                f"{spec.tenant!r} (create it with: pgpulse calendar set {missing[0]} ...)",
-                field="calendars",
-                value=missing[0],
-            )
 
     async def get_job(self, tenant: str, name: str) -> dict[str, Any]:
         """Return one job row. Raises :class:`JobNotFound`."""
@@ -274,7 +214,7 @@ class Store(CalendarStore):
 
     async def list_jobs(self, tenant: str | None = None) -> list[dict[str, Any]]:
         """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
-        return await self._rows("list_jobs", {"tenant": tenant})
+        return await self._read_rows("list_jobs", {"tenant": tenant})
 
     async def pause_job(
         self,
@@ -284,6 +224,7 @@ class Store(CalendarStore):
         until: datetime | None = None,
         reason: str | None = None,
         now: datetime | None = None,
+        actor: Actor = PYTHON_ACTOR,
     ) -> bool:
         """Pause an idle or failed job: it is not claimed until resumed. Idempotent; pausing a
         paused job again sets its ``until`` and ``reason`` anew.
@@ -317,7 +258,15 @@ class Store(CalendarStore):
                     value=until.isoformat(),
                 )
         rows = await self._rows(
-            "pause_job", {"tenant": tenant, "name": name, "until": until, "reason": reason}
+            "pause_job",
+            {
+                "tenant": tenant,
+                "name": name,
+                "until": until,
+                "reason": reason,
+                "source": actor.source,
+                "actor": actor.name,
+            },
         )
         if not rows:
             raise JobNotFound(tenant, name)
@@ -332,6 +281,7 @@ class Store(CalendarStore):
         *,
         catch_up: str = "skip",
         now: datetime | None = None,
+        actor: Actor = PYTHON_ACTOR,
     ) -> bool:
         """Resume a paused (or failed) job. Idempotent.
 
@@ -371,6 +321,8 @@ class Store(CalendarStore):
             "scheduled_for": first,
             "mode": None if catch_up == "skip" else catch_up,
             "now": now,
+            "source": actor.source,
+            "actor": actor.name,
         }
         if await self._rows("resume_job", params):
             return True
@@ -379,7 +331,7 @@ class Store(CalendarStore):
             raise JobNotFound(tenant, name)
         return False
 
-    async def trigger_job(self, tenant: str, name: str) -> datetime:
+    async def trigger_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> datetime:
         """Add an extra occurrence at the database's now (the schedule continues after it).
 
         Returns:
@@ -389,7 +341,10 @@ class Store(CalendarStore):
             JobNotFound: no such job.
             InvalidInput: the job is running, paused or failed — nothing changes.
         """
-        rows = await self._rows("trigger_job", {"tenant": tenant, "name": name})
+        rows = await self._rows(
+            "trigger_job",
+            {"tenant": tenant, "name": name, "source": actor.source, "actor": actor.name},
+        )
         if not rows:
             current = await self._rows("job_status", {"tenant": tenant, "name": name})
             if not current:
@@ -401,11 +356,56 @@ class Store(CalendarStore):
             )
         return rows[0]["scheduled_for"]  # type: ignore[no-any-return]
 
-    async def delete_job(self, tenant: str, name: str) -> None:
-        """Delete a job and its run history. A node still running it finds its fenced writes
-        change nothing. Raises :class:`JobNotFound`."""
-        if not await self._rows("delete_job", {"tenant": tenant, "name": name}):
+    async def delete_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> None:
+        """Delete a job and its run history (its audit trail stays, ending with the delete). A
+        node still running it finds its fenced writes change nothing. Raises
+        :class:`JobNotFound`."""
+        params = {"id": None, "tenant": tenant, "name": name, "now": None}
+        if not await self._rows(
+            "delete_job", {**params, "source": actor.source, "actor": actor.name}
+        ):
             raise JobNotFound(tenant, name)
+
+    async def job_history(
+        self, tenant: str, name: str, *, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The audit trail of job (``tenant``, ``name``) — under its earlier names too — and of
+        deleted jobs of that name, newest first: ``at`` (the database's instant), ``action``,
+        ``source``, ``actor``, ``revision`` and ``changes`` (``{"field": [old, new]}``).
+        Empty when nothing of that name was ever recorded."""
+        return await self._rows("job_history", {"tenant": tenant, "name": name, "limit": limit})
+
+    async def job_history_by_id(
+        self, job_id: int, *, tenant: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The audit trail of job ``job_id`` (of ``tenant``, unless ``None``), newest first."""
+        return await self._rows(
+            "job_history_by_id", {"job_id": job_id, "tenant": tenant, "limit": limit}
+        )
+
+    async def reconcile(
+        self,
+        batches: Sequence[tuple[str, Sequence[JobSpec]]],
+        planner: Planner,
+        **options: Any,
+    ) -> list[Plan]:
+        """Make whole sources' jobs match their definitions, or plan it
+        (:func:`pgpulse.reconcile.reconcile`: its options, locks and errors)."""
+        return await reconcile(self, batches, planner, **options)
+
+    async def declare_code(self, source: str, tenant: str, names: Sequence[str], node: str) -> None:
+        """Record the jobs an app's code declares (``source`` ``code:<app>``, of ``tenant``), as
+        node ``node`` starts: the source's other jobs are then "declared by code no longer
+        running" (:meth:`stale_code_jobs`)."""
+        await self._rows(
+            "declare_code", {"source": source, "tenant": tenant, "names": list(names), "node": node}
+        )
+
+    async def stale_code_jobs(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Jobs of a ``code:<app>`` source that the app, as its last node to start declared it,
+        no longer declares (``id``, ``tenant``, ``name``, ``source``, ``node_id``,
+        ``declared_at``), of ``tenant`` or all."""
+        return await self._rows("stale_code_jobs", {"tenant": tenant})
 
     # -- reading for people ----------------------------------------------------------------
 
@@ -413,7 +413,7 @@ class Store(CalendarStore):
         self, *, tenant: str | None = None, name: str | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:
         """Most recent runs first (of one job, one tenant, or all)."""
-        return await self._rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
+        return await self._read_rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
 
     async def cluster_nodes(self, *, ttl: float) -> list[dict[str, Any]]:
         """Every registered node with liveness (by its own registered time-to-live, else
@@ -421,6 +421,16 @@ class Store(CalendarStore):
         stopped node shows no shards and nothing running) and whether it leads."""
         return await self._rows("cluster_nodes", {"ttl": ttl, "leader_key": LEADER_LOCK_KEY})
 
-    async def cluster_counts(self, tenant: str | None = None) -> dict[str, Any]:
-        """Counts of due, running, paused, failed and all jobs, and the worst lag (seconds)."""
-        return (await self._rows("cluster_counts", {"tenant": tenant}))[0]
+    async def cluster_counts(
+        self, tenant: str | None = None, *, ttl: float = 10.0
+    ) -> dict[str, Any]:
+        """Counts of due, running, paused, failed and all jobs, the worst lag (seconds), and
+        ``unroutable``: the idle jobs no live node can run (a node row that recorded no
+        time-to-live is judged by ``ttl`` seconds), by handler, each
+        ``{"handler", "jobs", "due", "reason"}`` with the reason they wait
+        (:func:`pgpulse.routing.waiting_reason`)."""
+        row = (await self._read_rows("cluster_counts", {"tenant": tenant, "ttl": ttl}))[0]
+        row["unroutable"] = [
+            {**entry, "reason": waiting_reason(entry["handler"])} for entry in row["unroutable"]
+        ]
+        return row

@@ -85,6 +85,39 @@ CREATE TABLE public.pgpulse_calendars (
     CONSTRAINT pgpulse_calendars_check1 CHECK (((cardinality(dates) > 0) OR (country IS NOT NULL)))
 );
 
+CREATE TABLE public.pgpulse_code_declarations (
+    source text NOT NULL,
+    tenant text NOT NULL,
+    names text[] NOT NULL,
+    node_id text NOT NULL,
+    declared_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_code_declarations_source_check CHECK ((source ~~ 'code:%'::text))
+);
+
+CREATE TABLE public.pgpulse_job_history (
+    id bigint NOT NULL,
+    job_id bigint NOT NULL,
+    tenant text NOT NULL,
+    name text NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    action text NOT NULL,
+    source text NOT NULL,
+    actor text NOT NULL,
+    revision integer NOT NULL,
+    changes jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT pgpulse_job_history_action_check CHECK ((action = ANY (ARRAY['create'::text, 'update'::text, 'pause'::text, 'resume'::text, 'trigger'::text, 'delete'::text]))),
+    CONSTRAINT pgpulse_job_history_changes_check CHECK ((jsonb_typeof(changes) = 'object'::text))
+);
+
+ALTER TABLE public.pgpulse_job_history ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_job_history_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.pgpulse_job_names (
     tenant text NOT NULL,
     name text NOT NULL,
@@ -124,6 +157,7 @@ CREATE TABLE public.pgpulse_jobs (
     last_finished_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    revision integer DEFAULT 1 NOT NULL,
     spread double precision DEFAULT 0 NOT NULL,
     not_before timestamp with time zone,
     not_after timestamp with time zone,
@@ -172,6 +206,8 @@ CREATE TABLE public.pgpulse_nodes (
     slots integer DEFAULT 0 NOT NULL,
     handlers text[] DEFAULT '{}'::text[] NOT NULL,
     ttl double precision,
+    shell text DEFAULT 'off'::text NOT NULL,
+    CONSTRAINT pgpulse_nodes_shell_check CHECK ((shell = ANY (ARRAY['off'::text, 'run'::text, 'dry-run'::text]))),
     CONSTRAINT pgpulse_nodes_state_check CHECK ((state = ANY (ARRAY['alive'::text, 'draining'::text, 'stopped'::text]))),
     CONSTRAINT pgpulse_nodes_ttl_check CHECK ((ttl > (0)::double precision))
 );
@@ -247,6 +283,12 @@ ALTER TABLE ONLY public.pgpulse_api_tokens
 ALTER TABLE ONLY public.pgpulse_calendars
     ADD CONSTRAINT pgpulse_calendars_pkey PRIMARY KEY (tenant, name);
 
+ALTER TABLE ONLY public.pgpulse_code_declarations
+    ADD CONSTRAINT pgpulse_code_declarations_pkey PRIMARY KEY (source);
+
+ALTER TABLE ONLY public.pgpulse_job_history
+    ADD CONSTRAINT pgpulse_job_history_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.pgpulse_job_names
     ADD CONSTRAINT pgpulse_job_names_job_id_key UNIQUE (job_id);
 
@@ -265,7 +307,13 @@ ALTER TABLE ONLY public.pgpulse_runs
 ALTER TABLE ONLY public.pgpulse_runs
     ADD CONSTRAINT pgpulse_runs_pkey PRIMARY KEY (id);
 
-CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (next_run_at, shard_id) WHERE (status = 'idle'::text);
+CREATE INDEX pgpulse_job_history_at ON public.pgpulse_job_history USING btree (at);
+
+CREATE INDEX pgpulse_job_history_job ON public.pgpulse_job_history USING btree (job_id, id DESC);
+
+CREATE INDEX pgpulse_job_history_name ON public.pgpulse_job_history USING btree (tenant, name, id DESC);
+
+CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (handler, next_run_at, shard_id) WHERE (status = 'idle'::text);
 
 CREATE INDEX pgpulse_jobs_leases ON public.pgpulse_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 

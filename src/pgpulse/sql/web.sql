@@ -12,7 +12,7 @@ RETURNING id, prefix, tenant, admin, label, created_at;
 -- The live (unrevoked) token with this hash: one round trip per request, so a revocation takes
 -- effect on the next request. last_used_at is touched at most once a minute.
 WITH found AS (
-    SELECT id, tenant, admin, last_used_at
+    SELECT id, tenant, admin, label, last_used_at
     FROM pgpulse_api_tokens
     WHERE token_sha256 = %(hash)s AND revoked_at IS NULL
 ), touched AS (
@@ -23,7 +23,7 @@ WITH found AS (
       AND (found.last_used_at IS NULL OR found.last_used_at < now() - interval '60 seconds')
     RETURNING t.id
 )
-SELECT found.id, found.tenant, found.admin FROM found;
+SELECT found.id, found.tenant, found.admin, found.label FROM found;
 
 -- name: token_revoke
 UPDATE pgpulse_api_tokens
@@ -39,19 +39,29 @@ ORDER BY id;
 -- name: jobs
 -- A page of jobs in (tenant, name) order after the keyset cursor, with how late the job is now
 -- (due_lag, seconds; NULL unless idle and due) and the lag (from the spread instant) and
--- duration of its latest started run. %(id)s selects one job (show); the other filters are
+-- duration of its latest started run, and whether it is unroutable: idle, and no live node
+-- advertises its handler (it waits for one: issue 18; a node row that recorded no time-to-live
+-- is judged by NodeConfig's default, 10 s). %(id)s selects one job (show); the other filters are
 -- optional. Pages are read in the order of pgpulse_job_names' primary key.
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
-       extract(epoch FROM j.timeout)::float8 AS timeout, j.source, j.status, j.anchor_at,
+       extract(epoch FROM j.timeout)::float8 AS timeout, j.source, j.revision, j.status,
+       j.anchor_at,
        j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.lease_expires_at,
        j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
        j.spread, j.not_before, j.not_after, j.max_runs, j.runs_done, j.calendars,
        j.auto_pause_after, j.failures, j.paused_until, j.pause_reason,
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
             THEN extract(epoch FROM now() - j.next_run_at)::float8 END AS due_lag,
-       last.lag AS last_lag, last.duration AS last_duration
+       last.lag AS last_lag, last.duration AS last_duration,
+       j.status = 'idle' AND NOT EXISTS (
+           SELECT 1
+           FROM pgpulse_nodes AS p
+           WHERE j.handler = ANY(p.handlers)
+             AND p.state = 'alive'
+             AND p.last_heartbeat > now() - make_interval(secs => coalesce(p.ttl, 10))
+       ) AS unroutable
 FROM pgpulse_job_names n
 JOIN pgpulse_jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
@@ -85,7 +95,13 @@ SELECT r.id, r.job_id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome,
        extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
        extract(epoch FROM r.started_at - r.scheduled_for
                           - pgpulse_spread_offset(j.id, j.spread))::float8 AS lag,
-       r.error, CASE WHEN %(with_output)s THEN r.output END AS output
+       r.error, CASE WHEN %(with_output)s THEN r.output END AS output,
+       -- the definition's revision when the run started (queries.sql, list_runs)
+       coalesce((SELECT h.revision FROM pgpulse_job_history h
+                 WHERE h.job_id = r.job_id
+                   AND h.at <= coalesce(r.started_at, r.finished_at, r.scheduled_for)
+                 ORDER BY h.id DESC
+                 LIMIT 1), 1) AS revision
 FROM pgpulse_runs_live r
 JOIN pgpulse_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)

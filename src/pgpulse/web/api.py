@@ -26,6 +26,7 @@ from pgpulse.web.schemas import (
     CalendarIn,
     Cluster,
     Error,
+    History,
     Job,
     JobCreate,
     JobPage,
@@ -112,7 +113,7 @@ async def list_jobs(
     if tenant is not None and not who.sees(tenant):
         return {"items": [], "next_cursor": None}
     after = decode_job_cursor(cursor) if cursor else None
-    rows = await ctx.service.reads.jobs(
+    rows = await ctx.service.lists.jobs(
         tenant=tenant or who.scope,
         status=status,
         handler=handler,
@@ -238,7 +239,7 @@ async def _runs(
                 value=cursor,
             )
         before = int(cursor)
-    rows = await ctx.service.reads.runs(
+    rows = await ctx.service.lists.runs(
         tenant=who.scope,
         job_id=job_id,
         outcome=outcome,
@@ -323,6 +324,18 @@ async def list_job_runs(
         cursor=cursor,
         limit=limit,
     )
+
+
+@router.get(
+    "/jobs/{job_id}/history",
+    response_model=History,
+    responses={404: _ERR},
+    summary="A job's audit trail",
+)
+async def job_history(job_id: JobId, who: Who, ctx: Ctx, limit: Limit = 100) -> dict[str, Any]:
+    """Every create, update, pause, resume, trigger of the job, newest first: when (the
+    database's clock), source, actor, revision and the changed fields (404 if not visible)."""
+    return {"items": await ctx.service.history(who, job_id, limit)}
 
 
 @router.get("/runs/{run_id}", response_model=Run, responses={404: _ERR}, summary="Show a run")

@@ -171,7 +171,7 @@ async def jobs_page(request: Request, session: Session) -> HTMLResponse:
     """Every visible job, the failures that need attention and the job counts."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
-    rows = await ctx.service.reads.jobs(tenant=who.scope, limit=500)
+    rows = await ctx.service.lists.jobs(tenant=who.scope, limit=500)
     return _page(
         request,
         "jobs",
@@ -179,24 +179,35 @@ async def jobs_page(request: Request, session: Session) -> HTMLResponse:
         token,
         jobs=[present_job(r) for r in rows],
         counts=await ctx.service.store.cluster_counts(tenant=who.scope),
-        attention=await ctx.service.reads.attention(tenant=who.scope),
+        attention=await ctx.service.lists.attention(tenant=who.scope),
         now=await ctx.store.db_now(),
     )
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: JobId, session: Session) -> HTMLResponse:
-    """One job: definition, next occurrences, duration and lag chart, run history."""
+    """One job: definition, next occurrences, duration and lag chart, run history, and the
+    definition's own history (the audit trail's latest 20 changes)."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
     job = await ctx.service.job(who, job_id)
-    runs = await ctx.service.reads.runs(tenant=who.scope, job_id=job_id, limit=50)
+    runs = await ctx.service.lists.runs(tenant=who.scope, job_id=job_id, limit=50)
     points = [
         Point(r["scheduled_for"], r["duration"], r["lag"])
         for r in reversed(runs)
         if r["started_at"] is not None
     ]
-    return _page(request, "job", who, token, job=job, runs=runs, chart=run_chart(points))
+    history = await ctx.service.history(who, job_id, 20)
+    return _page(
+        request,
+        "job",
+        who,
+        token,
+        job=job,
+        runs=runs,
+        chart=run_chart(points),
+        history=history,
+    )
 
 
 @router.get("/cluster", response_class=HTMLResponse)

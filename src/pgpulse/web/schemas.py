@@ -154,6 +154,7 @@ class Job(BaseModel):
     retry_backoff: float
     timeout: float | None
     source: str
+    revision: int = Field(1, description="The definition's revision (1 when created).")
     status: Status
     paused_until: datetime | None = Field(description="A pause's end (the leader resumes it).")
     pause_reason: str | None = Field(description="Why it is paused (auto-pause says so).")
@@ -177,6 +178,10 @@ class Job(BaseModel):
     created_at: datetime
     updated_at: datetime
     due_lag: float | None = Field(description="Seconds overdue now (idle and due), else null.")
+    waiting: str | None = Field(
+        description="Why the job waits although idle: no live node can run its handler (or, "
+        "for a shell job, none allows shell jobs); null when a live node can."
+    )
     last_lag: float | None = Field(
         description="Start of the latest run minus its spread instant (scheduled_for + the "
         "job's spread offset)."
@@ -226,6 +231,30 @@ class Run(BaseModel):
     )
     error: str | None
     output: str | None = Field(None, description="Captured output (only on GET /runs/{id}).")
+    revision: int | None = Field(
+        None, description="The job definition's revision the run started under."
+    )
+
+
+class Change(BaseModel):
+    """One entry of a job's audit trail."""
+
+    id: int
+    job_id: int
+    tenant: str
+    name: str = Field(description="The job's name when the change was made.")
+    at: datetime = Field(description="When, by the database's clock (UTC).")
+    action: Literal["create", "update", "pause", "resume", "trigger", "delete"]
+    source: str = Field(description="cli, api, code:<app>, crontab:<path> or apply:<name>.")
+    actor: str = Field(description="os:<user>, token:<id> (<label>), code:<app>@<node>...")
+    revision: int = Field(description="The definition's revision after the change.")
+    changes: dict[str, list[Any]] = Field(description='{"field": [old, new]}.')
+
+
+class History(BaseModel):
+    """A job's audit trail, newest first."""
+
+    items: list[Change]
 
 
 class RunPage(BaseModel):
@@ -259,16 +288,31 @@ class Shards(BaseModel):
     contested: list[int]
 
 
+class Unroutable(BaseModel):
+    """Idle jobs of one handler that no live node can run: they wait for a node that can."""
+
+    handler: str
+    jobs: int
+    due: int = Field(description="Of them, how many are due now.")
+    reason: str = Field(
+        description='"no live node can run handler X", or for shell jobs '
+        '"no live node allows shell jobs".'
+    )
+
+
 class JobCounts(BaseModel):
-    """Jobs by state (of the token's tenant; admin: all) and the worst lag, seconds."""
+    """Jobs by state (of the token's tenant; admin: all), the worst lag, seconds, and the idle
+    jobs no live node can run, by handler."""
 
     due: int
     running: int
     paused: int
-    failed: int
-    completed: int
+    failed: int = Field(description="jobs that cannot be scheduled (status failed)")
+    failing: int = Field(description="jobs whose last run failed or was fenced")
+    completed: int = Field(description="jobs with no occurrence left (status completed)")
     total: int
     max_lag: float | None
+    unroutable: list[Unroutable]
 
 
 class Cluster(BaseModel):

@@ -19,6 +19,7 @@ from pgpulse.access import Writer, token_writer
 from pgpulse.calendars import ExclusionCalendar
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
+from pgpulse.routing import waiting_reason
 from pgpulse.schedule import parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.auth import Principal
@@ -84,12 +85,14 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
 
 
 def present_job(row: dict[str, Any]) -> dict[str, Any]:
-    """A job row as the API shows it: instants in UTC, the schedule in words, and the next
-    occurrences in the job's own zone."""
+    """A job row as the API shows it: instants in UTC, the schedule in words, the next
+    occurrences in the job's own zone, and why it waits if no live node can run it."""
     job = {
         key: value.astimezone(UTC) if isinstance(value, datetime) else value
         for key, value in row.items()
+        if key != "unroutable"
     }
+    job["waiting"] = waiting_reason(row["handler"]) if row.get("unroutable") else None
     try:
         job["schedule_description"] = parse_schedule(row["schedule"], row["timezone"]).describe()
         job["upcoming"] = upcoming(row)
@@ -108,7 +111,8 @@ class JobService:
 
     def __init__(self, store: Store, settings: WebSettings) -> None:
         self.store = store
-        self.reads = Reads(store.pool)
+        self.reads = Reads(store.pool)  # what a write or a decision reads: the primary
+        self.lists = Reads(store.reads)  # what people browse: a read replica, if any
         self.settings = settings
 
     async def job(self, who: Principal, job_id: int) -> dict[str, Any]:
@@ -158,7 +162,9 @@ class JobService:
         )
         if spec.handler == "http":
             await check_http_target(spec.payload, self.settings)
-        [(job_id, created)] = await self.store.upsert_jobs([spec], writer=self.writer(who))
+        [(job_id, created)] = await self.store.upsert_jobs(
+            [spec], writer=self.writer(who), actor=who.actor
+        )
         log.info(
             "job %s/%s %s through the API (token %d)",
             tenant,
@@ -213,7 +219,7 @@ class JobService:
             "delete": self.store.delete_job,
         }
         try:
-            await methods[verb](row["tenant"], row["name"], **(options or {}))
+            await methods[verb](row["tenant"], row["name"], actor=who.actor, **(options or {}))
         except JobNotFound:
             raise NoSuchJob(job_id) from None
         log.info(
@@ -246,6 +252,15 @@ class JobService:
         await self.store.put_calendar(where, calendar, writer=self.writer(who))
         rows = await self.store.list_calendars(where)
         return next(row for row in rows if row["name"] == name)
+
+    async def history(self, who: Principal, job_id: int, limit: int) -> list[dict[str, Any]]:
+        """The audit trail of job ``job_id``, newest first (under its earlier names too).
+
+        Raises:
+            NoSuchJob: missing or of another tenant.
+        """
+        await self.job(who, job_id)
+        return await self.store.job_history_by_id(job_id, tenant=who.scope, limit=limit)
 
     async def run(self, who: Principal, run_id: int) -> dict[str, Any]:
         """One run with output and error. Raises :class:`NoSuchRun`."""
