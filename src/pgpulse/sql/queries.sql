@@ -601,7 +601,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.revision,
-       j.status
+       j.status, j.spread, j.not_before, j.not_after, j.max_runs, j.calendars,
+       j.auto_pause_after
 FROM pgpulse_jobs j
 WHERE j.id IN (SELECT n.job_id
                FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
