@@ -67,6 +67,14 @@ async def test_a_pause_until_ends_by_itself_at_the_leaders_heartbeat(store: Stor
     assert job_row(db, "hourly")["status"] == "paused"
     await store.reap_expired_leases(now=until)
     assert job_row(db, "hourly")["status"] == "idle"
+    [resumed, paused, _] = await store.job_history("default", "hourly")  # newest first
+    assert (resumed["action"], resumed["source"], resumed["actor"]) == ("resume", "node", "node:?")
+    assert resumed["at"] == until
+    assert paused["changes"]["pause_reason"] == [None, "deploy"]
+    assert (
+        len(resumed["changes"]["paused_until"]) == 2
+        and resumed["changes"]["paused_until"][1] is None
+    )
     assert await drain(store, until) == []
     assert await history(store) == [("skipped", INSIDE[0], INSIDE[-1], 5, "paused")]
     job = job_row(db, "hourly")
@@ -101,6 +109,11 @@ async def test_auto_pause_after_consecutive_failed_runs(store: Store, db: Any) -
     assert (job["status"], job["failures"]) == ("paused", 3)
     assert job["pause_reason"] == "auto-paused after 3 consecutive failed runs"
     assert job["scheduled_for"] == utc(2026, 1, 1, 0, 35)
+    [pause, _] = await store.job_history("default", "flaky")  # newest first: the audit trail
+    assert (pause["action"], pause["source"], pause["actor"]) == ("pause", "node", "node:node-a")
+    assert pause["changes"] == {
+        "pause_reason": [None, "auto-paused after 3 consecutive failed runs"]
+    }
     assert await drain(store, utc(2026, 1, 1, 0, 35)) == []
     assert await store.resume_job("default", "flaky", now=utc(2026, 1, 1, 0, 36))
     job = job_row(db, "flaky")

@@ -19,7 +19,8 @@
 -- node, instant) from the job row as the statement's snapshot shows it, before `job` changed it;
 -- and the occurrences the element skips, however many, get one summary row: "skips"
 -- occurrences from "skip_from" through "skip_to" (NULL for one). When the run's own occurrence
--- is skipped (outcome 'skipped'), it is the first of them and its row is the summary.
+-- is skipped (outcome 'skipped'), it is the first of them and its row is the summary. An element
+-- that pauses its job (auto_pause_after) writes the pause into the audit trail (auto_paused).
 --
 -- Claim (due, claimed). Rows are locked SKIP LOCKED, so a poller never waits on another, and move
 -- to running with a new lease and fencing token. The first claim of an occurrence draws its run
@@ -142,6 +143,22 @@ skipped AS (
     WHERE i.skips > 0
       AND i.outcome <> 'skipped'
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    RETURNING 1
+),
+auto_paused AS (
+    -- an element that auto-pauses its job (auto_pause_after) goes into the audit trail, as a
+    -- pause by the node that ran it; o is the job row before `job` changed it
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                     changes)
+    SELECT o.id, o.tenant, o.name, clock.now, 'pause', 'node',
+           'node:' || coalesce(o.locked_by, '?'), o.revision,
+           jsonb_build_object('pause_reason', jsonb_build_array(o.pause_reason, i.pause_reason))
+    FROM input AS i
+    JOIN job ON job.id = i.job_id
+    JOIN pgpulse_jobs AS o ON o.id = job.id
+    CROSS JOIN clock
+    WHERE i.status = 'paused'
+      AND o.id = ANY(ARRAY(SELECT job_id FROM input WHERE status = 'paused'))
     RETURNING 1
 ),
 route AS (
