@@ -571,8 +571,10 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
         for n in plan
         if n["Node Type"] == "ModifyTable"
     )
-    # the three were written, each with its history row (and nothing claimed: the limit is 0)
+    # the three were written, each with its history row (and nothing claimed: the limit is 0);
+    # none of them auto-paused its job, so nothing went into the audit trail
     assert writes == [
+        ("Insert", "pgpulse_job_history", 0),
         ("Insert", "pgpulse_runs", 0),
         ("Insert", "pgpulse_runs", 3),
         ("Update", "pgpulse_jobs", 0),
