@@ -66,7 +66,12 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
             "now": LATER,
         },
     )
-    assert tuple(c.name for c in cur.description) == (*ClaimedJob._fields, "next_due", "written")
+    assert tuple(c.name for c in cur.description) == (
+        *ClaimedJob._fields,
+        "clock_now",
+        "next_due",
+        "written",
+    )
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
     row = db.execute("SELECT run_id FROM pgpulse_jobs").fetchone()
     assert (
@@ -566,8 +571,10 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
         for n in plan
         if n["Node Type"] == "ModifyTable"
     )
-    # the three were written, each with its history row (and nothing claimed: the limit is 0)
+    # the three were written, each with its history row (and nothing claimed: the limit is 0);
+    # none of them auto-paused its job, so nothing went into the audit trail
     assert writes == [
+        ("Insert", "pgpulse_job_history", 0),
         ("Insert", "pgpulse_runs", 0),
         ("Insert", "pgpulse_runs", 3),
         ("Update", "pgpulse_jobs", 0),

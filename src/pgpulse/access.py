@@ -28,6 +28,7 @@ __all__ = [
     "OPERATOR",
     "Writer",
     "check_alert_write",
+    "check_calendar_write",
     "check_write",
     "code_writer",
     "token_writer",
@@ -143,3 +144,18 @@ def check_alert_write(writer: Writer, tenant: str | None) -> None:
         return
     what = f"alerts of tenant {tenant!r}" if tenant is not None else "the cluster's alerts"
     raise Forbidden(f"{writer.name} may not manage {what}", field="tenant", value=tenant)
+
+
+def check_calendar_write(writer: Writer, tenant: str) -> None:
+    """Refuse unless ``writer`` may create, replace or delete exclusion calendars of ``tenant``:
+    the same tenant rule as for jobs (a calendar changes when the tenant's jobs run).
+
+    Raises:
+        Forbidden: ``field="tenant"``.
+    """
+    if writer.tenants is not None and tenant not in writer.tenants:
+        raise Forbidden(
+            f"{writer.name} may not manage calendars of tenant {tenant!r}",
+            field="tenant",
+            value=tenant,
+        )

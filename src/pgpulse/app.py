@@ -162,7 +162,8 @@ class App:
                 Set when a node starts, after the job (a ``silence`` window is checked against
                 the schedule then; the notifiers must exist by then).
             **options: any other :meth:`JobSpec.create` field (``timezone``, ``catch_up``,
-                ``payload``, ``max_attempts``, ``timeout``...).
+                ``payload``, ``max_attempts``, ``timeout``, ``spread``, ``not_before``,
+                ``not_after``, ``max_runs``, ``calendars``, ``auto_pause_after``...).
 
         Raises:
             InvalidSchedule, UnknownTimeZone, InvalidPayload, InvalidInput: at declaration

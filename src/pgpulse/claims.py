@@ -204,6 +204,9 @@ class ClaimStore(NodeRegistry):
                 "output": o.output and _storable(o.output),
                 **_skips(o.advance),
                 "skip_reason": o.skip_reason,
+                "counts_run": o.counts_run,
+                "failures": o.failures,
+                "pause_reason": o.pause_reason,
             }
             for o in sorted(outcomes, key=lambda o: o.job.id)
         ]
@@ -223,16 +226,16 @@ class ClaimStore(NodeRegistry):
             cur.adapters.register_loader("jsonb", _PayloadLoader)
             await cur.execute(_STEP, [params[name] for name in _STEP_PARAMS], binary=True)
             rows = await cur.fetchall()
-        fields = len(ClaimedJob._fields)  # then next_due, then written (on one row)
+        fields = len(ClaimedJob._fields)  # then the clock, next_due, written (on one row)
         written = next(
-            {(job_id, token) for job_id, token in row[fields + 1]}
+            {(job_id, token) for job_id, token in row[fields + 2]}
             for row in rows
-            if row[fields + 1] is not None
+            if row[fields + 2] is not None
         )
         jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
         if not (limit > 0 and routes):
             return Step(written, jobs, None, None)
-        next_due, db_now = rows[0][fields], rows[0][fields - 1]
+        db_now, next_due = rows[0][fields], rows[0][fields + 1]
         if len(jobs) < limit:  # a job finished here may be due before anything else
             for o in outcomes:
                 if o.job.key in written:

@@ -34,6 +34,7 @@ from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
+from pgpulse.limits import RESUME_MODES, parse_instant
 from pgpulse.report import (
     print_job,
     print_records,
@@ -394,6 +395,42 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 @click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
 @click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")
 @click.option(
+    "--spread",
+    type=float,
+    default=0.0,
+    help="Seconds: fire each occurrence at its instant plus this job's stable offset in "
+    "[0, SPREAD) (jobs sharing a schedule then do not all fire at once).",
+)
+@click.option(
+    "--not-before",
+    default=None,
+    help="No occurrence before this instant (ISO 8601; without an offset, in --tz).",
+)
+@click.option(
+    "--not-after",
+    default=None,
+    help="No occurrence after this instant; after the last one the job is completed.",
+)
+@click.option(
+    "--max-runs",
+    type=int,
+    default=None,
+    help="Completed after this many runs (skips do not count).",
+)
+@click.option(
+    "--calendar",
+    "calendars",
+    multiple=True,
+    help="Exclusion calendar (pgpulse calendar set): occurrences on its dates are skipped. "
+    "Repeat for several.",
+)
+@click.option(
+    "--auto-pause-after",
+    type=int,
+    default=None,
+    help="Pause the job after this many consecutive failed runs.",
+)
+@click.option(
     "--allow-private-target",
     is_flag=True,
     help="Store an http job whose host is loopback, private, link-local or unresolvable, or "
@@ -460,6 +497,7 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
             "handler",
             "catch_up",
             "status",
+            "pause_reason",
             "scheduled_for",
             "last_outcome",
             "last_error",
@@ -536,18 +574,7 @@ def _state_command(verb: str, doc: str) -> None:
     @with_store
     async def command(store: Store, name: str, tenant: str) -> None:
         actor = cli_actor()
-        if verb == "pause":
-            changed = await store.pause_job(tenant, name, actor=actor)
-            click.echo(f"paused {name}" if changed else f"{name} was paused already; no change")
-        elif verb == "resume":
-            changed = await store.resume_job(tenant, name, actor=actor)
-            row = await store.get_job(tenant, name)
-            click.echo(
-                f"resumed {name}; next occurrence {row['scheduled_for'].isoformat()}"
-                if changed
-                else f"{name} is {row['status']}, not paused; no change"
-            )
-        elif verb == "delete":
+        if verb == "delete":
             await store.delete_job(tenant, name, actor=actor)
             click.echo(f"deleted {name}")
         else:
@@ -558,16 +585,59 @@ def _state_command(verb: str, doc: str) -> None:
                 click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
 
 
-_state_command(
-    "pause",
-    "Pause job NAME (idle or failed; not claimed until resumed). Idempotent: a paused "
-    "job stays paused. A running job is refused: pause it when its run ends.",
+@job.command("pause")
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--until",
+    default=None,
+    help="Resume by itself at this instant (ISO 8601; without an offset, in the job's zone); "
+    "the occurrences inside the pause are then recorded as skipped.",
 )
-_state_command(
-    "resume",
-    "Resume job NAME at its next occurrence after now (occurrences inside the pause "
-    "do not run). Idempotent: a job that is not paused is left as it is.",
+@click.option("--reason", default=None, help="Why: shown wherever the status is.")
+@with_store
+async def job_pause(
+    store: Store, name: str, tenant: str, until: str | None, reason: str | None
+) -> None:
+    """Pause job NAME (idle or failed; not claimed until resumed). Idempotent: pausing a
+    paused job sets its --until and --reason anew. A running job is refused: pause it when its
+    run ends."""
+    at = None
+    if until is not None:
+        at = parse_instant("until", until, (await store.get_job(tenant, name))["timezone"])
+    changed = await store.pause_job(tenant, name, until=at, reason=reason, actor=cli_actor())
+    what = f"{name}{f' until {at.isoformat()}' if at else ''}{f' ({reason})' if reason else ''}"
+    if changed:
+        click.echo(f"paused {what}")
+    elif at or reason:
+        click.echo(f"{name} was paused already; now paused {what}")
+    else:
+        click.echo(f"{name} was paused already; no change")
+
+
+@job.command("resume")
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--catch-up",
+    type=click.Choice(RESUME_MODES),
+    default="skip",
+    help="The occurrences inside the pause: skip (not these), once (run once, as the newest), "
+    "backfill (run each, oldest first).",
 )
+@with_store
+async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> None:
+    """Resume job NAME. Idempotent: a job that is not paused is left as it is."""
+    changed = await store.resume_job(tenant, name, catch_up=catch_up, actor=cli_actor())
+    row = await store.get_job(tenant, name)
+    click.echo(
+        f"resumed {name}{'' if catch_up == 'skip' else f' ({catch_up})'}; next occurrence "
+        f"{row['scheduled_for'].isoformat()}"
+        if changed
+        else f"{name} is {row['status']}, not paused; no change"
+    )
+
+
 _state_command("trigger", "Run job NAME now, once, as an extra occurrence.")
 _state_command(
     "delete", "Delete job NAME and its run history (its audit trail stays: job history)."

@@ -38,6 +38,18 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pgpulse_spread_offset(job_id bigint, spread double precision) RETURNS interval
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+SELECT CASE WHEN spread = 0 THEN interval '0'
+            ELSE floor((h::numeric + CASE WHEN h < 0 THEN 18446744073709551616 ELSE 0 END)
+                       * round(spread * 1000000)::numeric / 18446744073709551616)::float8
+                 * interval '1 microsecond' END
+FROM (SELECT ('x' || encode(substring(sha256(convert_to('pgpulse-spread:' || job_id::text,
+                                                        'UTF8')) FROM 1 FOR 8), 'hex'))
+             ::bit(64)::bigint AS h) AS hashed
+$$;
+
 CREATE TABLE public.pgpulse_alert_deliveries (
     id bigint NOT NULL,
     event_id bigint NOT NULL,
@@ -152,6 +164,18 @@ ALTER TABLE public.pgpulse_api_tokens ALTER COLUMN id ADD GENERATED ALWAYS AS ID
     CACHE 1
 );
 
+CREATE TABLE public.pgpulse_calendars (
+    tenant text NOT NULL,
+    name text NOT NULL,
+    dates date[] DEFAULT '{}'::date[] NOT NULL,
+    country text,
+    subdivision text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_calendars_check CHECK (((subdivision IS NULL) OR (country IS NOT NULL))),
+    CONSTRAINT pgpulse_calendars_check1 CHECK (((cardinality(dates) > 0) OR (country IS NOT NULL)))
+);
+
 CREATE TABLE public.pgpulse_code_declarations (
     source text NOT NULL,
     tenant text NOT NULL,
@@ -225,14 +249,31 @@ CREATE TABLE public.pgpulse_jobs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     revision integer DEFAULT 1 NOT NULL,
+    spread double precision DEFAULT 0 NOT NULL,
+    not_before timestamp with time zone,
+    not_after timestamp with time zone,
+    max_runs integer,
+    runs_done integer DEFAULT 0 NOT NULL,
+    calendars text[] DEFAULT '{}'::text[] NOT NULL,
+    paused_until timestamp with time zone,
+    pause_reason text,
+    resume_mode text,
+    resumed_at timestamp with time zone,
+    auto_pause_after integer,
+    failures integer DEFAULT 0 NOT NULL,
+    CONSTRAINT pgpulse_jobs_auto_pause_after_check CHECK ((auto_pause_after >= 1)),
     CONSTRAINT pgpulse_jobs_backfill_limit_check CHECK ((backfill_limit > 0)),
     CONSTRAINT pgpulse_jobs_catch_up_check CHECK ((catch_up = ANY (ARRAY['skip'::text, 'backfill'::text, 'coalesce'::text]))),
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT pgpulse_jobs_max_runs_check CHECK ((max_runs >= 1)),
     CONSTRAINT pgpulse_jobs_misfire_grace_check CHECK ((misfire_grace >= '00:00:01'::interval)),
     CONSTRAINT pgpulse_jobs_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
-    CONSTRAINT pgpulse_jobs_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'interval'::text]))),
-    CONSTRAINT pgpulse_jobs_status_check CHECK ((status = ANY (ARRAY['idle'::text, 'running'::text, 'paused'::text, 'failed'::text])))
+    CONSTRAINT pgpulse_jobs_resume_mode_check CHECK ((resume_mode = ANY (ARRAY['skip'::text, 'once'::text, 'backfill'::text]))),
+    CONSTRAINT pgpulse_jobs_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'interval'::text, 'once'::text]))),
+    CONSTRAINT pgpulse_jobs_spread_check CHECK (((spread >= (0)::double precision) AND (spread <= (86400)::double precision))),
+    CONSTRAINT pgpulse_jobs_status_check CHECK ((status = ANY (ARRAY['idle'::text, 'running'::text, 'paused'::text, 'failed'::text, 'completed'::text]))),
+    CONSTRAINT pgpulse_jobs_window_check CHECK ((not_after >= not_before))
 );
 
 ALTER TABLE public.pgpulse_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -379,6 +420,9 @@ ALTER TABLE ONLY public.pgpulse_api_tokens
 ALTER TABLE ONLY public.pgpulse_api_tokens
     ADD CONSTRAINT pgpulse_api_tokens_token_sha256_key UNIQUE (token_sha256);
 
+ALTER TABLE ONLY public.pgpulse_calendars
+    ADD CONSTRAINT pgpulse_calendars_pkey PRIMARY KEY (tenant, name);
+
 ALTER TABLE ONLY public.pgpulse_code_declarations
     ADD CONSTRAINT pgpulse_code_declarations_pkey PRIMARY KEY (source);
 
@@ -428,6 +472,8 @@ CREATE INDEX pgpulse_job_history_name ON public.pgpulse_job_history USING btree 
 CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (handler, next_run_at, shard_id) WHERE (status = 'idle'::text);
 
 CREATE INDEX pgpulse_jobs_leases ON public.pgpulse_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
+
+CREATE INDEX pgpulse_jobs_pause_ends ON public.pgpulse_jobs USING btree (paused_until) WHERE ((status = 'paused'::text) AND (paused_until IS NOT NULL));
 
 CREATE INDEX pgpulse_runs_finished ON public.pgpulse_runs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from pgpulse.access import Writer, token_writer
+from pgpulse.calendars import ExclusionCalendar
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
 from pgpulse.routing import waiting_reason
@@ -39,6 +41,12 @@ DEFINITION_FIELDS = (
     "max_attempts",
     "retry_backoff",
     "timeout",
+    "spread",
+    "not_before",
+    "not_after",
+    "max_runs",
+    "calendars",
+    "auto_pause_after",
 )
 #: How many upcoming occurrences a job shows.
 UPCOMING = 5
@@ -187,8 +195,11 @@ class JobService:
         job, _ = await self.save(who, fields)
         return job
 
-    async def act(self, who: Principal, job_id: int, verb: str) -> dict[str, Any]:
-        """Pause, resume, trigger or delete job ``job_id`` through the store.
+    async def act(
+        self, who: Principal, job_id: int, verb: str, options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Pause, resume, trigger or delete job ``job_id`` through the store, with the verb's
+        ``options`` (pause: ``until``, ``reason``; resume: ``catch_up``).
 
         Returns:
             The job after the change (``{}`` after ``delete``); after ``trigger`` it holds the
@@ -201,14 +212,14 @@ class JobService:
         row = await self.reads.job(job_id, tenant=who.scope)
         if row is None:
             raise NoSuchJob(job_id)
-        method = {
+        methods: dict[str, Callable[..., Awaitable[Any]]] = {
             "pause": self.store.pause_job,
             "resume": self.store.resume_job,
             "trigger": self.store.trigger_job,
             "delete": self.store.delete_job,
-        }[verb]
+        }
         try:
-            await method(row["tenant"], row["name"], actor=who.actor)
+            await methods[verb](row["tenant"], row["name"], actor=who.actor, **(options or {}))
         except JobNotFound:
             raise NoSuchJob(job_id) from None
         log.info(
@@ -225,6 +236,22 @@ class JobService:
             },
         )
         return {} if verb == "delete" else await self.job(who, job_id)
+
+    async def put_calendar(
+        self, who: Principal, tenant: str | None, name: str, fields: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Create or replace calendar ``name`` of ``tenant`` (default: the token's) as the
+        token's writer; returns it as listed.
+
+        Raises:
+            InvalidInput: the calendar's own refusals (:meth:`ExclusionCalendar.create`).
+            Forbidden: another tenant's calendar for a tenant token.
+        """
+        where = tenant or who.tenant or "default"
+        calendar = ExclusionCalendar.create(name, **fields)
+        await self.store.put_calendar(where, calendar, writer=self.writer(who))
+        rows = await self.store.list_calendars(where)
+        return next(row for row in rows if row["name"] == name)
 
     async def history(self, who: Principal, job_id: int, limit: int) -> list[dict[str, Any]]:
         """The audit trail of job ``job_id``, newest first (under its earlier names too).

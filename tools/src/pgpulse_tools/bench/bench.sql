@@ -158,10 +158,35 @@ UPDATE pgpulse_jobs SET scheduled_for = now() + interval '1 day',
 SELECT date_trunc('second', now()) + make_interval(secs => %(lead)s + 1) AS at;
 
 -- name: herd_arm
--- Scenario 5: every job falls due at %(at)s on a once-an-hour cron schedule %(schedule)s.
+-- Scenario 5: every job falls due at %(at)s on a once-an-hour cron schedule %(schedule)s, each
+-- claimable at its spread instant (%(spread)s seconds of spread; 0: all at %(at)s).
 UPDATE pgpulse_jobs
-SET schedule = %(schedule)s, schedule_kind = 'cron', scheduled_for = %(at)s, next_run_at = %(at)s,
+SET schedule = %(schedule)s, schedule_kind = 'cron', scheduled_for = %(at)s,
+    spread = %(spread)s, next_run_at = %(at)s + pgpulse_spread_offset(id, %(spread)s),
     anchor_at = %(at)s;
+
+-- name: herd_spread_lags
+-- Claim lag from each run's spread instant (claim minus scheduled_for plus the job's offset,
+-- ms) of occurrence %(at)s, and the busiest second of claims.
+SELECT extract(epoch FROM r.started_at - r.scheduled_for
+                          - pgpulse_spread_offset(j.id, j.spread))::float8 * 1000 AS lag_ms
+FROM pgpulse_runs_live r JOIN pgpulse_jobs j ON j.id = r.job_id
+WHERE r.scheduled_for = %(at)s AND r.started_at IS NOT NULL;
+
+-- name: herd_peak_claims
+-- The most claims of occurrence %(at)s made in one wall-clock second (exact, from the history).
+SELECT coalesce(max(n), 0) AS peak
+FROM (SELECT count(*) AS n FROM pgpulse_runs_live
+      WHERE scheduled_for = %(at)s AND started_at IS NOT NULL
+      GROUP BY date_trunc('second', started_at)) per_second;
+
+-- name: herd_load_sample
+-- One sample of the database's load: transactions so far and the sessions running a statement.
+SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database
+        WHERE datname = current_database()) AS xacts,
+       (SELECT count(*) FROM pg_stat_activity
+        WHERE datname = current_database() AND state = 'active'
+          AND pid <> pg_backend_pid()) AS active;
 
 -- name: started_at
 -- How many runs of occurrence %(at)s have started, and the last claim instant (pgpulse_runs_live:

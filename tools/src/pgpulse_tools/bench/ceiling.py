@@ -72,7 +72,8 @@ _OUTCOME = (
     "'status', 'idle', 'scheduled_for', scheduled_for + interval '1 hour', "
     "'next_run_at', scheduled_for + interval '1 hour', 'retry_in', 0, "
     "'reset_attempt', true, 'outcome', 'succeeded', 'error', NULL, 'output', NULL, "
-    "'skips', 0, 'skip_from', NULL, 'skip_to', NULL, 'skip_reason', NULL)"
+    "'skips', 0, 'skip_from', NULL, 'skip_to', NULL, 'skip_reason', NULL, "
+    "'counts_run', true, 'failures', 0, 'pause_reason', NULL)"
 )
 
 

@@ -50,6 +50,9 @@ OUTCOME_FIELDS: Final[tuple[tuple[str, str, str], ...]] = (
     ("skip_from", "timestamptz", "NULL"),
     ("skip_to", "timestamptz", "NULL"),
     ("skip_reason", "text", "NULL"),
+    ("counts_run", "bool", "true"),
+    ("failures", "int", "0"),
+    ("pause_reason", "text", "NULL"),
 )
 
 
