@@ -3,6 +3,7 @@ silences; tenant tokens see and manage only their own jobs'; refusals name the f
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from helpers import add, spec
@@ -86,3 +87,49 @@ async def test_notifiers_rules_alerts_and_silences_over_http(store: Store, db: A
         assert [s["reason"] for s in (await tenant.get("/api/v1/silences")).json()] == ["deploy"]
         in_use = await client.delete("/api/v1/notifiers/ops")
         assert (in_use.status_code, in_use.json()["error"]["field"]) == (400, "name")
+
+
+async def test_the_dashboards_alerts_page_lists_and_acknowledges_what_the_token_sees(
+    store: Store, db: Any
+) -> None:
+    [job_id] = await add(store, spec("nightly", tenant="acme", schedule="0 3 * * *"))
+    [other_id] = await add(store, spec("theirs", tenant="zeta"))
+    db.execute(
+        "INSERT INTO pgpulse_alert_events (dedupe_key, job_id, rule) "
+        "VALUES ('k1', %s, 'failures'), ('k2', %s, 'failures'), ('k3', NULL, 'lag')",
+        (job_id, other_id),
+    )
+    mine = db.execute("SELECT id FROM pgpulse_alert_events WHERE dedupe_key = 'k1'").fetchone()[
+        "id"
+    ]
+    theirs = db.execute("SELECT id FROM pgpulse_alert_events WHERE dedupe_key = 'k2'").fetchone()[
+        "id"
+    ]
+    acme = await make_token(store, "acme")
+    async with api_client(store) as client:
+        assert (await client.post("/ui/login", data={"token": acme})).status_code == 303
+        page = await client.get("/ui/alerts")
+        assert page.status_code == 200
+        assert re.findall(r'data-testid="alert-(\d+)"', page.text) == [str(mine)]
+        assert f'data-testid="alert-state-{mine}">open<' in page.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        foreign = await client.post(
+            f"/ui/alerts/{theirs}/acknowledge", data={"csrf": csrf.group(1)}
+        )
+        assert foreign.status_code == 303 and "no%20alert" in foreign.headers["location"]
+        forged = await client.post(f"/ui/alerts/{mine}/acknowledge", data={"csrf": "x"})
+        assert forged.status_code == 403
+        done = await client.post(f"/ui/alerts/{mine}/acknowledge", data={"csrf": csrf.group(1)})
+        assert done.status_code == 303
+        again = await client.get("/ui/alerts")
+        assert f'data-testid="alert-state-{mine}">acknowledged<' in again.text
+    states = db.execute(
+        "SELECT dedupe_key, acknowledged_at IS NOT NULL AS acked FROM pgpulse_alert_events "
+        "ORDER BY dedupe_key"
+    ).fetchall()
+    assert [(r["dedupe_key"], r["acked"]) for r in states] == [
+        ("k1", True),
+        ("k2", False),
+        ("k3", False),
+    ]
