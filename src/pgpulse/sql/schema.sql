@@ -274,7 +274,8 @@ CREATE TABLE public.pgpulse_jobs (
     CONSTRAINT pgpulse_jobs_spread_check CHECK (((spread >= (0)::double precision) AND (spread <= (86400)::double precision))),
     CONSTRAINT pgpulse_jobs_status_check CHECK ((status = ANY (ARRAY['idle'::text, 'running'::text, 'paused'::text, 'failed'::text, 'completed'::text]))),
     CONSTRAINT pgpulse_jobs_window_check CHECK ((not_after >= not_before))
-);
+)
+WITH (fillfactor='70');
 
 ALTER TABLE public.pgpulse_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME public.pgpulse_jobs_id_seq
