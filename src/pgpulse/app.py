@@ -25,13 +25,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from pgpulse.access import code_writer
 from pgpulse.alerts.rules import RuleSpec, parse_rule
 from pgpulse.audit import Actor
 from pgpulse.builtins import BUILTIN_HANDLERS
 from pgpulse.database import open_pool, resolve_dsn
 from pgpulse.engine import Node, NodeConfig
-from pgpulse.errors import InvalidInput
+from pgpulse.errors import DatabaseUnavailable, InvalidInput, describe
 from pgpulse.handlers import Handler, HandlerRegistry
 from pgpulse.jobs import JobSpec
 from pgpulse.plan import Plan, plan_source
@@ -277,17 +280,7 @@ class App:
             min_size=2,
         )
         try:
-            store = Store(pool)
-            await store.migrate()
-            node = Node(store, dsn, self.handlers, config)
-            await node.register()  # a node id held by a live process: refused, nothing written
-            try:
-                if self.jobs or self.prune:  # an app without jobs (no --app) declares nothing
-                    await self.declare(store, config.node_id)
-                await self._set_alert_rules(store, config.node_id)
-            except BaseException:
-                await node.deregister()  # the id is free again at once
-                raise
+            node = await self._started(Store(pool), dsn, config)
             if install_signal_handlers:
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -295,6 +288,56 @@ class App:
             await node.run()
         finally:
             await pool.close()
+
+    async def _started(self, store: Store, dsn: str, config: NodeConfig) -> Node:
+        """Migrate, register the node and write the code's jobs and rules (:meth:`run_node`),
+        again while the database is restarting or not yet up: a node started during a
+        restart of its database (a supervisor restarting it at once, a whole machine booting)
+        waits for it, for at most :data:`START_WAIT_S` seconds, instead of crashing.
+
+        Raises:
+            DatabaseUnavailable: the database did not answer within :data:`START_WAIT_S`.
+            Forbidden, NodeIdTaken, InvalidInput: as :meth:`run_node` (not retried).
+        """
+        deadline = asyncio.get_running_loop().time() + START_WAIT_S
+        delay = 0.25
+        while True:
+            try:
+                return await self._start(store, dsn, config)
+            except (psycopg.OperationalError, PoolTimeout, DatabaseUnavailable) as exc:
+                if asyncio.get_running_loop().time() + delay > deadline:
+                    raise DatabaseUnavailable(
+                        f"node {config.node_id} could not start: the database did not answer "
+                        f"within {START_WAIT_S:g} s ({describe(exc)})"
+                    ) from exc
+                log.warning(
+                    "database not ready at node start (%s); retrying in %.2fs",
+                    describe(exc),
+                    delay,
+                    extra={"action": "start_retry"},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _start(self, store: Store, dsn: str, config: NodeConfig) -> Node:
+        """One try of :meth:`_started`; a registered node whose declarations fail is
+        deregistered (its id free again at once) when the database still answers."""
+        await store.migrate()
+        node = Node(store, dsn, self.handlers, config)
+        await node.register()  # a node id held by a live process: refused, nothing written
+        try:
+            if self.jobs or self.prune:  # an app without jobs (no --app) declares nothing
+                await self.declare(store, config.node_id)
+            await self._set_alert_rules(store, config.node_id)
+        except BaseException:
+            with contextlib.suppress(psycopg.OperationalError, PoolTimeout, DatabaseUnavailable):
+                await node.deregister()
+            raise
+        return node
+
+
+#: Seconds a starting node waits for a database that is restarting or not yet up.
+START_WAIT_S = 60.0
 
 
 def _declared_rule(kind: str, given: Mapping[str, Any]) -> RuleSpec:
