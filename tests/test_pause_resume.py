@@ -57,6 +57,40 @@ async def test_resume_backfill_runs_each_of_them_oldest_first(store: Store, db: 
     assert job_row(db, "hourly")["scheduled_for"] == NEXT
 
 
+async def test_a_resume_with_nothing_inside_the_pause_keeps_the_next_occurrence(
+    store: Store, db: Any
+) -> None:
+    """Found by a new-user trial: once and backfill ran the next, future occurrence at once."""
+    for mode in ("once", "backfill"):
+        name = f"later-{mode}"
+        await add(store, spec(name, schedule="0 * * * *"), now=PAUSED)
+        assert await store.pause_job("default", name, now=PAUSED)
+        later = PAUSED + timedelta(minutes=5)  # 22:35: the 23:00 occurrence is still ahead
+        assert await store.resume_job("default", name, catch_up=mode, now=later)
+        job = job_row(db, name)
+        assert (job["status"], job["scheduled_for"], job["next_run_at"]) == (
+            "idle",
+            INSIDE[0],
+            INSIDE[0],
+        )
+        assert await drain(store, later) == []
+
+
+async def test_pausing_a_paused_job_again_without_intent_keeps_its_until_and_reason(
+    store: Store, db: Any
+) -> None:
+    until = PAUSED + timedelta(hours=2)
+    await add(store, spec("hourly", schedule="0 * * * *"), now=PAUSED)
+    assert await store.pause_job("default", "hourly", until=until, reason="deploy", now=PAUSED)
+    assert not await store.pause_job("default", "hourly", now=PAUSED)  # paused already
+    job = job_row(db, "hourly")
+    assert (job["paused_until"], job["pause_reason"]) == (until, "deploy")
+    assert [
+        row["action"]
+        for row in db.execute("SELECT action FROM pgpulse_job_history ORDER BY id").fetchall()
+    ] == ["create", "pause"]
+
+
 async def test_a_pause_until_ends_by_itself_at_the_leaders_heartbeat(store: Store, db: Any) -> None:
     await add(store, spec("hourly", schedule="0 * * * *", timezone="Europe/London"), now=PAUSED)
     until = RESUMED

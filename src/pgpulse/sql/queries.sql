@@ -707,7 +707,8 @@ WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
 ORDER BY n.tenant, n.name;
 
 -- name: pause_job
--- Pause an idle, failed or paused job (a paused one takes the new %(until)s and %(reason)s):
+-- Pause an idle, failed or paused job (a paused one takes the new %(until)s and %(reason)s, and
+-- keeps its own when neither is given):
 -- it is not claimed until resumed, by hand or, at %(until)s, by the leader's heartbeat. A
 -- running job cannot be paused here: the caller says so. Returns the status it had; a paused
 -- job whose until and reason are already these is not written. A pause goes into the audit
@@ -729,6 +730,9 @@ WITH target AS (
       AND (target.status <> 'paused'
            OR (j.paused_until, j.pause_reason) IS DISTINCT FROM (%(until)s::timestamptz,
                                                                  %(reason)s::text))
+      -- pausing a paused job without an until or a reason keeps its pause as it is
+      AND NOT (target.status = 'paused'
+               AND %(until)s::timestamptz IS NULL AND %(reason)s::text IS NULL)
     RETURNING j.id, j.tenant, j.name, j.revision, j.paused_until, j.pause_reason
 ), audit AS (
     INSERT INTO pgpulse_job_history (job_id, tenant, name, action, source, actor, revision,
@@ -750,8 +754,8 @@ FROM target;
 -- after now) it holds that occurrence and the ones inside the pause never run, unrecorded
 -- (%(status)s 'completed' when it has none left in its window).
 -- Without it (modes once and backfill, %(mode)s) it keeps the occurrence it held, the first one
--- inside the pause, due at once when that is past; the claim then applies %(mode)s to the
--- occurrences at or before this instant (resumed_at; pgpulse.limits.resume_policy). A job's
+-- inside the pause, due at once when that is past (a future one keeps its instant); the claim
+-- then applies %(mode)s to the occurrences at or before this instant (resumed_at; pgpulse.limits.resume_policy). A job's
 -- pause, its reason and its count of consecutive failures end here. The resume goes into the
 -- audit trail (%(source)s, %(actor)s) in the same statement; a mode other than skip is recorded
 -- as a change of resume_mode.
@@ -763,7 +767,7 @@ SET status = %(status)s,
     scheduled_for = coalesce(%(scheduled_for)s, j.scheduled_for),
     next_run_at = CASE WHEN %(scheduled_for)s::timestamptz IS NOT NULL
                        THEN %(scheduled_for)s + pgpulse_spread_offset(j.id, j.spread)
-                       ELSE least(j.scheduled_for + pgpulse_spread_offset(j.id, j.spread),
+                       ELSE greatest(j.scheduled_for + pgpulse_spread_offset(j.id, j.spread),
                                   clock.now) END,
     attempt = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.attempt ELSE 0 END,
     run_id = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.run_id END,
