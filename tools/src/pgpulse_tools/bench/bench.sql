@@ -228,3 +228,20 @@ CREATE INDEX pgpulse_runs_finished ON pgpulse_runs USING brin (finished_at)
 -- Lever: no (job_id, id DESC) index on the history; a job's latest runs would be read through
 -- the unique (job_id, scheduled_for) index instead (in occurrence order, not id order).
 DROP INDEX pgpulse_runs_recent;
+
+-- name: scaleout_backlog
+-- Scenario 9: make jobs 1..%(backlog)s due now (a backlog for the drain), keeping their schedule.
+UPDATE pgpulse_jobs SET scheduled_for = now(), next_run_at = now()
+WHERE id <= %(backlog)s AND status = 'idle';
+
+-- name: scaleout_drain
+-- Scenario 9: firings of the backlog (jobs 1..%(backlog)s) so far, and the seconds from the first
+-- claim to the last history write, by the database's clock.
+SELECT count(*) AS fired,
+       coalesce(extract(epoch FROM max(finished_at) - min(started_at))::float8, 0) AS span
+FROM pgpulse_runs WHERE job_id <= %(backlog)s AND outcome = 'succeeded';
+
+-- name: scaleout_sessions
+-- Scenario 9: sessions open to this database now, other than this one.
+SELECT count(*) AS sessions FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid();

@@ -1,7 +1,8 @@
 """``pgpulse bench``: run the scenarios in one go, print their tables, write JSON, plots, docs.
 
 Scenarios (the issue's numbering): 1 claim latency, 2 backlog drain, 3 raw SQL ceiling,
-4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored.
+4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored,
+9 scale-out (1 to 32 node processes: throughput, idle cost, lag, rebalancing, shard shares).
 Cross-scenario figures — Pulse's throughput as a share of the ceiling, the herd's bound,
 Pulse against each peer — are added once every scenario asked for has run, then
 ``<out>/benchmarks.md`` is regenerated from the JSON.
@@ -21,7 +22,18 @@ from typing import Any
 
 import psutil
 
-from pgpulse_tools.bench import ceiling, claim, drain, herd, idle, levers, peers, steady, stored
+from pgpulse_tools.bench import (
+    ceiling,
+    claim,
+    drain,
+    herd,
+    idle,
+    levers,
+    peers,
+    scaleout,
+    steady,
+    stored,
+)
 from pgpulse_tools.bench.checks import trusted
 from pgpulse_tools.bench.common import (
     Result,
@@ -31,7 +43,7 @@ from pgpulse_tools.bench.common import (
 )
 from pgpulse_tools.bench.report import write_report
 
-ALL = ("1", "2", "3", "4", "5", "6", "7", "8")
+ALL = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
 
 Scenario = Callable[[str, float, int], Awaitable[Result]]
 
@@ -44,6 +56,7 @@ SCENARIOS: dict[str, Scenario] = {
     "6": lambda dsn, scale, slots: idle.run(dsn, scale, slots=slots),
     "7": lambda dsn, scale, slots: peers.run(dsn, scale),
     "8": lambda dsn, scale, slots: stored.run(dsn, scale),
+    "9": lambda dsn, scale, slots: scaleout.run(dsn, scale),
 }
 
 
