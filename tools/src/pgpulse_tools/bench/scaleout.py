@@ -201,6 +201,8 @@ async def one_count(
             firings_s=row["fired"] / row["span"] if row["span"] else float("nan"),
             db_cpu_ms_firing=drain_cpu / row["fired"] * 1000 if row["fired"] else float("nan"),
         )
+        with admin(dsn) as conn:
+            out["sizes"] = q(conn, "scaleout_sizes")
         # join, then kill
         joiner.start()
         new_id = joiner.node_ids()[0]
@@ -263,6 +265,31 @@ def row_of(m: dict[str, Any]) -> list[Any]:
     ]
 
 
+def size_table(m: dict[str, Any]) -> dict[str, Any]:
+    """The extra table of bytes per row of each relation, from one node count's measures."""
+    rows = [
+        [
+            r["relation"],
+            r["of_table"],
+            r["bytes"],
+            r["table_rows"],
+            r["bytes"] / r["table_rows"] if r["table_rows"] else float("nan"),
+        ]
+        for r in m["sizes"]
+    ]
+    return {
+        "title": f"Bytes per row on disk after the {m['nodes']}-node run",
+        "headers": ["relation", "table", "bytes", "rows", "bytes/row"],
+        "rows": rows,
+        "notes": [
+            "pg_relation_size (main fork, no TOAST or free-space map) after the steady state and "
+            "the drain, before the join; the jobs' row versions and the history's rows as "
+            "written by the runs, no VACUUM since (dead versions are counted: a live system "
+            "keeps some too)"
+        ],
+    }
+
+
 async def run(
     server_dsn: str, scale: float, *, counts: tuple[int, ...] = NODE_COUNTS, slots: int = SLOTS
 ) -> Result:
@@ -290,6 +317,9 @@ async def run(
         if not m["fits"]:
             break
     fitted = [m["nodes"] for m in measures if m["fits"]]
+    sized = next((m for m in measures if m.get("sizes")), None)
+    if sized:
+        result.tables.append(size_table(sized))
     misfit = "" if measures[-1]["fits"] else f" ({measures[-1]['nodes']}: {measures[-1]['error']})"
     result.notes += [
         f"largest node count that settled on this machine: {max(fitted, default=0)}{misfit}",
