@@ -436,3 +436,12 @@ def test_scale_out_waits_for_the_live_nodes_to_split_the_shards(dsn: str, db: An
         dsn, {"bench-1", "bench-2", "bench-3"}, must_own="bench-3", timeout=0.3
     )
     assert math.isnan(waited)  # split, but the joiner owns nothing yet
+
+
+def test_scale_out_placement_shows_the_64_shard_cap() -> None:
+    """Beyond 64 nodes some own no shard (pigeonhole); 4 nodes each own some of the 64."""
+    table = scaleout.placement_table((4, 100), (64,))
+    four, hundred = table["rows"]
+    assert four[:2] == [4, 64] and four[3] >= 1 and four[4] == 0 and four[2] >= 16
+    assert hundred[:2] == [100, 64] and hundred[3] == 0 and hundred[4] >= 100 - 64
+    assert len(table["headers"]) == len(four)

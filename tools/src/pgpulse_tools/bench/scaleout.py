@@ -35,6 +35,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+from pgpulse import sharding
 from pgpulse_tools.bench.common import (
     DbCpu,
     Result,
@@ -265,6 +266,43 @@ def row_of(m: dict[str, Any]) -> list[Any]:
     ]
 
 
+#: Node counts and shard counts of the placement table (pure: no database, no processes).
+PLACEMENT_NODES = (16, 64, 256, 1000)
+PLACEMENT_SHARDS = (64, 1024)
+
+
+def placement_table(
+    nodes_counts: tuple[int, ...] = PLACEMENT_NODES,
+    shard_counts: tuple[int, ...] = PLACEMENT_SHARDS,
+) -> dict[str, Any]:
+    """Where :func:`pgpulse.sharding.shards_for` puts the shards for many nodes: shards per node
+    (max/min), nodes owning none, and the CPU milliseconds one node spends building the ring
+    for a new set of live nodes (each node does it once per membership change)."""
+    rows: list[list[Any]] = []
+    for count in nodes_counts:
+        ids = [f"node-{i}" for i in range(count)]
+        for shards in shard_counts:
+            started = time.process_time()
+            first = sharding.shards_for(ids[0], ids, shards)
+            build_ms = (time.process_time() - started) * 1000
+            owned = [len(first)] + [len(sharding.shards_for(n, ids, shards)) for n in ids[1:]]
+            rows.append(
+                [count, shards, max(owned), min(owned), sum(1 for o in owned if o == 0), build_ms]
+            )
+    return {
+        "title": "Shard placement for more nodes (pgpulse.sharding, no database)",
+        "headers": ["nodes", "shards", "max/node", "min/node", "owning none", "ring build ms"],
+        "rows": rows,
+        "notes": [
+            f"consistent-hash ring, {sharding.VNODES} points per node (uhashring), as every node "
+            "computes it; ring build ms = CPU of the first shards_for call for a new set of live "
+            "nodes (cached after), measured in the benchmark's process",
+            "Pulse's schema has 64 shards (shard_id = id % 64); 1,024 is the placement a larger "
+            "count would give (docs/scaling.md), not a schema that exists",
+        ],
+    }
+
+
 def size_table(m: dict[str, Any]) -> dict[str, Any]:
     """The extra table of bytes per row of each relation, from one node count's measures."""
     rows = [
@@ -317,6 +355,7 @@ async def run(
         if not m["fits"]:
             break
     fitted = [m["nodes"] for m in measures if m["fits"]]
+    result.tables.append(placement_table())
     sized = next((m for m in measures if m.get("sizes")), None)
     if sized:
         result.tables.append(size_table(sized))
