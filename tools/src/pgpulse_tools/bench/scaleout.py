@@ -372,8 +372,11 @@ async def run(
         f"join: one node more starts, until the N + 1 live nodes split the {SHARDS} shards "
         "with the new one owning some; kill: SIGKILL of that node, until the N others "
         f"split them again (--heartbeat {HEARTBEAT:g}: node_ttl 6 s)",
-        f"shards max/min: shards per node once the N nodes settled ({SHARDS} fixed shards: "
-        f"beyond {SHARDS} nodes a node owns none)",
+        f"shards max/min: shards per node once the N nodes settled ({SHARDS} fixed shards on a "
+        "consistent-hash ring: beyond 64 nodes some node owns none, and one may well before; "
+        "see the placement table)",
+        "DB server for this scenario: a private PostgreSQL 15 with max_connections 300 "
+        "(5 sessions per idle node: 32 nodes need 160; the embedded server's 100 holds 19)",
     ]
     result.data.update(
         {
