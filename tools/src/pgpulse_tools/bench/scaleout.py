@@ -62,6 +62,11 @@ SETTLE_TIMEOUT = 120.0
 #: Seconds a rebalance (join or kill) may take before it is reported as not done.
 REBALANCE_TIMEOUT = 60.0
 PERIOD = 60.0
+#: What the sessions per node mean for the largest node count (pgpulse_tools docs/scaling.md).
+SESSIONS_NOTE = (
+    "an idle node holds 5 sessions (claim, heartbeat, LISTEN and a pool of 2), so N nodes need "
+    "5 N connections (32 nodes: 160; max_connections 100 holds about 18 beside the benchmark's own)"
+)
 
 
 def steady_jobs_for(scale: float) -> int:
@@ -347,6 +352,9 @@ async def run(
         "join and SIGKILL",
         HEADERS,
     )
+    with admin(server_dsn) as conn:
+        shown = conn.execute("SHOW max_connections").fetchone()
+        max_connections = int(shown["max_connections"]) if shown else 0
     measures: list[dict[str, Any]] = []
     for nodes in counts:
         m = await one_count(server_dsn, nodes, scale, slots=slots)
@@ -375,8 +383,7 @@ async def run(
         f"shards max/min: shards per node once the N nodes settled ({SHARDS} fixed shards on a "
         "consistent-hash ring: beyond 64 nodes some node owns none, and one may well before; "
         "see the placement table)",
-        "DB server for this scenario: a private PostgreSQL 15 with max_connections 300 "
-        "(5 sessions per idle node: 32 nodes need 160; the embedded server's 100 holds 19)",
+        f"server's max_connections {max_connections}: {SESSIONS_NOTE}",
     ]
     result.data.update(
         {
@@ -387,6 +394,7 @@ async def run(
             "window": window,
             "measures": measures,
             "largest_fit": max(fitted, default=0),
+            "max_connections": max_connections,
         }
     )
     return result
