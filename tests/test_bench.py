@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers import pgpulse
 from pgpulse.schedule import parse_schedule
 from pgpulse_tools.bench import checks, floor, levers, scaleout, stored
 from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
@@ -445,3 +446,10 @@ def test_scale_out_placement_shows_the_64_shard_cap() -> None:
     assert four[:2] == [4, 64] and four[3] >= 1 and four[4] == 0 and four[2] >= 16
     assert hundred[:2] == [100, 64] and hundred[3] == 0 and hundred[4] >= 100 - 64
     assert len(table["headers"]) == len(four)
+
+
+def test_bench_refuses_an_unknown_scenario_naming_the_nine(dsn: str) -> None:
+    """`pgpulse bench --only 10`: one line naming --only and the scenarios, exit 2."""
+    done = pgpulse("bench", "--only", "10", dsn=dsn)
+    assert done.returncode == 2
+    assert "'10': scenarios are 1,2,3,4,5,6,7,8,9" in done.stderr
