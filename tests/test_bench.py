@@ -15,8 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers import pgpulse
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.bench import checks, floor, levers, stored
+from pgpulse_tools.bench import checks, floor, levers, scaleout, stored
 from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
@@ -404,3 +405,51 @@ def test_the_array_lever_completes_what_it_claimed_as_the_json_step_does(
     assert runs is not None and running is not None
     assert runs[0] > 0 and runs[0] == runs[1]
     assert running[0] <= 20  # only the last step's claim is left running
+
+
+def test_scale_out_shares_and_splits_are_judged_from_the_reported_shards() -> None:
+    """Scenario 10: every shard exactly once is a split; the share is max/min per node."""
+    halves = {"bench-1": list(range(32)), "bench-2": list(range(32, 64))}
+    assert scaleout.partitioned(halves)
+    assert scaleout.share(halves) == (32, 32)
+    assert not scaleout.partitioned({"bench-1": list(range(63))})  # shard 63 unowned
+    assert not scaleout.partitioned({"a": list(range(64)), "b": [5]})  # shard 5 twice
+    assert scaleout.share({"a": list(range(60)), "b": [60, 61, 62, 63]}) == (60, 4)
+    assert scaleout.share({}) == (0, 0)
+    misfit = scaleout.row_of({"nodes": 32, "fits": False, "error": "1 node(s) exited early"})
+    assert misfit[:2] == [32, "did not fit"] and len(misfit) == len(scaleout.HEADERS)
+
+
+def test_scale_out_waits_for_the_live_nodes_to_split_the_shards(dsn: str, db: Any) -> None:
+    """A killed node still within its TTL is ignored; a split missing a shard times out."""
+    for node, shards in (("bench-1", range(0, 40)), ("bench-2", range(40, 64)), ("bench-3", [])):
+        db.execute(
+            "INSERT INTO pgpulse_nodes (node_id, hostname, pid, slots, handlers, shell, state,"
+            " started_at, last_heartbeat, ttl, shards)"
+            " VALUES (%s, 'h', 1, 4, '{noop}', 'off', 'alive', now(), now(), 6, %s)",
+            (node, list(shards)),
+        )
+    seconds, seen = scaleout.wait_split(dsn, {"bench-1", "bench-2"})
+    assert seconds >= 0 and scaleout.share(seen) == (40, 24)
+    waited, seen = scaleout.wait_split(dsn, {"bench-1", "bench-3"}, timeout=0.3)
+    assert math.isnan(waited) and set(seen) == {"bench-1", "bench-3"}
+    waited, _ = scaleout.wait_split(
+        dsn, {"bench-1", "bench-2", "bench-3"}, must_own="bench-3", timeout=0.3
+    )
+    assert math.isnan(waited)  # split, but the joiner owns nothing yet
+
+
+def test_scale_out_placement_shows_the_64_shard_cap() -> None:
+    """Beyond 64 nodes some own no shard (pigeonhole); 4 nodes each own some of the 64."""
+    table = scaleout.placement_table((4, 100), (64,))
+    four, hundred = table["rows"]
+    assert four[:2] == [4, 64] and four[3] >= 1 and four[4] == 0 and four[2] >= 16
+    assert hundred[:2] == [100, 64] and hundred[3] == 0 and hundred[4] >= 100 - 64
+    assert len(table["headers"]) == len(four)
+
+
+def test_bench_refuses_an_unknown_scenario_naming_the_ten(dsn: str) -> None:
+    """`pgpulse bench --only 11`: one line naming --only and the scenarios, exit 2."""
+    done = pgpulse("bench", "--only", "11", dsn=dsn)
+    assert done.returncode == 2
+    assert "'11': scenarios are 1,2,3,4,5,6,7,8,9,10" in done.stderr

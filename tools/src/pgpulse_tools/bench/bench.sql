@@ -253,3 +253,32 @@ CREATE INDEX pgpulse_runs_finished ON pgpulse_runs USING brin (finished_at)
 -- Lever: no (job_id, id DESC) index on the history; a job's latest runs would be read through
 -- the unique (job_id, scheduled_for) index instead (in occurrence order, not id order).
 DROP INDEX pgpulse_runs_recent;
+
+-- name: scaleout_backlog
+-- Scenario 9: make jobs 1..%(backlog)s due now (a backlog for the drain), keeping their schedule.
+UPDATE pgpulse_jobs SET scheduled_for = now(), next_run_at = now()
+WHERE id <= %(backlog)s AND status = 'idle';
+
+-- name: scaleout_drain
+-- Scenario 9: firings of the backlog (jobs 1..%(backlog)s) so far, and the seconds from the first
+-- claim to the last history write, by the database's clock.
+SELECT count(*) AS fired,
+       coalesce(extract(epoch FROM max(finished_at) - min(started_at))::float8, 0) AS span
+FROM pgpulse_runs WHERE job_id <= %(backlog)s AND outcome = 'succeeded';
+
+-- name: scaleout_sessions
+-- Scenario 9: sessions open to this database now, other than this one.
+SELECT count(*) AS sessions FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid();
+
+-- name: scaleout_sizes
+-- Scenario 9: bytes on disk of pgpulse_jobs and pgpulse_runs and of each of their indexes (main
+-- fork), with the rows of their table now.
+SELECT c.relname AS relation, t.relname AS of_table, pg_relation_size(c.oid) AS bytes,
+       CASE t.relname WHEN 'pgpulse_jobs' THEN (SELECT count(*) FROM pgpulse_jobs)
+                      ELSE (SELECT count(*) FROM pgpulse_runs) END AS table_rows
+FROM pg_class AS c
+LEFT JOIN pg_index AS i ON i.indexrelid = c.oid
+JOIN pg_class AS t ON t.oid = coalesce(i.indrelid, c.oid)
+WHERE t.relname IN ('pgpulse_jobs', 'pgpulse_runs') AND c.relkind IN ('r', 'i')
+ORDER BY t.relname, c.relkind DESC, c.relname;

@@ -41,6 +41,8 @@ class NodeCluster:
             (see :mod:`pgpulse_tools.bench.noop_app`), read back by :meth:`starts` after
             :meth:`stop`.
         extra_args: more ``node run`` options.
+        first: number of the first node (ids ``bench-<first>``...), so a second cluster can
+            join the first under new ids.
     """
 
     dsn: str
@@ -49,12 +51,13 @@ class NodeCluster:
     poll: float = 5.0
     record_starts: bool = False
     extra_args: tuple[str, ...] = ()
+    first: int = 1
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="pgpulse-bench-")))
 
     def node_ids(self) -> list[str]:
         """The nodes' ids (``bench-1``...)."""
-        return [f"bench-{i + 1}" for i in range(self.count)]
+        return [f"bench-{self.first + i}" for i in range(self.count)]
 
     def start(self) -> None:
         """Start every node process (their output goes to ``<folder>/<node>.log``)."""

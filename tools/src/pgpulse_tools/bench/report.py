@@ -32,6 +32,7 @@ HOW_TO_RUN = """\
 ./scripts/bench --only 2,3         # some scenarios; the others keep their last figures here
 ./scripts/bench --report-only      # rewrite this page and the plots from results.json
 ./scripts/bench --scale 10 --only 8   # poll and claim at 1 M and 10 M stored (~5 GB of disk)
+./scripts/bench --scale 0.05 --only 9 # 1 to 32 nodes (~7 min; 32 nodes need max_connections >= 170)
 ```
 
 `scripts/bench` creates `.venv-bench` (Pulse with the `bench` extra: the peers, matplotlib,
