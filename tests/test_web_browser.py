@@ -221,7 +221,7 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 _shot(page, tmp_path, "dashboard-run.png")
 
                 page.click('nav a[href="/ui/alerts"]')
-                sync_api.expect(page.locator("[data-testid=alerts-slot]")).to_be_visible()
+                sync_api.expect(page.locator("[data-testid=no-alerts]")).to_be_visible()
 
                 page.click('a[href="/ui/cluster"]')
                 node = page.locator('tr[data-node="web-test-node"]')

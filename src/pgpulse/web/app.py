@@ -30,6 +30,7 @@ from pgpulse.web import alerts_api, api, dashboard, pages
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import BodyLimit, install_error_handlers, pulse_error_response, status_of
 from pgpulse.web.policy import WebSettings
+from pgpulse.web.schemas import Error
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +82,10 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
     )
     app.state.pulse = WebContext.build(store, settings)
     install_error_handlers(app)
-    app.include_router(api.router)
-    app.include_router(alerts_api.router)
+    # BodyLimit answers 413 before any route runs: every API operation documents it.
+    too_large: dict[int | str, dict[str, Any]] = {413: {"model": Error}}
+    app.include_router(api.router, responses=too_large)
+    app.include_router(alerts_api.router, responses=too_large)
     app.include_router(dashboard.router)
     app.include_router(pages.router)
     app.mount("/ui/static", StaticFiles(directory=dashboard.WEB_DIR / "static"), name="static")

@@ -391,9 +391,18 @@ class CalendarIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dates: list[date] = Field(default_factory=list, max_length=10_000)
+    # ten years, day by day: the longest list a 64 KiB body (the default --max-body) holds
+    dates: list[date] = Field(default_factory=list, max_length=3_650)
     country: str | None = Field(None, min_length=2, max_length=3, examples=["US"])
     subdivision: str | None = Field(None, min_length=1, max_length=10, examples=["CA"])
+
+    @field_validator("dates", mode="before")
+    @classmethod
+    def _iso_strings(cls, value: Any) -> Any:
+        """A date is an ISO string (``2026-12-24``), never a number read as days since 1970."""
+        if isinstance(value, list) and any(not isinstance(item, str | date) for item in value):
+            raise ValueError("each date is an ISO string, like 2026-12-24")
+        return value
 
 
 class Calendar(CalendarIn):
