@@ -45,7 +45,8 @@ from pgpulse.database import Session, connect
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable, describe
 from pgpulse.handlers import Handler
-from pgpulse.model import Step
+from pgpulse.model import ClaimKey, Step
+from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.recorder import Recorder
 from pgpulse.sharding import shards_for
 from pgpulse.store import Store
@@ -133,6 +134,7 @@ class Node:
         # database restart (the pool would back off for seconds: leases would be lost).
         self._beat_session = Session(dsn, f"pgpulse:{self.node_id}:beat")
         self.beat = ClaimStore(self._beat_session)
+        self.beat_occurrences = OccurrenceClaims(self._beat_session)
         # The claim loop claims and records through a session of its own, planned for it.
         self._claim_session = Session(dsn, f"pgpulse:{self.node_id}:claim", CLAIM_SESSION_SETTINGS)
         self.sweeper = Sweeper(
@@ -146,7 +148,12 @@ class Node:
             wake=self._wake,
         )
         self.recorder = Recorder(
-            ClaimStore(self._claim_session), self.attempts, self.node_id, lease=self.config.lease
+            ClaimStore(self._claim_session),
+            self.attempts,
+            self.node_id,
+            lease=self.config.lease,
+            occurrences=OccurrenceClaims(self._claim_session),
+            poll=self.config.poll_interval,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -254,12 +261,14 @@ class Node:
             f"handed back by node {self.node_id} at shutdown: unfinished after the drain "
             f"timeout ({self.config.drain_timeout:g}s)"
         )
+        started = {attempt.key for attempt in stopped if attempt.started}
+        rows, extra = _split([attempt.key for attempt in stopped])
         with _quiet_db_errors("hand_back_runs"):
-            handed, counted = await self.store.hand_back_runs(
-                [attempt.key for attempt in stopped],
-                started={attempt.key for attempt in stopped if attempt.started},
-                reason=reason,
+            handed, counted = await self.store.hand_back_runs(rows, started=started, reason=reason)
+            more, more_counted = await self.beat_occurrences.hand_back(
+                extra, started=started, reason=reason
             )
+            handed, counted = handed + more, counted + more_counted
             log.info(
                 "handed back %d unfinished claims (%d counted as attempts)",
                 handed,
@@ -320,6 +329,8 @@ class Node:
             backup_delay=self.config.node_ttl,
         )
         self.sweeper.observe(beat)
+        # extra occurrences' expired leases, by the same rule (the leader: all; others: backup)
+        await self.beat_occurrences.reap(older_than=0.0 if beat.leader else self.config.node_ttl)
         live = beat.live
         if state == "alive" and self.node_id not in live:
             await self.beat.register_node(
@@ -342,6 +353,7 @@ class Node:
             )
             self.shards = shards
             metrics.set_shards(len(shards))
+            self.recorder.hint_occurrences()
             self._wake.set()
 
     async def renew_once(self) -> None:
@@ -351,7 +363,10 @@ class Node:
         if not held:
             return
         sent = time.monotonic()
-        renewed = await self.beat.renew_leases(held, lease=self.config.lease)
+        rows, extra = _split(held)
+        renewed = await self.beat.renew_leases(rows, lease=self.config.lease)
+        if extra:
+            renewed |= await self.beat_occurrences.renew(extra, lease=self.config.lease)
         self.attempts.renewed(held, renewed, sent)
 
     async def _every(self, step: Any, name: str, limit: float | None = None) -> None:
@@ -384,6 +399,7 @@ class Node:
                                 break
                             note = nxt.result()
                             if not note.payload or int(note.payload) in self.shards:
+                                self.recorder.hint_occurrences()
                                 self._wake.set()
                     finally:
                         # The reader must be gone before the connection closes, or close()
@@ -400,6 +416,11 @@ class Node:
             except (psycopg.Error, OSError, StopAsyncIteration, DatabaseUnavailable) as exc:
                 log.warning("listen session lost: %s", exc, extra={"action": "listen_lost"})
                 await _wait(self._stopping, self.config.heartbeat_interval)
+
+
+def _split(keys: Sequence[ClaimKey]) -> tuple[list[ClaimKey], list[ClaimKey]]:
+    """Claim keys of job rows, and of extra occurrences (negative ids: model.ClaimKey)."""
+    return [key for key in keys if key[0] > 0], [key for key in keys if key[0] < 0]
 
 
 def pause_after(step: Step, *, waiting: int, free: int, poll: float) -> float | None:

@@ -39,6 +39,8 @@ class RunContext:
         timeout: the attempt's time limit in seconds, or ``None``.
         node_id: the node running the attempt.
         options: node-level settings for handlers (e.g. ``{"shell_dry_run": True}``).
+        kind: ``scheduled`` (an occurrence of the schedule), ``trigger`` (run now, maybe with a
+            payload of its own) or ``backfill`` (a backfill on request re-runs this occurrence).
     """
 
     job_id: int
@@ -52,6 +54,7 @@ class RunContext:
     timeout: float | None
     node_id: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "scheduled"
 
 
 HandlerResult: TypeAlias = str | None

@@ -23,6 +23,8 @@ from pgpulse.schedule import Schedule, parse_schedule
 
 CatchUp = Literal["skip", "backfill", "coalesce"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
+Overlap = Literal["forbid", "replace", "allow"]
+OVERLAP_POLICIES: tuple[Overlap, ...] = ("forbid", "replace", "allow")
 
 #: Names of handlers: an identifier-like ASCII name (it is also a registry key in code).
 _HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
@@ -87,6 +89,7 @@ LIMITS = {
     "max_attempts": 1000,
     "retry_backoff": 86400.0,
     "timeout": 30 * 86400.0,
+    "max_concurrency": 1000,
 }
 
 
@@ -208,6 +211,32 @@ def _check_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
         ) from None
 
 
+def _check_overlap(overlap: object, max_concurrency: object) -> None:
+    """Refuse an unknown overlap policy, ``max_concurrency`` without ``allow``, and ``allow``
+    without a bound (design.md, Policies: ``allow`` is "up to a bound")."""
+    if overlap not in OVERLAP_POLICIES:
+        raise InvalidInput(
+            f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {overlap!r}",
+            field="overlap",
+            value=overlap,
+        )
+    if max_concurrency is None:
+        if overlap == "allow":
+            raise InvalidInput(
+                "overlap allow needs max_concurrency N, the most occurrences at once (1-1000)",
+                field="max_concurrency",
+                value=None,
+            )
+        return
+    _check_number("max_concurrency", max_concurrency, minimum=1, integer=True)
+    if overlap != "allow":
+        raise InvalidInput(
+            f"max_concurrency applies to overlap allow only (overlap is {overlap!r})",
+            field="max_concurrency",
+            value=max_concurrency,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A validated job definition, unique by (tenant, name).
@@ -229,6 +258,11 @@ class JobSpec:
         timeout: per-attempt limit in seconds, or ``None`` for no limit.
         source: where the definition came from (``cli``, ``code``, ``crontab:FILE:LINE``).
         meta: free-form facts kept with the job (crontab user, ``MAILTO``...), a JSON object.
+        overlap: ``forbid`` (an occurrence waits for the running one), ``replace`` (a new
+            occurrence cancels the running one) or ``allow`` (up to ``max_concurrency`` at
+            once); design.md, Policies; docs/states.md, "Extra occurrences".
+        max_concurrency: with ``allow`` (and only then, where it is required), how many
+            occurrences of the job may run at once (1-1000).
     """
 
     tenant: str
@@ -245,6 +279,8 @@ class JobSpec:
     timeout: float | None = 3600.0
     source: str = "api"
     meta: dict[str, Any] = field(default_factory=dict)
+    overlap: Overlap = "forbid"
+    max_concurrency: int | None = None
 
     @classmethod
     def create(
@@ -264,6 +300,8 @@ class JobSpec:
         timeout: float | None = 3600.0,
         source: str = "api",
         meta: dict[str, Any] | None = None,
+        overlap: str = "forbid",
+        max_concurrency: int | None = None,
     ) -> JobSpec:
         """Validate every field and build a :class:`JobSpec`.
 
@@ -302,6 +340,7 @@ class JobSpec:
                     field="backfill_limit",
                     value=backfill_limit,
                 )
+        _check_overlap(overlap, max_concurrency)
         _check_misfire_grace(misfire_grace)
         _check_number("max_attempts", max_attempts, minimum=1, integer=True)
         _check_number("retry_backoff", retry_backoff, minimum=0.001)
@@ -326,6 +365,8 @@ class JobSpec:
             timeout=None if timeout is None else float(timeout),
             source=source,
             meta=_check_meta(meta),
+            overlap=cast(Overlap, overlap),
+            max_concurrency=None if max_concurrency is None else int(max_concurrency),
         )
 
     def parsed_schedule(self) -> Schedule:

@@ -20,9 +20,19 @@ from pgpulse.schedule import Schedule, parse_schedule
 #: ``pgpulse_runs_live`` view, never written).
 RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
 
-#: What identifies one claim of a job: (job id, fencing token). Every write about a claimed run
-#: names both (design.md, invariant 3), and a node may hold two claims of one job at once (a
-#: stale one whose outcome is still on its way, and the newer one).
+#: What an attempt's end asks of the store: a run outcome, or ``forked`` — a claimed job row
+#: under overlap ``replace``/``allow`` hands its occurrence to an extra occurrence of its own and
+#: moves on (``fork_occurrence``; docs/states.md, "Extra occurrences"). Never written as such.
+StepOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced", "forked"]
+
+#: A job's overlap policy (design.md, "Policies").
+OverlapPolicy = Literal["forbid", "replace", "allow"]
+
+#: What identifies one claim: (claim id, fencing token). The claim id is the job id for a claim
+#: of the job row and minus the occurrence id for a claim of an extra occurrence (both ids are
+#: positive, so the two never meet). Every write about a claimed run names both (design.md,
+#: invariant 3), and a node may hold two claims of one job at once (a stale one whose outcome is
+#: still on its way, and the newer one; or several extra occurrences).
 ClaimKey = tuple[int, int]
 
 
@@ -34,6 +44,11 @@ class ClaimedJob(NamedTuple):
     reserves the id); ``db_now`` is the database's instant of the claim (the run's
     ``started_at``). A claim row is these fields in this order: the store builds each claimed
     job from the row's tuple (a named tuple: no dict and no per-field setattr per job).
+
+    ``overlap`` and ``max_concurrency`` are the job's overlap policy. A claim of an extra
+    occurrence (``pgpulse_occurrences``) has its id in ``occurrence`` (also its ``run_id``) and
+    its kind (``trigger``, ``backfill``, ``scheduled``) in ``kind``; ``scheduled_for``,
+    ``attempt``, ``fencing_token`` and ``payload`` are the occurrence's own.
     """
 
     id: int
@@ -55,10 +70,16 @@ class ClaimedJob(NamedTuple):
     fencing_token: int
     run_id: int
     db_now: datetime
+    overlap: OverlapPolicy = "forbid"
+    max_concurrency: int | None = None
+    occurrence: int | None = None
+    kind: Literal["scheduled", "trigger", "backfill"] = "scheduled"
 
     @property
     def key(self) -> ClaimKey:
-        """This claim's (job id, fencing token)."""
+        """This claim's (claim id, fencing token): see :data:`ClaimKey`."""
+        if self.occurrence is not None:
+            return (-self.occurrence, self.fencing_token)
         return (self.id, self.fencing_token)
 
     @property
@@ -89,7 +110,7 @@ class Outcome(NamedTuple):
 
     Attributes:
         job: the claimed job (its id, fencing token and run id fence the write).
-        outcome: the run row's new outcome.
+        outcome: the run row's new outcome (``forked``: see :data:`StepOutcome`).
         advance: where the job goes next, for a final outcome.
         retry_in: seconds until the retry, for ``retrying``.
         status: the job's new status: ``idle``, or ``failed`` (cannot be scheduled).
@@ -102,7 +123,7 @@ class Outcome(NamedTuple):
     """
 
     job: ClaimedJob
-    outcome: RunOutcome
+    outcome: StepOutcome
     advance: Advance | None = None
     retry_in: float | None = None
     status: Literal["idle", "failed"] = "idle"

@@ -14,6 +14,14 @@ its outcomes are queued again ahead of newer ones (fenced writes are idempotent:
 hid a commit, the next write changes nothing); a write the database refused for an outcome's
 content is tried again one outcome per statement, so the one it refuses (a bug, a value out of
 range) ends only its own attempt, unrecorded.
+
+Extra occurrences (docs/states.md, "Extra occurrences") go the same way through their own
+statements, in the same step: first the forks of job rows under overlap ``replace``/``allow``
+(one statement each), then the job rows' step, then the occurrences' step
+(:meth:`~pgpulse.occurrence_claims.OccurrenceClaims.finish_and_claim`) into the slots the job
+rows left free. The occurrences' step goes out when it has outcomes to write, or when one may be
+due: at the instant its last claim returned, at most every ``poll`` seconds, and at once after a
+hint (:meth:`Recorder.hint_occurrences`: a notification for the node's shards, a fork).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import psycopg
 
@@ -29,7 +37,8 @@ from pgpulse import metrics
 from pgpulse.attempts import Attempts
 from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable, describe
-from pgpulse.model import Outcome, Step
+from pgpulse.model import ClaimKey, Outcome, Step
+from pgpulse.occurrence_claims import OccurrenceClaims
 
 log = logging.getLogger(__name__)
 
@@ -42,51 +51,136 @@ class Recorder:
         attempts: the node's attempts: where outcomes come from and claimed jobs go.
         node_id: the claiming node.
         lease: seconds of lease each claim grants.
+        occurrences: the extra occurrences' statements, over the same session (``None``: over
+            ``store``'s).
+        poll: longest time, seconds, between two claims of extra occurrences.
     """
 
     def __init__(
-        self, store: ClaimStore, attempts: Attempts, node_id: str, *, lease: float
+        self,
+        store: ClaimStore,
+        attempts: Attempts,
+        node_id: str,
+        *,
+        lease: float,
+        occurrences: OccurrenceClaims | None = None,
+        poll: float = 5.0,
     ) -> None:
         self.store = store
         self.attempts = attempts
         self.node_id = node_id
         self.lease = lease
+        self.occurrences = occurrences or OccurrenceClaims(store.pool)
+        self.poll = poll
+        self._occurrences_at = 0.0  # monotonic instant of the next claim of occurrences
+
+    def hint_occurrences(self) -> None:
+        """An extra occurrence may be due now (a notification for this node's shards): the next
+        step claims occurrences too."""
+        self._occurrences_at = 0.0
 
     async def step(self, shards: Sequence[int]) -> Step:
         """Write the outcomes decided so far and claim due jobs of ``shards`` (none: claim
-        nothing) into the free slots, in one transaction; start each claimed job at once.
+        nothing) into the free slots, then the same for extra occurrences; start each claimed
+        job at once.
 
         The attempts whose outcomes go out in this step end with it, so their slots count as
         free: after the step at most ``slots`` attempts run (invariant 6).
 
         Raises:
-            psycopg.Error, DatabaseUnavailable: the step failed; nothing was claimed, and its
-                outcomes are queued again (but for one the database refused, see the module).
+            psycopg.Error, DatabaseUnavailable: a statement failed; what it would have claimed
+                was not, and the outcomes not written are queued again (but for one the
+                database refused, see the module).
         """
         batch = self.attempts.take()
         limit = self.attempts.free(batch) if shards else 0
         if not batch and limit <= 0:
             return Step(set(), [], None, None)
+        forks = [o for o in batch if o.outcome == "forked"]
+        extra = [o for o in batch if o.job.occurrence is not None]
+        rows = [o for o in batch if o.outcome != "forked" and o.job.occurrence is None]
         sent = time.monotonic()
-        try:
-            step = await self.store.finish_and_claim(
-                batch, self.node_id, shards, limit, lease=self.lease
+        await self._fork(forks, rows + extra)
+
+        async def claim_rows(outcomes: Sequence[Outcome]) -> Step:
+            return await self.store.finish_and_claim(
+                outcomes, self.node_id, shards, limit, lease=self.lease
             )
-        except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError):
-                self.attempts.unwritten(batch)
-            else:
-                await self._write_each(batch)
-            raise
-        except BaseException:
-            self.attempts.unwritten(batch)
-            raise
-        self.attempts.written(batch, step.written)
+
+        if rows or limit > 0:
+            step = await self._write(rows, claim_rows, requeue=extra)
+        else:
+            step = Step(set(), [], None, None)
         if limit > 0:
             metrics.observe_claim(time.monotonic() - sent, len(step.jobs))
         arrived = time.monotonic()
         for job in step.jobs:
             self.attempts.start(job, sent, arrived)
+        free = limit - len(step.jobs)
+        if not extra and not (free > 0 and arrived >= self._occurrences_at):
+            return step
+
+        async def claim_extra(outcomes: Sequence[Outcome]) -> Step:
+            return await self.occurrences.finish_and_claim(
+                outcomes, self.node_id, shards if free > 0 else (), free, lease=self.lease
+            )
+
+        sent = time.monotonic()
+        other = await self._write(extra, claim_extra)
+        arrived = time.monotonic()
+        for job in other.jobs:
+            self.attempts.start(job, sent, arrived)
+        if free > 0:
+            self._occurrences_at = _next_check(other, free, arrived, self.poll)
+        return _merge(step, other)
+
+    async def _fork(self, forks: Sequence[Outcome], later: Sequence[Outcome]) -> None:
+        """Write each fork (one statement each); on a failed connection queue the forks not yet
+        written and ``later`` again, and raise."""
+        for i, outcome in enumerate(forks):
+            try:
+                written = await self.occurrences.fork(outcome)
+            except psycopg.Error as exc:
+                if isinstance(exc, psycopg.OperationalError):
+                    self.attempts.unwritten([*forks[i:], *later])
+                    raise
+                log.error(
+                    "fork of %s refused by the database: %s",
+                    outcome.job.name,
+                    exc,
+                    extra={"action": "record_refused", "job": outcome.job.name},
+                )
+                self.attempts.refused(outcome)
+                continue
+            except BaseException:
+                self.attempts.unwritten([*forks[i:], *later])
+                raise
+            self.attempts.written([outcome], {outcome.job.key} if written else ())
+        if forks:
+            self.hint_occurrences()  # the forked occurrences are due now
+
+    async def _write(
+        self,
+        batch: Sequence[Outcome],
+        write: Callable[[Sequence[Outcome]], Awaitable[Step]],
+        *,
+        requeue: Sequence[Outcome] = (),
+    ) -> Step:
+        """Write ``batch`` (and claim) with ``write``, under the module's error policy; on a
+        failure, ``requeue`` (not sent yet) is queued again too."""
+        try:
+            step = await write(batch)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self.attempts.unwritten([*batch, *requeue])
+            else:
+                self.attempts.unwritten(requeue)
+                await self._write_each(batch)
+            raise
+        except BaseException:
+            self.attempts.unwritten([*batch, *requeue])
+            raise
+        self.attempts.written(batch, step.written)
         return step
 
     async def flush(self, within: float) -> None:
@@ -111,10 +205,11 @@ class Recorder:
                 retry_in = min(retry_in * 2, 2.0)
 
     async def _write_each(self, batch: Sequence[Outcome]) -> None:
-        """Write a batch whose joint write the database refused, one outcome per statement."""
+        """Write a batch whose joint write the database refused, one outcome per statement
+        (claiming nothing)."""
         for i, outcome in enumerate(batch):
             try:
-                written = await self.store.finish_runs([outcome])
+                written = await self._write_one(outcome)
             except psycopg.Error as exc:
                 if isinstance(exc, psycopg.OperationalError):
                     self.attempts.unwritten(batch[i:])
@@ -131,3 +226,33 @@ class Recorder:
                 raise
             else:
                 self.attempts.written([outcome], written)
+
+    async def _write_one(self, outcome: Outcome) -> set[ClaimKey]:
+        """Write one outcome, claiming nothing."""
+        if outcome.job.occurrence is not None:
+            step = await self.occurrences.finish_and_claim([outcome], "", (), 0, lease=0.0)
+            return step.written
+        return await self.store.finish_runs([outcome])
+
+
+def _next_check(step: Step, asked: int, now_mono: float, poll: float) -> float:
+    """When (monotonic) to claim extra occurrences next after a claim of ``asked`` returned
+    ``step``: at once if it filled them all (more may be due), else at the next due instant it
+    returned (1 ms past it), at most ``poll`` seconds on."""
+    if len(step.jobs) >= asked:
+        return 0.0
+    delay = poll
+    if step.next_due is not None and step.db_now is not None:
+        delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
+    return now_mono + max(delay, 0.0)
+
+
+def _merge(rows: Step, extra: Step) -> Step:
+    """One step's view of both claims: what was written and claimed, the earliest due."""
+    dues = [due for due in (rows.next_due, extra.next_due) if due is not None]
+    return Step(
+        rows.written | extra.written,
+        [*rows.jobs, *extra.jobs],
+        min(dues) if dues else None,
+        rows.db_now or extra.db_now,
+    )

@@ -171,6 +171,8 @@ class Store(ClaimStore):
                             "timeout": spec.timeout,
                             "source": spec.source,
                             "meta": Jsonb(spec.meta),
+                            "overlap": spec.overlap,
+                            "max_concurrency": spec.max_concurrency,
                             "anchor_at": clock,
                             "scheduled_for": first,
                         },

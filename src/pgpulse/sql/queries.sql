@@ -35,8 +35,8 @@
 -- joined from clock, so it is an index condition and the scan of pgpulse_jobs_due stops at the
 -- first row not yet due, however many are stored.
 --
--- One row per claimed job, oldest occurrence first; nothing claimed gives one row whose id is
--- NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant of
+-- One row per claimed job (ClaimedJob's fields, db_now and the overlap policy among them), then
+-- the clock, oldest occurrence first; nothing claimed gives one row whose id is NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant of
 -- those shards (NULL if none), so an idle node knows how long to sleep without a second
 -- statement. `written`, the (job id, fencing token) of each outcome that took effect, is on the
 -- first row only.
@@ -96,7 +96,7 @@ run AS (
     JOIN pgpulse_jobs AS o ON o.id = job.id
     CROSS JOIN clock
     WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
     SET attempts = excluded.attempts,
         outcome = excluded.outcome,
         node_id = excluded.node_id,
@@ -120,7 +120,7 @@ skipped AS (
     CROSS JOIN clock
     WHERE i.skips > 0
       AND i.outcome <> 'skipped'
-    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO NOTHING
     RETURNING 1
 ),
 due AS (
@@ -151,10 +151,11 @@ claimed AS (
               j.max_attempts,
               extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
               extract(epoch FROM j.timeout)::float8 AS timeout,
-              j.anchor_at, j.scheduled_for, j.attempt, j.fencing_token, j.run_id
+              j.anchor_at, j.scheduled_for, j.attempt, j.fencing_token, j.run_id,
+              clock.now AS db_now, j.overlap, j.max_concurrency
 )
 SELECT claimed.*,
-       clock.now AS db_now,
+       clock.now,
        -- the head of pgpulse_jobs_due past now: ORDER BY ... LIMIT 1, not min(), which the
        -- planner may compute by a bitmap scan of every idle row
        (
@@ -221,7 +222,7 @@ WITH clock AS (
            'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s
     FROM job JOIN pgpulse_jobs o ON o.id = job.id
     WHERE job.started
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
     SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
         finished_at = NULL, error = excluded.error
@@ -299,7 +300,7 @@ WITH clock AS (
     SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq')), e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
            e.claimed_at, job.last_error
     FROM expired e JOIN job ON job.id = e.id
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
     SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
         finished_at = NULL, error = excluded.error
@@ -365,6 +366,7 @@ WITH found AS (
         max_attempts = %(max_attempts)s,
         retry_backoff = make_interval(secs => %(retry_backoff)s),
         timeout = make_interval(secs => %(timeout)s), source = %(source)s, meta = %(meta)s,
+        overlap = %(overlap)s, max_concurrency = %(max_concurrency)s,
         anchor_at = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
                          THEN j.anchor_at ELSE %(anchor_at)s END,
         scheduled_for = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
@@ -386,15 +388,15 @@ WITH found AS (
 ), inserted AS (
     INSERT INTO pgpulse_jobs (tenant, name, schedule, schedule_kind, timezone, handler, payload,
                                 catch_up, backfill_limit, misfire_grace, max_attempts,
-                                retry_backoff, timeout, source, meta, anchor_at, scheduled_for,
-                                next_run_at)
+                                retry_backoff, timeout, source, meta, overlap,
+                                max_concurrency, anchor_at, scheduled_for, next_run_at)
     SELECT %(tenant)s::text, %(name)s::text, %(schedule)s::text, %(schedule_kind)s::text,
            %(timezone)s::text, %(handler)s::text, %(payload)s::jsonb, %(catch_up)s::text,
            %(backfill_limit)s::integer, make_interval(secs => %(misfire_grace)s),
            %(max_attempts)s::integer, make_interval(secs => %(retry_backoff)s),
            make_interval(secs => %(timeout)s), %(source)s::text, %(meta)s::jsonb,
-           %(anchor_at)s::timestamptz, %(scheduled_for)s::timestamptz,
-           %(scheduled_for)s::timestamptz
+           %(overlap)s::text, %(max_concurrency)s::integer, %(anchor_at)s::timestamptz,
+           %(scheduled_for)s::timestamptz, %(scheduled_for)s::timestamptz
     WHERE NOT EXISTS (SELECT 1 FROM found)
     RETURNING id, shard_id, true AS created
 )
