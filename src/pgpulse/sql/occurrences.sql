@@ -490,7 +490,7 @@ occurrence AS (
     RETURNING 1
 )
 SELECT batch.id, (SELECT count(*) FROM occurrence)::int AS occurrences,
-       pg_notify('pgpulse_wakeup', (batch.job_id % 64)::text)
+       pg_notify('pgpulse_wakeup', (batch.job_id %% 64)::text)
 FROM batch;
 
 -- name: backfill_queued
