@@ -13,7 +13,7 @@ import importlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +34,7 @@ from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError
-from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
+from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.report import (
     print_job,
     print_records,
@@ -282,7 +282,7 @@ def node_run(
 
 @main.group()
 def job() -> None:
-    """Create, list, show, pause, resume, trigger and delete jobs."""
+    """Create, list, show, pause, resume, trigger, backfill and delete jobs."""
 
 
 tenant_option = click.option(
@@ -322,6 +322,19 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 )
 @click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
 @click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")
+@click.option(
+    "--overlap",
+    type=click.Choice(OVERLAP_POLICIES),
+    default="forbid",
+    help="An occurrence due while one runs: forbid (wait for it), replace (cancel it and "
+    "start), allow (run beside it, up to --max-concurrency at once).",
+)
+@click.option(
+    "--max-concurrency",
+    type=int,
+    default=None,
+    help="With --overlap allow (required there): most occurrences running at once.",
+)
 @click.option(
     "--allow-private-target",
     is_flag=True,
@@ -430,11 +443,7 @@ def _state_command(verb: str, doc: str) -> None:
             await store.delete_job(tenant, name)
             click.echo(f"deleted {name}")
         else:
-            result = await store.trigger_job(tenant, name)
-            if result < await store.db_now() - timedelta(seconds=1):
-                click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
-            else:
-                click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
+            raise AssertionError(verb)  # pragma: no cover
 
 
 _state_command(
@@ -447,9 +456,9 @@ _state_command(
     "Resume job NAME at its next occurrence after now (occurrences inside the pause "
     "do not run). Idempotent: a job that is not paused is left as it is.",
 )
-_state_command("trigger", "Run job NAME now, once, as an extra occurrence.")
 _state_command("delete", "Delete job NAME and its run history.")
 
+from pgpulse import cli_run_control  # noqa: E402, F401 - registers job trigger and job backfill
 
 # -- schedules and crontabs ------------------------------------------------------------------
 
