@@ -44,7 +44,8 @@ ORDER BY id;
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
-       extract(epoch FROM j.timeout)::float8 AS timeout, j.source, j.status, j.anchor_at,
+       extract(epoch FROM j.timeout)::float8 AS timeout, j.overlap, j.max_concurrency,
+       j.source, j.status, j.anchor_at,
        j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.lease_expires_at,
        j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
@@ -80,7 +81,7 @@ SELECT r.id, r.job_id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome,
        r.fencing_token, r.started_at, r.finished_at,
        extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
        extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
-       r.error, CASE WHEN %(with_output)s THEN r.output END AS output
+       r.error, CASE WHEN %(with_output)s THEN r.output END AS output, r.kind
 FROM pgpulse_runs_live r
 JOIN pgpulse_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)

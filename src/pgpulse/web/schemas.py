@@ -17,9 +17,11 @@ from pydantic.json_schema import SkipJsonSchema
 MAX_SECONDS = 366 * 86400.0
 
 Name = Annotated[str, Field(min_length=1, max_length=200, examples=["nightly-report"])]
-Outcome = Literal["running", "retrying", "succeeded", "failed", "skipped", "fenced"]
+Outcome = Literal["running", "retrying", "succeeded", "failed", "skipped", "fenced", "cancelled"]
 Status = Literal["idle", "running", "paused", "failed"]
 CatchUp = Literal["skip", "backfill", "coalesce"]
+Overlap = Literal["forbid", "replace", "allow"]
+RunKind = Literal["scheduled", "trigger", "backfill"]
 #: A field that may be left out of a PATCH but not set to null (absent from the schema).
 Unset = SkipJsonSchema[None]
 
@@ -46,6 +48,14 @@ class JobDefinition(BaseModel):
     retry_backoff: float = Field(1.0, ge=0.001, le=86400, description="Seconds.")
     timeout: float | None = Field(
         3600.0, ge=0.001, le=MAX_SECONDS, description="Per-attempt limit, seconds; null: none."
+    )
+    overlap: Overlap = Field(
+        "forbid",
+        description="An occurrence due while one runs: forbid (waits), replace (cancels the "
+        "running one), allow (runs beside it, up to max_concurrency).",
+    )
+    max_concurrency: int | None = Field(
+        None, ge=1, le=1000, description="With overlap allow (required there): most at once."
     )
 
 
@@ -84,6 +94,8 @@ class JobPatch(BaseModel):
     max_attempts: int | Unset = Field(None, ge=1, le=1000)
     retry_backoff: float | Unset = Field(None, ge=0.001, le=86400)
     timeout: float | None = Field(None, ge=0.001, le=MAX_SECONDS)
+    overlap: Overlap | Unset = None
+    max_concurrency: int | None = Field(None, ge=1, le=1000)
 
     @field_validator(
         "schedule",
@@ -94,6 +106,7 @@ class JobPatch(BaseModel):
         "misfire_grace",
         "max_attempts",
         "retry_backoff",
+        "overlap",
         mode="before",
     )
     @classmethod
@@ -120,6 +133,8 @@ class Job(BaseModel):
     max_attempts: int
     retry_backoff: float
     timeout: float | None
+    overlap: Overlap
+    max_concurrency: int | None
     source: str
     status: Status
     scheduled_for: datetime = Field(description="The current occurrence (logical time), UTC.")
@@ -145,11 +160,58 @@ class JobPage(BaseModel):
     next_cursor: str | None
 
 
+class TriggerRequest(BaseModel):
+    """Run now: with no payload the job's own occurrence moves to now (an idle job only); with
+    one, an extra occurrence runs once with it, beside the schedule."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    payload: dict[str, Any] | None = Field(
+        None, description="JSON object to run this once with instead of the job's payload."
+    )
+
+
 class Triggered(BaseModel):
-    """A triggered job and the extra occurrence it now holds."""
+    """A triggered job and the occurrence that runs now."""
 
     job: Job
     occurrence: datetime
+    run_id: int | None = Field(
+        None, description="With a payload: the id of the extra occurrence's run."
+    )
+
+
+class BackfillRequest(BaseModel):
+    """Run each selected occurrence of [from, to] exactly once more, beside the schedule."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    start: datetime = Field(alias="from", description="First instant, ISO-8601 with offset.")
+    end: datetime = Field(alias="to", description="Last instant (inclusive), not in the future.")
+    only: list[Literal["missing", "failed", "all"]] = Field(
+        default_factory=list,
+        description="missing (never ran, or skipped), failed; both when empty; all.",
+    )
+    dry_run: bool = Field(False, description="List what would run; write nothing.")
+    max_concurrency: int = Field(1, ge=1, le=1000, description="Most running at once.")
+    newest_first: bool = False
+
+
+class BackfillOccurrence(BaseModel):
+    """One occurrence of the range: what the history says of it, and whether it runs."""
+
+    scheduled_for: datetime
+    status: Literal["succeeded", "failed", "skipped", "missing", "pending", "queued"]
+    selected: bool
+
+
+class Backfill(BaseModel):
+    """A backfill's plan, in run order; ``batch_id`` null for a dry run or nothing selected."""
+
+    job_id: int
+    batch_id: int | None
+    dry_run: bool
+    occurrences: list[BackfillOccurrence]
 
 
 class Run(BaseModel):
@@ -177,6 +239,11 @@ class Run(BaseModel):
     lag: float | None = Field(description="Seconds from scheduled_for to the latest start.")
     error: str | None
     output: str | None = Field(None, description="Captured output (only on GET /runs/{id}).")
+    kind: RunKind = Field(
+        "scheduled",
+        description="scheduled (the schedule's occurrence), trigger (run now with a payload) "
+        "or backfill (a backfill on request).",
+    )
 
 
 class RunPage(BaseModel):
