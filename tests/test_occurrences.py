@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -229,3 +229,115 @@ async def test_a_backfill_refuses_bad_requests_naming_the_field(
             await control.backfill("default", "hourly", now=NOW, **kwargs)
     assert refused.value.field == field
     assert db.execute("SELECT count(*) AS n FROM pgpulse_batches").fetchone()["n"] == 0
+
+
+async def shut(*nodes: Node) -> None:
+    """Stop nodes driven step by step (never run()): cancel their attempts, close sessions."""
+    for n in nodes:
+        stopped = n.attempts.stop()
+        if stopped:
+            await asyncio.wait([a.task for a in stopped], timeout=5)
+        await n._beat_session.close()
+        await n._claim_session.close()
+
+
+def sleeper() -> tuple[Handler, asyncio.Event, asyncio.Event]:
+    """A handler that sleeps 30 s; events set when it starts and when it is cancelled."""
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handler(ctx: RunContext) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    return handler, started, cancelled
+
+
+async def fork_and_start(n: Node) -> None:
+    """Claim the due job row (its attempt decides to fork), then write the fork and claim the
+    forked occurrence, whose handler starts."""
+    assert await n.claim_once() == 1  # the job row
+    await wait_until(lambda: n.attempts.waiting == 1)  # decided: forked
+    assert await n.claim_once() == 1  # the fork written; its occurrence claimed
+
+
+async def test_replace_cancels_the_occurrence_running_on_another_node(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """Overlap replace: a new occurrence, claimed on node B, cancels the one node A runs — in
+    the database at once (its history row 'cancelled', its lease gone), on A at its next
+    renewal, which is refused — and starts."""
+    on_a, a_started, a_cancelled = sleeper()
+    on_b, b_started, _ = sleeper()
+    await add(store, spec("sync", schedule=TRIGGERED_ONLY, handler="h", overlap="replace"))
+    a = node(store, dsn, {"h": on_a})
+    b = node(store, dsn, {"h": on_b})
+    try:
+        await a.start()
+        first = await store.trigger_job("default", "sync")
+        await fork_and_start(a)
+        async with asyncio.timeout(5):
+            await a_started.wait()
+        await b.start()
+        b.shards = tuple(range(64))  # B claims whatever is due (ownership is an optimisation)
+        second = await store.trigger_job("default", "sync")
+        await fork_and_start(b)
+        async with asyncio.timeout(5):
+            await b_started.wait()
+        rows = db.execute("SELECT outcome, scheduled_for, error FROM pgpulse_runs").fetchall()
+        assert rows == [
+            {
+                "outcome": "cancelled",
+                "scheduled_for": first,
+                "error": "replaced by the occurrence at "
+                + second.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            }
+        ]
+        assert not a_cancelled.is_set()
+        await a.renew_once()  # refused: A cancels its attempt at once
+        async with asyncio.timeout(2):
+            await a_cancelled.wait()
+        live = db.execute(
+            "SELECT o.scheduled_for, o.locked_by, b.running FROM pgpulse_occurrences o"
+            " JOIN pgpulse_batches b ON b.id = o.batch_id"
+        ).fetchall()
+        assert live == [{"scheduled_for": second, "locked_by": b.node_id, "running": 1}]
+    finally:
+        await shut(a, b)
+
+
+async def test_allow_runs_up_to_max_concurrency_occurrences_each_once(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """Overlap allow with N = 3: a backlog of per-second occurrences runs three at a time on a
+    node with ten slots, each occurrence once, each with a lease of its own."""
+    now_running, most = 0, 0
+    ran: list[datetime] = []
+
+    async def work(ctx: RunContext) -> None:
+        nonlocal now_running, most
+        now_running += 1
+        most = max(most, now_running)
+        await asyncio.sleep(0.3)
+        now_running -= 1
+        ran.append(ctx.scheduled_for)
+
+    db_now = db.execute("SELECT now() AS t").fetchone()["t"]
+    await add(
+        store,
+        spec("tick", schedule="* * * * * *", handler="work", catch_up="backfill",
+             overlap="allow", max_concurrency=3),
+        now=db_now - timedelta(seconds=8),
+    )  # fmt: skip
+    async with running(node(store, dsn, {"work": work}, slots=10)):
+        await wait_until(lambda: len(ran) >= 12)
+    assert most == 3
+    assert len(set(ran)) == len(ran)  # never two runs of one occurrence
+    rows = db.execute(
+        "SELECT scheduled_for, attempts FROM pgpulse_runs WHERE outcome = 'succeeded'"
+    ).fetchall()
+    assert {r["scheduled_for"] for r in rows} >= set(ran[:12])
+    assert all(r["attempts"] == 1 for r in rows)
