@@ -36,6 +36,9 @@ class RunContext:
             row is written when an attempt ends; while one runs, ``pgpulse_runs_live`` shows it).
         fencing_token: grows on every claim of the job; guard external side effects with it
             (an effect written with a smaller token than one already seen must be refused).
+            An extra occurrence (``kind`` ``trigger`` or ``backfill``, or any occurrence of a
+            job under overlap ``replace``/``allow``) has a token of its own, growing over the
+            claims of that occurrence: key such a guard by ``run_id``.
         timeout: the attempt's time limit in seconds, or ``None``.
         node_id: the node running the attempt.
         options: node-level settings for handlers (e.g. ``{"shell_dry_run": True}``).
