@@ -634,6 +634,7 @@ async def runs(
             "name",
             "scheduled_for",
             "outcome",
+            "kind",
             "occurrences",
             "attempts",
             "node_id",

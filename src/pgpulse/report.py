@@ -156,6 +156,7 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
                     f"{job['max_attempts']}, backoff base {_seconds(job['retry_backoff'])}",
                 ),
                 ("timeout", _seconds(job["timeout"])),
+                *([("overlap", _overlap(job))] if job.get("overlap", "forbid") != "forbid" else []),
                 ("source", job["source"]),
             ],
         ),
@@ -198,7 +199,9 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
         table = [
             [
                 _instant(r["scheduled_for"]),
-                r["outcome"],
+                r["outcome"]
+                if r.get("kind", "scheduled") == "scheduled"
+                else f"{r['outcome']} ({r['kind']})",
                 r["attempts"],
                 r["node_id"] or "-",
                 _seconds(r["duration"] and round(r["duration"], 3)),
@@ -209,6 +212,13 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
         headers = ["scheduled for", "outcome", "attempts", "node", "duration", "error"]
         for line in tabulate(table, headers=headers).splitlines():
             click.echo(f"  {line}")
+
+
+def _overlap(job: dict[str, Any]) -> str:
+    """A job's overlap policy in words."""
+    if job["overlap"] == "allow":
+        return f"allow, up to {job['max_concurrency']} at once"
+    return "replace: a new occurrence cancels the running one"
 
 
 def _count(n: int, word: str) -> str:

@@ -477,7 +477,7 @@ SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.occurre
        coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for, r.node_id,
        r.started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
-       r.error, r.output, r.fencing_token
+       r.error, r.output, r.fencing_token, r.kind
 FROM pgpulse_runs_live r JOIN pgpulse_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (%(name)s::text IS NULL
