@@ -11,7 +11,10 @@
 --   'failed' (the handler failed on purpose, before any effect); NULL = never ended (cancelled,
 --   killed). lease_ok_*: whether the execution's token still held an unexpired lease on the job
 --   at that instant, as the database saw it (an observation; the guard does not read it).
--- chaos_fence: the largest fencing token the "external resource" has seen per job.
+-- chaos_fence: the largest fencing token the "external resource" has seen per fence key: the
+--   job id for a job whose occurrences run one at a time on its row (overlap forbid), minus the
+--   run id for an occurrence with a lease of its own (overlap allow), whose token grows over the
+--   claims of that occurrence only (README: key such a guard by run id).
 -- chaos_effects: the side effect, keyed by occurrence; applied counts committed effect writes.
 -- chaos_run_log: the engine's own writes, recorded by triggers, so the checker can tell an
 --   interrupted attempt from a recorded success: every insert/update of pgpulse_runs (outcomes,
@@ -95,7 +98,7 @@ FOR EACH ROW EXECUTE FUNCTION chaos_log_claim();
 -- the largest token it has seen, so a zombie's later write is refused once the new owner has
 -- shown up) and record the start. Returns whether the token's lease was current.
 WITH fence AS (
-    INSERT INTO chaos_fence AS f (job_id, max_token) VALUES (%(job_id)s, %(token)s)
+    INSERT INTO chaos_fence AS f (job_id, max_token) VALUES (%(fence)s, %(token)s)
     ON CONFLICT (job_id) DO UPDATE SET max_token = greatest(f.max_token, excluded.max_token)
     RETURNING f.max_token
 )
@@ -103,9 +106,14 @@ INSERT INTO chaos_history (uid, job_id, scheduled_for, attempt, token, run_id, n
                            started_at, lease_ok_at_start)
 SELECT %(uid)s, %(job_id)s, %(scheduled_for)s, %(attempt)s, %(token)s, %(run_id)s, %(node)s,
        %(kind)s, clock_timestamp(),
-       EXISTS (SELECT 1 FROM pgpulse_jobs j
-               WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s AND j.status = 'running'
-                 AND j.lease_expires_at > clock_timestamp())
+       CASE WHEN %(fence)s > 0
+            THEN EXISTS (SELECT 1 FROM pgpulse_jobs j
+                         WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
+                           AND j.status = 'running' AND j.lease_expires_at > clock_timestamp())
+            ELSE EXISTS (SELECT 1 FROM pgpulse_occurrences o
+                         WHERE o.id = %(run_id)s AND o.fencing_token = %(token)s
+                           AND o.lease_expires_at > clock_timestamp())
+       END
 FROM fence
 RETURNING lease_ok_at_start;
 
@@ -118,12 +126,17 @@ RETURNING lease_ok_at_start;
 -- gone (a failover lost its start): the node's journal records it either way. The row is found
 -- by its uid, not its id: after such a failover the identity hands its id out again.
 WITH fence AS (
-    SELECT f.max_token FROM chaos_fence f WHERE f.job_id = %(job_id)s FOR UPDATE
+    SELECT f.max_token FROM chaos_fence f WHERE f.job_id = %(fence)s FOR UPDATE
 ), lease AS (
-    SELECT EXISTS (SELECT 1 FROM pgpulse_jobs j
-                   WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
-                     AND j.status = 'running'
-                     AND j.lease_expires_at > clock_timestamp()) AS ok
+    SELECT CASE WHEN %(fence)s > 0
+                THEN EXISTS (SELECT 1 FROM pgpulse_jobs j
+                             WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
+                               AND j.status = 'running'
+                               AND j.lease_expires_at > clock_timestamp())
+                ELSE EXISTS (SELECT 1 FROM pgpulse_occurrences o
+                             WHERE o.id = %(run_id)s AND o.fencing_token = %(token)s
+                               AND o.lease_expires_at > clock_timestamp())
+           END AS ok
 ), verdict AS (
     SELECT coalesce((SELECT max_token FROM fence), 0) <= %(token)s
                AND (NOT %(lease_guard)s OR lease.ok) AS accepted,
@@ -155,10 +168,15 @@ FROM verdict v;
 -- A handler fails on purpose (before any effect): close its history row (found by uid, as in
 -- apply_effect); whether its lease was current comes back even if the row is gone.
 WITH lease AS (
-    SELECT EXISTS (SELECT 1 FROM pgpulse_jobs j
-                   WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
-                     AND j.status = 'running'
-                     AND j.lease_expires_at > clock_timestamp()) AS ok
+    SELECT CASE WHEN %(fence)s > 0
+                THEN EXISTS (SELECT 1 FROM pgpulse_jobs j
+                             WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
+                               AND j.status = 'running'
+                               AND j.lease_expires_at > clock_timestamp())
+                ELSE EXISTS (SELECT 1 FROM pgpulse_occurrences o
+                             WHERE o.id = %(run_id)s AND o.fencing_token = %(token)s
+                               AND o.lease_expires_at > clock_timestamp())
+           END AS ok
 ), history AS (
     UPDATE chaos_history h
     SET ended_at = clock_timestamp(), result = 'failed', lease_ok_at_end = lease.ok

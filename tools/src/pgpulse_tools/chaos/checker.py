@@ -41,7 +41,7 @@ from typing import Any
 from tabulate import tabulate
 
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.chaos.effects import duplicates, overlaps
+from pgpulse_tools.chaos.effects import OVERLAP_N, duplicates, overlaps
 from pgpulse_tools.chaos.history import (
     CLOSING_OUTCOMES,
     History,
@@ -268,7 +268,7 @@ def check(history: History) -> Verdict:
                 repeated,
                 "info" if history.replication == "async" else "must be 0",
             ),
-            _count("overlaps", overlaps(history)),
+            _count("overlaps", overlaps(history, OVERLAP_N)),
             _count("double claims", double_claims(history.run_events)),
             _count("double token holders", doubles),
             _count("tokens reissued", tokens_again),
