@@ -471,6 +471,7 @@ def test_an_allow_job_may_run_n_at_once_each_with_its_own_tokens() -> None:
 
     history = _allow_job(OVERLAP_N)
     assert overlaps(history) == []
+    assert check(history).figure("allow at once").value == "3 (overlap allow, N = 3)"
     assert reissued_tokens(history) == ([], [])  # token 1 of three occurrences: no reissue
 
 

@@ -3,7 +3,8 @@
 Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
 
 * **duplicates**, **re-executed**, **occurrences repeated**, **overlaps** — see
-  :mod:`pgpulse_tools.chaos.effects`.
+  :mod:`pgpulse_tools.chaos.effects`; **allow at once** (information): the most executions of
+  one ``overlap``-kind job (overlap ``allow``, N = 3) that ran at once, which overlaps bounds.
 * **double token holders**, **tokens reissued**, **run ids reissued** — see
   :mod:`pgpulse_tools.chaos.tokens` (invariant 9: must be 0 with any replication).
 * **double claims** — from the engine's own ``pgpulse_runs`` writes: a claim of a job while the
@@ -41,7 +42,7 @@ from typing import Any
 from tabulate import tabulate
 
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.chaos.effects import OVERLAP_N, duplicates, overlaps
+from pgpulse_tools.chaos.effects import OVERLAP_N, duplicates, most_at_once, overlaps
 from pgpulse_tools.chaos.history import (
     CLOSING_OUTCOMES,
     History,
@@ -269,6 +270,7 @@ def check(history: History) -> Verdict:
                 "info" if history.replication == "async" else "must be 0",
             ),
             _count("overlaps", overlaps(history, OVERLAP_N)),
+            Figure("allow at once", f"{most_at_once(history)} (overlap allow, N = {OVERLAP_N})"),
             _count("double claims", double_claims(history.run_events)),
             _count("double token holders", doubles),
             _count("tokens reissued", tokens_again),

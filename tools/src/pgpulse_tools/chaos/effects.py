@@ -145,6 +145,26 @@ def overlaps(history: History, allowed: int = OVERLAP_N) -> list[str]:
     return found
 
 
+def most_at_once(history: History) -> int:
+    """The most executions of one ``overlap``-kind job that wrote their effect and ran at once
+    (0 without such jobs): proof that ``allow`` overlapped at all."""
+    most = 0
+    by_job: dict[int, list[Execution]] = defaultdict(list)
+    for execution in history.executions:
+        if execution.result == "applied" and execution.kind == "overlap":
+            by_job[execution.job_id].append(execution)
+    for runs in by_job.values():
+        edges = sorted(
+            [(run.started_at, 1) for run in runs]
+            + [(run.ended_at, -1) for run in runs if run.ended_at is not None]
+        )
+        now = 0
+        for _, step in edges:
+            now += step
+            most = max(most, now)
+    return most
+
+
 def _beyond(job_id: int, runs: list[Execution], allowed: int) -> list[str]:
     """The starts at which more than ``allowed`` of ``runs`` (applied executions of one job)
     ran at once (a sweep over their [start, end] intervals; an end before a start at the same
