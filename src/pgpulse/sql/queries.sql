@@ -20,7 +20,9 @@
 -- is skipped (outcome 'skipped'), it is the first of them and its row is the summary.
 --
 -- Claim (due, claimed). Rows are locked SKIP LOCKED, so a poller never waits on another, and move
--- to running with a new lease and fencing token. The first claim of an occurrence draws its run
+-- to running with a new lease and fencing token. A job under overlap allow (max_concurrency set)
+-- is not claimed while it has max_concurrency forked occurrences, running or pending: its
+-- backlog stays on the job row, where its catch-up policy decides it (docs/states.md). The first claim of an occurrence draws its run
 -- id from pgpulse_runs' sequence; later ones (a retry, a re-claim after a lost lease or a
 -- hand-back) keep it: every statement that moves a job to another occurrence clears run_id, as it
 -- resets attempt. Every CTE sees one snapshot, so a job finished here is claimed at the next step
@@ -129,6 +131,15 @@ due AS (
     WHERE j.status = 'idle'
       AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
       AND j.shard_id = ANY(%(shards)s::smallint[])
+      AND (
+          j.max_concurrency IS NULL
+          OR (
+              SELECT count(*)
+              FROM pgpulse_occurrences AS o
+              WHERE o.job_id = j.id
+                AND o.kind = 'scheduled'
+          ) < j.max_concurrency
+      )
     ORDER BY j.next_run_at
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED

@@ -20,7 +20,7 @@ slow       ``@every 1s``                               1.2–2.5 s: longer than 
 long       ``@every 3·lease``                          1.3–1.8 leases: lives on heartbeats
 blocking   ``@every 3s``                               a sync handler (a thread; cannot be
                                                        cancelled), 0.2–1.5 s
-overlap    ``@every 1s``, overlap ``allow``, N = 3     1.5–3.5 s: up to three occurrences at
+overlap    ``@every 1s``, overlap ``allow``, N = 3     1.2–2.4 s: up to three occurrences at
                                                        once, each with its own lease and token
 ========== =========================================== ======================================
 
@@ -85,7 +85,7 @@ def kinds(lease: float) -> tuple[Kind, ...]:
         Kind("slow", ("@every 1s",), 1.2, 2.5, policies=("skip", "coalesce"), share=0.10),
         Kind("long", (long_every,), 1.3 * lease, 1.8 * lease, share=0.10),
         Kind("blocking", ("@every 3s",), 0.2, 1.5, share=0.12, blocking=True),
-        Kind("overlap", ("@every 1s",), 1.5, 3.5, share=0.05, max_concurrency=OVERLAP_N),
+        Kind("overlap", ("@every 1s",), 1.2, 2.4, share=0.05, max_concurrency=OVERLAP_N),
     )
 
 
