@@ -341,3 +341,61 @@ async def test_allow_runs_up_to_max_concurrency_occurrences_each_once(
     ).fetchall()
     assert {r["scheduled_for"] for r in rows} >= set(ran[:12])
     assert all(r["attempts"] == 1 for r in rows)
+
+
+async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
+    store: Store, db: Any
+) -> None:
+    """Invariants 2, 3 and 5 per occurrence, statement by statement: a claim gives a lease and a
+    token; a stale token renews and writes nothing; an expired lease is reaped (the lost attempt
+    counted, the batch's count released) and the next claim is attempt 2 of the same run."""
+    from pgpulse.dispatch import AttemptResult, plan_finish
+    from pgpulse.occurrence_claims import OccurrenceClaims
+
+    await add(store, spec("report", schedule=TRIGGERED_ONLY, handler="work"))
+    done = await RunControl(store.pool).trigger("default", "report", {"n": 1})
+    claims = OccurrenceClaims(store.pool)
+    shards = list(range(64))
+    first = await claims.finish_and_claim([], "a", shards, 5, lease=30)
+    [job] = first.jobs
+    assert (job.occurrence, job.attempt, job.fencing_token, job.key) == (
+        done.occurrence, 1, 1, (-done.occurrence, 1),
+    )  # fmt: skip
+    assert (await claims.finish_and_claim([], "b", shards, 5, lease=30)).jobs == []  # one owner
+    assert await claims.renew([(-done.occurrence, 7)], lease=30) == set()  # stale token
+    db.execute("UPDATE pgpulse_occurrences SET lease_expires_at = now() - interval '1 s'")
+    assert await claims.reap() == 1
+    assert leftovers(db) == (1, [0])
+    assert history(db) == [("trigger", "retrying", done.scheduled_for)]
+    [again] = (await claims.finish_and_claim([], "b", shards, 5, lease=30)).jobs
+    assert (again.attempt, again.fencing_token) == (2, 2)
+    late = plan_finish(job, AttemptResult(True), job.db_now)  # the zombie of attempt 1
+    assert (await claims.finish_and_claim([late], "a", (), 0, lease=30)).written == set()
+    assert leftovers(db) == (1, [1])
+    ok = plan_finish(again, AttemptResult(True), again.db_now)
+    step = await claims.finish_and_claim([ok], "b", (), 0, lease=30)
+    assert step.written == {again.key}
+    assert leftovers(db) == (0, [0])
+    row = db.execute("SELECT id, attempts, outcome, node_id, kind FROM pgpulse_runs").fetchone()
+    assert row == {
+        "id": done.occurrence, "attempts": 2, "outcome": "succeeded", "node_id": "b",
+        "kind": "trigger",
+    }  # fmt: skip
+
+
+async def test_a_stopping_node_hands_an_occurrence_back(store: Store, db: Any) -> None:
+    from pgpulse.occurrence_claims import OccurrenceClaims
+
+    await add(store, spec("report", schedule=TRIGGERED_ONLY, handler="work"))
+    await RunControl(store.pool).trigger("default", "report", {})
+    await RunControl(store.pool).trigger("default", "report", {})
+    claims = OccurrenceClaims(store.pool)
+    started, unstarted = (await claims.finish_and_claim([], "a", list(range(64)), 5, lease=30)).jobs
+    handed = await claims.hand_back(
+        [started.key, unstarted.key], started={started.key}, reason="stop"
+    )
+    assert handed == (2, 1)
+    rows = db.execute("SELECT attempt, lease_expires_at FROM pgpulse_occurrences ORDER BY id")
+    assert [(r["attempt"], r["lease_expires_at"]) for r in rows] == [(1, None), (0, None)]
+    assert [o for _, o, _ in history(db)] == ["retrying"]
+    assert leftovers(db)[1] == [0, 0]
