@@ -399,3 +399,15 @@ async def test_a_stopping_node_hands_an_occurrence_back(store: Store, db: Any) -
     assert [(r["attempt"], r["lease_expires_at"]) for r in rows] == [(1, None), (0, None)]
     assert [o for _, o, _ in history(db)] == ["retrying"]
     assert leftovers(db)[1] == [0, 0]
+
+
+async def test_pruning_forgets_old_batches_whose_occurrences_all_ran(store: Store, db: Any) -> None:
+    await add(store, spec("report", schedule=TRIGGERED_ONLY, handler="work", overlap="replace"))
+    control = RunControl(store.pool)
+    await control.trigger("default", "report", {})  # still to run: kept
+    db.execute("INSERT INTO pgpulse_batches (job_id, kind) SELECT id, 'overlap' FROM pgpulse_jobs")
+    db.execute("INSERT INTO pgpulse_batches (job_id, kind) SELECT id, 'backfill' FROM pgpulse_jobs")
+    later = db.execute("SELECT now() + interval '2 days' AS t").fetchone()["t"]
+    await store.prune(keep_runs=86400.0, now=later)
+    kinds = [r["kind"] for r in db.execute("SELECT kind FROM pgpulse_batches ORDER BY id")]
+    assert kinds == ["trigger", "overlap"]  # the backfill with nothing left went

@@ -339,14 +339,22 @@ SET state = 'stopped', running = 0, shards = '{}', last_heartbeat = coalesce(%(n
 WHERE node_id = %(node)s;
 
 -- name: prune
--- Housekeeping (leader only): forget finished runs older than %(keep)s seconds and nodes that
--- have been silent for a day.
+-- Housekeeping (leader only): forget finished runs older than %(keep)s seconds, nodes that
+-- have been silent for a day, and trigger and backfill batches as old whose occurrences have
+-- all run (a job's overlap batch stays with it).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), runs AS (
     DELETE FROM pgpulse_runs r
     USING clock
     WHERE r.finished_at < clock.now - make_interval(secs => %(keep)s)
+    RETURNING 1
+), batches AS (
+    DELETE FROM pgpulse_batches b
+    USING clock
+    WHERE b.kind <> 'overlap'
+      AND b.created_at < clock.now - make_interval(secs => %(keep)s)
+      AND NOT EXISTS (SELECT 1 FROM pgpulse_occurrences o WHERE o.batch_id = b.id)
     RETURNING 1
 ), nodes AS (
     DELETE FROM pgpulse_nodes n
