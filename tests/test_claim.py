@@ -60,7 +60,8 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
         },
     )
     fields = ClaimedJob._fields[:JOB_ROW_FIELDS]  # a job row is no extra occurrence
-    assert tuple(c.name for c in cur.description) == (*fields, "now", "next_due", "written")
+    columns = (*fields, "now", "next_due", "written", "occurrences_due")
+    assert tuple(c.name for c in cur.description) == columns
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
     row = db.execute("SELECT run_id FROM pgpulse_jobs").fetchone()
     assert (

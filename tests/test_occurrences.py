@@ -364,7 +364,7 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     assert (await claims.finish_and_claim([], "b", shards, 5, lease=30)).jobs == []  # one owner
     assert await claims.renew([(-done.occurrence, 7)], lease=30) == set()  # stale token
     db.execute("UPDATE pgpulse_occurrences SET lease_expires_at = now() - interval '1 s'")
-    assert await claims.reap() == 1
+    assert await store.reap_expired_leases() == 1  # the heartbeat's sweep
     assert leftovers(db) == (1, [0])
     assert history(db) == [("trigger", "retrying", done.scheduled_for)]
     [again] = (await claims.finish_and_claim([], "b", shards, 5, lease=30)).jobs

@@ -244,12 +244,13 @@ class ClaimStore:
         if not (limit > 0 and shards):
             return Step(written, jobs, None, None)
         assert db_now is not None  # the clock is on every row
+        occurrences_due = rows[0][JOB_ROW_FIELDS + 3]
         if len(jobs) < limit:  # a job finished here may be due before anything else
             for o in outcomes:
                 if o.job.key in written:
                     at = o.next_run_at or db_now + timedelta(seconds=o.retry_in or 0.0)
                     next_due = at if next_due is None else min(next_due, at)
-        return Step(written, jobs, next_due, db_now)
+        return Step(written, jobs, next_due, db_now, occurrences_due)
 
     async def renew_leases(
         self, held: Sequence[ClaimKey], *, lease: float, now: datetime | None = None

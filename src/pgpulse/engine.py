@@ -329,8 +329,6 @@ class Node:
             backup_delay=self.config.node_ttl,
         )
         self.sweeper.observe(beat)
-        # extra occurrences' expired leases, by the same rule (the leader: all; others: backup)
-        await self.beat_occurrences.reap(older_than=0.0 if beat.leader else self.config.node_ttl)
         live = beat.live
         if state == "alive" and self.node_id not in live:
             await self.beat.register_node(

@@ -157,12 +157,16 @@ class Step:
             the claimed shards' idle jobs, or of a job whose outcome was just written (it may
             be due already: the claim did not see it). ``None``: none known, or nothing asked.
         db_now: the database's instant of the claim (``None`` when nothing was asked).
+        occurrences_due: when fewer jobs than asked were claimed, the earliest due instant of a
+            pending extra occurrence of the claimed shards, due already or not (``None``: none,
+            or not asked): when the node's claim of extra occurrences has work.
     """
 
     written: set[ClaimKey]
     jobs: list[ClaimedJob]
     next_due: datetime | None
     db_now: datetime | None
+    occurrences_due: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,7 @@
 """The statements a node runs for extra occurrences: their claims, outcomes, leases, hand-backs,
-reaping, and the fork of a job row's occurrence under overlap ``replace``/``allow``.
+and the fork of a job row's occurrence under overlap ``replace``/``allow`` (the heartbeat
+statement reaps their expired leases with the job rows':
+:meth:`~pgpulse.claims.ClaimStore.heartbeat`).
 
 Extra occurrences (``pgpulse_occurrences``: triggers with a payload, backfills on request,
 occurrences of the schedule forked off the job row) each hold a lease and a fencing token of
@@ -181,14 +183,3 @@ class OccurrenceClaims:
             },
         )
         return len(rows), sum(1 for row in rows if row["started"])
-
-    async def reap(
-        self, *, older_than: float = 0.0, limit: int = 1000, now: datetime | None = None
-    ) -> int:
-        """Make the occurrences whose lease expired more than ``older_than`` seconds ago pending
-        again, due at once (the lost attempt counted, its history row ``retrying``); return how
-        many. Locks them ``SKIP LOCKED``: sweepers never wait on each other."""
-        rows = await self._rows(
-            "reap_occurrences", {"older_than": older_than, "limit": limit, "now": now}
-        )
-        return int(rows[0]["reaped"])

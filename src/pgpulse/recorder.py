@@ -19,9 +19,12 @@ Extra occurrences (docs/states.md, "Extra occurrences") go the same way through 
 statements, in the same step: first the forks of job rows under overlap ``replace``/``allow``
 (one statement each), then the job rows' step, then the occurrences' step
 (:meth:`~pgpulse.occurrence_claims.OccurrenceClaims.finish_and_claim`) into the slots the job
-rows left free. The occurrences' step goes out when it has outcomes to write, or when one may be
-due: at the instant its last claim returned, at most every ``poll`` seconds, and at once after a
-hint (:meth:`Recorder.hint_occurrences`: a notification for the node's shards, a fork).
+rows left free. The occurrences' step goes out when it has outcomes to write, or when the job
+rows' step says a pending occurrence is due (``Step.occurrences_due``: one probe of an index in
+the same statement, so a node with no extra occurrences sends nothing more), or after a hint
+(:meth:`Recorder.hint_occurrences`: a notification for the node's shards, a fork). When the
+occurrences' step finds nothing it can claim although one is due (its job paused, its batch
+full), the probe alone does not send it again for ``poll`` seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 
 import psycopg
 
@@ -72,12 +76,13 @@ class Recorder:
         self.lease = lease
         self.occurrences = occurrences or OccurrenceClaims(store.pool)
         self.poll = poll
-        self._occurrences_at = 0.0  # monotonic instant of the next claim of occurrences
+        self._hinted = True  # claim occurrences at the next step, whatever the probe says
+        self._quiet_until = 0.0  # monotonic: until then the probe alone sends no claim
 
     def hint_occurrences(self) -> None:
-        """An extra occurrence may be due now (a notification for this node's shards): the next
-        step claims occurrences too."""
-        self._occurrences_at = 0.0
+        """An extra occurrence may be due now (a notification for this node's shards, a fork):
+        the next step claims occurrences too."""
+        self._hinted = True
 
     async def step(self, shards: Sequence[int]) -> Step:
         """Write the outcomes decided so far and claim due jobs of ``shards`` (none: claim
@@ -117,8 +122,13 @@ class Recorder:
         for job in step.jobs:
             self.attempts.start(job, sent, arrived)
         free = limit - len(step.jobs)
-        if not extra and not (free > 0 and arrived >= self._occurrences_at):
-            return step
+        due = False
+        if step.occurrences_due is not None and step.db_now is not None:
+            due = step.occurrences_due <= step.db_now and arrived >= self._quiet_until
+        if not extra and not (free > 0 and (self._hinted or due)):
+            return _with_occurrences(step, self._quiet_until - arrived)
+        if free > 0:
+            self._hinted = False
 
         async def claim_extra(outcomes: Sequence[Outcome]) -> Step:
             return await self.occurrences.finish_and_claim(
@@ -130,8 +140,8 @@ class Recorder:
         arrived = time.monotonic()
         for job in other.jobs:
             self.attempts.start(job, sent, arrived)
-        if free > 0:
-            self._occurrences_at = _next_check(other, free, arrived, self.poll)
+        if free > 0 and len(other.jobs) < free:  # nothing more is claimable now
+            self._quiet_until = arrived + _quiet_for(other, self.poll)
         return _merge(step, other)
 
     async def _fork(self, forks: Sequence[Outcome], later: Sequence[Outcome]) -> None:
@@ -235,16 +245,26 @@ class Recorder:
         return await self.store.finish_runs([outcome])
 
 
-def _next_check(step: Step, asked: int, now_mono: float, poll: float) -> float:
-    """When (monotonic) to claim extra occurrences next after a claim of ``asked`` returned
-    ``step``: at once if it filled them all (more may be due), else at the next due instant it
-    returned (1 ms past it), at most ``poll`` seconds on."""
-    if len(step.jobs) >= asked:
-        return 0.0
+def _quiet_for(step: Step, poll: float) -> float:
+    """Seconds the probe alone sends no claim of extra occurrences after one that claimed fewer
+    than it could (``step``): until the next due instant it returned (1 ms past it), at most
+    ``poll`` seconds (what was due but not claimable — a paused job's, a full batch's — is not
+    asked for at every step)."""
     delay = poll
     if step.next_due is not None and step.db_now is not None:
         delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
-    return now_mono + max(delay, 0.0)
+    return max(delay, 0.0)
+
+
+def _with_occurrences(step: Step, quiet: float) -> Step:
+    """``step`` with its ``next_due`` brought forward to when extra occurrences should be
+    claimed: their due instant, or the end of a quiet spell (``quiet`` seconds from now)."""
+    if step.occurrences_due is None or step.db_now is None:
+        return step
+    at = max(step.occurrences_due, step.db_now + timedelta(seconds=max(quiet, 0.0)))
+    if step.next_due is not None and step.next_due <= at:
+        return step
+    return Step(step.written, step.jobs, at, step.db_now, step.occurrences_due)
 
 
 def _merge(rows: Step, extra: Step) -> Step:

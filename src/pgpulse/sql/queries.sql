@@ -41,7 +41,8 @@
 -- the clock, oldest occurrence first; nothing claimed gives one row whose id is NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant of
 -- those shards (NULL if none), so an idle node knows how long to sleep without a second
 -- statement. `written`, the (job id, fencing token) of each outcome that took effect, is on the
--- first row only.
+-- first row only. occurrences_due is the earliest due instant of a pending extra occurrence of
+-- those shards (due already or not; NULL if none), when fewer than %(limit)s were claimed.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ),
@@ -181,7 +182,18 @@ SELECT claimed.*,
        ) AS next_due,
        CASE WHEN row_number() OVER () = 1
             THEN ARRAY(SELECT ARRAY[id, fencing_token] FROM job)
-       END AS written
+       END AS written,
+       -- the head of pgpulse_occurrences_due (due or not): when the node's claim of extra
+       -- occurrences (finish_and_claim_occurrences) has something to claim
+       (
+           SELECT o.next_run_at
+           FROM pgpulse_occurrences AS o
+           WHERE o.lease_expires_at IS NULL
+             AND o.shard_id = ANY(%(shards)s::smallint[])
+             AND (SELECT count(*) FROM claimed) < %(limit)s
+           ORDER BY o.next_run_at
+           LIMIT 1
+       ) AS occurrences_due
 FROM clock
 LEFT JOIN claimed ON true
 ORDER BY claimed.scheduled_for;
@@ -276,7 +288,9 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 --   other, and reaping twice is harmless. The occurrence's run row is written (or kept) as
 --   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; each
 --   reaped job's shard is woken. With nothing expired this is one probe of pgpulse_jobs_leases
---   (the bound is an index condition);
+--   (the bound is an index condition); extra occurrences' expired leases the same way, in
+--   pgpulse_occurrences (their run rows 'retrying', their batches' counts released: one probe of
+--   pgpulse_occurrences_leases);
 -- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing).
 -- Returns one row: the clock reading, whether this session leads, how many leases it reaped, and
 -- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included.
@@ -316,6 +330,42 @@ WITH clock AS (
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
         finished_at = NULL, error = excluded.error
     RETURNING r.id
+), expired_occurrence AS (
+    SELECT o.id
+    FROM pgpulse_occurrences o
+    WHERE o.lease_expires_at IS NOT NULL
+      AND o.lease_expires_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
+              secs => CASE WHEN (SELECT leader FROM lead) THEN 0
+                           ELSE %(backup_delay)s::float8 END)
+    ORDER BY o.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+), occurrence AS (
+    UPDATE pgpulse_occurrences o
+    SET lease_expires_at = NULL, next_run_at = clock.now
+    FROM clock
+    WHERE o.id = ANY(ARRAY(SELECT id FROM expired_occurrence))
+    RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
+              o.fencing_token, o.claimed_at, pg_notify('pgpulse_wakeup', o.shard_id::text)
+), occurrence_run AS (
+    INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
+                                   fencing_token, started_at, error, kind, batch_id)
+    OVERRIDING SYSTEM VALUE
+    SELECT e.id, e.job_id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
+           e.claimed_at, 'lease of node ' || coalesce(e.locked_by, '?') || ' expired', e.kind,
+           e.batch_id
+    FROM occurrence e
+    ON CONFLICT (id) DO UPDATE
+    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
+        finished_at = NULL, error = excluded.error
+    RETURNING 1
+), occurrence_counted AS (
+    UPDATE pgpulse_batches b
+    SET running = b.running - d.n
+    FROM (SELECT batch_id, count(*)::int AS n FROM occurrence GROUP BY batch_id) d
+    WHERE b.id = d.batch_id
+    RETURNING 1
 ), me AS (
     UPDATE pgpulse_nodes n
     SET last_heartbeat = clock.now, running = %(running)s, shards = %(shards)s::smallint[],
@@ -324,7 +374,8 @@ WITH clock AS (
     WHERE n.node_id = %(node)s
     RETURNING n.node_id, n.state
 )
-SELECT clock.now AS db_now, lead.leader, (SELECT count(*) FROM job)::int AS reaped,
+SELECT clock.now AS db_now, lead.leader,
+       ((SELECT count(*) FROM job) + (SELECT count(*) FROM occurrence))::int AS reaped,
        ARRAY(SELECT n.node_id
              FROM pgpulse_nodes n
              WHERE n.node_id <> %(node)s AND n.state = 'alive'
