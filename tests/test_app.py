@@ -30,7 +30,9 @@ async def test_declared_jobs_are_upserted_at_node_start_and_run(dsn: str, db: An
         seen.append(ctx)
         return "healthy"
 
-    assert [(s.name, s.handler, s.source) for s in app.jobs] == [("health", "health", "code")]
+    assert [(s.name, s.handler, s.source) for s in app.jobs] == [
+        ("health", "health", "code:default")
+    ]
     node = asyncio.create_task(app.run_node(dsn, install_signal_handlers=False))
     try:
         await wait_until(lambda: len(seen) >= 2)
@@ -44,7 +46,7 @@ async def test_declared_jobs_are_upserted_at_node_start_and_run(dsn: str, db: An
         "name": "health",
         "handler": "health",
         "schedule": "@every 1s",
-        "source": "code",
+        "source": "code:default",
     }
     assert {ctx.tenant for ctx in seen} == {"relay"}
     handlers = db.execute("SELECT handlers FROM pgpulse_nodes").fetchone()["handlers"]

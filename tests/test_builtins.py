@@ -128,6 +128,17 @@ async def test_shell_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env["PGPULSE_FENCING_TOKEN"] == "17"
 
 
+async def test_shell_runs_the_command_with_the_crontabs_shell() -> None:
+    """Vixie cron runs the command with the crontab's SHELL: ``[[`` is bash, not sh."""
+    command = '[[ 1 == 1 ]] && echo "$0"'
+    with pytest.raises(HandlerFailed, match="status 127"):  # /bin/sh (dash) has no [[
+        await shell_handler(make_ctx({"command": command}))
+    bash = {"command": command, "env": {"SHELL": "/bin/bash"}}
+    assert await shell_handler(make_ctx(bash)) == "/bin/bash\n"
+    explicit = {"command": command, "shell": "/bin/bash", "env": {"SHELL": "/bin/sh"}}
+    assert await shell_handler(make_ctx(explicit)) == "/bin/bash\n"
+
+
 async def test_shell_nonzero_exit_fails_with_status_and_output() -> None:
     with pytest.raises(HandlerFailed, match=r"^command exited with status 3$") as caught:
         await shell_handler(make_ctx({"command": "echo partial work; exit 3"}))

@@ -24,6 +24,13 @@ from pgpulse_tools.bench.common import load_jobs
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)  # every job created at T0 is due by then
+#: The claim routes of a node that has the tests' handler, owning every shard.
+NOOP_ALL = {"noop": tuple(ALL_SHARDS)}
+#: ... as the claim statement's parameters.
+ROUTE_ALL = {
+    "route_handlers": ["noop"],
+    "route_shards": ["{" + ",".join(map(str, ALL_SHARDS)) + "}"],
+}
 
 
 async def test_eight_concurrent_claimers_never_receive_the_same_job(store: Store) -> None:
@@ -54,7 +61,7 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
             "outcomes": "[]",
             "node": "n",
             "limit": 0,
-            "shards": ALL_SHARDS,
+            **ROUTE_ALL,
             "lease": 30,
             "now": LATER,
         },
@@ -303,7 +310,7 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
     params = {
         "outcomes": "[]",
         "node": "n",
-        "shards": ALL_SHARDS,
+        **ROUTE_ALL,
         "limit": 100,
         "lease": 30,
         "now": T0,
@@ -340,14 +347,14 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     [job] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=30, now=LATER)
     assert job.id == job_id and job.scheduled_for == utc(2026, 1, 1, 0, 1)
     done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)), output="a\x00b")
-    step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
+    step = await store.finish_and_claim([done], "node-a", NOOP_ALL, 5, lease=30, now=LATER)
     assert (step.written, step.jobs, step.db_now) == ({job.key}, [], LATER)
     assert step.next_due == utc(2026, 1, 1, 0, 2)  # before the hourly job's 01:00
     run = db.execute(
         "SELECT outcome, output FROM pgpulse_runs WHERE id = %s", (job.run_id,)
     ).fetchone()
     assert run == {"outcome": "succeeded", "output": "a\ufffdb"}  # NUL cannot be stored as is
-    after = await store.finish_and_claim([], "node-a", ALL_SHARDS, 5, lease=30, now=LATER)
+    after = await store.finish_and_claim([], "node-a", NOOP_ALL, 5, lease=30, now=LATER)
     [again] = after.jobs
     assert (again.id, again.scheduled_for) == (job_id, utc(2026, 1, 1, 0, 2))
     assert again.fencing_token == job.fencing_token + 1 and again.run_id != job.run_id
@@ -364,9 +371,9 @@ async def test_a_failed_step_writes_no_outcome(store: Store, db: Any) -> None:
     before = db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone()
     with pytest.raises(psycopg.errors.NumericValueOutOfRange):
         # 40000 is no smallint: the claim fails after the outcome was sent
-        await store.finish_and_claim([done], "node-a", [40000], 1, lease=30, now=LATER)
+        await store.finish_and_claim([done], "node-a", {"noop": (40000,)}, 1, lease=30, now=LATER)
     assert db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone() == before
-    step = await store.finish_and_claim([done], "node-a", ALL_SHARDS, 0, lease=30, now=LATER)
+    step = await store.finish_and_claim([done], "node-a", NOOP_ALL, 0, lease=30, now=LATER)
     assert step.written == {job.key} and step.jobs == [] and step.next_due is None
 
 
@@ -404,12 +411,12 @@ async def _explain_generic_claim(
     case for its estimates (and how the pgbench ceiling runs it). With ``meanwhile``, the plan is
     made first (an execute that writes and claims nothing), then ``meanwhile`` runs, then the
     explained execute: a session keeps its generic plan however the tables change."""
-    shards = "'{" + ",".join(map(str, ALL_SHARDS)) + "}'"
-    text, names = positional(QUERIES["finish_and_claim"].replace("%(shards)s", shards))
+    shards = "ARRAY['{" + ",".join(map(str, ALL_SHARDS)) + "}']"
+    text, names = positional(QUERIES["finish_and_claim"].replace("%(route_shards)s", shards))
     values = {
         "outcomes": outcomes,
         "node": "n",
-        "shards": ALL_SHARDS,
+        **ROUTE_ALL,
         "limit": limit,
         "lease": 30,
         "now": now,
@@ -464,6 +471,43 @@ async def test_the_generic_claim_plan_reads_only_what_it_claims(store: Store, ds
         (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in backlog
     ]
     assert not [n for n in backlog if n["Node Type"] == "Seq Scan"]
+
+
+async def test_the_claim_never_reads_the_due_jobs_of_handlers_it_has_no_route_for(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """Capability routing (issue 18): of 20,000 due jobs, the older half need a handler the
+    claiming node lacks; a claim of 5 along the node's route (noop) still reads no more than 5
+    rows at any step, and claims only noop jobs: its cost does not depend on how many due jobs
+    it cannot run (they would all stand before its first one in due order)."""
+    load_jobs(
+        dsn,
+        20_000,
+        schedule="@every 1h",
+        kind="interval",
+        base=T0 + timedelta(hours=1),
+        modulo=3600,
+        step=1.0,
+    )
+    db.execute(
+        "UPDATE pgpulse_jobs SET handler = 'elsewhere', next_run_at = next_run_at - interval "
+        "'1 hour', scheduled_for = scheduled_for - interval '1 hour' WHERE mod(id, 2) = 0"
+    )
+    db.execute("VACUUM ANALYZE pgpulse_jobs")
+    backlog = await _explain_generic_claim(dsn, 5, T0 + timedelta(hours=3))
+    assert max(n["Actual Rows"] for n in backlog) == 5, [
+        (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in backlog
+    ]
+    claimed = await store.claim_due(
+        "n", ALL_SHARDS, 5, lease=30, handlers=["noop"], now=T0 + timedelta(hours=3)
+    )
+    assert len(claimed) == 5 and {job.handler for job in claimed} == {"noop"}
+    assert (
+        await store.claim_due(
+            "n", ALL_SHARDS, 5, lease=30, handlers=["missing"], now=T0 + timedelta(hours=3)
+        )
+        == []
+    )
 
 
 async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(

@@ -134,6 +134,8 @@ def test_job_lifecycle(dsn: str, db: Any) -> None:
     assert [(j["name"], j["status"], j["timezone"]) for j in listed] == [
         ("backup", "idle", "Europe/Paris")
     ]
+    elsewhere = cli(dsn, "job", "list", "--tenant", "acme").output
+    assert elsewhere == "(none in tenant 'acme'; tenants with jobs: default: use --tenant NAME)\n"
     shown = json.loads(cli(dsn, "job", "show", "backup", "--json").output)
     assert len(shown["upcoming"]) == 5
     assert all(t.endswith(("+01:00", "+02:00")) and "T03:00:00" in t for t in shown["upcoming"])
@@ -403,6 +405,10 @@ def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) ->
     assert public.returncode == 0, public.stderr
     allowed = pgpulse(*create, "--payload", local, "--allow-private-target", dsn=dsn)
     assert allowed.returncode == 0 and allowed.stdout.startswith("updated job ping")
+    assert allowed.stdout.splitlines()[1] == (
+        "note: its runs reach 127.0.0.1 only from nodes started with an --http-allow list "
+        "that names it (pgpulse node run --http-allow HOST)"
+    )
     assert job_rows(db)[0]["payload"] == {"url": "http://127.0.0.1:9/hook"}
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from pgpulse.cli import main
 from pgpulse.cli_conventions import LAZY_COMMANDS
+from pgpulse.sql import migration_files
 
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
 
@@ -170,12 +171,17 @@ def test_every_command_the_readme_shows_exists() -> None:
     assert missing == []
 
 
-def test_migrate_in_a_real_process(dsn: str) -> None:
-    migrated = subprocess.run(
-        [PGPULSE, "migrate"],
-        env={**os.environ, "PGPULSE_DATABASE_URL": dsn},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert (migrated.returncode, migrated.stdout) == (0, "schema is up to date\n")
+def test_migrate_in_a_real_process_says_what_it_applied(empty_dsn: str) -> None:
+    def migrate() -> tuple[int, str]:
+        done = subprocess.run(
+            [PGPULSE, "migrate"],
+            env={**os.environ, "PGPULSE_DATABASE_URL": empty_dsn},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return done.returncode, done.stdout
+
+    versions = ", ".join(str(version) for version, _, _ in migration_files())
+    assert migrate() == (0, f"applied migrations {versions}; schema is up to date\n")
+    assert migrate() == (0, "nothing to apply; schema is up to date\n")

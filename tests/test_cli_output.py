@@ -101,7 +101,8 @@ async def test_job_show_groups_the_job_for_people(store: Store, db: Any) -> None
     assert all(line.endswith("T03:00:00+01:00") for line in lines[head + 1 : head + 6])
     runs = lines[lines.index("last runs (2)") + 3 :]
     assert runs[0].split() == [
-        *("2026-11-02T02:00:00+00:00", "failed", "1", "node-a", "2.5", "s", "exit", "3…")
+        *("2026-11-02T02:00:00+00:00", "failed", "1", "node-a", "1", "s", "2.5", "s"),
+        *("exit", "3…"),
     ]
     assert runs[0].endswith("exit 3…")  # the first line of a longer error, marked as cut
     assert runs[1].split()[:2] == ["2026-11-01T02:00:00+00:00", "succeeded"]

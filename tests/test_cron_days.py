@@ -24,9 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cron_brute import matching_dates
+from helpers import utc
 from pgpulse.errors import InvalidSchedule
 from pgpulse.schedule import Schedule, parse_schedule
-from test_schedule import following, utc
+from test_schedule import following
 
 SECOND = timedelta(seconds=1)
 LONDON, NEW_YORK = "Europe/London", "America/New_York"

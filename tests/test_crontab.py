@@ -486,7 +486,7 @@ def test_entry_to_spec_for_a_user_crontab_line() -> None:
     assert spec.handler == "shell"
     assert spec.payload == {"command": "nightly --fast", "env": {"PATH": "/usr/bin:/bin"}}
     assert spec.catch_up == "skip"
-    assert spec.source == "crontab:/etc/cron.d/backup:4"
+    assert spec.source == "crontab:/etc/cron.d/backup"  # one source per file
     assert spec.meta == {
         "crontab_user": None,
         "mailto": "ops@example.com",

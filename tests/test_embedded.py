@@ -47,3 +47,19 @@ def test_dead_users_are_pruned_and_db_stop_stops_the_server(data_dir: Path) -> N
     assert stop_embedded(tmp_path) is True
     assert stop_embedded(tmp_path) is False  # already stopped
     assert not (tmp_path / "pgdata" / "postmaster.pid").exists()
+
+
+def test_a_server_kept_by_db_url_outlives_the_next_command_until_db_stop(data_dir: Path) -> None:
+    """README: ``pgpulse db url`` leaves the server running until ``pgpulse db stop``; the next
+    command on the same data folder joined the server and stopped it when it exited."""
+    base = [sys.executable, "-m", "pgpulse", "--data-dir", str(data_dir)]
+    url = subprocess.run([*base, "db", "url"], capture_output=True, text=True, check=True)
+    uri = url.stdout.strip()
+    status = subprocess.run([*base, "status"], capture_output=True, text=True, check=False)
+    assert status.returncode in (0, 1), status.stderr  # 1: no live node, said so
+    with psycopg.connect(uri) as conn:  # still running after the second command exited
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    stop = subprocess.run([*base, "db", "stop"], capture_output=True, text=True, check=True)
+    assert stop.returncode == 0
+    assert not (data_dir / "pgdata" / "postmaster.pid").exists()
+    assert not (data_dir / "pgdata" / ".pgpulse_keep_running").exists()

@@ -245,19 +245,34 @@ async def test_retries_and_final_failures_say_why_and_when(
     assert "ValueError: no upstream at attempt 2" in failed.getMessage()
 
 
-async def test_unknown_handler_fails_the_job_clearly(store: Store, dsn: str, db: Any) -> None:
-    await add(store, spec("orphan", schedule=TRIGGERED_ONLY, handler="gone"))
+async def test_a_node_without_the_handler_leaves_the_job_due(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """Capability routing (issue 18): a node claims only jobs whose handler it has. A job of a
+    handler no node has is never claimed, never failed: it stays idle and due, while a job due
+    with it, of a handler the node has, runs (the same claim would have taken both)."""
+    ran = asyncio.Event()
+
+    async def other(ctx: RunContext) -> None:
+        ran.set()
+
+    await add(
+        store,
+        spec("orphan", schedule=TRIGGERED_ONLY, handler="gone"),
+        spec("mine", schedule=TRIGGERED_ONLY, handler="other"),
+    )
     await store.trigger_job("default", "orphan")
-    n = node(store, dsn, {})
-    async with running(n):
-        await wait_until(
-            lambda: db.execute("SELECT status FROM pgpulse_jobs").fetchone()["status"] == "failed"
-        )
-    job = db.execute("SELECT status, last_error FROM pgpulse_jobs").fetchone()
-    assert job == {
-        "status": "failed",
-        "last_error": f"handler 'gone' is not registered on node {n.node_id}",
-    }
+    await store.trigger_job("default", "mine")
+    async with running(node(store, dsn, {"other": other})) as n:
+        assert n.routes == {"other": tuple(range(SHARD_COUNT))}
+        async with asyncio.timeout(10):
+            await ran.wait()
+    job = db.execute(
+        "SELECT status, last_error, next_run_at <= now() AS due, attempt FROM pgpulse_jobs "
+        "WHERE name = 'orphan'"
+    ).fetchone()
+    assert job == {"status": "idle", "last_error": None, "due": True, "attempt": 0}
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs").fetchone() == {"n": 1}
 
 
 async def test_a_run_past_its_timeout_is_cancelled_and_fails(
@@ -536,7 +551,8 @@ async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str
 async def test_a_node_that_knows_the_handler_revives_the_failed_job(
     store: Store, dsn: str, db: Any
 ) -> None:
-    """A node without the handler fails the job; a node with it (a later deploy) brings it back."""
+    """A job a node of schema 1 failed for want of its handler (nodes no longer do: they claim
+    only what they can run) is brought back by a node that has the handler."""
     ran = asyncio.Event()
 
     async def late(ctx: RunContext) -> None:
@@ -544,10 +560,10 @@ async def test_a_node_that_knows_the_handler_revives_the_failed_job(
 
     await add(store, spec("late", schedule=TRIGGERED_ONLY, handler="late"))
     await store.trigger_job("default", "late")
-    async with running(node(store, dsn, {})):
-        await wait_until(
-            lambda: db.execute("SELECT status FROM pgpulse_jobs").fetchone()["status"] == "failed"
-        )
+    db.execute(
+        "UPDATE pgpulse_jobs SET status = 'failed', last_error = 'handler ''late'' is not "
+        "registered on node old-node'"
+    )
     async with running(node(store, dsn, {"late": late})):
         async with asyncio.timeout(10):
             await ran.wait()
@@ -561,7 +577,12 @@ async def test_a_timed_out_claim_logs_why(
     """A claim that times out (here: pgpulse_jobs locked by another session for longer than
     half the lease) logs the exception's type, not an empty reason (issue 15, item 15:
     'claim failed: ' said nothing, TimeoutError's text being empty)."""
-    async with running(node(store, dsn, {}, lease=1.0, heartbeat_interval=0.2)):
+
+    async def noop(ctx: RunContext) -> None:
+        pass
+
+    # a node with a handler: one with none has nothing to claim, and sends no claim
+    async with running(node(store, dsn, {"noop": noop}, lease=1.0, heartbeat_interval=0.2)):
         with (
             caplog.at_level(logging.WARNING, logger="pgpulse.engine"),
             psycopg.connect(dsn) as blocker,

@@ -282,7 +282,7 @@ async def test_replace_cancels_the_occurrence_running_on_another_node(
         async with asyncio.timeout(5):
             await a_started.wait()
         await b.start()
-        b.shards = tuple(range(64))  # B claims whatever is due (ownership is an optimisation)
+        b.routes = {"h": tuple(range(64))}  # B claims whatever is due (ownership: an optimisation)
         second = await store.trigger_job("default", "sync")
         await fork_and_start(b)
         async with asyncio.timeout(5):
@@ -355,7 +355,10 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     await add(store, spec("report", schedule=TRIGGERED_ONLY, handler="work"))
     done = await RunControl(store.pool).trigger("default", "report", {"n": 1})
     claims = OccurrenceClaims(store.pool)
-    shards = list(range(64))
+    shards = {"work": tuple(range(64))}
+    # capability routing: a node whose routes lack the handler never claims (nor reads) it
+    elsewhere = await claims.finish_and_claim([], "z", {"other": tuple(range(64))}, 5, lease=30)
+    assert (elsewhere.jobs, elsewhere.next_due) == ([], None)
     first = await claims.finish_and_claim([], "a", shards, 5, lease=30)
     [job] = first.jobs
     assert (job.occurrence, job.attempt, job.fencing_token, job.key) == (
@@ -370,10 +373,10 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     [again] = (await claims.finish_and_claim([], "b", shards, 5, lease=30)).jobs
     assert (again.attempt, again.fencing_token) == (2, 2)
     late = plan_finish(job, AttemptResult(True), job.db_now)  # the zombie of attempt 1
-    assert (await claims.finish_and_claim([late], "a", (), 0, lease=30)).written == set()
+    assert (await claims.finish_and_claim([late], "a", {}, 0, lease=30)).written == set()
     assert leftovers(db) == (1, [1])
     ok = plan_finish(again, AttemptResult(True), again.db_now)
-    step = await claims.finish_and_claim([ok], "b", (), 0, lease=30)
+    step = await claims.finish_and_claim([ok], "b", {}, 0, lease=30)
     assert step.written == {again.key}
     assert leftovers(db) == (0, [0])
     row = db.execute("SELECT id, attempts, outcome, node_id, kind FROM pgpulse_runs").fetchone()
@@ -390,7 +393,9 @@ async def test_a_stopping_node_hands_an_occurrence_back(store: Store, db: Any) -
     await RunControl(store.pool).trigger("default", "report", {})
     await RunControl(store.pool).trigger("default", "report", {})
     claims = OccurrenceClaims(store.pool)
-    started, unstarted = (await claims.finish_and_claim([], "a", list(range(64)), 5, lease=30)).jobs
+    started, unstarted = (
+        await claims.finish_and_claim([], "a", {"work": tuple(range(64))}, 5, lease=30)
+    ).jobs
     handed = await claims.hand_back(
         [started.key, unstarted.key], started={started.key}, reason="stop"
     )

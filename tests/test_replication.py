@@ -6,9 +6,6 @@ The servers run the embedded server's programs, or — when the suite runs on th
 PostgreSQL (``PGPULSE_TEST_DATABASE_URL``) — that server's own programs if they are installed
 (``/usr/lib/postgresql/<major>/bin``), so CI covers two major versions. Nodes connect as users
 do: one multi-host DSN, ``target_session_attrs=read-write``.
-
-Tests marked ``xfail(strict=True)`` show what issue 21 must fix; they turn into failures (and
-must lose the mark) the day the engine does what they ask.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import shutil
 import signal
@@ -30,20 +28,16 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import conninfo
 from psycopg.rows import dict_row
 
-from helpers import ALL_SHARDS, add, cluster_pg_bin, spec
+from helpers import ALL_SHARDS, add, cluster_pg_bin, pgpulse, spec
 from pgpulse.app import connect
+from pgpulse.database import primary_dsn
 from pgpulse.errors import DatabaseUnavailable
 from pgpulse_tools.chaos.replication import ReplicatedServer, Replication, initdb_template
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.server_programs]
-
-#: Invariant 9, as the xfail reason of the tests it decides.
-INVARIANT_9 = (
-    "design.md invariant 9 (tokens are never reissued): today a claim lost with the WAL of a "
-    "failover leaves its fencing token and run id to be handed out again by the new primary"
-)
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +101,11 @@ async def _until(what: str, check: Callable[[], Awaitable[bool]], within: float)
 # -- the lost-WAL token test -------------------------------------------------------------------
 
 
+def _epoch(timeline: int) -> int:
+    """The epoch of tokens and run ids handed out on ``timeline`` (queries.sql, "Epochs")."""
+    return (timeline - 1) << 48
+
+
 async def _due_job(cluster: ReplicatedServer) -> None:
     """Migrate the primary and make one job due now, replicated to the standby."""
     async with connect(cluster.admin_dsn(), max_size=1) as store:
@@ -122,14 +121,15 @@ async def _claim(cluster: ReplicatedServer, node: str) -> Any:
         return job
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=INVARIANT_9)
 async def test_a_claim_lost_in_a_failover_never_shares_its_token_or_run_id(
     replicated: ClusterFactory,
 ) -> None:
     """Asynchronous replication: node A's claim commits on the primary after replication was
     cut, the primary dies, the standby is promoted; node B claims the same job there. The two
     claims must never hold the same fencing token or run id, and A's fenced write must change
-    nothing on the new primary (today: same token, same run id, and A's renewal succeeds)."""
+    nothing on the new primary (before epochs: same token, same run id, and A's renewal
+    succeeded). B's token and run id carry the new timeline's epoch: above anything timeline 1
+    handed out."""
     async with replicated("async") as cluster:
         await _due_job(cluster)
         await cluster.cut_replication()
@@ -140,6 +140,9 @@ async def test_a_claim_lost_in_a_failover_never_shares_its_token_or_run_id(
         assert (a.id, a.scheduled_for) == (b.id, b.scheduled_for)  # the same occurrence ...
         assert b.fencing_token != a.fencing_token, f"token t{a.fencing_token} handed out twice"
         assert b.run_id != a.run_id, f"run id {a.run_id} handed out twice"
+        assert (a.fencing_token, a.run_id) == (1, 1)  # timeline 1: epoch 0
+        assert b.fencing_token == _epoch(2) + 1 > a.fencing_token  # the token still grows
+        assert b.run_id > _epoch(2)
         async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
             renewed = await store.renew_leases([(a.id, a.fencing_token)], lease=30)
         assert not renewed, "node A's stale claim renewed its lease on the new primary"
@@ -162,7 +165,8 @@ async def test_with_sync_replication_a_claim_that_waited_for_the_standby_is_neve
             await a  # the outcome is unknown to A: never "claimed"
         await cluster.promote()
         b = await _claim(cluster, "node-b")
-        assert (b.fencing_token, b.attempt) == (1, 1)  # the first claim that ever happened
+        # the first claim that ever happened, on timeline 2
+        assert (b.fencing_token, b.attempt) == (_epoch(2) + 1, 1)
 
 
 # -- nodes through failovers (real node processes) ---------------------------------------------
@@ -284,13 +288,6 @@ def _clock() -> datetime:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 21 item 1: a node whose server turned read-only keeps its sessions there "
-    "(every heartbeat and claim fails with 25006, the LISTEN session hears nothing); it must "
-    "reconnect and land on the primary",
-)
 async def test_a_node_on_a_server_that_turns_read_only_moves_to_the_primary(
     replicated: ClusterFactory, tmp_path: Path
 ) -> None:
@@ -342,3 +339,46 @@ async def test_a_cluster_that_fails_to_start_leaves_no_folder_and_no_server(
     finally:
         shutil.rmtree(parent, ignore_errors=True)
         shutil.rmtree(not_a_pgdata, ignore_errors=True)
+
+
+def test_a_multi_host_dsn_goes_to_the_primary_unless_it_says_otherwise() -> None:
+    """Every writing session of a node asks libpq for a read-write server when its DSN names
+    several hosts and no target_session_attrs; a DSN that chose, or names one host, is kept."""
+    two = "host=a,b port=5432,5433 dbname=pulse"
+    assert conninfo.conninfo_to_dict(primary_dsn(two))["target_session_attrs"] == "read-write"
+    uri = "postgresql://pulse@a:5432,b:5433/pulse"
+    assert conninfo.conninfo_to_dict(primary_dsn(uri))["target_session_attrs"] == "read-write"
+    chosen = "host=a,b dbname=pulse target_session_attrs=primary"
+    assert primary_dsn(chosen) == chosen
+    assert primary_dsn("host=a dbname=pulse") == "host=a dbname=pulse"
+
+
+# -- a read replica for what people browse ---------------------------------------------------
+
+
+async def test_lists_come_from_the_read_replica_and_writes_go_to_the_primary(
+    replicated: ClusterFactory,
+) -> None:
+    """``--read-database-url`` on a real streaming standby. Replication is cut after job
+    ``billing``, then ``late`` is created on the primary: ``job list`` and ``status`` through
+    the replica show the standby's past (billing only), ``job pause late`` — a lookup and a
+    write — reaches the primary, and without the replica DSN the list is the primary's."""
+    async with replicated("async") as cluster:
+        await _due_job(cluster)  # billing, replayed on the standby
+        await cluster.cut_replication()
+        async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
+            await add(store, spec("late", schedule="0 0 1 1 *"))
+        primary, replica = cluster.admin_dsn(), cluster.standby.dsn()
+        env = {"PGPULSE_READ_DATABASE_URL": replica}
+        listed = await asyncio.to_thread(pgpulse, "job", "list", "--json", dsn=primary, env=env)
+        assert listed.returncode == 0, listed.stderr
+        assert [job["name"] for job in json.loads(listed.stdout)] == ["billing"]
+        status = await asyncio.to_thread(pgpulse, "status", "--json", dsn=primary, env=env)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["jobs"]["total"] == 1
+        paused = await asyncio.to_thread(pgpulse, "job", "pause", "late", dsn=primary, env=env)
+        assert paused.returncode == 0, paused.stderr
+        [row] = await _rows(primary, "SELECT status FROM pgpulse_jobs WHERE name = 'late'")
+        assert row["status"] == "paused"
+        everything = await asyncio.to_thread(pgpulse, "job", "list", "--json", dsn=primary)
+        assert [job["name"] for job in json.loads(everything.stdout)] == ["billing", "late"]

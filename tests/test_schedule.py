@@ -23,21 +23,10 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from cron_brute import day_matches
+from helpers import utc
 from pgpulse.errors import InvalidSchedule, UnknownTimeZone
 from pgpulse.schedule import SCHEDULE_HELP, Schedule, parse_schedule
 from pgpulse.zones import load_zone
-
-
-def utc(
-    year: int,
-    month: int,
-    day: int,
-    hour: int = 0,
-    minute: int = 0,
-    second: int = 0,
-    microsecond: int = 0,
-) -> datetime:
-    return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=UTC)
 
 
 def following(schedule: Schedule, after: datetime, count: int) -> list[datetime]:

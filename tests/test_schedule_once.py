@@ -12,11 +12,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from helpers import pgpulse
+from helpers import pgpulse, utc
 from pgpulse.errors import InvalidSchedule, ScheduleEnded
 from pgpulse.jobs import JobSpec
 from pgpulse.schedule import parse_schedule
-from test_schedule import utc
 
 
 @pytest.mark.parametrize(

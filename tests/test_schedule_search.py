@@ -18,9 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import utc
 from pgpulse.schedule import Schedule
 from pgpulse.zones import PROBE_DAYS, OffsetChange, load_zone, offset_changes, zone_names
-from test_schedule import PROPERTY_SETTINGS, _parse_or_reject, cases, utc
+from test_schedule import PROPERTY_SETTINGS, _parse_or_reject, cases
 
 SECOND = timedelta(seconds=1)
 

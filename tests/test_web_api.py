@@ -220,7 +220,13 @@ async def test_runs_by_job_outcome_time_range_and_one_run(store: Store, db: Any)
         listed = (await client.get(f"/api/v1/jobs/{job['id']}/runs")).json()
         assert [r["id"] for r in listed["items"]] == ids[::-1]
         assert listed["items"][-1]["lag"] == 2.0 and listed["items"][-1]["duration"] == 3.0
-        assert "output" not in listed["items"][0] or listed["items"][0]["output"] is None
+        # the list carries each run's output too (it used to say null)
+        assert [r["output"] for r in listed["items"]] == [
+            "out skipped",
+            "out succeeded",
+            "out failed",
+            "out succeeded",
+        ]
         failed = (await client.get("/api/v1/runs", params={"outcome": "failed"})).json()
         assert [(r["id"], r["error"]) for r in failed["items"]] == [(ids[1], "boom")]
         ranged = (
@@ -296,6 +302,7 @@ async def test_cluster_nodes_shards_and_counts(store: Store) -> None:
         1,
         4,
     )
+    assert node["handlers"] == ["x"]
     assert cluster["shards"]["owners"] == {"0": ["n1"], "1": ["n1"], "2": ["n1"]}
     assert cluster["shards"]["unowned"] == list(range(3, 64))
     assert cluster["leader"] is None
@@ -315,6 +322,7 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         "/api/v1/jobs/{job_id}/trigger",
         "/api/v1/jobs/{job_id}/backfill",
         "/api/v1/jobs/{job_id}/runs",
+        "/api/v1/jobs/{job_id}/history",
         "/api/v1/runs",
         "/api/v1/runs/{run_id}",
         "/api/v1/cluster",

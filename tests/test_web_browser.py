@@ -1,10 +1,13 @@
 """The dashboard end to end in headless Chromium (Debian's ``chromium``, driven by Playwright):
-sign in with a tenant token, see the jobs, trigger one and watch its run appear (a real node
-runs it), pause it, see failures that need attention; another tenant sees none of it, and a
-revoked token is signed out at once.
+sign in with a tenant token, see the jobs, search and filter them, trigger one and watch its
+run appear (a real node runs it), pause it, see failures that need attention; a job's
+occurrence grid (hover, click to the run), the runs page and a run's page with every attempt
+and the output, the cluster page's handlers and shard map, the alerts slot; another tenant
+sees none of it, and a revoked token is signed out at once.
 
 Screenshots go to the test's temporary folder; with ``PGPULSE_DOCS_SCREENSHOTS=1`` they also
-replace ``docs/dashboard.png`` and ``docs/dashboard-job.png`` (the README shows them).
+replace ``docs/dashboard.png``, ``docs/dashboard-job.png``, ``docs/dashboard-run.png`` and
+``docs/dashboard-cluster.png`` (the README shows them).
 """
 
 from __future__ import annotations
@@ -44,6 +47,13 @@ async def flaky(ctx: RunContext) -> str:
     raise HandlerFailed("upstream answered 503 Service Unavailable")
 
 
+async def retry_once(ctx: RunContext) -> str:
+    """A handler whose first attempt times out upstream and whose retry succeeds."""
+    if ctx.attempt == 1:
+        raise HandlerFailed("upstream timed out after 30 s", output="fetched 0 of 42 rows")
+    return "fetched 42 of 42 rows\nwrote 42 rows to ledger"
+
+
 def _create(client: httpx.Client, **body: Any) -> dict[str, Any]:
     response = client.post("/api/v1/jobs", json=body)
     assert response.status_code == 201, response.text
@@ -74,7 +84,7 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     acme, globex = sync_token(dsn, "acme"), sync_token(dsn, "globex")
     settings = WebSettings(refresh_seconds=0.4)
-    handlers = {"demo.work": work, "demo.flaky": flaky}
+    handlers = {"demo.work": work, "demo.flaky": flaky, "demo.retry_once": retry_once}
     with LiveServer(dsn, settings, handlers=handlers, node_config=node_config()) as server:
         with httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer {acme}"}
@@ -96,6 +106,15 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 max_attempts=1,
             )
             assert api.post(f"/api/v1/jobs/{invoices['id']}/trigger").status_code == 200
+            ledger = _create(
+                api,
+                name="ledger-import",
+                schedule="0 4 * * *",
+                handler="demo.retry_once",
+                max_attempts=3,
+                retry_backoff=0.001,
+            )
+            assert api.post(f"/api/v1/jobs/{ledger['id']}/trigger").status_code == 200
         with httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer {globex}"}
         ) as api:
@@ -112,8 +131,21 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 page.click("button[type=submit]")
                 page.wait_for_selector('tr[data-job="nightly-report"]')
                 assert page.locator("[data-testid=who]").inner_text() == "tenant acme"
-                assert page.locator("tr[data-job]").count() == 3
+                assert page.locator("tr[data-job]").count() == 4
                 assert "globex-secret" not in page.content()
+
+                # search and filters: a GET form, so the filtered page is a link that refreshes
+                page.fill("[data-testid=filter-q]", "INVOICES")
+                page.click("[data-testid=filter-apply]")
+                page.wait_for_url("**/ui/?q=INVOICES*")
+                sync_api.expect(page.locator("tr[data-job]")).to_have_count(1)
+                sync_api.expect(page.locator('tr[data-job="sync-invoices"]')).to_be_visible()
+                page.select_option("[data-testid=filter-status]", "paused")
+                page.click("[data-testid=filter-apply]")
+                sync_api.expect(page.locator("[data-testid=no-jobs]")).to_have_text(
+                    "No job matches these filters."
+                )
+                page.goto(f"{server.base_url}/ui/")
 
                 # trigger: the node runs it and the page shows the outcome without a reload
                 page.click("[data-testid=trigger-nightly-report]")
@@ -128,6 +160,8 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                     "succeeded"
                 )
                 page.wait_for_timeout(1500)  # a few more heartbeat runs for the pictures
+                recent = page.locator('[data-testid=recent-heartbeat] a[data-state="succeeded"]')
+                assert recent.count() >= 2  # the strip of recent runs, each a link to its run
                 _shot(page, tmp_path, "dashboard.png")
 
                 page.click('tr[data-job="nightly-report"] a')
@@ -143,12 +177,63 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
                 page.click('a[href="/ui/"]')
                 page.click('tr[data-job="heartbeat"] a')
                 page.wait_for_selector('tr[data-outcome="succeeded"]')
+                # the occurrence grid: a cell per occurrence; hover says what became of it
+                cell = page.locator('[data-testid=grid] a[data-state="succeeded"]').first
+                cell.hover()
+                assert " UTC · succeeded · attempt 1 on web-test-node · " in str(
+                    cell.get_attribute("data-tip")
+                )
                 _shot(page, tmp_path, "dashboard-job.png")
+                cell = page.locator('[data-testid=grid] a[data-state="succeeded"]').first
+                at = cell.get_attribute("data-at")
+                cell.click()  # ...and a click opens its run
+                page.wait_for_url("**/ui/runs/*")
+                sync_api.expect(page.locator("[data-testid=run-outcome]")).to_have_text("succeeded")
+                assert (
+                    at is not None and at[:19].replace("T", " ") in page.locator("h1").inner_text()
+                )
+
+                # the runs page: filtered to the retried job, then its run with both attempts
+                page.click('nav a[href="/ui/runs"]')
+                page.fill("[data-testid=filter-q]", "ledger")
+                page.click("[data-testid=filter-apply]")
+                row = page.locator('tr[data-job="ledger-import"][data-outcome="succeeded"]')
+                sync_api.expect(row).to_have_count(1)
+                assert page.locator('tr[data-job="heartbeat"]').count() == 0
+                row.locator("a[data-testid^=run-link]").click()
+                sync_api.expect(page.locator("[data-testid=run-attempts]")).to_have_text("2")
+                sync_api.expect(page.locator("tr[data-attempt]")).to_have_count(2)
+                sync_api.expect(page.locator("[data-testid=attempt-error-1]")).to_have_text(
+                    "upstream timed out after 30 s"
+                )
+                assert (
+                    page.locator("[data-testid=attempt-node-2]")
+                    .inner_text()
+                    .startswith("web-test-node")
+                )
+                sync_api.expect(page.locator("[data-testid=run-output]")).to_have_text(
+                    "fetched 42 of 42 rows\nwrote 42 rows to ledger"
+                )
+                page.click("[data-testid=attempt-output-1] summary")
+                sync_api.expect(page.locator("[data-testid=attempt-output-1] pre")).to_have_text(
+                    "fetched 0 of 42 rows"
+                )
+                _shot(page, tmp_path, "dashboard-run.png")
+
+                page.click('nav a[href="/ui/alerts"]')
+                sync_api.expect(page.locator("[data-testid=alerts-slot]")).to_be_visible()
 
                 page.click('a[href="/ui/cluster"]')
                 node = page.locator('tr[data-node="web-test-node"]')
                 sync_api.expect(node).to_contain_text("64: 0 1 2")
                 sync_api.expect(page.locator("[data-testid=leader]")).to_have_text("web-test-node")
+                sync_api.expect(page.locator("[data-testid=handlers-web-test-node]")).to_have_text(
+                    "demo.flaky demo.retry_once demo.work"
+                )
+                shards = page.locator("[data-testid=shard-map] [data-shard]")
+                sync_api.expect(shards).to_have_count(64)
+                assert page.locator('[data-shard][data-owner="web-test-node"]').count() == 64
+                _shot(page, tmp_path, "dashboard-cluster.png")
 
                 # another tenant: sees none of acme's jobs, and acme's job page is a plain 404
                 other = browser.new_page()

@@ -44,6 +44,12 @@ def test_token_create_list_revoke(dsn: str, db: Any) -> None:
     assert again.exit_code == 2 and "no live token with id 1" in again.stderr
     tenantless = cli(dsn, "token", "create")
     assert tenantless.exit_code == 2 and "--tenant" in tenantless.stderr
+    both = cli(dsn, "token", "create", "--tenant", "acme", "--admin")
+    assert (both.exit_code, both.stderr) == (
+        2,
+        "error: an --admin token sees every tenant; drop --tenant 'acme' (or --admin)\n",
+    )
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_api_tokens").fetchone()["n"] == 1
 
 
 def test_serve_refuses_bad_options(dsn: str) -> None:

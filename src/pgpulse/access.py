@@ -86,8 +86,8 @@ def code_writer(tenant: str, where: str) -> Writer:
         where,
         frozenset({tenant}),
         False,
-        "a job declared in code may not replace one (rename the declared job, or delete the "
-        "shell job first)",
+        "a job declared in code may not replace one: rename the declared job, or delete the "
+        "shell job first",
     )
 
 

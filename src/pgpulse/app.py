@@ -21,15 +21,19 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pgpulse.access import code_writer
+from pgpulse.audit import Actor
 from pgpulse.builtins import BUILTIN_HANDLERS
 from pgpulse.database import open_pool, resolve_dsn
 from pgpulse.engine import Node, NodeConfig
+from pgpulse.errors import InvalidInput
 from pgpulse.handlers import Handler, HandlerRegistry
 from pgpulse.jobs import JobSpec
+from pgpulse.plan import Plan, plan_source
 from pgpulse.store import Store
 
 log = logging.getLogger(__name__)
@@ -43,11 +47,14 @@ async def connect(
     application_name: str = "pgpulse",
     max_size: int = 4,
     migrate: bool = True,
+    read_url: str | None = None,
 ) -> AsyncIterator[Store]:
     """Open a :class:`~pgpulse.store.Store` on a database, migrating it first.
 
     Args:
         database_url: a DSN; ``None`` starts (or joins) the embedded PostgreSQL.
+        read_url: a read replica's DSN for the lists people browse (``Store``'s ``reads``);
+            ``None``: everything on ``database_url``.
         data_dir: the embedded server's data folder (default: see :mod:`pgpulse.embedded`).
         application_name: shown in ``pg_stat_activity``.
         max_size: connections in the pool.
@@ -59,10 +66,19 @@ async def connect(
     dsn = resolve_dsn(database_url, data_dir)
     pool = await open_pool(dsn, application_name=application_name, max_size=max_size)
     try:
-        store = Store(pool)
-        if migrate:
-            await store.migrate()
-        yield store
+        reads = None
+        if read_url:
+            reads = await open_pool(
+                read_url, application_name=application_name, max_size=max_size, writable=False
+            )
+        try:
+            store = Store(pool, reads)
+            if migrate:
+                await store.migrate()
+            yield store
+        finally:
+            if reads is not None:
+                await reads.close()
     finally:
         await pool.close()
 
@@ -73,15 +89,44 @@ class App:
     Args:
         tenant: tenant of the jobs declared with :meth:`job`.
         builtins: include the ``shell`` and ``http`` handlers.
+        name: the app's name: its jobs' source is ``code:<name>``. Give each app of a
+            database its own name, or their jobs count as one app's.
+        prune: at each node's start, delete the jobs of ``code:<name>`` that this code no
+            longer declares (each one logged, action ``code_job_pruned``); without it they are
+            kept and shown as "declared by code no longer running" (``pgpulse status``, ``job
+            show``). ``pgpulse node run --prune-code-jobs`` sets it.
+
+    Raises:
+        InvalidInput: ``name`` is not a valid name.
     """
 
-    def __init__(self, *, tenant: str = "default", builtins: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        tenant: str = "default",
+        builtins: bool = True,
+        name: str = "default",
+        prune: bool = False,
+    ) -> None:
+        if not name or any(c.isspace() or not c.isprintable() for c in name) or len(name) > 100:
+            raise InvalidInput(
+                f"app name {name!r} must be 1-100 printable characters without blanks",
+                field="name",
+                value=name,
+            )
+        self.name = name
+        self.prune = prune
         self.tenant = tenant
         self.handlers = HandlerRegistry()
         self.jobs: list[JobSpec] = []
         if builtins:
             for name, handler in BUILTIN_HANDLERS.items():
                 self.handlers.register(name, handler)
+
+    @property
+    def source(self) -> str:
+        """The source of this app's jobs: ``code:<name>``."""
+        return f"code:{self.name}"
 
     def handler(self, name: str | None = None) -> Callable[[Handler], Handler]:
         """Decorator: register a handler under ``name`` (default: the function's name).
@@ -110,7 +155,12 @@ class App:
                 time, so a bad job never reaches the database.
         """
         spec = JobSpec.create(
-            name=name, schedule=schedule, handler=name, tenant=self.tenant, source="code", **options
+            name=name,
+            schedule=schedule,
+            handler=name,
+            tenant=self.tenant,
+            source=self.source,
+            **options,
         )
 
         def register(func: Handler) -> Handler:
@@ -119,6 +169,46 @@ class App:
             return func
 
         return register
+
+    async def declare(self, store: Store, node_id: str) -> Plan:
+        """Write this app's jobs as node ``node_id`` starts, in one transaction under the
+        source's lock (two nodes starting at once write one after the other), as
+        :func:`pgpulse.access.code_writer`; record what the code declares; with ``prune``,
+        delete the source's jobs the code no longer declares, logging each.
+
+        Returns:
+            The plan written.
+
+        Raises:
+            Forbidden: a declared job would replace a ``shell`` job; nothing is written.
+        """
+        [plan] = await store.reconcile(
+            [(self.source, self.jobs)],
+            partial(plan_source, prune=self.prune),
+            writer=code_writer(self.tenant, f"the code of node {node_id}"),
+            actor=Actor(self.source, f"{self.source}@{node_id}"),
+            extra_handlers=list(self.handlers),
+        )
+        await store.declare_code(self.source, self.tenant, [s.name for s in self.jobs], node_id)
+        for step in plan.steps:
+            if step.action == "delete":
+                log.warning(
+                    "deleted job %s/%s: the code of %s no longer declares it",
+                    step.tenant,
+                    step.name,
+                    self.source,
+                    extra={"action": "code_job_pruned", "tenant": step.tenant, "job": step.name},
+                )
+            elif step.action == "orphan":
+                log.warning(
+                    "job %s/%s is declared by code no longer running (%s); "
+                    "--prune-code-jobs deletes it",
+                    step.tenant,
+                    step.name,
+                    self.source,
+                    extra={"action": "code_job_stale", "tenant": step.tenant, "job": step.name},
+                )
+        return plan
 
     async def run_node(
         self,
@@ -130,13 +220,16 @@ class App:
     ) -> None:
         """Run one scheduler node for this app until SIGTERM/SIGINT (then drain and exit).
 
-        Migrates the database and upserts the code-declared jobs before claiming (as
-        :func:`pgpulse.access.code_writer`: never over a ``shell`` job of the same name).
+        Migrates the database and writes the code-declared jobs before claiming
+        (:meth:`declare`: never over a ``shell`` job of the same name; with ``prune``, the
+        jobs the code no longer declares are deleted).
 
         Raises:
             DatabaseUnavailable: the database does not answer.
             Forbidden: a declared job would replace a ``shell`` job; nothing is written and no
                 node starts.
+            NodeIdTaken: the node id is held by another live process; nothing is written and
+                no node starts.
         """
         config = config or NodeConfig()
         dsn = resolve_dsn(database_url, data_dir)
@@ -149,13 +242,14 @@ class App:
         try:
             store = Store(pool)
             await store.migrate()
-            if self.jobs:
-                await store.upsert_jobs(
-                    self.jobs,
-                    writer=code_writer(self.tenant, f"the code of node {config.node_id}"),
-                    extra_handlers=list(self.handlers),
-                )
             node = Node(store, dsn, self.handlers, config)
+            await node.register()  # a node id held by a live process: refused, nothing written
+            try:
+                if self.jobs or self.prune:  # an app without jobs (no --app) declares nothing
+                    await self.declare(store, config.node_id)
+            except BaseException:
+                await node.deregister()  # the id is free again at once
+                raise
             if install_signal_handlers:
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):

@@ -70,7 +70,7 @@ def _check_keys(payload: Mapping[str, Any], known: frozenset[str], example: str)
         )
 
 
-SHELL_FIELDS = frozenset({"command", "stdin", "env", "user", "cwd"})
+SHELL_FIELDS = frozenset({"command", "stdin", "env", "user", "cwd", "shell"})
 HTTP_FIELDS = frozenset(
     {"url", "method", "headers", "json", "body", "timeout", "expect_status", "follow_redirects"}
 )
@@ -118,7 +118,7 @@ def validate_shell_payload(payload: Mapping[str, Any]) -> None:
 
     Args:
         payload: ``{"command": str, "stdin"?: str, "env"?: {str: str}, "user"?: str,
-            "cwd"?: str}``. Any other key is refused (it would be a typo).
+            "cwd"?: str, "shell"?: str}``. Any other key is refused (it would be a typo).
 
     Raises:
         InvalidPayload: a field is missing, of the wrong type, empty (``command``, ``user``,
@@ -131,7 +131,7 @@ def validate_shell_payload(payload: Mapping[str, Any]) -> None:
     _check_keys(payload, SHELL_FIELDS, '{"command": "backup.sh --full"}')
     _check_text(payload, "command", required=True)
     _check_text(payload, "stdin")
-    for key in ("user", "cwd"):
+    for key in ("user", "cwd", "shell"):
         if key in payload:
             _check_text(payload, key, required=True)
     _check_str_map(
@@ -434,7 +434,11 @@ def _exit_failure(code: int) -> str:
 
 
 async def shell_handler(ctx: RunContext) -> str | None:
-    """Run ``payload.command`` with ``/bin/sh -c`` and return its output.
+    """Run ``payload.command`` with ``SHELL -c`` and return its output.
+
+    The shell is ``payload.shell``, else the ``SHELL`` of ``payload.env`` (a crontab's
+    ``SHELL=`` line), else ``/bin/sh``: Vixie cron runs each command with the crontab's
+    ``$SHELL`` (``do_command.c``), so ``SHELL=/bin/bash`` makes ``[[ ... ]]`` work.
 
     The command runs in its own session and process group, with stdin from ``payload.stdin``
     (UTF-8) or ``/dev/null``, and stdout and stderr captured together (decoded as UTF-8 with
@@ -476,9 +480,10 @@ async def shell_handler(ctx: RunContext) -> str | None:
         return f"dry-run: would run {command!r}" + (f" as user {user}" if user else "")
     run_as, user_env = _run_as(user, payload.get("cwd"))
     stdin_data = payload.get("stdin")
+    shell = payload.get("shell") or payload.get("env", {}).get("SHELL") or "/bin/sh"
     try:
         proc = await _start(
-            "/bin/sh",
+            shell,
             "-c",
             command,
             stdin=asyncio.subprocess.DEVNULL if stdin_data is None else asyncio.subprocess.PIPE,

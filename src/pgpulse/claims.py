@@ -21,9 +21,10 @@ from psycopg.abc import Buffer
 from psycopg.rows import tuple_row
 from psycopg.types.json import JsonbBinaryLoader
 
-from pgpulse.database import ConnectionSource
 from pgpulse.model import ClaimedJob, ClaimKey, Heartbeat, Outcome, Step
 from pgpulse.planner import Advance
+from pgpulse.registry import NodeRegistry
+from pgpulse.routing import Routes
 from pgpulse.sql import QUERIES, positional
 
 #: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
@@ -61,7 +62,7 @@ class _PayloadLoader(JsonbBinaryLoader):
 @functools.lru_cache(maxsize=16)
 def _array_literal(values: tuple[int, ...]) -> str:
     """``values`` as a PostgreSQL array literal (``{1,2,3}``), sent as text and cast by the
-    statement: a node's shards change rarely, and psycopg would dump the list at every step."""
+    statement: a node's routes change rarely, and psycopg would dump the lists at every step."""
     return "{" + ",".join(map(str, values)) + "}"
 
 
@@ -123,22 +124,15 @@ def _skips(advance: Advance | None) -> dict[str, Any]:
     }
 
 
-class ClaimStore:
-    """Intent-named access to what a node claims, finishes, renews and hands back.
+class ClaimStore(NodeRegistry):
+    """Intent-named access to what a node claims, finishes, renews and hands back (and, from
+    :class:`~pgpulse.registry.NodeRegistry`, its registry row).
 
     Args:
         pool: an open pool of autocommit connections with dict rows
             (:func:`pgpulse.database.open_pool`), or a node's dedicated
             :class:`~pgpulse.database.Session` (its claim or heartbeat session).
     """
-
-    def __init__(self, pool: ConnectionSource) -> None:
-        self.pool = pool
-
-    async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(QUERIES[name], params or {})
-            return list(await cur.fetchall()) if cur.description else []
 
     # -- claims and outcomes ---------------------------------------------------------------
 
@@ -149,10 +143,16 @@ class ClaimStore:
         limit: int,
         *,
         lease: float,
+        handlers: Collection[str] | None = None,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` due idle jobs of ``shards`` for ``node``, oldest due first
-        (:meth:`finish_and_claim` with no outcomes to write).
+        """Claim up to ``limit`` due idle jobs of ``shards`` whose handler is in ``handlers``
+        for ``node``, oldest due first (:meth:`finish_and_claim` with no outcomes to write,
+        every handler routed to ``shards``).
+
+        Args:
+            handlers: the handler names claimed; ``None``: every handler a stored job names (a
+                second statement first: for tools and tests, never a node's claim loop).
 
         Concurrency: one statement; rows are locked ``FOR UPDATE SKIP LOCKED`` so concurrent
         claimers never wait on each other and never receive the same job. Each claimed job gets
@@ -162,7 +162,10 @@ class ClaimStore:
         """
         if limit <= 0 or not shards:
             return []
-        return (await self.finish_and_claim((), node, shards, limit, lease=lease, now=now)).jobs
+        if handlers is None:
+            handlers = [row["handler"] for row in await self._rows("job_handlers")]
+        routes = {handler: tuple(shards) for handler in handlers}
+        return (await self.finish_and_claim((), node, routes, limit, lease=lease, now=now)).jobs
 
     async def finish_runs(
         self, outcomes: Sequence[Outcome], *, now: datetime | None = None
@@ -179,13 +182,13 @@ class ClaimStore:
         """
         if not outcomes:
             return set()
-        return (await self.finish_and_claim(outcomes, "", (), 0, lease=0.0, now=now)).written
+        return (await self.finish_and_claim(outcomes, "", {}, 0, lease=0.0, now=now)).written
 
     async def finish_and_claim(
         self,
         outcomes: Sequence[Outcome],
         node: str,
-        shards: Sequence[int],
+        routes: Routes,
         limit: int,
         *,
         lease: float,
@@ -193,8 +196,10 @@ class ClaimStore:
     ) -> Step:
         """One step of a node's claim loop, in one statement (one round trip, one commit):
         write the fenced ``outcomes`` (as :meth:`finish_runs`), then claim up to ``limit`` due
-        jobs of ``shards`` (as :meth:`claim_due`; nothing is claimed when ``limit`` is 0 or
-        ``shards`` is empty).
+        jobs along ``routes`` (as :meth:`claim_due`: the jobs of each handler of ``routes`` in
+        that handler's shards, oldest due first over all of them; nothing is claimed when
+        ``limit`` is 0 or ``routes`` is empty). A job whose handler has no route is never read:
+        the claim costs the same however many of those are due (issue 18).
 
         The claim sees the database as it was before the outcomes: a job whose next occurrence
         is already due is claimed at the next step (its outcome's ``next_run_at`` says when).
@@ -229,8 +234,9 @@ class ClaimStore:
             "outcomes": orjson.dumps(batch).decode(),
             "now": now,
             "node": node,
-            "shards": _array_literal(tuple(shards)),
-            "limit": max(limit, 0) if shards else 0,
+            "route_handlers": list(routes),
+            "route_shards": [_array_literal(tuple(shards)) for shards in routes.values()],
+            "limit": max(limit, 0) if routes else 0,
             "lease": lease,
         }
         async with self.pool.connection() as conn:
@@ -241,7 +247,7 @@ class ClaimStore:
             await cur.execute(_STEP, [params[name] for name in _STEP_PARAMS], binary=True)
             rows = await cur.fetchall()
         written, jobs, next_due, db_now = parse_step(rows, JOB_ROW_FIELDS)
-        if not (limit > 0 and shards):
+        if not (limit > 0 and routes):
             return Step(written, jobs, None, None)
         assert db_now is not None  # the clock is on every row
         occurrences_due = rows[0][JOB_ROW_FIELDS + 3]
@@ -325,45 +331,6 @@ class ClaimStore:
         )
         return beat.reaped
 
-    async def register_node(
-        self,
-        node: str,
-        *,
-        hostname: str,
-        pid: int,
-        slots: int,
-        handlers: Collection[str],
-        ttl: float | None = None,
-        rejoin: bool = False,
-        now: datetime | None = None,
-    ) -> None:
-        """Insert or refresh this node's registry row (state ``alive``).
-
-        Args:
-            ttl: seconds of silence after which the node's peers count it dead (its
-                ``node_ttl``); ``status`` and the API judge it by the same. ``None``: unknown.
-            rejoin: the node was running and registers again (its row went stale): keep its
-                ``started_at``. ``False`` (a start, a restart under the same id) resets it.
-        """
-        await self._rows(
-            "register_node",
-            {
-                "node": node,
-                "hostname": hostname,
-                "pid": pid,
-                "slots": slots,
-                "handlers": sorted(handlers),
-                "ttl": ttl,
-                "rejoin": rejoin,
-                "now": now,
-            },
-        )
-
-    async def revive_jobs(self, handlers: Collection[str]) -> int:
-        """Return jobs that failed for want of a handler in ``handlers`` to idle, due at once.
-        Returns how many were revived."""
-        return len(await self._rows("revive_jobs", {"handlers": sorted(handlers)}))
-
     async def heartbeat(
         self,
         node: str | None,
@@ -375,14 +342,18 @@ class ClaimStore:
         leading: bool | None = None,
         backup_delay: float | None = None,
         limit: int = 1000,
+        hostname: str | None = None,
+        pid: int | None = None,
         now: datetime | None = None,
     ) -> Heartbeat:
         """Record this node's heartbeat, take part in leadership, and reap expired leases — one
         statement (design.md, "Cluster behaviour").
 
         A node is live when its state is ``alive`` and its heartbeat is younger than ``ttl``
-        seconds by the database's clock. If this node's row is missing (pruned), it is not in
-        ``live`` and the caller should register again.
+        seconds by the database's clock. If this node's row is missing (pruned), or another
+        process took it over (another ``hostname`` or ``pid``), nothing is recorded, it is not
+        in ``live``, and the caller should register again (:meth:`register_node` says whether
+        the id is still its to take).
 
         Args:
             node: this node's id; ``None`` records nothing (a sweep only).
@@ -392,6 +363,13 @@ class ClaimStore:
             backup_delay: if this connection does not lead, reap only leases expired more than
                 this many seconds ago (``None``: none); the leader reaps every expired lease.
             limit: most leases reaped by one heartbeat.
+            hostname, pid: this process, whose row the heartbeat records (``None``: whichever
+                process holds ``node``'s row).
+
+        Returns:
+            The heartbeat's reading: the live nodes with the handlers each advertises (what
+            :func:`pgpulse.routing.routes_for` routes by), the database's clock, leadership,
+            leases reaped.
 
         Concurrency: expired rows are locked ``SKIP LOCKED`` (sweepers never wait on each
         other; reaping twice is harmless); the run row stays open as ``retrying`` so the next
@@ -409,19 +387,19 @@ class ClaimStore:
                 "leader_key": LEADER_LOCK_KEY,
                 "backup_delay": backup_delay,
                 "limit": limit,
+                "hostname": hostname,
+                "pid": pid,
                 "now": now,
             },
         )
+        handlers = {node_id: tuple(names) for node_id, names in sorted(row["live"].items())}
         return Heartbeat(
-            live=tuple(row["live"]),
+            live=tuple(handlers),
+            handlers=handlers,
             db_now=row["db_now"],
             leader=row["leader"],
             reaped=row["reaped"],
         )
-
-    async def stop_node(self, node: str) -> None:
-        """Mark this node stopped (it owns no shards from now on)."""
-        await self._rows("stop_node", {"node": node, "now": None})
 
     async def prune(self, *, keep_runs: float, now: datetime | None = None) -> tuple[int, int]:
         """Delete finished runs older than ``keep_runs`` seconds and nodes silent for a day.

@@ -7,8 +7,6 @@ on stderr and exit non-zero: 2 for refused input, 3 for a database that does not
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import importlib
 import json
 import sys
@@ -17,11 +15,13 @@ from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 
 from pgpulse import logs
 from pgpulse.app import App, connect
+from pgpulse.audit import cli_actor
 from pgpulse.cli_conventions import (
     CONTEXT,
     GlobalOptions,
@@ -29,7 +29,6 @@ from pgpulse.cli_conventions import (
     PulseGroup,
     apply_envvar_rule,
 )
-from pgpulse.crontab import entry_to_spec, parse_crontab
 from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
@@ -38,6 +37,7 @@ from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.report import (
     print_job,
     print_records,
+    print_runs_with_attempts,
     print_status,
     run_command,
     status_problems,
@@ -57,7 +57,11 @@ def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     @wraps(func)
     def command(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         async def main() -> Any:
-            async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+            async with connect(
+                obj["database_url"],
+                data_dir=obj["data_dir"],
+                read_url=obj["read_database_url"],
+            ) as store:
                 return await func(store, *args, **kwargs)
 
         return run_command(main())
@@ -79,6 +83,13 @@ def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     metavar="NAME",
     help="Use database NAME of that server (the embedded one, or --database-url's) instead "
     "of the one the DSN names, e.g. --database pgpulse_demo after the demo.",
+)
+@click.option(
+    "--read-database-url",
+    metavar="DSN",
+    help="A read replica's DSN for what people browse (status counts, jobs list, runs, the "
+    "dashboard and the API's lists): a busy dashboard then costs the primary nothing; writes "
+    "and every decision stay on --database-url. Unset: everything on --database-url.",
 )
 @click.option(
     "--data-dir",
@@ -103,23 +114,33 @@ def main(
     ctx: click.Context,
     database_url: str | None,
     database: str | None,
+    read_database_url: str | None,
     data_dir: Path | None,
     log_level: str,
     log_format: str,
 ) -> None:
     """Pulse: a distributed cron scheduler with PostgreSQL as its only moving part."""
     logs.configure(log_level, log_format)
-    ctx.obj = GlobalOptions(database_url, database, data_dir)
+    ctx.obj = GlobalOptions(database_url, database, data_dir, read_database_url)
 
 
 apply_envvar_rule(main, [])
 
 
 @main.command()
-@with_store
-async def migrate(store: Store) -> None:
+@click.pass_obj
+def migrate(obj: dict[str, Any]) -> None:
     """Apply pending schema migrations (nodes also do this at start)."""
-    click.echo("schema is up to date")
+
+    async def apply() -> list[int]:
+        async with connect(obj["database_url"], data_dir=obj["data_dir"], migrate=False) as store:
+            return await store.migrate()
+
+    applied = run_command(apply())
+    if applied:
+        click.echo(f"applied migrations {', '.join(str(v) for v in applied)}; schema is up to date")
+    else:
+        click.echo("nothing to apply; schema is up to date")
 
 
 # -- node --------------------------------------------------------------------------------------
@@ -203,6 +224,14 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     help="shell jobs record their command instead of running it (implies --allow-shell-jobs).",
 )
 @click.option(
+    "--prune-code-jobs",
+    is_flag=True,
+    show_envvar=True,
+    help="At start, delete the jobs of the --app's source (code:<app name>) that its code no "
+    "longer declares, logging each; without it they are shown as declared by code no longer "
+    "running.",
+)
+@click.option(
     "--metrics",
     "metrics_addr",
     show_envvar=True,
@@ -230,6 +259,7 @@ def node_run(
     poll: float,
     drain_timeout: float,
     shell_dry_run: bool,
+    prune_code_jobs: bool,
     metrics_addr: str | None,
     http_addr: str | None,
     **web: Any,
@@ -237,9 +267,16 @@ def node_run(
     """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit).
 
     --allow-shell-jobs is each node's explicit opt-in to run shell jobs (they run commands on
-    this machine); without it the node fails the shell jobs it claims, naming the flag.
+    this machine); without it the node claims none: they wait for a node that allows them. A
+    node claims only jobs whose handler it has; a --node-id held by a live node is refused.
     """
+    if prune_code_jobs and not app:
+        raise click.BadParameter(
+            "needs --app: it deletes the jobs of that app that its code no longer declares",
+            param_hint="--prune-code-jobs",
+        )
     pulse_app = load_app(app, app_dir)
+    pulse_app.prune = pulse_app.prune or prune_code_jobs
     options: dict[str, Any] = {
         "lease": lease,
         "heartbeat_interval": heartbeat,
@@ -338,8 +375,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 @click.option(
     "--allow-private-target",
     is_flag=True,
-    help="Let an http job call a loopback, private, link-local or unresolvable host, or "
-    "follow redirects: the API refuses those unless its --http-allow list names the host.",
+    help="Store an http job whose host is loopback, private, link-local or unresolvable, or "
+    "that follows redirects (the API refuses those unless its --http-allow list names the "
+    "host). Its runs reach that host only from nodes whose --http-allow list names it.",
 )
 @with_store
 async def job_create(store: Store, name: str, allow_private_target: bool, **fields: Any) -> None:
@@ -349,23 +387,31 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
     its host resolves to); --allow-private-target is the operator's explicit exception.
     """
     spec = JobSpec.create(name=name, source="cli", **fields)
-    if spec.handler == "http" and not allow_private_target:
+    private = None
+    if spec.handler == "http":
         from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
 
         try:
             await check_http_target(spec.payload, WebSettings())
         except InvalidInput as exc:
-            raise InvalidInput(
-                f"{exc}; from the command line, --allow-private-target allows it",
-                field=exc.field,
-                value=exc.value,
-            ) from None
-    [(job_id, created)] = await store.upsert_jobs([spec])
+            if not allow_private_target:
+                raise InvalidInput(
+                    f"{exc}; from the command line, --allow-private-target allows it",
+                    field=exc.field,
+                    value=exc.value,
+                ) from None
+            private = urlsplit(str(spec.payload.get("url", ""))).hostname or exc.value
+    [(job_id, created)] = await store.upsert_jobs([spec], actor=cli_actor())
     row = await store.get_job(spec.tenant, name)
     click.echo(
         f"{'created' if created else 'updated'} job {name} (id {job_id}); "
         f"next occurrence {row['scheduled_for'].isoformat()}"
     )
+    if private is not None:
+        click.echo(
+            f"note: its runs reach {private} only from nodes started with an --http-allow "
+            "list that names it (pgpulse node run --http-allow HOST)"
+        )
 
 
 @job.command("list")
@@ -373,8 +419,16 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
 @json_option
 @with_store
 async def job_list(store: Store, tenant: str, as_json: bool) -> None:
-    """List jobs of a tenant."""
+    """List jobs of a tenant (when it has none, says which tenants do)."""
     rows = await store.list_jobs(tenant)
+    if not rows and not as_json:
+        others = sorted({row["tenant"] for row in await store.list_jobs(None)})
+        if others:
+            click.echo(
+                f"(none in tenant {tenant!r}; tenants with jobs: {', '.join(others)}: "
+                "use --tenant NAME)"
+            )
+            return
     print_records(
         rows,
         as_json,
@@ -393,27 +447,59 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
     )
 
 
+attempts_option = click.option(
+    "--attempts",
+    "with_attempts",
+    is_flag=True,
+    help="Under each run, every attempt: node, start, end, outcome, error.",
+)
+
+
 @job.command("show")
 @click.argument("name")
 @tenant_option
+@attempts_option
 @json_option
 @with_store
-async def job_show(store: Store, name: str, tenant: str, as_json: bool) -> None:
+async def job_show(
+    store: Store, name: str, tenant: str, with_attempts: bool, as_json: bool
+) -> None:
     """Show job NAME: definition, state, current occurrence, next five occurrences in its own
-    time zone, last five runs. --json prints the job as the API's GET /api/v1/jobs/{id} does."""
+    time zone, last five runs with their output (--attempts: and every attempt). --json prints
+    the job as the API's GET /api/v1/jobs/{id} does."""
     # The API's own reading, presentation and schema of a job (pydantic; no web framework).
     from pgpulse.web.reads import Reads
     from pgpulse.web.schemas import Job
     from pgpulse.web.service import present_job
 
-    row = await Reads(store.pool).job((await store.get_job(tenant, name))["id"], tenant=tenant)
+    row = await Reads(store.reads).job((await store.get_job(tenant, name))["id"], tenant=tenant)
     if row is None:  # deleted in between
         raise JobNotFound(tenant, name)
     job = present_job(row)
     if as_json:
         click.echo(json.dumps(Job.model_validate(job).model_dump(mode="json"), indent=2))
         return
-    print_job(job, await store.list_runs(tenant=tenant, name=name, limit=5))
+    stale = {(j["tenant"], j["name"]) for j in await store.stale_code_jobs(tenant)}
+    if (tenant, name) in stale:
+        job["source"] += " (declared by code no longer running)"
+    print_job(job, await store.list_runs(tenant=tenant, name=name, limit=5), attempts=with_attempts)
+
+
+@job.command("history")
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--limit", type=click.IntRange(1, 10000), default=50, help="At most this many changes."
+)
+@json_option
+@with_store
+async def job_history(store: Store, name: str, tenant: str, limit: int, as_json: bool) -> None:
+    """The audit trail of job NAME, newest first: when (the database's clock), what (create,
+    update, pause, resume, trigger, delete), the revision, source, actor and changed fields.
+    A deleted job's trail is kept until pruned with the runs' retention."""
+    from pgpulse.cli_sources import print_history
+
+    await print_history(store, name, tenant=tenant, limit=limit, as_json=as_json)
 
 
 def _local(instant: datetime, timezone: str) -> str:
@@ -428,11 +514,12 @@ def _state_command(verb: str, doc: str) -> None:
     @tenant_option
     @with_store
     async def command(store: Store, name: str, tenant: str) -> None:
+        actor = cli_actor()
         if verb == "pause":
-            changed = await store.pause_job(tenant, name)
+            changed = await store.pause_job(tenant, name, actor=actor)
             click.echo(f"paused {name}" if changed else f"{name} was paused already; no change")
         elif verb == "resume":
-            changed = await store.resume_job(tenant, name)
+            changed = await store.resume_job(tenant, name, actor=actor)
             row = await store.get_job(tenant, name)
             click.echo(
                 f"resumed {name}; next occurrence {row['scheduled_for'].isoformat()}"
@@ -440,7 +527,7 @@ def _state_command(verb: str, doc: str) -> None:
                 else f"{name} is {row['status']}, not paused; no change"
             )
         elif verb == "delete":
-            await store.delete_job(tenant, name)
+            await store.delete_job(tenant, name, actor=actor)
             click.echo(f"deleted {name}")
         else:
             raise AssertionError(verb)  # pragma: no cover
@@ -456,7 +543,9 @@ _state_command(
     "Resume job NAME at its next occurrence after now (occurrences inside the pause "
     "do not run). Idempotent: a job that is not paused is left as it is.",
 )
-_state_command("delete", "Delete job NAME and its run history.")
+_state_command(
+    "delete", "Delete job NAME and its run history (its audit trail stays: job history)."
+)
 
 from pgpulse import cli_run_control  # noqa: E402, F401 - registers job trigger and job backfill
 
@@ -524,40 +613,99 @@ def crontab() -> None:
 @crontab.command("import")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @tenant_option
-@click.option("--system", is_flag=True, help="System format: a user field before the command.")
+@click.option(
+    "--system/--user-format",
+    default=None,
+    help="System format (a user field before the command) or user format [default: system "
+    "for /etc/crontab and /etc/cron.d/*, user for any other file].",
+)
 @click.option(
     "--catch-up",
     type=click.Choice(CATCH_UP_POLICIES),
     default="skip",
     help="Catch-up policy of the imported jobs.",
 )
+@click.option(
+    "--sync",
+    is_flag=True,
+    help="Make the database match the file: an edited line updates its job in place (history "
+    "kept), a deleted line deletes its job, untouched lines change nothing.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print the sync's plan; write nothing (implies --sync)."
+)
 @with_store
 async def crontab_import(
-    store: Store, path: Path, tenant: str, system: bool, catch_up: CatchUp
+    store: Store,
+    path: Path,
+    tenant: str,
+    system: bool | None,
+    catch_up: CatchUp,
+    sync: bool,
+    dry_run: bool,
 ) -> None:
     """Turn the lines of a crontab file into shell jobs (idempotent).
 
     Every line is imported or refused with file:line and the reason. If any line is refused,
-    nothing is written and the command exits 2.
+    nothing is written and the command exits 2. The file's jobs are one source,
+    crontab:<absolute path>; --sync reconciles that source with the file.
     """
-    data = await asyncio.to_thread(path.read_bytes)  # lines that are not UTF-8 are refused
-    parsed = parse_crontab(data, path=str(path), system=system)
-    for error in parsed.errors:
-        click.echo(f"refused {error}", err=True)
-    if parsed.errors:
-        click.echo(f"error: {len(parsed.errors)} line(s) refused; nothing imported", err=True)
-        sys.exit(2)
-    specs = [
-        dataclasses.replace(entry_to_spec(e, tenant=tenant), catch_up=catch_up)
-        for e in parsed.entries
-    ]
-    results = await store.upsert_jobs(specs)
-    for spec, (_, created) in zip(specs, results, strict=True):
-        click.echo(
-            f"{'created' if created else 'kept   '} {spec.name}  [{spec.schedule}] "
-            f"{spec.payload.get('command', '')}"
-        )
-    click.echo(f"imported {len(specs)} job(s) from {path}")
+    from pgpulse.cli_sources import import_crontab
+
+    await import_crontab(
+        store,
+        path,
+        tenant=tenant,
+        system=system,
+        catch_up=catch_up,
+        sync=sync,
+        dry_run=dry_run,
+    )
+
+
+@main.command("apply")
+@click.argument(
+    "paths",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="FILE...",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Delete the jobs of each file's source that the file no longer defines (never jobs "
+    "of other sources).",
+)
+@click.option(
+    "--exit-code",
+    is_flag=True,
+    help="Exit 1 when the plan is not empty (something to create, update or delete): for CI, "
+    "with --dry-run.",
+)
+@json_option
+@with_store
+async def apply(
+    store: Store,
+    paths: tuple[Path, ...],
+    dry_run: bool,
+    prune: bool,
+    exit_code: bool,
+    as_json: bool,
+) -> None:
+    """Make the jobs defined in TOML files FILE... exist as defined, in one transaction.
+
+    Each file is a source (apply:<its stem>, or its `source = "name"`); the plan shows per
+    job create, update (field by field), unchanged, or (--prune) delete. A refused file or
+    field writes nothing (exit 2, file:line and field). Concurrent applies of one source run
+    one after the other.
+    """
+    from pgpulse.cli_sources import apply_files
+
+    await apply_files(
+        store, paths, dry_run=dry_run, prune=prune, exit_code=exit_code, as_json=as_json
+    )
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -591,11 +739,15 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
     and the current lag. A node silent for longer than its time-to-live is 'lost'."""
 
     async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
-        async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+        async with connect(
+            obj["database_url"], data_dir=obj["data_dir"], read_url=obj["read_database_url"]
+        ) as store:
             async with store.pool.connection() as conn:
                 where = describe(conn.info)
             nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)
-            return where, nodes, await store.cluster_counts()
+            counts = await store.cluster_counts(ttl=DEFAULT_NODE_TTL)
+            counts["stale_code_jobs"] = await store.stale_code_jobs()
+            return where, nodes, counts
 
     where, nodes, counts = run_command(read())
     database = f"{where} (embedded)" if obj["embedded"] else where
@@ -612,12 +764,22 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
 @click.argument("job_name", required=False)
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
+@attempts_option
 @json_option
 @with_store
 async def runs(
-    store: Store, job_name: str | None, tenant: str | None, limit: int, as_json: bool
+    store: Store,
+    job_name: str | None,
+    tenant: str | None,
+    limit: int,
+    with_attempts: bool,
+    as_json: bool,
 ) -> None:
-    """Recent runs (of JOB_NAME, if given), newest first.
+    """Recent runs (of JOB_NAME, if given), the most recently claimed first (run id order: an
+    occurrence claimed late, after a take-over or a catch-up, comes before earlier claims of
+    later occurrences), with their output's first line (the whole of it in --json) and lag from
+    the first attempt; --attempts lists every attempt under its run (--json always has them, as
+    attempt_log).
 
     A skipped row may stand for many consecutive occurrences (column occurrences): from its
     scheduled_for through last_scheduled_for (shown with --json).
@@ -627,6 +789,9 @@ async def runs(
     ):
         raise JobNotFound(tenant, job_name)
     rows = await store.list_runs(tenant=tenant, name=job_name, limit=limit)
+    if with_attempts and not as_json:
+        print_runs_with_attempts(rows)
+        return
     print_records(
         rows,
         as_json,
@@ -638,10 +803,12 @@ async def runs(
             "occurrences",
             "attempts",
             "node_id",
+            "lag",
             "duration",
             "error",
+            "output",
         ],
-        shorten={"error"},
+        shorten={"error", "output"},
     )
 
 

@@ -210,7 +210,8 @@ class PulseGroup(click.Group):
 
 class GlobalOptions(dict[str, Any]):
     """``ctx.obj`` of every command: ``database_url`` (a DSN, or ``None`` for the embedded
-    server), ``data_dir``, ``database`` and ``embedded`` (no DSN was given).
+    server), ``read_database_url`` (a read replica's DSN, or ``None``), ``data_dir``,
+    ``database`` and ``embedded`` (no DSN was given).
 
     With ``--database`` the DSN names that database: a given DSN is rewritten at once; the
     embedded server's DSN is looked up (which starts the server) only when a command first reads
@@ -221,14 +222,23 @@ class GlobalOptions(dict[str, Any]):
         database_url: ``--database-url``, or ``None``.
         database: ``--database``, or ``None``.
         data_dir: ``--data-dir``, or ``None`` for the default.
+        read_database_url: ``--read-database-url``, or ``None`` (``--database`` renames its
+            database too).
     """
 
     def __init__(
-        self, database_url: str | None, database: str | None, data_dir: Path | None
+        self,
+        database_url: str | None,
+        database: str | None,
+        data_dir: Path | None,
+        read_database_url: str | None = None,
     ) -> None:
         super().__init__(database=database, data_dir=data_dir, embedded=not database_url)
         if database_url or not database:
             self["database_url"] = self._resolved(lambda: database_url) if database_url else None
+        self["read_database_url"] = (
+            self._resolved(lambda: read_database_url) if read_database_url else None
+        )
 
     def __missing__(self, key: str) -> Any:
         if key != "database_url":

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import click
 
+from pgpulse.audit import cli_actor
 from pgpulse.backfill import ONLY_CHOICES
 from pgpulse.cli import job, tenant_option, with_store
 from pgpulse.cli_conventions import IsoDateTime
@@ -37,13 +38,13 @@ async def job_trigger(store: Store, name: str, tenant: str, payload: str | None)
     rights to write the job).
     """
     if payload is not None:
-        done = await RunControl(store.pool).trigger(tenant, name, payload)
+        done = await RunControl(store.pool).trigger(tenant, name, payload, actor=cli_actor())
         click.echo(
             f"triggered {name} with its own payload: extra occurrence "
             f"{done.scheduled_for.isoformat()} (run {done.occurrence})"
         )
         return
-    result = await store.trigger_job(tenant, name)
+    result = await store.trigger_job(tenant, name, actor=cli_actor())
     if result < await store.db_now() - timedelta(seconds=1):
         click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
     else:
@@ -105,6 +106,7 @@ async def job_backfill(
         dry_run=dry_run,
         max_concurrency=max_concurrency,
         newest_first=newest_first,
+        actor=cli_actor(),
     )
     _print_plan(name, plan, dry_run=dry_run, as_json=as_json)
 

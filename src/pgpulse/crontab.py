@@ -41,6 +41,8 @@ __all__ = [
     "CrontabEntry",
     "CrontabParse",
     "entry_to_spec",
+    "identity_of",
+    "is_system_crontab",
     "job_name_for",
     "parse_crontab",
     "split_command",
@@ -275,18 +277,25 @@ def job_name_for(entry: CrontabEntry, *, prefix: str | None = None) -> str:
 
 
 def entry_to_spec(
-    entry: CrontabEntry, *, tenant: str = "default", catch_up: str = "skip"
+    entry: CrontabEntry,
+    *,
+    tenant: str = "default",
+    catch_up: str = "skip",
+    source: str | None = None,
 ) -> JobSpec:
     """Build the :class:`~pgpulse.jobs.JobSpec` of a crontab entry, run by the ``shell`` handler.
 
     The payload holds ``command``, ``stdin``, ``env`` and ``user`` (keys whose value is
     ``None`` are left out); ``meta`` records ``crontab_user``, ``mailto`` and the raw ``line``;
-    the source is ``crontab:{path}:{line_no}``; the name is :func:`job_name_for`.
+    the source is ``crontab:{path}`` (every line of a file is one source, which
+    ``crontab import --sync`` reconciles); the name is :func:`job_name_for`.
 
     Args:
         entry: an entry from :func:`parse_crontab`.
         tenant: the tenant that owns the job.
         catch_up: the job's catch-up policy (``skip``, like cron, unless asked otherwise).
+        source: the job's source; default ``crontab:{entry.path}`` (the CLI passes the file's
+            absolute path, so one file is one source from any working directory).
 
     Returns:
         The validated job definition.
@@ -309,7 +318,7 @@ def entry_to_spec(
         handler="shell",
         payload={key: value for key, value in payload.items() if value is not None},
         catch_up=catch_up,
-        source=f"crontab:{entry.path}:{entry.line_no}",
+        source=source or f"crontab:{entry.path}",
         meta={"crontab_user": entry.user, "mailto": entry.mailto, "line": entry.line},
     )
 
@@ -508,6 +517,25 @@ def _identity_digest(entry: CrontabEntry) -> str:
     """SHA-256 (hex) of what makes an entry the same job: schedule, zone, user, command, stdin."""
     identity = [entry.schedule, entry.timezone, entry.user, entry.command, entry.stdin]
     return hashlib.sha256(json.dumps(identity).encode("ascii")).hexdigest()
+
+
+def identity_of(schedule: str, timezone: str, payload: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes a crontab job the same line, from its definition: (schedule, zone, user,
+    command, stdin) — as :func:`job_name_for`'s hash covers it."""
+    return (
+        schedule,
+        timezone,
+        payload.get("user"),
+        payload.get("command"),
+        payload.get("stdin"),
+    )
+
+
+def is_system_crontab(path: PurePath) -> bool:
+    """Whether ``path`` is read in system format (a user field before the command) unless told
+    otherwise: ``/etc/crontab`` and the files of ``/etc/cron.d/``, as cron itself reads them.
+    Pure: the caller resolves ``path`` (``Path.resolve()``) so links and relative names count."""
+    return str(path) == "/etc/crontab" or PurePath(path).parent == PurePath("/etc/cron.d")
 
 
 def _slug(text: str) -> str:

@@ -8,6 +8,7 @@ leader lock (its heartbeat session does), and uses dict rows.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -20,6 +21,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgpulse.embedded import start_embedded
 from pgpulse.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.sql import QUERIES
+
+log = logging.getLogger(__name__)
 
 #: Seconds to wait for a server to answer before calling it unreachable.
 CONNECT_TIMEOUT = 5
@@ -69,6 +73,49 @@ def with_database(dsn: str, database: str | None) -> str:
         ) from None
 
 
+def primary_dsn(dsn: str) -> str:
+    """``dsn`` as Pulse's writing sessions use it: a DSN naming several hosts (``host=a,b,c``,
+    libpq's own failover) that sets no ``target_session_attrs`` gets ``read-write``, so each
+    connection keeps the first host that accepts writes — the primary — rather than the first
+    that answers, a standby perhaps (docs/ha.md). Any other DSN is returned as it is.
+
+    Raises:
+        InvalidInput: ``dsn`` is malformed (``field`` is ``"database_url"``).
+    """
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInput(
+            f"database_url {redact(dsn)!r} is not a valid DSN: {exc}",
+            field="database_url",
+            value=redact(dsn),
+        ) from None
+    several = any("," in str(params.get(key) or "") for key in ("host", "hostaddr"))
+    if "target_session_attrs" in params or not several:
+        return dsn
+    return conninfo.make_conninfo(dsn, target_session_attrs="read-write")
+
+
+def is_read_only_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server refuses writes (SQLSTATE 25006: a standby, or a primary
+    made read-only): the session must move, since its server will not take this node's writes
+    again until a failover moves it back."""
+    return isinstance(exc, psycopg.errors.ReadOnlySqlTransaction)
+
+
+async def session_is_read_only(conn: AsyncConn) -> bool:
+    """Whether ``conn``'s server refuses writes now: in recovery (a standby, an old primary
+    rejoined) or ``transaction_read_only`` (``default_transaction_read_only`` set). One
+    statement, for a session that never writes (LISTEN) and would not otherwise find out.
+
+    Raises:
+        psycopg.Error: the statement failed (the connection is probably gone).
+    """
+    cur = await conn.execute(QUERIES["session_read_only"])
+    row = await cur.fetchone()
+    return bool(row and row["read_only"])
+
+
 def describe(info: psycopg.ConnectionInfo) -> str:
     """Where a connection is, for people, never with its password: ``database 'pulse' on
     db.internal:5432`` (a Unix-socket folder stands for host and port: the embedded server's
@@ -94,9 +141,18 @@ def _kwargs(application_name: str) -> dict[str, Any]:
 
 
 async def connect(
-    dsn: str, *, application_name: str = "pgpulse", autocommit: bool = True
+    dsn: str,
+    *,
+    application_name: str = "pgpulse",
+    autocommit: bool = True,
+    writable: bool = True,
 ) -> AsyncConn:
     """Open one connection (for LISTEN, the leader lock, migrations, the CLI).
+
+    Args:
+        writable: the session writes, or must see what the primary sees (default): a
+            multi-host ``dsn`` goes to the primary (:func:`primary_dsn`). ``False``: a
+            read-only session (a replica DSN), connected to whichever host answers first.
 
     Raises:
         InvalidInput: the DSN is malformed (``field`` is ``"database_url"``).
@@ -113,7 +169,9 @@ async def connect(
         ) from None
     try:
         return await psycopg.AsyncConnection.connect(
-            dsn, autocommit=autocommit, **_kwargs(application_name)
+            primary_dsn(dsn) if writable else dsn,
+            autocommit=autocommit,
+            **_kwargs(application_name),
         )
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -124,28 +182,48 @@ async def connect(
         ) from exc
 
 
+async def _check_writable(conn: AsyncConn) -> None:
+    """A writing pool's check of each connection it lends: alive (one round trip, as psycopg's
+    own check) and on a server that takes writes. A connection whose server turned read-only
+    (a standby, ``default_transaction_read_only``) is closed, so the pool opens another — with a
+    multi-host DSN, on the primary."""
+    if await session_is_read_only(conn):
+        await conn.close()
+        raise psycopg.errors.ReadOnlySqlTransaction("the server is read-only: reconnecting")
+
+
 async def open_pool(
-    dsn: str, *, application_name: str, max_size: int, min_size: int = 1
+    dsn: str,
+    *,
+    application_name: str,
+    max_size: int,
+    min_size: int = 1,
+    writable: bool = True,
 ) -> AsyncConnectionPool[AsyncConn]:
     """Open a checked connection pool (autocommit connections, dict rows).
 
-    Each connection is checked as it is lent (an empty statement: one round trip): after a
+    Each connection is checked as it is lent (one statement: one round trip): after a
     database restart the idle connections are dead, and without the check the first statements
     after it — a stopping node's hand-back among them — would fail on them instead of on a
-    fresh connection.
+    fresh connection. A writing pool's check also refuses a server that turned read-only
+    (:func:`_check_writable`).
+
+    Args:
+        writable: the pool writes (default; a multi-host ``dsn`` goes to the primary,
+            :func:`primary_dsn`); ``False`` for a read replica's pool (any host, any state).
 
     Raises:
         DatabaseUnavailable: the first connection could not be made.
     """
-    probe = await connect(dsn, application_name=application_name)
+    probe = await connect(dsn, application_name=application_name, writable=writable)
     await probe.close()
     pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
-        dsn,
+        primary_dsn(dsn) if writable else dsn,
         min_size=min_size,
         max_size=max(max_size, min_size),
         kwargs={"autocommit": True, **_kwargs(application_name)},
         connection_class=psycopg.AsyncConnection[DictRow],
-        check=AsyncConnectionPool.check_connection,
+        check=_check_writable if writable else AsyncConnectionPool.check_connection,
         open=False,
         name=application_name,
     )
@@ -198,9 +276,18 @@ class Session:
         conn = self._conn
         try:
             yield conn
-        except BaseException:
+        except BaseException as exc:
             # A failed or cancelled statement may leave the connection mid-query: start afresh.
-            if conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            # A server that refuses writes will go on refusing them: the next connection goes
+            # to the primary (a multi-host DSN), wherever a failover put it.
+            if is_read_only_error(exc):
+                log.warning(
+                    "session %s: the server is read-only, reconnecting",
+                    self.application_name,
+                    extra={"action": "session_read_only"},
+                )
+                await self.close()
+            elif conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 await self.close()
             raise
 

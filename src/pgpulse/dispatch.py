@@ -172,7 +172,9 @@ class Dispatcher:
         A claimed occurrence is skipped when it is past its catch-up policy (misfire), ends
         ``fenced`` when earlier attempts used up ``max_attempts`` without an outcome (leases lost
         or expired, handed back at a stop), and fails the job (status ``failed``, cannot be
-        scheduled) when this node has no handler of that name.
+        scheduled) when this node has no handler of that name — which a node's own claims never
+        bring (it claims only the handlers it has, :mod:`pgpulse.routing`): only a claim made
+        for it by hand.
         """
         if job.occurrence is not None:
             return self._decide_occurrence(job)

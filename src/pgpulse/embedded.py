@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 
 ROOT_DATA_DIR = Path("/var/lib/pgpulse")
 
+#: In ``pgdata/``: written by ``pgpulse db url`` (``keep_running``), removed by ``db stop``.
+#: While it exists and the server runs, a process that joins the server leaves it running when
+#: it exits (the package stops the server when its last listed user exits, and ``db url``
+#: is listed by no process once it has exited).
+KEEP_MARKER = ".pgpulse_keep_running"
+
 
 def default_data_dir() -> Path:
     """Return the default data folder: the user's data dir, or ``/var/lib/pgpulse`` for root."""
@@ -102,12 +108,17 @@ def start_embedded(data_dir: Path | None = None, *, keep_running: bool = False) 
     folder.mkdir(parents=True, exist_ok=True)
     pgdata = _pgdata(folder)
     package, server_module = _import_package()
+    marker = pgdata / KEEP_MARKER
     try:
         with server_module.PostgresServer._lock:
             if pgdata.exists():
                 _prune_dead_handles(pgdata)
-        server = package.get_server(pgdata, cleanup_mode="stop")
+                if marker.exists() and not (pgdata / "postmaster.pid").exists():
+                    marker.unlink()  # kept once, stopped since (a reboot): not kept now
+            kept = keep_running or marker.exists()
+        server = package.get_server(pgdata, cleanup_mode=None if kept else "stop")
         if keep_running:
+            marker.write_text(f"{os.getpid()}\n")
             with server_module.PostgresServer._lock:
                 server.global_process_id_list.get_and_remove(os.getpid())
     except Exception as exc:
@@ -145,6 +156,7 @@ def stop_embedded(data_dir: Path | None = None) -> bool:
         with server_module.PostgresServer._lock:
             package.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
             (pgdata / ".handle_pids.json").write_text("[]")
+            (pgdata / KEEP_MARKER).unlink(missing_ok=True)
     except Exception as exc:
         raise DatabaseUnavailable(
             f"could not stop the embedded PostgreSQL in {pgdata}: {exc}",

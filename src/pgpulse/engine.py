@@ -4,16 +4,19 @@ A :class:`Node` runs four named tasks in one ``asyncio.TaskGroup`` (if one dies,
 loudly):
 
 * ``claim``: in one transaction and one round trip per step, write the outcomes of the attempts
-  that ended (group commit) and claim due jobs of the owned shards, at most as many as there are
+  that ended (group commit) and claim due jobs along its routes, at most as many as there are
   free worker slots (backpressure, invariant 6); start each at once, then sleep for as long as
   :func:`pause_after` says: until the next due instant (the claim returns it), a wake-up
   notification, or an attempt that ended;
 * ``heartbeat``: every ``heartbeat_interval`` seconds renew the leases of running attempts
   (fenced), then, in one statement, record liveness, try to lead (or keep leading) and return
   expired leases to the pool — the leader's every one, the others' as backup for a silent leader
-  (see :mod:`pgpulse.sweeper`); recompute shard ownership from the live nodes it returns;
+  (see :mod:`pgpulse.sweeper`); recompute shard ownership and the claim routes (for each handler
+  this node has, its shards among the live nodes that have it: :mod:`pgpulse.routing`) from the
+  live nodes it returns;
 * ``prune``: the leader deletes old history once an hour; other nodes send nothing;
-* ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once.
+* ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once
+  (:class:`~pgpulse.listener.Listener`).
 
 The running attempts themselves — their leases' deadlines, their timeouts, self-fencing and
 their outcomes — belong to :class:`~pgpulse.attempts.Attempts` (:attr:`Node.attempts`); these
@@ -41,13 +44,16 @@ import psycopg
 from pgpulse import metrics
 from pgpulse.attempts import Attempt, Attempts
 from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
-from pgpulse.database import Session, connect
+from pgpulse.database import Session
 from pgpulse.dispatch import Dispatcher
-from pgpulse.errors import DatabaseUnavailable, describe
+from pgpulse.errors import DatabaseUnavailable, NodeIdTaken, describe
 from pgpulse.handlers import Handler
+from pgpulse.listener import Listener
 from pgpulse.model import ClaimKey, Step
 from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.recorder import Recorder
+from pgpulse.registry import ShellMode
+from pgpulse.routing import routes_for, watched_shards
 from pgpulse.sharding import shards_for
 from pgpulse.store import Store
 from pgpulse.sweeper import Sweeper
@@ -73,7 +79,7 @@ class NodeConfig:
         handler_options: passed to handlers in ``RunContext.options``.
         allow_shell: run ``shell`` jobs. Off by default: a ``shell`` job runs commands on every
             node, so each node opts in (``pgpulse node run --allow-shell-jobs``). A node without
-            it fails shell jobs it claims, naming the flag; one with it revives them at start.
+            it claims no shell jobs (they wait for a node that allows them).
     """
 
     node_id: str = field(
@@ -92,6 +98,13 @@ class NodeConfig:
     def __post_init__(self) -> None:
         if self.lease <= 2 * self.heartbeat_interval:
             raise ValueError("lease must be longer than two heartbeat intervals")
+
+    @property
+    def shell_mode(self) -> ShellMode:
+        """How this node treats ``shell`` jobs, as it advertises it in the registry."""
+        if not self.allow_shell:
+            return "off"
+        return "dry-run" if self.handler_options.get("shell_dry_run") else "run"
 
     @property
     def safety_margin(self) -> float:
@@ -126,7 +139,13 @@ class Node:
             if name != "shell" or self.config.allow_shell
         }
         self.node_id = self.config.node_id
+        #: The shards this node owns on the ring of every live node (what ``status`` shows).
         self.shards: tuple[int, ...] = ()
+        #: What it claims: for each handler it has, its shards among the nodes that have it.
+        self.routes: dict[str, tuple[int, ...]] = {}
+        self._watched: frozenset[int] = frozenset()
+        self._registered = False
+        self._hostname, self._pid = socket.gethostname(), os.getpid()
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.started = asyncio.Event()
@@ -147,6 +166,15 @@ class Node:
             margin=self.config.safety_margin,
             wake=self._wake,
         )
+        self.listener = Listener(
+            dsn,
+            self.node_id,
+            lambda: self._watched,
+            self._wake,
+            self._stopping,
+            self.config.heartbeat_interval,
+            on_note=lambda: self.recorder.hint_occurrences(),
+        )
         self.recorder = Recorder(
             ClaimStore(self._claim_session),
             self.attempts,
@@ -158,16 +186,43 @@ class Node:
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    async def register(self, *, rejoin: bool = False) -> None:
+        """Register this node, with the handlers it can run and its shell mode.
+
+        Raises:
+            NodeIdTaken: another live process holds this node id; nothing was written.
+        """
+        try:
+            await self.beat.register_node(
+                self.node_id,
+                hostname=self._hostname,
+                pid=self._pid,
+                slots=self.config.slots,
+                handlers=list(self.handlers),
+                shell=self.config.shell_mode,
+                ttl=self.config.node_ttl,
+                rejoin=rejoin,
+            )
+        except NodeIdTaken:
+            if not rejoin:  # a node that never started leaves no session open
+                await self._beat_session.close()
+            raise
+        self._registered = True
+
+    async def deregister(self) -> None:
+        """Mark this node's registry row stopped (its id is free at once); a row another
+        process took over is left alone."""
+        await self.store.stop_node(self.node_id, hostname=self._hostname, pid=self._pid)
+
     async def start(self) -> None:
-        """Register this node and take its first share of shards (before claiming anything)."""
-        await self.store.register_node(
-            self.node_id,
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            slots=self.config.slots,
-            handlers=list(self.handlers),
-            ttl=self.config.node_ttl,
-        )
+        """Register this node (unless :meth:`register` did) and take its first share of shards
+        (before claiming anything).
+
+        Raises:
+            NodeIdTaken: another live process holds this node id; nothing was written.
+        """
+        if not self._registered:
+            await self.register()
         with _quiet_db_errors("first heartbeat"):  # no shards until a heartbeat gets through
             await self.heartbeat_once()
         revived = await self.store.revive_jobs(list(self.handlers))
@@ -194,22 +249,35 @@ class Node:
         await self.start()
         self.started.set()
         try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._claim_loop(), name="claim")
-                # A heartbeat may take as long as a renewal is still useful: a slow link (or a
-                # session reconnecting through one) can still keep the leases.
-                group.create_task(
-                    self._every(
-                        self.heartbeat_once,
-                        "heartbeat",
-                        self.config.lease - self.config.safety_margin,
-                    ),
-                    name="heartbeat",
-                )
-                group.create_task(self._every(self.sweeper.prune_once, "prune"), name="prune")
-                group.create_task(self._listen_loop(), name="listen")
+            await self._loops()
+        except BaseExceptionGroup as group:
+            # A node whose id another process took over (its row was stale) stops, saying so.
+            taken = group.subgroup(NodeIdTaken)
+            if taken is None:
+                raise
+            first = taken.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
         finally:
             await self._drain()
+
+    async def _loops(self) -> None:
+        """The node's four loops, in one task group: if one dies, the node stops."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._claim_loop(), name="claim")
+            # A heartbeat may take as long as a renewal is still useful: a slow link (or a
+            # session reconnecting through one) can still keep the leases.
+            group.create_task(
+                self._every(
+                    self.heartbeat_once,
+                    "heartbeat",
+                    self.config.lease - self.config.safety_margin,
+                ),
+                name="heartbeat",
+            )
+            group.create_task(self._every(self.sweeper.prune_once, "prune"), name="prune")
+            group.create_task(self.listener.run(), name="listen")
 
     def stop(self) -> None:
         """Ask the node to stop claiming and drain (safe to call from a signal handler)."""
@@ -245,7 +313,7 @@ class Node:
         await self.recorder.flush(10.0)  # outcomes decided before the cancel still land
         await self._hand_back([attempt for attempt in stopped if attempt.outcome is None])
         with _quiet_db_errors("stop_node"):
-            await self.store.stop_node(self.node_id)
+            await self.deregister()
         await self._beat_session.close()  # gives leadership up: the session held the lock
         await self._claim_session.close()
         log.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
@@ -283,7 +351,7 @@ class Node:
         return len((await self._step()).jobs)
 
     async def _step(self) -> Step:
-        claiming = () if self._stopping.is_set() else self.shards  # a stopping node only writes
+        claiming = {} if self._stopping.is_set() else self.routes  # a stopping node only writes
         return await self.recorder.step(claiming)
 
     async def _claim_loop(self) -> None:
@@ -315,8 +383,13 @@ class Node:
 
     async def heartbeat_once(self) -> None:
         """Renew the leases of running attempts; then, in one statement, record liveness, lead
-        (or try to) and reap expired leases; then recompute the owned shards. Renewal goes
-        first: on a slow link it is the write that keeps work alive."""
+        (or try to) and reap expired leases; then recompute the owned shards and the claim
+        routes. Renewal goes first: on a slow link it is the write that keeps work alive.
+
+        Raises:
+            NodeIdTaken: another process took this node's id over while it was silent past
+                its time-to-live; the node must stop.
+        """
         await self.renew_once()
         state = "draining" if self._stopping.is_set() else "alive"
         beat = await self.beat.heartbeat(
@@ -327,19 +400,21 @@ class Node:
             state=state,
             leading=self.sweeper.leading(),
             backup_delay=self.config.node_ttl,
+            hostname=self._hostname,
+            pid=self._pid,
         )
         self.sweeper.observe(beat)
         live = beat.live
         if state == "alive" and self.node_id not in live:
-            await self.beat.register_node(
-                self.node_id,
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
-                slots=self.config.slots,
-                handlers=list(self.handlers),
-                ttl=self.config.node_ttl,
-                rejoin=True,
-            )
+            # The row is missing (pruned), or another process took the id over while this one
+            # was silent past its time-to-live: then this raises NodeIdTaken and the node stops.
+            await self.register(rejoin=True)
+        routes = {} if state != "alive" else routes_for(self.node_id, self.handlers, beat.handlers)
+        if routes != self.routes:
+            self.routes = routes
+            self._watched = watched_shards(routes)
+            self.recorder.hint_occurrences()
+            self._wake.set()
         shards = () if state != "alive" else shards_for(self.node_id, live)
         if shards != self.shards:
             log.info(
@@ -376,44 +451,6 @@ class Node:
                 async with asyncio.timeout(limit or interval * 2):
                     await step()
             await _wait(self._stopping, interval)
-
-    async def _listen_loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                conn = await connect(self.dsn, application_name=f"pgpulse:{self.node_id}:listen")
-                async with conn:
-                    await conn.execute("LISTEN pgpulse_wakeup")
-                    self._wake.set()  # anything notified while we were not listening
-                    gen = conn.notifies()
-                    stop = asyncio.ensure_future(self._stopping.wait())
-                    nxt: asyncio.Future[Any] | None = None
-                    try:
-                        while not self._stopping.is_set():
-                            nxt = asyncio.ensure_future(anext(gen))
-                            done, _ = await asyncio.wait(
-                                {nxt, stop}, return_when=asyncio.FIRST_COMPLETED
-                            )
-                            if nxt not in done:
-                                break
-                            note = nxt.result()
-                            if not note.payload or int(note.payload) in self.shards:
-                                self.recorder.hint_occurrences()
-                                self._wake.set()
-                    finally:
-                        # The reader must be gone before the connection closes, or close()
-                        # waits forever (also when this task is cancelled): psycopg's notifies()
-                        # holds the connection's lock while it is suspended, even right after it
-                        # yielded a notification (a stop just after a wake-up hung on exit).
-                        for pending in (stop, nxt):
-                            if pending is not None and not pending.done():
-                                pending.cancel()
-                                with contextlib.suppress(asyncio.CancelledError, Exception):
-                                    await pending
-                        with contextlib.suppress(Exception):
-                            await gen.aclose()
-            except (psycopg.Error, OSError, StopAsyncIteration, DatabaseUnavailable) as exc:
-                log.warning("listen session lost: %s", exc, extra={"action": "listen_lost"})
-                await _wait(self._stopping, self.config.heartbeat_interval)
 
 
 def _split(keys: Sequence[ClaimKey]) -> tuple[list[ClaimKey], list[ClaimKey]]:

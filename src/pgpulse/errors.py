@@ -99,3 +99,19 @@ class InvalidNotifierConfig(InvalidInput):
     """A notifier's configuration (``webhook``, ``email``, ``checkin``) has a missing, unknown or
     refused field; ``field`` is ``"config.<key>"``. A secret field's value is never carried:
     ``value`` is then ``"***"`` (or a URL with its secret parts masked)."""
+
+
+class NodeIdTaken(PulseError):
+    """A node's ``--node-id`` is held by another live process (issue 18: one node id, one
+    process). Carries the id (``value``) and the holder's host and pid."""
+
+    def __init__(self, node_id: str, *, hostname: str, pid: int, silent: float) -> None:
+        super().__init__(
+            f"--node-id {node_id!r} is held by a live node on host {hostname!r}, pid {pid} "
+            f"(last heartbeat {silent:.1f} s ago): stop it, or start this node with another "
+            "--node-id",
+            field="--node-id",
+            value=node_id,
+        )
+        self.hostname = hostname
+        self.pid = pid

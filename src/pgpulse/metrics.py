@@ -39,6 +39,10 @@ Metrics (units are seconds unless stated):
     ``total``. Read from the database at each scrape.
 ``pgpulse_jobs_max_lag_seconds`` (gauge, cluster-wide)
     How late the most overdue idle job is (0 when none is due). Read at each scrape.
+``pgpulse_jobs_unroutable`` (gauge, cluster-wide)
+    Idle jobs that no live node can run (no live node advertises their handler, or none allows
+    shell jobs): they wait, due or not yet, for a node that can. ``pgpulse status`` names the
+    handlers. Read at each scrape.
 ``pgpulse_metrics_refresh_errors_total`` (counter)
     Scrapes whose cluster-wide read failed (the gauges then keep their previous values).
 """
@@ -173,6 +177,10 @@ MAX_LAG = Gauge(
     "pgpulse_jobs_max_lag_seconds",
     "How late the most overdue idle job is, cluster-wide (read at scrape).",
 )
+UNROUTABLE = Gauge(
+    "pgpulse_jobs_unroutable",
+    "Idle jobs no live node can run, cluster-wide (read at scrape).",
+)
 REFRESH_ERRORS = Counter(
     "pgpulse_metrics_refresh_errors_total", "Scrapes whose cluster-wide read failed."
 )
@@ -270,7 +278,8 @@ def set_running(count: int) -> None:
 
 
 async def refresh_cluster(store: Store) -> bool:
-    """Read the cluster-wide job counts into :data:`JOBS` and :data:`MAX_LAG`.
+    """Read the cluster-wide job counts into :data:`JOBS`, :data:`MAX_LAG` and
+    :data:`UNROUTABLE`.
 
     One statement, bounded by :data:`REFRESH_TIMEOUT` seconds. On failure the gauges keep their
     previous values and :data:`REFRESH_ERRORS` is incremented.
@@ -289,6 +298,7 @@ async def refresh_cluster(store: Store) -> bool:
     for state in JOB_STATES:
         JOBS.labels(state).set(row[state])
     MAX_LAG.set(row["max_lag"] or 0.0)
+    UNROUTABLE.set(sum(entry["jobs"] for entry in row["unroutable"]))
     return True
 
 

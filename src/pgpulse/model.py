@@ -9,7 +9,8 @@ are seconds.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -179,9 +180,12 @@ class Heartbeat:
         leader: whether the heartbeat's connection holds the leader lock (as the caller said,
             when it passed ``leading=True``).
         reaped: how many expired leases it returned to the pool.
+        handlers: the handler names each live node advertises, by node id (capability
+            routing, :func:`pgpulse.routing.routes_for`).
     """
 
     live: tuple[str, ...]
     db_now: datetime
     leader: bool
     reaped: int
+    handlers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -25,6 +25,7 @@ from psycopg.rows import tuple_row
 from pgpulse.claims import _array_literal, _skips, _storable, parse_step
 from pgpulse.database import ConnectionSource
 from pgpulse.model import ClaimKey, Outcome, Step
+from pgpulse.routing import Routes
 from pgpulse.sql import QUERIES, positional
 
 #: How many of :class:`~pgpulse.model.ClaimedJob`'s fields a claim of occurrences returns (all).
@@ -59,15 +60,16 @@ class OccurrenceClaims:
         self,
         outcomes: Sequence[Outcome],
         node: str,
-        shards: Sequence[int],
+        routes: Routes,
         limit: int,
         *,
         lease: float,
         now: datetime | None = None,
     ) -> Step:
         """Write the fenced outcomes of extra occurrences, then claim up to ``limit`` due ones
-        of ``shards`` within their batches' bounds — one statement
-        (``finish_and_claim_occurrences``).
+        along ``routes`` (handler → shards, as :meth:`pgpulse.claims.ClaimStore.finish_and_claim`:
+        an occurrence of a job whose handler has no route is never claimed, issue 18) within
+        their batches' bounds — one statement (``finish_and_claim_occurrences``).
 
         Concurrency: an outcome is written only if its occurrence still runs under its token; a
         final one deletes the occurrence, ``retrying`` makes it pending after ``retry_in``.
@@ -99,8 +101,9 @@ class OccurrenceClaims:
             "outcomes": orjson.dumps(batch).decode(),
             "now": now,
             "node": node,
-            "shards": _array_literal(tuple(shards)),
-            "limit": max(limit, 0) if shards else 0,
+            "route_handlers": list(routes),
+            "route_shards": [_array_literal(tuple(shards)) for shards in routes.values()],
+            "limit": max(limit, 0) if routes else 0,
             "lease": lease,
         }
         async with self.pool.connection() as conn:
@@ -109,7 +112,7 @@ class OccurrenceClaims:
             rows = await cur.fetchall()
         written, jobs, next_due, db_now = parse_step(rows, OCCURRENCE_FIELDS)
         keys = {(-occurrence, token) for occurrence, token in written}
-        if not (limit > 0 and shards):
+        if not (limit > 0 and routes):
             return Step(keys, jobs, None, None)
         return Step(keys, jobs, next_due, db_now)
 

@@ -43,6 +43,7 @@ from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable, describe
 from pgpulse.model import ClaimKey, Outcome, Step
 from pgpulse.occurrence_claims import OccurrenceClaims
+from pgpulse.routing import Routes
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,11 @@ class Recorder:
         the next step claims occurrences too."""
         self._hinted = True
 
-    async def step(self, shards: Sequence[int]) -> Step:
-        """Write the outcomes decided so far and claim due jobs of ``shards`` (none: claim
-        nothing) into the free slots, then the same for extra occurrences; start each claimed
-        job at once.
+    async def step(self, routes: Routes) -> Step:
+        """Write the outcomes decided so far and claim due jobs along ``routes`` (each handler's
+        jobs in its shards; none: claim nothing) into the free slots, then the same for extra
+        occurrences (along the same routes: a node never claims an occurrence whose handler it
+        lacks); start each claimed job at once.
 
         The attempts whose outcomes go out in this step end with it, so their slots count as
         free: after the step at most ``slots`` attempts run (invariant 6).
@@ -98,7 +100,7 @@ class Recorder:
                 database refused, see the module).
         """
         batch = self.attempts.take()
-        limit = self.attempts.free(batch) if shards else 0
+        limit = self.attempts.free(batch) if routes else 0
         if not batch and limit <= 0:
             return Step(set(), [], None, None)
         forks = [o for o in batch if o.outcome == "forked"]
@@ -109,7 +111,7 @@ class Recorder:
 
         async def claim_rows(outcomes: Sequence[Outcome]) -> Step:
             return await self.store.finish_and_claim(
-                outcomes, self.node_id, shards, limit, lease=self.lease
+                outcomes, self.node_id, routes, limit, lease=self.lease
             )
 
         if rows or limit > 0:
@@ -132,7 +134,7 @@ class Recorder:
 
         async def claim_extra(outcomes: Sequence[Outcome]) -> Step:
             return await self.occurrences.finish_and_claim(
-                outcomes, self.node_id, shards if free > 0 else (), free, lease=self.lease
+                outcomes, self.node_id, routes if free > 0 else {}, free, lease=self.lease
             )
 
         sent = time.monotonic()
@@ -202,7 +204,7 @@ class Recorder:
         while self.attempts.waiting and (left := until - time.monotonic()) > 0:
             try:
                 async with asyncio.timeout(left):
-                    await self.step(())
+                    await self.step({})
             except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
                 log.warning(
                     "recording %d outcomes failed (%s); retrying in %.1fs",
@@ -240,7 +242,7 @@ class Recorder:
     async def _write_one(self, outcome: Outcome) -> set[ClaimKey]:
         """Write one outcome, claiming nothing."""
         if outcome.job.occurrence is not None:
-            step = await self.occurrences.finish_and_claim([outcome], "", (), 0, lease=0.0)
+            step = await self.occurrences.finish_and_claim([outcome], "", {}, 0, lease=0.0)
             return step.written
         return await self.store.finish_runs([outcome])
 

@@ -127,10 +127,64 @@ def _instant(value: datetime | None) -> str:
     return "-" if value is None else value.isoformat(timespec="seconds")
 
 
-def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
+def _attempt_lines(run: dict[str, Any]) -> list[str]:
+    """Every attempt of ``run`` (its ``attempt_log``) as table lines, then its whole output."""
+    table = [
+        [
+            a["attempt"],
+            a["node_id"] or "-",
+            _instant(a["started_at"]),
+            _instant(a["ended_at"]),
+            a["outcome"],
+            _cell(a["error"], shorten=True) or "",
+        ]
+        for a in run["attempt_log"]
+    ]
+    lines = (
+        tabulate(
+            table, headers=["attempt", "node", "started", "ended", "outcome", "error"]
+        ).splitlines()
+        if table
+        else ["(no attempt: skipped)"]
+    )
+    for attempt in run["attempt_log"][:-1]:
+        if attempt["output"]:
+            lines += [f"output of attempt {attempt['attempt']}:", *_indented(attempt["output"])]
+    if run.get("output"):
+        lines += ["output:", *_indented(run["output"])]
+    return lines
+
+
+def _indented(text: str) -> list[str]:
+    return [f"  {line}" for line in text.rstrip("\n").split("\n")]
+
+
+def print_runs_with_attempts(runs: Sequence[dict[str, Any]]) -> None:
+    """Print each of ``runs`` (as :meth:`pgpulse.store.Store.list_runs` gives them) on a line,
+    its attempts in a table under it (node, start, end, outcome, error), then its whole output
+    (``pgpulse runs --attempts``)."""
+    if not runs:
+        click.echo("(none)")
+    for index, run in enumerate(runs):
+        if index:
+            click.echo("")
+        lag = "-" if run["lag"] is None else f"{run['lag']:.3f} s"
+        click.echo(
+            f"run {run['id']}  {run['tenant']}/{run['name']}  {_instant(run['scheduled_for'])}  "
+            f"{run['outcome']}  attempts {run['attempts']}  lag {lag} (from the first attempt)"
+        )
+        for line in _attempt_lines(run):
+            click.echo(f"  {line}")
+
+
+def print_job(
+    job: dict[str, Any], runs: Sequence[dict[str, Any]], *, attempts: bool = False
+) -> None:
     """Print one job (as :func:`pgpulse.web.service.present_job` gives it) for people, grouped:
     its definition, its state, its current occurrence, its next occurrences in its own zone
-    and its last ``runs``. Instants are ISO 8601 in UTC, the upcoming ones in the job's zone."""
+    and its last ``runs`` with their lag (from the first attempt) and output's first line;
+    with ``attempts``, every attempt of each run and its whole output instead. Instants are ISO
+    8601 in UTC, the upcoming ones in the job's zone."""
     catch_up = job["catch_up"]
     if catch_up == "skip":
         catch_up += f", misfire grace {_seconds(job['misfire_grace'])}"
@@ -158,12 +212,14 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
                 ("timeout", _seconds(job["timeout"])),
                 *([("overlap", _overlap(job))] if job.get("overlap", "forbid") != "forbid" else []),
                 ("source", job["source"]),
+                ("revision", job.get("revision", 1)),
             ],
         ),
         (
             "state",
             [
                 ("status", job["status"]),
+                *([("waiting", job["waiting"])] if job.get("waiting") else []),
                 ("last outcome", job["last_outcome"] or "-"),
                 ("last finished", _instant(job["last_finished_at"])),
                 ("last error", job["last_error"] or "-"),
@@ -195,7 +251,12 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
         for label, value in lines:
             click.echo(f"  {label:<16}{value}".rstrip() if label else f"  {value}")
     click.echo(f"\nlast runs ({len(runs)})")
-    if runs:
+    if runs and attempts:
+        for run in runs:
+            click.echo(f"  {_instant(run['scheduled_for'])}  {run['outcome']}  run {run['id']}")
+            for line in _attempt_lines(run):
+                click.echo(f"    {line}")
+    elif runs:
         table = [
             [
                 _instant(r["scheduled_for"]),
@@ -204,13 +265,15 @@ def print_job(job: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:
                 else f"{r['outcome']} ({r['kind']})",
                 r["attempts"],
                 r["node_id"] or "-",
+                _seconds(r["lag"] and round(r["lag"], 3)),
                 _seconds(r["duration"] and round(r["duration"], 3)),
                 _cell(r["error"], shorten=True) or "",
+                _cell(r["output"], shorten=True) or "",
             ]
             for r in runs
         ]
-        headers = ["scheduled for", "outcome", "attempts", "node", "duration", "error"]
-        for line in tabulate(table, headers=headers).splitlines():
+        headers = ["scheduled for", "outcome", "attempts", "node", "lag", "duration", "error"]
+        for line in tabulate(table, headers=[*headers, "output"]).splitlines():
             click.echo(f"  {line}")
 
 
@@ -227,8 +290,8 @@ def _count(n: int, word: str) -> str:
 
 def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
     """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
-    lost nodes, shards still moving, and the database, e.g. ``3 nodes alive, leader node-2,
-    0 jobs due — database 'pulse' on db.internal:5432``."""
+    lost nodes, shards still moving, jobs no live node can run, and the database, e.g.
+    ``3 nodes alive, leader node-2, 0 jobs due — database 'pulse' on db.internal:5432``."""
     alive = [n for n in nodes if n["alive"]]
     lost = [n for n in nodes if n["state"] == "lost"]
     leader = next((n["node_id"] for n in nodes if n["leader"]), None)
@@ -243,6 +306,11 @@ def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], dat
             line += f", shards moving ({owned} of {SHARD_COUNT} owned)"
     if lost:
         line += f"; {_count(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
+    waiting = counts.get("unroutable", [])
+    if waiting:
+        line += f"; {_count(sum(w['jobs'] for w in waiting), 'job')} waiting: " + ", ".join(
+            w["reason"] for w in waiting
+        )
     return f"{line} — {database}"
 
 
@@ -301,6 +369,18 @@ def print_status(
     lag = counts["max_lag"]
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "
-        f"{counts['paused']} paused, {counts['failed']} failed; "
-        f"lag of the most overdue job: {'none' if lag is None else f'{lag:.3f}s'}"
+        f"{counts['paused']} paused, {counts['failing']} whose last run failed, "
+        f"{counts['failed']} that cannot be scheduled; "
+        f"lag of the most overdue job: {'none' if lag is None else f'{lag:.1f} s'}"
     )
+    for w in counts.get("unroutable", []):
+        click.echo(f"waiting: {_count(w['jobs'], 'job')} ({w['due']} due): {w['reason']}")
+    stale = counts.get("stale_code_jobs") or []
+    if stale:
+        names = ", ".join(
+            j["name"] if j["tenant"] == "default" else f"{j['tenant']}/{j['name']}" for j in stale
+        )
+        click.echo(
+            f"declared by code no longer running: {len(stale)} job(s): {names} "
+            "(node run --prune-code-jobs deletes them)"
+        )

@@ -17,6 +17,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from pgpulse.access import OPERATOR, Writer, check_run_payload
+from pgpulse.audit import PYTHON_ACTOR, Actor
 from pgpulse.backfill import (
     MAX_BACKFILL,
     HistoryRow,
@@ -93,6 +94,7 @@ class RunControl:
         payload: object,
         *,
         writer: Writer = OPERATOR,
+        actor: Actor = PYTHON_ACTOR,
         now: datetime | None = None,
     ) -> Triggered:
         """Run job (``tenant``, ``name``) once more, now, with ``payload`` (a JSON object, or JSON
@@ -102,7 +104,8 @@ class RunControl:
         The payload is checked as a definition's is (:func:`~pgpulse.jobs.parse_payload`, the
         built-in handler's validator), and ``writer`` must be allowed to write the job's
         definition (:func:`~pgpulse.access.check_run_payload`: a shell job's payload is a
-        command).
+        command). The trigger is recorded in the job's audit trail (action ``trigger``, by
+        ``actor``, with the payload and the run id) in the same statement.
 
         Raises:
             JobNotFound: no such job.
@@ -118,7 +121,14 @@ class RunControl:
         check_run_payload(writer, tenant=tenant, name=name, handler=job["handler"])
         rows = await self._rows(
             "insert_trigger",
-            {"tenant": tenant, "name": name, "payload": Jsonb(checked), "now": now},
+            {
+                "tenant": tenant,
+                "name": name,
+                "payload": Jsonb(checked),
+                "source": actor.source,
+                "actor": actor.name,
+                "now": now,
+            },
         )
         if not rows:
             raise JobNotFound(tenant, name)
@@ -142,6 +152,7 @@ class RunControl:
         dry_run: bool = False,
         max_concurrency: int = 1,
         newest_first: bool = False,
+        actor: Actor = PYTHON_ACTOR,
         now: datetime | None = None,
     ) -> BackfillPlan:
         """Run each selected occurrence of the job's schedule in ``[start, end]`` exactly once
@@ -150,7 +161,9 @@ class RunControl:
 
         Which occurrences: :mod:`pgpulse.backfill` (``only``: ``missing``, ``failed``, both by
         default, or ``all``; the live schedule's own, and an earlier backfill's still queued,
-        never). ``dry_run`` writes nothing and returns the same plan.
+        never). ``dry_run`` writes nothing and returns the same plan. A request that queues
+        occurrences is recorded in the job's audit trail (action ``backfill``, by ``actor``: the
+        range, ``only``, the bound, how many, the batch) in the same statement.
 
         Raises:
             JobNotFound: no such job.
@@ -207,6 +220,18 @@ class RunControl:
                 "job_id": job["id"],
                 "max_concurrency": max_concurrency,
                 "instants": result.selected,
+                "source": actor.source,
+                "actor": actor.name,
+                "request": Jsonb(
+                    {
+                        "from": [None, start.isoformat()],
+                        "to": [None, end.isoformat()],
+                        "only": [None, sorted(chosen)],
+                        "max_concurrency": [None, max_concurrency],
+                        "newest_first": [None, newest_first],
+                        "occurrences": [None, len(result.selected)],
+                    }
+                ),
                 "now": now,
             },
         )

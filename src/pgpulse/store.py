@@ -16,16 +16,21 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from pgpulse.access import OPERATOR, Writer, check_write
+from pgpulse.audit import PYTHON_ACTOR, Actor
 from pgpulse.claims import LEADER_LOCK_KEY, ClaimStore
+from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.migrations import migrate
+from pgpulse.plan import Plan
 from pgpulse.planner import first_occurrence
+from pgpulse.reconcile import Planner, reconcile
+from pgpulse.routing import waiting_reason
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
+from pgpulse.writes import lock_definitions, write_definition
 
 #: Tries of :meth:`Store.upsert_jobs` when another session creates or deletes one of its jobs at
 #: the same instant (each try is one transaction; the next one finds the name).
@@ -36,6 +41,51 @@ class _UpsertRaced(Exception):
     """Another session created or deleted a job of this upsert concurrently; try again."""
 
 
+def _instant(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def attempt_log(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every attempt of a ``runs`` row, first to latest: the earlier ones as their writes
+    recorded them when they ended (``earlier_attempts``, migration run_attempts), then the
+    latest from the row's own columns. A skipped run has none; a run retried before that
+    migration shows only its latest.
+
+    Returns:
+        Dicts of ``attempt``, ``node_id``, ``fencing_token``, ``started_at``, ``ended_at``
+        (aware datetimes; ``ended_at`` ``None`` while it runs, and for a lease that expired it
+        is when the sweeper reaped it), ``outcome`` (``retrying`` for an attempt followed by
+        another), ``error`` and ``output`` (what it captured; ``None`` for a lost lease).
+    """
+    found = [
+        {
+            "attempt": a["attempt"],
+            "node_id": a["node_id"],
+            "fencing_token": a["fencing_token"],
+            "started_at": _instant(a["started_at"]),
+            "ended_at": _instant(a["ended_at"]),
+            "outcome": a["outcome"],
+            "error": a["error"],
+            "output": a.get("output"),
+        }
+        for a in run["earlier_attempts"]
+    ]
+    if run["started_at"] is not None:
+        found.append(
+            {
+                "attempt": run["attempts"],
+                "node_id": run["node_id"],
+                "fencing_token": run["fencing_token"],
+                "started_at": run["started_at"],
+                "ended_at": run["finished_at"] or run["attempt_ended_at"],
+                "outcome": run["outcome"],
+                "error": run["error"],
+                "output": run["output"],
+            }
+        )
+    return found
+
+
 class Store(ClaimStore):
     """Intent-named access to Pulse's tables.
 
@@ -43,7 +93,22 @@ class Store(ClaimStore):
         pool: an open pool of autocommit connections with dict rows
             (:func:`pgpulse.database.open_pool`), or any other connection source such as a
             node's dedicated heartbeat :class:`~pgpulse.database.Session`.
+        reads: where the lists people browse are read (:meth:`list_jobs`, :meth:`list_runs`,
+            :meth:`cluster_counts`, the web's lists): a read replica's pool
+            (``--read-database-url``), so a busy dashboard costs the primary nothing. ``None``:
+            ``pool``. Everything that writes or decides — a job read before its update, the
+            leader (the primary's locks) — stays on ``pool``. A replica may lag: these lists
+            show the cluster as it was that long ago.
     """
+
+    def __init__(self, pool: ConnectionSource, reads: ConnectionSource | None = None) -> None:
+        super().__init__(pool)
+        self.reads = reads or pool
+
+    async def _read_rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self.reads.connection() as conn:
+            cur = await conn.execute(QUERIES[name], params)
+            return list(await cur.fetchall())
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -69,6 +134,7 @@ class Store(ClaimStore):
         writer: Writer = OPERATOR,
         extra_handlers: Collection[str] = (),
         now: datetime | None = None,
+        actor: Actor = PYTHON_ACTOR,
     ) -> list[tuple[int, bool]]:
         """Create or update jobs by (tenant, name), all in one transaction, as ``writer``.
 
@@ -80,8 +146,10 @@ class Store(ClaimStore):
         may write everything; the API passes its token's writer, a node its code's.
 
         A new job (or one whose schedule or time zone changed) holds the first occurrence after
-        the database's now; an unchanged schedule keeps the job's state, so upserting the same
-        spec twice is a no-op. A running job keeps its current occurrence; the new definition
+        the database's now; an unchanged schedule keeps the job's state. A spec equal to the
+        stored definition writes nothing, so upserting the same spec twice is a no-op; every
+        other write is a new revision, recorded in the audit trail with ``actor``
+        (:mod:`pgpulse.writes`). A running job keeps its current occurrence; the new definition
         takes effect from its next one.
 
         The first occurrence is the planner's (:func:`~pgpulse.planner.first_occurrence`, from the
@@ -120,7 +188,7 @@ class Store(ClaimStore):
             )
         for attempt in range(1, UPSERT_TRIES + 1):
             try:
-                return await self._upsert_once(specs, writer, now)
+                return await self._upsert_once(specs, writer, now, actor)
             except _UpsertRaced as raced:
                 if attempt == UPSERT_TRIES:
                     raise (
@@ -133,7 +201,7 @@ class Store(ClaimStore):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _upsert_once(
-        self, specs: Sequence[JobSpec], writer: Writer, now: datetime | None
+        self, specs: Sequence[JobSpec], writer: Writer, now: datetime | None, actor: Actor
     ) -> list[tuple[int, bool]]:
         """One try of :meth:`upsert_jobs`, in one transaction; raises :class:`_UpsertRaced`
         (after rolling back) when another session created or deleted one of the jobs at once."""
@@ -141,46 +209,22 @@ class Store(ClaimStore):
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 clock = now or (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
-                current = await conn.execute(
-                    QUERIES["lock_jobs_by_name"],
-                    {"tenants": [s.tenant for s in specs], "names": [s.name for s in specs]},
-                )
-                handlers = {
-                    (r["tenant"], r["name"]): r["handler"] for r in await current.fetchall()
-                }
+                current = await lock_definitions(conn, [(s.tenant, s.name) for s in specs])
                 for spec in specs:  # before any write: a refusal leaves the transaction empty
-                    check_write(writer, spec, handlers.get((spec.tenant, spec.name)))
+                    row = current.get((spec.tenant, spec.name))
+                    check_write(writer, spec, None if row is None else row["handler"])
                 for spec in specs:
-                    schedule = spec.parsed_schedule()
-                    first = first_occurrence(schedule, now=clock, anchor=clock)
-                    cur = await conn.execute(
-                        QUERIES["upsert_job"],
-                        {
-                            "tenant": spec.tenant,
-                            "name": spec.name,
-                            "schedule": spec.schedule,
-                            "schedule_kind": schedule.kind,
-                            "timezone": spec.timezone,
-                            "handler": spec.handler,
-                            "payload": Jsonb(spec.payload),
-                            "catch_up": spec.catch_up,
-                            "backfill_limit": spec.backfill_limit,
-                            "misfire_grace": spec.misfire_grace,
-                            "max_attempts": spec.max_attempts,
-                            "retry_backoff": spec.retry_backoff,
-                            "timeout": spec.timeout,
-                            "source": spec.source,
-                            "meta": Jsonb(spec.meta),
-                            "overlap": spec.overlap,
-                            "max_concurrency": spec.max_concurrency,
-                            "anchor_at": clock,
-                            "scheduled_for": first,
-                        },
+                    written = await write_definition(
+                        conn,
+                        spec,
+                        current.get((spec.tenant, spec.name)),
+                        clock=clock,
+                        actor=actor,
+                        now=now,
                     )
-                    row = await cur.fetchone()
-                    if row is None:  # deleted between the name lookup and the update
+                    if written is None:  # deleted between the name lookup and the update
                         raise _UpsertRaced
-                    results.append((row["id"], row["created"]))
+                    results.append((written.job_id, written.created))
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "pgpulse_job_names_pkey":
                 raise
@@ -198,9 +242,9 @@ class Store(ClaimStore):
 
     async def list_jobs(self, tenant: str | None = None) -> list[dict[str, Any]]:
         """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
-        return await self._rows("list_jobs", {"tenant": tenant})
+        return await self._read_rows("list_jobs", {"tenant": tenant})
 
-    async def pause_job(self, tenant: str, name: str) -> bool:
+    async def pause_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> bool:
         """Pause an idle or failed job: it is not claimed until resumed. Idempotent.
 
         Returns:
@@ -211,10 +255,19 @@ class Store(ClaimStore):
             InvalidInput: the job is running (pause it when the run ends) — nothing changes.
         """
         return await self._set_status(
-            tenant, name, "paused", ("idle", "failed"), None, "paused", unchanged=("paused",)
+            tenant,
+            name,
+            "paused",
+            ("idle", "failed"),
+            None,
+            "paused",
+            unchanged=("paused",),
+            actor=actor,
         )
 
-    async def resume_job(self, tenant: str, name: str, *, now: datetime | None = None) -> bool:
+    async def resume_job(
+        self, tenant: str, name: str, *, now: datetime | None = None, actor: Actor = PYTHON_ACTOR
+    ) -> bool:
         """Resume a paused (or failed) job at its first occurrence after now. Idempotent.
 
         Occurrences that fell inside the pause are not run: pausing means "not these".
@@ -238,6 +291,7 @@ class Store(ClaimStore):
             first,
             "resumed",
             unchanged=("idle", "running"),
+            actor=actor,
         )
 
     async def _set_status(
@@ -250,10 +304,14 @@ class Store(ClaimStore):
         verb: str,
         *,
         unchanged: Sequence[str],
+        actor: Actor,
     ) -> bool:
         rows = await self._rows(
             "set_paused",
             {
+                "action": "pause" if status == "paused" else "resume",
+                "source": actor.source,
+                "actor": actor.name,
                 "tenant": tenant,
                 "name": name,
                 "status": status,
@@ -276,7 +334,7 @@ class Store(ClaimStore):
             value=current[0]["status"],
         )
 
-    async def trigger_job(self, tenant: str, name: str) -> datetime:
+    async def trigger_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> datetime:
         """Add an extra occurrence at the database's now (the schedule continues after it).
 
         Returns:
@@ -286,7 +344,10 @@ class Store(ClaimStore):
             JobNotFound: no such job.
             InvalidInput: the job is running, paused or failed — nothing changes.
         """
-        rows = await self._rows("trigger_job", {"tenant": tenant, "name": name})
+        rows = await self._rows(
+            "trigger_job",
+            {"tenant": tenant, "name": name, "source": actor.source, "actor": actor.name},
+        )
         if not rows:
             current = await self._rows("job_status", {"tenant": tenant, "name": name})
             if not current:
@@ -298,19 +359,70 @@ class Store(ClaimStore):
             )
         return rows[0]["scheduled_for"]  # type: ignore[no-any-return]
 
-    async def delete_job(self, tenant: str, name: str) -> None:
-        """Delete a job and its run history. A node still running it finds its fenced writes
-        change nothing. Raises :class:`JobNotFound`."""
-        if not await self._rows("delete_job", {"tenant": tenant, "name": name}):
+    async def delete_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> None:
+        """Delete a job and its run history (its audit trail stays, ending with the delete). A
+        node still running it finds its fenced writes change nothing. Raises
+        :class:`JobNotFound`."""
+        params = {"id": None, "tenant": tenant, "name": name, "now": None}
+        if not await self._rows(
+            "delete_job", {**params, "source": actor.source, "actor": actor.name}
+        ):
             raise JobNotFound(tenant, name)
+
+    async def job_history(
+        self, tenant: str, name: str, *, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The audit trail of job (``tenant``, ``name``) — under its earlier names too — and of
+        deleted jobs of that name, newest first: ``at`` (the database's instant), ``action``,
+        ``source``, ``actor``, ``revision`` and ``changes`` (``{"field": [old, new]}``).
+        Empty when nothing of that name was ever recorded."""
+        return await self._rows("job_history", {"tenant": tenant, "name": name, "limit": limit})
+
+    async def job_history_by_id(
+        self, job_id: int, *, tenant: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The audit trail of job ``job_id`` (of ``tenant``, unless ``None``), newest first."""
+        return await self._rows(
+            "job_history_by_id", {"job_id": job_id, "tenant": tenant, "limit": limit}
+        )
+
+    async def reconcile(
+        self,
+        batches: Sequence[tuple[str, Sequence[JobSpec]]],
+        planner: Planner,
+        **options: Any,
+    ) -> list[Plan]:
+        """Make whole sources' jobs match their definitions, or plan it
+        (:func:`pgpulse.reconcile.reconcile`: its options, locks and errors)."""
+        return await reconcile(self, batches, planner, **options)
+
+    async def declare_code(self, source: str, tenant: str, names: Sequence[str], node: str) -> None:
+        """Record the jobs an app's code declares (``source`` ``code:<app>``, of ``tenant``), as
+        node ``node`` starts: the source's other jobs are then "declared by code no longer
+        running" (:meth:`stale_code_jobs`)."""
+        await self._rows(
+            "declare_code", {"source": source, "tenant": tenant, "names": list(names), "node": node}
+        )
+
+    async def stale_code_jobs(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Jobs of a ``code:<app>`` source that the app, as its last node to start declared it,
+        no longer declares (``id``, ``tenant``, ``name``, ``source``, ``node_id``,
+        ``declared_at``), of ``tenant`` or all."""
+        return await self._rows("stale_code_jobs", {"tenant": tenant})
 
     # -- reading for people ----------------------------------------------------------------
 
     async def list_runs(
         self, *, tenant: str | None = None, name: str | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:
-        """Most recent runs first (of one job, one tenant, or all)."""
-        return await self._rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
+        """Most recent runs first (of one job, one tenant, or all), each with ``lag`` (seconds
+        from the occurrence to its first attempt's start) and ``attempt_log``
+        (:func:`attempt_log`)."""
+        rows = await self._read_rows("list_runs", {"tenant": tenant, "name": name, "limit": limit})
+        for row in rows:
+            row["attempt_log"] = attempt_log(row)
+            del row["earlier_attempts"], row["attempt_ended_at"]
+        return rows
 
     async def cluster_nodes(self, *, ttl: float) -> list[dict[str, Any]]:
         """Every registered node with liveness (by its own registered time-to-live, else
@@ -318,6 +430,16 @@ class Store(ClaimStore):
         stopped node shows no shards and nothing running) and whether it leads."""
         return await self._rows("cluster_nodes", {"ttl": ttl, "leader_key": LEADER_LOCK_KEY})
 
-    async def cluster_counts(self, tenant: str | None = None) -> dict[str, Any]:
-        """Counts of due, running, paused, failed and all jobs, and the worst lag (seconds)."""
-        return (await self._rows("cluster_counts", {"tenant": tenant}))[0]
+    async def cluster_counts(
+        self, tenant: str | None = None, *, ttl: float = 10.0
+    ) -> dict[str, Any]:
+        """Counts of due, running, paused, failed and all jobs, the worst lag (seconds), and
+        ``unroutable``: the idle jobs no live node can run (a node row that recorded no
+        time-to-live is judged by ``ttl`` seconds), by handler, each
+        ``{"handler", "jobs", "due", "reason"}`` with the reason they wait
+        (:func:`pgpulse.routing.waiting_reason`)."""
+        row = (await self._read_rows("cluster_counts", {"tenant": tenant, "ttl": ttl}))[0]
+        row["unroutable"] = [
+            {**entry, "reason": waiting_reason(entry["handler"])} for entry in row["unroutable"]
+        ]
+        return row

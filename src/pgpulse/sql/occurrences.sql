@@ -2,11 +2,18 @@
 -- request, occurrences forked off the job row under overlap replace/allow), loaded into
 -- pgpulse.sql.QUERIES beside queries.sql. docs/states.md ("Extra occurrences") is the design.
 -- Clock rule as in queries.sql: %(now)s is NULL in production (the database's now()).
+-- Epochs as in queries.sql (finish_and_claim, invariant 9): clock.epoch is (timeline - 1) * 2^48;
+-- an occurrence's id (its run row's) is the sequence's value + the epoch, and a claim's token is
+-- greatest(token, epoch) + 1, so nothing handed out before a lost-WAL failover is handed out
+-- again. Run rows keep every attempt (migration 0004): a later attempt written over an earlier
+-- one first appends it to earlier_attempts; a 'retrying' end is recorded in attempt_ended_at.
 
 -- name: finish_and_claim_occurrences
 -- The claim loop's step for extra occurrences, in one statement: end a batch of their attempts,
--- fenced, then claim up to %(limit)s due ones of shards %(shards)s for node %(node)s, within each
--- batch's bound.
+-- fenced, then claim up to %(limit)s due ones for node %(node)s along its routes (as
+-- finish_and_claim: the i-th handler of %(route_handlers)s in the shards of the i-th array literal
+-- of %(route_shards)s; an occurrence of a job whose handler is on no route is never claimed),
+-- within each batch's bound.
 --
 -- Finish (input, ended, retried, run). An element changes nothing unless its occurrence still
 -- runs under its token. A final outcome deletes the occurrence; 'retrying' makes it pending again,
@@ -23,10 +30,12 @@
 -- count goes up (counted: one UPDATE per batch row for both directions).
 --
 -- Rows as finish_and_claim's: the claimed job's fields (ClaimedJob, the occurrence's own
--- payload if it has one), then the clock, the next due instant of a pending occurrence of those
--- shards when fewer than %(limit)s were claimed, and `written` (id, token) on the first row.
+-- payload if it has one), then the clock, the next due instant of a pending occurrence along
+-- those routes when fewer than %(limit)s were claimed, and `written` (id, token) on the first row.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
 ),
 input AS (
     SELECT *
@@ -66,24 +75,35 @@ released AS (
 run AS (
     INSERT INTO pgpulse_runs AS r (
         id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
-        finished_at, error, output, kind, batch_id
+        finished_at, error, output, kind, batch_id, attempt_ended_at
     )
     OVERRIDING SYSTEM VALUE
     SELECT e.id, e.job_id, e.scheduled_for, e.attempt, e.outcome, e.locked_by, e.fencing_token,
            e.claimed_at,
            CASE WHEN e.outcome <> 'retrying' THEN clock.now END,
-           e.error, e.output, e.kind, e.batch_id
+           e.error, e.output, e.kind, e.batch_id,
+           CASE WHEN e.outcome = 'retrying' THEN clock.now END
     FROM released AS e
     CROSS JOIN clock
     ON CONFLICT (id) DO UPDATE
-    SET attempts = excluded.attempts,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                   'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
         outcome = excluded.outcome,
         node_id = excluded.node_id,
         fencing_token = excluded.fencing_token,
         started_at = excluded.started_at,
         finished_at = excluded.finished_at,
         error = excluded.error,
-        output = excluded.output
+        output = excluded.output,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 ),
 freed AS (
@@ -91,17 +111,22 @@ freed AS (
     FROM released
     GROUP BY batch_id
 ),
+route AS (
+    SELECT r.handler, r.shards::smallint[] AS shards
+    FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
+),
 cand AS (
     SELECT o.id, o.batch_id, o.next_run_at, o.position
     FROM pgpulse_occurrences AS o
     WHERE o.lease_expires_at IS NULL
       AND o.next_run_at <= coalesce(%(now)s::timestamptz, now())
-      AND o.shard_id = ANY(%(shards)s::smallint[])
       AND EXISTS (
           SELECT 1
           FROM pgpulse_jobs AS j
+          JOIN route AS r ON r.handler = j.handler
           WHERE j.id = o.job_id
             AND j.status IN ('idle', 'running')
+            AND o.shard_id = ANY(r.shards)
       )
       AND NOT EXISTS (
           SELECT 1
@@ -136,7 +161,7 @@ picked AS (
 claimed AS (
     UPDATE pgpulse_occurrences AS o
     SET attempt = o.attempt + 1,
-        fencing_token = o.fencing_token + 1,
+        fencing_token = greatest(o.fencing_token, clock.epoch) + 1,
         locked_by = %(node)s,
         lease_expires_at = clock.now + make_interval(secs => %(lease)s),
         claimed_at = clock.now
@@ -178,9 +203,10 @@ SELECT jobs.*,
        (
            SELECT o.next_run_at
            FROM pgpulse_occurrences AS o
+           JOIN pgpulse_jobs AS j ON j.id = o.job_id
+           JOIN route AS r ON r.handler = j.handler AND o.shard_id = ANY(r.shards)
            WHERE o.lease_expires_at IS NULL
              AND o.next_run_at > coalesce(%(now)s::timestamptz, now())
-             AND o.shard_id = ANY(%(shards)s::smallint[])
              AND (SELECT count(*) FROM claimed) < %(limit)s
            ORDER BY o.next_run_at
            LIMIT 1
@@ -232,21 +258,33 @@ back AS (
 run AS (
     INSERT INTO pgpulse_runs AS r (
         id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
-        error, kind, batch_id
+        error, kind, batch_id, attempt_ended_at
     )
     OVERRIDING SYSTEM VALUE
     SELECT b.id, b.job_id, b.scheduled_for, b.attempt, 'retrying', b.locked_by,
-           b.fencing_token, b.claimed_at, %(reason)s, b.kind, b.batch_id
+           b.fencing_token, b.claimed_at, %(reason)s, b.kind, b.batch_id, clock.now
     FROM back AS b
+    CROSS JOIN clock
     WHERE b.started
     ON CONFLICT (id) DO UPDATE
-    SET attempts = excluded.attempts,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                   'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
         outcome = 'retrying',
         node_id = excluded.node_id,
         fencing_token = excluded.fencing_token,
         started_at = excluded.started_at,
         finished_at = NULL,
-        error = excluded.error
+        error = excluded.error,
+        output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 ),
 counted AS (
@@ -271,7 +309,9 @@ FROM back;
 -- attempt), and the batch's count of leases loses those that held one.
 -- Returns the new occurrence's id, or no row when the job row's claim was lost.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
 ),
 old AS (
     SELECT j.id, j.scheduled_for, j.attempt, j.run_id, j.max_concurrency, j.shard_id
@@ -309,6 +349,8 @@ cancelled_run AS (
         finished_at, error, kind, batch_id
     )
     OVERRIDING SYSTEM VALUE
+    -- an occurrence pending again after a lost attempt keeps that attempt in its row: the
+    -- cancelled one (attempt + 1 if it held a lease) is appended after it
     SELECT c.id, c.job_id, c.scheduled_for, c.attempt, 'cancelled', c.locked_by,
            c.fencing_token, c.claimed_at, clock.now,
            'replaced by the occurrence at ' || to_char(old.scheduled_for AT TIME ZONE 'UTC',
@@ -316,9 +358,23 @@ cancelled_run AS (
            c.kind, c.batch_id
     FROM cancelled AS c, old, clock
     ON CONFLICT (id) DO UPDATE
-    SET outcome = 'cancelled',
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                   'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
+        outcome = 'cancelled',
+        node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token,
+        started_at = excluded.started_at,
         finished_at = excluded.finished_at,
-        error = excluded.error
+        error = excluded.error,
+        output = CASE WHEN excluded.attempts > r.attempts THEN NULL ELSE r.output END
     RETURNING 1
 ),
 batch AS (
@@ -334,17 +390,20 @@ forked AS (
     INSERT INTO pgpulse_occurrences (
         id, job_id, kind, scheduled_for, batch_id, next_run_at, attempt
     )
-    SELECT coalesce(old.run_id, nextval('pgpulse_runs_id_seq')), old.id, 'scheduled',
+    SELECT coalesce(old.run_id, nextval('pgpulse_runs_id_seq') + clock.epoch),
+           old.id, 'scheduled',
            old.scheduled_for, batch.id, clock.now, greatest(old.attempt - 1, 0)
     FROM old, batch, clock
     RETURNING id
 ),
 skipped AS (
     INSERT INTO pgpulse_runs (
-        job_id, scheduled_for, attempts, outcome, error, finished_at, occurrences,
+        id, job_id, scheduled_for, attempts, outcome, error, finished_at, occurrences,
         last_scheduled_for
     )
-    SELECT job.id, %(skip_from)s::timestamptz, 0, 'skipped', %(skip_reason)s, clock.now,
+    OVERRIDING SYSTEM VALUE
+    SELECT nextval('pgpulse_runs_id_seq') + clock.epoch,
+           job.id, %(skip_from)s::timestamptz, 0, 'skipped', %(skip_reason)s, clock.now,
            %(skips)s, %(skip_to)s::timestamptz
     FROM job, clock
     WHERE %(skips)s > 0
@@ -357,12 +416,15 @@ FROM forked, old;
 -- name: insert_trigger
 -- Run now, with a payload: one extra occurrence of job (%(tenant)s, %(name)s) at the database's
 -- now, kind 'trigger', with %(payload)s (NULL: the job's own), in a batch of its own (no bound),
--- due at once; its shard is woken. No row when there is no such job.
+-- due at once; its shard is woken; recorded in the audit trail (action 'trigger', the payload
+-- and the run id as its changes) in the same statement. No row when there is no such job.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
 ),
 job AS (
-    SELECT j.id, j.shard_id, j.status
+    SELECT j.id, j.shard_id, j.status, j.tenant, j.name, j.revision
     FROM pgpulse_jobs AS j
     WHERE j.id = (
         SELECT n.job_id
@@ -381,10 +443,20 @@ batch AS (
 occurrence AS (
     INSERT INTO pgpulse_occurrences (id, job_id, kind, scheduled_for, payload, batch_id,
                                      next_run_at)
-    SELECT nextval('pgpulse_runs_id_seq'), batch.job_id, 'trigger', clock.now, %(payload)s::jsonb,
+    SELECT nextval('pgpulse_runs_id_seq') + clock.epoch,
+           batch.job_id, 'trigger', clock.now, %(payload)s::jsonb,
            batch.id, clock.now
     FROM batch, clock
     RETURNING id, scheduled_for
+),
+audit AS (
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                     changes)
+    SELECT job.id, job.tenant, job.name, clock.now, 'trigger', %(source)s, %(actor)s,
+           job.revision,
+           jsonb_build_object('payload', jsonb_build_array(NULL, %(payload)s::jsonb),
+                              'run_id', jsonb_build_array(NULL, occurrence.id))
+    FROM job, occurrence, clock
 )
 SELECT job.id AS job_id, job.status, occurrence.id, occurrence.scheduled_for,
        CASE WHEN occurrence.id IS NOT NULL
@@ -411,9 +483,13 @@ ORDER BY r.scheduled_for;
 -- name: insert_backfill
 -- A backfill on request: one batch (kind 'backfill', bound %(max_concurrency)s) of job
 -- %(job_id)s, and one pending extra occurrence per instant of %(instants)s, in that order
--- (position), due at once; the job's shard is woken. Returns the batch's id and how many.
+-- (position), due at once; the job's shard is woken; recorded in the audit trail (action
+-- 'backfill', %(request)s as its changes: the range, the selection, the bound, how many) in the
+-- same statement. Returns the batch's id and how many.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
 ),
 batch AS (
     INSERT INTO pgpulse_batches (job_id, kind, max_concurrency)
@@ -422,10 +498,20 @@ batch AS (
     WHERE j.id = %(job_id)s
     RETURNING id, job_id
 ),
+audit AS (
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                     changes)
+    SELECT j.id, j.tenant, j.name, clock.now, 'backfill', %(source)s, %(actor)s, j.revision,
+           %(request)s::jsonb || jsonb_build_object('batch_id', jsonb_build_array(NULL, batch.id))
+    FROM batch
+    JOIN pgpulse_jobs AS j ON j.id = batch.job_id
+    CROSS JOIN clock
+),
 occurrence AS (
     INSERT INTO pgpulse_occurrences (id, job_id, kind, scheduled_for, batch_id, position,
                                      next_run_at)
-    SELECT nextval('pgpulse_runs_id_seq'), batch.job_id, 'backfill', w.instant, batch.id,
+    SELECT nextval('pgpulse_runs_id_seq') + clock.epoch,
+           batch.job_id, 'backfill', w.instant, batch.id,
            w.position::int, clock.now
     FROM batch, clock, unnest(%(instants)s::timestamptz[]) WITH ORDINALITY AS w(instant, position)
     RETURNING 1

@@ -5,8 +5,10 @@
 -- name: finish_and_claim
 -- One step of a node's claim loop, in one statement: one round trip and one (implicit)
 -- transaction, so a busy node pays one commit per batch of runs ended and started. It ends a batch
--- of attempts, fenced, then claims up to %(limit)s due idle jobs of the shards %(shards)s for
--- node %(node)s.
+-- of attempts, fenced, then claims up to %(limit)s due idle jobs for node %(node)s along its
+-- routes: the i-th handler of %(route_handlers)s in the shards of the i-th array literal of
+-- %(route_shards)s (sharding.routes_for: the node's shards for that handler among the live nodes
+-- that have it). A job whose handler is on no route is never read (issue 18).
 --
 -- Finish (input, job, run, skipped). The batch is one JSON array (%(outcomes)s, an object per
 -- attempt: ClaimStore.finish_and_claim), one text value rather than a dozen arrays. An
@@ -17,16 +19,28 @@
 -- node, instant) from the job row as the statement's snapshot shows it, before `job` changed it;
 -- and the occurrences the element skips, however many, get one summary row: "skips"
 -- occurrences from "skip_from" through "skip_to" (NULL for one). When the run's own occurrence
--- is skipped (outcome 'skipped'), it is the first of them and its row is the summary.
+-- is skipped (outcome 'skipped'), it is the first of them and its row is the summary. A later
+-- attempt written over an earlier one first appends that one to earlier_attempts (migration
+-- run_attempts), so the row keeps every attempt; an attempt that ends 'retrying' records its end
+-- in attempt_ended_at (finished_at is the run's end).
 --
 -- Claim (due, claimed). Rows are locked SKIP LOCKED, so a poller never waits on another, and move
 -- to running with a new lease and fencing token. A job under overlap allow (max_concurrency set)
 -- is not claimed while it has max_concurrency forked occurrences, running or pending: its
--- backlog stays on the job row, where its catch-up policy decides it (docs/states.md). The first claim of an occurrence draws its run
--- id from pgpulse_runs' sequence; later ones (a retry, a re-claim after a lost lease or a
+-- backlog stays on the job row, where its catch-up policy decides it (docs/states.md). The
+-- first claim of an occurrence draws its run id from pgpulse_runs' sequence; later ones (a retry, a re-claim after a lost lease or a
 -- hand-back) keep it: every statement that moves a job to another occurrence clears run_id, as it
 -- resets attempt. Every CTE sees one snapshot, so a job finished here is claimed at the next step
 -- (the caller knows when it is due from the outcome it sent).
+--
+-- Epochs (design.md, invariant 9). A failover with asynchronous replication can lose the last
+-- commits, a claim's token and its sequence draw among them, and the new primary would hand them
+-- out again. It runs on a new timeline, though (every promotion starts one; the server's own
+-- count, read from the name of the WAL segment it writes: its first 8 hex digits), so tokens and
+-- run ids carry it: clock.epoch is (timeline - 1) * 2^48, a token is at least the epoch + 1 and a
+-- run id is the sequence's value + the epoch. What an older timeline handed out is below the
+-- epoch, whatever its WAL kept; on timeline 1 (a server never promoted) both are what they were.
+-- Limits: 2^48 claims of one job per timeline, 2^48 run ids in all, 32768 timelines.
 --
 -- Plans. A node's claim session plans this statement once, as a generic plan
 -- (claims.CLAIM_SESSION_SETTINGS), so every access is written to stay an index lookup whatever
@@ -34,17 +48,23 @@
 -- `input` or `due` instead, a generic plan may scan or merge the whole key); "still running" is
 -- written lease_expires_at IS NOT NULL (the same, by the table's CHECK), which keeps the planner
 -- off pgpulse_jobs_leases (every running job); the due bound is written inline rather than
--- joined from clock, so it is an index condition and the scan of pgpulse_jobs_due stops at the
--- first row not yet due, however many are stored.
+-- joined from clock, so it is an index condition and the scan of pgpulse_jobs_due (handler,
+-- next_run_at, shard_id) stops at the first row of the route's handler not yet due, however many
+-- are stored. Each route is one such scan, LIMIT %(limit)s (candidates); the oldest %(limit)s of
+-- them are then locked by id, SKIP LOCKED, and re-checked (due): rows of handlers the node has
+-- no route for are never visited, so the claim costs the same however many of them are due.
 --
 -- One row per claimed job (ClaimedJob's fields, db_now and the overlap policy among them), then
--- the clock, oldest occurrence first; nothing claimed gives one row whose id is NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant of
--- those shards (NULL if none), so an idle node knows how long to sleep without a second
--- statement. `written`, the (job id, fencing token) of each outcome that took effect, is on the
--- first row only. occurrences_due is the earliest due instant of a pending extra occurrence of
--- those shards (due already or not; NULL if none), when fewer than %(limit)s were claimed.
+-- the clock, oldest occurrence first; nothing claimed gives one row whose id is NULL. When fewer
+-- than %(limit)s were claimed, next_due is the earliest future due instant along its routes
+-- (NULL if none), so an idle node knows how long to sleep without a second statement.
+-- `written`, the (job id, fencing token) of each outcome that took effect, is on the first row
+-- only. occurrences_due is the earliest due instant of a pending extra occurrence along its
+-- routes (due already or not; NULL if none), when fewer than %(limit)s were claimed.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
 ),
 input AS (
     SELECT *
@@ -78,7 +98,7 @@ job AS (
 run AS (
     INSERT INTO pgpulse_runs AS r (
         id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
-        finished_at, error, output, occurrences, last_scheduled_for
+        finished_at, error, output, occurrences, last_scheduled_for, attempt_ended_at
     )
     OVERRIDING SYSTEM VALUE
     SELECT o.run_id,
@@ -93,14 +113,24 @@ run AS (
            i.error,
            i.output,
            CASE WHEN i.outcome = 'skipped' THEN i.skips ELSE 1 END,
-           CASE WHEN i.outcome = 'skipped' THEN i.skip_to END
+           CASE WHEN i.outcome = 'skipped' THEN i.skip_to END,
+           CASE WHEN i.outcome = 'retrying' THEN clock.now END
     FROM input AS i
     JOIN job ON job.id = i.job_id
     JOIN pgpulse_jobs AS o ON o.id = job.id
     CROSS JOIN clock
     WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
-    SET attempts = excluded.attempts,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
         outcome = excluded.outcome,
         node_id = excluded.node_id,
         fencing_token = excluded.fencing_token,
@@ -109,15 +139,18 @@ run AS (
         error = excluded.error,
         output = excluded.output,
         occurrences = excluded.occurrences,
-        last_scheduled_for = excluded.last_scheduled_for
+        last_scheduled_for = excluded.last_scheduled_for,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 ),
 skipped AS (
     INSERT INTO pgpulse_runs (
-        job_id, scheduled_for, attempts, outcome, error, finished_at, occurrences,
+        id, job_id, scheduled_for, attempts, outcome, error, finished_at, occurrences,
         last_scheduled_for
     )
-    SELECT i.job_id, i.skip_from, 0, 'skipped', i.skip_reason, clock.now, i.skips, i.skip_to
+    OVERRIDING SYSTEM VALUE
+    SELECT nextval('pgpulse_runs_id_seq') + clock.epoch,
+           i.job_id, i.skip_from, 0, 'skipped', i.skip_reason, clock.now, i.skips, i.skip_to
     FROM input AS i
     JOIN job ON job.id = i.job_id
     CROSS JOIN clock
@@ -126,33 +159,51 @@ skipped AS (
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO NOTHING
     RETURNING 1
 ),
+route AS (
+    SELECT r.handler, r.shards::smallint[] AS shards
+    FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
+),
+candidates AS (
+    SELECT c.id
+    FROM route AS r
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.next_run_at
+        FROM pgpulse_jobs AS j
+        WHERE j.status = 'idle'
+          AND j.handler = r.handler
+          AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
+          AND j.shard_id = ANY(r.shards)
+          AND (
+              j.max_concurrency IS NULL
+              OR (
+                  SELECT count(*)
+                  FROM pgpulse_occurrences AS o
+                  WHERE o.job_id = j.id
+                    AND o.kind = 'scheduled'
+              ) < j.max_concurrency
+          )
+        ORDER BY j.next_run_at
+        LIMIT %(limit)s
+    ) AS c
+    ORDER BY c.next_run_at
+    LIMIT %(limit)s
+),
 due AS (
     SELECT j.id
     FROM pgpulse_jobs AS j
-    WHERE j.status = 'idle'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
+      AND j.status = 'idle'
       AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
-      AND j.shard_id = ANY(%(shards)s::smallint[])
-      AND (
-          j.max_concurrency IS NULL
-          OR (
-              SELECT count(*)
-              FROM pgpulse_occurrences AS o
-              WHERE o.job_id = j.id
-                AND o.kind = 'scheduled'
-          ) < j.max_concurrency
-      )
-    ORDER BY j.next_run_at
-    LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ),
 claimed AS (
     UPDATE pgpulse_jobs AS j
     SET status = 'running',
         attempt = j.attempt + 1,
-        fencing_token = j.fencing_token + 1,
+        fencing_token = greatest(j.fencing_token, clock.epoch) + 1,
         locked_by = %(node)s,
         lease_expires_at = clock.now + make_interval(secs => %(lease)s),
-        run_id = coalesce(j.run_id, nextval('pgpulse_runs_id_seq')),
+        run_id = coalesce(j.run_id, nextval('pgpulse_runs_id_seq') + clock.epoch),
         claimed_at = clock.now,
         updated_at = clock.now
     FROM clock
@@ -168,28 +219,35 @@ claimed AS (
 )
 SELECT claimed.*,
        clock.now,
-       -- the head of pgpulse_jobs_due past now: ORDER BY ... LIMIT 1, not min(), which the
-       -- planner may compute by a bitmap scan of every idle row
+       -- per route, the head of pgpulse_jobs_due past now: ORDER BY ... LIMIT 1, not min(),
+       -- which the planner may compute by a bitmap scan of every idle row
        (
-           SELECT j.next_run_at
-           FROM pgpulse_jobs AS j
-           WHERE j.status = 'idle'
-             AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
-             AND j.shard_id = ANY(%(shards)s::smallint[])
-             AND (SELECT count(*) FROM claimed) < %(limit)s
-           ORDER BY j.next_run_at
-           LIMIT 1
+           SELECT min(f.next_run_at)
+           FROM route AS r
+           CROSS JOIN LATERAL (
+               SELECT j.next_run_at
+               FROM pgpulse_jobs AS j
+               WHERE j.status = 'idle'
+                 AND j.handler = r.handler
+                 AND j.next_run_at > coalesce(%(now)s::timestamptz, now())
+                 AND j.shard_id = ANY(r.shards)
+               ORDER BY j.next_run_at
+               LIMIT 1
+           ) AS f
+           WHERE (SELECT count(*) FROM claimed) < %(limit)s
        ) AS next_due,
        CASE WHEN row_number() OVER () = 1
             THEN ARRAY(SELECT ARRAY[id, fencing_token] FROM job)
        END AS written,
-       -- the head of pgpulse_occurrences_due (due or not): when the node's claim of extra
-       -- occurrences (finish_and_claim_occurrences) has something to claim
+       -- the head of pgpulse_occurrences_due (due or not) along the routes: when the node's
+       -- claim of extra occurrences (finish_and_claim_occurrences) has something to claim. An
+       -- occurrence of a handler the node has no route for is never its to claim.
        (
            SELECT o.next_run_at
            FROM pgpulse_occurrences AS o
+           JOIN pgpulse_jobs AS j ON j.id = o.job_id
+           JOIN route AS r ON r.handler = j.handler AND o.shard_id = ANY(r.shards)
            WHERE o.lease_expires_at IS NULL
-             AND o.shard_id = ANY(%(shards)s::smallint[])
              AND (SELECT count(*) FROM claimed) < %(limit)s
            ORDER BY o.next_run_at
            LIMIT 1
@@ -239,32 +297,73 @@ WITH clock AS (
     RETURNING j.id, held.started
 ), run AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
-                                   fencing_token, started_at, error)
+                                   fencing_token, started_at, error, attempt_ended_at)
     OVERRIDING SYSTEM VALUE
-    SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq')), o.id, o.scheduled_for, o.attempt,
-           'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s
-    FROM job JOIN pgpulse_jobs o ON o.id = job.id
+    -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
+    SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+           o.id, o.scheduled_for, o.attempt,
+           'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s, clock.now
+    FROM job JOIN pgpulse_jobs o ON o.id = job.id CROSS JOIN clock
     WHERE job.started
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
-    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error
+        finished_at = NULL, error = excluded.error, output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 )
 SELECT job.id, job.started FROM job;
 
 -- name: register_node
 -- A node's start (started_at is now, also when a restarted node reuses its id) or, with
--- %(rejoin)s, a running node registering again after its row went stale (started_at kept).
-INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, state, started_at,
-                                last_heartbeat, ttl)
-VALUES (%(node)s, %(hostname)s, %(pid)s, %(slots)s, %(handlers)s, 'alive',
+-- %(rejoin)s, a running node registering again after its row went missing (started_at kept).
+-- One node id, one process (issue 18): an existing row is taken over only if it is this process's
+-- own (same host and pid), stopped, stale (no heartbeat within its time-to-live; %(ttl)s, or
+-- NodeConfig's default of 10 s, for a row that recorded none), or its holder's heartbeat session
+-- ('pgpulse:<id>:beat', the one this statement is sent on excepted) is gone from the server: a
+-- process killed with SIGKILL takes its connections with it, so a supervisor's immediate restart
+-- under the same id is not refused, while a live holder (even one partitioned away, whose
+-- connection the server still holds) is. Otherwise nothing changes and no row is returned: a
+-- live node holds the id (register_holder says which).
+INSERT INTO pgpulse_nodes AS n (node_id, hostname, pid, slots, handlers, shell, state,
+                                started_at, last_heartbeat, ttl)
+VALUES (%(node)s, %(hostname)s, %(pid)s, %(slots)s, %(handlers)s, %(shell)s, 'alive',
         coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), %(ttl)s)
 ON CONFLICT (node_id) DO UPDATE
 SET hostname = excluded.hostname, pid = excluded.pid, slots = excluded.slots,
-    handlers = excluded.handlers, state = 'alive', last_heartbeat = excluded.last_heartbeat,
-    ttl = excluded.ttl,
-    started_at = CASE WHEN %(rejoin)s::bool THEN n.started_at ELSE excluded.started_at END;
+    handlers = excluded.handlers, shell = excluded.shell, state = 'alive',
+    last_heartbeat = excluded.last_heartbeat, ttl = excluded.ttl,
+    started_at = CASE WHEN %(rejoin)s::bool THEN n.started_at ELSE excluded.started_at END
+WHERE (n.hostname, n.pid) = (excluded.hostname, excluded.pid)
+   OR n.state = 'stopped'
+   OR n.last_heartbeat <= excluded.last_heartbeat
+                          - make_interval(secs => coalesce(n.ttl, %(ttl)s::float8, 10))
+   OR NOT EXISTS (
+          SELECT 1
+          FROM pg_stat_activity AS a
+          WHERE a.datname = current_database()
+            AND a.application_name = left('pgpulse:' || n.node_id || ':beat', 63)
+            AND a.pid <> pg_backend_pid()
+      )
+RETURNING n.node_id;
+
+-- name: register_holder
+-- The live process that holds node id %(node)s (register_node refused to take it over): its host,
+-- pid and how long ago (seconds) it sent its last heartbeat.
+SELECT n.hostname, n.pid, n.state,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - n.last_heartbeat)::float8
+           AS silent
+FROM pgpulse_nodes n
+WHERE n.node_id = %(node)s;
 
 -- name: revive_jobs
 -- A node that knows a handler brings back the jobs that failed because the node that claimed them
@@ -289,11 +388,14 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 --   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; each
 --   reaped job's shard is woken. With nothing expired this is one probe of pgpulse_jobs_leases
 --   (the bound is an index condition); extra occurrences' expired leases the same way, in
---   pgpulse_occurrences (their run rows 'retrying', their batches' counts released: one probe of
---   pgpulse_occurrences_leases);
--- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing).
+--   pgpulse_occurrences (their run rows 'retrying', keeping earlier attempts as a job row's,
+--   their batches' counts released: one probe of pgpulse_occurrences_leases);
+-- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing), if
+--   its row is still this process's (%(hostname)s, %(pid)s; NULL pid: any): a row another
+--   process took over is left alone, and this node is then missing from `live`.
 -- Returns one row: the clock reading, whether this session leads, how many leases it reaped, and
--- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included.
+-- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included,
+-- with the handlers each can run (capability routing: sharding.routes_for).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), lead AS (
@@ -320,15 +422,27 @@ WITH clock AS (
     RETURNING j.id, j.last_error, pg_notify('pgpulse_wakeup', j.shard_id::text)
 ), run AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
-                               fencing_token, started_at, error)
+                               fencing_token, started_at, error, attempt_ended_at)
     OVERRIDING SYSTEM VALUE
-    SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq')), e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
-           e.claimed_at, job.last_error
-    FROM expired e JOIN job ON job.id = e.id
+    -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
+    SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+           e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
+           e.claimed_at, job.last_error, clock.now
+    FROM expired e JOIN job ON job.id = e.id CROSS JOIN clock
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
-    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error
+        finished_at = NULL, error = excluded.error, output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING r.id
 ), expired_occurrence AS (
     SELECT o.id
@@ -348,17 +462,29 @@ WITH clock AS (
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
               o.fencing_token, o.claimed_at, pg_notify('pgpulse_wakeup', o.shard_id::text)
 ), occurrence_run AS (
+    -- an occurrence's id was drawn (with its epoch) when it was made
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
-                                   fencing_token, started_at, error, kind, batch_id)
+                                   fencing_token, started_at, error, kind, batch_id,
+                                   attempt_ended_at)
     OVERRIDING SYSTEM VALUE
     SELECT e.id, e.job_id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
            e.claimed_at, 'lease of node ' || coalesce(e.locked_by, '?') || ' expired', e.kind,
-           e.batch_id
-    FROM occurrence e
+           e.batch_id, clock.now
+    FROM occurrence e CROSS JOIN clock
     ON CONFLICT (id) DO UPDATE
-    SET attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
         fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error
+        finished_at = NULL, error = excluded.error, output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
 ), occurrence_counted AS (
     UPDATE pgpulse_batches b
@@ -372,27 +498,33 @@ WITH clock AS (
         state = %(state)s
     FROM clock
     WHERE n.node_id = %(node)s
-    RETURNING n.node_id, n.state
+      AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int))
+    RETURNING n.node_id, n.state, n.handlers
 )
 SELECT clock.now AS db_now, lead.leader,
        ((SELECT count(*) FROM job) + (SELECT count(*) FROM occurrence))::int AS reaped,
-       ARRAY(SELECT n.node_id
-             FROM pgpulse_nodes n
-             WHERE n.node_id <> %(node)s AND n.state = 'alive'
-               AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
-             UNION ALL
-             SELECT me.node_id FROM me WHERE me.state = 'alive') AS live
+       -- the live nodes and the handlers each advertises, as {"node": [handler, ...]}
+       (SELECT coalesce(json_object_agg(c.node_id, c.handlers), '{}')
+        FROM (SELECT n.node_id, n.handlers
+              FROM pgpulse_nodes n
+              WHERE n.node_id <> %(node)s AND n.state = 'alive'
+                AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
+              UNION ALL
+              SELECT me.node_id, me.handlers FROM me WHERE me.state = 'alive') AS c) AS live
 FROM clock, lead;
 
 -- name: stop_node
-UPDATE pgpulse_nodes
+-- A node says it stopped (its id is free at once): only its own row, not one another process
+-- took over (NULL pid: any).
+UPDATE pgpulse_nodes n
 SET state = 'stopped', running = 0, shards = '{}', last_heartbeat = coalesce(%(now)s::timestamptz, now())
-WHERE node_id = %(node)s;
+WHERE n.node_id = %(node)s
+  AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int));
 
 -- name: prune
--- Housekeeping (leader only): forget finished runs older than %(keep)s seconds, nodes that
--- have been silent for a day, and trigger and backfill batches as old whose occurrences have
--- all run (a job's overlap batch stays with it).
+-- Housekeeping (leader only): forget finished runs and audit-trail rows older than %(keep)s
+-- seconds (one retention for both), nodes that have been silent for a day, and trigger and
+-- backfill batches as old whose occurrences have all run (a job's overlap batch stays with it).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), runs AS (
@@ -412,11 +544,18 @@ WITH clock AS (
     USING clock
     WHERE n.last_heartbeat < clock.now - interval '1 day'
     RETURNING 1
+), history AS (
+    DELETE FROM pgpulse_job_history h
+    USING clock
+    WHERE h.at < clock.now - make_interval(secs => %(keep)s)
+    RETURNING 1
 )
-SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS nodes;
+SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS nodes,
+       (SELECT count(*) FROM history) AS history;
 
 -- name: upsert_job
--- Create or update job (tenant, name). A new job, or one whose schedule or time zone changed,
+-- Create or update job (tenant, name); Store.upsert_jobs sends it only for a definition that
+-- changes, so an update is always a new revision. A new job, or one whose schedule or time zone changed,
 -- gets %(scheduled_for)s as its next occurrence (planner.first_occurrence after the database's
 -- now, read in the same transaction); an unchanged schedule keeps the job's state, so
 -- re-importing is a no-op.
@@ -437,6 +576,7 @@ WITH found AS (
         retry_backoff = make_interval(secs => %(retry_backoff)s),
         timeout = make_interval(secs => %(timeout)s), source = %(source)s, meta = %(meta)s,
         overlap = %(overlap)s, max_concurrency = %(max_concurrency)s,
+        revision = j.revision + 1,
         anchor_at = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
                          THEN j.anchor_at ELSE %(anchor_at)s END,
         scheduled_for = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
@@ -454,7 +594,7 @@ WITH found AS (
         updated_at = now()
     FROM found
     WHERE j.id = found.job_id
-    RETURNING j.id, j.shard_id, false AS created
+    RETURNING j.id, j.shard_id, j.revision, false AS created
 ), inserted AS (
     INSERT INTO pgpulse_jobs (tenant, name, schedule, schedule_kind, timezone, handler, payload,
                                 catch_up, backfill_limit, misfire_grace, max_attempts,
@@ -468,25 +608,73 @@ WITH found AS (
            %(overlap)s::text, %(max_concurrency)s::integer, %(anchor_at)s::timestamptz,
            %(scheduled_for)s::timestamptz, %(scheduled_for)s::timestamptz
     WHERE NOT EXISTS (SELECT 1 FROM found)
-    RETURNING id, shard_id, true AS created
+    RETURNING id, shard_id, revision, true AS created
 )
-SELECT w.id, w.shard_id, w.created, pg_notify('pgpulse_wakeup', w.shard_id::text)
+SELECT w.id, w.shard_id, w.revision, w.created, pg_notify('pgpulse_wakeup', w.shard_id::text)
 FROM (SELECT * FROM updated UNION ALL SELECT * FROM inserted) w;
 
--- name: lock_jobs_by_name
--- The handler of each existing job among the names (%(tenants)s[i], %(names)s[i]), its row
--- locked until the end of the transaction: an upsert checks who may write each definition
--- against the job it replaces (pgpulse.access), and nothing changes that job in between. Rows
--- are locked in id order, as every statement over several job rows takes them.
-SELECT n.tenant, n.name, j.handler
+-- name: lock_definitions
+-- The definition (durations in seconds), revision and status of each existing job among the
+-- names (%(tenants)s[i], %(names)s[i]), each row locked until the end of the transaction: a
+-- write checks who may write each definition against the job it replaces (pgpulse.access) and
+-- diffs it (pgpulse.audit), and nothing changes that job in between. Found through
+-- pgpulse_job_names' primary key; rows are locked in id order, as every statement over
+-- several job rows takes them.
+SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
+       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
+       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
+       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
+       j.max_concurrency, j.revision, j.status
 FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
 JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
 JOIN pgpulse_jobs j ON j.id = n.job_id
 ORDER BY j.id
 FOR UPDATE OF j;
 
+-- name: lock_definitions_and_sources
+-- As lock_definitions, and also every job whose source is in %(sources)s (apply, crontab sync,
+-- a node's start: a scan of pgpulse_jobs, which has no index on source; see migration 0003).
+SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
+       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
+       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
+       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
+       j.max_concurrency, j.revision, j.status
+FROM pgpulse_jobs j
+WHERE j.id IN (SELECT n.job_id
+               FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
+               JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name)
+   OR j.source = ANY(%(sources)s::text[])
+ORDER BY j.id
+FOR UPDATE OF j;
+
+-- name: lock_source
+-- Serialise the writers of one source (pgpulse apply, crontab import --sync, a node declaring
+-- its app's jobs) until the end of the transaction: a second apply of the same files waits,
+-- then plans against what the first wrote. Key: the source's hash in the class 'pgpulse
+-- source' (two-key advisory locks; the leader lock uses the one-key space).
+SELECT pg_advisory_xact_lock(hashtext('pgpulse source'), hashtext(%(source)s));
+
+-- name: record_change
+-- One row of the audit trail, in the writing transaction (pgpulse.audit).
+INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                 changes)
+VALUES (%(job_id)s, %(tenant)s, %(name)s, coalesce(%(now)s::timestamptz, now()), %(action)s,
+        %(source)s, %(actor)s, %(revision)s, %(changes)s);
+
+-- name: rename_job
+-- crontab import --sync: an edited line keeps its job (id, history) under the name its new
+-- content gives (pgpulse_job_names follows through its trigger).
+UPDATE pgpulse_jobs SET name = %(new_name)s, updated_at = now()
+WHERE id = %(id)s;
+
 -- name: now
 SELECT now() AS db_now;
+
+-- name: session_read_only
+-- Whether this session's server refuses writes: a standby (an old primary rejoined) or a
+-- primary made read-only. Sessions that never write (LISTEN, a pool's idle connections) ask,
+-- and move (database.session_is_read_only).
+SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool AS read_only;
 
 -- name: get_job
 SELECT j.*, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
@@ -505,7 +693,9 @@ ORDER BY n.tenant, n.name;
 
 -- name: set_paused
 -- Pause (from idle or failed) or resume (from paused or failed, holding %(scheduled_for)s, the
--- next occurrence after now). A running job cannot change state here: the caller says so.
+-- next occurrence after now). A running job cannot change state here: the caller says so. The
+-- change (%(action)s: pause or resume) goes into the audit trail in the same statement.
+WITH changed AS (
 UPDATE pgpulse_jobs j
 SET status = %(status)s,
     scheduled_for = coalesce(%(scheduled_for)s, j.scheduled_for),
@@ -516,12 +706,21 @@ SET status = %(status)s,
     updated_at = now()
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
   AND j.status = ANY(%(from_status)s::text[])
-RETURNING j.id, j.status, pg_notify('pgpulse_wakeup', j.shard_id::text);
+RETURNING j.id, j.tenant, j.name, j.status, j.revision, j.shard_id
+), audit AS (
+INSERT INTO pgpulse_job_history (job_id, tenant, name, action, source, actor, revision)
+SELECT c.id, c.tenant, c.name, %(action)s, %(source)s, %(actor)s, c.revision
+FROM changed c
+)
+SELECT c.id, c.status, pg_notify('pgpulse_wakeup', c.shard_id::text)
+FROM changed c;
 
 -- name: trigger_job
 -- Trigger now: an idle job whose next occurrence is in the future gets an extra occurrence at the
 -- database's now; afterwards the schedule continues from that instant, which reaches the same
--- next occurrence. A job that is already due is left as it is (it runs now anyway).
+-- next occurrence. A job that is already due is left as it is (it runs now anyway). Recorded in
+-- the audit trail in the same statement.
+WITH changed AS (
 UPDATE pgpulse_jobs j
 SET scheduled_for = CASE WHEN j.scheduled_for > now() THEN now() ELSE j.scheduled_for END,
     run_id = CASE WHEN j.scheduled_for > now() THEN NULL ELSE j.run_id END,
@@ -529,25 +728,79 @@ SET scheduled_for = CASE WHEN j.scheduled_for > now() THEN now() ELSE j.schedule
     updated_at = now()
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
   AND j.status = 'idle'
-RETURNING j.id, j.scheduled_for, pg_notify('pgpulse_wakeup', j.shard_id::text);
+RETURNING j.id, j.tenant, j.name, j.scheduled_for, j.revision, j.shard_id
+), audit AS (
+INSERT INTO pgpulse_job_history (job_id, tenant, name, action, source, actor, revision,
+                                 changes)
+SELECT c.id, c.tenant, c.name, 'trigger', %(source)s, %(actor)s, c.revision,
+       jsonb_build_object('scheduled_for', jsonb_build_array(NULL, c.scheduled_for))
+FROM changed c
+)
+SELECT c.id, c.scheduled_for, pg_notify('pgpulse_wakeup', c.shard_id::text)
+FROM changed c;
 
 -- name: job_status
 SELECT j.status FROM pgpulse_jobs j
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
 
 -- name: delete_job
+-- Delete job %(id)s, or the job named (%(tenant)s, %(name)s) when %(id)s is null, and record it
+-- in the audit trail (which outlives the job) in the same statement; %(now)s only from tests.
+WITH removed AS (
 DELETE FROM pgpulse_jobs j
-WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
-RETURNING j.id;
+WHERE j.id = coalesce(%(id)s::bigint,
+                      (SELECT n.job_id FROM pgpulse_job_names n
+                       WHERE n.tenant = %(tenant)s AND n.name = %(name)s))
+RETURNING j.id, j.tenant, j.name, j.revision
+), audit AS (
+INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision)
+SELECT r.id, r.tenant, r.name, coalesce(%(now)s::timestamptz, now()), 'delete', %(source)s,
+       %(actor)s, r.revision
+FROM removed r
+)
+SELECT r.id, r.tenant, r.name FROM removed r;
+
+-- name: job_history
+-- The audit trail of the job named (%(tenant)s, %(name)s) now (under its earlier names too),
+-- and of deleted jobs that had that name, newest first.
+SELECT h.id, h.job_id, h.tenant, h.name, h.at, h.action, h.source, h.actor, h.revision,
+       h.changes
+FROM pgpulse_job_history h
+WHERE (h.tenant = %(tenant)s AND h.name = %(name)s)
+   OR h.job_id = (SELECT n.job_id FROM pgpulse_job_names n
+                  WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+ORDER BY h.id DESC
+LIMIT %(limit)s;
+
+-- name: job_history_by_id
+-- The audit trail of job %(job_id)s (of %(tenant)s, unless null), newest first.
+SELECT h.id, h.job_id, h.tenant, h.name, h.at, h.action, h.source, h.actor, h.revision,
+       h.changes
+FROM pgpulse_job_history h
+WHERE h.job_id = %(job_id)s
+  AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s)
+ORDER BY h.id DESC
+LIMIT %(limit)s;
 
 -- name: list_runs
--- Runs newest first, those running now included (pgpulse_runs_live). A skipped summary row stands
--- for its occurrences from scheduled_for through last_scheduled_for.
+-- Runs newest first, those running now included (pgpulse_runs_live), each with the revision of
+-- the definition it ran under. A skipped summary row stands for its occurrences from
+-- scheduled_for through last_scheduled_for. lag is from the start of the run's first attempt;
+-- earlier_attempts lists the attempts before the latest.
 SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.occurrences,
        coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for, r.node_id,
-       r.started_at,
+       r.started_at, r.first_started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
-       r.error, r.output, r.fencing_token, r.kind
+       extract(epoch FROM r.first_started_at - r.scheduled_for)::float8 AS lag,
+       r.error, r.output, r.fencing_token,
+       coalesce(r.earlier_attempts, '[]'::jsonb) AS earlier_attempts, r.attempt_ended_at, r.kind,
+       -- the definition's revision when the run started: the job's last audit-trail row
+       -- before it (revision 1 before any recorded change)
+       coalesce((SELECT h.revision FROM pgpulse_job_history h
+                 WHERE h.job_id = r.job_id
+                   AND h.at <= coalesce(r.started_at, r.finished_at, r.scheduled_for)
+                 ORDER BY h.id DESC
+                 LIMIT 1), 1) AS revision
 FROM pgpulse_runs_live r JOIN pgpulse_jobs j ON j.id = r.job_id
 WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
   AND (%(name)s::text IS NULL
@@ -567,7 +820,7 @@ SELECT n.node_id, n.hostname, n.pid,
        n.started_at, n.last_heartbeat, h.fresh AND n.state = 'alive' AS alive,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.shards ELSE '{}' END AS shards,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.running ELSE 0 END AS running,
-       n.slots, coalesce(n.ttl, %(ttl)s) AS ttl,
+       n.slots, coalesce(n.ttl, %(ttl)s) AS ttl, n.handlers, n.shell,
        -- A node holds the leader lock on its heartbeat session ('pgpulse:<id>:beat'). Names are
        -- cut to 63 characters, as PostgreSQL stores them.
        (SELECT a.application_name = left('pgpulse:' || n.node_id || ':beat', 63)
@@ -583,17 +836,64 @@ CROSS JOIN LATERAL (
 ORDER BY n.node_id;
 
 -- name: cluster_counts
--- Jobs by state, of one tenant or all, and how late the most overdue idle job is (seconds).
-SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
-       count(*) FILTER (WHERE status = 'running') AS running,
-       count(*) FILTER (WHERE status = 'paused') AS paused,
-       count(*) FILTER (WHERE status = 'failed') AS failed,
-       count(*) AS total,
-       extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
-                                                           AND next_run_at <= now()))::float8
-           AS max_lag
-FROM pgpulse_jobs
-WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
+-- Jobs by state, of one tenant or all, and how late the most overdue idle job is (seconds);
+-- `unroutable`: the idle jobs whose handler no live node advertises, by handler, as
+-- [{"handler": h, "jobs": n, "due": d}] (they wait for a node that has it: issue 18).
+-- failed: jobs that cannot be scheduled; failing: jobs whose last run failed or was fenced.
+WITH live AS (
+    SELECT DISTINCT unnest(n.handlers) AS handler
+    FROM pgpulse_nodes n
+    WHERE n.state = 'alive'
+      AND n.last_heartbeat > now() - make_interval(secs => coalesce(n.ttl, %(ttl)s::float8))
+), counts AS (
+    SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'paused') AS paused,
+           count(*) FILTER (WHERE status = 'failed') AS failed,
+           count(*) FILTER (WHERE last_outcome IN ('failed', 'fenced')) AS failing,
+           count(*) AS total,
+           extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
+                                                               AND next_run_at <= now()))::float8
+               AS max_lag
+    FROM pgpulse_jobs
+    WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+), unroutable AS (
+    SELECT j.handler, count(*) AS jobs, count(*) FILTER (WHERE j.next_run_at <= now()) AS due
+    FROM pgpulse_jobs j
+    WHERE j.status = 'idle'
+      AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+      AND j.handler NOT IN (SELECT handler FROM live)
+    GROUP BY j.handler
+)
+SELECT counts.*,
+       (SELECT coalesce(json_agg(json_build_object('handler', u.handler, 'jobs', u.jobs,
+                                                   'due', u.due)
+                                 ORDER BY u.handler), '[]')
+        FROM unroutable u) AS unroutable
+FROM counts;
 
 -- name: known_handlers
 SELECT DISTINCT unnest(handlers) AS handler FROM pgpulse_nodes;
+
+-- name: job_handlers
+-- The handler names stored jobs use (claim_due without handlers: tools and tests).
+SELECT DISTINCT j.handler FROM pgpulse_jobs j ORDER BY j.handler;
+
+-- name: declare_code
+-- What an app's code declares, written by each of its nodes at start (the last one wins).
+INSERT INTO pgpulse_code_declarations (source, tenant, names, node_id, declared_at)
+VALUES (%(source)s, %(tenant)s, %(names)s, %(node)s, now())
+ON CONFLICT (source) DO UPDATE
+SET tenant = excluded.tenant, names = excluded.names, node_id = excluded.node_id,
+    declared_at = excluded.declared_at;
+
+-- name: stale_code_jobs
+-- Jobs of a code source (`code:<app>`) that the app's code, as its last node to start declared
+-- it, no longer declares (of %(tenant)s, or all tenants): "declared by code no longer running".
+SELECT j.id, j.tenant, j.name, j.source, d.node_id, d.declared_at
+FROM pgpulse_jobs j
+JOIN pgpulse_code_declarations d ON d.source = j.source
+WHERE j.source LIKE 'code:%%'
+  AND NOT (j.tenant = d.tenant AND j.name = ANY(d.names))
+  AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+ORDER BY j.tenant, j.name;

@@ -82,6 +82,39 @@ ALTER TABLE public.pgpulse_batches ALTER COLUMN id ADD GENERATED ALWAYS AS IDENT
     CACHE 1
 );
 
+CREATE TABLE public.pgpulse_code_declarations (
+    source text NOT NULL,
+    tenant text NOT NULL,
+    names text[] NOT NULL,
+    node_id text NOT NULL,
+    declared_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_code_declarations_source_check CHECK ((source ~~ 'code:%'::text))
+);
+
+CREATE TABLE public.pgpulse_job_history (
+    id bigint NOT NULL,
+    job_id bigint NOT NULL,
+    tenant text NOT NULL,
+    name text NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    action text NOT NULL,
+    source text NOT NULL,
+    actor text NOT NULL,
+    revision integer NOT NULL,
+    changes jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT pgpulse_job_history_action_check CHECK ((action = ANY (ARRAY['create'::text, 'update'::text, 'pause'::text, 'resume'::text, 'trigger'::text, 'backfill'::text, 'delete'::text]))),
+    CONSTRAINT pgpulse_job_history_changes_check CHECK ((jsonb_typeof(changes) = 'object'::text))
+);
+
+ALTER TABLE public.pgpulse_job_history ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_job_history_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.pgpulse_job_names (
     tenant text NOT NULL,
     name text NOT NULL,
@@ -121,6 +154,7 @@ CREATE TABLE public.pgpulse_jobs (
     last_finished_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    revision integer DEFAULT 1 NOT NULL,
     overlap text DEFAULT 'forbid'::text NOT NULL,
     max_concurrency integer,
     CONSTRAINT pgpulse_jobs_backfill_limit_check CHECK ((backfill_limit > 0)),
@@ -156,6 +190,8 @@ CREATE TABLE public.pgpulse_nodes (
     slots integer DEFAULT 0 NOT NULL,
     handlers text[] DEFAULT '{}'::text[] NOT NULL,
     ttl double precision,
+    shell text DEFAULT 'off'::text NOT NULL,
+    CONSTRAINT pgpulse_nodes_shell_check CHECK ((shell = ANY (ARRAY['off'::text, 'run'::text, 'dry-run'::text]))),
     CONSTRAINT pgpulse_nodes_state_check CHECK ((state = ANY (ARRAY['alive'::text, 'draining'::text, 'stopped'::text]))),
     CONSTRAINT pgpulse_nodes_ttl_check CHECK ((ttl > (0)::double precision))
 );
@@ -194,6 +230,8 @@ CREATE TABLE public.pgpulse_runs (
     output text,
     occurrences bigint DEFAULT 1 NOT NULL,
     last_scheduled_for timestamp with time zone,
+    earlier_attempts jsonb,
+    attempt_ended_at timestamp with time zone,
     kind text DEFAULT 'scheduled'::text NOT NULL,
     batch_id bigint,
     CONSTRAINT pgpulse_runs_kind_check CHECK ((kind = ANY (ARRAY['scheduled'::text, 'trigger'::text, 'backfill'::text]))),
@@ -224,6 +262,9 @@ CREATE VIEW public.pgpulse_runs_live AS
     r.output,
     r.occurrences,
     r.last_scheduled_for,
+    r.earlier_attempts,
+    r.attempt_ended_at,
+    COALESCE((((r.earlier_attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, r.started_at) AS first_started_at,
     r.kind
    FROM public.pgpulse_runs r
   WHERE ((NOT (EXISTS ( SELECT 1
@@ -245,8 +286,14 @@ UNION ALL
     NULL::text AS output,
     (1)::bigint AS occurrences,
     NULL::timestamp with time zone AS last_scheduled_for,
+    prior.attempts AS earlier_attempts,
+    NULL::timestamp with time zone AS attempt_ended_at,
+    COALESCE((((prior.attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, j.claimed_at) AS first_started_at,
     'scheduled'::text AS kind
-   FROM public.pgpulse_jobs j
+   FROM (public.pgpulse_jobs j
+     LEFT JOIN LATERAL ( SELECT (COALESCE(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token, 'started_at', p.started_at, 'ended_at', p.attempt_ended_at, 'outcome', p.outcome, 'error', p.error, 'output', p.output))) AS attempts
+           FROM public.pgpulse_runs p
+          WHERE ((p.job_id = j.id) AND (p.scheduled_for = j.scheduled_for) AND (p.kind = 'scheduled'::text) AND (p.started_at IS NOT NULL))) prior ON (true))
   WHERE (j.status = 'running'::text)
 UNION ALL
  SELECT o.id,
@@ -262,8 +309,14 @@ UNION ALL
     NULL::text AS output,
     (1)::bigint AS occurrences,
     NULL::timestamp with time zone AS last_scheduled_for,
+    prior.attempts AS earlier_attempts,
+    NULL::timestamp with time zone AS attempt_ended_at,
+    COALESCE((((prior.attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, o.claimed_at) AS first_started_at,
     o.kind
-   FROM public.pgpulse_occurrences o
+   FROM (public.pgpulse_occurrences o
+     LEFT JOIN LATERAL ( SELECT (COALESCE(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token, 'started_at', p.started_at, 'ended_at', p.attempt_ended_at, 'outcome', p.outcome, 'error', p.error, 'output', p.output))) AS attempts
+           FROM public.pgpulse_runs p
+          WHERE ((p.id = o.id) AND (p.started_at IS NOT NULL))) prior ON (true))
   WHERE (o.lease_expires_at IS NOT NULL);
 
 ALTER TABLE ONLY public.pgpulse_api_tokens
@@ -274,6 +327,12 @@ ALTER TABLE ONLY public.pgpulse_api_tokens
 
 ALTER TABLE ONLY public.pgpulse_batches
     ADD CONSTRAINT pgpulse_batches_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pgpulse_code_declarations
+    ADD CONSTRAINT pgpulse_code_declarations_pkey PRIMARY KEY (source);
+
+ALTER TABLE ONLY public.pgpulse_job_history
+    ADD CONSTRAINT pgpulse_job_history_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.pgpulse_job_names
     ADD CONSTRAINT pgpulse_job_names_job_id_key UNIQUE (job_id);
@@ -297,7 +356,13 @@ CREATE INDEX pgpulse_batches_job ON public.pgpulse_batches USING btree (job_id);
 
 CREATE UNIQUE INDEX pgpulse_batches_overlap ON public.pgpulse_batches USING btree (job_id) WHERE (kind = 'overlap'::text);
 
-CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (next_run_at, shard_id) WHERE (status = 'idle'::text);
+CREATE INDEX pgpulse_job_history_at ON public.pgpulse_job_history USING btree (at);
+
+CREATE INDEX pgpulse_job_history_job ON public.pgpulse_job_history USING btree (job_id, id DESC);
+
+CREATE INDEX pgpulse_job_history_name ON public.pgpulse_job_history USING btree (tenant, name, id DESC);
+
+CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (handler, next_run_at, shard_id) WHERE (status = 'idle'::text);
 
 CREATE INDEX pgpulse_jobs_leases ON public.pgpulse_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 

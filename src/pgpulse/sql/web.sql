@@ -12,7 +12,7 @@ RETURNING id, prefix, tenant, admin, label, created_at;
 -- The live (unrevoked) token with this hash: one round trip per request, so a revocation takes
 -- effect on the next request. last_used_at is touched at most once a minute.
 WITH found AS (
-    SELECT id, tenant, admin, last_used_at
+    SELECT id, tenant, admin, label, last_used_at
     FROM pgpulse_api_tokens
     WHERE token_sha256 = %(hash)s AND revoked_at IS NULL
 ), touched AS (
@@ -23,7 +23,7 @@ WITH found AS (
       AND (found.last_used_at IS NULL OR found.last_used_at < now() - interval '60 seconds')
     RETURNING t.id
 )
-SELECT found.id, found.tenant, found.admin FROM found;
+SELECT found.id, found.tenant, found.admin, found.label FROM found;
 
 -- name: token_revoke
 UPDATE pgpulse_api_tokens
@@ -38,23 +38,34 @@ ORDER BY id;
 
 -- name: jobs
 -- A page of jobs in (tenant, name) order after the keyset cursor, with how late the job is now
--- (due_lag, seconds; NULL unless idle and due) and the lag and duration of its latest started
--- run. %(id)s selects one job (show); the other filters are optional. Pages are read in the
+-- (due_lag, seconds; NULL unless idle and due) and the lag (from its first attempt) and duration
+-- of its latest started run, and whether it is unroutable: idle, and no live node advertises its
+-- handler (it waits for one: issue 18; a node row that recorded no time-to-live is judged by
+-- NodeConfig's default, 10 s). %(id)s selects one job (show); the other filters are optional:
+-- %(q)s finds the text in the name or the handler, case-insensitively. Pages are read in the
 -- order of pgpulse_job_names' primary key.
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
        extract(epoch FROM j.timeout)::float8 AS timeout, j.overlap, j.max_concurrency,
-       j.source, j.status, j.anchor_at,
+       j.source, j.revision, j.status, j.anchor_at,
        j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.lease_expires_at,
        j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
             THEN extract(epoch FROM now() - j.next_run_at)::float8 END AS due_lag,
-       last.lag AS last_lag, last.duration AS last_duration
+       last.lag AS last_lag, last.duration AS last_duration,
+       j.status = 'idle' AND NOT EXISTS (
+           SELECT 1
+           FROM pgpulse_nodes AS p
+           WHERE j.handler = ANY(p.handlers)
+             AND p.state = 'alive'
+             AND p.last_heartbeat > now() - make_interval(secs => coalesce(p.ttl, 10))
+       ) AS unroutable
 FROM pgpulse_job_names n
 JOIN pgpulse_jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
-    SELECT extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
+    SELECT extract(epoch FROM coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz,
+                                       r.started_at) - r.scheduled_for)::float8 AS lag,
            extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration
     FROM pgpulse_runs r
     WHERE r.job_id = j.id AND r.started_at IS NOT NULL
@@ -65,7 +76,12 @@ WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
   AND (%(id)s::bigint IS NULL OR n.job_id = %(id)s)
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
+  AND (%(source)s::text IS NULL OR j.source = %(source)s)
+  AND (%(last_outcome)s::text IS NULL OR j.last_outcome = %(last_outcome)s)
   AND (%(name_prefix)s::text IS NULL OR starts_with(n.name, %(name_prefix)s))
+  AND (%(q)s::text IS NULL
+       OR strpos(lower(n.name), lower(%(q)s)) > 0
+       OR strpos(lower(j.handler), lower(%(q)s)) > 0)
   AND (%(after_tenant)s::text IS NULL OR (n.tenant, n.name) > (%(after_tenant)s, %(after_name)s))
 ORDER BY n.tenant, n.name
 LIMIT %(limit)s;
@@ -73,26 +89,205 @@ LIMIT %(limit)s;
 -- name: runs
 -- A page of runs, newest first (id order), after the keyset cursor %(before_id)s. The time range
 -- applies to scheduled_for (the occurrence), half-open: since <= scheduled_for < until.
--- lag = started_at - scheduled_for of the latest attempt; output only when %(with_output)s.
--- Runs in progress are included (pgpulse_runs_live: outcome 'running'). A skipped summary row stands
+-- lag = first_started_at - scheduled_for: from the run's FIRST attempt (a retried run that
+-- started on time is not late); duration = finished_at - started_at of its latest attempt.
+-- earlier_attempts lists the attempts before the latest (migration run_attempts). The job
+-- filters (handler, source, %(q)s in the name) apply to the run's job. Runs in progress are
+-- included, as pgpulse_runs_live shows them (outcome 'running'). A skipped summary row stands
 -- for its occurrences from scheduled_for through last_scheduled_for.
-SELECT r.id, r.job_id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.node_id,
-       r.occurrences, coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for,
-       r.fencing_token, r.started_at, r.finished_at,
-       extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
-       extract(epoch FROM r.started_at - r.scheduled_for)::float8 AS lag,
-       r.error, CASE WHEN %(with_output)s THEN r.output END AS output, r.kind
-FROM pgpulse_runs_live r
-JOIN pgpulse_jobs j ON j.id = r.job_id
-WHERE (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
-  AND (%(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s)
-  AND (%(run_id)s::bigint IS NULL OR r.id = %(run_id)s)
-  AND (%(outcome)s::text IS NULL OR r.outcome = %(outcome)s)
-  AND (%(since)s::timestamptz IS NULL OR r.scheduled_for >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR r.scheduled_for < %(until)s)
-  AND (%(before_id)s::bigint IS NULL OR r.id < %(before_id)s)
-ORDER BY r.id DESC
+-- The view's two parts are read apart, each ordered and limited. Recorded runs: pgpulse_runs
+-- walked backwards on its primary key (or pgpulse_runs_recent for one job), stopping at the
+-- page's end, with the view's rule (hide the row of an occurrence running again) as a test on
+-- the joined job row; ORDER BY over the view instead sorted every run kept (0.6 s a page at
+-- 200,000 runs). Running attempts: one row per running job (pgpulse_jobs_leases), and one per
+-- running extra occurrence (pgpulse_occurrences_leases), whose run row is hidden meanwhile.
+SELECT p.*,
+       coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
+       extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
+       extract(epoch FROM p.first_started_at - p.scheduled_for)::float8 AS lag,
+       coalesce(p.earlier_attempts, '[]'::jsonb) AS earlier_attempts,
+       -- the definition's revision when the run started (queries.sql, list_runs)
+       coalesce((SELECT h.revision FROM pgpulse_job_history h
+                 WHERE h.job_id = p.job_id
+                   AND h.at <= coalesce(p.started_at, p.finished_at, p.scheduled_for)
+                 ORDER BY h.id DESC
+                 LIMIT 1), 1) AS revision
+FROM (
+    (SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
+           r.outcome, r.node_id, r.occurrences, r.last_scheduled_for, r.fencing_token,
+           r.started_at, r.finished_at, coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz, r.started_at) AS first_started_at,
+           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind
+    FROM pgpulse_runs r
+    JOIN pgpulse_jobs j ON j.id = r.job_id
+    WHERE NOT (j.status = 'running' AND j.scheduled_for = r.scheduled_for
+               AND r.kind = 'scheduled')
+      AND NOT EXISTS (SELECT 1 FROM pgpulse_occurrences o
+                      WHERE o.id = r.id AND o.lease_expires_at IS NOT NULL)
+      AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+      AND (%(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s)
+      AND (%(run_id)s::bigint IS NULL OR r.id = %(run_id)s)
+      AND (%(outcome)s::text IS NULL OR r.outcome = %(outcome)s)
+      AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
+      AND (%(source)s::text IS NULL OR j.source = %(source)s)
+      AND (%(q)s::text IS NULL OR strpos(lower(j.name), lower(%(q)s)) > 0)
+      AND (%(since)s::timestamptz IS NULL OR r.scheduled_for >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR r.scheduled_for < %(until)s)
+      AND (%(before_id)s::bigint IS NULL OR r.id < %(before_id)s)
+    ORDER BY r.id DESC
+    LIMIT %(limit)s)
+    UNION ALL
+    (SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
+           r.outcome, r.node_id, r.occurrences, r.last_scheduled_for, r.fencing_token,
+           r.started_at, r.finished_at, r.first_started_at AS first_started_at,
+           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind
+    FROM pgpulse_jobs j
+    CROSS JOIN LATERAL (
+        -- pgpulse_runs_live's running part, for this job (through the view, the planner may
+        -- scan pgpulse_runs for stored rows whose outcome is 'running')
+        SELECT j.run_id AS id, j.id AS job_id, j.scheduled_for, j.attempt AS attempts,
+               'running'::text AS outcome, j.locked_by AS node_id, 1::bigint AS occurrences,
+               NULL::timestamptz AS last_scheduled_for, j.fencing_token,
+               j.claimed_at AS started_at, NULL::timestamptz AS finished_at,
+               coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, j.claimed_at)
+                   AS first_started_at,
+               NULL::timestamptz AS attempt_ended_at, NULL::text AS error, NULL::text AS output,
+               prior.attempts AS earlier_attempts, 'scheduled'::text AS kind
+        FROM (SELECT 1) one
+        LEFT JOIN LATERAL (
+            SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                       jsonb_build_object(
+                           'attempt', p.attempts, 'node_id', p.node_id,
+                           'fencing_token', p.fencing_token, 'started_at', p.started_at,
+                           'ended_at', p.attempt_ended_at, 'outcome', p.outcome,
+                           'error', p.error, 'output', p.output)) AS attempts
+            FROM pgpulse_runs p
+            WHERE p.job_id = j.id
+              AND p.scheduled_for = j.scheduled_for
+              AND p.kind = 'scheduled'
+              AND p.started_at IS NOT NULL
+        ) prior ON true
+    ) r
+    WHERE j.status = 'running'
+      AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+      AND (%(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s)
+      AND (%(run_id)s::bigint IS NULL OR r.id = %(run_id)s)
+      AND (%(outcome)s::text IS NULL OR r.outcome = %(outcome)s)
+      AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
+      AND (%(source)s::text IS NULL OR j.source = %(source)s)
+      AND (%(q)s::text IS NULL OR strpos(lower(j.name), lower(%(q)s)) > 0)
+      AND (%(since)s::timestamptz IS NULL OR r.scheduled_for >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR r.scheduled_for < %(until)s)
+      AND (%(before_id)s::bigint IS NULL OR r.id < %(before_id)s))
+    UNION ALL
+    (SELECT o.id, o.job_id, j.tenant, j.name, j.handler, j.source, o.scheduled_for,
+           o.attempt, 'running'::text, o.locked_by, 1::bigint, NULL::timestamptz,
+           o.fencing_token, o.claimed_at, NULL::timestamptz,
+           coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, o.claimed_at),
+           NULL::timestamptz, NULL::text, NULL::text, prior.attempts, o.kind
+    -- pgpulse_runs_live's running extra occurrences (few rows: pgpulse_occurrences_leases)
+    FROM pgpulse_occurrences o
+    JOIN pgpulse_jobs j ON j.id = o.job_id
+    LEFT JOIN LATERAL (
+        SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                   jsonb_build_object(
+                       'attempt', p.attempts, 'node_id', p.node_id,
+                       'fencing_token', p.fencing_token, 'started_at', p.started_at,
+                       'ended_at', p.attempt_ended_at, 'outcome', p.outcome,
+                       'error', p.error, 'output', p.output)) AS attempts
+        FROM pgpulse_runs p
+        WHERE p.id = o.id
+          AND p.started_at IS NOT NULL
+    ) prior ON true
+    WHERE o.lease_expires_at IS NOT NULL
+      AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+      AND (%(job_id)s::bigint IS NULL OR o.job_id = %(job_id)s)
+      AND (%(run_id)s::bigint IS NULL OR o.id = %(run_id)s)
+      AND (%(outcome)s::text IS NULL OR %(outcome)s = 'running')
+      AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
+      AND (%(source)s::text IS NULL OR j.source = %(source)s)
+      AND (%(q)s::text IS NULL OR strpos(lower(j.name), lower(%(q)s)) > 0)
+      AND (%(since)s::timestamptz IS NULL OR o.scheduled_for >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR o.scheduled_for < %(until)s)
+      AND (%(before_id)s::bigint IS NULL OR o.id < %(before_id)s))
+) p
+ORDER BY p.id DESC
 LIMIT %(limit)s;
+
+-- name: grid_runs
+-- The runs of job %(job_id)s whose occurrences fall in (%(after)s, %(until)s], oldest first
+-- (the occurrence grid): the recorded ones (as for `runs`, the row of an occurrence running
+-- again is hidden), the attempt running now, and the skipped summary that starts at or before
+-- %(after)s and reaches into the range: it can only be the newest row starting there, as rows
+-- never overlap. The schedule's own runs only (kind 'scheduled': a trigger's or a backfill's run
+-- is a row of its own beside them). Every part is found on pgpulse_runs' (job_id,
+-- scheduled_for) key (pgpulse_runs_occurrence, of those rows) or the job's primary key; at most
+-- %(limit)s rows.
+SELECT g.id, g.scheduled_for, g.outcome, g.attempts, g.node_id, g.occurrences,
+       coalesce(g.last_scheduled_for, g.scheduled_for) AS last_scheduled_for,
+       g.started_at, g.finished_at, g.error,
+       extract(epoch FROM g.finished_at - g.started_at)::float8 AS duration,
+       extract(epoch FROM g.first_started_at - g.scheduled_for)::float8 AS lag
+FROM (
+    (SELECT r.id, r.scheduled_for, r.outcome, r.attempts, r.node_id, r.occurrences,
+            r.last_scheduled_for, r.started_at, r.finished_at, r.error,
+            coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz, r.started_at) AS first_started_at
+    FROM pgpulse_runs r
+    JOIN pgpulse_jobs j ON j.id = r.job_id
+    WHERE r.job_id = %(job_id)s
+      AND r.scheduled_for > %(after)s
+      AND r.scheduled_for <= %(until)s
+      AND r.kind = 'scheduled'
+      AND NOT (j.status = 'running' AND j.scheduled_for = r.scheduled_for)
+    ORDER BY r.scheduled_for
+    LIMIT %(limit)s)
+    UNION ALL
+    (SELECT j.run_id, j.scheduled_for, 'running', j.attempt, j.locked_by, 1::bigint,
+            NULL::timestamptz, j.claimed_at, NULL::timestamptz, NULL::text,
+            coalesce(
+                (SELECT (p.earlier_attempts -> 0 ->> 'started_at')::timestamptz
+                 FROM pgpulse_runs p
+                 WHERE p.job_id = j.id AND p.scheduled_for = j.scheduled_for
+                   AND p.kind = 'scheduled'),
+                (SELECT p.started_at
+                 FROM pgpulse_runs p
+                 WHERE p.job_id = j.id AND p.scheduled_for = j.scheduled_for
+                   AND p.kind = 'scheduled'),
+                j.claimed_at)
+    -- pgpulse_runs_live's running part, for this job
+    FROM pgpulse_jobs j
+    WHERE j.id = %(job_id)s
+      AND j.status = 'running'
+      AND j.scheduled_for > %(after)s
+      AND j.scheduled_for <= %(until)s)
+    UNION ALL
+    (SELECT r.id, r.scheduled_for, r.outcome, r.attempts, r.node_id, r.occurrences,
+            r.last_scheduled_for, r.started_at, r.finished_at, r.error, r.started_at
+    FROM pgpulse_runs r
+    WHERE r.job_id = %(job_id)s
+      AND r.scheduled_for <= %(after)s
+      AND r.kind = 'scheduled'
+    ORDER BY r.scheduled_for DESC
+    LIMIT 1)
+) g
+WHERE g.scheduled_for > %(after)s
+   OR (g.outcome = 'skipped' AND g.last_scheduled_for > %(after)s)
+ORDER BY g.scheduled_for
+LIMIT %(limit)s;
+
+-- name: recent_runs
+-- The newest %(per_job)s recorded runs of each job of %(job_ids)s (the jobs page's strip of
+-- recent outcomes; the caller passes only jobs its token may see), oldest first per job: one
+-- walk of pgpulse_runs_recent per job.
+SELECT r.job_id, r.id, r.outcome, r.scheduled_for, r.occurrences, r.error
+FROM unnest(%(job_ids)s::bigint[]) AS wanted (id)
+CROSS JOIN LATERAL (
+    SELECT r.job_id, r.id, r.outcome, r.scheduled_for, r.occurrences, r.error
+    FROM pgpulse_runs r
+    WHERE r.job_id = wanted.id
+    ORDER BY r.id DESC
+    LIMIT %(per_job)s
+) r
+ORDER BY r.job_id, r.id;
 
 -- name: attention
 -- Jobs that need a person: failed (cannot be scheduled), last run failed or fenced, or idle and

@@ -26,6 +26,7 @@ from pgpulse.web.schemas import (
     BackfillRequest,
     Cluster,
     Error,
+    History,
     Job,
     JobCreate,
     JobPage,
@@ -49,6 +50,15 @@ JobId = Annotated[int, Path(ge=1, le=2**63 - 1, examples=[1], description="The j
 RunId = Annotated[int, Path(ge=1, le=2**63 - 1, examples=[1], description="The run's id.")]
 Text = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 Limit = Annotated[int, Query(ge=1, le=500, description="Items per page.")]
+Search = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\x00-\x1f]+$",
+        description="Text in the job's name (jobs: or its handler), case-insensitively.",
+    ),
+]
 Cursor = Annotated[
     str | None,
     Query(min_length=1, max_length=1000, description="next_cursor of the previous page."),
@@ -103,19 +113,26 @@ async def list_jobs(
     tenant: Text = None,
     status: Status | None = None,
     handler: Text = None,
+    source: Text = None,
+    last_outcome: Outcome | None = None,
     name_prefix: Text = None,
+    q: Search = None,
     cursor: Cursor = None,
     limit: Limit = 50,
 ) -> dict[str, Any]:
-    """Jobs in (tenant, name) order, filtered; a tenant token sees only its tenant."""
+    """Jobs in (tenant, name) order, filtered (every filter given applies); a tenant token
+    sees only its tenant."""
     if tenant is not None and not who.sees(tenant):
         return {"items": [], "next_cursor": None}
     after = decode_job_cursor(cursor) if cursor else None
-    rows = await ctx.service.reads.jobs(
+    rows = await ctx.service.lists.jobs(
         tenant=tenant or who.scope,
         status=status,
         handler=handler,
+        source=source,
+        last_outcome=last_outcome,
         name_prefix=name_prefix,
+        q=q,
         after=after,
         limit=limit + 1,
     )
@@ -257,7 +274,13 @@ async def _runs(
     until: AwareDatetime | None,
     cursor: str | None,
     limit: int,
+    tenant: str | None = None,
+    handler: str | None = None,
+    source: str | None = None,
+    q: str | None = None,
 ) -> dict[str, Any]:
+    if tenant is not None and not who.sees(tenant):
+        return {"items": [], "next_cursor": None}
     before = None
     if cursor is not None:
         if not cursor.isdigit() or not 0 < int(cursor) < 2**63:
@@ -267,10 +290,13 @@ async def _runs(
                 value=cursor,
             )
         before = int(cursor)
-    rows = await ctx.service.reads.runs(
-        tenant=who.scope,
+    rows = await ctx.service.lists.runs(
+        tenant=tenant or who.scope,
         job_id=job_id,
         outcome=outcome,
+        handler=handler,
+        source=source,
+        q=q,
         since=since,
         until=until,
         before_id=before,
@@ -305,16 +331,25 @@ async def list_runs(
     who: Who,
     ctx: Ctx,
     job_id: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    tenant: Text = None,
     outcome: Outcome | None = None,
+    handler: Text = None,
+    source: Text = None,
+    q: Search = None,
     since: Since = None,
     until: Until = None,
     cursor: Cursor = None,
     limit: Limit = 50,
 ) -> dict[str, Any]:
-    """Runs newest first, by job, outcome and a range of scheduled_for."""
+    """Runs newest first, by job, tenant, outcome, the job's handler, source or name (``q``)
+    and a range of scheduled_for; each with its output and every attempt."""
     return await _runs(
         ctx,
         who,
+        tenant=tenant,
+        handler=handler,
+        source=source,
+        q=q,
         job_id=job_id,
         outcome=outcome,
         since=since,
@@ -354,9 +389,21 @@ async def list_job_runs(
     )
 
 
+@router.get(
+    "/jobs/{job_id}/history",
+    response_model=History,
+    responses={404: _ERR},
+    summary="A job's audit trail",
+)
+async def job_history(job_id: JobId, who: Who, ctx: Ctx, limit: Limit = 100) -> dict[str, Any]:
+    """Every create, update, pause, resume, trigger of the job, newest first: when (the
+    database's clock), source, actor, revision and the changed fields (404 if not visible)."""
+    return {"items": await ctx.service.history(who, job_id, limit)}
+
+
 @router.get("/runs/{run_id}", response_model=Run, responses={404: _ERR}, summary="Show a run")
 async def get_run(run_id: RunId, who: Who, ctx: Ctx) -> dict[str, Any]:
-    """One run with its attempts count, output and error."""
+    """One run with its output, error and every attempt (node, start, end, outcome, error)."""
     return await ctx.service.run(who, run_id)
 
 

@@ -20,6 +20,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from pgpulse.audit import Actor
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, PulseError
 from pgpulse.sql import load_queries
@@ -47,11 +48,18 @@ class Principal:
         token_id: the token's row id.
         tenant: the token's tenant (``None`` for an admin token created without one).
         admin: admin tokens see every tenant and may manage ``shell`` jobs.
+        label: the token's label (``token create --label``), named in the audit trail.
     """
 
     token_id: int
     tenant: str | None
     admin: bool
+    label: str = ""
+
+    @property
+    def actor(self) -> Actor:
+        """Who this principal is in the audit trail: ``token:<id>`` and its label."""
+        return Actor("api", f"token:{self.token_id}" + (f" ({self.label})" if self.label else ""))
 
     @property
     def scope(self) -> str | None:
@@ -113,9 +121,16 @@ class TokenStore:
             label: free text shown by ``pgpulse token list``.
 
         Raises:
-            InvalidInput: no tenant for a tenant token, or a malformed tenant or label
-                (``field`` names it).
+            InvalidInput: no tenant for a tenant token, a tenant for an admin token (an admin
+                token sees every tenant: a tenant would read as a limit it does not have), or
+                a malformed tenant or label (``field`` names it).
         """
+        if tenant is not None and admin:
+            raise InvalidInput(
+                f"an --admin token sees every tenant; drop --tenant {tenant!r} (or --admin)",
+                field="tenant",
+                value=tenant,
+            )
         if tenant is None and not admin:
             raise InvalidInput(
                 "a tenant token needs --tenant (or create an --admin token)",
@@ -165,7 +180,8 @@ class TokenStore:
         rows = await self._rows("token_authenticate", {"hash": hash_token(token)})
         if not rows:
             return None
-        return Principal(rows[0]["id"], rows[0]["tenant"], rows[0]["admin"])
+        row = rows[0]
+        return Principal(row["id"], row["tenant"], row["admin"], row["label"])
 
     async def revoke(self, token_id: int) -> dict[str, Any]:
         """Revoke token ``token_id`` at once; return its row.

@@ -47,6 +47,7 @@ def serve(obj: dict[str, Any], /, listen: str, **options: Any) -> None:
             data_dir=obj["data_dir"],
             application_name="pgpulse:serve",
             max_size=8,
+            read_url=obj["read_database_url"],
         ) as store:
             await serve_app(store, listen, settings, lambda line: click.echo(line, err=True))
 
@@ -72,7 +73,12 @@ def run_node_with_web(
 
     async def main() -> None:
         async with web_sidecar(
-            database_url, data_dir, metrics=metrics, http=http, settings=settings
+            database_url,
+            data_dir,
+            metrics=metrics,
+            http=http,
+            settings=settings,
+            read_url=obj["read_database_url"],
         ):
             await app.run_node(database_url, data_dir=data_dir, config=config)
 

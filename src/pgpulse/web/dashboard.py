@@ -1,11 +1,13 @@
 """The dashboard (``/ui``): server-rendered pages, signed in with an API token.
 
-Pages: jobs (status, schedule in words and as expression, next occurrence in the job's zone,
-last outcome, lag; failures that need attention), one job (definition, next occurrences, a chart
-of duration and lag over time, run history), and the cluster (nodes, shards, heartbeats, the
-leader). Each page's live part is re-fetched as an HTML fragment (``?fragment=1``) every few
-seconds by ``static/pulse.js``, so it updates itself without a full reload; without JavaScript
-the pages and the pause, resume and trigger buttons still work (plain forms).
+Pages: jobs (searched, filtered and paginated: status, schedule in words and as expression, next
+occurrence in the job's zone, last outcome, lag; failures that need attention), one job
+(definition, next occurrences, its occurrence grid, a chart of duration and lag over time, run
+history), and the cluster (nodes with their handlers, shards, heartbeats, the leader, a shard
+map); the runs and run pages and the alerts slot are in :mod:`pgpulse.web.pages`. Each page's
+live part is re-fetched as an HTML fragment (``?fragment=1``) every few seconds by
+``static/pulse.js``, so it updates itself without a full reload; without JavaScript the pages
+and the pause, resume and trigger buttons still work (plain forms).
 
 Sign-in stores the token in an ``HttpOnly``, ``SameSite=Strict`` cookie scoped to ``/ui``; the
 token is checked on every request, so a revoked token signs the browser out at once. Buttons
@@ -28,10 +30,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 
 from pgpulse.errors import PulseError
+from pgpulse.web import grid
 from pgpulse.web.auth import Principal, csrf_token
 from pgpulse.web.charts import Point, run_chart
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import error_body, status_of
+from pgpulse.web.filters import OUTCOMES, PAGE_SIZE, STATUSES, choice, next_link, text
+from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
 from pgpulse.web.service import present_job
 
 COOKIE = "pgpulse_token"
@@ -60,8 +65,13 @@ def _when(value: datetime | None) -> str:
     return "–" if value is None else value.isoformat(sep=" ", timespec="seconds")
 
 
+def _when_ms(value: datetime | None) -> str:
+    return "–" if value is None else value.isoformat(sep=" ", timespec="milliseconds")
+
+
 templates.env.filters["seconds"] = _seconds
 templates.env.filters["when"] = _when
+templates.env.filters["when_ms"] = _when_ms
 
 
 class SignIn(Exception):
@@ -81,7 +91,9 @@ async def signed_in(request: Request) -> tuple[Principal, str]:
 Session = Annotated[tuple[Principal, str], Depends(signed_in)]
 
 
-def _page(request: Request, name: str, who: Principal, token: str, **data: Any) -> HTMLResponse:
+def page(request: Request, name: str, who: Principal, token: str, **data: Any) -> HTMLResponse:
+    """Render page ``name`` (``name.html``), or its live part alone (``_name.html``) for the
+    refresh script's ``?fragment=1``, with the signed-in context every template uses."""
     fragment = request.query_params.get("fragment") == "1"
     ctx: WebContext = request.app.state.pulse
     return templates.TemplateResponse(
@@ -168,48 +180,112 @@ async def logout(request: Request) -> Response:
 
 @router.get("/", response_class=HTMLResponse)
 async def jobs_page(request: Request, session: Session) -> HTMLResponse:
-    """Every visible job, the failures that need attention and the job counts."""
+    """The visible jobs, searched (``q``: name or handler) and filtered (tenant for an admin,
+    status, handler, source, last outcome), a page at a time; the failures that need attention
+    and the job counts."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
-    rows = await ctx.service.reads.jobs(tenant=who.scope, limit=500)
-    return _page(
+    tenant = text(request, "tenant") if who.admin else None
+    filters = {
+        "q": text(request, "q"),
+        "status": choice(request, "status", STATUSES),
+        "handler": text(request, "handler"),
+        "source": text(request, "source"),
+        "last_outcome": choice(request, "last_outcome", OUTCOMES),
+    }
+    cursor = text(request, "cursor")
+    rows = await ctx.service.lists.jobs(
+        tenant=tenant or who.scope,
+        after=decode_job_cursor(cursor) if cursor else None,
+        limit=PAGE_SIZE + 1,
+        **filters,
+    )
+    more = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    last = rows[-1] if rows else None
+    return page(
         request,
         "jobs",
         who,
         token,
         jobs=[present_job(r) for r in rows],
+        recent=await ctx.service.lists.recent_runs([r["id"] for r in rows]),
+        filters={**filters, "tenant": tenant},
+        statuses=STATUSES,
+        outcomes=OUTCOMES,
+        next_page=next_link(request, encode_job_cursor(last["tenant"], last["name"]))
+        if more and last
+        else None,
         counts=await ctx.service.store.cluster_counts(tenant=who.scope),
-        attention=await ctx.service.reads.attention(tenant=who.scope),
+        attention=await ctx.service.lists.attention(tenant=who.scope),
         now=await ctx.store.db_now(),
     )
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: JobId, session: Session) -> HTMLResponse:
-    """One job: definition, next occurrences, duration and lag chart, run history."""
+    """One job: definition, next occurrences, its occurrence grid (the last days, one cell per
+    occurrence), duration and lag chart, run history, and the definition's own history (the
+    audit trail's latest 20 changes)."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
     job = await ctx.service.job(who, job_id)
-    runs = await ctx.service.reads.runs(tenant=who.scope, job_id=job_id, limit=50)
+    runs = await ctx.service.lists.runs(tenant=who.scope, job_id=job_id, limit=50)
     points = [
         Point(r["scheduled_for"], r["duration"], r["lag"])
         for r in reversed(runs)
         if r["started_at"] is not None
     ]
-    return _page(request, "job", who, token, job=job, runs=runs, chart=run_chart(points))
+    history = await ctx.service.history(who, job_id, 20)
+    now = await ctx.store.db_now()
+    after = grid.window(job, now)
+    cells = grid.occurrence_grid(
+        job,
+        await ctx.service.lists.grid_runs(job_id, after=after, until=now, limit=4 * grid.CELLS),
+        after=after,
+        now=now,
+    )
+    return page(
+        request,
+        "job",
+        who,
+        token,
+        job=job,
+        runs=runs,
+        chart=run_chart(points),
+        history=history,
+        cells=cells,
+        legend=grid.legend(cells),
+        grid_since=after,
+    )
 
 
 @router.get("/cluster", response_class=HTMLResponse)
 async def cluster_page(request: Request, session: Session) -> HTMLResponse:
-    """Nodes with their shards and heartbeats, the leader, job counts."""
+    """Nodes with their capabilities (handlers), shards and heartbeats, the leader, the shard
+    map (each of the 64 shards and its owner), job counts."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
-    return _page(
+    cluster = await ctx.service.cluster(who)
+    live = [n["node_id"] for n in cluster["nodes"] if n["alive"]]
+    shard_map = [
+        {
+            "shard": shard,
+            "owners": cluster["shards"]["owners"].get(str(shard), []),
+            "colour": live.index(owners[0]) % 8
+            if (owners := cluster["shards"]["owners"].get(str(shard)))
+            else None,
+        }
+        for shard in range(64)
+    ]
+    return page(
         request,
         "cluster",
         who,
         token,
-        cluster=await ctx.service.cluster(who),
+        cluster=cluster,
+        shard_map=shard_map,
+        palette={node: index % 8 for index, node in enumerate(live)},
         now=await ctx.store.db_now(),
     )
 

@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pgpulse.errors import DatabaseUnavailable, InvalidInput, JobNotFound, PulseError
 from pgpulse.web.auth import TokenNotFound
+from pgpulse.web.filters import BadFilter
 from pgpulse.web.policy import Forbidden, PayloadTooLarge
 from pgpulse.web.service import NoSuchJob, NoSuchRun
 
@@ -93,7 +94,8 @@ def status_of(exc: PulseError) -> tuple[int, str]:
     if isinstance(exc, PayloadTooLarge):
         return 413, "payload_too_large"
     if isinstance(exc, InvalidInput):
-        return (409, "conflict") if exc.field == "status" else (422, "invalid_input")
+        conflict = exc.field == "status" and not isinstance(exc, BadFilter)
+        return (409, "conflict") if conflict else (422, "invalid_input")
     if isinstance(exc, DatabaseUnavailable):
         return 503, "database_unavailable"
     return 400, "refused"

@@ -11,12 +11,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput
 from pgpulse.sql import load_queries
+from pgpulse.store import attempt_log
 
 QUERIES = load_queries("web.sql")
 
@@ -59,6 +61,13 @@ class Reads:
     def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
 
+    async def _runs(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        rows = await self._rows("runs", params)
+        for row in rows:
+            row["attempt_log"] = attempt_log(row)
+            del row["earlier_attempts"], row["attempt_ended_at"]
+        return rows
+
     async def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:
             cur = await conn.execute(QUERIES[name], params)
@@ -70,15 +79,22 @@ class Reads:
         tenant: str | None,
         status: str | None = None,
         handler: str | None = None,
+        source: str | None = None,
+        last_outcome: str | None = None,
         name_prefix: str | None = None,
+        q: str | None = None,
         after: tuple[str, str] | None = None,
         limit: int = 50,
     ) -> list[dict[str, Any]]:
         """A page of jobs in ``(tenant, name)`` order, after the job ``after``.
 
+        Filters (each optional, all combined): ``status``, ``handler``, ``source`` (``api``,
+        ``crontab``, ``app``...), ``last_outcome``, ``name_prefix``, and ``q``: text found in
+        the name or the handler, case-insensitively.
+
         Each row holds the definition (durations in seconds), the state, ``due_lag`` (seconds
-        the job is overdue now, ``None`` unless idle and due), and ``last_lag`` /
-        ``last_duration`` of its latest started run.
+        the job is overdue now, ``None`` unless idle and due), and ``last_lag`` (from the first
+        attempt) / ``last_duration`` of its latest started run.
         """
         return await self._rows(
             "jobs",
@@ -87,7 +103,10 @@ class Reads:
                 "id": None,
                 "status": status,
                 "handler": handler,
+                "source": source,
+                "last_outcome": last_outcome,
                 "name_prefix": name_prefix,
+                "q": q,
                 "after_tenant": after[0] if after else None,
                 "after_name": after[1] if after else None,
                 "limit": limit,
@@ -103,7 +122,10 @@ class Reads:
                 "id": job_id,
                 "status": None,
                 "handler": None,
+                "source": None,
+                "last_outcome": None,
                 "name_prefix": None,
+                "q": None,
                 "after_tenant": None,
                 "after_name": None,
                 "limit": 1,
@@ -117,48 +139,77 @@ class Reads:
         tenant: str | None,
         job_id: int | None = None,
         outcome: str | None = None,
+        handler: str | None = None,
+        source: str | None = None,
+        q: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         before_id: int | None = None,
         limit: int = 50,
     ) -> list[dict[str, Any]]:
-        """A page of runs, newest first, with ``lag`` and ``duration`` in seconds.
+        """A page of runs, newest first, with ``lag`` (seconds from the occurrence to the start
+        of its FIRST attempt), ``duration`` (of the latest attempt), ``output``, ``error`` and
+        ``earlier_attempts`` (the attempts before the latest, oldest first).
 
-        ``since <= scheduled_for < until`` when given; ``before_id`` is the keyset cursor. The
-        captured ``output`` is left out (see :meth:`run`).
+        ``since <= scheduled_for < until`` when given; ``handler``, ``source`` and ``q`` (text
+        in the job's name, case-insensitively) filter by the run's job; ``before_id`` is the
+        keyset cursor.
         """
-        return await self._rows(
-            "runs",
+        return await self._runs(
             {
                 "tenant": tenant,
                 "job_id": job_id,
                 "run_id": None,
                 "outcome": outcome,
+                "handler": handler,
+                "source": source,
+                "q": q,
                 "since": since,
                 "until": until,
                 "before_id": before_id,
                 "limit": limit,
-                "with_output": False,
             },
         )
 
     async def run(self, run_id: int, *, tenant: str | None) -> dict[str, Any] | None:
-        """One run with its output and error, or ``None`` if missing or of another tenant."""
-        rows = await self._rows(
-            "runs",
+        """One run as :meth:`runs` gives it, or ``None`` if missing or of another tenant."""
+        rows = await self._runs(
             {
                 "tenant": tenant,
                 "job_id": None,
                 "run_id": run_id,
                 "outcome": None,
+                "handler": None,
+                "source": None,
+                "q": None,
                 "since": None,
                 "until": None,
                 "before_id": None,
                 "limit": 1,
-                "with_output": True,
             },
         )
         return rows[0] if rows else None
+
+    async def grid_runs(
+        self, job_id: int, *, after: datetime, until: datetime, limit: int
+    ) -> list[dict[str, Any]]:
+        """The runs of job ``job_id`` (the caller checked the tenant) whose occurrences fall in
+        ``(after, until]`` (UTC instants), oldest first, plus a skipped summary reaching into
+        the range from before it; at most ``limit`` rows."""
+        return await self._rows(
+            "grid_runs", {"job_id": job_id, "after": after, "until": until, "limit": limit}
+        )
+
+    async def recent_runs(
+        self, job_ids: Sequence[int], *, per_job: int = 10
+    ) -> dict[int, list[dict[str, Any]]]:
+        """The newest ``per_job`` recorded runs of each job of ``job_ids`` (ids the caller's
+        token may see), oldest first: ``{job id: [{id, outcome, scheduled_for, occurrences,
+        error}, ...]}``; a job without runs is left out."""
+        found: dict[int, list[dict[str, Any]]] = {}
+        for row in await self._rows("recent_runs", {"job_ids": list(job_ids), "per_job": per_job}):
+            found.setdefault(row["job_id"], []).append(row)
+        return found
 
     async def attention(
         self, *, tenant: str | None, overdue: float = 60.0, limit: int = 20

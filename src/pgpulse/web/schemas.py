@@ -136,6 +136,7 @@ class Job(BaseModel):
     overlap: Overlap
     max_concurrency: int | None
     source: str
+    revision: int = Field(1, description="The definition's revision (1 when created).")
     status: Status
     scheduled_for: datetime = Field(description="The current occurrence (logical time), UTC.")
     next_run_at: datetime = Field(description="When it may be claimed (later on retry), UTC.")
@@ -149,6 +150,10 @@ class Job(BaseModel):
     created_at: datetime
     updated_at: datetime
     due_lag: float | None = Field(description="Seconds overdue now (idle and due), else null.")
+    waiting: str | None = Field(
+        description="Why the job waits although idle: no live node can run its handler (or, "
+        "for a shell job, none allows shell jobs); null when a live node can."
+    )
     last_lag: float | None = Field(description="Start minus scheduled_for of the latest run.")
     last_duration: float | None = Field(description="Seconds the latest finished run took.")
 
@@ -214,6 +219,21 @@ class Backfill(BaseModel):
     occurrences: list[BackfillOccurrence]
 
 
+class Attempt(BaseModel):
+    """One attempt of a run."""
+
+    attempt: int = Field(description="1 for the first attempt.")
+    node_id: str | None
+    fencing_token: int | None
+    started_at: datetime | None
+    ended_at: datetime | None = Field(
+        description="When it ended (null while it runs; for a lost lease, when it was reaped)."
+    )
+    outcome: str = Field(description="'retrying' for an attempt another one followed.")
+    error: str | None
+    output: str | None = Field(description="What this attempt captured.")
+
+
 class Run(BaseModel):
     """One run: the execution of one occurrence, over its attempts."""
 
@@ -221,6 +241,8 @@ class Run(BaseModel):
     job_id: int
     tenant: str
     name: str
+    handler: str
+    source: str = Field(description="Where the job's definition comes from (api, crontab...).")
     scheduled_for: datetime
     attempts: int = Field(description="Attempts made (0 for a skipped occurrence).")
     outcome: Outcome
@@ -231,19 +253,47 @@ class Run(BaseModel):
     last_scheduled_for: datetime = Field(
         description="The last occurrence the row stands for (scheduled_for when 1)."
     )
-    node_id: str | None
+    node_id: str | None = Field(description="The node of the latest attempt.")
     fencing_token: int | None
     started_at: datetime | None = Field(description="Start of the latest attempt.")
+    first_started_at: datetime | None = Field(description="Start of the first attempt.")
     finished_at: datetime | None
-    duration: float | None = Field(description="Seconds from start to finish.")
-    lag: float | None = Field(description="Seconds from scheduled_for to the latest start.")
+    duration: float | None = Field(description="Seconds the latest attempt took.")
+    lag: float | None = Field(
+        description="Seconds from scheduled_for to the start of the FIRST attempt."
+    )
     error: str | None
-    output: str | None = Field(None, description="Captured output (only on GET /runs/{id}).")
+    output: str | None = Field(description="Captured output of the latest attempt.")
+    attempt_log: list[Attempt] = Field(description="Every attempt, first to latest.")
+    revision: int | None = Field(
+        None, description="The job definition's revision the run started under."
+    )
     kind: RunKind = Field(
         "scheduled",
         description="scheduled (the schedule's occurrence), trigger (run now with a payload) "
         "or backfill (a backfill on request).",
     )
+
+
+class Change(BaseModel):
+    """One entry of a job's audit trail."""
+
+    id: int
+    job_id: int
+    tenant: str
+    name: str = Field(description="The job's name when the change was made.")
+    at: datetime = Field(description="When, by the database's clock (UTC).")
+    action: Literal["create", "update", "pause", "resume", "trigger", "backfill", "delete"]
+    source: str = Field(description="cli, api, code:<app>, crontab:<path> or apply:<name>.")
+    actor: str = Field(description="os:<user>, token:<id> (<label>), code:<app>@<node>...")
+    revision: int = Field(description="The definition's revision after the change.")
+    changes: dict[str, list[Any]] = Field(description='{"field": [old, new]}.')
+
+
+class History(BaseModel):
+    """A job's audit trail, newest first."""
+
+    items: list[Change]
 
 
 class RunPage(BaseModel):
@@ -266,6 +316,7 @@ class Node(BaseModel):
     shards: list[int]
     running: int
     slots: int
+    handlers: list[str] = Field(description="The handlers the node can run (its capabilities).")
     leader: bool
 
 
@@ -277,15 +328,30 @@ class Shards(BaseModel):
     contested: list[int]
 
 
+class Unroutable(BaseModel):
+    """Idle jobs of one handler that no live node can run: they wait for a node that can."""
+
+    handler: str
+    jobs: int
+    due: int = Field(description="Of them, how many are due now.")
+    reason: str = Field(
+        description='"no live node can run handler X", or for shell jobs '
+        '"no live node allows shell jobs".'
+    )
+
+
 class JobCounts(BaseModel):
-    """Jobs by state (of the token's tenant; admin: all) and the worst lag, seconds."""
+    """Jobs by state (of the token's tenant; admin: all), the worst lag, seconds, and the idle
+    jobs no live node can run, by handler."""
 
     due: int
     running: int
     paused: int
-    failed: int
+    failed: int = Field(description="jobs that cannot be scheduled (status failed)")
+    failing: int = Field(description="jobs whose last run failed or was fenced")
     total: int
     max_lag: float | None
+    unroutable: list[Unroutable]
 
 
 class Cluster(BaseModel):

@@ -151,11 +151,13 @@ async def web_sidecar(
     metrics: str | None = None,
     http: str | None = None,
     settings: WebSettings | None = None,
+    read_url: str | None = None,
 ) -> AsyncIterator[dict[str, tuple[str, int]]]:
     """Run a node's web servers while the block runs (``node run --metrics/--http``).
 
     Args:
         database_url, data_dir: the node's database (the sidecar opens its own small pool).
+        read_url: a read replica's DSN for the lists the API and dashboard show, or ``None``.
         metrics: address of a ``/metrics`` + ``/healthz`` server, or ``None``.
         http: address of the whole web app (API, dashboard, metrics), or ``None``.
         settings: the web app's settings (shell opt-in, http allow-list...).
@@ -179,7 +181,13 @@ async def web_sidecar(
             if sock is not None:
                 stack.callback(sock.close)
         store = await stack.enter_async_context(
-            connect(database_url, data_dir=data_dir, application_name="pgpulse:web", max_size=3)
+            connect(
+                database_url,
+                data_dir=data_dir,
+                application_name="pgpulse:web",
+                max_size=3,
+                read_url=read_url,
+            )
         )
         if sockets[0] is not None:
             await stack.enter_async_context(

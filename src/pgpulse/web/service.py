@@ -17,6 +17,7 @@ from typing import Any
 from pgpulse.access import Writer, token_writer
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
+from pgpulse.routing import waiting_reason
 from pgpulse.run_control import BackfillPlan, RunControl, Triggered
 from pgpulse.schedule import parse_schedule
 from pgpulse.store import Store
@@ -79,12 +80,14 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
 
 
 def present_job(row: dict[str, Any]) -> dict[str, Any]:
-    """A job row as the API shows it: instants in UTC, the schedule in words, and the next
-    occurrences in the job's own zone."""
+    """A job row as the API shows it: instants in UTC, the schedule in words, the next
+    occurrences in the job's own zone, and why it waits if no live node can run it."""
     job = {
         key: value.astimezone(UTC) if isinstance(value, datetime) else value
         for key, value in row.items()
+        if key != "unroutable"
     }
+    job["waiting"] = waiting_reason(row["handler"]) if row.get("unroutable") else None
     try:
         job["schedule_description"] = parse_schedule(row["schedule"], row["timezone"]).describe()
         job["upcoming"] = upcoming(row)
@@ -103,7 +106,8 @@ class JobService:
 
     def __init__(self, store: Store, settings: WebSettings) -> None:
         self.store = store
-        self.reads = Reads(store.pool)
+        self.reads = Reads(store.pool)  # what a write or a decision reads: the primary
+        self.lists = Reads(store.reads)  # what people browse: a read replica, if any
         self.settings = settings
 
     async def job(self, who: Principal, job_id: int) -> dict[str, Any]:
@@ -153,7 +157,9 @@ class JobService:
         )
         if spec.handler == "http":
             await check_http_target(spec.payload, self.settings)
-        [(job_id, created)] = await self.store.upsert_jobs([spec], writer=self.writer(who))
+        [(job_id, created)] = await self.store.upsert_jobs(
+            [spec], writer=self.writer(who), actor=who.actor
+        )
         log.info(
             "job %s/%s %s through the API (token %d)",
             tenant,
@@ -205,7 +211,7 @@ class JobService:
             "delete": self.store.delete_job,
         }[verb]
         try:
-            await method(row["tenant"], row["name"])
+            await method(row["tenant"], row["name"], actor=who.actor)
         except JobNotFound:
             raise NoSuchJob(job_id) from None
         log.info(
@@ -238,7 +244,7 @@ class JobService:
         check_text("payload", payload)
         try:
             done = await RunControl(self.store.pool).trigger(
-                row["tenant"], row["name"], payload, writer=self.writer(who)
+                row["tenant"], row["name"], payload, writer=self.writer(who), actor=who.actor
             )
         except JobNotFound:
             raise NoSuchJob(job_id) from None
@@ -257,7 +263,9 @@ class JobService:
         if row is None:
             raise NoSuchJob(job_id)
         try:
-            plan = await RunControl(self.store.pool).backfill(row["tenant"], row["name"], **request)
+            plan = await RunControl(self.store.pool).backfill(
+                row["tenant"], row["name"], **request, actor=who.actor
+            )
         except JobNotFound:
             raise NoSuchJob(job_id) from None
         if plan.batch_id is not None:
@@ -279,6 +287,15 @@ class JobService:
                 **more,
             },
         )
+
+    async def history(self, who: Principal, job_id: int, limit: int) -> list[dict[str, Any]]:
+        """The audit trail of job ``job_id``, newest first (under its earlier names too).
+
+        Raises:
+            NoSuchJob: missing or of another tenant.
+        """
+        await self.job(who, job_id)
+        return await self.store.job_history_by_id(job_id, tenant=who.scope, limit=limit)
 
     async def run(self, who: Principal, run_id: int) -> dict[str, Any]:
         """One run with output and error. Raises :class:`NoSuchRun`."""

@@ -223,7 +223,7 @@ def _replication(
     type=click.FloatRange(0.001, 1.0),
     default=0.1,
     show_envvar=True,
-    help="Fraction of the issue's sizes (1 = 1,000,000 jobs stored).",
+    help="Fraction of the full sizes (1 = 1,000,000 jobs stored; 0.1 for a quick run).",
 )
 @click.option(
     "--only",

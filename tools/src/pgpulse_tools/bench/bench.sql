@@ -17,6 +17,18 @@ FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i,
                      + make_interval(secs => mod(i, %(modulo)s::bigint) * %(step)s::float8)
                      AS at) AS t;
 
+-- name: split_handlers
+-- Scenario 1's mixed cell: every other due job (even ids) gets a handler the claiming node lacks
+-- and is made an hour older, so those jobs stand first in due order: a claim that stepped over
+-- the jobs it cannot run would read all of them before the first it can.
+UPDATE pgpulse_jobs
+SET handler = %(handler)s,
+    next_run_at = next_run_at - interval '1 hour',
+    scheduled_for = scheduled_for - interval '1 hour'
+WHERE status = 'idle'
+  AND next_run_at <= now()
+  AND mod(id, 2) = 0;
+
 -- name: make_due
 -- Scenario 1: make the first %(due)s jobs (by id) due, spread over the past hour, and every other
 -- idle job due only tomorrow or later.

@@ -55,7 +55,8 @@ STEP_VALUES = {
     "now": "NULL",
     "outcomes": ":outcomes",
     "node": "'ceiling-' || (:client_id)::text",
-    "shards": "'{" + ",".join(str(s) for s in range(64)) + "}'",
+    "route_handlers": "'{noop}'",
+    "route_shards": "ARRAY['{" + ",".join(str(s) for s in range(64)) + "}']",
     "limit": ":batch",
     "lease": "60",
 }

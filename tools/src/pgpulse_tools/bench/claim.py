@@ -7,7 +7,10 @@ PostgreSQL's switch to a generic plan after five executions happen here too):
 * the empty poll — ``claim_due`` finding nothing due (it also returns the next due instant,
   which is what an idle node sleeps until);
 * ``claim_due`` of batches of 1, 25 and 100 when ``500 / 50,000 / 500,000 × scale`` are due, for a
-  node owning all 64 shards and for one owning 16 (one node of four).
+  node owning all 64 shards and for one owning 16 (one node of four);
+* the same claims at the largest backlog when half the due jobs (the older half) need a handler
+  the claiming node lacks (capability routing, issue 18): a claim reads only the jobs of the
+  handlers it has, so these cells should match the all-runnable ones beside them.
 
 After each timed claim the claimed jobs are handed back unchanged (not timed), so the backlog
 keeps its size. It also records ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim at the largest
@@ -50,15 +53,24 @@ BATCHES = (1, 25, 100)
 DUE_LEVELS = (500, 50_000, 500_000)
 
 
+#: The handler of scenario 1's jobs, the one the claiming node has.
+HANDLER = "noop"
+#: The handler of the mixed cell's other half, which the claiming node lacks.
+OTHER_HANDLER = "bench.elsewhere"
+
+
 async def _time_claims(
     claimer: Store, pooled: Store, shards: tuple[int, ...], batch: int, samples: int
 ) -> list[float]:
-    """Latency of ``samples`` claims through ``claimer``, in ms; each claim's jobs are handed
-    back through ``pooled``, untimed (an empty poll claims nothing and hands nothing back)."""
+    """Latency of ``samples`` claims through ``claimer`` by a node that has the handler
+    :data:`HANDLER` only, in ms; each claim's jobs are handed back through ``pooled``, untimed
+    (an empty poll claims nothing and hands nothing back)."""
     out: list[float] = []
     for _ in range(samples):
         start = time.perf_counter()
-        jobs = await claimer.claim_due("bench-claim", shards, batch, lease=60.0)
+        jobs = await claimer.claim_due(
+            "bench-claim", shards, batch, lease=60.0, handlers=(HANDLER,)
+        )
         out.append((time.perf_counter() - start) * 1000)
         if jobs:
             async with pooled.pool.connection() as conn:
@@ -85,7 +97,8 @@ def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: boo
     values = {
         "outcomes": "[]",
         "node": "bench-explain",
-        "shards": list(shards),
+        "route_handlers": [HANDLER],
+        "route_shards": ["{" + ",".join(map(str, shards)) + "}"],
         "limit": batch,
         "lease": 60.0,
         "now": None,
@@ -176,6 +189,18 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
             key = "generic" if generic else "custom"
             plans[key] = explain_claim(dsn, ALL_SHARDS, 100, generic=generic)
             plans[f"{key}_16_shards"] = explain_claim(dsn, QUARTER_SHARDS, 100, generic=generic)
+        # The mixed cell: the older half of the backlog needs a handler this node lacks.
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+            q(conn, "split_handlers", {"handler": OTHER_HANDLER})
+            conn.execute("VACUUM (ANALYZE) pgpulse_jobs")
+        for batch in BATCHES[1:]:
+            values = await _time_claims(claimer, pooled, ALL_SHARDS, batch, samples)
+            label = f"{batch}, half for another handler"
+            result.rows.append(
+                [due, 64, label, pct(values, 50), pct(values, 99), max(values), len(values)]
+            )
+            samples_raw[f"{due}/64/{batch}/mixed"] = values
+        plans["generic_mixed"] = explain_claim(dsn, ALL_SHARDS, 100, generic=True)
     await session.close()
     gc.unfreeze()
     gc.set_threshold(*threshold)
@@ -193,6 +218,12 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
     result.notes.append(
         f"EXPLAIN (ANALYZE, BUFFERS) of the claim of 100 at {due:,} due is in "
         "the JSON (custom and generic plans) and in docs/benchmarks.md"
+    )
+    result.notes.append(
+        f"'half for another handler': of the {due:,} due, the older half (even ids, an hour "
+        f"earlier) have handler {OTHER_HANDLER!r}, which the claiming node lacks; it claims "
+        f"only {HANDLER!r} jobs (capability routing): compare with the cells of the same "
+        "batch above"
     )
     drop_db(server_dsn, "pgpulse_bench_claim")
     # The floor on the same server: the least claim any scheduler makes (bench/floor.sql).

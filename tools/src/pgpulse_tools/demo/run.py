@@ -39,7 +39,7 @@ from tabulate import tabulate
 
 from pgpulse.app import App
 from pgpulse.builtins import shell_handler
-from pgpulse.crontab import entry_to_spec, parse_crontab
+from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab
 from pgpulse.database import open_pool, redact, resolve_dsn
 from pgpulse.handlers import RunContext
 from pgpulse.jobs import JobSpec
@@ -98,15 +98,9 @@ def _fresh_database(server_dsn: str) -> str:
     return psycopg.conninfo.make_conninfo(server_dsn, dbname="pgpulse_demo")
 
 
-def _is_system_crontab(path: Path) -> bool:
-    """``/etc/crontab`` and ``/etc/cron.d/*`` have a user field (system format)."""
-    resolved = path.resolve()
-    return resolved == Path("/etc/crontab") or resolved.parent == Path("/etc/cron.d")
-
-
 def _specs(path: Path, tenant: str, relay: bool, system: bool = False) -> list[JobSpec]:
     parsed = parse_crontab(
-        path.read_bytes(), path=str(path), system=system or _is_system_crontab(path)
+        path.read_bytes(), path=str(path), system=system or is_system_crontab(path.resolve())
     )
     for error in parsed.errors:
         click.echo(f"  refused {error}")
@@ -366,7 +360,8 @@ async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, end: da
             f"{row['node_id']} as attempt {row['attempts']}"
         )
     click.echo(
-        f"\noccurrences counted from {started - DOWNTIME:%H:%M:%S} (the import) to "
+        f"\noccurrences counted from {started - DOWNTIME:%H:%M:%S} (the start of the "
+        f"simulated outage, {DOWNTIME.seconds // 60} minutes before the import) to "
         f"{end:%H:%M:%S} UTC (the stop). missed: the job moved past it without a run (it "
         "will never run); pending: still due at the stop (it runs when a node next starts)."
     )

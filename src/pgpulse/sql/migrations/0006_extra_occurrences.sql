@@ -2,8 +2,8 @@
 -- with a payload, a backfill on request, the replace and allow overlap policies). Each has a
 -- lease and a fencing token of its own; the design is in docs/states.md ("Extra occurrences").
 --
--- Numbered 0005 in the plan of the release (issue 19b); the runner refuses gaps, so this branch
--- carries it as 0002 and it is renumbered at merge (it depends on 0001 only).
+-- Issue 19b; on top of 0004_run_attempts (its live view is extended here). 0005 is another
+-- branch's (issue 19a), which this one does not depend on.
 
 -- A job's overlap policy: forbid (the job row alone, as before), replace, or allow with a bound.
 -- A constant default: no rewrite; the CHECKs are added NOT VALID and validated apart.
@@ -91,11 +91,15 @@ ALTER TABLE pgpulse_runs
                            'cancelled')) NOT VALID;
 ALTER TABLE pgpulse_runs VALIDATE CONSTRAINT pgpulse_runs_outcome_check;
 
--- The live view adds the extra occurrences running now, and says each row's kind. A run row of
--- an occurrence running now (an earlier attempt's 'retrying') is shown as the running attempt.
+-- The live view (0004's) adds the extra occurrences running now, and says each row's kind (a
+-- new last column). A run row of an occurrence running now (an earlier attempt's 'retrying') is
+-- shown as the running attempt, with that row's attempts as its earlier ones, as a job row's.
 CREATE OR REPLACE VIEW pgpulse_runs_live AS
 SELECT r.id, r.job_id, r.scheduled_for, r.attempts, r.outcome, r.node_id, r.fencing_token,
        r.started_at, r.finished_at, r.error, r.output, r.occurrences, r.last_scheduled_for,
+       r.earlier_attempts, r.attempt_ended_at,
+       coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz, r.started_at)
+           AS first_started_at,
        r.kind
 FROM pgpulse_runs r
 WHERE NOT EXISTS (SELECT 1 FROM pgpulse_jobs j
@@ -106,12 +110,45 @@ WHERE NOT EXISTS (SELECT 1 FROM pgpulse_jobs j
 UNION ALL
 SELECT j.run_id, j.id, j.scheduled_for, j.attempt, 'running', j.locked_by, j.fencing_token,
        j.claimed_at, NULL::timestamptz, NULL::text, NULL::text, 1::bigint, NULL::timestamptz,
+       prior.attempts, NULL::timestamptz,
+       coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, j.claimed_at),
        'scheduled'::text
 FROM pgpulse_jobs j
+LEFT JOIN LATERAL (
+    SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+               'attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token,
+               'started_at', p.started_at, 'ended_at', p.attempt_ended_at,
+               'outcome', p.outcome, 'error', p.error, 'output', p.output)) AS attempts
+    FROM pgpulse_runs p
+    WHERE p.job_id = j.id
+      AND p.scheduled_for = j.scheduled_for
+      AND p.kind = 'scheduled'
+      AND p.started_at IS NOT NULL
+) prior ON true
 WHERE j.status = 'running'
 UNION ALL
 SELECT o.id, o.job_id, o.scheduled_for, o.attempt, 'running', o.locked_by, o.fencing_token,
        o.claimed_at, NULL::timestamptz, NULL::text, NULL::text, 1::bigint, NULL::timestamptz,
+       prior.attempts, NULL::timestamptz,
+       coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, o.claimed_at),
        o.kind
 FROM pgpulse_occurrences o
+LEFT JOIN LATERAL (
+    SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+               'attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token,
+               'started_at', p.started_at, 'ended_at', p.attempt_ended_at,
+               'outcome', p.outcome, 'error', p.error, 'output', p.output)) AS attempts
+    FROM pgpulse_runs p
+    WHERE p.id = o.id
+      AND p.started_at IS NOT NULL
+) prior ON true
 WHERE o.lease_expires_at IS NOT NULL;
+
+-- The audit trail records a backfill request as an action of its own (a trigger with a payload
+-- is a 'trigger', with the payload and the run id as its changes).
+ALTER TABLE pgpulse_job_history DROP CONSTRAINT pgpulse_job_history_action_check;
+ALTER TABLE pgpulse_job_history
+    ADD CONSTRAINT pgpulse_job_history_action_check
+        CHECK (action IN ('create', 'update', 'pause', 'resume', 'trigger', 'backfill',
+                          'delete')) NOT VALID;
+ALTER TABLE pgpulse_job_history VALIDATE CONSTRAINT pgpulse_job_history_action_check;

@@ -1,0 +1,199 @@
+"""The ``pgpulse`` commands that keep whole sources of definitions in step with their files:
+``apply`` (TOML files), ``crontab import`` (with ``--sync``), and ``job history`` (the audit
+trail). Thin: they read files, call the library (:mod:`pgpulse.applyfile`,
+:mod:`pgpulse.crontab_sync`, :meth:`Store.reconcile <pgpulse.store.Store.reconcile>`) and print.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pgpulse.applyfile import ApplyFile, parse_apply_file
+from pgpulse.audit import cli_actor
+from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab
+from pgpulse.crontab_sync import plan_crontab_sync
+from pgpulse.errors import InvalidInput, JobNotFound
+from pgpulse.jobs import CatchUp
+from pgpulse.plan import Plan, format_plan, plan_source
+from pgpulse.report import print_records, to_json
+from pgpulse.store import Store
+
+__all__ = ["apply_files", "import_crontab", "print_history"]
+
+
+def _read_text(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InvalidInput(
+            f"{path}:{line}: not valid UTF-8: byte 0x{data[exc.start]:02x}",
+            field="file",
+            value=str(path),
+        ) from None
+
+
+async def _check_targets(files: list[ApplyFile]) -> None:
+    """An ``http`` job's URL follows the API's rule (public addresses only), as ``job create``
+    checks it; ``allow_private_target = true`` is the file's explicit exception."""
+    from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
+
+    for parsed in files:
+        for spec in parsed.specs:
+            if spec.handler == "http" and spec.name not in parsed.private_targets:
+                try:
+                    await check_http_target(spec.payload, WebSettings())
+                except InvalidInput as exc:
+                    raise InvalidInput(
+                        f"{parsed.path}: job {spec.name!r}: {exc}; "
+                        "allow_private_target = true allows it",
+                        field=exc.field,
+                        value=exc.value,
+                    ) from None
+
+
+def _print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run: bool) -> None:
+    if as_json:
+        document = [
+            {
+                "source": plan.source,
+                "file": label,
+                "steps": [
+                    {
+                        "action": step.action,
+                        "tenant": step.tenant,
+                        "name": step.name,
+                        "job_id": step.job_id,
+                        "changes": step.changes,
+                        "renamed_from": step.rename_from,
+                    }
+                    for step in plan.steps
+                ],
+            }
+            for plan, label in zip(plans, labels, strict=True)
+        ]
+        click.echo(json.dumps(document, default=to_json, indent=2))
+        return
+    for plan, label in zip(plans, labels, strict=True):
+        click.echo(f"{plan.source} ({label})")
+        for line in format_plan(plan):
+            click.echo(line)
+    changed = any(plan.changes_anything for plan in plans)
+    if dry_run:
+        click.echo("dry run: nothing written" if changed else "dry run: nothing to change")
+    else:
+        click.echo("applied" if changed else "nothing to change")
+
+
+async def apply_files(
+    store: Store,
+    paths: tuple[Path, ...],
+    *,
+    dry_run: bool,
+    prune: bool,
+    exit_code: bool,
+    as_json: bool,
+) -> None:
+    """``pgpulse apply``: parse every file (any refusal: nothing is written, exit 2), plan each
+    source, print the plans, and write them all in one transaction unless ``dry_run``. With
+    ``exit_code``, exit 1 when the plans change anything."""
+    files = [parse_apply_file(await asyncio.to_thread(_read_text, p), path=str(p)) for p in paths]
+    sources = [parsed.source for parsed in files]
+    if len(set(sources)) != len(sources):
+        dup = next(s for s in sources if sources.count(s) > 1)
+        raise InvalidInput(
+            f"two files are source {dup!r}: give one a `source = ...` of its own",
+            field="source",
+            value=dup,
+        )
+    await _check_targets(files)
+    plans = await store.reconcile(
+        [(parsed.source, parsed.specs) for parsed in files],
+        partial(plan_source, prune=prune),
+        dry_run=dry_run,
+        actor=cli_actor(),
+    )
+    _print_plans(plans, [str(p) for p in paths], as_json=as_json, dry_run=dry_run)
+    if exit_code and any(plan.changes_anything for plan in plans):
+        sys.exit(1)
+
+
+async def import_crontab(
+    store: Store,
+    path: Path,
+    *,
+    tenant: str,
+    system: bool | None,
+    catch_up: CatchUp,
+    sync: bool,
+    dry_run: bool,
+) -> None:
+    """``pgpulse crontab import``: every line imported or refused (any refusal: nothing is
+    written, exit 2). ``system`` ``None``: the system format for ``/etc/crontab`` and
+    ``/etc/cron.d/*``, else the user format. With ``sync`` (or ``dry_run``, which implies
+    it), the file's jobs are made to match it (:mod:`pgpulse.crontab_sync`)."""
+    resolved = await asyncio.to_thread(path.resolve)
+    if system is None:
+        system = is_system_crontab(resolved)
+    data = await asyncio.to_thread(path.read_bytes)  # lines that are not UTF-8 are refused
+    parsed = parse_crontab(data, path=str(path), system=system)
+    for error in parsed.errors:
+        click.echo(f"refused {error}", err=True)
+    if parsed.errors:
+        click.echo(f"error: {len(parsed.errors)} line(s) refused; nothing imported", err=True)
+        sys.exit(2)
+    source = f"crontab:{resolved}"
+    specs = [
+        dataclasses.replace(entry_to_spec(e, tenant=tenant, source=source), catch_up=catch_up)
+        for e in parsed.entries
+    ]
+    if sync or dry_run:
+        [plan] = await store.reconcile(
+            [(source, specs)],
+            plan_crontab_sync,
+            dry_run=dry_run,
+            actor=cli_actor(),
+        )
+        _print_plans([plan], [str(path)], as_json=False, dry_run=dry_run)
+        return
+    results = await store.upsert_jobs(specs, actor=cli_actor())
+    for spec, (_, created) in zip(specs, results, strict=True):
+        click.echo(
+            f"{'created' if created else 'kept   '} {spec.name}  [{spec.schedule}] "
+            f"{spec.payload.get('command', '')}"
+        )
+    click.echo(f"imported {len(specs)} job(s) from {path}")
+
+
+def _changes_text(changes: dict[str, Any], action: str) -> str:
+    if action == "create":
+        return f"{len(changes)} fields"
+    return ", ".join(
+        f"{key}: {json.dumps(old, default=str)} -> {json.dumps(new, default=str)}"
+        for key, (old, new) in changes.items()
+    )
+
+
+async def print_history(store: Store, name: str, *, tenant: str, limit: int, as_json: bool) -> None:
+    """``pgpulse job history``: the job's audit trail, newest first. Raises
+    :class:`JobNotFound` when nothing of that name was ever recorded."""
+    rows = await store.job_history(tenant, name, limit=limit)
+    if not rows:
+        raise JobNotFound(tenant, name)
+    if not as_json:
+        rows = [{**row, "changes": _changes_text(row["changes"], row["action"])} for row in rows]
+    print_records(
+        rows,
+        as_json,
+        ["at", "action", "revision", "source", "actor", "changes"],
+        shorten={"changes"},
+    )

@@ -1,0 +1,203 @@
+"""``pgpulse apply``: TOML files as sources — plan, dry run, update, prune, refusals that write
+nothing, and concurrent applies of one source serialised by its advisory lock."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import pgpulse
+from pgpulse.applyfile import parse_apply_file
+from pgpulse.plan import plan_source
+from pgpulse.sql import QUERIES
+from pgpulse.store import Store
+
+FILE = """\
+[defaults]
+timezone = "Europe/Berlin"
+
+[jobs.backup]
+schedule = "0 3 * * *"
+handler = "shell"
+payload = { command = "backup --full" }
+catch_up = "backfill"
+
+[jobs."report.send"]
+schedule = "30 8 * * mon"
+handler = "shell"
+payload = '{"command": "report"}'
+max_attempts = 5
+"""
+
+
+def jobs(db: Any) -> list[dict[str, Any]]:
+    return db.execute(  # type: ignore[no-any-return]
+        "SELECT name, schedule, timezone, source, revision, max_attempts FROM pgpulse_jobs "
+        "ORDER BY name"
+    ).fetchall()
+
+
+def test_apply_plans_creates_updates_and_prunes_one_source(
+    dsn: str, db: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "nightly.toml"
+    path.write_text(FILE)
+    assert (
+        pgpulse(
+            "job",
+            "create",
+            "manual",
+            "--schedule",
+            "@hourly",
+            "--handler",
+            "shell",
+            "--payload",
+            '{"command": "x"}',
+            dsn=dsn,
+        ).returncode
+        == 0
+    )
+
+    plan = pgpulse("apply", "--dry-run", "--exit-code", str(path), dsn=dsn)
+    assert plan.returncode == 1, plan.stderr
+    assert "+ backup: create" in plan.stdout
+    assert "+ report.send: create" in plan.stdout
+    assert "apply:nightly: 2 to create, 0 to update, 0 to delete, 0 unchanged" in plan.stdout
+    assert "dry run: nothing written" in plan.stdout
+    assert [j["name"] for j in jobs(db)] == ["manual"]  # the dry run wrote nothing
+
+    applied = pgpulse("apply", str(path), dsn=dsn)
+    assert applied.returncode == 0, applied.stderr
+    assert jobs(db) == [
+        {
+            "name": "backup",
+            "schedule": "0 3 * * *",
+            "timezone": "Europe/Berlin",
+            "source": "apply:nightly",
+            "revision": 1,
+            "max_attempts": 3,
+        },
+        {
+            "name": "manual",
+            "schedule": "@hourly",
+            "timezone": "UTC",
+            "source": "cli",
+            "revision": 1,
+            "max_attempts": 3,
+        },
+        {
+            "name": "report.send",
+            "schedule": "30 8 * * mon",
+            "timezone": "Europe/Berlin",
+            "source": "apply:nightly",
+            "revision": 1,
+            "max_attempts": 5,
+        },
+    ]
+    again = pgpulse("apply", "--dry-run", "--exit-code", str(path), dsn=dsn)
+    assert again.returncode == 0, again.stderr
+    assert "= backup: unchanged" in again.stdout
+    assert "dry run: nothing to change" in again.stdout
+
+    path.write_text(FILE.split('[jobs."report.send"]')[0].replace("0 3 * * *", "15 3 * * *"))
+    kept = pgpulse("apply", str(path), dsn=dsn)
+    assert kept.returncode == 0, kept.stderr
+    assert '~ backup: update\n    schedule: "0 3 * * *" -> "15 3 * * *"' in kept.stdout
+    assert "? report.send: no longer defined; kept (--prune deletes it)" in kept.stdout
+    assert [j["name"] for j in jobs(db)] == ["backup", "manual", "report.send"]
+
+    pruned = pgpulse("apply", "--prune", str(path), dsn=dsn)
+    assert pruned.returncode == 0, pruned.stderr
+    assert "- report.send: delete (no longer defined)" in pruned.stdout
+    assert [(j["name"], j["schedule"], j["revision"]) for j in jobs(db)] == [
+        ("backup", "15 3 * * *", 2),
+        ("manual", "@hourly", 1),  # another source: never pruned
+    ]
+    history = db.execute(
+        "SELECT name, action, source, actor, revision, changes FROM pgpulse_job_history "
+        "WHERE source LIKE 'apply:%' ORDER BY id"
+    ).fetchall()
+    assert [(h["name"], h["action"], h["revision"]) for h in history] == [
+        ("backup", "create", 1),
+        ("report.send", "create", 1),
+        ("backup", "update", 2),
+        ("report.send", "delete", 1),
+    ]
+    assert history[2]["changes"] == {"schedule": ["0 3 * * *", "15 3 * * *"]}
+    assert all(h["actor"].startswith("os:") for h in history)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("[jobs.a\nschedule = 1", "jobs.toml:1: not valid TOML:", id="malformed"),
+        pytest.param(
+            '[jobs.a]\nschedule = "@hourly"\nhandler = "shell"\ncomand = "x"\n',
+            "jobs.toml:4: job 'a': unknown field 'comand'",
+            id="unknown_field",
+        ),
+        pytest.param(
+            FILE.replace('"30 8 * * mon"', '"61 * * * *"'),
+            "jobs.toml:11: job 'report.send': schedule '61 * * * *': minute field",
+            id="bad_schedule_in_the_second_job",
+        ),
+        pytest.param(
+            FILE.replace('"Europe/Berlin"', '"Mars/Olympus"'),
+            "jobs.toml:2: defaults: ",
+            id="bad_zone_in_the_defaults",
+        ),
+        pytest.param(
+            FILE.replace("max_attempts = 5", "max_attempts = 0"),
+            "jobs.toml:14: job 'report.send': max_attempts must be a number from 1",
+            id="bad_policy",
+        ),
+    ],
+)
+def test_a_refused_file_writes_nothing(
+    dsn: str, db: Any, tmp_path: Path, text: str, expected: str
+) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(
+        '[jobs.g]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "true" }\n'
+    )
+    bad = tmp_path / "jobs.toml"
+    bad.write_text(text)
+    result = pgpulse("apply", str(good), str(bad), dsn=dsn)
+    assert result.returncode == 2, result.stdout
+    line = result.stderr.strip()
+    assert line.startswith(f"error: {tmp_path}/{expected}"), line
+    assert "\n" not in line
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_job_history").fetchone()["n"] == 0
+
+
+async def test_concurrent_applies_of_one_source_run_one_after_the_other(
+    store: Store, dsn: str
+) -> None:
+    parsed = parse_apply_file(FILE, path="nightly.toml")
+    batch = [(parsed.source, parsed.specs)]
+    async with await psycopg.AsyncConnection.connect(dsn) as holder:
+        await holder.execute(QUERIES["lock_source"], {"source": parsed.source})  # a first apply
+        first = asyncio.create_task(store.reconcile(batch, partial(plan_source, prune=False)))
+        second = asyncio.create_task(store.reconcile(batch, partial(plan_source, prune=False)))
+        async with asyncio.timeout(10):
+            while True:  # both wait for the source's lock: neither has planned yet
+                cur = await holder.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                )
+                waiting = (await cur.fetchone() or [0])[0]
+                if waiting == 2:
+                    break
+                await asyncio.sleep(0.05)
+        assert not first.done() and not second.done()
+        await holder.rollback()  # the first apply ends
+    plans = await asyncio.gather(first, second)
+    actions = sorted(tuple(step.action for step in plan.steps) for [plan] in plans)
+    assert actions == [("create", "create"), ("unchanged", "unchanged")]
+    history = await store.job_history("default", "backup")
+    assert [h["action"] for h in history] == ["create"]
