@@ -316,7 +316,8 @@ UNION ALL
    FROM (public.pgpulse_occurrences o
      LEFT JOIN LATERAL ( SELECT (COALESCE(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token, 'started_at', p.started_at, 'ended_at', p.attempt_ended_at, 'outcome', p.outcome, 'error', p.error, 'output', p.output))) AS attempts
            FROM public.pgpulse_runs p
-          WHERE ((p.id = o.id) AND (p.started_at IS NOT NULL))) prior ON (true))
+          WHERE ((p.id = o.id) AND (p.started_at IS NOT NULL))
+         LIMIT 1) prior ON (true))
   WHERE (o.lease_expires_at IS NOT NULL);
 
 ALTER TABLE ONLY public.pgpulse_api_tokens

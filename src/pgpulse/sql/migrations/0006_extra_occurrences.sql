@@ -141,6 +141,7 @@ LEFT JOIN LATERAL (
     FROM pgpulse_runs p
     WHERE p.id = o.id
       AND p.started_at IS NOT NULL
+    LIMIT 1  -- a lookup by primary key: never pulled up into a join over pgpulse_runs
 ) prior ON true
 WHERE o.lease_expires_at IS NOT NULL;
 
