@@ -487,3 +487,16 @@ def test_one_token_of_one_occurrence_held_twice_is_still_a_reissue() -> None:
 
     reissued, doubles = reissued_tokens(_allow_job(2, same_run=True))
     assert len(reissued) == 1 and len(doubles) == 1
+
+
+def test_forked_occurrences_the_job_row_passed_but_still_to_run_are_queued_not_unrecorded() -> None:
+    """Under overlap allow the job row moves on at each fork: an occurrence forked but not yet
+    run at the check (read as 'queued' from pgpulse_occurrences) is a backlog, not a loss."""
+    rec = clean(3)  # 4 and 5 forked, still pending: the job row holds 6
+    for second in (4, 5):
+        rec.runs[(1, at(second))] = Run(1, at(second), "queued", 0, 0)
+    moved_on = replace(JOB, scheduled_for=at(6))
+    verdict = check(rec.history(jobs=(moved_on,), settle=5.5, checked=6))
+    assert verdict.ok
+    assert verdict.figure("queued at check").value == "2"
+    assert verdict.figure("lost").value == "0" and verdict.figure("unrecorded").value == "0"

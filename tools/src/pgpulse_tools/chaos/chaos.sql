@@ -213,8 +213,19 @@ SELECT id, job_id, scheduled_for, outcome, attempts, token, node_id, error, at
 FROM chaos_run_log ORDER BY at, id;
 
 -- name: read_runs
-SELECT job_id, scheduled_for, outcome, attempts, fencing_token AS token, last_scheduled_for
-FROM pgpulse_runs ORDER BY job_id, scheduled_for;
+-- The run rows, and the extra occurrences still to run (overlap allow/replace forks: pending or
+-- running in pgpulse_occurrences, with or without a run row of an earlier attempt) as 'queued':
+-- a backlog the job row has passed but its occurrences have not drained yet.
+SELECT r.job_id, r.scheduled_for,
+       CASE WHEN EXISTS (SELECT 1 FROM pgpulse_occurrences o WHERE o.id = r.id)
+            THEN 'queued' ELSE r.outcome END AS outcome,
+       r.attempts, r.fencing_token AS token, r.last_scheduled_for
+FROM pgpulse_runs r
+UNION ALL
+SELECT o.job_id, o.scheduled_for, 'queued', o.attempt, o.fencing_token, NULL::timestamptz
+FROM pgpulse_occurrences o
+WHERE NOT EXISTS (SELECT 1 FROM pgpulse_runs r WHERE r.id = o.id)
+ORDER BY 1, 2;
 
 -- name: read_jobs
 -- Every job with its state at the check, and the database's instant of the check.
@@ -223,6 +234,8 @@ SELECT j.id, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.anchor_at,
 FROM pgpulse_jobs j ORDER BY j.id;
 
 -- name: backlog
--- Backfill jobs whose current occurrence is not yet past %(at)s: their backlog is still running.
-SELECT count(*) AS n FROM pgpulse_jobs
-WHERE catch_up = 'backfill' AND scheduled_for <= %(at)s;
+-- Backfill jobs whose current occurrence is not yet past %(at)s, and extra occurrences (forks
+-- under overlap allow/replace) of %(at)s or before still to run: their backlog is still running.
+SELECT (SELECT count(*) FROM pgpulse_jobs
+        WHERE catch_up = 'backfill' AND scheduled_for <= %(at)s)
+       + (SELECT count(*) FROM pgpulse_occurrences WHERE scheduled_for <= %(at)s) AS n;

@@ -13,8 +13,9 @@ Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
   their job has moved past them.
 * **unrecorded** — occurrences of any policy due by the settle point, passed by their job, with
   no ``pgpulse_runs`` row (each must be run or recorded skipped).
-* **queued at check** — occurrences due by the settle point that their job has not reached yet
-  (a backlog still draining; the runner waits for backfill backlogs before the check).
+* **queued at check** — occurrences due by the settle point that their job has not reached yet,
+  or that it forked (overlap ``allow``/``replace``) and are still to run (a backlog still
+  draining; the runner waits for backfill and forked backlogs before the check).
 * **stuck** — jobs ``running`` with a lease expired for longer than the sweeper needs, or
   ``failed`` (never scheduled again), at the check.
 * **node crashes** — node processes that exited on their own, or hung on SIGTERM.
@@ -188,6 +189,8 @@ def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
         for at in due:
             run = runs.get((job.id, at)) or _summary_of(summaries[job.id], at)
             pending = job.scheduled_for is not None and job.scheduled_for <= at
+            # a forked occurrence (overlap allow/replace) the job row passed, still to run
+            pending = pending or (run is not None and run.outcome == "queued")
             if pending and (run is None or run.outcome != "succeeded"):
                 queued.append(
                     f"{job.name} (id {job.id}) @ {_ts(at)}: "
