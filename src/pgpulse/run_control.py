@@ -226,7 +226,8 @@ class RunControl:
                     {
                         "from": [None, start.isoformat()],
                         "to": [None, end.isoformat()],
-                        "only": [None, sorted(chosen)],
+                        # as asked (ONLY_CHOICES); none given: the default, both
+                        "only": [None, sorted(set(only) or {"missing", "failed"})],
                         "max_concurrency": [None, max_concurrency],
                         "newest_first": [None, newest_first],
                         "occurrences": [None, len(result.selected)],
