@@ -359,6 +359,10 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     # capability routing: a node whose routes lack the handler never claims (nor reads) it
     elsewhere = await claims.finish_and_claim([], "z", {"other": tuple(range(64))}, 5, lease=30)
     assert (elsewhere.jobs, elsewhere.next_due) == ([], None)
+    # ... nor counts it due: the job-row step's probe goes along the same routes
+    other = await store.finish_and_claim([], "z", {"other": tuple(range(64))}, 5, lease=30)
+    mine = await store.finish_and_claim([], "a", shards, 5, lease=30)
+    assert (other.occurrences_due, mine.occurrences_due) == (None, done.scheduled_for)
     first = await claims.finish_and_claim([], "a", shards, 5, lease=30)
     [job] = first.jobs
     assert (job.occurrence, job.attempt, job.fencing_token, job.key) == (
@@ -372,6 +376,15 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     assert history(db) == [("trigger", "retrying", done.scheduled_for)]
     [again] = (await claims.finish_and_claim([], "b", shards, 5, lease=30)).jobs
     assert (again.attempt, again.fencing_token) == (2, 2)
+    # while attempt 2 runs, the live view shows it with attempt 1 as its earlier one (20b)
+    live = db.execute(
+        "SELECT outcome, attempts, earlier_attempts, first_started_at, kind"
+        " FROM pgpulse_runs_live WHERE id = %s",
+        (done.occurrence,),
+    ).fetchall()
+    assert [(r["outcome"], r["attempts"], r["kind"]) for r in live] == [("running", 2, "trigger")]
+    [earlier] = live[0]["earlier_attempts"]
+    assert (earlier["attempt"], earlier["node_id"], earlier["outcome"]) == (1, "a", "retrying")
     late = plan_finish(job, AttemptResult(True), job.db_now)  # the zombie of attempt 1
     assert (await claims.finish_and_claim([late], "a", {}, 0, lease=30)).written == set()
     assert leftovers(db) == (1, [1])
@@ -384,6 +397,10 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
         "id": done.occurrence, "attempts": 2, "outcome": "succeeded", "node_id": "b",
         "kind": "trigger",
     }  # fmt: skip
+    # the run row keeps every attempt: the reaped attempt 1 of node a before the latest
+    [kept] = db.execute("SELECT earlier_attempts FROM pgpulse_runs").fetchone()["earlier_attempts"]
+    assert (kept["attempt"], kept["node_id"], kept["fencing_token"]) == (1, "a", 1)
+    assert kept["outcome"] == "retrying" and "expired" in kept["error"]
 
 
 async def test_a_stopping_node_hands_an_occurrence_back(store: Store, db: Any) -> None:
