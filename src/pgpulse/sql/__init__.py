@@ -83,9 +83,9 @@ def migration_files() -> list[tuple[int, str, str]]:
     """Return every migration as ``(version, name, sql)``, ordered by version.
 
     Files are named ``NNNN_description.sql``; the numbers start at 1 and never repeat. A gap is
-    allowed while branches are apart (a number reserved for a branch not merged yet: 0005 on
-    this one); :func:`pgpulse.migrations.migrate` applies every version a database lacks, in
-    order, so one merged later into the gap is still applied.
+    allowed while branches are apart (numbers taken on ``main`` by branches merged after this
+    one last merged it: 0005-0007 on this one); :func:`pgpulse.migrations.migrate` applies
+    every version a database lacks, in order, so one merged later into the gap is applied.
 
     Raises:
         ValueError: a file is misnamed, the numbering does not start at 1, or repeats.

@@ -2,8 +2,11 @@
 -- with a payload, a backfill on request, the replace and allow overlap policies). Each has a
 -- lease and a fencing token of its own; the design is in docs/states.md ("Extra occurrences").
 --
--- Issue 19b; on top of 0004_run_attempts (its live view is extended here). 0005 is another
--- branch's (issue 19a), which this one does not depend on.
+-- Issue 19b; on top of 0004_run_attempts (its live view is extended here). Numbered 8: main
+-- holds 0005_alerts, 0006_run_control and 0007_jobs_fillfactor, merged after this branch last
+-- merged main (a database main migrated has versions 5-7 recorded: a 6 of this branch would
+-- never be applied there). It does not depend on them; at the merge its live view must be
+-- checked against theirs (the last CREATE OR REPLACE VIEW wins).
 
 -- A job's overlap policy: forbid (the job row alone, as before), replace, or allow with a bound.
 -- A constant default: no rewrite; the CHECKs are added NOT VALID and validated apart.
