@@ -10,6 +10,7 @@ documented recipe and the sender are held to each other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import socket
@@ -306,3 +307,88 @@ class SilentServer:
             self.hung_up.set()
         finally:
             writer.close()
+
+
+@dataclass
+class CountingReceiver:
+    """A webhook receiver on a fixed 127.0.0.1 port that can be down (nothing listens), up, or
+    up and holding its next request unanswered until the client hangs up (a sender killed
+    mid-delivery). It counts requests by ``Idempotency-Key``: a receiver that drops a key it has
+    seen sees each event once."""
+
+    port: int = field(default_factory=free_port)
+    hold_next: threading.Event = field(default_factory=threading.Event)
+    held: threading.Event = field(default_factory=threading.Event)
+    by_key: dict[str, list[Received]] = field(default_factory=dict)
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _open: set[socket.socket] = field(default_factory=set)
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def requests(self) -> int:
+        with self._lock:
+            return sum(len(seen) for seen in self.by_key.values())
+
+    def start(self) -> None:
+        state = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                with state._lock:
+                    state._open.add(self.connection)
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                received = Received("POST", self.path, "", headers, body, None, time.time())
+                with state._lock:
+                    state.by_key.setdefault(headers.get("idempotency-key", ""), []).append(received)
+                if state.hold_next.is_set():
+                    state.hold_next.clear()
+                    state.held.set()
+                    self.connection.settimeout(0.05)
+                    while True:  # never answer: wait for the client to go away
+                        try:
+                            if self.connection.recv(1) == b"":
+                                return
+                        except TimeoutError:
+                            continue
+                        except OSError:
+                            return
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.05,), name="counting-receiver", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop listening and cut every open connection (a kept-alive one would otherwise go on
+        being served by its handler thread: the receiver would not be down)."""
+        if self._server is not None:
+            with self._lock:
+                for sock in self._open:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+                self._open.clear()
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None

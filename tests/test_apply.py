@@ -4,6 +4,8 @@ nothing, and concurrent applies of one source serialised by its advisory lock.""
 from __future__ import annotations
 
 import asyncio
+import json
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -201,3 +203,70 @@ async def test_concurrent_applies_of_one_source_run_one_after_the_other(
     assert actions == [("create", "create"), ("unchanged", "unchanged")]
     history = await store.job_history("default", "backup")
     assert [h["action"] for h in history] == ["create"]
+
+
+RUN_CONTROL = """\
+[jobs.rollup]
+schedule = "0 * * * *"
+handler = "shell"
+payload = { command = "rollup" }
+timezone = "Europe/Berlin"
+spread = 300
+not_before = 2027-01-01T00:00:00
+not_after = 2027-06-01T00:00:00Z
+max_runs = 100
+calendars = ["holidays"]
+auto_pause_after = 3
+"""
+
+
+def run_control(db: Any) -> dict[str, Any]:
+    return db.execute(  # type: ignore[no-any-return]
+        "SELECT spread, not_before, not_after, max_runs, calendars, auto_pause_after, revision "
+        "FROM pgpulse_jobs WHERE name = 'rollup'"
+    ).fetchone()
+
+
+def test_apply_takes_the_run_control_fields_and_diffs_them(
+    dsn: str, db: Any, tmp_path: Path
+) -> None:
+    db.execute(
+        "INSERT INTO pgpulse_calendars (tenant, name, dates) "
+        "VALUES ('default', 'holidays', '{2027-01-06}')"
+    )
+    path = tmp_path / "rollup.toml"
+    path.write_text(RUN_CONTROL)
+    applied = pgpulse("apply", str(path), dsn=dsn)
+    assert applied.returncode == 0, applied.stderr
+    assert run_control(db) == {
+        "spread": 300.0,
+        "not_before": datetime(2026, 12, 31, 23, tzinfo=UTC),  # midnight in Berlin
+        "not_after": datetime(2027, 6, 1, tzinfo=UTC),
+        "max_runs": 100,
+        "calendars": ["holidays"],
+        "auto_pause_after": 3,
+        "revision": 1,
+    }
+    assert pgpulse("apply", "--exit-code", str(path), dsn=dsn).returncode == 0  # unchanged
+
+    path.write_text(
+        RUN_CONTROL.replace("spread = 300", "spread = 600").replace("max_runs = 100\n", "")
+    )
+    plan = pgpulse("apply", "--dry-run", "--exit-code", str(path), dsn=dsn)
+    assert plan.returncode == 1, plan.stderr
+    assert (
+        "~ rollup: update\n    spread: 300.0 -> 600.0\n    max_runs: 100 -> null\n" in plan.stdout
+    )
+    assert pgpulse("apply", str(path), dsn=dsn).returncode == 0
+    assert (run_control(db)["spread"], run_control(db)["max_runs"]) == (600.0, None)
+    shown = pgpulse("job", "history", "rollup", "--json", dsn=dsn)
+    assert shown.returncode == 0, shown.stderr
+    update = json.loads(shown.stdout)[0]
+    assert (update["action"], update["revision"]) == ("update", 2)
+    assert update["changes"] == {"spread": [300.0, 600.0], "max_runs": [100, None]}
+
+    path.write_text(RUN_CONTROL.replace('["holidays"]', '["holidays", "strikes"]'))
+    refused = pgpulse("apply", "--dry-run", str(path), dsn=dsn)
+    assert refused.returncode == 2
+    assert "calendar 'strikes' of job 'rollup' does not exist" in refused.stderr
+    assert run_control(db)["revision"] == 2  # nothing written

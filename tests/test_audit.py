@@ -4,7 +4,7 @@ HTTP API); a run names the revision it ran under; history is pruned with the run
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from helpers import add, pgpulse, spec
@@ -146,3 +146,45 @@ async def test_the_dashboards_job_page_shows_the_changes(store: Store) -> None:
     assert 'data-action="update"' in page.text and 'data-action="create"' in page.text
     assert '<code>schedule</code>: "@hourly" → "@daily"' in page.text
     assert token["id"] > 0
+
+
+def test_a_pause_with_intent_and_a_resume_mode_are_recorded(dsn: str) -> None:
+    created = pgpulse(
+        "job",
+        "create",
+        "deploy-check",
+        "--schedule",
+        "@hourly",
+        "--handler",
+        "shell",
+        "--payload",
+        '{"command": "check"}',
+        dsn=dsn,
+    )
+    assert created.returncode == 0, created.stderr
+    until = "2030-01-01T00:00:00+00:00"
+    for args in (("--until", until, "--reason", "deploy"), ("--reason", "deploy, day 2")):
+        paused = pgpulse("job", "pause", "deploy-check", *args, dsn=dsn)
+        assert paused.returncode == 0, paused.stderr
+    resumed = pgpulse("job", "resume", "deploy-check", "--catch-up", "once", dsn=dsn)
+    assert resumed.returncode == 0, resumed.stderr
+    shown = pgpulse("job", "history", "deploy-check", "--json", dsn=dsn)
+    assert shown.returncode == 0, shown.stderr
+    import json
+
+    rows: list[dict[str, Any]] = json.loads(shown.stdout)
+    assert [(r["action"], r["source"]) for r in rows] == [
+        ("resume", "cli"),
+        ("pause", "cli"),
+        ("pause", "cli"),
+        ("create", "cli"),
+    ]
+    resume, again, first = (r["changes"] for r in rows[:3])
+    assert resume == {"resume_mode": [None, "once"]}
+    assert again["pause_reason"] == ["deploy", "deploy, day 2"]
+    assert first["pause_reason"] == [None, "deploy"]
+    assert [None if v is None else datetime.fromisoformat(v) for v in first["paused_until"]] == [
+        None,
+        datetime.fromisoformat(until),
+    ]
+    assert again["paused_until"][1] is None  # a pause without --until ends only by hand

@@ -6,20 +6,24 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import shutil
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.bench import floor
-from pgpulse_tools.bench.ceiling import pgbench_script
+from pgpulse_tools.bench import checks, floor, levers, stored
+from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
 from pgpulse_tools.bench.report import floor_rows, render, targets
 from pgpulse_tools.bench.sqltext import split_final_select
 from pgpulse_tools.bench.steady import PERIOD, expected_runs
+from pgpulse_tools.bench.writes import WriteMeter, comparison_rows, per_firing
 
 
 def test_ceiling_script_is_generated_from_every_parameter_of_the_queries() -> None:
@@ -65,6 +69,17 @@ def test_report_states_each_target_with_its_measure() -> None:
     assert any(row[0].startswith("idle: ≤ 0.70") and row[2] == "**no**" for row in rows)
     page = render(payload, {})
     assert "## Scenario 4: steady" in page and "## The issue's targets" in page
+    payload["results"][0]["tables"] = [
+        {
+            "title": "Per firing",
+            "headers": ["step", "WAL bytes"],
+            "rows": [["floor", 812.5]],
+            "notes": ["cluster-wide"],
+        }
+    ]
+    page = render(payload, {})
+    assert "### Per firing" in page and "| floor  | 812         |" in page
+    assert "* cluster-wide" in page
 
 
 def test_a_peer_that_started_none_of_its_steady_runs_has_the_higher_lag() -> None:
@@ -177,6 +192,47 @@ def test_the_floor_claims_completes_fenced_and_records_each_firing_once(server_d
         drop_db(server_dsn, name)
 
 
+def test_the_write_meter_counts_what_each_floor_firing_writes(server_dsn: str) -> None:
+    """20 floor firings: 20 claims and 20 completions (updates that change an indexed column,
+    so none is HOT), 20 history rows; an index entry per non-HOT row version in each full
+    index (the two primary keys), at most one in the partial due index; some WAL."""
+    name = f"pgpulse_floor_{uuid.uuid4().hex[:8]}"
+    dsn = floor.create(server_dsn, 100, 30, name=name)
+    step = re.sub(r"\(:(\w+)\)", r"%(\1)s", floor.FLOOR_SQL["step"])  # pgbench -> psycopg
+    try:
+        meter = WriteMeter(dsn).start()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            claimed = conn.execute(step, {"ids": [], "tokens": [], "batch": 20}).fetchone()
+            assert claimed is not None
+            conn.execute(step, {"ids": claimed[0], "tokens": claimed[1], "batch": 0})
+        totals = meter.stop()  # the session has closed: its counters are in
+        assert {k: totals[k] for k in ("inserts", "updates", "hot_updates", "deletes")} == {
+            "inserts": 20,
+            "updates": 40,
+            "hot_updates": 0,
+            "deletes": 0,
+        }
+        assert totals["tuples"] == 60
+        assert totals["index_entries"] == 40 + 20  # floor_jobs_pkey, floor_runs_pkey
+        assert totals["partial_index_entries_max"] == 40  # floor_jobs_due
+        assert totals["wal_bytes"] > 0
+        each = per_firing(totals, 20, 0.05)
+        assert (each["tuples"], each["index_entries"], each["db_cpu_ms"]) == (3, 3, 0.05)
+        rows = comparison_rows(
+            [("Pulse", {"per_firing": {**each, "tuples": 6.0}}), ("floor", {"per_firing": each})]
+        )
+        assert rows[-1][:3] == ["Pulse ÷ floor", "1.00×", "2.00×"]
+        rows = comparison_rows(
+            [
+                ("Pulse", {"per_firing": each, "problems": ["short"]}),
+                ("floor", {"per_firing": each}),
+            ]
+        )
+        assert set(rows[-1][1:]) == {"n/a"}  # an untrusted cell is in no ratio
+    finally:
+        drop_db(server_dsn, name)
+
+
 def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: str, db: Any) -> None:
     """Scenario 4's load: distinct sub-second anchors, occurrences on them, counted exactly."""
     jobs, duration = 2_000, 30.0
@@ -211,3 +267,140 @@ def test_steady_jobs_are_spread_over_the_minute_at_sub_second_resolution(dsn: st
         for a in anchors
     )
     assert expected_runs(jobs, duration, step) == due == 2_000 // 2 + 1
+
+
+def test_a_rate_whose_cpu_exceeds_the_machine_is_untrusted() -> None:
+    """The issue's figure: 59,644 firings/s at 0.084 ms of DB CPU each is 5 CPU-s/s."""
+    found = checks.problems(rate=59_644, db_cpu_ms=0.084, seconds=10.0, cores=2)
+    assert found == [
+        "rate × CPU = 5.01 CPU-s/s on a 2-core machine: rate and CPU measured over different spans"
+    ]
+    assert checks.problems(rate=20_000, db_cpu_ms=0.09, seconds=10.0, cores=2) == []
+
+
+def test_a_short_or_drained_window_is_untrusted_and_left_out_of_the_best() -> None:
+    short = checks.judge({"rate": 9_000.0, "db_cpu_ms": 0.1, "seconds": 3.0})
+    drained = checks.judge({"rate": 8_000.0, "db_cpu_ms": 0.1, "seconds": 9.0, "drained": True})
+    steady = checks.judge({"rate": 7_000.0, "db_cpu_ms": 0.1, "seconds": 9.0})
+    assert short["problems"] == ["window 3.0 s < 5 s: mostly ramp-up"]
+    assert drained["problems"] == [
+        "the backlog ran out inside the window: a draining rate, not a sustained one"
+    ]
+    assert checks.verdict(steady) == "ok"
+    assert checks.best_trusted([short, drained, steady]) is steady
+    assert checks.best_trusted([short, drained]) is None
+
+
+def test_a_backlog_is_sized_to_outlast_its_window() -> None:
+    assert checks.backlog_to_outlast(20_000, 10.0, 100_000) == 300_000
+    assert checks.backlog_to_outlast(1_000, 10.0, 100_000) == 100_000
+    assert checks.backlog_to_outlast(float("nan"), 10.0, 100_000) == 100_000
+
+
+async def test_latency_against_jobs_stored_measures_both_sizes_in_one_database(
+    server_dsn: str,
+) -> None:
+    """Scenario 8 at toy sizes: each cell at each size, then the p99 ratios the target reads;
+    the free disk is checked before loading and the database dropped after."""
+    result = await stored.run(server_dsn, 0.1, samples=5, sizes=(600, 1_200))
+    cells = [(row[0], row[1]) for row in result.rows]
+    labels = ["empty poll", "claim of 1", "claim of 25", "claim of 100"]
+    assert cells == [
+        *((600, label) for label in labels),
+        *((1_200, label) for label in labels),
+        *(("1,200 ÷ 600", label) for label in labels),
+    ]
+    assert set(result.data["p99_ratios"]) == set(labels)
+    assert any(note.startswith("free disk before loading") for note in result.notes)
+    assert any(note.startswith("1,200 stored: 600 loaded in") for note in result.notes)
+    assert all(row[0] == "1,200 ÷ 600" for row in result.rows if row[2] == "")
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_database WHERE datname = %s", (stored.DB_NAME,)
+        ).fetchone()
+    assert left == (0,)
+    rows = targets({"8": {"data": result.data}})
+    assert [row[0] for row in rows] == [
+        f"{label}: p99 at 1,200 stored ≤ 1.2× p99 at 600" for label in labels
+    ]
+
+
+def test_each_lever_applies_to_pulses_schema_and_is_judged_against_the_unchanged_runs(
+    dsn: str,
+) -> None:
+    """Every lever's DDL runs on a migrated database (a schema change would break it), and the
+    table puts each cell's DB CPU over the mean of the unchanged runs, untrusted ones aside."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for block in levers.LEVERS.values():
+            for statement in levers.statements(block):
+                conn.execute(statement)
+        indexes: dict[str, str] = dict(
+            conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'pgpulse_runs'"
+            ).fetchall()
+        )
+        options = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = 'pgpulse_jobs'"
+        ).fetchone()
+    assert "USING brin (finished_at)" in indexes["pgpulse_runs_finished"]
+    assert "pgpulse_runs_recent" not in indexes
+    assert options == (["fillfactor=70"],)
+    cell = {"rate": 100.0, "db_cpu_ms": 0.1, "per_firing": {"hot_updates": 0.0}, "problems": []}
+    table = levers.rows(
+        [
+            ("as is", cell),
+            ("BRIN pgpulse_runs_finished", {**cell, "db_cpu_ms": 0.08}),
+            ("no pgpulse_runs_recent", {**cell, "problems": ["short"]}),
+            ("as is (again)", {**cell, "db_cpu_ms": 0.1}),
+        ]
+    )
+    assert [row[3] for row in table] == ["1.00×", "0.80×", "n/a", "1.00×"]
+
+
+def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trusted() -> None:
+    """The issue's first target: DB CPU per firing of the 2-node drain over the floor's step."""
+    floor_cell = {"db_cpu_ms": 0.05, "problems": []}
+    runs = [{"nodes": 1, "db_cpu_ms": 0.2}, {"nodes": 2, "db_cpu_ms": 0.06, "problems": []}]
+    results: dict[str, Any] = {"2": {"data": {"runs": runs}}, "3": {"data": {"floor": floor_cell}}}
+    assert targets(results)[-1] == [
+        "DB CPU per firing, drain with 2 nodes ≤ 1.3× the floor's (0.060 vs 0.050 ms)",
+        "1.20×",
+        "yes",
+    ]
+    results["2"]["data"]["run"] = {"started": "2026-12-01T12:00:00+00:00"}
+    assert targets(results)[-1][1:] == ["n/a", "n/a"]  # scenario 3 of another run
+    results["3"]["data"]["run"] = {"started": "2026-12-01T12:00:00+00:00"}
+    assert targets(results)[-1][1] == "1.20×"
+    floor_cell["problems"] = ["window 2.9 s < 5 s: mostly ramp-up"]
+    assert targets(results)[-1][1:] == ["n/a", "n/a"]
+
+
+@pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
+def test_the_array_lever_completes_what_it_claimed_as_the_json_step_does(
+    dsn: str, tmp_path: Path
+) -> None:
+    """The arrays-for-outcomes variant of the ceiling's step is a correct step: every batch it
+    claims is completed by the next step, fenced, one succeeded history row per firing, each
+    job moved to its next hourly occurrence."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        now = conn.execute("SELECT now()").fetchone()
+    assert now is not None
+    load_jobs(dsn, 300, schedule="@every 1h", kind="interval", base=now[0] - timedelta(minutes=5),
+              modulo=60, step=1.0)  # fmt: skip
+    script = tmp_path / "arrays.sql"
+    script.write_text(levers.array_script())
+    variables = {"batch": 20, **{f"o_{f}": "{}" for f, _, _ in levers.OUTCOME_FIELDS}}
+    figures = run_pgbench(dsn, script, clients=1, seconds=1, variables=variables)
+    assert figures["tps"] > 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        runs = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE j.scheduled_for = r.scheduled_for + "
+            "interval '1 hour' AND r.outcome = 'succeeded') FROM pgpulse_runs r "
+            "JOIN pgpulse_jobs j ON j.id = r.job_id"
+        ).fetchone()
+        running = conn.execute(
+            "SELECT count(*) FROM pgpulse_jobs WHERE status = 'running'"
+        ).fetchone()
+    assert runs is not None and running is not None
+    assert runs[0] > 0 and runs[0] == runs[1]
+    assert running[0] <= 20  # only the last step's claim is left running

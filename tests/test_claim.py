@@ -67,7 +67,7 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
         },
     )
     fields = ClaimedJob._fields[:JOB_ROW_FIELDS]  # a job row is no extra occurrence
-    columns = (*fields, "now", "next_due", "written", "occurrences_due")
+    columns = (*fields, "clock_now", "next_due", "written", "occurrences_due")
     assert tuple(c.name for c in cur.description) == columns
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
     row = db.execute("SELECT run_id FROM pgpulse_jobs").fetchone()
@@ -568,8 +568,10 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
         for n in plan
         if n["Node Type"] == "ModifyTable"
     )
-    # the three were written, each with its history row (and nothing claimed: the limit is 0)
+    # the three were written, each with its history row (and nothing claimed: the limit is 0);
+    # none of them auto-paused its job, so nothing went into the audit trail
     assert writes == [
+        ("Insert", "pgpulse_job_history", 0),
         ("Insert", "pgpulse_runs", 0),
         ("Insert", "pgpulse_runs", 3),
         ("Update", "pgpulse_jobs", 0),

@@ -8,7 +8,7 @@ Transitions used: Europe/London 2026-03-29 01:00 GMT -> 02:00 BST (at 01:00 UTC)
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -157,10 +157,9 @@ def test_refused(expr: str, message: str) -> None:
     assert message in str(caught.value)
 
 
-def test_jobs_refuse_a_one_off_schedule_until_the_store_knows_them() -> None:
-    with pytest.raises(InvalidSchedule, match=r"one-off \(@at\) jobs are not supported yet") as e:
-        JobSpec.create(name="party", schedule="@at 2026-12-24T18:00", handler="noop")
-    assert (e.value.field, e.value.value) == ("schedule", "@at 2026-12-24T18:00")
+def test_a_job_spec_takes_a_one_off_schedule() -> None:
+    made = JobSpec.create(name="party", schedule="@at 2026-12-24T18:00", handler="noop")
+    assert made.parsed_schedule().at == datetime(2026, 12, 24, 18, tzinfo=UTC)
 
 
 def test_schedule_next_prints_the_one_occurrence_then_says_it_ended() -> None:

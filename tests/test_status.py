@@ -147,7 +147,7 @@ def test_status_check_fails_on_a_late_job_and_names_the_database(dsn: str, db: A
     ) and late.stderr.endswith(" s late, over --max-lag 30 s\n")
     db.execute("UPDATE pgpulse_jobs SET last_outcome = 'failed'")  # its last run failed
     failing = pgpulse("status", dsn=dsn).stdout
-    assert "0 paused, 1 whose last run failed, 0 that cannot be scheduled;" in failing
+    assert "0 paused, 1 whose last run failed, 0 that cannot be scheduled, 0 completed;" in failing
     checked = json.loads(pgpulse("status", "--json", "--check", dsn=dsn).stdout)
     assert (checked["jobs"]["failing"], checked["jobs"]["failed"]) == (1, 0)
     assert checked["check"]["ok"] is False and len(checked["check"]["problems"]) == 2

@@ -326,6 +326,16 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         "/api/v1/runs",
         "/api/v1/runs/{run_id}",
         "/api/v1/cluster",
+        "/api/v1/notifiers",
+        "/api/v1/notifiers/{name}",
+        "/api/v1/alert-rules",
+        "/api/v1/alert-rules/{rule}",
+        "/api/v1/jobs/{job_id}/alert-rules/{rule}",
+        "/api/v1/alerts",
+        "/api/v1/alerts/{alert_id}/acknowledge",
+        "/api/v1/silences",
+        "/api/v1/calendars",
+        "/api/v1/calendars/{name}",
     }
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert metrics.status_code == 200

@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from pgpulse.errors import Forbidden
 from pgpulse.jobs import JobSpec
 
-__all__ = ["OPERATOR", "Writer", "check_run_payload", "check_write", "code_writer", "token_writer"]
+__all__ = [
+    "OPERATOR",
+    "Writer",
+    "check_alert_write",
+    "check_calendar_write",
+    "check_run_payload",
+    "check_write",
+    "code_writer",
+    "token_writer",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,4 +153,33 @@ def check_run_payload(writer: Writer, *, tenant: str, name: str, handler: str) -
             f"command run on a node: {writer.name} may not give one ({writer.no_shell_reason})",
             field="handler",
             value="shell",
+        )
+
+
+def check_alert_write(writer: Writer, tenant: str | None) -> None:
+    """Refuse an alert setting (a rule, a silence, an acknowledgement) unless ``writer`` may
+    manage the jobs of ``tenant`` (``None``: the cluster's own rules and defaults, silences of
+    every job, notifiers — only a writer of every tenant may change those).
+
+    Raises:
+        Forbidden: ``field="tenant"``.
+    """
+    if writer.tenants is None or (tenant is not None and tenant in writer.tenants):
+        return
+    what = f"alerts of tenant {tenant!r}" if tenant is not None else "the cluster's alerts"
+    raise Forbidden(f"{writer.name} may not manage {what}", field="tenant", value=tenant)
+
+
+def check_calendar_write(writer: Writer, tenant: str) -> None:
+    """Refuse unless ``writer`` may create, replace or delete exclusion calendars of ``tenant``:
+    the same tenant rule as for jobs (a calendar changes when the tenant's jobs run).
+
+    Raises:
+        Forbidden: ``field="tenant"``.
+    """
+    if writer.tenants is not None and tenant not in writer.tenants:
+        raise Forbidden(
+            f"{writer.name} may not manage calendars of tenant {tenant!r}",
+            field="tenant",
+            value=tenant,
         )

@@ -20,12 +20,13 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pgpulse.access import code_writer
+from pgpulse.alerts.rules import RuleSpec, parse_rule
 from pgpulse.audit import Actor
 from pgpulse.builtins import BUILTIN_HANDLERS
 from pgpulse.database import open_pool, resolve_dsn
@@ -119,6 +120,8 @@ class App:
         self.tenant = tenant
         self.handlers = HandlerRegistry()
         self.jobs: list[JobSpec] = []
+        #: Alert rules of the declared jobs: (job name, rule), set when a node starts.
+        self.alert_rules: list[tuple[str, RuleSpec]] = []
         if builtins:
             for name, handler in BUILTIN_HANDLERS.items():
                 self.handlers.register(name, handler)
@@ -141,18 +144,31 @@ class App:
 
         return register
 
-    def job(self, name: str, *, schedule: str, **options: Any) -> Callable[[Handler], Handler]:
+    def job(
+        self,
+        name: str,
+        *,
+        schedule: str,
+        alerts: Mapping[str, Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> Callable[[Handler], Handler]:
         """Decorator: register a handler named ``name`` and a job of the same name running it.
 
         Args:
             name: the job's and the handler's name.
             schedule: the schedule expression.
+            alerts: the job's alert rules by kind, each ``{"notify": [names], "threshold": n}``
+                (docs/alerts.md, "Rules"): ``{"failures": {"threshold": 3, "notify": ["ops"]}}``.
+                Set when a node starts, after the job (a ``silence`` window is checked against
+                the schedule then; the notifiers must exist by then).
             **options: any other :meth:`JobSpec.create` field (``timezone``, ``catch_up``,
-                ``payload``, ``max_attempts``, ``timeout``...).
+                ``payload``, ``max_attempts``, ``timeout``, ``spread``, ``not_before``,
+                ``not_after``, ``max_runs``, ``calendars``, ``auto_pause_after``...).
 
         Raises:
             InvalidSchedule, UnknownTimeZone, InvalidPayload, InvalidInput: at declaration
-                time, so a bad job never reaches the database.
+                time, so a bad job (or a malformed rule: ``field="alerts.<rule>"``...) never
+                reaches the database.
         """
         spec = JobSpec.create(
             name=name,
@@ -162,10 +178,12 @@ class App:
             source=self.source,
             **options,
         )
+        rules = [(name, _declared_rule(kind, given)) for kind, given in (alerts or {}).items()]
 
         def register(func: Handler) -> Handler:
             self.handlers.register(name, func)
             self.jobs.append(spec)
+            self.alert_rules.extend(rules)
             return func
 
         return register
@@ -210,6 +228,23 @@ class App:
                 )
         return plan
 
+    async def _set_alert_rules(self, store: Store, node_id: str) -> None:
+        """Set the declared jobs' alert rules (as the code's writer: its tenant only)."""
+        if not self.alert_rules:
+            return
+        from pgpulse.alerts.store import AlertStore
+
+        alerts = AlertStore(store.pool)
+        writer = code_writer(self.tenant, f"the code of node {node_id}")
+        for job, rule in self.alert_rules:
+            await alerts.set_rule(
+                rule.rule,
+                list(rule.notifiers),
+                threshold=rule.threshold,
+                job=(self.tenant, job),
+                writer=writer,
+            )
+
     async def run_node(
         self,
         database_url: str | None = None,
@@ -230,6 +265,8 @@ class App:
                 node starts.
             NodeIdTaken: the node id is held by another live process; nothing is written and
                 no node starts.
+            InvalidInput: a declared alert rule names a notifier that does not exist, or its
+                ``silence`` window is shorter than its job's schedule's period; no node starts.
         """
         config = config or NodeConfig()
         dsn = resolve_dsn(database_url, data_dir)
@@ -247,6 +284,7 @@ class App:
             try:
                 if self.jobs or self.prune:  # an app without jobs (no --app) declares nothing
                     await self.declare(store, config.node_id)
+                await self._set_alert_rules(store, config.node_id)
             except BaseException:
                 await node.deregister()  # the id is free again at once
                 raise
@@ -257,3 +295,21 @@ class App:
             await node.run()
         finally:
             await pool.close()
+
+
+def _declared_rule(kind: str, given: Mapping[str, Any]) -> RuleSpec:
+    """An :meth:`App.job` ``alerts`` entry, validated (:func:`~pgpulse.alerts.rules.parse_rule`).
+
+    Raises:
+        InvalidInput: ``field="alerts.<kind>"`` for an entry that is not a mapping of
+            ``notify`` and ``threshold``; else the rule's own refusal.
+    """
+    if not isinstance(given, Mapping) or set(given) - {"notify", "threshold"}:
+        raise InvalidInput(
+            f"alerts.{kind} must be a mapping of 'notify' (notifier names) and 'threshold', "
+            f"got {given!r}",
+            field=f"alerts.{kind}",
+            value=given,
+        )
+    notify = given.get("notify")
+    return parse_rule(kind, given.get("threshold"), list(notify or ()), cluster=False)

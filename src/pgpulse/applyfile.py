@@ -15,9 +15,13 @@ fields every job of the file inherits::
     handler = "shell"
     payload = { command = "rollup --hour" }
     catch_up = "backfill"
+    spread = 300                       # run control (issue 19): seconds of spread,
+    not_after = 2027-01-01T00:00:00    # an active window (no offset: in the job's zone),
+    calendars = ["holidays"]           # exclusion calendars, max_runs, auto_pause_after
 
 A job takes every field ``pgpulse job create`` takes, under the names of :data:`JOB_FIELDS`
-(``timezone`` for ``--tz``; ``payload`` a table, or JSON text as on the command line), and each
+(``timezone`` for ``--tz``; ``payload`` a table, or JSON text as on the command line; ``not_before``
+and ``not_after`` TOML date-times or ISO 8601 text; ``calendars`` a list of names), and each
 is validated by :meth:`JobSpec.create <pgpulse.jobs.JobSpec.create>`, as there. Any refusal —
 malformed TOML, an unknown key, a bad value — is an :class:`ApplyFileError` naming the file, the
 line (of the key when it can be found, else of the job's table) and the field. TOML is read by
@@ -52,6 +56,12 @@ JOB_FIELDS: tuple[str, ...] = (
     "timeout",
     "overlap",
     "max_concurrency",
+    "spread",
+    "not_before",
+    "not_after",
+    "max_runs",
+    "calendars",
+    "auto_pause_after",
     "allow_private_target",
 )
 _TEXT_FIELDS = ("schedule", "handler", "tenant", "timezone", "catch_up", "overlap")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pgpulse.jobs import JobSpec
@@ -41,6 +42,12 @@ DEFINITION_FIELDS: tuple[str, ...] = (
     "meta",
     "overlap",
     "max_concurrency",
+    "spread",
+    "not_before",
+    "not_after",
+    "max_runs",
+    "calendars",
+    "auto_pause_after",
 )
 
 
@@ -76,9 +83,22 @@ def cli_actor() -> Actor:
     return Actor("cli", f"os:{user}")
 
 
+def _comparable(key: str, value: Any) -> Any:
+    """A field's value as diffs compare and the audit trail stores it (JSON): instants as UTC
+    ISO 8601 text, calendar names as a list, the spread as float seconds."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if key == "calendars":
+        return list(value or ())
+    if key == "spread":
+        return float(value or 0.0)
+    return value
+
+
 def definition_of_spec(spec: JobSpec) -> dict[str, Any]:
-    """The definition fields of ``spec`` (:data:`DEFINITION_FIELDS`), durations in seconds."""
-    return {key: getattr(spec, key) for key in DEFINITION_FIELDS}
+    """The definition fields of ``spec`` (:data:`DEFINITION_FIELDS`), durations in seconds,
+    instants as UTC ISO 8601 text."""
+    return {key: _comparable(key, getattr(spec, key)) for key in DEFINITION_FIELDS}
 
 
 def definition_of_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +115,7 @@ def definition_of_row(row: dict[str, Any]) -> dict[str, Any]:
             value = row[f"{key}_s"]
             out[key] = None if value is None else float(value)
         else:
-            out[key] = row[key]
+            out[key] = _comparable(key, row[key])
     return out
 
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from pgpulse import tracing
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
@@ -297,6 +298,9 @@ def _shell_env(ctx: RunContext, extra: Mapping[str, str]) -> dict[str, str]:
             "PGPULSE_FENCING_TOKEN": str(ctx.fencing_token),
         }
     )
+    traceparent = tracing.current_traceparent()  # None unless tracing is on
+    if traceparent is not None:
+        env["TRACEPARENT"] = traceparent
     return env
 
 
@@ -447,7 +451,8 @@ async def shell_handler(ctx: RunContext) -> str | None:
 
     Environment: the node's environment, overlaid with ``payload.env``, plus ``PGPULSE_JOB``,
     ``PGPULSE_TENANT``, ``PGPULSE_SCHEDULED_FOR`` (ISO-8601, UTC), ``PGPULSE_ATTEMPT``,
-    ``PGPULSE_RUN_ID`` and ``PGPULSE_FENCING_TOKEN`` (these cannot be overridden by the payload).
+    ``PGPULSE_RUN_ID`` and ``PGPULSE_FENCING_TOKEN`` (these cannot be overridden by the payload);
+    with tracing on (``node run --otel``), ``TRACEPARENT``: the attempt span's W3C traceparent.
 
     User: the crontab's user is recorded; commands run as the current user unless Pulse runs as
     root and the user exists (then with that user's groups, ``HOME``, ``USER``, ``LOGNAME``, and,
@@ -536,6 +541,7 @@ def _http_headers(ctx: RunContext, given: Mapping[str, str] | None) -> httpx.Hea
     headers["X-Pulse-Attempt"] = str(ctx.attempt)
     headers["X-Pulse-Fencing-Token"] = str(ctx.fencing_token)
     headers["Idempotency-Key"] = f"{ctx.tenant}/{ctx.job_name}/{scheduled_for}"
+    headers.update(tracing.trace_headers())  # W3C traceparent of the attempt, with tracing on
     return headers
 
 
@@ -545,7 +551,8 @@ async def http_handler(ctx: RunContext) -> str | None:
     Headers added to ``payload.headers`` (they override payload headers of the same name):
     ``X-Pulse-Job``, ``X-Pulse-Scheduled-For`` (ISO-8601, UTC), ``X-Pulse-Attempt``,
     ``X-Pulse-Fencing-Token`` and ``Idempotency-Key: <tenant>/<job>/<scheduled_for>``, which is
-    the same for every attempt of one occurrence so the receiver can drop duplicates.
+    the same for every attempt of one occurrence so the receiver can drop duplicates; with
+    tracing on (``node run --otel``), the attempt span's W3C ``traceparent``.
 
     The body is ``payload.json`` (sent as JSON) or ``payload.body`` (sent as UTF-8 text), if
     either. Redirects are followed only with ``payload.follow_redirects: true``. The whole

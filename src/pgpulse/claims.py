@@ -90,7 +90,7 @@ _NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
 
 #: How many of :class:`ClaimedJob`'s fields a claim of job rows returns (through
 #: ``max_concurrency``; a job row is no extra occurrence).
-JOB_ROW_FIELDS = 21
+JOB_ROW_FIELDS = 29
 
 
 def parse_step(
@@ -227,6 +227,9 @@ class ClaimStore(NodeRegistry):
                 "output": o.output and _storable(o.output),
                 **_skips(o.advance),
                 "skip_reason": o.skip_reason,
+                "counts_run": o.counts_run,
+                "failures": o.failures,
+                "pause_reason": o.pause_reason,
             }
             for o in sorted(outcomes, key=lambda o: o.job.id)
         ]

@@ -34,6 +34,7 @@ from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
+from pgpulse.limits import RESUME_MODES, parse_instant
 from pgpulse.report import (
     print_job,
     print_records,
@@ -245,6 +246,28 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     metavar="HOST:PORT",
     help="Also serve the API and dashboard here.",
 )
+@click.option(
+    "--alert-interval",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_envvar=True,
+    show_default=True,
+    help="Seconds between the leader's evaluations of alert rules (late, silence, cluster); "
+    "0 turns alerting off on this node.",
+)
+@click.option(
+    "--dashboard-url",
+    default=None,
+    show_envvar=True,
+    help="The dashboard's address (https://pulse.example.com), for the links alerts carry.",
+)
+@click.option(
+    "--otel",
+    is_flag=True,
+    show_envvar=True,
+    help="OpenTelemetry spans per claim and attempt, with OpenTelemetry's global tracer "
+    "provider (needs the otel extra: pip install 'pgpulse[otel]').",
+)
 @web_options
 @click.pass_obj
 def node_run(
@@ -262,6 +285,9 @@ def node_run(
     prune_code_jobs: bool,
     metrics_addr: str | None,
     http_addr: str | None,
+    alert_interval: float,
+    dashboard_url: str | None,
+    otel: bool,
     **web: Any,
 ) -> None:
     """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit).
@@ -277,6 +303,13 @@ def node_run(
         )
     pulse_app = load_app(app, app_dir)
     pulse_app.prune = pulse_app.prune or prune_code_jobs
+    if otel:
+        from pgpulse import tracing
+
+        if not tracing.enable():
+            raise click.BadParameter(
+                "OpenTelemetry is not installed: pip install 'pgpulse[otel]'", param_hint="--otel"
+            )
     options: dict[str, Any] = {
         "lease": lease,
         "heartbeat_interval": heartbeat,
@@ -289,6 +322,8 @@ def node_run(
             "http_allow": web_settings(**web).http_allow,  # checked at each connection
         },
         "allow_shell": web["allow_shell_jobs"] or shell_dry_run,
+        "alert_interval": alert_interval,
+        "dashboard_url": dashboard_url,
     }
     if node_id:
         options["node_id"] = node_id
@@ -373,6 +408,42 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     help="With --overlap allow (required there): most occurrences running at once.",
 )
 @click.option(
+    "--spread",
+    type=float,
+    default=0.0,
+    help="Seconds: fire each occurrence at its instant plus this job's stable offset in "
+    "[0, SPREAD) (jobs sharing a schedule then do not all fire at once).",
+)
+@click.option(
+    "--not-before",
+    default=None,
+    help="No occurrence before this instant (ISO 8601; without an offset, in --tz).",
+)
+@click.option(
+    "--not-after",
+    default=None,
+    help="No occurrence after this instant; after the last one the job is completed.",
+)
+@click.option(
+    "--max-runs",
+    type=int,
+    default=None,
+    help="Completed after this many runs (skips do not count).",
+)
+@click.option(
+    "--calendar",
+    "calendars",
+    multiple=True,
+    help="Exclusion calendar (pgpulse calendar set): occurrences on its dates are skipped. "
+    "Repeat for several.",
+)
+@click.option(
+    "--auto-pause-after",
+    type=int,
+    default=None,
+    help="Pause the job after this many consecutive failed runs.",
+)
+@click.option(
     "--allow-private-target",
     is_flag=True,
     help="Store an http job whose host is loopback, private, link-local or unresolvable, or "
@@ -439,6 +510,7 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
             "handler",
             "catch_up",
             "status",
+            "pause_reason",
             "scheduled_for",
             "last_outcome",
             "last_error",
@@ -515,34 +587,66 @@ def _state_command(verb: str, doc: str) -> None:
     @with_store
     async def command(store: Store, name: str, tenant: str) -> None:
         actor = cli_actor()
-        if verb == "pause":
-            changed = await store.pause_job(tenant, name, actor=actor)
-            click.echo(f"paused {name}" if changed else f"{name} was paused already; no change")
-        elif verb == "resume":
-            changed = await store.resume_job(tenant, name, actor=actor)
-            row = await store.get_job(tenant, name)
-            click.echo(
-                f"resumed {name}; next occurrence {row['scheduled_for'].isoformat()}"
-                if changed
-                else f"{name} is {row['status']}, not paused; no change"
-            )
-        elif verb == "delete":
+        if verb == "delete":
             await store.delete_job(tenant, name, actor=actor)
             click.echo(f"deleted {name}")
         else:
             raise AssertionError(verb)  # pragma: no cover
 
 
-_state_command(
-    "pause",
-    "Pause job NAME (idle or failed; not claimed until resumed). Idempotent: a paused "
-    "job stays paused. A running job is refused: pause it when its run ends.",
+@job.command("pause")
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--until",
+    default=None,
+    help="Resume by itself at this instant (ISO 8601; without an offset, in the job's zone); "
+    "the occurrences inside the pause are then recorded as skipped.",
 )
-_state_command(
-    "resume",
-    "Resume job NAME at its next occurrence after now (occurrences inside the pause "
-    "do not run). Idempotent: a job that is not paused is left as it is.",
+@click.option("--reason", default=None, help="Why: shown wherever the status is.")
+@with_store
+async def job_pause(
+    store: Store, name: str, tenant: str, until: str | None, reason: str | None
+) -> None:
+    """Pause job NAME (idle or failed; not claimed until resumed). Idempotent: pausing a
+    paused job sets its --until and --reason anew. A running job is refused: pause it when its
+    run ends."""
+    at = None
+    if until is not None:
+        at = parse_instant("until", until, (await store.get_job(tenant, name))["timezone"])
+    changed = await store.pause_job(tenant, name, until=at, reason=reason, actor=cli_actor())
+    what = f"{name}{f' until {at.isoformat()}' if at else ''}{f' ({reason})' if reason else ''}"
+    if changed:
+        click.echo(f"paused {what}")
+    elif at or reason:
+        click.echo(f"{name} was paused already; now paused {what}")
+    else:
+        click.echo(f"{name} was paused already; no change")
+
+
+@job.command("resume")
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--catch-up",
+    type=click.Choice(RESUME_MODES),
+    default="skip",
+    help="The occurrences inside the pause: skip (not these), once (run once, as the newest), "
+    "backfill (run each, oldest first).",
 )
+@with_store
+async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> None:
+    """Resume job NAME. Idempotent: a job that is not paused is left as it is."""
+    changed = await store.resume_job(tenant, name, catch_up=catch_up, actor=cli_actor())
+    row = await store.get_job(tenant, name)
+    click.echo(
+        f"resumed {name}{'' if catch_up == 'skip' else f' ({catch_up})'}; next occurrence "
+        f"{row['scheduled_for'].isoformat()}"
+        if changed
+        else f"{name} is {row['status']}, not paused; no change"
+    )
+
+
 _state_command(
     "delete", "Delete job NAME and its run history (its audit trail stays: job history)."
 )

@@ -39,8 +39,11 @@ CONTEXT = {
 #: (FastAPI, uvicorn) and the tools of the ``pgpulse-tools`` distribution (demo, fault harness,
 #: benchmark), which the runtime never imports and a production install need not carry.
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "calendar": ("pgpulse.cli_calendar:calendar", "Create, list and delete exclusion calendars."),
     "serve": ("pgpulse.web.commands:serve", "Serve the JSON API, the dashboard and metrics."),
     "token": ("pgpulse.web.commands:token", "Create, list and revoke API tokens."),
+    "notifier": ("pgpulse.alerts.commands:notifier", "Add, list and remove alert notifiers."),
+    "alert": ("pgpulse.alerts.commands:alert", "Alert rules, alerts, silences, acknowledgements."),
     "demo": ("pgpulse_tools.commands:demo", "Three nodes share a crontab; one is killed midway."),
     "chaos": ("pgpulse_tools.commands:chaos", "Inject faults into a live cluster; check history."),
     "bench": ("pgpulse_tools.commands:bench", "Benchmark Pulse against the floor and its peers."),

@@ -17,12 +17,13 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
-from pgpulse import metrics
+from pgpulse import metrics, tracing
 from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
+from pgpulse.limits import calendar_skip, completes, resume_policy, resume_skip_reason
 from pgpulse.model import ClaimedJob, Outcome, RunOutcome
-from pgpulse.planner import ClaimDecision, advance, plan_claim, retry_delay
+from pgpulse.planner import Advance, CatchUpPolicy, ClaimDecision, hold, plan_claim, retry_delay
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,10 @@ class AttemptResult:
     output: str | None = None
 
 
-def _skip_reason(job: ClaimedJob) -> str:
+def _skip_reason(job: ClaimedJob, advance: Advance | None = None) -> str:
+    first = None if advance is None else advance.skipped_first
+    if job.resume_mode and job.resumed_at and first is not None and first <= job.resumed_at:
+        return resume_skip_reason(job.resume_mode)
     if job.catch_up == "skip":
         return f"missed: later than misfire_grace ({job.misfire_grace:g}s)"
     if job.catch_up == "coalesce":
@@ -50,16 +54,51 @@ def _skip_reason(job: ClaimedJob) -> str:
 DECIDE_IN_THREAD_BEHIND = timedelta(days=30)
 
 
+def _judged(job: ClaimedJob, occurrence: datetime, now: datetime) -> tuple[CatchUpPolicy, datetime]:
+    """The policy ``occurrence`` follows and the instant it is judged at: ``now`` less the
+    job's spread offset (lateness counts from the spread instant), or the resume's mode for an
+    occurrence inside a pause (:func:`~pgpulse.limits.resume_policy`)."""
+    return resume_policy(
+        job.policy,
+        occurrence,
+        now - job.spread_offset,
+        mode=job.resume_mode,
+        resumed_at=job.resumed_at,
+    )
+
+
 def _plan_claim(job: ClaimedJob) -> ClaimDecision:
     """:func:`~pgpulse.planner.plan_claim` for ``job`` at its claim instant."""
+    policy, now = _judged(job, job.scheduled_for, job.db_now)
     return plan_claim(
         job.parsed_schedule,
-        job.policy,
+        policy,
         scheduled_for=job.scheduled_for,
         attempt=job.attempt,
         max_attempts=job.max_attempts,
-        now=job.db_now,
+        now=now,
         anchor=job.anchor_at,
+    )
+
+
+def next_advance(job: ClaimedJob, now: datetime) -> Advance:
+    """Where ``job`` goes after its occurrence at ``now`` (the database's instant): the next
+    occurrence with its catch-up policy applied (:func:`_judged`), or ``complete`` when the
+    schedule has none (a one-off)."""
+    schedule = job.parsed_schedule
+    following = schedule.next_after_or_none(job.scheduled_for, anchor=job.anchor_at)
+    if following is None:
+        return Advance(job.scheduled_for, complete=True)
+    policy, judged_at = _judged(job, following, now)
+    return hold(schedule, policy, following, now=judged_at, anchor=job.anchor_at)
+
+
+def _final_status(job: ClaimedJob, advance: Advance, ran: bool) -> Literal["idle", "completed"]:
+    """``completed`` when the job has no occurrence left after ``advance`` (its window, its
+    ``max_runs`` — this run counted when it ``ran`` — or a one-off's end), else ``idle``."""
+    runs_left = None if job.runs_left is None else job.runs_left - (1 if ran else 0)
+    return (
+        "completed" if completes(advance, not_after=job.not_after, runs_left=runs_left) else "idle"
     )
 
 
@@ -104,17 +143,27 @@ def plan_finish(
             output=result.output,
             ended_at=now,
         )
-    nxt = advance(
-        job.parsed_schedule, job.policy, after=job.scheduled_for, now=now, anchor=job.anchor_at
-    )
+    nxt = next_advance(job, now)
+    status: Literal["idle", "completed", "paused"] = _final_status(job, nxt, ran=True)
+    pause_reason = None
+    if (
+        not result.ok
+        and status == "idle"
+        and job.auto_pause_after is not None
+        and job.failures + 1 >= job.auto_pause_after
+    ):
+        status = "paused"
+        pause_reason = f"auto-paused after {job.failures + 1} consecutive failed runs"
     return Outcome(
         job,
         "succeeded" if result.ok else "failed",
         advance=nxt,
+        status=status,
         error=result.error,
         output=result.output,
-        skip_reason=_skip_reason(job) if nxt.skipped_count else None,
+        skip_reason=_skip_reason(job, nxt) if nxt.skipped_count else None,
         ended_at=now,
+        pause_reason=pause_reason,
     )
 
 
@@ -178,6 +227,9 @@ class Dispatcher:
         """
         if job.occurrence is not None:
             return self._decide_occurrence(job)
+        excluded = self._excluded(job)
+        if excluded is not None:
+            return excluded
         if job.db_now - job.scheduled_for < DECIDE_IN_THREAD_BEHIND:
             decision = _plan_claim(job)
         else:  # far behind: not on the event loop (see DECIDE_IN_THREAD_BEHIND)
@@ -191,19 +243,23 @@ class Dispatcher:
                 else f"attempts exhausted: {job.max_attempts} attempts ended without an outcome "
                 "(lease lost or expired, or handed back at a stop)"
             )
+            reason = _skip_reason(job, decision.advance)
+            if outcome == "skipped" and reason.startswith("paused"):
+                error = reason  # the resume's choice, on the claimed occurrence's own row
             return Outcome(
-                job, outcome, advance=decision.advance, error=error, skip_reason=_skip_reason(job)
+                job,
+                outcome,
+                advance=decision.advance,
+                status=_final_status(job, decision.advance, ran=outcome == "fenced"),
+                error=error,
+                skip_reason=reason,
             )
         if job.overlap != "forbid":  # the occurrence runs apart from the job row (a fork)
-            nxt = advance(
-                job.parsed_schedule,
-                job.policy,
-                after=job.scheduled_for,
-                now=job.db_now,
-                anchor=job.anchor_at,
-            )
-            reason = _skip_reason(job) if nxt.skipped_count else None
-            return Outcome(job, "forked", advance=nxt, skip_reason=reason)
+            # the job row has already judged the window, the calendars and the spread
+            # instant of this occurrence (above); it advances as a run of its own would
+            nxt = next_advance(job, job.db_now)
+            why = _skip_reason(job, nxt) if nxt.skipped_count else None
+            return Outcome(job, "forked", advance=nxt, skip_reason=why)
         if job.handler in self.handlers:
             return None
         return self._no_handler(job)
@@ -241,6 +297,36 @@ class Dispatcher:
         )
         return Outcome(job, "failed", status="failed", error=reason)
 
+    @staticmethod
+    def _excluded(job: ClaimedJob) -> Outcome | None:
+        """The outcome of a first attempt that does not run because of the job's limits: an
+        occurrence after ``not_after`` (the window changed while it was held) or on a date one
+        of its calendars excludes (:func:`~pgpulse.limits.calendar_skip`); else ``None``."""
+        if job.attempt != 1:
+            return None
+        if job.not_after is not None and job.scheduled_for > job.not_after:
+            at = job.scheduled_for
+            reason = "outside the job's window (after not_after)"
+            end = Advance(at, 1, at, at, complete=True)
+            return Outcome(job, "skipped", advance=end, status="completed", error=reason)
+        calendars = job.exclusion_calendars
+        if not calendars:
+            return None
+        found = calendar_skip(
+            job.parsed_schedule, calendars, job.scheduled_for, anchor=job.anchor_at
+        )
+        if found is None:
+            return None
+        nxt, reason = found
+        return Outcome(
+            job,
+            "skipped",
+            advance=nxt,
+            status=_final_status(job, nxt, ran=False),
+            error=reason,
+            skip_reason=reason,
+        )
+
     async def run(self, job: ClaimedJob) -> AttemptResult:
         """Run ``job``'s handler once (after :meth:`decide` said to run it).
 
@@ -262,7 +348,26 @@ class Dispatcher:
             options=self.options,
             kind=job.kind,
         )
-        return await run_attempt(handler, ctx, self._is_async.get(job.handler))
+        if not tracing.is_enabled():
+            return await run_attempt(handler, ctx, self._is_async.get(job.handler))
+        first = job.attempt == 1
+        with tracing.attempt_span(
+            job_id=job.id,
+            job_name=job.name,
+            tenant=job.tenant,
+            handler=job.handler,
+            scheduled_for=job.scheduled_for,
+            attempt=job.attempt,
+            run_id=job.run_id,
+            fencing_token=job.fencing_token,
+            node_id=self.node_id,
+            lag=(job.db_now - job.scheduled_for).total_seconds() if first else None,
+            claim=tracing.CURRENT_CLAIM.get(),
+        ) as span:
+            result = await run_attempt(handler, ctx, self._is_async.get(job.handler))
+            outcome = "succeeded" if result.ok else "failed"
+            span.set_outcome(outcome, error=None if result.ok else result.error)
+            return result
 
 
 def report(outcome: Outcome, written: bool) -> None:

@@ -1,6 +1,6 @@
 """The engine: one scheduler node's loops.
 
-A :class:`Node` runs four named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
+A :class:`Node` runs five named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
 loudly):
 
 * ``claim``: in one transaction and one round trip per step, write the outcomes of the attempts
@@ -16,7 +16,10 @@ loudly):
   live nodes it returns;
 * ``prune``: the leader deletes old history once an hour; other nodes send nothing;
 * ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once
-  (:class:`~pgpulse.listener.Listener`).
+  (:class:`~pgpulse.listener.Listener`);
+* ``alerts``: evaluate the alert rules and send their deliveries
+  (:class:`~pgpulse.alerts.delivery.AlertLoop`): the leader every ``alert_interval`` seconds,
+  any node at once after it recorded a failed or skipped run; never on an attempt's path.
 
 The running attempts themselves — their leases' deadlines, their timeouts, self-fencing and
 their outcomes — belong to :class:`~pgpulse.attempts.Attempts` (:attr:`Node.attempts`); these
@@ -42,6 +45,8 @@ from typing import Any
 import psycopg
 
 from pgpulse import metrics
+from pgpulse.alerts.delivery import AlertLoop
+from pgpulse.alerts.store import AlertStore
 from pgpulse.attempts import Attempt, Attempts
 from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
 from pgpulse.database import Session
@@ -80,6 +85,10 @@ class NodeConfig:
         allow_shell: run ``shell`` jobs. Off by default: a ``shell`` job runs commands on every
             node, so each node opts in (``pgpulse node run --allow-shell-jobs``). A node without
             it claims no shell jobs (they wait for a node that allows them).
+        alert_interval: seconds between the leader's evaluations of the alert rules (late,
+            missed, silence, cluster rules); a failed or skipped run is evaluated at once by the
+            node that recorded it. 0 turns alerting off on this node.
+        dashboard_url: the dashboard's base address, for the links alerts carry, or ``None``.
     """
 
     node_id: str = field(
@@ -94,6 +103,8 @@ class NodeConfig:
     keep_runs: float = 7 * 86400.0
     handler_options: Mapping[str, Any] = field(default_factory=dict)
     allow_shell: bool = False
+    alert_interval: float = 10.0
+    dashboard_url: str | None = None
 
     def __post_init__(self) -> None:
         if self.lease <= 2 * self.heartbeat_interval:
@@ -175,6 +186,17 @@ class Node:
             self.config.heartbeat_interval,
             on_note=lambda: self.recorder.hint_occurrences(),
         )
+        self.alerts: AlertLoop | None = None
+        if self.config.alert_interval > 0:
+            self.alerts = AlertLoop(
+                AlertStore(store.pool),
+                self.node_id,
+                leading=lambda: self.sweeper.is_leader,
+                interval=self.config.alert_interval,
+                margin=self.config.lease,
+                allow=self.config.handler_options.get("http_allow"),
+                dashboard_url=self.config.dashboard_url,
+            )
         self.recorder = Recorder(
             ClaimStore(self._claim_session),
             self.attempts,
@@ -182,6 +204,7 @@ class Node:
             lease=self.config.lease,
             occurrences=OccurrenceClaims(self._claim_session),
             poll=self.config.poll_interval,
+            on_alertable=self.alerts.kick if self.alerts is not None else None,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -192,21 +215,19 @@ class Node:
         Raises:
             NodeIdTaken: another live process holds this node id; nothing was written.
         """
-        try:
-            await self.beat.register_node(
-                self.node_id,
-                hostname=self._hostname,
-                pid=self._pid,
-                slots=self.config.slots,
-                handlers=list(self.handlers),
-                shell=self.config.shell_mode,
-                ttl=self.config.node_ttl,
-                rejoin=rejoin,
-            )
-        except NodeIdTaken:
-            if not rejoin:  # a node that never started leaves no session open
-                await self._beat_session.close()
-            raise
+        # A start registers through the pool (the node's own sessions open with its loops); a
+        # rejoin through the heartbeat session, which register_node does not count as a holder's.
+        registry = self.beat if rejoin else self.store
+        await registry.register_node(
+            self.node_id,
+            hostname=self._hostname,
+            pid=self._pid,
+            slots=self.config.slots,
+            handlers=list(self.handlers),
+            shell=self.config.shell_mode,
+            ttl=self.config.node_ttl,
+            rejoin=rejoin,
+        )
         self._registered = True
 
     async def deregister(self) -> None:
@@ -278,6 +299,8 @@ class Node:
             )
             group.create_task(self._every(self.sweeper.prune_once, "prune"), name="prune")
             group.create_task(self.listener.run(), name="listen")
+            if self.alerts is not None:
+                group.create_task(self.alerts.run(self._stopping), name="alerts")
 
     def stop(self) -> None:
         """Ask the node to stop claiming and drain (safe to call from a signal handler)."""

@@ -77,7 +77,11 @@ class Forbidden(PulseError):
     rights (:mod:`pgpulse.access`). Nothing was written."""
 
 
-class JobNotFound(PulseError):
+class NotFound(PulseError):
+    """A named thing (a job, a calendar) does not exist."""
+
+
+class JobNotFound(NotFound):
     """No job has the given (tenant, name); a ``tenant`` of ``None`` means in any tenant."""
 
     def __init__(self, tenant: str | None, name: str) -> None:

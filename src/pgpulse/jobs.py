@@ -15,11 +15,14 @@ import re
 import unicodedata
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, cast
 
 from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
-from pgpulse.errors import InvalidInput, InvalidPayload, InvalidSchedule, UnknownHandler
+from pgpulse.errors import InvalidInput, InvalidPayload, UnknownHandler
+from pgpulse.limits import check_auto_pause, check_calendars, check_max_runs, check_window
 from pgpulse.schedule import Schedule, parse_schedule
+from pgpulse.spread import check_spread
 
 CatchUp = Literal["skip", "backfill", "coalesce"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
@@ -237,6 +240,44 @@ def _check_overlap(overlap: object, max_concurrency: object) -> None:
         )
 
 
+def _check_forked_limits(
+    overlap: object,
+    kind: str,
+    *,
+    max_runs: object,
+    not_after: object,
+    auto_pause_after: object,
+) -> None:
+    """Refuse a limit the job row cannot keep once its occurrences are forked off it
+    (``overlap`` ``replace``/``allow``): ``max_runs``, ``not_after``, ``auto_pause_after`` and a
+    one-off ``@at`` schedule count or end on the job row's own runs, which a forked job no
+    longer has (docs/states.md, "Extra occurrences and run control").
+
+    Raises:
+        InvalidInput: ``field`` names the limit, its value given.
+    """
+    if overlap not in ("replace", "allow"):
+        return
+    for limit, value in (
+        ("max_runs", max_runs),
+        ("not_after", not_after),
+        ("auto_pause_after", auto_pause_after),
+    ):
+        if value is not None:
+            raise InvalidInput(
+                f"{limit} applies to overlap forbid only (overlap is {overlap!r}): "
+                "occurrences forked off the schedule do not count toward it",
+                field=limit,
+                value=value,
+            )
+    if kind == "once":
+        raise InvalidInput(
+            f"a one-off @at schedule applies to overlap forbid only (overlap is {overlap!r})",
+            field="overlap",
+            value=overlap,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A validated job definition, unique by (tenant, name).
@@ -263,6 +304,14 @@ class JobSpec:
             once); design.md, Policies; docs/states.md, "Extra occurrences".
         max_concurrency: with ``allow`` (and only then, where it is required), how many
             occurrences of the job may run at once (1-1000).
+        spread: seconds; each occurrence fires at ``scheduled_for`` plus the job's stable
+            offset in [0, spread) (:mod:`pgpulse.spread`); 0 for none.
+        not_before, not_after: the active window (aware UTC instants, or ``None`` for open):
+            no occurrence before or after them.
+        max_runs: the job is ``completed`` after this many runs; ``None`` for no limit.
+        calendars: names of the tenant's exclusion calendars (:mod:`pgpulse.calendars`).
+        auto_pause_after: pause the job after this many consecutive failed runs (``None``:
+            never).
     """
 
     tenant: str
@@ -281,6 +330,12 @@ class JobSpec:
     meta: dict[str, Any] = field(default_factory=dict)
     overlap: Overlap = "forbid"
     max_concurrency: int | None = None
+    spread: float = 0.0
+    not_before: datetime | None = None
+    not_after: datetime | None = None
+    max_runs: int | None = None
+    calendars: tuple[str, ...] = ()
+    auto_pause_after: int | None = None
 
     @classmethod
     def create(
@@ -302,14 +357,22 @@ class JobSpec:
         meta: dict[str, Any] | None = None,
         overlap: str = "forbid",
         max_concurrency: int | None = None,
+        spread: float = 0.0,
+        not_before: datetime | str | None = None,
+        not_after: datetime | str | None = None,
+        max_runs: int | None = None,
+        calendars: Iterable[str] = (),
+        auto_pause_after: int | None = None,
     ) -> JobSpec:
         """Validate every field and build a :class:`JobSpec`.
 
-        Units: ``misfire_grace``, ``retry_backoff`` and ``timeout`` are seconds.
+        Units: ``misfire_grace``, ``retry_backoff``, ``timeout`` and ``spread`` are seconds;
+        ``not_before`` and ``not_after`` are aware instants or ISO 8601 text (without an offset,
+        read in ``timezone``). Whether a one-off ``@at`` instant is already past, and whether
+        the calendars exist, need the database's clock and tables: the store decides.
 
         Raises:
-            InvalidSchedule: the schedule is malformed, can never fire, or is a one-off
-                ``@at`` (not yet storable).
+            InvalidSchedule: the schedule is malformed or can never fire.
             UnknownTimeZone: ``timezone`` is not an IANA zone.
             InvalidPayload: ``payload`` is not a JSON object (or JSON text of one), or a
                 built-in handler's payload lacks, mistypes or misspells a field
@@ -319,13 +382,9 @@ class JobSpec:
         _check_name("tenant", tenant)
         _check_name("name", name)
         _check_name("handler", handler, _HANDLER_RE)
-        if parse_schedule(schedule, timezone).kind == "once":  # raises InvalidSchedule, ...
-            # The store, the planner and the `completed` status do not know one-off jobs yet.
-            raise InvalidSchedule(
-                f"schedule {schedule.strip()!r}: one-off (@at) jobs are not supported yet",
-                field="schedule",
-                value=schedule,
-            )
+        parsed = parse_schedule(schedule, timezone)  # raises InvalidSchedule, UnknownTimeZone
+        checked_spread = check_spread(spread, parsed.kind, parsed.interval)
+        window = check_window(not_before, not_after, timezone)
         if catch_up not in CATCH_UP_POLICIES:
             raise InvalidInput(
                 f"catch_up must be one of {', '.join(CATCH_UP_POLICIES)}, got {catch_up!r}",
@@ -341,6 +400,13 @@ class JobSpec:
                     value=backfill_limit,
                 )
         _check_overlap(overlap, max_concurrency)
+        _check_forked_limits(
+            overlap,
+            parsed.kind,
+            max_runs=max_runs,
+            not_after=window[1],
+            auto_pause_after=auto_pause_after,
+        )
         _check_misfire_grace(misfire_grace)
         _check_number("max_attempts", max_attempts, minimum=1, integer=True)
         _check_number("retry_backoff", retry_backoff, minimum=0.001)
@@ -367,6 +433,12 @@ class JobSpec:
             meta=_check_meta(meta),
             overlap=cast(Overlap, overlap),
             max_concurrency=None if max_concurrency is None else int(max_concurrency),
+            spread=checked_spread,
+            not_before=window[0],
+            not_after=window[1],
+            max_runs=check_max_runs(max_runs),
+            calendars=check_calendars(calendars),
+            auto_pause_after=check_auto_pause(auto_pause_after),
         )
 
     def parsed_schedule(self) -> Schedule:

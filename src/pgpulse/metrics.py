@@ -36,7 +36,7 @@ Metrics (units are seconds unless stated):
     Occurrences recorded as skipped (misfire grace, backfill limit, coalescing).
 ``pgpulse_jobs{state}`` (gauge, cluster-wide)
     Jobs by state: ``due`` (idle and due, not yet claimed), ``running``, ``paused``, ``failed``,
-    ``total``. Read from the database at each scrape.
+    ``completed``, ``total``. Read from the database at each scrape.
 ``pgpulse_jobs_max_lag_seconds`` (gauge, cluster-wide)
     How late the most overdue idle job is (0 when none is due). Read at each scrape.
 ``pgpulse_jobs_unroutable`` (gauge, cluster-wide)
@@ -83,7 +83,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 #: Outcomes of :data:`RUNS`, initialised to 0 so dashboards see every series from the start.
 OUTCOMES = ("succeeded", "failed", "retrying", "skipped", "fenced")
 #: Job states of :data:`JOBS`.
-JOB_STATES = ("due", "running", "paused", "failed", "total")
+JOB_STATES = ("due", "running", "paused", "failed", "completed", "total")
 #: Seconds to wait for the cluster-wide read of a scrape before serving the previous values.
 REFRESH_TIMEOUT = 2.0
 
@@ -239,9 +239,10 @@ def observe_finish(
         fenced_write_rejected()
         return
     ran = ended_at is not None
+    due = job.scheduled_for + job.spread_offset  # lag counts from the spread instant
     # a backfill runs the past on purpose: its lateness is no lag
     late = ran and job.attempt == 1 and job.kind != "backfill"
-    lag = (job.db_now - job.scheduled_for).total_seconds() if late else None
+    lag = (job.db_now - due).total_seconds() if late else None
     duration = (ended_at - job.db_now).total_seconds() if ended_at is not None else None
     observe_run(outcome, lag, duration)
     # skipped_count counts every skipped occurrence (the claimed one too, when it was skipped)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
+from pgpulse.calendars import ExclusionCalendar
 from pgpulse.planner import Advance, CatchUpPolicy
 from pgpulse.schedule import Schedule, parse_schedule
 
@@ -46,6 +47,12 @@ class ClaimedJob(NamedTuple):
     ``started_at``). A claim row is these fields in this order: the store builds each claimed
     job from the row's tuple (a named tuple: no dict and no per-field setattr per job).
 
+    The fields after ``db_now`` are the job's limits (:mod:`pgpulse.limits`), with defaults
+    for a job that has none: ``spread_offset`` (its stable offset: the occurrence is due at
+    ``scheduled_for + spread_offset``), ``not_after``, ``runs_left`` (runs ``max_runs`` still
+    allows, this one included; ``None``: no limit), ``calendars`` (its exclusion calendars as
+    JSON objects, ``None`` for none), the last resume's ``resume_mode`` and ``resumed_at``,
+    ``auto_pause_after`` and ``failures`` (consecutive failed runs so far).
     ``overlap`` and ``max_concurrency`` are the job's overlap policy. A claim of an extra
     occurrence (``pgpulse_occurrences``) has its id in ``occurrence`` (also its ``run_id``) and
     its kind (``trigger``, ``backfill``, ``scheduled``) in ``kind``; ``scheduled_for``,
@@ -71,6 +78,14 @@ class ClaimedJob(NamedTuple):
     fencing_token: int
     run_id: int
     db_now: datetime
+    spread_offset: timedelta = timedelta(0)
+    not_after: datetime | None = None
+    runs_left: int | None = None
+    calendars: list[dict[str, Any]] | None = None
+    resume_mode: str | None = None
+    resumed_at: datetime | None = None
+    auto_pause_after: int | None = None
+    failures: int = 0
     overlap: OverlapPolicy = "forbid"
     max_concurrency: int | None = None
     occurrence: int | None = None
@@ -93,6 +108,21 @@ class ClaimedJob(NamedTuple):
         """The job's catch-up policy (one shared immutable object per distinct setting)."""
         return _policy(self.catch_up, self.misfire_grace, self.backfill_limit)
 
+    @property
+    def exclusion_calendars(self) -> tuple[ExclusionCalendar, ...]:
+        """The job's exclusion calendars (none for most jobs)."""
+        if not self.calendars:
+            return ()
+        return tuple(
+            ExclusionCalendar(
+                c["name"],
+                frozenset(date.fromisoformat(d) for d in c.get("dates") or ()),
+                c.get("country"),
+                c.get("subdivision"),
+            )
+            for c in self.calendars
+        )
+
 
 @functools.lru_cache(maxsize=1024)
 def _policy(
@@ -114,24 +144,28 @@ class Outcome(NamedTuple):
         outcome: the run row's new outcome (``forked``: see :data:`StepOutcome`).
         advance: where the job goes next, for a final outcome.
         retry_in: seconds until the retry, for ``retrying``.
-        status: the job's new status: ``idle``, or ``failed`` (cannot be scheduled).
+        status: the job's new status: ``idle``; ``failed`` (cannot be scheduled);
+            ``completed`` (no occurrence left: a one-off's, a window's or ``max_runs``' last);
+            ``paused`` (auto-pause after consecutive failed runs, ``pause_reason`` saying so).
         error: error text for the run and the job's ``last_error``.
         output: captured output (already truncated).
         skip_reason: error text of the skipped occurrences' rows.
         ended_at: the database's instant (as the node estimates it) when the handler ended;
             ``None`` when no handler ran. Not written: metrics take the run's duration from it,
             and the log the instant of a retry.
+        pause_reason: with ``status="paused"``, why (recorded on the job).
     """
 
     job: ClaimedJob
     outcome: StepOutcome
     advance: Advance | None = None
     retry_in: float | None = None
-    status: Literal["idle", "failed"] = "idle"
+    status: Literal["idle", "failed", "completed", "paused"] = "idle"
     error: str | None = None
     output: str | None = None
     skip_reason: str | None = None
     ended_at: datetime | None = None
+    pause_reason: str | None = None
 
     @property
     def next_scheduled_for(self) -> datetime:
@@ -140,10 +174,26 @@ class Outcome(NamedTuple):
 
     @property
     def next_run_at(self) -> datetime | None:
-        """When the job may be claimed next; ``None`` means ``retry_in`` seconds from now."""
+        """When the job may be claimed next: its occurrence plus the job's spread offset;
+        ``None`` means ``retry_in`` seconds from now."""
         if self.advance is not None:
-            return self.advance.scheduled_for
+            return self.advance.scheduled_for + self.job.spread_offset
         return None if self.retry_in is not None else self.job.scheduled_for
+
+    @property
+    def counts_run(self) -> bool:
+        """Whether this write ends a run that counts towards ``max_runs`` (it ran: succeeded,
+        failed or fenced, and the job moves on)."""
+        return self.advance is not None and self.outcome in ("succeeded", "failed", "fenced")
+
+    @property
+    def failures(self) -> int:
+        """The job's consecutive failed runs after this write (a success resets them)."""
+        if self.advance is None:
+            return self.job.failures
+        if self.outcome == "failed":
+            return self.job.failures + 1
+        return 0 if self.outcome == "succeeded" else self.job.failures
 
 
 @dataclass(frozen=True, slots=True)

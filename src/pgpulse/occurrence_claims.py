@@ -29,7 +29,7 @@ from pgpulse.routing import Routes
 from pgpulse.sql import QUERIES, positional
 
 #: How many of :class:`~pgpulse.model.ClaimedJob`'s fields a claim of occurrences returns (all).
-OCCURRENCE_FIELDS = 23
+OCCURRENCE_FIELDS = 31
 
 _STEP, _STEP_PARAMS = positional(QUERIES["finish_and_claim_occurrences"])
 

@@ -63,12 +63,16 @@ class Advance:
         skipped_count: how many occurrences are skipped (0: none).
         skipped_first: the oldest skipped occurrence (``None`` when none is skipped).
         skipped_last: the newest skipped occurrence (the same as ``skipped_first`` for one).
+        complete: the schedule has no occurrence after ``scheduled_for`` (a one-off ``@at``
+            whose instant ran or was skipped): the job is ``completed``, holding
+            ``scheduled_for``.
     """
 
     scheduled_for: datetime
     skipped_count: int = 0
     skipped_first: datetime | None = None
     skipped_last: datetime | None = None
+    complete: bool = False
 
 
 def advance(
@@ -94,11 +98,17 @@ def advance(
         run finished, so schedules do not drift and an interval job keeps its exact anchor
         (design.md, invariant 7).
 
+        A one-off schedule has none after its instant: the advance holds ``after``,
+        ``complete``.
+
     Raises:
-        InvalidSchedule: the schedule has no occurrence after ``after`` (see
+        InvalidSchedule: a recurring schedule has no occurrence after ``after`` (see
             :meth:`Schedule.next_after`).
     """
-    return hold(schedule, policy, schedule.next_after(after, anchor=anchor), now=now, anchor=anchor)
+    following = schedule.next_after_or_none(after, anchor=anchor)
+    if following is None:
+        return Advance(after, complete=True)
+    return hold(schedule, policy, following, now=now, anchor=anchor)
 
 
 def hold(
@@ -137,7 +147,11 @@ def hold(
     anchor = first if anchor is None else anchor
     # Almost always only `first` is due: its successor (cached, and asked again when the run
     # ends) settles that without counting.
-    following = schedule.next_after(first, anchor=anchor)
+    following = schedule.next_after_or_none(first, anchor=anchor)
+    if following is None:  # a one-off schedule: `first` is its only occurrence
+        if policy.mode != "skip" or first >= now - timedelta(0, policy.misfire_grace):
+            return Advance(first)
+        return Advance(first, 1, first, first, complete=True)
     due = 1 if following > now else 2 + schedule.count_between(following, now, anchor=anchor)
     if policy.mode == "skip":
         newest = _newest_due(schedule, 1, first, due, now, anchor)
@@ -234,7 +248,7 @@ def plan_claim(
     if attempt > 1:
         return _RUN
     plan = hold(schedule, policy, scheduled_for, now=now, anchor=anchor)
-    if plan.scheduled_for == scheduled_for:
+    if plan.scheduled_for == scheduled_for and not plan.skipped_count:
         return _RUN
     return ClaimDecision("skip", plan)
 

@@ -22,6 +22,7 @@ from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.plan import Key, Plan
 from pgpulse.sql import QUERIES
 from pgpulse.writes import (
+    check_definition,
     delete_job_by_id,
     lock_definitions,
     lock_source,
@@ -86,7 +87,9 @@ async def reconcile(
         One plan per source, in ``batches`` order.
 
     Raises:
-        InvalidInput: a job is defined twice (in one source or two).
+        InvalidInput: a job is defined twice (in one source or two), or a definition names a
+            calendar its tenant does not have or is a one-off already past
+            (:func:`pgpulse.writes.check_definition`); nothing is written.
         UnknownHandler: a spec's handler is not known.
         Forbidden: ``writer`` may not write a definition of the plan.
     """
@@ -105,6 +108,13 @@ async def reconcile(
         plans = [planner(source, specs, stored) for source, specs in batches]
         by_id = {row["id"]: row for row in stored.values()}
         _check_writes(plans, by_id, writer)
+        for plan in plans:  # calendars exist, a one-off is not past: before any write
+            for step in plan.steps:
+                if step.spec is not None and step.action in ("create", "update"):
+                    row = by_id.get(step.job_id) if step.job_id is not None else None
+                    await check_definition(
+                        conn, step.spec, None if row is None else dict(row), clock
+                    )
         if not dry_run:
             await _write(conn, plans, by_id, clock=clock, actor=actor, now=now)
     return plans

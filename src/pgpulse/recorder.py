@@ -37,7 +37,7 @@ from datetime import timedelta
 
 import psycopg
 
-from pgpulse import metrics
+from pgpulse import metrics, tracing
 from pgpulse.attempts import Attempts
 from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable, describe
@@ -59,6 +59,9 @@ class Recorder:
         occurrences: the extra occurrences' statements, over the same session (``None``: over
             ``store``'s).
         poll: longest time, seconds, between two claims of extra occurrences.
+        on_alertable: called (no arguments, must not block) after a write that recorded a
+            failed run or skipped occurrences, so alert rules are evaluated at once (the alert
+            loop's :meth:`~pgpulse.alerts.delivery.AlertLoop.kick`); never on an attempt's path.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class Recorder:
         lease: float,
         occurrences: OccurrenceClaims | None = None,
         poll: float = 5.0,
+        on_alertable: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.attempts = attempts
@@ -77,6 +81,7 @@ class Recorder:
         self.lease = lease
         self.occurrences = occurrences or OccurrenceClaims(store.pool)
         self.poll = poll
+        self.on_alertable = on_alertable
         self._hinted = True  # claim occurrences at the next step, whatever the probe says
         self._quiet_until = 0.0  # monotonic: until then the probe alone sends no claim
 
@@ -103,10 +108,31 @@ class Recorder:
         limit = self.attempts.free(batch) if routes else 0
         if not batch and limit <= 0:
             return Step(set(), [], None, None)
+        sent = time.monotonic()
+        if limit > 0 and tracing.is_enabled():
+            return await self._traced_step(batch, routes, limit, sent)
+        return await self._write_and_claim(batch, routes, limit, sent)
+
+    async def _traced_step(
+        self, batch: list[Outcome], routes: Routes, limit: int, sent: float
+    ) -> Step:
+        """:meth:`step` inside a ``pgpulse.claim`` span (tracing on), its attempts linked to it."""
+        with tracing.claim_span(node_id=self.node_id, limit=limit) as claim:
+            token = tracing.CURRENT_CLAIM.set(claim)
+            try:
+                step = await self._write_and_claim(batch, routes, limit, sent)
+                claim.set_claimed(len(step.jobs))
+                return step
+            finally:
+                tracing.CURRENT_CLAIM.reset(token)
+
+    async def _write_and_claim(
+        self, batch: list[Outcome], routes: Routes, limit: int, sent: float
+    ) -> Step:
+        """The forks, the job-row step and the claim of extra occurrences (:meth:`step`)."""
         forks = [o for o in batch if o.outcome == "forked"]
         extra = [o for o in batch if o.job.occurrence is not None]
         rows = [o for o in batch if o.outcome != "forked" and o.job.occurrence is None]
-        sent = time.monotonic()
         await self._fork(forks, rows + extra)
 
         async def claim_rows(outcomes: Sequence[Outcome]) -> Step:
@@ -193,6 +219,8 @@ class Recorder:
             self.attempts.unwritten([*batch, *requeue])
             raise
         self.attempts.written(batch, step.written)
+        if self.on_alertable is not None and any(_alertable(o) for o in batch):
+            self.on_alertable()
         return step
 
     async def flush(self, within: float) -> None:
@@ -238,6 +266,8 @@ class Recorder:
                 raise
             else:
                 self.attempts.written([outcome], written)
+                if self.on_alertable is not None and _alertable(outcome):
+                    self.on_alertable()
 
     async def _write_one(self, outcome: Outcome) -> set[ClaimKey]:
         """Write one outcome, claiming nothing."""
@@ -277,4 +307,11 @@ def _merge(rows: Step, extra: Step) -> Step:
         [*rows.jobs, *extra.jobs],
         min(dues) if dues else None,
         rows.db_now or extra.db_now,
+    )
+
+
+def _alertable(outcome: Outcome) -> bool:
+    """Whether writing ``outcome`` may fire an alert rule at once (a failed run, a skip)."""
+    return outcome.outcome == "failed" or bool(
+        outcome.advance is not None and outcome.advance.skipped_count
     )

@@ -75,8 +75,8 @@ class NodeRegistry:
                 time-to-live, not stopped, its heartbeat session connected): nothing was
                 written. A row of this same process, a stopped or stale row, or one whose
                 holder's heartbeat session is gone (a process killed with SIGKILL) is taken
-                over. Call it on the node's heartbeat session (``pgpulse:<id>:beat``), which
-                does not count as the holder's.
+                over. The session this is sent on never counts as the holder's (a running
+                node registers again on its own heartbeat session, ``pgpulse:<id>:beat``).
         """
         rows = await self._rows(
             "register_node",

@@ -177,6 +177,34 @@ def print_runs_with_attempts(runs: Sequence[dict[str, Any]]) -> None:
             click.echo(f"  {line}")
 
 
+def _status(job: dict[str, Any]) -> str:
+    """A job's status with its pause's end and reason: ``paused until T: why``."""
+    status = str(job["status"])
+    if status == "paused" and job.get("paused_until"):
+        status += f" until {_instant(job['paused_until'])}"
+    if status.startswith("paused") and job.get("pause_reason"):
+        status += f": {job['pause_reason']}"
+    return status
+
+
+def _limits(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The job's run-control lines that apply (spread, window, max_runs, calendars,
+    auto-pause): none for a job that has none."""
+    lines: list[tuple[str, Any]] = []
+    if job.get("spread"):
+        lines.append(("spread", _seconds(job["spread"])))
+    if job.get("not_before") or job.get("not_after"):
+        window = f"{_instant(job.get('not_before'))} to {_instant(job.get('not_after'))}"
+        lines.append(("window", window))
+    if job.get("max_runs"):
+        lines.append(("max runs", f"{job['max_runs']} ({job['runs_done']} done)"))
+    if job.get("calendars"):
+        lines.append(("calendars", ", ".join(job["calendars"])))
+    if job.get("auto_pause_after"):
+        lines.append(("auto-pause", f"after {job['auto_pause_after']} consecutive failed runs"))
+    return lines
+
+
 def print_job(
     job: dict[str, Any], runs: Sequence[dict[str, Any]], *, attempts: bool = False
 ) -> None:
@@ -210,6 +238,7 @@ def print_job(
                     f"{job['max_attempts']}, backoff base {_seconds(job['retry_backoff'])}",
                 ),
                 ("timeout", _seconds(job["timeout"])),
+                *_limits(job),
                 *([("overlap", _overlap(job))] if job.get("overlap", "forbid") != "forbid" else []),
                 ("source", job["source"]),
                 ("revision", job.get("revision", 1)),
@@ -218,7 +247,7 @@ def print_job(
         (
             "state",
             [
-                ("status", job["status"]),
+                ("status", _status(job)),
                 *([("waiting", job["waiting"])] if job.get("waiting") else []),
                 ("last outcome", job["last_outcome"] or "-"),
                 ("last finished", _instant(job["last_finished_at"])),
@@ -370,7 +399,7 @@ def print_status(
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "
         f"{counts['paused']} paused, {counts['failing']} whose last run failed, "
-        f"{counts['failed']} that cannot be scheduled; "
+        f"{counts['failed']} that cannot be scheduled, {counts['completed']} completed; "
         f"lag of the most overdue job: {'none' if lag is None else f'{lag:.1f} s'}"
     )
     for w in counts.get("unroutable", []):

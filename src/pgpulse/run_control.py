@@ -170,7 +170,7 @@ class RunControl:
             InvalidInput: a range that ends before it starts or reaches into the future
                 (``field="to"``), more than :data:`~pgpulse.backfill.MAX_BACKFILL` occurrences
                 (``field="from"``), an unknown ``only``, a ``max_concurrency`` outside 1-1000;
-                nothing is written.
+                nothing is written; the job is ``completed`` (``field="status"``).
         """
         chosen = check_only(only)
         if (
@@ -190,6 +190,13 @@ class RunControl:
                     f"{field} {value.isoformat()} needs a UTC offset", field=field, value=value
                 )
         job = await self._job(tenant, name)
+        if job["status"] == "completed":  # docs/states.md, "Extra occurrences and run control"
+            raise InvalidInput(
+                f"job {name!r} is completed (no occurrence left); a completed job takes no "
+                "backfill",
+                field="status",
+                value="completed",
+            )
         db_now = now or (await self._rows("now", {}))[0]["db_now"]
         check_range(start, end, db_now)
         schedule = parse_schedule(job["schedule"], job["timezone"])

@@ -19,18 +19,19 @@ import psycopg
 
 from pgpulse.access import OPERATOR, Writer, check_write
 from pgpulse.audit import PYTHON_ACTOR, Actor
-from pgpulse.claims import LEADER_LOCK_KEY, ClaimStore
+from pgpulse.calendar_store import CalendarStore
+from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
+from pgpulse.limits import RESUME_MODES
 from pgpulse.migrations import migrate
 from pgpulse.plan import Plan
-from pgpulse.planner import first_occurrence
 from pgpulse.reconcile import Planner, reconcile
 from pgpulse.routing import waiting_reason
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
-from pgpulse.writes import lock_definitions, write_definition
+from pgpulse.writes import check_definition, lock_definitions, write_definition
 
 #: Tries of :meth:`Store.upsert_jobs` when another session creates or deletes one of its jobs at
 #: the same instant (each try is one transaction; the next one finds the name).
@@ -86,7 +87,18 @@ def attempt_log(run: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-class Store(ClaimStore):
+def _state_refusal(name: str, status: str, allowed: Sequence[str], verb: str) -> InvalidInput:
+    """The refusal of a change job ``name``'s status ``status`` does not allow."""
+    either = " or ".join(allowed)
+    return InvalidInput(
+        f"job {name!r} is {status}; only {'an' if either[0] in 'aeiou' else 'a'} {either} job "
+        f"can be {verb}",
+        field="status",
+        value=status,
+    )
+
+
+class Store(CalendarStore):
     """Intent-named access to Pulse's tables.
 
     Args:
@@ -145,18 +157,20 @@ class Store(ClaimStore):
         default writer, :data:`~pgpulse.access.OPERATOR`, holds the database's credentials and
         may write everything; the API passes its token's writer, a node its code's.
 
-        A new job (or one whose schedule or time zone changed) holds the first occurrence after
-        the database's now; an unchanged schedule keeps the job's state. A spec equal to the
+        A new job (or one whose schedule, time zone or active window changed) holds its first
+        occurrence in its window after the database's now (``completed`` when there is none);
+        an unchanged schedule keeps the job's state. A spec equal to the
         stored definition writes nothing, so upserting the same spec twice is a no-op; every
         other write is a new revision, recorded in the audit trail with ``actor``
         (:mod:`pgpulse.writes`). A running job keeps its current occurrence; the new definition
         takes effect from its next one.
 
-        The first occurrence is the planner's (:func:`~pgpulse.planner.first_occurrence`, from the
-        database's now). A spec's handler must be known: built in (``shell``, ``http``), in
-        ``extra_handlers`` (the caller's own app), or registered by a node that ran against this
-        database (read only when the first two do not know it). Payloads are checked when the
-        spec is built (:meth:`JobSpec.create`), as every other field.
+        The first occurrence is :func:`~pgpulse.limits.first_in_window`'s, from the database's
+        now (:func:`pgpulse.writes.check_definition`). A spec's handler must be known: built
+        in (``shell``, ``http``), in ``extra_handlers`` (the caller's own app), or registered by
+        a node that ran against this database (read only when the first two do not know it).
+        Payloads are checked when the spec is built (:meth:`JobSpec.create`), as every other
+        field.
 
         Jobs are found by name in ``pgpulse_job_names``. When another session creates one of the
         same names (or deletes one of the jobs) at the same instant, the whole transaction is rolled
@@ -169,7 +183,9 @@ class Store(ClaimStore):
         Raises:
             UnknownHandler: a spec's handler is not known (``field`` is ``"handler"``); nothing
                 is written.
-            InvalidInput: two specs name the same job; nothing is written.
+            InvalidInput: two specs name the same job, a spec names a calendar its tenant does
+                not have (``field="calendars"``), or a new one-off ``@at`` is already past under
+                ``catch_up`` skip (``field="schedule"``); nothing is written.
             Forbidden: ``writer`` may not write one of the specs; nothing is written.
             psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected: still racing
                 another session after :data:`UPSERT_TRIES` tries; nothing is written.
@@ -213,6 +229,7 @@ class Store(ClaimStore):
                 for spec in specs:  # before any write: a refusal leaves the transaction empty
                     row = current.get((spec.tenant, spec.name))
                     check_write(writer, spec, None if row is None else row["handler"])
+                    await check_definition(conn, spec, row, clock)
                 for spec in specs:
                     written = await write_definition(
                         conn,
@@ -244,95 +261,120 @@ class Store(ClaimStore):
         """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
         return await self._read_rows("list_jobs", {"tenant": tenant})
 
-    async def pause_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> bool:
-        """Pause an idle or failed job: it is not claimed until resumed. Idempotent.
+    async def pause_job(
+        self,
+        tenant: str,
+        name: str,
+        *,
+        until: datetime | None = None,
+        reason: str | None = None,
+        now: datetime | None = None,
+        actor: Actor = PYTHON_ACTOR,
+    ) -> bool:
+        """Pause an idle or failed job: it is not claimed until resumed. Idempotent; pausing a
+        paused job again sets its ``until`` and ``reason`` anew.
+
+        Args:
+            until: an aware instant after the database's now: the leader resumes the job then
+                (mode ``skip``: the occurrences inside the pause are recorded as skipped, reason
+                ``paused``); ``None``: until resumed by hand.
+            reason: why, shown wherever the status is (at most 500 characters).
 
         Returns:
             ``True`` if the job was paused now, ``False`` if it was paused already.
 
         Raises:
             JobNotFound: no such job.
-            InvalidInput: the job is running (pause it when the run ends) — nothing changes.
+            InvalidInput: the job is running or completed (``field="status"``), ``until`` is
+                not after now (``field="until"``) or ``reason`` too long (``field="reason"``);
+                nothing changes.
         """
-        return await self._set_status(
-            tenant,
-            name,
-            "paused",
-            ("idle", "failed"),
-            None,
-            "paused",
-            unchanged=("paused",),
-            actor=actor,
+        if reason is not None and len(reason) > 500:
+            raise InvalidInput(
+                f"reason has {len(reason)} characters; at most 500", field="reason", value=reason
+            )
+        if until is not None:
+            clock = now or await self.db_now()
+            if until.tzinfo is None or until <= clock:
+                raise InvalidInput(
+                    f"until {until.isoformat()} is not after the database's now "
+                    f"({clock.isoformat()}): give a future instant with its offset",
+                    field="until",
+                    value=until.isoformat(),
+                )
+        rows = await self._rows(
+            "pause_job",
+            {
+                "tenant": tenant,
+                "name": name,
+                "until": until,
+                "reason": reason,
+                "source": actor.source,
+                "actor": actor.name,
+            },
         )
+        if not rows:
+            raise JobNotFound(tenant, name)
+        if rows[0]["was"] not in ("idle", "failed", "paused"):
+            raise _state_refusal(name, rows[0]["was"], ("idle", "failed"), "paused")
+        return bool(rows[0]["was"] != "paused")
 
     async def resume_job(
-        self, tenant: str, name: str, *, now: datetime | None = None, actor: Actor = PYTHON_ACTOR
-    ) -> bool:
-        """Resume a paused (or failed) job at its first occurrence after now. Idempotent.
-
-        Occurrences that fell inside the pause are not run: pausing means "not these".
-
-        Returns:
-            ``True`` if the job was resumed now, ``False`` if it was not paused (idle or
-            running: nothing changes).
-
-        Raises:
-            JobNotFound: no such job.
-        """
-        job = await self.get_job(tenant, name)
-        clock = now or await self.db_now()
-        schedule = parse_schedule(job["schedule"], job["timezone"])
-        first = first_occurrence(schedule, now=clock, anchor=job["anchor_at"])
-        return await self._set_status(
-            tenant,
-            name,
-            "idle",
-            ("paused", "failed"),
-            first,
-            "resumed",
-            unchanged=("idle", "running"),
-            actor=actor,
-        )
-
-    async def _set_status(
         self,
         tenant: str,
         name: str,
-        status: str,
-        from_status: Sequence[str],
-        scheduled_for: datetime | None,
-        verb: str,
         *,
-        unchanged: Sequence[str],
-        actor: Actor,
+        catch_up: str = "skip",
+        now: datetime | None = None,
+        actor: Actor = PYTHON_ACTOR,
     ) -> bool:
-        rows = await self._rows(
-            "set_paused",
-            {
-                "action": "pause" if status == "paused" else "resume",
-                "source": actor.source,
-                "actor": actor.name,
-                "tenant": tenant,
-                "name": name,
-                "status": status,
-                "from_status": list(from_status),
-                "scheduled_for": scheduled_for,
-            },
-        )
-        if rows:
+        """Resume a paused (or failed) job. Idempotent.
+
+        Args:
+            catch_up: what happens to the occurrences that fell inside the pause
+                (:mod:`pgpulse.limits`): ``skip`` — not these (the job holds its first
+                occurrence after now, nothing recorded); ``once`` — they run once, as the
+                newest of them, the older ones recorded as skipped; ``backfill`` — each of
+                them runs, oldest first. Later occurrences follow the job's own ``catch_up``.
+
+        Returns:
+            ``True`` if the job was resumed now, ``False`` if it was not paused (idle, running
+            or completed: nothing changes).
+
+        Raises:
+            JobNotFound: no such job.
+            InvalidInput: ``catch_up`` is not one of skip, once, backfill (``field="catch_up"``).
+        """
+        if catch_up not in RESUME_MODES:
+            raise InvalidInput(
+                f"catch_up must be one of {', '.join(RESUME_MODES)}, got {catch_up!r}",
+                field="catch_up",
+                value=catch_up,
+            )
+        first, status = None, "idle"
+        if catch_up == "skip":
+            job = await self.get_job(tenant, name)
+            clock = now or await self.db_now()
+            schedule = parse_schedule(job["schedule"], job["timezone"])
+            first = schedule.next_after_or_none(clock, anchor=job["anchor_at"])
+            if first is None or (job["not_after"] is not None and first > job["not_after"]):
+                first, status = first or job["scheduled_for"], "completed"
+        params = {
+            "tenant": tenant,
+            "name": name,
+            "status": status,
+            "scheduled_for": first,
+            "mode": None if catch_up == "skip" else catch_up,
+            "now": now,
+            "source": actor.source,
+            "actor": actor.name,
+        }
+        if await self._rows("resume_job", params):
             return True
         current = await self._rows("job_status", {"tenant": tenant, "name": name})
         if not current:
             raise JobNotFound(tenant, name)
-        if current[0]["status"] in unchanged:
-            return False
-        allowed = " or ".join(from_status)
-        raise InvalidInput(
-            f"job {name!r} is {current[0]['status']}; only "
-            f"{'an' if allowed[0] in 'aeiou' else 'a'} {allowed} job can be {verb}",
-            field="status",
-            value=current[0]["status"],
-        )
+        return False
 
     async def trigger_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> datetime:
         """Add an extra occurrence at the database's now (the schedule continues after it).
@@ -361,13 +403,17 @@ class Store(ClaimStore):
 
     async def delete_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> None:
         """Delete a job and its run history (its audit trail stays, ending with the delete). A
-        node still running it finds its fenced writes change nothing. Raises
-        :class:`JobNotFound`."""
+        node still running it finds its fenced writes change nothing. Its alert rules and
+        silences go too (its alert history stays). Raises :class:`JobNotFound`."""
         params = {"id": None, "tenant": tenant, "name": name, "now": None}
-        if not await self._rows(
+        rows = await self._rows(
             "delete_job", {**params, "source": actor.source, "actor": actor.name}
-        ):
+        )
+        if not rows:
             raise JobNotFound(tenant, name)
+        from pgpulse.alerts.store import AlertStore
+
+        await AlertStore(self.pool).forget_job(rows[0]["id"])
 
     async def job_history(
         self, tenant: str, name: str, *, limit: int = 100

@@ -28,6 +28,7 @@ in seconds):
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -39,6 +40,11 @@ if TYPE_CHECKING:
 
 #: The instrumentation scope's name.
 TRACER_NAME = "pgpulse"
+#: The claim whose attempts are being started: the recorder sets it around starting them, so each
+#: attempt's task (which copies the context it was created in) links to its own claim.
+CURRENT_CLAIM: contextvars.ContextVar[ClaimTrace | None] = contextvars.ContextVar(
+    "pgpulse_claim", default=None
+)
 
 
 @dataclass(slots=True)

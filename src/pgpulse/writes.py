@@ -18,12 +18,15 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgpulse.audit import Actor, definition_diff, definition_of_row, definition_of_spec
+from pgpulse.errors import InvalidInput
 from pgpulse.jobs import JobSpec
-from pgpulse.planner import first_occurrence
+from pgpulse.limits import first_in_window
+from pgpulse.schedule import Schedule
 from pgpulse.sql import QUERIES
 
 __all__ = [
     "Written",
+    "check_definition",
     "delete_job_by_id",
     "lock_definitions",
     "lock_source",
@@ -62,6 +65,86 @@ async def lock_definitions(
     return {(row["tenant"], row["name"]): row for row in await cur.fetchall()}
 
 
+def start_of(
+    spec: JobSpec, current: dict[str, Any] | None, clock: datetime
+) -> tuple[Schedule, datetime, datetime, str]:
+    """Where ``spec``'s job starts if its occurrences are (re)set at ``clock``: its schedule,
+    first occurrence (:func:`~pgpulse.limits.first_in_window`), interval anchor and status
+    (``completed`` when its window holds no occurrence). The statement uses them only for a
+    new job or a changed schedule or window.
+
+    Args:
+        spec: the definition.
+        current: the job's locked row (:func:`lock_definitions`), ``None`` for a new job.
+        clock: the database's now (UTC instant).
+
+    Raises:
+        InvalidInput: ``field="schedule"``: a new (or newly given) one-off ``@at`` whose instant
+            is not after the database's now, unless ``catch_up`` (backfill or coalesce) says
+            to run it.
+    """
+    schedule = spec.parsed_schedule()
+    anchor = clock
+    if schedule.kind == "interval" and spec.not_before is not None and spec.not_before > clock:
+        anchor = spec.not_before
+    first = first_in_window(schedule, now=clock, anchor=anchor, not_before=spec.not_before)
+    status = "idle"
+    if first is None:  # a one-off whose instant is not after now, or before not_before
+        assert schedule.at is not None
+        first = schedule.at
+        fresh = current is None or (current["schedule"], current["timezone"]) != (
+            spec.schedule,
+            spec.timezone,
+        )
+        if schedule.at > clock:  # before not_before: never in the window
+            status = "completed"
+        elif fresh and spec.catch_up == "skip":
+            raise InvalidInput(
+                f"schedule {spec.schedule!r} of job {spec.name!r} is in the past (the database's "
+                f"now is {clock.isoformat()}); to run it anyway, give catch_up backfill or "
+                "coalesce",
+                field="schedule",
+                value=spec.schedule,
+            )
+    if spec.not_after is not None and first > spec.not_after:
+        status = "completed"
+    return schedule, first, anchor, status
+
+
+async def check_definition(
+    conn: Conn, spec: JobSpec, current: dict[str, Any] | None, clock: datetime
+) -> None:
+    """Refuse ``spec`` before anything is written if it needs the database to be judged: a
+    calendar its tenant does not have, or a one-off already past (:func:`start_of`). The
+    calendars it names are locked ``FOR SHARE`` until the transaction ends, so none of them is
+    deleted before the job is written.
+
+    Args:
+        conn: a connection inside the writing transaction.
+        spec: the definition about to be written.
+        current: the job's locked row, ``None`` for a new job.
+        clock: the database's now (UTC instant).
+
+    Raises:
+        InvalidInput: ``field="calendars"`` (an unknown calendar) or ``field="schedule"``.
+    """
+    if spec.calendars:
+        cur = await conn.execute(
+            QUERIES["calendars_of_tenant"], {"tenant": spec.tenant, "names": list(spec.calendars)}
+        )
+        found = {row["name"] for row in await cur.fetchall()}
+        missing = [name for name in spec.calendars if name not in found]
+        if missing:
+            raise InvalidInput(
+                f"calendar {missing[0]!r} of job {spec.name!r} does not exist in tenant "
+                f"{spec.tenant!r} (create it with: pgpulse calendar set {missing[0]} ...)",
+                field="calendars",
+                value=missing[0],
+            )
+    if current is None or definition_diff(definition_of_row(current), definition_of_spec(spec)):
+        start_of(spec, current, clock)
+
+
 @dataclass(frozen=True, slots=True)
 class Written:
     """What :func:`write_definition` did.
@@ -89,8 +172,8 @@ async def write_definition(
 ) -> Written | None:
     """Create or update ``spec``'s job, unless its stored definition is the same; record it.
 
-    A new job, or one whose schedule or time zone changed, holds the first occurrence after
-    ``clock`` (:func:`~pgpulse.planner.first_occurrence`); an update is a new revision. A
+    A new job, or one whose schedule, time zone or window changed, holds its first occurrence
+    in its window after ``clock`` (:func:`start_of`); an update is a new revision. A
     definition equal to the stored one writes nothing (no revision, no audit row), so
     re-applying a file or re-importing a crontab changes nothing.
 
@@ -113,7 +196,7 @@ async def write_definition(
     changes = {**(extra_changes or {}), **changes}
     if current is not None and not changes:
         return Written(current["id"], False, {})
-    schedule = spec.parsed_schedule()
+    schedule, first, anchor, status = start_of(spec, current, clock)
     cur = await conn.execute(
         QUERIES["upsert_job"],
         {
@@ -134,8 +217,15 @@ async def write_definition(
             "meta": Jsonb(spec.meta),
             "overlap": spec.overlap,
             "max_concurrency": spec.max_concurrency,
-            "anchor_at": clock,
-            "scheduled_for": first_occurrence(schedule, now=clock, anchor=clock),
+            "spread": spec.spread,
+            "not_before": spec.not_before,
+            "not_after": spec.not_after,
+            "max_runs": spec.max_runs,
+            "calendars": list(spec.calendars),
+            "auto_pause_after": spec.auto_pause_after,
+            "status": status,
+            "anchor_at": anchor,
+            "scheduled_for": first,
         },
     )
     row = await cur.fetchone()

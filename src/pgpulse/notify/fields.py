@@ -165,10 +165,14 @@ def host_name(key: str, host: str) -> None:
 
 def email_address(key: str, value: object) -> str:
     """One RFC 5322 address (``ops@example.com`` or ``Pulse <pulse@example.com>``), parsed by
-    the standard library's header parser; returned in its normal form."""
+    the standard library's header parser; returned in its normal form. The parser's own
+    crashes on some malformed text (``pulse@``: an IndexError in Python 3.11) are refusals."""
     given = text({key: value}, key, required=True, max_chars=320)
     assert given is not None
-    header = HeaderRegistry()("To", given)
+    try:
+        header = HeaderRegistry()("To", given)
+    except (IndexError, ValueError, TypeError, AttributeError):
+        raise refuse(key, "is not one e-mail address (e.g. ops@example.com)", value) from None
     addresses: tuple[Address, ...] = getattr(header, "addresses", ())
     if (
         header.defects

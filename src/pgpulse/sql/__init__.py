@@ -82,13 +82,10 @@ def positional(statement: str) -> tuple[str, tuple[str, ...]]:
 def migration_files() -> list[tuple[int, str, str]]:
     """Return every migration as ``(version, name, sql)``, ordered by version.
 
-    Files are named ``NNNN_description.sql``; the numbers start at 1 and never repeat. A gap is
-    allowed while branches are apart (numbers taken on ``main`` by branches merged after this
-    one last merged it: 0005-0007 on this one); :func:`pgpulse.migrations.migrate` applies
-    every version a database lacks, in order, so one merged later into the gap is applied.
+    Files are named ``NNNN_description.sql``; the numbers must run 1, 2, 3... without a gap.
 
     Raises:
-        ValueError: a file is misnamed, the numbering does not start at 1, or repeats.
+        ValueError: a file is misnamed, or the numbering has a gap or a duplicate.
     """
     folder = resources.files(__package__).joinpath("migrations")
     found: list[tuple[int, str, str]] = []
@@ -101,6 +98,6 @@ def migration_files() -> list[tuple[int, str, str]]:
         found.append((int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
     found.sort()
     versions = [version for version, _, _ in found]
-    if not versions or versions[0] != 1 or len(set(versions)) != len(versions):
-        raise ValueError(f"migration numbers must start at 1 and never repeat, found {versions}")
+    if versions != list(range(1, len(found) + 1)):
+        raise ValueError(f"migration numbers must run 1..N without gaps, found {versions}")
     return found

@@ -193,13 +193,22 @@ jobs AS (
            extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
            extract(epoch FROM j.timeout)::float8 AS timeout,
            j.anchor_at, c.scheduled_for, c.attempt, c.fencing_token, c.id AS run_id,
-           clock.now AS db_now, j.overlap, j.max_concurrency, c.id AS occurrence, c.kind
+           clock.now AS db_now,
+           -- the job's limits (ClaimedJob after db_now): the job row judged a forked
+           -- occurrence's window, calendars and spread before forking it; an extra occurrence
+           -- has no limit of its own (docs/states.md, "Extra occurrences and run control")
+           CASE WHEN c.kind = 'scheduled' THEN pgpulse_spread_offset(j.id, j.spread)
+                ELSE interval '0' END AS spread_offset,
+           NULL::timestamptz AS not_after, NULL::int AS runs_left, NULL::jsonb AS calendars,
+           NULL::text AS resume_mode, NULL::timestamptz AS resumed_at,
+           NULL::int AS auto_pause_after, 0 AS failures,
+           j.overlap, j.max_concurrency, c.id AS occurrence, c.kind
     FROM claimed AS c
     JOIN pgpulse_jobs AS j ON j.id = c.job_id
     CROSS JOIN clock
 )
 SELECT jobs.*,
-       clock.now,
+       clock.now AS clock_now,
        (
            SELECT o.next_run_at
            FROM pgpulse_occurrences AS o
@@ -324,7 +333,7 @@ job AS (
     UPDATE pgpulse_jobs AS j
     SET status = 'idle',
         scheduled_for = %(scheduled_for)s,
-        next_run_at = %(scheduled_for)s,
+        next_run_at = %(scheduled_for)s + pgpulse_spread_offset(j.id, j.spread),
         attempt = 0,
         run_id = NULL,
         locked_by = NULL,

@@ -23,6 +23,8 @@
 -- attempt written over an earlier one first appends that one to earlier_attempts (migration
 -- run_attempts), so the row keeps every attempt; an attempt that ends 'retrying' records its end
 -- in attempt_ended_at (finished_at is the run's end).
+-- An element that pauses its job (auto_pause_after) writes the pause into the audit trail
+-- (auto_paused).
 --
 -- Claim (due, claimed). Rows are locked SKIP LOCKED, so a poller never waits on another, and move
 -- to running with a new lease and fencing token. A job under overlap allow (max_concurrency set)
@@ -50,9 +52,14 @@
 -- off pgpulse_jobs_leases (every running job); the due bound is written inline rather than
 -- joined from clock, so it is an index condition and the scan of pgpulse_jobs_due (handler,
 -- next_run_at, shard_id) stops at the first row of the route's handler not yet due, however many
--- are stored. Each route is one such scan, LIMIT %(limit)s (candidates); the oldest %(limit)s of
--- them are then locked by id, SKIP LOCKED, and re-checked (due): rows of handlers the node has
--- no route for are never visited, so the claim costs the same however many of them are due.
+-- are stored. Each route is one such scan, LIMIT %(limit)s, its rows locked SKIP LOCKED as it
+-- reads them (so two claimers of one route take different rows, as with one index scan); the
+-- oldest %(limit)s of all routes are claimed (due). Rows of handlers the node has no route for are
+-- never visited, so the claim costs the same however many of them are due. When several routes
+-- have due rows, the rows a route locked beyond the oldest %(limit)s stay locked, unclaimed, until
+-- the statement commits (others skip them for that long): the price of keeping the scan and the
+-- lock one step, which a claim that locked after the merge lost to contention (every claimer
+-- chose the same candidates, and all but one found them locked).
 --
 -- One row per claimed job (ClaimedJob's fields, db_now and the overlap policy among them), then
 -- the clock, oldest occurrence first; nothing claimed gives one row whose id is NULL. When fewer
@@ -72,7 +79,7 @@ input AS (
         job_id bigint, token bigint, status text, scheduled_for timestamptz,
         next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
         error text, output text, skips bigint, skip_from timestamptz, skip_to timestamptz,
-        skip_reason text
+        skip_reason text, counts_run bool, failures int, pause_reason text
     )
 ),
 job AS (
@@ -87,6 +94,9 @@ job AS (
         last_outcome = i.outcome,
         last_error = i.error,
         last_finished_at = clock.now,
+        runs_done = j.runs_done + CASE WHEN i.counts_run THEN 1 ELSE 0 END,
+        failures = coalesce(i.failures, j.failures),
+        pause_reason = CASE WHEN i.status = 'paused' THEN i.pause_reason ELSE j.pause_reason END,
         updated_at = clock.now
     FROM input AS i, clock
     WHERE j.id = ANY(ARRAY(SELECT job_id FROM input))
@@ -159,11 +169,27 @@ skipped AS (
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO NOTHING
     RETURNING 1
 ),
+auto_paused AS (
+    -- an element that auto-pauses its job (auto_pause_after) goes into the audit trail, as a
+    -- pause by the node that ran it; o is the job row before `job` changed it
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                     changes)
+    SELECT o.id, o.tenant, o.name, clock.now, 'pause', 'node',
+           'node:' || coalesce(o.locked_by, '?'), o.revision,
+           jsonb_build_object('pause_reason', jsonb_build_array(o.pause_reason, i.pause_reason))
+    FROM input AS i
+    JOIN job ON job.id = i.job_id
+    JOIN pgpulse_jobs AS o ON o.id = job.id
+    CROSS JOIN clock
+    WHERE i.status = 'paused'
+      AND o.id = ANY(ARRAY(SELECT job_id FROM input WHERE status = 'paused'))
+    RETURNING 1
+),
 route AS (
     SELECT r.handler, r.shards::smallint[] AS shards
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
 ),
-candidates AS (
+due AS (
     SELECT c.id
     FROM route AS r
     CROSS JOIN LATERAL (
@@ -184,17 +210,10 @@ candidates AS (
           )
         ORDER BY j.next_run_at
         LIMIT %(limit)s
+        FOR UPDATE OF j SKIP LOCKED
     ) AS c
     ORDER BY c.next_run_at
     LIMIT %(limit)s
-),
-due AS (
-    SELECT j.id
-    FROM pgpulse_jobs AS j
-    WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
-      AND j.status = 'idle'
-      AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
-    FOR UPDATE OF j SKIP LOCKED
 ),
 claimed AS (
     UPDATE pgpulse_jobs AS j
@@ -215,10 +234,27 @@ claimed AS (
               extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
               extract(epoch FROM j.timeout)::float8 AS timeout,
               j.anchor_at, j.scheduled_for, j.attempt, j.fencing_token, j.run_id,
-              clock.now AS db_now, j.overlap, j.max_concurrency
+              clock.now AS db_now,
+              pgpulse_spread_offset(j.id, j.spread) AS spread_offset,
+              j.not_after,
+              j.max_runs - j.runs_done AS runs_left,
+              CASE WHEN cardinality(j.calendars) > 0 THEN (
+                  SELECT jsonb_agg(jsonb_build_object('name', c.name, 'dates', c.dates,
+                                                      'country', c.country,
+                                                      'subdivision', c.subdivision))
+                  FROM pgpulse_calendars AS c
+                  WHERE c.tenant = j.tenant
+                    AND c.name = ANY(j.calendars)
+              ) END AS calendars,
+              j.resume_mode,
+              j.resumed_at,
+              j.auto_pause_after,
+              j.failures,
+              j.overlap,
+              j.max_concurrency
 )
 SELECT claimed.*,
-       clock.now,
+       clock.now AS clock_now,
        -- per route, the head of pgpulse_jobs_due past now: ORDER BY ... LIMIT 1, not min(),
        -- which the planner may compute by a bitmap scan of every idle row
        (
@@ -387,6 +423,10 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 --   other, and reaping twice is harmless. The occurrence's run row is written (or kept) as
 --   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; each
 --   reaped job's shard is woken. With nothing expired this is one probe of pgpulse_jobs_leases
+--   (the bound is an index condition);
+-- * pauses that end: a paused job whose paused_until has come is idle again (the leader; a
+--   backup %(backup_delay)s seconds later), one probe of pgpulse_jobs_pause_ends when none has;
+--   each such resume goes into the audit trail (source 'node', actor 'node:<id>');
 --   (the bound is an index condition); extra occurrences' expired leases the same way, in
 --   pgpulse_occurrences (their run rows 'retrying', keeping earlier attempts as a job row's,
 --   their batches' counts released: one probe of pgpulse_occurrences_leases);
@@ -492,6 +532,30 @@ WITH clock AS (
     FROM (SELECT batch_id, count(*)::int AS n FROM occurrence GROUP BY batch_id) d
     WHERE b.id = d.batch_id
     RETURNING 1
+), unpaused AS (
+    -- pauses that reached their --until end (the leader; a backup %(backup_delay)s seconds
+    -- later): idle again, due at once; the claim records the occurrences inside the pause as
+    -- skipped ('paused'; resume_mode skip, judged at resumed_at)
+    UPDATE pgpulse_jobs j
+    SET status = 'idle', resume_mode = 'skip', resumed_at = clock.now, paused_until = NULL,
+        pause_reason = NULL, failures = 0,
+        next_run_at = least(j.scheduled_for + pgpulse_spread_offset(j.id, j.spread), clock.now),
+        updated_at = clock.now
+    FROM clock, lead
+    WHERE j.status = 'paused'
+      AND j.paused_until <= clock.now - make_interval(
+              secs => CASE WHEN lead.leader THEN 0 ELSE %(backup_delay)s::float8 END)
+    RETURNING j.id, j.tenant, j.name, j.revision, pg_notify('pgpulse_wakeup', j.shard_id::text)
+), unpaused_audit AS (
+    -- the old row (this statement's snapshot) says which pause ended
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                     changes)
+    SELECT u.id, u.tenant, u.name, clock.now, 'resume', 'node',
+           'node:' || coalesce(%(node)s::text, '?'), u.revision,
+           jsonb_build_object('paused_until', jsonb_build_array(o.paused_until, NULL))
+    FROM unpaused u
+    JOIN pgpulse_jobs o ON o.id = u.id
+    CROSS JOIN clock
 ), me AS (
     UPDATE pgpulse_nodes n
     SET last_heartbeat = clock.now, running = %(running)s, shards = %(shards)s::smallint[],
@@ -503,6 +567,7 @@ WITH clock AS (
 )
 SELECT clock.now AS db_now, lead.leader,
        ((SELECT count(*) FROM job) + (SELECT count(*) FROM occurrence))::int AS reaped,
+       (SELECT count(*) FROM unpaused)::int AS resumed,
        -- the live nodes and the handlers each advertises, as {"node": [handler, ...]}
        (SELECT coalesce(json_object_agg(c.node_id, c.handlers), '{}')
         FROM (SELECT n.node_id, n.handlers
@@ -555,17 +620,29 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 
 -- name: upsert_job
 -- Create or update job (tenant, name); Store.upsert_jobs sends it only for a definition that
--- changes, so an update is always a new revision. A new job, or one whose schedule or time zone changed,
--- gets %(scheduled_for)s as its next occurrence (planner.first_occurrence after the database's
--- now, read in the same transaction); an unchanged schedule keeps the job's state, so
--- re-importing is a no-op.
+-- changes, so an update is always a new revision. A new job, or one whose occurrences changed
+-- (schedule, time zone or active window), gets %(scheduled_for)s as its next occurrence
+-- (limits.first_in_window after the database's now, read in the same transaction) and
+-- %(status)s ('idle', or 'completed' when the window holds no occurrence); an unchanged schedule
+-- keeps the job's state, so re-importing is a no-op. The occurrence is claimable at
+-- scheduled_for plus the job's spread offset (pgpulse_spread_offset: the id of a new job is
+-- drawn first, so the offset is known in this statement). A paused, failed or running job keeps
+-- its status; a job completed by max_runs whose max_runs is raised (or removed) is idle again.
 -- The job is found by its name in pgpulse_job_names: updated if there, inserted if not. Two
 -- sessions creating one new name at once: the second's insert of the name waits for the first
 -- and fails with unique_violation (pgpulse_job_names_pkey), rolling its statement back; so does
 -- a job deleted between the lookup and the update (no row returned). The caller retries: the
 -- next try finds the name (Store.upsert_jobs).
 WITH found AS (
-    SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s
+    SELECT n.job_id,
+           (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s) AS same_schedule,
+           (j.schedule, j.timezone, j.not_before, j.not_after)
+               IS NOT DISTINCT FROM (%(schedule)s::text, %(timezone)s::text,
+                                     %(not_before)s::timestamptz, %(not_after)s::timestamptz)
+               OR j.status = 'running' AS keep
+    FROM pgpulse_job_names n
+    JOIN pgpulse_jobs j ON j.id = n.job_id
+    WHERE n.tenant = %(tenant)s AND n.name = %(name)s
 ), updated AS (
     UPDATE pgpulse_jobs j
     SET schedule = %(schedule)s, schedule_kind = %(schedule_kind)s, timezone = %(timezone)s,
@@ -577,41 +654,66 @@ WITH found AS (
         timeout = make_interval(secs => %(timeout)s), source = %(source)s, meta = %(meta)s,
         overlap = %(overlap)s, max_concurrency = %(max_concurrency)s,
         revision = j.revision + 1,
-        anchor_at = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
-                         THEN j.anchor_at ELSE %(anchor_at)s END,
-        scheduled_for = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
-                               OR j.status = 'running'
-                             THEN j.scheduled_for ELSE %(scheduled_for)s END,
-        next_run_at = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
-                             OR j.status = 'running'
-                           THEN j.next_run_at ELSE %(scheduled_for)s END,
-        attempt = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
-                         OR j.status = 'running'
-                       THEN j.attempt ELSE 0 END,
-        run_id = CASE WHEN (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s)
-                        OR j.status = 'running'
-                      THEN j.run_id END,
+        spread = %(spread)s, not_before = %(not_before)s, not_after = %(not_after)s,
+        max_runs = %(max_runs)s, calendars = %(calendars)s::text[],
+        auto_pause_after = %(auto_pause_after)s,
+        status = CASE WHEN j.status IN ('running', 'paused', 'failed') THEN j.status
+                      WHEN NOT found.keep THEN %(status)s
+                      WHEN j.runs_done >= %(max_runs)s THEN 'completed'
+                      WHEN j.status = 'completed' AND j.schedule_kind <> 'once'
+                       AND j.max_runs IS NOT NULL AND j.runs_done >= j.max_runs
+                       AND (j.not_after IS NULL OR j.scheduled_for <= j.not_after)
+                      THEN 'idle'
+                      ELSE j.status END,
+        anchor_at = CASE WHEN found.same_schedule THEN j.anchor_at ELSE %(anchor_at)s END,
+        scheduled_for = CASE WHEN found.keep THEN j.scheduled_for ELSE %(scheduled_for)s END,
+        next_run_at = CASE WHEN NOT found.keep
+                           THEN %(scheduled_for)s + pgpulse_spread_offset(j.id, %(spread)s)
+                           WHEN j.spread <> %(spread)s AND j.status = 'idle' AND j.attempt = 0
+                           THEN j.scheduled_for + pgpulse_spread_offset(j.id, %(spread)s)
+                           ELSE j.next_run_at END,
+        attempt = CASE WHEN found.keep THEN j.attempt ELSE 0 END,
+        run_id = CASE WHEN found.keep THEN j.run_id END,
         updated_at = now()
     FROM found
     WHERE j.id = found.job_id
     RETURNING j.id, j.shard_id, j.revision, false AS created
-), inserted AS (
-    INSERT INTO pgpulse_jobs (tenant, name, schedule, schedule_kind, timezone, handler, payload,
-                                catch_up, backfill_limit, misfire_grace, max_attempts,
-                                retry_backoff, timeout, source, meta, overlap,
-                                max_concurrency, anchor_at, scheduled_for, next_run_at)
-    SELECT %(tenant)s::text, %(name)s::text, %(schedule)s::text, %(schedule_kind)s::text,
-           %(timezone)s::text, %(handler)s::text, %(payload)s::jsonb, %(catch_up)s::text,
-           %(backfill_limit)s::integer, make_interval(secs => %(misfire_grace)s),
-           %(max_attempts)s::integer, make_interval(secs => %(retry_backoff)s),
-           make_interval(secs => %(timeout)s), %(source)s::text, %(meta)s::jsonb,
-           %(overlap)s::text, %(max_concurrency)s::integer, %(anchor_at)s::timestamptz,
-           %(scheduled_for)s::timestamptz, %(scheduled_for)s::timestamptz
+), new_id AS (
+    SELECT nextval('pgpulse_jobs_id_seq') AS id
     WHERE NOT EXISTS (SELECT 1 FROM found)
+), inserted AS (
+    INSERT INTO pgpulse_jobs (id, tenant, name, schedule, schedule_kind, timezone, handler,
+                              payload, catch_up, backfill_limit, misfire_grace, max_attempts,
+                              retry_backoff, timeout, source, meta, overlap, max_concurrency,
+                              spread, not_before, not_after, max_runs, calendars,
+                              auto_pause_after, status, anchor_at, scheduled_for, next_run_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT new_id.id, %(tenant)s::text, %(name)s::text, %(schedule)s::text,
+           %(schedule_kind)s::text, %(timezone)s::text, %(handler)s::text, %(payload)s::jsonb,
+           %(catch_up)s::text, %(backfill_limit)s::integer,
+           make_interval(secs => %(misfire_grace)s), %(max_attempts)s::integer,
+           make_interval(secs => %(retry_backoff)s), make_interval(secs => %(timeout)s),
+           %(source)s::text, %(meta)s::jsonb, %(overlap)s::text, %(max_concurrency)s::integer,
+           %(spread)s::float8, %(not_before)s::timestamptz,
+           %(not_after)s::timestamptz, %(max_runs)s::integer, %(calendars)s::text[],
+           %(auto_pause_after)s::integer, %(status)s::text, %(anchor_at)s::timestamptz,
+           %(scheduled_for)s::timestamptz,
+           %(scheduled_for)s::timestamptz + pgpulse_spread_offset(new_id.id, %(spread)s)
+    FROM new_id
     RETURNING id, shard_id, revision, true AS created
 )
 SELECT w.id, w.shard_id, w.revision, w.created, pg_notify('pgpulse_wakeup', w.shard_id::text)
 FROM (SELECT * FROM updated UNION ALL SELECT * FROM inserted) w;
+
+-- name: calendars_of_tenant
+-- The calendars named %(names)s of tenant %(tenant)s that exist, locked FOR SHARE until the end
+-- of the transaction: a job that names them is written only while none of them can be deleted.
+SELECT c.name
+FROM pgpulse_calendars c
+WHERE c.tenant = %(tenant)s
+  AND c.name = ANY(%(names)s::text[])
+ORDER BY c.name
+FOR SHARE;
 
 -- name: lock_definitions
 -- The definition (durations in seconds), revision and status of each existing job among the
@@ -624,7 +726,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
-       j.max_concurrency, j.revision, j.status
+       j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
+       j.calendars, j.auto_pause_after
 FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
 JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
 JOIN pgpulse_jobs j ON j.id = n.job_id
@@ -638,7 +741,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
-       j.max_concurrency, j.revision, j.status
+       j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
+       j.calendars, j.auto_pause_after
 FROM pgpulse_jobs j
 WHERE j.id IN (SELECT n.job_id
                FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
@@ -685,32 +789,92 @@ WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant
 
 -- name: list_jobs
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.status,
-       j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.last_outcome, j.last_error,
-       j.last_finished_at
+       j.paused_until, j.pause_reason, j.scheduled_for, j.next_run_at, j.attempt, j.locked_by,
+       j.last_outcome, j.last_error, j.last_finished_at, j.spread, j.not_before, j.not_after,
+       j.max_runs, j.runs_done, j.calendars, j.auto_pause_after, j.failures
 FROM pgpulse_job_names n JOIN pgpulse_jobs j ON j.id = n.job_id
 WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
 ORDER BY n.tenant, n.name;
 
--- name: set_paused
--- Pause (from idle or failed) or resume (from paused or failed, holding %(scheduled_for)s, the
--- next occurrence after now). A running job cannot change state here: the caller says so. The
--- change (%(action)s: pause or resume) goes into the audit trail in the same statement.
-WITH changed AS (
+-- name: pause_job
+-- Pause an idle, failed or paused job (a paused one takes the new %(until)s and %(reason)s):
+-- it is not claimed until resumed, by hand or, at %(until)s, by the leader's heartbeat. A
+-- running job cannot be paused here: the caller says so. Returns the status it had; a paused
+-- job whose until and reason are already these is not written. A pause goes into the audit
+-- trail (%(source)s, %(actor)s) in the same statement, with its until and reason as changes.
+WITH target AS (
+    SELECT j.id, j.status, j.paused_until, j.pause_reason
+    FROM pgpulse_jobs j
+    WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+    FOR UPDATE
+), paused AS (
+    UPDATE pgpulse_jobs j
+    SET status = 'paused',
+        paused_until = %(until)s,
+        pause_reason = %(reason)s,
+        updated_at = now()
+    FROM target
+    WHERE j.id = target.id
+      AND target.status IN ('idle', 'failed', 'paused')
+      AND (target.status <> 'paused'
+           OR (j.paused_until, j.pause_reason) IS DISTINCT FROM (%(until)s::timestamptz,
+                                                                 %(reason)s::text))
+    RETURNING j.id, j.tenant, j.name, j.revision, j.paused_until, j.pause_reason
+), audit AS (
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, action, source, actor, revision,
+                                     changes)
+    SELECT p.id, p.tenant, p.name, 'pause', %(source)s, %(actor)s, p.revision,
+           jsonb_strip_nulls(jsonb_build_object(
+               'paused_until', CASE WHEN p.paused_until IS DISTINCT FROM t.paused_until
+                                    THEN jsonb_build_array(t.paused_until, p.paused_until) END,
+               'pause_reason', CASE WHEN p.pause_reason IS DISTINCT FROM t.pause_reason
+                                    THEN jsonb_build_array(t.pause_reason, p.pause_reason) END))
+    FROM paused p
+    JOIN target t ON t.id = p.id
+)
+SELECT target.status AS was, (SELECT count(*) FROM paused) AS paused
+FROM target;
+
+-- name: resume_job
+-- Resume a paused (or failed) job. With %(scheduled_for)s (mode skip: the first occurrence
+-- after now) it holds that occurrence and the ones inside the pause never run, unrecorded
+-- (%(status)s 'completed' when it has none left in its window).
+-- Without it (modes once and backfill, %(mode)s) it keeps the occurrence it held, the first one
+-- inside the pause, due at once when that is past; the claim then applies %(mode)s to the
+-- occurrences at or before this instant (resumed_at; pgpulse.limits.resume_policy). A job's
+-- pause, its reason and its count of consecutive failures end here. The resume goes into the
+-- audit trail (%(source)s, %(actor)s) in the same statement; a mode other than skip is recorded
+-- as a change of resume_mode.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), changed AS (
 UPDATE pgpulse_jobs j
 SET status = %(status)s,
     scheduled_for = coalesce(%(scheduled_for)s, j.scheduled_for),
-    next_run_at = coalesce(%(scheduled_for)s, j.next_run_at),
+    next_run_at = CASE WHEN %(scheduled_for)s::timestamptz IS NOT NULL
+                       THEN %(scheduled_for)s + pgpulse_spread_offset(j.id, j.spread)
+                       ELSE least(j.scheduled_for + pgpulse_spread_offset(j.id, j.spread),
+                                  clock.now) END,
     attempt = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.attempt ELSE 0 END,
     run_id = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.run_id END,
-    last_error = CASE WHEN %(status)s = 'idle' THEN NULL ELSE j.last_error END,
-    updated_at = now()
+    resume_mode = %(mode)s,
+    resumed_at = CASE WHEN %(mode)s::text IS NULL THEN NULL ELSE clock.now END,
+    paused_until = NULL,
+    pause_reason = NULL,
+    failures = 0,
+    last_error = NULL,
+    updated_at = clock.now
+FROM clock
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
-  AND j.status = ANY(%(from_status)s::text[])
+  AND j.status IN ('paused', 'failed')
 RETURNING j.id, j.tenant, j.name, j.status, j.revision, j.shard_id
 ), audit AS (
-INSERT INTO pgpulse_job_history (job_id, tenant, name, action, source, actor, revision)
-SELECT c.id, c.tenant, c.name, %(action)s, %(source)s, %(actor)s, c.revision
-FROM changed c
+INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                 changes)
+SELECT c.id, c.tenant, c.name, clock.now, 'resume', %(source)s, %(actor)s, c.revision,
+       CASE WHEN %(mode)s::text IS NULL THEN '{}'::jsonb
+            ELSE jsonb_build_object('resume_mode', jsonb_build_array(NULL, %(mode)s::text)) END
+FROM changed c, clock
 )
 SELECT c.id, c.status, pg_notify('pgpulse_wakeup', c.shard_id::text)
 FROM changed c;
@@ -785,13 +949,14 @@ LIMIT %(limit)s;
 -- name: list_runs
 -- Runs newest first, those running now included (pgpulse_runs_live), each with the revision of
 -- the definition it ran under. A skipped summary row stands for its occurrences from
--- scheduled_for through last_scheduled_for. lag is from the start of the run's first attempt;
+-- scheduled_for through last_scheduled_for. lag is from the spread instant to the run's first attempt;
 -- earlier_attempts lists the attempts before the latest.
 SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.occurrences,
        coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for, r.node_id,
        r.started_at, r.first_started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
-       extract(epoch FROM r.first_started_at - r.scheduled_for)::float8 AS lag,
+       extract(epoch FROM r.first_started_at - r.scheduled_for
+                          - pgpulse_spread_offset(j.id, j.spread))::float8 AS lag,
        r.error, r.output, r.fencing_token,
        coalesce(r.earlier_attempts, '[]'::jsonb) AS earlier_attempts, r.attempt_ended_at, r.kind,
        -- the definition's revision when the run started: the job's last audit-trail row
@@ -850,6 +1015,7 @@ WITH live AS (
            count(*) FILTER (WHERE status = 'running') AS running,
            count(*) FILTER (WHERE status = 'paused') AS paused,
            count(*) FILTER (WHERE status = 'failed') AS failed,
+           count(*) FILTER (WHERE status = 'completed') AS completed,
            count(*) FILTER (WHERE last_outcome IN ('failed', 'fenced')) AS failing,
            count(*) AS total,
            extract(epoch FROM now() - min(next_run_at) FILTER (WHERE status = 'idle'
@@ -874,6 +1040,59 @@ FROM counts;
 
 -- name: known_handlers
 SELECT DISTINCT unnest(handlers) AS handler FROM pgpulse_nodes;
+
+-- name: put_calendar
+-- Create or replace calendar (%(tenant)s, %(name)s). Jobs that name it see the new dates from
+-- their next claim.
+INSERT INTO pgpulse_calendars AS c (tenant, name, dates, country, subdivision)
+VALUES (%(tenant)s, %(name)s, %(dates)s::date[], %(country)s, %(subdivision)s)
+ON CONFLICT (tenant, name) DO UPDATE
+SET dates = excluded.dates,
+    country = excluded.country,
+    subdivision = excluded.subdivision,
+    updated_at = now()
+RETURNING (c.created_at = c.updated_at) AS created;
+
+-- name: list_calendars
+-- Calendars of one tenant or all, with the jobs that name them.
+SELECT c.tenant, c.name, c.dates, c.country, c.subdivision, c.created_at, c.updated_at,
+       ARRAY(SELECT j.name FROM pgpulse_jobs j
+             WHERE j.tenant = c.tenant AND c.name = ANY(j.calendars)
+             ORDER BY j.name) AS jobs
+FROM pgpulse_calendars c
+WHERE (%(tenant)s::text IS NULL OR c.tenant = %(tenant)s)
+ORDER BY c.tenant, c.name;
+
+-- name: delete_calendar
+-- Delete calendar (%(tenant)s, %(name)s) unless a job names it. The calendar row is locked
+-- first, so a job that names it cannot be written in between (upserts lock it FOR SHARE).
+WITH target AS (
+    SELECT c.tenant, c.name
+    FROM pgpulse_calendars c
+    WHERE c.tenant = %(tenant)s AND c.name = %(name)s
+    FOR UPDATE
+), users AS (
+    SELECT j.name
+    FROM pgpulse_jobs j, target
+    WHERE j.tenant = target.tenant AND target.name = ANY(j.calendars)
+), deleted AS (
+    DELETE FROM pgpulse_calendars c
+    USING target
+    WHERE (c.tenant, c.name) = (target.tenant, target.name)
+      AND NOT EXISTS (SELECT 1 FROM users)
+    RETURNING c.name
+)
+SELECT (SELECT count(*) FROM target) AS found, (SELECT count(*) FROM deleted) AS deleted,
+       ARRAY(SELECT name FROM users ORDER BY name LIMIT 5) AS jobs;
+
+-- name: lock_calendar
+-- Lock calendar (%(tenant)s, %(name)s) until the end of the transaction, before delete_calendar
+-- reads which jobs name it: that statement's snapshot then sees every job written by an upsert
+-- that held the calendar FOR SHARE.
+SELECT c.name
+FROM pgpulse_calendars c
+WHERE c.tenant = %(tenant)s AND c.name = %(name)s
+FOR UPDATE;
 
 -- name: job_handlers
 -- The handler names stored jobs use (claim_due without handlers: tools and tests).

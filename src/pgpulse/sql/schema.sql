@@ -38,6 +38,109 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pgpulse_spread_offset(job_id bigint, spread double precision) RETURNS interval
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+SELECT CASE WHEN spread = 0 THEN interval '0'
+            ELSE floor((h::numeric + CASE WHEN h < 0 THEN 18446744073709551616 ELSE 0 END)
+                       * round(spread * 1000000)::numeric / 18446744073709551616)::float8
+                 * interval '1 microsecond' END
+FROM (SELECT ('x' || encode(substring(sha256(convert_to('pgpulse-spread:' || job_id::text,
+                                                        'UTF8')) FROM 1 FOR 8), 'hex'))
+             ::bit(64)::bigint AS h) AS hashed
+$$;
+
+CREATE TABLE public.pgpulse_alert_deliveries (
+    id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    notifier_id bigint NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    locked_by text,
+    lease_expires_at timestamp with time zone,
+    fencing_token bigint DEFAULT 0 NOT NULL,
+    last_status integer,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    CONSTRAINT pgpulse_alert_deliveries_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text])))
+);
+
+ALTER TABLE public.pgpulse_alert_deliveries ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_alert_deliveries_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.pgpulse_alert_events (
+    id bigint NOT NULL,
+    dedupe_key text NOT NULL,
+    job_id bigint,
+    rule text NOT NULL,
+    scheduled_for timestamp with time zone,
+    run_id bigint,
+    fired_at timestamp with time zone DEFAULT now() NOT NULL,
+    error text,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    notifiers bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    silenced boolean DEFAULT false NOT NULL,
+    resolved_at timestamp with time zone,
+    acknowledged_at timestamp with time zone,
+    acknowledged_by text
+);
+
+ALTER TABLE public.pgpulse_alert_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_alert_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.pgpulse_alert_rules (
+    id bigint NOT NULL,
+    job_id bigint,
+    rule text NOT NULL,
+    threshold double precision,
+    notifiers bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_alert_rules_rule_check CHECK ((rule = ANY (ARRAY['failures'::text, 'late'::text, 'skipped'::text, 'missed'::text, 'silence'::text, 'recovered'::text, 'node_died'::text, 'leader_changed'::text, 'lag'::text]))),
+    CONSTRAINT pgpulse_alert_rules_threshold_check CHECK ((threshold > (0)::double precision))
+);
+
+ALTER TABLE public.pgpulse_alert_rules ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_alert_rules_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.pgpulse_alert_silences (
+    id bigint NOT NULL,
+    job_id bigint,
+    starts_at timestamp with time zone DEFAULT now() NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    reason text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_alert_silences_check CHECK ((ends_at > starts_at))
+);
+
+ALTER TABLE public.pgpulse_alert_silences ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_alert_silences_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.pgpulse_api_tokens (
     id bigint NOT NULL,
     token_sha256 bytea NOT NULL,
@@ -80,6 +183,18 @@ ALTER TABLE public.pgpulse_batches ALTER COLUMN id ADD GENERATED ALWAYS AS IDENT
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE public.pgpulse_calendars (
+    tenant text NOT NULL,
+    name text NOT NULL,
+    dates date[] DEFAULT '{}'::date[] NOT NULL,
+    country text,
+    subdivision text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_calendars_check CHECK (((subdivision IS NULL) OR (country IS NOT NULL))),
+    CONSTRAINT pgpulse_calendars_check1 CHECK (((cardinality(dates) > 0) OR (country IS NOT NULL)))
 );
 
 CREATE TABLE public.pgpulse_code_declarations (
@@ -155,19 +270,37 @@ CREATE TABLE public.pgpulse_jobs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     revision integer DEFAULT 1 NOT NULL,
+    spread double precision DEFAULT 0 NOT NULL,
+    not_before timestamp with time zone,
+    not_after timestamp with time zone,
+    max_runs integer,
+    runs_done integer DEFAULT 0 NOT NULL,
+    calendars text[] DEFAULT '{}'::text[] NOT NULL,
+    paused_until timestamp with time zone,
+    pause_reason text,
+    resume_mode text,
+    resumed_at timestamp with time zone,
+    auto_pause_after integer,
+    failures integer DEFAULT 0 NOT NULL,
     overlap text DEFAULT 'forbid'::text NOT NULL,
     max_concurrency integer,
+    CONSTRAINT pgpulse_jobs_auto_pause_after_check CHECK ((auto_pause_after >= 1)),
     CONSTRAINT pgpulse_jobs_backfill_limit_check CHECK ((backfill_limit > 0)),
     CONSTRAINT pgpulse_jobs_catch_up_check CHECK ((catch_up = ANY (ARRAY['skip'::text, 'backfill'::text, 'coalesce'::text]))),
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = (overlap = 'allow'::text)) AND (max_concurrency >= 1))),
+    CONSTRAINT pgpulse_jobs_max_runs_check CHECK ((max_runs >= 1)),
     CONSTRAINT pgpulse_jobs_misfire_grace_check CHECK ((misfire_grace >= '00:00:01'::interval)),
     CONSTRAINT pgpulse_jobs_overlap_check CHECK ((overlap = ANY (ARRAY['forbid'::text, 'replace'::text, 'allow'::text]))),
     CONSTRAINT pgpulse_jobs_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
-    CONSTRAINT pgpulse_jobs_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'interval'::text]))),
-    CONSTRAINT pgpulse_jobs_status_check CHECK ((status = ANY (ARRAY['idle'::text, 'running'::text, 'paused'::text, 'failed'::text])))
-);
+    CONSTRAINT pgpulse_jobs_resume_mode_check CHECK ((resume_mode = ANY (ARRAY['skip'::text, 'once'::text, 'backfill'::text]))),
+    CONSTRAINT pgpulse_jobs_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'interval'::text, 'once'::text]))),
+    CONSTRAINT pgpulse_jobs_spread_check CHECK (((spread >= (0)::double precision) AND (spread <= (86400)::double precision))),
+    CONSTRAINT pgpulse_jobs_status_check CHECK ((status = ANY (ARRAY['idle'::text, 'running'::text, 'paused'::text, 'failed'::text, 'completed'::text]))),
+    CONSTRAINT pgpulse_jobs_window_check CHECK ((not_after >= not_before))
+)
+WITH (fillfactor='70');
 
 ALTER TABLE public.pgpulse_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME public.pgpulse_jobs_id_seq
@@ -194,6 +327,26 @@ CREATE TABLE public.pgpulse_nodes (
     CONSTRAINT pgpulse_nodes_shell_check CHECK ((shell = ANY (ARRAY['off'::text, 'run'::text, 'dry-run'::text]))),
     CONSTRAINT pgpulse_nodes_state_check CHECK ((state = ANY (ARRAY['alive'::text, 'draining'::text, 'stopped'::text]))),
     CONSTRAINT pgpulse_nodes_ttl_check CHECK ((ttl > (0)::double precision))
+);
+
+CREATE TABLE public.pgpulse_notifiers (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    config jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_notifiers_config_check CHECK ((jsonb_typeof(config) = 'object'::text)),
+    CONSTRAINT pgpulse_notifiers_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'email'::text, 'checkin'::text])))
+);
+
+ALTER TABLE public.pgpulse_notifiers ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_notifiers_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 CREATE TABLE public.pgpulse_occurrences (
@@ -320,6 +473,24 @@ UNION ALL
          LIMIT 1) prior ON (true))
   WHERE (o.lease_expires_at IS NOT NULL);
 
+ALTER TABLE ONLY public.pgpulse_alert_deliveries
+    ADD CONSTRAINT pgpulse_alert_deliveries_event_id_notifier_id_key UNIQUE (event_id, notifier_id);
+
+ALTER TABLE ONLY public.pgpulse_alert_deliveries
+    ADD CONSTRAINT pgpulse_alert_deliveries_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pgpulse_alert_events
+    ADD CONSTRAINT pgpulse_alert_events_dedupe_key_key UNIQUE (dedupe_key);
+
+ALTER TABLE ONLY public.pgpulse_alert_events
+    ADD CONSTRAINT pgpulse_alert_events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pgpulse_alert_rules
+    ADD CONSTRAINT pgpulse_alert_rules_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pgpulse_alert_silences
+    ADD CONSTRAINT pgpulse_alert_silences_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.pgpulse_api_tokens
     ADD CONSTRAINT pgpulse_api_tokens_pkey PRIMARY KEY (id);
 
@@ -328,6 +499,9 @@ ALTER TABLE ONLY public.pgpulse_api_tokens
 
 ALTER TABLE ONLY public.pgpulse_batches
     ADD CONSTRAINT pgpulse_batches_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pgpulse_calendars
+    ADD CONSTRAINT pgpulse_calendars_pkey PRIMARY KEY (tenant, name);
 
 ALTER TABLE ONLY public.pgpulse_code_declarations
     ADD CONSTRAINT pgpulse_code_declarations_pkey PRIMARY KEY (source);
@@ -347,11 +521,27 @@ ALTER TABLE ONLY public.pgpulse_jobs
 ALTER TABLE ONLY public.pgpulse_nodes
     ADD CONSTRAINT pgpulse_nodes_pkey PRIMARY KEY (node_id);
 
+ALTER TABLE ONLY public.pgpulse_notifiers
+    ADD CONSTRAINT pgpulse_notifiers_name_key UNIQUE (name);
+
+ALTER TABLE ONLY public.pgpulse_notifiers
+    ADD CONSTRAINT pgpulse_notifiers_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.pgpulse_occurrences
     ADD CONSTRAINT pgpulse_occurrences_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.pgpulse_runs
     ADD CONSTRAINT pgpulse_runs_pkey PRIMARY KEY (id);
+
+CREATE INDEX pgpulse_alert_deliveries_due ON public.pgpulse_alert_deliveries USING btree (next_attempt_at) WHERE (status = 'pending'::text);
+
+CREATE INDEX pgpulse_alert_events_open ON public.pgpulse_alert_events USING btree (job_id) WHERE (resolved_at IS NULL);
+
+CREATE INDEX pgpulse_alert_events_recent ON public.pgpulse_alert_events USING btree (id DESC);
+
+CREATE UNIQUE INDEX pgpulse_alert_rules_key ON public.pgpulse_alert_rules USING btree (COALESCE(job_id, (0)::bigint), rule);
+
+CREATE INDEX pgpulse_alert_silences_ends ON public.pgpulse_alert_silences USING btree (ends_at);
 
 CREATE INDEX pgpulse_batches_job ON public.pgpulse_batches USING btree (job_id);
 
@@ -366,6 +556,8 @@ CREATE INDEX pgpulse_job_history_name ON public.pgpulse_job_history USING btree 
 CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (handler, next_run_at, shard_id) WHERE (status = 'idle'::text);
 
 CREATE INDEX pgpulse_jobs_leases ON public.pgpulse_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
+
+CREATE INDEX pgpulse_jobs_pause_ends ON public.pgpulse_jobs USING btree (paused_until) WHERE ((status = 'paused'::text) AND (paused_until IS NOT NULL));
 
 CREATE INDEX pgpulse_occurrences_batch ON public.pgpulse_occurrences USING btree (batch_id);
 
@@ -390,6 +582,12 @@ CREATE TRIGGER pgpulse_job_names_rename AFTER UPDATE OF tenant, name ON public.p
 CREATE TRIGGER pgpulse_runs_delete AFTER DELETE ON public.pgpulse_jobs REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION public.pgpulse_runs_delete();
 
 CREATE TRIGGER pgpulse_runs_truncate AFTER TRUNCATE ON public.pgpulse_jobs FOR EACH STATEMENT EXECUTE FUNCTION public.pgpulse_runs_truncate();
+
+ALTER TABLE ONLY public.pgpulse_alert_deliveries
+    ADD CONSTRAINT pgpulse_alert_deliveries_event_id_fkey FOREIGN KEY (event_id) REFERENCES public.pgpulse_alert_events(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.pgpulse_alert_deliveries
+    ADD CONSTRAINT pgpulse_alert_deliveries_notifier_id_fkey FOREIGN KEY (notifier_id) REFERENCES public.pgpulse_notifiers(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.pgpulse_batches
     ADD CONSTRAINT pgpulse_batches_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.pgpulse_jobs(id) ON DELETE CASCADE;

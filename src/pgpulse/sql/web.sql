@@ -38,12 +38,12 @@ ORDER BY id;
 
 -- name: jobs
 -- A page of jobs in (tenant, name) order after the keyset cursor, with how late the job is now
--- (due_lag, seconds; NULL unless idle and due) and the lag (from its first attempt) and duration
--- of its latest started run, and whether it is unroutable: idle, and no live node advertises its
--- handler (it waits for one: issue 18; a node row that recorded no time-to-live is judged by
--- NodeConfig's default, 10 s). %(id)s selects one job (show); the other filters are optional:
--- %(q)s finds the text in the name or the handler, case-insensitively. Pages are read in the
--- order of pgpulse_job_names' primary key.
+-- (due_lag, seconds; NULL unless idle and due) and the lag (from the spread instant to its first
+-- attempt) and duration of its latest started run, and whether it is unroutable: idle, and no
+-- live node advertises its handler (it waits for one: issue 18; a node row that recorded no
+-- time-to-live is judged by NodeConfig's default, 10 s). %(id)s selects one job (show); the other
+-- filters are optional: %(q)s finds the text in the name or the handler, case-insensitively.
+-- Pages are read in the order of pgpulse_job_names' primary key.
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
@@ -51,6 +51,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.source, j.revision, j.status, j.anchor_at,
        j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.lease_expires_at,
        j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
+       j.spread, j.not_before, j.not_after, j.max_runs, j.runs_done, j.calendars,
+       j.auto_pause_after, j.failures, j.paused_until, j.pause_reason,
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
             THEN extract(epoch FROM now() - j.next_run_at)::float8 END AS due_lag,
        last.lag AS last_lag, last.duration AS last_duration,
@@ -65,7 +67,8 @@ FROM pgpulse_job_names n
 JOIN pgpulse_jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
     SELECT extract(epoch FROM coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz,
-                                       r.started_at) - r.scheduled_for)::float8 AS lag,
+                                       r.started_at) - r.scheduled_for
+                              - pgpulse_spread_offset(j.id, j.spread))::float8 AS lag,
            extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration
     FROM pgpulse_runs r
     WHERE r.job_id = j.id AND r.started_at IS NOT NULL
@@ -89,8 +92,8 @@ LIMIT %(limit)s;
 -- name: runs
 -- A page of runs, newest first (id order), after the keyset cursor %(before_id)s. The time range
 -- applies to scheduled_for (the occurrence), half-open: since <= scheduled_for < until.
--- lag = first_started_at - scheduled_for: from the run's FIRST attempt (a retried run that
--- started on time is not late); duration = finished_at - started_at of its latest attempt.
+-- lag = first_started_at - scheduled_for - the job's spread offset: from the spread instant to
+-- the run's FIRST attempt (a retried run that started on time is not late); duration = finished_at - started_at of its latest attempt.
 -- earlier_attempts lists the attempts before the latest (migration run_attempts). The job
 -- filters (handler, source, %(q)s in the name) apply to the run's job. Runs in progress are
 -- included, as pgpulse_runs_live shows them (outcome 'running'). A skipped summary row stands
@@ -104,7 +107,10 @@ LIMIT %(limit)s;
 SELECT p.*,
        coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
        extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
-       extract(epoch FROM p.first_started_at - p.scheduled_for)::float8 AS lag,
+       extract(epoch FROM p.first_started_at - p.scheduled_for
+                          - CASE WHEN p.kind = 'scheduled'
+                                 THEN pgpulse_spread_offset(p.job_id, p.spread)
+                                 ELSE interval '0' END)::float8 AS lag,
        coalesce(p.earlier_attempts, '[]'::jsonb) AS earlier_attempts,
        -- the definition's revision when the run started (queries.sql, list_runs)
        coalesce((SELECT h.revision FROM pgpulse_job_history h
@@ -116,7 +122,7 @@ FROM (
     (SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
            r.outcome, r.node_id, r.occurrences, r.last_scheduled_for, r.fencing_token,
            r.started_at, r.finished_at, coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz, r.started_at) AS first_started_at,
-           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind
+           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind, j.spread
     FROM pgpulse_runs r
     JOIN pgpulse_jobs j ON j.id = r.job_id
     WHERE NOT (j.status = 'running' AND j.scheduled_for = r.scheduled_for
@@ -139,7 +145,7 @@ FROM (
     (SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
            r.outcome, r.node_id, r.occurrences, r.last_scheduled_for, r.fencing_token,
            r.started_at, r.finished_at, r.first_started_at AS first_started_at,
-           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind
+           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind, j.spread
     FROM pgpulse_jobs j
     CROSS JOIN LATERAL (
         -- pgpulse_runs_live's running part, for this job (through the view, the planner may
@@ -183,7 +189,7 @@ FROM (
            o.attempt, 'running'::text, o.locked_by, 1::bigint, NULL::timestamptz,
            o.fencing_token, o.claimed_at, NULL::timestamptz,
            coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, o.claimed_at),
-           NULL::timestamptz, NULL::text, NULL::text, prior.attempts, o.kind
+           NULL::timestamptz, NULL::text, NULL::text, prior.attempts, o.kind, j.spread
     -- pgpulse_runs_live's running extra occurrences (few rows: pgpulse_occurrences_leases)
     FROM pgpulse_occurrences o
     JOIN pgpulse_jobs j ON j.id = o.job_id

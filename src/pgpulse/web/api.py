@@ -24,6 +24,8 @@ from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
 from pgpulse.web.schemas import (
     Backfill,
     BackfillRequest,
+    Calendar,
+    CalendarIn,
     Cluster,
     Error,
     History,
@@ -33,6 +35,8 @@ from pgpulse.web.schemas import (
     JobPatch,
     Me,
     Outcome,
+    PauseRequest,
+    ResumeRequest,
     Run,
     RunPage,
     Status,
@@ -196,9 +200,14 @@ async def delete_job(job_id: JobId, who: Who, ctx: Ctx) -> Response:
     responses={404: _ERR, 409: _ERR},
     summary="Pause a job",
 )
-async def pause_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
-    """Pause an idle or failed job (409 while it runs)."""
-    return await ctx.service.act(who, job_id, "pause")
+async def pause_job(
+    job_id: JobId, who: Who, ctx: Ctx, body: PauseRequest | None = None
+) -> dict[str, Any]:
+    """Pause an idle or failed job (409 while it runs or once completed), optionally until an
+    instant (the leader resumes it then; the occurrences inside are recorded as skipped) and
+    with a reason shown wherever its status is."""
+    options = {} if body is None else body.model_dump()
+    return await ctx.service.act(who, job_id, "pause", options)
 
 
 @router.post(
@@ -207,9 +216,14 @@ async def pause_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
     responses={404: _ERR, 409: _ERR},
     summary="Resume a job",
 )
-async def resume_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
-    """Resume a paused or failed job at its first occurrence after now."""
-    return await ctx.service.act(who, job_id, "resume")
+async def resume_job(
+    job_id: JobId, who: Who, ctx: Ctx, body: ResumeRequest | None = None
+) -> dict[str, Any]:
+    """Resume a paused or failed job. ``catch_up`` says what happens to the occurrences inside
+    the pause: ``skip`` (default: the job holds its first occurrence after now), ``once`` (they
+    run once, as the newest) or ``backfill`` (each runs, oldest first)."""
+    options = {} if body is None else body.model_dump()
+    return await ctx.service.act(who, job_id, "resume", options)
 
 
 @router.post(
@@ -412,3 +426,47 @@ async def cluster(who: Who, ctx: Ctx) -> dict[str, Any]:
     """Every registered node (liveness by heartbeat age), the leader, shard ownership, and the
     job counts and worst lag of the token's tenant (admin: all)."""
     return await ctx.service.cluster(who)
+
+
+@router.get("/calendars", response_model=list[Calendar], summary="List exclusion calendars")
+async def list_calendars(who: Who, ctx: Ctx) -> list[dict[str, Any]]:
+    """The exclusion calendars of the token's tenant (admin: all), with the jobs naming each."""
+    return await ctx.service.store.list_calendars(who.scope)
+
+
+@router.put(
+    "/calendars/{name}",
+    response_model=Calendar,
+    responses={403: _ERR},
+    summary="Create or replace an exclusion calendar",
+)
+async def put_calendar(
+    name: Annotated[str, Path(min_length=1, max_length=64)],
+    body: CalendarIn,
+    who: Who,
+    ctx: Ctx,
+    tenant: Text = None,
+) -> dict[str, Any]:
+    """Dates and/or a country's (subdivision's) public holidays on which the jobs that name the
+    calendar do not run: each such occurrence is recorded as skipped, reason ``calendar NAME``."""
+    return await ctx.service.put_calendar(who, tenant, name, body.model_dump())
+
+
+@router.delete(
+    "/calendars/{name}",
+    status_code=204,
+    response_class=Response,
+    responses={403: _ERR, 404: _ERR, 409: _ERR},
+    summary="Delete an exclusion calendar",
+)
+async def delete_calendar(
+    name: Annotated[str, Path(min_length=1, max_length=64)],
+    who: Who,
+    ctx: Ctx,
+    tenant: Text = None,
+) -> Response:
+    """Delete the calendar (409 while a job names it)."""
+    await ctx.service.store.delete_calendar(
+        tenant or who.tenant or "default", name, writer=ctx.service.writer(who)
+    )
+    return Response(status_code=204)

@@ -26,7 +26,7 @@ from starlette.routing import Route
 from pgpulse import metrics
 from pgpulse.errors import PulseError
 from pgpulse.store import Store
-from pgpulse.web import api, dashboard, pages
+from pgpulse.web import alerts_api, api, dashboard, pages
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import BodyLimit, install_error_handlers, pulse_error_response, status_of
 from pgpulse.web.policy import WebSettings
@@ -82,6 +82,7 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
     app.state.pulse = WebContext.build(store, settings)
     install_error_handlers(app)
     app.include_router(api.router)
+    app.include_router(alerts_api.router)
     app.include_router(dashboard.router)
     app.include_router(pages.router)
     app.mount("/ui/static", StaticFiles(directory=dashboard.WEB_DIR / "static"), name="static")

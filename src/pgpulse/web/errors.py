@@ -27,7 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pgpulse.errors import DatabaseUnavailable, InvalidInput, JobNotFound, PulseError
+from pgpulse.errors import DatabaseUnavailable, InvalidInput, NotFound, PulseError
 from pgpulse.web.auth import TokenNotFound
 from pgpulse.web.filters import BadFilter
 from pgpulse.web.policy import Forbidden, PayloadTooLarge
@@ -89,12 +89,14 @@ def status_of(exc: PulseError) -> tuple[int, str]:
         return 401, "unauthorized"
     if isinstance(exc, Forbidden):
         return 403, "forbidden"
-    if isinstance(exc, NoSuchJob | NoSuchRun | JobNotFound | TokenNotFound):
+    if isinstance(exc, NoSuchJob | NoSuchRun | NotFound | TokenNotFound):
         return 404, "not_found"
     if isinstance(exc, PayloadTooLarge):
         return 413, "payload_too_large"
     if isinstance(exc, InvalidInput):
-        conflict = exc.field == "status" and not isinstance(exc, BadFilter)
+        conflict = (exc.field == "status" and not isinstance(exc, BadFilter)) or (
+            exc.field == "calendar" and "in use" in str(exc)
+        )
         return (409, "conflict") if conflict else (422, "invalid_input")
     if isinstance(exc, DatabaseUnavailable):
         return 503, "database_unavailable"

@@ -1,5 +1,5 @@
 """The dashboard's history pages: runs (searched, filtered, paginated), one run with every
-attempt, and the alerts slot.
+attempt, and the alerts (events with their deliveries, acknowledgements, silences).
 
 Filters arrive as query parameters, checked by :mod:`pgpulse.web.filters`. Pages are keyset
 cursors, as in the API (:mod:`pgpulse.web.reads`).
@@ -7,11 +7,15 @@ cursors, as in the API (:mod:`pgpulse.web.reads`).
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated
+from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Path, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from pgpulse.alerts.store import AlertStore
+from pgpulse.web.auth import csrf_token
 from pgpulse.web.context import WebContext
 from pgpulse.web.dashboard import Session, page
 from pgpulse.web.filters import (
@@ -87,7 +91,40 @@ async def run_page(request: Request, run_id: RunId, session: Session) -> HTMLRes
 
 @router.get("/alerts", response_class=HTMLResponse)
 async def alerts_page(request: Request, session: Session) -> HTMLResponse:
-    """The alerts slot: open alerts, their deliveries and silences belong here (the alert
-    engine, issue 20 items 1-3, fills ``_alerts.html``)."""
+    """Alert events (newest first, open ones on top), each with its deliveries, and the
+    silences in force. A tenant token sees its jobs' alerts, not the cluster's (as the API's
+    ``GET /api/v1/alerts``)."""
     who, token = session
-    return page(request, "alerts", who, token)
+    ctx: WebContext = request.app.state.pulse
+    alerts = AlertStore(ctx.store.pool)
+    rows = [
+        r
+        for r in await alerts.list_alerts(limit=200)
+        if who.admin or (r["tenant"] is not None and who.sees(r["tenant"]))
+    ]
+    rows.sort(key=lambda r: (r["state"] != "open", -r["id"]))
+    silences = [
+        s
+        for s in await alerts.list_silences()
+        if who.admin or (s["tenant"] is not None and who.sees(s["tenant"]))
+    ]
+    return page(request, "alerts", who, token, alerts=rows, silences=silences)
+
+
+@router.post("/alerts/{alert_id}/acknowledge")
+async def acknowledge_alert(request: Request, alert_id: RunId, session: Session) -> Response:
+    """Acknowledge an alert from its button (CSRF-checked; an alert the token cannot see is
+    refused as missing), then back to the alerts page with a notice."""
+    who, token = session
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    if not hmac.compare_digest((form.get("csrf") or [""])[0], csrf_token(token)):
+        return HTMLResponse("stale page: reload and retry", 403)
+    ctx: WebContext = request.app.state.pulse
+    alerts = AlertStore(ctx.store.pool)
+    seen = [r for r in await alerts.list_alerts(limit=500) if r["id"] == alert_id]
+    if not seen or not (who.admin or (seen[0]["tenant"] and who.sees(seen[0]["tenant"]))):
+        notice = f"no alert with id {alert_id}"
+    else:
+        await alerts.acknowledge(alert_id, by=f"token {who.token_id}")
+        notice = "acknowledged"
+    return RedirectResponse(f"/ui/alerts?notice={quote(notice)}", status_code=303)

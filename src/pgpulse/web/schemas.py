@@ -7,7 +7,7 @@ stores); :meth:`pgpulse.jobs.JobSpec.create` still validates every definition.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -18,7 +18,9 @@ MAX_SECONDS = 366 * 86400.0
 
 Name = Annotated[str, Field(min_length=1, max_length=200, examples=["nightly-report"])]
 Outcome = Literal["running", "retrying", "succeeded", "failed", "skipped", "fenced", "cancelled"]
-Status = Literal["idle", "running", "paused", "failed"]
+Status = Literal["idle", "running", "paused", "failed", "completed"]
+ResumeMode = Literal["skip", "once", "backfill"]
+CalendarName = Annotated[str, Field(min_length=1, max_length=64, examples=["us-holidays"])]
 CatchUp = Literal["skip", "backfill", "coalesce"]
 Overlap = Literal["forbid", "replace", "allow"]
 RunKind = Literal["scheduled", "trigger", "backfill"]
@@ -57,6 +59,28 @@ class JobDefinition(BaseModel):
     max_concurrency: int | None = Field(
         None, ge=1, le=1000, description="With overlap allow (required there): most at once."
     )
+    spread: float = Field(
+        0.0,
+        ge=0,
+        le=86400,
+        description="Seconds: each occurrence fires at scheduled_for plus the job's stable "
+        "offset in [0, spread). Not with @at.",
+    )
+    not_before: datetime | None = Field(
+        None, description="No occurrence before this instant (without an offset: the job's zone)."
+    )
+    not_after: datetime | None = Field(
+        None, description="No occurrence after this instant; then the job is completed."
+    )
+    max_runs: int | None = Field(
+        None, ge=1, le=1_000_000_000, description="Completed after N runs."
+    )
+    calendars: list[CalendarName] = Field(
+        default_factory=list, description="Exclusion calendars of the job's tenant."
+    )
+    auto_pause_after: int | None = Field(
+        None, ge=1, le=1_000_000, description="Pause after N consecutive failed runs."
+    )
 
 
 class JobCreate(JobDefinition):
@@ -79,8 +103,9 @@ class JobCreate(JobDefinition):
 
 
 class JobPatch(BaseModel):
-    """Change some fields of a job; the others keep their values. Only ``backfill_limit`` and
-    ``timeout`` may be set to null (no limit)."""
+    """Change some fields of a job; the others keep their values. Only ``backfill_limit``,
+    ``timeout``, ``not_before``, ``not_after``, ``max_runs`` and ``auto_pause_after`` may be
+    set to null (no limit)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -96,6 +121,12 @@ class JobPatch(BaseModel):
     timeout: float | None = Field(None, ge=0.001, le=MAX_SECONDS)
     overlap: Overlap | Unset = None
     max_concurrency: int | None = Field(None, ge=1, le=1000)
+    spread: float | Unset = Field(None, ge=0, le=86400)
+    not_before: datetime | None = None
+    not_after: datetime | None = None
+    max_runs: int | None = Field(None, ge=1, le=1_000_000_000)
+    calendars: list[CalendarName] | Unset = None
+    auto_pause_after: int | None = Field(None, ge=1, le=1_000_000)
 
     @field_validator(
         "schedule",
@@ -107,6 +138,8 @@ class JobPatch(BaseModel):
         "max_attempts",
         "retry_backoff",
         "overlap",
+        "spread",
+        "calendars",
         mode="before",
     )
     @classmethod
@@ -138,6 +171,16 @@ class Job(BaseModel):
     source: str
     revision: int = Field(1, description="The definition's revision (1 when created).")
     status: Status
+    paused_until: datetime | None = Field(description="A pause's end (the leader resumes it).")
+    pause_reason: str | None = Field(description="Why it is paused (auto-pause says so).")
+    spread: float
+    not_before: datetime | None
+    not_after: datetime | None
+    max_runs: int | None
+    runs_done: int = Field(description="Runs that count towards max_runs.")
+    calendars: list[str]
+    auto_pause_after: int | None
+    failures: int = Field(description="Consecutive failed runs.")
     scheduled_for: datetime = Field(description="The current occurrence (logical time), UTC.")
     next_run_at: datetime = Field(description="When it may be claimed (later on retry), UTC.")
     upcoming: list[datetime] = Field(description="Current and next occurrences, job's zone.")
@@ -154,7 +197,10 @@ class Job(BaseModel):
         description="Why the job waits although idle: no live node can run its handler (or, "
         "for a shell job, none allows shell jobs); null when a live node can."
     )
-    last_lag: float | None = Field(description="Start minus scheduled_for of the latest run.")
+    last_lag: float | None = Field(
+        description="Start of the latest run minus its spread instant (scheduled_for + the "
+        "job's spread offset)."
+    )
     last_duration: float | None = Field(description="Seconds the latest finished run took.")
 
 
@@ -260,7 +306,8 @@ class Run(BaseModel):
     finished_at: datetime | None
     duration: float | None = Field(description="Seconds the latest attempt took.")
     lag: float | None = Field(
-        description="Seconds from scheduled_for to the start of the FIRST attempt."
+        description="Seconds from the spread instant (scheduled_for + the job's spread "
+        "offset; scheduled_for without spread) to the start of the FIRST attempt."
     )
     error: str | None
     output: str | None = Field(description="Captured output of the latest attempt.")
@@ -349,6 +396,7 @@ class JobCounts(BaseModel):
     paused: int
     failed: int = Field(description="jobs that cannot be scheduled (status failed)")
     failing: int = Field(description="jobs whose last run failed or was fenced")
+    completed: int = Field(description="jobs with no occurrence left (status completed)")
     total: int
     max_lag: float | None
     unroutable: list[Unroutable]
@@ -384,3 +432,42 @@ class Error(BaseModel):
     """Every refusal has this body."""
 
     error: ErrorDetail
+
+
+class PauseRequest(BaseModel):
+    """How to pause: until when (the leader resumes it then) and why; both optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    until: datetime | None = Field(None, description="An instant with its offset, in the future.")
+    reason: str | None = Field(None, max_length=500)
+
+
+class ResumeRequest(BaseModel):
+    """What happens to the occurrences that fell inside the pause."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    catch_up: ResumeMode = Field(
+        "skip", description="skip: not these; once: run once, as the newest; backfill: each."
+    )
+
+
+class CalendarIn(BaseModel):
+    """An exclusion calendar: explicit dates, a country's public holidays, or both."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dates: list[date] = Field(default_factory=list, max_length=10_000)
+    country: str | None = Field(None, min_length=2, max_length=3, examples=["US"])
+    subdivision: str | None = Field(None, min_length=1, max_length=10, examples=["CA"])
+
+
+class Calendar(CalendarIn):
+    """A stored calendar and the jobs that name it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    tenant: str
+    name: str
+    jobs: list[str]

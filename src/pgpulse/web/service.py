@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from pgpulse.access import Writer, token_writer
+from pgpulse.calendars import ExclusionCalendar
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
 from pgpulse.routing import waiting_reason
@@ -42,6 +44,12 @@ DEFINITION_FIELDS = (
     "timeout",
     "overlap",
     "max_concurrency",
+    "spread",
+    "not_before",
+    "not_after",
+    "max_runs",
+    "calendars",
+    "auto_pause_after",
 )
 #: How many upcoming occurrences a job shows.
 UPCOMING = 5
@@ -190,8 +198,11 @@ class JobService:
         job, _ = await self.save(who, fields)
         return job
 
-    async def act(self, who: Principal, job_id: int, verb: str) -> dict[str, Any]:
-        """Pause, resume, trigger or delete job ``job_id`` through the store.
+    async def act(
+        self, who: Principal, job_id: int, verb: str, options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Pause, resume, trigger or delete job ``job_id`` through the store, with the verb's
+        ``options`` (pause: ``until``, ``reason``; resume: ``catch_up``).
 
         Returns:
             The job after the change (``{}`` after ``delete``); after ``trigger`` it holds the
@@ -204,14 +215,14 @@ class JobService:
         row = await self.reads.job(job_id, tenant=who.scope)
         if row is None:
             raise NoSuchJob(job_id)
-        method = {
+        methods: dict[str, Callable[..., Awaitable[Any]]] = {
             "pause": self.store.pause_job,
             "resume": self.store.resume_job,
             "trigger": self.store.trigger_job,
             "delete": self.store.delete_job,
-        }[verb]
+        }
         try:
-            await method(row["tenant"], row["name"], actor=who.actor)
+            await methods[verb](row["tenant"], row["name"], actor=who.actor, **(options or {}))
         except JobNotFound:
             raise NoSuchJob(job_id) from None
         log.info(
@@ -287,6 +298,22 @@ class JobService:
                 **more,
             },
         )
+
+    async def put_calendar(
+        self, who: Principal, tenant: str | None, name: str, fields: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Create or replace calendar ``name`` of ``tenant`` (default: the token's) as the
+        token's writer; returns it as listed.
+
+        Raises:
+            InvalidInput: the calendar's own refusals (:meth:`ExclusionCalendar.create`).
+            Forbidden: another tenant's calendar for a tenant token.
+        """
+        where = tenant or who.tenant or "default"
+        calendar = ExclusionCalendar.create(name, **fields)
+        await self.store.put_calendar(where, calendar, writer=self.writer(who))
+        rows = await self.store.list_calendars(where)
+        return next(row for row in rows if row["name"] == name)
 
     async def history(self, who: Principal, job_id: int, limit: int) -> list[dict[str, Any]]:
         """The audit trail of job ``job_id``, newest first (under its earlier names too).

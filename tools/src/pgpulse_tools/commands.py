@@ -220,17 +220,19 @@ def _replication(
 @click.command("bench")
 @click.option(
     "--scale",
-    type=click.FloatRange(0.001, 1.0),
+    type=click.FloatRange(0.001, 10.0),
     default=0.1,
     show_envvar=True,
-    help="Fraction of the full sizes (1 = 1,000,000 jobs stored; 0.1 for a quick run).",
+    help="Fraction of the full sizes (1 = 1,000,000 jobs stored; 0.1 for a quick run; "
+    "scenario 8 stores up to 10 M at 10).",
 )
 @click.option(
     "--only",
-    default="1,2,3,4,5,6,7",
+    default="1,2,3,4,5,6,7,8",
     show_envvar=True,
     help="Scenarios, comma-separated: 1 claim latency, 2 drain, 3 raw SQL ceiling, "
-    "4 steady state, 5 thundering herd, 6 idle cost, 7 peers.",
+    "4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored, "
+    "9 alert latency.",
 )
 @click.option(
     "--slots",

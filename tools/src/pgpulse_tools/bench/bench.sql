@@ -158,10 +158,35 @@ UPDATE pgpulse_jobs SET scheduled_for = now() + interval '1 day',
 SELECT date_trunc('second', now()) + make_interval(secs => %(lead)s + 1) AS at;
 
 -- name: herd_arm
--- Scenario 5: every job falls due at %(at)s on a once-an-hour cron schedule %(schedule)s.
+-- Scenario 5: every job falls due at %(at)s on a once-an-hour cron schedule %(schedule)s, each
+-- claimable at its spread instant (%(spread)s seconds of spread; 0: all at %(at)s).
 UPDATE pgpulse_jobs
-SET schedule = %(schedule)s, schedule_kind = 'cron', scheduled_for = %(at)s, next_run_at = %(at)s,
+SET schedule = %(schedule)s, schedule_kind = 'cron', scheduled_for = %(at)s,
+    spread = %(spread)s, next_run_at = %(at)s + pgpulse_spread_offset(id, %(spread)s),
     anchor_at = %(at)s;
+
+-- name: herd_spread_lags
+-- Claim lag from each run's spread instant (claim minus scheduled_for plus the job's offset,
+-- ms) of occurrence %(at)s, and the busiest second of claims.
+SELECT extract(epoch FROM r.started_at - r.scheduled_for
+                          - pgpulse_spread_offset(j.id, j.spread))::float8 * 1000 AS lag_ms
+FROM pgpulse_runs_live r JOIN pgpulse_jobs j ON j.id = r.job_id
+WHERE r.scheduled_for = %(at)s AND r.started_at IS NOT NULL;
+
+-- name: herd_peak_claims
+-- The most claims of occurrence %(at)s made in one wall-clock second (exact, from the history).
+SELECT coalesce(max(n), 0) AS peak
+FROM (SELECT count(*) AS n FROM pgpulse_runs_live
+      WHERE scheduled_for = %(at)s AND started_at IS NOT NULL
+      GROUP BY date_trunc('second', started_at)) per_second;
+
+-- name: herd_load_sample
+-- One sample of the database's load: transactions so far and the sessions running a statement.
+SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database
+        WHERE datname = current_database()) AS xacts,
+       (SELECT count(*) FROM pg_stat_activity
+        WHERE datname = current_database() AND state = 'active'
+          AND pid <> pg_backend_pid()) AS active;
 
 -- name: started_at
 -- How many runs of occurrence %(at)s have started, and the last claim instant (pgpulse_runs_live:
@@ -180,3 +205,51 @@ WHERE scheduled_for BETWEEN %(t0)s AND %(t1)s AND started_at IS NOT NULL;
 -- statement is one transaction). Backends report with up to ~1 s delay, 10 s when idle.
 SELECT xact_commit + xact_rollback AS xacts, sessions
 FROM pg_stat_database WHERE datname = current_database();
+
+-- name: table_writes
+-- Writes to every user table of this database so far (cumulative), with how many of its indexes
+-- are full (every non-HOT row version adds an entry) and partial (at most that many). BRIN
+-- indexes summarise page ranges rather than hold an entry per row version: counted in neither.
+SELECT t.relname,
+       t.n_tup_ins AS ins,
+       t.n_tup_upd AS upd,
+       t.n_tup_hot_upd AS hot,
+       t.n_tup_del AS del,
+       count(i.indexrelid) FILTER (WHERE i.indpred IS NULL AND am.amname <> 'brin')
+           AS full_indexes,
+       count(i.indexrelid) FILTER (WHERE i.indpred IS NOT NULL AND am.amname <> 'brin')
+           AS partial_indexes
+FROM pg_stat_user_tables t
+LEFT JOIN pg_index i ON i.indrelid = t.relid
+LEFT JOIN pg_class c ON c.oid = i.indexrelid
+LEFT JOIN pg_am am ON am.oid = c.relam
+GROUP BY t.relname, t.n_tup_ins, t.n_tup_upd, t.n_tup_hot_upd, t.n_tup_del;
+
+-- name: wal_position
+-- The server's WAL insert position and its full-page images so far (the whole server's WAL).
+SELECT pg_current_wal_lsn()::text AS lsn, w.wal_fpi AS fpi
+FROM pg_stat_wal w;
+
+-- name: wal_diff
+-- WAL bytes between two positions.
+SELECT pg_wal_lsn_diff(%(lsn1)s::pg_lsn, %(lsn0)s::pg_lsn)::float8 AS bytes;
+
+-- name: lever_fillfactor
+-- Lever (scenario 3, on the benchmark's copy only): leave 30% of each pgpulse_jobs page free, so
+-- an update can put its new row version on the same page (HOT needs that, and no indexed column
+-- changed); the table is rewritten to apply it to the loaded rows.
+ALTER TABLE pgpulse_jobs SET (fillfactor = 70);
+VACUUM (FULL, ANALYZE) pgpulse_jobs;
+
+-- name: lever_brin_finished
+-- Lever: the pruning index on the history as BRIN instead of a B-tree. A run's row is written
+-- when it ends, with finished_at = now(), so the column follows the table's physical order and
+-- a BRIN range covers it; a firing's insert adds no B-tree entry for it.
+DROP INDEX pgpulse_runs_finished;
+CREATE INDEX pgpulse_runs_finished ON pgpulse_runs USING brin (finished_at)
+    WITH (pages_per_range = 32);
+
+-- name: lever_no_runs_recent
+-- Lever: no (job_id, id DESC) index on the history; a job's latest runs would be read through
+-- the unique (job_id, scheduled_for) index instead (in occurrence order, not id order).
+DROP INDEX pgpulse_runs_recent;

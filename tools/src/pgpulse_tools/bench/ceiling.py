@@ -21,18 +21,22 @@ best cell run again for as long as scenario 2 measures Pulse (see :func:`run`). 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from psycopg import sql
+
 from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.sql import QUERIES
-from pgpulse_tools.bench import floor
+from pgpulse_tools.bench import checks, floor
 from pgpulse_tools.bench.common import (
     BENCH_SQL,
     DbCpu,
@@ -45,6 +49,7 @@ from pgpulse_tools.bench.common import (
 )
 from pgpulse_tools.bench.drain import CORES, jobs_for, window_for
 from pgpulse_tools.bench.sqltext import split_final_select, substitute
+from pgpulse_tools.bench.writes import WriteMeter, floor_table, per_firing
 
 DB_NAME = "pgpulse_bench_ceiling"
 CLIENTS = (2, 4, 8)
@@ -67,7 +72,8 @@ _OUTCOME = (
     "'status', 'idle', 'scheduled_for', scheduled_for + interval '1 hour', "
     "'next_run_at', scheduled_for + interval '1 hour', 'retry_in', 0, "
     "'reset_attempt', true, 'outcome', 'succeeded', 'error', NULL, 'output', NULL, "
-    "'skips', 0, 'skip_from', NULL, 'skip_to', NULL, 'skip_reason', NULL)"
+    "'skips', 0, 'skip_from', NULL, 'skip_to', NULL, 'skip_reason', NULL, "
+    "'counts_run', true, 'failures', 0, 'pause_reason', NULL)"
 )
 
 
@@ -138,67 +144,121 @@ def run_pgbench(
     }
 
 
-async def _measure(
-    server_dsn: str, template: str, script: Path, *, batch: int, clients: int, seconds: float
+async def measure_cell(
+    server_dsn: str,
+    jobs: int,
+    script: Path,
+    *,
+    batch: int,
+    clients: int,
+    seconds: float,
+    ddl: Sequence[str] = (),
+    variables: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run Pulse's step with pgbench for ``seconds`` on a fresh copy of ``template``; return the
-    cell's figures (see :func:`_metered`)."""
-    dsn = await fresh_db(server_dsn, DB_NAME, template=template)
-    cell = await _metered(
-        dsn,
-        script,
-        clients=clients,
-        seconds=seconds,
-        variables={"batch": batch, "outcomes": "[]"},
-        span=BENCH_SQL["fired_span"],
-    )
-    drop_db(server_dsn, DB_NAME)
-    return {"batch": batch, **cell}
+    """Run Pulse's step with pgbench for ``seconds`` on a fresh copy of a backlog of ``jobs``
+    due jobs; return the cell's figures (see :func:`_metered`), judged by
+    :func:`pgpulse_tools.bench.checks.judge`. ``ddl`` statements run on the copy first (one
+    at a time, autocommit: a lever of :mod:`pgpulse_tools.bench.levers`); ``variables`` are the
+    script's first values (default: no outcomes, as JSON).
+
+    A cell whose backlog ran out inside its window measured a draining queue: it runs once
+    more on a backlog sized from its own rate to outlast the window.
+    """
+    cell: dict[str, Any] = {}
+    for _ in range(2):
+        template = await backlog_template(server_dsn, jobs)
+        dsn = await fresh_db(server_dsn, DB_NAME, template=template)
+        with admin(dsn) as conn:
+            for statement in ddl:
+                conn.execute(statement)
+        cell = await _metered(
+            dsn,
+            script,
+            clients=clients,
+            seconds=seconds,
+            variables={"batch": batch, **(variables or {"outcomes": "[]"})},
+            span=BENCH_SQL["fired_span"],
+            hot_table="pgpulse_jobs",
+        )
+        drop_db(server_dsn, DB_NAME)
+        cell.update({"batch": batch, "jobs": jobs, "drained": cell["fired"] >= jobs})
+        if not cell["drained"]:
+            break
+        jobs = checks.backlog_to_outlast(cell["rate"], seconds, jobs)
+    return checks.judge(cell)
 
 
 async def _measure_floor(
     server_dsn: str, jobs: int, script: Path, *, batch: int, clients: int, seconds: float
 ) -> dict[str, Any]:
     """Run the floor's step (:mod:`pgpulse_tools.bench.floor`) with pgbench for ``seconds`` on
-    ``jobs`` due jobs; return its figures (see :func:`_metered`)."""
-    dsn = await asyncio.to_thread(floor.create, server_dsn, jobs, jobs)
-    cell = await _metered(
-        dsn,
-        script,
-        clients=clients,
-        seconds=seconds,
-        variables={"batch": batch, "ids": "{}", "tokens": "{}"},
-        span=floor.FLOOR_SQL["fired_span"],
-    )
-    drop_db(server_dsn, floor.DB_NAME)
-    return {"batch": batch, **cell}
+    ``jobs`` due jobs; return its figures (see :func:`_metered`), judged, run once more on a
+    larger backlog when the first ran out inside the window (as :func:`measure_cell`)."""
+    cell: dict[str, Any] = {}
+    for _ in range(2):
+        dsn = await asyncio.to_thread(floor.create, server_dsn, jobs, jobs)
+        cell = await _metered(
+            dsn,
+            script,
+            clients=clients,
+            seconds=seconds,
+            variables={"batch": batch, "ids": "{}", "tokens": "{}"},
+            span=floor.FLOOR_SQL["fired_span"],
+            hot_table="floor_jobs",
+        )
+        drop_db(server_dsn, floor.DB_NAME)
+        cell.update({"batch": batch, "jobs": jobs, "drained": cell["fired"] >= jobs})
+        if not cell["drained"]:
+            break
+        jobs = checks.backlog_to_outlast(cell["rate"], seconds, jobs)
+    return checks.judge(cell)
 
 
 async def _metered(
-    dsn: str, script: Path, *, clients: int, seconds: float, variables: dict[str, Any], span: str
+    dsn: str,
+    script: Path,
+    *,
+    clients: int,
+    seconds: float,
+    variables: dict[str, Any],
+    span: str,
+    hot_table: str,
 ) -> dict[str, Any]:
     """Run ``script`` with pgbench on ``dsn`` while metering the database's CPU; ``span`` reads
     back how many fired (``fired``) between the first claim (``first_started``) and the last
-    completion (``last_finished``). Returns ``rate`` in firings/s over that span, ``db_cpu_ms``
-    per firing, ``busy_pct`` of all cores, ``fired`` and pgbench's own figures."""
+    completion (``last_finished``); ``hot_table`` is the table of the rows a firing updates
+    (its mean row width is ``per_firing["row_bytes"]``). Returns ``rate`` in firings/s over
+    that span, ``db_cpu_ms`` per firing, ``busy_pct`` of all cores, ``fired``, ``per_firing``
+    (what each firing wrote: :func:`pgpulse_tools.bench.writes.per_firing`) and pgbench's own
+    figures."""
+    written = WriteMeter(dsn).start()
     with DbCpu(dsn) as meter:
         busy0, wall0 = machine_busy_seconds(), time.perf_counter()
         bench = await asyncio.to_thread(
             run_pgbench, dsn, script, clients=clients, seconds=seconds, variables=variables
         )
         busy1, wall = machine_busy_seconds(), time.perf_counter() - wall0
+    totals = await asyncio.to_thread(written.stop)  # pgbench's sessions have closed
     with admin(dsn) as conn:
         row = conn.execute(span).fetchone()
-    assert row is not None
+        width = conn.execute(
+            sql.SQL("SELECT avg(pg_column_size(t.*))::float8 AS width FROM {} t").format(
+                sql.Identifier(hot_table)
+            )
+        ).fetchone()
+    assert row is not None and width is not None
     fired = row["fired"]
     secs = (row["last_finished"] - row["first_started"]).total_seconds() if fired else float("nan")
+    db_cpu_ms = meter.seconds() / fired * 1000 if fired else float("nan")
     return {
         "clients": clients,
-        "seconds": seconds,
+        "seconds": secs,
+        "asked_s": seconds,
         "fired": fired,
         "rate": fired / secs if fired else 0.0,
-        "db_cpu_ms": meter.seconds() / fired * 1000 if fired else float("nan"),
+        "db_cpu_ms": db_cpu_ms,
         "busy_pct": (busy1 - busy0) / wall / CORES * 100,
+        "per_firing": {**per_firing(totals, fired, db_cpu_ms), "row_bytes": width["width"]},
         **bench,
     }
 
@@ -237,6 +297,7 @@ async def run(
             "machine busy %",
             "script latency ms",
             "fired",
+            "check",
         ],
     )
     if shutil.which("pgbench") is None:
@@ -244,21 +305,20 @@ async def run(
         result.data["best"] = None
         return result
     jobs = jobs_for(scale)
-    seconds = min(15.0, 4.0 + 11.0 * scale)
+    seconds = min(15.0, 6.0 + 9.0 * scale)
     sustained_s = window_for(scale)
-    template = await backlog_template(server_dsn, jobs)
     folder = Path(tempfile.mkdtemp(prefix="pgpulse-ceiling-"))
     script = folder / "pulse.sql"
     script.write_text(pgbench_script())
     cells = [
-        await _measure(server_dsn, template, script, batch=batch, clients=count, seconds=seconds)
+        await measure_cell(server_dsn, jobs, script, batch=batch, clients=count, seconds=seconds)
         for batch in batches
         for count in clients
     ]
-    burst = max(cells, key=lambda c: c["rate"])
-    best = await _measure(
+    burst = checks.best_trusted(cells) or max(cells, key=lambda c: c["rate"])
+    best = await measure_cell(
         server_dsn,
-        template,
+        checks.backlog_to_outlast(burst["rate"], sustained_s, jobs),
         script,
         batch=burst["batch"],
         clients=burst["clients"],
@@ -268,7 +328,8 @@ async def run(
     floor_script.write_text(floor.pgbench_script())
     least = await _measure_floor(
         server_dsn,
-        jobs,
+        # the floor has run up to 3x Pulse's rate: size it to outlast the cell at 4x
+        checks.backlog_to_outlast(4 * burst["rate"], seconds, jobs),
         floor_script,
         batch=burst["batch"],
         clients=burst["clients"],
@@ -286,6 +347,7 @@ async def run(
                 cell["busy_pct"],
                 cell["latency_ms"],
                 cell["fired"],
+                checks.verdict(cell),
             ]
         )
     result.notes.append(
@@ -294,33 +356,44 @@ async def run(
         f"again for scenario 2's window, {sustained_s:g} s: "
         f"{best['rate']:,.0f} firings/s"
     )
-    if best["fired"] >= jobs:
+    if not checks.trusted(best):
         result.notes.append(
-            f"the sustained run drained all {jobs:,} jobs before its "
-            f"{sustained_s:g} s were up: its rate is over the span until the "
-            "last firing"
+            "the sustained run failed its checks (" + "; ".join(best["problems"]) + "): "
+            "no ceiling share is computed from it"
         )
     result.notes.append(
         "script generated from queries.sql at run time (docs/benchmarks.md "
         "shows it); DB CPU counts every server process, not pgbench itself"
     )
+    floor_ratio = (
+        burst["db_cpu_ms"] / least["db_cpu_ms"]
+        if checks.trusted(burst) and checks.trusted(least)
+        else math.nan
+    )
     result.notes.append(
         f"floor = the least SQL any PostgreSQL scheduler runs per firing (bench/floor.sql: "
         f"narrow rows, one B-tree on the history, no definitions, shards or retries), same "
         f"batch, clients and seconds as the best cell: {least['rate']:,.0f} firings/s at "
-        f"{least['db_cpu_ms']:.3f} ms DB CPU per firing; Pulse's statement costs "
-        f"{burst['db_cpu_ms'] / least['db_cpu_ms']:.2f}× its DB CPU per firing"
+        f"{least['db_cpu_ms']:.3f} ms DB CPU per firing; "
+        + (
+            f"Pulse's statement costs {floor_ratio:.2f}× its DB CPU per firing"
+            if not math.isnan(floor_ratio)
+            else "no ratio: a cell failed its checks"
+        )
     )
+    result.tables.append(floor_table(burst, least))
     result.data.update(
         {
             "jobs": jobs,
             "seconds": seconds,
             "cells": cells,
-            "best": best["rate"],
+            "best": best["rate"] if checks.trusted(best) else None,
+            "floor_cpu_ratio": floor_ratio,
             "best_cell": best,
             "burst_best": burst["rate"],
             "floor": least,
             "script": script.read_text(),
+            "burst_cell": burst,
         }
     )
     shutil.rmtree(folder, ignore_errors=True)

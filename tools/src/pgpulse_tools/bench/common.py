@@ -45,6 +45,8 @@ class Result:
         rows: table rows.
         notes: lines printed under the table (caveats, what a figure means).
         data: raw figures for JSON and plots (samples, plans, settings).
+        tables: further tables under the main one, each a dict with ``title``, ``headers``,
+            ``rows`` and ``notes``.
     """
 
     scenario: str
@@ -53,6 +55,7 @@ class Result:
     rows: list[list[Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    tables: list[dict[str, Any]] = field(default_factory=list)
 
     def table(self, fmt: str = "github") -> str:
         """The table as text (``github`` markdown by default)."""
@@ -64,6 +67,12 @@ class Result:
         print(self.table())
         for note in self.notes:
             print(f"  * {note}")
+        for extra in self.tables:
+            print(f"\n### {extra['title']}\n")
+            rows = [[f"{v:.4g}" if isinstance(v, float) else v for v in r] for r in extra["rows"]]
+            print(tabulate(rows, extra["headers"], tablefmt="github", disable_numparse=True))
+            for note in extra["notes"]:
+                print(f"  * {note}")
         print(flush=True)
 
     def to_json(self) -> dict[str, Any]:
@@ -75,6 +84,7 @@ class Result:
             "rows": self.rows,
             "notes": self.notes,
             "data": self.data,
+            "tables": self.tables,
         }
 
 
@@ -152,19 +162,20 @@ def load_jobs(
     catch_up: str = "backfill",
     misfire_grace: float = 86400.0,
     handler: str = "noop",
+    start: int = 1,
 ) -> None:
     """Insert ``count`` jobs with one statement per :data:`LOAD_CHUNK`, then VACUUM ANALYZE.
 
-    Job i (1-based) holds the occurrence ``base + (i mod modulo) * step`` seconds, which is
-    also its interval anchor.
+    Job i (numbered from ``start``, so a second load adds to the first) holds the occurrence
+    ``base + (i mod modulo) * step`` seconds, which is also its interval anchor.
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for first in range(1, count + 1, LOAD_CHUNK):
+        for first in range(start, start + count, LOAD_CHUNK):
             conn.execute(
                 BENCH_SQL["load_jobs"],
                 {
                     "first": first,
-                    "last": min(count, first + LOAD_CHUNK - 1),
+                    "last": min(start + count - 1, first + LOAD_CHUNK - 1),
                     "schedule": schedule,
                     "kind": kind,
                     "handler": handler,
@@ -300,14 +311,15 @@ _BACKLOGS: dict[tuple[str, int], str] = {}
 
 async def backlog_template(server_dsn: str, jobs: int) -> str:
     """The name of a template database holding ``jobs`` idle jobs, all due now (created once
-    per process; scenarios 2, 3 and 7 copy it for each run).
+    per process and size; scenarios 2, 3 and 7 copy it for each run; :func:`drop_backlogs`
+    drops them).
 
     The jobs are ``@every 1h`` no-op jobs whose current occurrence lies in the last 30 minutes,
     so each fires once and then waits an hour: draining a copy is ``jobs`` firings.
     """
     key = (server_dsn, jobs)
     if key not in _BACKLOGS:
-        name = "pgpulse_bench_backlog"
+        name = f"pgpulse_bench_backlog_{jobs}"
         dsn = await fresh_db(server_dsn, name)
         with admin(dsn) as conn:
             now = db_now(conn)
@@ -321,9 +333,16 @@ async def backlog_template(server_dsn: str, jobs: int) -> str:
             step=1.0,
         )
         register_handler(dsn)
-        _BACKLOGS.clear()
         _BACKLOGS[key] = name
     return _BACKLOGS[key]
+
+
+def drop_backlogs(server_dsn: str) -> None:
+    """Drop every backlog template :func:`backlog_template` made on ``server_dsn``."""
+    for (server, jobs), name in list(_BACKLOGS.items()):
+        if server == server_dsn:
+            drop_db(server_dsn, name)
+            del _BACKLOGS[(server, jobs)]
 
 
 def lag_summary(lags_ms: Sequence[float]) -> dict[str, float]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from pgpulse_tools.bench import checks
 from pgpulse_tools.bench.common import (
     DbCpu,
     Result,
@@ -88,6 +89,25 @@ def measure(dsn: str, cluster: NodeCluster, window: float) -> dict[str, Any]:
     }
 
 
+async def _drain(
+    server_dsn: str, jobs: int, count: int, *, slots: int, window: float
+) -> dict[str, Any]:
+    """Drain a fresh copy of a ``jobs`` backlog with ``count`` node processes; return
+    :func:`measure`'s figures plus ``nodes``, ``jobs``, ``settle`` (seconds until the nodes
+    split the shards) and ``duplicates``."""
+    template = await backlog_template(server_dsn, jobs)
+    dsn = await fresh_db(server_dsn, DB_NAME, template=template)
+    with NodeCluster(dsn, count, slots=slots) as cluster:
+        settle = await asyncio.to_thread(cluster.wait_settled)
+        figures = await asyncio.to_thread(measure, dsn, cluster, window)
+    with admin(dsn) as conn:
+        duplicates = q(conn, "duplicates")[0]["duplicates"]
+    cluster.remove_folder()
+    drop_db(server_dsn, DB_NAME)
+    figures.update({"nodes": count, "jobs": jobs, "settle": settle, "duplicates": duplicates})
+    return figures
+
+
 async def run(
     server_dsn: str, scale: float, *, slots: int = 50, node_counts: tuple[int, ...] = NODE_COUNTS
 ) -> Result:
@@ -101,7 +121,6 @@ async def run(
     """
     jobs = jobs_for(scale)
     window = window_for(scale)
-    template = await backlog_template(server_dsn, jobs)
     result = Result(
         "2",
         f"backlog drain, {jobs:,} due no-op jobs, nodes of {slots} slots",
@@ -115,23 +134,23 @@ async def run(
             "window s",
             "settle s",
             "duplicates",
+            "check",
         ],
     )
     runs: list[dict[str, Any]] = []
     for count in node_counts:
-        dsn = await fresh_db(server_dsn, DB_NAME, template=template)
-        with NodeCluster(dsn, count, slots=slots) as cluster:
-            settle = await asyncio.to_thread(cluster.wait_settled)
-            figures = await asyncio.to_thread(measure, dsn, cluster, window)
-        with admin(dsn) as conn:
-            duplicates = q(conn, "duplicates")[0]["duplicates"]
-        cluster.remove_folder()
+        figures = await _drain(server_dsn, jobs, count, slots=slots, window=window)
+        if figures["drained"]:  # a draining rate: once more, on a backlog that outlasts it
+            bigger = checks.backlog_to_outlast(
+                figures["rate"], window + figures["settle"], 2 * jobs
+            )
+            figures = await _drain(server_dsn, bigger, count, slots=slots, window=window)
+        checks.judge(figures)
         if not figures["fired"]:
             result.notes.append(
                 f"{count} nodes: the backlog ran out before they had split the "
                 "shards; use a larger --scale"
             )
-        figures.update({"nodes": count, "settle": settle, "duplicates": duplicates})
         runs.append(figures)
         result.rows.append(
             [
@@ -142,11 +161,11 @@ async def run(
                 figures["busy_pct"],
                 figures["fired"],
                 figures["seconds"],
-                settle,
-                duplicates,
+                figures["settle"],
+                figures["duplicates"],
+                checks.verdict(figures),
             ]
         )
-        drop_db(server_dsn, DB_NAME)
     result.notes.append(
         "firings = runs whose fenced completion and history row committed inside "
         "the window; the window opens once the nodes split the 64 shards "

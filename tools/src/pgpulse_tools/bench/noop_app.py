@@ -1,4 +1,4 @@
-"""The benchmark's node app: one ``noop`` handler that does nothing.
+"""The benchmark's node app: a ``noop`` handler that does nothing, and ``fail``, which fails.
 
 Run by the benchmark as ``python -m pgpulse node run --app pgpulse_tools.bench.noop_app:app``.
 When the environment variable ``PGPULSE_BENCH_STARTS`` names a file, the handler also notes,
@@ -33,6 +33,12 @@ async def noop(ctx: RunContext) -> None:
     if _starts_file is not None:
         _starts.append(time.time())
         _starts.append(ctx.scheduled_for.timestamp())
+
+
+@app.handler("fail")
+async def fail(ctx: RunContext) -> None:
+    """Fail every attempt (the alert latency scenario's failing runs)."""
+    raise RuntimeError(f"failing on purpose, attempt {ctx.attempt}")
 
 
 def _dump() -> None:

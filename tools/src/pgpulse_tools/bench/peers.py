@@ -1,11 +1,12 @@
-"""Scenario 7: the peers — APScheduler 4, Procrastinate, PgQueuer — on the same server, same run.
+"""Scenario 7: the peers — APScheduler 4, Procrastinate, PgQueuer, pg_cron — in the same run.
 
 Each peer is driven by its script in ``tools/peers/`` (run with this interpreter, so from
 ``.venv-bench`` where the ``bench`` extra installs them; they are never Pulse dependencies). For
 every peer: the drain (scenario 2's equivalent) with 1 and 2 processes on ``1,000,000 × scale``
 due jobs, and the steady state (scenario 4's equivalent) with 2 processes and
 ``100,000 × scale`` jobs every 60 s. Each run gets a fresh database. Each script's docstring says
-how the peer expresses the scenario and where it cannot.
+how the peer expresses the scenario and where it cannot. pg_cron runs on a private server of the
+benchmark's own (it needs ``shared_preload_libraries``): :mod:`pgpulse_tools.bench.pgcron`.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import psycopg
 from psycopg import conninfo
 
 import pgpulse_tools
-from pgpulse_tools.bench import drain, steady
+from pgpulse_tools.bench import drain, pgcron, steady
+from pgpulse_tools.bench.checks import trusted
 from pgpulse_tools.bench.common import Result, drop_db, fresh_db
+from pgpulse_tools.bench.private_pg import ClusterUnavailable
 
 DB_NAME = "pgpulse_bench_peer"
 #: script file -> module that must be importable to run it
@@ -186,6 +190,7 @@ async def run(server_dsn: str, scale: float) -> Result:
                     figures.get("missed"),
                 ]
             )
+    runs.extend(_pg_cron(result, scale))
     for name in sorted({r["peer"] for r in runs}):
         notes = {r["mode"]: r["note"] for r in runs if r["peer"] == name}
         result.notes.append(
@@ -193,6 +198,41 @@ async def run(server_dsn: str, scale: float) -> Result:
         )
     result.data.update({"drain_jobs": drain_jobs, "steady_jobs": steady_jobs, "runs": runs})
     return result
+
+
+def pg_cron_jobs(scale: float) -> int:
+    """pg_cron's jobs at ``scale`` (1,000 at 0.1): enough for some 20 s of runs a minute."""
+    return min(2_000, max(500, int(10_000 * scale)))
+
+
+def _pg_cron(result: Result, scale: float) -> list[dict[str, Any]]:
+    """pg_cron's runs (:mod:`pgpulse_tools.bench.pgcron`: a private server, 2 minutes each way
+    of running its jobs), appended to ``result``'s rows; none, with a note, when it cannot run
+    here."""
+    runs: list[dict[str, Any]] = []
+    for background in (False, True):
+        try:
+            figures = pgcron.run_peer(pg_cron_jobs(scale), 2, background_workers=background)
+        except (ClusterUnavailable, psycopg.Error) as exc:
+            result.notes.append(f"pg_cron: skipped ({exc})")
+            break
+        for run in figures:
+            lag = run.get("lag", {})
+            result.rows.append(
+                [
+                    run["peer"],
+                    run["mode"],
+                    f"1 launcher, {run['concurrency']} runs at once",
+                    run.get("rate"),
+                    run.get("db_cpu_ms"),
+                    lag.get("p50"),
+                    lag.get("p99"),
+                    lag.get("max"),
+                    run.get("missed"),
+                ]
+            )
+        runs.extend(figures)
+    return runs
 
 
 def add_pulse_ratios(
@@ -203,7 +243,7 @@ def add_pulse_ratios(
     earlier call (``--report-only`` recomputes them)."""
     peers.notes[:] = [note for note in peers.notes if not note.startswith("Pulse vs ")]
     pulse_rate = (
-        max((r["rate"] for r in pulse_drain.data["runs"]), default=math.nan)
+        max((r["rate"] for r in pulse_drain.data["runs"] if trusted(r)), default=math.nan)
         if pulse_drain
         else math.nan
     )
@@ -211,7 +251,9 @@ def add_pulse_ratios(
     ratios: dict[str, dict[str, float]] = {}
     for name in sorted({r["peer"] for r in peers.data["runs"]}):
         rates = [
-            r["rate"] for r in peers.data["runs"] if r["peer"] == name and r["mode"] == "drain"
+            r["rate"]
+            for r in peers.data["runs"]
+            if r["peer"] == name and r["mode"] == "drain" and trusted(r)
         ]
         lags = [
             r["lag"]["p99"] if r["runs"] else math.inf  # none started: unbounded lag

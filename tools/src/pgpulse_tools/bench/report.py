@@ -15,6 +15,9 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pgpulse_tools.bench import report_cost
+from pgpulse_tools.bench.stored import target_rows as stored_targets
+
 #: Plot files, relative to the docs folder.
 PLOTS = {
     "claim": "benchmarks/claim_latency.png",
@@ -28,6 +31,7 @@ HOW_TO_RUN = """\
 ./scripts/bench --scale 1          # the issue's sizes (1,000,000 jobs; long)
 ./scripts/bench --only 2,3         # some scenarios; the others keep their last figures here
 ./scripts/bench --report-only      # rewrite this page and the plots from results.json
+./scripts/bench --scale 10 --only 8   # poll and claim at 1 M and 10 M stored (~5 GB of disk)
 ```
 
 `scripts/bench` creates `.venv-bench` (Pulse with the `bench` extra: the peers, matplotlib,
@@ -104,6 +108,16 @@ def _worst_claim_p99(rows: list[list[Any]], batch: int) -> float:
     return max((r[4] for r in rows if r[2] == batch), default=math.nan)
 
 
+def _stored_rows(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
+    """Scenario 8's targets: p99 at the larger size over p99 at the smaller, per cell."""
+    if "8" not in results:
+        return []
+    return [
+        [target, f"{ratio:.2f}×", "yes" if met else "**no**"]
+        for target, ratio, met in stored_targets(results["8"]["data"])
+    ]
+
+
 def targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
     """The issue's figures to reach, with what was measured and whether it was met."""
     rows: list[list[Any]] = []
@@ -166,6 +180,10 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
             data["statements_per_node_s"] <= data["budget"],
         )
         add("idle: < 2% of a core per node", data["node_cpu_pct"], data["node_cpu_pct"] < 2, "%")
+        added = data.get("alerting_added", math.nan)
+        add("idle: alerting adds ≤ 10 % statements per node", added * 100, added <= 0.10, " %")
+    rows.extend(_stored_rows(results))
+    rows.extend(report_cost.cost_targets(results))
     if "7" in results:
         for name, ratio in results["7"]["data"].get("ratios", {}).items():
             add(
@@ -346,6 +364,9 @@ def _scenario_section(result: dict[str, Any], plots: dict[str, str]) -> list[str
         ]
     out += [_table(result["headers"], result["rows"]), ""]
     out += [f"* {note}" for note in result["notes"]]
+    for extra in result.get("tables", []):
+        out += ["", f"### {extra['title']}", "", _table(extra["headers"], extra["rows"]), ""]
+        out += [f"* {note}" for note in extra["notes"]]
     plot_key = {"1": "claim", "2": "drain", "4": "lag"}.get(result["scenario"])
     if plot_key and plot_key in plots:
         out += ["", f"![{plot_key}]({plots[plot_key]})"]
@@ -432,6 +453,8 @@ def render(payload: dict[str, Any], plots: dict[str, str]) -> str:
             ]
         if key == "5" and "lag" in plots:
             lines += [f"![lag]({plots['lag']})", ""]
+    if "3" in results:
+        lines += report_cost.section()
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -1,9 +1,11 @@
 """``pgpulse bench``: run the scenarios in one go, print their tables, write JSON, plots, docs.
 
 Scenarios (the issue's numbering): 1 claim latency, 2 backlog drain, 3 raw SQL ceiling,
-4 steady state, 5 thundering herd, 6 idle cost, 7 peers. Cross-scenario figures — Pulse's
-throughput as a share of the ceiling, the herd's bound, Pulse against each peer — are added once
-every scenario asked for has run, then ``<out>/benchmarks.md`` is regenerated from the JSON.
+4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored,
+9 alert latency.
+Cross-scenario figures — Pulse's throughput as a share of the ceiling, the herd's bound,
+Pulse against each peer — are added once every scenario asked for has run, then
+``<out>/benchmarks.md`` is regenerated from the JSON.
 """
 
 from __future__ import annotations
@@ -20,23 +22,47 @@ from typing import Any
 
 import psutil
 
-from pgpulse_tools.bench import ceiling, claim, drain, herd, idle, peers, steady
-from pgpulse_tools.bench.common import Result, drop_db, machine_busy_seconds, server_settings
+from pgpulse_tools.bench import (
+    alerts,
+    ceiling,
+    claim,
+    drain,
+    herd,
+    idle,
+    levers,
+    peers,
+    steady,
+    stored,
+)
+from pgpulse_tools.bench.checks import trusted
+from pgpulse_tools.bench.common import (
+    Result,
+    drop_backlogs,
+    machine_busy_seconds,
+    server_settings,
+)
 from pgpulse_tools.bench.report import write_report
 
-ALL = ("1", "2", "3", "4", "5", "6", "7")
+ALL = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
 
 Scenario = Callable[[str, float, int], Awaitable[Result]]
 
 SCENARIOS: dict[str, Scenario] = {
     "1": lambda dsn, scale, slots: claim.run(dsn, scale),
     "2": lambda dsn, scale, slots: drain.run(dsn, scale, slots=slots),
-    "3": lambda dsn, scale, slots: ceiling.run(dsn, scale, batches=(1, slots)),
+    "3": lambda dsn, scale, slots: _ceiling_and_levers(dsn, scale, slots),
     "4": lambda dsn, scale, slots: steady.run(dsn, scale, slots=slots),
     "5": lambda dsn, scale, slots: herd.run(dsn, scale, slots=slots),
     "6": lambda dsn, scale, slots: idle.run(dsn, scale, slots=slots),
     "7": lambda dsn, scale, slots: peers.run(dsn, scale),
+    "8": lambda dsn, scale, slots: stored.run(dsn, scale),
+    "9": lambda dsn, scale, slots: alerts.run(dsn, scale),
 }
+
+
+async def _ceiling_and_levers(dsn: str, scale: float, slots: int) -> Result:
+    """Scenario 3: the ceiling and the floor, then the levers on the ceiling's best cell."""
+    return await levers.run(dsn, await ceiling.run(dsn, scale, batches=(1, slots)))
 
 
 def background_busy(seconds: float = 2.0) -> float:
@@ -89,11 +115,12 @@ def cross_figures(results: dict[str, Result]) -> None:
                 row.pop(column)
         drain_result.headers.append(CEILING_SHARE)
         for row, run in zip(drain_result.rows, drain_result.data["runs"], strict=True):
-            run["ceiling_share"] = run["rate"] / best if best else math.nan
-            row.append(f"{run['ceiling_share']:.0%}" if best else "n/a")
+            usable = best and trusted(run)
+            run["ceiling_share"] = run["rate"] / best if usable else math.nan
+            row.append(f"{run['ceiling_share']:.0%}" if usable else "n/a")
     if "5" in results and "2" in results:
         herd_result = results["5"]
-        rates = {run["nodes"]: run["rate"] for run in results["2"].data["runs"]}
+        rates = {run["nodes"]: run["rate"] for run in results["2"].data["runs"] if trusted(run)}
         rate = rates.get(herd_result.data["nodes"])
         if rate:
             bound = herd_result.data["jobs"] / rate + 1
@@ -193,7 +220,7 @@ async def run_bench(
             results[key] = result
             result.print()
     finally:
-        drop_db(server_dsn, "pgpulse_bench_backlog")
+        drop_backlogs(server_dsn)
     json_path = out / "benchmarks" / "results.json"
     combined = {**load_results(json_path), **results}  # scenarios not run keep their figures
     cross_figures(combined)

@@ -1,0 +1,310 @@
+"""``pgpulse notifier`` and ``pgpulse alert``: thin commands over
+:class:`~pgpulse.alerts.store.AlertStore` (loaded only when invoked, see ``LAZY_COMMANDS``).
+
+Secrets are never printed back: ``notifier list`` shows configs redacted. A config may be read
+from a file or standard input (``--config @path``, ``--config -``), so a secret need not be
+typed into a shell's history.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from pgpulse.alerts.rules import ALL_RULES
+from pgpulse.alerts.store import AlertStore
+from pgpulse.app import connect
+from pgpulse.egress import HttpAllowList
+from pgpulse.errors import InvalidInput
+from pgpulse.report import one_line, print_records, run_command, to_json
+
+T = TypeVar("T")
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def _refuse(exc: InvalidInput) -> NoReturn:
+    """A refusal found before the database is opened: one line on stderr, exit 2 (as
+    :func:`~pgpulse.report.run_command` reports those found after)."""
+    click.echo(f"error: {one_line(str(exc))}", err=True)
+    sys.exit(2)
+
+
+def parse_duration(text: str, field: str) -> float:
+    """Seconds of ``text``: ``2h``, ``90m``, ``1h30m``, ``2d``, ``45s`` or plain seconds.
+
+    Raises:
+        InvalidInput: ``field`` names the option; nothing else matches.
+    """
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise InvalidInput(
+            f"{field}: {text!r} is not a duration (2h, 90m, 1h30m, 2d, 45s or seconds)",
+            field=field,
+            value=text,
+        )
+    days, hours, minutes, seconds = (float(g or 0) for g in match.groups())
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def _alerts(obj: dict[str, Any], action: Callable[[AlertStore], Coroutine[Any, Any, T]]) -> T:
+    async def main() -> T:
+        async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+            return await action(AlertStore(store.pool))
+
+    return run_command(main())
+
+
+def _print(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
+    if as_json:
+        click.echo(json.dumps(rows, default=to_json, indent=2))
+    else:
+        print_records(rows, False, columns, shorten={"error", "last_error"})
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+tenant_option = click.option(
+    "--tenant", default="default", show_envvar=True, help="The job's tenant."
+)
+
+
+# -- notifiers ---------------------------------------------------------------------------------
+
+
+@click.group()
+def notifier() -> None:
+    """Add, list and remove notifiers: where alerts go (webhook, email, checkin)."""
+
+
+def _read_config(text: str) -> object:
+    if text == "-":
+        text = sys.stdin.read()
+    elif text.startswith("@"):
+        text = Path(text[1:]).read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"config is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            field="config",
+            value="(not shown: it may hold secrets)",
+        ) from None
+
+
+@notifier.command("add")
+@click.argument("name")
+@click.option(
+    "--kind", required=True, type=click.Choice(["webhook", "email", "checkin"]), help="Its kind."
+)
+@click.option(
+    "--config",
+    "config_text",
+    required=True,
+    help="Its JSON config (docs/alerts.md); @FILE reads a file, - standard input.",
+)
+@click.option(
+    "--http-allow",
+    multiple=True,
+    show_envvar=True,
+    help="Hosts, *.domains or CIDR networks a webhook or checkin URL may target although "
+    "loopback or private (repeatable).",
+)
+@click.pass_obj
+def notifier_add(
+    obj: dict[str, Any], name: str, kind: str, config_text: str, http_allow: tuple[str, ...]
+) -> None:
+    """Create or replace notifier NAME. Its config is validated; secrets are never shown."""
+    try:
+        config = _read_config(config_text)
+    except InvalidInput as exc:
+        _refuse(exc)
+    try:
+        allow = HttpAllowList.parse(http_allow)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--http-allow") from None
+    notifier_id, created = _alerts(
+        obj, lambda alerts: alerts.add_notifier(name, kind, config, allow=allow)
+    )
+    click.echo(f"{'created' if created else 'replaced'} {kind} notifier {name} (id {notifier_id})")
+
+
+@notifier.command("list")
+@json_option
+@click.pass_obj
+def notifier_list(obj: dict[str, Any], as_json: bool) -> None:
+    """List notifiers, their configs redacted (secrets as ***)."""
+    rows = _alerts(obj, lambda alerts: alerts.list_notifiers())
+    if not as_json:
+        for row in rows:
+            row["config"] = json.dumps(row["config"], sort_keys=True)
+    _print(rows, as_json, ["id", "name", "kind", "config", "updated_at"])
+
+
+@notifier.command("remove")
+@click.argument("name")
+@click.pass_obj
+def notifier_remove(obj: dict[str, Any], name: str) -> None:
+    """Remove notifier NAME (refused while a rule names it)."""
+    _alerts(obj, lambda alerts: alerts.remove_notifier(name))
+    click.echo(f"removed notifier {name}")
+
+
+# -- rules -------------------------------------------------------------------------------------
+
+
+@click.group()
+def alert() -> None:
+    """Alert rules, alerts and their deliveries, silences, acknowledgements."""
+
+
+@alert.group()
+def rule() -> None:
+    """Set, list and remove alert rules (of a job, or cluster-wide)."""
+
+
+def _job(job: str | None, tenant: str) -> tuple[str, str] | None:
+    return (tenant, job) if job is not None else None
+
+
+@rule.command("set")
+@click.argument("kind", metavar="RULE")
+@click.option("--job", default=None, help="The job (default: the cluster-wide rule or default).")
+@tenant_option
+@click.option(
+    "--threshold",
+    default=None,
+    help="failures: a count; late, missed, silence, lag: a duration (90s, 10m, 2h, 1d).",
+)
+@click.option(
+    "--notify",
+    "notifiers",
+    multiple=True,
+    required=True,
+    help="A notifier's name (repeatable).",
+)
+@click.pass_obj
+def rule_set(
+    obj: dict[str, Any],
+    kind: str,
+    job: str | None,
+    tenant: str,
+    threshold: str | None,
+    notifiers: tuple[str, ...],
+) -> None:
+    """Create or replace rule RULE: failures, late, skipped, missed, silence, recovered (of
+    --job, or the default of every job), node_died, leader_changed, lag (the cluster's)."""
+    value: float | None = None
+    if threshold is not None:
+        try:
+            value = parse_duration(threshold, "threshold")
+        except InvalidInput as exc:
+            _refuse(exc)
+    rule_id, created = _alerts(
+        obj,
+        lambda alerts: alerts.set_rule(
+            kind, list(notifiers), threshold=value, job=_job(job, tenant)
+        ),
+    )
+    where = f"job {job}" if job is not None else "the cluster"
+    click.echo(f"{'set' if created else 'replaced'} rule {kind} of {where} (id {rule_id})")
+
+
+@rule.command("list")
+@click.option("--job", default=None, help="Only this job's rules (and the defaults).")
+@tenant_option
+@json_option
+@click.pass_obj
+def rule_list(obj: dict[str, Any], job: str | None, tenant: str, as_json: bool) -> None:
+    """List rules: cluster rules and defaults first (job empty), then jobs' own."""
+    rows = _alerts(obj, lambda alerts: alerts.list_rules(job=_job(job, tenant)))
+    _print(rows, as_json, ["id", "tenant", "job", "rule", "threshold", "notifiers"])
+
+
+@rule.command("remove")
+@click.argument("kind", metavar="RULE", type=click.Choice(list(ALL_RULES)))
+@click.option("--job", default=None, help="The job (default: the cluster's rule).")
+@tenant_option
+@click.pass_obj
+def rule_remove(obj: dict[str, Any], kind: str, job: str | None, tenant: str) -> None:
+    """Remove rule RULE of --job, or of the cluster."""
+    _alerts(obj, lambda alerts: alerts.remove_rule(kind, job=_job(job, tenant)))
+    click.echo(f"removed rule {kind}")
+
+
+# -- alerts, silences --------------------------------------------------------------------------
+
+
+@alert.command("list")
+@click.argument("job", required=False)
+@tenant_option
+@click.option("--open", "open_only", is_flag=True, help="Only alerts not resolved yet.")
+@click.option("--limit", type=click.IntRange(1, 10000), default=50, help="At most this many.")
+@json_option
+@click.pass_obj
+def alert_list(
+    obj: dict[str, Any], job: str | None, tenant: str, open_only: bool, limit: int, as_json: bool
+) -> None:
+    """Alert events (of JOB), newest first, with their deliveries' outcomes."""
+    rows = _alerts(
+        obj,
+        lambda alerts: alerts.list_alerts(job=_job(job, tenant), open_only=open_only, limit=limit),
+    )
+    if not as_json:
+        for row in rows:
+            row["deliveries"] = ", ".join(
+                f"{d['notifier']}: {d['status']} ({d['attempts']} attempts)"
+                + (f" {d['last_error']}" if d["last_error"] and d["status"] != "delivered" else "")
+                for d in row["deliveries"]
+            ) or ("silenced" if row["silenced"] else "none")
+    _print(
+        rows,
+        as_json,
+        ["id", "rule", "job", "scheduled_for", "fired_at", "state", "deliveries"],
+    )
+
+
+@alert.command("silence")
+@click.argument("job", required=False)
+@click.option("--all", "every", is_flag=True, help="Every job and the cluster.")
+@tenant_option
+@click.option("--for", "duration", required=True, help="How long: 2h, 30m, 1d, 90s.")
+@click.option("--reason", default="", help="Why, shown with the silence.")
+@click.pass_obj
+def alert_silence(
+    obj: dict[str, Any], job: str | None, every: bool, tenant: str, duration: str, reason: str
+) -> None:
+    """Record, but do not deliver, alerts of JOB (or --all) for a while."""
+    if (job is None) == (not every):
+        raise click.UsageError("name a JOB or give --all (not both)")
+    try:
+        seconds = parse_duration(duration, "for")
+    except InvalidInput as exc:
+        _refuse(exc)
+    row = _alerts(obj, lambda alerts: alerts.silence(seconds, job=_job(job, tenant), reason=reason))
+    what = f"job {job}" if job is not None else "every job and the cluster"
+    click.echo(f"silenced {what} until {row['ends_at'].isoformat()} (silence {row['id']})")
+
+
+@alert.command("silences")
+@json_option
+@click.pass_obj
+def alert_silences(obj: dict[str, Any], as_json: bool) -> None:
+    """Silences in force, soonest to end first."""
+    rows = _alerts(obj, lambda alerts: alerts.list_silences())
+    _print(rows, as_json, ["id", "tenant", "job", "starts_at", "ends_at", "reason"])
+
+
+@alert.command("ack")
+@click.argument("alert_id", type=click.IntRange(1))
+@click.option("--by", default="", help="Who acknowledges it.")
+@click.pass_obj
+def alert_ack(obj: dict[str, Any], alert_id: int, by: str) -> None:
+    """Acknowledge alert ALERT_ID (see alert list): someone is on it."""
+    _alerts(obj, lambda alerts: alerts.acknowledge(alert_id, by=by))
+    click.echo(f"acknowledged alert {alert_id}")

@@ -1,0 +1,357 @@
+"""The alerts' reads and writes, as intent-named methods over a connection source (the node's
+pool, or the CLI's). Statements live in ``sql/alerts.sql``.
+
+Every write path (CLI, HTTP API, :class:`~pgpulse.app.App`) comes through here, so the checks
+are the same on each: a notifier's config is validated by :mod:`pgpulse.notify` (webhook and
+check-in URLs against the ``http`` jobs' address policy unless the operator's allow-list names
+them), a rule by :func:`~pgpulse.alerts.rules.parse_rule` and, for ``silence``, against its
+job's schedule; a refusal raises before anything is written. Notifier configs are returned
+redacted: secrets never leave the database through these methods, except to the sender
+(:meth:`AlertStore.claim_deliveries`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from pgpulse.access import OPERATOR, Writer, check_alert_write
+from pgpulse.alerts.rules import CLUSTER_RULES, RuleSpec, check_silence_window, parse_rule
+from pgpulse.database import ConnectionSource
+from pgpulse.egress import HttpAllowList
+from pgpulse.errors import InvalidInput, JobNotFound, PulseError
+from pgpulse.notify import parse_notifier_config
+from pgpulse.schedule import parse_schedule
+from pgpulse.sql import load_queries
+
+ALERT_QUERIES = load_queries("alerts.sql")
+#: Longest silence, seconds (a year).
+MAX_SILENCE = 366 * 86400.0
+#: Notifier names: like job handler names, short and printable.
+MAX_NOTIFIER_NAME = 100
+
+
+class NotifierInUse(PulseError):
+    """A notifier cannot be removed while rules name it; ``value`` lists them."""
+
+
+class AlertStore:
+    """Alerts' tables: notifiers, rules, events and their deliveries, silences.
+
+    Args:
+        pool: a connection source with dict rows in autocommit mode (a
+            :class:`~pgpulse.store.Store`'s ``pool``).
+    """
+
+    def __init__(self, pool: ConnectionSource) -> None:
+        self.pool = pool
+
+    async def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(ALERT_QUERIES[name], params)
+            return await cur.fetchall() if cur.description else []
+
+    # -- notifiers -------------------------------------------------------------------------
+
+    async def add_notifier(
+        self, name: str, kind: str, config: object, *, allow: HttpAllowList | None = None
+    ) -> tuple[int, bool]:
+        """Create or replace notifier ``name``.
+
+        Args:
+            name: its name (1-100 printable characters), how rules refer to it.
+            kind: ``webhook``, ``email`` or ``checkin``.
+            config: its JSON object (docs/alerts.md).
+            allow: the operator's ``--http-allow`` list: webhook and check-in URLs must be
+                public or on it (loopback and private addresses are refused otherwise).
+
+        Returns:
+            (id, created).
+
+        Raises:
+            InvalidInput: ``field="name"``; or the config's refusal (``field="kind"`` or
+                ``"config.<key>"``, secrets never quoted; ``TargetNotAllowed`` for a URL).
+        """
+        if (
+            not isinstance(name, str)
+            or not name
+            or len(name) > MAX_NOTIFIER_NAME
+            or not name.isprintable()
+            or name != name.strip()
+        ):
+            raise InvalidInput(
+                f"name must be 1-{MAX_NOTIFIER_NAME} printable characters, got {name!r}",
+                field="name",
+                value=name,
+            )
+        parsed = parse_notifier_config(kind, config)
+        await parsed.check_targets(allow or HttpAllowList())
+        [row] = await self._rows(
+            "add_notifier", {"name": name, "kind": kind, "config": Jsonb(parsed.to_json())}
+        )
+        return int(row["id"]), bool(row["created"])
+
+    async def list_notifiers(self) -> list[dict[str, Any]]:
+        """Every notifier, by name, with its config redacted (secrets shown as ``***``)."""
+        rows = await self._rows("list_notifiers", {})
+        for row in rows:
+            row["config"] = parse_notifier_config(row["kind"], row["config"]).redacted()
+        return rows
+
+    async def remove_notifier(self, name: str) -> int:
+        """Remove notifier ``name`` (its deliveries' history goes with it).
+
+        Raises:
+            InvalidInput: ``field="name"``: no such notifier.
+            NotifierInUse: rules name it (listed as ``job_id:rule``); nothing removed.
+        """
+        [row] = await self._rows("remove_notifier", {"name": name})
+        if row["id"] is None:
+            raise InvalidInput(f"no notifier named {name!r}", field="name", value=name)
+        if row["removed"] is None:
+            raise NotifierInUse(
+                f"notifier {name!r} is used by rules {', '.join(row['users'])}: remove them first",
+                field="name",
+                value=name,
+            )
+        return int(row["removed"])
+
+    # -- rules -----------------------------------------------------------------------------
+
+    async def set_rule(
+        self,
+        rule: object,
+        notifiers: object,
+        *,
+        threshold: object = None,
+        job: tuple[str, str] | None = None,
+        writer: Writer = OPERATOR,
+        now: datetime | None = None,
+    ) -> tuple[int, bool]:
+        """Create or replace a rule of job ``job`` = (tenant, name), or the cluster's (``None``:
+        a cluster rule, or the default of a job rule for every job without its own).
+
+        Raises:
+            InvalidInput: the rule's refusal (:func:`~pgpulse.alerts.rules.parse_rule`); a
+                ``silence`` window shorter than the job's schedule's period
+                (:func:`~pgpulse.alerts.rules.check_silence_window`); ``field="notifiers"`` for
+                a notifier that does not exist.
+            JobNotFound: no such job.
+            Forbidden: ``writer`` may not change that job (or, being a tenant's, the cluster).
+        """
+        spec = parse_rule(rule, threshold, notifiers, cluster=job is None)
+        async with self.pool.connection() as conn, conn.transaction():
+            job_id = None
+            if job is not None:
+                cur = await conn.execute(
+                    "SELECT j.* FROM pgpulse_job_names n JOIN pgpulse_jobs j ON j.id = n.job_id "
+                    "WHERE n.tenant = %s AND n.name = %s FOR KEY SHARE OF j",
+                    job,
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise JobNotFound(*job)
+                check_alert_write(writer, row["tenant"])
+                job_id = row["id"]
+                if spec.rule == "silence" and spec.threshold is not None:
+                    clock = now
+                    if clock is None:
+                        found = await (await conn.execute("SELECT now() AS n")).fetchone()
+                        assert found is not None
+                        clock = found["n"]
+                    check_silence_window(
+                        spec.threshold,
+                        parse_schedule(row["schedule"], row["timezone"]),
+                        now=clock,
+                        anchor=row["anchor_at"],
+                    )
+            else:
+                check_alert_write(writer, None)
+            ids = await self._notifier_ids(conn, spec)
+            cur = await conn.execute(
+                ALERT_QUERIES["set_rule"],
+                {
+                    "job_id": job_id,
+                    "rule": spec.rule,
+                    "threshold": spec.threshold,
+                    "notifiers": ids,
+                },
+            )
+            out = await cur.fetchone()
+            assert out is not None
+            return int(out["id"]), bool(out["created"])
+
+    async def _notifier_ids(self, conn: Any, spec: RuleSpec) -> list[int]:
+        cur = await conn.execute(
+            ALERT_QUERIES["notifiers_by_name"], {"names": list(spec.notifiers)}
+        )
+        found = {row["name"]: row["id"] for row in await cur.fetchall()}
+        missing = [n for n in spec.notifiers if n not in found]
+        if missing:
+            raise InvalidInput(
+                f"notifiers: no notifier named {missing[0]!r} (see pgpulse notifier list)",
+                field="notifiers",
+                value=missing[0],
+            )
+        return [found[n] for n in spec.notifiers]
+
+    async def remove_rule(self, rule: str, *, job: tuple[str, str] | None = None) -> None:
+        """Remove a rule of job ``job``, or the cluster's.
+
+        Raises:
+            InvalidInput: ``field="rule"``: no such rule is set.
+            JobNotFound: no such job.
+        """
+        job_id = await self._job_id(job) if job is not None else None
+        if not await self._rows("remove_rule", {"job_id": job_id, "rule": rule}):
+            where = f"job {job[1]!r}" if job is not None else "the cluster"
+            raise InvalidInput(f"no rule {rule!r} is set for {where}", field="rule", value=rule)
+
+    async def list_rules(self, *, job: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+        """The cluster's rules and defaults, and every job's (or only ``job``'s) own rules."""
+        job_id = await self._job_id(job) if job is not None else None
+        return await self._rows("list_rules", {"job_id": job_id})
+
+    async def _job_id(self, job: tuple[str, str]) -> int:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT job_id FROM pgpulse_job_names WHERE tenant = %s AND name = %s", job
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise JobNotFound(*job)
+        return int(row["job_id"])
+
+    # -- events, silences ------------------------------------------------------------------
+
+    async def list_alerts(
+        self, *, job: tuple[str, str] | None = None, open_only: bool = False, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """Alert events, newest first, each with its deliveries (notifier, status, attempts,
+        last HTTP or SMTP status and error, scrubbed of secrets by the sender)."""
+        job_id = await self._job_id(job) if job is not None else None
+        return await self._rows(
+            "list_alerts", {"job_id": job_id, "open": open_only, "limit": limit}
+        )
+
+    async def acknowledge(
+        self, event_id: int, *, by: str = "", now: datetime | None = None
+    ) -> None:
+        """Acknowledge alert ``event_id`` (idempotent: the first acknowledgement is kept).
+
+        Raises:
+            InvalidInput: ``field="id"``: no such alert.
+        """
+        if not await self._rows("acknowledge_alert", {"id": event_id, "by": by, "now": now}):
+            raise InvalidInput(f"no alert with id {event_id}", field="id", value=event_id)
+
+    async def silence(
+        self,
+        seconds: float,
+        *,
+        job: tuple[str, str] | None = None,
+        reason: str = "",
+        now: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Silence alerts of ``job`` (``None``: every job and the cluster) for ``seconds``:
+        events that fire meanwhile are recorded, but not delivered.
+
+        Raises:
+            InvalidInput: ``field="for"`` for a duration not in [1 s, a year]; ``field="reason"``
+                for a reason over 1,000 characters.
+            JobNotFound: no such job.
+        """
+        if not 1 <= seconds <= MAX_SILENCE:
+            raise InvalidInput(
+                f"for: a silence lasts at least 1 s and at most {MAX_SILENCE:g} s, got {seconds:g}",
+                field="for",
+                value=seconds,
+            )
+        if len(reason) > 1000:
+            raise InvalidInput("reason: at most 1000 characters", field="reason", value=reason)
+        job_id = await self._job_id(job) if job is not None else None
+        [row] = await self._rows(
+            "add_silence", {"job_id": job_id, "seconds": seconds, "reason": reason, "now": now}
+        )
+        return row
+
+    async def list_silences(self, *, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Silences in force now or later, soonest to end first."""
+        return await self._rows("list_silences", {"now": now})
+
+    async def forget_job(self, job_id: int) -> None:
+        """Remove a deleted job's rules and silences (its alert history stays)."""
+        await self._rows("forget_job_alerts", {"job_id": job_id})
+
+    # -- evaluation and delivery (nodes) ---------------------------------------------------
+
+    async def evaluate(
+        self,
+        *,
+        node: str,
+        leader: bool,
+        lookback: float = 600.0,
+        limit: int = 1000,
+        now: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Evaluate every rule once (``alert_evaluate`` in ``sql/alerts.sql``); cluster rules
+        only when ``leader``. Safe to run on several nodes at once: one event per key.
+
+        Args:
+            node: the evaluating node (named by a ``leader_changed`` event).
+            leader: whether it leads.
+            lookback: seconds of ended runs examined for ``failures`` and ``skipped``.
+            limit: most overdue jobs examined for ``late`` and ``missed``.
+
+        Returns:
+            ``fired``, ``queued``, ``closed`` counts, ``next_due`` (the first due instant of
+            older pending deliveries, or ``None``) and ``db_now``.
+        """
+        [row] = await self._rows(
+            "alert_evaluate",
+            {"node": node, "leader": leader, "lookback": lookback, "limit": limit, "now": now},
+        )
+        return row
+
+    async def claim_deliveries(
+        self, *, node: str, limit: int, margin: float = 10.0, now: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """Claim due deliveries for ``node`` (a lease of the notifier's timeout + ``margin``
+        seconds and a new fencing token each). The rows carry the notifier's full config,
+        secrets included: for the sender only."""
+        return await self._rows(
+            "claim_deliveries", {"node": node, "limit": limit, "margin": margin, "now": now}
+        )
+
+    async def finish_delivery(
+        self,
+        delivery_id: int,
+        token: int,
+        *,
+        status: str,
+        retry_in: float | None = None,
+        last_status: int | None = None,
+        error: str | None = None,
+        now: datetime | None = None,
+    ) -> bool:
+        """Record one attempt's outcome, fenced by ``token``: ``delivered``, ``failed``, or
+        ``pending`` again in ``retry_in`` seconds. Returns whether it was written (``False``:
+        the lease was lost and another node holds the delivery)."""
+        rows = await self._rows(
+            "finish_delivery",
+            {
+                "id": delivery_id,
+                "token": token,
+                "status": status,
+                "retry_in": retry_in,
+                "last_status": last_status,
+                "error": error,
+                "now": now,
+            },
+        )
+        return bool(rows)
+
+
+__all__ = ["ALERT_QUERIES", "CLUSTER_RULES", "AlertStore", "NotifierInUse"]

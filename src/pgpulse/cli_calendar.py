@@ -1,0 +1,80 @@
+"""``pgpulse calendar set|list|delete``: a tenant's named exclusion calendars
+(:mod:`pgpulse.calendars`), which jobs name with ``job create --calendar NAME``.
+
+Loaded only when invoked (:data:`pgpulse.cli_conventions.LAZY_COMMANDS`): the ``holidays``
+library it may check a country against is large. Thin, as every command: parse, call the
+store, print; a refusal is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pgpulse.calendars import ExclusionCalendar
+from pgpulse.cli import json_option, with_store
+from pgpulse.report import print_records
+from pgpulse.store import Store
+
+tenant_option = click.option(
+    "--tenant", default="default", show_envvar=True, help="The calendar's tenant."
+)
+
+
+@click.group()
+def calendar() -> None:
+    """Create, list and delete exclusion calendars: dates on which jobs do not run."""
+
+
+@calendar.command("set")
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--date",
+    "dates",
+    multiple=True,
+    help="An excluded date, 2026-12-24 (in each job's own zone). Repeat for several.",
+)
+@click.option(
+    "--country",
+    default=None,
+    help="ISO 3166-1 code (US, GB, DE) whose public holidays are excluded (holidays library).",
+)
+@click.option(
+    "--subdivision",
+    default=None,
+    help="A subdivision of --country (CA, BY...), as holidays names it.",
+)
+@with_store
+async def calendar_set(
+    store: Store,
+    name: str,
+    tenant: str,
+    dates: tuple[str, ...],
+    country: str | None,
+    subdivision: str | None,
+) -> None:
+    """Create or replace calendar NAME. Jobs that name it follow its new dates from their next
+    occurrence."""
+    cal = ExclusionCalendar.create(name, dates=dates, country=country, subdivision=subdivision)
+    created = await store.put_calendar(tenant, cal)
+    click.echo(f"{'created' if created else 'replaced'} calendar {name}: {cal.describe()}")
+
+
+@calendar.command("list")
+@tenant_option
+@json_option
+@with_store
+async def calendar_list(store: Store, tenant: str, as_json: bool) -> None:
+    """List the calendars of a tenant, with the jobs that use each."""
+    rows = await store.list_calendars(tenant)
+    print_records(rows, as_json, ["name", "dates", "country", "subdivision", "jobs"])
+
+
+@calendar.command("delete")
+@click.argument("name")
+@tenant_option
+@with_store
+async def calendar_delete(store: Store, name: str, tenant: str) -> None:
+    """Delete calendar NAME (refused while a job names it)."""
+    await store.delete_calendar(tenant, name)
+    click.echo(f"deleted calendar {name}")

@@ -1,0 +1,161 @@
+"""``pgpulse notifier`` and ``pgpulse alert`` as a user types them (real subprocesses)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import add, pgpulse, spec
+from pgpulse.errors import InvalidInput
+from pgpulse.store import Store
+from test_engine import wait_until
+
+SECRET = "whsec_0123456789abcdef"
+SLACK = "https://93.184.215.14/services/T0123ABCD/B0456EFGH/xZ7kQ9Lm2Pq"
+
+
+async def test_notifiers_rules_silences_and_acknowledgements(
+    store: Store, dsn: str, db: Any
+) -> None:
+    await add(store, spec("nightly", schedule="0 3 * * *"))
+    config = json.dumps({"url": SLACK, "secret": SECRET})
+    added = pgpulse("notifier", "add", "slack", "--kind", "webhook", "--config", config, dsn=dsn)
+    assert (added.returncode, added.stdout) == (0, "created webhook notifier slack (id 1)\n")
+    listed = pgpulse("notifier", "list", "--json", dsn=dsn)
+    [shown] = json.loads(listed.stdout)
+    assert shown["config"]["url"] == "https://93.184.215.14/services/***/***/***"
+    assert shown["config"]["secret"] == "***"
+    assert SECRET not in listed.stdout + pgpulse("notifier", "list", dsn=dsn).stdout
+    assert "T0123ABCD" not in listed.stdout
+
+    for args in (
+        ("failures", "--threshold", "3", "--job", "nightly"),
+        ("silence", "--threshold", "1d", "--job", "nightly"),
+        ("late", "--threshold", "5m"),
+        ("lag", "--threshold", "2m"),
+    ):
+        done = pgpulse("alert", "rule", "set", *args, "--notify", "slack", dsn=dsn)
+        assert done.returncode == 0, done.stderr
+    rules = json.loads(pgpulse("alert", "rule", "list", "--json", dsn=dsn).stdout)
+    assert [(r["job"], r["rule"], r["threshold"], r["notifiers"]) for r in rules] == [
+        (None, "lag", 120.0, ["slack"]),
+        (None, "late", 300.0, ["slack"]),
+        ("nightly", "failures", 3.0, ["slack"]),
+        ("nightly", "silence", 86400.0, ["slack"]),
+    ]
+    in_use = pgpulse("notifier", "remove", "slack", dsn=dsn)
+    assert in_use.returncode == 2 and "used by rules" in in_use.stderr
+
+    silenced = pgpulse("alert", "silence", "nightly", "--for", "2h", "--reason", "deploy", dsn=dsn)
+    assert silenced.returncode == 0 and silenced.stdout.startswith("silenced job nightly until")
+    everything = pgpulse("alert", "silence", "--all", "--for", "30m", dsn=dsn)
+    assert everything.returncode == 0, everything.stderr
+    silences = json.loads(pgpulse("alert", "silences", "--json", dsn=dsn).stdout)
+    assert [(s["job"], s["reason"]) for s in silences] == [(None, ""), ("nightly", "deploy")]
+
+    db.execute(
+        "INSERT INTO pgpulse_alert_events (dedupe_key, rule) VALUES ('test/1', 'lag') RETURNING id"
+    )
+    assert pgpulse("alert", "ack", "1", "--by", "ana", dsn=dsn).returncode == 0
+    [event] = json.loads(pgpulse("alert", "list", "--json", dsn=dsn).stdout)
+    assert (event["state"], event["acknowledged_by"]) == ("acknowledged", "ana")
+
+    for rule, job in (("failures", "nightly"), ("silence", "nightly")):
+        assert pgpulse("alert", "rule", "remove", rule, "--job", job, dsn=dsn).returncode == 0
+    for rule in ("late", "lag"):
+        assert pgpulse("alert", "rule", "remove", rule, dsn=dsn).returncode == 0
+    assert pgpulse("notifier", "remove", "slack", dsn=dsn).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ("notifier", "add", "x", "--kind", "webhook", "--config", '{"url": "http://127.0.0.1/h"}'),
+            "config.url",
+        ),
+        (
+            ("notifier", "add", "x", "--kind", "email", "--config",
+             '{"host": "localhost", "from": "pulse@", "to": "ops@example.com"}'),
+            "config.from",
+        ),
+        (("alert", "rule", "set", "flaky", "--notify", "x"), "rule must be one of"),
+        (("alert", "rule", "set", "failures", "--notify", "nobody"), "no notifier named 'nobody'"),
+        (
+            ("alert", "rule", "set", "silence", "--threshold", "10m", "--job", "nightly",
+             "--notify", "ops"),
+            "shorter than the period",
+        ),
+        (("alert", "silence", "nightly", "--for", "soon"), "for: 'soon' is not a duration"),
+        (("alert", "ack", "99"), "no alert with id 99"),
+    ],
+)  # fmt: skip
+async def test_refused_input_is_one_line_exit_2_and_writes_nothing(
+    store: Store, dsn: str, db: Any, args: tuple[str, ...], says: str
+) -> None:
+    await add(store, spec("nightly", schedule="0 3 * * *"))
+    ops = json.dumps({"url": "https://93.184.215.14/hook"})
+    assert (
+        pgpulse("notifier", "add", "ops", "--kind", "webhook", "--config", ops, dsn=dsn).returncode
+        == 0
+    )
+    refused = pgpulse(*args, dsn=dsn)
+    assert refused.returncode == 2, refused
+    assert says in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    counts = db.execute(
+        "SELECT (SELECT count(*) FROM pgpulse_notifiers) AS n, "
+        "(SELECT count(*) FROM pgpulse_alert_rules) AS r, "
+        "(SELECT count(*) FROM pgpulse_alert_silences) AS s"
+    ).fetchone()
+    assert counts == {"n": 1, "r": 0, "s": 0}
+
+
+async def test_rules_declared_in_code_are_set_when_a_node_starts(dsn: str, db: Any) -> None:
+    ops = json.dumps({"url": "https://93.184.215.14/hook"})
+    assert (
+        pgpulse("notifier", "add", "ops", "--kind", "webhook", "--config", ops, dsn=dsn).returncode
+        == 0
+    )
+    env = {**os.environ, "PGPULSE_DATABASE_URL": dsn, "PYTHONPATH": str(Path(__file__).parent)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pgpulse", "node", "run", "--app", "alerts_code_app:app",
+        "--heartbeat", "0.5", "--lease", "3", env=env,
+    )  # fmt: skip
+    try:
+        await wait_until(
+            lambda: (
+                db.execute("SELECT count(*) AS n FROM pgpulse_alert_rules").fetchone()["n"] == 2
+            ),
+            within=30,
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await proc.wait()
+    rules = json.loads(
+        pgpulse(
+            "alert", "rule", "list", "--tenant", "acme", "--job", "nightly", "--json", dsn=dsn
+        ).stdout
+    )
+    assert [(r["rule"], r["threshold"], r["notifiers"]) for r in rules] == [
+        ("failures", 2.0, ["ops"]),
+        ("silence", 172800.0, ["ops"]),
+    ]
+
+
+def test_a_malformed_rule_in_code_is_refused_at_declaration() -> None:
+    from pgpulse import App
+
+    with pytest.raises(InvalidInput) as refused:
+        App().job("j", schedule="@hourly", alerts={"failures": {"notify": ["ops"], "every": 2}})
+    assert refused.value.field == "alerts.failures"
+    with pytest.raises(InvalidInput) as unknown:
+        App().job("j", schedule="@hourly", alerts={"flaky": {"notify": ["ops"]}})
+    assert unknown.value.field == "rule"

@@ -1,0 +1,212 @@
+"""Alert rules on a real PostgreSQL: each rule fires once per key, recovers, honours silences;
+refusals name the field and write nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from helpers import add, spec
+from pgpulse.alerts.store import AlertStore, NotifierInUse
+from pgpulse.errors import InvalidInput, InvalidNotifierConfig, JobNotFound
+from pgpulse.store import Store
+
+WEBHOOK = {"url": "https://hooks.example.com/pulse", "secret": "s" * 20}
+
+
+async def _alerts(store: Store) -> AlertStore:
+    alerts = AlertStore(store.pool)
+    # A public address by literal IP: nothing to resolve, and the policy allows it.
+    await alerts.add_notifier("ops", "webhook", {"url": "https://93.184.215.14/hook"})
+    return alerts
+
+
+def _run(db: Any, job_id: int, at: datetime, outcome: str, error: str | None = None) -> None:
+    """A run row as a node writes it when an attempt ends (finished at the database's now)."""
+    db.execute(
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, started_at, "
+        "finished_at, error) VALUES (%s, %s, 1, %s, now(), now(), %s)",
+        (job_id, at, outcome, error),
+    )
+    db.execute(
+        "UPDATE pgpulse_jobs SET last_outcome = %s, last_finished_at = now() WHERE id = %s",
+        (outcome, job_id),
+    )
+
+
+def _events(db: Any) -> list[dict[str, Any]]:
+    return list(
+        db.execute(
+            "SELECT e.rule, e.job_id, e.scheduled_for, e.resolved_at IS NOT NULL AS resolved, "
+            "e.silenced, (SELECT count(*) FROM pgpulse_alert_deliveries d "
+            "WHERE d.event_id = e.id) AS deliveries FROM pgpulse_alert_events e ORDER BY e.id"
+        ).fetchall()
+    )
+
+
+async def test_failures_fire_once_per_streak_and_recovery_closes_them(
+    store: Store, db: Any
+) -> None:
+    alerts = await _alerts(store)
+    [job_id] = await add(store, spec("nightly"))
+    await alerts.set_rule("failures", ["ops"], threshold=2, job=("default", "nightly"))
+    await alerts.set_rule("recovered", ["ops"])  # the cluster-wide default
+    base = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
+    _run(db, job_id, base, "failed", "exit 1")
+    assert (await alerts.evaluate(node="n1", leader=False))["fired"] == 0  # one is not two
+    _run(db, job_id, base + timedelta(minutes=1), "failed", "exit 2")
+    _run(db, job_id, base + timedelta(minutes=2), "failed", "exit 3")  # the streak goes on
+    first = await asyncio.gather(*(alerts.evaluate(node=f"n{i}", leader=False) for i in range(3)))
+    assert sum(r["fired"] for r in first) == 1  # three nodes at once: one event
+    assert _events(db) == [
+        {
+            "rule": "failures",
+            "job_id": job_id,
+            "scheduled_for": base + timedelta(minutes=1),
+            "resolved": False,
+            "silenced": False,
+            "deliveries": 1,
+        }
+    ]
+    _run(db, job_id, base + timedelta(minutes=3), "succeeded")
+    assert (await alerts.evaluate(node="n1", leader=False))["fired"] == 1
+    rules = [(e["rule"], e["resolved"]) for e in _events(db)]
+    assert rules == [("failures", True), ("recovered", True)]
+    listed = await alerts.list_alerts(job=("default", "nightly"))
+    assert [a["state"] for a in listed] == ["resolved", "resolved"]
+    assert listed[1]["deliveries"][0]["notifier"] == "ops"
+
+
+async def test_silence_fires_once_per_silent_stretch_and_a_silence_mutes_it(
+    store: Store, db: Any
+) -> None:
+    alerts = await _alerts(store)
+    [job_id] = await add(store, spec("heartbeat", schedule="@every 60s"))
+    db.execute(
+        "UPDATE pgpulse_jobs SET created_at = now() - interval '1 hour' WHERE id = %s", (job_id,)
+    )
+    await alerts.set_rule("silence", ["ops"], threshold=600, job=("default", "heartbeat"))
+    await alerts.silence(3600, reason="maintenance")
+    assert (await alerts.evaluate(node="n1", leader=True))["fired"] == 1
+    assert (await alerts.evaluate(node="n1", leader=True))["fired"] == 0
+    [event] = _events(db)
+    assert event["rule"] == "silence" and event["silenced"] and event["deliveries"] == 0
+
+
+async def test_late_and_skipped_fire_for_their_occurrence(store: Store, db: Any) -> None:
+    alerts = await _alerts(store)
+    [job_id] = await add(store, spec("report"))
+    await alerts.set_rule("late", ["ops"], threshold=30)
+    await alerts.set_rule("skipped", ["ops"])
+    due = db.execute(
+        "UPDATE pgpulse_jobs SET scheduled_for = now() - interval '5 minutes', "
+        "next_run_at = now() - interval '5 minutes' WHERE id = %s RETURNING scheduled_for",
+        (job_id,),
+    ).fetchone()["scheduled_for"]
+    db.execute(
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, outcome, finished_at, occurrences, "
+        "last_scheduled_for) VALUES (%s, %s, 'skipped', now(), 3, %s)",
+        (job_id, due - timedelta(minutes=3), due - timedelta(minutes=1)),
+    )
+    assert (await alerts.evaluate(node="n1", leader=False))["fired"] == 2
+    got = {(e["rule"], e["scheduled_for"]) for e in _events(db)}
+    assert got == {("late", due), ("skipped", due - timedelta(minutes=3))}
+
+
+async def test_cluster_rules_fire_on_the_leader_only(store: Store, db: Any) -> None:
+    alerts = await _alerts(store)
+    await alerts.set_rule("node_died", ["ops"])
+    await alerts.set_rule("leader_changed", ["ops"])
+    db.execute(
+        "INSERT INTO pgpulse_nodes (node_id, hostname, pid, last_heartbeat, running, ttl) "
+        "VALUES ('gone', 'h', 1, now() - interval '1 minute', 2, 3)"
+    )
+    assert (await alerts.evaluate(node="a", leader=False))["fired"] == 0
+    assert (await alerts.evaluate(node="a", leader=True))["fired"] == 2  # died, first leader
+    assert (await alerts.evaluate(node="a", leader=True))["fired"] == 0
+    assert (await alerts.evaluate(node="b", leader=True))["fired"] == 1  # b took over
+    rows = db.execute(
+        "SELECT rule, details, (SELECT count(*) FROM pgpulse_alert_deliveries d "
+        "WHERE d.event_id = e.id) AS n FROM pgpulse_alert_events e ORDER BY rule, id"
+    ).fetchall()
+    assert [(r["rule"], r["n"]) for r in rows] == [
+        ("leader_changed", 0),  # the first leader recorded is no change
+        ("leader_changed", 1),
+        ("node_died", 1),
+    ]
+    assert rows[1]["details"] == {"leader": "b", "previous": "a"}
+
+
+async def test_notifier_secrets_are_never_listed_and_a_used_one_stays(store: Store) -> None:
+    alerts = await _alerts(store)
+    [listed] = await alerts.list_notifiers()
+    assert listed["config"]["url"] == "https://93.184.215.14/hook"  # a word is no secret
+    url = "https://93.184.215.14/services/T0123ABCD/xZ7kQ9Lm2"
+    await alerts.add_notifier("signed", "webhook", WEBHOOK | {"url": url})
+    shown = {n["name"]: n["config"] for n in await alerts.list_notifiers()}
+    assert shown["signed"] == {
+        **shown["signed"],
+        "secret": "***",
+        "url": "https://93.184.215.14/services/***/***",
+    }
+    await add(store, spec("nightly"))
+    await alerts.set_rule("failures", ["signed"], job=("default", "nightly"))
+    with pytest.raises(NotifierInUse, match="failures"):
+        await alerts.remove_notifier("signed")
+    await alerts.remove_rule("failures", job=("default", "nightly"))
+    await alerts.remove_notifier("signed")
+    assert [n["name"] for n in await alerts.list_notifiers()] == ["ops"]
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda a: a.set_rule("flaky", ["ops"], job=("default", "j")), "rule"),
+        (lambda a: a.set_rule("lag", ["ops"], job=("default", "j")), "rule"),
+        (
+            lambda a: a.set_rule("failures", ["ops"], threshold=1.5, job=("default", "j")),
+            "threshold",
+        ),
+        (lambda a: a.set_rule("failures", ["nobody"], job=("default", "j")), "notifiers"),
+        (
+            lambda a: a.set_rule("silence", ["ops"], threshold=600, job=("default", "j")),
+            "threshold",
+        ),
+        (lambda a: a.add_notifier("x", "webhook", {"url": "http://127.0.0.1:9/h"}), "config.url"),
+        (lambda a: a.add_notifier("x", "webhook", {"url": "http://10.1.2.3/h"}), "config.url"),
+        (
+            lambda a: a.add_notifier(
+                "x", "email", {"host": "localhost", "from": "pulse", "to": "a@b.c"}
+            ),
+            "config.from",
+        ),
+        (lambda a: a.add_notifier("x", "pager", {}), "kind"),
+        (lambda a: a.silence(0), "for"),
+    ],
+)
+async def test_refusals_name_the_field_and_write_nothing(
+    store: Store, db: Any, call: Any, field: str
+) -> None:
+    alerts = await _alerts(store)
+    await add(store, spec("j", schedule="0 3 * * *"))  # daily: a 600 s silence window is too short
+    before = db.execute(
+        "SELECT (SELECT count(*) FROM pgpulse_notifiers) + (SELECT count(*) FROM "
+        "pgpulse_alert_rules) + (SELECT count(*) FROM pgpulse_alert_silences) AS n"
+    ).fetchone()["n"]
+    with pytest.raises((InvalidInput, InvalidNotifierConfig)) as refused:
+        await call(alerts)
+    assert refused.value.field == field
+    after = db.execute(
+        "SELECT (SELECT count(*) FROM pgpulse_notifiers) + (SELECT count(*) FROM "
+        "pgpulse_alert_rules) + (SELECT count(*) FROM pgpulse_alert_silences) AS n"
+    ).fetchone()["n"]
+    assert after == before
+
+
+async def test_a_rule_of_an_unknown_job_is_refused(store: Store) -> None:
+    alerts = await _alerts(store)
+    with pytest.raises(JobNotFound):
+        await alerts.set_rule("failures", ["ops"], job=("default", "nope"))

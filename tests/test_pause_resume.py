@@ -1,0 +1,120 @@
+"""Pause with intent: each resume mode over a pause that covers N occurrences (across the night
+London's clocks go forward), a pause that ends by itself, and auto-pause after failed runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from helpers import add, spec, utc
+from pgpulse.errors import InvalidInput
+from pgpulse.store import Store
+from run_control_helpers import drain, history, job_row
+
+# An hourly job in London, paused at 22:30 UTC on 28 March 2026 and resumed at 03:30 UTC: the
+# clocks go forward at 01:00 UTC, so the pause covers the local hours 23:00, 00:00 (GMT), 02:00,
+# 03:00 and 04:00 (BST): five occurrences, on the hour in UTC.
+PAUSED = utc(2026, 3, 28, 22, 30)
+RESUMED = utc(2026, 3, 29, 3, 30)
+INSIDE = [utc(2026, 3, 28, 23)] + [utc(2026, 3, 29, h) for h in range(4)]
+NEXT = utc(2026, 3, 29, 4)
+
+
+async def paused_job(store: Store) -> None:
+    await add(store, spec("hourly", schedule="0 * * * *", timezone="Europe/London"), now=PAUSED)
+    assert await store.pause_job("default", "hourly", reason="maintenance")
+    assert await drain(store, RESUMED) == []  # a paused job is not claimed
+
+
+async def test_resume_skip_runs_none_of_them_and_records_nothing(store: Store, db: Any) -> None:
+    await paused_job(store)
+    assert await store.resume_job("default", "hourly", catch_up="skip", now=RESUMED)
+    assert await drain(store, RESUMED) == []
+    assert await history(store) == []
+    job = job_row(db, "hourly")
+    assert (job["status"], job["scheduled_for"], job["pause_reason"]) == ("idle", NEXT, None)
+
+
+async def test_resume_once_runs_the_newest_of_them_once(store: Store, db: Any) -> None:
+    await paused_job(store)
+    assert await store.resume_job("default", "hourly", catch_up="once", now=RESUMED)
+    assert await drain(store, RESUMED) == [INSIDE[-1]]
+    reason = "paused: ran once, as a later occurrence"
+    assert await history(store) == [
+        ("skipped", INSIDE[0], INSIDE[-2], 4, reason),
+        ("succeeded", INSIDE[-1], INSIDE[-1], 1, None),
+    ]
+    assert job_row(db, "hourly")["scheduled_for"] == NEXT
+
+
+async def test_resume_backfill_runs_each_of_them_oldest_first(store: Store, db: Any) -> None:
+    await paused_job(store)  # the job's own catch_up is skip: the resume's mode wins inside
+    assert await store.resume_job("default", "hourly", catch_up="backfill", now=RESUMED)
+    assert await drain(store, RESUMED) == INSIDE
+    assert [row[:2] for row in await history(store)] == [("succeeded", t) for t in INSIDE]
+    assert job_row(db, "hourly")["scheduled_for"] == NEXT
+
+
+async def test_a_pause_until_ends_by_itself_at_the_leaders_heartbeat(store: Store, db: Any) -> None:
+    await add(store, spec("hourly", schedule="0 * * * *", timezone="Europe/London"), now=PAUSED)
+    until = RESUMED
+    assert await store.pause_job("default", "hourly", until=until, reason="deploy", now=PAUSED)
+    job = job_row(db, "hourly")
+    assert (job["status"], job["paused_until"], job["pause_reason"]) == ("paused", until, "deploy")
+    await store.reap_expired_leases(now=until - timedelta(seconds=1))  # a sweep: not yet
+    assert job_row(db, "hourly")["status"] == "paused"
+    await store.reap_expired_leases(now=until)
+    assert job_row(db, "hourly")["status"] == "idle"
+    [resumed, paused, _] = await store.job_history("default", "hourly")  # newest first
+    assert (resumed["action"], resumed["source"], resumed["actor"]) == ("resume", "node", "node:?")
+    assert resumed["at"] == until
+    assert paused["changes"]["pause_reason"] == [None, "deploy"]
+    assert (
+        len(resumed["changes"]["paused_until"]) == 2
+        and resumed["changes"]["paused_until"][1] is None
+    )
+    assert await drain(store, until) == []
+    assert await history(store) == [("skipped", INSIDE[0], INSIDE[-1], 5, "paused")]
+    job = job_row(db, "hourly")
+    assert (job["scheduled_for"], job["paused_until"], job["pause_reason"]) == (NEXT, None, None)
+
+
+async def test_pause_refuses_an_until_in_the_past(store: Store, db: Any) -> None:
+    await add(store, spec("hourly", schedule="0 * * * *"), now=PAUSED)
+    with pytest.raises(InvalidInput) as refused:
+        await store.pause_job("default", "hourly", until=PAUSED, now=PAUSED)
+    assert refused.value.field == "until"
+    assert job_row(db, "hourly")["status"] == "idle"
+    with pytest.raises(InvalidInput) as refused:
+        await store.resume_job("default", "hourly", catch_up="twice")
+    assert refused.value.field == "catch_up"
+
+
+async def test_auto_pause_after_consecutive_failed_runs(store: Store, db: Any) -> None:
+    await add(
+        store,
+        spec("flaky", schedule="*/5 * * * *", max_attempts=1, auto_pause_after=3),
+        now=utc(2026, 1, 1),
+    )
+    for minute in (5, 10):
+        await drain(store, utc(2026, 1, 1, 0, minute), fail=True)
+    await drain(store, utc(2026, 1, 1, 0, 15))  # a success resets the count
+    for minute in (20, 25):
+        await drain(store, utc(2026, 1, 1, 0, minute), fail=True)
+    assert job_row(db, "flaky")["status"] == "idle"
+    await drain(store, utc(2026, 1, 1, 0, 30), fail=True)
+    job = job_row(db, "flaky")
+    assert (job["status"], job["failures"]) == ("paused", 3)
+    assert job["pause_reason"] == "auto-paused after 3 consecutive failed runs"
+    assert job["scheduled_for"] == utc(2026, 1, 1, 0, 35)
+    [pause, _] = await store.job_history("default", "flaky")  # newest first: the audit trail
+    assert (pause["action"], pause["source"], pause["actor"]) == ("pause", "node", "node:node-a")
+    assert pause["changes"] == {
+        "pause_reason": [None, "auto-paused after 3 consecutive failed runs"]
+    }
+    assert await drain(store, utc(2026, 1, 1, 0, 35)) == []
+    assert await store.resume_job("default", "flaky", now=utc(2026, 1, 1, 0, 36))
+    job = job_row(db, "flaky")
+    assert (job["status"], job["failures"], job["pause_reason"]) == ("idle", 0, None)

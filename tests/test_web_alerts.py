@@ -1,0 +1,135 @@
+"""The alerts' HTTP API: notifiers (admin, redacted), rules, alerts, acknowledgements,
+silences; tenant tokens see and manage only their own jobs'; refusals name the field."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from helpers import add, spec
+from pgpulse.store import Store
+from web_helpers import api_client, make_token
+
+URL = "https://93.184.215.14/services/T0123ABCD/xZ7kQ9Lm2"
+
+
+async def test_notifiers_rules_alerts_and_silences_over_http(store: Store, db: Any) -> None:
+    [job_id] = await add(store, spec("nightly", tenant="acme", schedule="0 3 * * *"))
+    [other_id] = await add(store, spec("theirs", tenant="zeta"))
+    admin, acme = await make_token(store, admin=True), await make_token(store, "acme")
+    async with api_client(store, admin) as client, api_client(store, acme) as tenant:
+        made = await client.put(
+            "/api/v1/notifiers/ops",
+            json={"kind": "webhook", "config": {"url": URL, "secret": "x" * 20}},
+        )
+        assert made.status_code == 201, made.text
+        assert made.json()["config"] == {
+            **made.json()["config"],
+            "url": "https://93.184.215.14/services/***/***",
+            "secret": "***",
+        }
+        assert "T0123ABCD" not in (await client.get("/api/v1/notifiers")).text
+        assert (await tenant.get("/api/v1/notifiers")).status_code == 403
+        loopback = await client.put(
+            "/api/v1/notifiers/x", json={"kind": "webhook", "config": {"url": "http://127.0.0.1/h"}}
+        )
+        assert (loopback.status_code, loopback.json()["error"]["field"]) == (422, "config.url")
+
+        rule = await tenant.put(
+            f"/api/v1/jobs/{job_id}/alert-rules/failures",
+            json={"threshold": 2, "notifiers": ["ops"]},
+        )
+        assert rule.status_code == 200, rule.text
+        assert (rule.json()["job"], rule.json()["threshold"]) == ("nightly", 2.0)
+        short = await tenant.put(
+            f"/api/v1/jobs/{job_id}/alert-rules/silence",
+            json={"threshold": 60, "notifiers": ["ops"]},
+        )
+        assert (short.status_code, short.json()["error"]["field"]) == (422, "threshold")
+        unknown = await tenant.put(
+            f"/api/v1/jobs/{job_id}/alert-rules/flaky", json={"notifiers": ["ops"]}
+        )
+        assert (unknown.status_code, unknown.json()["error"]["field"]) == (422, "rule")
+        assert (
+            await tenant.put(
+                f"/api/v1/jobs/{other_id}/alert-rules/failures", json={"notifiers": ["ops"]}
+            )
+        ).status_code == 404
+        assert (
+            await tenant.put(
+                "/api/v1/alert-rules/lag", json={"threshold": 60, "notifiers": ["ops"]}
+            )
+        ).status_code == 403
+        assert (
+            await client.put(
+                "/api/v1/alert-rules/lag", json={"threshold": 60, "notifiers": ["ops"]}
+            )
+        ).status_code == 200
+
+        db.execute(
+            "INSERT INTO pgpulse_alert_events (dedupe_key, job_id, rule) "
+            "VALUES ('k1', %s, 'failures'), ('k2', NULL, 'lag')",
+            (job_id,),
+        )
+        seen = (await tenant.get("/api/v1/alerts")).json()
+        assert [(a["rule"], a["state"]) for a in seen] == [
+            ("failures", "open")
+        ]  # not the cluster's
+        acked = await tenant.post(f"/api/v1/alerts/{seen[0]['id']}/acknowledge")
+        assert (acked.status_code, acked.json()["state"]) == (200, "acknowledged")
+        assert len((await client.get("/api/v1/alerts")).json()) == 2
+
+        silenced = await tenant.post(
+            "/api/v1/silences", json={"job_id": job_id, "seconds": 7200, "reason": "deploy"}
+        )
+        assert silenced.status_code == 201, silenced.text
+        assert (await tenant.post("/api/v1/silences", json={"seconds": 60})).status_code == 403
+        assert [s["reason"] for s in (await tenant.get("/api/v1/silences")).json()] == ["deploy"]
+        in_use = await client.delete("/api/v1/notifiers/ops")
+        assert (in_use.status_code, in_use.json()["error"]["field"]) == (400, "name")
+
+
+async def test_the_dashboards_alerts_page_lists_and_acknowledges_what_the_token_sees(
+    store: Store, db: Any
+) -> None:
+    [job_id] = await add(store, spec("nightly", tenant="acme", schedule="0 3 * * *"))
+    [other_id] = await add(store, spec("theirs", tenant="zeta"))
+    db.execute(
+        "INSERT INTO pgpulse_alert_events (dedupe_key, job_id, rule) "
+        "VALUES ('k1', %s, 'failures'), ('k2', %s, 'failures'), ('k3', NULL, 'lag')",
+        (job_id, other_id),
+    )
+    mine = db.execute("SELECT id FROM pgpulse_alert_events WHERE dedupe_key = 'k1'").fetchone()[
+        "id"
+    ]
+    theirs = db.execute("SELECT id FROM pgpulse_alert_events WHERE dedupe_key = 'k2'").fetchone()[
+        "id"
+    ]
+    acme = await make_token(store, "acme")
+    async with api_client(store) as client:
+        assert (await client.post("/ui/login", data={"token": acme})).status_code == 303
+        page = await client.get("/ui/alerts")
+        assert page.status_code == 200
+        assert re.findall(r'data-testid="alert-(\d+)"', page.text) == [str(mine)]
+        assert f'data-testid="alert-state-{mine}">open<' in page.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        foreign = await client.post(
+            f"/ui/alerts/{theirs}/acknowledge", data={"csrf": csrf.group(1)}
+        )
+        assert foreign.status_code == 303 and "no%20alert" in foreign.headers["location"]
+        forged = await client.post(f"/ui/alerts/{mine}/acknowledge", data={"csrf": "x"})
+        assert forged.status_code == 403
+        done = await client.post(f"/ui/alerts/{mine}/acknowledge", data={"csrf": csrf.group(1)})
+        assert done.status_code == 303
+        again = await client.get("/ui/alerts")
+        assert f'data-testid="alert-state-{mine}">acknowledged<' in again.text
+    states = db.execute(
+        "SELECT dedupe_key, acknowledged_at IS NOT NULL AS acked FROM pgpulse_alert_events "
+        "ORDER BY dedupe_key"
+    ).fetchall()
+    assert [(r["dedupe_key"], r["acked"]) for r in states] == [
+        ("k1", True),
+        ("k2", False),
+        ("k3", False),
+    ]

@@ -1,0 +1,105 @@
+"""Run control through the HTTP API: the new job fields, pause with intent, resume modes,
+calendars, and their refusals (field and value named, nothing written)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgpulse.store import Store
+from web_helpers import api_client, make_token
+
+URL = "https://93.184.215.14/hook"
+
+
+def body(name: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "schedule": "0 3 * * *",
+        "handler": "http",
+        "payload": {"url": URL},
+        **fields,
+    }
+
+
+async def test_job_fields_pause_resume_and_calendars_over_http(store: Store, db: Any) -> None:
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        put = await api.put("/api/v1/calendars/plant", json={"dates": ["2026-08-03"]})
+        assert put.status_code == 200, put.text
+        assert put.json() | {"jobs": []} == {
+            "tenant": "acme", "name": "plant", "dates": ["2026-08-03"], "country": None,
+            "subdivision": None, "jobs": [],
+        }  # fmt: skip
+        made = await api.post(
+            "/api/v1/jobs",
+            json=body("nightly", spread=120, not_after="2027-01-01T00:00:00Z", max_runs=10,
+                      calendars=["plant"], auto_pause_after=3),
+        )  # fmt: skip
+        assert made.status_code == 201, made.text
+        job = made.json()
+        assert (job["spread"], job["max_runs"], job["calendars"], job["auto_pause_after"]) == (
+            120.0, 10, ["plant"], 3,
+        )  # fmt: skip
+        assert job["not_after"] == "2027-01-01T00:00:00Z"
+        paused = await api.post(
+            f"/api/v1/jobs/{job['id']}/pause",
+            json={"until": "2099-01-01T00:00:00+00:00", "reason": "audit"},
+        )
+        assert paused.status_code == 200, paused.text
+        assert (paused.json()["status"], paused.json()["pause_reason"]) == ("paused", "audit")
+        assert paused.json()["paused_until"] == "2099-01-01T00:00:00Z"
+        resumed = await api.post(f"/api/v1/jobs/{job['id']}/resume", json={"catch_up": "backfill"})
+        assert resumed.status_code == 200, resumed.text
+        assert (resumed.json()["status"], resumed.json()["pause_reason"]) == ("idle", None)
+        assert (
+            db.execute("SELECT resume_mode FROM pgpulse_jobs").fetchone()["resume_mode"]
+            == "backfill"
+        )
+        busy = await api.delete("/api/v1/calendars/plant")
+        assert busy.status_code == 409 and busy.json()["error"]["field"] == "calendar"
+        listed = await api.get("/api/v1/calendars")
+        assert [(c["name"], c["jobs"]) for c in listed.json()] == [("plant", ["nightly"])]
+        other = await api.put("/api/v1/calendars/x?tenant=other", json={"dates": ["2026-01-01"]})
+        assert other.status_code == 403
+        doc = (await api.get("/api/v1/openapi.json")).json()
+        assert {"spread", "not_before", "not_after", "max_runs", "calendars"} <= set(
+            doc["components"]["schemas"]["JobCreate"]["properties"]
+        )
+        assert "/api/v1/calendars/{name}" in doc["paths"]
+
+
+async def test_invalid_combinations_over_http_name_the_field_and_write_nothing(
+    store: Store, db: Any
+) -> None:
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"schedule": "@at 2099-01-01T00:00:00", "spread": 5}, "spread"),
+            (
+                {"not_before": "2026-02-01T00:00:00Z", "not_after": "2026-01-01T00:00:00Z"},
+                "not_after",
+            ),
+            ({"calendars": ["nope"]}, "calendars"),
+        ]
+        for fields, field in cases:
+            refused = await api.post("/api/v1/jobs", json=body("bad", **fields))
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["error"]["field"] == field
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
+
+
+async def test_the_dashboard_shows_a_pause_its_end_and_reason(store: Store) -> None:
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        job = (await api.post("/api/v1/jobs", json=body("nightly", max_runs=4))).json()
+        await api.post(
+            f"/api/v1/jobs/{job['id']}/pause",
+            json={"until": "2099-01-01T00:00:00+00:00", "reason": "audit"},
+        )
+    async with api_client(store) as ui:
+        assert (await ui.post("/ui/login", data={"token": token})).status_code == 303
+        listing = (await ui.get("/ui/")).text
+        assert 'data-testid="pause-nightly"' in listing and "audit" in listing
+        page = (await ui.get(f"/ui/jobs/{job['id']}")).text
+        assert 'data-testid="job-pause"' in page and "until 2099-01-01" in page
+        assert "0 of at most 4" in page
