@@ -452,3 +452,51 @@ def test_a_failover_with_no_claim_afterwards_is_not_survived() -> None:
     assert verdict.figure("failovers survived").value == "0/1"
     assert not verdict.ok
     assert "failover to first claim" not in {f.name for f in check(rec.history()).figures}
+
+
+def _allow_job(executions: int, *, same_run: bool = False) -> History:
+    """A job of the ``overlap`` kind (overlap allow, N = 3): ``executions`` occurrences run at
+    once from 3 s, each its own occurrence's first claim (token 1, its own run id)."""
+    rec = Recorder()
+    for i in range(executions):
+        rec.run(3 + i * 0.01, start=3.0 + i * 0.01, duration=2.0, token=1,
+                run_id=100 if same_run else 100 + i)  # fmt: skip
+    rec.executions = [replace(e, kind="overlap") for e in rec.executions]
+    return rec.history(settle=2.5, jobs=(replace(JOB, catch_up="skip"),))
+
+
+def test_an_allow_job_may_run_n_at_once_each_with_its_own_tokens() -> None:
+    from pgpulse_tools.chaos.effects import OVERLAP_N, overlaps
+    from pgpulse_tools.chaos.tokens import reissued_tokens
+
+    history = _allow_job(OVERLAP_N)
+    assert overlaps(history) == []
+    assert check(history).figure("allow at once").value == "3 (overlap allow, N = 3)"
+    assert reissued_tokens(history) == ([], [])  # token 1 of three occurrences: no reissue
+
+
+def test_an_allow_job_beyond_n_at_once_is_an_overlap() -> None:
+    from pgpulse_tools.chaos.effects import overlaps
+
+    found = overlaps(_allow_job(4))
+    assert len(found) == 1 and found[0].startswith("job 1: 4 executions at once at ")
+
+
+def test_one_token_of_one_occurrence_held_twice_is_still_a_reissue() -> None:
+    from pgpulse_tools.chaos.tokens import reissued_tokens
+
+    reissued, doubles = reissued_tokens(_allow_job(2, same_run=True))
+    assert len(reissued) == 1 and len(doubles) == 1
+
+
+def test_forked_occurrences_the_job_row_passed_but_still_to_run_are_queued_not_unrecorded() -> None:
+    """Under overlap allow the job row moves on at each fork: an occurrence forked but not yet
+    run at the check (read as 'queued' from pgpulse_occurrences) is a backlog, not a loss."""
+    rec = clean(3)  # 4 and 5 forked, still pending: the job row holds 6
+    for second in (4, 5):
+        rec.runs[(1, at(second))] = Run(1, at(second), "queued", 0, 0)
+    moved_on = replace(JOB, scheduled_for=at(6))
+    verdict = check(rec.history(jobs=(moved_on,), settle=5.5, checked=6))
+    assert verdict.ok
+    assert verdict.figure("queued at check").value == "2"
+    assert verdict.figure("lost").value == "0" and verdict.figure("unrecorded").value == "0"

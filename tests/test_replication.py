@@ -35,6 +35,8 @@ from helpers import ALL_SHARDS, add, cluster_pg_bin, pgpulse, spec
 from pgpulse.app import connect
 from pgpulse.database import primary_dsn
 from pgpulse.errors import DatabaseUnavailable
+from pgpulse.occurrence_claims import OccurrenceClaims
+from pgpulse.run_control import RunControl
 from pgpulse_tools.chaos.replication import ReplicatedServer, Replication, initdb_template
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.server_programs]
@@ -146,6 +148,41 @@ async def test_a_claim_lost_in_a_failover_never_shares_its_token_or_run_id(
         async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
             renewed = await store.renew_leases([(a.id, a.fencing_token)], lease=30)
         assert not renewed, "node A's stale claim renewed its lease on the new primary"
+
+
+async def _claim_occurrence(cluster: ReplicatedServer, node: str) -> Any:
+    """One claim of an extra occurrence (issue 19b), with Pulse's own statement, on the primary."""
+    async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
+        routes = {"noop": tuple(ALL_SHARDS)}
+        [job] = (
+            await OccurrenceClaims(store.pool).finish_and_claim([], node, routes, 1, lease=30)
+        ).jobs
+        return job
+
+
+async def test_an_occurrence_claim_lost_in_a_failover_never_shares_its_token_or_run_id(
+    replicated: ClusterFactory,
+) -> None:
+    """The lost-WAL failover for an extra occurrence (a trigger with a payload): its claim on
+    the old primary and the one on the new primary never hold the same token, and an
+    occurrence made after the promotion has a run id of the new timeline's epoch, so none of
+    the ids the lost WAL held is handed out again."""
+    async with replicated("async") as cluster:
+        async with connect(cluster.admin_dsn(), max_size=1) as store:
+            await add(store, spec("billing", schedule="0 0 1 1 *"))
+            made = await RunControl(store.pool).trigger("default", "billing", {"n": 1})
+        await cluster.replayed()
+        await cluster.cut_replication()
+        a = await _claim_occurrence(cluster, "node-a")  # acknowledged; never reaches the standby
+        await cluster.crash_primary()
+        await cluster.promote()
+        b = await _claim_occurrence(cluster, "node-b")
+        assert a.occurrence == b.occurrence == made.occurrence  # the same occurrence ...
+        assert (a.fencing_token, b.fencing_token) == (1, _epoch(2) + 1)  # ... never one token
+        async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
+            assert await OccurrenceClaims(store.pool).renew([a.key], lease=30) == set()
+            later = await RunControl(store.pool).trigger("default", "billing", {"n": 2})
+        assert later.occurrence > _epoch(2) > made.occurrence
 
 
 async def test_with_sync_replication_a_claim_that_waited_for_the_standby_is_never_acknowledged(

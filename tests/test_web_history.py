@@ -243,7 +243,8 @@ async def test_terminal_runs_and_job_show_print_output_and_every_attempt(
     header, _, row = table.stdout.splitlines()[:3]
     assert header.split()[-3:] == ["duration", "error", "output"]
     assert row.split()[-2:] == ["rows:", "42"]
-    assert row.split()[5:7] == ["node-d", "270"]  # lag from the first attempt, then duration
+    # (name, scheduled_for: 2 words, outcome, kind, occurrences, attempts), then node, lag
+    assert row.split()[6:8] == ["node-d", "270"]  # lag from the first attempt, then duration
     detailed = await apgpulse("runs", "flaky", "--attempts", dsn=dsn)
     assert detailed.returncode == 0, detailed.stderr
     lines = detailed.stdout.splitlines()

@@ -29,6 +29,7 @@ __all__ = [
     "Writer",
     "check_alert_write",
     "check_calendar_write",
+    "check_run_payload",
     "check_write",
     "code_writer",
     "token_writer",
@@ -130,6 +131,29 @@ def check_write(writer: Writer, spec: JobSpec, current_handler: str | None) -> N
         field="handler",
         value="shell",
     )
+
+
+def check_run_payload(writer: Writer, *, tenant: str, name: str, handler: str) -> None:
+    """Refuse a run of job (``tenant``, ``name``) with a payload of the caller's (``job trigger
+    --payload``) unless ``writer`` may write that job's definition: the payload is what the
+    handler runs (a ``shell`` job's payload is its command), so the rule of :func:`check_write`
+    applies, as if the payload were written into the definition.
+
+    Raises:
+        Forbidden: as :func:`check_write` (another tenant's job; a ``shell`` job without shell
+            rights).
+    """
+    if writer.tenants is not None and tenant not in writer.tenants:
+        raise Forbidden(
+            f"{writer.name} may not manage jobs of tenant {tenant!r}", field="tenant", value=tenant
+        )
+    if handler == "shell" and not writer.shell:
+        raise Forbidden(
+            f"job {name!r} of tenant {tenant!r} is a shell job, and a payload of its own is a "
+            f"command run on a node: {writer.name} may not give one ({writer.no_shell_reason})",
+            field="handler",
+            value="shell",
+        )
 
 
 def check_alert_write(writer: Writer, tenant: str | None) -> None:

@@ -54,6 +54,8 @@ JOB_FIELDS: tuple[str, ...] = (
     "max_attempts",
     "retry_backoff",
     "timeout",
+    "overlap",
+    "max_concurrency",
     "spread",
     "not_before",
     "not_after",
@@ -62,7 +64,7 @@ JOB_FIELDS: tuple[str, ...] = (
     "auto_pause_after",
     "allow_private_target",
 )
-_TEXT_FIELDS = ("schedule", "handler", "tenant", "timezone", "catch_up")
+_TEXT_FIELDS = ("schedule", "handler", "tenant", "timezone", "catch_up", "overlap")
 _TOP_KEYS = ("source", "defaults", "jobs")
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _KEY = r"""(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([A-Za-z0-9_-]+))"""

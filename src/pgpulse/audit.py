@@ -1,6 +1,6 @@
 """Who changes a job, and what changed: the audit trail's values (pure: no I/O, no clock).
 
-Every write of a job — create, update, pause, resume, trigger, delete — is recorded in
+Every write of a job — create, update, pause, resume, trigger, backfill, delete — is recorded in
 ``pgpulse_job_history`` in the transaction that makes it (issue 18, item 6), with the
 :class:`Actor` that made it and the fields that changed (:func:`definition_diff`). The same diff
 is the plan of ``pgpulse apply`` and ``crontab import --sync`` (:mod:`pgpulse.plan`).
@@ -40,6 +40,8 @@ DEFINITION_FIELDS: tuple[str, ...] = (
     "timeout",
     "source",
     "meta",
+    "overlap",
+    "max_concurrency",
     "spread",
     "not_before",
     "not_after",

@@ -88,6 +88,29 @@ _STEP, _STEP_PARAMS = positional(QUERIES["finish_and_claim"])
 
 _NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
 
+#: How many of :class:`ClaimedJob`'s fields a claim of job rows returns (through
+#: ``max_concurrency``; a job row is no extra occurrence).
+JOB_ROW_FIELDS = 29
+
+
+def parse_step(
+    rows: Sequence[tuple[Any, ...]], fields: int
+) -> tuple[set[ClaimKey], list[ClaimedJob], datetime | None, datetime | None]:
+    """Read the rows of a claim step (``finish_and_claim``, ``finish_and_claim_occurrences``):
+    ``fields`` of :class:`ClaimedJob` per claimed row, then the clock, the next due instant and
+    (on the first row) the written (id, token) pairs.
+
+    Returns:
+        (written pairs as the statement names them, claimed jobs, next due, the clock).
+    """
+    written = next(
+        {(claim_id, token) for claim_id, token in row[fields + 2]}
+        for row in rows
+        if row[fields + 2] is not None
+    )
+    jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
+    return written, jobs, rows[0][fields + 1], rows[0][fields]
+
 
 def _skips(advance: Advance | None) -> dict[str, Any]:
     """The skipped occurrences of an outcome as ``finish_and_claim`` reads them: a count, the
@@ -226,22 +249,17 @@ class ClaimStore(NodeRegistry):
             cur.adapters.register_loader("jsonb", _PayloadLoader)
             await cur.execute(_STEP, [params[name] for name in _STEP_PARAMS], binary=True)
             rows = await cur.fetchall()
-        fields = len(ClaimedJob._fields)  # then the clock, next_due, written (on one row)
-        written = next(
-            {(job_id, token) for job_id, token in row[fields + 2]}
-            for row in rows
-            if row[fields + 2] is not None
-        )
-        jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
+        written, jobs, next_due, db_now = parse_step(rows, JOB_ROW_FIELDS)
         if not (limit > 0 and routes):
             return Step(written, jobs, None, None)
-        db_now, next_due = rows[0][fields], rows[0][fields + 1]
+        assert db_now is not None  # the clock is on every row
+        occurrences_due = rows[0][JOB_ROW_FIELDS + 3]
         if len(jobs) < limit:  # a job finished here may be due before anything else
             for o in outcomes:
                 if o.job.key in written:
                     at = o.next_run_at or db_now + timedelta(seconds=o.retry_in or 0.0)
                     next_due = at if next_due is None else min(next_due, at)
-        return Step(written, jobs, next_due, db_now)
+        return Step(written, jobs, next_due, db_now, occurrences_due)
 
     async def renew_leases(
         self, held: Sequence[ClaimKey], *, lease: float, now: datetime | None = None

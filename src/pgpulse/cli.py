@@ -11,7 +11,7 @@ import importlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,7 +33,7 @@ from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError
-from pgpulse.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
+from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, parse_instant
 from pgpulse.report import (
     print_job,
@@ -354,7 +354,7 @@ def node_run(
 
 @main.group()
 def job() -> None:
-    """Create, list, show, pause, resume, trigger and delete jobs."""
+    """Create, list, show, pause, resume, trigger, backfill and delete jobs."""
 
 
 tenant_option = click.option(
@@ -394,6 +394,19 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 )
 @click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
 @click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")
+@click.option(
+    "--overlap",
+    type=click.Choice(OVERLAP_POLICIES),
+    default="forbid",
+    help="An occurrence due while one runs: forbid (wait for it), replace (cancel it and "
+    "start), allow (run beside it, up to --max-concurrency at once).",
+)
+@click.option(
+    "--max-concurrency",
+    type=int,
+    default=None,
+    help="With --overlap allow (required there): most occurrences running at once.",
+)
 @click.option(
     "--spread",
     type=float,
@@ -554,8 +567,8 @@ async def job_show(
 @with_store
 async def job_history(store: Store, name: str, tenant: str, limit: int, as_json: bool) -> None:
     """The audit trail of job NAME, newest first: when (the database's clock), what (create,
-    update, pause, resume, trigger, delete), the revision, source, actor and changed fields.
-    A deleted job's trail is kept until pruned with the runs' retention."""
+    update, pause, resume, trigger, backfill, delete), the revision, source, actor and changed
+    fields. A deleted job's trail is kept until pruned with the runs' retention."""
     from pgpulse.cli_sources import print_history
 
     await print_history(store, name, tenant=tenant, limit=limit, as_json=as_json)
@@ -578,11 +591,7 @@ def _state_command(verb: str, doc: str) -> None:
             await store.delete_job(tenant, name, actor=actor)
             click.echo(f"deleted {name}")
         else:
-            result = await store.trigger_job(tenant, name, actor=actor)
-            if result < await store.db_now() - timedelta(seconds=1):
-                click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
-            else:
-                click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
+            raise AssertionError(verb)  # pragma: no cover
 
 
 @job.command("pause")
@@ -638,11 +647,11 @@ async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> Non
     )
 
 
-_state_command("trigger", "Run job NAME now, once, as an extra occurrence.")
 _state_command(
     "delete", "Delete job NAME and its run history (its audit trail stays: job history)."
 )
 
+from pgpulse import cli_run_control  # noqa: E402, F401 - registers job trigger and job backfill
 
 # -- schedules and crontabs ------------------------------------------------------------------
 
@@ -894,6 +903,7 @@ async def runs(
             "name",
             "scheduled_for",
             "outcome",
+            "kind",
             "occurrences",
             "attempts",
             "node_id",

@@ -108,9 +108,11 @@ def plan_finish(
     """Decide how an attempt's end is written (pure).
 
     Success moves the job to its next occurrence computed from ``scheduled_for`` with the
-    catch-up policy applied at ``now``. A failure with attempts left retries the same
-    occurrence after an exponential backoff with jitter; the last failure ends the run
-    ``failed`` and moves on (design.md, retry policy: a recurring job never dies of one failure).
+    catch-up policy applied at ``now`` (an extra occurrence, ``job.occurrence``, has none: its
+    final outcome ends it; docs/states.md, "Extra occurrences"). A failure with attempts left
+    retries the same occurrence after an exponential backoff with jitter; the last failure ends
+    the run ``failed`` and moves on (design.md, retry policy: a recurring job never dies of one
+    failure).
 
     Args:
         job: the claimed job.
@@ -119,6 +121,19 @@ def plan_finish(
             monotonic time elapsed since).
         rng: random source for the jitter (tests pass a seeded one).
     """
+    if job.occurrence is not None:  # an extra occurrence: no schedule to advance
+        if not result.ok and job.attempt < job.max_attempts:
+            delay = retry_delay(job.attempt, job.retry_backoff, rng)
+            return Outcome(
+                job,
+                "retrying",
+                retry_in=delay,
+                error=result.error,
+                output=result.output,
+                ended_at=now,
+            )
+        outcome: RunOutcome = "succeeded" if result.ok else "failed"
+        return Outcome(job, outcome, error=result.error, output=result.output, ended_at=now)
     if not result.ok and job.attempt < job.max_attempts:
         return Outcome(
             job,
@@ -199,6 +214,10 @@ class Dispatcher:
         decision is pure; for an occurrence at least :data:`DECIDE_IN_THREAD_BEHIND` behind it is
         made in a worker thread, off the event loop (its cost is bounded, but not tiny).
 
+        Under overlap ``replace`` or ``allow`` a job row's occurrence that is to run is
+        ``forked`` instead: it becomes an extra occurrence and the job row advances (catch-up
+        applied). An extra occurrence is decided by :meth:`_decide_occurrence`.
+
         A claimed occurrence is skipped when it is past its catch-up policy (misfire), ends
         ``fenced`` when earlier attempts used up ``max_attempts`` without an outcome (leases lost
         or expired, handed back at a stop), and fails the job (status ``failed``, cannot be
@@ -206,6 +225,8 @@ class Dispatcher:
         bring (it claims only the handlers it has, :mod:`pgpulse.routing`): only a claim made
         for it by hand.
         """
+        if job.occurrence is not None:
+            return self._decide_occurrence(job)
         excluded = self._excluded(job)
         if excluded is not None:
             return excluded
@@ -233,8 +254,35 @@ class Dispatcher:
                 error=error,
                 skip_reason=reason,
             )
+        if job.overlap != "forbid":  # the occurrence runs apart from the job row (a fork)
+            # the job row has already judged the window, the calendars and the spread
+            # instant of this occurrence (above); it advances as a run of its own would
+            nxt = next_advance(job, job.db_now)
+            why = _skip_reason(job, nxt) if nxt.skipped_count else None
+            return Outcome(job, "forked", advance=nxt, skip_reason=why)
         if job.handler in self.handlers:
             return None
+        return self._no_handler(job)
+
+    def _decide_occurrence(self, job: ClaimedJob) -> Outcome | None:
+        """The claim-time decision of an extra occurrence: never a misfire (it runs however
+        late: a backfill runs the past on purpose); ``fenced`` once earlier attempts used up
+        ``max_attempts`` without an outcome; ``failed`` (this occurrence only, not the job)
+        when this node has no such handler."""
+        if job.attempt > job.max_attempts:
+            return Outcome(
+                job,
+                "fenced",
+                error=f"attempts exhausted: {job.max_attempts} attempts ended without an outcome",
+            )
+        if job.handler in self.handlers:
+            return None
+        failed = self._no_handler(job)
+        return failed._replace(status="idle")
+
+    def _no_handler(self, job: ClaimedJob) -> Outcome:
+        """The outcome of a claim this node has no handler for: the job fails (status
+        ``failed``, cannot be scheduled), naming why."""
         reason = (
             f"shell jobs are not allowed on node {self.node_id} (start it with --allow-shell-jobs)"
             if job.handler == "shell"
@@ -298,6 +346,7 @@ class Dispatcher:
             timeout=job.timeout,
             node_id=self.node_id,
             options=self.options,
+            kind=job.kind,
         )
         if not tracing.is_enabled():
             return await run_attempt(handler, ctx, self._is_async.get(job.handler))
@@ -330,6 +379,17 @@ def report(outcome: Outcome, written: bool) -> None:
     INFO (a job failed for want of a handler was logged as an ERROR when it was claimed).
     """
     job = outcome.job
+    if outcome.outcome == "forked":
+        log.debug(
+            "%s/%s at %s forked into an extra occurrence (overlap %s)%s",
+            job.tenant,
+            job.name,
+            job.scheduled_for,
+            job.overlap,
+            "" if written else ": lease lost first, nothing recorded",
+            extra={"action": "run_forked", "job": job.name},
+        )
+        return
     metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
     if not written:
         log.warning(

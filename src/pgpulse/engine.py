@@ -54,7 +54,8 @@ from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable, NodeIdTaken, describe
 from pgpulse.handlers import Handler
 from pgpulse.listener import Listener
-from pgpulse.model import Step
+from pgpulse.model import ClaimKey, Step
+from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.recorder import Recorder
 from pgpulse.registry import ShellMode
 from pgpulse.routing import routes_for, watched_shards
@@ -163,6 +164,7 @@ class Node:
         # database restart (the pool would back off for seconds: leases would be lost).
         self._beat_session = Session(dsn, f"pgpulse:{self.node_id}:beat")
         self.beat = ClaimStore(self._beat_session)
+        self.beat_occurrences = OccurrenceClaims(self._beat_session)
         # The claim loop claims and records through a session of its own, planned for it.
         self._claim_session = Session(dsn, f"pgpulse:{self.node_id}:claim", CLAIM_SESSION_SETTINGS)
         self.sweeper = Sweeper(
@@ -182,6 +184,7 @@ class Node:
             self._wake,
             self._stopping,
             self.config.heartbeat_interval,
+            on_note=lambda: self.recorder.hint_occurrences(),
         )
         self.alerts: AlertLoop | None = None
         if self.config.alert_interval > 0:
@@ -199,6 +202,8 @@ class Node:
             self.attempts,
             self.node_id,
             lease=self.config.lease,
+            occurrences=OccurrenceClaims(self._claim_session),
+            poll=self.config.poll_interval,
             on_alertable=self.alerts.kick if self.alerts is not None else None,
         )
 
@@ -347,12 +352,14 @@ class Node:
             f"handed back by node {self.node_id} at shutdown: unfinished after the drain "
             f"timeout ({self.config.drain_timeout:g}s)"
         )
+        started = {attempt.key for attempt in stopped if attempt.started}
+        rows, extra = _split([attempt.key for attempt in stopped])
         with _quiet_db_errors("hand_back_runs"):
-            handed, counted = await self.store.hand_back_runs(
-                [attempt.key for attempt in stopped],
-                started={attempt.key for attempt in stopped if attempt.started},
-                reason=reason,
+            handed, counted = await self.store.hand_back_runs(rows, started=started, reason=reason)
+            more, more_counted = await self.beat_occurrences.hand_back(
+                extra, started=started, reason=reason
             )
+            handed, counted = handed + more, counted + more_counted
             log.info(
                 "handed back %d unfinished claims (%d counted as attempts)",
                 handed,
@@ -429,6 +436,7 @@ class Node:
         if routes != self.routes:
             self.routes = routes
             self._watched = watched_shards(routes)
+            self.recorder.hint_occurrences()
             self._wake.set()
         shards = () if state != "alive" else shards_for(self.node_id, live)
         if shards != self.shards:
@@ -441,6 +449,7 @@ class Node:
             )
             self.shards = shards
             metrics.set_shards(len(shards))
+            self.recorder.hint_occurrences()
             self._wake.set()
 
     async def renew_once(self) -> None:
@@ -450,7 +459,10 @@ class Node:
         if not held:
             return
         sent = time.monotonic()
-        renewed = await self.beat.renew_leases(held, lease=self.config.lease)
+        rows, extra = _split(held)
+        renewed = await self.beat.renew_leases(rows, lease=self.config.lease)
+        if extra:
+            renewed |= await self.beat_occurrences.renew(extra, lease=self.config.lease)
         self.attempts.renewed(held, renewed, sent)
 
     async def _every(self, step: Any, name: str, limit: float | None = None) -> None:
@@ -462,6 +474,11 @@ class Node:
                 async with asyncio.timeout(limit or interval * 2):
                     await step()
             await _wait(self._stopping, interval)
+
+
+def _split(keys: Sequence[ClaimKey]) -> tuple[list[ClaimKey], list[ClaimKey]]:
+    """Claim keys of job rows, and of extra occurrences (negative ids: model.ClaimKey)."""
+    return [key for key in keys if key[0] > 0], [key for key in keys if key[0] < 0]
 
 
 def pause_after(step: Step, *, waiting: int, free: int, poll: float) -> float | None:

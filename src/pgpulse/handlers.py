@@ -36,9 +36,14 @@ class RunContext:
             row is written when an attempt ends; while one runs, ``pgpulse_runs_live`` shows it).
         fencing_token: grows on every claim of the job; guard external side effects with it
             (an effect written with a smaller token than one already seen must be refused).
+            An extra occurrence (``kind`` ``trigger`` or ``backfill``, or any occurrence of a
+            job under overlap ``replace``/``allow``) has a token of its own, growing over the
+            claims of that occurrence: key such a guard by ``run_id``.
         timeout: the attempt's time limit in seconds, or ``None``.
         node_id: the node running the attempt.
         options: node-level settings for handlers (e.g. ``{"shell_dry_run": True}``).
+        kind: ``scheduled`` (an occurrence of the schedule), ``trigger`` (run now, maybe with a
+            payload of its own) or ``backfill`` (a backfill on request re-runs this occurrence).
     """
 
     job_id: int
@@ -52,6 +57,7 @@ class RunContext:
     timeout: float | None
     node_id: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "scheduled"
 
 
 HandlerResult: TypeAlias = str | None

@@ -26,6 +26,8 @@ from pgpulse.spread import check_spread
 
 CatchUp = Literal["skip", "backfill", "coalesce"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
+Overlap = Literal["forbid", "replace", "allow"]
+OVERLAP_POLICIES: tuple[Overlap, ...] = ("forbid", "replace", "allow")
 
 #: Names of handlers: an identifier-like ASCII name (it is also a registry key in code).
 _HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
@@ -90,6 +92,7 @@ LIMITS = {
     "max_attempts": 1000,
     "retry_backoff": 86400.0,
     "timeout": 30 * 86400.0,
+    "max_concurrency": 1000,
 }
 
 
@@ -211,6 +214,70 @@ def _check_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
         ) from None
 
 
+def _check_overlap(overlap: object, max_concurrency: object) -> None:
+    """Refuse an unknown overlap policy, ``max_concurrency`` without ``allow``, and ``allow``
+    without a bound (design.md, Policies: ``allow`` is "up to a bound")."""
+    if overlap not in OVERLAP_POLICIES:
+        raise InvalidInput(
+            f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {overlap!r}",
+            field="overlap",
+            value=overlap,
+        )
+    if max_concurrency is None:
+        if overlap == "allow":
+            raise InvalidInput(
+                "overlap allow needs max_concurrency N, the most occurrences at once (1-1000)",
+                field="max_concurrency",
+                value=None,
+            )
+        return
+    _check_number("max_concurrency", max_concurrency, minimum=1, integer=True)
+    if overlap != "allow":
+        raise InvalidInput(
+            f"max_concurrency applies to overlap allow only (overlap is {overlap!r})",
+            field="max_concurrency",
+            value=max_concurrency,
+        )
+
+
+def _check_forked_limits(
+    overlap: object,
+    kind: str,
+    *,
+    max_runs: object,
+    not_after: object,
+    auto_pause_after: object,
+) -> None:
+    """Refuse a limit the job row cannot keep once its occurrences are forked off it
+    (``overlap`` ``replace``/``allow``): ``max_runs``, ``not_after``, ``auto_pause_after`` and a
+    one-off ``@at`` schedule count or end on the job row's own runs, which a forked job no
+    longer has (docs/states.md, "Extra occurrences and run control").
+
+    Raises:
+        InvalidInput: ``field`` names the limit, its value given.
+    """
+    if overlap not in ("replace", "allow"):
+        return
+    for limit, value in (
+        ("max_runs", max_runs),
+        ("not_after", not_after),
+        ("auto_pause_after", auto_pause_after),
+    ):
+        if value is not None:
+            raise InvalidInput(
+                f"{limit} applies to overlap forbid only (overlap is {overlap!r}): "
+                "occurrences forked off the schedule do not count toward it",
+                field=limit,
+                value=value,
+            )
+    if kind == "once":
+        raise InvalidInput(
+            f"a one-off @at schedule applies to overlap forbid only (overlap is {overlap!r})",
+            field="overlap",
+            value=overlap,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A validated job definition, unique by (tenant, name).
@@ -232,6 +299,11 @@ class JobSpec:
         timeout: per-attempt limit in seconds, or ``None`` for no limit.
         source: where the definition came from (``cli``, ``code``, ``crontab:FILE:LINE``).
         meta: free-form facts kept with the job (crontab user, ``MAILTO``...), a JSON object.
+        overlap: ``forbid`` (an occurrence waits for the running one), ``replace`` (a new
+            occurrence cancels the running one) or ``allow`` (up to ``max_concurrency`` at
+            once); design.md, Policies; docs/states.md, "Extra occurrences".
+        max_concurrency: with ``allow`` (and only then, where it is required), how many
+            occurrences of the job may run at once (1-1000).
         spread: seconds; each occurrence fires at ``scheduled_for`` plus the job's stable
             offset in [0, spread) (:mod:`pgpulse.spread`); 0 for none.
         not_before, not_after: the active window (aware UTC instants, or ``None`` for open):
@@ -256,6 +328,8 @@ class JobSpec:
     timeout: float | None = 3600.0
     source: str = "api"
     meta: dict[str, Any] = field(default_factory=dict)
+    overlap: Overlap = "forbid"
+    max_concurrency: int | None = None
     spread: float = 0.0
     not_before: datetime | None = None
     not_after: datetime | None = None
@@ -281,6 +355,8 @@ class JobSpec:
         timeout: float | None = 3600.0,
         source: str = "api",
         meta: dict[str, Any] | None = None,
+        overlap: str = "forbid",
+        max_concurrency: int | None = None,
         spread: float = 0.0,
         not_before: datetime | str | None = None,
         not_after: datetime | str | None = None,
@@ -323,6 +399,14 @@ class JobSpec:
                     field="backfill_limit",
                     value=backfill_limit,
                 )
+        _check_overlap(overlap, max_concurrency)
+        _check_forked_limits(
+            overlap,
+            parsed.kind,
+            max_runs=max_runs,
+            not_after=window[1],
+            auto_pause_after=auto_pause_after,
+        )
         _check_misfire_grace(misfire_grace)
         _check_number("max_attempts", max_attempts, minimum=1, integer=True)
         _check_number("retry_backoff", retry_backoff, minimum=0.001)
@@ -347,6 +431,8 @@ class JobSpec:
             timeout=None if timeout is None else float(timeout),
             source=source,
             meta=_check_meta(meta),
+            overlap=cast(Overlap, overlap),
+            max_concurrency=None if max_concurrency is None else int(max_concurrency),
             spread=checked_spread,
             not_before=window[0],
             not_after=window[1],

@@ -38,6 +38,9 @@ class Listener:
         stopping: set when the node stops; the loop then ends.
         interval: seconds between two checks that the server still takes writes, and between
             two connection attempts after a failure.
+        on_note: called on each notification for an owned shard, before ``wake`` is set (the
+            node's recorder then probes for extra occurrences: a trigger or a backfill wakes
+            their shard). ``None``: nothing more than ``wake``.
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class Listener:
         wake: asyncio.Event,
         stopping: asyncio.Event,
         interval: float,
+        on_note: Callable[[], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.application_name = f"pgpulse:{node_id}:listen"
@@ -55,6 +59,7 @@ class Listener:
         self.wake = wake
         self.stopping = stopping
         self.interval = interval
+        self.on_note = on_note
 
     async def run(self) -> None:
         """Listen until ``stopping`` is set, connecting again after any failure and whenever
@@ -94,6 +99,8 @@ class Listener:
                 except StopAsyncIteration:  # the interval is over
                     break
                 if not note.payload or int(note.payload) in self.shards():
+                    if self.on_note is not None:
+                        self.on_note()
                     self.wake.set()
         finally:
             # The reader must be gone before the connection closes, or close() waits forever

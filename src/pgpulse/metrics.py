@@ -240,7 +240,9 @@ def observe_finish(
         return
     ran = ended_at is not None
     due = job.scheduled_for + job.spread_offset  # lag counts from the spread instant
-    lag = (job.db_now - due).total_seconds() if ran and job.attempt == 1 else None
+    # a backfill runs the past on purpose: its lateness is no lag
+    late = ran and job.attempt == 1 and job.kind != "backfill"
+    lag = (job.db_now - due).total_seconds() if late else None
     duration = (ended_at - job.db_now).total_seconds() if ended_at is not None else None
     observe_run(outcome, lag, duration)
     # skipped_count counts every skipped occurrence (the claimed one too, when it was skipped)

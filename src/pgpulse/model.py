@@ -22,9 +22,19 @@ from pgpulse.schedule import Schedule, parse_schedule
 #: ``pgpulse_runs_live`` view, never written).
 RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
 
-#: What identifies one claim of a job: (job id, fencing token). Every write about a claimed run
-#: names both (design.md, invariant 3), and a node may hold two claims of one job at once (a
-#: stale one whose outcome is still on its way, and the newer one).
+#: What an attempt's end asks of the store: a run outcome, or ``forked`` — a claimed job row
+#: under overlap ``replace``/``allow`` hands its occurrence to an extra occurrence of its own and
+#: moves on (``fork_occurrence``; docs/states.md, "Extra occurrences"). Never written as such.
+StepOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced", "forked"]
+
+#: A job's overlap policy (design.md, "Policies").
+OverlapPolicy = Literal["forbid", "replace", "allow"]
+
+#: What identifies one claim: (claim id, fencing token). The claim id is the job id for a claim
+#: of the job row and minus the occurrence id for a claim of an extra occurrence (both ids are
+#: positive, so the two never meet). Every write about a claimed run names both (design.md,
+#: invariant 3), and a node may hold two claims of one job at once (a stale one whose outcome is
+#: still on its way, and the newer one; or several extra occurrences).
 ClaimKey = tuple[int, int]
 
 
@@ -43,6 +53,10 @@ class ClaimedJob(NamedTuple):
     allows, this one included; ``None``: no limit), ``calendars`` (its exclusion calendars as
     JSON objects, ``None`` for none), the last resume's ``resume_mode`` and ``resumed_at``,
     ``auto_pause_after`` and ``failures`` (consecutive failed runs so far).
+    ``overlap`` and ``max_concurrency`` are the job's overlap policy. A claim of an extra
+    occurrence (``pgpulse_occurrences``) has its id in ``occurrence`` (also its ``run_id``) and
+    its kind (``trigger``, ``backfill``, ``scheduled``) in ``kind``; ``scheduled_for``,
+    ``attempt``, ``fencing_token`` and ``payload`` are the occurrence's own.
     """
 
     id: int
@@ -72,10 +86,16 @@ class ClaimedJob(NamedTuple):
     resumed_at: datetime | None = None
     auto_pause_after: int | None = None
     failures: int = 0
+    overlap: OverlapPolicy = "forbid"
+    max_concurrency: int | None = None
+    occurrence: int | None = None
+    kind: Literal["scheduled", "trigger", "backfill"] = "scheduled"
 
     @property
     def key(self) -> ClaimKey:
-        """This claim's (job id, fencing token)."""
+        """This claim's (claim id, fencing token): see :data:`ClaimKey`."""
+        if self.occurrence is not None:
+            return (-self.occurrence, self.fencing_token)
         return (self.id, self.fencing_token)
 
     @property
@@ -121,7 +141,7 @@ class Outcome(NamedTuple):
 
     Attributes:
         job: the claimed job (its id, fencing token and run id fence the write).
-        outcome: the run row's new outcome.
+        outcome: the run row's new outcome (``forked``: see :data:`StepOutcome`).
         advance: where the job goes next, for a final outcome.
         retry_in: seconds until the retry, for ``retrying``.
         status: the job's new status: ``idle``; ``failed`` (cannot be scheduled);
@@ -137,7 +157,7 @@ class Outcome(NamedTuple):
     """
 
     job: ClaimedJob
-    outcome: RunOutcome
+    outcome: StepOutcome
     advance: Advance | None = None
     retry_in: float | None = None
     status: Literal["idle", "failed", "completed", "paused"] = "idle"
@@ -188,12 +208,16 @@ class Step:
             the claimed shards' idle jobs, or of a job whose outcome was just written (it may
             be due already: the claim did not see it). ``None``: none known, or nothing asked.
         db_now: the database's instant of the claim (``None`` when nothing was asked).
+        occurrences_due: when fewer jobs than asked were claimed, the earliest due instant of a
+            pending extra occurrence of the claimed shards, due already or not (``None``: none,
+            or not asked): when the node's claim of extra occurrences has work.
     """
 
     written: set[ClaimKey]
     jobs: list[ClaimedJob]
     next_due: datetime | None
     db_now: datetime | None
+    occurrences_due: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

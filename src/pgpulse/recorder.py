@@ -14,6 +14,17 @@ its outcomes are queued again ahead of newer ones (fenced writes are idempotent:
 hid a commit, the next write changes nothing); a write the database refused for an outcome's
 content is tried again one outcome per statement, so the one it refuses (a bug, a value out of
 range) ends only its own attempt, unrecorded.
+
+Extra occurrences (docs/states.md, "Extra occurrences") go the same way through their own
+statements, in the same step: first the forks of job rows under overlap ``replace``/``allow``
+(one statement each), then the job rows' step, then the occurrences' step
+(:meth:`~pgpulse.occurrence_claims.OccurrenceClaims.finish_and_claim`) into the slots the job
+rows left free. The occurrences' step goes out when it has outcomes to write, or when the job
+rows' step says a pending occurrence is due (``Step.occurrences_due``: one probe of an index in
+the same statement, so a node with no extra occurrences sends nothing more), or after a hint
+(:meth:`Recorder.hint_occurrences`: a notification for the node's shards, a fork). When the
+occurrences' step finds nothing it can claim although one is due (its job paused, its batch
+full), the probe alone does not send it again for ``poll`` seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 
 import psycopg
 
@@ -29,7 +41,8 @@ from pgpulse import metrics, tracing
 from pgpulse.attempts import Attempts
 from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable, describe
-from pgpulse.model import Outcome, Step
+from pgpulse.model import ClaimKey, Outcome, Step
+from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.routing import Routes
 
 log = logging.getLogger(__name__)
@@ -43,6 +56,9 @@ class Recorder:
         attempts: the node's attempts: where outcomes come from and claimed jobs go.
         node_id: the claiming node.
         lease: seconds of lease each claim grants.
+        occurrences: the extra occurrences' statements, over the same session (``None``: over
+            ``store``'s).
+        poll: longest time, seconds, between two claims of extra occurrences.
         on_alertable: called (no arguments, must not block) after a write that recorded a
             failed run or skipped occurrences, so alert rules are evaluated at once (the alert
             loop's :meth:`~pgpulse.alerts.delivery.AlertLoop.kick`); never on an attempt's path.
@@ -55,25 +71,38 @@ class Recorder:
         node_id: str,
         *,
         lease: float,
+        occurrences: OccurrenceClaims | None = None,
+        poll: float = 5.0,
         on_alertable: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.attempts = attempts
         self.node_id = node_id
         self.lease = lease
+        self.occurrences = occurrences or OccurrenceClaims(store.pool)
+        self.poll = poll
         self.on_alertable = on_alertable
+        self._hinted = True  # claim occurrences at the next step, whatever the probe says
+        self._quiet_until = 0.0  # monotonic: until then the probe alone sends no claim
+
+    def hint_occurrences(self) -> None:
+        """An extra occurrence may be due now (a notification for this node's shards, a fork):
+        the next step claims occurrences too."""
+        self._hinted = True
 
     async def step(self, routes: Routes) -> Step:
         """Write the outcomes decided so far and claim due jobs along ``routes`` (each handler's
-        jobs in its shards; none: claim nothing) into the free slots, in one transaction; start
-        each claimed job at once.
+        jobs in its shards; none: claim nothing) into the free slots, then the same for extra
+        occurrences (along the same routes: a node never claims an occurrence whose handler it
+        lacks); start each claimed job at once.
 
         The attempts whose outcomes go out in this step end with it, so their slots count as
         free: after the step at most ``slots`` attempts run (invariant 6).
 
         Raises:
-            psycopg.Error, DatabaseUnavailable: the step failed; nothing was claimed, and its
-                outcomes are queued again (but for one the database refused, see the module).
+            psycopg.Error, DatabaseUnavailable: a statement failed; what it would have claimed
+                was not, and the outcomes not written are queued again (but for one the
+                database refused, see the module).
         """
         batch = self.attempts.take()
         limit = self.attempts.free(batch) if routes else 0
@@ -83,32 +112,6 @@ class Recorder:
         if limit > 0 and tracing.is_enabled():
             return await self._traced_step(batch, routes, limit, sent)
         return await self._write_and_claim(batch, routes, limit, sent)
-
-    async def _write_and_claim(
-        self, batch: list[Outcome], routes: Routes, limit: int, sent: float
-    ) -> Step:
-        try:
-            step = await self.store.finish_and_claim(
-                batch, self.node_id, routes, limit, lease=self.lease
-            )
-        except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError):
-                self.attempts.unwritten(batch)
-            else:
-                await self._write_each(batch)
-            raise
-        except BaseException:
-            self.attempts.unwritten(batch)
-            raise
-        self.attempts.written(batch, step.written)
-        if self.on_alertable is not None and any(_alertable(o) for o in batch):
-            self.on_alertable()
-        if limit > 0:
-            metrics.observe_claim(time.monotonic() - sent, len(step.jobs))
-        arrived = time.monotonic()
-        for job in step.jobs:
-            self.attempts.start(job, sent, arrived)
-        return step
 
     async def _traced_step(
         self, batch: list[Outcome], routes: Routes, limit: int, sent: float
@@ -122,6 +125,103 @@ class Recorder:
                 return step
             finally:
                 tracing.CURRENT_CLAIM.reset(token)
+
+    async def _write_and_claim(
+        self, batch: list[Outcome], routes: Routes, limit: int, sent: float
+    ) -> Step:
+        """The forks, the job-row step and the claim of extra occurrences (:meth:`step`)."""
+        forks = [o for o in batch if o.outcome == "forked"]
+        extra = [o for o in batch if o.job.occurrence is not None]
+        rows = [o for o in batch if o.outcome != "forked" and o.job.occurrence is None]
+        await self._fork(forks, rows + extra)
+
+        async def claim_rows(outcomes: Sequence[Outcome]) -> Step:
+            return await self.store.finish_and_claim(
+                outcomes, self.node_id, routes, limit, lease=self.lease
+            )
+
+        if rows or limit > 0:
+            step = await self._write(rows, claim_rows, requeue=extra)
+        else:
+            step = Step(set(), [], None, None)
+        if limit > 0:
+            metrics.observe_claim(time.monotonic() - sent, len(step.jobs))
+        arrived = time.monotonic()
+        for job in step.jobs:
+            self.attempts.start(job, sent, arrived)
+        free = limit - len(step.jobs)
+        due = False
+        if step.occurrences_due is not None and step.db_now is not None:
+            due = step.occurrences_due <= step.db_now and arrived >= self._quiet_until
+        if not extra and not (free > 0 and (self._hinted or due)):
+            return _with_occurrences(step, self._quiet_until - arrived)
+        if free > 0:
+            self._hinted = False
+
+        async def claim_extra(outcomes: Sequence[Outcome]) -> Step:
+            return await self.occurrences.finish_and_claim(
+                outcomes, self.node_id, routes if free > 0 else {}, free, lease=self.lease
+            )
+
+        sent = time.monotonic()
+        other = await self._write(extra, claim_extra)
+        arrived = time.monotonic()
+        for job in other.jobs:
+            self.attempts.start(job, sent, arrived)
+        if free > 0 and len(other.jobs) < free:  # nothing more is claimable now
+            self._quiet_until = arrived + _quiet_for(other, self.poll)
+        return _merge(step, other)
+
+    async def _fork(self, forks: Sequence[Outcome], later: Sequence[Outcome]) -> None:
+        """Write each fork (one statement each); on a failed connection queue the forks not yet
+        written and ``later`` again, and raise."""
+        for i, outcome in enumerate(forks):
+            try:
+                written = await self.occurrences.fork(outcome)
+            except psycopg.Error as exc:
+                if isinstance(exc, psycopg.OperationalError):
+                    self.attempts.unwritten([*forks[i:], *later])
+                    raise
+                log.error(
+                    "fork of %s refused by the database: %s",
+                    outcome.job.name,
+                    exc,
+                    extra={"action": "record_refused", "job": outcome.job.name},
+                )
+                self.attempts.refused(outcome)
+                continue
+            except BaseException:
+                self.attempts.unwritten([*forks[i:], *later])
+                raise
+            self.attempts.written([outcome], {outcome.job.key} if written else ())
+        if forks:
+            self.hint_occurrences()  # the forked occurrences are due now
+
+    async def _write(
+        self,
+        batch: Sequence[Outcome],
+        write: Callable[[Sequence[Outcome]], Awaitable[Step]],
+        *,
+        requeue: Sequence[Outcome] = (),
+    ) -> Step:
+        """Write ``batch`` (and claim) with ``write``, under the module's error policy; on a
+        failure, ``requeue`` (not sent yet) is queued again too."""
+        try:
+            step = await write(batch)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self.attempts.unwritten([*batch, *requeue])
+            else:
+                self.attempts.unwritten(requeue)
+                await self._write_each(batch)
+            raise
+        except BaseException:
+            self.attempts.unwritten([*batch, *requeue])
+            raise
+        self.attempts.written(batch, step.written)
+        if self.on_alertable is not None and any(_alertable(o) for o in batch):
+            self.on_alertable()
+        return step
 
     async def flush(self, within: float) -> None:
         """Write the outcomes decided so far, claiming nothing (a stopping node), retrying a
@@ -145,10 +245,11 @@ class Recorder:
                 retry_in = min(retry_in * 2, 2.0)
 
     async def _write_each(self, batch: Sequence[Outcome]) -> None:
-        """Write a batch whose joint write the database refused, one outcome per statement."""
+        """Write a batch whose joint write the database refused, one outcome per statement
+        (claiming nothing)."""
         for i, outcome in enumerate(batch):
             try:
-                written = await self.store.finish_runs([outcome])
+                written = await self._write_one(outcome)
             except psycopg.Error as exc:
                 if isinstance(exc, psycopg.OperationalError):
                     self.attempts.unwritten(batch[i:])
@@ -167,6 +268,46 @@ class Recorder:
                 self.attempts.written([outcome], written)
                 if self.on_alertable is not None and _alertable(outcome):
                     self.on_alertable()
+
+    async def _write_one(self, outcome: Outcome) -> set[ClaimKey]:
+        """Write one outcome, claiming nothing."""
+        if outcome.job.occurrence is not None:
+            step = await self.occurrences.finish_and_claim([outcome], "", {}, 0, lease=0.0)
+            return step.written
+        return await self.store.finish_runs([outcome])
+
+
+def _quiet_for(step: Step, poll: float) -> float:
+    """Seconds the probe alone sends no claim of extra occurrences after one that claimed fewer
+    than it could (``step``): until the next due instant it returned (1 ms past it), at most
+    ``poll`` seconds (what was due but not claimable — a paused job's, a full batch's — is not
+    asked for at every step)."""
+    delay = poll
+    if step.next_due is not None and step.db_now is not None:
+        delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
+    return max(delay, 0.0)
+
+
+def _with_occurrences(step: Step, quiet: float) -> Step:
+    """``step`` with its ``next_due`` brought forward to when extra occurrences should be
+    claimed: their due instant, or the end of a quiet spell (``quiet`` seconds from now)."""
+    if step.occurrences_due is None or step.db_now is None:
+        return step
+    at = max(step.occurrences_due, step.db_now + timedelta(seconds=max(quiet, 0.0)))
+    if step.next_due is not None and step.next_due <= at:
+        return step
+    return Step(step.written, step.jobs, at, step.db_now, step.occurrences_due)
+
+
+def _merge(rows: Step, extra: Step) -> Step:
+    """One step's view of both claims: what was written and claimed, the earliest due."""
+    dues = [due for due in (rows.next_due, extra.next_due) if due is not None]
+    return Step(
+        rows.written | extra.written,
+        [*rows.jobs, *extra.jobs],
+        min(dues) if dues else None,
+        rows.db_now or extra.db_now,
+    )
 
 
 def _alertable(outcome: Outcome) -> bool:

@@ -239,6 +239,7 @@ def print_job(
                 ),
                 ("timeout", _seconds(job["timeout"])),
                 *_limits(job),
+                *([("overlap", _overlap(job))] if job.get("overlap", "forbid") != "forbid" else []),
                 ("source", job["source"]),
                 ("revision", job.get("revision", 1)),
             ],
@@ -288,7 +289,9 @@ def print_job(
         table = [
             [
                 _instant(r["scheduled_for"]),
-                r["outcome"],
+                r["outcome"]
+                if r.get("kind", "scheduled") == "scheduled"
+                else f"{r['outcome']} ({r['kind']})",
                 r["attempts"],
                 r["node_id"] or "-",
                 _seconds(r["lag"] and round(r["lag"], 3)),
@@ -301,6 +304,13 @@ def print_job(
         headers = ["scheduled for", "outcome", "attempts", "node", "lag", "duration", "error"]
         for line in tabulate(table, headers=[*headers, "output"]).splitlines():
             click.echo(f"  {line}")
+
+
+def _overlap(job: dict[str, Any]) -> str:
+    """A job's overlap policy in words."""
+    if job["overlap"] == "allow":
+        return f"allow, up to {job['max_concurrency']} at once"
+    return "replace: a new occurrence cancels the running one"
 
 
 def _count(n: int, word: str) -> str:

@@ -215,6 +215,8 @@ async def write_definition(
             "timeout": spec.timeout,
             "source": spec.source,
             "meta": Jsonb(spec.meta),
+            "overlap": spec.overlap,
+            "max_concurrency": spec.max_concurrency,
             "spread": spec.spread,
             "not_before": spec.not_before,
             "not_after": spec.not_after,

@@ -41,7 +41,20 @@ def load_queries(filename: str, package: str | None = None) -> dict[str, str]:
     return split_named_blocks(folder.joinpath(filename).read_text("utf-8"))
 
 
-QUERIES: Final[dict[str, str]] = load_queries("queries.sql")
+def _all_queries() -> dict[str, str]:
+    """``queries.sql`` and ``occurrences.sql`` (the extra occurrences' statements) as one dict.
+
+    Raises:
+        ValueError: the two files define one name twice.
+    """
+    queries = load_queries("queries.sql")
+    extra = load_queries("occurrences.sql")
+    if twice := queries.keys() & extra.keys():
+        raise ValueError(f"queries.sql and occurrences.sql both define {sorted(twice)}")
+    return {**queries, **extra}
+
+
+QUERIES: Final[dict[str, str]] = _all_queries()
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 

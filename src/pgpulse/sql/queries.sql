@@ -27,8 +27,10 @@
 -- (auto_paused).
 --
 -- Claim (due, claimed). Rows are locked SKIP LOCKED, so a poller never waits on another, and move
--- to running with a new lease and fencing token. The first claim of an occurrence draws its run
--- id from pgpulse_runs' sequence; later ones (a retry, a re-claim after a lost lease or a
+-- to running with a new lease and fencing token. A job under overlap allow (max_concurrency set)
+-- is not claimed while it has max_concurrency forked occurrences, running or pending: its
+-- backlog stays on the job row, where its catch-up policy decides it (docs/states.md). The
+-- first claim of an occurrence draws its run id from pgpulse_runs' sequence; later ones (a retry, a re-claim after a lost lease or a
 -- hand-back) keep it: every statement that moves a job to another occurrence clears run_id, as it
 -- resets attempt. Every CTE sees one snapshot, so a job finished here is claimed at the next step
 -- (the caller knows when it is due from the outcome it sent).
@@ -59,11 +61,13 @@
 -- lock one step, which a claim that locked after the merge lost to contention (every claimer
 -- chose the same candidates, and all but one found them locked).
 --
--- One row per claimed job, oldest occurrence first; nothing claimed gives one row whose id is
--- NULL. When fewer than %(limit)s were claimed, next_due is the earliest future due instant
--- along its routes (NULL if none), so an idle node knows how long to sleep without a second
--- statement. `written`, the (job id, fencing token) of each outcome that took effect, is on the
--- first row only.
+-- One row per claimed job (ClaimedJob's fields, db_now and the overlap policy among them), then
+-- the clock, oldest occurrence first; nothing claimed gives one row whose id is NULL. When fewer
+-- than %(limit)s were claimed, next_due is the earliest future due instant along its routes
+-- (NULL if none), so an idle node knows how long to sleep without a second statement.
+-- `written`, the (job id, fencing token) of each outcome that took effect, is on the first row
+-- only. occurrences_due is the earliest due instant of a pending extra occurrence along its
+-- routes (due already or not; NULL if none), when fewer than %(limit)s were claimed.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
            (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
@@ -126,7 +130,7 @@ run AS (
     JOIN pgpulse_jobs AS o ON o.id = job.id
     CROSS JOIN clock
     WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
     SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
                            THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
                                jsonb_build_object(
@@ -162,7 +166,7 @@ skipped AS (
     CROSS JOIN clock
     WHERE i.skips > 0
       AND i.outcome <> 'skipped'
-    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO NOTHING
     RETURNING 1
 ),
 auto_paused AS (
@@ -195,6 +199,15 @@ due AS (
           AND j.handler = r.handler
           AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
           AND j.shard_id = ANY(r.shards)
+          AND (
+              j.max_concurrency IS NULL
+              OR (
+                  SELECT count(*)
+                  FROM pgpulse_occurrences AS o
+                  WHERE o.job_id = j.id
+                    AND o.kind = 'scheduled'
+              ) < j.max_concurrency
+          )
         ORDER BY j.next_run_at
         LIMIT %(limit)s
         FOR UPDATE OF j SKIP LOCKED
@@ -236,7 +249,9 @@ claimed AS (
               j.resume_mode,
               j.resumed_at,
               j.auto_pause_after,
-              j.failures
+              j.failures,
+              j.overlap,
+              j.max_concurrency
 )
 SELECT claimed.*,
        clock.now AS clock_now,
@@ -259,7 +274,20 @@ SELECT claimed.*,
        ) AS next_due,
        CASE WHEN row_number() OVER () = 1
             THEN ARRAY(SELECT ARRAY[id, fencing_token] FROM job)
-       END AS written
+       END AS written,
+       -- the head of pgpulse_occurrences_due (due or not) along the routes: when the node's
+       -- claim of extra occurrences (finish_and_claim_occurrences) has something to claim. An
+       -- occurrence of a handler the node has no route for is never its to claim.
+       (
+           SELECT o.next_run_at
+           FROM pgpulse_occurrences AS o
+           JOIN pgpulse_jobs AS j ON j.id = o.job_id
+           JOIN route AS r ON r.handler = j.handler AND o.shard_id = ANY(r.shards)
+           WHERE o.lease_expires_at IS NULL
+             AND (SELECT count(*) FROM claimed) < %(limit)s
+           ORDER BY o.next_run_at
+           LIMIT 1
+       ) AS occurrences_due
 FROM clock
 LEFT JOIN claimed ON true
 ORDER BY claimed.scheduled_for;
@@ -313,7 +341,7 @@ WITH clock AS (
            'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s, clock.now
     FROM job JOIN pgpulse_jobs o ON o.id = job.id CROSS JOIN clock
     WHERE job.started
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
     SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
                            THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
                                jsonb_build_object(
@@ -399,6 +427,9 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 -- * pauses that end: a paused job whose paused_until has come is idle again (the leader; a
 --   backup %(backup_delay)s seconds later), one probe of pgpulse_jobs_pause_ends when none has;
 --   each such resume goes into the audit trail (source 'node', actor 'node:<id>');
+--   (the bound is an index condition); extra occurrences' expired leases the same way, in
+--   pgpulse_occurrences (their run rows 'retrying', keeping earlier attempts as a job row's,
+--   their batches' counts released: one probe of pgpulse_occurrences_leases);
 -- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing), if
 --   its row is still this process's (%(hostname)s, %(pid)s; NULL pid: any): a row another
 --   process took over is left alone, and this node is then missing from `live`.
@@ -438,7 +469,7 @@ WITH clock AS (
            e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
            e.claimed_at, job.last_error, clock.now
     FROM expired e JOIN job ON job.id = e.id CROSS JOIN clock
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
     SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
                            THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
                                jsonb_build_object(
@@ -453,6 +484,54 @@ WITH clock AS (
         finished_at = NULL, error = excluded.error, output = NULL,
         attempt_ended_at = excluded.attempt_ended_at
     RETURNING r.id
+), expired_occurrence AS (
+    SELECT o.id
+    FROM pgpulse_occurrences o
+    WHERE o.lease_expires_at IS NOT NULL
+      AND o.lease_expires_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
+              secs => CASE WHEN (SELECT leader FROM lead) THEN 0
+                           ELSE %(backup_delay)s::float8 END)
+    ORDER BY o.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+), occurrence AS (
+    UPDATE pgpulse_occurrences o
+    SET lease_expires_at = NULL, next_run_at = clock.now
+    FROM clock
+    WHERE o.id = ANY(ARRAY(SELECT id FROM expired_occurrence))
+    RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
+              o.fencing_token, o.claimed_at, pg_notify('pgpulse_wakeup', o.shard_id::text)
+), occurrence_run AS (
+    -- an occurrence's id was drawn (with its epoch) when it was made
+    INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
+                                   fencing_token, started_at, error, kind, batch_id,
+                                   attempt_ended_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT e.id, e.job_id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
+           e.claimed_at, 'lease of node ' || coalesce(e.locked_by, '?') || ' expired', e.kind,
+           e.batch_id, clock.now
+    FROM occurrence e CROSS JOIN clock
+    ON CONFLICT (id) DO UPDATE
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                    'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
+        finished_at = NULL, error = excluded.error, output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
+    RETURNING 1
+), occurrence_counted AS (
+    UPDATE pgpulse_batches b
+    SET running = b.running - d.n
+    FROM (SELECT batch_id, count(*)::int AS n FROM occurrence GROUP BY batch_id) d
+    WHERE b.id = d.batch_id
+    RETURNING 1
 ), unpaused AS (
     -- pauses that reached their --until end (the leader; a backup %(backup_delay)s seconds
     -- later): idle again, due at once; the claim records the occurrences inside the pause as
@@ -486,7 +565,8 @@ WITH clock AS (
       AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int))
     RETURNING n.node_id, n.state, n.handlers
 )
-SELECT clock.now AS db_now, lead.leader, (SELECT count(*) FROM job)::int AS reaped,
+SELECT clock.now AS db_now, lead.leader,
+       ((SELECT count(*) FROM job) + (SELECT count(*) FROM occurrence))::int AS reaped,
        (SELECT count(*) FROM unpaused)::int AS resumed,
        -- the live nodes and the handlers each advertises, as {"node": [handler, ...]}
        (SELECT coalesce(json_object_agg(c.node_id, c.handlers), '{}')
@@ -508,13 +588,21 @@ WHERE n.node_id = %(node)s
 
 -- name: prune
 -- Housekeeping (leader only): forget finished runs and audit-trail rows older than %(keep)s
--- seconds (one retention for both) and nodes that have been silent for a day.
+-- seconds (one retention for both), nodes that have been silent for a day, and trigger and
+-- backfill batches as old whose occurrences have all run (a job's overlap batch stays with it).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), runs AS (
     DELETE FROM pgpulse_runs r
     USING clock
     WHERE r.finished_at < clock.now - make_interval(secs => %(keep)s)
+    RETURNING 1
+), batches AS (
+    DELETE FROM pgpulse_batches b
+    USING clock
+    WHERE b.kind <> 'overlap'
+      AND b.created_at < clock.now - make_interval(secs => %(keep)s)
+      AND NOT EXISTS (SELECT 1 FROM pgpulse_occurrences o WHERE o.batch_id = b.id)
     RETURNING 1
 ), nodes AS (
     DELETE FROM pgpulse_nodes n
@@ -564,6 +652,7 @@ WITH found AS (
         max_attempts = %(max_attempts)s,
         retry_backoff = make_interval(secs => %(retry_backoff)s),
         timeout = make_interval(secs => %(timeout)s), source = %(source)s, meta = %(meta)s,
+        overlap = %(overlap)s, max_concurrency = %(max_concurrency)s,
         revision = j.revision + 1,
         spread = %(spread)s, not_before = %(not_before)s, not_after = %(not_after)s,
         max_runs = %(max_runs)s, calendars = %(calendars)s::text[],
@@ -595,16 +684,17 @@ WITH found AS (
 ), inserted AS (
     INSERT INTO pgpulse_jobs (id, tenant, name, schedule, schedule_kind, timezone, handler,
                               payload, catch_up, backfill_limit, misfire_grace, max_attempts,
-                              retry_backoff, timeout, source, meta, spread, not_before,
-                              not_after, max_runs, calendars, auto_pause_after, status,
-                              anchor_at, scheduled_for, next_run_at)
+                              retry_backoff, timeout, source, meta, overlap, max_concurrency,
+                              spread, not_before, not_after, max_runs, calendars,
+                              auto_pause_after, status, anchor_at, scheduled_for, next_run_at)
     OVERRIDING SYSTEM VALUE
     SELECT new_id.id, %(tenant)s::text, %(name)s::text, %(schedule)s::text,
            %(schedule_kind)s::text, %(timezone)s::text, %(handler)s::text, %(payload)s::jsonb,
            %(catch_up)s::text, %(backfill_limit)s::integer,
            make_interval(secs => %(misfire_grace)s), %(max_attempts)s::integer,
            make_interval(secs => %(retry_backoff)s), make_interval(secs => %(timeout)s),
-           %(source)s::text, %(meta)s::jsonb, %(spread)s::float8, %(not_before)s::timestamptz,
+           %(source)s::text, %(meta)s::jsonb, %(overlap)s::text, %(max_concurrency)s::integer,
+           %(spread)s::float8, %(not_before)s::timestamptz,
            %(not_after)s::timestamptz, %(max_runs)s::integer, %(calendars)s::text[],
            %(auto_pause_after)s::integer, %(status)s::text, %(anchor_at)s::timestamptz,
            %(scheduled_for)s::timestamptz,
@@ -635,9 +725,9 @@ FOR SHARE;
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
-       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.revision,
-       j.status, j.spread, j.not_before, j.not_after, j.max_runs, j.calendars,
-       j.auto_pause_after
+       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
+       j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
+       j.calendars, j.auto_pause_after
 FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
 JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
 JOIN pgpulse_jobs j ON j.id = n.job_id
@@ -650,9 +740,9 @@ FOR UPDATE OF j;
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
-       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.revision,
-       j.status, j.spread, j.not_before, j.not_after, j.max_runs, j.calendars,
-       j.auto_pause_after
+       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
+       j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
+       j.calendars, j.auto_pause_after
 FROM pgpulse_jobs j
 WHERE j.id IN (SELECT n.job_id
                FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
@@ -872,7 +962,7 @@ SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.occurre
        extract(epoch FROM r.first_started_at - r.scheduled_for
                           - pgpulse_spread_offset(j.id, j.spread))::float8 AS lag,
        r.error, r.output, r.fencing_token,
-       coalesce(r.earlier_attempts, '[]'::jsonb) AS earlier_attempts, r.attempt_ended_at,
+       coalesce(r.earlier_attempts, '[]'::jsonb) AS earlier_attempts, r.attempt_ended_at, r.kind,
        -- the definition's revision when the run started: the job's last audit-trail row
        -- before it (revision 1 before any recorded change)
        coalesce((SELECT h.revision FROM pgpulse_job_history h

@@ -164,6 +164,27 @@ ALTER TABLE public.pgpulse_api_tokens ALTER COLUMN id ADD GENERATED ALWAYS AS ID
     CACHE 1
 );
 
+CREATE TABLE public.pgpulse_batches (
+    id bigint NOT NULL,
+    job_id bigint NOT NULL,
+    kind text NOT NULL,
+    max_concurrency integer,
+    running integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_batches_kind_check CHECK ((kind = ANY (ARRAY['trigger'::text, 'backfill'::text, 'overlap'::text]))),
+    CONSTRAINT pgpulse_batches_max_concurrency_check CHECK ((max_concurrency >= 1)),
+    CONSTRAINT pgpulse_batches_running_check CHECK ((running >= 0))
+);
+
+ALTER TABLE public.pgpulse_batches ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.pgpulse_batches_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.pgpulse_calendars (
     tenant text NOT NULL,
     name text NOT NULL,
@@ -196,7 +217,7 @@ CREATE TABLE public.pgpulse_job_history (
     actor text NOT NULL,
     revision integer NOT NULL,
     changes jsonb DEFAULT '{}'::jsonb NOT NULL,
-    CONSTRAINT pgpulse_job_history_action_check CHECK ((action = ANY (ARRAY['create'::text, 'update'::text, 'pause'::text, 'resume'::text, 'trigger'::text, 'delete'::text]))),
+    CONSTRAINT pgpulse_job_history_action_check CHECK ((action = ANY (ARRAY['create'::text, 'update'::text, 'pause'::text, 'resume'::text, 'trigger'::text, 'backfill'::text, 'delete'::text]))),
     CONSTRAINT pgpulse_job_history_changes_check CHECK ((jsonb_typeof(changes) = 'object'::text))
 );
 
@@ -261,13 +282,17 @@ CREATE TABLE public.pgpulse_jobs (
     resumed_at timestamp with time zone,
     auto_pause_after integer,
     failures integer DEFAULT 0 NOT NULL,
+    overlap text DEFAULT 'forbid'::text NOT NULL,
+    max_concurrency integer,
     CONSTRAINT pgpulse_jobs_auto_pause_after_check CHECK ((auto_pause_after >= 1)),
     CONSTRAINT pgpulse_jobs_backfill_limit_check CHECK ((backfill_limit > 0)),
     CONSTRAINT pgpulse_jobs_catch_up_check CHECK ((catch_up = ANY (ARRAY['skip'::text, 'backfill'::text, 'coalesce'::text]))),
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = (overlap = 'allow'::text)) AND (max_concurrency >= 1))),
     CONSTRAINT pgpulse_jobs_max_runs_check CHECK ((max_runs >= 1)),
     CONSTRAINT pgpulse_jobs_misfire_grace_check CHECK ((misfire_grace >= '00:00:01'::interval)),
+    CONSTRAINT pgpulse_jobs_overlap_check CHECK ((overlap = ANY (ARRAY['forbid'::text, 'replace'::text, 'allow'::text]))),
     CONSTRAINT pgpulse_jobs_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
     CONSTRAINT pgpulse_jobs_resume_mode_check CHECK ((resume_mode = ANY (ARRAY['skip'::text, 'once'::text, 'backfill'::text]))),
     CONSTRAINT pgpulse_jobs_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'interval'::text, 'once'::text]))),
@@ -324,6 +349,26 @@ ALTER TABLE public.pgpulse_notifiers ALTER COLUMN id ADD GENERATED ALWAYS AS IDE
     CACHE 1
 );
 
+CREATE TABLE public.pgpulse_occurrences (
+    id bigint NOT NULL,
+    job_id bigint NOT NULL,
+    shard_id smallint GENERATED ALWAYS AS (((job_id % (64)::bigint))::smallint) STORED,
+    kind text NOT NULL,
+    scheduled_for timestamp with time zone NOT NULL,
+    payload jsonb,
+    batch_id bigint NOT NULL,
+    "position" integer DEFAULT 0 NOT NULL,
+    next_run_at timestamp with time zone NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    fencing_token bigint DEFAULT 0 NOT NULL,
+    locked_by text,
+    lease_expires_at timestamp with time zone,
+    claimed_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_occurrences_kind_check CHECK ((kind = ANY (ARRAY['trigger'::text, 'backfill'::text, 'scheduled'::text]))),
+    CONSTRAINT pgpulse_occurrences_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text))
+);
+
 CREATE TABLE public.pgpulse_runs (
     id bigint NOT NULL,
     job_id bigint NOT NULL,
@@ -340,8 +385,11 @@ CREATE TABLE public.pgpulse_runs (
     last_scheduled_for timestamp with time zone,
     earlier_attempts jsonb,
     attempt_ended_at timestamp with time zone,
+    kind text DEFAULT 'scheduled'::text NOT NULL,
+    batch_id bigint,
+    CONSTRAINT pgpulse_runs_kind_check CHECK ((kind = ANY (ARRAY['scheduled'::text, 'trigger'::text, 'backfill'::text]))),
     CONSTRAINT pgpulse_runs_occurrences CHECK (((occurrences >= 1) AND ((occurrences = 1) = (last_scheduled_for IS NULL)) AND (last_scheduled_for >= scheduled_for))),
-    CONSTRAINT pgpulse_runs_outcome_check CHECK ((outcome = ANY (ARRAY['running'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'fenced'::text])))
+    CONSTRAINT pgpulse_runs_outcome_check CHECK ((outcome = ANY (ARRAY['running'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'fenced'::text, 'cancelled'::text])))
 );
 
 ALTER TABLE public.pgpulse_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -369,11 +417,14 @@ CREATE VIEW public.pgpulse_runs_live AS
     r.last_scheduled_for,
     r.earlier_attempts,
     r.attempt_ended_at,
-    COALESCE((((r.earlier_attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, r.started_at) AS first_started_at
+    COALESCE((((r.earlier_attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, r.started_at) AS first_started_at,
+    r.kind
    FROM public.pgpulse_runs r
-  WHERE (NOT (EXISTS ( SELECT 1
+  WHERE ((NOT (EXISTS ( SELECT 1
            FROM public.pgpulse_jobs j
-          WHERE ((j.id = r.job_id) AND (j.status = 'running'::text) AND (j.scheduled_for = r.scheduled_for)))))
+          WHERE ((j.id = r.job_id) AND (j.status = 'running'::text) AND (j.scheduled_for = r.scheduled_for) AND (r.kind = 'scheduled'::text))))) AND (NOT (EXISTS ( SELECT 1
+           FROM public.pgpulse_occurrences o
+          WHERE ((o.id = r.id) AND (o.lease_expires_at IS NOT NULL))))))
 UNION ALL
  SELECT j.run_id AS id,
     j.id AS job_id,
@@ -390,12 +441,37 @@ UNION ALL
     NULL::timestamp with time zone AS last_scheduled_for,
     prior.attempts AS earlier_attempts,
     NULL::timestamp with time zone AS attempt_ended_at,
-    COALESCE((((prior.attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, j.claimed_at) AS first_started_at
+    COALESCE((((prior.attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, j.claimed_at) AS first_started_at,
+    'scheduled'::text AS kind
    FROM (public.pgpulse_jobs j
      LEFT JOIN LATERAL ( SELECT (COALESCE(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token, 'started_at', p.started_at, 'ended_at', p.attempt_ended_at, 'outcome', p.outcome, 'error', p.error, 'output', p.output))) AS attempts
            FROM public.pgpulse_runs p
-          WHERE ((p.job_id = j.id) AND (p.scheduled_for = j.scheduled_for) AND (p.started_at IS NOT NULL))) prior ON (true))
-  WHERE (j.status = 'running'::text);
+          WHERE ((p.job_id = j.id) AND (p.scheduled_for = j.scheduled_for) AND (p.kind = 'scheduled'::text) AND (p.started_at IS NOT NULL))) prior ON (true))
+  WHERE (j.status = 'running'::text)
+UNION ALL
+ SELECT o.id,
+    o.job_id,
+    o.scheduled_for,
+    o.attempt AS attempts,
+    'running'::text AS outcome,
+    o.locked_by AS node_id,
+    o.fencing_token,
+    o.claimed_at AS started_at,
+    NULL::timestamp with time zone AS finished_at,
+    NULL::text AS error,
+    NULL::text AS output,
+    (1)::bigint AS occurrences,
+    NULL::timestamp with time zone AS last_scheduled_for,
+    prior.attempts AS earlier_attempts,
+    NULL::timestamp with time zone AS attempt_ended_at,
+    COALESCE((((prior.attempts -> 0) ->> 'started_at'::text))::timestamp with time zone, o.claimed_at) AS first_started_at,
+    o.kind
+   FROM (public.pgpulse_occurrences o
+     LEFT JOIN LATERAL ( SELECT (COALESCE(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('attempt', p.attempts, 'node_id', p.node_id, 'fencing_token', p.fencing_token, 'started_at', p.started_at, 'ended_at', p.attempt_ended_at, 'outcome', p.outcome, 'error', p.error, 'output', p.output))) AS attempts
+           FROM public.pgpulse_runs p
+          WHERE ((p.id = o.id) AND (p.started_at IS NOT NULL))
+         LIMIT 1) prior ON (true))
+  WHERE (o.lease_expires_at IS NOT NULL);
 
 ALTER TABLE ONLY public.pgpulse_alert_deliveries
     ADD CONSTRAINT pgpulse_alert_deliveries_event_id_notifier_id_key UNIQUE (event_id, notifier_id);
@@ -420,6 +496,9 @@ ALTER TABLE ONLY public.pgpulse_api_tokens
 
 ALTER TABLE ONLY public.pgpulse_api_tokens
     ADD CONSTRAINT pgpulse_api_tokens_token_sha256_key UNIQUE (token_sha256);
+
+ALTER TABLE ONLY public.pgpulse_batches
+    ADD CONSTRAINT pgpulse_batches_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.pgpulse_calendars
     ADD CONSTRAINT pgpulse_calendars_pkey PRIMARY KEY (tenant, name);
@@ -448,8 +527,8 @@ ALTER TABLE ONLY public.pgpulse_notifiers
 ALTER TABLE ONLY public.pgpulse_notifiers
     ADD CONSTRAINT pgpulse_notifiers_pkey PRIMARY KEY (id);
 
-ALTER TABLE ONLY public.pgpulse_runs
-    ADD CONSTRAINT pgpulse_runs_job_id_scheduled_for_key UNIQUE (job_id, scheduled_for);
+ALTER TABLE ONLY public.pgpulse_occurrences
+    ADD CONSTRAINT pgpulse_occurrences_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.pgpulse_runs
     ADD CONSTRAINT pgpulse_runs_pkey PRIMARY KEY (id);
@@ -464,6 +543,10 @@ CREATE UNIQUE INDEX pgpulse_alert_rules_key ON public.pgpulse_alert_rules USING 
 
 CREATE INDEX pgpulse_alert_silences_ends ON public.pgpulse_alert_silences USING btree (ends_at);
 
+CREATE INDEX pgpulse_batches_job ON public.pgpulse_batches USING btree (job_id);
+
+CREATE UNIQUE INDEX pgpulse_batches_overlap ON public.pgpulse_batches USING btree (job_id) WHERE (kind = 'overlap'::text);
+
 CREATE INDEX pgpulse_job_history_at ON public.pgpulse_job_history USING btree (at);
 
 CREATE INDEX pgpulse_job_history_job ON public.pgpulse_job_history USING btree (job_id, id DESC);
@@ -476,7 +559,19 @@ CREATE INDEX pgpulse_jobs_leases ON public.pgpulse_jobs USING btree (lease_expir
 
 CREATE INDEX pgpulse_jobs_pause_ends ON public.pgpulse_jobs USING btree (paused_until) WHERE ((status = 'paused'::text) AND (paused_until IS NOT NULL));
 
+CREATE INDEX pgpulse_occurrences_batch ON public.pgpulse_occurrences USING btree (batch_id);
+
+CREATE INDEX pgpulse_occurrences_due ON public.pgpulse_occurrences USING btree (next_run_at, shard_id) WHERE (lease_expires_at IS NULL);
+
+CREATE INDEX pgpulse_occurrences_job ON public.pgpulse_occurrences USING btree (job_id);
+
+CREATE INDEX pgpulse_occurrences_leases ON public.pgpulse_occurrences USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL);
+
+CREATE INDEX pgpulse_runs_batch ON public.pgpulse_runs USING btree (batch_id) WHERE (batch_id IS NOT NULL);
+
 CREATE INDEX pgpulse_runs_finished ON public.pgpulse_runs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
+
+CREATE UNIQUE INDEX pgpulse_runs_occurrence ON public.pgpulse_runs USING btree (job_id, scheduled_for) WHERE (kind = 'scheduled'::text);
 
 CREATE INDEX pgpulse_runs_recent ON public.pgpulse_runs USING btree (job_id, id DESC);
 
@@ -494,5 +589,14 @@ ALTER TABLE ONLY public.pgpulse_alert_deliveries
 ALTER TABLE ONLY public.pgpulse_alert_deliveries
     ADD CONSTRAINT pgpulse_alert_deliveries_notifier_id_fkey FOREIGN KEY (notifier_id) REFERENCES public.pgpulse_notifiers(id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY public.pgpulse_batches
+    ADD CONSTRAINT pgpulse_batches_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.pgpulse_jobs(id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY public.pgpulse_job_names
     ADD CONSTRAINT pgpulse_job_names_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.pgpulse_jobs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.pgpulse_occurrences
+    ADD CONSTRAINT pgpulse_occurrences_batch_id_fkey FOREIGN KEY (batch_id) REFERENCES public.pgpulse_batches(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.pgpulse_occurrences
+    ADD CONSTRAINT pgpulse_occurrences_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.pgpulse_jobs(id) ON DELETE CASCADE;

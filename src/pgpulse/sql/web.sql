@@ -47,8 +47,8 @@ ORDER BY id;
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
-       extract(epoch FROM j.timeout)::float8 AS timeout, j.source, j.revision, j.status,
-       j.anchor_at,
+       extract(epoch FROM j.timeout)::float8 AS timeout, j.overlap, j.max_concurrency,
+       j.source, j.revision, j.status, j.anchor_at,
        j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.lease_expires_at,
        j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
        j.spread, j.not_before, j.not_after, j.max_runs, j.runs_done, j.calendars,
@@ -102,12 +102,15 @@ LIMIT %(limit)s;
 -- walked backwards on its primary key (or pgpulse_runs_recent for one job), stopping at the
 -- page's end, with the view's rule (hide the row of an occurrence running again) as a test on
 -- the joined job row; ORDER BY over the view instead sorted every run kept (0.6 s a page at
--- 200,000 runs). Running attempts: one row per running job (pgpulse_jobs_leases).
+-- 200,000 runs). Running attempts: one row per running job (pgpulse_jobs_leases), and one per
+-- running extra occurrence (pgpulse_occurrences_leases), whose run row is hidden meanwhile.
 SELECT p.*,
        coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
        extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
        extract(epoch FROM p.first_started_at - p.scheduled_for
-                          - pgpulse_spread_offset(p.job_id, p.spread))::float8 AS lag,
+                          - CASE WHEN p.kind = 'scheduled'
+                                 THEN pgpulse_spread_offset(p.job_id, p.spread)
+                                 ELSE interval '0' END)::float8 AS lag,
        coalesce(p.earlier_attempts, '[]'::jsonb) AS earlier_attempts,
        -- the definition's revision when the run started (queries.sql, list_runs)
        coalesce((SELECT h.revision FROM pgpulse_job_history h
@@ -119,10 +122,13 @@ FROM (
     (SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
            r.outcome, r.node_id, r.occurrences, r.last_scheduled_for, r.fencing_token,
            r.started_at, r.finished_at, coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz, r.started_at) AS first_started_at,
-           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, j.spread
+           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind, j.spread
     FROM pgpulse_runs r
     JOIN pgpulse_jobs j ON j.id = r.job_id
-    WHERE NOT (j.status = 'running' AND j.scheduled_for = r.scheduled_for)
+    WHERE NOT (j.status = 'running' AND j.scheduled_for = r.scheduled_for
+               AND r.kind = 'scheduled')
+      AND NOT EXISTS (SELECT 1 FROM pgpulse_occurrences o
+                      WHERE o.id = r.id AND o.lease_expires_at IS NOT NULL)
       AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
       AND (%(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s)
       AND (%(run_id)s::bigint IS NULL OR r.id = %(run_id)s)
@@ -139,7 +145,7 @@ FROM (
     (SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
            r.outcome, r.node_id, r.occurrences, r.last_scheduled_for, r.fencing_token,
            r.started_at, r.finished_at, r.first_started_at AS first_started_at,
-           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, j.spread
+           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind, j.spread
     FROM pgpulse_jobs j
     CROSS JOIN LATERAL (
         -- pgpulse_runs_live's running part, for this job (through the view, the planner may
@@ -151,7 +157,7 @@ FROM (
                coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, j.claimed_at)
                    AS first_started_at,
                NULL::timestamptz AS attempt_ended_at, NULL::text AS error, NULL::text AS output,
-               prior.attempts AS earlier_attempts
+               prior.attempts AS earlier_attempts, 'scheduled'::text AS kind
         FROM (SELECT 1) one
         LEFT JOIN LATERAL (
             SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
@@ -163,6 +169,7 @@ FROM (
             FROM pgpulse_runs p
             WHERE p.job_id = j.id
               AND p.scheduled_for = j.scheduled_for
+              AND p.kind = 'scheduled'
               AND p.started_at IS NOT NULL
         ) prior ON true
     ) r
@@ -177,6 +184,38 @@ FROM (
       AND (%(since)s::timestamptz IS NULL OR r.scheduled_for >= %(since)s)
       AND (%(until)s::timestamptz IS NULL OR r.scheduled_for < %(until)s)
       AND (%(before_id)s::bigint IS NULL OR r.id < %(before_id)s))
+    UNION ALL
+    (SELECT o.id, o.job_id, j.tenant, j.name, j.handler, j.source, o.scheduled_for,
+           o.attempt, 'running'::text, o.locked_by, 1::bigint, NULL::timestamptz,
+           o.fencing_token, o.claimed_at, NULL::timestamptz,
+           coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, o.claimed_at),
+           NULL::timestamptz, NULL::text, NULL::text, prior.attempts, o.kind, j.spread
+    -- pgpulse_runs_live's running extra occurrences (few rows: pgpulse_occurrences_leases)
+    FROM pgpulse_occurrences o
+    JOIN pgpulse_jobs j ON j.id = o.job_id
+    LEFT JOIN LATERAL (
+        SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                   jsonb_build_object(
+                       'attempt', p.attempts, 'node_id', p.node_id,
+                       'fencing_token', p.fencing_token, 'started_at', p.started_at,
+                       'ended_at', p.attempt_ended_at, 'outcome', p.outcome,
+                       'error', p.error, 'output', p.output)) AS attempts
+        FROM pgpulse_runs p
+        WHERE p.id = o.id
+          AND p.started_at IS NOT NULL
+        LIMIT 1  -- a lookup by primary key: never pulled up into a join over pgpulse_runs
+    ) prior ON true
+    WHERE o.lease_expires_at IS NOT NULL
+      AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+      AND (%(job_id)s::bigint IS NULL OR o.job_id = %(job_id)s)
+      AND (%(run_id)s::bigint IS NULL OR o.id = %(run_id)s)
+      AND (%(outcome)s::text IS NULL OR %(outcome)s = 'running')
+      AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
+      AND (%(source)s::text IS NULL OR j.source = %(source)s)
+      AND (%(q)s::text IS NULL OR strpos(lower(j.name), lower(%(q)s)) > 0)
+      AND (%(since)s::timestamptz IS NULL OR o.scheduled_for >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR o.scheduled_for < %(until)s)
+      AND (%(before_id)s::bigint IS NULL OR o.id < %(before_id)s))
 ) p
 ORDER BY p.id DESC
 LIMIT %(limit)s;
@@ -186,8 +225,10 @@ LIMIT %(limit)s;
 -- (the occurrence grid): the recorded ones (as for `runs`, the row of an occurrence running
 -- again is hidden), the attempt running now, and the skipped summary that starts at or before
 -- %(after)s and reaches into the range: it can only be the newest row starting there, as rows
--- never overlap. Every part is found on pgpulse_runs' (job_id, scheduled_for) key or the job's
--- primary key; at most %(limit)s rows.
+-- never overlap. The schedule's own runs only (kind 'scheduled': a trigger's or a backfill's run
+-- is a row of its own beside them). Every part is found on pgpulse_runs' (job_id,
+-- scheduled_for) key (pgpulse_runs_occurrence, of those rows) or the job's primary key; at most
+-- %(limit)s rows.
 SELECT g.id, g.scheduled_for, g.outcome, g.attempts, g.node_id, g.occurrences,
        coalesce(g.last_scheduled_for, g.scheduled_for) AS last_scheduled_for,
        g.started_at, g.finished_at, g.error,
@@ -202,6 +243,7 @@ FROM (
     WHERE r.job_id = %(job_id)s
       AND r.scheduled_for > %(after)s
       AND r.scheduled_for <= %(until)s
+      AND r.kind = 'scheduled'
       AND NOT (j.status = 'running' AND j.scheduled_for = r.scheduled_for)
     ORDER BY r.scheduled_for
     LIMIT %(limit)s)
@@ -211,10 +253,12 @@ FROM (
             coalesce(
                 (SELECT (p.earlier_attempts -> 0 ->> 'started_at')::timestamptz
                  FROM pgpulse_runs p
-                 WHERE p.job_id = j.id AND p.scheduled_for = j.scheduled_for),
+                 WHERE p.job_id = j.id AND p.scheduled_for = j.scheduled_for
+                   AND p.kind = 'scheduled'),
                 (SELECT p.started_at
                  FROM pgpulse_runs p
-                 WHERE p.job_id = j.id AND p.scheduled_for = j.scheduled_for),
+                 WHERE p.job_id = j.id AND p.scheduled_for = j.scheduled_for
+                   AND p.kind = 'scheduled'),
                 j.claimed_at)
     -- pgpulse_runs_live's running part, for this job
     FROM pgpulse_jobs j
@@ -228,6 +272,7 @@ FROM (
     FROM pgpulse_runs r
     WHERE r.job_id = %(job_id)s
       AND r.scheduled_for <= %(after)s
+      AND r.kind = 'scheduled'
     ORDER BY r.scheduled_for DESC
     LIMIT 1)
 ) g

@@ -22,6 +22,8 @@ from pgpulse.web.context import WebContext
 from pgpulse.web.errors import Unauthorized
 from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
 from pgpulse.web.schemas import (
+    Backfill,
+    BackfillRequest,
     Calendar,
     CalendarIn,
     Cluster,
@@ -39,6 +41,7 @@ from pgpulse.web.schemas import (
     RunPage,
     Status,
     Triggered,
+    TriggerRequest,
 )
 from pgpulse.web.service import present_job
 
@@ -229,10 +232,50 @@ async def resume_job(
     responses={404: _ERR, 409: _ERR},
     summary="Run a job now",
 )
-async def trigger_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
-    """Add an extra occurrence at the database's now to an idle job (409 otherwise)."""
+async def trigger_job(
+    job_id: JobId, who: Who, ctx: Ctx, body: TriggerRequest | None = None
+) -> dict[str, Any]:
+    """Without a payload, move an idle job's occurrence to the database's now (409 otherwise).
+    With one, run the job once now with it, as an extra occurrence beside the schedule (an
+    idle or running job; 409 otherwise), recorded as kind ``trigger``."""
+    if body is not None and body.payload is not None:
+        job, done = await ctx.service.trigger_with_payload(who, job_id, body.payload)
+        return {"job": job, "occurrence": done.scheduled_for, "run_id": done.occurrence}
     job = await ctx.service.act(who, job_id, "trigger")
     return {"job": job, "occurrence": job["scheduled_for"]}
+
+
+@router.post(
+    "/jobs/{job_id}/backfill",
+    response_model=Backfill,
+    responses={404: _ERR, 422: _ERR},
+    summary="Backfill a range",
+)
+async def backfill_job(job_id: JobId, body: BackfillRequest, who: Who, ctx: Ctx) -> dict[str, Any]:
+    """Run each selected occurrence of [from, to] exactly once more, beside the live schedule,
+    at most max_concurrency at once; each run is a history row of its own, kind ``backfill``.
+    With ``dry_run`` nothing is written and the plan is the same."""
+    plan = await ctx.service.backfill(
+        who,
+        job_id,
+        {
+            "start": body.start,
+            "end": body.end,
+            "only": tuple(body.only),
+            "dry_run": body.dry_run,
+            "max_concurrency": body.max_concurrency,
+            "newest_first": body.newest_first,
+        },
+    )
+    return {
+        "job_id": plan.job_id,
+        "batch_id": plan.batch_id,
+        "dry_run": body.dry_run,
+        "occurrences": [
+            {"scheduled_for": p.scheduled_for, "status": p.status, "selected": p.selected}
+            for p in plan.plan
+        ],
+    }
 
 
 async def _runs(
@@ -367,7 +410,7 @@ async def list_job_runs(
     summary="A job's audit trail",
 )
 async def job_history(job_id: JobId, who: Who, ctx: Ctx, limit: Limit = 100) -> dict[str, Any]:
-    """Every create, update, pause, resume, trigger of the job, newest first: when (the
+    """Every create, update, pause, resume, trigger, backfill of the job, newest first: when (the
     database's clock), source, actor, revision and the changed fields (404 if not visible)."""
     return {"items": await ctx.service.history(who, job_id, limit)}
 

@@ -17,11 +17,13 @@ from pydantic.json_schema import SkipJsonSchema
 MAX_SECONDS = 366 * 86400.0
 
 Name = Annotated[str, Field(min_length=1, max_length=200, examples=["nightly-report"])]
-Outcome = Literal["running", "retrying", "succeeded", "failed", "skipped", "fenced"]
+Outcome = Literal["running", "retrying", "succeeded", "failed", "skipped", "fenced", "cancelled"]
 Status = Literal["idle", "running", "paused", "failed", "completed"]
 ResumeMode = Literal["skip", "once", "backfill"]
 CalendarName = Annotated[str, Field(min_length=1, max_length=64, examples=["us-holidays"])]
 CatchUp = Literal["skip", "backfill", "coalesce"]
+Overlap = Literal["forbid", "replace", "allow"]
+RunKind = Literal["scheduled", "trigger", "backfill"]
 #: A field that may be left out of a PATCH but not set to null (absent from the schema).
 Unset = SkipJsonSchema[None]
 
@@ -48,6 +50,14 @@ class JobDefinition(BaseModel):
     retry_backoff: float = Field(1.0, ge=0.001, le=86400, description="Seconds.")
     timeout: float | None = Field(
         3600.0, ge=0.001, le=MAX_SECONDS, description="Per-attempt limit, seconds; null: none."
+    )
+    overlap: Overlap = Field(
+        "forbid",
+        description="An occurrence due while one runs: forbid (waits), replace (cancels the "
+        "running one), allow (runs beside it, up to max_concurrency).",
+    )
+    max_concurrency: int | None = Field(
+        None, ge=1, le=1000, description="With overlap allow (required there): most at once."
     )
     spread: float = Field(
         0.0,
@@ -109,6 +119,8 @@ class JobPatch(BaseModel):
     max_attempts: int | Unset = Field(None, ge=1, le=1000)
     retry_backoff: float | Unset = Field(None, ge=0.001, le=86400)
     timeout: float | None = Field(None, ge=0.001, le=MAX_SECONDS)
+    overlap: Overlap | Unset = None
+    max_concurrency: int | None = Field(None, ge=1, le=1000)
     spread: float | Unset = Field(None, ge=0, le=86400)
     not_before: datetime | None = None
     not_after: datetime | None = None
@@ -125,6 +137,7 @@ class JobPatch(BaseModel):
         "misfire_grace",
         "max_attempts",
         "retry_backoff",
+        "overlap",
         "spread",
         "calendars",
         mode="before",
@@ -153,6 +166,8 @@ class Job(BaseModel):
     max_attempts: int
     retry_backoff: float
     timeout: float | None
+    overlap: Overlap
+    max_concurrency: int | None
     source: str
     revision: int = Field(1, description="The definition's revision (1 when created).")
     status: Status
@@ -196,11 +211,58 @@ class JobPage(BaseModel):
     next_cursor: str | None
 
 
+class TriggerRequest(BaseModel):
+    """Run now: with no payload the job's own occurrence moves to now (an idle job only); with
+    one, an extra occurrence runs once with it, beside the schedule."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    payload: dict[str, Any] | None = Field(
+        None, description="JSON object to run this once with instead of the job's payload."
+    )
+
+
 class Triggered(BaseModel):
-    """A triggered job and the extra occurrence it now holds."""
+    """A triggered job and the occurrence that runs now."""
 
     job: Job
     occurrence: datetime
+    run_id: int | None = Field(
+        None, description="With a payload: the id of the extra occurrence's run."
+    )
+
+
+class BackfillRequest(BaseModel):
+    """Run each selected occurrence of [from, to] exactly once more, beside the schedule."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    start: datetime = Field(alias="from", description="First instant, ISO-8601 with offset.")
+    end: datetime = Field(alias="to", description="Last instant (inclusive), not in the future.")
+    only: list[Literal["missing", "failed", "all"]] = Field(
+        default_factory=list,
+        description="missing (never ran, or skipped), failed; both when empty; all.",
+    )
+    dry_run: bool = Field(False, description="List what would run; write nothing.")
+    max_concurrency: int = Field(1, ge=1, le=1000, description="Most running at once.")
+    newest_first: bool = False
+
+
+class BackfillOccurrence(BaseModel):
+    """One occurrence of the range: what the history says of it, and whether it runs."""
+
+    scheduled_for: datetime
+    status: Literal["succeeded", "failed", "skipped", "missing", "pending", "queued"]
+    selected: bool
+
+
+class Backfill(BaseModel):
+    """A backfill's plan, in run order; ``batch_id`` null for a dry run or nothing selected."""
+
+    job_id: int
+    batch_id: int | None
+    dry_run: bool
+    occurrences: list[BackfillOccurrence]
 
 
 class Attempt(BaseModel):
@@ -253,6 +315,11 @@ class Run(BaseModel):
     revision: int | None = Field(
         None, description="The job definition's revision the run started under."
     )
+    kind: RunKind = Field(
+        "scheduled",
+        description="scheduled (the schedule's occurrence), trigger (run now with a payload) "
+        "or backfill (a backfill on request).",
+    )
 
 
 class Change(BaseModel):
@@ -263,7 +330,7 @@ class Change(BaseModel):
     tenant: str
     name: str = Field(description="The job's name when the change was made.")
     at: datetime = Field(description="When, by the database's clock (UTC).")
-    action: Literal["create", "update", "pause", "resume", "trigger", "delete"]
+    action: Literal["create", "update", "pause", "resume", "trigger", "backfill", "delete"]
     source: str = Field(description="cli, api, code:<app>, crontab:<path> or apply:<name>.")
     actor: str = Field(description="os:<user>, token:<id> (<label>), code:<app>@<node>...")
     revision: int = Field(description="The definition's revision after the change.")

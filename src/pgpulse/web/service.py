@@ -20,6 +20,7 @@ from pgpulse.calendars import ExclusionCalendar
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
 from pgpulse.routing import waiting_reason
+from pgpulse.run_control import BackfillPlan, RunControl, Triggered
 from pgpulse.schedule import parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.auth import Principal
@@ -41,6 +42,8 @@ DEFINITION_FIELDS = (
     "max_attempts",
     "retry_backoff",
     "timeout",
+    "overlap",
+    "max_concurrency",
     "spread",
     "not_before",
     "not_after",
@@ -236,6 +239,65 @@ class JobService:
             },
         )
         return {} if verb == "delete" else await self.job(who, job_id)
+
+    async def trigger_with_payload(
+        self, who: Principal, job_id: int, payload: dict[str, Any]
+    ) -> tuple[dict[str, Any], Triggered]:
+        """Run job ``job_id`` once now with ``payload``, as an extra occurrence
+        (:meth:`~pgpulse.run_control.RunControl.trigger`, as the token's writer).
+
+        Raises:
+            NoSuchJob, Forbidden, InvalidInput: as :meth:`job` and the store's refusals.
+        """
+        row = await self.reads.job(job_id, tenant=who.scope)
+        if row is None:
+            raise NoSuchJob(job_id)
+        check_text("payload", payload)
+        try:
+            done = await RunControl(self.store.pool).trigger(
+                row["tenant"], row["name"], payload, writer=self.writer(who), actor=who.actor
+            )
+        except JobNotFound:
+            raise NoSuchJob(job_id) from None
+        self._log_action(who, row, "trigger", run_id=done.occurrence)
+        return await self.job(who, job_id), done
+
+    async def backfill(self, who: Principal, job_id: int, request: dict[str, Any]) -> BackfillPlan:
+        """Backfill job ``job_id`` on request (:meth:`~pgpulse.run_control.RunControl.backfill`;
+        ``request`` holds its keyword arguments). Runs the job's own definition: the token
+        needs its tenant only.
+
+        Raises:
+            NoSuchJob, InvalidInput: as :meth:`job` and the backfill's refusals.
+        """
+        row = await self.reads.job(job_id, tenant=who.scope)
+        if row is None:
+            raise NoSuchJob(job_id)
+        try:
+            plan = await RunControl(self.store.pool).backfill(
+                row["tenant"], row["name"], **request, actor=who.actor
+            )
+        except JobNotFound:
+            raise NoSuchJob(job_id) from None
+        if plan.batch_id is not None:
+            self._log_action(who, row, "backfill", batch_id=plan.batch_id)
+        return plan
+
+    def _log_action(self, who: Principal, row: dict[str, Any], verb: str, **more: Any) -> None:
+        log.info(
+            "job %s/%s: %s through the API (token %d)",
+            row["tenant"],
+            row["name"],
+            verb,
+            who.token_id,
+            extra={
+                "action": f"api_job_{verb}",
+                "tenant": row["tenant"],
+                "job": row["name"],
+                "token_id": who.token_id,
+                **more,
+            },
+        )
 
     async def put_calendar(
         self, who: Principal, tenant: str | None, name: str, fields: dict[str, Any]

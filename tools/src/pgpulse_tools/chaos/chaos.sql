@@ -11,7 +11,10 @@
 --   'failed' (the handler failed on purpose, before any effect); NULL = never ended (cancelled,
 --   killed). lease_ok_*: whether the execution's token still held an unexpired lease on the job
 --   at that instant, as the database saw it (an observation; the guard does not read it).
--- chaos_fence: the largest fencing token the "external resource" has seen per job.
+-- chaos_fence: the largest fencing token the "external resource" has seen per fence key: the
+--   job id for a job whose occurrences run one at a time on its row (overlap forbid), minus the
+--   run id for an occurrence with a lease of its own (overlap allow), whose token grows over the
+--   claims of that occurrence only (README: key such a guard by run id).
 -- chaos_effects: the side effect, keyed by occurrence; applied counts committed effect writes.
 -- chaos_run_log: the engine's own writes, recorded by triggers, so the checker can tell an
 --   interrupted attempt from a recorded success: every insert/update of pgpulse_runs (outcomes,
@@ -95,7 +98,7 @@ FOR EACH ROW EXECUTE FUNCTION chaos_log_claim();
 -- the largest token it has seen, so a zombie's later write is refused once the new owner has
 -- shown up) and record the start. Returns whether the token's lease was current.
 WITH fence AS (
-    INSERT INTO chaos_fence AS f (job_id, max_token) VALUES (%(job_id)s, %(token)s)
+    INSERT INTO chaos_fence AS f (job_id, max_token) VALUES (%(fence)s, %(token)s)
     ON CONFLICT (job_id) DO UPDATE SET max_token = greatest(f.max_token, excluded.max_token)
     RETURNING f.max_token
 )
@@ -103,9 +106,14 @@ INSERT INTO chaos_history (uid, job_id, scheduled_for, attempt, token, run_id, n
                            started_at, lease_ok_at_start)
 SELECT %(uid)s, %(job_id)s, %(scheduled_for)s, %(attempt)s, %(token)s, %(run_id)s, %(node)s,
        %(kind)s, clock_timestamp(),
-       EXISTS (SELECT 1 FROM pgpulse_jobs j
-               WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s AND j.status = 'running'
-                 AND j.lease_expires_at > clock_timestamp())
+       CASE WHEN %(fence)s > 0
+            THEN EXISTS (SELECT 1 FROM pgpulse_jobs j
+                         WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
+                           AND j.status = 'running' AND j.lease_expires_at > clock_timestamp())
+            ELSE EXISTS (SELECT 1 FROM pgpulse_occurrences o
+                         WHERE o.id = %(run_id)s AND o.fencing_token = %(token)s
+                           AND o.lease_expires_at > clock_timestamp())
+       END
 FROM fence
 RETURNING lease_ok_at_start;
 
@@ -118,12 +126,17 @@ RETURNING lease_ok_at_start;
 -- gone (a failover lost its start): the node's journal records it either way. The row is found
 -- by its uid, not its id: after such a failover the identity hands its id out again.
 WITH fence AS (
-    SELECT f.max_token FROM chaos_fence f WHERE f.job_id = %(job_id)s FOR UPDATE
+    SELECT f.max_token FROM chaos_fence f WHERE f.job_id = %(fence)s FOR UPDATE
 ), lease AS (
-    SELECT EXISTS (SELECT 1 FROM pgpulse_jobs j
-                   WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
-                     AND j.status = 'running'
-                     AND j.lease_expires_at > clock_timestamp()) AS ok
+    SELECT CASE WHEN %(fence)s > 0
+                THEN EXISTS (SELECT 1 FROM pgpulse_jobs j
+                             WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
+                               AND j.status = 'running'
+                               AND j.lease_expires_at > clock_timestamp())
+                ELSE EXISTS (SELECT 1 FROM pgpulse_occurrences o
+                             WHERE o.id = %(run_id)s AND o.fencing_token = %(token)s
+                               AND o.lease_expires_at > clock_timestamp())
+           END AS ok
 ), verdict AS (
     SELECT coalesce((SELECT max_token FROM fence), 0) <= %(token)s
                AND (NOT %(lease_guard)s OR lease.ok) AS accepted,
@@ -155,10 +168,15 @@ FROM verdict v;
 -- A handler fails on purpose (before any effect): close its history row (found by uid, as in
 -- apply_effect); whether its lease was current comes back even if the row is gone.
 WITH lease AS (
-    SELECT EXISTS (SELECT 1 FROM pgpulse_jobs j
-                   WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
-                     AND j.status = 'running'
-                     AND j.lease_expires_at > clock_timestamp()) AS ok
+    SELECT CASE WHEN %(fence)s > 0
+                THEN EXISTS (SELECT 1 FROM pgpulse_jobs j
+                             WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
+                               AND j.status = 'running'
+                               AND j.lease_expires_at > clock_timestamp())
+                ELSE EXISTS (SELECT 1 FROM pgpulse_occurrences o
+                             WHERE o.id = %(run_id)s AND o.fencing_token = %(token)s
+                               AND o.lease_expires_at > clock_timestamp())
+           END AS ok
 ), history AS (
     UPDATE chaos_history h
     SET ended_at = clock_timestamp(), result = 'failed', lease_ok_at_end = lease.ok
@@ -195,8 +213,19 @@ SELECT id, job_id, scheduled_for, outcome, attempts, token, node_id, error, at
 FROM chaos_run_log ORDER BY at, id;
 
 -- name: read_runs
-SELECT job_id, scheduled_for, outcome, attempts, fencing_token AS token, last_scheduled_for
-FROM pgpulse_runs ORDER BY job_id, scheduled_for;
+-- The run rows, and the extra occurrences still to run (overlap allow/replace forks: pending or
+-- running in pgpulse_occurrences, with or without a run row of an earlier attempt) as 'queued':
+-- a backlog the job row has passed but its occurrences have not drained yet.
+SELECT r.job_id, r.scheduled_for,
+       CASE WHEN EXISTS (SELECT 1 FROM pgpulse_occurrences o WHERE o.id = r.id)
+            THEN 'queued' ELSE r.outcome END AS outcome,
+       r.attempts, r.fencing_token AS token, r.last_scheduled_for
+FROM pgpulse_runs r
+UNION ALL
+SELECT o.job_id, o.scheduled_for, 'queued', o.attempt, o.fencing_token, NULL::timestamptz
+FROM pgpulse_occurrences o
+WHERE NOT EXISTS (SELECT 1 FROM pgpulse_runs r WHERE r.id = o.id)
+ORDER BY 1, 2;
 
 -- name: read_jobs
 -- Every job with its state at the check, and the database's instant of the check.
@@ -205,6 +234,8 @@ SELECT j.id, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.anchor_at,
 FROM pgpulse_jobs j ORDER BY j.id;
 
 -- name: backlog
--- Backfill jobs whose current occurrence is not yet past %(at)s: their backlog is still running.
-SELECT count(*) AS n FROM pgpulse_jobs
-WHERE catch_up = 'backfill' AND scheduled_for <= %(at)s;
+-- Backfill jobs whose current occurrence is not yet past %(at)s, and extra occurrences (forks
+-- under overlap allow/replace) of %(at)s or before still to run: their backlog is still running.
+SELECT (SELECT count(*) FROM pgpulse_jobs
+        WHERE catch_up = 'backfill' AND scheduled_for <= %(at)s)
+       + (SELECT count(*) FROM pgpulse_occurrences WHERE scheduled_for <= %(at)s) AS n;

@@ -3,7 +3,8 @@
 Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
 
 * **duplicates**, **re-executed**, **occurrences repeated**, **overlaps** — see
-  :mod:`pgpulse_tools.chaos.effects`.
+  :mod:`pgpulse_tools.chaos.effects`; **allow at once** (information): the most executions of
+  one ``overlap``-kind job (overlap ``allow``, N = 3) that ran at once, which overlaps bounds.
 * **double token holders**, **tokens reissued**, **run ids reissued** — see
   :mod:`pgpulse_tools.chaos.tokens` (invariant 9: must be 0 with any replication).
 * **double claims** — from the engine's own ``pgpulse_runs`` writes: a claim of a job while the
@@ -12,8 +13,9 @@ Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
   their job has moved past them.
 * **unrecorded** — occurrences of any policy due by the settle point, passed by their job, with
   no ``pgpulse_runs`` row (each must be run or recorded skipped).
-* **queued at check** — occurrences due by the settle point that their job has not reached yet
-  (a backlog still draining; the runner waits for backfill backlogs before the check).
+* **queued at check** — occurrences due by the settle point that their job has not reached yet,
+  or that it forked (overlap ``allow``/``replace``) and are still to run (a backlog still
+  draining; the runner waits for backfill and forked backlogs before the check).
 * **stuck** — jobs ``running`` with a lease expired for longer than the sweeper needs, or
   ``failed`` (never scheduled again), at the check.
 * **node crashes** — node processes that exited on their own, or hung on SIGTERM.
@@ -41,7 +43,7 @@ from typing import Any
 from tabulate import tabulate
 
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.chaos.effects import duplicates, overlaps
+from pgpulse_tools.chaos.effects import OVERLAP_N, duplicates, most_at_once, overlaps
 from pgpulse_tools.chaos.history import (
     CLOSING_OUTCOMES,
     History,
@@ -187,6 +189,8 @@ def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
         for at in due:
             run = runs.get((job.id, at)) or _summary_of(summaries[job.id], at)
             pending = job.scheduled_for is not None and job.scheduled_for <= at
+            # a forked occurrence (overlap allow/replace) the job row passed, still to run
+            pending = pending or (run is not None and run.outcome == "queued")
             if pending and (run is None or run.outcome != "succeeded"):
                 queued.append(
                     f"{job.name} (id {job.id}) @ {_ts(at)}: "
@@ -268,7 +272,8 @@ def check(history: History) -> Verdict:
                 repeated,
                 "info" if history.replication == "async" else "must be 0",
             ),
-            _count("overlaps", overlaps(history)),
+            _count("overlaps", overlaps(history, OVERLAP_N)),
+            Figure("allow at once", f"{most_at_once(history)} (overlap allow, N = {OVERLAP_N})"),
             _count("double claims", double_claims(history.run_events)),
             _count("double token holders", doubles),
             _count("tokens reissued", tokens_again),

@@ -9,7 +9,10 @@
   replication may cause. An earlier effect whose attempt was recorded ``succeeded``, or that was
   written after its lease had expired, or interrupted with no fault on its node, is a duplicate.
 * **overlaps** — two executions of one job whose [start, end] intervals intersect while both
-  wrote their effect (neither was fenced).
+  wrote their effect (neither was fenced). A job of the ``overlap`` kind (overlap ``allow``,
+  N = :data:`OVERLAP_N`) may run N at once: for it, **overlaps**
+  counts the instants at which more than N of its executions that wrote their effect ran at
+  once. Two effects of one occurrence are duplicates above, whatever the kind.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from pgpulse_tools.chaos.history import Execution, Fault, History
+
+#: The ``overlap`` kind's bound (overlap ``allow``, its ``max_concurrency``): the workload gives
+#: its jobs this bound and the checker counts their executions at once against it.
+OVERLAP_N = 3
 
 
 def _ts(at: datetime | None) -> str:
@@ -105,15 +112,19 @@ def duplicates(history: History) -> tuple[list[str], list[str], list[str]]:
     return found["duplicate"], found["re-executed"], found["repeated"]
 
 
-def overlaps(history: History) -> list[str]:
+def overlaps(history: History, allowed: int = OVERLAP_N) -> list[str]:
     """Pairs of executions of one job that both applied their effect with intersecting
-    [start, end] intervals."""
+    [start, end] intervals; for a job of the ``overlap`` kind, each instant more than
+    ``allowed`` of them ran at once."""
     by_job: dict[int, list[Execution]] = defaultdict(list)
     for execution in history.executions:
         if execution.result == "applied":
             by_job[execution.job_id].append(execution)
     found: list[str] = []
     for job_id, runs in sorted(by_job.items()):
+        if runs[0].kind == "overlap":
+            found.extend(_beyond(job_id, runs, allowed))
+            continue
         runs.sort(key=lambda e: (e.started_at, e.id))
         latest: Execution | None = None
         for run in runs:
@@ -131,4 +142,49 @@ def overlaps(history: History) -> list[str]:
                 )
             if latest is None or (latest.ended_at is not None and run.ended_at > latest.ended_at):
                 latest = run
+    return found
+
+
+def most_at_once(history: History) -> int:
+    """The most executions of one ``overlap``-kind job that wrote their effect and ran at once
+    (0 without such jobs): proof that ``allow`` overlapped at all."""
+    most = 0
+    by_job: dict[int, list[Execution]] = defaultdict(list)
+    for execution in history.executions:
+        if execution.result == "applied" and execution.kind == "overlap":
+            by_job[execution.job_id].append(execution)
+    for runs in by_job.values():
+        edges = sorted(
+            [(run.started_at, 1) for run in runs]
+            + [(run.ended_at, -1) for run in runs if run.ended_at is not None]
+        )
+        now = 0
+        for _, step in edges:
+            now += step
+            most = max(most, now)
+    return most
+
+
+def _beyond(job_id: int, runs: list[Execution], allowed: int) -> list[str]:
+    """The starts at which more than ``allowed`` of ``runs`` (applied executions of one job)
+    ran at once (a sweep over their [start, end] intervals; an end before a start at the same
+    instant)."""
+    edges = sorted(
+        [(run.started_at, 1, run) for run in runs]
+        + [(run.ended_at, -1, run) for run in runs if run.ended_at is not None],
+        key=lambda edge: (edge[0], edge[1]),
+    )
+    found: list[str] = []
+    now: list[Execution] = []
+    for _, step, run in edges:
+        if step < 0:
+            now.remove(run)
+            continue
+        now.append(run)
+        if len(now) > allowed:
+            found.append(
+                f"job {job_id}: {len(now)} executions at once at {_ts(run.started_at)} "
+                f"(allowed {allowed}): "
+                + ", ".join(f"{e.node_id}/r{e.run_id}t{e.token}" for e in now)
+            )
     return found

@@ -2,7 +2,8 @@
 (pure; the database's rows and the nodes' journals, so a failover that lost the database's record
 of a claim still shows it).
 
-* **tokens reissued** — two executions of one job that were given the same fencing token. A
+* **tokens reissued** — two executions of one job that were given the same fencing token (of
+  one occurrence, for the ``overlap`` kind: each of its occurrences has a token of its own). A
   token comes from one acknowledged claim and one claim starts one execution, so any repeat
   means the database handed the token out again (a failover that lost the claim's WAL).
 * **double token holders** — such a pair whose holding intervals overlap: two nodes held "the
@@ -51,12 +52,14 @@ def reissued_tokens(history: History) -> tuple[list[str], list[str]]:
     for fault in history.faults:
         if fault.kind == "kill":
             kills[fault.target].append(fault.started_at)
-    by_token: dict[tuple[int, int], list[Execution]] = defaultdict(list)
+    by_token: dict[tuple[int, int, int], list[Execution]] = defaultdict(list)
     for execution in history.executions:
-        by_token[(execution.job_id, execution.token)].append(execution)
+        # an occurrence with a lease of its own numbers its claims itself
+        own = execution.run_id if execution.kind == "overlap" and execution.run_id else 0
+        by_token[(execution.job_id, own, execution.token)].append(execution)
     reissued: list[str] = []
     doubles: list[str] = []
-    for (job_id, token), holders in sorted(by_token.items()):
+    for (job_id, _, token), holders in sorted(by_token.items()):
         if len(holders) < 2:
             continue
         holders.sort(key=lambda e: (e.started_at, e.id))

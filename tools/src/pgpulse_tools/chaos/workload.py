@@ -20,7 +20,12 @@ slow       ``@every 1s``                               1.2–2.5 s: longer than 
 long       ``@every 3·lease``                          1.3–1.8 leases: lives on heartbeats
 blocking   ``@every 3s``                               a sync handler (a thread; cannot be
                                                        cancelled), 0.2–1.5 s
+overlap    ``@every 1s``, overlap ``allow``, N = 3     1.2–2.4 s: up to three occurrences at
+                                                       once, each with its own lease and token
 ========== =========================================== ======================================
+
+An ``overlap`` execution guards its effect by its run id (its token grows over the claims of its
+occurrence only: README), and its lease is the occurrence's (``pgpulse_occurrences``).
 
 Durations and failures are drawn from a generator seeded by (``PGPULSE_CHAOS_SEED``, job,
 occurrence, attempt), so an execution behaves the same whichever node runs it.
@@ -46,6 +51,7 @@ from pgpulse.app import App
 from pgpulse.handlers import HandlerFailed, RunContext
 from pgpulse.jobs import JobSpec
 from pgpulse.sql import load_queries
+from pgpulse_tools.chaos.effects import OVERLAP_N
 from pgpulse_tools.chaos.journal import Journal
 
 Q = load_queries("chaos.sql", __package__)
@@ -65,6 +71,7 @@ class Kind:
     share: float = 0.1
     fail: float = 0.0
     blocking: bool = False
+    max_concurrency: int | None = None  # overlap allow with this bound; None: forbid
 
 
 def kinds(lease: float) -> tuple[Kind, ...]:
@@ -78,6 +85,7 @@ def kinds(lease: float) -> tuple[Kind, ...]:
         Kind("slow", ("@every 1s",), 1.2, 2.5, policies=("skip", "coalesce"), share=0.10),
         Kind("long", (long_every,), 1.3 * lease, 1.8 * lease, share=0.10),
         Kind("blocking", ("@every 3s",), 0.2, 1.5, share=0.12, blocking=True),
+        Kind("overlap", ("@every 1s",), 1.2, 2.4, share=0.05, max_concurrency=OVERLAP_N),
     )
 
 
@@ -85,7 +93,7 @@ def build_jobs(count: int, *, lease: float, seed: int) -> list[JobSpec]:
     """Return ``count`` job specs mixing every kind and catch-up policy (deterministic).
 
     Args:
-        count: number of jobs (at least one of each kind when ``count`` >= 7).
+        count: number of jobs (at least one of each kind when ``count`` >= 8).
         lease: the nodes' lease, seconds (sets the ``long`` kind's durations and period).
         seed: seeds the choice of schedules, policies and grace periods.
 
@@ -116,7 +124,10 @@ def build_jobs(count: int, *, lease: float, seed: int) -> list[JobSpec]:
                         "min": kind.min,
                         "max": kind.max,
                         "fail": kind.fail,
+                        "overlap": kind.max_concurrency is not None,
                     },
+                    overlap="forbid" if kind.max_concurrency is None else "allow",
+                    max_concurrency=kind.max_concurrency,
                     # A short grace makes skip/coalesce decisions happen after every outage.
                     misfire_grace=rng.choice((1.0, 2.0, 3.0)),
                     # Backfill occurrences must all run: enough attempts for planned failures and
@@ -212,7 +223,13 @@ def _start(ctx: RunContext) -> dict[str, Any]:
     }
     uid = uuid.uuid4().hex
     _journal.started(uid, ctx.node_id, fields)
-    return {**fields, "uid": uid, "node": ctx.node_id}
+    return {**fields, "uid": uid, "node": ctx.node_id, "fence": _fence(ctx)}
+
+
+def _fence(ctx: RunContext) -> int:
+    """The fence key of an execution: its job, or (an occurrence with a lease of its own) minus
+    its run id."""
+    return -ctx.run_id if ctx.payload.get("overlap") else ctx.job_id
 
 
 def _end(ctx: RunContext, start: dict[str, Any], row: DictRow, result: str, end: Any) -> None:
@@ -234,6 +251,8 @@ def _effect_args(ctx: RunContext, start: dict[str, Any]) -> dict[str, Any]:
         "job_id": ctx.job_id,
         "scheduled_for": ctx.scheduled_for,
         "token": ctx.fencing_token,
+        "run_id": ctx.run_id,
+        "fence": start["fence"],
         "node": ctx.node_id,
         "uid": start["uid"],
         "lease_guard": os.environ.get("PGPULSE_CHAOS_GUARD", "lease") == "lease",

@@ -1,0 +1,145 @@
+"""``pgpulse job trigger`` and ``pgpulse job backfill``: run now (with a payload), and backfill
+on request (thin: parse, call :class:`~pgpulse.run_control.RunControl` or the store, print).
+
+Imported by :mod:`pgpulse.cli`, whose ``job`` group these commands join.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import click
+
+from pgpulse.audit import cli_actor
+from pgpulse.backfill import ONLY_CHOICES
+from pgpulse.cli import job, tenant_option, with_store
+from pgpulse.cli_conventions import IsoDateTime
+from pgpulse.run_control import BackfillPlan, RunControl
+from pgpulse.store import Store
+
+
+@job.command("trigger")
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--payload",
+    default=None,
+    help="JSON object to run this once with instead of the job's payload: one extra "
+    "occurrence beside the schedule, recorded as a trigger.",
+)
+@with_store
+async def job_trigger(store: Store, name: str, tenant: str, payload: str | None) -> None:
+    """Run job NAME now, once, as an extra occurrence.
+
+    Without --payload the job's own occurrence moves to now (an idle job only; the schedule
+    continues after it). With --payload the run is an occurrence of its own, with that payload,
+    beside whatever runs (the job must be idle or running; a shell job's payload needs the
+    rights to write the job).
+    """
+    if payload is not None:
+        done = await RunControl(store.pool).trigger(tenant, name, payload, actor=cli_actor())
+        click.echo(
+            f"triggered {name} with its own payload: extra occurrence "
+            f"{done.scheduled_for.isoformat()} (run {done.occurrence})"
+        )
+        return
+    result = await store.trigger_job(tenant, name, actor=cli_actor())
+    if result < await store.db_now() - timedelta(seconds=1):
+        click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
+    else:
+        click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
+
+
+def _utc(value: datetime) -> datetime:
+    """A naive instant given on the command line is UTC."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+@job.command("backfill")
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--from", "start", type=IsoDateTime(), required=True, help="First instant (UTC if naive)."
+)
+@click.option("--to", "end", type=IsoDateTime(), required=True, help="Last instant (UTC if naive).")
+@click.option(
+    "--only",
+    type=click.Choice(ONLY_CHOICES),
+    multiple=True,
+    help="Which occurrences: missing (never ran, or skipped), failed; both by default; all "
+    "(succeeded ones too). Repeat to combine.",
+)
+@click.option("--dry-run", is_flag=True, help="List what would run; write nothing.")
+@click.option(
+    "--max-concurrency",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Most occurrences of this backfill running at once.",
+)
+@click.option("--newest-first", is_flag=True, help="Run the newest occurrence first.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@with_store
+async def job_backfill(
+    store: Store,
+    name: str,
+    tenant: str,
+    start: datetime,
+    end: datetime,
+    only: tuple[str, ...],
+    dry_run: bool,
+    max_concurrency: int,
+    newest_first: bool,
+    as_json: bool,
+) -> None:
+    """Run each selected occurrence of job NAME from --from to --to (inclusive) exactly once
+    more, beside the live schedule; each run is a history row of its own, marked backfill.
+    Occurrences the live schedule has not reached, and those an earlier backfill still has
+    to run, are never selected."""
+    plan = await RunControl(store.pool).backfill(
+        tenant,
+        name,
+        start=_utc(start),
+        end=_utc(end),
+        only=only,
+        dry_run=dry_run,
+        max_concurrency=max_concurrency,
+        newest_first=newest_first,
+        actor=cli_actor(),
+    )
+    _print_plan(name, plan, dry_run=dry_run, as_json=as_json)
+
+
+def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) -> None:
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "job_id": plan.job_id,
+                    "batch_id": plan.batch_id,
+                    "dry_run": dry_run,
+                    "occurrences": [
+                        {
+                            "scheduled_for": p.scheduled_for.isoformat(),
+                            "status": p.status,
+                            "selected": p.selected,
+                        }
+                        for p in plan.plan
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    for p in plan.plan:
+        click.echo(f"{'run ' if p.selected else 'keep'}  {p.scheduled_for.isoformat()}  {p.status}")
+    count = len(plan.selected)
+    if dry_run:
+        click.echo(f"dry run: {count} of {len(plan.plan)} occurrences of {name} would run")
+    elif plan.batch_id is None:
+        click.echo(f"nothing to backfill: none of {len(plan.plan)} occurrences of {name} selected")
+    else:
+        click.echo(
+            f"backfill {plan.batch_id} of {name}: {count} of {len(plan.plan)} occurrences queued"
+        )

@@ -1,0 +1,540 @@
+-- The statements of extra occurrences (pgpulse_occurrences: triggers with a payload, backfills on
+-- request, occurrences forked off the job row under overlap replace/allow), loaded into
+-- pgpulse.sql.QUERIES beside queries.sql. docs/states.md ("Extra occurrences") is the design.
+-- Clock rule as in queries.sql: %(now)s is NULL in production (the database's now()).
+-- Epochs as in queries.sql (finish_and_claim, invariant 9): clock.epoch is (timeline - 1) * 2^48;
+-- an occurrence's id (its run row's) is the sequence's value + the epoch, and a claim's token is
+-- greatest(token, epoch) + 1, so nothing handed out before a lost-WAL failover is handed out
+-- again. Run rows keep every attempt (migration 0004): a later attempt written over an earlier
+-- one first appends it to earlier_attempts; a 'retrying' end is recorded in attempt_ended_at.
+
+-- name: finish_and_claim_occurrences
+-- The claim loop's step for extra occurrences, in one statement: end a batch of their attempts,
+-- fenced, then claim up to %(limit)s due ones for node %(node)s along its routes (as
+-- finish_and_claim: the i-th handler of %(route_handlers)s in the shards of the i-th array literal
+-- of %(route_shards)s; an occurrence of a job whose handler is on no route is never claimed),
+-- within each batch's bound.
+--
+-- Finish (input, ended, retried, run). An element changes nothing unless its occurrence still
+-- runs under its token. A final outcome deletes the occurrence; 'retrying' makes it pending again,
+-- due after retry_in seconds. Either way its history row (id = the occurrence's id) is written
+-- with the attempt's values as the statement's snapshot shows them, and its batch's count of
+-- leases goes down by one (counted).
+--
+-- Claim (cand, batch, picked, claimed). Pending occurrences of jobs that are idle or running (not
+-- paused, not failed), due, of the shards, not of a batch full in the snapshot, are locked
+-- SKIP LOCKED; then their batch rows, SKIP LOCKED, which gives each batch's newest count of
+-- leases (READ COMMITTED locks the newest version of a row); of each batch at most
+-- max_concurrency - running (+ the leases this statement releases) are claimed, in the batch's
+-- order. Each claimed occurrence gets a new lease and fencing token, attempt + 1, and its batch's
+-- count goes up (counted: one UPDATE per batch row for both directions).
+--
+-- Rows as finish_and_claim's: the claimed job's fields (ClaimedJob, the occurrence's own
+-- payload if it has one), then the clock, the next due instant of a pending occurrence along
+-- those routes when fewer than %(limit)s were claimed, and `written` (id, token) on the first row.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
+),
+input AS (
+    SELECT *
+    FROM json_to_recordset(%(outcomes)s::json) AS i (
+        id bigint, token bigint, outcome text, retry_in float8, error text, output text
+    )
+),
+ended AS (
+    DELETE FROM pgpulse_occurrences AS o
+    USING input AS i
+    WHERE o.id = ANY(ARRAY(SELECT id FROM input))
+      AND o.id = i.id
+      AND o.fencing_token = i.token
+      AND o.lease_expires_at IS NOT NULL
+      AND i.outcome <> 'retrying'
+    RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
+              o.fencing_token, o.claimed_at, i.outcome, i.error, i.output
+),
+retried AS (
+    UPDATE pgpulse_occurrences AS o
+    SET lease_expires_at = NULL,
+        next_run_at = clock.now + make_interval(secs => i.retry_in)
+    FROM input AS i, clock
+    WHERE o.id = ANY(ARRAY(SELECT id FROM input))
+      AND o.id = i.id
+      AND o.fencing_token = i.token
+      AND o.lease_expires_at IS NOT NULL
+      AND i.outcome = 'retrying'
+    RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
+              o.fencing_token, o.claimed_at, i.outcome, i.error, i.output
+),
+released AS (
+    SELECT * FROM ended
+    UNION ALL
+    SELECT * FROM retried
+),
+run AS (
+    INSERT INTO pgpulse_runs AS r (
+        id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
+        finished_at, error, output, kind, batch_id, attempt_ended_at
+    )
+    OVERRIDING SYSTEM VALUE
+    SELECT e.id, e.job_id, e.scheduled_for, e.attempt, e.outcome, e.locked_by, e.fencing_token,
+           e.claimed_at,
+           CASE WHEN e.outcome <> 'retrying' THEN clock.now END,
+           e.error, e.output, e.kind, e.batch_id,
+           CASE WHEN e.outcome = 'retrying' THEN clock.now END
+    FROM released AS e
+    CROSS JOIN clock
+    ON CONFLICT (id) DO UPDATE
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                   'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
+        outcome = excluded.outcome,
+        node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        error = excluded.error,
+        output = excluded.output,
+        attempt_ended_at = excluded.attempt_ended_at
+    RETURNING 1
+),
+freed AS (
+    SELECT batch_id, count(*) AS n
+    FROM released
+    GROUP BY batch_id
+),
+route AS (
+    SELECT r.handler, r.shards::smallint[] AS shards
+    FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
+),
+cand AS (
+    SELECT o.id, o.batch_id, o.next_run_at, o.position
+    FROM pgpulse_occurrences AS o
+    WHERE o.lease_expires_at IS NULL
+      AND o.next_run_at <= coalesce(%(now)s::timestamptz, now())
+      AND EXISTS (
+          SELECT 1
+          FROM pgpulse_jobs AS j
+          JOIN route AS r ON r.handler = j.handler
+          WHERE j.id = o.job_id
+            AND j.status IN ('idle', 'running')
+            AND o.shard_id = ANY(r.shards)
+      )
+      AND NOT EXISTS (
+          SELECT 1
+          FROM pgpulse_batches AS b
+          WHERE b.id = o.batch_id
+            AND b.running >= b.max_concurrency
+            AND NOT EXISTS (SELECT 1 FROM released AS e WHERE e.batch_id = b.id)
+      )
+    ORDER BY o.next_run_at, o.position
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+),
+batch AS (
+    SELECT b.id, b.max_concurrency, b.running
+    FROM pgpulse_batches AS b
+    WHERE b.id = ANY(ARRAY(SELECT batch_id FROM cand))
+    FOR UPDATE OF b SKIP LOCKED
+),
+picked AS (
+    SELECT c.id, c.batch_id
+    FROM (
+        SELECT cand.*,
+               row_number() OVER (PARTITION BY cand.batch_id
+                                  ORDER BY cand.next_run_at, cand.position) AS n
+        FROM cand
+    ) AS c
+    JOIN batch AS b ON b.id = c.batch_id
+    LEFT JOIN freed AS f ON f.batch_id = c.batch_id
+    WHERE b.max_concurrency IS NULL
+       OR c.n <= b.max_concurrency - b.running + coalesce(f.n, 0)
+),
+claimed AS (
+    UPDATE pgpulse_occurrences AS o
+    SET attempt = o.attempt + 1,
+        fencing_token = greatest(o.fencing_token, clock.epoch) + 1,
+        locked_by = %(node)s,
+        lease_expires_at = clock.now + make_interval(secs => %(lease)s),
+        claimed_at = clock.now
+    FROM clock
+    WHERE o.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.payload, o.batch_id, o.attempt,
+              o.fencing_token
+),
+counted AS (
+    UPDATE pgpulse_batches AS b
+    SET running = b.running + d.delta
+    FROM (
+        SELECT x.batch_id, sum(x.n)::int AS delta
+        FROM (
+            SELECT claimed.batch_id, 1 AS n FROM claimed
+            UNION ALL
+            SELECT released.batch_id, -1 AS n FROM released
+        ) AS x
+        GROUP BY x.batch_id
+    ) AS d
+    WHERE b.id = d.batch_id
+    RETURNING 1
+),
+jobs AS (
+    SELECT j.id AS job_id, j.tenant, j.name, j.schedule, j.timezone, j.handler,
+           coalesce(c.payload, j.payload) AS payload, j.catch_up, j.backfill_limit,
+           extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
+           j.max_attempts,
+           extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
+           extract(epoch FROM j.timeout)::float8 AS timeout,
+           j.anchor_at, c.scheduled_for, c.attempt, c.fencing_token, c.id AS run_id,
+           clock.now AS db_now,
+           -- the job's limits (ClaimedJob after db_now): the job row judged a forked
+           -- occurrence's window, calendars and spread before forking it; an extra occurrence
+           -- has no limit of its own (docs/states.md, "Extra occurrences and run control")
+           CASE WHEN c.kind = 'scheduled' THEN pgpulse_spread_offset(j.id, j.spread)
+                ELSE interval '0' END AS spread_offset,
+           NULL::timestamptz AS not_after, NULL::int AS runs_left, NULL::jsonb AS calendars,
+           NULL::text AS resume_mode, NULL::timestamptz AS resumed_at,
+           NULL::int AS auto_pause_after, 0 AS failures,
+           j.overlap, j.max_concurrency, c.id AS occurrence, c.kind
+    FROM claimed AS c
+    JOIN pgpulse_jobs AS j ON j.id = c.job_id
+    CROSS JOIN clock
+)
+SELECT jobs.*,
+       clock.now AS clock_now,
+       (
+           SELECT o.next_run_at
+           FROM pgpulse_occurrences AS o
+           JOIN pgpulse_jobs AS j ON j.id = o.job_id
+           JOIN route AS r ON r.handler = j.handler AND o.shard_id = ANY(r.shards)
+           WHERE o.lease_expires_at IS NULL
+             AND o.next_run_at > coalesce(%(now)s::timestamptz, now())
+             AND (SELECT count(*) FROM claimed) < %(limit)s
+           ORDER BY o.next_run_at
+           LIMIT 1
+       ) AS next_due,
+       CASE WHEN row_number() OVER () = 1
+            THEN ARRAY(SELECT ARRAY[id, fencing_token] FROM released)
+       END AS written
+FROM clock
+LEFT JOIN jobs ON true
+ORDER BY jobs.scheduled_for;
+
+-- name: renew_occurrences
+-- Heartbeat for running extra occurrences: extend the lease of each (occurrence id, fencing
+-- token) pair still held, as renew_leases does for job rows. A replaced or deleted occurrence
+-- has no row: its pair is missing from the result and its holder cancels the attempt.
+UPDATE pgpulse_occurrences AS o
+SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease)s)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
+WHERE o.id = held.id
+  AND o.fencing_token = held.token
+  AND o.lease_expires_at > coalesce(%(now)s::timestamptz, now())
+RETURNING o.id, o.fencing_token;
+
+-- name: hand_back_occurrences
+-- A stopping node hands back the extra occurrences it could not finish, fenced per claim: each is
+-- pending and due at once, and its batch's count goes down. One whose handler had started
+-- (%(started)s) counts as an attempt: its history row is written 'retrying' with %(reason)s; one
+-- that never started is not counted (attempt - 1) and writes no row.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+),
+held AS (
+    SELECT *
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(started)s::bool[])
+         AS h(id, token, started)
+),
+back AS (
+    UPDATE pgpulse_occurrences AS o
+    SET lease_expires_at = NULL,
+        next_run_at = clock.now,
+        attempt = CASE WHEN held.started THEN o.attempt ELSE greatest(o.attempt - 1, 0) END
+    FROM clock, held
+    WHERE o.id = held.id
+      AND o.fencing_token = held.token
+      AND o.lease_expires_at IS NOT NULL
+    RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
+              o.fencing_token, o.claimed_at, held.started
+),
+run AS (
+    INSERT INTO pgpulse_runs AS r (
+        id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
+        error, kind, batch_id, attempt_ended_at
+    )
+    OVERRIDING SYSTEM VALUE
+    SELECT b.id, b.job_id, b.scheduled_for, b.attempt, 'retrying', b.locked_by,
+           b.fencing_token, b.claimed_at, %(reason)s, b.kind, b.batch_id, clock.now
+    FROM back AS b
+    CROSS JOIN clock
+    WHERE b.started
+    ON CONFLICT (id) DO UPDATE
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                   'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
+        outcome = 'retrying',
+        node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token,
+        started_at = excluded.started_at,
+        finished_at = NULL,
+        error = excluded.error,
+        output = NULL,
+        attempt_ended_at = excluded.attempt_ended_at
+    RETURNING 1
+),
+counted AS (
+    UPDATE pgpulse_batches AS b
+    SET running = b.running - d.n
+    FROM (SELECT batch_id, count(*)::int AS n FROM back GROUP BY batch_id) AS d
+    WHERE b.id = d.batch_id
+    RETURNING 1
+)
+SELECT back.id, back.started
+FROM back;
+
+-- name: fork_occurrence
+-- Under overlap replace or allow, a claimed job row whose occurrence is to run does not run it:
+-- this statement, fenced by the job row's token, moves the job row to its next occurrence
+-- (%(scheduled_for)s, the planner's advance; its skipped occurrences, if any, get one summary
+-- row as finish_and_claim writes them) and makes the claimed occurrence a pending extra
+-- occurrence (kind 'scheduled') of the job's overlap batch, due at once, with the job row's run
+-- id and the attempts it already spent on it. With %(replace)s, the job's other scheduled
+-- occurrences, running or pending, are cancelled in the same statement: their history rows say
+-- 'cancelled', their rows are deleted (a holder's next renewal is refused and it cancels its
+-- attempt), and the batch's count of leases loses those that held one.
+-- Returns the new occurrence's id, or no row when the job row's claim was lost.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
+),
+old AS (
+    SELECT j.id, j.scheduled_for, j.attempt, j.run_id, j.max_concurrency, j.shard_id
+    FROM pgpulse_jobs AS j
+    WHERE j.id = %(job_id)s
+      AND j.fencing_token = %(token)s
+      AND j.lease_expires_at IS NOT NULL
+),
+job AS (
+    UPDATE pgpulse_jobs AS j
+    SET status = 'idle',
+        scheduled_for = %(scheduled_for)s,
+        next_run_at = %(scheduled_for)s + pgpulse_spread_offset(j.id, j.spread),
+        attempt = 0,
+        run_id = NULL,
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        updated_at = clock.now
+    FROM old, clock
+    WHERE j.id = old.id
+    RETURNING j.id
+),
+cancelled AS (
+    DELETE FROM pgpulse_occurrences AS o
+    USING job
+    WHERE %(replace)s::bool
+      AND o.job_id = job.id
+      AND o.kind = 'scheduled'
+    RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
+              o.fencing_token, o.claimed_at, o.lease_expires_at IS NOT NULL AS held
+),
+cancelled_run AS (
+    INSERT INTO pgpulse_runs AS r (
+        id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
+        finished_at, error, kind, batch_id
+    )
+    OVERRIDING SYSTEM VALUE
+    -- an occurrence pending again after a lost attempt keeps that attempt in its row: the
+    -- cancelled one (attempt + 1 if it held a lease) is appended after it
+    SELECT c.id, c.job_id, c.scheduled_for, c.attempt, 'cancelled', c.locked_by,
+           c.fencing_token, c.claimed_at, clock.now,
+           'replaced by the occurrence at ' || to_char(old.scheduled_for AT TIME ZONE 'UTC',
+                                                       'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           c.kind, c.batch_id
+    FROM cancelled AS c, old, clock
+    ON CONFLICT (id) DO UPDATE
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                   'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
+        outcome = 'cancelled',
+        node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        error = excluded.error,
+        output = CASE WHEN excluded.attempts > r.attempts THEN NULL ELSE r.output END
+    RETURNING 1
+),
+batch AS (
+    INSERT INTO pgpulse_batches AS b (job_id, kind, max_concurrency)
+    SELECT job.id, 'overlap', coalesce(old.max_concurrency, 1)
+    FROM job, old
+    ON CONFLICT (job_id) WHERE kind = 'overlap' DO UPDATE
+    SET max_concurrency = excluded.max_concurrency,
+        running = b.running - (SELECT count(*) FROM cancelled WHERE cancelled.held)::int
+    RETURNING b.id
+),
+forked AS (
+    INSERT INTO pgpulse_occurrences (
+        id, job_id, kind, scheduled_for, batch_id, next_run_at, attempt
+    )
+    SELECT coalesce(old.run_id, nextval('pgpulse_runs_id_seq') + clock.epoch),
+           old.id, 'scheduled',
+           old.scheduled_for, batch.id, clock.now, greatest(old.attempt - 1, 0)
+    FROM old, batch, clock
+    RETURNING id
+),
+skipped AS (
+    INSERT INTO pgpulse_runs (
+        id, job_id, scheduled_for, attempts, outcome, error, finished_at, occurrences,
+        last_scheduled_for
+    )
+    OVERRIDING SYSTEM VALUE
+    SELECT nextval('pgpulse_runs_id_seq') + clock.epoch,
+           job.id, %(skip_from)s::timestamptz, 0, 'skipped', %(skip_reason)s, clock.now,
+           %(skips)s, %(skip_to)s::timestamptz
+    FROM job, clock
+    WHERE %(skips)s > 0
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO NOTHING
+    RETURNING 1
+)
+SELECT forked.id, pg_notify('pgpulse_wakeup', old.shard_id::text)
+FROM forked, old;
+
+-- name: insert_trigger
+-- Run now, with a payload: one extra occurrence of job (%(tenant)s, %(name)s) at the database's
+-- now, kind 'trigger', with %(payload)s (NULL: the job's own), in a batch of its own (no bound),
+-- due at once; its shard is woken; recorded in the audit trail (action 'trigger', the payload
+-- and the run id as its changes) in the same statement. No row when there is no such job.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
+),
+job AS (
+    SELECT j.id, j.shard_id, j.status, j.tenant, j.name, j.revision
+    FROM pgpulse_jobs AS j
+    WHERE j.id = (
+        SELECT n.job_id
+        FROM pgpulse_job_names AS n
+        WHERE n.tenant = %(tenant)s
+          AND n.name = %(name)s
+    )
+),
+batch AS (
+    INSERT INTO pgpulse_batches (job_id, kind)
+    SELECT job.id, 'trigger'
+    FROM job
+    WHERE job.status IN ('idle', 'running')
+    RETURNING id, job_id
+),
+occurrence AS (
+    INSERT INTO pgpulse_occurrences (id, job_id, kind, scheduled_for, payload, batch_id,
+                                     next_run_at)
+    SELECT nextval('pgpulse_runs_id_seq') + clock.epoch,
+           batch.job_id, 'trigger', clock.now, %(payload)s::jsonb,
+           batch.id, clock.now
+    FROM batch, clock
+    RETURNING id, scheduled_for
+),
+audit AS (
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                     changes)
+    SELECT job.id, job.tenant, job.name, clock.now, 'trigger', %(source)s, %(actor)s,
+           job.revision,
+           jsonb_build_object('payload', jsonb_build_array(NULL, %(payload)s::jsonb),
+                              'run_id', jsonb_build_array(NULL, occurrence.id))
+    FROM job, occurrence, clock
+)
+SELECT job.id AS job_id, job.status, occurrence.id, occurrence.scheduled_for,
+       CASE WHEN occurrence.id IS NOT NULL
+            THEN pg_notify('pgpulse_wakeup', job.shard_id::text) END AS woken
+FROM job
+LEFT JOIN occurrence ON true;
+
+-- name: backfill_history
+-- What the history holds for job %(job_id)s's scheduled occurrences in [%(from)s, %(to)s]: one row
+-- per run of the schedule (kind 'scheduled'), and each skipped summary that overlaps the range
+-- (scheduled_for through last_scheduled_for), so a backfill can tell succeeded, failed and
+-- skipped occurrences from those never run.
+SELECT r.scheduled_for,
+       coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for,
+       r.outcome,
+       r.occurrences
+FROM pgpulse_runs AS r
+WHERE r.job_id = %(job_id)s
+  AND r.kind = 'scheduled'
+  AND r.scheduled_for <= %(to)s
+  AND coalesce(r.last_scheduled_for, r.scheduled_for) >= %(from)s
+ORDER BY r.scheduled_for;
+
+-- name: insert_backfill
+-- A backfill on request: one batch (kind 'backfill', bound %(max_concurrency)s) of job
+-- %(job_id)s, and one pending extra occurrence per instant of %(instants)s, in that order
+-- (position), due at once; the job's shard is woken; recorded in the audit trail (action
+-- 'backfill', %(request)s as its changes: the range, the selection, the bound, how many) in the
+-- same statement. Returns the batch's id and how many.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
+),
+batch AS (
+    INSERT INTO pgpulse_batches (job_id, kind, max_concurrency)
+    SELECT j.id, 'backfill', %(max_concurrency)s
+    FROM pgpulse_jobs AS j
+    WHERE j.id = %(job_id)s
+    RETURNING id, job_id
+),
+audit AS (
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                     changes)
+    SELECT j.id, j.tenant, j.name, clock.now, 'backfill', %(source)s, %(actor)s, j.revision,
+           %(request)s::jsonb || jsonb_build_object('batch_id', jsonb_build_array(NULL, batch.id))
+    FROM batch
+    JOIN pgpulse_jobs AS j ON j.id = batch.job_id
+    CROSS JOIN clock
+),
+occurrence AS (
+    INSERT INTO pgpulse_occurrences (id, job_id, kind, scheduled_for, batch_id, position,
+                                     next_run_at)
+    SELECT nextval('pgpulse_runs_id_seq') + clock.epoch,
+           batch.job_id, 'backfill', w.instant, batch.id,
+           w.position::int, clock.now
+    FROM batch, clock, unnest(%(instants)s::timestamptz[]) WITH ORDINALITY AS w(instant, position)
+    RETURNING 1
+)
+SELECT batch.id, (SELECT count(*) FROM occurrence)::int AS occurrences,
+       pg_notify('pgpulse_wakeup', (batch.job_id %% 64)::text)
+FROM batch;
+
+-- name: backfill_queued
+-- The instants in [%(from)s, %(to)s] that an earlier backfill of job %(job_id)s, or a fork of its
+-- schedule (overlap replace/allow), has still to run (pending or running): a new request does
+-- not queue them twice.
+SELECT o.scheduled_for
+FROM pgpulse_occurrences AS o
+WHERE o.job_id = %(job_id)s
+  AND o.kind IN ('backfill', 'scheduled')
+  AND o.scheduled_for BETWEEN %(from)s AND %(to)s;

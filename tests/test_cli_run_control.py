@@ -1,0 +1,121 @@
+"""``pgpulse job trigger --payload``, ``pgpulse job backfill`` and ``job create --overlap`` as a
+user types them (real subprocesses), with their one-line refusals."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from helpers import pgpulse
+
+SHELL = '{"command": "echo hi"}'
+
+
+def create(dsn: str, *extra: str) -> None:
+    done = pgpulse(
+        "job", "create", "hourly", "--schedule", "0 * * * *", "--handler", "shell",
+        "--payload", SHELL, *extra, dsn=dsn,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def counts(db: Any) -> tuple[int, int]:
+    """(batches, extra occurrences) written."""
+    row = db.execute(
+        "SELECT (SELECT count(*) FROM pgpulse_batches) AS b,"
+        " (SELECT count(*) FROM pgpulse_occurrences) AS o"
+    ).fetchone()
+    return row["b"], row["o"]
+
+
+def test_trigger_with_a_payload_queues_one_occurrence_with_it(dsn: str, db: Any) -> None:
+    create(dsn)
+    done = pgpulse("job", "trigger", "hourly", "--payload", '{"command": "echo once"}', dsn=dsn)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("triggered hourly with its own payload: extra occurrence ")
+    row = db.execute("SELECT kind, payload FROM pgpulse_occurrences").fetchone()
+    assert row == {"kind": "trigger", "payload": {"command": "echo once"}}
+
+
+def test_backfill_lists_then_queues_the_exact_set(dsn: str, db: Any) -> None:
+    create(dsn)
+    h = db.execute("SELECT date_trunc('hour', now()) AS h").fetchone()["h"]
+    hours = [h - timedelta(hours=k) for k in (5, 4, 3, 2, 1)]
+    job_id = db.execute("SELECT id FROM pgpulse_jobs").fetchone()["id"]
+    db.execute(
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, finished_at)"
+        " VALUES (%(j)s, %(a)s, 1, 'succeeded', now()), (%(j)s, %(b)s, 3, 'failed', now()),"
+        " (%(j)s, %(c)s, 0, 'skipped', now())",
+        {"j": job_id, "a": hours[0], "b": hours[1], "c": hours[2]},
+    )
+    span = ["--from", hours[0].isoformat(), "--to", hours[-1].isoformat()]
+    dry = pgpulse("job", "backfill", "hourly", *span, "--dry-run", dsn=dsn)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines() == [
+        f"keep  {hours[0].isoformat()}  succeeded",
+        f"run   {hours[1].isoformat()}  failed",
+        f"run   {hours[2].isoformat()}  skipped",
+        f"run   {hours[3].isoformat()}  missing",
+        f"run   {hours[4].isoformat()}  missing",
+        "dry run: 4 of 5 occurrences of hourly would run",
+    ]
+    assert counts(db) == (0, 0)
+    done = pgpulse(
+        "job", "backfill", "hourly", *span, "--newest-first", "--max-concurrency", "2",
+        "--json", dsn=dsn,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert [o["scheduled_for"] for o in shown["occurrences"] if o["selected"]] == [
+        at.isoformat() for at in reversed(hours[1:])
+    ]
+    rows = db.execute(
+        "SELECT o.scheduled_for, b.max_concurrency FROM pgpulse_occurrences o"
+        " JOIN pgpulse_batches b ON b.id = o.batch_id ORDER BY o.position"
+    ).fetchall()
+    assert [(r["scheduled_for"], r["max_concurrency"]) for r in rows] == [
+        (at, 2) for at in reversed(hours[1:])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["job", "create", "x", "--schedule", "@hourly", "--handler", "shell",
+             "--payload", SHELL, "--max-concurrency", "3"],
+            "max_concurrency applies to overlap allow only (overlap is 'forbid')",
+        ),
+        (
+            ["job", "create", "x", "--schedule", "@hourly", "--handler", "shell",
+             "--payload", SHELL, "--overlap", "allow"],
+            "overlap allow needs max_concurrency N, the most occurrences at once (1-1000)",
+        ),
+        (
+            ["job", "trigger", "hourly", "--payload", "[1]"],
+            "payload must be a JSON object, got [1]",
+        ),
+        (
+            ["job", "backfill", "hourly", "--from", "2026-01-02T00:00Z", "--to",
+             "2026-01-01T00:00Z"],
+            "to 2026-01-01T00:00:00+00:00 is before from 2026-01-02T00:00:00+00:00",
+        ),
+        (
+            ["job", "backfill", "hourly", "--from", "2026-01-01T00:00Z", "--to",
+             "2026-01-01T05:00Z", "--max-concurrency", "0"],
+            "max_concurrency must be a whole number from 1 to 1000, got 0",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_requests_are_one_line_exit_2_and_write_nothing(
+    dsn: str, db: Any, args: list[str], message: str
+) -> None:
+    create(dsn)
+    done = pgpulse(*args, dsn=dsn)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.strip().splitlines() == [f"error: {message}"]
+    assert counts(db) == (0, 0)
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 1
