@@ -283,7 +283,15 @@ class JobService:
             self._log_action(who, row, "backfill", batch_id=plan.batch_id)
         return plan
 
-    def _log_action(self, who: Principal, row: dict[str, Any], verb: str, **more: Any) -> None:
+    def _log_action(
+        self,
+        who: Principal,
+        row: dict[str, Any],
+        verb: str,
+        *,
+        run_id: int | None = None,
+        batch_id: int | None = None,
+    ) -> None:
         log.info(
             "job %s/%s: %s through the API (token %d)",
             row["tenant"],
@@ -295,7 +303,8 @@ class JobService:
                 "tenant": row["tenant"],
                 "job": row["name"],
                 "token_id": who.token_id,
-                **more,
+                "run_id": run_id,
+                "batch_id": batch_id,
             },
         )
 
