@@ -80,6 +80,23 @@ async def test_failures_fire_once_per_streak_and_recovery_closes_them(
     assert listed[1]["deliveries"][0]["notifier"] == "ops"
 
 
+async def test_a_new_failures_rule_does_not_fire_on_failures_older_than_itself(
+    store: Store, db: Any
+) -> None:
+    """Found by a new-user trial: a rule set at 13:32 sent four alerts for earlier failures."""
+    alerts = await _alerts(store)
+    [job_id] = await add(store, spec("flaky"))
+    base = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
+    for minute in range(3):
+        _run(db, job_id, base + timedelta(minutes=minute), "failed", "exit 1")
+    await alerts.set_rule("failures", ["ops"], threshold=1, job=("default", "flaky"))
+    assert (await alerts.evaluate(node="n1", leader=False))["fired"] == 0
+    _run(db, job_id, base + timedelta(minutes=3), "succeeded")
+    _run(db, job_id, base + timedelta(minutes=4), "failed", "exit 1")  # a new streak
+    assert (await alerts.evaluate(node="n1", leader=False))["fired"] == 1
+    assert [e["scheduled_for"] for e in _events(db)] == [base + timedelta(minutes=4)]
+
+
 async def test_silence_fires_once_per_silent_stretch_and_a_silence_mutes_it(
     store: Store, db: Any
 ) -> None:

@@ -101,6 +101,8 @@ def test_calendar_commands_and_job_options_from_the_command_line(dsn: str) -> No
     assert made.stdout.strip() == "created calendar plant: public holidays of DE-BY and 1 more date"
     listed = pgpulse("calendar", "list", "--json", dsn=dsn)
     assert '"plant"' in listed.stdout and '"2026-08-03"' in listed.stdout
+    table = pgpulse("calendar", "list", dsn=dsn).stdout.splitlines()
+    assert table[2].split() == ["plant", "2026-08-03", "DE", "BY"]  # no Python reprs
     refused = pgpulse(
         "job",
         "create",

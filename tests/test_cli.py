@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from psycopg import conninfo
 
 from helpers import pgpulse
 from pgpulse.cli import main
@@ -268,6 +269,14 @@ def test_unreachable_database_is_a_clear_error() -> None:
     assert result.exit_code == 3
     assert "does not answer" in result.output and "127.0.0.1" in result.output
     assert "secret" not in result.output
+
+
+def test_a_server_that_refuses_the_login_is_not_one_that_does_not_answer(server_dsn: str) -> None:
+    url = conninfo.make_conninfo(server_dsn, user="no_such_role_here", password="pw-secret")
+    result = CliRunner().invoke(main, ["--database-url", url, "job", "list"])
+    assert result.exit_code == 3
+    assert "refused the connection" in result.output and "no_such_role_here" in result.output
+    assert "pw-secret" not in result.output
 
 
 def test_status_and_runs_as_json(dsn: str) -> None:

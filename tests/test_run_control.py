@@ -12,6 +12,8 @@ from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse.errors import InvalidInput
 from pgpulse.spread import spread_offset
 from pgpulse.store import Store
+from pgpulse.web.service import upcoming
+from pgpulse.zones import load_zone
 from run_control_helpers import drain, history, job_row
 
 
@@ -30,6 +32,10 @@ async def test_an_at_job_runs_once_then_is_completed(store: Store, db: Any) -> N
     assert (job["status"], job["scheduled_for"], job["schedule_kind"]) == ("completed", at, "once")
     assert await drain(store, at + timedelta(days=3)) == []
     assert await history(store) == [("succeeded", at, at, 1, None)]
+    assert upcoming(job) == []  # job show, the API and the dashboard list nothing ahead
+    assert upcoming({**job, "status": "idle", "max_runs": 3, "runs_done": 2}) == [
+        at.astimezone(load_zone("Europe/London"))
+    ]
 
 
 async def test_an_at_job_in_the_past_is_refused_unless_catch_up_runs_it(

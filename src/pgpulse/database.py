@@ -175,8 +175,11 @@ async def connect(
         )
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # A server that answered and refused (an unknown role or database, a wrong password,
+        # pg_hba) is not a server that does not answer.
+        verb = "refused the connection" if "FATAL:" in str(exc) else "does not answer"
         raise DatabaseUnavailable(
-            f"database {redact(dsn)!r} does not answer: {reason}",
+            f"database {redact(dsn)!r} {verb}: {reason}",
             field="database_url",
             value=redact(dsn),
         ) from exc

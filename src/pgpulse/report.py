@@ -8,7 +8,7 @@ import gc
 import json
 import sys
 from collections.abc import Callable, Collection, Coroutine, Sequence
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
 import click
@@ -86,8 +86,12 @@ def _cell(value: Any, shorten: bool = False) -> Any:
         text = value.strip()
         first = text.split("\n", 1)[0]
         return first if first == text and len(first) <= CELL_MAX else first[: CELL_MAX - 1] + "…"
-    if isinstance(value, list | tuple) and len(value) > 8:
-        return f"{len(value)} items"
+    if isinstance(value, list | tuple):
+        if len(value) > 8:
+            return f"{len(value)} items"
+        return ", ".join(str(_cell(item)) for item in value)  # never a Python repr
+    if isinstance(value, date):
+        return value.isoformat()
     return value
 
 

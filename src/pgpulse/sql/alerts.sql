@@ -25,7 +25,7 @@ WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), recent AS (
     SELECT r.id, r.job_id, r.scheduled_for, r.outcome, r.error, r.occurrences,
-           r.last_scheduled_for
+           r.last_scheduled_for, r.finished_at
     FROM pgpulse_runs r, clock
     WHERE r.finished_at > clock.now - make_interval(secs => %(lookback)s)
       AND r.outcome IN ('failed', 'skipped')
@@ -35,7 +35,7 @@ WITH clock AS (
            eff.notifiers
     FROM recent rc
     CROSS JOIN LATERAL (
-        SELECT r.threshold, r.notifiers
+        SELECT r.threshold, r.notifiers, r.created_at
         FROM pgpulse_alert_rules r
         WHERE r.rule = 'failures'
           AND (r.job_id = rc.job_id OR r.job_id IS NULL)
@@ -59,6 +59,7 @@ WITH clock AS (
         ) s
     ) streak
     WHERE rc.outcome = 'failed'
+      AND rc.finished_at >= eff.created_at  -- a new rule does not fire on older failures
       AND streak.failed = coalesce(eff.threshold, 1)
       AND streak.before = 0
 ), skipped AS (

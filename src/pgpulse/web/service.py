@@ -72,14 +72,22 @@ class NoSuchRun(PulseError):
 def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     """The job's current occurrence and the ones after it, in the job's own time zone.
 
-    Stops early at the end of time (year 9999) or for a schedule that no longer fires.
+    Stops early at the end of time (year 9999) or for a schedule that no longer fires, and
+    past ``not_after`` or ``max_runs``; a ``completed`` job has none (its last one ran).
     """
+    if row.get("status") == "completed":
+        return []
     schedule = parse_schedule(row["schedule"], row["timezone"])
     zone = load_zone(row["timezone"])
     found: list[datetime] = []
     cursor: datetime = row["scheduled_for"]
     try:
-        while len(found) < count:
+        left = None
+        if row.get("max_runs") is not None:
+            left = max(int(row["max_runs"]) - int(row.get("runs_done") or 0), 0)
+        while len(found) < (count if left is None else min(count, left)):
+            if row.get("not_after") is not None and cursor > row["not_after"]:
+                break
             found.append(cursor.astimezone(zone))
             cursor = schedule.next_after(cursor, anchor=row["anchor_at"])
     except (OverflowError, PulseError):
