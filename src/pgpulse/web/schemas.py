@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 #: Longest accepted duration field, seconds (a year): keeps intervals storable.
@@ -243,9 +243,10 @@ class BackfillRequest(BaseModel):
         default_factory=list,
         description="missing (never ran, or skipped), failed; both when empty; all.",
     )
-    dry_run: bool = Field(False, description="List what would run; write nothing.")
-    max_concurrency: int = Field(1, ge=1, le=1000, description="Most running at once.")
-    newest_first: bool = False
+    # strict: 0 is not false, "3" is not 3 (a type the schema does not allow is refused)
+    dry_run: StrictBool = Field(False, description="List what would run; write nothing.")
+    max_concurrency: StrictInt = Field(1, ge=1, le=1000, description="Most running at once.")
+    newest_first: StrictBool = False
 
 
 class BackfillOccurrence(BaseModel):
