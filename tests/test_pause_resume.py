@@ -120,6 +120,9 @@ async def test_pause_refuses_an_until_in_the_past(store: Store, db: Any) -> None
     with pytest.raises(InvalidInput) as refused:
         await store.pause_job("default", "hourly", until=PAUSED, now=PAUSED)
     assert refused.value.field == "until"
+    with pytest.raises(InvalidInput) as refused:  # a string from the Python API: no traceback
+        await store.pause_job("default", "hourly", until="2030-01-01T00:00:00Z")  # type: ignore[arg-type]
+    assert (refused.value.field, refused.value.value) == ("until", "2030-01-01T00:00:00Z")
     assert job_row(db, "hourly")["status"] == "idle"
     with pytest.raises(InvalidInput) as refused:
         await store.resume_job("default", "hourly", catch_up="twice")

@@ -36,34 +36,14 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from pgpulse.audit import SETTABLE_FIELDS
 from pgpulse.errors import InvalidInput
 from pgpulse.jobs import JobSpec
 
 __all__ = ["JOB_FIELDS", "ApplyFile", "ApplyFileError", "parse_apply_file"]
 
 #: The keys of a job's table (and of ``[defaults]``): ``pgpulse job create``'s options.
-JOB_FIELDS: tuple[str, ...] = (
-    "schedule",
-    "handler",
-    "tenant",
-    "timezone",
-    "payload",
-    "catch_up",
-    "backfill_limit",
-    "misfire_grace",
-    "max_attempts",
-    "retry_backoff",
-    "timeout",
-    "overlap",
-    "max_concurrency",
-    "spread",
-    "not_before",
-    "not_after",
-    "max_runs",
-    "calendars",
-    "auto_pause_after",
-    "allow_private_target",
-)
+JOB_FIELDS: tuple[str, ...] = ("tenant", *SETTABLE_FIELDS, "allow_private_target")
 _TEXT_FIELDS = ("schedule", "handler", "tenant", "timezone", "catch_up", "overlap")
 _TOP_KEYS = ("source", "defaults", "jobs")
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")

@@ -18,6 +18,7 @@ from pgpulse.jobs import JobSpec
 
 __all__ = [
     "DEFINITION_FIELDS",
+    "SETTABLE_FIELDS",
     "Actor",
     "cli_actor",
     "definition_diff",
@@ -48,6 +49,14 @@ DEFINITION_FIELDS: tuple[str, ...] = (
     "max_runs",
     "calendars",
     "auto_pause_after",
+)
+
+
+#: The definition fields a writer sets (the CLI's ``job create`` options, the API's job
+#: document, an apply file's job table): :data:`DEFINITION_FIELDS` but the ones the path itself
+#: decides (``source``) or that only code declares (``meta``).
+SETTABLE_FIELDS: tuple[str, ...] = tuple(
+    key for key in DEFINITION_FIELDS if key not in ("source", "meta")
 )
 
 

@@ -294,6 +294,10 @@ class Store(CalendarStore):
                 f"reason has {len(reason)} characters; at most 500", field="reason", value=reason
             )
         if until is not None:
+            if not isinstance(until, datetime):
+                raise InvalidInput(
+                    f"until must be an aware datetime, got {until!r}", field="until", value=until
+                )
             clock = now or await self.db_now()
             if until.tzinfo is None or until <= clock:
                 raise InvalidInput(

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pgpulse.access import Writer, token_writer
+from pgpulse.audit import SETTABLE_FIELDS
 from pgpulse.calendars import ExclusionCalendar
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
@@ -31,26 +32,7 @@ from pgpulse.zones import load_zone
 log = logging.getLogger(__name__)
 
 #: Fields of a job definition the API accepts (``name`` and ``tenant`` identify the job).
-DEFINITION_FIELDS = (
-    "schedule",
-    "handler",
-    "timezone",
-    "payload",
-    "catch_up",
-    "backfill_limit",
-    "misfire_grace",
-    "max_attempts",
-    "retry_backoff",
-    "timeout",
-    "overlap",
-    "max_concurrency",
-    "spread",
-    "not_before",
-    "not_after",
-    "max_runs",
-    "calendars",
-    "auto_pause_after",
-)
+DEFINITION_FIELDS = SETTABLE_FIELDS
 #: How many upcoming occurrences a job shows.
 UPCOMING = 5
 
