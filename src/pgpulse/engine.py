@@ -218,6 +218,9 @@ class Node:
         # A start registers through the pool (the node's own sessions open with its loops); a
         # rejoin through the heartbeat session, which register_node does not count as a holder's.
         registry = self.beat if rejoin else self.store
+        if self.alerts is not None and not rejoin:
+            with _quiet_db_errors("outage_check"):  # before: registering hides the last beat
+                await self.alerts.before_register()
         await registry.register_node(
             self.node_id,
             hostname=self._hostname,
