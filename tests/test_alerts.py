@@ -269,3 +269,20 @@ async def test_a_rule_of_an_unknown_job_is_refused(store: Store) -> None:
     alerts = await _alerts(store)
     with pytest.raises(JobNotFound):
         await alerts.set_rule("failures", ["ops"], job=("default", "nope"))
+
+
+async def test_checkin_notifiers_go_with_checkin_rules_only(store: Store, db: Any) -> None:
+    alerts = await _alerts(store)
+    await alerts.add_notifier("hc", "checkin", {"url": "https://93.184.215.14/ping"})
+    await add(store, spec("j"))
+    job = ("default", "j")
+    for rule, notifiers in (("failures", ["hc"]), ("checkin", ["ops"]), ("checkin", ["hc", "ops"])):
+        with pytest.raises(InvalidInput) as refused:
+            await alerts.set_rule(rule, notifiers, job=job)
+        assert refused.value.field == "notifiers"
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_alert_rules").fetchone()["n"] == 0
+    with pytest.raises(InvalidInput, match="takes no threshold"):
+        await alerts.set_rule("checkin", ["hc"], threshold=5, job=job)
+    await alerts.set_rule("checkin", ["hc"], job=job)
+    [row] = await alerts.checkin_targets()
+    assert (row["name"], row["config"]["url"]) == ("hc", "https://93.184.215.14/ping")

@@ -220,13 +220,9 @@ class AlertLoop:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            import httpx
+            from pgpulse.egress_transport import guarded_client
 
-            from pgpulse.egress_transport import GuardedTransport
-
-            self._client = httpx.AsyncClient(
-                transport=GuardedTransport(self.allow), timeout=None, follow_redirects=False
-            )
+            self._client = guarded_client(self.allow)
         return self._client
 
     async def _deliver(self, row: dict[str, Any]) -> None:

@@ -336,7 +336,9 @@ class AlertStore:
         )
         return row
 
-    async def cluster_outage(self, *, now: datetime | None = None) -> tuple[datetime, datetime] | None:
+    async def cluster_outage(
+        self, *, now: datetime | None = None
+    ) -> tuple[datetime, datetime] | None:
         """For a node about to register: when no node is live and a ``no_live_node`` rule is
         set, (the last heartbeat any node sent, the database's now); else ``None``. The gap
         between them is the time the cluster had no live node (docs/alerts.md, "No live
