@@ -15,6 +15,7 @@ A job's own rule of a kind replaces the cluster-wide default of that kind.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -142,6 +143,30 @@ def parse_rule(rule: object, threshold: object, notifiers: object, *, cluster: b
             value=notifiers,
         )
     return RuleSpec(rule, value, tuple(dict.fromkeys(notifiers)))
+
+
+def declared_rule(kind: str, given: object) -> RuleSpec:
+    """A job's rule as code (:meth:`App.job <pgpulse.app.App.job>`'s ``alerts``) and apply
+    files (``[jobs.NAME.alerts]``) declare it: ``{"notify": [names], "threshold": n}`` under
+    its kind, validated by :func:`parse_rule` (``notify`` may be one name).
+
+    Raises:
+        InvalidInput: ``field="alerts.<kind>"`` for an entry that is not a mapping of
+            ``notify`` and ``threshold``; else the rule's own refusal (``rule``, ``threshold``,
+            ``notifiers``).
+    """
+    if not isinstance(given, Mapping) or set(given) - {"notify", "threshold"}:
+        raise InvalidInput(
+            f"alerts.{kind} must be a mapping of 'notify' (notifier names) and 'threshold', "
+            f"got {given!r}",
+            field=f"alerts.{kind}",
+            value=given,
+        )
+    notify = given.get("notify")
+    names = [notify] if isinstance(notify, str) else notify
+    if names is not None and not isinstance(names, list | tuple):
+        names = [names]  # refused by parse_rule, naming the value
+    return parse_rule(kind, given.get("threshold"), list(names or ()), cluster=False)
 
 
 def check_notifier_kinds(spec: RuleSpec, kinds: dict[str, str]) -> None:

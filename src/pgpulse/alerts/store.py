@@ -176,7 +176,7 @@ class AlertStore:
                     )
             else:
                 check_alert_write(writer, None)
-            ids = await self._notifier_ids(conn, spec)
+            ids = await notifier_ids(conn, spec)
             cur = await conn.execute(
                 ALERT_QUERIES["set_rule"],
                 {
@@ -189,22 +189,6 @@ class AlertStore:
             out = await cur.fetchone()
             assert out is not None
             return int(out["id"]), bool(out["created"])
-
-    async def _notifier_ids(self, conn: Any, spec: RuleSpec) -> list[int]:
-        cur = await conn.execute(
-            ALERT_QUERIES["notifiers_by_name"], {"names": list(spec.notifiers)}
-        )
-        rows = await cur.fetchall()
-        found = {row["name"]: row["id"] for row in rows}
-        missing = [n for n in spec.notifiers if n not in found]
-        if missing:
-            raise InvalidInput(
-                f"notifiers: no notifier named {missing[0]!r} (see pgpulse notifier list)",
-                field="notifiers",
-                value=missing[0],
-            )
-        check_notifier_kinds(spec, {row["name"]: row["kind"] for row in rows})
-        return [found[n] for n in spec.notifiers]
 
     async def remove_rule(self, rule: str, *, job: tuple[str, str] | None = None) -> None:
         """Remove a rule of job ``job``, or the cluster's.
@@ -390,4 +374,25 @@ class AlertStore:
         return bool(rows)
 
 
-__all__ = ["ALERT_QUERIES", "CLUSTER_RULES", "AlertStore", "NotifierInUse"]
+async def notifier_ids(conn: Any, spec: RuleSpec) -> list[int]:
+    """The ids of ``spec``'s notifiers, locked against removal until the transaction ends.
+
+    Raises:
+        InvalidInput: ``field="notifiers"``: one does not exist, or is of a kind the rule
+            cannot use (:func:`~pgpulse.alerts.rules.check_notifier_kinds`).
+    """
+    cur = await conn.execute(ALERT_QUERIES["notifiers_by_name"], {"names": list(spec.notifiers)})
+    rows = await cur.fetchall()
+    found = {row["name"]: row["id"] for row in rows}
+    missing = [n for n in spec.notifiers if n not in found]
+    if missing:
+        raise InvalidInput(
+            f"notifiers: no notifier named {missing[0]!r} (see pgpulse notifier list)",
+            field="notifiers",
+            value=missing[0],
+        )
+    check_notifier_kinds(spec, {row["name"]: row["kind"] for row in rows})
+    return [found[n] for n in spec.notifiers]
+
+
+__all__ = ["ALERT_QUERIES", "CLUSTER_RULES", "AlertStore", "NotifierInUse", "notifier_ids"]

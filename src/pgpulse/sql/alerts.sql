@@ -489,3 +489,21 @@ JOIN pgpulse_notifiers n ON n.id = wanted.id
 WHERE r.rule = 'checkin'
   AND n.kind = 'checkin'
 ORDER BY r.job_id NULLS FIRST, n.name;
+
+-- name: job_rules
+-- The own rules of jobs %(job_ids)s (not the defaults), each with its notifiers' names.
+SELECT r.job_id, r.rule, r.threshold,
+       ARRAY(SELECT n.name FROM unnest(r.notifiers) WITH ORDINALITY AS w (id, k)
+             JOIN pgpulse_notifiers n ON n.id = w.id
+             ORDER BY w.k) AS notifiers
+FROM pgpulse_alert_rules r
+WHERE r.job_id = ANY (%(job_ids)s::bigint[])
+ORDER BY r.job_id, r.rule;
+
+-- name: remove_job_rules_except
+-- Remove job %(job_id)s's own rules but those of kinds %(keep)s (a definitions file that
+-- declares the job's rules owns them all).
+DELETE FROM pgpulse_alert_rules
+WHERE job_id = %(job_id)s
+  AND NOT (rule = ANY (%(keep)s::text[]))
+RETURNING id;
