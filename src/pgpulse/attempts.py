@@ -17,6 +17,9 @@ worker slot and its lease is renewed by every heartbeat, and:
   (:meth:`Attempts.take`); once an outcome is decided the attempt is never cancelled: the fenced
   write decides whether it counts.
 
+An :class:`AttemptObserver` (the node's check-in pinger) is told when a handler starts and when
+an outcome's write took effect; it only queues, so it never holds an attempt up.
+
 The claim loop calls :meth:`~Attempts.free`, :meth:`~Attempts.start`, :meth:`~Attempts.take`,
 :meth:`~Attempts.written`, :meth:`~Attempts.unwritten` and :meth:`~Attempts.refused`; the
 heartbeat :meth:`~Attempts.leases` and :meth:`~Attempts.renewed`; a stopping node
