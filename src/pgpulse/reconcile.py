@@ -115,7 +115,7 @@ async def reconcile(
         if rules:
             from pgpulse.alerts.declared import plan_rules
 
-            plans = await plan_rules(conn, plans, rules, clock=clock)
+            plans = await plan_rules(conn, plans, rules, clock=clock, writer=writer)
         by_id = {row["id"]: row for row in stored.values()}
         _check_writes(plans, by_id, writer)
         for plan in plans:  # calendars exist, a one-off is not past: before any write

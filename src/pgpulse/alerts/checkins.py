@@ -33,7 +33,7 @@ import psycopg
 from pgpulse import metrics
 from pgpulse.alerts.store import AlertStore
 from pgpulse.egress import HttpAllowList
-from pgpulse.errors import DatabaseUnavailable, describe
+from pgpulse.errors import DatabaseUnavailable, PulseError, describe
 from pgpulse.model import ClaimedJob, Outcome
 from pgpulse.notify import CheckinConfig, CheckinEvent, CheckinNotifier, JobRef
 from pgpulse.notify.events import CheckinPhase
@@ -150,7 +150,7 @@ class CheckinPinger:
                 if not get.done():
                     get.cancel()
                     break
-                await self._dispatch(get.result())
+                await self._dispatch_safely(get.result())
         finally:
             stop.cancel()
 
@@ -160,7 +160,7 @@ class CheckinPinger:
         try:
             async with asyncio.timeout(within):
                 while not self._queue.empty():
-                    await self._dispatch(self._queue.get_nowait())
+                    await self._dispatch_safely(self._queue.get_nowait())
                 await self.wait_idle()
         except TimeoutError:
             log.warning(
@@ -181,6 +181,13 @@ class CheckinPinger:
         """Wait until no ping is in flight."""
         while self._in_flight:
             await asyncio.wait(set(self._in_flight))
+
+    async def _dispatch_safely(self, event: CheckinEvent) -> None:
+        try:
+            await self._dispatch(event)
+        except Exception:  # a bug here must not stop the node: this ping is lost, counted
+            metrics.checkin_ping("failed")
+            log.exception("check-in dispatch failed", extra={"action": "checkin_failed"})
 
     async def _dispatch(self, event: CheckinEvent) -> None:
         targets = await self._targets_of(event.job.id)
@@ -230,7 +237,16 @@ class CheckinPinger:
             self._client = guarded_client(self.allow)
         targets: Targets = {}
         for row in rows:
-            config = CheckinConfig.from_json(row["config"])
+            try:
+                config = CheckinConfig.from_json(row["config"])
+            except PulseError as exc:  # stored by an older version, say: that one is skipped
+                log.warning(
+                    "check-in notifier %s is not valid (%s); it is not pinged",
+                    row["name"],
+                    exc,
+                    extra={"action": "checkin_failed", "notifier": row["name"]},
+                )
+                continue
             notifier = CheckinNotifier(config, client=self._client)
             targets.setdefault(row["job_id"], []).append((row["name"], notifier))
         return targets

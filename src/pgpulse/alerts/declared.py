@@ -18,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from pgpulse.access import OPERATOR, Writer, check_alert_write
 from pgpulse.alerts.rules import RuleSpec, check_silence_window
 from pgpulse.alerts.store import ALERT_QUERIES, notifier_ids
 from pgpulse.errors import InvalidInput
-from pgpulse.plan import Key, Plan
+from pgpulse.plan import Key, Plan, Step
 from pgpulse.schedule import parse_schedule
 
 __all__ = ["RuleRefused", "plan_rules", "rules_document", "write_rules"]
@@ -66,6 +67,7 @@ async def plan_rules(
     rules: Mapping[Key, Sequence[RuleSpec]],
     *,
     clock: datetime,
+    writer: Writer = OPERATOR,
 ) -> list[Plan]:
     """Check the declared rules against the database and put their changes in the plans: a
     step whose job's rules change gets ``alerts: [old, new]`` among its changes (an
@@ -76,10 +78,12 @@ async def plan_rules(
         plans: the sources' plans.
         rules: the declared rules of each job that declares them, by (tenant, name).
         clock: the database's now (for the ``silence`` window check).
+        writer: who writes (:func:`~pgpulse.access.check_alert_write`, as for the CLI).
 
     Raises:
         RuleRefused: a notifier does not exist or does not fit the rule, or a ``silence``
             window is shorter than the job's schedule's period; nothing is written.
+        Forbidden: ``writer`` may not manage the alerts of a job's tenant.
     """
     ids = [
         step.job_id
@@ -96,8 +100,9 @@ async def plan_rules(
             if declared is None or step.spec is None or step.action not in _PLANNED:
                 steps.append(step)
                 continue
+            check_alert_write(writer, step.tenant)
             for spec in declared:
-                await _check(conn, spec, step.spec.schedule, step.spec.timezone, clock, step)
+                await _check(conn, spec, step, clock)
             old = rules_document(stored.get(step.job_id, []) if step.job_id else [])
             new = rules_document(declared)
             if old != new:
@@ -113,15 +118,14 @@ async def plan_rules(
 _PLANNED = frozenset({"create", "update", "unchanged"})
 
 
-async def _check(
-    conn: Any, spec: RuleSpec, schedule: str, timezone: str, clock: datetime, step: Any
-) -> None:
+async def _check(conn: Any, spec: RuleSpec, step: Step, clock: datetime) -> None:
+    """The database's checks of one declared rule of ``step``'s job (its new definition)."""
+    assert step.spec is not None
     try:
         await notifier_ids(conn, spec)
         if spec.rule == "silence" and spec.threshold is not None:
-            check_silence_window(
-                spec.threshold, parse_schedule(schedule, timezone), now=clock, anchor=None
-            )
+            schedule = parse_schedule(step.spec.schedule, step.spec.timezone)
+            check_silence_window(spec.threshold, schedule, now=clock, anchor=None)
     except InvalidInput as exc:
         raise RuleRefused(exc, (step.tenant, step.name), spec.rule) from None
 
