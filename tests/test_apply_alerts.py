@@ -111,39 +111,62 @@ def _line(text: str, needle: str) -> int:
     return next(n for n, line in enumerate(text.splitlines(), start=1) if needle in line)
 
 
-@pytest.mark.parametrize(
-    ("entry", "field", "message"),
-    [
-        ('failures = { notify = ["nobody"] }', "alerts.failures.notify", "no notifier named"),
-        ('failures = { notify = ["hc"] }', "alerts.failures.notify", "takes no alerts"),
-        ('failures = { notify = ["ops"], threshold = 1.5 }', "alerts.failures.threshold", "whole"),
-        ('silence = { notify = ["ops"], threshold = 600 }', "alerts.silence.threshold", "period"),
-        ('lag = { notify = ["ops"] }', "alerts.lag", "about the cluster"),
-        ('flaky = { notify = ["ops"] }', "alerts.flaky", "rule must be one of"),
-        ('failures = { notify = ["ops"], treshold = 3 }', "alerts.failures", "mapping of"),
-        ("failures = { notify = [] }", "alerts.failures.notify", "non-empty list"),
-    ],
-)
-async def test_a_refused_rule_names_file_line_and_field_and_writes_nothing(
-    store: Store, dsn: str, db: Any, tmp_path: Path, entry: str, field: str, message: str
-) -> None:
-    await _notifiers(store)
+#: Rules refused: the first three by the database's checks (a notifier's existence and kind, the
+#: window against the schedule), the others as the file is read (the fourth through a real
+#: ``pgpulse apply`` too, the rest in-process).
+REFUSED = [
+    ('failures = { notify = ["nobody"] }', "alerts.failures.notify", "no notifier named"),
+    ('failures = { notify = ["hc"] }', "alerts.failures.notify", "takes no alerts"),
+    ('silence = { notify = ["ops"], threshold = 600 }', "alerts.silence.threshold", "period"),
+    ('failures = { notify = ["ops"], threshold = 1.5 }', "alerts.failures.threshold", "whole"),
+    ('lag = { notify = ["ops"] }', "alerts.lag", "about the cluster"),
+    ('flaky = { notify = ["ops"] }', "alerts.flaky", "rule must be one of"),
+    ('failures = { notify = ["ops"], treshold = 3 }', "alerts.failures", "mapping of"),
+    ("failures = { notify = [] }", "alerts.failures.notify", "non-empty list"),
+]
+
+
+def _with(entry: str) -> str:
     text = FILE.replace(
         'failures = { notify = ["ops"], threshold = 2 }\nsilence = { notify = "ops", '
         "threshold = 172800 }",
         entry,
     )
     assert entry in text
+    return text
+
+
+def _where(path: str, text: str, entry: str, field: str) -> str:
+    line = _line(text, entry.split(" =")[0] + " =")
+    return f"{path}:{line}: job 'backup': {field}: "
+
+
+@pytest.mark.parametrize(("entry", "field", "message"), REFUSED[:4])
+async def test_a_refused_rule_names_file_line_and_field_and_writes_nothing(
+    store: Store, dsn: str, db: Any, tmp_path: Path, entry: str, field: str, message: str
+) -> None:
+    await _notifiers(store)
+    text = _with(entry)
     path = tmp_path / "nightly.toml"
     path.write_text(text)
     result = pgpulse("apply", str(path), dsn=dsn)
     assert result.returncode == 2, result.stdout
     line = result.stderr.strip()
-    assert line.startswith(f"error: {path}:{_line(text, entry.split(' =')[0] + ' =')}: "), line
+    assert line.startswith(f"error: {_where(str(path), text, entry, field)}"), line
     assert message in line and "\n" not in line
-    assert f": {field}: " in line
     assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
     assert _rules(db) == []
+
+
+@pytest.mark.parametrize(("entry", "field", "message"), REFUSED[4:])
+def test_a_malformed_rule_is_refused_as_the_file_is_read(
+    entry: str, field: str, message: str
+) -> None:
+    text = _with(entry)
+    with pytest.raises(InvalidInput) as refused:
+        parse_apply_file(text, path="nightly.toml")
+    assert str(refused.value).startswith(_where("nightly.toml", text, entry, field))
+    assert message in str(refused.value) and refused.value.field == field
 
 
 def test_rules_as_sub_tables_and_defaults_with_their_lines() -> None:
