@@ -4,12 +4,13 @@ refusals name the field and write nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from helpers import add, spec
+from helpers import add, pgpulse, spec
 from pgpulse.alerts.store import AlertStore, NotifierInUse
 from pgpulse.errors import InvalidInput, InvalidNotifierConfig, JobNotFound
 from pgpulse.store import Store
@@ -133,7 +134,7 @@ async def test_late_and_skipped_fire_for_their_occurrence(store: Store, db: Any)
     assert got == {("late", due), ("skipped", due - timedelta(minutes=3))}
 
 
-async def test_cluster_rules_fire_on_the_leader_only(store: Store, db: Any) -> None:
+async def test_cluster_rules_fire_on_the_leader_only(store: Store, db: Any, dsn: str) -> None:
     alerts = await _alerts(store)
     await alerts.set_rule("node_died", ["ops"])
     await alerts.set_rule("leader_changed", ["ops"])
@@ -142,19 +143,60 @@ async def test_cluster_rules_fire_on_the_leader_only(store: Store, db: Any) -> N
         "VALUES ('gone', 'h', 1, now() - interval '1 minute', 2, 3)"
     )
     assert (await alerts.evaluate(node="a", leader=False))["fired"] == 0
-    assert (await alerts.evaluate(node="a", leader=True))["fired"] == 2  # died, first leader
+    # the first leader is no change (issue 16): recorded, not fired
+    assert (await alerts.evaluate(node="a", leader=True))["fired"] == 1  # died
     assert (await alerts.evaluate(node="a", leader=True))["fired"] == 0
     assert (await alerts.evaluate(node="b", leader=True))["fired"] == 1  # b took over
+    assert (await alerts.evaluate(node="b", leader=True))["fired"] == 0
+    assert (await alerts.evaluate(node="a", leader=True))["fired"] == 1  # and back to a
     rows = db.execute(
         "SELECT rule, details, (SELECT count(*) FROM pgpulse_alert_deliveries d "
         "WHERE d.event_id = e.id) AS n FROM pgpulse_alert_events e ORDER BY rule, id"
     ).fetchall()
     assert [(r["rule"], r["n"]) for r in rows] == [
-        ("leader_changed", 0),  # the first leader recorded is no change
+        ("leader_changed", 1),
         ("leader_changed", 1),
         ("node_died", 1),
     ]
-    assert rows[1]["details"] == {"leader": "b", "previous": "a"}
+    assert rows[0]["details"] == {"leader": "b", "previous": "a"}
+    assert rows[1]["details"] == {"leader": "a", "previous": "b"}
+    listed = pgpulse("alert", "list", "--json", dsn=dsn)
+    assert [a["rule"] for a in json.loads(listed.stdout)] == [
+        "leader_changed",
+        "leader_changed",
+        "node_died",
+    ]
+
+
+async def test_no_live_node_fires_once_for_the_gap_a_starting_node_finds(
+    store: Store, db: Any
+) -> None:
+    alerts = await _alerts(store)
+    assert await alerts.cluster_outage() is None  # no rule: nothing read
+    await alerts.set_rule("no_live_node", ["ops"], threshold=120)
+    assert await alerts.cluster_outage() is None  # a fresh cluster: no heartbeat ever
+    db.execute(
+        "INSERT INTO pgpulse_nodes (node_id, hostname, pid, last_heartbeat, state, ttl) VALUES "
+        "('a', 'h', 1, now() - interval '10 minutes', 'stopped', 3), "
+        "('b', 'h', 2, now() - interval '5 minutes', 'alive', 3)"  # killed: stale, not live
+    )
+    outage = await alerts.cluster_outage()
+    assert outage is not None
+    since, until = outage
+    assert 299 < (until - since).total_seconds() < 310  # from b's last heartbeat
+    fired = await asyncio.gather(
+        *(alerts.evaluate(node=n, leader=False, outage=outage) for n in ("c", "d"))
+    )
+    assert sum(r["fired"] for r in fired) == 1  # two nodes back at once: one event
+    [event] = _events(db)
+    assert event["rule"] == "no_live_node" and event["resolved"] and event["deliveries"] == 1
+    details = db.execute("SELECT details FROM pgpulse_alert_events").fetchone()["details"]
+    assert details["gap_seconds"] == (until - since).total_seconds()
+    assert details["threshold_seconds"] == 120
+    short = (until - timedelta(seconds=60), until)  # a gap under the threshold fires nothing
+    assert (await alerts.evaluate(node="c", leader=False, outage=short))["fired"] == 0
+    db.execute("UPDATE pgpulse_nodes SET last_heartbeat = now() WHERE node_id = 'b'")
+    assert await alerts.cluster_outage() is None  # b is live: no outage
 
 
 async def test_notifier_secrets_are_never_listed_and_a_used_one_stays(store: Store) -> None:
@@ -227,3 +269,20 @@ async def test_a_rule_of_an_unknown_job_is_refused(store: Store) -> None:
     alerts = await _alerts(store)
     with pytest.raises(JobNotFound):
         await alerts.set_rule("failures", ["ops"], job=("default", "nope"))
+
+
+async def test_checkin_notifiers_go_with_checkin_rules_only(store: Store, db: Any) -> None:
+    alerts = await _alerts(store)
+    await alerts.add_notifier("hc", "checkin", {"url": "https://93.184.215.14/ping"})
+    await add(store, spec("j"))
+    job = ("default", "j")
+    for rule, notifiers in (("failures", ["hc"]), ("checkin", ["ops"]), ("checkin", ["hc", "ops"])):
+        with pytest.raises(InvalidInput) as refused:
+            await alerts.set_rule(rule, notifiers, job=job)
+        assert refused.value.field == "notifiers"
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_alert_rules").fetchone()["n"] == 0
+    with pytest.raises(InvalidInput, match="takes no threshold"):
+        await alerts.set_rule("checkin", ["hc"], threshold=5, job=job)
+    await alerts.set_rule("checkin", ["hc"], job=job)
+    [row] = await alerts.checkin_targets()
+    assert (row["name"], row["config"]["url"]) == ("hc", "https://93.184.215.14/ping")

@@ -29,7 +29,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from pgpulse.access import code_writer
-from pgpulse.alerts.rules import RuleSpec, parse_rule
+from pgpulse.alerts.rules import RuleSpec, declared_rule
 from pgpulse.audit import Actor
 from pgpulse.builtins import BUILTIN_HANDLERS
 from pgpulse.database import open_pool, resolve_dsn
@@ -181,7 +181,7 @@ class App:
             source=self.source,
             **options,
         )
-        rules = [(name, _declared_rule(kind, given)) for kind, given in (alerts or {}).items()]
+        rules = [(name, declared_rule(kind, given)) for kind, given in (alerts or {}).items()]
 
         def register(func: Handler) -> Handler:
             self.handlers.register(name, func)
@@ -338,21 +338,3 @@ class App:
 
 #: Seconds a starting node waits for a database that is restarting or not yet up.
 START_WAIT_S = 60.0
-
-
-def _declared_rule(kind: str, given: Mapping[str, Any]) -> RuleSpec:
-    """An :meth:`App.job` ``alerts`` entry, validated (:func:`~pgpulse.alerts.rules.parse_rule`).
-
-    Raises:
-        InvalidInput: ``field="alerts.<kind>"`` for an entry that is not a mapping of
-            ``notify`` and ``threshold``; else the rule's own refusal.
-    """
-    if not isinstance(given, Mapping) or set(given) - {"notify", "threshold"}:
-        raise InvalidInput(
-            f"alerts.{kind} must be a mapping of 'notify' (notifier names) and 'threshold', "
-            f"got {given!r}",
-            field=f"alerts.{kind}",
-            value=given,
-        )
-    notify = given.get("notify")
-    return parse_rule(kind, given.get("threshold"), list(notify or ()), cluster=False)

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from pgpulse.alerts.rules import RuleSpec, declared_rule
 from pgpulse.audit import SETTABLE_FIELDS
 from pgpulse.errors import InvalidInput
 from pgpulse.jobs import JobSpec
@@ -44,11 +45,14 @@ __all__ = ["JOB_FIELDS", "ApplyFile", "ApplyFileError", "parse_apply_file"]
 
 #: The keys of a job's table (and of ``[defaults]``): ``pgpulse job create``'s options.
 JOB_FIELDS: tuple[str, ...] = ("tenant", *SETTABLE_FIELDS, "allow_private_target")
+#: What a table may hold besides the job's fields: its alert rules.
+TABLE_KEYS: tuple[str, ...] = (*JOB_FIELDS, "alerts")
 _TEXT_FIELDS = ("schedule", "handler", "tenant", "timezone", "catch_up", "overlap")
 _TOP_KEYS = ("source", "defaults", "jobs")
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _KEY = r"""(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([A-Za-z0-9_-]+))"""
-_HEADER = re.compile(rf"^\s*\[\s*{_KEY}(?:\s*\.\s*{_KEY})?\s*\]")
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]*?)\s*\]")
+_DOTTED = re.compile(rf"\s*{_KEY}\s*(?:\.|$)")
 _ASSIGN = re.compile(rf"^\s*{_KEY}\s*=")
 _AT_LINE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
@@ -71,12 +75,30 @@ class ApplyFile:
         source: its source, ``apply:<name>``.
         specs: its jobs, validated, in file order.
         private_targets: names of the ``http`` jobs with ``allow_private_target = true``.
+        rules: the alert rules of each job that declares ``alerts`` (its own or the
+            defaults'), by (tenant, name), checked by
+            :func:`~pgpulse.alerts.rules.declared_rule`.
+        key_lines: the line of each key set in a job's (or the defaults', ``None``) table.
+        table_lines: the line of each job's (or the defaults') table.
     """
 
     path: str
     source: str
     specs: list[JobSpec]
     private_targets: frozenset[str]
+    rules: dict[tuple[str, str], tuple[RuleSpec, ...]] = field(default_factory=dict)
+    key_lines: dict[tuple[str | None, str], int] = field(default_factory=dict, repr=False)
+    table_lines: dict[str | None, int] = field(default_factory=dict, repr=False)
+
+    def refusal(self, job: str, key: str, exc: InvalidInput) -> ApplyFileError:
+        """``exc``, about ``key`` of job ``job``'s table (``alerts.failures.notify``), as a
+        refusal at the line that sets it (else the nearest enclosing table's)."""
+        top = key.split(".")[0]
+        owner = None if (job, top) not in self.key_lines and (None, top) in self.key_lines else job
+        line = _line_of(self.key_lines, self.table_lines, owner, key)
+        return ApplyFileError(
+            self.path, line, f"job {job!r}: {_rule_reason(key, exc)}", field=key, value=exc.value
+        )
 
 
 def _key_at(match: re.Match[str], first: int) -> str | None:
@@ -84,30 +106,77 @@ def _key_at(match: re.Match[str], first: int) -> str | None:
     return next((g for g in match.groups()[first : first + 3] if g is not None), None)
 
 
+def _line_of(
+    keys: dict[tuple[str | None, str], int],
+    tables: dict[str | None, int],
+    job: str | None,
+    key: str | None,
+) -> int:
+    """The line of ``key`` in ``job``'s table (for a dotted key, of its nearest part that is
+    found: ``alerts.failures.notify``, else ``alerts.failures``, else ``alerts``), else the
+    table's."""
+    parts = key.split(".") if key else []
+    for n in range(len(parts), 0, -1):
+        line = keys.get((job, ".".join(parts[:n])))
+        if line is not None:
+            return line
+    return tables.get(job, 1)
+
+
+def _header(line: str) -> list[str] | None:
+    """The dotted keys of a table header line (``[jobs."a.b".alerts]``), or ``None``."""
+    match = _HEADER.match(line)
+    if match is None or line.lstrip().startswith("[["):
+        return None
+    inner, keys, at = match.group(1), [], 0
+    while at < len(inner):
+        part = _DOTTED.match(inner, at)
+        if part is None or part.end() == at:
+            return None
+        keys.append(_key_at(part, 0) or "")
+        at = part.end()
+    return keys
+
+
 def _lines(text: str) -> tuple[dict[str | None, int], dict[tuple[str | None, str], int]]:
     """Where each job's table starts and each of its keys is set (``None``: ``[defaults]``),
-    by a line scan: enough for the usual layout; other layouts fall back to the table's line."""
+    by a line scan: enough for the usual layout; other layouts fall back to the table's line.
+    Keys of the ``alerts`` sub-tables are dotted: ``alerts``, ``alerts.failures``,
+    ``alerts.failures.threshold``."""
     tables: dict[str | None, int] = {}
     keys: dict[tuple[str | None, str], int] = {}
     current: str | bool | None = False  # False: not in a job's or the defaults' table
+    prefix = ""
     for number, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
-        if header:
-            outer, inner = _key_at(header, 0), _key_at(header, 3)
-            if outer == "jobs" and inner is not None:
-                current = inner
-                tables.setdefault(current, number)
-            elif outer == "defaults" and inner is None:
-                current = None
-                tables.setdefault(None, number)
-            else:
-                current = False
+        header = _header(line)
+        if header is not None:
+            current, prefix = _context(header)
+            if current is not False:
+                tables.setdefault(current, number)  # type: ignore[arg-type]
+                if prefix:
+                    keys.setdefault((current, prefix.rstrip(".")), number)  # type: ignore[arg-type]
             continue
         assign = _ASSIGN.match(line)
         key = _key_at(assign, 0) if assign else None
         if key is not None and current is not False:
-            keys.setdefault((current, key), number)  # type: ignore[arg-type]
+            keys.setdefault((current, prefix + key), number)  # type: ignore[arg-type]
     return tables, keys
+
+
+def _context(header: list[str]) -> tuple[str | bool | None, str]:
+    """The job (``None``: the defaults; ``False``: neither) and the key prefix of a header's
+    table: ``[jobs.a]`` is job ``a``; ``[jobs.a.alerts.failures]`` is job ``a``, prefix
+    ``alerts.failures.``."""
+    if header[:1] == ["jobs"] and len(header) >= 2:
+        job: str | None = header[1]
+        rest = header[2:]
+    elif header[:1] == ["defaults"]:
+        job, rest = None, header[1:]
+    else:
+        return False, ""
+    if rest and (rest[0] != "alerts" or len(rest) > 2):
+        return False, ""
+    return job, "".join(f"{part}." for part in rest)
 
 
 def parse_apply_file(text: str, *, path: str) -> ApplyFile:
@@ -129,7 +198,7 @@ def parse_apply_file(text: str, *, path: str) -> ApplyFile:
     tables, keys = _lines(text)
 
     def refuse(job: str | None, key: str | None, reason: str, value: Any) -> ApplyFileError:
-        line = keys.get((job, key), tables.get(job, 1)) if key else tables.get(job, 1)
+        line = _line_of(keys, tables, job, key)
         where = "defaults" if job is None else f"job {job!r}"
         return ApplyFileError(path, line, f"{where}: {reason}", field=key, value=value)
 
@@ -140,10 +209,12 @@ def parse_apply_file(text: str, *, path: str) -> ApplyFile:
         raise ApplyFileError(path, 1, "jobs must be a table of tables", field="jobs", value=jobs)
     specs: list[JobSpec] = []
     private: set[str] = set()
+    rules: dict[tuple[str, str], tuple[RuleSpec, ...]] = {}
     for job_name, fields in jobs.items():
         merged = {**defaults, **_table(fields, job_name, refuse)}
         if merged.pop("allow_private_target", False):
             private.add(job_name)
+        alerts = merged.pop("alerts", None)
         for required in ("schedule", "handler"):
             if required not in merged:
                 raise refuse(job_name, None, f"{required} is required", None)
@@ -154,7 +225,10 @@ def parse_apply_file(text: str, *, path: str) -> ApplyFile:
             if field is not None and (job_name, field) not in keys and (None, field) in keys:
                 raise refuse(None, field, exc.message, exc.value) from None
             raise refuse(job_name, field, exc.message, exc.value) from None
-    return ApplyFile(path, f"apply:{name}", specs, frozenset(private))
+        if alerts is not None:
+            where = job_name if "alerts" in fields else None
+            rules[(specs[-1].tenant, job_name)] = _rules(alerts, where, refuse)
+    return ApplyFile(path, f"apply:{name}", specs, frozenset(private), rules, keys, tables)
 
 
 def _load(text: str, path: str) -> dict[str, Any]:
@@ -201,10 +275,12 @@ def _table(fields: object, job: str | None, refuse: Any) -> dict[str, Any]:
     if not isinstance(fields, dict):
         raise refuse(job, None, "must be a table of fields", fields)
     for key, value in fields.items():
-        if key not in JOB_FIELDS:
+        if key not in TABLE_KEYS:
             raise refuse(
-                job, key, f"unknown field {key!r} (fields: {', '.join(JOB_FIELDS)})", value
+                job, key, f"unknown field {key!r} (fields: {', '.join(TABLE_KEYS)})", value
             )
+        if key == "alerts" and not isinstance(value, dict):
+            raise refuse(job, key, f"alerts must be a table of rules, got {value!r}", value)
         if key in _TEXT_FIELDS and not isinstance(value, str):
             raise refuse(job, key, f"{key} must be text, got {value!r}", value)
         if key == "allow_private_target" and not isinstance(value, bool):
@@ -212,3 +288,29 @@ def _table(fields: object, job: str | None, refuse: Any) -> dict[str, Any]:
     if job is None and "payload" in fields:
         raise refuse(job, "payload", "payload cannot be a default (give it per job)", None)
     return dict(fields)
+
+
+def _rules(alerts: dict[str, Any], job: str | None, refuse: Any) -> tuple[RuleSpec, ...]:
+    """A table's ``alerts``: each rule by kind, as :func:`declared_rule` validates it (the
+    CLI's and the API's checks); a refusal names ``alerts.<kind>`` (``.threshold``,
+    ``.notify``) at its line."""
+    specs = []
+    for kind, given in alerts.items():
+        try:
+            specs.append(declared_rule(kind, given))
+        except InvalidInput as exc:
+            sub = {"threshold": ".threshold", "notifiers": ".notify"}.get(exc.field or "", "")
+            key = f"alerts.{kind}{sub}"
+            raise refuse(job, key, _rule_reason(key, exc), exc.value) from None
+    return tuple(specs)
+
+
+def _rule_reason(key: str, exc: InvalidInput) -> str:
+    """A rule's refusal as a file's reader reads it: the file's key first
+    (``alerts.failures.notify: no notifier named 'nobody'``)."""
+    reason = exc.message
+    for name in (exc.field or "", "notifiers", "threshold"):
+        if name and reason.startswith(f"{name}: "):
+            reason = reason[len(name) + 2 :]
+            break
+    return f"{key}: {reason}"

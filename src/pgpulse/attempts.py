@@ -17,6 +17,9 @@ worker slot and its lease is renewed by every heartbeat, and:
   (:meth:`Attempts.take`); once an outcome is decided the attempt is never cancelled: the fenced
   write decides whether it counts.
 
+An :class:`AttemptObserver` (the node's check-in pinger) is told when a handler starts and when
+an outcome's write took effect; it only queues, so it never holds an attempt up.
+
 The claim loop calls :meth:`~Attempts.free`, :meth:`~Attempts.start`, :meth:`~Attempts.take`,
 :meth:`~Attempts.written`, :meth:`~Attempts.unwritten` and :meth:`~Attempts.refused`; the
 heartbeat :meth:`~Attempts.leases` and :meth:`~Attempts.renewed`; a stopping node
@@ -34,7 +37,7 @@ import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, Protocol
 
 from pgpulse import metrics
 from pgpulse.dispatch import AttemptResult, Dispatcher, plan_finish, report
@@ -48,6 +51,18 @@ MAX_BATCH = 500
 #: Why an attempt was cancelled: its job's timeout passed, its lease could not be renewed in
 #: time (or was refused), or its node stopped it.
 StopReason = Literal["timeout", "lease_lost", "stop"]
+
+
+class AttemptObserver(Protocol):
+    """Told when an attempt's handler starts and when its outcome is committed (the node's
+    check-in pings, :class:`~pgpulse.alerts.checkins.CheckinPinger`). Called on the event
+    loop, on the attempt's path: each call must return at once and never raise."""
+
+    def started(self, job: ClaimedJob) -> None:
+        """The handler of an attempt of ``job`` is about to be called."""
+
+    def ended(self, outcome: Outcome) -> None:
+        """``outcome`` was written and took effect (not refused by fencing)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -96,6 +111,7 @@ class Attempts:
         margin: seconds before the lease ends at which an unrenewed attempt is cancelled.
         wake: set when an attempt decided its outcome or ended without one: the claim loop has
             something to write, or a free slot.
+        observer: told of each handler's start and each committed outcome, or ``None``.
     """
 
     def __init__(
@@ -106,8 +122,10 @@ class Attempts:
         lease: float,
         margin: float,
         wake: asyncio.Event,
+        observer: AttemptObserver | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        self.observer = observer
         self.slots = slots
         self._renew_within = lease - margin
         self._wake = wake
@@ -187,7 +205,10 @@ class Attempts:
         ``written``) or was refused by fencing (its lease was lost). Count and log each
         (:func:`~pgpulse.dispatch.report`); its attempt ends."""
         for outcome in batch:
-            report(outcome, outcome.job.key in written)
+            took = outcome.job.key in written
+            report(outcome, took)
+            if took and self.observer is not None:
+                self.observer.ended(outcome)
             self._end(outcome.job.key)
 
     def refused(self, outcome: Outcome) -> None:
@@ -249,6 +270,8 @@ class Attempts:
         outcome = await self.dispatcher.decide(job)
         if outcome is None:
             attempt.started = True
+            if self.observer is not None:
+                self.observer.started(job)
             try:
                 result = await self.dispatcher.run(job)
             except asyncio.CancelledError:

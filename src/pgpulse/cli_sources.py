@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from pgpulse.alerts.declared import RuleRefused
 from pgpulse.applyfile import ApplyFile, parse_apply_file
 from pgpulse.audit import cli_actor
 from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab
@@ -116,12 +117,18 @@ async def apply_files(
             value=dup,
         )
     await _check_targets(files)
-    plans = await store.reconcile(
-        [(parsed.source, parsed.specs) for parsed in files],
-        partial(plan_source, prune=prune),
-        dry_run=dry_run,
-        actor=cli_actor(),
-    )
+    rules = {key: specs for parsed in files for key, specs in parsed.rules.items()}
+    try:
+        plans = await store.reconcile(
+            [(parsed.source, parsed.specs) for parsed in files],
+            partial(plan_source, prune=prune),
+            dry_run=dry_run,
+            actor=cli_actor(),
+            rules=rules,
+        )
+    except RuleRefused as exc:  # said at the file and line that declares the rule
+        parsed = next(f for f in files if exc.job in f.rules)
+        raise parsed.refusal(exc.job[1], exc.field or f"alerts.{exc.kind}", exc) from None
     _print_plans(plans, [str(p) for p in paths], as_json=as_json, dry_run=dry_run)
     if exit_code and any(plan.changes_anything for plan in plans):
         sys.exit(1)

@@ -19,7 +19,7 @@ import httpx
 
 from pgpulse.egress import HttpAllowList, resolve
 
-__all__ = ["GuardedTransport"]
+__all__ = ["GuardedTransport", "guarded_client"]
 
 
 @functools.cache
@@ -164,3 +164,12 @@ class GuardedTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the pool's connections."""
         await self.pool.aclose()
+
+
+def guarded_client(allow: HttpAllowList) -> httpx.AsyncClient:
+    """A shared client for notifiers' requests: every connection checked against ``allow`` (a
+    :class:`GuardedTransport`), no redirects followed, no client-wide timeout (each send sets
+    its own). The caller owns it and closes it (``aclose``)."""
+    return httpx.AsyncClient(
+        transport=GuardedTransport(allow), timeout=None, follow_redirects=False
+    )

@@ -1,6 +1,6 @@
 """The engine: one scheduler node's loops.
 
-A :class:`Node` runs five named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
+A :class:`Node` runs six named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
 loudly):
 
 * ``claim``: in one transaction and one round trip per step, write the outcomes of the attempts
@@ -19,7 +19,9 @@ loudly):
   (:class:`~pgpulse.listener.Listener`);
 * ``alerts``: evaluate the alert rules and send their deliveries
   (:class:`~pgpulse.alerts.delivery.AlertLoop`): the leader every ``alert_interval`` seconds,
-  any node at once after it recorded a failed or skipped run; never on an attempt's path.
+  any node at once after it recorded a failed or skipped run; never on an attempt's path;
+* ``checkins``: send the check-in pings the attempts queued at their start and end
+  (:class:`~pgpulse.alerts.checkins.CheckinPinger`; never waited for by an attempt).
 
 The running attempts themselves — their leases' deadlines, their timeouts, self-fencing and
 their outcomes — belong to :class:`~pgpulse.attempts.Attempts` (:attr:`Node.attempts`); these
@@ -45,6 +47,7 @@ from typing import Any
 import psycopg
 
 from pgpulse import metrics
+from pgpulse.alerts.checkins import CheckinPinger
 from pgpulse.alerts.delivery import AlertLoop
 from pgpulse.alerts.store import AlertStore
 from pgpulse.attempts import Attempt, Attempts
@@ -170,22 +173,6 @@ class Node:
         self.sweeper = Sweeper(
             store, self._beat_session, self.node_id, keep_runs=self.config.keep_runs
         )
-        self.attempts = Attempts(
-            Dispatcher(self.handlers, self.node_id, self.config.handler_options),
-            slots=self.config.slots,
-            lease=self.config.lease,
-            margin=self.config.safety_margin,
-            wake=self._wake,
-        )
-        self.listener = Listener(
-            dsn,
-            self.node_id,
-            lambda: self._watched,
-            self._wake,
-            self._stopping,
-            self.config.heartbeat_interval,
-            on_note=lambda: self.recorder.hint_occurrences(),
-        )
         self.alerts: AlertLoop | None = None
         if self.config.alert_interval > 0:
             self.alerts = AlertLoop(
@@ -197,6 +184,28 @@ class Node:
                 allow=self.config.handler_options.get("http_allow"),
                 dashboard_url=self.config.dashboard_url,
             )
+        self.checkins: CheckinPinger | None = None
+        if self.alerts is not None:
+            self.checkins = CheckinPinger(
+                self.alerts.store, allow=self.config.handler_options.get("http_allow")
+            )
+        self.attempts = Attempts(
+            Dispatcher(self.handlers, self.node_id, self.config.handler_options),
+            slots=self.config.slots,
+            lease=self.config.lease,
+            margin=self.config.safety_margin,
+            wake=self._wake,
+            observer=self.checkins,
+        )
+        self.listener = Listener(
+            dsn,
+            self.node_id,
+            lambda: self._watched,
+            self._wake,
+            self._stopping,
+            self.config.heartbeat_interval,
+            on_note=lambda: self.recorder.hint_occurrences(),
+        )
         self.recorder = Recorder(
             ClaimStore(self._claim_session),
             self.attempts,
@@ -218,6 +227,9 @@ class Node:
         # A start registers through the pool (the node's own sessions open with its loops); a
         # rejoin through the heartbeat session, which register_node does not count as a holder's.
         registry = self.beat if rejoin else self.store
+        if self.alerts is not None and not rejoin:
+            with _quiet_db_errors("outage_check"):  # before: registering hides the last beat
+                await self.alerts.before_register()
         await registry.register_node(
             self.node_id,
             hostname=self._hostname,
@@ -284,7 +296,7 @@ class Node:
             await self._drain()
 
     async def _loops(self) -> None:
-        """The node's four loops, in one task group: if one dies, the node stops."""
+        """The node's loops, in one task group: if one dies, the node stops."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self._claim_loop(), name="claim")
             # A heartbeat may take as long as a renewal is still useful: a slow link (or a
@@ -301,6 +313,8 @@ class Node:
             group.create_task(self.listener.run(), name="listen")
             if self.alerts is not None:
                 group.create_task(self.alerts.run(self._stopping), name="alerts")
+            if self.checkins is not None:
+                group.create_task(self.checkins.run(self._stopping), name="checkins")
 
     def stop(self) -> None:
         """Ask the node to stop claiming and drain (safe to call from a signal handler)."""
@@ -335,6 +349,8 @@ class Node:
             await asyncio.wait([attempt.task for attempt in stopped], timeout=5)
         await self.recorder.flush(10.0)  # outcomes decided before the cancel still land
         await self._hand_back([attempt for attempt in stopped if attempt.outcome is None])
+        if self.checkins is not None:  # the ends the last writes committed
+            await self.checkins.drain(2.0)
         with _quiet_db_errors("stop_node"):
             await self.deregister()
         await self._beat_session.close()  # gives leadership up: the session held the lock

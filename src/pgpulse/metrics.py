@@ -181,6 +181,11 @@ UNROUTABLE = Gauge(
     "pgpulse_jobs_unroutable",
     "Idle jobs no live node can run, cluster-wide (read at scrape).",
 )
+CHECKIN_PINGS = Counter(
+    "pgpulse_checkin_pings_total",
+    "Check-in pings by result: sent, failed (after its retries), dropped (queue full).",
+    ["result"],
+)
 REFRESH_ERRORS = Counter(
     "pgpulse_metrics_refresh_errors_total", "Scrapes whose cluster-wide read failed."
 )
@@ -247,6 +252,11 @@ def observe_finish(
     observe_run(outcome, lag, duration)
     # skipped_count counts every skipped occurrence (the claimed one too, when it was skipped)
     skipped(advance.skipped_count if advance is not None else 0)
+
+
+def checkin_ping(result: str) -> None:
+    """Count one check-in ping: ``sent``, ``failed`` (after its retries) or ``dropped``."""
+    CHECKIN_PINGS.labels(result).inc()
 
 
 def lease_renewal_failed(count: int = 1) -> None:

@@ -146,7 +146,8 @@ def format_plan(plan: Plan, *, verbose: bool = False) -> list[str]:
         }[step.action]
         lines.append(f"{_MARKS[step.action]} {label}: {note}")
         if step.action == "update" or (verbose and step.action == "create"):
-            for key, (old, new) in step.changes.items() or _all_fields(step):
+            shown = step.changes.items() if step.action == "update" else _all_fields(step)
+            for key, (old, new) in shown:
                 lines.append(f"    {key}: {_shown(old)} -> {_shown(new)}")
     parts = [
         f"{plan.count('create')} to create",
@@ -161,5 +162,6 @@ def format_plan(plan: Plan, *, verbose: bool = False) -> list[str]:
 
 
 def _all_fields(step: Step) -> Iterable[tuple[str, list[Any]]]:
+    """A created job's fields, and what else its step sets (its declared alert rules)."""
     assert step.spec is not None
-    return definition_diff(None, definition_of_spec(step.spec)).items()
+    return {**definition_diff(None, definition_of_spec(step.spec)), **step.changes}.items()

@@ -31,6 +31,7 @@ from pgpulse.writes import (
 )
 
 if TYPE_CHECKING:
+    from pgpulse.alerts.rules import RuleSpec
     from pgpulse.store import Store
 
 __all__ = ["Planner", "reconcile"]
@@ -63,6 +64,7 @@ async def reconcile(
     writer: Writer = OPERATOR,
     actor: Actor = PYTHON_ACTOR,
     extra_handlers: Collection[str] = (),
+    rules: Mapping[Key, Sequence[RuleSpec]] | None = None,
     now: datetime | None = None,
 ) -> list[Plan]:
     """Plan each source of ``batches`` and, unless ``dry_run``, write every plan, all in one
@@ -81,6 +83,9 @@ async def reconcile(
         writer: who writes (:mod:`pgpulse.access`); the operator by default.
         actor: recorded in the audit trail with each change.
         extra_handlers: handler names known besides the built-in and registered ones.
+        rules: the alert rules declared with jobs' definitions, by (tenant, name): each such
+            job's own rules become exactly these (:mod:`pgpulse.alerts.declared`), and their
+            changes are in its step's ``changes`` (``alerts``).
         now: the audit rows' instant, from tests only.
 
     Returns:
@@ -89,7 +94,8 @@ async def reconcile(
     Raises:
         InvalidInput: a job is defined twice (in one source or two), or a definition names a
             calendar its tenant does not have or is a one-off already past
-            (:func:`pgpulse.writes.check_definition`); nothing is written.
+            (:func:`pgpulse.writes.check_definition`), or a declared rule is refused
+            (:class:`~pgpulse.alerts.declared.RuleRefused`); nothing is written.
         UnknownHandler: a spec's handler is not known.
         Forbidden: ``writer`` may not write a definition of the plan.
     """
@@ -106,6 +112,10 @@ async def reconcile(
         clock = now or (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
         stored = await lock_definitions(conn, [(s.tenant, s.name) for s in every], sources)
         plans = [planner(source, specs, stored) for source, specs in batches]
+        if rules:
+            from pgpulse.alerts.declared import plan_rules
+
+            plans = await plan_rules(conn, plans, rules, clock=clock, writer=writer)
         by_id = {row["id"]: row for row in stored.values()}
         _check_writes(plans, by_id, writer)
         for plan in plans:  # calendars exist, a one-off is not past: before any write
@@ -116,7 +126,11 @@ async def reconcile(
                         conn, step.spec, None if row is None else dict(row), clock
                     )
         if not dry_run:
-            await _write(conn, plans, by_id, clock=clock, actor=actor, now=now)
+            ids = await _write(conn, plans, by_id, clock=clock, actor=actor, now=now)
+            if rules:
+                from pgpulse.alerts.declared import write_rules
+
+                await write_rules(conn, rules, ids)
     return plans
 
 
@@ -140,9 +154,15 @@ async def _write(
     clock: datetime,
     actor: Actor,
     now: datetime | None,
-) -> None:
-    """Write the plans: deletes, then renames and updates, then creates."""
+) -> dict[Key, int]:
+    """Write the plans: deletes, then renames and updates, then creates. Returns the id of
+    every job a plan keeps (created, updated or unchanged), by (tenant, name)."""
     steps = [(plan.source, step) for plan in plans for step in plan.steps]
+    ids = {
+        (step.tenant, step.name): step.job_id
+        for _, step in steps
+        if step.action == "unchanged" and step.job_id is not None
+    }
     for source, step in steps:
         if step.action == "delete" and step.job_id is not None:
             await delete_job_by_id(conn, step.job_id, actor=actor, source=source, now=now)
@@ -166,3 +186,5 @@ async def _write(
             )
             if written is None:  # impossible while the row is locked
                 raise RuntimeError(f"job {step.name!r} vanished while locked")
+            ids[(step.tenant, step.name)] = written.job_id
+    return ids

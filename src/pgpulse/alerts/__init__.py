@@ -6,6 +6,10 @@ retried like jobs, silences (docs/alerts.md).
   database (``sql/alerts.sql``);
 * :mod:`~pgpulse.alerts.delivery`: a node's loop that evaluates the rules and sends the
   deliveries due, off every attempt's path;
+* :mod:`~pgpulse.alerts.checkins`: a node's check-in pings at each attempt's start and end,
+  off the attempt's path;
+* :mod:`~pgpulse.alerts.declared`: rules declared with a job in an apply file, planned and
+  written with it;
 * :mod:`~pgpulse.alerts.commands`: ``pgpulse notifier`` and ``pgpulse alert``.
 
 The notifiers themselves (what is sent, how, when it is retried) are :mod:`pgpulse.notify`.

@@ -179,7 +179,8 @@ def _job(job: str | None, tenant: str) -> tuple[str, str] | None:
 @click.option(
     "--threshold",
     default=None,
-    help="failures: a count; late, missed, silence, lag: a duration (90s, 10m, 2h, 1d).",
+    help="failures: a count; late, missed, silence, lag, no_live_node: a duration (90s, 10m, "
+    "2h, 1d).",
 )
 @click.option(
     "--notify",
@@ -197,8 +198,10 @@ def rule_set(
     threshold: str | None,
     notifiers: tuple[str, ...],
 ) -> None:
-    """Create or replace rule RULE: failures, late, skipped, missed, silence, recovered (of
-    --job, or the default of every job), node_died, leader_changed, lag (the cluster's)."""
+    """Create or replace rule RULE: failures, late, skipped, missed, silence, recovered,
+    checkin (of --job, or the default of every job), node_died, leader_changed, lag,
+    no_live_node (the cluster's). checkin pings its checkin notifiers at each attempt's start
+    and end."""
     value: float | None = None
     if threshold is not None:
         try:

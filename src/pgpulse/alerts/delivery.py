@@ -1,6 +1,9 @@
 """A node's alert loop: evaluate the rules, claim the deliveries due, send them, record each
 outcome — off every attempt's path (docs/alerts.md, "How alerts are delivered").
 
+* **No live node**: a starting node reads, before it registers, the last heartbeat of a
+  cluster that has no live node (:meth:`AlertLoop.before_register`); its first evaluation fires
+  ``no_live_node`` when that gap is longer than the rule's threshold.
 * **Evaluation** is one statement (:meth:`~pgpulse.alerts.store.AlertStore.evaluate`). The
   leader sends it every ``interval`` seconds (late, missed, silence and cluster rules need a
   clock, not an event); any node sends it at once after it recorded a failed or skipped run
@@ -111,6 +114,17 @@ class AlertLoop:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None
         self._retry_at: float | None = None  # loop time of the next pending delivery's due
+        #: (since, until): the cluster had no live node before this node started; evaluated
+        #: (rule ``no_live_node``) by the next tick, then forgotten.
+        self.outage: tuple[datetime, datetime] | None = None
+
+    async def before_register(self) -> None:
+        """Read, before this node registers, whether the cluster had no live node (the
+        register overwrites this node's own last heartbeat, which may be the last one sent);
+        if so, the next evaluation, at once, fires ``no_live_node`` with the gap."""
+        self.outage = await self.store.cluster_outage()
+        if self.outage is not None:
+            self.kick()
 
     def kick(self) -> None:
         """Evaluate soon (a failed or skipped run was just recorded). Safe from any task."""
@@ -165,7 +179,10 @@ class AlertLoop:
         """Evaluate once, then claim and start the deliveries due (as many as there is room
         for). Returns how many deliveries it started."""
         loop = asyncio.get_running_loop()
-        result = await self.store.evaluate(node=self.node_id, leader=self.leading())
+        result = await self.store.evaluate(
+            node=self.node_id, leader=self.leading(), outage=self.outage
+        )
+        self.outage = None
         if result["fired"]:
             log.info(
                 "%d alert events fired (%d deliveries queued)",
@@ -203,13 +220,9 @@ class AlertLoop:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            import httpx
+            from pgpulse.egress_transport import guarded_client
 
-            from pgpulse.egress_transport import GuardedTransport
-
-            self._client = httpx.AsyncClient(
-                transport=GuardedTransport(self.allow), timeout=None, follow_redirects=False
-            )
+            self._client = guarded_client(self.allow)
         return self._client
 
     async def _deliver(self, row: dict[str, Any]) -> None:

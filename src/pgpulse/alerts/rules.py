@@ -6,7 +6,8 @@ docs/alerts.md "Rules"):
 
 * per job — ``failures`` N consecutive failed runs (a count, default 1), ``late`` S seconds,
   ``skipped``, ``missed`` S seconds, ``silence`` W seconds (the dead-man's switch), ``recovered``;
-* cluster — ``node_died``, ``leader_changed``, ``lag`` S seconds.
+  and ``checkin``, which fires nothing: the job's attempts ping its ``checkin`` notifiers;
+* cluster — ``node_died``, ``leader_changed``, ``lag`` S seconds, ``no_live_node`` S seconds.
 
 A job's own rule of a kind replaces the cluster-wide default of that kind.
 """
@@ -14,6 +15,7 @@ A job's own rule of a kind replaces the cluster-wide default of that kind.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -28,16 +30,26 @@ JOB_RULES: dict[str, str | None] = {
     "missed": "seconds a backfill occurrence may wait",
     "silence": "seconds without a successful run",
     "recovered": None,
+    "checkin": None,
 }
 #: Rules about the cluster (set with ``--cluster``), and their threshold.
 CLUSTER_RULES: dict[str, str | None] = {
     "node_died": None,
     "leader_changed": None,
     "lag": "seconds the most overdue job may wait",
+    "no_live_node": "seconds the cluster may have no live node",
 }
 ALL_RULES = {**JOB_RULES, **CLUSTER_RULES}
 #: Thresholds used when none is given.
-DEFAULT_THRESHOLDS = {"failures": 1.0, "late": 60.0, "missed": 300.0, "lag": 60.0}
+DEFAULT_THRESHOLDS = {
+    "failures": 1.0,
+    "late": 60.0,
+    "missed": 300.0,
+    "lag": 60.0,
+    "no_live_node": 60.0,
+}
+#: The rule whose notifiers are pinged by attempts (``checkin`` notifiers, and only they).
+CHECKIN_RULE = "checkin"
 #: Largest threshold accepted: a count of 10,000 failures, or about 10 years of seconds.
 MAX_THRESHOLD = 10 * 366 * 86400.0
 #: How far ahead a schedule's longest gap between occurrences is sought, and how many
@@ -131,6 +143,59 @@ def parse_rule(rule: object, threshold: object, notifiers: object, *, cluster: b
             value=notifiers,
         )
     return RuleSpec(rule, value, tuple(dict.fromkeys(notifiers)))
+
+
+def declared_rule(kind: str, given: object) -> RuleSpec:
+    """A job's rule as code (:meth:`App.job <pgpulse.app.App.job>`'s ``alerts``) and apply
+    files (``[jobs.NAME.alerts]``) declare it: ``{"notify": [names], "threshold": n}`` under
+    its kind, validated by :func:`parse_rule` (``notify`` may be one name).
+
+    Raises:
+        InvalidInput: ``field="alerts.<kind>"`` for an entry that is not a mapping of
+            ``notify`` and ``threshold``; else the rule's own refusal (``rule``, ``threshold``,
+            ``notifiers``).
+    """
+    if not isinstance(given, Mapping) or set(given) - {"notify", "threshold"}:
+        raise InvalidInput(
+            f"alerts.{kind} must be a mapping of 'notify' (notifier names) and 'threshold', "
+            f"got {given!r}",
+            field=f"alerts.{kind}",
+            value=given,
+        )
+    notify = given.get("notify")
+    names = [notify] if isinstance(notify, str) else notify
+    if names is not None and not isinstance(names, list | tuple):
+        names = [names]  # refused by parse_rule, naming the value
+    return parse_rule(kind, given.get("threshold"), list(names or ()), cluster=False)
+
+
+def check_notifier_kinds(spec: RuleSpec, kinds: dict[str, str]) -> None:
+    """Refuse a rule whose notifiers cannot take what it sends: a ``checkin`` rule names
+    ``checkin`` notifiers only (its attempts ping them), every other rule none of them (a
+    check-in monitor takes pings, not alert documents).
+
+    Args:
+        spec: the validated rule.
+        kinds: the kind of each notifier the rule names, by name.
+
+    Raises:
+        InvalidInput: ``field="notifiers"``, naming the first notifier that does not fit.
+    """
+    for name in spec.notifiers:
+        kind = kinds[name]
+        if spec.rule == CHECKIN_RULE and kind != "checkin":
+            raise InvalidInput(
+                f"notifiers: rule 'checkin' pings checkin notifiers, and {name!r} is a {kind}",
+                field="notifiers",
+                value=name,
+            )
+        if spec.rule != CHECKIN_RULE and kind == "checkin":
+            raise InvalidInput(
+                f"notifiers: {name!r} is a checkin notifier, which takes no alerts "
+                "(use rule 'checkin' for a job's check-ins)",
+                field="notifiers",
+                value=name,
+            )
 
 
 def longest_gap(schedule: Schedule, after: datetime, anchor: datetime | None) -> float | None:

@@ -18,7 +18,13 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from pgpulse.access import OPERATOR, Writer, check_alert_write
-from pgpulse.alerts.rules import CLUSTER_RULES, RuleSpec, check_silence_window, parse_rule
+from pgpulse.alerts.rules import (
+    CLUSTER_RULES,
+    RuleSpec,
+    check_notifier_kinds,
+    check_silence_window,
+    parse_rule,
+)
 from pgpulse.database import ConnectionSource
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError
@@ -137,7 +143,8 @@ class AlertStore:
             InvalidInput: the rule's refusal (:func:`~pgpulse.alerts.rules.parse_rule`); a
                 ``silence`` window shorter than the job's schedule's period
                 (:func:`~pgpulse.alerts.rules.check_silence_window`); ``field="notifiers"`` for
-                a notifier that does not exist.
+                a notifier that does not exist, or of a kind the rule cannot use
+                (:func:`~pgpulse.alerts.rules.check_notifier_kinds`).
             JobNotFound: no such job.
             Forbidden: ``writer`` may not change that job (or, being a tenant's, the cluster).
         """
@@ -169,7 +176,7 @@ class AlertStore:
                     )
             else:
                 check_alert_write(writer, None)
-            ids = await self._notifier_ids(conn, spec)
+            ids = await notifier_ids(conn, spec)
             cur = await conn.execute(
                 ALERT_QUERIES["set_rule"],
                 {
@@ -182,20 +189,6 @@ class AlertStore:
             out = await cur.fetchone()
             assert out is not None
             return int(out["id"]), bool(out["created"])
-
-    async def _notifier_ids(self, conn: Any, spec: RuleSpec) -> list[int]:
-        cur = await conn.execute(
-            ALERT_QUERIES["notifiers_by_name"], {"names": list(spec.notifiers)}
-        )
-        found = {row["name"]: row["id"] for row in await cur.fetchall()}
-        missing = [n for n in spec.notifiers if n not in found]
-        if missing:
-            raise InvalidInput(
-                f"notifiers: no notifier named {missing[0]!r} (see pgpulse notifier list)",
-                field="notifiers",
-                value=missing[0],
-            )
-        return [found[n] for n in spec.notifiers]
 
     async def remove_rule(self, rule: str, *, job: tuple[str, str] | None = None) -> None:
         """Remove a rule of job ``job``, or the cluster's.
@@ -294,6 +287,7 @@ class AlertStore:
         leader: bool,
         lookback: float = 600.0,
         limit: int = 1000,
+        outage: tuple[datetime, datetime] | None = None,
         now: datetime | None = None,
     ) -> dict[str, Any]:
         """Evaluate every rule once (``alert_evaluate`` in ``sql/alerts.sql``); cluster rules
@@ -304,6 +298,9 @@ class AlertStore:
             leader: whether it leads.
             lookback: seconds of ended runs examined for ``failures`` and ``skipped``.
             limit: most overdue jobs examined for ``late`` and ``missed``.
+            outage: (since, until), UTC instants: the cluster had no live node from the last
+                heartbeat before this node started until its start (:meth:`cluster_outage`);
+                ``no_live_node`` fires when that is longer than its threshold.
 
         Returns:
             ``fired``, ``queued``, ``closed`` counts, ``next_due`` (the first due instant of
@@ -311,9 +308,32 @@ class AlertStore:
         """
         [row] = await self._rows(
             "alert_evaluate",
-            {"node": node, "leader": leader, "lookback": lookback, "limit": limit, "now": now},
+            {
+                "node": node,
+                "leader": leader,
+                "lookback": lookback,
+                "limit": limit,
+                "outage_since": outage[0] if outage else None,
+                "outage_until": outage[1] if outage else None,
+                "now": now,
+            },
         )
         return row
+
+    async def cluster_outage(
+        self, *, now: datetime | None = None
+    ) -> tuple[datetime, datetime] | None:
+        """For a node about to register: when no node is live and a ``no_live_node`` rule is
+        set, (the last heartbeat any node sent, the database's now); else ``None``. The gap
+        between them is the time the cluster had no live node (docs/alerts.md, "No live
+        node"); :meth:`evaluate` fires on it."""
+        rows = await self._rows("cluster_outage", {"now": now})
+        return (rows[0]["since"], rows[0]["until"]) if rows else None
+
+    async def checkin_targets(self) -> list[dict[str, Any]]:
+        """Every ``checkin`` rule's notifiers: rows of ``job_id`` (``None``: the default),
+        ``name`` and ``config`` (secrets included: for the pinger only)."""
+        return await self._rows("checkin_targets", {})
 
     async def claim_deliveries(
         self, *, node: str, limit: int, margin: float = 10.0, now: datetime | None = None
@@ -354,4 +374,25 @@ class AlertStore:
         return bool(rows)
 
 
-__all__ = ["ALERT_QUERIES", "CLUSTER_RULES", "AlertStore", "NotifierInUse"]
+async def notifier_ids(conn: Any, spec: RuleSpec) -> list[int]:
+    """The ids of ``spec``'s notifiers, locked against removal until the transaction ends.
+
+    Raises:
+        InvalidInput: ``field="notifiers"``: one does not exist, or is of a kind the rule
+            cannot use (:func:`~pgpulse.alerts.rules.check_notifier_kinds`).
+    """
+    cur = await conn.execute(ALERT_QUERIES["notifiers_by_name"], {"names": list(spec.notifiers)})
+    rows = await cur.fetchall()
+    found = {row["name"]: row["id"] for row in rows}
+    missing = [n for n in spec.notifiers if n not in found]
+    if missing:
+        raise InvalidInput(
+            f"notifiers: no notifier named {missing[0]!r} (see pgpulse notifier list)",
+            field="notifiers",
+            value=missing[0],
+        )
+    check_notifier_kinds(spec, {row["name"]: row["kind"] for row in rows})
+    return [found[n] for n in spec.notifiers]
+
+
+__all__ = ["ALERT_QUERIES", "CLUSTER_RULES", "AlertStore", "NotifierInUse", "notifier_ids"]

@@ -14,12 +14,16 @@
 --   created), whatever the reason; keyed by that instant, so one event per silent stretch;
 -- * recovered: a job with an open alert that succeeded after it fired; its open alerts close;
 -- * cluster rules, only when %(leader)s: node_died (a node silent past its ttl that last said it
---   ran attempts), leader_changed (this node leads, and the last recorded leader was another),
---   lag (an idle job due more than S seconds ago; closes when none is).
+--   ran attempts), leader_changed (this node leads, and the leader recorded in
+--   pgpulse_alert_state is another; the first one recorded is no change), lag (an idle job due
+--   more than S seconds ago; closes when none is);
+-- * no_live_node, on any node that passes %(outage_since)s: the cluster had no live node from
+--   then until %(outage_until)s (the evaluating node's start), for longer than S seconds.
 -- A job's own rule of a kind replaces the default (job_id NULL). An event inside a silence is
 -- recorded, silenced, with no delivery; every other new event gets one pending delivery per
--- notifier of its rule. Returns how many events fired, how many deliveries were queued, and
--- the first due instant of the older pending deliveries. Events are inserted in key order, so
+-- notifier of its rule (but a checkin notifier: attempts ping it, alerts do not go to it).
+-- Returns how many events fired, how many deliveries were queued, and the first due instant of
+-- the older pending deliveries. Events are inserted in key order, so
 -- two evaluations that race on several keys wait for each other rather than deadlock.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
@@ -169,24 +173,52 @@ WITH clock AS (
       AND r.job_id IS NULL
       AND n.last_heartbeat < clock.now - make_interval(secs => coalesce(n.ttl, 10))
 ), last_leader AS (
-    SELECT e.id, e.details ->> 'leader' AS leader
-    FROM pgpulse_alert_events e
-    WHERE e.rule = 'leader_changed'
-      AND e.job_id IS NULL
-    ORDER BY e.id DESC
-    LIMIT 1
-), leader AS (
-    SELECT NULL::bigint AS job_id, 'leader_changed'::text AS rule, NULL::timestamptz,
-           NULL::bigint, NULL::text,
-           jsonb_build_object('leader', %(node)s::text, 'previous', l.leader) AS details,
-           CASE WHEN l.id IS NULL THEN '{}'::bigint[] ELSE r.notifiers END,
-           'leader/' || coalesce(l.id, 0) || '/' || %(node)s::text
+    SELECT s.value AS leader, s.updated_at
+    FROM pgpulse_alert_state s
+    WHERE s.rule = 'leader_changed'
+), leader_rule AS (
+    SELECT r.notifiers
     FROM pgpulse_alert_rules r
-    LEFT JOIN last_leader l ON true
     WHERE %(leader)s::bool
       AND r.rule = 'leader_changed'
       AND r.job_id IS NULL
-      AND l.leader IS DISTINCT FROM %(node)s::text
+), leader_seen AS (
+    -- this leader, recorded when it is not the one recorded (nothing is written otherwise)
+    INSERT INTO pgpulse_alert_state AS s (rule, value, updated_at)
+    SELECT 'leader_changed', %(node)s::text, clock.now
+    FROM leader_rule, clock
+    WHERE (SELECT l.leader FROM last_leader l) IS DISTINCT FROM %(node)s::text
+    ON CONFLICT (rule) DO UPDATE
+    SET value = excluded.value, updated_at = excluded.updated_at
+    RETURNING s.rule
+), leader AS (
+    -- a change only: the first leader a rule sees has no previous one, and is no event
+    SELECT NULL::bigint AS job_id, 'leader_changed'::text AS rule, NULL::timestamptz,
+           NULL::bigint, NULL::text,
+           jsonb_build_object('leader', %(node)s::text, 'previous', l.leader) AS details,
+           r.notifiers,
+           'leader/' || extract(epoch FROM l.updated_at)::text || '/' || %(node)s::text
+    FROM leader_rule r
+    JOIN last_leader l ON l.leader IS DISTINCT FROM %(node)s::text
+), outage AS (
+    -- no live node for S seconds: %(outage_since)s is the last heartbeat any node sent before
+    -- the evaluating node started, when none was live then (AlertStore.cluster_outage); one
+    -- event per gap, keyed by that instant, so nodes starting together fire it once
+    SELECT NULL::bigint AS job_id, 'no_live_node'::text AS rule, NULL::timestamptz,
+           NULL::bigint, NULL::text,
+           jsonb_build_object('since', %(outage_since)s::timestamptz,
+                              'until', %(outage_until)s::timestamptz,
+                              'gap_seconds', extract(epoch FROM %(outage_until)s::timestamptz
+                                                     - %(outage_since)s::timestamptz)::float8,
+                              'threshold_seconds', r.threshold,
+                              'node', %(node)s::text) AS details,
+           r.notifiers,
+           'cluster/no_live_node/' || extract(epoch FROM %(outage_since)s::timestamptz)::text
+    FROM pgpulse_alert_rules r
+    WHERE r.rule = 'no_live_node'
+      AND r.job_id IS NULL
+      AND %(outage_since)s::timestamptz
+          < %(outage_until)s::timestamptz - make_interval(secs => r.threshold)
 ), worst AS (
     SELECT r.threshold, r.notifiers,
            (SELECT extract(epoch FROM clock.now - min(j.next_run_at))::float8
@@ -219,6 +251,7 @@ WITH clock AS (
     UNION ALL SELECT * FROM died
     UNION ALL SELECT * FROM leader
     UNION ALL SELECT * FROM lag
+    UNION ALL SELECT * FROM outage
 ), fresh AS (
     INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, run_id,
                                            fired_at, error, details, notifiers, silenced,
@@ -229,7 +262,8 @@ WITH clock AS (
                    WHERE (s.job_id IS NULL OR s.job_id = c.job_id)
                      AND s.starts_at <= clock.now
                      AND s.ends_at > clock.now),
-           CASE WHEN c.rule IN ('skipped', 'recovered', 'node_died', 'leader_changed')
+           CASE WHEN c.rule IN ('skipped', 'recovered', 'node_died', 'leader_changed',
+                                'no_live_node')
                 THEN clock.now END
     FROM candidates c, clock
     WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
@@ -241,7 +275,7 @@ WITH clock AS (
     SELECT f.id, n.id, clock.now, clock.now
     FROM fresh f
     CROSS JOIN LATERAL unnest(f.notifiers) AS wanted (id)
-    JOIN pgpulse_notifiers n ON n.id = wanted.id
+    JOIN pgpulse_notifiers n ON n.id = wanted.id AND n.kind <> 'checkin'
     CROSS JOIN clock
     WHERE NOT f.silenced
     ON CONFLICT (event_id, notifier_id) DO NOTHING
@@ -331,7 +365,7 @@ ORDER BY name;
 
 -- name: notifiers_by_name
 -- The notifiers named %(names)s, locked against removal until the transaction ends.
-SELECT id, name
+SELECT id, name, kind
 FROM pgpulse_notifiers
 WHERE name = ANY (%(names)s::text[])
 FOR SHARE;
@@ -426,3 +460,50 @@ WITH rules AS (
     DELETE FROM pgpulse_alert_rules WHERE job_id = %(job_id)s RETURNING id
 )
 DELETE FROM pgpulse_alert_silences WHERE job_id = %(job_id)s;
+
+-- name: cluster_outage
+-- Sent by a starting node before it registers (registering overwrites its own row's last
+-- heartbeat): when no node is live now (a node is live until it stops, or its heartbeat is older
+-- than its time-to-live), the last heartbeat any node sent, and now; otherwise no row. Only when
+-- a no_live_node rule is set: without one, nothing is read.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+SELECT max(n.last_heartbeat) AS since, clock.now AS until
+FROM pgpulse_nodes n, clock
+WHERE EXISTS (SELECT 1 FROM pgpulse_alert_rules r
+              WHERE r.rule = 'no_live_node' AND r.job_id IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM pgpulse_nodes l
+                  WHERE l.state <> 'stopped'
+                    AND l.last_heartbeat > clock.now - make_interval(secs => coalesce(l.ttl, 10)))
+GROUP BY clock.now
+HAVING max(n.last_heartbeat) IS NOT NULL;
+
+-- name: checkin_targets
+-- Every check-in rule (job_id NULL: the default of every job without its own) with the config of
+-- each checkin notifier it names, secrets included: for the node's pinger only.
+SELECT r.job_id, n.name, n.config
+FROM pgpulse_alert_rules r
+CROSS JOIN LATERAL unnest(r.notifiers) AS wanted (id)
+JOIN pgpulse_notifiers n ON n.id = wanted.id
+WHERE r.rule = 'checkin'
+  AND n.kind = 'checkin'
+ORDER BY r.job_id NULLS FIRST, n.name;
+
+-- name: job_rules
+-- The own rules of jobs %(job_ids)s (not the defaults), each with its notifiers' names.
+SELECT r.job_id, r.rule, r.threshold,
+       ARRAY(SELECT n.name FROM unnest(r.notifiers) WITH ORDINALITY AS w (id, k)
+             JOIN pgpulse_notifiers n ON n.id = w.id
+             ORDER BY w.k) AS notifiers
+FROM pgpulse_alert_rules r
+WHERE r.job_id = ANY (%(job_ids)s::bigint[])
+ORDER BY r.job_id, r.rule;
+
+-- name: remove_job_rules_except
+-- Remove job %(job_id)s's own rules but those of kinds %(keep)s (a definitions file that
+-- declares the job's rules owns them all).
+DELETE FROM pgpulse_alert_rules
+WHERE job_id = %(job_id)s
+  AND NOT (rule = ANY (%(keep)s::text[]))
+RETURNING id;

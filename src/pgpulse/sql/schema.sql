@@ -109,7 +109,7 @@ CREATE TABLE public.pgpulse_alert_rules (
     threshold double precision,
     notifiers bigint[] DEFAULT '{}'::bigint[] NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT pgpulse_alert_rules_rule_check CHECK ((rule = ANY (ARRAY['failures'::text, 'late'::text, 'skipped'::text, 'missed'::text, 'silence'::text, 'recovered'::text, 'node_died'::text, 'leader_changed'::text, 'lag'::text]))),
+    CONSTRAINT pgpulse_alert_rules_rule_check CHECK ((rule = ANY (ARRAY['failures'::text, 'late'::text, 'skipped'::text, 'missed'::text, 'silence'::text, 'recovered'::text, 'checkin'::text, 'node_died'::text, 'leader_changed'::text, 'lag'::text, 'no_live_node'::text]))),
     CONSTRAINT pgpulse_alert_rules_threshold_check CHECK ((threshold > (0)::double precision))
 );
 
@@ -139,6 +139,13 @@ ALTER TABLE public.pgpulse_alert_silences ALTER COLUMN id ADD GENERATED ALWAYS A
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE public.pgpulse_alert_state (
+    rule text NOT NULL,
+    value text NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_alert_state_rule_check CHECK ((rule = 'leader_changed'::text))
 );
 
 CREATE TABLE public.pgpulse_api_tokens (
@@ -490,6 +497,9 @@ ALTER TABLE ONLY public.pgpulse_alert_rules
 
 ALTER TABLE ONLY public.pgpulse_alert_silences
     ADD CONSTRAINT pgpulse_alert_silences_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pgpulse_alert_state
+    ADD CONSTRAINT pgpulse_alert_state_pkey PRIMARY KEY (rule);
 
 ALTER TABLE ONLY public.pgpulse_api_tokens
     ADD CONSTRAINT pgpulse_api_tokens_pkey PRIMARY KEY (id);

@@ -61,7 +61,8 @@ class Notifier(BaseModel):
 
 class RuleIn(_Body):
     """A rule's threshold (a count for ``failures``; seconds for ``late``, ``missed``,
-    ``silence``, ``lag``; none for the others) and the notifiers it goes to."""
+    ``silence``, ``lag``, ``no_live_node``; none for the others) and the notifiers it goes to
+    (``checkin`` notifiers for a ``checkin`` rule, and for no other)."""
 
     threshold: float | None = None
     notifiers: list[str] = Field(min_length=1, max_length=20, examples=[["ops"]])
@@ -183,8 +184,8 @@ async def list_rules(who: Who, ctx: Ctx) -> list[dict[str, Any]]:
 
 @router.put("/alert-rules/{rule}", response_model=Rule, summary="Set a cluster rule or default")
 async def put_cluster_rule(rule: RuleName, body: RuleIn, who: Who, ctx: Ctx) -> dict[str, Any]:
-    """A cluster rule (``node_died``, ``leader_changed``, ``lag``), or a job rule's default for
-    every job without its own (admin)."""
+    """A cluster rule (``node_died``, ``leader_changed``, ``lag``, ``no_live_node``), or a job
+    rule's default for every job without its own (admin)."""
     alerts = _alerts(ctx)
     await alerts.set_rule(rule, body.notifiers, threshold=body.threshold, writer=_writer(who))
     return next(r for r in await alerts.list_rules() if r["job_id"] is None and r["rule"] == rule)
