@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from pgpulse.sharding import SHARD_COUNT, shards_for
+from pgpulse.sharding import DEFAULT_SHARD_COUNT, shards_for
 
 #: The claim routes of one node: for each handler it has, the shards it claims that handler's
 #: jobs from (ascending). A handler with no shards is left out.
@@ -27,7 +27,7 @@ def routes_for(
     node: str,
     handlers: Collection[str],
     live: Mapping[str, Collection[str]],
-    shard_count: int = SHARD_COUNT,
+    shard_count: int = DEFAULT_SHARD_COUNT,
 ) -> dict[str, tuple[int, ...]]:
     """Return ``node``'s claim routes: for each of its ``handlers``, the shards it owns among
     the live nodes that have that handler (itself included).
