@@ -6,8 +6,10 @@ A job's shard is ``id % shard_count``, the count a setting of the database
 built for that count (``sql/shards.sql``, :func:`pgpulse.sql.for_shard_count`). A change is
 online and resumable, and keeps every invariant:
 
-1. **Build** the new count's indexes ``CONCURRENTLY`` (writes go on; no row is rewritten). An
-   invalid index left by an interrupted build is dropped and built again.
+1. **Build** the new count's indexes ``CONCURRENTLY`` (writes go on; no row is rewritten), and
+   ``ANALYZE`` the tables, so the planner knows the index's shard expression and reads the
+   shard from it rather than from the heap. An invalid index left by an interrupted build is
+   dropped and built again.
 2. **Publish** the count. Each node places and claims by it from its next heartbeat.
 3. **Wait** until every live node reports its shards of the new count.
 4. **Drop** the indexes of every other count (never ``pgpulse_jobs_due``, which is also the
@@ -68,7 +70,8 @@ class Reshard:
 
     Attributes:
         old: the count before; new: the count now published.
-        built: the indexes built; build_seconds: how long building them took.
+        built: the indexes built; build_seconds: how long building them (and the
+            ``ANALYZE`` after) took.
         switched: every live node reported the new count within the wait.
         switch_seconds: how long that took (``None``: it did not happen within the wait).
         dropped: the old counts' indexes dropped (none unless ``switched``).
@@ -190,6 +193,9 @@ async def set_shard_count(
     old = (await shard_state(pool, ttl=ttl)).shard_count
     started = time.monotonic()
     built = await build_indexes(pool, count)
+    if count != DEFAULT_SHARD_COUNT:
+        async with pool.connection() as conn:
+            await conn.execute(SHARDS_SQL["analyze_sharded_tables"])
     build_seconds = time.monotonic() - started
     if old != count:
         async with pool.connection() as conn:

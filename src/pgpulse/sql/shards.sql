@@ -15,6 +15,13 @@ CREATE INDEX CONCURRENTLY pgpulse_occurrences_due_{count}
     ON pgpulse_occurrences (next_run_at, ((job_id % {count})::smallint))
     WHERE lease_expires_at IS NULL;
 
+-- name: analyze_sharded_tables
+-- Statistics of the new index's shard expression, before any node plans a claim with it: a
+-- node's claim session plans generically (claims.CLAIM_SESSION_SETTINGS), and without them the
+-- planner may prefer pgpulse_jobs_due and read the shard from the heap, every shard's due row.
+-- Samples the tables (no rewrite, no lock against writes).
+ANALYZE pgpulse_jobs, pgpulse_occurrences;
+
 -- name: drop_jobs_due_index
 DROP INDEX CONCURRENTLY IF EXISTS pgpulse_jobs_due_{count};
 
