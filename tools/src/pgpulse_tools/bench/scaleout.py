@@ -36,6 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 from pgpulse import sharding
+from pgpulse_tools.bench import shardcounts
 from pgpulse_tools.bench.common import (
     DbCpu,
     Result,
@@ -388,6 +389,7 @@ async def run(
             break
     fitted = [m["nodes"] for m in measures if m["fits"]]
     result.tables.append(placement_table())
+    result.tables.append(await shardcounts.measure(server_dsn, scale))
     sized = next((m for m in measures if m.get("sizes")), None)
     if sized:
         result.tables.append(size_table(sized))
