@@ -3,11 +3,11 @@
 A job's shard is ``id % shard_count``; the count is a setting of the database
 (``pgpulse_cluster.shard_count``, 64 until changed: :mod:`pgpulse.resharding`). Shards are
 placed by **consistent hashing with bounded loads**: each node has :data:`POINTS` points on a
-hash ring, each shard walks clockwise from its own point to the first node that still has room.
-Room is ``⌊shards / nodes⌋`` in a first pass; the ``shards mod nodes`` shards left over then go,
-the same way, to the first node that has not taken one extra. So every node owns
-``⌊shards / nodes⌋`` or ``⌈shards / nodes⌉`` shards (:func:`balance_bound`), and a join or a death
-moves a few times the average share, not every shard.
+hash ring, and each shard, in order, walks clockwise from its own point to the first node that
+still has room. A node has room below ``⌊shards / nodes⌋``, and at it while fewer than
+``shards mod nodes`` nodes have taken one more. So every node owns ``⌊shards / nodes⌋`` or
+``⌈shards / nodes⌉`` shards (:func:`balance_bound`), and a join or a death moves one to ten
+times the average share (scenario 10's placement table), not every shard.
 
 Every node computes the same placement from the same set of live nodes. The ring points of a
 node are hashed once per process (cached by node id), so a membership change costs one sort of
@@ -128,25 +128,24 @@ def placement(nodes: frozenset[str], shard_count: int) -> dict[str, tuple[int, .
     points, owner = _RING.of(nodes)
     load = dict.fromkeys(nodes, 0)
     owned: dict[str, list[int]] = {node: [] for node in nodes}
-    low, _ = balance_bound(shard_count, len(nodes))
+    low, extra = divmod(shard_count, len(nodes))
     shard_points = _shard_points(shard_count)
     size = len(points)
-
-    def walk(shard: int, room: int) -> None:
-        # Only called while some node has room, so the walk ends; it is short while many do.
+    extras = 0  # nodes given low + 1 so far: at most `extra` of them
+    for shard in range(shard_count):
+        # A node takes the shard while under `low`, or at `low` while fewer than `extra` nodes
+        # have taken one more. The rooms add up to exactly shard_count, so a node with room is
+        # always ahead, and no node ends under `low` (every shard is placed).
         step = bisect_left(points, shard_points[shard])
-        while load[node := owner[points[step % size]]] >= room:
+        while True:
+            node = owner[points[step % size]]
+            if load[node] < low or (load[node] == low and extras < extra):
+                break
             step += 1
+        if load[node] == low:
+            extras += 1
         load[node] += 1
         owned[node].append(shard)
-
-    # The first N × ⌊S/N⌋ shards fill every node to ⌊S/N⌋; the S mod N left over take one
-    # extra each, on distinct nodes.
-    filled = len(nodes) * low
-    for shard in range(filled):
-        walk(shard, low)
-    for shard in range(filled, shard_count):
-        walk(shard, low + 1)
     return {node: tuple(sorted(shards)) for node, shards in owned.items()}
 
 
