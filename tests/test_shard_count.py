@@ -163,3 +163,17 @@ async def test_running_nodes_switch_to_a_new_count_and_split_it(store: Store, ds
     assert state.nodes == {a.node_id: 512, b.node_id: 512} and state.switched
     finished = await set_shard_count(store.pool, 512, wait=5, ttl=5)
     assert finished.switched and finished.dropped == []
+
+
+async def test_a_heartbeat_sends_the_live_set_only_when_it_changed(store: Store) -> None:
+    """Issue 23: the heartbeat returns the live nodes once per change, not every beat."""
+    for name in ("n1", "n2"):
+        await store.register_node(name, hostname="h", pid=1, slots=4, handlers=["noop"], ttl=10)
+    first = await store.heartbeat("n1", running=0, shards=[], ttl=10, shard_count=64)
+    assert first.live == ("n1", "n2") and first.handlers == {"n1": ("noop",), "n2": ("noop",)}
+    assert first.shard_count == 64 and len(first.members) == 32  # an md5 digest
+    same = await store.heartbeat("n1", running=0, shards=[], ttl=10, known=first.members)
+    assert (same.live, same.handlers, same.members) == (None, None, first.members)
+    await store.stop_node("n2", hostname="h", pid=1)
+    changed = await store.heartbeat("n1", running=0, shards=[], ttl=10, known=first.members)
+    assert changed.live == ("n1",) and changed.members != first.members

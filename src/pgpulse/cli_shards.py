@@ -75,8 +75,9 @@ async def shards_show(store: Store, ttl: float, as_json: bool) -> None:
 @with_store
 async def shards_set(store: Store, count: int, wait: float, keep_old: bool, ttl: float) -> None:
     """Change the shard count to COUNT (1 to 32768), online: build its indexes CONCURRENTLY,
-    publish it, wait for every live node to switch, drop the old count's indexes. Run it again
-    to resume after a failure or a timed-out wait."""
+    publish it, wait for every live node to switch, drop the old count's indexes. Exit 1 if
+    not every live node switched within --wait (the old indexes are kept); run it again to
+    resume after that or after a failure."""
     done = await set_shard_count(store.pool, count, wait=wait, ttl=ttl, drop_old=not keep_old)
     built = ", ".join(done.built) or "none needed"
     click.echo(f"indexes built: {built} ({done.build_seconds:.1f} s)")
