@@ -150,7 +150,7 @@ class Node:
             if name != "shell" or self.config.allow_shell
         }
         self.node_id = self.config.node_id
-        #: The shards this node owns on the ring of every live node (what ``status`` shows).
+        #: The shards this node owns among every live node (what ``status`` shows).
         self.shards: tuple[int, ...] = ()
         #: What it claims: for each handler it has, its shards among the nodes that have it.
         self.routes: dict[str, tuple[int, ...]] = {}

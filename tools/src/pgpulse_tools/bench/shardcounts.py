@@ -9,12 +9,15 @@ in turn:
 1. ``pgpulse shards set COUNT`` (:func:`pgpulse.resharding.set_shard_count`): **build**
    seconds (its indexes, ``CONCURRENTLY``, and ``ANALYZE``), then **rebalance** seconds from
    publishing the count until every live node reports it and the nodes split its shards;
+then, every count's indexes being there, with the counts taking turns claim by claim (the
+machine's noise falls on all alike):
+
 2. **claim** latency: claims of 25 due jobs by a node owning its share among 16 (the claim a node
    of a 16-node cluster sends), over a claim session as a node's (generic plan), each claim's
-   jobs handed back untimed;
+   jobs handed back untimed, and the buffers one claim touches (``EXPLAIN (ANALYZE, BUFFERS)``,
+   rolled back);
 3. **empty poll**: the same node's claim when none of its handler's jobs is due (the nodes'
-   ``noop`` jobs, parked), latency, and the buffers one such poll touches
-   (``EXPLAIN (ANALYZE, BUFFERS)``).
+   ``noop`` jobs, parked): latency and buffers.
 
 Durations are seconds, latencies milliseconds, by the benchmark's monotonic clock.
 """
@@ -66,31 +69,26 @@ def _routes(handler: str, count: int) -> dict[str, tuple[int, ...]]:
     return {handler: shards_for(ids[0], ids, count)}
 
 
-async def _claims(
-    claimer: Store, pooled: Store, handler: str, count: int, samples: int
-) -> tuple[list[float], int]:
-    """``samples`` timed claims of :data:`BATCH` along the 1-of-16 route of ``handler`` at
-    ``count`` shards (ms), each claim's jobs handed back untimed; and how many were claimed."""
+async def _claim(claimer: Store, pooled: Store, handler: str, count: int) -> tuple[float, int]:
+    """One timed claim of :data:`BATCH` along the 1-of-16 route of ``handler`` at ``count``
+    shards (ms), its jobs handed back untimed; and how many it claimed."""
     claimer.shard_count = count
-    routes = _routes(handler, count)
-    out: list[float] = []
-    claimed = 0
-    for _ in range(samples):
-        started = time.perf_counter()
-        step = await claimer.finish_and_claim((), "bench-shards", routes, BATCH, lease=60.0)
-        out.append((time.perf_counter() - started) * 1000)
-        claimed += len(step.jobs)
-        if step.jobs:
-            async with pooled.pool.connection() as conn:
-                await conn.execute(BENCH_SQL["unclaim"], {"ids": [job.id for job in step.jobs]})
-    return out, claimed
+    started = time.perf_counter()
+    step = await claimer.finish_and_claim(
+        (), "bench-shards", _routes(handler, count), BATCH, lease=60.0
+    )
+    took = (time.perf_counter() - started) * 1000
+    if step.jobs:
+        async with pooled.pool.connection() as conn:
+            await conn.execute(BENCH_SQL["unclaim"], {"ids": [job.id for job in step.jobs]})
+    return took, len(step.jobs)
 
 
-def _poll_buffers(dsn: str, count: int) -> tuple[int, str]:
-    """Shared buffers one empty poll touches at ``count`` shards (generic plan, as a node's
-    claim session), and the due scan's index."""
+def _buffers(dsn: str, count: int, handler: str) -> tuple[int, str]:
+    """Shared buffers one claim along the 1-of-16 route of ``handler`` touches at ``count``
+    shards (generic plan, as a node's claim session; rolled back), and the due scan's index."""
     text, names = claim_statement("finish_and_claim", count)
-    routes = _routes("noop", count)
+    routes = _routes(handler, count)
     values = {
         "outcomes": "[]",
         "node": "bench-shards",
@@ -105,9 +103,9 @@ def _poll_buffers(dsn: str, count: int) -> tuple[int, str]:
         for name, value in CLAIM_SESSION_SETTINGS.items():
             conn.execute("SELECT set_config(%s, %s, false)", (name, value))
         with conn.transaction(force_rollback=True):
-            conn.execute(f"PREPARE bench_poll AS {text}")
+            conn.execute(f"PREPARE bench_claim AS {text}")
             cur = conn.execute(
-                sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE bench_poll({})").format(
+                sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE bench_claim({})").format(
                     args
                 )
             )
@@ -194,25 +192,37 @@ async def measure(
         session = Session(dsn, "pgpulse:bench-shards:claim", CLAIM_SESSION_SETTINGS)
         async with connect(dsn, max_size=2, migrate=False) as pooled:
             claimer = Store(session)
+            changes: dict[int, tuple[float, float]] = {}
             for count in counts:
                 started = time.perf_counter()
                 done = await set_shard_count(pooled.pool, count, wait=0, ttl=3 * HEARTBEAT)
                 published = started + done.build_seconds
-                rebalance = await _rebalance(dsn, ids, count, published)
-                claims, claimed = await _claims(claimer, pooled, OTHER, count, samples)
-                polls, _ = await _claims(claimer, pooled, "noop", count, samples)
-                buffers, index = await asyncio.to_thread(_poll_buffers, dsn, count)
+                changes[count] = (done.build_seconds, await _rebalance(dsn, ids, count, published))
+            # Every count's indexes exist now (none dropped): the claims of each count take
+            # turns, so the machine's noise falls on all of them alike.
+            claims: dict[int, list[float]] = {count: [] for count in counts}
+            polls: dict[int, list[float]] = {count: [] for count in counts}
+            claimed = dict.fromkeys(counts, 0)
+            for _ in range(samples):
+                for count in counts:
+                    took, got = await _claim(claimer, pooled, OTHER, count)
+                    claims[count].append(took)
+                    claimed[count] += got
+                    polls[count].append((await _claim(claimer, pooled, "noop", count))[0])
+            for count in counts:
+                claim_buffers, index = await asyncio.to_thread(_buffers, dsn, count, OTHER)
+                poll_buffers, _ = await asyncio.to_thread(_buffers, dsn, count, "noop")
                 rows.append(
                     [
                         count,
-                        done.build_seconds,
-                        rebalance,
-                        pct(claims, 50),
-                        pct(claims, 99),
-                        claimed / samples,
-                        pct(polls, 50),
-                        pct(polls, 99),
-                        buffers,
+                        *changes[count],
+                        pct(claims[count], 50),
+                        pct(claims[count], 99),
+                        claimed[count] / samples,
+                        claim_buffers,
+                        pct(polls[count], 50),
+                        pct(polls[count], 99),
+                        poll_buffers,
                         index,
                     ]
                 )
@@ -231,6 +241,7 @@ async def measure(
             "claim p50 ms",
             "claim p99 ms",
             "claimed/claim",
+            "claim buffers",
             "empty poll p50 ms",
             "empty poll p99 ms",
             "empty poll buffers",
@@ -245,8 +256,9 @@ async def measure(
             f"count and they split its shards (--heartbeat {HEARTBEAT:g})",
             f"claim: {samples} claims of {BATCH} by a node owning its share of the shards among "
             f"{OF_NODES} (1/{OF_NODES} of the due jobs are its), over a claim session (generic "
-            "plan), jobs handed back untimed; empty poll: the same node's claim with none of its "
-            "handler's jobs due (it also returns the next due instant); buffers: shared blocks "
-            "of one empty poll (EXPLAIN ANALYZE BUFFERS)",
+            "plan), jobs handed back untimed, the counts taking turns claim by claim; empty "
+            "poll: the same node's claim with none of its handler's jobs due (it also returns "
+            "the next due instant); buffers: shared blocks one such claim touches (EXPLAIN "
+            "ANALYZE BUFFERS, rolled back)",
         ],
     }
