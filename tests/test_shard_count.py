@@ -20,7 +20,7 @@ from pgpulse.sharding import balance_bound, placement, shards_for
 from pgpulse.sql import claim_statement
 from pgpulse.store import Store
 from test_claim import _plan_nodes
-from test_engine import node
+from test_engine import node, running, wait_until
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)
@@ -145,24 +145,24 @@ def test_the_cli_sets_and_shows_the_count_and_refuses_bad_input(dsn: str) -> Non
 
 
 async def test_running_nodes_switch_to_a_new_count_and_split_it(store: Store, dsn: str) -> None:
-    """Two real nodes (their heartbeats against the database): after the count changes, each
-    places by it at its next heartbeat, reports it, and the two split the new shards."""
-    a, b = node(store, dsn, {"noop": noop}), node(store, dsn, {"noop": noop})
-    await a.start()
-    await b.start()
-    await a.heartbeat_once()
-    assert (a.shard_count, b.shard_count) == (64, 64)
-    published = await set_shard_count(store.pool, 512, wait=0, ttl=5)
-    assert not published.switched  # the nodes have not beaten since
-    for n in (a, b, a, b):  # the second beat records the count each switched to
-        await n.heartbeat_once()
-    assert (a.shard_count, b.shard_count) == (512, 512)
-    assert_partition({"a": a.shards, "b": b.shards}, 512)
-    assert (a.routes, b.routes) == ({"noop": a.shards}, {"noop": b.shards})
-    state = await shard_state(store.pool, ttl=5)
-    assert state.nodes == {a.node_id: 512, b.node_id: 512} and state.switched
-    finished = await set_shard_count(store.pool, 512, wait=5, ttl=5)
-    assert finished.switched and finished.dropped == []
+    """Two running nodes (sub-second heartbeats): a count published while they run is taken
+    at their next heartbeats; `set` returns once both report it, and they split its shards."""
+    async with (
+        running(node(store, dsn, {"noop": noop})) as a,
+        running(node(store, dsn, {"noop": noop})) as b,
+    ):
+        await wait_until(lambda: len(set(a.shards) | set(b.shards)) == 64 and a.shards and b.shards)
+        assert (a.shard_count, b.shard_count) == (64, 64)
+        done = await set_shard_count(store.pool, 512, wait=10, ttl=5)
+        assert done.switched and done.built == [
+            "pgpulse_jobs_due_512",
+            "pgpulse_occurrences_due_512",
+        ]
+        assert (a.shard_count, b.shard_count) == (512, 512)
+        assert_partition({"a": a.shards, "b": b.shards}, 512)
+        assert (a.routes, b.routes) == ({"noop": a.shards}, {"noop": b.shards})
+        state = await shard_state(store.pool, ttl=5)
+        assert state.nodes == {a.node_id: 512, b.node_id: 512} and state.switched
 
 
 async def test_a_heartbeat_sends_the_live_set_only_when_it_changed(store: Store) -> None:
