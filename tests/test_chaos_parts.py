@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from pgpulse_tools.chaos.faults import CLUSTER_RUN_KINDS, FAULT_KINDS, plan_faults
+from pgpulse_tools.chaos.faults import (
+    CLUSTER_RUN_KINDS,
+    FAULT_KINDS,
+    RESHARD_COUNTS,
+    plan_faults,
+)
 from pgpulse_tools.chaos.proxy import Proxy, Upstream
 from pgpulse_tools.chaos.workload import build_jobs, kinds
 
@@ -53,6 +58,18 @@ def test_kinds_can_be_left_out() -> None:
     assert {f.kind for f in plan} == {"kill", "pause"}
     with pytest.raises(ValueError, match="unknown fault kinds"):
         plan_faults(1, duration=10, nodes=3, lease=3.0, kinds=("meteor",))
+
+
+def test_reshard_is_opt_in_and_each_one_changes_the_count() -> None:
+    """Default plans never reshard (a seed keeps its plan); asked for, each reshard sets a
+    count of RESHARD_COUNTS other than the one before, one at a time."""
+    assert all(f.kind != "reshard" for f in plan_faults(5, duration=60, nodes=3, lease=3.0))
+    plan = plan_faults(5, duration=60, nodes=3, lease=3.0, kinds=("kill", "reshard"))
+    counts = [int(f.mode) for f in plan if f.kind == "reshard"]
+    assert len(counts) >= 3 and set(counts) <= set(RESHARD_COUNTS)
+    assert all(a != b for a, b in itertools.pairwise([64, *counts]))
+    reshards = [f for f in plan if f.kind == "reshard"]
+    assert all(a.at + a.hold <= b.at for a, b in itertools.pairwise(reshards))
 
 
 def test_the_workload_mixes_every_kind_and_policy() -> None:

@@ -17,7 +17,7 @@ from helpers import add, spec
 from pgpulse.engine import Node, NodeConfig, pause_after
 from pgpulse.handlers import Handler, RunContext
 from pgpulse.model import Step
-from pgpulse.sharding import SHARD_COUNT
+from pgpulse.sharding import DEFAULT_SHARD_COUNT
 from pgpulse.store import Store
 
 #: A schedule whose next occurrence is months away: a triggered job then runs exactly once in a
@@ -79,10 +79,10 @@ async def wait_until(predicate: Any, within: float = 30.0) -> None:
 async def test_two_nodes_split_the_shards_without_overlap(store: Store, dsn: str) -> None:
     a, b = node(store, dsn, {}), node(store, dsn, {})
     await a.start()
-    assert a.shards == tuple(range(SHARD_COUNT))  # alone, it owns everything
+    assert a.shards == tuple(range(DEFAULT_SHARD_COUNT))  # alone, it owns everything
     await b.start()
     await a.heartbeat_once()
-    assert set(a.shards) | set(b.shards) == set(range(SHARD_COUNT))
+    assert set(a.shards) | set(b.shards) == set(range(DEFAULT_SHARD_COUNT))
     assert not set(a.shards) & set(b.shards)
     assert a.shards and b.shards
 
@@ -264,7 +264,7 @@ async def test_a_node_without_the_handler_leaves_the_job_due(
     await store.trigger_job("default", "orphan")
     await store.trigger_job("default", "mine")
     async with running(node(store, dsn, {"other": other})) as n:
-        assert n.routes == {"other": tuple(range(SHARD_COUNT))}
+        assert n.routes == {"other": tuple(range(DEFAULT_SHARD_COUNT))}
         async with asyncio.timeout(10):
             await ran.wait()
     job = db.execute(

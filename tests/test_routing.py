@@ -20,7 +20,7 @@ from typing import Any
 from helpers import add, pgpulse, spec
 from pgpulse import metrics
 from pgpulse.routing import routes_for, waiting_reason
-from pgpulse.sharding import SHARD_COUNT, shards_for
+from pgpulse.sharding import DEFAULT_SHARD_COUNT, shards_for
 from pgpulse.store import Store
 from pgpulse.web.reads import Reads
 from pgpulse.web.service import present_job
@@ -123,14 +123,14 @@ def test_routes_are_per_handler_over_the_nodes_that_have_it() -> None:
     (handler, shard) pair has exactly one owner among the nodes that have the handler."""
     live = {"a": ("x", "y"), "b": ("y",), "c": ("y", "shell")}
     routes = {n: routes_for(n, live[n], live) for n in live}
-    assert routes["a"]["x"] == tuple(range(SHARD_COUNT))
-    assert routes["c"]["shell"] == tuple(range(SHARD_COUNT))
+    assert routes["a"]["x"] == tuple(range(DEFAULT_SHARD_COUNT))
+    assert routes["c"]["shell"] == tuple(range(DEFAULT_SHARD_COUNT))
     assert routes["b"] == {"y": shards_for("b", live)}
     for handler in ("x", "y", "shell"):
         owners = [s for n in live for s in routes[n].get(handler, ())]
-        assert sorted(owners) == list(range(SHARD_COUNT)), handler
+        assert sorted(owners) == list(range(DEFAULT_SHARD_COUNT)), handler
     # a node that just registered counts itself, whatever the heartbeat saw
-    assert routes_for("d", ["x"], {}) == {"x": tuple(range(SHARD_COUNT))}
+    assert routes_for("d", ["x"], {}) == {"x": tuple(range(DEFAULT_SHARD_COUNT))}
     assert waiting_reason("x") == "no live node can run handler x"
     assert waiting_reason("shell") == "no live node allows shell jobs"
 
@@ -153,7 +153,7 @@ async def test_jobs_of_a_handler_one_node_lacks_run_on_the_other_then_wait_then_
     with _nodes(capable, lacking):
         await wait_until(lambda: _alive(db, "capable", "lacking"))
         lacking_shards = set(shards_for("lacking", ["capable", "lacking"]))
-        assert {i % SHARD_COUNT for n, i in ids.items() if n != "y0"} & lacking_shards
+        assert {i % DEFAULT_SHARD_COUNT for n, i in ids.items() if n != "y0"} & lacking_shards
         await wait_until(
             lambda: (
                 db.execute(

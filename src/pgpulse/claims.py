@@ -25,7 +25,8 @@ from pgpulse.model import ClaimedJob, ClaimKey, Heartbeat, Outcome, Step
 from pgpulse.planner import Advance
 from pgpulse.registry import NodeRegistry
 from pgpulse.routing import Routes
-from pgpulse.sql import QUERIES, positional
+from pgpulse.sharding import DEFAULT_SHARD_COUNT
+from pgpulse.sql import claim_statement
 
 #: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
 LEADER_LOCK_KEY = 0x50756C73
@@ -81,11 +82,6 @@ def _storable(text: str | None) -> str | None:
     return text
 
 
-#: The claim step (``finish_and_claim``) with PostgreSQL's own placeholders, and their names in
-#: order: sent through a raw cursor, as written, so the driver never parses it.
-_STEP, _STEP_PARAMS = positional(QUERIES["finish_and_claim"])
-
-
 _NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
 
 #: How many of :class:`ClaimedJob`'s fields a claim of job rows returns (through
@@ -132,7 +128,13 @@ class ClaimStore(NodeRegistry):
         pool: an open pool of autocommit connections with dict rows
             (:func:`pgpulse.database.open_pool`), or a node's dedicated
             :class:`~pgpulse.database.Session` (its claim or heartbeat session).
+
+    Attributes:
+        shard_count: the shard count the routes of its claims are of (the node sets it with
+            its routes, from the heartbeat; :func:`pgpulse.sql.for_shard_count`).
     """
+
+    shard_count: int = DEFAULT_SHARD_COUNT
 
     # -- claims and outcomes ---------------------------------------------------------------
 
@@ -247,7 +249,10 @@ class ClaimStore(NodeRegistry):
             # ClaimedJob's fields, in order, in binary (no text parsing of instants and numbers).
             cur = psycopg.AsyncRawCursor(conn, row_factory=tuple_row)
             cur.adapters.register_loader("jsonb", _PayloadLoader)
-            await cur.execute(_STEP, [params[name] for name in _STEP_PARAMS], binary=True)
+            # As one statement at the routes' shard count, sent as written (the driver never
+            # parses it), with the values in $n order.
+            step, names = claim_statement("finish_and_claim", self.shard_count)
+            await cur.execute(step, [params[name] for name in names], binary=True)
             rows = await cur.fetchall()
         written, jobs, next_due, db_now = parse_step(rows, JOB_ROW_FIELDS)
         if not (limit > 0 and routes):
@@ -347,6 +352,8 @@ class ClaimStore(NodeRegistry):
         limit: int = 1000,
         hostname: str | None = None,
         pid: int | None = None,
+        shard_count: int | None = None,
+        known: str | None = None,
         now: datetime | None = None,
     ) -> Heartbeat:
         """Record this node's heartbeat, take part in leadership, and reap expired leases — one
@@ -368,10 +375,16 @@ class ClaimStore(NodeRegistry):
             limit: most leases reaped by one heartbeat.
             hostname, pid: this process, whose row the heartbeat records (``None``: whichever
                 process holds ``node``'s row).
+            shard_count: the shard count ``shards`` are of, recorded with them (a count change
+                is complete once every live node reports the new one: :mod:`pgpulse.resharding`).
+            known: the :attr:`~pgpulse.model.Heartbeat.members` digest of the live set the
+                caller holds; if the live set still has it, it is not sent again
+                (``Heartbeat.live`` is ``None``). ``None``: always sent.
 
         Returns:
             The heartbeat's reading: the live nodes with the handlers each advertises (what
-            :func:`pgpulse.routing.routes_for` routes by), the database's clock, leadership,
+            :func:`pgpulse.routing.routes_for` routes by; ``None`` when unchanged since
+            ``known``), their digest, the database's shard count, its clock, leadership,
             leases reaped.
 
         Concurrency: expired rows are locked ``SKIP LOCKED`` (sweepers never wait on each
@@ -392,16 +405,23 @@ class ClaimStore(NodeRegistry):
                 "limit": limit,
                 "hostname": hostname,
                 "pid": pid,
+                "shard_count": shard_count,
+                "known": known,
                 "now": now,
             },
         )
-        handlers = {node_id: tuple(names) for node_id, names in sorted(row["live"].items())}
+        live, handlers = None, None
+        if row["live"] is not None:
+            handlers = {node_id: tuple(names) for node_id, names in sorted(row["live"].items())}
+            live = tuple(handlers)
         return Heartbeat(
-            live=tuple(handlers),
+            live=live,
             handlers=handlers,
             db_now=row["db_now"],
             leader=row["leader"],
             reaped=row["reaped"],
+            members=row["digest"],
+            shard_count=row["shard_count"],
         )
 
     async def prune(self, *, keep_runs: float, now: datetime | None = None) -> tuple[int, int]:

@@ -153,11 +153,20 @@ class Node:
             if name != "shell" or self.config.allow_shell
         }
         self.node_id = self.config.node_id
-        #: The shards this node owns on the ring of every live node (what ``status`` shows).
+        #: The shards this node owns among every live node (what ``status`` shows).
         self.shards: tuple[int, ...] = ()
         #: What it claims: for each handler it has, its shards among the nodes that have it.
         self.routes: dict[str, tuple[int, ...]] = {}
+        #: The shard count ``shards`` and ``routes`` are of (the database's, as of the last
+        #: heartbeat; ``None`` before the first).
+        self.shard_count: int | None = None
         self._watched: frozenset[int] = frozenset()
+        # The live nodes with their handlers as of the last heartbeat that sent them, their
+        # digest (sent back: an unchanged set is not sent again), and what the current
+        # placement was computed from.
+        self._live: Mapping[str, Sequence[str]] = {}
+        self._members: str | None = None
+        self._placed_for: tuple[str | None, int, str] | None = None
         self._registered = False
         self._hostname, self._pid = socket.gethostname(), os.getpid()
         self._wake = asyncio.Event()
@@ -200,7 +209,7 @@ class Node:
         self.listener = Listener(
             dsn,
             self.node_id,
-            lambda: self._watched,
+            self._wants,
             self._wake,
             self._stopping,
             self.config.heartbeat_interval,
@@ -420,10 +429,16 @@ class Node:
 
     # -- heartbeat, leases, shards ---------------------------------------------------------
 
+    def _wants(self, job_id: int) -> bool:
+        """Whether a wake-up for job ``job_id`` is this node's: its shard is on a route."""
+        return self.shard_count is not None and job_id % self.shard_count in self._watched
+
     async def heartbeat_once(self) -> None:
         """Renew the leases of running attempts; then, in one statement, record liveness, lead
-        (or try to) and reap expired leases; then recompute the owned shards and the claim
-        routes. Renewal goes first: on a slow link it is the write that keeps work alive.
+        (or try to) and reap expired leases; then, if the live nodes, their handlers or the
+        database's shard count changed, recompute the owned shards and the claim routes (in a
+        thread: the event loop never waits on the placement). Renewal goes first: on a slow
+        link it is the write that keeps work alive.
 
         Raises:
             NodeIdTaken: another process took this node's id over while it was silent past
@@ -441,27 +456,50 @@ class Node:
             backup_delay=self.config.node_ttl,
             hostname=self._hostname,
             pid=self._pid,
+            shard_count=self.shard_count,
+            known=self._members,
         )
         self.sweeper.observe(beat)
-        live = beat.live
-        if state == "alive" and self.node_id not in live:
+        if beat.handlers is not None:
+            self._live, self._members = beat.handlers, beat.members
+        if state == "alive" and self.node_id not in self._live:
             # The row is missing (pruned), or another process took the id over while this one
             # was silent past its time-to-live: then this raises NodeIdTaken and the node stops.
             await self.register(rejoin=True)
-        routes = {} if state != "alive" else routes_for(self.node_id, self.handlers, beat.handlers)
-        if routes != self.routes:
+            self._members = None  # the next heartbeat sends the set with this node back in it
+        placed_for = (self._members, beat.shard_count, state)
+        if placed_for == self._placed_for:
+            return
+        routes: dict[str, tuple[int, ...]] = {}
+        shards: tuple[int, ...] = ()
+        if state == "alive":
+            routes, shards = await asyncio.to_thread(
+                _place, self.node_id, tuple(self.handlers), self._live, beat.shard_count
+            )
+        self._placed_for = placed_for
+        self._apply(routes, shards, beat.shard_count)
+
+    def _apply(
+        self, routes: dict[str, tuple[int, ...]], shards: tuple[int, ...], count: int
+    ) -> None:
+        """Claim along ``routes`` (of ``count`` shards) from now on, and show ``shards``. No
+        await here: the claim loop sees the routes and the count change together."""
+        if routes != self.routes or count != self.shard_count:
             self.routes = routes
+            self.shard_count = count
+            self.recorder.store.shard_count = count
+            self.recorder.occurrences.shard_count = count
             self._watched = watched_shards(routes)
             self.recorder.hint_occurrences()
             self._wake.set()
-        shards = () if state != "alive" else shards_for(self.node_id, live)
         if shards != self.shards:
             log.info(
-                "node %s owns %d shards among %d live nodes",
+                "node %s owns %d of %d shards among %d live nodes",
                 self.node_id,
                 len(shards),
-                len(set(live) | {self.node_id}),
-                extra={"action": "shards_changed", "shards": list(shards)},
+                count,
+                len(set(self._live) | {self.node_id}),
+                extra={"action": "shards_changed", "shards": list(shards), "shard_count": count},
             )
             self.shards = shards
             metrics.set_shards(len(shards))
@@ -490,6 +528,15 @@ class Node:
                 async with asyncio.timeout(limit or interval * 2):
                     await step()
             await _wait(self._stopping, interval)
+
+
+def _place(
+    node: str, handlers: Sequence[str], live: Mapping[str, Sequence[str]], count: int
+) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...]]:
+    """``node``'s claim routes (:func:`pgpulse.routing.routes_for`) and its shards among every
+    live node (:func:`pgpulse.sharding.shards_for`), at ``count`` shards (pure; cached by the
+    set of nodes, so an unchanged cluster costs lookups)."""
+    return routes_for(node, handlers, live, count), shards_for(node, live, count)
 
 
 def _split(keys: Sequence[ClaimKey]) -> tuple[list[ClaimKey], list[ClaimKey]]:

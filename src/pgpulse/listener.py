@@ -1,6 +1,6 @@
 """A node's LISTEN session: ``pgpulse_wakeup`` notifications wake its claim loop at once.
 
-New, triggered or reaped work is notified by the statement that makes it due (the shard id as
+New, triggered or reaped work is notified by the statement that makes it due (the job id as
 payload). A LISTEN session never writes, so it would never learn that its server stopped being
 the primary: a standby hears no notification (``NOTIFY`` runs on the primary only), and a
 primary made read-only takes no new work. So, once per heartbeat interval without a
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -32,8 +32,9 @@ class Listener:
     Args:
         dsn: the node's database (its writing DSN: the primary's notifications).
         node_id: the node's id (its session is ``pgpulse:<node id>:listen``).
-        shards: returns the shards the node owns now; a notification for another shard is
-            ignored.
+        wants: whether a job id's notification is this node's business (its shard, by the
+            node's shard count, is one the node claims from now); a notification it does not
+            want is ignored.
         wake: set on each notification for an owned shard (and after each subscription).
         stopping: set when the node stops; the loop then ends.
         interval: seconds between two checks that the server still takes writes, and between
@@ -47,7 +48,7 @@ class Listener:
         self,
         dsn: str,
         node_id: str,
-        shards: Callable[[], Collection[int]],
+        wants: Callable[[int], bool],
         wake: asyncio.Event,
         stopping: asyncio.Event,
         interval: float,
@@ -55,7 +56,7 @@ class Listener:
     ) -> None:
         self.dsn = dsn
         self.application_name = f"pgpulse:{node_id}:listen"
-        self.shards = shards
+        self.wants = wants
         self.wake = wake
         self.stopping = stopping
         self.interval = interval
@@ -98,7 +99,7 @@ class Listener:
                     note = nxt.result()
                 except StopAsyncIteration:  # the interval is over
                     break
-                if not note.payload or int(note.payload) in self.shards():
+                if not note.payload or self.wants(int(note.payload)):
                     if self.on_note is not None:
                         self.on_note()
                     self.wake.set()

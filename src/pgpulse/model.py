@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
@@ -225,17 +225,23 @@ class Heartbeat:
     """What one :meth:`~pgpulse.claims.ClaimStore.heartbeat` found and did.
 
     Attributes:
-        live: ids of the nodes alive by the database's clock (this one included if alive).
+        live: ids of the nodes alive by the database's clock (this one included if alive);
+            ``None`` when the live set is the one the caller said it knows (its ``members``
+            digest is unchanged), so it was not sent.
         db_now: the database's instant of the heartbeat.
         leader: whether the heartbeat's connection holds the leader lock (as the caller said,
             when it passed ``leading=True``).
         reaped: how many expired leases it returned to the pool.
         handlers: the handler names each live node advertises, by node id (capability
-            routing, :func:`pgpulse.routing.routes_for`).
+            routing, :func:`pgpulse.routing.routes_for`); ``None`` with ``live``.
+        members: the md5 digest of the live set (ids and handlers), to send back as ``known``.
+        shard_count: the database's shard count (``pgpulse_cluster``).
     """
 
-    live: tuple[str, ...]
+    live: tuple[str, ...] | None
     db_now: datetime
     leader: bool
     reaped: int
-    handlers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    handlers: Mapping[str, tuple[str, ...]] | None = None
+    members: str = ""
+    shard_count: int = 64

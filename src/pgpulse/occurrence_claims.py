@@ -26,12 +26,11 @@ from pgpulse.claims import _array_literal, _skips, _storable, parse_step
 from pgpulse.database import ConnectionSource
 from pgpulse.model import ClaimKey, Outcome, Step
 from pgpulse.routing import Routes
-from pgpulse.sql import QUERIES, positional
+from pgpulse.sharding import DEFAULT_SHARD_COUNT
+from pgpulse.sql import QUERIES, claim_statement
 
 #: How many of :class:`~pgpulse.model.ClaimedJob`'s fields a claim of occurrences returns (all).
 OCCURRENCE_FIELDS = 31
-
-_STEP, _STEP_PARAMS = positional(QUERIES["finish_and_claim_occurrences"])
 
 
 def _ids(held: Sequence[ClaimKey]) -> tuple[list[int], list[int]]:
@@ -46,7 +45,13 @@ class OccurrenceClaims:
     Args:
         pool: an open pool of autocommit connections with dict rows, or a node's dedicated
             :class:`~pgpulse.database.Session` (its claim or heartbeat session).
+
+    Attributes:
+        shard_count: the shard count the routes of its claims are of, as
+            :attr:`pgpulse.claims.ClaimStore.shard_count`.
     """
+
+    shard_count: int = DEFAULT_SHARD_COUNT
 
     def __init__(self, pool: ConnectionSource) -> None:
         self.pool = pool
@@ -108,7 +113,8 @@ class OccurrenceClaims:
         }
         async with self.pool.connection() as conn:
             cur = psycopg.AsyncRawCursor(conn, row_factory=tuple_row)
-            await cur.execute(_STEP, [params[name] for name in _STEP_PARAMS], binary=True)
+            step, names = claim_statement("finish_and_claim_occurrences", self.shard_count)
+            await cur.execute(step, [params[name] for name in names], binary=True)
             rows = await cur.fetchall()
         written, jobs, next_due, db_now = parse_step(rows, OCCURRENCE_FIELDS)
         keys = {(-occurrence, token) for occurrence, token in written}

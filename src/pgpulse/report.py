@@ -15,7 +15,7 @@ import click
 from tabulate import tabulate
 
 from pgpulse.errors import DatabaseUnavailable, PulseError
-from pgpulse.sharding import SHARD_COUNT
+from pgpulse.sharding import DEFAULT_SHARD_COUNT
 
 T = TypeVar("T")
 
@@ -335,8 +335,9 @@ def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], dat
     else:
         line = f"{_count(len(alive), 'node')} alive, leader {leader or 'none yet'}, {jobs}"
         owned = sum(len(n["shards"]) for n in alive)
-        if owned != SHARD_COUNT:
-            line += f", shards moving ({owned} of {SHARD_COUNT} owned)"
+        total = alive[0].get("shard_count", DEFAULT_SHARD_COUNT)  # the database's count
+        if owned != total:
+            line += f", shards moving ({owned} of {total} owned)"
     if lost:
         line += f"; {_count(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
     waiting = counts.get("unroutable", [])

@@ -5,7 +5,7 @@ allowed shell jobs, in dry-run or not). A node claims only jobs whose handler it
 fails a job for lacking one; a job whose handler no live node has waits, due, until a node that
 has it joins (its catch-up policy then decides what runs). Shard ownership is computed per
 handler, over the live nodes that have that handler: with one set of handlers everywhere this
-is the plain ring of :func:`pgpulse.sharding.shards_for`, and a handler only some nodes have is
+is the plain placement of :func:`pgpulse.sharding.shards_for`, and a handler only some nodes have is
 spread over those, so a job is never stranded in a shard whose owner cannot run it (issue 18).
 Each node computes the same placement from the same heartbeat, so every (handler, shard) pair
 has one claimer among the live nodes in steady state; two claimers for a moment (a heartbeat
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from pgpulse.sharding import SHARD_COUNT, shards_for
+from pgpulse.sharding import DEFAULT_SHARD_COUNT, shards_for
 
 #: The claim routes of one node: for each handler it has, the shards it claims that handler's
 #: jobs from (ascending). A handler with no shards is left out.
@@ -27,7 +27,7 @@ def routes_for(
     node: str,
     handlers: Collection[str],
     live: Mapping[str, Collection[str]],
-    shard_count: int = SHARD_COUNT,
+    shard_count: int = DEFAULT_SHARD_COUNT,
 ) -> dict[str, tuple[int, ...]]:
     """Return ``node``'s claim routes: for each of its ``handlers``, the shards it owns among
     the live nodes that have that handler (itself included).

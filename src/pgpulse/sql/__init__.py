@@ -6,6 +6,7 @@ Loaded once at import; the engine and store look statements up by name
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from typing import Final
@@ -101,3 +102,41 @@ def migration_files() -> list[tuple[int, str, str]]:
     if versions != list(range(1, len(found) + 1)):
         raise ValueError(f"migration numbers must run 1..N without gaps, found {versions}")
     return found
+
+
+#: How a claim statement names a row's shard (``j``: a job row, ``o``: an extra occurrence), and
+#: the expression that replaces it at a shard count other than 64 (:func:`for_shard_count`).
+_SHARD_COLUMNS = {
+    "j.shard_id": "(j.id %% {count})::smallint",
+    "o.shard_id": "(o.job_id %% {count})::smallint",
+}
+
+
+def for_shard_count(statement: str, count: int) -> str:
+    """``statement`` (a claim, in ``%(name)s`` form) as it reads the shards of ``count``.
+
+    At 64 the statement is unchanged: it reads the stored ``shard_id`` column (``id % 64``,
+    migration 0001) through ``pgpulse_jobs_due``. At any other count each ``j.shard_id`` becomes
+    ``(j.id % count)::smallint`` and each ``o.shard_id`` ``(o.job_id % count)::smallint``, the
+    key of the expression indexes ``pgpulse_jobs_due_<count>`` and
+    ``pgpulse_occurrences_due_<count>`` (``shards.sql``, built by :mod:`pgpulse.resharding`).
+    The count is written as a literal, not a parameter: the claim session plans generically
+    (``claims.CLAIM_SESSION_SETTINGS``), and a generic plan matches an index expression only to
+    the same constant.
+
+    Args:
+        statement: the statement's text.
+        count: the shard count, an ``int`` (never text from outside: it becomes SQL).
+    """
+    if count == 64:
+        return statement
+    for column, expression in _SHARD_COLUMNS.items():
+        statement = statement.replace(column, expression.format(count=int(count)))
+    return statement
+
+
+@functools.lru_cache(maxsize=16)
+def claim_statement(name: str, count: int) -> tuple[str, tuple[str, ...]]:
+    """The claim statement ``name`` of :data:`QUERIES` at ``count`` shards
+    (:func:`for_shard_count`), with PostgreSQL's own placeholders (:func:`positional`)."""
+    return positional(for_shard_count(QUERIES[name], count))

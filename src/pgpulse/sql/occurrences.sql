@@ -419,7 +419,7 @@ skipped AS (
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO NOTHING
     RETURNING 1
 )
-SELECT forked.id, pg_notify('pgpulse_wakeup', old.shard_id::text)
+SELECT forked.id, pg_notify('pgpulse_wakeup', old.id::text)
 FROM forked, old;
 
 -- name: insert_trigger
@@ -469,7 +469,7 @@ audit AS (
 )
 SELECT job.id AS job_id, job.status, occurrence.id, occurrence.scheduled_for,
        CASE WHEN occurrence.id IS NOT NULL
-            THEN pg_notify('pgpulse_wakeup', job.shard_id::text) END AS woken
+            THEN pg_notify('pgpulse_wakeup', job.id::text) END AS woken
 FROM job
 LEFT JOIN occurrence ON true;
 
@@ -526,7 +526,7 @@ occurrence AS (
     RETURNING 1
 )
 SELECT batch.id, (SELECT count(*) FROM occurrence)::int AS occurrences,
-       pg_notify('pgpulse_wakeup', (batch.job_id %% 64)::text)
+       pg_notify('pgpulse_wakeup', batch.job_id::text)
 FROM batch;
 
 -- name: backfill_queued

@@ -408,7 +408,7 @@ WHERE n.node_id = %(node)s;
 UPDATE pgpulse_jobs j
 SET status = 'idle', next_run_at = now(), last_error = NULL, updated_at = now()
 WHERE j.status = 'failed' AND j.handler = ANY(%(handlers)s::text[])
-RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
+RETURNING j.id, pg_notify('pgpulse_wakeup', j.id::text);
 
 -- name: heartbeat
 -- A node's heartbeat, its one statement per heartbeat interval (design.md, "Cluster behaviour"):
@@ -433,9 +433,12 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.shard_id::text);
 -- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing), if
 --   its row is still this process's (%(hostname)s, %(pid)s; NULL pid: any): a row another
 --   process took over is left alone, and this node is then missing from `live`.
--- Returns one row: the clock reading, whether this session leads, how many leases it reaped, and
+-- Returns one row: the clock reading, whether this session leads, how many leases it reaped, the
+-- database's shard count (pgpulse_cluster; the node records the count its %(shards)s are of), and
 -- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included,
--- with the handlers each can run (capability routing: sharding.routes_for).
+-- with the handlers each can run (capability routing: routing.routes_for), with the md5 digest of
+-- that set: the set itself is sent only when its digest differs from %(known)s (the one the node
+-- holds), so a steady cluster's heartbeat returns one short row, not every node.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), lead AS (
@@ -459,7 +462,7 @@ WITH clock AS (
         locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
     FROM expired, clock
     WHERE j.id = expired.id
-    RETURNING j.id, j.last_error, pg_notify('pgpulse_wakeup', j.shard_id::text)
+    RETURNING j.id, j.last_error, pg_notify('pgpulse_wakeup', j.id::text)
 ), run AS (
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
                                fencing_token, started_at, error, attempt_ended_at)
@@ -500,7 +503,7 @@ WITH clock AS (
     FROM clock
     WHERE o.id = ANY(ARRAY(SELECT id FROM expired_occurrence))
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
-              o.fencing_token, o.claimed_at, pg_notify('pgpulse_wakeup', o.shard_id::text)
+              o.fencing_token, o.claimed_at, pg_notify('pgpulse_wakeup', o.job_id::text)
 ), occurrence_run AS (
     -- an occurrence's id was drawn (with its epoch) when it was made
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
@@ -545,7 +548,7 @@ WITH clock AS (
     WHERE j.status = 'paused'
       AND j.paused_until <= clock.now - make_interval(
               secs => CASE WHEN lead.leader THEN 0 ELSE %(backup_delay)s::float8 END)
-    RETURNING j.id, j.tenant, j.name, j.revision, pg_notify('pgpulse_wakeup', j.shard_id::text)
+    RETURNING j.id, j.tenant, j.name, j.revision, pg_notify('pgpulse_wakeup', j.id::text)
 ), unpaused_audit AS (
     -- the old row (this statement's snapshot) says which pause ended
     INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
@@ -559,7 +562,7 @@ WITH clock AS (
 ), me AS (
     UPDATE pgpulse_nodes n
     SET last_heartbeat = clock.now, running = %(running)s, shards = %(shards)s::smallint[],
-        state = %(state)s
+        shard_count = %(shard_count)s, state = %(state)s
     FROM clock
     WHERE n.node_id = %(node)s
       AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int))
@@ -568,15 +571,23 @@ WITH clock AS (
 SELECT clock.now AS db_now, lead.leader,
        ((SELECT count(*) FROM job) + (SELECT count(*) FROM occurrence))::int AS reaped,
        (SELECT count(*) FROM unpaused)::int AS resumed,
-       -- the live nodes and the handlers each advertises, as {"node": [handler, ...]}
-       (SELECT coalesce(json_object_agg(c.node_id, c.handlers), '{}')
-        FROM (SELECT n.node_id, n.handlers
-              FROM pgpulse_nodes n
-              WHERE n.node_id <> %(node)s AND n.state = 'alive'
-                AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
-              UNION ALL
-              SELECT me.node_id, me.handlers FROM me WHERE me.state = 'alive') AS c) AS live
-FROM clock, lead;
+       (SELECT c.shard_count FROM pgpulse_cluster c) AS shard_count,
+       members.digest,
+       CASE WHEN members.digest IS DISTINCT FROM %(known)s THEN members.live END AS live
+FROM clock, lead,
+     -- the live nodes and the handlers each advertises, as {"node": [handler, ...]}, sent
+     -- only when its digest is not the one the node already knows
+     LATERAL (
+         SELECT l.live, md5(l.live::text) AS digest
+         FROM (SELECT coalesce(json_object_agg(c.node_id, c.handlers ORDER BY c.node_id), '{}')
+                      AS live
+               FROM (SELECT n.node_id, n.handlers
+                     FROM pgpulse_nodes n
+                     WHERE n.node_id <> %(node)s AND n.state = 'alive'
+                       AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
+                     UNION ALL
+                     SELECT me.node_id, me.handlers FROM me WHERE me.state = 'alive') AS c) AS l
+     ) AS members;
 
 -- name: stop_node
 -- A node says it stopped (its id is free at once): only its own row, not one another process
@@ -702,7 +713,7 @@ WITH found AS (
     FROM new_id
     RETURNING id, shard_id, revision, true AS created
 )
-SELECT w.id, w.shard_id, w.revision, w.created, pg_notify('pgpulse_wakeup', w.shard_id::text)
+SELECT w.id, w.shard_id, w.revision, w.created, pg_notify('pgpulse_wakeup', w.id::text)
 FROM (SELECT * FROM updated UNION ALL SELECT * FROM inserted) w;
 
 -- name: calendars_of_tenant
@@ -880,7 +891,7 @@ SELECT c.id, c.tenant, c.name, clock.now, 'resume', %(source)s, %(actor)s, c.rev
             ELSE jsonb_build_object('resume_mode', jsonb_build_array(NULL, %(mode)s::text)) END
 FROM changed c, clock
 )
-SELECT c.id, c.status, pg_notify('pgpulse_wakeup', c.shard_id::text)
+SELECT c.id, c.status, pg_notify('pgpulse_wakeup', c.id::text)
 FROM changed c;
 
 -- name: trigger_job
@@ -904,7 +915,7 @@ SELECT c.id, c.tenant, c.name, 'trigger', %(source)s, %(actor)s, c.revision,
        jsonb_build_object('scheduled_for', jsonb_build_array(NULL, c.scheduled_for))
 FROM changed c
 )
-SELECT c.id, c.scheduled_for, pg_notify('pgpulse_wakeup', c.shard_id::text)
+SELECT c.id, c.scheduled_for, pg_notify('pgpulse_wakeup', c.id::text)
 FROM changed c;
 
 -- name: job_status
@@ -990,6 +1001,7 @@ SELECT n.node_id, n.hostname, n.pid,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.shards ELSE '{}' END AS shards,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.running ELSE 0 END AS running,
        n.slots, coalesce(n.ttl, %(ttl)s) AS ttl, n.handlers, n.shell,
+       (SELECT c.shard_count FROM pgpulse_cluster AS c) AS shard_count,
        -- A node holds the leader lock on its heartbeat session ('pgpulse:<id>:beat'). Names are
        -- cut to 63 characters, as PostgreSQL stores them.
        (SELECT a.application_name = left('pgpulse:' || n.node_id || ':beat', 63)

@@ -204,6 +204,14 @@ CREATE TABLE public.pgpulse_calendars (
     CONSTRAINT pgpulse_calendars_check1 CHECK (((cardinality(dates) > 0) OR (country IS NOT NULL)))
 );
 
+CREATE TABLE public.pgpulse_cluster (
+    one boolean DEFAULT true NOT NULL,
+    shard_count integer DEFAULT 64 NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_cluster_one_check CHECK (one),
+    CONSTRAINT pgpulse_cluster_shard_count_check CHECK (((shard_count >= 1) AND (shard_count <= 32768)))
+);
+
 CREATE TABLE public.pgpulse_code_declarations (
     source text NOT NULL,
     tenant text NOT NULL,
@@ -331,6 +339,7 @@ CREATE TABLE public.pgpulse_nodes (
     handlers text[] DEFAULT '{}'::text[] NOT NULL,
     ttl double precision,
     shell text DEFAULT 'off'::text NOT NULL,
+    shard_count integer,
     CONSTRAINT pgpulse_nodes_shell_check CHECK ((shell = ANY (ARRAY['off'::text, 'run'::text, 'dry-run'::text]))),
     CONSTRAINT pgpulse_nodes_state_check CHECK ((state = ANY (ARRAY['alive'::text, 'draining'::text, 'stopped'::text]))),
     CONSTRAINT pgpulse_nodes_ttl_check CHECK ((ttl > (0)::double precision))
@@ -512,6 +521,9 @@ ALTER TABLE ONLY public.pgpulse_batches
 
 ALTER TABLE ONLY public.pgpulse_calendars
     ADD CONSTRAINT pgpulse_calendars_pkey PRIMARY KEY (tenant, name);
+
+ALTER TABLE ONLY public.pgpulse_cluster
+    ADD CONSTRAINT pgpulse_cluster_pkey PRIMARY KEY (one);
 
 ALTER TABLE ONLY public.pgpulse_code_declarations
     ADD CONSTRAINT pgpulse_code_declarations_pkey PRIMARY KEY (source);

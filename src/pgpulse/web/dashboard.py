@@ -263,7 +263,7 @@ async def job_page(request: Request, job_id: JobId, session: Session) -> HTMLRes
 @router.get("/cluster", response_class=HTMLResponse)
 async def cluster_page(request: Request, session: Session) -> HTMLResponse:
     """Nodes with their capabilities (handlers), shards and heartbeats, the leader, the shard
-    map (each of the 64 shards and its owner), job counts."""
+    map (each of the database's shards and its owner), job counts."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
     cluster = await ctx.service.cluster(who)
@@ -276,7 +276,7 @@ async def cluster_page(request: Request, session: Session) -> HTMLResponse:
             if (owners := cluster["shards"]["owners"].get(str(shard)))
             else None,
         }
-        for shard in range(64)
+        for shard in range(cluster["shards"]["count"])
     ]
     return page(
         request,

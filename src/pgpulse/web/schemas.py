@@ -371,6 +371,7 @@ class Node(BaseModel):
 class Shards(BaseModel):
     """Shard ownership among live nodes: shard -> owners (more than one only briefly)."""
 
+    count: int = Field(description="The database's shard count (`pgpulse shards set`).")
     owners: dict[str, list[str]]
     unowned: list[int]
     contested: list[int]

@@ -23,6 +23,7 @@ from pgpulse.jobs import JobSpec
 from pgpulse.routing import waiting_reason
 from pgpulse.run_control import BackfillPlan, RunControl, Triggered
 from pgpulse.schedule import parse_schedule
+from pgpulse.sharding import DEFAULT_SHARD_COUNT
 from pgpulse.store import Store
 from pgpulse.web.auth import Principal
 from pgpulse.web.policy import WebSettings, check_http_target, check_text
@@ -340,12 +341,14 @@ class JobService:
                 for shard in node["shards"]:
                     owners[shard].append(node["node_id"])
         leader = next((n["node_id"] for n in nodes if n["leader"]), None)
+        count = nodes[0]["shard_count"] if nodes else DEFAULT_SHARD_COUNT
         return {
             "nodes": [{**n, "leader": bool(n["leader"])} for n in nodes],
             "leader": leader,
             "shards": {
+                "count": count,
                 "owners": {str(s): owners[s] for s in sorted(owners)},
-                "unowned": [s for s in range(64) if s not in owners],
+                "unowned": [s for s in range(count) if s not in owners],
                 "contested": [s for s in sorted(owners) if len(owners[s]) > 1],
             },
             "jobs": await self.store.cluster_counts(tenant=who.scope),

@@ -127,7 +127,8 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     default=None,
     show_envvar=True,
     help="Fault kinds, comma-separated (kill, pause, partition, delay, pg_restart, join_leave; "
-    "with --cluster failover, switchover instead of pg_restart) [default: all].",
+    "with --cluster failover, switchover instead of pg_restart) [default: all of these]. "
+    "Opt-in: reshard (change the shard count online while the nodes run).",
 )
 @click.option(
     "--report",
@@ -158,7 +159,7 @@ def chaos(
     over); check the history; exit 1 on a duplicate, overlap, lost or stuck run, or a fencing
     token held twice. Starts its own PostgreSQL unless --database-url."""
     from pgpulse_tools.chaos.cluster import NodeSettings
-    from pgpulse_tools.chaos.faults import CLUSTER_KINDS, FAULT_KINDS
+    from pgpulse_tools.chaos.faults import CLUSTER_KINDS, FAULT_KINDS, OPT_IN_KINDS
     from pgpulse_tools.chaos.runner import ChaosConfig, run_chaos
 
     if lease <= 2 * heartbeat:
@@ -169,10 +170,11 @@ def chaos(
     kinds = None
     if faults is not None:
         kinds = tuple(part.strip() for part in faults.split(",") if part.strip())
-        unknown = [k for k in kinds if k not in (*FAULT_KINDS, *CLUSTER_KINDS)] or kinds == ()
+        every = (*FAULT_KINDS, *CLUSTER_KINDS, *OPT_IN_KINDS)
+        unknown = [k for k in kinds if k not in every] or kinds == ()
         if unknown:
             raise click.BadParameter(
-                f"{faults!r}: kinds are {', '.join((*FAULT_KINDS, *CLUSTER_KINDS))}",
+                f"{faults!r}: kinds are {', '.join(every)}",
                 param_hint="--faults",
             )
     settings = NodeSettings(

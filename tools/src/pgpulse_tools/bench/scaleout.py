@@ -36,6 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 from pgpulse import sharding
+from pgpulse_tools.bench import shardcounts
 from pgpulse_tools.bench.common import (
     DbCpu,
     Result,
@@ -273,37 +274,61 @@ def row_of(m: dict[str, Any]) -> list[Any]:
 
 #: Node counts and shard counts of the placement table (pure: no database, no processes).
 PLACEMENT_NODES = (16, 64, 256, 1000)
-PLACEMENT_SHARDS = (64, 1024)
+PLACEMENT_SHARDS = (64, 128, 1024, 4096)
 
 
 def placement_table(
     nodes_counts: tuple[int, ...] = PLACEMENT_NODES,
     shard_counts: tuple[int, ...] = PLACEMENT_SHARDS,
 ) -> dict[str, Any]:
-    """Where :func:`pgpulse.sharding.shards_for` puts the shards for many nodes: shards per node
-    (max/min), nodes owning none, and the CPU milliseconds one node spends building the ring
-    for a new set of live nodes (each node does it once per membership change)."""
+    """Where :func:`pgpulse.sharding.placement` puts the shards for many nodes: shards per node
+    (max/min), nodes owning none, the CPU milliseconds one node spends placing them for a new
+    set of live nodes (first: no node's ring points hashed yet; join: one node more, the others'
+    points cached, as a running node sees a join), and the shards a join moves."""
     rows: list[list[Any]] = []
     for count in nodes_counts:
-        ids = [f"node-{i}" for i in range(count)]
+        ids = [f"bench-{count}-{i}" for i in range(count)]
         for shards in shard_counts:
+            sharding.forget()
             started = time.process_time()
-            first = sharding.shards_for(ids[0], ids, shards)
-            build_ms = (time.process_time() - started) * 1000
-            owned = [len(first)] + [len(sharding.shards_for(n, ids, shards)) for n in ids[1:]]
+            before = sharding.placement(frozenset(ids), shards)
+            first_ms = (time.process_time() - started) * 1000
+            started = time.process_time()
+            after = sharding.placement(frozenset([*ids, "joining"]), shards)
+            join_ms = (time.process_time() - started) * 1000
+            moved = sum(len(set(before[n]) - set(after[n])) for n in ids)
+            owned = [len(mine) for mine in before.values()]
             rows.append(
-                [count, shards, max(owned), min(owned), sum(1 for o in owned if o == 0), build_ms]
+                [
+                    count,
+                    shards,
+                    max(owned),
+                    min(owned),
+                    sum(1 for o in owned if o == 0),
+                    first_ms,
+                    join_ms,
+                    moved,
+                ]
             )
     return {
         "title": "Shard placement for more nodes (pgpulse.sharding, no database)",
-        "headers": ["nodes", "shards", "max/node", "min/node", "owning none", "ring build ms"],
+        "headers": [
+            "nodes",
+            "shards",
+            "max/node",
+            "min/node",
+            "owning none",
+            "first placement ms",
+            "placement after a join ms",
+            "shards moved by the join",
+        ],
         "rows": rows,
         "notes": [
-            f"consistent-hash ring, {sharding.VNODES} points per node (uhashring), as every node "
-            "computes it; ring build ms = CPU of the first shards_for call for a new set of live "
-            "nodes (cached after), measured in the benchmark's process",
-            "Pulse's schema has 64 shards (shard_id = id % 64); 1,024 is the placement a larger "
-            "count would give (docs/scaling.md), not a schema that exists",
+            f"consistent hashing with bounded loads, {sharding.POINTS} ring points per node: "
+            "every node owns ⌊S/N⌋ or ⌈S/N⌉ shards; ms = CPU of one placement in the "
+            "benchmark's process (a node computes it in a thread, once per membership or count "
+            "change; an unchanged cluster's heartbeat reuses it)",
+            "the shard count is a setting of the database (pgpulse shards set; 64 by default)",
         ],
     }
 
@@ -364,6 +389,7 @@ async def run(
             break
     fitted = [m["nodes"] for m in measures if m["fits"]]
     result.tables.append(placement_table())
+    result.tables.append(await shardcounts.measure(server_dsn, scale))
     sized = next((m for m in measures if m.get("sizes")), None)
     if sized:
         result.tables.append(size_table(sized))

@@ -19,6 +19,9 @@ failover       (replicated cluster) cut replication 0.3–1 s before SIGKILLing 
 switchover     (replicated cluster) stop the primary cleanly, promote the standby, rejoin
                the old primary as the new standby 0.2–1 s later (Patroni: ``patronictl
                switchover``)
+reshard        (opt-in: ``--faults ...,reshard``) change the database's shard count online
+               (``pgpulse shards set``: 64, 128, 256 or 1,024, never the current one) while
+               the nodes run, waiting up to 1–2 leases for every live node to switch
 ============== =========================================================================
 
 The database faults (``pg_restart``, ``failover``, ``switchover``) happen one at a time; the
@@ -30,10 +33,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import psycopg
+
+from pgpulse.app import connect
+from pgpulse.errors import DatabaseUnavailable
+from pgpulse.resharding import set_shard_count
 from pgpulse_tools.chaos.cluster import Cluster
 from pgpulse_tools.chaos.history import Fault
 from pgpulse_tools.chaos.proxy import CutMode, ProxyGroup
@@ -50,6 +59,11 @@ CLUSTER_RUN_KINDS: tuple[str, ...] = (
     *(k for k in FAULT_KINDS if k != "pg_restart"),
     *CLUSTER_KINDS,
 )
+#: Kinds planned only when asked for (``--faults``): a run of the default kinds keeps the plan
+#: its seed always gave.
+OPT_IN_KINDS: tuple[str, ...] = ("reshard",)
+#: The shard counts a ``reshard`` fault moves between.
+RESHARD_COUNTS: tuple[int, ...] = (64, 128, 256, 1024)
 _NODE_KINDS = frozenset({"kill", "pause", "partition", "delay"})
 _DATABASE_KINDS = frozenset({"pg_restart", *CLUSTER_KINDS})
 #: Seconds a rebuild of the old primary is expected to take (planning only; see Injector).
@@ -91,6 +105,7 @@ class PlannedFault:
             "join_leave": "start {n}, SIGTERM it after {h}",
             "failover": "fail the primary over",
             "switchover": "switch the primary over",
+            "reshard": "set the shard count to {m}, waiting up to {h}",
         }[self.kind]
         return what.format(
             n=node_id, h=f"{self.hold:.1f}s", m=self.mode, l=f"{self.latency * 1000:.0f}ms"
@@ -115,7 +130,30 @@ def _draw(kind: str, rng: random.Random, lease: float) -> tuple[float, str, floa
         return rng.uniform(0.5, 2.0), "", rng.uniform(0.3, 1.0)
     if kind == "switchover":
         return rng.uniform(0.2, 1.0), "", 0.0
+    if kind == "reshard":
+        return lease * rng.uniform(1.0, 2.0), "", 0.0
     raise ValueError(f"unknown fault kind {kind!r}")
+
+
+#: The faults that take turns (one at a time in each lane): the database's, the shard count's.
+_LANES = {**dict.fromkeys(_DATABASE_KINDS, "database"), "reshard": "shard_count"}
+
+
+def _lane_hold(kind: str, hold: float, window: float, lease: float) -> float:
+    """Seconds a fault of ``kind`` keeps its lane busy: a move of the primary until the old
+    one is rebuilt and a lease later, a restart a lease after it, a reshard for its wait."""
+    if kind in CLUSTER_KINDS:
+        return window + hold + _REBUILD + lease
+    if kind == "pg_restart":
+        return hold + lease
+    return hold
+
+
+def _next_count(rng: random.Random, plan: Sequence[PlannedFault]) -> str:
+    """The shard count a ``reshard`` sets: one of :data:`RESHARD_COUNTS` other than the one
+    the plan's last reshard set (64 before any)."""
+    current = next((int(f.mode) for f in reversed(plan) if f.kind == "reshard"), 64)
+    return str(rng.choice([c for c in RESHARD_COUNTS if c != current]))
 
 
 def plan_faults(
@@ -143,7 +181,7 @@ def plan_faults(
     Raises:
         ValueError: an unknown kind, or fewer than 2 nodes for node faults.
     """
-    unknown = set(kinds) - {*FAULT_KINDS, *CLUSTER_KINDS}
+    unknown = set(kinds) - {*FAULT_KINDS, *CLUSTER_KINDS, *OPT_IN_KINDS}
     if unknown:
         raise ValueError(f"unknown fault kinds {sorted(unknown)}")
     if nodes < 2 and _NODE_KINDS & set(kinds):
@@ -152,7 +190,7 @@ def plan_faults(
     pending = list(kinds)
     rng.shuffle(pending)
     busy = [0.0] * (nodes + 1)  # until when each node (and the extra one) is taken
-    pg_busy = 0.0
+    lanes = dict.fromkeys(_LANES.values(), 0.0)  # until when the database, the count are
     plan: list[PlannedFault] = []
     t = warmup
     while t < duration and kinds:
@@ -165,13 +203,15 @@ def plan_faults(
             healthy = [i for i in range(nodes) if busy[i] <= t]
             node = rng.choice(healthy) if len(healthy) >= 2 else None
             ready = node is not None
-        elif kind in _DATABASE_KINDS:
-            ready = pg_busy <= t
+        elif kind in _LANES:
+            ready = lanes[_LANES[kind]] <= t
         else:
             node, ready = nodes, busy[nodes] <= t
         if not ready:
             t += 0.5
             continue
+        if kind == "reshard":
+            mode = _next_count(rng, plan)
         plan.append(
             PlannedFault(
                 round(t, 3), kind, node, round(hold, 3), mode, round(latency, 3), round(window, 3)
@@ -179,10 +219,8 @@ def plan_faults(
         )
         if pending and kind == pending[0]:
             pending.pop(0)
-        if kind in CLUSTER_KINDS:
-            pg_busy = t + window + hold + _REBUILD + lease
-        elif kind == "pg_restart":
-            pg_busy = t + hold + lease
+        if kind in _LANES:
+            lanes[_LANES[kind]] = t + _lane_hold(kind, hold, window, lease)
         elif node is not None:
             busy[node] = t + hold + lease  # time to come back before the next fault on it
         room = (duration - t) / (len(pending) + 1)
@@ -200,6 +238,8 @@ class Injector:
         clock: the database's current instant, as the harness estimates it.
         leader: returns the current leader's node id (to say when the leader was hit).
         drain_timeout: the nodes' drain timeout, seconds (bounds a SIGTERMed node's exit).
+        dsn: returns the database's DSN now (for ``reshard``).
+        node_ttl: the nodes' time-to-live, seconds (a ``reshard`` waits for the live ones).
     """
 
     def __init__(
@@ -210,7 +250,11 @@ class Injector:
         clock: Callable[[], datetime],
         leader: Callable[[], Awaitable[str | None]],
         drain_timeout: float,
+        dsn: Callable[[], str] | None = None,
+        node_ttl: float = 10.0,
     ) -> None:
+        self.dsn = dsn
+        self.node_ttl = node_ttl
         self.cluster = cluster
         self.proxies = proxies
         self.server = server
@@ -230,6 +274,8 @@ class Injector:
         if fault.kind in _DATABASE_KINDS:
             async with self._database:
                 return await self._database_fault(fault)
+        if fault.kind == "reshard":
+            return await self._reshard(fault)
         node_id = None if fault.node is None else self.cluster.node_id(fault.node)
         detail = fault.describe(node_id)
         if (
@@ -274,6 +320,38 @@ class Injector:
             f"{detail}: {done.describe()}",
             died_at=done.died_at,
             promoted_at=done.promoted_at,
+        )
+
+    async def _reshard(self, fault: PlannedFault) -> Fault:
+        """Change the shard count (:func:`pgpulse.resharding.set_shard_count`), trying again
+        while the database is away (a database fault may be under way: the change resumes)."""
+        assert self.dsn is not None, "reshard needs the injector's dsn"
+        detail = fault.describe(None)
+        started = self.clock()
+        log.warning("fault: %s", detail, extra={"action": "chaos_fault", "kind": fault.kind})
+        give_up = time.monotonic() + 60.0
+        while True:
+            try:
+                async with connect(self.dsn(), max_size=2) as store:
+                    done = await set_shard_count(
+                        store.pool, int(fault.mode), wait=fault.hold, ttl=self.node_ttl
+                    )
+                break
+            except (psycopg.Error, OSError, DatabaseUnavailable) as exc:
+                if time.monotonic() > give_up:
+                    return Fault(fault.kind, None, started, self.clock(), f"{detail}: {exc}")
+                await asyncio.sleep(0.5)
+        switched = (
+            f"every live node switched in {done.switch_seconds:.1f}s"
+            if done.switch_seconds is not None
+            else "not every node switched in time"
+        )
+        return Fault(
+            fault.kind,
+            None,
+            started,
+            self.clock(),
+            f"{detail}: {done.old} → {done.new}, {switched}",
         )
 
     async def _begin(self, fault: PlannedFault, index: int) -> None:

@@ -36,6 +36,7 @@ from pgpulse_tools.chaos.cluster import Cluster, NodeSettings
 from pgpulse_tools.chaos.faults import (
     CLUSTER_RUN_KINDS,
     FAULT_KINDS,
+    OPT_IN_KINDS,
     Injector,
     PlannedFault,
     plan_faults,
@@ -120,7 +121,10 @@ class ChaosConfig:
             why = "the harness never restarts a server it did not start"
         else:
             allowed, why = FAULT_KINDS, "failover and switchover need --cluster"
-        chosen = allowed if self.kinds is None else self.kinds
+        allowed = (*allowed, *OPT_IN_KINDS)
+        chosen = (
+            tuple(k for k in allowed if k not in OPT_IN_KINDS) if self.kinds is None else self.kinds
+        )
         refused = [kind for kind in chosen if kind not in allowed]
         if refused:
             raise InvalidInput(
@@ -286,7 +290,14 @@ async def _drive(run: _Run, cluster: Cluster) -> Verdict:
         kinds=config.kinds,
     )
     injector = Injector(
-        cluster, run.proxies, run.server, run.clock, lambda: _leader(run), node.drain_timeout
+        cluster,
+        run.proxies,
+        run.server,
+        run.clock,
+        lambda: _leader(run),
+        node.drain_timeout,
+        dsn=run.dsn,
+        node_ttl=3 * node.heartbeat + 1,
     )
     run.echo(f"all {config.nodes} nodes alive; {len(plan)} faults planned")
     faults = await _inject(run, injector, plan)

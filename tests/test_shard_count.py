@@ -1,0 +1,179 @@
+"""The shard count as a setting of the database (issue 23): placement balance and coverage,
+the online change (``pgpulse shards set``), the claim at another count, nodes switching."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from helpers import add, pgpulse, spec, utc
+from pgpulse.claims import CLAIM_SESSION_SETTINGS
+from pgpulse.errors import InvalidInput
+from pgpulse.resharding import set_shard_count, shard_state
+from pgpulse.routing import routes_for
+from pgpulse.sharding import balance_bound, placement, shards_for
+from pgpulse.sql import claim_statement
+from pgpulse.store import Store
+from test_claim import _plan_nodes
+from test_engine import node, running, wait_until
+
+T0 = utc(2026, 1, 1, 0, 0, 30)
+LATER = T0 + timedelta(minutes=5)
+SIXTEEN = [f"node-{i:02d}" for i in range(16)]
+
+
+async def noop(ctx: Any) -> None:
+    """A handler that does nothing."""
+
+
+def assert_partition(owned: dict[str, tuple[int, ...]], count: int) -> None:
+    """Every shard of ``count`` has exactly one owner, and each owns within the bound."""
+    shards = sorted(s for mine in owned.values() for s in mine)
+    assert shards == list(range(count))
+    low, high = balance_bound(count, len(owned))
+    assert {len(mine) for mine in owned.values()} <= {low, high}
+
+
+@pytest.mark.parametrize("count", [64, 128, 1024, 4096])
+def test_sixteen_nodes_own_every_shard_once_within_the_bound(count: int) -> None:
+    owned = {n: shards_for(n, SIXTEEN, count) for n in SIXTEEN}
+    assert_partition(owned, count)
+    assert {len(mine) for mine in owned.values()} == {count // 16}  # 16 divides each count
+    # One dies, one joins: still a partition of the live ones, within the bound.
+    fifteen = SIXTEEN[1:]
+    assert_partition({n: shards_for(n, fifteen, count) for n in fifteen}, count)
+    seventeen = [*SIXTEEN, "node-new"]
+    assert_partition({n: shards_for(n, seventeen, count) for n in seventeen}, count)
+
+
+def test_a_thousand_nodes_each_own_work_at_4096_shards() -> None:
+    nodes = frozenset(f"host-{i}" for i in range(1000))
+    owned = placement(nodes, 4096)
+    assert_partition(owned, 4096)
+    assert {len(mine) for mine in owned.values()} == {4, 5}  # 4096 = 1000 × 4 + 96
+
+
+def test_every_node_computes_the_same_routes_for_every_handler() -> None:
+    live = {n: (("x", "y") if i % 2 else ("x",)) for i, n in enumerate(SIXTEEN)}
+    for count in (64, 1024):
+        routes = {n: routes_for(n, live[n], live, count) for n in SIXTEEN}
+        assert_partition({n: r["x"] for n, r in routes.items()}, count)
+        assert_partition({n: r["y"] for n, r in routes.items() if "y" in r}, count)
+
+
+async def test_the_claim_at_128_shards_reads_only_its_shards_through_the_count_index(
+    store: Store, dsn: str
+) -> None:
+    ids = await add(store, *(spec(f"job-{i}") for i in range(300)), now=T0)
+    done = await set_shard_count(store.pool, 128, wait=0)
+    assert done.built == ["pgpulse_jobs_due_128", "pgpulse_occurrences_due_128"]
+    assert (done.old, done.new, done.switched) == (64, 128, True)  # no live node to wait for
+    store.shard_count = 128
+    batch = await store.claim_due("node-a", [3, 100], 300, lease=30, now=LATER)
+    assert sorted(job.id for job in batch) == sorted(i for i in ids if i % 128 in (3, 100))
+    assert batch  # 300 ids reach both shards
+    # The node's claim session plans it once, generically: the due scan is the count's index,
+    # with the shard in its condition (no job of another shard is read).
+    text, names = claim_statement("finish_and_claim", 128)
+    values = {
+        "outcomes": "[]",
+        "node": "n",
+        "route_handlers": ["noop"],
+        "route_shards": ["{5,6}"],
+        "limit": 10,
+        "lease": 30,
+        "now": LATER,
+    }
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for name, value in CLAIM_SESSION_SETTINGS.items():
+            await conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        await conn.execute(f"PREPARE claim AS {text}")
+        args = sql.SQL(", ").join(sql.Literal(values[name]) for name in names)
+        await conn.execute("BEGIN")
+        cur = await conn.execute(
+            sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({})").format(args)
+        )
+        row = await cur.fetchone()
+        await conn.execute("ROLLBACK")
+    assert row is not None
+    scans = [n for n in _plan_nodes(row[0][0]["Plan"]) if n.get("Relation Name") == "pgpulse_jobs"]
+    due = [n for n in scans if n.get("Index Name") == "pgpulse_jobs_due_128"]
+    assert due, [n.get("Index Name") for n in scans]
+    assert all("((id % '128'::bigint))::smallint = ANY" in n["Index Cond"] for n in due)
+    wanted = sum(1 for i in ids if i % 128 in (5, 6))
+    assert max(n["Actual Rows"] for n in due) == min(wanted, 10)
+
+
+async def test_back_to_64_drops_the_other_counts_indexes(store: Store) -> None:
+    await set_shard_count(store.pool, 1024, wait=0)
+    assert set((await shard_state(store.pool)).indexes) == {
+        "pgpulse_jobs_due_1024",
+        "pgpulse_occurrences_due_1024",
+    }
+    done = await set_shard_count(store.pool, 64, wait=0)
+    assert (done.built, done.switched) == ([], True)
+    assert sorted(done.dropped) == ["pgpulse_jobs_due_1024", "pgpulse_occurrences_due_1024"]
+    state = await shard_state(store.pool)
+    assert (state.shard_count, state.indexes) == (64, {})
+
+
+@pytest.mark.parametrize("bad", [0, -3, 32769, True, "128"])
+async def test_a_bad_shard_count_is_refused_and_changes_nothing(store: Store, bad: Any) -> None:
+    with pytest.raises(InvalidInput, match="shard_count must be an integer from 1 to 32768"):
+        await set_shard_count(store.pool, bad, wait=0)
+    state = await shard_state(store.pool)
+    assert (state.shard_count, state.indexes) == (64, {})
+
+
+def test_the_cli_sets_and_shows_the_count_and_refuses_bad_input(dsn: str) -> None:
+    refused = pgpulse("shards", "set", "0", dsn=dsn)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: shard_count must be an integer from 1 to 32768, got 0"
+    ]
+    done = pgpulse("shards", "set", "256", "--wait", "0", dsn=dsn)
+    assert done.returncode == 0, done.stderr
+    assert "shard count 256 published (was 64)" in done.stdout
+    shown = json.loads(pgpulse("shards", "show", "--json", dsn=dsn).stdout)
+    assert shown["shard_count"] == 256
+    assert shown["indexes"] == {"pgpulse_jobs_due_256": True, "pgpulse_occurrences_due_256": True}
+
+
+async def test_running_nodes_switch_to_a_new_count_and_split_it(store: Store, dsn: str) -> None:
+    """Two running nodes (sub-second heartbeats): a count published while they run is taken
+    at their next heartbeats; `set` returns once both report it, and they split its shards."""
+    async with (
+        running(node(store, dsn, {"noop": noop})) as a,
+        running(node(store, dsn, {"noop": noop})) as b,
+    ):
+        await wait_until(lambda: len(set(a.shards) | set(b.shards)) == 64 and a.shards and b.shards)
+        assert (a.shard_count, b.shard_count) == (64, 64)
+        done = await set_shard_count(store.pool, 512, wait=10, ttl=5)
+        assert done.switched and done.built == [
+            "pgpulse_jobs_due_512",
+            "pgpulse_occurrences_due_512",
+        ]
+        assert (a.shard_count, b.shard_count) == (512, 512)
+        assert_partition({"a": a.shards, "b": b.shards}, 512)
+        assert (a.routes, b.routes) == ({"noop": a.shards}, {"noop": b.shards})
+        state = await shard_state(store.pool, ttl=5)
+        assert state.nodes == {a.node_id: 512, b.node_id: 512} and state.switched
+
+
+async def test_a_heartbeat_sends_the_live_set_only_when_it_changed(store: Store) -> None:
+    """Issue 23: the heartbeat returns the live nodes once per change, not every beat."""
+    for name in ("n1", "n2"):
+        await store.register_node(name, hostname="h", pid=1, slots=4, handlers=["noop"], ttl=10)
+    first = await store.heartbeat("n1", running=0, shards=[], ttl=10, shard_count=64)
+    assert first.live == ("n1", "n2") and first.handlers == {"n1": ("noop",), "n2": ("noop",)}
+    assert first.shard_count == 64 and len(first.members) == 32  # an md5 digest
+    same = await store.heartbeat("n1", running=0, shards=[], ttl=10, known=first.members)
+    assert (same.live, same.handlers, same.members) == (None, None, first.members)
+    await store.stop_node("n2", hostname="h", pid=1)
+    changed = await store.heartbeat("n1", running=0, shards=[], ttl=10, known=first.members)
+    assert changed.live == ("n1",) and changed.members != first.members
