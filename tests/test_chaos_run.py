@@ -3,7 +3,7 @@
 One run (about 50 s: 30 s of faults, then settling) serves every test of this module. Seed 14
 plans, with 3 nodes and a 3 s lease: SIGKILLs, two pauses past the lease, a stalled and a
 dropping partition, delays, a fast and an immediate PostgreSQL restart, and two extra nodes
-that join and leave.
+that join and leave; and, with the opt-in ``reshard`` fault, the shard count changed online.
 
 The workload's effects use the ``lease`` guard (README's token rule, plus "the token's lease is
 current", which a resource in Pulse's own database can check). With the token rule alone, a
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from pgpulse_tools.chaos.checker import Verdict
-from pgpulse_tools.chaos.faults import FAULT_KINDS
+from pgpulse_tools.chaos.faults import FAULT_KINDS, OPT_IN_KINDS
 
 SEED = 14
 #: The command a user types (run as ``python -m pgpulse``, the CLI's own loop: uvloop).
@@ -35,6 +35,8 @@ COMMAND = [
     *("chaos", "--duration", "30", "--nodes", "3", "--seed", str(SEED), "--jobs", "80"),
     *("--lease", "3", "--heartbeat", "0.5", "--slots", "24", "--drain-timeout", "2"),
     *("--guard", "lease"),
+    # Every fault kind, and the opt-in one: the shard count changes online mid-run (issue 23).
+    *("--faults", ",".join((*FAULT_KINDS, *OPT_IN_KINDS))),
 ]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -69,7 +71,7 @@ def test_the_run_injects_every_fault_kind_and_prints_its_seed(
 ) -> None:
     verdict, output = chaos_run
     faults = verdict.figure("faults").value
-    for kind in FAULT_KINDS:
+    for kind in (*FAULT_KINDS, *OPT_IN_KINDS):
         assert f"{kind} " in faults, f"{kind} missing from {faults}"
     assert f"chaos seed {SEED}" in output and f"--seed {SEED}" in output
     assert "SIGSTOP node-" in output and "restart PostgreSQL (immediate)" in output
