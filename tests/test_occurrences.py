@@ -181,7 +181,9 @@ async def test_a_backfill_runs_exactly_the_selected_occurrences_once_beside_the_
     ]
     # ran once: a repeated request, or one of a part of the range, finds nothing left to run
     for start, end in ((H[1], H[6]), (H[3], H[4])):
-        dry = await control.backfill("default", "hourly", start=start, end=end, dry_run=True, now=NOW)
+        dry = await control.backfill(
+            "default", "hourly", start=start, end=end, dry_run=True, now=NOW
+        )
         assert {p.status for p in dry.plan} == {"succeeded"}
         assert dry.selected == []
         done = await control.backfill("default", "hourly", start=start, end=end, now=NOW)

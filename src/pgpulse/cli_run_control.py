@@ -7,7 +7,7 @@ Imported by :mod:`pgpulse.cli`, whose ``job`` group these commands join.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import click
 
@@ -49,11 +49,6 @@ async def job_trigger(store: Store, name: str, tenant: str, payload: str | None)
         click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
     else:
         click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
-
-
-def _utc(value: datetime) -> datetime:
-    """A naive instant given on the command line is UTC."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 @job.command("backfill")
@@ -100,8 +95,8 @@ async def job_backfill(
     plan = await RunControl(store.pool).backfill(
         tenant,
         name,
-        start=_utc(start),
-        end=_utc(end),
+        start=start,
+        end=end,
         only=only,
         dry_run=dry_run,
         max_concurrency=max_concurrency,

@@ -237,8 +237,12 @@ class BackfillRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    start: datetime = Field(alias="from", description="First instant, ISO-8601 with offset.")
-    end: datetime = Field(alias="to", description="Last instant (inclusive), not in the future.")
+    start: datetime = Field(
+        alias="from", description="First instant, ISO-8601 (without an offset: UTC, as the CLI)."
+    )
+    end: datetime = Field(
+        alias="to", description="Last instant (inclusive), not in the future (naive: UTC)."
+    )
     only: list[Literal["missing", "failed", "all"]] = Field(
         default_factory=list,
         description="missing (never ran, or skipped), failed; both when empty; all.",
@@ -440,7 +444,9 @@ class PauseRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    until: datetime | None = Field(None, description="An instant with its offset, in the future.")
+    until: datetime | None = Field(
+        None, description="An instant in the future (without an offset: in the job's zone)."
+    )
     reason: str | None = Field(None, max_length=500)
 
 
