@@ -30,6 +30,7 @@ from pgpulse.web import alerts_api, api, dashboard, pages
 from pgpulse.web.bodies import BodyLimit, JsonBodies
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import install_error_handlers, pulse_error_response, status_of
+from pgpulse.web.filters import BadFilter
 from pgpulse.web.policy import WebSettings
 from pgpulse.web.schemas import Error
 
@@ -97,10 +98,12 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
         if not request.url.path.startswith("/ui/"):
             return pulse_error_response(exc)
         status = status_of(exc)[0]
+        # a refused filter: the same page without its filters is the way back
+        back = request.url.path if isinstance(exc, BadFilter) else None
         return dashboard.templates.TemplateResponse(
             request,
             "error.html",
-            {"who": None, "status": status, "message": exc.message},
+            {"who": None, "status": status, "message": exc.message, "back": back},
             status_code=status,
         )
 

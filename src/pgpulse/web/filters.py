@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import UTC, datetime
+from typing import get_args
 from urllib.parse import urlencode
 
 from fastapi import Request
 
 from pgpulse.errors import InvalidInput
+from pgpulse.web.schemas import Outcome, Status
 
 
 class BadFilter(InvalidInput):
@@ -20,9 +22,10 @@ class BadFilter(InvalidInput):
     parameter's name: a ``status`` filter is not a conflict with a job's state)."""
 
 
-#: Values the filters accept.
-STATUSES = ("idle", "running", "paused", "failed")
-OUTCOMES = ("running", "retrying", "succeeded", "failed", "skipped", "fenced")
+#: Values the filters accept: the API's own lists (:mod:`pgpulse.web.schemas`), so the dashboard
+#: and the API take the same statuses and outcomes.
+STATUSES: tuple[str, ...] = get_args(Status)
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
 #: Rows per page of the dashboard's lists.
 PAGE_SIZE = 50
 

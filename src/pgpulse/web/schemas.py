@@ -17,6 +17,8 @@ from pydantic.json_schema import SkipJsonSchema
 MAX_SECONDS = 366 * 86400.0
 
 Name = Annotated[str, Field(min_length=1, max_length=200, examples=["nightly-report"])]
+#: Every outcome of a run and every status of a job (the CHECKs of pgpulse_runs and pgpulse_jobs):
+#: the API's filters and the dashboard's (pgpulse.web.filters) take exactly these.
 Outcome = Literal["running", "retrying", "succeeded", "failed", "skipped", "fenced", "cancelled"]
 Status = Literal["idle", "running", "paused", "failed", "completed"]
 ResumeMode = Literal["skip", "once", "backfill"]
