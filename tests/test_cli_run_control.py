@@ -35,7 +35,8 @@ def test_trigger_with_a_payload_queues_one_occurrence_with_it(dsn: str, db: Any)
     create(dsn)
     done = pgpulse("job", "trigger", "hourly", "--payload", '{"command": "echo once"}', dsn=dsn)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("triggered hourly with its own payload: extra occurrence ")
+    assert done.stdout.startswith("triggered hourly with the given payload: extra occurrence ")
+    assert done.stdout.rstrip().endswith(", kind trigger)")
     row = db.execute("SELECT kind, payload FROM pgpulse_occurrences").fetchone()
     assert row == {"kind": "trigger", "payload": {"command": "echo once"}}
 

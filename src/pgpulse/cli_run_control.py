@@ -40,15 +40,19 @@ async def job_trigger(store: Store, name: str, tenant: str, payload: str | None)
     if payload is not None:
         done = await RunControl(store.pool).trigger(tenant, name, payload, actor=cli_actor())
         click.echo(
-            f"triggered {name} with its own payload: extra occurrence "
-            f"{done.scheduled_for.isoformat()} (run {done.occurrence})"
+            f"triggered {name} with the given payload: extra occurrence "
+            f"{done.scheduled_for.isoformat()} (run {done.occurrence}, kind trigger)"
         )
         return
     result = await store.trigger_job(tenant, name, actor=cli_actor())
     if result < await store.db_now() - timedelta(seconds=1):
         click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
     else:
-        click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
+        # the job row's own occurrence, moved to now: its run is one of the schedule's
+        click.echo(
+            f"triggered {name}: occurrence {result.isoformat()} on the job's own schedule (its run "
+            "is listed as kind scheduled; `job history` records the trigger)"
+        )
 
 
 @job.command("backfill")
