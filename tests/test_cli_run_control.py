@@ -91,6 +91,11 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
     span = ["--from", hours[0].isoformat(), "--to", hours[-1].isoformat()]
     first = pgpulse("job", "backfill", "hourly", *span, dsn=dsn)
     assert first.returncode == 0, first.stderr
+    batch = db.execute("SELECT id FROM pgpulse_batches").fetchone()["id"]
+    assert (
+        first.stdout.splitlines()[-1]
+        == f"queued 3 of 3 occurrences of hourly (backfill batch {batch})"
+    )
     # the occurrences end as a node ends them: the row goes, its run row (same id) stays
     db.execute(
         "WITH ended AS (DELETE FROM pgpulse_occurrences RETURNING *)"
@@ -104,9 +109,12 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
         *[f"keep  {at.isoformat()}  succeeded" for at in hours],
         "dry run: 0 of 3 occurrences of hourly would run",
     ]
-    for part in (span, ["--from", hours[1].isoformat(), "--to", hours[1].isoformat()]):
+    for part, n in ((span, 3), (["--from", hours[1].isoformat(), "--to", hours[1].isoformat()], 1)):
         again = pgpulse("job", "backfill", "hourly", *part, dsn=dsn)
         assert again.returncode == 0, again.stderr
+        assert again.stdout.splitlines()[-1] == (
+            f"nothing to backfill: none of {n} occurrences of hourly selected"
+        )
         assert counts(db) == (1, 0)  # no new batch, no new occurrence
     kinds = db.execute("SELECT kind, count(*) AS n FROM pgpulse_runs GROUP BY kind").fetchall()
     assert [(r["kind"], r["n"]) for r in kinds] == [("backfill", 3)]

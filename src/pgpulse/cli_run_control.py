@@ -140,5 +140,6 @@ def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) 
         click.echo(f"nothing to backfill: none of {len(plan.plan)} occurrences of {name} selected")
     else:
         click.echo(
-            f"backfill {plan.batch_id} of {name}: {count} of {len(plan.plan)} occurrences queued"
+            f"queued {count} of {len(plan.plan)} occurrences of {name} "
+            f"(backfill batch {plan.batch_id})"
         )
