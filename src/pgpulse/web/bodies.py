@@ -97,16 +97,15 @@ class JsonBodies:
             headers.append((b"content-type", b"application/json"))
             scope = {**scope, "headers": headers}
         elif not is_json(media):
-            shown = declared.decode("latin-1") if declared is not None else ""
             await send_refusal(
                 send,
                 415,
                 error_body(
                     "unsupported_media_type",
-                    f"Content-Type {shown!r} is not JSON: the API reads request bodies as JSON "
+                    f"Content-Type {media!r} is not JSON: the API reads request bodies as JSON "
                     "(send Content-Type: application/json)",
                     "content-type",
-                    shown,
+                    media,
                 ),
             )
             return
