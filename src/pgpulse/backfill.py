@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from pgpulse.errors import InvalidInput
@@ -154,13 +154,6 @@ def select(
     the order they would run (oldest first, or newest first)."""
     plan = [Planned(at, status, status in chosen) for at, status in classified]
     return plan[::-1] if newest_first else plan
-
-
-def utc_if_naive(value: datetime) -> datetime:
-    """``value`` as given, or read as UTC when naive: the instants of a backfill request name
-    the history, which is kept in UTC (README, ``job backfill``: the CLI, the API and the
-    Python API alike)."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def check_range(start: datetime, end: datetime, now: datetime) -> None:

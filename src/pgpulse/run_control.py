@@ -26,7 +26,6 @@ from pgpulse.backfill import (
     check_range,
     classify,
     select,
-    utc_if_naive,
 )
 from pgpulse.builtins import PAYLOAD_VALIDATORS
 from pgpulse.database import ConnectionSource
@@ -34,6 +33,7 @@ from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import LIMITS, parse_payload
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
+from pgpulse.zones import utc_if_naive
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ A bad filter is refused with one line naming the parameter and its value (:class
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import get_args
 from urllib.parse import urlencode
 
@@ -15,6 +15,7 @@ from fastapi import Request
 
 from pgpulse.errors import InvalidInput
 from pgpulse.web.schemas import Outcome, Status
+from pgpulse.zones import utc_if_naive
 
 
 class BadFilter(InvalidInput):
@@ -78,7 +79,7 @@ def instant(request: Request, name: str) -> datetime | None:
         raise BadFilter(
             f"{name} {value!r} is not an ISO 8601 date and time", field=name, value=value
         ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    return utc_if_naive(moment)
 
 
 def run_cursor(request: Request) -> int | None:
