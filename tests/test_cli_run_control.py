@@ -35,7 +35,8 @@ def test_trigger_with_a_payload_queues_one_occurrence_with_it(dsn: str, db: Any)
     create(dsn)
     done = pgpulse("job", "trigger", "hourly", "--payload", '{"command": "echo once"}', dsn=dsn)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("triggered hourly with its own payload: extra occurrence ")
+    assert done.stdout.startswith("triggered hourly with the given payload: extra occurrence ")
+    assert done.stdout.rstrip().endswith(", kind trigger)")
     row = db.execute("SELECT kind, payload FROM pgpulse_occurrences").fetchone()
     assert row == {"kind": "trigger", "payload": {"command": "echo once"}}
 
@@ -79,6 +80,44 @@ def test_backfill_lists_then_queues_the_exact_set(dsn: str, db: Any) -> None:
     assert [(r["scheduled_for"], r["max_concurrency"]) for r in rows] == [
         (at, 2) for at in reversed(hours[1:])
     ]
+
+
+def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> None:
+    """The trial's double submit: once a backfill's occurrences ran, the same request (and one
+    of a part of its range) selects nothing, and its dry run says why."""
+    create(dsn)
+    h = db.execute("SELECT date_trunc('hour', now()) AS h").fetchone()["h"]
+    hours = [h - timedelta(hours=k) for k in (3, 2, 1)]
+    span = ["--from", hours[0].isoformat(), "--to", hours[-1].isoformat()]
+    first = pgpulse("job", "backfill", "hourly", *span, dsn=dsn)
+    assert first.returncode == 0, first.stderr
+    batch = db.execute("SELECT id FROM pgpulse_batches").fetchone()["id"]
+    assert (
+        first.stdout.splitlines()[-1]
+        == f"queued 3 of 3 occurrences of hourly (backfill batch {batch})"
+    )
+    # the occurrences end as a node ends them: the row goes, its run row (same id) stays
+    db.execute(
+        "WITH ended AS (DELETE FROM pgpulse_occurrences RETURNING *)"
+        " INSERT INTO pgpulse_runs (id, job_id, scheduled_for, attempts, outcome, finished_at,"
+        " kind, batch_id) OVERRIDING SYSTEM VALUE"
+        " SELECT id, job_id, scheduled_for, 1, 'succeeded', now(), kind, batch_id FROM ended"
+    )
+    dry = pgpulse("job", "backfill", "hourly", *span, "--dry-run", dsn=dsn)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines() == [
+        *[f"keep  {at.isoformat()}  succeeded" for at in hours],
+        "dry run: 0 of 3 occurrences of hourly would run",
+    ]
+    for part, n in ((span, 3), (["--from", hours[1].isoformat(), "--to", hours[1].isoformat()], 1)):
+        again = pgpulse("job", "backfill", "hourly", *part, dsn=dsn)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.splitlines()[-1] == (
+            f"nothing to backfill: none of {n} occurrences of hourly selected"
+        )
+        assert counts(db) == (1, 0)  # no new batch, no new occurrence
+    kinds = db.execute("SELECT kind, count(*) AS n FROM pgpulse_runs GROUP BY kind").fetchall()
+    assert [(r["kind"], r["n"]) for r in kinds] == [("backfill", 3)]
 
 
 @pytest.mark.parametrize(

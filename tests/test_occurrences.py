@@ -179,6 +179,45 @@ async def test_a_backfill_runs_exactly_the_selected_occurrences_once_beside_the_
         ("scheduled", "skipped", H[3]),
         *[("backfill", "succeeded", at) for at in H[2:7]],
     ]
+    # ran once: a repeated request, or one of a part of the range, finds nothing left to run
+    for start, end in ((H[1], H[6]), (H[3], H[4])):
+        dry = await control.backfill(
+            "default", "hourly", start=start, end=end, dry_run=True, now=NOW
+        )
+        assert {p.status for p in dry.plan} == {"succeeded"}
+        assert dry.selected == []
+        done = await control.backfill("default", "hourly", start=start, end=end, now=NOW)
+        assert (done.selected, done.batch_id) == ([], None)
+    assert len(history(db)) == 8
+
+
+async def test_the_newest_run_of_an_occurrence_decides_what_a_backfill_selects(
+    store: Store, db: Any
+) -> None:
+    """A failed occurrence a backfill ran with success is succeeded; a succeeded one whose
+    backfill (``--only all``) failed is failed again; a skipped or never-run one that a backfill
+    ran is no longer missing."""
+    job_id = await hourly_with_history(store, db)
+    db.execute(
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, finished_at, kind)"
+        " VALUES (%(j)s, %(h1)s, 1, 'failed', %(now)s, 'backfill'),"
+        " (%(j)s, %(h2)s, 1, 'succeeded', %(now)s, 'backfill'),"
+        " (%(j)s, %(h3)s, 1, 'succeeded', %(now)s, 'backfill'),"
+        " (%(j)s, %(h5)s, 1, 'failed', %(now)s, 'backfill'),"
+        " (%(j)s, %(h5)s, 1, 'succeeded', %(now)s, 'backfill')",
+        {"j": job_id, "now": NOW, "h1": H[1], "h2": H[2], "h3": H[3], "h5": H[5]},
+    )
+    plan = await RunControl(store.pool).backfill(
+        "default", "hourly", start=H[1], end=H[6], dry_run=True, now=NOW
+    )
+    assert [(p.scheduled_for, p.status, p.selected) for p in plan.plan] == [
+        (H[1], "failed", True),
+        (H[2], "succeeded", False),
+        (H[3], "succeeded", False),
+        (H[4], "skipped", True),
+        (H[5], "succeeded", False),
+        (H[6], "missing", True),
+    ]
 
 
 async def test_a_backfill_runs_at_most_max_concurrency_at_once(

@@ -253,8 +253,18 @@ async def test_runs_by_job_outcome_time_range_and_one_run(store: Store, db: Any)
             "boom",
             1,
         )
-        naive = await client.get("/api/v1/runs", params={"since": "2026-01-01T00:00:00"})
-        assert naive.status_code == 422 and naive.json()["error"]["field"] == "since"
+        # without an offset: UTC, as the dashboard's filter and a backfill's range
+        naive = await client.get(
+            "/api/v1/runs",
+            params={
+                "job_id": job["id"],
+                "since": "2026-01-01T00:01:00",
+                "until": "2026-01-01T00:03:00",
+            },
+        )
+        assert [r["id"] for r in naive.json()["items"]] == [ids[2], ids[1]]
+        stamp = await client.get("/api/v1/runs", params={"since": "1767225600"})
+        assert stamp.status_code == 422 and stamp.json()["error"]["field"] == "since"
 
 
 async def test_a_run_in_progress_is_listed_and_shown_as_running(store: Store, db: Any) -> None:

@@ -206,7 +206,7 @@ async def test_dashboard_lists_filter_page_and_refuse_bad_filters(store: Store) 
         assert "since 'yesterday' is not an ISO 8601 date and time" in html.unescape(bad_since.text)
         bad = await client.get("/ui/", params={"status": "sleeping"})
         assert bad.status_code == 422
-        message = "status 'sleeping' is not one of idle, running, paused, failed"
+        message = "status 'sleeping' is not one of idle, running, paused, failed, completed"
         assert message in html.unescape(bad.text)
         bad_cursor = await client.get("/ui/runs", params={"cursor": "x"})
         assert bad_cursor.status_code == 422 and "cursor 'x'" in html.unescape(bad_cursor.text)
@@ -343,3 +343,40 @@ async def test_a_page_of_runs_reads_one_page_not_the_whole_history(store: Store,
     assert [r["scheduled_for"] for r in rows] == [
         T0 + timedelta(seconds=s) for s in (20000, 19999, 19998)
     ]
+
+
+async def test_dashboard_filters_take_every_status_and_outcome_the_api_takes(
+    store: Store, db: Any
+) -> None:
+    """One list of statuses and outcomes for both edges: a completed job and a cancelled run
+    (overlap replace) are found by the dashboard's filters as by the API's (t16, WRONG 2)."""
+    [done_id, _] = await add(store, spec("once-done"), spec("still-on"), now=T0)
+    db.execute("UPDATE pgpulse_jobs SET status = 'completed' WHERE id = %s", (done_id,))
+    db.execute(
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, finished_at, error)"
+        " VALUES (%s, %s, 1, 'cancelled', %s, 'replaced by the occurrence at ...')",
+        (done_id, T0, LATER),
+    )
+    token = await make_token(store, "default")
+    async with api_client(store, token) as client:
+        await signed_in(client, token)
+        jobs = await client.get("/ui/", params={"status": "completed"})
+        runs = await client.get("/ui/runs", params={"outcome": "cancelled"})
+        api_jobs = await client.get("/api/v1/jobs", params={"status": "completed"})
+        api_runs = await client.get("/api/v1/runs", params={"outcome": "cancelled"})
+        bad = await client.get("/ui/runs", params={"outcome": "lost"})
+    assert jobs.status_code == 200, jobs.text
+    assert 'data-job="once-done"' in jobs.text and 'data-job="still-on"' not in jobs.text
+    assert "<option selected>completed</option>" in jobs.text  # the dropdown offers it
+    assert runs.status_code == 200, runs.text
+    assert (
+        'data-job="once-done"' in runs.text and "<option selected>cancelled</option>" in runs.text
+    )
+    assert [j["name"] for j in api_jobs.json()["items"]] == ["once-done"]
+    assert [r["outcome"] for r in api_runs.json()["items"]] == ["cancelled"]
+    assert bad.status_code == 422
+    assert (
+        "outcome 'lost' is not one of running, retrying, succeeded, failed, skipped, fenced, "
+        "cancelled" in html.unescape(bad.text)
+    )
+    assert 'href="/ui/runs" data-testid="clear-filters"' in bad.text  # not "Back to jobs"

@@ -7,14 +7,23 @@ occurrence of its own (docs/states.md, "Extra occurrences"): its history row is 
 decides what each occurrence of the range is, from the history the store read, and which of them
 run. :func:`classify` gives each occurrence one status:
 
+Each occurrence's runs are the schedule's own (kind ``scheduled``) and every earlier backfill's
+of that instant (kind ``backfill``); its newest run decides:
+
 * ``succeeded``, ``failed`` (also ``fenced``: its attempts ended without an outcome, and
-  ``cancelled``: replaced) — the schedule's run of it ended so;
-* ``skipped`` — a catch-up decision skipped it (inside a skipped summary row's range);
-* ``missing`` — the history has no row for it (never run: the job was paused, created later
+  ``cancelled``: replaced) — its newest run ended so (a failed run backfilled with success is
+  ``succeeded``; a backfill that failed makes it ``failed`` again);
+* ``skipped`` — a catch-up decision skipped it (inside a skipped summary row's range) and no
+  backfill has run it since;
+* ``missing`` — the history has no run of it (never run: the job was paused, created later
   than the range's start, or its history was pruned);
 * ``pending`` — the live schedule has not reached it yet, or its run is still open (running or
   retrying): never backfilled, it runs anyway;
-* ``queued`` — an earlier backfill's occurrence of that instant has not run yet: never twice.
+* ``queued`` — an earlier backfill's occurrence of that instant (or a fork of the schedule's)
+  has not ended yet: never twice.
+
+So a request repeated after the first one ran finds nothing more to run, unless ``only``
+asks for ``all``.
 
 :func:`select` keeps those the request asks for: ``missing`` (missing and skipped: what did not
 run), ``failed``, both by default, or ``all`` (succeeded too).
@@ -47,7 +56,8 @@ _SELECTS: dict[Only, frozenset[Status]] = {
 
 @dataclass(frozen=True, slots=True)
 class HistoryRow:
-    """One run row of the schedule (kind ``scheduled``) that meets the range.
+    """One run row of an occurrence of the schedule (kind ``scheduled``, or ``backfill``: an
+    earlier request's) that meets the range.
 
     Attributes:
         scheduled_for: its occurrence (the first, for a skipped summary).
@@ -99,11 +109,14 @@ def classify(
 
     Args:
         instants: the schedule's occurrences in the range, ascending (aware UTC).
-        history: the schedule's run rows that meet the range, by ``scheduled_for`` ascending.
+        history: the run rows that meet the range, by ``scheduled_for`` ascending and, within
+            an instant, oldest run first: the last one of an instant is its newest run.
         current: the job row's occurrence now (``scheduled_for``): it and later ones are
             ``pending``, unless the history has them (a trigger's earlier instant).
         queued: instants an earlier backfill still has to run.
     """
+    # the newest run of each instant (the last of it in ``history``); a skipped summary stands
+    # for occurrences that did not run, so it is kept apart
     runs = {row.scheduled_for: row.outcome for row in history if row.outcome != "skipped"}
     skipped = [row for row in history if row.outcome == "skipped"]
     out: list[tuple[datetime, Status]] = []

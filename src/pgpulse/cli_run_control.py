@@ -7,7 +7,7 @@ Imported by :mod:`pgpulse.cli`, whose ``job`` group these commands join.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import click
 
@@ -40,20 +40,19 @@ async def job_trigger(store: Store, name: str, tenant: str, payload: str | None)
     if payload is not None:
         done = await RunControl(store.pool).trigger(tenant, name, payload, actor=cli_actor())
         click.echo(
-            f"triggered {name} with its own payload: extra occurrence "
-            f"{done.scheduled_for.isoformat()} (run {done.occurrence})"
+            f"triggered {name} with the given payload: extra occurrence "
+            f"{done.scheduled_for.isoformat()} (run {done.occurrence}, kind trigger)"
         )
         return
     result = await store.trigger_job(tenant, name, actor=cli_actor())
     if result < await store.db_now() - timedelta(seconds=1):
         click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
     else:
-        click.echo(f"triggered {name}: extra occurrence {result.isoformat()}")
-
-
-def _utc(value: datetime) -> datetime:
-    """A naive instant given on the command line is UTC."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        # the job row's own occurrence, moved to now: its run is one of the schedule's
+        click.echo(
+            f"triggered {name}: occurrence {result.isoformat()} on the job's own schedule (its run "
+            "is listed as kind scheduled; `job history` records the trigger)"
+        )
 
 
 @job.command("backfill")
@@ -100,8 +99,8 @@ async def job_backfill(
     plan = await RunControl(store.pool).backfill(
         tenant,
         name,
-        start=_utc(start),
-        end=_utc(end),
+        start=start,
+        end=end,
         only=only,
         dry_run=dry_run,
         max_concurrency=max_concurrency,
@@ -141,5 +140,6 @@ def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) 
         click.echo(f"nothing to backfill: none of {len(plan.plan)} occurrences of {name} selected")
     else:
         click.echo(
-            f"backfill {plan.batch_id} of {name}: {count} of {len(plan.plan)} occurrences queued"
+            f"queued {count} of {len(plan.plan)} occurrences of {name} "
+            f"(backfill batch {plan.batch_id})"
         )

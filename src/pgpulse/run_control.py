@@ -33,6 +33,7 @@ from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import LIMITS, parse_payload
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
+from pgpulse.zones import utc_if_naive
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,9 @@ class RunControl:
         more, beside the live schedule: one batch of extra occurrences (kind ``backfill``), at
         most ``max_concurrency`` of them running at once, oldest first (or newest first).
 
+        ``start`` and ``end`` are instants; naive ones are UTC (as on the command line and in
+        the API: a backfill names instants of the history, which is kept in UTC).
+
         Which occurrences: :mod:`pgpulse.backfill` (``only``: ``missing``, ``failed``, both by
         default, or ``all``; the live schedule's own, and an earlier backfill's still queued,
         never). ``dry_run`` writes nothing and returns the same plan. A request that queues
@@ -184,11 +188,7 @@ class RunControl:
                 field="max_concurrency",
                 value=max_concurrency,
             )
-        for field, value in (("from", start), ("to", end)):
-            if value.tzinfo is None:
-                raise InvalidInput(
-                    f"{field} {value.isoformat()} needs a UTC offset", field=field, value=value
-                )
+        start, end = utc_if_naive(start), utc_if_naive(end)
         job = await self._job(tenant, name)
         if job["status"] == "completed":  # docs/states.md, "Extra occurrences and run control"
             raise InvalidInput(

@@ -102,6 +102,13 @@ def _packaged_zone(name: str) -> ZoneInfo:
         return ZoneInfo.from_file(data, key=name)
 
 
+def utc_if_naive(value: datetime) -> datetime:
+    """``value`` as given when it has an offset, else read as UTC: the rule for an instant given
+    without an offset wherever it names stored history, kept in UTC (a backfill's range on
+    the command line, in the API and in Python; the API's and the dashboard's run filters)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def offsets(zone: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
     """The UTC offsets of the naive wall time ``wall`` on its first and second pass."""
     first, second = zone.utcoffset(wall.replace(fold=0)), zone.utcoffset(wall.replace(fold=1))

@@ -475,19 +475,33 @@ LEFT JOIN occurrence ON true;
 
 -- name: backfill_history
 -- What the history holds for job %(job_id)s's scheduled occurrences in [%(from)s, %(to)s]: one row
--- per run of the schedule (kind 'scheduled'), and each skipped summary that overlaps the range
+-- per run of an occurrence of the schedule, the schedule's own (kind 'scheduled', a fork's too)
+-- and each earlier backfill's (kind 'backfill'), and each skipped summary that overlaps the range
 -- (scheduled_for through last_scheduled_for), so a backfill can tell succeeded, failed and
--- skipped occurrences from those never run.
+-- skipped occurrences from those never run. In id order within an instant: a run's id is drawn
+-- when its occurrence is first claimed (the schedule's) or made (a backfill's), so the last row of
+-- an instant is its newest run.
 SELECT r.scheduled_for,
        coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for,
        r.outcome,
-       r.occurrences
+       r.occurrences,
+       r.id
 FROM pgpulse_runs AS r
 WHERE r.job_id = %(job_id)s
   AND r.kind = 'scheduled'
   AND r.scheduled_for <= %(to)s
   AND coalesce(r.last_scheduled_for, r.scheduled_for) >= %(from)s
-ORDER BY r.scheduled_for;
+UNION ALL
+SELECT r.scheduled_for,
+       r.scheduled_for AS last_scheduled_for,
+       r.outcome,
+       r.occurrences,
+       r.id
+FROM pgpulse_runs AS r
+WHERE r.job_id = %(job_id)s
+  AND r.kind = 'backfill'
+  AND r.scheduled_for BETWEEN %(from)s AND %(to)s
+ORDER BY scheduled_for, id;
 
 -- name: insert_backfill
 -- A backfill on request: one batch (kind 'backfill', bound %(max_concurrency)s) of job

@@ -589,6 +589,8 @@ CREATE INDEX pgpulse_occurrences_job ON public.pgpulse_occurrences USING btree (
 
 CREATE INDEX pgpulse_occurrences_leases ON public.pgpulse_occurrences USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL);
 
+CREATE INDEX pgpulse_runs_backfill ON public.pgpulse_runs USING btree (job_id, scheduled_for) WHERE (kind = 'backfill'::text);
+
 CREATE INDEX pgpulse_runs_batch ON public.pgpulse_runs USING btree (batch_id) WHERE (batch_id IS NOT NULL);
 
 CREATE INDEX pgpulse_runs_finished ON public.pgpulse_runs USING btree (finished_at) WHERE (finished_at IS NOT NULL);

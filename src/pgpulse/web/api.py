@@ -10,11 +10,12 @@ through :class:`~pgpulse.web.service.JobService` (the store's methods); refusals
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import AwareDatetime, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from pgpulse.errors import InvalidInput
 from pgpulse.web.auth import Principal
@@ -44,6 +45,7 @@ from pgpulse.web.schemas import (
     TriggerRequest,
 )
 from pgpulse.web.service import present_job
+from pgpulse.zones import utc_if_naive
 
 bearer = HTTPBearer(auto_error=False, description="An API token: pgpulse token create.")
 
@@ -284,8 +286,8 @@ async def _runs(
     *,
     job_id: int | None,
     outcome: str | None,
-    since: AwareDatetime | None,
-    until: AwareDatetime | None,
+    since: datetime | None,
+    until: datetime | None,
     cursor: str | None,
     limit: int,
     tenant: str | None = None,
@@ -323,20 +325,27 @@ async def _runs(
 def _iso_only(value: object) -> object:
     """Refuse the Unix timestamps pydantic would otherwise read as instants: ISO-8601 only."""
     if isinstance(value, str) and not _ISO_DATE.match(value):
-        raise ValueError("expected an ISO-8601 instant with an offset")
+        raise ValueError("expected an ISO-8601 instant")
     return value
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """A filter's instant without an offset is UTC, as the dashboard's and a backfill's."""
+    return None if value is None else utc_if_naive(value)
 
 
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]")
 Since = Annotated[
-    AwareDatetime | None,
+    datetime | None,
     BeforeValidator(_iso_only),
-    Query(description="scheduled_for >= since (ISO-8601 with offset)."),
+    AfterValidator(_utc),
+    Query(description="scheduled_for >= since (ISO-8601; without an offset: UTC)."),
 ]
 Until = Annotated[
-    AwareDatetime | None,
+    datetime | None,
     BeforeValidator(_iso_only),
-    Query(description="scheduled_for < until (ISO-8601 with offset)."),
+    AfterValidator(_utc),
+    Query(description="scheduled_for < until (ISO-8601; without an offset: UTC)."),
 ]
 
 

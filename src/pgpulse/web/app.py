@@ -27,8 +27,10 @@ from pgpulse import metrics
 from pgpulse.errors import PulseError
 from pgpulse.store import Store
 from pgpulse.web import alerts_api, api, dashboard, pages
+from pgpulse.web.bodies import BodyLimit, JsonBodies
 from pgpulse.web.context import WebContext
-from pgpulse.web.errors import BodyLimit, install_error_handlers, pulse_error_response, status_of
+from pgpulse.web.errors import install_error_handlers, pulse_error_response, status_of
+from pgpulse.web.filters import BadFilter
 from pgpulse.web.policy import WebSettings
 from pgpulse.web.schemas import Error
 
@@ -82,8 +84,9 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
     )
     app.state.pulse = WebContext.build(store, settings)
     install_error_handlers(app)
-    # BodyLimit answers 413 before any route runs: every API operation documents it.
-    too_large: dict[int | str, dict[str, Any]] = {413: {"model": Error}}
+    # BodyLimit and JsonBodies answer 413 and 415 before any route runs: every API operation
+    # documents them.
+    too_large: dict[int | str, dict[str, Any]] = {413: {"model": Error}, 415: {"model": Error}}
     app.include_router(api.router, responses=too_large)
     app.include_router(alerts_api.router, responses=too_large)
     app.include_router(dashboard.router)
@@ -95,10 +98,12 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
         if not request.url.path.startswith("/ui/"):
             return pulse_error_response(exc)
         status = status_of(exc)[0]
+        # a refused filter: the same page without its filters is the way back
+        back = request.url.path if isinstance(exc, BadFilter) else None
         return dashboard.templates.TemplateResponse(
             request,
             "error.html",
-            {"who": None, "status": status, "message": exc.message},
+            {"who": None, "status": status, "message": exc.message, "back": back},
             status_code=status,
         )
 
@@ -131,7 +136,8 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
     async def health() -> JSONResponse:
         return await _health(store)
 
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(JsonBodies)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)  # added last: outermost
     return app
 
 

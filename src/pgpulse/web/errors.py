@@ -1,14 +1,17 @@
-"""How the HTTP edge refuses: one JSON error body, status codes, and the request size limit.
+"""How the HTTP edge refuses: one JSON error body and its status codes (what a request body may
+be, in size and type: :mod:`pgpulse.web.bodies`).
 
 Every refusal has the body ``{"error": {"code", "message", "field", "value"}}`` naming the
 refused field and value (design.md, invariant 8), and writes nothing:
 
 =====  =====================================================================================
+400    the body is not JSON (truncated, malformed), or is empty where the route needs one
 401    no token, a malformed, unknown or revoked token (``WWW-Authenticate: Bearer``)
 403    the token may not do this (another tenant's name on create, a ``shell`` job)
 404    no such job or run for this token — another tenant's answers exactly the same
 409    the job's state does not allow the change (pause a running job, trigger a paused one)
 413    the request body is larger than the limit (``--max-body``, default 64 KiB)
+415    the body's ``Content-Type`` is not one the API reads as JSON (:mod:`pgpulse.web.bodies`)
 422    a field is refused (schedule, time zone, payload, handler, http target, query values)
 503    the database does not answer
 =====  =====================================================================================
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 import psycopg
@@ -34,12 +37,6 @@ from pgpulse.web.policy import Forbidden, PayloadTooLarge
 from pgpulse.web.service import NoSuchJob, NoSuchRun
 
 log = logging.getLogger(__name__)
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Longest text of a refused value echoed back in an error body, characters.
 MAX_ECHO_CHARS = 300
@@ -66,12 +63,32 @@ def _encodable(value: Any) -> Any:
     return value
 
 
+def _as_sent(value: Any) -> Any:
+    """``value`` as JSON would carry it: an instant, a date or a time as its ISO 8601 text (what
+    a client sends), bytes as text, and anything else JSON cannot hold as its ``str`` — never a
+    Python repr such as ``datetime.datetime(2026, 12, 1, 15, 0)``."""
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {str(k): _as_sent(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_as_sent(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
 def _echo(value: Any) -> Any:
-    """``value`` made JSON-safe and short enough to echo back."""
+    """``value`` made JSON-safe (:func:`_as_sent`) and short enough to echo back."""
+    value = _as_sent(value)
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError):
-        value = text = repr(value)
+    except ValueError:  # NaN or infinity
+        value = text = str(value)
     if len(text) <= MAX_ECHO_CHARS:
         return value
     return (value if isinstance(value, str) else text)[:MAX_ECHO_CHARS] + "…"
@@ -138,12 +155,23 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid"}
+        first: dict[str, Any] = (
+            dict(exc.errors()[0]) if exc.errors() else {"loc": ("body",), "msg": "invalid"}
+        )
         field = _validation_field(tuple(first.get("loc", ())))
         if first.get("type") == "json_invalid":
+            # loc is ("body", character offset), ctx the decoder's own words
+            where = tuple(first.get("loc", ()))[1:]
+            reason = dict(first.get("ctx") or {}).get("error") or first.get("msg")
+            at = f" at character {where[0]}" if where else ""
+            return JSONResponse(
+                error_body("invalid_json", f"body is not valid JSON: {reason}{at}", "body", None),
+                400,
+            )
+        if first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",):
             return JSONResponse(
                 error_body(
-                    "invalid_json", f"body is not valid JSON: {first.get('msg')}", "body", None
+                    "invalid_json", "body is empty: this route takes a JSON object", "body", None
                 ),
                 400,
             )
@@ -183,72 +211,3 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(psycopg.OperationalError, on_database_error)
-
-
-class BodyLimit:
-    """ASGI middleware: refuse request bodies larger than ``limit`` bytes with 413.
-
-    A declared ``Content-Length`` over the limit is refused before reading; otherwise the body
-    is read (never more than ``limit + 1`` bytes kept) and handed on unchanged.
-
-    Args:
-        app: the wrapped ASGI app.
-        limit: largest accepted body, bytes.
-    """
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def _refuse(self, send: Send, size: str) -> None:
-        body = json.dumps(
-            error_body(
-                "payload_too_large", f"request body is larger than {self.limit} bytes", "body", size
-            )
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await self._refuse(send, declared.decode("latin-1"))
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._refuse(send, f">{self.limit}")
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        delivered = False
-
-        async def replay() -> Message:
-            nonlocal delivered
-            if delivered:
-                return await receive()
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)

@@ -7,12 +7,15 @@ A bad filter is refused with one line naming the parameter and its value (:class
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import UTC, datetime
+from datetime import datetime
+from typing import get_args
 from urllib.parse import urlencode
 
 from fastapi import Request
 
 from pgpulse.errors import InvalidInput
+from pgpulse.web.schemas import Outcome, Status
+from pgpulse.zones import utc_if_naive
 
 
 class BadFilter(InvalidInput):
@@ -20,9 +23,10 @@ class BadFilter(InvalidInput):
     parameter's name: a ``status`` filter is not a conflict with a job's state)."""
 
 
-#: Values the filters accept.
-STATUSES = ("idle", "running", "paused", "failed")
-OUTCOMES = ("running", "retrying", "succeeded", "failed", "skipped", "fenced")
+#: Values the filters accept: the API's own lists (:mod:`pgpulse.web.schemas`), so the dashboard
+#: and the API take the same statuses and outcomes.
+STATUSES: tuple[str, ...] = get_args(Status)
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
 #: Rows per page of the dashboard's lists.
 PAGE_SIZE = 50
 
@@ -75,7 +79,7 @@ def instant(request: Request, name: str) -> datetime | None:
         raise BadFilter(
             f"{name} {value!r} is not an ISO 8601 date and time", field=name, value=value
         ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    return utc_if_naive(moment)
 
 
 def run_cursor(request: Request) -> int | None:

@@ -17,6 +17,8 @@ from pydantic.json_schema import SkipJsonSchema
 MAX_SECONDS = 366 * 86400.0
 
 Name = Annotated[str, Field(min_length=1, max_length=200, examples=["nightly-report"])]
+#: Every outcome of a run and every status of a job (the CHECKs of pgpulse_runs and pgpulse_jobs):
+#: the API's filters and the dashboard's (pgpulse.web.filters) take exactly these.
 Outcome = Literal["running", "retrying", "succeeded", "failed", "skipped", "fenced", "cancelled"]
 Status = Literal["idle", "running", "paused", "failed", "completed"]
 ResumeMode = Literal["skip", "once", "backfill"]
@@ -237,8 +239,12 @@ class BackfillRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    start: datetime = Field(alias="from", description="First instant, ISO-8601 with offset.")
-    end: datetime = Field(alias="to", description="Last instant (inclusive), not in the future.")
+    start: datetime = Field(
+        alias="from", description="First instant, ISO-8601 (without an offset: UTC, as the CLI)."
+    )
+    end: datetime = Field(
+        alias="to", description="Last instant (inclusive), not in the future (naive: UTC)."
+    )
     only: list[Literal["missing", "failed", "all"]] = Field(
         default_factory=list,
         description="missing (never ran, or skipped), failed; both when empty; all.",
@@ -441,7 +447,9 @@ class PauseRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    until: datetime | None = Field(None, description="An instant with its offset, in the future.")
+    until: datetime | None = Field(
+        None, description="An instant in the future (without an offset: in the job's zone)."
+    )
     reason: str | None = Field(None, max_length=500)
 
 

@@ -20,6 +20,7 @@ from pgpulse.audit import SETTABLE_FIELDS
 from pgpulse.calendars import ExclusionCalendar
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
+from pgpulse.limits import parse_instant
 from pgpulse.routing import waiting_reason
 from pgpulse.run_control import BackfillPlan, RunControl, Triggered
 from pgpulse.schedule import parse_schedule
@@ -193,7 +194,8 @@ class JobService:
         self, who: Principal, job_id: int, verb: str, options: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Pause, resume, trigger or delete job ``job_id`` through the store, with the verb's
-        ``options`` (pause: ``until``, ``reason``; resume: ``catch_up``).
+        ``options`` (pause: ``until``, an instant read in the job's zone when naive, as the
+        CLI's; ``reason``; resume: ``catch_up``).
 
         Returns:
             The job after the change (``{}`` after ``delete``); after ``trigger`` it holds the
@@ -212,8 +214,12 @@ class JobService:
             "trigger": self.store.trigger_job,
             "delete": self.store.delete_job,
         }
+        options = dict(options or {})
+        if options.get("until") is not None:
+            # as `job pause --until`: an instant without an offset is in the job's zone
+            options["until"] = parse_instant("until", options["until"], row["timezone"])
         try:
-            await methods[verb](row["tenant"], row["name"], actor=who.actor, **(options or {}))
+            await methods[verb](row["tenant"], row["name"], actor=who.actor, **options)
         except JobNotFound:
             raise NoSuchJob(job_id) from None
         log.info(
