@@ -32,13 +32,14 @@ from pgpulse.cli_conventions import (
 from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
-from pgpulse.errors import InvalidInput, JobNotFound, PulseError
+from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, parse_instant
 from pgpulse.report import (
     print_job,
     print_records,
     print_runs_with_attempts,
+    print_schema_missing,
     print_status,
     run_command,
     status_problems,
@@ -51,23 +52,45 @@ from pgpulse.web.options import web_options, web_settings
 T = TypeVar("T")
 
 
-def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
-    """Decorator: open the configured database (migrated) and pass the store first."""
+def with_store(
+    migrate: bool | Callable[[dict[str, Any]], bool] = False,
+) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Any]]:
+    """Decorator factory: open the configured database and pass the store first.
 
-    @click.pass_obj
-    @wraps(func)
-    def command(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        async def main() -> Any:
-            async with connect(
-                obj["database_url"],
-                data_dir=obj["data_dir"],
-                read_url=obj["read_database_url"],
-            ) as store:
-                return await func(store, *args, **kwargs)
+    Args:
+        migrate: the command creates definitions, so it migrates the schema first (as a node
+            does); a callable decides from the command's options (``apply --dry-run`` writes
+            nothing, so it does not). Otherwise the command only reads, or changes what
+            already exists: a database without the current schema is refused in one line
+            (:class:`~pgpulse.errors.SchemaMissing`, exit 2) and nothing is written.
+    """
 
-        return run_command(main())
+    def decorate(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        @click.pass_obj
+        @wraps(func)
+        def command(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            migrating = migrate(kwargs) if callable(migrate) else migrate
 
-    return command
+            async def main() -> Any:
+                async with connect(
+                    obj["database_url"],
+                    data_dir=obj["data_dir"],
+                    read_url=obj["read_database_url"],
+                    migrate=migrating,
+                    require_schema=True,
+                ) as store:
+                    return await func(store, *args, **kwargs)
+
+            return run_command(main())
+
+        return command
+
+    return decorate
+
+
+def _unless_dry_run(options: dict[str, Any]) -> bool:
+    """``with_store``'s ``migrate`` for commands with ``--dry-run``: a dry run writes nothing."""
+    return not options["dry_run"]
 
 
 @click.group(cls=PulseGroup, context_settings=CONTEXT)
@@ -450,7 +473,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     "that follows redirects (the API refuses those unless its --http-allow list names the "
     "host). Its runs reach that host only from nodes whose --http-allow list names it.",
 )
-@with_store
+@with_store(migrate=True)
 async def job_create(store: Store, name: str, allow_private_target: bool, **fields: Any) -> None:
     """Create or update (upsert) job NAME.
 
@@ -488,7 +511,7 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
 @job.command("list")
 @tenant_option
 @json_option
-@with_store
+@with_store()
 async def job_list(store: Store, tenant: str, as_json: bool) -> None:
     """List jobs of a tenant (when it has none, says which tenants do)."""
     rows = await store.list_jobs(tenant)
@@ -532,7 +555,7 @@ attempts_option = click.option(
 @tenant_option
 @attempts_option
 @json_option
-@with_store
+@with_store()
 async def job_show(
     store: Store, name: str, tenant: str, with_attempts: bool, as_json: bool
 ) -> None:
@@ -564,7 +587,7 @@ async def job_show(
     "--limit", type=click.IntRange(1, 10000), default=50, help="At most this many changes."
 )
 @json_option
-@with_store
+@with_store()
 async def job_history(store: Store, name: str, tenant: str, limit: int, as_json: bool) -> None:
     """The audit trail of job NAME, newest first: when (the database's clock), what (create,
     update, pause, resume, trigger, backfill, delete), the revision, source, actor and changed
@@ -584,7 +607,7 @@ def _state_command(verb: str, doc: str) -> None:
     @job.command(verb, help=doc)
     @click.argument("name")
     @tenant_option
-    @with_store
+    @with_store()
     async def command(store: Store, name: str, tenant: str) -> None:
         actor = cli_actor()
         if verb == "delete":
@@ -604,7 +627,7 @@ def _state_command(verb: str, doc: str) -> None:
     "the occurrences inside the pause are then recorded as skipped.",
 )
 @click.option("--reason", default=None, help="Why: shown wherever the status is.")
-@with_store
+@with_store()
 async def job_pause(
     store: Store, name: str, tenant: str, until: str | None, reason: str | None
 ) -> None:
@@ -634,7 +657,7 @@ async def job_pause(
     help="The occurrences inside the pause: skip (not these), once (run once, as the newest), "
     "backfill (run each, oldest first).",
 )
-@with_store
+@with_store()
 async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> None:
     """Resume job NAME. Idempotent: a job that is not paused is left as it is."""
     changed = await store.resume_job(tenant, name, catch_up=catch_up, actor=cli_actor())
@@ -738,7 +761,7 @@ def crontab() -> None:
 @click.option(
     "--dry-run", is_flag=True, help="Print the sync's plan; write nothing (implies --sync)."
 )
-@with_store
+@with_store(migrate=_unless_dry_run)
 async def crontab_import(
     store: Store,
     path: Path,
@@ -789,7 +812,7 @@ async def crontab_import(
     "with --dry-run.",
 )
 @json_option
-@with_store
+@with_store(migrate=_unless_dry_run)
 async def apply(
     store: Store,
     paths: tuple[Path, ...],
@@ -842,21 +865,36 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
     """The headline (live nodes, leader, due jobs, database), then nodes, shards, job counts
     and the current lag. A node silent for longer than its time-to-live is 'lost'."""
 
-    async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]] | tuple[str, str]:
         async with connect(
-            obj["database_url"], data_dir=obj["data_dir"], read_url=obj["read_database_url"]
+            obj["database_url"],
+            data_dir=obj["data_dir"],
+            read_url=obj["read_database_url"],
+            migrate=False,  # status reads; a database without the schema is its headline
         ) as store:
             async with store.pool.connection() as conn:
                 where = describe(conn.info)
+            try:
+                await store.require_schema()
+            except SchemaMissing as exc:
+                return where, str(exc)
             nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)
             counts = await store.cluster_counts(ttl=DEFAULT_NODE_TTL)
             counts["stale_code_jobs"] = await store.stale_code_jobs()
             return where, nodes, counts
 
-    where, nodes, counts = run_command(read())
-    database = f"{where} (embedded)" if obj["embedded"] else where
+    found = run_command(read())
+    database = f"{found[0]} (embedded)" if obj["embedded"] else found[0]
+    checking = check or max_lag is not None
+    if len(found) == 2:
+        print_schema_missing(found[1], as_json, database=database, checking=checking)
+        if checking:
+            click.echo("check failed: no Pulse schema", err=True)
+            sys.exit(1)
+        return
+    _, nodes, counts = found
     problems = None
-    if check or max_lag is not None:
+    if checking:
         problems = status_problems(nodes, counts, DEFAULT_MAX_LAG if max_lag is None else max_lag)
     print_status(nodes, counts, as_json, database=database, problems=problems)
     if problems:
@@ -870,7 +908,7 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
 @click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
 @attempts_option
 @json_option
-@with_store
+@with_store()
 async def runs(
     store: Store,
     job_name: str | None,

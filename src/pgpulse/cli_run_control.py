@@ -28,7 +28,7 @@ from pgpulse.store import Store
     help="JSON object to run this once with instead of the job's payload: one extra "
     "occurrence beside the schedule, recorded as a trigger.",
 )
-@with_store
+@with_store()
 async def job_trigger(store: Store, name: str, tenant: str, payload: str | None) -> None:
     """Run job NAME now, once, as an extra occurrence.
 
@@ -80,7 +80,7 @@ def _utc(value: datetime) -> datetime:
 )
 @click.option("--newest-first", is_flag=True, help="Run the newest occurrence first.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@with_store
+@with_store()
 async def job_backfill(
     store: Store,
     name: str,

@@ -99,6 +99,13 @@ class PreReleaseSchema(PulseError):
     (release 0.2.0 starts from a new baseline)."""
 
 
+class SchemaMissing(PulseError):
+    """A command that only reads (or changes what exists) met a database without Pulse's
+    current schema: it never migrates one itself (``pgpulse migrate``, a node, or a command
+    that creates definitions does). ``field`` is ``"database"``, ``value`` the schema version
+    found (0: none)."""
+
+
 class InvalidNotifierConfig(InvalidInput):
     """A notifier's configuration (``webhook``, ``email``, ``checkin``) has a missing, unknown or
     refused field; ``field`` is ``"config.<key>"``. A secret field's value is never carried:

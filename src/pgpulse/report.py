@@ -361,6 +361,30 @@ def status_problems(
     return problems
 
 
+def print_schema_missing(
+    reason: str, as_json: bool, *, database: str, checking: bool = False
+) -> None:
+    """``pgpulse status`` on a database without Pulse's current schema: the headline says so
+    (``NO PULSE SCHEMA: run `pgpulse migrate`...``), with ``reason``, the
+    :class:`~pgpulse.errors.SchemaMissing` text; ``--json`` has the same ``headline`` and
+    ``database``, no nodes, ``jobs`` null (and a failed ``check`` with ``checking``)."""
+    advice = reason.split(": ", 1)[-1]
+    headline = f"NO PULSE SCHEMA: {advice} — {database}"
+    if as_json:
+        document: dict[str, Any] = {
+            "headline": headline,
+            "database": database,
+            "nodes": [],
+            "leader": None,
+            "jobs": None,
+        }
+        if checking:
+            document["check"] = {"ok": False, "problems": ["no Pulse schema"]}
+        click.echo(json.dumps(document, indent=2))
+        return
+    click.echo(headline)
+
+
 def print_status(
     nodes: Sequence[dict[str, Any]],
     counts: dict[str, Any],
