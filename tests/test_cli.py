@@ -348,7 +348,7 @@ def test_schedule_next_refuses_a_bad_after_in_one_line(after: str) -> None:
     refused = pgpulse("schedule", "next", "0 * * * *", "--after", after)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.splitlines() == [
-        "error: invalid value for '--after' (env var: 'PGPULSE_SCHEDULE_NEXT_AFTER'): "
+        "error: invalid value for --after: "
         f"{after!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00"
     ]
 

@@ -132,10 +132,43 @@ def test_a_refused_option_value_is_one_line_exit_2() -> None:
     )
     assert refused.returncode == 2
     assert refused.stdout == ""
-    assert refused.stderr == (
-        "error: invalid value for '--count' (env var: 'PGPULSE_SCHEDULE_NEXT_COUNT'): "
-        "0 is not in the range 1<=x<=1000.\n"
+    assert refused.stderr == "error: invalid value for --count: must be between 1 and 1000, got 0\n"
+    from_env = subprocess.run(
+        [PGPULSE, "node", "run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PGPULSE_NODE_RUN_LEASE": "abc"},
     )
+    assert (from_env.returncode, from_env.stderr) == (
+        2,
+        "error: invalid value for --lease: 'abc' is not a number of seconds "
+        "(from the environment variable PGPULSE_NODE_RUN_LEASE)\n",
+    )
+
+
+def test_help_ends_each_option_with_one_bracket_in_words() -> None:
+    """ "[env: X; default: 30; at least 1 second]": not click's "env var", "x>=1", "30.0",
+    nor a second, hand-written "[default: ...]" in the text."""
+    for path, command, ctx in tree():
+        for option in options(command):
+            record = option.get_help_record(ctx)
+            assert record is not None, (path, option.opts)
+            text = record[1]
+            assert text.count("[env: ") == 1 and text.endswith("]"), (path, text)
+            assert "[default" not in text, (path, text)
+            assert f"[env: {expected_envvar(path, option)}" in text, (path, text)
+            assert not re.search(r"env var|x[<>]=?|[<>]=?x|\d\.0\b[;\]]|default: \(", text), text
+    shown = subprocess.run(
+        [PGPULSE, "node", "run", "--help"], capture_output=True, text=True, timeout=60
+    )
+    help_text = " ".join(shown.stdout.split())
+    assert (
+        "--lease SECONDS Lease granted per claim and renewal. [env: PGPULSE_NODE_RUN_LEASE; "
+        "default: 30; at least 1 second]" in help_text
+    )
+    assert "[env: PGPULSE_NODE_RUN_HEARTBEAT; default: 2; at least 0.1 seconds]" in help_text
+    assert "[env: PGPULSE_NODE_RUN_SLOTS; default: 10; between 1 and 1000]" in help_text
 
 
 def readme_commands() -> set[tuple[str, ...]]:

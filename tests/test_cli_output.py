@@ -164,3 +164,29 @@ def test_listed_names_are_whole_and_can_be_typed_back(dsn: str, tmp_path: Path) 
         assert len(name) <= max(len(long_name), 60)
         shown = pgpulse("job", "show", name, dsn=dsn)
         assert shown.returncode == 0 and shown.stdout.startswith(f"job default/{name} ")
+
+
+def test_counts_are_worded_in_the_singular_and_the_plural(dsn: str, tmp_path: Path) -> None:
+    """Never "1 attempts", "1 job(s)": one rule (pgpulse.wording.plural) for every count."""
+    from pgpulse.wording import plural
+
+    assert [plural(1, "attempt"), plural(2, "attempt"), plural(0, "job")] == [
+        "1 attempt",
+        "2 attempts",
+        "0 jobs",
+    ]
+    assert [plural(1.0, "second"), plural(0.5, "second"), plural(1200, "run")] == [
+        "1 second",
+        "0.5 seconds",
+        "1,200 runs",
+    ]
+    crontab = tmp_path / "one.crontab"
+    crontab.write_text("0 3 * * * backup\n")
+    imported = pgpulse("crontab", "import", str(crontab), dsn=dsn)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines()[-1] == f"imported 1 job from {crontab}"
+    crontab.write_text("0 3 * * * backup\n* * *\n")
+    refused = pgpulse("crontab", "import", str(crontab), dsn=dsn)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == "error: 1 line refused; nothing imported"
+    assert "found 3 fields" in refused.stderr

@@ -303,7 +303,7 @@ def test_reboot_is_refused_with_file_and_line() -> None:
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ("* * *", "too few fields: expected 5 time fields, then the command, found 3 field(s)"),
+        ("* * *", "too few fields: expected 5 time fields, then the command, found 3 fields"),
         ("0 4 * * *", "empty command: expected 5 time fields, then the command"),
         ("0 4 * * *    ", "empty command: expected 5 time fields, then the command"),
         ("0 4 * * * %only stdin", "empty command (nothing before the first '%')"),

@@ -27,6 +27,7 @@ from pgpulse.cli_conventions import (
     GlobalOptions,
     IsoDateTime,
     PulseGroup,
+    Seconds,
     apply_envvar_rule,
 )
 from pgpulse.database import describe, with_database
@@ -119,7 +120,8 @@ def _unless_dry_run(options: dict[str, Any]) -> bool:
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help=f"Embedded PostgreSQL data folder [default: {default_data_dir()}].",
+    show_default=str(default_data_dir()),
+    help="Embedded PostgreSQL data folder.",
 )
 @click.option(
     "--log-level",
@@ -201,11 +203,15 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     "--app-dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=Path(),
-    show_default=False,
-    help="Folder put first on the import path before --app is imported [default: the "
-    "current folder].",
+    show_default="the current folder",
+    help="Folder put first on the import path before --app is imported.",
 )
-@click.option("--node-id", show_envvar=True, help="Unique node id [default: host-pid-random].")
+@click.option(
+    "--node-id",
+    show_envvar=True,
+    show_default="host-pid-random",
+    help="Unique node id; one held by a live node is refused.",
+)
 @click.option(
     "--slots",
     type=click.IntRange(1, 1000),
@@ -215,31 +221,31 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 )
 @click.option(
     "--lease",
-    type=click.FloatRange(1),
+    type=Seconds(1),
     default=30.0,
     show_envvar=True,
-    help="Lease seconds granted per claim and renewal.",
+    help="Lease granted per claim and renewal.",
 )
 @click.option(
     "--heartbeat",
-    type=click.FloatRange(0.1),
+    type=Seconds(0.1),
     default=2.0,
     show_envvar=True,
-    help="Seconds between heartbeats / lease renewals.",
+    help="Time between heartbeats / lease renewals.",
 )
 @click.option(
     "--poll",
-    type=click.FloatRange(0.05),
+    type=Seconds(0.05),
     default=5.0,
     show_envvar=True,
     help="Longest sleep between claims when nothing is known to be due.",
 )
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=10.0,
     show_envvar=True,
-    help="On SIGTERM, seconds running attempts may take to finish.",
+    help="On SIGTERM, how long running attempts may take to finish.",
 )
 @click.option(
     "--shell-dry-run",
@@ -271,11 +277,11 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 )
 @click.option(
     "--alert-interval",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=10.0,
     show_envvar=True,
     show_default=True,
-    help="Seconds between the leader's evaluations of alert rules (late, silence, cluster); "
+    help="Time between the leader's evaluations of alert rules (late, silence, cluster); "
     "0 turns alerting off on this node.",
 )
 @click.option(
@@ -407,7 +413,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     help="With backfill: run only the newest N missed occurrences.",
 )
 @click.option(
-    "--misfire-grace", type=float, default=60.0, help="Seconds late that still run (at least 1)."
+    "--misfire-grace",
+    type=Seconds(),
+    default=60.0,
+    help="How late an occurrence still runs (at least 1 s).",
 )
 @click.option(
     "--max-attempts",
@@ -415,8 +424,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     default=3,
     help="Attempts per occurrence; after the last failure the run is failed.",
 )
-@click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
-@click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")
+@click.option("--retry-backoff", type=Seconds(), default=1.0, help="Base retry delay.")
+@click.option("--timeout", type=Seconds(), default=3600.0, help="Per-attempt time limit.")
 @click.option(
     "--overlap",
     type=click.Choice(OVERLAP_POLICIES),
@@ -432,9 +441,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 )
 @click.option(
     "--spread",
-    type=float,
+    type=Seconds(),
     default=0.0,
-    help="Seconds: fire each occurrence at its instant plus this job's stable offset in "
+    help="Fire each occurrence at its instant plus this job's stable offset in "
     "[0, SPREAD) (jobs sharing a schedule then do not all fire at once).",
 )
 @click.option(
@@ -696,8 +705,8 @@ def schedule() -> None:
     metavar="DATETIME",
     help="Start instant, ISO 8601 (2026-12-01T10:00, 2026-12-01 10:00:30.357+02:00, "
     "...Z, or a date), UTC if no offset. An @every schedule is anchored there, to the "
-    "microsecond: give a job's anchor_at to see its grid. "
-    "[default: now, to the whole second]",
+    "microsecond: give a job's anchor_at to see its grid.",
+    show_default="now, to the whole second",
 )
 def schedule_next(expression: str, timezone: str, count: int, after: datetime | None) -> None:
     """Print the next occurrences of EXPRESSION, in UTC and in its time zone."""
@@ -743,8 +752,8 @@ def crontab() -> None:
 @click.option(
     "--system/--user-format",
     default=None,
-    help="System format (a user field before the command) or user format [default: system "
-    "for /etc/crontab and /etc/cron.d/*, user for any other file].",
+    show_default="system for /etc/crontab and /etc/cron.d/*, user for any other file",
+    help="System format (a user field before the command) or user format.",
 )
 @click.option(
     "--catch-up",
@@ -854,11 +863,10 @@ DEFAULT_MAX_LAG = 60.0
 )
 @click.option(
     "--max-lag",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=None,
-    metavar="SECONDS",
-    help=f"How late a due job may be for --check to pass (implies --check) "
-    f"[default: {DEFAULT_MAX_LAG:g}].",
+    show_default=f"{DEFAULT_MAX_LAG:g}",
+    help="How late a due job may be for --check to pass (implies --check).",
 )
 @click.pass_obj
 def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | None) -> None:

@@ -17,6 +17,7 @@ from pgpulse.cli import job, tenant_option, with_store
 from pgpulse.cli_conventions import IsoDateTime
 from pgpulse.run_control import BackfillPlan, RunControl
 from pgpulse.store import Store
+from pgpulse.wording import plural
 
 
 @job.command("trigger")
@@ -136,10 +137,16 @@ def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) 
         click.echo(f"{'run ' if p.selected else 'keep'}  {p.scheduled_for.isoformat()}  {p.status}")
     count = len(plan.selected)
     if dry_run:
-        click.echo(f"dry run: {count} of {len(plan.plan)} occurrences of {name} would run")
+        click.echo(
+            f"dry run: {count} of {plural(len(plan.plan), 'occurrence')} of {name} would run"
+        )
     elif plan.batch_id is None:
-        click.echo(f"nothing to backfill: none of {len(plan.plan)} occurrences of {name} selected")
+        click.echo(
+            f"nothing to backfill: none of {plural(len(plan.plan), 'occurrence')} of {name} "
+            "selected"
+        )
     else:
         click.echo(
-            f"backfill {plan.batch_id} of {name}: {count} of {len(plan.plan)} occurrences queued"
+            f"backfill {plan.batch_id} of {name}: {count} of "
+            f"{plural(len(plan.plan), 'occurrence')} queued"
         )

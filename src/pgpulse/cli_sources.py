@@ -25,6 +25,7 @@ from pgpulse.jobs import CatchUp
 from pgpulse.plan import Plan, format_plan, plan_source
 from pgpulse.report import print_records, to_json
 from pgpulse.store import Store
+from pgpulse.wording import plural
 
 __all__ = ["apply_files", "import_crontab", "print_history"]
 
@@ -149,7 +150,9 @@ async def import_crontab(
     for error in parsed.errors:
         click.echo(f"refused {error}", err=True)
     if parsed.errors:
-        click.echo(f"error: {len(parsed.errors)} line(s) refused; nothing imported", err=True)
+        click.echo(
+            f"error: {plural(len(parsed.errors), 'line')} refused; nothing imported", err=True
+        )
         sys.exit(2)
     source = f"crontab:{resolved}"
     specs = [
@@ -171,12 +174,12 @@ async def import_crontab(
             f"{'created' if created else 'kept   '} {spec.name}  [{spec.schedule}] "
             f"{spec.payload.get('command', '')}"
         )
-    click.echo(f"imported {len(specs)} job(s) from {path}")
+    click.echo(f"imported {plural(len(specs), 'job')} from {path}")
 
 
 def _changes_text(changes: dict[str, Any], action: str) -> str:
     if action == "create":
-        return f"{len(changes)} fields"
+        return plural(len(changes), "field")
     return ", ".join(
         f"{key}: {json.dumps(old, default=str)} -> {json.dumps(new, default=str)}"
         for key, (old, new) in changes.items()

@@ -34,6 +34,7 @@ from typing import Any, TypeAlias
 from pgpulse.errors import CrontabError, InvalidInput
 from pgpulse.jobs import JobSpec
 from pgpulse.schedule import parse_schedule
+from pgpulse.wording import plural
 
 __all__ = [
     "CRON_MACROS",
@@ -404,7 +405,7 @@ def _split_entry(body: str, system: bool, refuse: _Refuse) -> tuple[str, str | N
     else:
         fields, rest = _take_fields(body, 5)
         if len(fields) < 5:
-            raise refuse(f"too few fields: expected {layout}, found {len(fields)} field(s)")
+            raise refuse(f"too few fields: expected {layout}, found {plural(len(fields), 'field')}")
         schedule = " ".join(fields)
     if rest.startswith("*"):
         # cron's "catch a common typo" (entry.c): a 6th time field where the user or the

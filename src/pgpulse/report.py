@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from pgpulse.errors import DatabaseUnavailable, PulseError
 from pgpulse.sharding import SHARD_COUNT
+from pgpulse.wording import plural
 
 T = TypeVar("T")
 
@@ -317,10 +318,6 @@ def _overlap(job: dict[str, Any]) -> str:
     return "replace: a new occurrence cancels the running one"
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
     """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
     lost nodes, shards still moving, jobs no live node can run, and the database, e.g.
@@ -329,19 +326,19 @@ def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], dat
     lost = [n for n in nodes if n["state"] == "lost"]
     leader = next((n["node_id"] for n in nodes if n["leader"]), None)
     due, lag = counts["due"], counts["max_lag"]
-    jobs = _count(due, "job") + " due" + (f", oldest {lag:.1f} s late" if due and lag else "")
+    jobs = plural(due, "job") + " due" + (f", oldest {lag:.1f} s late" if due and lag else "")
     if not alive:
         line = f"NO LIVE NODE: {jobs}"
     else:
-        line = f"{_count(len(alive), 'node')} alive, leader {leader or 'none yet'}, {jobs}"
+        line = f"{plural(len(alive), 'node')} alive, leader {leader or 'none yet'}, {jobs}"
         owned = sum(len(n["shards"]) for n in alive)
         if owned != SHARD_COUNT:
             line += f", shards moving ({owned} of {SHARD_COUNT} owned)"
     if lost:
-        line += f"; {_count(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
+        line += f"; {plural(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
     waiting = counts.get("unroutable", [])
     if waiting:
-        line += f"; {_count(sum(w['jobs'] for w in waiting), 'job')} waiting: " + ", ".join(
+        line += f"; {plural(sum(w['jobs'] for w in waiting), 'job')} waiting: " + ", ".join(
             w["reason"] for w in waiting
         )
     return f"{line} — {database}"
@@ -431,13 +428,13 @@ def print_status(
         f"lag of the most overdue job: {'none' if lag is None else f'{lag:.1f} s'}"
     )
     for w in counts.get("unroutable", []):
-        click.echo(f"waiting: {_count(w['jobs'], 'job')} ({w['due']} due): {w['reason']}")
+        click.echo(f"waiting: {plural(w['jobs'], 'job')} ({w['due']} due): {w['reason']}")
     stale = counts.get("stale_code_jobs") or []
     if stale:
         names = ", ".join(
             j["name"] if j["tenant"] == "default" else f"{j['tenant']}/{j['name']}" for j in stale
         )
         click.echo(
-            f"declared by code no longer running: {len(stale)} job(s): {names} "
+            f"declared by code no longer running: {plural(len(stale), 'job')}: {names} "
             "(node run --prune-code-jobs deletes them)"
         )

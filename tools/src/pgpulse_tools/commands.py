@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
+from pgpulse.cli_conventions import Seconds
 from pgpulse.report import run_command
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 @click.command(context_settings={"ignore_unknown_options": False})
 @click.argument("crontabs", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
-    "--duration", type=click.FloatRange(20, 170), default=75.0, help="Seconds the three nodes run."
+    "--duration", type=Seconds(20, 170), default=75.0, help="How long the three nodes run."
 )
 @click.option(
     "--system",
@@ -47,10 +48,10 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
 @click.command("chaos")
 @click.option(
     "--duration",
-    type=click.FloatRange(5),
+    type=Seconds(5),
     default=60.0,
     show_envvar=True,
-    help="Seconds during which faults are injected.",
+    help="How long faults are injected.",
 )
 @click.option(
     "--nodes",
@@ -64,7 +65,8 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     type=int,
     default=None,
     show_envvar=True,
-    help="Seed of the fault plan and workload [default: random, printed].",
+    show_default="random, printed",
+    help="Seed of the fault plan and workload.",
 )
 @click.option(
     "--jobs", type=click.IntRange(7), default=300, show_envvar=True, help="Jobs in the workload."
@@ -77,21 +79,19 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     help="Effect guard: lease (the token must hold a live lease: exactly once) or "
     "token (newest token wins: orders writes, but a zombie can still write).",
 )
-@click.option(
-    "--lease", type=click.FloatRange(2), default=4.0, help="Every node's --lease, seconds."
-)
+@click.option("--lease", type=Seconds(2), default=4.0, help="Every node's --lease.")
 @click.option(
     "--heartbeat",
-    type=click.FloatRange(0.1),
+    type=Seconds(0.1),
     default=0.5,
-    help="Every node's --heartbeat, seconds (under a third of --lease).",
+    help="Every node's --heartbeat (under a third of --lease).",
 )
 @click.option("--slots", type=click.IntRange(1, 1000), default=32, help="Every node's --slots.")
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=3.0,
-    help="Every node's --drain-timeout, seconds.",
+    help="Every node's --drain-timeout.",
 )
 @click.option(
     "--cluster",
@@ -113,8 +113,8 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
     show_envvar=True,
-    help="With --cluster: the PostgreSQL programs' folder, e.g. /usr/lib/postgresql/15/bin "
-    "[default: the embedded server's].",
+    show_default="the embedded server's",
+    help="With --cluster: the PostgreSQL programs' folder, e.g. /usr/lib/postgresql/15/bin.",
 )
 @click.option(
     "--patroni",
@@ -126,8 +126,9 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     "--faults",
     default=None,
     show_envvar=True,
+    show_default="all",
     help="Fault kinds, comma-separated (kill, pause, partition, delay, pg_restart, join_leave; "
-    "with --cluster failover, switchover instead of pg_restart) [default: all].",
+    "with --cluster failover, switchover instead of pg_restart).",
 )
 @click.option(
     "--report",

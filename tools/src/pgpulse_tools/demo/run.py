@@ -47,6 +47,7 @@ from pgpulse.schedule import parse_schedule
 from pgpulse.sharding import shards_for
 from pgpulse.sql import load_queries
 from pgpulse.store import Store
+from pgpulse.wording import plural
 
 Q = load_queries("demo.sql", __package__)
 #: The checkout's examples/relay.crontab (tools/src/pgpulse_tools/demo/run.py is four levels down).
@@ -366,11 +367,15 @@ async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, end: da
         "will never run); pending: still due at the stop (it runs when a node next starts)."
     )
     if bad:
-        click.echo(f"FAILED: {bad} job(s) duplicated or missed runs.")
+        click.echo(f"FAILED: {plural(bad, 'job')} duplicated or missed runs.")
     else:
         click.echo(
             "OK: no duplicate, no missed run"
-            + (f" ({still_due} occurrence(s) still pending at the stop)." if still_due else ".")
+            + (
+                f" ({plural(still_due, 'occurrence')} still pending at the stop)."
+                if still_due
+                else "."
+            )
         )
     return 1 if bad else 0
 
