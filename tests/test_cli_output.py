@@ -190,3 +190,22 @@ def test_counts_are_worded_in_the_singular_and_the_plural(dsn: str, tmp_path: Pa
     assert refused.returncode == 2
     assert refused.stderr.splitlines()[-1] == "error: 1 line refused; nothing imported"
     assert "found 3 fields" in refused.stderr
+
+
+def test_crontab_import_says_what_a_percent_does_and_names_a_guarded_line_by_its_command(
+    dsn: str, tmp_path: Path
+) -> None:
+    crontab = tmp_path / "host.crontab"
+    crontab.write_text(
+        "0 3 * * * date +%F > /tmp/today\n"
+        '0 1 * * * test -x /usr/bin/certbot && perl -e "sleep int(rand(43200))" && certbot -q renew\n'
+    )
+    imported = pgpulse("crontab", "import", str(crontab), dsn=dsn)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stderr.splitlines() == [
+        f"note: {crontab}:1: % starts standard input, as in cron: the job runs 'date +' with "
+        "input 'F > /tmp/today\\n' (1 line); write \\% for a literal percent sign"
+    ]
+    names = [line.split()[1] for line in imported.stdout.splitlines()[:-1]]
+    assert names[0].startswith("host.date-")
+    assert re.fullmatch(r"host\.certbot-renew-[0-9a-f]{8}", names[1]), names

@@ -414,9 +414,21 @@ def test_job_names_are_readable_and_bounded() -> None:
         ),
         pytest.param(
             "test -x /usr/sbin/anacron || ( cd / && run-parts --report /etc/cron.daily )",
-            "test-anacron-cd",
-            id="options_and_operators_left_out",
+            "run-parts-cron-daily",
+            id="guard_and_cd_left_out",
         ),
+        pytest.param(
+            'test -x /usr/bin/certbot && perl -e "sleep int(rand(43200))" && certbot -q renew',
+            "certbot-renew",
+            id="guard_and_random_sleep_left_out",
+        ),
+        pytest.param(
+            "[ -x /usr/lib/php/sessionclean ] && /usr/lib/php/sessionclean",
+            "sessionclean",
+            id="bracket_guard_left_out",
+        ),
+        pytest.param("sleep 30; /usr/bin/backup --full", "backup", id="sleep_left_out"),
+        pytest.param("test -x /x", "test-x", id="only_a_guard_is_kept"),
         pytest.param(
             'echo "relay: billing usage rollup (tenant API tokens -> billing metrics)"',
             "echo-relay-billing-usage",

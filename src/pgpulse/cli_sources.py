@@ -18,7 +18,7 @@ import click
 
 from pgpulse.applyfile import ApplyFile, parse_apply_file
 from pgpulse.audit import cli_actor
-from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab
+from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab, percent_note
 from pgpulse.crontab_sync import plan_crontab_sync
 from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import CatchUp
@@ -154,6 +154,10 @@ async def import_crontab(
             f"error: {plural(len(parsed.errors), 'line')} refused; nothing imported", err=True
         )
         sys.exit(2)
+    for entry in parsed.entries:
+        note = percent_note(entry)
+        if note is not None:
+            click.echo(f"note: {note}", err=True)
     source = f"crontab:{resolved}"
     specs = [
         dataclasses.replace(entry_to_spec(e, tenant=tenant, source=source), catch_up=catch_up)
