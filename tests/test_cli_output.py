@@ -198,7 +198,8 @@ def test_crontab_import_says_what_a_percent_does_and_names_a_guarded_line_by_its
     crontab = tmp_path / "host.crontab"
     crontab.write_text(
         "0 3 * * * date +%F > /tmp/today\n"
-        '0 1 * * * test -x /usr/bin/certbot && perl -e "sleep int(rand(43200))" && certbot -q renew\n'
+        "0 1 * * * test -x /usr/bin/certbot && "
+        'perl -e "sleep int(rand(43200))" && certbot -q renew\n'
     )
     imported = pgpulse("crontab", "import", str(crontab), dsn=dsn)
     assert imported.returncode == 0, imported.stderr
