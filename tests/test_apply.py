@@ -158,6 +158,30 @@ def test_apply_plans_creates_updates_and_prunes_one_source(
             "jobs.toml:14: job 'report.send': max_attempts must be a number from 1",
             id="bad_policy",
         ),
+        # Found in the database, after parsing: still the file, the line and the field.
+        pytest.param(
+            '[jobs.a]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "x" }\n'
+            'calendars = ["holidays"]\n',
+            "jobs.toml:5: job 'a': calendar 'holidays' of job 'a' does not exist in tenant",
+            id="unknown_calendar",
+        ),
+        pytest.param(
+            '[jobs.a]\nschedule = "@hourly"\nhandler = "reports.nope"\n',
+            "jobs.toml:3: job 'a': handler 'reports.nope' of job 'a' is not built in",
+            id="unknown_handler",
+        ),
+        pytest.param(
+            '[jobs.a]\nschedule = "@hourly"\nhandler = "http"\n'
+            'payload = { url = "http://127.0.0.1/hook" }\n',
+            "jobs.toml:4: job 'a': payload.url 'http://127.0.0.1/hook' targets 127.0.0.1",
+            id="private_http_target",
+        ),
+        pytest.param(
+            '[jobs.g]\nschedule = "@daily"\nhandler = "shell"\npayload = { command = "x" }\n',
+            "jobs.toml:1: job 'g': name: job 'g' of tenant 'default' is defined by apply:good "
+            "and apply:jobs",
+            id="defined_in_two_files",
+        ),
     ],
 )
 def test_a_refused_file_writes_nothing(

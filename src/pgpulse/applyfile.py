@@ -37,7 +37,7 @@ from pathlib import PurePath
 from typing import Any
 
 from pgpulse.audit import SETTABLE_FIELDS
-from pgpulse.errors import InvalidInput
+from pgpulse.errors import InvalidInput, PulseError
 from pgpulse.jobs import JobSpec
 
 __all__ = ["JOB_FIELDS", "ApplyFile", "ApplyFileError", "parse_apply_file"]
@@ -71,12 +71,42 @@ class ApplyFile:
         source: its source, ``apply:<name>``.
         specs: its jobs, validated, in file order.
         private_targets: names of the ``http`` jobs with ``allow_private_target = true``.
+        tables: the line of each job's table (``None``: ``[defaults]``).
+        keys: the line of each ``(job, key)`` set in the file (``None``: ``[defaults]``).
     """
 
     path: str
     source: str
     specs: list[JobSpec]
     private_targets: frozenset[str]
+    tables: dict[str | None, int]
+    keys: dict[tuple[str | None, str], int]
+
+    def line_of(self, job: str, field: str | None) -> int:
+        """The line where job ``job`` sets ``field`` (``payload.url``: where ``payload`` is
+        set), else where ``[defaults]`` does, else the line of the job's table."""
+        if field is not None:
+            key = field.split(".", 1)[0]
+            for table in (job, None):
+                if (table, key) in self.keys:
+                    return self.keys[(table, key)]
+        return self.tables.get(job, 1)
+
+    def refusal(self, job: str, exc: PulseError, hint: str = "") -> ApplyFileError:
+        """``exc``, a refusal of job ``job`` found after parsing (its handler unknown, a
+        calendar missing, an ``http`` target), as this file's error: ``file:line: job 'x':
+        field: reason`` (the field said unless the reason starts with it), then ``hint``,
+        with ``exc``'s field and value."""
+        reason = exc.message + hint
+        if exc.field and not reason.startswith(exc.field.split(".", 1)[0].rstrip("s")):
+            reason = f"{exc.field}: {reason}"
+        return ApplyFileError(
+            self.path,
+            self.line_of(job, exc.field),
+            f"job {job!r}: {reason}",
+            field=exc.field,
+            value=exc.value,
+        )
 
 
 def _key_at(match: re.Match[str], first: int) -> str | None:
@@ -154,7 +184,7 @@ def parse_apply_file(text: str, *, path: str) -> ApplyFile:
             if field is not None and (job_name, field) not in keys and (None, field) in keys:
                 raise refuse(None, field, exc.message, exc.value) from None
             raise refuse(job_name, field, exc.message, exc.value) from None
-    return ApplyFile(path, f"apply:{name}", specs, frozenset(private))
+    return ApplyFile(path, f"apply:{name}", specs, frozenset(private), tables, keys)
 
 
 def _load(text: str, path: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from pgpulse.applyfile import ApplyFile, parse_apply_file
 from pgpulse.audit import cli_actor
 from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab, percent_note
 from pgpulse.crontab_sync import plan_crontab_sync
-from pgpulse.errors import InvalidInput, JobNotFound
+from pgpulse.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CatchUp
 from pgpulse.plan import Plan, format_plan, plan_source
 from pgpulse.report import print_records, to_json
@@ -54,12 +54,8 @@ async def _check_targets(files: list[ApplyFile]) -> None:
                 try:
                     await check_http_target(spec.payload, WebSettings())
                 except InvalidInput as exc:
-                    raise InvalidInput(
-                        f"{parsed.path}: job {spec.name!r}: {exc}; "
-                        "allow_private_target = true allows it",
-                        field=exc.field,
-                        value=exc.value,
-                    ) from None
+                    hint = "; allow_private_target = true allows it"
+                    raise parsed.refusal(spec.name, exc, hint) from None
 
 
 def _print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run: bool) -> None:
@@ -117,12 +113,20 @@ async def apply_files(
             value=dup,
         )
     await _check_targets(files)
-    plans = await store.reconcile(
-        [(parsed.source, parsed.specs) for parsed in files],
-        partial(plan_source, prune=prune),
-        dry_run=dry_run,
-        actor=cli_actor(),
-    )
+    try:
+        plans = await store.reconcile(
+            [(parsed.source, parsed.specs) for parsed in files],
+            partial(plan_source, prune=prune),
+            dry_run=dry_run,
+            actor=cli_actor(),
+        )
+    except PulseError as exc:  # found in the database: where in which file
+        holder = next(
+            (f for f in reversed(files) for s in f.specs if (s.tenant, s.name) == exc.job), None
+        )
+        if holder is None or exc.job is None:
+            raise
+        raise holder.refusal(exc.job[1], exc) from None
     _print_plans(plans, [str(p) for p in paths], as_json=as_json, dry_run=dry_run)
     if exit_code and any(plan.changes_anything for plan in plans):
         sys.exit(1)

@@ -24,7 +24,14 @@ class PulseError(Exception):
         field: the name of the input field that was refused (``"schedule"``, ``"timezone"``,
             ``"payload"``...), or ``None`` when the error is not about one field.
         value: the refused value, kept as given.
+
+    Attributes:
+        job: ``(tenant, name)`` of the definition refused, when a write of several definitions
+            (:func:`pgpulse.reconcile.reconcile`: ``apply``, ``crontab import --sync``) knows
+            which; ``pgpulse apply`` names its file and line from it. ``None`` otherwise.
     """
+
+    job: tuple[str, str] | None = None
 
     def __init__(self, message: str, *, field: str | None = None, value: Any = None) -> None:
         super().__init__(message)
