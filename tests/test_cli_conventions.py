@@ -218,3 +218,56 @@ def test_migrate_in_a_real_process_says_what_it_applied(empty_dsn: str) -> None:
     versions = ", ".join(str(version) for version, _, _ in migration_files())
     assert migrate() == (0, f"applied migrations {versions}; schema is up to date\n")
     assert migrate() == (0, "nothing to apply; schema is up to date\n")
+
+
+#: Documented in docs/alerts.md rather than README's synopsis (and kept there by their owners).
+SYNOPSIS_ELSEWHERE = {("alert",), ("notifier",)}
+
+
+def readme_synopses() -> dict[tuple[str, ...], set[str]]:
+    """The long options each command's synopsis lines in README.md's shell blocks show: a
+    ``pgpulse WORDS...`` line (``a|b`` words stand for each), its comment cut, and the indented
+    lines that continue it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    found: dict[tuple[str, ...], set[str]] = {}
+    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
+        paths: list[tuple[str, ...]] = []
+        for line in block.splitlines():
+            text = line.split(" #")[0]
+            if text.startswith("pgpulse "):
+                words: list[str] = []
+                for word in text.split()[1:]:
+                    if not re.fullmatch(r"[a-z]+(\|[a-z]+)*", word):
+                        break
+                    words.append(word)
+                paths = [tuple(p) for p in _alternatives(words)]
+            elif not (text.startswith(" ") and paths):
+                paths = []
+                continue
+            for path in paths:
+                found.setdefault(path, set()).update(re.findall(r"--[a-z][a-z0-9-]*", text))
+    return found
+
+
+def test_readme_synopses_show_every_option_and_no_other() -> None:
+    """README's command synopsis agrees with --help: every option of every command (the web's
+    and the tools' too), and none that the command does not have."""
+    shown = readme_synopses()
+    missing, unknown = [], []
+    for path, command, _ in tree():
+        if isinstance(command, click.Group) or path[:1] in {p[:1] for p in SYNOPSIS_ELSEWHERE}:
+            continue
+        longs = {
+            o
+            for option in options(command)
+            for o in [*option.opts, *option.secondary_opts]
+            if o.startswith("--")
+        }
+        if path not in shown:
+            missing.append(f"pgpulse {' '.join(path)} (no synopsis)")
+            continue
+        missing += [f"pgpulse {' '.join(path)} {o}" for o in sorted(longs - shown[path])]
+        unknown += [f"pgpulse {' '.join(path)} {o}" for o in sorted(shown[path] - longs)]
+    global_options = {o for option in options(main) for o in option.opts if o.startswith("--")}
+    missing += [f"pgpulse {o}" for o in sorted(global_options - shown.get((), set()))]
+    assert (missing, unknown) == ([], [])
