@@ -417,4 +417,4 @@ def _print_next_steps(database_url: str | None, data_dir: Path | None, logs: Pat
         ("serve", "the API and the dashboard on http://127.0.0.1:8080/ui/"),
     ]:
         click.echo(f"  {command} {args:<24} # {what}")
-    click.echo(f"The nodes' logs (INFO): {', '.join(str(logs / f'{n}.log') for n in NODES)}")
+    click.echo(f"\nThe nodes' logs (INFO): {', '.join(str(logs / f'{n}.log') for n in NODES)}")
