@@ -22,14 +22,8 @@ import click
 from pgpulse import logs
 from pgpulse.app import App, connect
 from pgpulse.audit import cli_actor
-from pgpulse.cli_conventions import (
-    CONTEXT,
-    GlobalOptions,
-    IsoDateTime,
-    PulseGroup,
-    Seconds,
-    apply_envvar_rule,
-)
+from pgpulse.cli_conventions import CONTEXT, GlobalOptions, PulseGroup, apply_envvar_rule
+from pgpulse.cli_types import IsoDateTime, Seconds
 from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig

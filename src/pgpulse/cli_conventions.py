@@ -3,8 +3,8 @@
 * One environment variable per option, named by one rule from what the user types
   (:func:`envvar_for`), shown in ``--help``; no other name reaches an option.
 * ``--help`` ends each option's text with one bracket, ``[env: PGPULSE_X; default: 30; at
-  least 1 second]``, and numbers' bounds are words (:class:`Integer`, :class:`Number`,
-  :class:`Seconds`) there and in refusals: ``invalid value for --lease: must be at least 1
+  least 1 second]``, and numbers' bounds are words (:mod:`pgpulse.cli_types`) there and in
+  refusals: ``invalid value for --lease: must be at least 1
   second, got 0`` (the variable is named only when the value came from it).
 * A value an option's type refuses is one line on stderr and exit 2 (:class:`Refused`), like
   every refusal of input; a malformed command line keeps click's usage hint.
@@ -21,17 +21,16 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
+from pgpulse.cli_types import worded
 from pgpulse.database import with_database
 from pgpulse.embedded import start_embedded
 from pgpulse.errors import DatabaseUnavailable, PulseError
 from pgpulse.report import one_line
-from pgpulse.wording import plural
 
 #: click's settings for every command of the tree.
 CONTEXT = {
@@ -96,118 +95,6 @@ def envvar_for(path: Sequence[str], option: click.Option) -> str:
     return "_".join(words).upper().replace("-", "_")
 
 
-def _bound(value: float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _words(kind: click.IntRange | click.FloatRange, unit: str) -> str:
-    """The bounds of ``kind`` in words, ``unit`` (``"second"``) in the number's plural:
-    ``between 1 and 1000``, ``at least 0.1 seconds``, ``more than 0``; empty if unbounded."""
-    low, high = kind.min, kind.max
-
-    def with_unit(text: str, last: float) -> str:
-        return f"{text} {plural(last, unit).split(' ', 1)[1]}" if unit else text
-
-    if low is not None and high is not None:
-        return with_unit(f"between {_bound(low)} and {_bound(high)}", high)
-    if low is not None:
-        return with_unit(f"{'more than' if kind.min_open else 'at least'} {_bound(low)}", low)
-    if high is not None:
-        return with_unit(f"{'less than' if kind.max_open else 'at most'} {_bound(high)}", high)
-    return ""
-
-
-def _converted(
-    kind: click.IntRange | click.FloatRange,
-    convert: Callable[[], Any],
-    value: Any,
-    what: str,
-    unit: str,
-) -> Any:
-    """``convert()`` (click's conversion of ``value``), its refusals said in words: ``'abc' is
-    not a number``, ``must be at least 1 second, got 0``."""
-    try:
-        (int if isinstance(kind, click.IntRange) else float)(value)
-    except (TypeError, ValueError):
-        raise click.BadParameter(f"{value!r} is not {what}") from None
-    try:
-        return convert()
-    except click.BadParameter:
-        raise click.BadParameter(f"must be {_words(kind, unit)}, got {value}") from None
-
-
-class Integer(click.IntRange):
-    """An integer, optionally bounded (``Integer(1, 1000)``): bounds in words in ``--help``
-    (``between 1 and 1000``) and in refusals."""
-
-    name = "integer"
-
-    def _describe_range(self) -> str:
-        return _words(self, "")
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        try:
-            return _converted(
-                self,
-                lambda: super(Integer, self).convert(value, param, ctx),
-                value,
-                "an integer",
-                "",
-            )
-        except click.BadParameter as exc:
-            self.fail(exc.message, param, ctx)
-
-
-class Number(click.FloatRange):
-    """A number (a float), optionally bounded (``Number(0)``): bounds in words."""
-
-    name = "number"
-    #: The unit of the value, singular (:class:`Seconds`: ``"second"``), or ``""``.
-    unit = ""
-    #: What a value that is not a number should have been.
-    what = "a number"
-
-    def _describe_range(self) -> str:
-        return _words(self, self.unit)
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        try:
-            return _converted(
-                self,
-                lambda: super(Number, self).convert(value, param, ctx),
-                value,
-                self.what,
-                self.unit,
-            )
-        except click.BadParameter as exc:
-            self.fail(exc.message, param, ctx)
-
-
-class Seconds(Number):
-    """A duration in seconds (a float), optionally bounded: ``--lease SECONDS  [... at least 1
-    second]``."""
-
-    name = "seconds"
-    unit = "second"
-    what = "a number of seconds"
-
-
-def _worded(kind: click.ParamType[Any]) -> click.ParamType[Any]:
-    """``kind`` with Pulse's wording: click's own number types become :class:`Integer` or
-    :class:`Number` with the same bounds; any other type is kept."""
-    if isinstance(kind, Integer | Number):
-        return kind
-    if isinstance(kind, click.IntRange):
-        return Integer(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
-    if isinstance(kind, click.FloatRange):
-        return Number(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
-    if isinstance(kind, click.types.IntParamType):
-        return Integer()
-    if isinstance(kind, click.types.FloatParamType):
-        return Number()
-    return kind
-
-
 class PulseOption(click.Option):
     """click's option with the tree's wording: one bracket ending its help (``[env: X;
     default: 30; at least 1 second]``: "env", a float default without ``.0``, a default
@@ -242,11 +129,11 @@ def apply_envvar_rule(command: click.Command, path: Sequence[str]) -> None:
     no other: click's own fallback from the parameter name (``..._AS_JSON``) is switched off.
     Eager options that hold no value (``--version``) are actions, not settings: they get none.
     Every option (and argument) gets the tree's wording too: :class:`PulseOption`, and number
-    types whose bounds are words (:func:`_worded`), including the options of plain click
-    commands. The subcommands of a plain click group (a lazy one, ``token``) get theirs here
-    too."""
+    types whose bounds are words (:func:`~pgpulse.cli_types.worded`), including the options of
+    plain click commands. The subcommands of a plain click group (a lazy one, ``token``) get
+    theirs here too."""
     for param in command.params:
-        param.type = _worded(param.type)
+        param.type = worded(param.type)
         if not isinstance(param, click.Option) or (param.is_eager and not param.expose_value):
             continue
         if type(param) is click.Option:
@@ -418,23 +305,3 @@ class GlobalOptions(dict[str, Any]):
         except PulseError as exc:
             click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(3 if isinstance(exc, DatabaseUnavailable) else 2)
-
-
-class IsoDateTime(click.ParamType[datetime]):
-    """A date and time in ISO 8601 as :meth:`datetime.fromisoformat` reads it (Python 3.11+):
-    ``2026-12-01T10:00``, ``2026-12-01 10:00``, ``2026-12-01T10:00:00.357+02:00``, ``...Z``,
-    ``20261201T1000`` or a bare date (midnight). Naive values are returned naive."""
-
-    name = "datetime"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> datetime:
-        if isinstance(value, datetime):
-            return value
-        try:
-            return datetime.fromisoformat(str(value))
-        except ValueError:
-            self.fail(
-                f"{value!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00", param, ctx
-            )

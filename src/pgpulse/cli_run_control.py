@@ -14,7 +14,7 @@ import click
 from pgpulse.audit import cli_actor
 from pgpulse.backfill import ONLY_CHOICES
 from pgpulse.cli import job, tenant_option, with_store
-from pgpulse.cli_conventions import IsoDateTime
+from pgpulse.cli_types import IsoDateTime
 from pgpulse.run_control import BackfillPlan, RunControl
 from pgpulse.store import Store
 from pgpulse.wording import plural

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from pgpulse.cli_conventions import Seconds
+from pgpulse.cli_types import Seconds
 from pgpulse.report import run_command
 
 if TYPE_CHECKING:
