@@ -119,8 +119,8 @@ def _unless_dry_run(options: dict[str, Any]) -> bool:
 )
 @click.option(
     "--log-level",
-    default="WARNING",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="warning",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     help="Least severe log records printed (on stderr).",
 )
 @click.option(
