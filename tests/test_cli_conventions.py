@@ -118,9 +118,20 @@ def test_the_rule_in_a_real_process(dsn: str, db: object) -> None:
 def test_version() -> None:
     from importlib.metadata import version
 
+    import pgpulse
+
     shown = subprocess.run([PGPULSE, "--version"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0
     assert shown.stdout == f"pgpulse {version('pgpulse')}\n"
+    assert version("pgpulse") == pgpulse.__version__  # one source
+    # later than the newest release in CHANGELOG.md (README speaks of "nodes of 0.2.0" as older)
+    changelog = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
+    newest = re.search(r"^## (\d+)\.(\d+)\.(\d+) ", changelog, flags=re.M)
+    assert newest is not None
+    ours = re.match(r"(\d+)\.(\d+)\.(\d+)", pgpulse.__version__)
+    assert ours is not None
+    assert tuple(map(int, ours.groups())) > tuple(map(int, newest.groups()))
+    assert "## Unreleased" not in changelog or ".dev" in pgpulse.__version__
 
 
 def test_a_refused_option_value_is_one_line_exit_2() -> None:

@@ -7,6 +7,7 @@ thin: parse options, call the tool, print one line on error.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -218,6 +219,11 @@ def _replication(
 # -- bench: Pulse against the raw SQL ceiling and peer schedulers (pgpulse_tools.bench) --------
 
 
+#: The modules of the ``bench`` extra that ``pgpulse bench`` imports (the report's plots, the
+#: peers of scenario 7, the process figures), checked before anything runs.
+BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastinate")
+
+
 @click.command("bench")
 @click.option(
     "--scale",
@@ -260,6 +266,15 @@ def bench(
 ) -> None:
     """Benchmark Pulse against the raw SQL ceiling and peer schedulers (figures, not tests);
     write docs/benchmarks.md. Run it through ./scripts/bench (peers live in .venv-bench)."""
+    missing = [name for name in BENCH_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        click.echo(
+            f"error: pgpulse bench needs the bench extra: {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed here; run it as "
+            "./scripts/bench, which creates .venv-bench with the extra",
+            err=True,
+        )
+        sys.exit(2)
     from pgpulse.database import resolve_dsn
     from pgpulse_tools.bench.run import ALL, run_bench
     from pgpulse_tools.bench.run import report_only as rewrite_report
