@@ -20,9 +20,9 @@ fields every job of the file inherits::
     calendars = ["holidays"]           # exclusion calendars, max_runs, auto_pause_after
 
 A job takes every field ``pgpulse job create`` takes, under the names of :data:`JOB_FIELDS`
-(``timezone`` for ``--tz``; ``payload`` a table, or JSON text as on the command line; ``not_before``
-and ``not_after`` TOML date-times or ISO 8601 text; ``calendars`` a list of names), and each
-is validated by :meth:`JobSpec.create <pgpulse.jobs.JobSpec.create>`, as there. Any refusal —
+(``timezone`` for ``--tz``; ``payload`` a table, or JSON text as on the command line;
+``not_before`` and ``not_after`` TOML date-times, TOML dates (their midnight, as on the command
+line) or ISO 8601 text; ``calendars`` a list of names), and each is validated by :meth:`JobSpec.create <pgpulse.jobs.JobSpec.create>`, as there. Any refusal —
 malformed TOML, an unknown key, a bad value — is an :class:`ApplyFileError` naming the file, the
 line (of the key when it can be found, else of the job's table) and the field. TOML is read by
 the standard library's ``tomllib`` (YAML is not read: no YAML parser is a dependency).
@@ -30,9 +30,11 @@ the standard library's ``tomllib`` (YAML is not read: no YAML parser is a depend
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass
+from datetime import date, datetime, time
 from pathlib import PurePath
 from typing import Any
 
@@ -45,6 +47,7 @@ __all__ = ["JOB_FIELDS", "ApplyFile", "ApplyFileError", "parse_apply_file"]
 #: The keys of a job's table (and of ``[defaults]``): ``pgpulse job create``'s options.
 JOB_FIELDS: tuple[str, ...] = ("tenant", *SETTABLE_FIELDS, "allow_private_target")
 _TEXT_FIELDS = ("schedule", "handler", "tenant", "timezone", "catch_up", "overlap")
+_INSTANT_FIELDS = ("not_before", "not_after")
 _TOP_KEYS = ("source", "defaults", "jobs")
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _KEY = r"""(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([A-Za-z0-9_-]+))"""
@@ -219,7 +222,7 @@ def _source_name(data: dict[str, Any], path: str) -> str:
         raise ApplyFileError(
             path,
             1,
-            f"source {name!r} is not a valid name (letters, digits, _.-; at most 100)",
+            f"source {_toml(name)} is not a valid name (letters, digits, _.-; at most 100)",
             field="source",
             value=name,
         )
@@ -236,9 +239,36 @@ def _table(fields: object, job: str | None, refuse: Any) -> dict[str, Any]:
                 job, key, f"unknown field {key!r} (fields: {', '.join(JOB_FIELDS)})", value
             )
         if key in _TEXT_FIELDS and not isinstance(value, str):
-            raise refuse(job, key, f"{key} must be text, got {value!r}", value)
+            raise refuse(job, key, f"{key} must be text, got {_toml(value)}", value)
         if key == "allow_private_target" and not isinstance(value, bool):
-            raise refuse(job, key, f"{key} must be true or false, got {value!r}", value)
+            raise refuse(job, key, f"{key} must be true or false, got {_toml(value)}", value)
+        if key in _INSTANT_FIELDS and isinstance(value, time):
+            raise refuse(
+                job, key, f"{key} {_toml(value)} is a time of day: give a date and time", value
+            )
     if job is None and "payload" in fields:
         raise refuse(job, "payload", "payload cannot be a default (give it per job)", None)
-    return dict(fields)
+    # A TOML date (2027-01-01) is its midnight in the job's zone, as `job create --not-before
+    # 2027-01-01` reads it: handed on as that ISO text.
+    return {
+        key: value.isoformat()
+        if key in _INSTANT_FIELDS and isinstance(value, date) and not isinstance(value, datetime)
+        else value
+        for key, value in fields.items()
+    }
+
+
+def _toml(value: object) -> str:
+    """``value`` as a TOML file writes it, for messages (never a Python repr): ``"text"``,
+    ``true``, ``2027-01-01``, ``[1, 2]``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, date | time):  # a datetime is a date
+        return value.isoformat()
+    if isinstance(value, list):
+        return f"[{', '.join(_toml(item) for item in value)}]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return str(value)
