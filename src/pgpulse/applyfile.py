@@ -22,7 +22,8 @@ fields every job of the file inherits::
 A job takes every field ``pgpulse job create`` takes, under the names of :data:`JOB_FIELDS`
 (``timezone`` for ``--tz``; ``payload`` a table, or JSON text as on the command line;
 ``not_before`` and ``not_after`` TOML date-times, TOML dates (their midnight, as on the command
-line) or ISO 8601 text; ``calendars`` a list of names), and each is validated by :meth:`JobSpec.create <pgpulse.jobs.JobSpec.create>`, as there. Any refusal —
+line) or ISO 8601 text; ``calendars`` a list of names), and each is validated by
+:meth:`JobSpec.create <pgpulse.jobs.JobSpec.create>`, as there. Any refusal —
 malformed TOML, an unknown key, a bad value — is an :class:`ApplyFileError` naming the file, the
 line (of the key when it can be found, else of the job's table) and the field. TOML is read by
 the standard library's ``tomllib`` (YAML is not read: no YAML parser is a dependency).
