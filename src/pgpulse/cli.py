@@ -22,7 +22,13 @@ import click
 from pgpulse import logs
 from pgpulse.app import App, connect
 from pgpulse.audit import cli_actor
-from pgpulse.cli_conventions import CONTEXT, GlobalOptions, PulseGroup, apply_envvar_rule
+from pgpulse.cli_conventions import (
+    CONTEXT,
+    GlobalOptions,
+    PulseGroup,
+    apply_envvar_rule,
+    environment_source,
+)
 from pgpulse.cli_types import IsoDateTime, Seconds
 from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
@@ -65,6 +71,7 @@ def with_store(
         @wraps(func)
         def command(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
             migrating = migrate(kwargs) if callable(migrate) else migrate
+            ctx = click.get_current_context()
 
             async def main() -> Any:
                 async with connect(
@@ -74,7 +81,18 @@ def with_store(
                     migrate=migrating,
                     require_schema=True,
                 ) as store:
-                    return await func(store, *args, **kwargs)
+                    try:
+                        return await func(store, *args, **kwargs)
+                    except JobNotFound as exc:  # in another tenant? say which
+                        if exc.tenant is None:
+                            raise
+                        elsewhere = await store.tenants_with_job_name(exc.value)
+                        raise JobNotFound(exc.tenant, exc.value, elsewhere) from None
+                    except PulseError as exc:  # a refused value the environment gave
+                        variable = environment_source(ctx, exc.field)
+                        if variable is not None:
+                            exc.message += f" (from the environment variable {variable})"
+                        raise
 
             return run_command(main())
 
@@ -192,7 +210,11 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 
 
 @node.command("run")
-@click.option("--app", show_envvar=True, help="module:attribute of your pgpulse.App.")
+@click.option(
+    "--app",
+    show_envvar=True,
+    help="module:attribute of your pgpulse.App (module alone: its attribute app).",
+)
 @click.option(
     "--app-dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -741,7 +763,9 @@ def crontab() -> None:
 
 
 @crontab.command("import")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE"
+)
 @tenant_option
 @click.option(
     "--system/--user-format",

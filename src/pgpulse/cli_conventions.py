@@ -147,6 +147,22 @@ def apply_envvar_rule(command: click.Command, path: Sequence[str]) -> None:
             apply_envvar_rule(sub, [*path, name])
 
 
+def environment_source(ctx: click.Context, field: str | None) -> str | None:
+    """The environment variable that gave ``ctx``'s option for ``field`` (a refused input's
+    field: ``timezone``, or ``payload.url`` for ``--payload``), or ``None`` when the option
+    came from the command line, a default, or does not exist: a refusal then names the
+    variable, which the user may not know is set."""
+    name = (field or "").split(".", 1)[0]
+    for param in ctx.command.params:
+        if (
+            param.name == name
+            and isinstance(param, click.Option)
+            and ctx.get_parameter_source(name) is click.core.ParameterSource.ENVIRONMENT
+        ):
+            return param.envvar if isinstance(param.envvar, str) else None
+    return None
+
+
 def _command_path(ctx: click.Context) -> list[str]:
     """The words of ``ctx``'s command after the program name (``[]`` for ``pgpulse`` itself)."""
     words = []

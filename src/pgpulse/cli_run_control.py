@@ -147,6 +147,6 @@ def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) 
         )
     else:
         click.echo(
-            f"backfill {plan.batch_id} of {name}: {count} of "
+            f"backfill batch {plan.batch_id} of {name}: {count} of "
             f"{plural(len(plan.plan), 'occurrence')} queued"
         )

@@ -180,17 +180,25 @@ async def import_crontab(
     for spec, (_, created) in zip(specs, results, strict=True):
         click.echo(
             f"{'created' if created else 'kept   '} {spec.name}  [{spec.schedule}] "
-            f"{spec.payload.get('command', '')}"
+            f"{str(spec.payload.get('command', '')).strip()}"
         )
-    click.echo(f"imported {plural(len(specs), 'job')} from {path}")
+    made = sum(1 for _, created in results if created)
+    click.echo(
+        f"imported {plural(len(specs), 'job')} from {path}: {made} created, "
+        f"{len(specs) - made} already imported"
+    )
 
 
 def _changes_text(changes: dict[str, Any], action: str) -> str:
+    """A history row's changes for its table cell: the field count of a create; else each
+    field's old and new value, ``meta`` last (it holds a crontab line: long, and a table cell
+    is cut), so the fields a person looks for come first."""
     if action == "create":
         return plural(len(changes), "field")
+    ordered = sorted(changes.items(), key=lambda item: item[0] == "meta")
     return ", ".join(
         f"{key}: {json.dumps(old, default=str)} -> {json.dumps(new, default=str)}"
-        for key, (old, new) in changes.items()
+        for key, (old, new) in ordered
     )
 
 

@@ -33,7 +33,7 @@ from typing import Any, TypeAlias
 
 from pgpulse.errors import CrontabError, InvalidInput
 from pgpulse.jobs import JobSpec
-from pgpulse.schedule import parse_schedule
+from pgpulse.schedule import REBOOT_ADVICE, parse_schedule
 from pgpulse.wording import plural
 
 __all__ = [
@@ -73,6 +73,8 @@ _SHELL_OPERATOR = re.compile(r"^(\d*[<>]|[|&;()]|\$\()")
 #: name: ``test -x /usr/bin/certbot && certbot renew``, ``[ -d /srv ] && ...``, ``cd /srv &&
 #: ...``, ``sleep 30; ...`` (Debian's own cron files are full of them).
 _PREAMBLES = frozenset({"test", "[", "[[", "cd", "sleep", "true", ":"})
+#: ``NAME=value`` before a command: an environment setting, not the command.
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 #: An interpreter one-liner that only waits: ``perl -e "sleep int(rand(43200))"`` (certbot's).
 _SLEEPER = re.compile(r"""^(perl|python3?|ruby|sh|bash) -[ec] ["']?sleep\b""")
 
@@ -276,7 +278,8 @@ def job_name_for(entry: CrontabEntry, *, prefix: str | None = None) -> str:
     * ``words``: the command's first words, at most 24 characters of whole words joined by
       ``-`` (a first word longer than that is cut). Guards and preambles before the real
       command are left out (``test -x /usr/bin/certbot && perl -e "sleep ..." && certbot -q
-      renew`` is named ``certbot-renew``; also ``[ ... ] &&``, ``cd DIR &&``, ``sleep N;``),
+      renew`` is named ``certbot-renew``; also ``[ ... ] &&``, ``cd DIR &&``, ``sleep N;``,
+      and ``NAME=value`` settings before a command),
       and so are options (``-x``, ``--full``) and shell operators and redirections (``>``,
       ``2>&1``, ``|``, ``&&``); a path stands for its last part (``/usr/local/bin/backup`` is
       ``backup``), and each word is lower-cased with runs of other characters made ``-``.
@@ -408,10 +411,7 @@ def _split_entry(body: str, system: bool, refuse: _Refuse) -> tuple[str, str | N
         marker, rest = _take_fields(body, 1)
         nickname = marker[0]
         if nickname == "@reboot":
-            raise refuse(
-                "@reboot is not supported: Pulse has no reboot event "
-                "(start the command from your service manager instead)"
-            )
+            raise refuse(f"@reboot is not supported: {REBOOT_ADVICE}")
         if nickname == PULSE6_MARKER:
             fields, rest = _take_fields(rest, 6)
             if len(fields) < 6:
@@ -584,8 +584,8 @@ def _after_preambles(command: str) -> list[str]:
         else:
             segments[-1].append(token)
     for index, segment in enumerate(segments):
-        while segment and segment[0] in ("(", "{"):
-            segment = segment[1:]
+        while segment and (segment[0] in ("(", "{") or _ASSIGNMENT.match(segment[0])):
+            segment = segment[1:]  # a group's opening, or an environment setting (X=1 cmd)
         if not segment:
             continue
         if segment[0] in _PREAMBLES or _SLEEPER.match(" ".join(segment)):

@@ -7,6 +7,7 @@ Raising one of these at the boundary guarantees that nothing was written (design
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -89,11 +90,17 @@ class NotFound(PulseError):
 
 
 class JobNotFound(NotFound):
-    """No job has the given (tenant, name); a ``tenant`` of ``None`` means in any tenant."""
+    """No job has the given (tenant, name); a ``tenant`` of ``None`` means in any tenant.
+    ``elsewhere``: tenants that do have a job of that name, named in the message as a hint."""
 
-    def __init__(self, tenant: str | None, name: str) -> None:
+    def __init__(self, tenant: str | None, name: str, elsewhere: Sequence[str] = ()) -> None:
         where = "in any tenant" if tenant is None else f"in tenant {tenant!r}"
-        super().__init__(f"no job named {name!r} {where}", field="name", value=name)
+        hint = ""
+        if len(elsewhere) == 1:
+            hint = f" (tenant {elsewhere[0]!r} has one: --tenant {elsewhere[0]})"
+        elif elsewhere:
+            hint = f" (tenants {', '.join(map(repr, elsewhere))} have one: --tenant NAME)"
+        super().__init__(f"no job named {name!r} {where}{hint}", field="name", value=name)
         self.tenant = tenant
 
 

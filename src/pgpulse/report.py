@@ -257,7 +257,7 @@ def print_job(
                 ("last outcome", job["last_outcome"] or "-"),
                 ("last finished", _instant(job["last_finished_at"])),
                 ("last error", job["last_error"] or "-"),
-                ("late now", _seconds(job["due_lag"])),
+                ("late now", "-" if job["due_lag"] is None else f"{job['due_lag']:.1f} s"),
                 ("created", _instant(job["created_at"])),
                 ("updated", _instant(job["updated_at"])),
             ],
@@ -320,7 +320,8 @@ def _overlap(job: dict[str, Any]) -> str:
 
 def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
     """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
-    lost nodes, shards still moving, jobs no live node can run, and the database, e.g.
+    lost nodes, shards still moving, jobs no live node can run (beside live nodes: with none,
+    every job waits, and the lines below the table say by handler), and the database, e.g.
     ``3 nodes alive, leader node-2, 0 jobs due — database 'pulse' on db.internal:5432``."""
     alive = [n for n in nodes if n["alive"]]
     lost = [n for n in nodes if n["state"] == "lost"]
@@ -337,7 +338,7 @@ def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], dat
     if lost:
         line += f"; {plural(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
     waiting = counts.get("unroutable", [])
-    if waiting:
+    if waiting and alive:  # with no live node every job waits: the headline said why
         line += f"; {plural(sum(w['jobs'] for w in waiting), 'job')} waiting: " + ", ".join(
             w["reason"] for w in waiting
         )

@@ -270,6 +270,10 @@ class Store(CalendarStore):
         """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
         return await self._read_rows("list_jobs", {"tenant": tenant})
 
+    async def tenants_with_job_name(self, name: str) -> list[str]:
+        """The tenants (at most five, in order) that have a job named ``name``."""
+        return [row["tenant"] for row in await self._rows("tenants_with_job_name", {"name": name})]
+
     async def pause_job(
         self,
         tenant: str,
