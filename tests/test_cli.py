@@ -175,7 +175,8 @@ def test_crontab_import_is_idempotent(dsn: str, db: Any, tmp_path: Path) -> None
     assert backup["payload"]["stdin"] == "now\n"
     assert backup["meta"]["mailto"] == "ops@example.com"
     second = cli(dsn, "crontab", "import", str(tab))
-    assert second.exit_code == 0 and "created" not in second.output
+    assert second.exit_code == 0 and "\ncreated " not in second.output
+    assert second.output.endswith(": 0 created, 2 already imported\n")
     after = job_rows(db)
     assert [(j["id"], j["name"], j["scheduled_for"]) for j in after] == [
         (j["id"], j["name"], j["scheduled_for"]) for j in before
