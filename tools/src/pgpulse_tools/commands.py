@@ -266,6 +266,13 @@ def bench(
 ) -> None:
     """Benchmark Pulse against the raw SQL ceiling and peer schedulers (figures, not tests);
     write docs/benchmarks.md. Run it through ./scripts/bench (peers live in .venv-bench)."""
+    from pgpulse.database import resolve_dsn
+    from pgpulse_tools.bench.run import ALL, run_bench
+    from pgpulse_tools.bench.run import report_only as rewrite_report
+
+    chosen = tuple(part.strip() for part in only.split(",") if part.strip())
+    if not report_only and (not chosen or any(part not in ALL for part in chosen)):
+        raise click.BadParameter(f"{only!r}: scenarios are {','.join(ALL)}", param_hint="--only")
     missing = [name for name in BENCH_MODULES if importlib.util.find_spec(name) is None]
     if missing:
         click.echo(
@@ -275,16 +282,9 @@ def bench(
             err=True,
         )
         sys.exit(2)
-    from pgpulse.database import resolve_dsn
-    from pgpulse_tools.bench.run import ALL, run_bench
-    from pgpulse_tools.bench.run import report_only as rewrite_report
-
     if report_only:
         click.echo(f"wrote {rewrite_report(out)}")
         return
-    chosen = tuple(part.strip() for part in only.split(",") if part.strip())
-    if not chosen or any(part not in ALL for part in chosen):
-        raise click.BadParameter(f"{only!r}: scenarios are {','.join(ALL)}", param_hint="--only")
 
     async def bench_main() -> None:
         dsn = resolve_dsn(obj["database_url"], obj["data_dir"])
