@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import time
 from datetime import timedelta
@@ -47,6 +48,7 @@ def test_the_demo_passes_at_its_shortest_duration(tmp_path: Path) -> None:
     logs = [Path(p) for p in logs_line.split(": ", 1)[1].split(", ")]
     assert [p.name for p in logs] == [f"{n}.log" for n in NODES]
     assert all(log_line.search(p.read_text()) for p in logs)  # INFO: "node-1 started with..."
+    shutil.rmtree(logs[0].parent)  # a fresh temporary folder per demo run
 
     # every node named in the progress lines, and each did work before the kill
     progress = [line for line in out.splitlines() if "executions:" in line]
