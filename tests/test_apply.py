@@ -158,6 +158,40 @@ def test_apply_plans_creates_updates_and_prunes_one_source(
             "jobs.toml:14: job 'report.send': max_attempts must be a number from 1",
             id="bad_policy",
         ),
+        pytest.param(
+            '[jobs.a]\nschedule = 2026-12-01\nhandler = "shell"\n',
+            "jobs.toml:2: job 'a': schedule must be text, got 2026-12-01",  # no Python repr
+            id="a_date_for_text",
+        ),
+        pytest.param(
+            '[jobs.a]\nschedule = "@hourly"\nhandler = "shell"\nnot_before = 10:00:00\n',
+            "jobs.toml:4: job 'a': not_before 10:00:00 is a time of day: give a date and time",
+            id="a_time_of_day_for_an_instant",
+        ),
+        # Found in the database, after parsing: still the file, the line and the field.
+        pytest.param(
+            '[jobs.a]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "x" }\n'
+            'calendars = ["holidays"]\n',
+            "jobs.toml:5: job 'a': calendar 'holidays' of job 'a' does not exist in tenant",
+            id="unknown_calendar",
+        ),
+        pytest.param(
+            '[jobs.a]\nschedule = "@hourly"\nhandler = "reports.nope"\n',
+            "jobs.toml:3: job 'a': handler 'reports.nope' of job 'a' is not built in",
+            id="unknown_handler",
+        ),
+        pytest.param(
+            '[jobs.a]\nschedule = "@hourly"\nhandler = "http"\n'
+            'payload = { url = "http://127.0.0.1/hook" }\n',
+            "jobs.toml:4: job 'a': payload.url 'http://127.0.0.1/hook' targets 127.0.0.1",
+            id="private_http_target",
+        ),
+        pytest.param(
+            '[jobs.g]\nschedule = "@daily"\nhandler = "shell"\npayload = { command = "x" }\n',
+            "jobs.toml:1: job 'g': name: job 'g' of tenant 'default' is defined by apply:good "
+            "and apply:jobs",
+            id="defined_in_two_files",
+        ),
     ],
 )
 def test_a_refused_file_writes_nothing(
@@ -270,3 +304,14 @@ def test_apply_takes_the_run_control_fields_and_diffs_them(
     assert refused.returncode == 2
     assert "calendar 'strikes' of job 'rollup' does not exist" in refused.stderr
     assert run_control(db)["revision"] == 2  # nothing written
+
+
+def test_a_toml_date_is_its_midnight_in_the_jobs_zone_as_on_the_command_line() -> None:
+    parsed = parse_apply_file(
+        '[jobs.a]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "x" }\n'
+        'timezone = "Europe/Paris"\nnot_before = 2027-01-01\nnot_after = 2027-01-02T12:00:00\n',
+        path="jobs.toml",
+    )
+    [spec] = parsed.specs
+    assert spec.not_before == datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
+    assert spec.not_after == datetime(2027, 1, 2, 11, 0, tzinfo=UTC)

@@ -453,3 +453,19 @@ def test_bench_refuses_an_unknown_scenario_naming_the_ten(dsn: str) -> None:
     done = pgpulse("bench", "--only", "11", dsn=dsn)
     assert done.returncode == 2
     assert "'11': scenarios are 1,2,3,4,5,6,7,8,9,10" in done.stderr
+
+
+def test_bench_without_its_extra_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """In the main .venv (no matplotlib, no peers): one line naming what to run, exit 2."""
+    import importlib.util
+
+    from pgpulse_tools.commands import BENCH_MODULES
+
+    missing = [name for name in BENCH_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        pytest.skip("the bench extra is installed here")
+    done = pgpulse("bench", "--report-only", "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: pgpulse bench needs the bench extra: ")
+    assert done.stderr.endswith("creates .venv-bench with the extra\n")
+    assert len(done.stderr.splitlines()) == 1 and list(tmp_path.iterdir()) == []

@@ -141,7 +141,7 @@ def test_calendar_commands_and_job_options_from_the_command_line(dsn: str) -> No
     )
     assert created.returncode == 0, created.stderr
     busy = pgpulse("calendar", "delete", "plant", dsn=dsn)
-    assert busy.returncode == 2 and "in use by job(s) x" in busy.stderr
+    assert busy.returncode == 2 and "in use by job x:" in busy.stderr
     paused = pgpulse(
         "job",
         "pause",

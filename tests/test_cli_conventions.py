@@ -118,9 +118,20 @@ def test_the_rule_in_a_real_process(dsn: str, db: object) -> None:
 def test_version() -> None:
     from importlib.metadata import version
 
+    import pgpulse
+
     shown = subprocess.run([PGPULSE, "--version"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0
     assert shown.stdout == f"pgpulse {version('pgpulse')}\n"
+    assert version("pgpulse") == pgpulse.__version__  # one source
+    # later than the newest release in CHANGELOG.md (README speaks of "nodes of 0.2.0" as older)
+    changelog = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
+    newest = re.search(r"^## (\d+)\.(\d+)\.(\d+) ", changelog, flags=re.M)
+    assert newest is not None
+    ours = re.match(r"(\d+)\.(\d+)\.(\d+)", pgpulse.__version__)
+    assert ours is not None
+    assert tuple(map(int, ours.groups())) > tuple(map(int, newest.groups()))
+    assert "## Unreleased" not in changelog or ".dev" in pgpulse.__version__
 
 
 def test_a_refused_option_value_is_one_line_exit_2() -> None:
@@ -132,10 +143,43 @@ def test_a_refused_option_value_is_one_line_exit_2() -> None:
     )
     assert refused.returncode == 2
     assert refused.stdout == ""
-    assert refused.stderr == (
-        "error: invalid value for '--count' (env var: 'PGPULSE_SCHEDULE_NEXT_COUNT'): "
-        "0 is not in the range 1<=x<=1000.\n"
+    assert refused.stderr == "error: invalid value for --count: must be between 1 and 1000, got 0\n"
+    from_env = subprocess.run(
+        [PGPULSE, "node", "run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PGPULSE_NODE_RUN_LEASE": "abc"},
     )
+    assert (from_env.returncode, from_env.stderr) == (
+        2,
+        "error: invalid value for --lease: 'abc' is not a number of seconds "
+        "(from the environment variable PGPULSE_NODE_RUN_LEASE)\n",
+    )
+
+
+def test_help_ends_each_option_with_one_bracket_in_words() -> None:
+    """ "[env: X; default: 30; at least 1 second]": not click's "env var", "x>=1", "30.0",
+    nor a second, hand-written "[default: ...]" in the text."""
+    for path, command, ctx in tree():
+        for option in options(command):
+            record = option.get_help_record(ctx)
+            assert record is not None, (path, option.opts)
+            text = record[1]
+            assert text.count("[env: ") == 1 and text.endswith("]"), (path, text)
+            assert "[default" not in text, (path, text)
+            assert f"[env: {expected_envvar(path, option)}" in text, (path, text)
+            assert not re.search(r"env var|x[<>]=?|[<>]=?x|\d\.0\b[;\]]|default: \(", text), text
+    shown = subprocess.run(
+        [PGPULSE, "node", "run", "--help"], capture_output=True, text=True, timeout=60
+    )
+    help_text = " ".join(shown.stdout.split())
+    assert (
+        "--lease SECONDS Lease granted per claim and renewal. [env: PGPULSE_NODE_RUN_LEASE; "
+        "default: 30; at least 1 second]" in help_text
+    )
+    assert "[env: PGPULSE_NODE_RUN_HEARTBEAT; default: 2; at least 0.1 seconds]" in help_text
+    assert "[env: PGPULSE_NODE_RUN_SLOTS; default: 10; between 1 and 1000]" in help_text
 
 
 def readme_commands() -> set[tuple[str, ...]]:
@@ -185,3 +229,56 @@ def test_migrate_in_a_real_process_says_what_it_applied(empty_dsn: str) -> None:
     versions = ", ".join(str(version) for version, _, _ in migration_files())
     assert migrate() == (0, f"applied migrations {versions}; schema is up to date\n")
     assert migrate() == (0, "nothing to apply; schema is up to date\n")
+
+
+#: Documented in docs/alerts.md rather than README's synopsis (and kept there by their owners).
+SYNOPSIS_ELSEWHERE = {("alert",), ("notifier",)}
+
+
+def readme_synopses() -> dict[tuple[str, ...], set[str]]:
+    """The long options each command's synopsis lines in README.md's shell blocks show: a
+    ``pgpulse WORDS...`` line (``a|b`` words stand for each), its comment cut, and the indented
+    lines that continue it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    found: dict[tuple[str, ...], set[str]] = {}
+    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
+        paths: list[tuple[str, ...]] = []
+        for line in block.splitlines():
+            text = line.split(" #")[0]
+            if text.startswith("pgpulse "):
+                words: list[str] = []
+                for word in text.split()[1:]:
+                    if not re.fullmatch(r"[a-z]+(\|[a-z]+)*", word):
+                        break
+                    words.append(word)
+                paths = [tuple(p) for p in _alternatives(words)]
+            elif not (text.startswith(" ") and paths):
+                paths = []
+                continue
+            for path in paths:
+                found.setdefault(path, set()).update(re.findall(r"--[a-z][a-z0-9-]*", text))
+    return found
+
+
+def test_readme_synopses_show_every_option_and_no_other() -> None:
+    """README's command synopsis agrees with --help: every option of every command (the web's
+    and the tools' too), and none that the command does not have."""
+    shown = readme_synopses()
+    missing, unknown = [], []
+    for path, command, _ in tree():
+        if isinstance(command, click.Group) or path[:1] in {p[:1] for p in SYNOPSIS_ELSEWHERE}:
+            continue
+        longs = {
+            o
+            for option in options(command)
+            for o in [*option.opts, *option.secondary_opts]
+            if o.startswith("--")
+        }
+        if path not in shown:
+            missing.append(f"pgpulse {' '.join(path)} (no synopsis)")
+            continue
+        missing += [f"pgpulse {' '.join(path)} {o}" for o in sorted(longs - shown[path])]
+        unknown += [f"pgpulse {' '.join(path)} {o}" for o in sorted(shown[path] - longs)]
+    global_options = {o for option in options(main) for o in option.opts if o.startswith("--")}
+    missing += [f"pgpulse {o}" for o in sorted(global_options - shown.get((), set()))]
+    assert (missing, unknown) == ([], [])

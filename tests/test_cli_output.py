@@ -164,3 +164,97 @@ def test_listed_names_are_whole_and_can_be_typed_back(dsn: str, tmp_path: Path) 
         assert len(name) <= max(len(long_name), 60)
         shown = pgpulse("job", "show", name, dsn=dsn)
         assert shown.returncode == 0 and shown.stdout.startswith(f"job default/{name} ")
+
+
+def test_counts_are_worded_in_the_singular_and_the_plural(dsn: str, tmp_path: Path) -> None:
+    """Never "1 attempts", "1 job(s)": one rule (pgpulse.wording.plural) for every count."""
+    from pgpulse.wording import plural
+
+    assert [plural(1, "attempt"), plural(2, "attempt"), plural(0, "job")] == [
+        "1 attempt",
+        "2 attempts",
+        "0 jobs",
+    ]
+    assert [plural(1.0, "second"), plural(0.5, "second"), plural(1200, "run")] == [
+        "1 second",
+        "0.5 seconds",
+        "1,200 runs",
+    ]
+    crontab = tmp_path / "one.crontab"
+    crontab.write_text("0 3 * * * backup\n")
+    imported = pgpulse("crontab", "import", str(crontab), dsn=dsn)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines()[-1] == (
+        f"imported 1 job from {crontab}: 1 created, 0 already imported"
+    )
+    again = pgpulse("crontab", "import", str(crontab), dsn=dsn)
+    assert again.stdout.splitlines()[-1] == (
+        f"imported 1 job from {crontab}: 0 created, 1 already imported"
+    )
+    crontab.write_text("0 3 * * * backup\n* * *\n")
+    refused = pgpulse("crontab", "import", str(crontab), dsn=dsn)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == "error: 1 line refused; nothing imported"
+    assert "found 3 fields" in refused.stderr
+
+
+def test_crontab_import_says_what_a_percent_does_and_names_a_guarded_line_by_its_command(
+    dsn: str, tmp_path: Path
+) -> None:
+    crontab = tmp_path / "host.crontab"
+    crontab.write_text(
+        "0 3 * * * date +%F > /tmp/today\n"
+        "0 1 * * * test -x /usr/bin/certbot && "
+        'perl -e "sleep int(rand(43200))" && certbot -q renew\n'
+    )
+    imported = pgpulse("crontab", "import", str(crontab), dsn=dsn)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stderr.splitlines() == [
+        f"note: {crontab}:1: % starts standard input, as in cron: the job runs 'date +' with "
+        "input 'F > /tmp/today\\n' (1 line); write \\% for a literal percent sign"
+    ]
+    names = [line.split()[1] for line in imported.stdout.splitlines()[:-1]]
+    assert names[0].startswith("host.date-")
+    assert re.fullmatch(r"host\.certbot-renew-[0-9a-f]{8}", names[1]), names
+
+
+def test_a_job_missing_in_its_tenant_names_the_tenants_that_have_it(dsn: str) -> None:
+    for tenant in ("acme", "beta"):
+        made = pgpulse(
+            *("job", "create", "api.sync", "--tenant", tenant, "--schedule", "@daily"),
+            *("--handler", "shell", "--payload", SHELL),
+            dsn=dsn,
+        )
+        assert made.returncode == 0, made.stderr
+    shown = pgpulse("job", "show", "api.sync", dsn=dsn)
+    assert (shown.returncode, shown.stderr) == (
+        2,
+        "error: no job named 'api.sync' in tenant 'default' (tenants 'acme', 'beta' have one: "
+        "--tenant NAME)\n",
+    )
+    assert pgpulse("job", "delete", "api.sync", "--tenant", "beta", dsn=dsn).returncode == 0
+    paused = pgpulse("job", "pause", "api.sync", dsn=dsn)
+    assert paused.stderr == (
+        "error: no job named 'api.sync' in tenant 'default' (tenant 'acme' has one: "
+        "--tenant acme)\n"
+    )
+
+
+def test_a_value_refused_from_the_environment_names_the_variable(dsn: str) -> None:
+    args = ("job", "create", "nightly", "--schedule", "@daily", "--handler", "shell")
+    refused = pgpulse(
+        *args, "--payload", SHELL, dsn=dsn, env={"PGPULSE_JOB_CREATE_TZ": "Mars/Olympus"}
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.endswith(" (from the environment variable PGPULSE_JOB_CREATE_TZ)\n")
+    typed = pgpulse(*args, "--payload", SHELL, "--tz", "Mars/Olympus", dsn=dsn)
+    assert typed.returncode == 2 and "environment" not in typed.stderr
+
+
+def test_crontab_import_names_its_argument_file(tmp_path: Path) -> None:
+    missing = pgpulse("crontab", "import", str(tmp_path / "nosuch.crontab"))
+    assert missing.returncode == 2
+    assert (
+        missing.stderr
+        == f"error: invalid value for 'FILE': File '{tmp_path}/nosuch.crontab' does not exist.\n"
+    )

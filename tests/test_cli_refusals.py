@@ -225,3 +225,22 @@ async def test_control_format_and_bidi_characters_are_refused_in_names_and_tenan
         response = await client.post("/api/v1/jobs", json=body)
     assert response.status_code == 422 and response.json()["error"]["field"] == field
     assert jobs(dsn) == []
+
+
+@pytest.mark.parametrize("given", ["@nosuch.json", "@."])
+def test_notifier_config_from_a_file_that_cannot_be_read_is_one_line(
+    tmp_path: Path, given: str
+) -> None:
+    """``--config @FILE`` with FILE missing or a folder: one line, exit 2, not a traceback."""
+    done = subprocess.run(
+        [PGPULSE, "notifier", "add", "ops", "--kind", "webhook", "--config", given],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    why = "No such file or directory" if given == "@nosuch.json" else "Is a directory"
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: config {given!r}: cannot read {given[1:]!r}: {why}\n",
+    )

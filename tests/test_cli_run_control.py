@@ -113,7 +113,7 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
         again = pgpulse("job", "backfill", "hourly", *part, dsn=dsn)
         assert again.returncode == 0, again.stderr
         assert again.stdout.splitlines()[-1] == (
-            f"nothing to backfill: none of {n} occurrences of hourly selected"
+            f"nothing to backfill: none of {n} occurrence{'s' * (n != 1)} of hourly selected"
         )
         assert counts(db) == (1, 0)  # no new batch, no new occurrence
     kinds = db.execute("SELECT kind, count(*) AS n FROM pgpulse_runs GROUP BY kind").fetchall()

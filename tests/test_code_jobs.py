@@ -43,7 +43,7 @@ async def test_jobs_the_code_no_longer_declares_are_listed_then_pruned(
     ]
     status = pgpulse("status", dsn=dsn)
     assert status.returncode == 0, status.stderr
-    assert "declared by code no longer running: 1 job(s): invoice" in status.stdout
+    assert "declared by code no longer running: 1 job: invoice" in status.stdout
     shown = pgpulse("job", "show", "invoice", dsn=dsn)
     assert "code:billing (declared by code no longer running)" in shown.stdout
 

@@ -295,15 +295,16 @@ def test_reboot_is_refused_with_file_and_line() -> None:
     assert (error.path, error.line_no) == ("/etc/cron.d/backup", 2)
     assert error.value == "@reboot /usr/local/bin/warm-cache"  # the raw line
     assert str(error) == (
-        "/etc/cron.d/backup:2: @reboot is not supported: Pulse has no reboot event "
-        "(start the command from your service manager instead)"
+        "/etc/cron.d/backup:2: @reboot is not supported: Pulse has no reboot event: start the "
+        "command from your service manager at boot, or run a job once now with `pgpulse job "
+        "trigger`"
     )
 
 
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ("* * *", "too few fields: expected 5 time fields, then the command, found 3 field(s)"),
+        ("* * *", "too few fields: expected 5 time fields, then the command, found 3 fields"),
         ("0 4 * * *", "empty command: expected 5 time fields, then the command"),
         ("0 4 * * *    ", "empty command: expected 5 time fields, then the command"),
         ("0 4 * * * %only stdin", "empty command (nothing before the first '%')"),
@@ -414,9 +415,27 @@ def test_job_names_are_readable_and_bounded() -> None:
         ),
         pytest.param(
             "test -x /usr/sbin/anacron || ( cd / && run-parts --report /etc/cron.daily )",
-            "test-anacron-cd",
-            id="options_and_operators_left_out",
+            "run-parts-cron-daily",
+            id="guard_and_cd_left_out",
         ),
+        pytest.param(
+            'test -x /usr/bin/certbot && perl -e "sleep int(rand(43200))" && certbot -q renew',
+            "certbot-renew",
+            id="guard_and_random_sleep_left_out",
+        ),
+        pytest.param(
+            "[ -x /usr/lib/php/sessionclean ] && /usr/lib/php/sessionclean",
+            "sessionclean",
+            id="bracket_guard_left_out",
+        ),
+        pytest.param("sleep 30; /usr/bin/backup --full", "backup", id="sleep_left_out"),
+        pytest.param(
+            "test -e /run/systemd/system || SERVICE_MODE=1 /sbin/e2scrub_all -A -r",
+            "e2scrub-all",
+            id="environment_setting_left_out",
+        ),
+        pytest.param("[[ -d /tmp ]] && echo bash-ok", "echo-bash-ok", id="double_bracket"),
+        pytest.param("test -x /x", "test-x", id="only_a_guard_is_kept"),
         pytest.param(
             'echo "relay: billing usage rollup (tenant API tokens -> billing metrics)"',
             "echo-relay-billing-usage",

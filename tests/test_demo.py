@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import time
 from datetime import timedelta
@@ -40,6 +41,14 @@ def test_the_demo_passes_at_its_shortest_duration(tmp_path: Path) -> None:
     assert demo.returncode == 0, out + demo.stderr
     assert "\nOK: no duplicate, no missed run" in out, out
     assert "FAILED" not in out
+    # the demo's own lines only: the nodes log to the files it names, not between its lines
+    log_line = re.compile(r"\b(INFO|WARNING|ERROR)\s+pgpulse[.:]")
+    assert not [line for line in (out + demo.stderr).splitlines() if log_line.search(line)]
+    [logs_line] = [line for line in out.splitlines() if line.startswith("The nodes' logs")]
+    logs = [Path(p) for p in logs_line.split(": ", 1)[1].split(", ")]
+    assert [p.name for p in logs] == [f"{n}.log" for n in NODES]
+    assert all(log_line.search(p.read_text()) for p in logs)  # INFO: "node-1 started with..."
+    shutil.rmtree(logs[0].parent)  # a fresh temporary folder per demo run
 
     # every node named in the progress lines, and each did work before the kill
     progress = [line for line in out.splitlines() if "executions:" in line]

@@ -664,7 +664,7 @@ def test_parsed_fields() -> None:
         ),
         pytest.param("0 0 30-31 2 */2", "day-of-month field", id="never_with_dow_star"),
         pytest.param(
-            "@reboot", "Pulse has no reboot event; use a one-off trigger instead", id="reboot"
+            "@reboot", "Pulse has no reboot event: start the command from your service", id="reboot"
         ),
         pytest.param("@fortnightly", "unknown macro '@fortnightly'", id="unknown_macro"),
         pytest.param("@daily 5", "unknown macro", id="macro_with_fields"),

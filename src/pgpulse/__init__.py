@@ -46,4 +46,4 @@ __all__ = [
     "connect",
     "parse_schedule",
 ]
-__version__ = "0.1.0"
+__version__ = "0.3.0.dev0"  # the release after 0.2.0 (CHANGELOG: Unreleased)

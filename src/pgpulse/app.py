@@ -52,8 +52,9 @@ async def connect(
     max_size: int = 4,
     migrate: bool = True,
     read_url: str | None = None,
+    require_schema: bool = False,
 ) -> AsyncIterator[Store]:
-    """Open a :class:`~pgpulse.store.Store` on a database, migrating it first.
+    """Open a :class:`~pgpulse.store.Store` on a database, migrating it first (or not).
 
     Args:
         database_url: a DSN; ``None`` starts (or joins) the embedded PostgreSQL.
@@ -63,9 +64,12 @@ async def connect(
         application_name: shown in ``pg_stat_activity``.
         max_size: connections in the pool.
         migrate: apply pending migrations before yielding.
+        require_schema: without ``migrate``, refuse a database that lacks the current schema
+            (what the CLI's reading commands do: they never create the schema).
 
     Raises:
         DatabaseUnavailable: the database does not answer.
+        SchemaMissing: ``require_schema`` and the schema is absent or older; nothing written.
     """
     dsn = resolve_dsn(database_url, data_dir)
     pool = await open_pool(dsn, application_name=application_name, max_size=max_size)
@@ -79,6 +83,8 @@ async def connect(
             store = Store(pool, reads)
             if migrate:
                 await store.migrate()
+            elif require_schema:
+                await store.require_schema()
             yield store
         finally:
             if reads is not None:

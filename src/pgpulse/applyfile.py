@@ -20,9 +20,10 @@ fields every job of the file inherits::
     calendars = ["holidays"]           # exclusion calendars, max_runs, auto_pause_after
 
 A job takes every field ``pgpulse job create`` takes, under the names of :data:`JOB_FIELDS`
-(``timezone`` for ``--tz``; ``payload`` a table, or JSON text as on the command line; ``not_before``
-and ``not_after`` TOML date-times or ISO 8601 text; ``calendars`` a list of names), and each
-is validated by :meth:`JobSpec.create <pgpulse.jobs.JobSpec.create>`, as there. Any refusal —
+(``timezone`` for ``--tz``; ``payload`` a table, or JSON text as on the command line;
+``not_before`` and ``not_after`` TOML date-times, TOML dates (their midnight, as on the command
+line) or ISO 8601 text; ``calendars`` a list of names), and each is validated by
+:meth:`JobSpec.create <pgpulse.jobs.JobSpec.create>`, as there. Any refusal —
 malformed TOML, an unknown key, a bad value — is an :class:`ApplyFileError` naming the file, the
 line (of the key when it can be found, else of the job's table) and the field. TOML is read by
 the standard library's ``tomllib`` (YAML is not read: no YAML parser is a dependency).
@@ -30,15 +31,17 @@ the standard library's ``tomllib`` (YAML is not read: no YAML parser is a depend
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field
+from datetime import date, datetime, time
 from pathlib import PurePath
 from typing import Any
 
 from pgpulse.alerts.rules import RuleSpec, declared_rule
 from pgpulse.audit import SETTABLE_FIELDS
-from pgpulse.errors import InvalidInput
+from pgpulse.errors import InvalidInput, PulseError
 from pgpulse.jobs import JobSpec
 
 __all__ = ["JOB_FIELDS", "ApplyFile", "ApplyFileError", "parse_apply_file"]
@@ -48,6 +51,7 @@ JOB_FIELDS: tuple[str, ...] = ("tenant", *SETTABLE_FIELDS, "allow_private_target
 #: What a table may hold besides the job's fields: its alert rules.
 TABLE_KEYS: tuple[str, ...] = (*JOB_FIELDS, "alerts")
 _TEXT_FIELDS = ("schedule", "handler", "tenant", "timezone", "catch_up", "overlap")
+_INSTANT_FIELDS = ("not_before", "not_after")
 _TOP_KEYS = ("source", "defaults", "jobs")
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _KEY = r"""(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([A-Za-z0-9_-]+))"""
@@ -78,7 +82,8 @@ class ApplyFile:
         rules: the alert rules of each job that declares ``alerts`` (its own or the
             defaults'), by (tenant, name), checked by
             :func:`~pgpulse.alerts.rules.declared_rule`.
-        key_lines: the line of each key set in a job's (or the defaults', ``None``) table.
+        key_lines: the line of each key set in a job's (or the defaults', ``None``) table
+            (dotted under ``alerts``: ``alerts.failures.notify``).
         table_lines: the line of each job's (or the defaults') table.
     """
 
@@ -90,14 +95,42 @@ class ApplyFile:
     key_lines: dict[tuple[str | None, str], int] = field(default_factory=dict, repr=False)
     table_lines: dict[str | None, int] = field(default_factory=dict, repr=False)
 
-    def refusal(self, job: str, key: str, exc: InvalidInput) -> ApplyFileError:
-        """``exc``, about ``key`` of job ``job``'s table (``alerts.failures.notify``), as a
-        refusal at the line that sets it (else the nearest enclosing table's)."""
-        top = key.split(".")[0]
-        owner = None if (job, top) not in self.key_lines and (None, top) in self.key_lines else job
-        line = _line_of(self.key_lines, self.table_lines, owner, key)
+    def line_of(self, job: str, key: str | None) -> int:
+        """The line where job ``job`` sets ``key`` (``payload.url``: where ``payload`` is set;
+        ``alerts.failures.notify``: its nearest part that is set), else where ``[defaults]``
+        does, else the line of the job's table."""
+        top = key.split(".")[0] if key else None
+        owner: str | None = job
+        if top is not None and (job, top) not in self.key_lines and (None, top) in self.key_lines:
+            owner = None
+        return _line_of(self.key_lines, self.table_lines, owner, key)
+
+    def refusal(self, job: str, exc: PulseError, hint: str = "") -> ApplyFileError:
+        """``exc``, a refusal of job ``job`` found after parsing (its handler unknown, a
+        calendar missing, an ``http`` target), as this file's error: ``file:line: job 'x':
+        field: reason`` (the field said unless the reason starts with it), then ``hint``,
+        with ``exc``'s field and value."""
+        reason = exc.message + hint
+        if exc.field and not reason.startswith(exc.field.split(".", 1)[0].rstrip("s")):
+            reason = f"{exc.field}: {reason}"
         return ApplyFileError(
-            self.path, line, f"job {job!r}: {_rule_reason(key, exc)}", field=key, value=exc.value
+            self.path,
+            self.line_of(job, exc.field),
+            f"job {job!r}: {reason}",
+            field=exc.field,
+            value=exc.value,
+        )
+
+    def rule_refusal(self, job: str, key: str, exc: InvalidInput) -> ApplyFileError:
+        """``exc``, about alert rule ``key`` of job ``job``'s table (``alerts.failures.notify``),
+        found in the database, as a refusal at the line that sets it (else the nearest
+        enclosing table's)."""
+        return ApplyFileError(
+            self.path,
+            self.line_of(job, key),
+            f"job {job!r}: {_rule_reason(key, exc)}",
+            field=key,
+            value=exc.value,
         )
 
 
@@ -263,7 +296,7 @@ def _source_name(data: dict[str, Any], path: str) -> str:
         raise ApplyFileError(
             path,
             1,
-            f"source {name!r} is not a valid name (letters, digits, _.-; at most 100)",
+            f"source {_toml(name)} is not a valid name (letters, digits, _.-; at most 100)",
             field="source",
             value=name,
         )
@@ -280,14 +313,25 @@ def _table(fields: object, job: str | None, refuse: Any) -> dict[str, Any]:
                 job, key, f"unknown field {key!r} (fields: {', '.join(TABLE_KEYS)})", value
             )
         if key == "alerts" and not isinstance(value, dict):
-            raise refuse(job, key, f"alerts must be a table of rules, got {value!r}", value)
+            raise refuse(job, key, f"alerts must be a table of rules, got {_toml(value)}", value)
         if key in _TEXT_FIELDS and not isinstance(value, str):
-            raise refuse(job, key, f"{key} must be text, got {value!r}", value)
+            raise refuse(job, key, f"{key} must be text, got {_toml(value)}", value)
         if key == "allow_private_target" and not isinstance(value, bool):
-            raise refuse(job, key, f"{key} must be true or false, got {value!r}", value)
+            raise refuse(job, key, f"{key} must be true or false, got {_toml(value)}", value)
+        if key in _INSTANT_FIELDS and isinstance(value, time):
+            raise refuse(
+                job, key, f"{key} {_toml(value)} is a time of day: give a date and time", value
+            )
     if job is None and "payload" in fields:
         raise refuse(job, "payload", "payload cannot be a default (give it per job)", None)
-    return dict(fields)
+    # A TOML date (2027-01-01) is its midnight in the job's zone, as `job create --not-before
+    # 2027-01-01` reads it: handed on as that ISO text.
+    return {
+        key: value.isoformat()
+        if key in _INSTANT_FIELDS and isinstance(value, date) and not isinstance(value, datetime)
+        else value
+        for key, value in fields.items()
+    }
 
 
 def _rules(alerts: dict[str, Any], job: str | None, refuse: Any) -> tuple[RuleSpec, ...]:
@@ -314,3 +358,19 @@ def _rule_reason(key: str, exc: InvalidInput) -> str:
             reason = reason[len(name) + 2 :]
             break
     return f"{key}: {reason}"
+
+
+def _toml(value: object) -> str:
+    """``value`` as a TOML file writes it, for messages (never a Python repr): ``"text"``,
+    ``true``, ``2027-01-01``, ``[1, 2]``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, date | time):  # a datetime is a date
+        return value.isoformat()
+    if isinstance(value, list):
+        return f"[{', '.join(_toml(item) for item in value)}]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return str(value)

@@ -70,7 +70,8 @@ class CalendarStore(ClaimStore):
             raise CalendarNotFound(tenant, name)
         if not row["deleted"]:
             raise InvalidInput(
-                f"calendar {name!r} is in use by job(s) {', '.join(row['jobs'])}: remove it "
+                f"calendar {name!r} is in use by {'job' if len(row['jobs']) == 1 else 'jobs'} "
+                f"{', '.join(row['jobs'])}: remove it "
                 "from them first",
                 field="calendar",
                 value=name,

@@ -25,20 +25,22 @@ from pgpulse.audit import cli_actor
 from pgpulse.cli_conventions import (
     CONTEXT,
     GlobalOptions,
-    IsoDateTime,
     PulseGroup,
     apply_envvar_rule,
+    environment_source,
 )
+from pgpulse.cli_types import IsoDateTime, Seconds
 from pgpulse.database import describe, with_database
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
-from pgpulse.errors import InvalidInput, JobNotFound, PulseError
+from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, parse_instant
 from pgpulse.report import (
     print_job,
     print_records,
     print_runs_with_attempts,
+    print_schema_missing,
     print_status,
     run_command,
     status_problems,
@@ -51,23 +53,57 @@ from pgpulse.web.options import web_options, web_settings
 T = TypeVar("T")
 
 
-def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
-    """Decorator: open the configured database (migrated) and pass the store first."""
+def with_store(
+    migrate: bool | Callable[[dict[str, Any]], bool] = False,
+) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Any]]:
+    """Decorator factory: open the configured database and pass the store first.
 
-    @click.pass_obj
-    @wraps(func)
-    def command(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        async def main() -> Any:
-            async with connect(
-                obj["database_url"],
-                data_dir=obj["data_dir"],
-                read_url=obj["read_database_url"],
-            ) as store:
-                return await func(store, *args, **kwargs)
+    Args:
+        migrate: the command creates definitions, so it migrates the schema first (as a node
+            does); a callable decides from the command's options (``apply --dry-run`` writes
+            nothing, so it does not). Otherwise the command only reads, or changes what
+            already exists: a database without the current schema is refused in one line
+            (:class:`~pgpulse.errors.SchemaMissing`, exit 2) and nothing is written.
+    """
 
-        return run_command(main())
+    def decorate(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        @click.pass_obj
+        @wraps(func)
+        def command(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            migrating = migrate(kwargs) if callable(migrate) else migrate
+            ctx = click.get_current_context()
 
-    return command
+            async def main() -> Any:
+                async with connect(
+                    obj["database_url"],
+                    data_dir=obj["data_dir"],
+                    read_url=obj["read_database_url"],
+                    migrate=migrating,
+                    require_schema=True,
+                ) as store:
+                    try:
+                        return await func(store, *args, **kwargs)
+                    except JobNotFound as exc:  # in another tenant? say which
+                        if exc.tenant is None:
+                            raise
+                        elsewhere = await store.tenants_with_job_name(exc.value)
+                        raise JobNotFound(exc.tenant, exc.value, elsewhere) from None
+                    except PulseError as exc:  # a refused value the environment gave
+                        variable = environment_source(ctx, exc.field)
+                        if variable is not None:
+                            exc.message += f" (from the environment variable {variable})"
+                        raise
+
+            return run_command(main())
+
+        return command
+
+    return decorate
+
+
+def _unless_dry_run(options: dict[str, Any]) -> bool:
+    """``with_store``'s ``migrate`` for commands with ``--dry-run``: a dry run writes nothing."""
+    return not options["dry_run"]
 
 
 @click.group(cls=PulseGroup, context_settings=CONTEXT)
@@ -96,12 +132,13 @@ def with_store(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help=f"Embedded PostgreSQL data folder [default: {default_data_dir()}].",
+    show_default=str(default_data_dir()),
+    help="Embedded PostgreSQL data folder.",
 )
 @click.option(
     "--log-level",
-    default="WARNING",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="warning",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     help="Least severe log records printed (on stderr).",
 )
 @click.option(
@@ -173,16 +210,24 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 
 
 @node.command("run")
-@click.option("--app", show_envvar=True, help="module:attribute of your pgpulse.App.")
+@click.option(
+    "--app",
+    show_envvar=True,
+    help="module:attribute of your pgpulse.App (module alone: its attribute app).",
+)
 @click.option(
     "--app-dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=Path(),
-    show_default=False,
-    help="Folder put first on the import path before --app is imported [default: the "
-    "current folder].",
+    show_default="the current folder",
+    help="Folder put first on the import path before --app is imported.",
 )
-@click.option("--node-id", show_envvar=True, help="Unique node id [default: host-pid-random].")
+@click.option(
+    "--node-id",
+    show_envvar=True,
+    show_default="host-pid-random",
+    help="Unique node id; one held by a live node is refused.",
+)
 @click.option(
     "--slots",
     type=click.IntRange(1, 1000),
@@ -192,31 +237,31 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 )
 @click.option(
     "--lease",
-    type=click.FloatRange(1),
+    type=Seconds(1),
     default=30.0,
     show_envvar=True,
-    help="Lease seconds granted per claim and renewal.",
+    help="Lease granted per claim and renewal.",
 )
 @click.option(
     "--heartbeat",
-    type=click.FloatRange(0.1),
+    type=Seconds(0.1),
     default=2.0,
     show_envvar=True,
-    help="Seconds between heartbeats / lease renewals.",
+    help="Time between heartbeats / lease renewals.",
 )
 @click.option(
     "--poll",
-    type=click.FloatRange(0.05),
+    type=Seconds(0.05),
     default=5.0,
     show_envvar=True,
     help="Longest sleep between claims when nothing is known to be due.",
 )
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=10.0,
     show_envvar=True,
-    help="On SIGTERM, seconds running attempts may take to finish.",
+    help="On SIGTERM, how long running attempts may take to finish.",
 )
 @click.option(
     "--shell-dry-run",
@@ -248,11 +293,11 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 )
 @click.option(
     "--alert-interval",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=10.0,
     show_envvar=True,
     show_default=True,
-    help="Seconds between the leader's evaluations of alert rules (late, silence, cluster); "
+    help="Time between the leader's evaluations of alert rules (late, silence, cluster); "
     "0 turns alerting off on this node.",
 )
 @click.option(
@@ -384,7 +429,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     help="With backfill: run only the newest N missed occurrences.",
 )
 @click.option(
-    "--misfire-grace", type=float, default=60.0, help="Seconds late that still run (at least 1)."
+    "--misfire-grace",
+    type=Seconds(),
+    default=60.0,
+    help="How late an occurrence still runs (at least 1 s).",
 )
 @click.option(
     "--max-attempts",
@@ -392,8 +440,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     default=3,
     help="Attempts per occurrence; after the last failure the run is failed.",
 )
-@click.option("--retry-backoff", type=float, default=1.0, help="Base retry delay, seconds.")
-@click.option("--timeout", type=float, default=3600.0, help="Per-attempt limit, seconds.")
+@click.option("--retry-backoff", type=Seconds(), default=1.0, help="Base retry delay.")
+@click.option("--timeout", type=Seconds(), default=3600.0, help="Per-attempt time limit.")
 @click.option(
     "--overlap",
     type=click.Choice(OVERLAP_POLICIES),
@@ -409,9 +457,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 )
 @click.option(
     "--spread",
-    type=float,
+    type=Seconds(),
     default=0.0,
-    help="Seconds: fire each occurrence at its instant plus this job's stable offset in "
+    help="Fire each occurrence at its instant plus this job's stable offset in "
     "[0, SPREAD) (jobs sharing a schedule then do not all fire at once).",
 )
 @click.option(
@@ -450,7 +498,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     "that follows redirects (the API refuses those unless its --http-allow list names the "
     "host). Its runs reach that host only from nodes whose --http-allow list names it.",
 )
-@with_store
+@with_store(migrate=True)
 async def job_create(store: Store, name: str, allow_private_target: bool, **fields: Any) -> None:
     """Create or update (upsert) job NAME.
 
@@ -488,7 +536,7 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
 @job.command("list")
 @tenant_option
 @json_option
-@with_store
+@with_store()
 async def job_list(store: Store, tenant: str, as_json: bool) -> None:
     """List jobs of a tenant (when it has none, says which tenants do)."""
     rows = await store.list_jobs(tenant)
@@ -532,7 +580,7 @@ attempts_option = click.option(
 @tenant_option
 @attempts_option
 @json_option
-@with_store
+@with_store()
 async def job_show(
     store: Store, name: str, tenant: str, with_attempts: bool, as_json: bool
 ) -> None:
@@ -564,7 +612,7 @@ async def job_show(
     "--limit", type=click.IntRange(1, 10000), default=50, help="At most this many changes."
 )
 @json_option
-@with_store
+@with_store()
 async def job_history(store: Store, name: str, tenant: str, limit: int, as_json: bool) -> None:
     """The audit trail of job NAME, newest first: when (the database's clock), what (create,
     update, pause, resume, trigger, backfill, delete), the revision, source, actor and changed
@@ -584,7 +632,7 @@ def _state_command(verb: str, doc: str) -> None:
     @job.command(verb, help=doc)
     @click.argument("name")
     @tenant_option
-    @with_store
+    @with_store()
     async def command(store: Store, name: str, tenant: str) -> None:
         actor = cli_actor()
         if verb == "delete":
@@ -604,7 +652,7 @@ def _state_command(verb: str, doc: str) -> None:
     "the occurrences inside the pause are then recorded as skipped.",
 )
 @click.option("--reason", default=None, help="Why: shown wherever the status is.")
-@with_store
+@with_store()
 async def job_pause(
     store: Store, name: str, tenant: str, until: str | None, reason: str | None
 ) -> None:
@@ -634,7 +682,7 @@ async def job_pause(
     help="The occurrences inside the pause: skip (not these), once (run once, as the newest), "
     "backfill (run each, oldest first).",
 )
-@with_store
+@with_store()
 async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> None:
     """Resume job NAME. Idempotent: a job that is not paused is left as it is."""
     changed = await store.resume_job(tenant, name, catch_up=catch_up, actor=cli_actor())
@@ -673,8 +721,8 @@ def schedule() -> None:
     metavar="DATETIME",
     help="Start instant, ISO 8601 (2026-12-01T10:00, 2026-12-01 10:00:30.357+02:00, "
     "...Z, or a date), UTC if no offset. An @every schedule is anchored there, to the "
-    "microsecond: give a job's anchor_at to see its grid. "
-    "[default: now, to the whole second]",
+    "microsecond: give a job's anchor_at to see its grid.",
+    show_default="now, to the whole second",
 )
 def schedule_next(expression: str, timezone: str, count: int, after: datetime | None) -> None:
     """Print the next occurrences of EXPRESSION, in UTC and in its time zone."""
@@ -715,13 +763,15 @@ def crontab() -> None:
 
 
 @crontab.command("import")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE"
+)
 @tenant_option
 @click.option(
     "--system/--user-format",
     default=None,
-    help="System format (a user field before the command) or user format [default: system "
-    "for /etc/crontab and /etc/cron.d/*, user for any other file].",
+    show_default="system for /etc/crontab and /etc/cron.d/*, user for any other file",
+    help="System format (a user field before the command) or user format.",
 )
 @click.option(
     "--catch-up",
@@ -738,7 +788,7 @@ def crontab() -> None:
 @click.option(
     "--dry-run", is_flag=True, help="Print the sync's plan; write nothing (implies --sync)."
 )
-@with_store
+@with_store(migrate=_unless_dry_run)
 async def crontab_import(
     store: Store,
     path: Path,
@@ -789,7 +839,7 @@ async def crontab_import(
     "with --dry-run.",
 )
 @json_option
-@with_store
+@with_store(migrate=_unless_dry_run)
 async def apply(
     store: Store,
     paths: tuple[Path, ...],
@@ -831,32 +881,46 @@ DEFAULT_MAX_LAG = 60.0
 )
 @click.option(
     "--max-lag",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=None,
-    metavar="SECONDS",
-    help=f"How late a due job may be for --check to pass (implies --check) "
-    f"[default: {DEFAULT_MAX_LAG:g}].",
+    show_default=f"{DEFAULT_MAX_LAG:g}",
+    help="How late a due job may be for --check to pass (implies --check).",
 )
 @click.pass_obj
 def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | None) -> None:
     """The headline (live nodes, leader, due jobs, database), then nodes, shards, job counts
     and the current lag. A node silent for longer than its time-to-live is 'lost'."""
 
-    async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]] | tuple[str, str]:
         async with connect(
-            obj["database_url"], data_dir=obj["data_dir"], read_url=obj["read_database_url"]
+            obj["database_url"],
+            data_dir=obj["data_dir"],
+            read_url=obj["read_database_url"],
+            migrate=False,  # status reads; a database without the schema is its headline
         ) as store:
             async with store.pool.connection() as conn:
                 where = describe(conn.info)
+            try:
+                await store.require_schema()
+            except SchemaMissing as exc:
+                return where, str(exc)
             nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)
             counts = await store.cluster_counts(ttl=DEFAULT_NODE_TTL)
             counts["stale_code_jobs"] = await store.stale_code_jobs()
             return where, nodes, counts
 
-    where, nodes, counts = run_command(read())
-    database = f"{where} (embedded)" if obj["embedded"] else where
+    found = run_command(read())
+    database = f"{found[0]} (embedded)" if obj["embedded"] else found[0]
+    checking = check or max_lag is not None
+    if len(found) == 2:
+        print_schema_missing(found[1], as_json, database=database, checking=checking)
+        if checking:
+            click.echo("check failed: no Pulse schema", err=True)
+            sys.exit(1)
+        return
+    _, nodes, counts = found
     problems = None
-    if check or max_lag is not None:
+    if checking:
         problems = status_problems(nodes, counts, DEFAULT_MAX_LAG if max_lag is None else max_lag)
     print_status(nodes, counts, as_json, database=database, problems=problems)
     if problems:
@@ -870,7 +934,7 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
 @click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
 @attempts_option
 @json_option
-@with_store
+@with_store()
 async def runs(
     store: Store,
     job_name: str | None,

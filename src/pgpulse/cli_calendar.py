@@ -44,7 +44,7 @@ def calendar() -> None:
     default=None,
     help="A subdivision of --country (CA, BY...), as holidays names it.",
 )
-@with_store
+@with_store(migrate=True)
 async def calendar_set(
     store: Store,
     name: str,
@@ -63,7 +63,7 @@ async def calendar_set(
 @calendar.command("list")
 @tenant_option
 @json_option
-@with_store
+@with_store()
 async def calendar_list(store: Store, tenant: str, as_json: bool) -> None:
     """List the calendars of a tenant, with the jobs that use each."""
     rows = await store.list_calendars(tenant)
@@ -73,7 +73,7 @@ async def calendar_list(store: Store, tenant: str, as_json: bool) -> None:
 @calendar.command("delete")
 @click.argument("name")
 @tenant_option
-@with_store
+@with_store()
 async def calendar_delete(store: Store, name: str, tenant: str) -> None:
     """Delete calendar NAME (refused while a job names it)."""
     await store.delete_calendar(tenant, name)

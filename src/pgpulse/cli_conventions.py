@@ -2,6 +2,10 @@
 
 * One environment variable per option, named by one rule from what the user types
   (:func:`envvar_for`), shown in ``--help``; no other name reaches an option.
+* ``--help`` ends each option's text with one bracket, ``[env: PGPULSE_X; default: 30; at
+  least 1 second]``, and numbers' bounds are words (:mod:`pgpulse.cli_types`) there and in
+  refusals: ``invalid value for --lease: must be at least 1
+  second, got 0`` (the variable is named only when the value came from it).
 * A value an option's type refuses is one line on stderr and exit 2 (:class:`Refused`), like
   every refusal of input; a malformed command line keeps click's usage hint.
 * The web edge's and the tools' commands (:data:`LAZY_COMMANDS`) are imported only when
@@ -13,15 +17,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
+from pgpulse.cli_types import worded
 from pgpulse.database import with_database
 from pgpulse.embedded import start_embedded
 from pgpulse.errors import DatabaseUnavailable, PulseError
@@ -91,20 +96,72 @@ def envvar_for(path: Sequence[str], option: click.Option) -> str:
     return "_".join(words).upper().replace("-", "_")
 
 
+class PulseOption(click.Option):
+    """click's option with the tree's wording: one bracket ending its help (``[env: X;
+    default: 30; at least 1 second]``: "env", a float default without ``.0``, a default
+    described in words as it is, not in parentheses), and an error hint that is the option's
+    name alone (click adds the variable even when the value came from the command line;
+    :func:`_one_line_refusals` names it when it did not)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        record = super().get_help_record(ctx)
+        if record is None:
+            return None
+        spec, text = record
+        head, sep, extra = text.rpartition("  [") if text.endswith("]") else (text, "", "")
+        if not sep and text.startswith("["):
+            head, sep, extra = "", "[", text[1:]
+        if sep:
+            extra = extra.replace("env var: ", "env: ", 1)
+            extra = re.sub(r"default: (-?\d+)\.0(?=[;\]])", r"default: \1", extra)
+            if isinstance(self.show_default, str):
+                extra = extra.replace(
+                    f"default: ({self.show_default})", f"default: {self.show_default}"
+                )
+            text = f"{head}  [{extra}" if head else f"[{extra}"
+        return spec, text
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        return " / ".join(self.opts)
+
+
 def apply_envvar_rule(command: click.Command, path: Sequence[str]) -> None:
     """Give every option of ``command`` its :func:`envvar_for` variable, shown in ``--help``, and
     no other: click's own fallback from the parameter name (``..._AS_JSON``) is switched off.
     Eager options that hold no value (``--version``) are actions, not settings: they get none.
-    The subcommands of a plain click group (a lazy one, ``token``) get theirs here too."""
+    Every option (and argument) gets the tree's wording too: :class:`PulseOption`, and number
+    types whose bounds are words (:func:`~pgpulse.cli_types.worded`), including the options of
+    plain click commands. The subcommands of a plain click group (a lazy one, ``token``) get
+    theirs here too."""
     for param in command.params:
+        param.type = worded(param.type)
         if not isinstance(param, click.Option) or (param.is_eager and not param.expose_value):
             continue
+        if type(param) is click.Option:
+            # The same object, worded as the tree's options are: PulseOption adds no state.
+            param.__class__ = PulseOption
         param.envvar = envvar_for(path, param)
         param.show_envvar = True
         param.allow_from_autoenv = False
     if isinstance(command, click.Group) and not isinstance(command, PulseGroup):
         for name, sub in command.commands.items():
             apply_envvar_rule(sub, [*path, name])
+
+
+def environment_source(ctx: click.Context, field: str | None) -> str | None:
+    """The environment variable that gave ``ctx``'s option for ``field`` (a refused input's
+    field: ``timezone``, or ``payload.url`` for ``--payload``), or ``None`` when the option
+    came from the command line, a default, or does not exist: a refusal then names the
+    variable, which the user may not know is set."""
+    name = (field or "").split(".", 1)[0]
+    for param in ctx.command.params:
+        if (
+            param.name == name
+            and isinstance(param, click.Option)
+            and ctx.get_parameter_source(name) is click.core.ParameterSource.ENVIRONMENT
+        ):
+            return param.envvar if isinstance(param.envvar, str) else None
+    return None
 
 
 def _command_path(ctx: click.Context) -> list[str]:
@@ -135,7 +192,16 @@ def _one_line_refusals() -> Iterator[None]:
     except click.MissingParameter:
         raise
     except click.BadParameter as exc:
-        raise Refused(exc.format_message()) from None
+        message = exc.format_message()
+        param, ctx = exc.param, exc.ctx
+        if (
+            isinstance(param, click.Option)
+            and ctx is not None
+            and param.name
+            and ctx.get_parameter_source(param.name) is click.core.ParameterSource.ENVIRONMENT
+        ):
+            message += f" (from the environment variable {param.envvar})"
+        raise Refused(message) from None
 
 
 def _not_utf8(text: str) -> str | None:
@@ -256,23 +322,3 @@ class GlobalOptions(dict[str, Any]):
         except PulseError as exc:
             click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(3 if isinstance(exc, DatabaseUnavailable) else 2)
-
-
-class IsoDateTime(click.ParamType[datetime]):
-    """A date and time in ISO 8601 as :meth:`datetime.fromisoformat` reads it (Python 3.11+):
-    ``2026-12-01T10:00``, ``2026-12-01 10:00``, ``2026-12-01T10:00:00.357+02:00``, ``...Z``,
-    ``20261201T1000`` or a bare date (midnight). Naive values are returned naive."""
-
-    name = "datetime"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> datetime:
-        if isinstance(value, datetime):
-            return value
-        try:
-            return datetime.fromisoformat(str(value))
-        except ValueError:
-            self.fail(
-                f"{value!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00", param, ctx
-            )

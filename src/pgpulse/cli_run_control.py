@@ -14,9 +14,10 @@ import click
 from pgpulse.audit import cli_actor
 from pgpulse.backfill import ONLY_CHOICES
 from pgpulse.cli import job, tenant_option, with_store
-from pgpulse.cli_conventions import IsoDateTime
+from pgpulse.cli_types import IsoDateTime
 from pgpulse.run_control import BackfillPlan, RunControl
 from pgpulse.store import Store
+from pgpulse.wording import plural
 
 
 @job.command("trigger")
@@ -28,7 +29,7 @@ from pgpulse.store import Store
     help="JSON object to run this once with instead of the job's payload: one extra "
     "occurrence beside the schedule, recorded as a trigger.",
 )
-@with_store
+@with_store()
 async def job_trigger(store: Store, name: str, tenant: str, payload: str | None) -> None:
     """Run job NAME now, once, as an extra occurrence.
 
@@ -79,7 +80,7 @@ async def job_trigger(store: Store, name: str, tenant: str, payload: str | None)
 )
 @click.option("--newest-first", is_flag=True, help="Run the newest occurrence first.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@with_store
+@with_store()
 async def job_backfill(
     store: Store,
     name: str,
@@ -135,11 +136,16 @@ def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) 
         click.echo(f"{'run ' if p.selected else 'keep'}  {p.scheduled_for.isoformat()}  {p.status}")
     count = len(plan.selected)
     if dry_run:
-        click.echo(f"dry run: {count} of {len(plan.plan)} occurrences of {name} would run")
+        click.echo(
+            f"dry run: {count} of {plural(len(plan.plan), 'occurrence')} of {name} would run"
+        )
     elif plan.batch_id is None:
-        click.echo(f"nothing to backfill: none of {len(plan.plan)} occurrences of {name} selected")
+        click.echo(
+            f"nothing to backfill: none of {plural(len(plan.plan), 'occurrence')} of {name} "
+            "selected"
+        )
     else:
         click.echo(
-            f"queued {count} of {len(plan.plan)} occurrences of {name} "
+            f"queued {count} of {plural(len(plan.plan), 'occurrence')} of {name} "
             f"(backfill batch {plan.batch_id})"
         )

@@ -35,7 +35,7 @@ def shards() -> None:
 @shards.command("show")
 @ttl_option
 @json_option
-@with_store
+@with_store()
 async def shards_show(store: Store, ttl: float, as_json: bool) -> None:
     """Show the shard count, the count each live node claims by, and the shard indexes."""
     state = await shard_state(store.pool, ttl=ttl)
@@ -72,7 +72,7 @@ async def shards_show(store: Store, ttl: float, as_json: bool) -> None:
     "--keep-old", is_flag=True, help="Keep the other counts' indexes (drop them by a later set)."
 )
 @ttl_option
-@with_store
+@with_store()
 async def shards_set(store: Store, count: int, wait: float, keep_old: bool, ttl: float) -> None:
     """Change the shard count to COUNT (1 to 32768), online: build its indexes CONCURRENTLY,
     publish it, wait for every live node to switch, drop the old count's indexes. Exit 1 if

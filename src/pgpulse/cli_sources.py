@@ -19,13 +19,14 @@ import click
 from pgpulse.alerts.declared import RuleRefused
 from pgpulse.applyfile import ApplyFile, parse_apply_file
 from pgpulse.audit import cli_actor
-from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab
+from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab, percent_note
 from pgpulse.crontab_sync import plan_crontab_sync
-from pgpulse.errors import InvalidInput, JobNotFound
+from pgpulse.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CatchUp
 from pgpulse.plan import Plan, format_plan, plan_source
 from pgpulse.report import print_records, to_json
 from pgpulse.store import Store
+from pgpulse.wording import plural
 
 __all__ = ["apply_files", "import_crontab", "print_history"]
 
@@ -54,12 +55,8 @@ async def _check_targets(files: list[ApplyFile]) -> None:
                 try:
                     await check_http_target(spec.payload, WebSettings())
                 except InvalidInput as exc:
-                    raise InvalidInput(
-                        f"{parsed.path}: job {spec.name!r}: {exc}; "
-                        "allow_private_target = true allows it",
-                        field=exc.field,
-                        value=exc.value,
-                    ) from None
+                    hint = "; allow_private_target = true allows it"
+                    raise parsed.refusal(spec.name, exc, hint) from None
 
 
 def _print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run: bool) -> None:
@@ -128,7 +125,14 @@ async def apply_files(
         )
     except RuleRefused as exc:  # said at the file and line that declares the rule
         parsed = next(f for f in files if exc.job in f.rules)
-        raise parsed.refusal(exc.job[1], exc.field or f"alerts.{exc.kind}", exc) from None
+        raise parsed.rule_refusal(exc.job[1], exc.field or f"alerts.{exc.kind}", exc) from None
+    except PulseError as exc:  # found in the database: where in which file
+        holder = next(
+            (f for f in reversed(files) for s in f.specs if (s.tenant, s.name) == exc.job), None
+        )
+        if holder is None or exc.job is None:
+            raise
+        raise holder.refusal(exc.job[1], exc) from None
     _print_plans(plans, [str(p) for p in paths], as_json=as_json, dry_run=dry_run)
     if exit_code and any(plan.changes_anything for plan in plans):
         sys.exit(1)
@@ -156,8 +160,14 @@ async def import_crontab(
     for error in parsed.errors:
         click.echo(f"refused {error}", err=True)
     if parsed.errors:
-        click.echo(f"error: {len(parsed.errors)} line(s) refused; nothing imported", err=True)
+        click.echo(
+            f"error: {plural(len(parsed.errors), 'line')} refused; nothing imported", err=True
+        )
         sys.exit(2)
+    for entry in parsed.entries:
+        note = percent_note(entry)
+        if note is not None:
+            click.echo(f"note: {note}", err=True)
     source = f"crontab:{resolved}"
     specs = [
         dataclasses.replace(entry_to_spec(e, tenant=tenant, source=source), catch_up=catch_up)
@@ -176,17 +186,25 @@ async def import_crontab(
     for spec, (_, created) in zip(specs, results, strict=True):
         click.echo(
             f"{'created' if created else 'kept   '} {spec.name}  [{spec.schedule}] "
-            f"{spec.payload.get('command', '')}"
+            f"{str(spec.payload.get('command', '')).strip()}"
         )
-    click.echo(f"imported {len(specs)} job(s) from {path}")
+    made = sum(1 for _, created in results if created)
+    click.echo(
+        f"imported {plural(len(specs), 'job')} from {path}: {made} created, "
+        f"{len(specs) - made} already imported"
+    )
 
 
 def _changes_text(changes: dict[str, Any], action: str) -> str:
+    """A history row's changes for its table cell: the field count of a create; else each
+    field's old and new value, ``meta`` last (it holds a crontab line: long, and a table cell
+    is cut), so the fields a person looks for come first."""
     if action == "create":
-        return f"{len(changes)} fields"
+        return plural(len(changes), "field")
+    ordered = sorted(changes.items(), key=lambda item: item[0] == "meta")
     return ", ".join(
         f"{key}: {json.dumps(old, default=str)} -> {json.dumps(new, default=str)}"
-        for key, (old, new) in changes.items()
+        for key, (old, new) in ordered
     )
 
 

@@ -33,7 +33,8 @@ from typing import Any, TypeAlias
 
 from pgpulse.errors import CrontabError, InvalidInput
 from pgpulse.jobs import JobSpec
-from pgpulse.schedule import parse_schedule
+from pgpulse.schedule import REBOOT_ADVICE, parse_schedule
+from pgpulse.wording import plural
 
 __all__ = [
     "CRON_MACROS",
@@ -68,6 +69,14 @@ _SLUG_MAX = 40
 _WORDS_MAX = 24
 #: A shell operator or redirection, left out of job names (``>``, ``2>&1``, ``|``, ``&&``).
 _SHELL_OPERATOR = re.compile(r"^(\d*[<>]|[|&;()]|\$\()")
+#: The first words of a guard or preamble before a line's real command, left out of its job
+#: name: ``test -x /usr/bin/certbot && certbot renew``, ``[ -d /srv ] && ...``, ``cd /srv &&
+#: ...``, ``sleep 30; ...`` (Debian's own cron files are full of them).
+_PREAMBLES = frozenset({"test", "[", "[[", "cd", "sleep", "true", ":"})
+#: ``NAME=value`` before a command: an environment setting, not the command.
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+#: An interpreter one-liner that only waits: ``perl -e "sleep int(rand(43200))"`` (certbot's).
+_SLEEPER = re.compile(r"""^(perl|python3?|ruby|sh|bash) -[ec] ["']?sleep\b""")
 
 #: ``NAME =`` at the start of an environment line; a quoted name may hold blanks (env.c).
 _ENV_HEAD = re.compile(
@@ -244,6 +253,22 @@ def split_command(text: str) -> tuple[str, str | None]:
     return "".join(out), None
 
 
+def percent_note(entry: CrontabEntry) -> str | None:
+    """What Pulse does with an entry's unescaped ``%``, said plainly for the importer, or
+    ``None`` for a line without one. The rule is cron's (``man 5 crontab``): the first
+    unescaped ``%`` ends the command and starts its standard input, each further one starts a
+    new line of it; ``file:line: % starts standard input, as in cron: the job runs 'date +'
+    with input 'Y-\\nm-\\nd\\n' (3 lines); write \\% for a literal percent sign``."""
+    if entry.stdin is None:
+        return None
+    shown = repr(entry.stdin if len(entry.stdin) <= 60 else entry.stdin[:59] + "…")
+    return (
+        f"{entry.path}:{entry.line_no}: % starts standard input, as in cron: the job runs "
+        f"{entry.command.strip()!r} with input {shown} "
+        f"({plural(entry.stdin.count(chr(10)), 'line')}); write \\% for a literal percent sign"
+    )
+
+
 def job_name_for(entry: CrontabEntry, *, prefix: str | None = None) -> str:
     """Return the stable job name of a crontab entry: short, readable, unique in its file.
 
@@ -251,10 +276,14 @@ def job_name_for(entry: CrontabEntry, *, prefix: str | None = None) -> str:
     (N >= 2), e.g. ``relay.echo-relay-billing-usage-3b1ea88b``:
 
     * ``words``: the command's first words, at most 24 characters of whole words joined by
-      ``-`` (a first word longer than that is cut). Options (``-x``, ``--full``) and shell
-      operators and redirections (``>``, ``2>&1``, ``|``, ``&&``) are left out, a path stands
-      for its last part (``/usr/local/bin/backup`` is ``backup``), and each word is
-      lower-cased with runs of other characters made ``-``. ``job`` if nothing is left.
+      ``-`` (a first word longer than that is cut). Guards and preambles before the real
+      command are left out (``test -x /usr/bin/certbot && perl -e "sleep ..." && certbot -q
+      renew`` is named ``certbot-renew``; also ``[ ... ] &&``, ``cd DIR &&``, ``sleep N;``,
+      and ``NAME=value`` settings before a command),
+      and so are options (``-x``, ``--full``) and shell operators and redirections (``>``,
+      ``2>&1``, ``|``, ``&&``); a path stands for its last part (``/usr/local/bin/backup`` is
+      ``backup``), and each word is lower-cased with runs of other characters made ``-``.
+      ``job`` if nothing is left.
     * ``hash``: the first 8 hex digits of SHA-256 over (schedule, timezone, user, command,
       stdin): what makes the line the same job. The environment (``PATH=``...) is not part of
       it, so a new ``PATH`` updates the same job; an edited schedule or command is a new one.
@@ -382,10 +411,7 @@ def _split_entry(body: str, system: bool, refuse: _Refuse) -> tuple[str, str | N
         marker, rest = _take_fields(body, 1)
         nickname = marker[0]
         if nickname == "@reboot":
-            raise refuse(
-                "@reboot is not supported: Pulse has no reboot event "
-                "(start the command from your service manager instead)"
-            )
+            raise refuse(f"@reboot is not supported: {REBOOT_ADVICE}")
         if nickname == PULSE6_MARKER:
             fields, rest = _take_fields(rest, 6)
             if len(fields) < 6:
@@ -404,7 +430,7 @@ def _split_entry(body: str, system: bool, refuse: _Refuse) -> tuple[str, str | N
     else:
         fields, rest = _take_fields(body, 5)
         if len(fields) < 5:
-            raise refuse(f"too few fields: expected {layout}, found {len(fields)} field(s)")
+            raise refuse(f"too few fields: expected {layout}, found {plural(len(fields), 'field')}")
         schedule = " ".join(fields)
     if rest.startswith("*"):
         # cron's "catch a common typo" (entry.c): a 6th time field where the user or the
@@ -543,11 +569,36 @@ def _slug(text: str) -> str:
     return _NON_SLUG.sub("-", text.lower()).strip("-")[:_SLUG_MAX].rstrip("-")
 
 
-def _command_words(command: str) -> str:
-    """The first words of ``command`` as a slug of at most :data:`_WORDS_MAX` characters (see
-    :func:`job_name_for`)."""
-    words: list[str] = []
+def _after_preambles(command: str) -> list[str]:
+    """The words of ``command`` from its real command on: leading guards and preambles
+    (:data:`_PREAMBLES`, :data:`_SLEEPER`), each ended by ``&&``, ``||`` or ``;``, are left
+    out, with the ``(`` or ``{`` that groups what follows. All of ``command`` if nothing else
+    is left."""
+    segments: list[list[str]] = [[]]
     for token in command.split():
+        if token in ("&&", "||", ";"):
+            segments.append([])
+        elif token.endswith(";"):
+            segments[-1].append(token[:-1])
+            segments.append([])
+        else:
+            segments[-1].append(token)
+    for index, segment in enumerate(segments):
+        while segment and (segment[0] in ("(", "{") or _ASSIGNMENT.match(segment[0])):
+            segment = segment[1:]  # a group's opening, or an environment setting (X=1 cmd)
+        if not segment:
+            continue
+        if segment[0] in _PREAMBLES or _SLEEPER.match(" ".join(segment)):
+            continue
+        return [token for later in [segment, *segments[index + 1 :]] for token in later]
+    return command.split()
+
+
+def _command_words(command: str) -> str:
+    """The first words of ``command``'s real command (after guards such as ``test -x ... &&``)
+    as a slug of at most :data:`_WORDS_MAX` characters (see :func:`job_name_for`)."""
+    words: list[str] = []
+    for token in _after_preambles(command):
         if token.startswith("-") or _SHELL_OPERATOR.match(token):
             continue
         word = _slug(token.rstrip("/").rsplit("/", 1)[-1] if "/" in token else token)

@@ -24,6 +24,7 @@ from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, t
 from pgpulse.limits import calendar_skip, completes, resume_policy, resume_skip_reason
 from pgpulse.model import ClaimedJob, Outcome, RunOutcome
 from pgpulse.planner import Advance, CatchUpPolicy, ClaimDecision, hold, plan_claim, retry_delay
+from pgpulse.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -240,8 +241,8 @@ class Dispatcher:
             error = (
                 None
                 if outcome == "skipped"
-                else f"attempts exhausted: {job.max_attempts} attempts ended without an outcome "
-                "(lease lost or expired, or handed back at a stop)"
+                else f"attempts exhausted: {plural(job.max_attempts, 'attempt')} ended without an "
+                "outcome (lease lost or expired, or handed back at a stop)"
             )
             reason = _skip_reason(job, decision.advance)
             if outcome == "skipped" and reason.startswith("paused"):
@@ -273,7 +274,8 @@ class Dispatcher:
             return Outcome(
                 job,
                 "fenced",
-                error=f"attempts exhausted: {job.max_attempts} attempts ended without an outcome",
+                error=f"attempts exhausted: {plural(job.max_attempts, 'attempt')} ended without an "
+                "outcome",
             )
         if job.handler in self.handlers:
             return None

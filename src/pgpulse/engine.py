@@ -65,6 +65,7 @@ from pgpulse.routing import routes_for, watched_shards
 from pgpulse.sharding import shards_for
 from pgpulse.store import Store
 from pgpulse.sweeper import Sweeper
+from pgpulse.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -270,14 +271,14 @@ class Node:
         revived = await self.store.revive_jobs(list(self.handlers))
         if revived:
             log.info(
-                "revived %d jobs whose handler this node knows",
-                revived,
+                "revived %s whose handler this node knows",
+                plural(revived, "job"),
                 extra={"action": "jobs_revived", "count": revived},
             )
         log.info(
-            "node %s started with %d slots",
+            "node %s started with %s",
             self.node_id,
-            self.config.slots,
+            plural(self.config.slots, "slot"),
             extra={"action": "node_started", "node": self.node_id},
         )
 
@@ -386,8 +387,8 @@ class Node:
             )
             handed, counted = handed + more, counted + more_counted
             log.info(
-                "handed back %d unfinished claims (%d counted as attempts)",
-                handed,
+                "handed back %s (%d counted as attempts)",
+                plural(handed, "unfinished claim"),
                 counted,
                 extra={"action": "claims_released", "count": handed, "counted": counted},
             )

@@ -7,6 +7,7 @@ Raising one of these at the boundary guarantees that nothing was written (design
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -24,7 +25,14 @@ class PulseError(Exception):
         field: the name of the input field that was refused (``"schedule"``, ``"timezone"``,
             ``"payload"``...), or ``None`` when the error is not about one field.
         value: the refused value, kept as given.
+
+    Attributes:
+        job: ``(tenant, name)`` of the definition refused, when a write of several definitions
+            (:func:`pgpulse.reconcile.reconcile`: ``apply``, ``crontab import --sync``) knows
+            which; ``pgpulse apply`` names its file and line from it. ``None`` otherwise.
     """
+
+    job: tuple[str, str] | None = None
 
     def __init__(self, message: str, *, field: str | None = None, value: Any = None) -> None:
         super().__init__(message)
@@ -82,11 +90,17 @@ class NotFound(PulseError):
 
 
 class JobNotFound(NotFound):
-    """No job has the given (tenant, name); a ``tenant`` of ``None`` means in any tenant."""
+    """No job has the given (tenant, name); a ``tenant`` of ``None`` means in any tenant.
+    ``elsewhere``: tenants that do have a job of that name, named in the message as a hint."""
 
-    def __init__(self, tenant: str | None, name: str) -> None:
+    def __init__(self, tenant: str | None, name: str, elsewhere: Sequence[str] = ()) -> None:
         where = "in any tenant" if tenant is None else f"in tenant {tenant!r}"
-        super().__init__(f"no job named {name!r} {where}", field="name", value=name)
+        hint = ""
+        if len(elsewhere) == 1:
+            hint = f" (tenant {elsewhere[0]!r} has one: --tenant {elsewhere[0]})"
+        elif elsewhere:
+            hint = f" (tenants {', '.join(map(repr, elsewhere))} have one: --tenant NAME)"
+        super().__init__(f"no job named {name!r} {where}{hint}", field="name", value=name)
         self.tenant = tenant
 
 
@@ -97,6 +111,13 @@ class DatabaseUnavailable(PulseError):
 class PreReleaseSchema(PulseError):
     """The database holds the schema of the pre-release Pulse 0.1.0, which no migration upgrades
     (release 0.2.0 starts from a new baseline)."""
+
+
+class SchemaMissing(PulseError):
+    """A command that only reads (or changes what exists) met a database without Pulse's
+    current schema: it never migrates one itself (``pgpulse migrate``, a node, or a command
+    that creates definitions does). ``field`` is ``"database"``, ``value`` the schema version
+    found (0: none)."""
 
 
 class InvalidNotifierConfig(InvalidInput):

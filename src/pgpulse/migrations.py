@@ -16,7 +16,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from pgpulse.errors import PreReleaseSchema
+from pgpulse.database import describe
+from pgpulse.errors import PreReleaseSchema, SchemaMissing
 from pgpulse.sql import migration_files
 
 log = logging.getLogger(__name__)
@@ -90,3 +91,24 @@ async def schema_version(conn: psycopg.AsyncConnection[Any]) -> int:
     await cur.execute("SELECT coalesce(max(version), 0) FROM pgpulse_migrations")
     row = await cur.fetchone()
     return int(row[0]) if row else 0
+
+
+async def require_schema(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Refuse a database whose schema is older than this Pulse's migrations (or absent), and
+    write nothing: what a command that does not migrate checks first.
+
+    Raises:
+        SchemaMissing: one line naming the database (never a password), the version found and
+            what to run (``pgpulse migrate``, or start a node: nodes migrate at start).
+    """
+    found = await schema_version(conn)
+    latest = migration_files()[-1][0]
+    if found >= latest:
+        return
+    where = describe(conn.info)
+    has = "has no Pulse schema" if found == 0 else f"has Pulse schema {found}, not {latest}"
+    raise SchemaMissing(
+        f"{where} {has}: run `pgpulse migrate`, or start a node (nodes migrate at start)",
+        field="database",
+        value=found,
+    )

@@ -11,13 +11,14 @@ step recorded in the audit trail — or, for a dry run, nothing is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pgpulse.access import OPERATOR, Writer, check_write
 from pgpulse.audit import PYTHON_ACTOR, Actor
-from pgpulse.errors import InvalidInput
+from pgpulse.errors import InvalidInput, PulseError
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.plan import Key, Plan
 from pgpulse.sql import QUERIES
@@ -40,6 +41,18 @@ __all__ = ["Planner", "reconcile"]
 Planner = Callable[[str, Sequence[JobSpec], Mapping[Key, Mapping[str, Any]]], Plan]
 
 
+@contextmanager
+def _about(spec: JobSpec) -> Iterator[None]:
+    """A refusal raised inside is about ``spec``: its :attr:`~pgpulse.errors.PulseError.job`
+    names it (``pgpulse apply`` turns that into file and line)."""
+    try:
+        yield
+    except PulseError as exc:
+        if exc.job is None:
+            exc.job = (spec.tenant, spec.name)
+        raise
+
+
 def _check_unique(batches: Sequence[tuple[str, Sequence[JobSpec]]]) -> None:
     seen: dict[Key, str] = {}
     for source, specs in batches:
@@ -47,11 +60,12 @@ def _check_unique(batches: Sequence[tuple[str, Sequence[JobSpec]]]) -> None:
             key = (spec.tenant, spec.name)
             if key in seen:
                 where = "twice" if seen[key] == source else f"by {seen[key]} and {source}"
-                raise InvalidInput(
-                    f"job {spec.name!r} of tenant {spec.tenant!r} is defined {where}",
-                    field="name",
-                    value=spec.name,
-                )
+                with _about(spec):
+                    raise InvalidInput(
+                        f"job {spec.name!r} of tenant {spec.tenant!r} is defined {where}",
+                        field="name",
+                        value=spec.name,
+                    )
             seen[key] = source
 
 
@@ -98,13 +112,17 @@ async def reconcile(
             (:class:`~pgpulse.alerts.declared.RuleRefused`); nothing is written.
         UnknownHandler: a spec's handler is not known.
         Forbidden: ``writer`` may not write a definition of the plan.
+
+        Each of these names the definition it refuses in its ``job``.
     """
     _check_unique(batches)
     every = [spec for _, specs in batches for spec in specs]
     known = set(extra_handlers)
     if unknown_handlers(every, known):
         known |= await store.registered_handlers()
-    check_handlers(every, known)
+    for spec in every:
+        with _about(spec):
+            check_handlers([spec], known)
     sources = sorted({source for source, _ in batches})
     async with store.pool.connection() as conn, conn.transaction():
         for source in sources:
@@ -122,9 +140,10 @@ async def reconcile(
             for step in plan.steps:
                 if step.spec is not None and step.action in ("create", "update"):
                     row = by_id.get(step.job_id) if step.job_id is not None else None
-                    await check_definition(
-                        conn, step.spec, None if row is None else dict(row), clock
-                    )
+                    with _about(step.spec):
+                        await check_definition(
+                            conn, step.spec, None if row is None else dict(row), clock
+                        )
         if not dry_run:
             ids = await _write(conn, plans, by_id, clock=clock, actor=actor, now=now)
             if rules:
@@ -143,7 +162,8 @@ def _check_writes(
         for step in plan.steps:
             if step.spec is not None and step.action in ("create", "update"):
                 row = by_id.get(step.job_id) if step.job_id is not None else None
-                check_write(writer, step.spec, None if row is None else row["handler"])
+                with _about(step.spec):
+                    check_write(writer, step.spec, None if row is None else row["handler"])
 
 
 async def _write(

@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from pgpulse.errors import DatabaseUnavailable, PulseError
 from pgpulse.sharding import DEFAULT_SHARD_COUNT
+from pgpulse.wording import plural
 
 T = TypeVar("T")
 
@@ -256,7 +257,7 @@ def print_job(
                 ("last outcome", job["last_outcome"] or "-"),
                 ("last finished", _instant(job["last_finished_at"])),
                 ("last error", job["last_error"] or "-"),
-                ("late now", _seconds(job["due_lag"])),
+                ("late now", "-" if job["due_lag"] is None else f"{job['due_lag']:.1f} s"),
                 ("created", _instant(job["created_at"])),
                 ("updated", _instant(job["updated_at"])),
             ],
@@ -317,32 +318,29 @@ def _overlap(job: dict[str, Any]) -> str:
     return "replace: a new occurrence cancels the running one"
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
     """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
-    lost nodes, shards still moving, jobs no live node can run, and the database, e.g.
+    lost nodes, shards still moving, jobs no live node can run (beside live nodes: with none,
+    every job waits, and the lines below the table say by handler), and the database, e.g.
     ``3 nodes alive, leader node-2, 0 jobs due — database 'pulse' on db.internal:5432``."""
     alive = [n for n in nodes if n["alive"]]
     lost = [n for n in nodes if n["state"] == "lost"]
     leader = next((n["node_id"] for n in nodes if n["leader"]), None)
     due, lag = counts["due"], counts["max_lag"]
-    jobs = _count(due, "job") + " due" + (f", oldest {lag:.1f} s late" if due and lag else "")
+    jobs = plural(due, "job") + " due" + (f", oldest {lag:.1f} s late" if due and lag else "")
     if not alive:
         line = f"NO LIVE NODE: {jobs}"
     else:
-        line = f"{_count(len(alive), 'node')} alive, leader {leader or 'none yet'}, {jobs}"
+        line = f"{plural(len(alive), 'node')} alive, leader {leader or 'none yet'}, {jobs}"
         owned = sum(len(n["shards"]) for n in alive)
         total = alive[0].get("shard_count", DEFAULT_SHARD_COUNT)  # the database's count
         if owned != total:
             line += f", shards moving ({owned} of {total} owned)"
     if lost:
-        line += f"; {_count(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
+        line += f"; {plural(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
     waiting = counts.get("unroutable", [])
-    if waiting:
-        line += f"; {_count(sum(w['jobs'] for w in waiting), 'job')} waiting: " + ", ".join(
+    if waiting and alive:  # with no live node every job waits: the headline said why
+        line += f"; {plural(sum(w['jobs'] for w in waiting), 'job')} waiting: " + ", ".join(
             w["reason"] for w in waiting
         )
     return f"{line} — {database}"
@@ -360,6 +358,30 @@ def status_problems(
     if lag is not None and lag > max_lag:
         problems.append(f"the most overdue job is {lag:.1f} s late, over --max-lag {max_lag:g} s")
     return problems
+
+
+def print_schema_missing(
+    reason: str, as_json: bool, *, database: str, checking: bool = False
+) -> None:
+    """``pgpulse status`` on a database without Pulse's current schema: the headline says so
+    (``NO PULSE SCHEMA: run `pgpulse migrate`...``), with ``reason``, the
+    :class:`~pgpulse.errors.SchemaMissing` text; ``--json`` has the same ``headline`` and
+    ``database``, no nodes, ``jobs`` null (and a failed ``check`` with ``checking``)."""
+    advice = reason.split(": ", 1)[-1]
+    headline = f"NO PULSE SCHEMA: {advice} — {database}"
+    if as_json:
+        document: dict[str, Any] = {
+            "headline": headline,
+            "database": database,
+            "nodes": [],
+            "leader": None,
+            "jobs": None,
+        }
+        if checking:
+            document["check"] = {"ok": False, "problems": ["no Pulse schema"]}
+        click.echo(json.dumps(document, indent=2))
+        return
+    click.echo(headline)
 
 
 def print_status(
@@ -408,13 +430,13 @@ def print_status(
         f"lag of the most overdue job: {'none' if lag is None else f'{lag:.1f} s'}"
     )
     for w in counts.get("unroutable", []):
-        click.echo(f"waiting: {_count(w['jobs'], 'job')} ({w['due']} due): {w['reason']}")
+        click.echo(f"waiting: {plural(w['jobs'], 'job')} ({w['due']} due): {w['reason']}")
     stale = counts.get("stale_code_jobs") or []
     if stale:
         names = ", ".join(
             j["name"] if j["tenant"] == "default" else f"{j['tenant']}/{j['name']}" for j in stale
         )
         click.echo(
-            f"declared by code no longer running: {len(stale)} job(s): {names} "
+            f"declared by code no longer running: {plural(len(stale), 'job')}: {names} "
             "(node run --prune-code-jobs deletes them)"
         )

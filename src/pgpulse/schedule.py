@@ -356,6 +356,14 @@ class Schedule:
         return f"{describe_cron(self._cron_fields)} ({self.timezone})"
 
 
+#: Why ``@reboot`` is refused, and what to do instead: one wording for ``schedule next``, job
+#: definitions and crontab import.
+REBOOT_ADVICE = (
+    "Pulse has no reboot event: start the command from your service manager at boot, or run "
+    "a job once now with `pgpulse job trigger`"
+)
+
+
 @lru_cache(maxsize=4096)
 def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     """Parse and validate a schedule (cached on ``(expr, timezone)``).
@@ -385,7 +393,7 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
         zone = load_zone(timezone)
         return Schedule(text, timezone, "once", None, zone, at=_parse_at(expr, words[1:], zone))
     if head == "@reboot":
-        raise invalid(expr, "Pulse has no reboot event; use a one-off trigger instead")
+        raise invalid(expr, REBOOT_ADVICE)
     if head.startswith("@"):
         if head not in _MACROS or len(words) > 1:
             known = ", ".join(_MACROS)

@@ -25,7 +25,7 @@ from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.limits import RESUME_MODES
-from pgpulse.migrations import migrate
+from pgpulse.migrations import migrate, require_schema
 from pgpulse.plan import Plan
 from pgpulse.reconcile import Planner, reconcile
 from pgpulse.routing import waiting_reason
@@ -128,6 +128,15 @@ class Store(CalendarStore):
         """Apply pending migrations (serialised by an advisory lock); return versions applied."""
         async with self.pool.connection() as conn:
             return await migrate(conn)
+
+    async def require_schema(self) -> None:
+        """Refuse a database without this Pulse's current schema; migrate nothing.
+
+        Raises:
+            SchemaMissing: see :func:`pgpulse.migrations.require_schema`.
+        """
+        async with self.pool.connection() as conn:
+            await require_schema(conn)
 
     async def db_now(self) -> datetime:
         """The database's current instant."""
@@ -260,6 +269,10 @@ class Store(CalendarStore):
     async def list_jobs(self, tenant: str | None = None) -> list[dict[str, Any]]:
         """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
         return await self._read_rows("list_jobs", {"tenant": tenant})
+
+    async def tenants_with_job_name(self, name: str) -> list[str]:
+        """The tenants (at most five, in order) that have a job named ``name``."""
+        return [row["tenant"] for row in await self._rows("tenants_with_job_name", {"name": name})]
 
     async def pause_job(
         self,

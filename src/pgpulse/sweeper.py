@@ -23,6 +23,7 @@ import time
 from pgpulse.database import Session
 from pgpulse.model import Heartbeat
 from pgpulse.store import Store
+from pgpulse.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +117,9 @@ class Sweeper:
         runs, nodes = await self.store.prune(keep_runs=self.keep_runs)
         if runs or nodes:
             log.info(
-                "pruned %d runs and %d silent nodes",
-                runs,
-                nodes,
+                "pruned %s and %s",
+                plural(runs, "run"),
+                plural(nodes, "silent node"),
                 extra={"action": "pruned", "runs": runs, "nodes": nodes},
             )
         return runs, nodes

@@ -83,10 +83,22 @@ def notifier() -> None:
 
 
 def _read_config(text: str) -> object:
+    """The JSON config of ``--config``: given, ``@FILE``'s content, or ``-`` standard input.
+
+    Raises:
+        InvalidInput: ``field="config"``: FILE cannot be read (missing, a folder, not UTF-8),
+            or the text is not JSON (the text is not shown: it may hold secrets).
+    """
     if text == "-":
         text = sys.stdin.read()
     elif text.startswith("@"):
-        text = Path(text[1:]).read_text(encoding="utf-8")
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InvalidInput(
+                f"config {text!r}: cannot read {text[1:]!r}: {why}", field="config", value=text
+            ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

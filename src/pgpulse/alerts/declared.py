@@ -33,6 +33,8 @@ class RuleRefused(InvalidInput):
     and ``kind`` the rule (``field`` is ``alerts.<kind>.notify`` or ``alerts.<kind>.threshold``),
     so a file's reader can say where it is."""
 
+    job: Key
+
     def __init__(self, exc: InvalidInput, job: Key, kind: str) -> None:
         key = "notify" if exc.field == "notifiers" else (exc.field or "threshold")
         super().__init__(exc.message, field=f"alerts.{kind}.{key}", value=exc.value)

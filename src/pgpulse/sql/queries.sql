@@ -807,6 +807,15 @@ FROM pgpulse_job_names n JOIN pgpulse_jobs j ON j.id = n.job_id
 WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
 ORDER BY n.tenant, n.name;
 
+-- name: tenants_with_job_name
+-- The tenants that have a job named %(name)s (at most five): the hint of a "no job named"
+-- refusal in another tenant.
+SELECT tenant
+FROM pgpulse_job_names
+WHERE name = %(name)s
+ORDER BY tenant
+LIMIT 5;
+
 -- name: pause_job
 -- Pause an idle, failed or paused job (a paused one takes the new %(until)s and %(reason)s, and
 -- keeps its own when neither is given):

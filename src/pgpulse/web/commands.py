@@ -90,9 +90,19 @@ def token() -> None:
     """Create, list and revoke API tokens (stored only as hashes)."""
 
 
-def _tokens(obj: dict[str, Any], action: Callable[[TokenStore], Coroutine[Any, Any, T]]) -> T:
+def _tokens(
+    obj: dict[str, Any],
+    action: Callable[[TokenStore], Coroutine[Any, Any, T]],
+    *,
+    migrate: bool = False,
+) -> T:
+    """Run ``action`` on the tokens; only ``token create`` (``migrate``) creates the schema,
+    the others refuse a database without it (one line, exit 2)."""
+
     async def main() -> T:
-        async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
+        async with connect(
+            obj["database_url"], data_dir=obj["data_dir"], migrate=migrate, require_schema=True
+        ) as store:
             return await action(TokenStore(store.pool))
 
     return run_command(main())
@@ -111,7 +121,7 @@ def _tokens(obj: dict[str, Any], action: Callable[[TokenStore], Coroutine[Any, A
 def token_create(obj: dict[str, Any], tenant: str | None, admin: bool, label: str) -> None:
     """Create a token and print it once (only its hash is stored)."""
     secret, row = _tokens(
-        obj, lambda tokens: tokens.create(tenant=tenant, admin=admin, label=label)
+        obj, lambda tokens: tokens.create(tenant=tenant, admin=admin, label=label), migrate=True
     )
     scope = "admin" if admin else f"tenant {tenant}"
     click.echo(f"created token {row['id']} ({scope}); it is shown only now:", err=True)

@@ -7,6 +7,7 @@ thin: parse options, call the tool, print one line on error.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
+from pgpulse.cli_types import Seconds
 from pgpulse.report import run_command
 
 if TYPE_CHECKING:
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 @click.command(context_settings={"ignore_unknown_options": False})
 @click.argument("crontabs", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
-    "--duration", type=click.FloatRange(20, 170), default=75.0, help="Seconds the three nodes run."
+    "--duration", type=Seconds(20, 170), default=75.0, help="How long the three nodes run."
 )
 @click.option(
     "--system",
@@ -47,10 +49,10 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
 @click.command("chaos")
 @click.option(
     "--duration",
-    type=click.FloatRange(5),
+    type=Seconds(5),
     default=60.0,
     show_envvar=True,
-    help="Seconds during which faults are injected.",
+    help="How long faults are injected.",
 )
 @click.option(
     "--nodes",
@@ -64,7 +66,8 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     type=int,
     default=None,
     show_envvar=True,
-    help="Seed of the fault plan and workload [default: random, printed].",
+    show_default="random, printed",
+    help="Seed of the fault plan and workload.",
 )
 @click.option(
     "--jobs", type=click.IntRange(7), default=300, show_envvar=True, help="Jobs in the workload."
@@ -77,21 +80,19 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     help="Effect guard: lease (the token must hold a live lease: exactly once) or "
     "token (newest token wins: orders writes, but a zombie can still write).",
 )
-@click.option(
-    "--lease", type=click.FloatRange(2), default=4.0, help="Every node's --lease, seconds."
-)
+@click.option("--lease", type=Seconds(2), default=4.0, help="Every node's --lease.")
 @click.option(
     "--heartbeat",
-    type=click.FloatRange(0.1),
+    type=Seconds(0.1),
     default=0.5,
-    help="Every node's --heartbeat, seconds (under a third of --lease).",
+    help="Every node's --heartbeat (under a third of --lease).",
 )
 @click.option("--slots", type=click.IntRange(1, 1000), default=32, help="Every node's --slots.")
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=3.0,
-    help="Every node's --drain-timeout, seconds.",
+    help="Every node's --drain-timeout.",
 )
 @click.option(
     "--cluster",
@@ -113,8 +114,8 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
     show_envvar=True,
-    help="With --cluster: the PostgreSQL programs' folder, e.g. /usr/lib/postgresql/15/bin "
-    "[default: the embedded server's].",
+    show_default="the embedded server's",
+    help="With --cluster: the PostgreSQL programs' folder, e.g. /usr/lib/postgresql/15/bin.",
 )
 @click.option(
     "--patroni",
@@ -126,8 +127,9 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     "--faults",
     default=None,
     show_envvar=True,
+    show_default="all",
     help="Fault kinds, comma-separated (kill, pause, partition, delay, pg_restart, join_leave; "
-    "with --cluster failover, switchover instead of pg_restart) [default: all of these]. "
+    "with --cluster failover, switchover instead of pg_restart). "
     "Opt-in: reshard (change the shard count online while the nodes run).",
 )
 @click.option(
@@ -219,6 +221,11 @@ def _replication(
 # -- bench: Pulse against the raw SQL ceiling and peer schedulers (pgpulse_tools.bench) --------
 
 
+#: The modules of the ``bench`` extra that ``pgpulse bench`` imports (the report's plots, the
+#: peers of scenario 7, the process figures), checked before anything runs.
+BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastinate")
+
+
 @click.command("bench")
 @click.option(
     "--scale",
@@ -265,12 +272,21 @@ def bench(
     from pgpulse_tools.bench.run import ALL, run_bench
     from pgpulse_tools.bench.run import report_only as rewrite_report
 
+    chosen = tuple(part.strip() for part in only.split(",") if part.strip())
+    if not report_only and (not chosen or any(part not in ALL for part in chosen)):
+        raise click.BadParameter(f"{only!r}: scenarios are {','.join(ALL)}", param_hint="--only")
+    missing = [name for name in BENCH_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        click.echo(
+            f"error: pgpulse bench needs the bench extra: {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed here; run it as "
+            "./scripts/bench, which creates .venv-bench with the extra",
+            err=True,
+        )
+        sys.exit(2)
     if report_only:
         click.echo(f"wrote {rewrite_report(out)}")
         return
-    chosen = tuple(part.strip() for part in only.split(",") if part.strip())
-    if not chosen or any(part not in ALL for part in chosen):
-        raise click.BadParameter(f"{only!r}: scenarios are {','.join(ALL)}", param_hint="--only")
 
     async def bench_main() -> None:
         dsn = resolve_dsn(obj["database_url"], obj["data_dir"])

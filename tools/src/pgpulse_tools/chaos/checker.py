@@ -43,6 +43,7 @@ from typing import Any
 from tabulate import tabulate
 
 from pgpulse.schedule import parse_schedule
+from pgpulse.wording import plural
 from pgpulse_tools.chaos.effects import OVERLAP_N, duplicates, most_at_once, overlaps
 from pgpulse_tools.chaos.history import (
     CLOSING_OUTCOMES,
@@ -201,7 +202,7 @@ def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
             elif job.catch_up == "backfill" and run.outcome != "succeeded":
                 lost.append(
                     f"{job.name} (id {job.id}) @ {_ts(at)}: {run.outcome} after "
-                    f"{run.attempts} attempt(s)"
+                    + plural(run.attempts, "attempt")
                 )
     return lost, missing, queued
 

@@ -14,6 +14,9 @@ ring of ``node-1``..``node-3`` (:func:`pgpulse.sharding.shards_for`), so every n
 before the kill. At the end an occurrence is *missed* when the job has moved past it without a
 run (it will never run: must be 0 for the backfill job) and *pending* when the job has not
 reached it yet (still due: it runs when a node next starts); duplicates must be 0 everywhere.
+
+The demo's own lines are all it prints: each node logs (at INFO) to ``node-N.log`` in a
+folder of its own, which the demo names at the start and at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -47,6 +51,7 @@ from pgpulse.schedule import parse_schedule
 from pgpulse.sharding import shards_for
 from pgpulse.sql import load_queries
 from pgpulse.store import Store
+from pgpulse.wording import plural
 
 Q = load_queries("demo.sql", __package__)
 #: The checkout's examples/relay.crontab (tools/src/pgpulse_tools/demo/run.py is four levels down).
@@ -128,36 +133,41 @@ def _spread_ids(count: int) -> list[tuple[int, str]]:
     return chosen
 
 
-def _start_node(dsn: str, node_id: str) -> subprocess.Popen[bytes]:
+def _start_node(dsn: str, node_id: str, logs: Path) -> subprocess.Popen[bytes]:
+    """Start node ``node_id`` on ``dsn``, its output (INFO logs) in ``logs/<node_id>.log``."""
     env = {**os.environ, "PGPULSE_DATABASE_URL": dsn}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pgpulse",
-            "--log-level",
-            "WARNING",
-            "node",
-            "run",
-            "--app",
-            "pgpulse_tools.demo.run:app",
-            "--node-id",
-            node_id,
-            "--slots",
-            "8",
-            "--lease",
-            str(LEASE),
-            "--heartbeat",
-            str(HEARTBEAT),
-            "--poll",
-            "1",
-            "--drain-timeout",
-            "10",
-            "--allow-shell-jobs",
-            "--shell-dry-run",
-        ],
-        env=env,
-    )
+    with (logs / f"{node_id}.log").open("ab") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            _node_command(node_id), env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+
+def _node_command(node_id: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pgpulse",
+        "--log-level",
+        "INFO",
+        "node",
+        "run",
+        "--app",
+        "pgpulse_tools.demo.run:app",
+        "--node-id",
+        node_id,
+        "--slots",
+        "8",
+        "--lease",
+        str(LEASE),
+        "--heartbeat",
+        str(HEARTBEAT),
+        "--poll",
+        "1",
+        "--drain-timeout",
+        "10",
+        "--allow-shell-jobs",
+        "--shell-dry-run",
+    ]
 
 
 async def run_demo(
@@ -184,15 +194,18 @@ async def run_demo(
     """
     server = resolve_dsn(database_url, data_dir)
     dsn = await asyncio.to_thread(_fresh_database, server)
+    logs = Path(tempfile.mkdtemp(prefix="pgpulse-demo-logs-"))
     pool = await open_pool(dsn, application_name="pgpulse-demo", max_size=2)
     try:
         store = Store(pool)
         await store.migrate()
         await (await psycopg.AsyncConnection.connect(dsn, autocommit=True)).execute(Q["create_log"])
-        verdict = await _run_cluster(store, dsn, duration, lambda: _import(store, crontabs, system))
+        verdict = await _run_cluster(
+            store, dsn, duration, lambda: _import(store, crontabs, system), logs
+        )
     finally:
         await pool.close()
-    _print_next_steps(database_url, data_dir)
+    _print_next_steps(database_url, data_dir, logs)
     return verdict
 
 
@@ -226,9 +239,13 @@ async def _import(store: Store, crontabs: list[Path], system: bool) -> datetime:
 
 
 async def _run_cluster(
-    store: Store, dsn: str, duration: float, load: Callable[[], Awaitable[datetime]]
+    store: Store,
+    dsn: str,
+    duration: float,
+    load: Callable[[], Awaitable[datetime]],
+    logs: Path,
 ) -> int:
-    procs = {node_id: _start_node(dsn, node_id) for node_id in NODES}
+    procs = {node_id: _start_node(dsn, node_id, logs) for node_id in NODES}
     killed: str | None = None
     async with await psycopg.AsyncConnection.connect(
         dsn, autocommit=True, row_factory=dict_row
@@ -238,7 +255,8 @@ async def _run_cluster(
         waited = await _wait_ready(conn)
         click.echo(
             f"started {', '.join(NODES)} (lease {LEASE:g}s, heartbeat {HEARTBEAT:g}s) in "
-            f"{waited:.1f}s; they run for {duration:g}s from the import"
+            f"{waited:.1f}s; they run for {duration:g}s from the import; their logs: "
+            f"{logs}/node-*.log"
         )
         started = await load()
         t0 = time.monotonic()
@@ -366,17 +384,22 @@ async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, end: da
         "will never run); pending: still due at the stop (it runs when a node next starts)."
     )
     if bad:
-        click.echo(f"FAILED: {bad} job(s) duplicated or missed runs.")
+        click.echo(f"FAILED: {plural(bad, 'job')} duplicated or missed runs.")
     else:
         click.echo(
             "OK: no duplicate, no missed run"
-            + (f" ({still_due} occurrence(s) still pending at the stop)." if still_due else ".")
+            + (
+                f" ({plural(still_due, 'occurrence')} still pending at the stop)."
+                if still_due
+                else "."
+            )
         )
     return 1 if bad else 0
 
 
-def _print_next_steps(database_url: str | None, data_dir: Path | None) -> None:
-    """The exact commands that inspect the demo's database, which stays until the next demo."""
+def _print_next_steps(database_url: str | None, data_dir: Path | None, logs: Path) -> None:
+    """The exact commands that inspect the demo's database, which stays until the next demo,
+    and where the nodes' logs are."""
     here = Path(sys.executable).with_name("pgpulse")
     found = shutil.which("pgpulse")
     command = "pgpulse" if found and Path(found).resolve() == here.resolve() else str(here)
@@ -394,3 +417,4 @@ def _print_next_steps(database_url: str | None, data_dir: Path | None) -> None:
         ("serve", "the API and the dashboard on http://127.0.0.1:8080/ui/"),
     ]:
         click.echo(f"  {command} {args:<24} # {what}")
+    click.echo(f"\nThe nodes' logs (INFO): {', '.join(str(logs / f'{n}.log') for n in NODES)}")

@@ -1,0 +1,138 @@
+"""The value types of the ``pgpulse`` command line, worded for people.
+
+* :class:`Integer`, :class:`Number` and :class:`Seconds`: click's number ranges whose bounds
+  are words, in ``--help`` (``[... between 1 and 1000]``, ``at least 0.1 seconds``) and in
+  refusals (``must be at least 1 second, got 0``; ``'abc' is not a number of seconds``);
+  :func:`worded` gives click's own number types the same wording.
+* :class:`IsoDateTime`: ISO 8601 as Python reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import click
+
+from pgpulse.wording import plural
+
+
+def _bound(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _words(kind: click.IntRange | click.FloatRange, unit: str) -> str:
+    """The bounds of ``kind`` in words, ``unit`` (``"second"``) in the number's plural:
+    ``between 1 and 1000``, ``at least 0.1 seconds``, ``more than 0``; empty if unbounded."""
+    low, high = kind.min, kind.max
+
+    def with_unit(text: str, last: float) -> str:
+        return f"{text} {plural(last, unit).split(' ', 1)[1]}" if unit else text
+
+    if low is not None and high is not None:
+        return with_unit(f"between {_bound(low)} and {_bound(high)}", high)
+    if low is not None:
+        return with_unit(f"{'more than' if kind.min_open else 'at least'} {_bound(low)}", low)
+    if high is not None:
+        return with_unit(f"{'less than' if kind.max_open else 'at most'} {_bound(high)}", high)
+    return ""
+
+
+def _in_words(
+    kind: click.IntRange | click.FloatRange,
+    convert: Callable[[], Any],
+    value: Any,
+    param: click.Parameter | None,
+    ctx: click.Context | None,
+) -> Any:
+    """``convert()`` (click's conversion of ``value`` by ``kind``), its refusals said in words:
+    ``'abc' is not a number of seconds``, ``must be at least 1 second, got 0``."""
+    what = "an integer" if isinstance(kind, click.IntRange) else getattr(kind, "what", "a number")
+    try:
+        (int if isinstance(kind, click.IntRange) else float)(value)
+    except (TypeError, ValueError):
+        kind.fail(f"{value!r} is not {what}", param, ctx)
+    try:
+        return convert()
+    except click.BadParameter:
+        kind.fail(f"must be {kind._describe_range()}, got {value}", param, ctx)
+
+
+class Integer(click.IntRange):
+    """An integer, optionally bounded (``Integer(1, 1000)``): bounds in words in ``--help``
+    (``between 1 and 1000``) and in refusals."""
+
+    name = "integer"
+
+    def _describe_range(self) -> str:
+        return _words(self, "")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return _in_words(
+            self, lambda: super(Integer, self).convert(value, param, ctx), value, param, ctx
+        )
+
+
+class Number(click.FloatRange):
+    """A number (a float), optionally bounded (``Number(0)``): bounds in words."""
+
+    name = "number"
+    #: The unit of the value, singular (:class:`Seconds`: ``"second"``), or ``""``.
+    unit = ""
+    #: What a value that is not a number should have been.
+    what = "a number"
+
+    def _describe_range(self) -> str:
+        return _words(self, self.unit)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return _in_words(
+            self, lambda: super(Number, self).convert(value, param, ctx), value, param, ctx
+        )
+
+
+class Seconds(Number):
+    """A duration in seconds (a float), optionally bounded: ``--lease SECONDS  [... at least 1
+    second]``."""
+
+    name = "seconds"
+    unit = "second"
+    what = "a number of seconds"
+
+
+def worded(kind: click.ParamType[Any]) -> click.ParamType[Any]:
+    """``kind`` with Pulse's wording (every parameter of the command tree gets it,
+    :func:`pgpulse.cli_conventions.apply_envvar_rule`): click's own number types become
+    :class:`Integer` or :class:`Number` with the same bounds; any other type is kept."""
+    if isinstance(kind, Integer | Number):
+        return kind
+    if isinstance(kind, click.IntRange):
+        return Integer(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
+    if isinstance(kind, click.FloatRange):
+        return Number(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
+    if isinstance(kind, click.types.IntParamType):
+        return Integer()
+    if isinstance(kind, click.types.FloatParamType):
+        return Number()
+    return kind
+
+
+class IsoDateTime(click.ParamType[datetime]):
+    """A date and time in ISO 8601 as :meth:`datetime.fromisoformat` reads it (Python 3.11+):
+    ``2026-12-01T10:00``, ``2026-12-01 10:00``, ``2026-12-01T10:00:00.357+02:00``, ``...Z``,
+    ``20261201T1000`` or a bare date (midnight). Naive values are returned naive."""
+
+    name = "datetime"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return datetime.fromisoformat(str(value))
+        except ValueError:
+            self.fail(
+                f"{value!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00", param, ctx
+            )
