@@ -8,6 +8,7 @@ Real PostgreSQL, a real webhook receiver on 127.0.0.1, the CLI as a subprocess."
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -270,3 +271,26 @@ async def test_a_silence_ends_early_from_the_cli_and_the_api(store: Store, dsn: 
         assert (gone.status_code, gone.json()["error"]["field"]) == (404, "id")
         assert (await client.delete(f"/api/v1/silences/{all_id}")).status_code == 200
         assert (await client.get("/api/v1/silences")).json() == []
+
+
+async def test_the_dashboard_ends_a_silence_the_token_sees(store: Store) -> None:
+    await add(store, spec("nightly", tenant="acme", schedule="0 3 * * *"))
+    alerts = AlertStore(store.pool)
+    own = await alerts.silence(600, job=("acme", "nightly"), reason="deploy")
+    everything = await alerts.silence(600)
+    acme = await make_token(store, "acme")
+    async with api_client(store) as client:
+        assert (await client.post("/ui/login", data={"token": acme})).status_code == 303
+        page = await client.get("/ui/alerts")
+        assert re.findall(r'data-testid="end-silence-(\d+)"', page.text) == [str(own["id"])]
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        foreign = await client.post(
+            f"/ui/silences/{everything['id']}/end", data={"csrf": csrf.group(1)}
+        )
+        assert "no%20silence%20with%20id" in foreign.headers["location"]
+        forged = await client.post(f"/ui/silences/{own['id']}/end", data={"csrf": "x"})
+        assert forged.status_code == 403
+        done = await client.post(f"/ui/silences/{own['id']}/end", data={"csrf": csrf.group(1)})
+        assert done.headers["location"] == f"/ui/alerts?notice=silence%20{own['id']}%20ended"
+    assert [s["id"] for s in await alerts.list_silences()] == [everything["id"]]
