@@ -324,6 +324,7 @@ def alert_unsilence(obj: dict[str, Any], silence_id: int) -> None:
 @click.option("--by", default="", help="Who acknowledges it.")
 @click.pass_obj
 def alert_ack(obj: dict[str, Any], alert_id: int, by: str) -> None:
-    """Acknowledge alert ALERT_ID (see alert list): someone is on it."""
+    """Acknowledge alert ALERT_ID (see alert list): someone is on it. A leader_changed or
+    no_live_node notice is closed by it."""
     _alerts(obj, lambda alerts: alerts.acknowledge(alert_id, by=by))
     click.echo(f"acknowledged alert {alert_id}")

@@ -266,7 +266,9 @@ class AlertStore:
     async def acknowledge(
         self, event_id: int, *, by: str = "", now: datetime | None = None
     ) -> None:
-        """Acknowledge alert ``event_id`` (idempotent: the first acknowledgement is kept).
+        """Acknowledge alert ``event_id`` (idempotent: the first acknowledgement is kept). A
+        notice (``leader_changed``, ``no_live_node``: nothing to wait for) is closed by it
+        (docs/alerts.md, "States").
 
         Raises:
             InvalidInput: ``field="id"``: no such alert.

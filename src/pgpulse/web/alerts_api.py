@@ -232,7 +232,8 @@ async def list_alerts(
 
 @router.post("/alerts/{alert_id}/acknowledge", response_model=Alert, summary="Acknowledge")
 async def acknowledge(alert_id: AlertId, who: Who, ctx: Ctx) -> dict[str, Any]:
-    """Someone is on it; the first acknowledgement is kept."""
+    """Someone is on it; the first acknowledgement is kept. A notice (``leader_changed``,
+    ``no_live_node``) is closed by it (docs/alerts.md, "States")."""
     alerts = _alerts(ctx)
     rows = [r for r in await alerts.list_alerts(limit=500) if r["id"] == alert_id]
     if not rows or not (who.admin or (rows[0]["tenant"] and who.sees(rows[0]["tenant"]))):
