@@ -344,6 +344,7 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         "/api/v1/alerts",
         "/api/v1/alerts/{alert_id}/acknowledge",
         "/api/v1/silences",
+        "/api/v1/silences/{silence_id}",
         "/api/v1/calendars",
         "/api/v1/calendars/{name}",
     }

@@ -32,8 +32,9 @@ def _ssl_context() -> ssl.SSLContext:
 class _GuardedBackend(httpcore.AsyncNetworkBackend):
     """httpcore's network backend, connecting only to addresses the allow-list rule admits."""
 
-    def __init__(self, allow: HttpAllowList) -> None:
+    def __init__(self, allow: HttpAllowList, reacher: str) -> None:
         self.allow = allow
+        self.reacher = reacher
         self.inner = httpcore.AnyIOBackend()
 
     async def connect_tcp(
@@ -56,7 +57,8 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
             if why is not None:
                 raise httpcore.ConnectError(
                     f"connection to {host!r} refused: it resolves to {address} ({why}), which "
-                    "http jobs may reach only if the node's --http-allow list names it"
+                    f"{self.reacher} may reach only if the node's --http-allow list names it "
+                    "(pgpulse node run --http-allow HOST)"
                 )
         failure: Exception | None = None
         for address in addresses:
@@ -120,12 +122,13 @@ class GuardedTransport(httpx.AsyncBaseTransport):
 
     Args:
         allow: the node's ``--http-allow`` list.
+        reacher: what connects, as a refusal names it (``http jobs``, ``notifiers``).
     """
 
-    def __init__(self, allow: HttpAllowList) -> None:
+    def __init__(self, allow: HttpAllowList, *, reacher: str = "http jobs") -> None:
         self.pool = httpcore.AsyncConnectionPool(
             ssl_context=_ssl_context(),
-            network_backend=_GuardedBackend(allow),
+            network_backend=_GuardedBackend(allow, reacher),
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -171,5 +174,7 @@ def guarded_client(allow: HttpAllowList) -> httpx.AsyncClient:
     :class:`GuardedTransport`), no redirects followed, no client-wide timeout (each send sets
     its own). The caller owns it and closes it (``aclose``)."""
     return httpx.AsyncClient(
-        transport=GuardedTransport(allow), timeout=None, follow_redirects=False
+        transport=GuardedTransport(allow, reacher="webhook and checkin notifiers"),
+        timeout=None,
+        follow_redirects=False,
     )

@@ -76,6 +76,9 @@ tenant_option = click.option(
 
 # -- notifiers ---------------------------------------------------------------------------------
 
+#: The option that allows a private webhook or checkin URL where ``notifier add`` refuses it.
+NOTIFIER_ADD_ALLOW = "this command's --http-allow (pgpulse notifier add ... --http-allow HOST)"
+
 
 @click.group()
 def notifier() -> None:
@@ -141,7 +144,10 @@ def notifier_add(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--http-allow") from None
     notifier_id, created = _alerts(
-        obj, lambda alerts: alerts.add_notifier(name, kind, config, allow=allow)
+        obj,
+        lambda alerts: alerts.add_notifier(
+            name, kind, config, allow=allow, allowed_by=NOTIFIER_ADD_ALLOW
+        ),
     )
     click.echo(f"{'created' if created else 'replaced'} {kind} notifier {name} (id {notifier_id})")
 
@@ -315,11 +321,22 @@ def alert_silences(obj: dict[str, Any], as_json: bool) -> None:
     _print(rows, as_json, ["id", "tenant", "job", "starts_at", "ends_at", "reason"])
 
 
+@alert.command("unsilence")
+@click.argument("silence_id", metavar="ID", type=click.IntRange(1))
+@click.pass_obj
+def alert_unsilence(obj: dict[str, Any], silence_id: int) -> None:
+    """End silence ID (see alert silences) now: alerts that fire from now on are delivered."""
+    row = _alerts(obj, lambda alerts: alerts.end_silence(silence_id))
+    what = f"job {row['job']}" if row["job"] is not None else "every job and the cluster"
+    click.echo(f"ended silence {silence_id} of {what} at {row['ends_at'].isoformat()}")
+
+
 @alert.command("ack")
 @click.argument("alert_id", type=click.IntRange(1))
 @click.option("--by", default="", help="Who acknowledges it.")
 @click.pass_obj
 def alert_ack(obj: dict[str, Any], alert_id: int, by: str) -> None:
-    """Acknowledge alert ALERT_ID (see alert list): someone is on it."""
+    """Acknowledge alert ALERT_ID (see alert list): someone is on it. A leader_changed or
+    no_live_node notice is closed by it."""
     _alerts(obj, lambda alerts: alerts.acknowledge(alert_id, by=by))
     click.echo(f"acknowledged alert {alert_id}")

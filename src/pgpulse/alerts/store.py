@@ -12,6 +12,7 @@ redacted: secrets never leave the database through these methods, except to the 
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
 from typing import Any
 
@@ -27,10 +28,11 @@ from pgpulse.alerts.rules import (
 )
 from pgpulse.database import ConnectionSource
 from pgpulse.egress import HttpAllowList
-from pgpulse.errors import InvalidInput, JobNotFound, PulseError
+from pgpulse.errors import InvalidInput, JobNotFound, NotFound, PulseError
 from pgpulse.notify import parse_notifier_config
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import load_queries
+from pgpulse.web.policy import TargetNotAllowed  # the address rule only: no web framework
 
 ALERT_QUERIES = load_queries("alerts.sql")
 #: Longest silence, seconds (a year).
@@ -41,6 +43,18 @@ MAX_NOTIFIER_NAME = 100
 
 class NotifierInUse(PulseError):
     """A notifier cannot be removed while rules name it; ``value`` lists them."""
+
+
+class SilenceNotFound(NotFound):
+    """No silence with this id is in force (or to come) for this writer: it never existed, it
+    ended, or it silences what the writer may not see (another tenant's job, the cluster)."""
+
+    def __init__(self, silence_id: int) -> None:
+        super().__init__(
+            f"no silence with id {silence_id} in force (see pgpulse alert silences)",
+            field="id",
+            value=silence_id,
+        )
 
 
 class AlertStore:
@@ -62,7 +76,13 @@ class AlertStore:
     # -- notifiers -------------------------------------------------------------------------
 
     async def add_notifier(
-        self, name: str, kind: str, config: object, *, allow: HttpAllowList | None = None
+        self,
+        name: str,
+        kind: str,
+        config: object,
+        *,
+        allow: HttpAllowList | None = None,
+        allowed_by: str | None = None,
     ) -> tuple[int, bool]:
         """Create or replace notifier ``name``.
 
@@ -72,6 +92,9 @@ class AlertStore:
             config: its JSON object (docs/alerts.md).
             allow: the operator's ``--http-allow`` list: webhook and check-in URLs must be
                 public or on it (loopback and private addresses are refused otherwise).
+            allowed_by: the option that list comes from, named by a refusal (default: the
+                HTTP edge's, :data:`pgpulse.web.policy.SERVER_ALLOW`); the refusal adds that
+                the delivering nodes need the target on their own list too.
 
         Returns:
             (id, created).
@@ -93,7 +116,14 @@ class AlertStore:
                 value=name,
             )
         parsed = parse_notifier_config(kind, config)
-        await parsed.check_targets(allow or HttpAllowList())
+        try:
+            await parsed.check_targets(allow or HttpAllowList(), allowed_by=allowed_by)
+        except TargetNotAllowed as exc:
+            raise TargetNotAllowed(
+                f"{exc}; the nodes that deliver it need it too (pgpulse node run --http-allow)",
+                field=exc.field,
+                value=exc.value,
+            ) from None
         [row] = await self._rows(
             "add_notifier", {"name": name, "kind": kind, "config": Jsonb(parsed.to_json())}
         )
@@ -111,14 +141,18 @@ class AlertStore:
 
         Raises:
             InvalidInput: ``field="name"``: no such notifier.
-            NotifierInUse: rules name it (listed as ``job_id:rule``); nothing removed.
+            NotifierInUse: rules name it, each listed as ``pgpulse alert rule remove`` takes
+                it (``failures --job nightly``, ``lag``: the cluster's), with the command that
+                removes the first; nothing removed.
         """
         [row] = await self._rows("remove_notifier", {"name": name})
         if row["id"] is None:
             raise InvalidInput(f"no notifier named {name!r}", field="name", value=name)
         if row["removed"] is None:
+            users = [rule_reference(u["rule"], u["tenant"], u["job"]) for u in row["users"]]
             raise NotifierInUse(
-                f"notifier {name!r} is used by rules {', '.join(row['users'])}: remove them first",
+                f"notifier {name!r} is used by rules {', '.join(users)}: remove them first "
+                f"(pgpulse alert rule remove {users[0]})",
                 field="name",
                 value=name,
             )
@@ -232,7 +266,9 @@ class AlertStore:
     async def acknowledge(
         self, event_id: int, *, by: str = "", now: datetime | None = None
     ) -> None:
-        """Acknowledge alert ``event_id`` (idempotent: the first acknowledgement is kept).
+        """Acknowledge alert ``event_id`` (idempotent: the first acknowledgement is kept). A
+        notice (``leader_changed``, ``no_live_node``: nothing to wait for) is closed by it
+        (docs/alerts.md, "States").
 
         Raises:
             InvalidInput: ``field="id"``: no such alert.
@@ -269,6 +305,35 @@ class AlertStore:
             "add_silence", {"job_id": job_id, "seconds": seconds, "reason": reason, "now": now}
         )
         return row
+
+    async def end_silence(
+        self, silence_id: int, *, writer: Writer = OPERATOR, now: datetime | None = None
+    ) -> dict[str, Any]:
+        """End silence ``silence_id`` now, before its time: alerts that fire from now on are
+        delivered. Its row stays, ending now (``pgpulse alert silences`` no longer shows it).
+
+        Args:
+            silence_id: the silence's id (``pgpulse alert silences``).
+            writer: who ends it: a tenant's writer ends its own jobs' silences only (as it
+                adds them); a silence of everything needs a writer of every tenant.
+            now: the instant to end it at (tests); the database's now by default.
+
+        Returns:
+            The silence (``id``, ``job_id``, ``tenant``, ``job``, ``starts_at``, ``ends_at``
+            now, ``reason``).
+
+        Raises:
+            SilenceNotFound: no such silence in force or to come, or one ``writer`` may not
+                see (another tenant's, or of everything for a tenant's writer); nothing is
+                changed.
+        """
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(ALERT_QUERIES["end_silence"], {"id": silence_id, "now": now})
+            row = await cur.fetchone()
+            if row is None or not (writer.tenants is None or row["tenant"] in writer.tenants):
+                raise SilenceNotFound(silence_id)  # the transaction rolls the end back
+            check_alert_write(writer, row["tenant"])
+            return dict(row)
 
     async def list_silences(self, *, now: datetime | None = None) -> list[dict[str, Any]]:
         """Silences in force now or later, soonest to end first."""
@@ -374,6 +439,17 @@ class AlertStore:
         return bool(rows)
 
 
+def rule_reference(rule: str, tenant: str | None, job: str | None) -> str:
+    """A rule as ``pgpulse alert rule remove`` takes it: ``failures --job nightly`` (with
+    ``--tenant`` when not ``default``), or ``lag`` for a cluster rule or default (pure)."""
+    if job is None:
+        return rule
+    where = f" --job {shlex.quote(job)}"
+    if tenant != "default":
+        where += f" --tenant {shlex.quote(tenant or '')}"
+    return rule + where
+
+
 async def notifier_ids(conn: Any, spec: RuleSpec) -> list[int]:
     """The ids of ``spec``'s notifiers, locked against removal until the transaction ends.
 
@@ -395,4 +471,12 @@ async def notifier_ids(conn: Any, spec: RuleSpec) -> list[int]:
     return [found[n] for n in spec.notifiers]
 
 
-__all__ = ["ALERT_QUERIES", "CLUSTER_RULES", "AlertStore", "NotifierInUse", "notifier_ids"]
+__all__ = [
+    "ALERT_QUERIES",
+    "CLUSTER_RULES",
+    "AlertStore",
+    "NotifierInUse",
+    "SilenceNotFound",
+    "notifier_ids",
+    "rule_reference",
+]

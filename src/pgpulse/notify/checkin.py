@@ -205,14 +205,18 @@ class CheckinConfig:
         """The URL template ``phase`` pings, or ``None`` if it is not pinged."""
         return dict(self.urls).get(phase)
 
-    async def check_targets(self, allow: HttpAllowList, *, resolve_timeout: float = 2.0) -> None:
+    async def check_targets(
+        self, allow: HttpAllowList, *, resolve_timeout: float = 2.0, allowed_by: str | None = None
+    ) -> None:
         """Apply the ``http`` jobs' address policy to every configured URL.
 
         Raises:
             TargetNotAllowed: ``field="config.<key>"`` of the first refused URL.
         """
         for key, url in self.given:
-            await fields.check_url_target(url, key, allow, resolve_timeout=resolve_timeout)
+            await fields.check_url_target(
+                url, key, allow, resolve_timeout=resolve_timeout, allowed_by=allowed_by
+            )
 
 
 def _events(config: Mapping[str, Any]) -> tuple[CheckinPhase, ...]:

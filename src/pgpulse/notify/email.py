@@ -217,7 +217,9 @@ class EmailConfig:
         """The retry policy of this notifier's deliveries."""
         return RetryPolicy(max_attempts=self.max_attempts, backoff=self.retry_backoff)
 
-    async def check_targets(self, allow: HttpAllowList, *, resolve_timeout: float = 2.0) -> None:
+    async def check_targets(
+        self, allow: HttpAllowList, *, resolve_timeout: float = 2.0, allowed_by: str | None = None
+    ) -> None:
         """Nothing to check: SMTP relays are not held to the ``http`` jobs' address policy (see
         the module's docstring). Here so every kind of config answers the same call."""
 

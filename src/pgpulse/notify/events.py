@@ -31,7 +31,9 @@ RULE_TITLES = {
     "leader_changed": "Leader changed",
     "lag": "Lag over threshold",
 }
-#: Rules whose event closes an alert rather than opening one (``state: "resolved"``).
+#: Rules whose event closes an alert rather than opening one (``state: "resolved"``): the one
+#: rule whose event is resolved when it fires (``alert_evaluate`` in ``sql/alerts.sql``), so the
+#: webhook's ``state`` and ``pgpulse alert list``'s agree.
 RESOLVING_RULES = frozenset({"recovered"})
 #: Longest error text carried in a payload or message, characters (the run keeps the rest).
 MAX_ERROR_CHARS = 4096
@@ -113,9 +115,45 @@ class AlertEvent:
 
 
 def alert_title(event: AlertEvent) -> str:
-    """The rule's title with its subject: ``Job failed: acme/nightly-report``."""
+    """The rule's title with its subject: ``Job failed: acme/nightly-report``; for a cluster
+    alert, what happened to which node (:func:`cluster_subject`), since a ``format: slack``
+    webhook sends this text alone."""
     title = RULE_TITLES.get(event.rule, event.rule)
-    return f"{title}: {event.job.label()}" if event.job is not None else f"{title} (cluster)"
+    if event.job is not None:
+        return f"{title}: {event.job.label()}"
+    subject = cluster_subject(event.rule, event.details)
+    return f"{title}: {subject}" if subject else f"{title} (cluster)"
+
+
+def _seconds(value: object) -> str:
+    return f"{value:.0f} s" if isinstance(value, int | float) else "?"
+
+
+def cluster_subject(rule: str, details: dict[str, Any]) -> str | None:
+    """The subject of a cluster alert, from its ``details`` (pure): ``node t16-a (2 attempts
+    running, last heartbeat 2026-12-01T15:02:03+00:00)`` for ``node_died``, ``node b took over
+    from a`` for ``leader_changed``, the waits of ``lag`` and ``no_live_node``; ``None`` when
+    the details say nothing (an older event)."""
+    if rule == "node_died" and details.get("node"):
+        beat = details.get("last_heartbeat")
+        return (
+            f"node {details['node']} ({details.get('running', '?')} attempts running, "
+            f"last heartbeat {beat})"
+        )
+    if rule == "leader_changed" and details.get("leader"):
+        return f"node {details['leader']} took over from {details.get('previous')}"
+    if rule == "lag" and "lag_seconds" in details:
+        return (
+            f"the most overdue job waits {_seconds(details['lag_seconds'])} "
+            f"(threshold {_seconds(details.get('threshold_seconds'))})"
+        )
+    if rule == "no_live_node" and details.get("since"):
+        return (
+            f"none from {details['since']} to {details.get('until')} "
+            f"({_seconds(details.get('gap_seconds'))}, threshold "
+            f"{_seconds(details.get('threshold_seconds'))}); node {details.get('node')} came back"
+        )
+    return None
 
 
 def alert_summary(event: AlertEvent) -> str:

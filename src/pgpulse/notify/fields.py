@@ -238,7 +238,12 @@ def headers(
 
 
 async def check_url_target(
-    url: Secret, key: str, allow: HttpAllowList, *, resolve_timeout: float = 2.0
+    url: Secret,
+    key: str,
+    allow: HttpAllowList,
+    *,
+    resolve_timeout: float = 2.0,
+    allowed_by: str | None = None,
 ) -> None:
     """Refuse a URL whose host is not allowed by the address policy of ``http`` jobs.
 
@@ -252,17 +257,19 @@ async def check_url_target(
         key: its config key, for the error's field.
         allow: the operator's allow-list (``--http-allow``).
         resolve_timeout: seconds to resolve the host name.
+        allowed_by: the option that would allow the URL where it is written, for the message
+            (default: the HTTP edge's, :data:`pgpulse.web.policy.SERVER_ALLOW`).
 
     Raises:
         TargetNotAllowed: ``field="config.<key>"``; the value is the URL with its secret parts
             masked.
     """
-    from pgpulse.web.policy import TargetNotAllowed, WebSettings, check_http_target
+    from pgpulse.web.policy import SERVER_ALLOW, TargetNotAllowed, WebSettings, check_http_target
 
     raw = url.reveal()
     settings = WebSettings(http_allow=allow, resolve_timeout=resolve_timeout)
     try:
-        await check_http_target({"url": raw}, settings)
+        await check_http_target({"url": raw}, settings, allowed_by=allowed_by or SERVER_ALLOW)
     except TargetNotAllowed as exc:
         shown = redact_url(raw)
         message = scrub(str(exc).replace(raw, shown), url_secrets(raw))

@@ -139,14 +139,18 @@ class WebhookConfig:
         """The retry policy of this notifier's deliveries."""
         return RetryPolicy(max_attempts=self.max_attempts, backoff=self.retry_backoff)
 
-    async def check_targets(self, allow: HttpAllowList, *, resolve_timeout: float = 2.0) -> None:
+    async def check_targets(
+        self, allow: HttpAllowList, *, resolve_timeout: float = 2.0, allowed_by: str | None = None
+    ) -> None:
         """Apply the ``http`` jobs' address policy to :attr:`url` (see
         :func:`pgpulse.notify.fields.check_url_target`).
 
         Raises:
             TargetNotAllowed: ``field="config.url"``.
         """
-        await fields.check_url_target(self.url, "url", allow, resolve_timeout=resolve_timeout)
+        await fields.check_url_target(
+            self.url, "url", allow, resolve_timeout=resolve_timeout, allowed_by=allowed_by
+        )
 
 
 def _slack_escape(text: str) -> str:

@@ -14,9 +14,10 @@
 --   created), whatever the reason; keyed by that instant, so one event per silent stretch;
 -- * recovered: a job with an open alert that succeeded after it fired; its open alerts close;
 -- * cluster rules, only when %(leader)s: node_died (a node silent past its ttl that last said it
---   ran attempts), leader_changed (this node leads, and the leader recorded in
---   pgpulse_alert_state is another; the first one recorded is no change), lag (an idle job due
---   more than S seconds ago; closes when none is);
+--   ran attempts; closes when that node is back, stopped or gone), leader_changed (this node
+--   leads, and the leader recorded in pgpulse_alert_state is another; every leader records
+--   itself, rule or not, and the first one recorded is no change), lag (an idle job due more
+--   than S seconds ago; closes when none is);
 -- * no_live_node, on any node that passes %(outage_since)s: the cluster had no live node from
 --   then until %(outage_until)s (the evaluating node's start), for longer than S seconds.
 -- A job's own rule of a kind replaces the default (job_id NULL). An event inside a silence is
@@ -183,11 +184,13 @@ WITH clock AS (
       AND r.rule = 'leader_changed'
       AND r.job_id IS NULL
 ), leader_seen AS (
-    -- this leader, recorded when it is not the one recorded (nothing is written otherwise)
+    -- this leader, recorded when it is not the one recorded (nothing is written otherwise),
+    -- whether a rule is set or not: a rule set just before a failover knows the leader it had
     INSERT INTO pgpulse_alert_state AS s (rule, value, updated_at)
     SELECT 'leader_changed', %(node)s::text, clock.now
-    FROM leader_rule, clock
-    WHERE (SELECT l.leader FROM last_leader l) IS DISTINCT FROM %(node)s::text
+    FROM clock
+    WHERE %(leader)s::bool
+      AND (SELECT l.leader FROM last_leader l) IS DISTINCT FROM %(node)s::text
     ON CONFLICT (rule) DO UPDATE
     SET value = excluded.value, updated_at = excluded.updated_at
     RETURNING s.rule
@@ -219,6 +222,20 @@ WITH clock AS (
       AND r.job_id IS NULL
       AND %(outage_since)s::timestamptz
           < %(outage_until)s::timestamptz - make_interval(secs => r.threshold)
+), revived AS (
+    -- node_died alerts whose node is back (its heartbeat is fresh again, under the same id),
+    -- stopped, or gone from pgpulse_nodes: they close
+    SELECT e.id
+    FROM pgpulse_alert_events e
+    LEFT JOIN pgpulse_nodes n ON n.node_id = e.details ->> 'node'
+    CROSS JOIN clock
+    WHERE %(leader)s::bool
+      AND e.rule = 'node_died'
+      AND e.job_id IS NULL
+      AND e.resolved_at IS NULL
+      AND (n.node_id IS NULL
+           OR n.state = 'stopped'
+           OR n.last_heartbeat >= clock.now - make_interval(secs => coalesce(n.ttl, 10)))
 ), worst AS (
     SELECT r.threshold, r.notifiers,
            (SELECT extract(epoch FROM clock.now - min(j.next_run_at))::float8
@@ -262,9 +279,9 @@ WITH clock AS (
                    WHERE (s.job_id IS NULL OR s.job_id = c.job_id)
                      AND s.starts_at <= clock.now
                      AND s.ends_at > clock.now),
-           CASE WHEN c.rule IN ('skipped', 'recovered', 'node_died', 'leader_changed',
-                                'no_live_node')
-                THEN clock.now END
+           -- only recovered is over when it fires; every other event is open (firing, as
+           -- its webhook says) until its condition ends or, for a notice, it is acknowledged
+           CASE WHEN c.rule = 'recovered' THEN clock.now END
     FROM candidates c, clock
     WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
     ORDER BY c.key
@@ -286,6 +303,7 @@ WITH clock AS (
     FROM clock
     WHERE e.resolved_at IS NULL
       AND (e.id IN (SELECT h.id FROM healed h)
+           OR e.id IN (SELECT v.id FROM revived v)
            OR e.id IN (SELECT w.open_id FROM worst w WHERE w.lag IS NULL))
     RETURNING e.id
 )
@@ -372,13 +390,14 @@ FOR SHARE;
 
 -- name: remove_notifier
 -- Remove notifier %(name)s unless a rule names it. Returns the rules that do (nothing removed),
--- or the removed notifier's id.
+-- each as its kind and its job's tenant and name (NULL: the cluster's), or the removed id.
 WITH target AS (
     SELECT id FROM pgpulse_notifiers WHERE name = %(name)s FOR UPDATE
 ), users AS (
-    SELECT r.id, r.job_id, r.rule
-    FROM pgpulse_alert_rules r, target
-    WHERE target.id = ANY (r.notifiers)
+    SELECT r.id, r.rule, j.tenant, j.name
+    FROM pgpulse_alert_rules r
+    JOIN target ON target.id = ANY (r.notifiers)
+    LEFT JOIN pgpulse_jobs j ON j.id = r.job_id
 ), removed AS (
     DELETE FROM pgpulse_notifiers n
     USING target
@@ -388,7 +407,10 @@ WITH target AS (
 )
 SELECT (SELECT id FROM target) AS id,
        (SELECT id FROM removed) AS removed,
-       ARRAY(SELECT coalesce(u.job_id::text, 'default') || ':' || u.rule FROM users u) AS users;
+       coalesce((SELECT json_agg(json_build_object('rule', u.rule, 'tenant', u.tenant,
+                                                   'job', u.name)
+                                 ORDER BY u.name NULLS FIRST, u.rule)
+                 FROM users u), '[]') AS users;
 
 -- name: set_rule
 INSERT INTO pgpulse_alert_rules (job_id, rule, threshold, notifiers)
@@ -435,9 +457,15 @@ ORDER BY e.id DESC
 LIMIT %(limit)s;
 
 -- name: acknowledge_alert
+-- The first acknowledgement is kept. A notice (leader_changed, no_live_node: something that
+-- happened, with no condition to wait for) is closed by its acknowledgement.
 UPDATE pgpulse_alert_events
 SET acknowledged_at = coalesce(acknowledged_at, coalesce(%(now)s::timestamptz, now())),
-    acknowledged_by = coalesce(acknowledged_by, %(by)s)
+    acknowledged_by = coalesce(acknowledged_by, %(by)s),
+    resolved_at = CASE WHEN rule IN ('leader_changed', 'no_live_node')
+                       THEN coalesce(resolved_at, acknowledged_at,
+                                     coalesce(%(now)s::timestamptz, now()))
+                       ELSE resolved_at END
 WHERE id = %(id)s
 RETURNING id, resolved_at, acknowledged_at;
 
@@ -453,6 +481,18 @@ FROM pgpulse_alert_silences s
 LEFT JOIN pgpulse_jobs j ON j.id = s.job_id
 WHERE s.ends_at > coalesce(%(now)s::timestamptz, now())
 ORDER BY s.ends_at;
+
+-- name: end_silence
+-- End silence %(id)s now, if it is in force or still to come (its row stays, as history: its
+-- end is moved to now). Returns it with its job's tenant and name; no row: no such silence.
+UPDATE pgpulse_alert_silences s
+SET ends_at = greatest(s.starts_at, clock.now)
+FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) clock
+WHERE s.id = %(id)s
+  AND s.ends_at > clock.now
+RETURNING s.id, s.job_id, s.starts_at, s.ends_at, s.reason,
+          (SELECT j.tenant FROM pgpulse_jobs j WHERE j.id = s.job_id) AS tenant,
+          (SELECT j.name FROM pgpulse_jobs j WHERE j.id = s.job_id) AS job;
 
 -- name: forget_job_alerts
 -- A deleted job's rules and silences (its events stay, as history).

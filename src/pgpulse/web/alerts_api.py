@@ -35,6 +35,7 @@ router = APIRouter(
 Name = Annotated[str, Path(min_length=1, max_length=100, description="The notifier's name.")]
 RuleName = Annotated[str, Path(min_length=1, max_length=40, description="The rule's kind.")]
 AlertId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The alert event's id.")]
+SilenceId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The silence's id.")]
 
 
 class _Body(BaseModel):
@@ -231,7 +232,8 @@ async def list_alerts(
 
 @router.post("/alerts/{alert_id}/acknowledge", response_model=Alert, summary="Acknowledge")
 async def acknowledge(alert_id: AlertId, who: Who, ctx: Ctx) -> dict[str, Any]:
-    """Someone is on it; the first acknowledgement is kept."""
+    """Someone is on it; the first acknowledgement is kept. A notice (``leader_changed``,
+    ``no_live_node``) is closed by it (docs/alerts.md, "States")."""
     alerts = _alerts(ctx)
     rows = [r for r in await alerts.list_alerts(limit=500) if r["id"] == alert_id]
     if not rows or not (who.admin or (rows[0]["tenant"] and who.sees(rows[0]["tenant"]))):
@@ -253,6 +255,14 @@ async def add_silence(body: SilenceIn, who: Who, ctx: Ctx) -> dict[str, Any]:
     job = await _job(ctx, who, body.job_id) if body.job_id is not None else None
     check_alert_write(_writer(who), job[0] if job else None)
     return await _alerts(ctx).silence(body.seconds, job=job, reason=body.reason)
+
+
+@router.delete("/silences/{silence_id}", response_model=Silence, summary="End a silence")
+async def end_silence(silence_id: SilenceId, who: Who, ctx: Ctx) -> dict[str, Any]:
+    """Ends it now, before its time: alerts that fire from now on are delivered. A tenant token
+    ends its jobs' silences; a silence of everything needs an admin token. 404 for a silence
+    that ended, never existed or is not the token's to see."""
+    return await _alerts(ctx).end_silence(silence_id, writer=_writer(who))
 
 
 __all__ = ["ALL_RULES", "router"]

@@ -14,7 +14,8 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from pgpulse.alerts.store import AlertStore
+from pgpulse.access import token_writer
+from pgpulse.alerts.store import AlertStore, SilenceNotFound
 from pgpulse.web.auth import csrf_token
 from pgpulse.web.context import WebContext
 from pgpulse.web.dashboard import Session, page
@@ -127,4 +128,23 @@ async def acknowledge_alert(request: Request, alert_id: RunId, session: Session)
     else:
         await alerts.acknowledge(alert_id, by=f"token {who.token_id}")
         notice = "acknowledged"
+    return RedirectResponse(f"/ui/alerts?notice={quote(notice)}", status_code=303)
+
+
+@router.post("/silences/{silence_id}/end")
+async def end_silence(request: Request, silence_id: RunId, session: Session) -> Response:
+    """End a silence now from its button (CSRF-checked; as the API's ``DELETE
+    /api/v1/silences/{id}``: a tenant token ends its jobs' silences, one it cannot see is
+    refused as missing), then back to the alerts page with a notice."""
+    who, token = session
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    if not hmac.compare_digest((form.get("csrf") or [""])[0], csrf_token(token)):
+        return HTMLResponse("stale page: reload and retry", 403)
+    ctx: WebContext = request.app.state.pulse
+    writer = token_writer(who.token_id, who.tenant, admin=who.admin, shell_allowed=False)
+    try:
+        await AlertStore(ctx.store.pool).end_silence(silence_id, writer=writer)
+        notice = f"silence {silence_id} ended"
+    except SilenceNotFound as exc:
+        notice = exc.message
     return RedirectResponse(f"/ui/alerts?notice={quote(notice)}", status_code=303)

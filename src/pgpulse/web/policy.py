@@ -28,7 +28,14 @@ from pgpulse.errors import Forbidden, InvalidInput, PulseError
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 
 
-__all__ = ["Forbidden", "HttpAllowList", "WebSettings", "check_http_target", "check_text"]
+__all__ = [
+    "SERVER_ALLOW",
+    "Forbidden",
+    "HttpAllowList",
+    "WebSettings",
+    "check_http_target",
+    "check_text",
+]
 
 
 class TargetNotAllowed(InvalidInput):
@@ -62,6 +69,11 @@ class WebSettings:
     secure_cookies: bool = False
 
 
+#: Where an operator allows a private target refused by the HTTP edge: the serving process's own
+#: option (``pgpulse serve``, or ``node run --http``). Other edges name their own option.
+SERVER_ALLOW = "the server's --http-allow list (pgpulse serve --http-allow HOST)"
+
+
 def _literal_address(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host)
@@ -69,10 +81,18 @@ def _literal_address(host: str) -> IPAddress | None:
         return None
 
 
-async def check_http_target(payload: dict[str, Any], settings: WebSettings) -> None:
+async def check_http_target(
+    payload: dict[str, Any], settings: WebSettings, *, allowed_by: str = SERVER_ALLOW
+) -> None:
     """Refuse an ``http`` job whose URL host is not allowed (see the module docstring).
 
     Call after the payload's shape was validated (``url`` is an http(s) URL with a host).
+
+    Args:
+        payload: the job's payload (``url``, ``follow_redirects``).
+        settings: its ``http_allow`` list and ``resolve_timeout`` (seconds) are used.
+        allowed_by: the option that would allow the target where the refusal happens, named
+            by the message (:data:`SERVER_ALLOW` on the HTTP edge).
 
     Raises:
         TargetNotAllowed: ``field="payload.url"`` (or ``payload.follow_redirects``), the value.
@@ -93,8 +113,8 @@ async def check_http_target(payload: dict[str, Any], settings: WebSettings) -> N
     listed = allow.allows_name(host) or (literal is not None and allow.allows_address(literal))
     if payload.get("follow_redirects") is True and not listed:
         raise TargetNotAllowed(
-            "payload.follow_redirects is allowed only for hosts on the "
-            "server's --http-allow list (a redirect could lead anywhere)",
+            f"payload.follow_redirects is allowed only for hosts on {allowed_by} "
+            "(a redirect could lead anywhere)",
             field="payload.follow_redirects",
             value=True,
         )
@@ -105,7 +125,7 @@ async def check_http_target(payload: dict[str, Any], settings: WebSettings) -> N
     )
     if not addresses:
         raise TargetNotAllowed(
-            f"payload.url host {host!r} does not resolve; add it to the server's --http-allow list",
+            f"payload.url host {host!r} does not resolve; add it to {allowed_by}",
             field="payload.url",
             value=url,
         )
@@ -114,7 +134,7 @@ async def check_http_target(payload: dict[str, Any], settings: WebSettings) -> N
         if why is not None:
             raise TargetNotAllowed(
                 f"payload.url {url!r} targets {address} ({why}); such addresses are refused "
-                "unless the server's --http-allow list names them",
+                f"unless {allowed_by} names them",
                 field="payload.url",
                 value=url,
             )
