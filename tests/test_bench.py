@@ -17,7 +17,7 @@ import pytest
 
 from helpers import pgpulse
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.bench import checks, floor, levers, scaleout, stored
+from pgpulse_tools.bench import checks, floor, history, levers, scaleout, stored
 from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
@@ -448,11 +448,20 @@ def test_scale_out_placement_shows_the_64_shard_cap() -> None:
     assert len(table["headers"]) == len(four)
 
 
-def test_bench_refuses_an_unknown_scenario_naming_the_ten(dsn: str) -> None:
-    """`pgpulse bench --only 11`: one line naming --only and the scenarios, exit 2."""
-    done = pgpulse("bench", "--only", "11", dsn=dsn)
+def test_bench_refuses_an_unknown_scenario_naming_the_eleven(dsn: str) -> None:
+    """`pgpulse bench --only 12`: one line naming --only and the scenarios, exit 2."""
+    done = pgpulse("bench", "--only", "12", dsn=dsn)
     assert done.returncode == 2
-    assert "'11': scenarios are 1,2,3,4,5,6,7,8,9,10" in done.stderr
+    assert "'12': scenarios are 1,2,3,4,5,6,7,8,9,10,11" in done.stderr
+
+
+def test_the_history_cell_prunes_one_day_from_both_tables(dsn: str) -> None:
+    """Scenario 11 on 1,600 rows over 8 days: both tables got every row, and each prune (DELETE
+    + VACUUM; DETACH + DROP of a partition) left exactly the seven newer days."""
+    figures = history.measure(dsn, 1_600)
+    for table in history.TABLES:
+        assert figures[table]["rows_left"] == 1_400, (table, figures[table])
+        assert figures[table]["insert_wal"] > 0 and figures[table]["read_p50_ms"] > 0
 
 
 def test_bench_without_its_extra_is_one_line_and_writes_nothing(tmp_path: Path) -> None:

@@ -237,11 +237,12 @@ BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastina
 )
 @click.option(
     "--only",
-    default="1,2,3,4,5,6,7,8,9",
+    default="1,2,3,4,5,6,7,8,9,11",
     show_envvar=True,
     help="Scenarios, comma-separated: 1 claim latency, 2 drain, 3 raw SQL ceiling, "
     "4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored, "
-    "9 alert latency, 10 scale-out (1 to 32 nodes).",
+    "9 alert latency, 10 scale-out (1 to 32 nodes), 11 the history partitioned by day "
+    "against DELETE.",
 )
 @click.option(
     "--slots",

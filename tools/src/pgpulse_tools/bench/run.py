@@ -3,7 +3,8 @@
 Scenarios (the issue's numbering): 1 claim latency, 2 backlog drain, 3 raw SQL ceiling,
 4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored,
 9 alert latency.
-10 scale-out (1 to 32 node processes: throughput, idle cost, lag, rebalancing, shard shares).
+10 scale-out (1 to 32 node processes: throughput, idle cost, lag, rebalancing, shard shares),
+11 the history partitioned by day against DELETE.
 Cross-scenario figures — Pulse's throughput as a share of the ceiling, the herd's bound,
 Pulse against each peer — are added once every scenario asked for has run, then
 ``<out>/benchmarks.md`` is regenerated from the JSON.
@@ -29,6 +30,7 @@ from pgpulse_tools.bench import (
     claim,
     drain,
     herd,
+    history,
     idle,
     levers,
     peers,
@@ -45,7 +47,7 @@ from pgpulse_tools.bench.common import (
 )
 from pgpulse_tools.bench.report import write_report
 
-ALL = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10")
+ALL = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11")
 
 Scenario = Callable[[str, float, int], Awaitable[Result]]
 
@@ -60,6 +62,7 @@ SCENARIOS: dict[str, Scenario] = {
     "8": lambda dsn, scale, slots: stored.run(dsn, scale),
     "9": lambda dsn, scale, slots: alerts.run(dsn, scale),
     "10": lambda dsn, scale, slots: scaleout.run(dsn, scale),
+    "11": lambda dsn, scale, slots: history.run(dsn, scale),
 }
 
 
