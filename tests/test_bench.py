@@ -17,7 +17,7 @@ import pytest
 
 from helpers import pgpulse
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.bench import checks, floor, levers, scaleout, stored
+from pgpulse_tools.bench import checks, floor, levers, report_cost, scaleout, stored
 from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
@@ -492,3 +492,28 @@ def test_bench_refuses_an_unknown_scenario_naming_the_ten(dsn: str) -> None:
     done = pgpulse("bench", "--only", "11", dsn=dsn)
     assert done.returncode == 2
     assert "'11': scenarios are 1,2,3,4,5,6,7,8,9,10" in done.stderr
+
+
+def test_the_narrow_row_section_quotes_each_prototype_over_its_own_baseline() -> None:
+    """The page's narrow-row section: the wide floor over the floor, the HOT claim over the
+    floor with fillfactor 70, the ids-only claim over Pulse's unchanged step; a missing or
+    untrusted cell gives n/a, never a ratio."""
+    ok = {"rate": 100.0, "seconds": 8.0, "problems": []}
+    variants = {
+        "floor": {**ok, "db_cpu_ms": 0.05},
+        "floor, Pulse's row width": {**ok, "db_cpu_ms": 0.055},
+        "floor, fillfactor 70": {**ok, "db_cpu_ms": 0.04},
+        "floor, fillfactor 70, HOT claim": {**ok, "db_cpu_ms": 0.036},
+        "floor, Pulse's indexes": {**ok, "db_cpu_ms": 0.06, "problems": ["short"]},
+    }
+    lever_cells = {"as is": {**ok, "db_cpu_ms": 0.1}, levers.IDS_ONLY: {**ok, "db_cpu_ms": 0.097}}
+    results = {"3": {"data": {"floor_variants": variants, "levers": lever_cells}}}
+    assert report_cost.prototype_lines(results) == [
+        "* a job row as wide as Pulse's: 1.10× its baseline's DB CPU per firing",
+        "* Pulse's hot-path B-trees: n/a (not measured, or a cell failed its checks) its "
+        "baseline's DB CPU per firing",
+        "* a HOT claim (beside fillfactor 70 alone): 0.90× its baseline's DB CPU per firing",
+        "* Pulse's claim returning no definitions: 0.97× its baseline's DB CPU per firing",
+    ]
+    assert report_cost.prototype_lines({}) == []
+    assert "## Index entries per firing" in report_cost.section(results)
