@@ -26,6 +26,21 @@ from pgpulse_tools.bench.writes import comparison_rows, headers
 ARRAYS: Final[str] = "outcomes as arrays, not JSON"
 #: The lever that changes what the claim returns: the narrow-row design's cached definitions.
 IDS_ONLY: Final[str] = "claim returns id, token, occurrence only (definitions cached)"
+#: Statement levers that cut a part of the step (a pattern of the generated script and what
+#: replaces it): what that part costs a firing that does not need it. Correct for the
+#: benchmark's firings only (first attempts, no skips, no pauses): a design would send the
+#: rare outcomes in a statement of their own.
+CUTS: Final[dict[str, tuple[str, str]]] = {
+    "history row by plain INSERT (no ON CONFLICT: first attempts)": (
+        r"ON CONFLICT \(job_id, scheduled_for\) WHERE kind = 'scheduled' DO UPDATE\n.*?"
+        r"(RETURNING 1\n\),\nskipped AS)",
+        r"\1",
+    ),
+    "no skipped or auto-paused parts (rare outcomes sent apart)": (
+        r"\nskipped AS \(\n.*?\nroute AS \(",
+        "\nroute AS (",
+    ),
+}
 #: Lever name -> the bench.sql block of its DDL (None: the schema as it is).
 LEVERS: Final[dict[str, str | None]] = {
     "as is": None,
@@ -33,6 +48,7 @@ LEVERS: Final[dict[str, str | None]] = {
     "history: no pgpulse_runs_recent": "lever_no_runs_recent",
     ARRAYS: None,
     IDS_ONLY: None,
+    **dict.fromkeys(CUTS),
     "as is (again)": None,
 }
 
@@ -110,6 +126,22 @@ def ids_only_script() -> str:
     if not found:
         raise ValueError("finish_and_claim's claim changed; update bench/levers.py")
     return narrow
+
+
+def cut_script(name: str) -> str:
+    """The ceiling's pgbench step with the part that lever ``name`` of :data:`CUTS` names cut.
+
+    Raises:
+        KeyError: ``name`` is not a lever of :data:`CUTS`.
+        ValueError: the part is no longer where the pattern looks for it (update :data:`CUTS`).
+    """
+    pattern, replacement = CUTS[name]
+    script, found = re.subn(
+        pattern, replacement, ceiling.pgbench_script(), count=1, flags=re.DOTALL
+    )
+    if not found:
+        raise ValueError(f"finish_and_claim changed; update bench/levers.py's cut {name!r}")
+    return script
 
 
 def _variables(name: str) -> dict[str, Any]:
@@ -268,6 +300,9 @@ async def run(server_dsn: str, result: Result, rounds: int = ROUNDS) -> Result:
     arrays.write_text(array_script())
     ids_only.write_text(ids_only_script())
     scripts = {ARRAYS: arrays, IDS_ONLY: ids_only}
+    for number, name in enumerate(CUTS):
+        scripts[name] = folder / f"cut{number}.sql"
+        scripts[name].write_text(cut_script(name))
     seconds = float(result.data["seconds"])
     jobs = checks.backlog_to_outlast(burst["rate"], seconds, int(burst["jobs"]))
     lever_rounds: list[list[tuple[str, dict[str, Any]]]] = []
