@@ -255,9 +255,11 @@ async def _floor_variants(
     ]
 
 
-def _medians(rounds: list[list[tuple[str, dict[str, Any]]]]) -> list[tuple[str, dict[str, Any]]]:
-    """Per name (in the first round's order), the median cell of its rounds."""
-    names = [name for name, _ in rounds[0]]
+def _medians(
+    rounds: list[list[tuple[str, dict[str, Any]]]], order: list[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Per name (in ``order``), the median cell of its rounds."""
+    names = [name for name, _ in sorted(rounds[0], key=lambda cell: order.index(cell[0]))]
     return [(n, median_cell([dict(r)[n] for r in rounds])) for n in names]
 
 
@@ -308,9 +310,13 @@ async def run(server_dsn: str, result: Result, rounds: int = ROUNDS) -> Result:
     lever_rounds: list[list[tuple[str, dict[str, Any]]]] = []
     variant_rounds: list[list[tuple[str, dict[str, Any]]]] = []
     try:
-        for _ in range(rounds):
+        for turn in range(rounds):
             cells: list[tuple[str, dict[str, Any]]] = []
-            for name, block in LEVERS.items():
+            # each round starts further down the list, so no lever always runs at the same
+            # point of a round (a load that drifts within a round would favour the early ones)
+            order = list(LEVERS.items())
+            shift = turn * len(order) // rounds
+            for name, block in order[shift:] + order[:shift]:
                 cell = await ceiling.measure_cell(
                     server_dsn,
                     jobs,
@@ -326,7 +332,8 @@ async def run(server_dsn: str, result: Result, rounds: int = ROUNDS) -> Result:
             variant_rounds.append(await _floor_variants(server_dsn, burst, seconds, folder))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    cells, variants = _medians(lever_rounds), _medians(variant_rounds)
+    cells = _medians(lever_rounds, list(LEVERS))
+    variants = _medians(variant_rounds, list(floor.VARIANTS))
     result.tables.append(
         {
             "title": "Levers, before and after (same cell, same run)",
@@ -336,8 +343,8 @@ async def run(server_dsn: str, result: Result, rounds: int = ROUNDS) -> Result:
                 f"Pulse's step, batch {burst['batch']}, {burst['clients']} clients, "
                 f"{seconds:g} s per cell, each on a fresh copy of the backlog with the lever's "
                 "DDL applied (bench.sql lever_* blocks; nothing of it is in Pulse's schema)",
-                f"{rounds} rounds, every lever once per round in this order; each row is its "
-                "median round (by DB CPU per firing)",
+                f"{rounds} rounds, every lever once per round, each round starting further "
+                "down this list; each row is its median round (by DB CPU per firing)",
                 "÷ as is = DB CPU per firing over the mean of the two unchanged runs, the first "
                 "and the last (their spread is this run's noise)",
             ],
