@@ -17,7 +17,7 @@ import pytest
 
 from helpers import pgpulse
 from pgpulse.schedule import parse_schedule
-from pgpulse_tools.bench import checks, floor, history, levers, scaleout, stored
+from pgpulse_tools.bench import checks, floor, history, levers, report_cost, scaleout, stored
 from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
@@ -343,19 +343,52 @@ def test_each_lever_applies_to_pulses_schema_and_is_judged_against_the_unchanged
         options = conn.execute(
             "SELECT reloptions FROM pg_class WHERE relname = 'pgpulse_jobs'"
         ).fetchone()
-    assert "USING brin (finished_at)" in indexes["pgpulse_runs_finished"]
+    assert "USING btree (finished_at)" in indexes["pgpulse_runs_finished"]  # before 0009
+    assert "pgpulse_runs_unhappy" not in indexes
     assert "pgpulse_runs_recent" not in indexes
     assert options == (["fillfactor=70"],)
     cell = {"rate": 100.0, "db_cpu_ms": 0.1, "per_firing": {"hot_updates": 0.0}, "problems": []}
     table = levers.rows(
         [
             ("as is", cell),
-            ("BRIN pgpulse_runs_finished", {**cell, "db_cpu_ms": 0.08}),
+            ("B-tree pgpulse_runs_finished", {**cell, "db_cpu_ms": 0.08}),
             ("no pgpulse_runs_recent", {**cell, "problems": ["short"]}),
             ("as is (again)", {**cell, "db_cpu_ms": 0.1}),
         ]
     )
     assert [row[3] for row in table] == ["1.00×", "0.80×", "n/a", "1.00×"]
+    rounds = [{**cell, "db_cpu_ms": v} for v in (0.3, 0.1, 0.2)]
+    rounds[0]["problems"] = ["short"]  # an untrusted round is no candidate for the median
+    assert levers.median_cell(rounds)["db_cpu_ms"] == 0.1
+    assert levers.median_cell(rounds)["rounds_db_cpu_ms"] == [0.3, 0.1, 0.2]
+
+
+def test_the_floor_variants_add_only_what_they_name(server_dsn: str) -> None:
+    """The narrow-row prototype's floors: `widen` makes a job row as wide as Pulse's,
+    `pulse_indexes` adds Pulse's four hot-path B-trees, and under `hot_claim` (with
+    `fillfactor`) a claim is a HOT update while the completion is not."""
+    name = f"pgpulse_floor_{uuid.uuid4().hex[:8]}"
+    step = re.sub(r"\(:(\w+)\)", r"%(\1)s", floor.FLOOR_SQL["step"])  # pgbench -> psycopg
+    try:
+        dsn = floor.create(server_dsn, 100, 30, name=name, variant=("widen", "pulse_indexes"))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            width = conn.execute("SELECT avg(pg_column_size(j.*)) FROM floor_jobs j").fetchone()
+            indexes = conn.execute(
+                "SELECT count(*) FROM pg_indexes WHERE tablename LIKE 'floor_%'"
+            ).fetchone()
+        assert width is not None and width[0] > floor.PULSE_ROW_PAD
+        assert indexes == (3 + 4,)
+        dsn = floor.create(server_dsn, 100, 10, name=name, variant=("fillfactor", "hot_claim"))
+        meter = WriteMeter(dsn).start()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            claimed = conn.execute(step, {"ids": [], "tokens": [], "batch": 20}).fetchone()
+            assert claimed is not None and len(claimed[0]) == 10
+            done = conn.execute(step, {"ids": claimed[0], "tokens": claimed[1], "batch": 20})
+            assert done.fetchone() == ([], [])  # the 10 were completed, none is due
+        totals = meter.stop()
+        assert (totals["updates"], totals["hot_updates"]) == (20, 10)  # the claims are HOT
+    finally:
+        drop_db(server_dsn, name)
 
 
 def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trusted() -> None:
@@ -377,10 +410,12 @@ def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trust
 
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
-def test_the_array_lever_completes_what_it_claimed_as_the_json_step_does(
-    dsn: str, tmp_path: Path
+@pytest.mark.parametrize("variant", ["arrays", "ids only", *levers.CUTS])
+def test_the_statement_levers_complete_what_they_claimed_as_the_json_step_does(
+    dsn: str, tmp_path: Path, variant: str
 ) -> None:
-    """The arrays-for-outcomes variant of the ceiling's step is a correct step: every batch it
+    """The statement levers' variants of the ceiling's step (arrays for the outcomes, an
+    ids-only claim, the cuts) are correct steps for the benchmark's firings: every batch it
     claims is completed by the next step, fenced, one succeeded history row per firing, each
     job moved to its next hourly occurrence."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -389,8 +424,13 @@ def test_the_array_lever_completes_what_it_claimed_as_the_json_step_does(
     load_jobs(dsn, 300, schedule="@every 1h", kind="interval", base=now[0] - timedelta(minutes=5),
               modulo=60, step=1.0)  # fmt: skip
     script = tmp_path / "arrays.sql"
-    script.write_text(levers.array_script())
-    variables = {"batch": 20, **{f"o_{f}": "{}" for f, _, _ in levers.OUTCOME_FIELDS}}
+    if variant == "arrays":
+        script.write_text(levers.array_script())
+        variables = {"batch": 20, **{f"o_{f}": "{}" for f, _, _ in levers.OUTCOME_FIELDS}}
+    else:
+        cut = levers.cut_script(variant) if variant in levers.CUTS else None
+        script.write_text(cut or levers.ids_only_script())
+        variables = {"batch": 20, "outcomes": "[]"}
     figures = run_pgbench(dsn, script, clients=1, seconds=1, variables=variables)
     assert figures["tps"] > 0
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -478,3 +518,28 @@ def test_bench_without_its_extra_is_one_line_and_writes_nothing(tmp_path: Path) 
     assert done.stderr.startswith("error: pgpulse bench needs the bench extra: ")
     assert done.stderr.endswith("creates .venv-bench with the extra\n")
     assert len(done.stderr.splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_the_narrow_row_section_quotes_each_prototype_over_its_own_baseline() -> None:
+    """The page's narrow-row section: the wide floor over the floor, the HOT claim over the
+    floor with fillfactor 70, the ids-only claim over Pulse's unchanged step; a missing or
+    untrusted cell gives n/a, never a ratio."""
+    ok = {"rate": 100.0, "seconds": 8.0, "problems": []}
+    variants = {
+        "floor": {**ok, "db_cpu_ms": 0.05},
+        "floor, Pulse's row width": {**ok, "db_cpu_ms": 0.055},
+        "floor, fillfactor 70": {**ok, "db_cpu_ms": 0.04},
+        "floor, fillfactor 70, HOT claim": {**ok, "db_cpu_ms": 0.036},
+        "floor, Pulse's indexes": {**ok, "db_cpu_ms": 0.06, "problems": ["short"]},
+    }
+    lever_cells = {"as is": {**ok, "db_cpu_ms": 0.1}, levers.IDS_ONLY: {**ok, "db_cpu_ms": 0.097}}
+    results = {"3": {"data": {"floor_variants": variants, "levers": lever_cells}}}
+    assert report_cost.prototype_lines(results) == [
+        "* a job row as wide as Pulse's: 1.10× its baseline's DB CPU per firing",
+        "* Pulse's hot-path B-trees: n/a (not measured, or a cell failed its checks) its "
+        "baseline's DB CPU per firing",
+        "* a HOT claim (beside fillfactor 70 alone): 0.90× its baseline's DB CPU per firing",
+        "* Pulse's claim returning no definitions: 0.97× its baseline's DB CPU per firing",
+    ]
+    assert report_cost.prototype_lines({}) == []
+    assert "## Index entries per firing" in report_cost.section(results)

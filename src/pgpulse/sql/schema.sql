@@ -593,11 +593,13 @@ CREATE INDEX pgpulse_runs_backfill ON public.pgpulse_runs USING btree (job_id, s
 
 CREATE INDEX pgpulse_runs_batch ON public.pgpulse_runs USING btree (batch_id) WHERE (batch_id IS NOT NULL);
 
-CREATE INDEX pgpulse_runs_finished ON public.pgpulse_runs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
+CREATE INDEX pgpulse_runs_finished ON public.pgpulse_runs USING brin (finished_at);
 
 CREATE UNIQUE INDEX pgpulse_runs_occurrence ON public.pgpulse_runs USING btree (job_id, scheduled_for) WHERE (kind = 'scheduled'::text);
 
 CREATE INDEX pgpulse_runs_recent ON public.pgpulse_runs USING btree (job_id, id DESC);
+
+CREATE INDEX pgpulse_runs_unhappy ON public.pgpulse_runs USING btree (finished_at) WHERE (outcome = ANY (ARRAY['failed'::text, 'skipped'::text]));
 
 CREATE TRIGGER pgpulse_job_names_insert AFTER INSERT ON public.pgpulse_jobs REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION public.pgpulse_job_names_insert();
 

@@ -188,15 +188,26 @@ async def measure_cell(
     return checks.judge(cell)
 
 
-async def _measure_floor(
-    server_dsn: str, jobs: int, script: Path, *, batch: int, clients: int, seconds: float
+async def measure_floor(
+    server_dsn: str,
+    jobs: int,
+    script: Path,
+    *,
+    batch: int,
+    clients: int,
+    seconds: float,
+    variant: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the floor's step (:mod:`pgpulse_tools.bench.floor`) with pgbench for ``seconds`` on
     ``jobs`` due jobs; return its figures (see :func:`_metered`), judged, run once more on a
-    larger backlog when the first ran out inside the window (as :func:`measure_cell`)."""
+    larger backlog when the first ran out inside the window (as :func:`measure_cell`).
+    ``variant`` names floor.sql blocks added to the floor's schema (a value of
+    :data:`pgpulse_tools.bench.floor.VARIANTS`)."""
     cell: dict[str, Any] = {}
     for _ in range(2):
-        dsn = await asyncio.to_thread(floor.create, server_dsn, jobs, jobs)
+        dsn = await asyncio.to_thread(
+            floor.create, server_dsn, jobs, jobs, floor.DB_NAME, tuple(variant)
+        )
         cell = await _metered(
             dsn,
             script,
@@ -326,7 +337,7 @@ async def run(
     )
     floor_script = folder / "floor.sql"
     floor_script.write_text(floor.pgbench_script())
-    least = await _measure_floor(
+    least = await measure_floor(
         server_dsn,
         # the floor has run up to 3x Pulse's rate: size it to outlast the cell at 4x
         checks.backlog_to_outlast(4 * burst["rate"], seconds, jobs),

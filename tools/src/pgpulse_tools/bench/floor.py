@@ -34,12 +34,45 @@ FLOOR_SQL: Final[dict[str, str]] = load_queries("floor.sql", __package__)
 DB_NAME = "pgpulse_bench_floor"
 
 
-def create(server_dsn: str, jobs: int, due: int, name: str = DB_NAME) -> str:
+#: Bytes of definition the ``widen`` variant adds to a floor job row: Pulse's job row (252 bytes
+#: in scenario 3, pg_column_size) less the floor's (66).
+PULSE_ROW_PAD: Final[int] = 186
+
+#: The floor's variants (scenario 3's narrow-row prototype): name -> the floor.sql blocks added.
+VARIANTS: Final[dict[str, tuple[str, ...]]] = {
+    "floor": (),
+    "floor, Pulse's row width": ("widen",),
+    "floor, Pulse's indexes": ("pulse_indexes",),
+    "floor, Pulse's row width and indexes": ("widen", "pulse_indexes"),
+    "floor, fillfactor 70": ("fillfactor",),
+    "floor, fillfactor 70, HOT claim": ("fillfactor", "hot_claim"),
+}
+
+
+def _run_block(conn: psycopg.Connection[Any], block: str, params: dict[str, Any]) -> None:
+    """Run floor.sql block ``block`` one statement at a time (VACUUM runs in none)."""
+    text = "\n".join(
+        line for line in FLOOR_SQL[block].splitlines() if not line.lstrip().startswith("--")
+    )
+    for statement in (part.strip() for part in text.split(";")):
+        if statement:
+            conn.execute(statement, params if "%(" in statement else None)
+
+
+def create(
+    server_dsn: str, jobs: int, due: int, name: str = DB_NAME, variant: Sequence[str] = ()
+) -> str:
     """(Re)create database ``name`` holding the floor's tables with ``jobs`` jobs, the first
     ``due`` of them due now, indexed and ``VACUUM ANALYZE``d; return its DSN.
 
+    Args:
+        variant: floor.sql blocks to add (a value of :data:`VARIANTS`): ``widen`` (a job row
+            as wide as Pulse's), ``pulse_indexes`` (Pulse's hot-path B-trees), ``fillfactor``
+            (pages 30 % free), ``hot_claim`` (a due index the claim's update leaves alone).
+
     Raises:
         psycopg.Error: the server refused (no right to create databases, say).
+        KeyError: ``variant`` names no floor.sql block.
     """
     drop_db(server_dsn, name)
     with admin(server_dsn) as conn:
@@ -48,7 +81,12 @@ def create(server_dsn: str, jobs: int, due: int, name: str = DB_NAME) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(FLOOR_SQL["schema"])
         conn.execute(FLOOR_SQL["load"], {"jobs": jobs, "due": due})
+        if "widen" in variant:
+            _run_block(conn, "widen", {"pad": PULSE_ROW_PAD})
         conn.execute(FLOOR_SQL["index"])
+        for block in variant:
+            if block != "widen":
+                _run_block(conn, block, {})
         conn.execute("VACUUM (ANALYZE) floor_jobs")
     return dsn
 

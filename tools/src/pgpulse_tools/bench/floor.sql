@@ -39,6 +39,38 @@ FROM generate_series(1, %(jobs)s::bigint) AS i,
 -- The due index, built after the load (then VACUUM ANALYZE, as for Pulse's benchmark data).
 CREATE INDEX floor_jobs_due ON floor_jobs (next_run_at) WHERE status = 'idle';
 
+-- name: widen
+-- A variant (the narrow-row prototype, scenario 3): the floor's job row made as wide as Pulse's by
+-- a definition column of %(pad)s bytes that no firing writes, so the floor and this variant
+-- differ in row width only. Run after `load`, before `index`; VACUUM FULL compacts the rewrite.
+ALTER TABLE floor_jobs ADD COLUMN definition text;
+UPDATE floor_jobs SET definition = repeat('d', %(pad)s);
+VACUUM FULL floor_jobs;
+
+-- name: pulse_indexes
+-- A variant: the floor with the B-trees Pulse's schema adds on the hot path beside the floor's
+-- (a sweeper's lease index; the history's unique occurrence key, per-job listing and pruning
+-- index), so the floor and this variant differ in index entries per firing only.
+CREATE INDEX floor_jobs_leases ON floor_jobs (lease_expires_at) WHERE status = 'running';
+CREATE UNIQUE INDEX floor_runs_occurrence ON floor_runs (job_id, scheduled_for);
+CREATE INDEX floor_runs_recent ON floor_runs (job_id, id DESC);
+CREATE INDEX floor_runs_finished ON floor_runs (finished_at);
+
+-- name: fillfactor
+-- A variant: floor_jobs pages kept 30 % free, as pgpulse_jobs' are (migration 0007), so an
+-- updated row version can stay on its page.
+ALTER TABLE floor_jobs SET (fillfactor = 70);
+VACUUM FULL floor_jobs;
+
+-- name: hot_claim
+-- A variant (with `fillfactor`): the due index without a status predicate, so the claim, which
+-- changes no indexed column (status, token, lease), is a HOT update and adds no index entry; the
+-- completion moves next_run_at and adds one entry in each index. The claim's scan now reads the
+-- running rows' entries too (at the head of the index: they were due first) and drops them on
+-- the heap's status.
+DROP INDEX floor_jobs_due;
+CREATE INDEX floor_jobs_due ON floor_jobs (next_run_at);
+
 -- name: claim
 -- Claim up to %(limit)s due jobs: lock them without waiting, move them to running under a new
 -- fencing token and a 60 s lease, noting the claim's instant.

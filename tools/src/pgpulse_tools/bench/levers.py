@@ -18,18 +18,37 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-from pgpulse_tools.bench import ceiling, checks
+from pgpulse_tools.bench import ceiling, checks, floor
 from pgpulse_tools.bench.common import BENCH_SQL, Result
+from pgpulse_tools.bench.writes import comparison_rows, headers
 
 #: The lever that changes the statement's input, not the schema.
 ARRAYS: Final[str] = "outcomes as arrays, not JSON"
+#: The lever that changes what the claim returns: the narrow-row design's cached definitions.
+IDS_ONLY: Final[str] = "claim returns id, token, occurrence only (definitions cached)"
+#: Statement levers that cut a part of the step (a pattern of the generated script and what
+#: replaces it): what that part costs a firing that does not need it. Correct for the
+#: benchmark's firings only (first attempts, no skips, no pauses): a design would send the
+#: rare outcomes in a statement of their own.
+CUTS: Final[dict[str, tuple[str, str]]] = {
+    "history row by plain INSERT (no ON CONFLICT: first attempts)": (
+        r"ON CONFLICT \(job_id, scheduled_for\) WHERE kind = 'scheduled' DO UPDATE\n.*?"
+        r"(RETURNING 1\n\),\nskipped AS)",
+        r"\1",
+    ),
+    "no skipped or auto-paused parts (rare outcomes sent apart)": (
+        r"\nskipped AS \(\n.*?\nroute AS \(",
+        "\nroute AS (",
+    ),
+}
 #: Lever name -> the bench.sql block of its DDL (None: the schema as it is).
 LEVERS: Final[dict[str, str | None]] = {
     "as is": None,
-    "fillfactor 70 on pgpulse_jobs": "lever_fillfactor",
-    "BRIN pgpulse_runs_finished": "lever_brin_finished",
-    "no pgpulse_runs_recent": "lever_no_runs_recent",
+    "history: B-tree on every finished_at (before migration 0012)": "lever_history_btree",
+    "history: no pgpulse_runs_recent": "lever_no_runs_recent",
     ARRAYS: None,
+    IDS_ONLY: None,
+    **dict.fromkeys(CUTS),
     "as is (again)": None,
 }
 
@@ -86,10 +105,68 @@ def array_script() -> str:
     return f"{head}SELECT {aggregates}\nFROM pulse_claim \\gset\n"
 
 
+def ids_only_script() -> str:
+    """The ceiling's pgbench step with the claim returning only what a node that caches
+    definitions by revision needs (id, fencing token, occurrence, attempt, run id, revision,
+    the clock), not the definition's columns: the claim half of the narrow-row design.
+
+    Raises:
+        ValueError: the claim's RETURNING list no longer starts with ``j.id, j.tenant`` or no
+            longer ends the ``claimed`` CTE (update this function).
+    """
+    script = ceiling.pgbench_script()
+    narrow, found = re.subn(
+        r"RETURNING j\.id, j\.tenant, .*?\n\), pulse_claim AS \(",
+        "RETURNING j.id, j.fencing_token, j.scheduled_for, j.attempt, j.run_id, j.revision,\n"
+        "clock.now AS db_now\n), pulse_claim AS (",
+        script,
+        count=1,
+        flags=re.DOTALL,
+    )
+    if not found:
+        raise ValueError("finish_and_claim's claim changed; update bench/levers.py")
+    return narrow
+
+
+def cut_script(name: str) -> str:
+    """The ceiling's pgbench step with the part that lever ``name`` of :data:`CUTS` names cut.
+
+    Raises:
+        KeyError: ``name`` is not a lever of :data:`CUTS`.
+        ValueError: the part is no longer where the pattern looks for it (update :data:`CUTS`).
+    """
+    pattern, replacement = CUTS[name]
+    script, found = re.subn(
+        pattern, replacement, ceiling.pgbench_script(), count=1, flags=re.DOTALL
+    )
+    if not found:
+        raise ValueError(f"finish_and_claim changed; update bench/levers.py's cut {name!r}")
+    return script
+
+
 def _variables(name: str) -> dict[str, Any]:
     if name == ARRAYS:
         return {f"o_{field}": "{}" for field, _, _ in OUTCOME_FIELDS}
     return {"outcomes": "[]"}
+
+
+#: Rounds of every lever (and floor variant), interleaved: a shared machine's load drifts over a
+#: minute, so each figure is the median round's, not one cell's.
+ROUNDS: Final[int] = 3
+
+
+def median_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cell of median DB CPU per firing among ``cells``' trusted ones (all of them when none
+    is), with ``rounds_db_cpu_ms``: every round's DB CPU per firing, in order.
+
+    Raises:
+        ValueError: ``cells`` is empty.
+    """
+    if not cells:
+        raise ValueError("no cells to take the median of")
+    pool = [c for c in cells if checks.trusted(c)] or cells
+    ranked = sorted(pool, key=lambda c: float(c["db_cpu_ms"]))
+    return {**ranked[(len(ranked) - 1) // 2], "rounds_db_cpu_ms": [c["db_cpu_ms"] for c in cells]}
 
 
 HEADERS: Final[list[str]] = [
@@ -140,39 +217,123 @@ def rows(cells: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
     return out
 
 
-async def run(server_dsn: str, result: Result) -> Result:
-    """Measure every lever on scenario 3's best burst cell and add the table to ``result``
-    (scenario 3's, which has run); nothing when it has no trusted burst cell.
+def variant_rows(cells: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+    """The floor's variants' table: each cell's per-firing figures, and each variant's DB CPU
+    over the plain floor's (``n/a`` when either failed its checks) as the last column."""
+    plain = dict(cells).get("floor", {})
+    out: list[list[Any]] = []
+    for name, cell in cells:
+        row = comparison_rows([(name, cell)])
+        usable = checks.trusted(cell) and checks.trusted(plain) and plain.get("db_cpu_ms")
+        ratio = f"{cell['db_cpu_ms'] / plain['db_cpu_ms']:.2f}×" if usable else "n/a"
+        out.extend([*r, ratio, checks.verdict(cell)] for r in row)
+    return out
+
+
+async def _floor_variants(
+    server_dsn: str, burst: dict[str, Any], seconds: float, folder: Path
+) -> list[tuple[str, dict[str, Any]]]:
+    """The floor's step on each of :data:`pgpulse_tools.bench.floor.VARIANTS`, burst's batch and
+    clients, ``seconds`` each (the narrow-row prototype: what width and indexes cost)."""
+    script = folder / "floor.sql"
+    script.write_text(floor.pgbench_script())
+    jobs = checks.backlog_to_outlast(4 * burst["rate"], seconds, int(burst["jobs"]))
+    return [
+        (
+            name,
+            await ceiling.measure_floor(
+                server_dsn,
+                jobs,
+                script,
+                batch=burst["batch"],
+                clients=burst["clients"],
+                seconds=seconds,
+                variant=blocks,
+            ),
+        )
+        for name, blocks in floor.VARIANTS.items()
+    ]
+
+
+def _medians(
+    rounds: list[list[tuple[str, dict[str, Any]]]], order: list[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Per name (in ``order``), the median cell of its rounds."""
+    names = [name for name, _ in sorted(rounds[0], key=lambda cell: order.index(cell[0]))]
+    return [(n, median_cell([dict(r)[n] for r in rounds])) for n in names]
+
+
+def _variant_table(burst: dict[str, Any], seconds: float, cells: list[Any]) -> dict[str, Any]:
+    return {
+        "title": "The narrow-row prototype: the floor with Pulse's width and indexes",
+        "headers": [*headers(), "÷ floor", "check"],
+        "rows": variant_rows(cells),
+        "notes": [
+            f"the floor's step (bench/floor.sql), batch {burst['batch']}, {burst['clients']} "
+            f"clients, {seconds:g} s per cell, same run, median of the rounds as above; a "
+            "variant adds only what it names",
+            f"Pulse's row width: a {floor.PULSE_ROW_PAD}-byte definition column no firing "
+            "writes (floor.sql `widen`), so a floor job row is as wide as a pgpulse_jobs row",
+            "Pulse's indexes: a lease index on the jobs, and the history's unique occurrence "
+            "key, per-job listing and pruning B-trees (floor.sql `pulse_indexes`)",
+            "the width row against the floor is what a narrower hot row "
+            "(pgpulse_occurrences apart from the definition: section below) would save; the "
+            "indexes row is what the index lever works on",
+        ],
+    }
+
+
+async def run(server_dsn: str, result: Result, rounds: int = ROUNDS) -> Result:
+    """Measure every lever and floor variant on scenario 3's best burst cell, ``rounds`` times
+    interleaved, and add their tables (median rounds) to ``result`` (scenario 3's, which has
+    run); nothing when it has no burst cell.
 
     Args:
         server_dsn: the benchmarked server.
         result: scenario 3's result (its ``data["burst_cell"]``: batch, clients, jobs).
+        rounds: how many times each cell runs (at least 1).
     """
     burst = result.data.get("burst_cell")
     if not burst:
         return result
     folder = Path(tempfile.mkdtemp(prefix="pgpulse-levers-"))
-    script, arrays = folder / "pulse.sql", folder / "arrays.sql"
+    script, arrays, ids_only = folder / "pulse.sql", folder / "arrays.sql", folder / "ids.sql"
     script.write_text(ceiling.pgbench_script())
     arrays.write_text(array_script())
+    ids_only.write_text(ids_only_script())
+    scripts = {ARRAYS: arrays, IDS_ONLY: ids_only}
+    for number, name in enumerate(CUTS):
+        scripts[name] = folder / f"cut{number}.sql"
+        scripts[name].write_text(cut_script(name))
     seconds = float(result.data["seconds"])
     jobs = checks.backlog_to_outlast(burst["rate"], seconds, int(burst["jobs"]))
-    cells: list[tuple[str, dict[str, Any]]] = []
+    lever_rounds: list[list[tuple[str, dict[str, Any]]]] = []
+    variant_rounds: list[list[tuple[str, dict[str, Any]]]] = []
     try:
-        for name, block in LEVERS.items():
-            cell = await ceiling.measure_cell(
-                server_dsn,
-                jobs,
-                arrays if name == ARRAYS else script,
-                batch=burst["batch"],
-                clients=burst["clients"],
-                seconds=seconds,
-                ddl=statements(block),
-                variables=_variables(name),
-            )
-            cells.append((name, cell))
+        for turn in range(rounds):
+            cells: list[tuple[str, dict[str, Any]]] = []
+            # each round starts further down the list, so no lever always runs at the same
+            # point of a round (a load that drifts within a round would favour the early ones)
+            order = list(LEVERS.items())
+            shift = turn * len(order) // rounds
+            for name, block in order[shift:] + order[:shift]:
+                cell = await ceiling.measure_cell(
+                    server_dsn,
+                    jobs,
+                    scripts.get(name, script),
+                    batch=burst["batch"],
+                    clients=burst["clients"],
+                    seconds=seconds,
+                    ddl=statements(block),
+                    variables=_variables(name),
+                )
+                cells.append((name, cell))
+            lever_rounds.append(cells)
+            variant_rounds.append(await _floor_variants(server_dsn, burst, seconds, folder))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    cells = _medians(lever_rounds, list(LEVERS))
+    variants = _medians(variant_rounds, list(floor.VARIANTS))
     result.tables.append(
         {
             "title": "Levers, before and after (same cell, same run)",
@@ -182,10 +343,14 @@ async def run(server_dsn: str, result: Result) -> Result:
                 f"Pulse's step, batch {burst['batch']}, {burst['clients']} clients, "
                 f"{seconds:g} s per cell, each on a fresh copy of the backlog with the lever's "
                 "DDL applied (bench.sql lever_* blocks; nothing of it is in Pulse's schema)",
+                f"{rounds} rounds, every lever once per round, each round starting further "
+                "down this list; each row is its median round (by DB CPU per firing)",
                 "÷ as is = DB CPU per firing over the mean of the two unchanged runs, the first "
                 "and the last (their spread is this run's noise)",
             ],
         }
     )
+    result.tables.append(_variant_table(burst, seconds, variants))
     result.data["levers"] = {name: cell for name, cell in cells}
+    result.data["floor_variants"] = {name: cell for name, cell in variants}
     return result

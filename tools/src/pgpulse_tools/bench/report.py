@@ -455,7 +455,7 @@ def render(payload: dict[str, Any], plots: dict[str, str]) -> str:
         if key == "5" and "lag" in plots:
             lines += [f"![lag]({plots['lag']})", ""]
     if "3" in results:
-        lines += report_cost.section()
+        lines += report_cost.section(results)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -1,10 +1,11 @@
 """The cost-per-firing part of ``docs/benchmarks.md``: the issue's DB CPU target against the
-floor, and the design of the lever not measured on Pulse's schema (a narrower hot row)."""
+floor, and the design of the lever not built in Pulse's schema (a narrower hot row) with the
+figures of its prototypes (scenario 3: :mod:`pgpulse_tools.bench.levers`)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 from pgpulse_tools.bench.checks import trusted
 
@@ -14,26 +15,59 @@ CPU_TARGET = 1.3
 NARROW_ROW = """\
 A firing updates its job row twice (the claim, the completion) and PostgreSQL writes a whole
 new row version each time, the definition (schedule, payload, policies, names) with it. The
-design that would stop that, not made here because it reshapes `pgpulse_jobs` under five other
-branches in flight:
+design that would stop that:
 
 * `pgpulse_jobs` keeps the definition (tenant, name, schedule, handler, payload, policies) and a
-  `revision` bumped by every change of it; a new table, `pgpulse_occurrences` (one row per job:
+  `revision` bumped by every change of it; a new table of per-occurrence state (one row per job:
   `job_id`, `shard_id`, `status`, `scheduled_for`, `next_run_at`, `attempt`, `fencing_token`,
-  `run_id`, `locked_by`, `lease_expires_at`, `claimed_at`), carries what a firing changes, with
+  `run_id`, `locked_by`, `lease_expires_at`, `claimed_at`) carries what a firing changes, with
   `pgpulse_jobs_due` and `pgpulse_jobs_leases` moved onto it.
 * The claim stays one statement (`FOR UPDATE SKIP LOCKED` on the occurrence row, fenced by its
   token: invariants 2 and 3 unchanged) and returns the job's `revision`; the node keeps the
   definitions it has seen by `(job_id, revision)` and reads the ones it lacks in the same
-  statement (a join for the claimed rows whose revision differs from the node's cache, passed
-  as an array), so a steady node receives definitions only when they change.
-* What it would save per firing: the two updated row versions shrink from the width of a job row
-  (the table "Pulse against the floor, per firing" shows it beside the floor's, whose row is
-  this narrow row) to about the floor's, and the WAL and heap pages written with them; the
-  index entries stay the same (the due index's columns change on every firing, so no update is
-  HOT whatever the width or the fill factor). The floor's step measures this shape's cost on
-  this machine: the figure to reach is its DB CPU per firing plus what Pulse's history and
-  shards add."""
+  statement, so a steady node receives definitions only when they change.
+
+It was prototyped before being built, in two halves, both in scenario 3 (tables "Levers" and
+"The narrow-row prototype" above, same run): the narrow row itself is the floor with and
+without a definition column as wide as Pulse's (`floor.sql` `widen`); the cached definitions
+are Pulse's own step with a claim that returns ids, tokens and occurrences only (lever
+"claim returns id, token, occurrence only"). A HOT-friendly occurrence row is prototyped too:
+the floor whose due index has no status predicate, so the claim changes no indexed column
+(`hot_claim`; the completion still moves `next_run_at`)."""
+
+INDEX_ENTRIES = """\
+Every index entry a succeeded firing writes, and why each index stays (migration 0009 took the
+eighth, a B-tree on every run's `finished_at`):
+
+* the claim (`UPDATE`, not HOT: `status` leaves the due index's predicate): `pgpulse_jobs_pkey`
+  and `pgpulse_jobs_leases` (every node's heartbeat sweeps expired leases through it);
+* the completion (`UPDATE`, not HOT: `next_run_at` is the due index's key): `pgpulse_jobs_pkey`
+  and `pgpulse_jobs_due` (the claim's scan);
+* the history row (`INSERT ... ON CONFLICT`): `pgpulse_runs_pkey` (the run id: the extra
+  occurrences' `ON CONFLICT (id)`, the API's run lookups), `pgpulse_runs_occurrence` (one row
+  per occurrence, invariant 4: the insert's arbiter) and `pgpulse_runs_recent` (a job's newest
+  runs: the jobs page's last run and strip, `runs` of one job, `list_runs` by name, the alerts'
+  last success);
+* none in `pgpulse_runs_finished` (BRIN, for pruning: no entry while a page range is not yet
+  summarised, as the table's tail is), `pgpulse_runs_unhappy` (failed and skipped runs only:
+  the alerts), `pgpulse_runs_batch`, `pgpulse_jobs_pause_ends` or `pgpulse_occurrences_*`
+  (their predicates leave a succeeded scheduled firing out).
+
+Seven entries against the floor's four (its job key twice, its due index, its history key).
+Neither update can be HOT while the due index's key or predicate holds what a firing changes;
+the prototype below measures a due index that leaves the claim HOT."""
+
+#: Floor variants (levers.py's table) and the lever whose figures the section quotes.
+_QUOTED: Final[tuple[tuple[str, str, str], ...]] = (
+    ("variant", "floor, Pulse's row width", "a job row as wide as Pulse's"),
+    ("variant", "floor, Pulse's indexes", "Pulse's hot-path B-trees"),
+    ("variant", "floor, fillfactor 70, HOT claim", "a HOT claim (beside fillfactor 70 alone)"),
+    (
+        "lever",
+        "claim returns id, token, occurrence only (definitions cached)",
+        "Pulse's claim returning no definitions",
+    ),
+)
 
 
 def cost_targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
@@ -68,6 +102,49 @@ def cost_targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
     ]
 
 
-def section() -> list[str]:
-    """The page's lines on the narrower hot row."""
-    return ["## A narrower hot row (designed, not built)", "", NARROW_ROW, ""]
+def _ratio(cell: dict[str, Any] | None, base: dict[str, Any] | None) -> str | None:
+    if not cell or not base or not (trusted(cell) and trusted(base)) or not base["db_cpu_ms"]:
+        return None
+    return f"{cell['db_cpu_ms'] / base['db_cpu_ms']:.2f}×"
+
+
+def prototype_lines(results: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per prototype figure of scenario 3 (DB CPU per firing over its baseline in the
+    same run: the plain floor, or the floor with fillfactor 70 for the HOT claim, or the mean of
+    Pulse's unchanged runs); none when scenario 3 measured no floor variants."""
+    data = results.get("3", {}).get("data", {})
+    variants, levers = data.get("floor_variants") or {}, data.get("levers") or {}
+    if not variants:
+        return []
+    lines = []
+    for kind, name, what in _QUOTED:
+        if kind == "variant":
+            base = variants.get("floor, fillfactor 70" if "HOT" in name else "floor")
+            ratio = _ratio(variants.get(name), base)
+        else:  # over the mean of the unchanged runs, as the levers' table divides
+            base = [
+                c["db_cpu_ms"] for k, c in levers.items() if k.startswith("as is") and trusted(c)
+            ]
+            mean = {"db_cpu_ms": sum(base) / len(base), "problems": []} if base else None
+            ratio = _ratio(levers.get(name), mean)
+        shown = ratio or "n/a (not measured, or a cell failed its checks)"
+        lines.append(f"* {what}: {shown} its baseline's DB CPU per firing")
+    return lines
+
+
+def section(results: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The page's lines on the narrower hot row, with scenario 3's prototype figures."""
+    measured = prototype_lines(results or {})
+    head = [
+        "## Index entries per firing",
+        "",
+        INDEX_ENTRIES,
+        "",
+        "## A narrower hot row (designed, prototyped, not built)",
+        "",
+        NARROW_ROW,
+        "",
+    ]
+    if not measured:
+        return head
+    return [*head, "Measured in scenario 3 (same run, each over its baseline):", "", *measured, ""]
