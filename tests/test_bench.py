@@ -22,6 +22,7 @@ from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
 from pgpulse_tools.bench.report import floor_rows, render, targets
+from pgpulse_tools.bench.run import cross_figures
 from pgpulse_tools.bench.sqltext import split_final_select
 from pgpulse_tools.bench.steady import PERIOD, expected_runs
 from pgpulse_tools.bench.writes import WriteMeter, comparison_rows, per_firing
@@ -110,6 +111,25 @@ def test_a_peer_that_started_none_of_its_steady_runs_has_the_higher_lag() -> Non
     assert peers.notes == [
         "Pulse vs Slow 1.0: 6.0× the firings/s (600 vs 100); lag p99 25.0 ms vs none started"
     ]
+
+
+def test_pulse_and_a_peer_of_two_different_runs_give_no_ratio() -> None:
+    """Scenario 7 kept from one run and scenario 2 from another (``--only 2`` after a full run):
+    the machine's load differs between runs, so no ratio is drawn, and the note says n/a."""
+    drain = {"peer": "Quick 1.0", "mode": "drain", "rate": 100.0}
+    peers = Result("7", "peers", [], data={"runs": [drain], "run": {"started": "t1"}})
+    pulse_drain = Result(
+        "2", "drain", [], rows=[[2]], data={"runs": [{"rate": 600.0}], "run": {"started": "t2"}}
+    )
+    cross_figures({"7": peers, "2": pulse_drain})
+    assert math.isnan(peers.data["ratios"]["Quick 1.0"]["throughput_ratio"])
+    assert peers.notes == [
+        "Pulse vs Quick 1.0: n/a (Pulse's drain not measured in this run or untrusted; "
+        "Quick 1.0 100/s); lag p99 n/a vs n/a"
+    ]
+    pulse_drain.data["run"] = {"started": "t1"}  # the same run: the ratio is drawn
+    cross_figures({"7": peers, "2": pulse_drain})
+    assert peers.data["ratios"]["Quick 1.0"]["throughput_ratio"] == 6.0
 
 
 def test_the_ceiling_target_is_judged_for_each_node_count_from_two_to_four() -> None:

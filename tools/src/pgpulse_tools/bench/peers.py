@@ -240,7 +240,8 @@ def add_pulse_ratios(
 ) -> None:
     """Append Pulse's best drain rate over each peer's best, and lag p99 side by side (a peer
     whose steady state started no run has an unbounded lag: ``inf``). Replaces the notes of an
-    earlier call (``--report-only`` recomputes them)."""
+    earlier call (``--report-only`` recomputes them). ``pulse_drain`` / ``pulse_steady`` are
+    ``None`` when not measured in the peers' run: the ratio is then n/a, never one across runs."""
     peers.notes[:] = [note for note in peers.notes if not note.startswith("Pulse vs ")]
     pulse_rate = (
         max((r["rate"] for r in pulse_drain.data["runs"] if trusted(r)), default=math.nan)
@@ -270,9 +271,12 @@ def add_pulse_ratios(
             "pulse_p99": pulse_p99,
         }
         peer_lag = "none started" if p99 == math.inf else f"{p99:,.1f} ms"
-        peers.notes.append(
-            f"Pulse vs {name}: {pulse_rate / best if best else math.nan:.1f}× "
-            f"the firings/s ({pulse_rate:,.0f} vs {best:,.0f}); lag p99 "
-            f"{pulse_p99:,.1f} ms vs {peer_lag}"
+        ratio = pulse_rate / best if best else math.nan
+        shown = (
+            f"{ratio:.1f}× the firings/s ({pulse_rate:,.0f} vs {best:,.0f})"
+            if math.isfinite(ratio)
+            else f"n/a (Pulse's drain not measured in this run or untrusted; {name} {best:,.0f}/s)"
         )
+        pulse_lag = f"{pulse_p99:,.1f} ms" if math.isfinite(pulse_p99) else "n/a"
+        peers.notes.append(f"Pulse vs {name}: {shown}; lag p99 {pulse_lag} vs {peer_lag}")
     peers.data["ratios"] = ratios

@@ -105,13 +105,27 @@ CEILING_SHARE = "÷ ceiling"
 _DERIVED_NOTES = ("bound = ", "Pulse vs ")
 
 
+def same_run(a: Result, b: Result) -> bool:
+    """Whether two results were measured in one run (the machine's load differs between runs,
+    so a ratio of figures from two runs says nothing: the issue's "same run" rule)."""
+    return bool(a.data.get("run", {}).get("started") == b.data.get("run", {}).get("started"))
+
+
 def cross_figures(results: dict[str, Result]) -> None:
     """Add the figures that need two scenarios — ceiling share (2 with 3), the herd's bound
     (5 with 2), Pulse's ratio to each peer (7 with 2 and 4) — replacing earlier ones, so it can
-    run again over results merged from several runs."""
+    run again over results merged from several runs. Two scenarios of different runs give no
+    ratio (n/a)."""
     for result in results.values():
         result.notes = [n for n in result.notes if not n.startswith(_DERIVED_NOTES)]
-    best = results["3"].data.get("best") if "3" in results else None
+
+    def along(key: str, other: str) -> Result | None:
+        """Scenario ``other``'s result if it was measured in the same run as ``key``'s."""
+        found = results.get(other)
+        return found if found is not None and same_run(results[key], found) else None
+
+    third = along("2", "3") if "2" in results else None
+    best = third.data.get("best") if third is not None else None
     if "2" in results:
         drain_result = results["2"]
         if CEILING_SHARE in drain_result.headers:
@@ -124,7 +138,7 @@ def cross_figures(results: dict[str, Result]) -> None:
             usable = best and trusted(run)
             run["ceiling_share"] = run["rate"] / best if usable else math.nan
             row.append(f"{run['ceiling_share']:.0%}" if usable else "n/a")
-    if "5" in results and "2" in results:
+    if "5" in results and along("5", "2") is not None:
         herd_result = results["5"]
         rates = {run["nodes"]: run["rate"] for run in results["2"].data["runs"] if trusted(run)}
         rate = rates.get(herd_result.data["nodes"])
@@ -138,7 +152,7 @@ def cross_figures(results: dict[str, Result]) -> None:
                 f"{herd_result.data['nodes']} nodes) + 1 s"
             )
     if "7" in results:
-        peers.add_pulse_ratios(results["7"], results.get("2"), results.get("4"))
+        peers.add_pulse_ratios(results["7"], along("7", "2"), along("7", "4"))
 
 
 def load_results(path: Path) -> dict[str, Result]:
