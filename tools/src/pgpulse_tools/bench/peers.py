@@ -270,7 +270,11 @@ def add_pulse_ratios(
             "peer_p99": p99,
             "pulse_p99": pulse_p99,
         }
-        peer_lag = "none started" if p99 == math.inf else f"{p99:,.1f} ms"
+        peer_lag = (
+            "none started"
+            if p99 == math.inf
+            else (f"{p99:,.1f} ms" if math.isfinite(p99) else "n/a")
+        )
         ratio = pulse_rate / best if best else math.nan
         shown = (
             f"{ratio:.1f}× the firings/s ({pulse_rate:,.0f} vs {best:,.0f})"
