@@ -408,6 +408,10 @@ tenant_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
+#: Where ``job create`` allows a private http-job target: its own flag (the refusal names it).
+JOB_CREATE_ALLOW = "this command's --allow-private-target"
+
+
 @job.command("create")
 @click.argument("name")
 @click.option("--schedule", required=True, help="Cron expression, @macro or @every duration.")
@@ -511,14 +515,10 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
         from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
 
         try:
-            await check_http_target(spec.payload, WebSettings())
+            await check_http_target(spec.payload, WebSettings(), allowed_flag=JOB_CREATE_ALLOW)
         except InvalidInput as exc:
             if not allow_private_target:
-                raise InvalidInput(
-                    f"{exc}; from the command line, --allow-private-target allows it",
-                    field=exc.field,
-                    value=exc.value,
-                ) from None
+                raise
             private = urlsplit(str(spec.payload.get("url", ""))).hostname or exc.value
     [(job_id, created)] = await store.upsert_jobs([spec], actor=cli_actor())
     row = await store.get_job(spec.tenant, name)

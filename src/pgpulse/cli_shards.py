@@ -12,17 +12,18 @@ import json
 import click
 
 from pgpulse.cli import json_option, with_store
+from pgpulse.cli_types import Seconds
 from pgpulse.resharding import set_shard_count, shard_state
 from pgpulse.store import Store
 
 ttl_option = click.option(
     "--node-ttl",
     "ttl",
-    type=float,
+    type=Seconds(0, min_open=True),
     default=10.0,
     show_default=True,
     show_envvar=True,
-    help="Seconds: a node silent this long is not counted (the nodes' --node-ttl).",
+    help="A node silent this long is not counted (the nodes' --node-ttl).",
 )
 
 
@@ -62,10 +63,10 @@ async def shards_show(store: Store, ttl: float, as_json: bool) -> None:
 @click.argument("count", type=int)
 @click.option(
     "--wait",
-    type=float,
+    type=Seconds(0),
     default=60.0,
     show_default=True,
-    help="Seconds to wait for every live node to claim by the new count before the old "
+    help="How long to wait for every live node to claim by the new count before the old "
     "count's indexes are dropped.",
 )
 @click.option(

@@ -44,6 +44,10 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
+#: Where an apply file allows a private http-job target: the job's own field (the refusal names it).
+APPLY_FILE_ALLOW = "the job's allow_private_target = true"
+
+
 async def _check_targets(files: list[ApplyFile]) -> None:
     """An ``http`` job's URL follows the API's rule (public addresses only), as ``job create``
     checks it; ``allow_private_target = true`` is the file's explicit exception."""
@@ -53,10 +57,11 @@ async def _check_targets(files: list[ApplyFile]) -> None:
         for spec in parsed.specs:
             if spec.handler == "http" and spec.name not in parsed.private_targets:
                 try:
-                    await check_http_target(spec.payload, WebSettings())
+                    await check_http_target(
+                        spec.payload, WebSettings(), allowed_flag=APPLY_FILE_ALLOW
+                    )
                 except InvalidInput as exc:
-                    hint = "; allow_private_target = true allows it"
-                    raise parsed.refusal(spec.name, exc, hint) from None
+                    raise parsed.refusal(spec.name, exc) from None
 
 
 def _print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run: bool) -> None:

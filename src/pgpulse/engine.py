@@ -495,11 +495,11 @@ class Node:
             self._wake.set()
         if shards != self.shards:
             log.info(
-                "node %s owns %d of %d shards among %d live nodes",
+                "node %s owns %d of %s among %s",
                 self.node_id,
                 len(shards),
-                count,
-                len(set(self._live) | {self.node_id}),
+                plural(count, "shard"),
+                plural(len(set(self._live) | {self.node_id}), "live node"),
                 extra={"action": "shards_changed", "shards": list(shards), "shard_count": count},
             )
             self.shards = shards
