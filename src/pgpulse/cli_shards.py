@@ -15,6 +15,7 @@ from pgpulse.cli import json_option, with_store
 from pgpulse.cli_types import Seconds
 from pgpulse.resharding import set_shard_count, shard_state
 from pgpulse.store import Store
+from pgpulse.wording import seconds_text
 
 ttl_option = click.option(
     "--node-ttl",
@@ -89,7 +90,7 @@ async def shards_set(store: Store, count: int, wait: float, keep_old: bool, ttl:
             click.echo(f"dropped: {', '.join(done.dropped)}")
     else:
         click.echo(
-            f"not every live node switched within {wait:g} s: old indexes kept; "
+            f"not every live node switched within {seconds_text(wait)}: old indexes kept; "
             "run `pgpulse shards set` again to finish",
             err=True,
         )

@@ -65,7 +65,7 @@ from pgpulse.routing import routes_for, watched_shards
 from pgpulse.sharding import shards_for
 from pgpulse.store import Store
 from pgpulse.sweeper import Sweeper
-from pgpulse.wording import plural
+from pgpulse.wording import plural, seconds_text
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +376,7 @@ class Node:
             return
         reason = (
             f"handed back by node {self.node_id} at shutdown: unfinished after the drain "
-            f"timeout ({self.config.drain_timeout:g}s)"
+            f"timeout ({seconds_text(self.config.drain_timeout)})"
         )
         started = {attempt.key for attempt in stopped if attempt.started}
         rows, extra = _split([attempt.key for attempt in stopped])

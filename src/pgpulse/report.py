@@ -16,7 +16,7 @@ from tabulate import tabulate
 
 from pgpulse.errors import DatabaseUnavailable, PulseError
 from pgpulse.sharding import DEFAULT_SHARD_COUNT
-from pgpulse.wording import plural
+from pgpulse.wording import plural, seconds_text
 
 T = TypeVar("T")
 
@@ -125,7 +125,7 @@ def print_records(
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:g} s"
+    return "-" if value is None else seconds_text(value)
 
 
 def _instant(value: datetime | None) -> str:
@@ -356,7 +356,9 @@ def status_problems(
         problems.append("no live node")
     lag = counts["max_lag"]
     if lag is not None and lag > max_lag:
-        problems.append(f"the most overdue job is {lag:.1f} s late, over --max-lag {max_lag:g} s")
+        problems.append(
+            f"the most overdue job is {lag:.1f} s late, over --max-lag {seconds_text(max_lag)}"
+        )
     return problems
 
 

@@ -27,6 +27,7 @@ import math
 from datetime import timedelta
 
 from pgpulse.errors import InvalidInput
+from pgpulse.wording import seconds_text
 
 __all__ = ["MAX_SPREAD", "check_spread", "spread_offset"]
 
@@ -94,8 +95,8 @@ def check_spread(spread: object, kind: str, interval: timedelta | None = None) -
         )
     if interval is not None and timedelta(seconds=spread) >= interval:
         raise InvalidInput(
-            f"spread ({spread:g} s) must be shorter than the @every period "
-            f"({interval.total_seconds():g} s)",
+            f"spread ({seconds_text(spread)}) must be shorter than the @every period "
+            f"({seconds_text(interval.total_seconds())})",
             field="spread",
             value=spread,
         )
