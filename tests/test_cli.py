@@ -461,3 +461,34 @@ def test_import_pgpulse_and_schedule_next_load_no_web_stack_and_no_http_client()
     lines = done.stdout.splitlines()
     assert lines[0] == "[]" and lines[-1] == "[]", done.stdout
     assert "at 03:00" in done.stdout
+
+
+def test_a_spread_longer_than_the_period_is_refused_by_create_and_apply(
+    dsn: str, db: Any, tmp_path: Path
+) -> None:
+    refusal = (
+        "spread 120 s (2 min) is longer than the time between occurrences of schedule "
+        "'* * * * *', as little as 60 s (1 min)"
+    )
+    created = pgpulse(
+        "job", "create", "tick", "--schedule", "* * * * *", "--handler", "shell",
+        "--payload", '{"command": "true"}', "--spread", "120", dsn=dsn,
+    )  # fmt: skip
+    assert (created.returncode, created.stdout) == (2, "")
+    assert created.stderr == f"error: {refusal}\n"
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[jobs.tick]\nschedule = "* * * * *"\nhandler = "shell"\n'
+        'payload = { command = "true" }\nspread = 120\n'
+    )
+    applied = pgpulse("apply", str(jobs), dsn=dsn)
+    assert (applied.returncode, applied.stdout) == (2, "")
+    assert applied.stderr.startswith(f"error: {jobs}:5: job 'tick': ")
+    assert applied.stderr.endswith(f"{refusal}\n")
+    assert job_rows(db) == []
+    whole_minute = pgpulse(
+        "job", "create", "tick", "--schedule", "* * * * *", "--handler", "shell",
+        "--payload", '{"command": "true"}', "--spread", "60", dsn=dsn,
+    )  # fmt: skip
+    assert whole_minute.returncode == 0, whole_minute.stderr
+    assert job_rows(db)[0]["spread"] == 60
