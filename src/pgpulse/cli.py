@@ -11,7 +11,7 @@ import importlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -524,13 +524,50 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
     row = await store.get_job(spec.tenant, name)
     click.echo(
         f"{'created' if created else 'updated'} job {name} (id {job_id}); "
-        f"next occurrence {row['scheduled_for'].isoformat()}"
+        + await _next_to_run(store, row)
     )
     if private is not None:
         click.echo(
             f"note: its runs reach {private} only from nodes started with an --http-allow "
             "list that names it (pgpulse node run --http-allow HOST)"
         )
+
+
+async def _next_to_run(store: Store, row: dict[str, Any]) -> str:
+    """``next occurrence T`` for job ``row``: the occurrence that will run, after its exclusion
+    calendars (:func:`pgpulse.limits.first_to_run`), saying which calendar skips the one
+    before it (its ``scheduled_for``, which a claim records as skipped)."""
+    current = row["scheduled_for"]
+    if not row["calendars"] or row["status"] == "completed":
+        return f"next occurrence {current.isoformat()}"
+    from pgpulse.calendars import ExclusionCalendar
+    from pgpulse.limits import first_to_run
+
+    calendars = [
+        ExclusionCalendar(
+            c["name"],
+            frozenset(d if isinstance(d, date) else date.fromisoformat(d) for d in c["dates"]),
+            c["country"],
+            c["subdivision"],
+        )
+        for c in await store.list_calendars(row["tenant"])
+        if c["name"] in row["calendars"]
+    ]
+    schedule = parse_schedule(row["schedule"], row["timezone"])
+    run, reason = first_to_run(schedule, calendars, current, anchor=row["anchor_at"])
+    if reason is None:
+        return f"next occurrence {current.isoformat()}"
+    if run is None:
+        return f"no occurrence will run: {reason} skips every one from {current.isoformat()}"
+    if row["not_after"] is not None and run > row["not_after"]:
+        return (
+            f"no occurrence will run: {reason} skips every one from {current.isoformat()} "
+            f"to its not_after {row['not_after'].astimezone(UTC).isoformat()}"
+        )
+    return (
+        f"next occurrence {run.isoformat()} ({reason} skips the ones from {current.isoformat()} "
+        "until then)"
+    )
 
 
 @job.command("list")
