@@ -219,7 +219,7 @@ async def hello(ctx: RunContext) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["cwd", "app_dir"])
+@pytest.mark.parametrize("where", ["cwd", "app_dir", "module_alone"])
 def test_node_run_imports_the_app_from_the_current_folder(
     dsn: str, db: Any, tmp_path: Any, where: str
 ) -> None:
@@ -227,10 +227,12 @@ def test_node_run_imports_the_app_from_the_current_folder(
     args = ["node", "run", "--app", "trialapp:app", "--node-id", "trial", "--heartbeat", "0.5"]
     if where == "app_dir":
         args[4:4] = ["--app-dir", str(tmp_path)]
+    if where == "module_alone":  # --app trialapp means trialapp:app
+        args[3] = "trialapp"
     proc = subprocess.Popen(
         [PGPULSE, *args],
         env={**os.environ, "PGPULSE_DATABASE_URL": dsn},
-        cwd=tmp_path if where == "cwd" else "/",
+        cwd="/" if where == "app_dir" else tmp_path,
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -254,4 +256,11 @@ def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: A
     assert refused.stderr == (
         "error: invalid value for --app: cannot load 'nosuchmodule:app': "
         "No module named 'nosuchmodule'\n"
+    )
+    (tmp_path / "noapp.py").write_text("application = None\n")
+    alone = pgpulse("node", "run", "--app", "noapp", "--app-dir", str(tmp_path), dsn=dsn)
+    assert (alone.returncode, alone.stderr) == (
+        2,
+        "error: invalid value for --app: cannot load 'noapp': module 'noapp' has no attribute "
+        "'app' (--app noapp means noapp:app)\n",
     )

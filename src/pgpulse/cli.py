@@ -193,7 +193,8 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     """Import ``module:attribute`` and return the :class:`App` it names (built-ins only if
     ``None``). ``app_dir`` (``--app-dir``, the current folder by default) is put first on the
     import path, as uvicorn, gunicorn and celery do. Raises :class:`click.BadParameter`
-    naming the value."""
+    naming the value. A module alone (``--app myapp``) means its attribute ``app``
+    (``myapp:app``), as celery's ``-A`` finds an ``app``; uvicorn requires the name."""
     if not spec:
         return App()
     folder = str((app_dir or Path()).resolve())
@@ -203,7 +204,9 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     try:
         app = getattr(importlib.import_module(module_name), attr or "app")
     except (ImportError, AttributeError) as exc:
-        raise click.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--app") from exc
+        # a module alone means module:app (as celery -A finds "app"; uvicorn requires the name)
+        hint = "" if attr else f" (--app {module_name} means {module_name}:app)"
+        raise click.BadParameter(f"cannot load {spec!r}: {exc}{hint}", param_hint="--app") from exc
     if not isinstance(app, App):
         raise click.BadParameter(f"{spec!r} is not a pgpulse.App", param_hint="--app")
     return app
