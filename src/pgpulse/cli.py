@@ -926,10 +926,20 @@ DEFAULT_MAX_LAG = 60.0
     show_default=f"{DEFAULT_MAX_LAG:g}",
     help="How late a due job may be for --check to pass (implies --check).",
 )
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="List every node, also those lost or stopped for over an hour (else one line).",
+)
 @click.pass_obj
-def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | None) -> None:
+def status(
+    obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | None, show_all: bool
+) -> None:
     """The headline (live nodes, leader, due jobs, database), then nodes, shards, job counts
-    and the current lag. A node silent for longer than its time-to-live is 'lost'."""
+    and the current lag. A node silent for longer than its time-to-live is 'lost'. A lost or
+    stopped node is listed for an hour after its last heartbeat, then counted in one line
+    (--all lists it); the leader forgets it after a day, unless a lease still names it."""
 
     async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]] | tuple[str, str]:
         async with connect(
@@ -962,7 +972,7 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
     problems = None
     if checking:
         problems = status_problems(nodes, counts, DEFAULT_MAX_LAG if max_lag is None else max_lag)
-    print_status(nodes, counts, as_json, database=database, problems=problems)
+    print_status(nodes, counts, as_json, database=database, problems=problems, show_all=show_all)
     if problems:
         click.echo(f"check failed: {'; '.join(problems)}", err=True)
         sys.exit(1)
