@@ -24,7 +24,7 @@ from pgpulse.crontab_sync import plan_crontab_sync
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CatchUp
 from pgpulse.plan import Plan, format_plan, plan_source
-from pgpulse.report import print_records, to_json
+from pgpulse.report import CELL_MAX, print_records, to_json
 from pgpulse.store import Store
 from pgpulse.wording import plural
 
@@ -201,16 +201,24 @@ async def import_crontab(
 
 
 def _changes_text(changes: dict[str, Any], action: str) -> str:
-    """A history row's changes for its table cell: the field count of a create; else each
-    field's old and new value, ``meta`` last (it holds a crontab line: long, and a table cell
-    is cut), so the fields a person looks for come first."""
+    """A history row's changes for its table cell, one line per field, ``field: old → new``
+    (the field count of a create), ``meta`` last: it holds a crontab line, the one value cut
+    (to :data:`~pgpulse.report.CELL_MAX` characters, ``…``; whole in ``--json``), so a rename
+    or a new schedule is always read in full."""
     if action == "create":
         return plural(len(changes), "field")
     ordered = sorted(changes.items(), key=lambda item: item[0] == "meta")
-    return ", ".join(
-        f"{key}: {json.dumps(old, default=str)} -> {json.dumps(new, default=str)}"
-        for key, (old, new) in ordered
+    return "\n".join(
+        _cut(f"{key}: {_value(old)} → {_value(new)}", key == "meta") for key, (old, new) in ordered
     )
+
+
+def _value(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _cut(line: str, cut: bool) -> str:
+    return line[: CELL_MAX - 1] + "…" if cut and len(line) > CELL_MAX else line
 
 
 async def print_history(store: Store, name: str, *, tenant: str, limit: int, as_json: bool) -> None:
@@ -225,5 +233,4 @@ async def print_history(store: Store, name: str, *, tenant: str, limit: int, as_
         rows,
         as_json,
         ["at", "action", "revision", "source", "actor", "changes"],
-        shorten={"changes"},
     )
