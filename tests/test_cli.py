@@ -492,3 +492,20 @@ def test_a_spread_longer_than_the_period_is_refused_by_create_and_apply(
     )  # fmt: skip
     assert whole_minute.returncode == 0, whole_minute.stderr
     assert job_rows(db)[0]["spread"] == 60
+
+
+def test_job_list_shows_no_next_occurrence_for_a_completed_job(dsn: str, db: Any) -> None:
+    for name in ("once", "tick"):
+        made = pgpulse(
+            "job", "create", name, "--schedule", "@hourly", "--handler", "shell",
+            "--payload", '{"command": "true"}', dsn=dsn,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+    db.execute("UPDATE pgpulse_jobs SET status = 'completed' WHERE name = 'once'")
+    table = pgpulse("job", "list", dsn=dsn).stdout.splitlines()
+    start = table[0].index("scheduled_for")  # empty cells (pause_reason): read by position
+    cells = {line.split()[0]: line[start:].split()[0] for line in table[2:]}
+    assert cells["once"] == "-"
+    assert cells["tick"].endswith(":00:00+00:00")
+    listed = json.loads(pgpulse("job", "list", "--json", dsn=dsn).stdout)
+    assert all(j["scheduled_for"] for j in listed)  # --json keeps the row's value

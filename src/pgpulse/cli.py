@@ -578,7 +578,8 @@ async def _next_to_run(store: Store, row: dict[str, Any]) -> str:
 @json_option
 @with_store()
 async def job_list(store: Store, tenant: str, as_json: bool) -> None:
-    """List jobs of a tenant (when it has none, says which tenants do)."""
+    """List jobs of a tenant (when it has none, says which tenants do). A completed job has
+    no next occurrence: its scheduled_for is '-' (its last one in --json)."""
     rows = await store.list_jobs(tenant)
     if not rows and not as_json:
         others = sorted({row["tenant"] for row in await store.list_jobs(None)})
@@ -588,6 +589,8 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
                 "use --tenant NAME)"
             )
             return
+    if not as_json:  # a completed job's row keeps its last occurrence; none is to come
+        rows = [{**r, "scheduled_for": "-"} if r["status"] == "completed" else r for r in rows]
     print_records(
         rows,
         as_json,
