@@ -30,3 +30,12 @@ def test_a_count_of_one_is_singular() -> None:
         "2 attempts",
         "1,000 attempts",
     ]
+
+
+def test_a_cluster_alert_says_one_attempt_running() -> None:
+    from pgpulse.notify.events import cluster_subject
+
+    said = cluster_subject("node_died", {"node": "a", "running": 1, "last_heartbeat": "t"})
+    assert said == "node a (1 attempt running, last heartbeat t)"
+    older = cluster_subject("node_died", {"node": "a", "last_heartbeat": "t"})
+    assert older == "node a (? attempts running, last heartbeat t)"

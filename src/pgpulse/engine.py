@@ -338,8 +338,8 @@ class Node:
         interval = self.config.heartbeat_interval
         if self.attempts.unfinished():
             log.info(
-                "draining %d running attempts",
-                len(self.attempts.unfinished()),
+                "draining %s",
+                plural(len(self.attempts.unfinished()), "running attempt"),
                 extra={"action": "node_draining", "node": self.node_id},
             )
         until = time.monotonic() + self.config.drain_timeout
@@ -387,9 +387,9 @@ class Node:
             )
             handed, counted = handed + more, counted + more_counted
             log.info(
-                "handed back %s (%d counted as attempts)",
+                "handed back %s (%s)",
                 plural(handed, "unfinished claim"),
-                counted,
+                f"{counted} counted as {'an attempt' if counted == 1 else 'attempts'}",
                 extra={"action": "claims_released", "count": handed, "counted": counted},
             )
 

@@ -125,8 +125,8 @@ class CheckinPinger:
             metrics.checkin_ping("dropped")
             if self.dropped == 1 or self.dropped % 100 == 0:
                 log.warning(
-                    "check-in queue full: %d pings dropped so far (%s of %s)",
-                    self.dropped,
+                    "check-in queue full: %s dropped so far (%s of %s)",
+                    plural(self.dropped, "ping"),
                     phase,
                     job.name,
                     extra={"action": "checkin_dropped", "job": job.name},
