@@ -144,3 +144,15 @@ def test_check_spread_accepts() -> None:
     assert check_spread(0, "once") == 0.0
     assert check_spread(59.5, "interval", timedelta(seconds=60)) == 59.5
     assert check_spread(60, "interval", timedelta(seconds=60)) == 60.0  # the whole period
+
+
+def test_a_code_job_with_a_spread_longer_than_its_period_is_refused_at_declaration() -> None:
+    from pgpulse import App
+
+    app = App()
+    with pytest.raises(InvalidInput) as caught:
+        app.job("t16.tick", schedule="* * * * *", spread=120)
+    assert caught.value.field == "spread"
+    assert "is longer than the time between occurrences of schedule '* * * * *'" in str(
+        caught.value
+    )
