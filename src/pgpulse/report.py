@@ -328,7 +328,7 @@ def fold_nodes(
     nodes: Sequence[dict[str, Any]], *, show_all: bool = False
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The nodes ``status`` lists, and the line that stands for the others: lost and stopped
-    nodes silent for more than :data:`RECENT_NODES` seconds (``silent_for``), e.g.
+    nodes silent for more than :data:`RECENT_NODES` seconds (``silent_seconds``), e.g.
     ``3 stopped nodes not shown: silent for over 3,600 s (1 h) (status --all lists them)``. Live and
     draining nodes, and every node with ``show_all``, are always listed (line ``None``)."""
     if show_all:
@@ -336,7 +336,7 @@ def fold_nodes(
     shown: list[dict[str, Any]] = []
     folded: list[dict[str, Any]] = []
     for n in nodes:
-        old = n["state"] in ("lost", "stopped") and n.get("silent_for", 0) > RECENT_NODES
+        old = n["state"] in ("lost", "stopped") and n.get("silent_seconds", 0) > RECENT_NODES
         (folded if old else shown).append(n)
     if not folded:
         return shown, None

@@ -1016,11 +1016,11 @@ LIMIT %(limit)s;
 -- recorded none), as its peers judge it: 'lost' when its heartbeat is older than that although
 -- it never said it stopped (killed, partitioned, paused). A lost or stopped node owns no shards
 -- and runs nothing; its last shards and load stay in the row, not in what is shown.
--- silent_for: seconds since its last heartbeat, by the database's clock.
+-- silent_seconds: seconds since its last heartbeat, by the database's clock.
 SELECT n.node_id, n.hostname, n.pid,
        CASE WHEN h.fresh OR n.state = 'stopped' THEN n.state ELSE 'lost' END AS state,
        n.started_at, n.last_heartbeat, h.fresh AND n.state = 'alive' AS alive,
-       extract(epoch FROM now() - n.last_heartbeat)::float8 AS silent_for,
+       extract(epoch FROM now() - n.last_heartbeat)::float8 AS silent_seconds,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.shards ELSE '{}' END AS shards,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.running ELSE 0 END AS running,
        n.slots, coalesce(n.ttl, %(ttl)s) AS ttl, n.handlers, n.shell,
