@@ -83,6 +83,7 @@ async def test_a_node_died_alert_is_open_until_its_node_is_back(
         assert {d["status"] for d in listed["deliveries"]} == {"delivered"}
         table = pgpulse("alert", "list", "--open", dsn=dsn)
         assert "node_died" in table.stdout and " open " in table.stdout
+        assert "hook: delivered (1 attempt)" in table.stdout  # not "(1 attempts)"
 
         await loop.tick()  # still dead: still open, nothing sent again
         assert [a["state"] for a in await alerts.list_alerts()] == ["open"]
