@@ -112,13 +112,19 @@ async def alerts_page(request: Request, session: Session) -> HTMLResponse:
     return page(request, "alerts", who, token, alerts=rows, silences=silences)
 
 
+async def _csrf_ok(request: Request, token: str) -> bool:
+    """Whether a button's form carries this session's CSRF value (the dashboard's own page
+    sent it)."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    return hmac.compare_digest((form.get("csrf") or [""])[0], csrf_token(token))
+
+
 @router.post("/alerts/{alert_id}/acknowledge")
 async def acknowledge_alert(request: Request, alert_id: RunId, session: Session) -> Response:
     """Acknowledge an alert from its button (CSRF-checked; an alert the token cannot see is
     refused as missing), then back to the alerts page with a notice."""
     who, token = session
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    if not hmac.compare_digest((form.get("csrf") or [""])[0], csrf_token(token)):
+    if not await _csrf_ok(request, token):
         return HTMLResponse("stale page: reload and retry", 403)
     ctx: WebContext = request.app.state.pulse
     alerts = AlertStore(ctx.store.pool)
@@ -137,8 +143,7 @@ async def end_silence(request: Request, silence_id: RunId, session: Session) -> 
     /api/v1/silences/{id}``: a tenant token ends its jobs' silences, one it cannot see is
     refused as missing), then back to the alerts page with a notice."""
     who, token = session
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    if not hmac.compare_digest((form.get("csrf") or [""])[0], csrf_token(token)):
+    if not await _csrf_ok(request, token):
         return HTMLResponse("stale page: reload and retry", 403)
     ctx: WebContext = request.app.state.pulse
     writer = token_writer(who.token_id, who.tenant, admin=who.admin, shell_allowed=False)
