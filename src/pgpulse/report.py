@@ -337,7 +337,8 @@ def _overlap(job: dict[str, Any]) -> str:
 
 def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
     """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
-    lost nodes, shards still moving, jobs no live node can run (beside live nodes: with none,
+    shards still moving (or the shard count when it is not the default 64), lost nodes, jobs
+    no live node can run (beside live nodes: with none,
     every job waits, and the lines below the table say by handler), and the database, e.g.
     ``3 nodes alive, leader node-2, 0 jobs due — database 'pulse' on db.internal:5432``."""
     alive = [n for n in nodes if n["alive"]]
@@ -353,6 +354,8 @@ def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], dat
         total = alive[0].get("shard_count", DEFAULT_SHARD_COUNT)  # the database's count
         if owned != total:
             line += f", shards moving ({owned} of {total} owned)"
+        elif total != DEFAULT_SHARD_COUNT:  # a count set with `pgpulse shards set`
+            line += f", {total} shards"
     if lost:
         line += f"; {plural(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
     waiting = counts.get("unroutable", [])
