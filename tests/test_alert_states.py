@@ -83,6 +83,8 @@ async def test_a_node_died_alert_is_open_until_its_node_is_back(
         assert {d["status"] for d in listed["deliveries"]} == {"delivered"}
         table = pgpulse("alert", "list", "--open", dsn=dsn)
         assert "node_died" in table.stdout and " open " in table.stdout
+        [row] = [line.split() for line in table.stdout.splitlines() if "node_died" in line]
+        assert row[2:4] == ["node", "t16-a"]  # the job column names the node
 
         await loop.tick()  # still dead: still open, nothing sent again
         assert [a["state"] for a in await alerts.list_alerts()] == ["open"]
