@@ -6,9 +6,9 @@ aliases: ``Europe/Berlin``, ``UTC``, ``Etc/GMT+5``, ``US/Eastern``). Names whose
 the host are refused: ``localtime`` (a link to the host's own zone), ``posixrules``, ``posix/*``
 (copies of the zones that only some hosts install), ``right/*`` (the variants for a clock that
 counts leap seconds; POSIX time, the host's, Python's and PostgreSQL's, does not), and
-``Factory`` (a placeholder meaning "zone not set"). Rules come from the ``tzdata`` package too, never from the
-host's ``/usr/share/zoneinfo``: two nodes with the same Pulse installation compute the same
-instants even when their hosts' tz databases are of different releases.
+``Factory`` (a placeholder meaning "zone not set"). Rules come from the ``tzdata`` package
+too, never from the host's ``/usr/share/zoneinfo``: two nodes with the same Pulse installation
+compute the same instants even when their hosts' tz databases are of different releases.
 
 Offsets. A naive wall time ``w`` has two UTC offsets, on its first (``fold=0``) and second
 (``fold=1``) pass: equal, ``w`` exists once; first > second, ``w`` is repeated (fall back); first
