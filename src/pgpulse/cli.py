@@ -29,7 +29,7 @@ from pgpulse.cli_conventions import (
     apply_envvar_rule,
     environment_source,
 )
-from pgpulse.cli_types import IsoDateTime, Seconds
+from pgpulse.cli_types import HostPort, IsoDateTime, Seconds
 from pgpulse.database import describe
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
@@ -280,6 +280,7 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 @click.option(
     "--metrics",
     "metrics_addr",
+    type=HostPort(),
     show_envvar=True,
     metavar="HOST:PORT",
     help="Serve /metrics and /healthz here.",
@@ -287,6 +288,7 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 @click.option(
     "--http",
     "http_addr",
+    type=HostPort(),
     show_envvar=True,
     metavar="HOST:PORT",
     help="Also serve the API and dashboard here.",
