@@ -360,7 +360,9 @@ class History(BaseModel):
 
 
 class RunPage(BaseModel):
-    """A page of runs, newest first; pass ``next_cursor`` as ``cursor`` for older ones."""
+    """A page of runs, newest first (the latest recorded first, in run id order: a backfill's
+    runs come above the scheduled runs recorded before them, even of later occurrences); pass
+    ``next_cursor`` as ``cursor`` for older ones."""
 
     items: list[Run]
     next_cursor: str | None
