@@ -102,6 +102,10 @@ async def test_notifiers_rules_silences_and_acknowledgements(
             "shorter than the period",
         ),
         (("alert", "silence", "nightly", "--for", "soon"), "for: 'soon' is not a duration"),
+        (
+            ("alert", "silence", "nightly", "--for", "0s"),
+            "at most 31,622,400 s (366 d), got 0 s",  # not 3.16224e+07 s
+        ),
         (("alert", "ack", "99"), "no alert with id 99"),
     ],
 )  # fmt: skip

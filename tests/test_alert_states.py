@@ -85,6 +85,7 @@ async def test_a_node_died_alert_is_open_until_its_node_is_back(
         assert "node_died" in table.stdout and " open " in table.stdout
         [row] = [line.split() for line in table.stdout.splitlines() if "node_died" in line]
         assert row[2:4] == ["node", "t16-a"]  # the job column names the node
+        assert "hook: delivered (1 attempt)" in table.stdout  # not "(1 attempts)"
 
         await loop.tick()  # still dead: still open, nothing sent again
         assert [a["state"] for a in await alerts.list_alerts()] == ["open"]

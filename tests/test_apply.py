@@ -183,7 +183,9 @@ def test_apply_plans_creates_updates_and_prunes_one_source(
         pytest.param(
             '[jobs.a]\nschedule = "@hourly"\nhandler = "http"\n'
             'payload = { url = "http://127.0.0.1/hook" }\n',
-            "jobs.toml:4: job 'a': payload.url 'http://127.0.0.1/hook' targets 127.0.0.1",
+            "jobs.toml:4: job 'a': payload.url 'http://127.0.0.1/hook' targets 127.0.0.1 "
+            "(loopback); such addresses are refused without the job's "
+            "allow_private_target = true",
             id="private_http_target",
         ),
         pytest.param(

@@ -166,3 +166,29 @@ def test_calendar_commands_and_job_options_from_the_command_line(dsn: str) -> No
     assert bad.returncode == 2 and bad.stderr.startswith(
         "error: until 'yesterday' is not an instant"
     )
+
+
+def test_job_create_says_the_next_occurrence_that_will_run_after_its_calendars(dsn: str) -> None:
+    made = pgpulse(
+        "calendar", "set", "newyear", "--date", "2030-01-01", "--date", "2030-01-02", dsn=dsn
+    )
+    assert made.returncode == 0, made.stderr
+    create = (
+        "job", "create", "daily", "--schedule", "0 6 * * *", "--handler", "shell",
+        "--payload", '{"command": "true"}', "--not-before", "2030-01-01T00:00:00+00:00",
+    )  # fmt: skip
+    plain = pgpulse(*create, dsn=dsn)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.strip().endswith("; next occurrence 2030-01-01T06:00:00+00:00")
+    skipped = pgpulse(*create, "--calendar", "newyear", dsn=dsn)
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stdout.strip().endswith(
+        "; next occurrence 2030-01-03T06:00:00+00:00 (calendar newyear skips the ones from "
+        "2030-01-01T06:00:00+00:00 until then)"
+    )
+    ended = pgpulse(*create, "--calendar", "newyear", "--not-after", "2030-01-02T12:00", dsn=dsn)
+    assert ended.returncode == 0, ended.stderr
+    assert ended.stdout.strip().endswith(
+        "; no occurrence will run: calendar newyear skips every one from "
+        "2030-01-01T06:00:00+00:00 to its not_after 2030-01-02T12:00:00+00:00"
+    )

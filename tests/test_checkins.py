@@ -137,7 +137,11 @@ async def test_attempts_ping_their_checkins_and_a_node_back_reports_the_outage(
                 "JOIN pgpulse_jobs j ON j.id = r.job_id"
             ).fetchall()
         }
-        assert _metric(metrics_port, 'pgpulse_checkin_pings_total{result="sent"}') == 6
+        # The receiver has the sixth ping before the node has read its answer and counted it.
+        await wait_until(
+            lambda: _metric(metrics_port, 'pgpulse_checkin_pings_total{result="sent"}') == 6,
+            within=10,
+        )
     finally:
         node.send_signal(signal.SIGTERM)
         _, stderr = node.communicate(timeout=20)

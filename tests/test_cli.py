@@ -409,7 +409,8 @@ def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) ->
     assert refused.returncode == 2 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
     assert line.startswith("error: payload.url 'http://127.0.0.1:9/hook' targets 127.0.0.1")
-    assert line.endswith("; from the command line, --allow-private-target allows it")
+    assert line.endswith("such addresses are refused without this command's --allow-private-target")
+    assert "server's" not in line
     redirects = '{"url": "http://93.184.216.34/", "follow_redirects": true}'
     assert pgpulse(*create, "--payload", redirects, dsn=dsn).returncode == 2
     assert job_rows(db) == []
@@ -462,3 +463,51 @@ def test_import_pgpulse_and_schedule_next_load_no_web_stack_and_no_http_client()
     lines = done.stdout.splitlines()
     assert lines[0] == "[]" and lines[-1] == "[]", done.stdout
     assert "at 03:00" in done.stdout
+
+
+def test_a_spread_longer_than_the_period_is_refused_by_create_and_apply(
+    dsn: str, db: Any, tmp_path: Path
+) -> None:
+    refusal = (
+        "spread 120 s (2 min) is longer than the time between occurrences of schedule "
+        "'* * * * *', as little as 60 s (1 min)"
+    )
+    created = pgpulse(
+        "job", "create", "tick", "--schedule", "* * * * *", "--handler", "shell",
+        "--payload", '{"command": "true"}', "--spread", "120", dsn=dsn,
+    )  # fmt: skip
+    assert (created.returncode, created.stdout) == (2, "")
+    assert created.stderr == f"error: {refusal}\n"
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[jobs.tick]\nschedule = "* * * * *"\nhandler = "shell"\n'
+        'payload = { command = "true" }\nspread = 120\n'
+    )
+    applied = pgpulse("apply", str(jobs), dsn=dsn)
+    assert (applied.returncode, applied.stdout) == (2, "")
+    assert applied.stderr.startswith(f"error: {jobs}:5: job 'tick': ")
+    assert applied.stderr.endswith(f"{refusal}\n")
+    assert job_rows(db) == []
+    whole_minute = pgpulse(
+        "job", "create", "tick", "--schedule", "* * * * *", "--handler", "shell",
+        "--payload", '{"command": "true"}', "--spread", "60", dsn=dsn,
+    )  # fmt: skip
+    assert whole_minute.returncode == 0, whole_minute.stderr
+    assert job_rows(db)[0]["spread"] == 60
+
+
+def test_job_list_shows_no_next_occurrence_for_a_completed_job(dsn: str, db: Any) -> None:
+    for name in ("once", "tick"):
+        made = pgpulse(
+            "job", "create", name, "--schedule", "@hourly", "--handler", "shell",
+            "--payload", '{"command": "true"}', dsn=dsn,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+    db.execute("UPDATE pgpulse_jobs SET status = 'completed' WHERE name = 'once'")
+    table = pgpulse("job", "list", dsn=dsn).stdout.splitlines()
+    start = table[0].index("scheduled_for")  # empty cells (pause_reason): read by position
+    cells = {line.split()[0]: line[start:].split()[0] for line in table[2:]}
+    assert cells["once"] == "-"
+    assert cells["tick"].endswith(":00:00+00:00")
+    listed = json.loads(pgpulse("job", "list", "--json", dsn=dsn).stdout)
+    assert all(j["scheduled_for"] for j in listed)  # --json keeps the row's value

@@ -16,6 +16,7 @@ import pytest
 
 from pgpulse.cli import main
 from pgpulse.cli_conventions import LAZY_COMMANDS
+from pgpulse.cli_types import Number, Seconds
 from pgpulse.sql import migration_files
 
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
@@ -180,6 +181,30 @@ def test_help_ends_each_option_with_one_bracket_in_words() -> None:
     )
     assert "[env: PGPULSE_NODE_RUN_HEARTBEAT; default: 2; at least 0.1 seconds]" in help_text
     assert "[env: PGPULSE_NODE_RUN_SLOTS; default: 10; between 1 and 1000]" in help_text
+
+
+def test_every_duration_option_is_in_seconds() -> None:
+    """A number option is a duration (SECONDS in --help, bounds in seconds) unless it is a
+    plain ratio; the shards commands' --wait and --node-ttl as node run's (t16 ROUGH)."""
+    plain = {(("bench",), "--scale")}
+    for path, command, _ in tree():
+        for option in options(command):
+            if isinstance(option.type, Number) and (path, option.opts[0]) not in plain:
+                assert isinstance(option.type, Seconds), (path, option.opts)
+    shown = subprocess.run(
+        [PGPULSE, "shards", "set", "--help"], capture_output=True, text=True, timeout=60
+    )
+    help_text = " ".join(shown.stdout.split())
+    assert "--wait SECONDS" in help_text and "--node-ttl SECONDS" in help_text
+    assert "default: 60; at least 0 seconds]" in help_text
+    assert "default: 10; more than 0 seconds]" in help_text
+    refused = subprocess.run(
+        [PGPULSE, "shards", "show", "--node-ttl", "0"], capture_output=True, text=True, timeout=60
+    )
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "error: invalid value for --node-ttl: must be more than 0 seconds, got 0\n",
+    )
 
 
 def readme_commands() -> set[tuple[str, ...]]:

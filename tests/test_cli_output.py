@@ -97,7 +97,7 @@ async def test_job_show_groups_the_job_for_people(store: Store, db: Any) -> None
     assert "  schedule        0 3 * * *: at 03:00 (Europe/Paris)" in lines
     assert f"  payload         {SHELL}" in lines
     assert "  attempts        5, backoff base 1 s" in lines
-    assert "  catch-up        skip, misfire grace 60 s" in lines
+    assert "  catch-up        skip, misfire grace 60 s (1 min)" in lines
     assert all(line.endswith("T03:00:00+01:00") for line in lines[head + 1 : head + 6])
     runs = lines[lines.index("last runs (2)") + 3 :]
     assert runs[0].split() == [

@@ -129,7 +129,7 @@ async def test_an_attempt_a_drain_cancelled_stays_in_the_history(
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    reason = "handed back by node node-a at shutdown: unfinished after the drain timeout (1s)"
+    reason = "handed back by node node-a at shutdown: unfinished after the drain timeout (1 s)"
     run = db.execute("SELECT id, attempts, outcome, node_id, error FROM pgpulse_runs").fetchone()
     assert {k: v for k, v in run.items() if k != "id"} == {
         "attempts": 1,

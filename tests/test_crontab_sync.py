@@ -101,6 +101,20 @@ def test_sync_follows_each_kind_of_edit(dsn: str, db: Any, tmp_path: Path) -> No
     assert history[2]["changes"]["payload"][1]["command"] == "backup --incremental"
     old_name, new_name = history[2]["changes"]["name"]  # renamed after its new content
     assert old_name != new_name and new_name.startswith("ops.backup-")
+    table = pgpulse("job", "history", new_name, dsn=dsn)  # each changed field in full
+    assert table.returncode == 0, table.stderr
+    lines = [line.strip() for line in table.stdout.splitlines()]
+    renamed = next(
+        i for i, line in enumerate(lines) if f'name: "{old_name}" → "{new_name}"' in line
+    )
+    assert lines[renamed].split()[:2] == [lines[renamed].split()[0], "update"]
+    env = '"env": {"PATH": "/usr/bin:/bin"}'
+    assert (
+        f'payload: {{{env}, "command": "backup --full"}} → '
+        f'{{{env}, "command": "backup --incremental"}}'
+    ) in table.stdout
+    meta = next(line for line in lines[renamed:] if line.startswith("meta: "))
+    assert len(meta) <= 60 and meta.endswith("…")  # the crontab line, cut last
 
 
 def test_a_refused_line_refuses_the_whole_sync(dsn: str, db: Any, tmp_path: Path) -> None:

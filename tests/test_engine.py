@@ -292,7 +292,7 @@ async def test_a_run_past_its_timeout_is_cancelled_and_fails(
         )
     assert cancelled.is_set()
     assert (
-        db.execute("SELECT error FROM pgpulse_runs").fetchone()["error"] == "timed out after 0.2s"
+        db.execute("SELECT error FROM pgpulse_runs").fetchone()["error"] == "timed out after 0.2 s"
     )
 
 
@@ -333,8 +333,8 @@ async def test_one_watchdog_times_out_each_run_at_its_own_limit(
     ).fetchall()
     ended = {row["name"]: (row["outcome"], row["error"], row["output"]) for row in rows}
     assert ended == {
-        "short": ("failed", "timed out after 0.3s", None),
-        "long": ("failed", "timed out after 0.9s", None),
+        "short": ("failed", "timed out after 0.3 s", None),
+        "long": ("failed", "timed out after 0.9 s", None),
         "in-time": ("succeeded", None, "done"),
         "unbounded": ("succeeded", None, "done"),
     }
@@ -416,7 +416,7 @@ def test_a_run_past_its_timeout_fails_on_uvloop(dsn: str, db: Any) -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(scenario())
     assert (
-        db.execute("SELECT error FROM pgpulse_runs").fetchone()["error"] == "timed out after 0.2s"
+        db.execute("SELECT error FROM pgpulse_runs").fetchone()["error"] == "timed out after 0.2 s"
     )
 
 
@@ -538,7 +538,7 @@ async def test_graceful_stop_hands_unfinished_claims_back(store: Store, dsn: str
         async with asyncio.timeout(10):
             await started.wait()
     reason = (
-        f"handed back by node {n.node_id} at shutdown: unfinished after the drain timeout (0.5s)"
+        f"handed back by node {n.node_id} at shutdown: unfinished after the drain timeout (0.5 s)"
     )
     job = db.execute("SELECT status, attempt, locked_by, last_error FROM pgpulse_jobs").fetchone()
     assert job == {"status": "idle", "attempt": 1, "locked_by": None, "last_error": reason}

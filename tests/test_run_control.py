@@ -168,8 +168,9 @@ async def test_spread_delays_the_claim_not_the_occurrence(store: Store, db: Any)
         pytest.param({"auto_pause_after": 1.5}, "auto_pause_after", id="auto_pause_fraction"),
         pytest.param({"calendars": ["bad name"]}, "calendars", id="calendar_name"),
         pytest.param(
-            {"schedule": "@every 30s", "spread": 30}, "spread", id="spread_not_below_period"
+            {"schedule": "* * * * *", "spread": 61}, "spread", id="spread_over_cron_period"
         ),
+        pytest.param({"schedule": "@every 30s", "spread": 31}, "spread", id="spread_over_period"),
     ],
 )
 def test_invalid_combinations_are_refused_naming_the_field(

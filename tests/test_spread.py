@@ -14,7 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pgpulse.errors import InvalidInput
+from pgpulse.schedule import parse_schedule
 from pgpulse.spread import MAX_SPREAD, check_spread, spread_offset
+from pgpulse.wording import seconds_text
 
 MICROSECOND = timedelta(microseconds=1)
 
@@ -93,11 +95,11 @@ def test_bad_spreads_raise(spread: float) -> None:
         pytest.param(90000, "cron", None, "spread must be 0 to 86400 seconds", id="above_a_day"),
         pytest.param(30, "once", None, "spread does not apply to a one-off @at", id="at"),
         pytest.param(
-            60,
+            61,
             "interval",
             timedelta(seconds=60),
-            "must be shorter than the @every period",
-            id="not_shorter_than_the_interval",
+            "spread 61 s (1 min 1 s) is longer than the @every period, 60 s (1 min)",
+            id="longer_than_the_interval",
         ),
     ],
 )
@@ -110,7 +112,47 @@ def test_check_spread_refuses(
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("expr", "spread", "shortest"),
+    [
+        pytest.param("* * * * *", 120, "60 s (1 min)", id="every_minute"),
+        pytest.param("*/20 * * * *", 1500, "1,200 s (20 min)", id="every_20_minutes"),
+        pytest.param("0 9,10 * * *", 7200, "3,600 s (1 h)", id="uneven_gaps_the_shortest"),
+    ],
+)
+def test_a_cron_spread_is_at_most_the_shortest_gap(expr: str, spread: float, shortest: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        check_spread(spread, "cron", schedule=parse_schedule(expr))
+    assert (caught.value.field, caught.value.value) == ("spread", spread)
+    assert str(caught.value) == (
+        f"spread {seconds_text(spread)} is longer than the time between occurrences of "
+        f"schedule {expr!r}, as little as {shortest}"
+    )
+
+
+def test_a_cron_spread_under_every_gap_is_accepted() -> None:
+    assert check_spread(60, "cron", schedule=parse_schedule("* * * * *")) == 60.0  # all of it
+    # Monday then Tuesday: a day apart at the least, however long the week's other gap
+    assert check_spread(MAX_SPREAD - 1, "cron", schedule=parse_schedule("0 9 * * 1,2")) > 0
+    # in Europe/Berlin a day is 23 or 25 hours twice a year: still above a 22-hour spread
+    daily = parse_schedule("30 2 * * *", "Europe/Berlin")
+    assert check_spread(22 * 3600, "cron", schedule=daily) == 22 * 3600
+
+
 def test_check_spread_accepts() -> None:
     assert check_spread(60, "cron") == 60.0
     assert check_spread(0, "once") == 0.0
     assert check_spread(59.5, "interval", timedelta(seconds=60)) == 59.5
+    assert check_spread(60, "interval", timedelta(seconds=60)) == 60.0  # the whole period
+
+
+def test_a_code_job_with_a_spread_longer_than_its_period_is_refused_at_declaration() -> None:
+    from pgpulse import App
+
+    app = App()
+    with pytest.raises(InvalidInput) as caught:
+        app.job("t16.tick", schedule="* * * * *", spread=120)
+    assert caught.value.field == "spread"
+    assert "is longer than the time between occurrences of schedule '* * * * *'" in str(
+        caught.value
+    )

@@ -220,7 +220,7 @@ async def hello(ctx: RunContext) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["cwd", "app_dir"])
+@pytest.mark.parametrize("where", ["cwd", "app_dir", "module_alone"])
 def test_node_run_imports_the_app_from_the_current_folder(
     dsn: str, db: Any, tmp_path: Any, where: str
 ) -> None:
@@ -228,10 +228,12 @@ def test_node_run_imports_the_app_from_the_current_folder(
     args = ["node", "run", "--app", "trialapp:app", "--node-id", "trial", "--heartbeat", "0.5"]
     if where == "app_dir":
         args[4:4] = ["--app-dir", str(tmp_path)]
+    if where == "module_alone":  # --app trialapp means trialapp:app
+        args[3] = "trialapp"
     proc = subprocess.Popen(
         [PGPULSE, *args],
         env={**os.environ, "PGPULSE_DATABASE_URL": dsn},
-        cwd=tmp_path if where == "cwd" else "/",
+        cwd="/" if where == "app_dir" else tmp_path,
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -256,3 +258,45 @@ def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: A
         "error: invalid value for --app: cannot load 'nosuchmodule:app': "
         "No module named 'nosuchmodule'\n"
     )
+    (tmp_path / "noapp.py").write_text("application = None\n")
+    alone = pgpulse("node", "run", "--app", "noapp", "--app-dir", str(tmp_path), dsn=dsn)
+    assert (alone.returncode, alone.stderr) == (
+        2,
+        "error: invalid value for --app: cannot load 'noapp': module 'noapp' has no attribute "
+        "'app' (--app noapp means noapp:app)\n",
+    )
+
+
+def test_nodes_long_lost_or_stopped_are_one_line_and_all_lists_them(dsn: str, db: Any) -> None:
+    db.execute(
+        "INSERT INTO pgpulse_nodes (node_id, hostname, pid, last_heartbeat, state, ttl) VALUES "
+        "('just-stopped', 'h', 1, now() - interval '10 minutes', 'stopped', 2),"
+        "('old-a', 'h', 2, now() - interval '2 hours', 'stopped', 2),"
+        "('old-b', 'h', 3, now() - interval '3 hours', 'stopped', 2),"
+        "('old-lost', 'h', 4, now() - interval '2 hours', 'alive', 2)"
+    )
+    shown = pgpulse("status", dsn=dsn)
+    assert shown.returncode == 0, shown.stderr
+    rows = [
+        line.split()[0] for line in shown.stdout.splitlines() if line.startswith(("just", "old"))
+    ]
+    assert rows == ["just-stopped"]
+    assert (
+        "2 stopped nodes and 1 lost node not shown: silent for over 3,600 s (1 h) "
+        "(status --all lists them)"
+    ) in shown.stdout.splitlines()
+    assert "lost (" not in shown.stdout.splitlines()[0]  # the headline names no old lost node
+    every = pgpulse("status", "--all", dsn=dsn)
+    listed = [
+        line.split()[:2] for line in every.stdout.splitlines() if line.startswith(("just", "old"))
+    ]
+    assert listed == [
+        ["just-stopped", "stopped"],
+        ["old-a", "stopped"],
+        ["old-b", "stopped"],
+        ["old-lost", "lost"],
+    ]
+    assert "not shown" not in every.stdout
+    document = json.loads(pgpulse("status", "--json", dsn=dsn).stdout)
+    assert [n["node_id"] for n in document["nodes"]] == ["just-stopped"]
+    assert document["not_shown"].startswith("2 stopped nodes and 1 lost node not shown")

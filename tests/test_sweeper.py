@@ -16,6 +16,7 @@ from helpers import ALL_SHARDS, add, spec
 from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.database import AsyncConn, ConnectionSource, Session, connect
 from pgpulse.engine import Node
+from pgpulse.run_control import RunControl
 from pgpulse.store import Store
 from test_engine import node, wait_until
 
@@ -255,3 +256,30 @@ async def test_an_idle_node_sends_one_statement_per_heartbeat_leader_or_not(
         assert pool.statements == 0
     finally:
         await _leave(*nodes)
+
+
+async def test_the_prune_forgets_nodes_silent_for_a_day_unless_a_lease_names_them(
+    store: Store, db: Any
+) -> None:
+    [held, queued] = await add(store, spec("held"), spec("queued"))
+    db.execute(
+        "INSERT INTO pgpulse_nodes (node_id, hostname, pid, last_heartbeat, state) VALUES "
+        "('gone', 'h', 1, now() - interval '2 days', 'stopped'),"
+        "('holder', 'h', 2, now() - interval '2 days', 'alive'),"
+        "('occ-holder', 'h', 3, now() - interval '2 days', 'alive'),"
+        "('yesterday', 'h', 4, now() - interval '23 hours', 'stopped')"
+    )
+    db.execute(
+        "UPDATE pgpulse_jobs SET status = 'running', locked_by = 'holder', "
+        "lease_expires_at = now() - interval '1 day' WHERE id = %s",
+        (held,),
+    )
+    await RunControl(store.pool).trigger("default", "queued", {"x": 1})  # an occurrence
+    db.execute(
+        "UPDATE pgpulse_occurrences SET locked_by = 'occ-holder', lease_expires_at = now() "
+        "WHERE job_id = %s",
+        (queued,),
+    )
+    assert await store.prune(keep_runs=86400.0) == (0, 1)
+    left = db.execute("SELECT node_id FROM pgpulse_nodes ORDER BY node_id").fetchall()
+    assert [r["node_id"] for r in left] == ["holder", "occ-holder", "yesterday"]

@@ -80,6 +80,7 @@ async def test_invalid_combinations_over_http_name_the_field_and_write_nothing(
                 "not_after",
             ),
             ({"calendars": ["nope"]}, "calendars"),
+            ({"schedule": "*/5 * * * *", "spread": 301}, "spread"),  # longer than the period
         ]
         for fields, field in cases:
             refused = await api.post("/api/v1/jobs", json=body("bad", **fields))

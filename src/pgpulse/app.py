@@ -39,6 +39,7 @@ from pgpulse.handlers import Handler, HandlerRegistry
 from pgpulse.jobs import JobSpec
 from pgpulse.plan import Plan, plan_source
 from pgpulse.store import Store
+from pgpulse.wording import seconds_text
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ class App:
                 if asyncio.get_running_loop().time() + delay > deadline:
                     raise DatabaseUnavailable(
                         f"node {config.node_id} could not start: the database did not answer "
-                        f"within {START_WAIT_S:g} s ({describe(exc)})"
+                        f"within {seconds_text(START_WAIT_S)} ({describe(exc)})"
                     ) from exc
                 log.warning(
                     "database not ready at node start (%s); retrying in %.2fs",

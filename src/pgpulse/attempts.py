@@ -42,6 +42,7 @@ from typing import Literal, Protocol
 from pgpulse import metrics
 from pgpulse.dispatch import AttemptResult, Dispatcher, plan_finish, report
 from pgpulse.model import ClaimedJob, ClaimKey, Outcome
+from pgpulse.wording import seconds_text
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +278,8 @@ class Attempts:
             except asyncio.CancelledError:
                 if not self._timed_out(attempt):
                     raise
-                result = AttemptResult(False, f"timed out after {job.timeout:g}s")
+                # _timed_out: the job has a timeout
+                result = AttemptResult(False, f"timed out after {seconds_text(job.timeout or 0.0)}")
             outcome = plan_finish(job, result, attempt.db_now())
         attempt.outcome = outcome  # from here on no cancel: the fenced write settles it
         self._decided.append(outcome)

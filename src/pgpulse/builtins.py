@@ -31,6 +31,7 @@ from pgpulse import tracing
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
+from pgpulse.wording import seconds_text
 
 if TYPE_CHECKING:  # httpx loads with the first http request, not with ``import pgpulse``
     import httpx
@@ -615,7 +616,7 @@ async def http_handler(ctx: RunContext) -> str | None:
             async for chunk in response.aiter_text():
                 text.add(chunk)
     except TimeoutError:
-        raise HandlerFailed(f"{where} timed out after {timeout:g} s") from None
+        raise HandlerFailed(f"{where} timed out after {seconds_text(timeout)}") from None
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise HandlerFailed(f"{where} failed: {type(exc).__name__}: {exc}") from exc
     status, reason, output = response.status_code, response.reason_phrase, text.text()

@@ -30,6 +30,10 @@ from pgpulse.sql import claim_statement
 
 #: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
 LEADER_LOCK_KEY = 0x50756C73
+#: How long a node silent that long stays in ``pgpulse_nodes`` before the leader's prune
+#: forgets it (seconds: a day), unless a lease still names it. ``status`` lists it for the
+#: first hour (:data:`pgpulse.report.RECENT_NODES`).
+NODE_RETENTION = 86400.0
 
 #: Settings of the session a node claims through (:meth:`ClaimStore.finish_and_claim`). The claim
 #: and the batch completion are planned once per session, as a generic plan: the plan does not
@@ -425,7 +429,13 @@ class ClaimStore(NodeRegistry):
         )
 
     async def prune(self, *, keep_runs: float, now: datetime | None = None) -> tuple[int, int]:
-        """Delete finished runs older than ``keep_runs`` seconds and nodes silent for a day.
+        """Delete finished runs older than ``keep_runs`` seconds and nodes silent for
+        :data:`NODE_RETENTION` seconds (a day) that no lease names: a running job or an
+        occurrence with a lease held by the node keeps its row (reaping the lease first).
         Returns (runs deleted, nodes deleted)."""
-        row = (await self._rows("prune", {"keep": keep_runs, "now": now}))[0]
+        row = (
+            await self._rows(
+                "prune", {"keep": keep_runs, "now": now, "node_retention": NODE_RETENTION}
+            )
+        )[0]
         return row["runs"], row["nodes"]

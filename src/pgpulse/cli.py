@@ -11,7 +11,7 @@ import importlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -193,7 +193,8 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     """Import ``module:attribute`` and return the :class:`App` it names (built-ins only if
     ``None``). ``app_dir`` (``--app-dir``, the current folder by default) is put first on the
     import path, as uvicorn, gunicorn and celery do. Raises :class:`click.BadParameter`
-    naming the value."""
+    naming the value. A module alone (``--app myapp``) means its attribute ``app``
+    (``myapp:app``), as celery's ``-A`` finds an ``app``; uvicorn requires the name."""
     if not spec:
         return App()
     folder = str((app_dir or Path()).resolve())
@@ -203,7 +204,9 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     try:
         app = getattr(importlib.import_module(module_name), attr or "app")
     except (ImportError, AttributeError) as exc:
-        raise click.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--app") from exc
+        # a module alone means module:app (as celery -A finds "app"; uvicorn requires the name)
+        hint = "" if attr else f" (--app {module_name} means {module_name}:app)"
+        raise click.BadParameter(f"cannot load {spec!r}: {exc}{hint}", param_hint="--app") from exc
     if not isinstance(app, App):
         raise click.BadParameter(f"{spec!r} is not a pgpulse.App", param_hint="--app")
     return app
@@ -410,6 +413,10 @@ tenant_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
+#: Where ``job create`` allows a private http-job target: its own flag (the refusal names it).
+JOB_CREATE_ALLOW = "this command's --allow-private-target"
+
+
 @job.command("create")
 @click.argument("name")
 @click.option("--schedule", required=True, help="Cron expression, @macro or @every duration.")
@@ -513,20 +520,16 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
         from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
 
         try:
-            await check_http_target(spec.payload, WebSettings())
+            await check_http_target(spec.payload, WebSettings(), allowed_flag=JOB_CREATE_ALLOW)
         except InvalidInput as exc:
             if not allow_private_target:
-                raise InvalidInput(
-                    f"{exc}; from the command line, --allow-private-target allows it",
-                    field=exc.field,
-                    value=exc.value,
-                ) from None
+                raise
             private = urlsplit(str(spec.payload.get("url", ""))).hostname or exc.value
     [(job_id, created)] = await store.upsert_jobs([spec], actor=cli_actor())
     row = await store.get_job(spec.tenant, name)
     click.echo(
         f"{'created' if created else 'updated'} job {name} (id {job_id}); "
-        f"next occurrence {row['scheduled_for'].isoformat()}"
+        + await _next_to_run(store, row)
     )
     if private is not None:
         click.echo(
@@ -535,12 +538,50 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
         )
 
 
+async def _next_to_run(store: Store, row: dict[str, Any]) -> str:
+    """``next occurrence T`` for job ``row``: the occurrence that will run, after its exclusion
+    calendars (:func:`pgpulse.limits.first_to_run`), saying which calendar skips the one
+    before it (its ``scheduled_for``, which a claim records as skipped)."""
+    current = row["scheduled_for"]
+    if not row["calendars"] or row["status"] == "completed":
+        return f"next occurrence {current.isoformat()}"
+    from pgpulse.calendars import ExclusionCalendar
+    from pgpulse.limits import first_to_run
+
+    calendars = [
+        ExclusionCalendar(
+            c["name"],
+            frozenset(d if isinstance(d, date) else date.fromisoformat(d) for d in c["dates"]),
+            c["country"],
+            c["subdivision"],
+        )
+        for c in await store.list_calendars(row["tenant"])
+        if c["name"] in row["calendars"]
+    ]
+    schedule = parse_schedule(row["schedule"], row["timezone"])
+    run, reason = first_to_run(schedule, calendars, current, anchor=row["anchor_at"])
+    if reason is None:
+        return f"next occurrence {current.isoformat()}"
+    if run is None:
+        return f"no occurrence will run: {reason} skips every one from {current.isoformat()}"
+    if row["not_after"] is not None and run > row["not_after"]:
+        return (
+            f"no occurrence will run: {reason} skips every one from {current.isoformat()} "
+            f"to its not_after {row['not_after'].astimezone(UTC).isoformat()}"
+        )
+    return (
+        f"next occurrence {run.isoformat()} ({reason} skips the ones from {current.isoformat()} "
+        "until then)"
+    )
+
+
 @job.command("list")
 @tenant_option
 @json_option
 @with_store()
 async def job_list(store: Store, tenant: str, as_json: bool) -> None:
-    """List jobs of a tenant (when it has none, says which tenants do)."""
+    """List jobs of a tenant (when it has none, says which tenants do). A completed job has
+    no next occurrence: its scheduled_for is '-' (its last one in --json)."""
     rows = await store.list_jobs(tenant)
     if not rows and not as_json:
         others = sorted({row["tenant"] for row in await store.list_jobs(None)})
@@ -550,6 +591,8 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
                 "use --tenant NAME)"
             )
             return
+    if not as_json:  # a completed job's row keeps its last occurrence; none is to come
+        rows = [{**r, "scheduled_for": "-"} if r["status"] == "completed" else r for r in rows]
     print_records(
         rows,
         as_json,
@@ -888,10 +931,20 @@ DEFAULT_MAX_LAG = 60.0
     show_default=f"{DEFAULT_MAX_LAG:g}",
     help="How late a due job may be for --check to pass (implies --check).",
 )
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="List every node, also those lost or stopped for over an hour (else one line).",
+)
 @click.pass_obj
-def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | None) -> None:
+def status(
+    obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | None, show_all: bool
+) -> None:
     """The headline (live nodes, leader, due jobs, database), then nodes, shards, job counts
-    and the current lag. A node silent for longer than its time-to-live is 'lost'."""
+    and the current lag. A node silent for longer than its time-to-live is 'lost'. A lost or
+    stopped node is listed for an hour after its last heartbeat, then counted in one line
+    (--all lists it); the leader forgets it after a day, unless a lease still names it."""
 
     async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]] | tuple[str, str]:
         async with connect(
@@ -924,7 +977,7 @@ def status(obj: dict[str, Any], as_json: bool, check: bool, max_lag: float | Non
     problems = None
     if checking:
         problems = status_problems(nodes, counts, DEFAULT_MAX_LAG if max_lag is None else max_lag)
-    print_status(nodes, counts, as_json, database=database, problems=problems)
+    print_status(nodes, counts, as_json, database=database, problems=problems, show_all=show_all)
     if problems:
         click.echo(f"check failed: {'; '.join(problems)}", err=True)
         sys.exit(1)

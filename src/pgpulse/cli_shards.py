@@ -12,17 +12,19 @@ import json
 import click
 
 from pgpulse.cli import json_option, with_store
+from pgpulse.cli_types import Seconds
 from pgpulse.resharding import set_shard_count, shard_state
 from pgpulse.store import Store
+from pgpulse.wording import seconds_text
 
 ttl_option = click.option(
     "--node-ttl",
     "ttl",
-    type=float,
+    type=Seconds(0, min_open=True),
     default=10.0,
     show_default=True,
     show_envvar=True,
-    help="Seconds: a node silent this long is not counted (the nodes' --node-ttl).",
+    help="A node silent this long is not counted (the nodes' --node-ttl).",
 )
 
 
@@ -62,10 +64,10 @@ async def shards_show(store: Store, ttl: float, as_json: bool) -> None:
 @click.argument("count", type=int)
 @click.option(
     "--wait",
-    type=float,
+    type=Seconds(0),
     default=60.0,
     show_default=True,
-    help="Seconds to wait for every live node to claim by the new count before the old "
+    help="How long to wait for every live node to claim by the new count before the old "
     "count's indexes are dropped.",
 )
 @click.option(
@@ -88,7 +90,7 @@ async def shards_set(store: Store, count: int, wait: float, keep_old: bool, ttl:
             click.echo(f"dropped: {', '.join(done.dropped)}")
     else:
         click.echo(
-            f"not every live node switched within {wait:g} s: old indexes kept; "
+            f"not every live node switched within {seconds_text(wait)}: old indexes kept; "
             "run `pgpulse shards set` again to finish",
             err=True,
         )

@@ -24,7 +24,7 @@ from pgpulse.crontab_sync import plan_crontab_sync
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CatchUp
 from pgpulse.plan import Plan, format_plan, plan_source
-from pgpulse.report import print_records, to_json
+from pgpulse.report import CELL_MAX, print_records, to_json
 from pgpulse.store import Store
 from pgpulse.wording import plural
 
@@ -44,6 +44,10 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
+#: Where an apply file allows a private http-job target: the job's own field (the refusal names it).
+APPLY_FILE_ALLOW = "the job's allow_private_target = true"
+
+
 async def _check_targets(files: list[ApplyFile]) -> None:
     """An ``http`` job's URL follows the API's rule (public addresses only), as ``job create``
     checks it; ``allow_private_target = true`` is the file's explicit exception."""
@@ -53,10 +57,11 @@ async def _check_targets(files: list[ApplyFile]) -> None:
         for spec in parsed.specs:
             if spec.handler == "http" and spec.name not in parsed.private_targets:
                 try:
-                    await check_http_target(spec.payload, WebSettings())
+                    await check_http_target(
+                        spec.payload, WebSettings(), allowed_flag=APPLY_FILE_ALLOW
+                    )
                 except InvalidInput as exc:
-                    hint = "; allow_private_target = true allows it"
-                    raise parsed.refusal(spec.name, exc, hint) from None
+                    raise parsed.refusal(spec.name, exc) from None
 
 
 def _print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run: bool) -> None:
@@ -196,16 +201,24 @@ async def import_crontab(
 
 
 def _changes_text(changes: dict[str, Any], action: str) -> str:
-    """A history row's changes for its table cell: the field count of a create; else each
-    field's old and new value, ``meta`` last (it holds a crontab line: long, and a table cell
-    is cut), so the fields a person looks for come first."""
+    """A history row's changes for its table cell, one line per field, ``field: old → new``
+    (the field count of a create), ``meta`` last: it holds a crontab line, the one value cut
+    (to :data:`~pgpulse.report.CELL_MAX` characters, ``…``; whole in ``--json``), so a rename
+    or a new schedule is always read in full."""
     if action == "create":
         return plural(len(changes), "field")
     ordered = sorted(changes.items(), key=lambda item: item[0] == "meta")
-    return ", ".join(
-        f"{key}: {json.dumps(old, default=str)} -> {json.dumps(new, default=str)}"
-        for key, (old, new) in ordered
+    return "\n".join(
+        _cut(f"{key}: {_value(old)} → {_value(new)}", key == "meta") for key, (old, new) in ordered
     )
+
+
+def _value(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _cut(line: str, cut: bool) -> str:
+    return line[: CELL_MAX - 1] + "…" if cut and len(line) > CELL_MAX else line
 
 
 async def print_history(store: Store, name: str, *, tenant: str, limit: int, as_json: bool) -> None:
@@ -220,5 +233,4 @@ async def print_history(store: Store, name: str, *, tenant: str, limit: int, as_
         rows,
         as_json,
         ["at", "action", "revision", "source", "actor", "changes"],
-        shorten={"changes"},
     )

@@ -24,7 +24,7 @@ from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, t
 from pgpulse.limits import calendar_skip, completes, resume_policy, resume_skip_reason
 from pgpulse.model import ClaimedJob, Outcome, RunOutcome
 from pgpulse.planner import Advance, CatchUpPolicy, ClaimDecision, hold, plan_claim, retry_delay
-from pgpulse.wording import plural
+from pgpulse.wording import plural, seconds_text
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _skip_reason(job: ClaimedJob, advance: Advance | None = None) -> str:
     if job.resume_mode and job.resumed_at and first is not None and first <= job.resumed_at:
         return resume_skip_reason(job.resume_mode)
     if job.catch_up == "skip":
-        return f"missed: later than misfire_grace ({job.misfire_grace:g}s)"
+        return f"missed: later than misfire_grace ({seconds_text(job.misfire_grace)})"
     if job.catch_up == "coalesce":
         return "coalesced into a later occurrence"
     return f"missed: beyond backfill_limit ({job.backfill_limit})"

@@ -65,7 +65,7 @@ from pgpulse.routing import routes_for, watched_shards
 from pgpulse.sharding import shards_for
 from pgpulse.store import Store
 from pgpulse.sweeper import Sweeper
-from pgpulse.wording import plural
+from pgpulse.wording import plural, seconds_text
 
 log = logging.getLogger(__name__)
 
@@ -342,8 +342,8 @@ class Node:
         interval = self.config.heartbeat_interval
         if self.attempts.unfinished():
             log.info(
-                "draining %d running attempts",
-                len(self.attempts.unfinished()),
+                "draining %s",
+                plural(len(self.attempts.unfinished()), "running attempt"),
                 extra={"action": "node_draining", "node": self.node_id},
             )
         until = time.monotonic() + self.config.drain_timeout
@@ -380,7 +380,7 @@ class Node:
             return
         reason = (
             f"handed back by node {self.node_id} at shutdown: unfinished after the drain "
-            f"timeout ({self.config.drain_timeout:g}s)"
+            f"timeout ({seconds_text(self.config.drain_timeout)})"
         )
         started = {attempt.key for attempt in stopped if attempt.started}
         rows, extra = _split([attempt.key for attempt in stopped])
@@ -391,9 +391,9 @@ class Node:
             )
             handed, counted = handed + more, counted + more_counted
             log.info(
-                "handed back %s (%d counted as attempts)",
+                "handed back %s (%s)",
                 plural(handed, "unfinished claim"),
-                counted,
+                f"{counted} counted as {'an attempt' if counted == 1 else 'attempts'}",
                 extra={"action": "claims_released", "count": handed, "counted": counted},
             )
 
@@ -499,11 +499,11 @@ class Node:
             self._wake.set()
         if shards != self.shards:
             log.info(
-                "node %s owns %d of %d shards among %d live nodes",
+                "node %s owns %d of %s among %s",
                 self.node_id,
                 len(shards),
-                count,
-                len(set(self._live) | {self.node_id}),
+                plural(count, "shard"),
+                plural(len(set(self._live) | {self.node_id}), "live node"),
                 extra={"action": "shards_changed", "shards": list(shards), "shard_count": count},
             )
             self.shards = shards

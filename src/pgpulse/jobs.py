@@ -383,7 +383,7 @@ class JobSpec:
         _check_name("name", name)
         _check_name("handler", handler, _HANDLER_RE)
         parsed = parse_schedule(schedule, timezone)  # raises InvalidSchedule, UnknownTimeZone
-        checked_spread = check_spread(spread, parsed.kind, parsed.interval)
+        checked_spread = check_spread(spread, parsed.kind, parsed.interval, schedule=parsed)
         window = check_window(not_before, not_after, timezone)
         if catch_up not in CATCH_UP_POLICIES:
             raise InvalidInput(

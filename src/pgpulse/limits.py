@@ -207,6 +207,46 @@ def calendar_skip(
     return Advance(following, count, occurrence, last), excluding.skip_reason
 
 
+#: How many excluded days :func:`first_to_run` steps over before it gives up (ten years of
+#: daily occurrences): a calendar that excludes every date leaves nothing to run.
+_MOST_SKIPPED_DAYS = 3660
+
+
+def first_to_run(
+    schedule: Schedule,
+    calendars: Iterable[ExclusionCalendar],
+    occurrence: datetime,
+    *,
+    anchor: datetime | None = None,
+) -> tuple[datetime | None, str | None]:
+    """The first occurrence, from ``occurrence`` on, that ``calendars`` let run, as the claims
+    will find it (:func:`calendar_skip` applied until no calendar excludes the date).
+
+    Args:
+        schedule: the job's schedule.
+        calendars: the job's calendars (none: ``occurrence`` itself).
+        occurrence: the job's current occurrence (aware).
+        anchor: the interval anchor.
+
+    Returns:
+        ``(run, reason)``: the occurrence that will run (``None`` if the schedule ends, or
+        every date for ten years is excluded, first) and the reason of the first skip
+        (``calendar NAME``), ``None`` when ``occurrence`` itself runs.
+    """
+    calendars = tuple(calendars)
+    first_reason: str | None = None
+    for _ in range(_MOST_SKIPPED_DAYS):
+        skip = calendar_skip(schedule, calendars, occurrence, anchor=anchor)
+        if skip is None:
+            return occurrence, first_reason
+        advance, reason = skip
+        first_reason = first_reason or reason
+        if advance.complete:
+            return None, first_reason
+        occurrence = advance.scheduled_for
+    return None, first_reason
+
+
 def resume_policy(
     policy: CatchUpPolicy,
     occurrence: datetime,

@@ -16,7 +16,7 @@ from tabulate import tabulate
 
 from pgpulse.errors import DatabaseUnavailable, PulseError
 from pgpulse.sharding import DEFAULT_SHARD_COUNT
-from pgpulse.wording import plural
+from pgpulse.wording import plural, seconds_text
 
 T = TypeVar("T")
 
@@ -142,7 +142,7 @@ def print_records(
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:g} s"
+    return "-" if value is None else seconds_text(value)
 
 
 def _instant(value: datetime | None) -> str:
@@ -335,6 +335,36 @@ def _overlap(job: dict[str, Any]) -> str:
     return "replace: a new occurrence cancels the running one"
 
 
+#: How long ``status`` lists a lost or stopped node after its last heartbeat (seconds); older
+#: ones are folded into one line (``--all`` lists them), and the leader forgets them after a
+#: day (:data:`pgpulse.claims.NODE_RETENTION`).
+RECENT_NODES = 3600.0
+
+
+def fold_nodes(
+    nodes: Sequence[dict[str, Any]], *, show_all: bool = False
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The nodes ``status`` lists, and the line that stands for the others: lost and stopped
+    nodes silent for more than :data:`RECENT_NODES` seconds (``silent_seconds``), e.g.
+    ``3 stopped nodes not shown: silent for over 3,600 s (1 h) (status --all lists them)``. Live and
+    draining nodes, and every node with ``show_all``, are always listed (line ``None``)."""
+    if show_all:
+        return list(nodes), None
+    shown: list[dict[str, Any]] = []
+    folded: list[dict[str, Any]] = []
+    for n in nodes:
+        old = n["state"] in ("lost", "stopped") and n.get("silent_seconds", 0) > RECENT_NODES
+        (folded if old else shown).append(n)
+    if not folded:
+        return shown, None
+    states = sorted({n["state"] for n in folded}, reverse=True)  # stopped, then lost
+    counted = " and ".join(
+        plural(len([n for n in folded if n["state"] == state]), f"{state} node") for state in states
+    )
+    since = seconds_text(RECENT_NODES)
+    return shown, f"{counted} not shown: silent for over {since} (status --all lists them)"
+
+
 def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
     """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
     shards still moving (or the shard count when it is not the default 64), lost nodes, jobs
@@ -376,7 +406,9 @@ def status_problems(
         problems.append("no live node")
     lag = counts["max_lag"]
     if lag is not None and lag > max_lag:
-        problems.append(f"the most overdue job is {lag:.1f} s late, over --max-lag {max_lag:g} s")
+        problems.append(
+            f"the most overdue job is {lag:.1f} s late, over --max-lag {seconds_text(max_lag)}"
+        )
     return problems
 
 
@@ -411,15 +443,20 @@ def print_status(
     *,
     database: str,
     problems: Sequence[str] | None = None,
+    show_all: bool = False,
 ) -> None:
     """Print the cluster: the headline, the nodes (state, heartbeat, shards, running, leader,
-    start) and job counts; with ``problems`` (``status --check``), the check's verdict too."""
+    start) and job counts; with ``problems`` (``status --check``), the check's verdict too.
+    Lost and stopped nodes long silent are one line, not rows (:func:`fold_nodes`; the JSON
+    lists them under ``not_shown``), unless ``show_all``."""
+    nodes, folded = fold_nodes(nodes, show_all=show_all)
     headline = status_headline(nodes, counts, database)
     if as_json:
         document: dict[str, Any] = {
             "headline": headline,
             "database": database,
             "nodes": list(nodes),
+            "not_shown": folded,
             "leader": next((n["node_id"] for n in nodes if n["leader"]), None),
             "jobs": counts,
         }
@@ -442,6 +479,8 @@ def print_status(
     ]
     headers = ["node", "state", "last heartbeat", "shards", "running", "leader", "started"]
     click.echo(tabulate(table, headers=headers) if table else "no nodes")
+    if folded:
+        click.echo(folded)
     lag = counts["max_lag"]
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "

@@ -24,15 +24,27 @@ from __future__ import annotations
 
 import hashlib
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from pgpulse.errors import InvalidInput
+from pgpulse.wording import seconds_text
 
-__all__ = ["MAX_SPREAD", "check_spread", "spread_offset"]
+if TYPE_CHECKING:
+    from pgpulse.schedule import Schedule
+
+__all__ = ["MAX_SPREAD", "check_spread", "shortest_gap", "spread_offset"]
 
 #: The longest spread, seconds (one day): a spread is for a herd at one instant, not a delay.
 MAX_SPREAD = 86400.0
 _PREFIX = b"pgpulse-spread:"
+#: Where a cron schedule's gaps are measured from, and how far (pure: no clock). Two years
+#: from a fixed instant meet every month length, leap day and weekday of a month's dates that
+#: a person's schedule distinguishes; a spread is at most a day, so the first gap shorter than
+#: the spread ends the search.
+_GAPS_FROM = datetime(2026, 1, 1, tzinfo=UTC)
+_GAPS_HORIZON = timedelta(days=800)
+_GAPS_SAMPLES = 2000
 
 
 def spread_offset(job_id: int, spread: float) -> timedelta:
@@ -59,22 +71,39 @@ def spread_offset(job_id: int, spread: float) -> timedelta:
     return timedelta(microseconds=(int.from_bytes(digest[:8], "big") * span) >> 64)
 
 
-def check_spread(spread: object, kind: str, interval: timedelta | None = None) -> float:
+def check_spread(
+    spread: object,
+    kind: str,
+    interval: timedelta | None = None,
+    *,
+    schedule: Schedule | None = None,
+) -> float:
     """Validate a job's ``spread`` at the boundary, for a schedule of ``kind``.
+
+    A spread is at most the time between two occurrences: the offset is the same for every
+    occurrence and below the spread (module docstring), so with a spread of at most the period
+    each occurrence fires before the next one is due (a spread of exactly the period spreads
+    a herd over the whole period); with more, an occurrence could fire after the next one is
+    due, and the runs of one job would overtake each other. A longer spread is refused, not
+    cut, because which offset a job gets is not the user's to see in advance.
 
     Args:
         spread: the value given (seconds, a number).
         kind: the schedule's kind (:attr:`pgpulse.schedule.Schedule.kind`): ``cron``,
             ``interval`` or ``once``.
         interval: an ``@every`` schedule's period (:attr:`pgpulse.schedule.Schedule.interval`).
+        schedule: a cron schedule, whose shortest time between consecutive occurrences the
+            spread must not exceed (measured from 2026-01-01 UTC over 800 days or 2,000
+            occurrences; :func:`shortest_gap`).
 
     Returns:
         ``spread`` as a float of seconds.
 
     Raises:
         InvalidInput: ``field="spread"``: not a number, negative, not finite, above a day, given
-            with a one-off ``@at`` schedule (its instant is the one asked for), or not shorter
-            than an ``@every`` period (each occurrence must fire before the next one is due).
+            with a one-off ``@at`` schedule (its instant is the one asked for), or longer than
+            an ``@every`` period or a cron schedule's shortest gap between occurrences (each
+            occurrence must fire before the next one is due).
     """
     if isinstance(spread, bool) or not isinstance(spread, int | float):
         raise InvalidInput(
@@ -92,11 +121,47 @@ def check_spread(spread: object, kind: str, interval: timedelta | None = None) -
             field="spread",
             value=spread,
         )
-    if interval is not None and timedelta(seconds=spread) >= interval:
+    if interval is not None and timedelta(seconds=spread) > interval:
         raise InvalidInput(
-            f"spread ({spread:g} s) must be shorter than the @every period "
-            f"({interval.total_seconds():g} s)",
+            f"spread {seconds_text(spread)} is longer than the @every period, "
+            f"{seconds_text(interval.total_seconds())}",
             field="spread",
             value=spread,
         )
+    if kind == "cron" and schedule is not None and spread:
+        gap = shortest_gap(schedule, below=float(spread))
+        if gap is not None:
+            raise InvalidInput(
+                f"spread {seconds_text(spread)} is longer than the time between "
+                f"occurrences of schedule {schedule.expr!r}, as little as {seconds_text(gap)}",
+                field="spread",
+                value=spread,
+            )
     return float(spread)
+
+
+def shortest_gap(schedule: Schedule, *, below: float) -> float | None:
+    """A time between two consecutive occurrences of cron ``schedule`` shorter than ``below``
+    seconds (the first one found), or ``None`` if there is none.
+
+    Pure: measured from a fixed instant (2026-01-01 UTC) over 800 days or 2,000 occurrences,
+    whichever ends first; occurrences are those of :meth:`pgpulse.schedule.Schedule.next_after`
+    (in the schedule's zone, so a daylight-saving change counts).
+
+    Args:
+        schedule: a cron schedule.
+        below: seconds; only a gap shorter than this is looked for.
+    """
+    end = _GAPS_FROM + _GAPS_HORIZON
+    previous = schedule.next_after_or_none(_GAPS_FROM)
+    for _ in range(_GAPS_SAMPLES):
+        if previous is None or previous > end:
+            return None
+        following = schedule.next_after_or_none(previous)
+        if following is None:
+            return None
+        gap = (following - previous).total_seconds()
+        if gap < below:
+            return gap
+        previous = following
+    return None

@@ -89,14 +89,14 @@ class Sweeper:
             log.info("node %s is the leader", self.node_id, extra={"action": "leader_elected"})
         if beat.reaped and beat.leader:
             log.warning(
-                "returned %d expired leases to the pool",
-                beat.reaped,
+                "returned %s to the pool",
+                plural(beat.reaped, "expired lease"),
                 extra={"action": "leases_reaped", "count": beat.reaped},
             )
         elif beat.reaped:
             log.warning(
-                "leader silent: returned %d long-expired leases to the pool",
-                beat.reaped,
+                "leader silent: returned %s to the pool",
+                plural(beat.reaped, "long-expired lease"),
                 extra={"action": "leases_reaped_by_backup", "count": beat.reaped},
             )
 

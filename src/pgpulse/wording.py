@@ -21,3 +21,30 @@ def plural(count: float, noun: str, many: str | None = None) -> str:
     """
     shown = f"{count:,}" if isinstance(count, int) else f"{count:g}"
     return f"{shown} {noun if count == 1 else many or noun + 's'}"
+
+
+#: The units a long duration is also said in, largest first (seconds each).
+_UNITS = (("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1))
+
+
+def seconds_text(value: float) -> str:
+    """A duration for people, one way everywhere: seconds with at most 3 decimals (never an
+    exponent, thousands separated), and from a minute on also in words.
+
+    Args:
+        value: the duration in seconds.
+
+    Returns:
+        ``"0.25 s"``, ``"30 s"``, ``"90 s (1 min 30 s)"``,
+        ``"31,622,400 s (366 d)"`` (not ``3.16224e+07 s``). A measured lag keeps its own
+        ``{:.1f} s`` (:mod:`pgpulse.report`); this is for the durations a person configured.
+    """
+    shown = f"{value:,.3f}".rstrip("0").rstrip(".")
+    if abs(value) < 60:
+        return f"{shown} s"
+    left, parts = round(abs(value)), []
+    for unit, size in _UNITS:
+        if left >= size:
+            parts.append(f"{left // size} {unit}")
+            left %= size
+    return f"{shown} s ({' '.join(parts)})"

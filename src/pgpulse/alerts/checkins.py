@@ -37,6 +37,7 @@ from pgpulse.errors import DatabaseUnavailable, PulseError, describe
 from pgpulse.model import ClaimedJob, Outcome
 from pgpulse.notify import CheckinConfig, CheckinEvent, CheckinNotifier, JobRef
 from pgpulse.notify.events import CheckinPhase
+from pgpulse.wording import plural
 
 if TYPE_CHECKING:
     import httpx
@@ -124,8 +125,8 @@ class CheckinPinger:
             metrics.checkin_ping("dropped")
             if self.dropped == 1 or self.dropped % 100 == 0:
                 log.warning(
-                    "check-in queue full: %d pings dropped so far (%s of %s)",
-                    self.dropped,
+                    "check-in queue full: %s dropped so far (%s of %s)",
+                    plural(self.dropped, "ping"),
                     phase,
                     job.name,
                     extra={"action": "checkin_dropped", "job": job.name},
@@ -283,11 +284,11 @@ class CheckinPinger:
             if delay is None:
                 metrics.checkin_ping("failed")
                 log.warning(
-                    "check-in %s of %s to notifier %s failed after %d attempts: %s",
+                    "check-in %s of %s to notifier %s failed after %s: %s",
                     event.phase,
                     event.job.label(),
                     name,
-                    attempt,
+                    plural(attempt, "attempt"),
                     result.error,
                     extra={"action": "checkin_failed", "notifier": name, "job": event.job.name},
                 )

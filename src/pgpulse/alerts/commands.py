@@ -23,6 +23,7 @@ from pgpulse.app import connect
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput
 from pgpulse.report import one_line, print_records, run_command, to_json
+from pgpulse.wording import plural
 
 T = TypeVar("T")
 
@@ -281,7 +282,7 @@ def alert_list(
     if not as_json:
         for row in rows:
             row["deliveries"] = ", ".join(
-                f"{d['notifier']}: {d['status']} ({d['attempts']} attempts)"
+                f"{d['notifier']}: {d['status']} ({plural(d['attempts'], 'attempt')})"
                 + (f" {d['last_error']}" if d["last_error"] and d["status"] != "delivered" else "")
                 for d in row["deliveries"]
             ) or ("silenced" if row["silenced"] else "none")

@@ -37,6 +37,7 @@ from pgpulse.errors import DatabaseUnavailable, describe
 from pgpulse.notify import AlertEvent, JobRef, build_notifier, parse_notifier_config
 from pgpulse.notify.email import EmailNotifier
 from pgpulse.notify.webhook import WebhookNotifier
+from pgpulse.wording import plural
 
 if TYPE_CHECKING:
     import httpx
@@ -185,9 +186,9 @@ class AlertLoop:
         self.outage = None
         if result["fired"]:
             log.info(
-                "%d alert events fired (%d deliveries queued)",
-                result["fired"],
-                result["queued"],
+                "%s fired (%s queued)",
+                plural(result["fired"], "alert event"),
+                plural(result["queued"], "delivery", "deliveries"),
                 extra={"action": "alerts_fired", "count": result["fired"]},
             )
         next_due: datetime | None = result["next_due"]

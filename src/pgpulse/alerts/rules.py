@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from pgpulse.errors import InvalidInput
 from pgpulse.schedule import Schedule
+from pgpulse.wording import seconds_text
 
 #: Rules about one job, and what their threshold means (None: it takes none).
 JOB_RULES: dict[str, str | None] = {
@@ -252,8 +253,8 @@ def check_silence_window(
         )
     if window < gap:
         raise InvalidInput(
-            f"threshold: a silence window of {window:g} s is shorter than the period of "
-            f"schedule {schedule.expr!r} (up to {gap:g} s between occurrences)",
+            f"threshold: a silence window of {seconds_text(window)} is shorter than the period of "
+            f"schedule {schedule.expr!r} (up to {seconds_text(gap)} between occurrences)",
             field="threshold",
             value=window,
         )

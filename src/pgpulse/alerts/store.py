@@ -33,6 +33,7 @@ from pgpulse.notify import parse_notifier_config
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import load_queries
 from pgpulse.web.policy import TargetNotAllowed  # the address rule only: no web framework
+from pgpulse.wording import seconds_text
 
 ALERT_QUERIES = load_queries("alerts.sql")
 #: Longest silence, seconds (a year).
@@ -294,7 +295,8 @@ class AlertStore:
         """
         if not 1 <= seconds <= MAX_SILENCE:
             raise InvalidInput(
-                f"for: a silence lasts at least 1 s and at most {MAX_SILENCE:g} s, got {seconds:g}",
+                f"for: a silence lasts at least 1 s and at most {seconds_text(MAX_SILENCE)}, "
+                f"got {seconds_text(seconds)}",
                 field="for",
                 value=seconds,
             )

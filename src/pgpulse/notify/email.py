@@ -37,6 +37,7 @@ from pgpulse.notify import fields
 from pgpulse.notify.events import AlertEvent, DeliveryResult, alert_summary, clip, iso_utc
 from pgpulse.notify.redaction import MASK, Secret, scrub
 from pgpulse.notify.retry import RetryPolicy, classify_smtp_code
+from pgpulse.wording import seconds_text
 
 if TYPE_CHECKING:
     import aiosmtplib
@@ -366,7 +367,7 @@ class EmailNotifier:
         except TimeoutError:
             return self._result(
                 started,
-                error=f"{where} timed out after {self.config.timeout:g} s",
+                error=f"{where} timed out after {seconds_text(self.config.timeout)}",
                 retryable=True,
                 status=None,
             )

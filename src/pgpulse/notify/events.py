@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from pgpulse.wording import plural
+
 #: The rules' titles, as people read them (a rule not listed is shown by its name).
 RULE_TITLES = {
     "failures": "Job failed",
@@ -136,10 +138,7 @@ def cluster_subject(rule: str, details: dict[str, Any]) -> str | None:
     the details say nothing (an older event)."""
     if rule == "node_died" and details.get("node"):
         beat = details.get("last_heartbeat")
-        return (
-            f"node {details['node']} ({details.get('running', '?')} attempts running, "
-            f"last heartbeat {beat})"
-        )
+        return f"node {details['node']} ({_running(details.get('running'))}, last heartbeat {beat})"
     if rule == "leader_changed" and details.get("leader"):
         return f"node {details['leader']} took over from {details.get('previous')}"
     if rule == "lag" and "lag_seconds" in details:
@@ -218,3 +217,10 @@ class DeliveryResult:
     def skipped(cls, reason: str) -> DeliveryResult:
         """A send that had nothing to do (``ok``, no status): ``reason`` goes to ``detail``."""
         return cls(ok=True, retryable=False, error=None, status=None, elapsed=0.0, detail=reason)
+
+
+def _running(running: object) -> str:
+    """``2 attempts running`` (``? attempts running`` when an older event did not say)."""
+    if isinstance(running, int) and not isinstance(running, bool):
+        return plural(running, "attempt") + " running"
+    return "? attempts running"

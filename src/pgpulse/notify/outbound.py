@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from pgpulse.notify.events import DeliveryResult
 from pgpulse.notify.redaction import guard_library_logs, scrub
 from pgpulse.notify.retry import RETRY_AFTER_STATUSES, classify_http_status, parse_retry_after
+from pgpulse.wording import seconds_text
 
 if TYPE_CHECKING:
     import httpx
@@ -152,7 +153,7 @@ async def send_request(
                 ) as own:
                     answer = await _exchange(own, request)
     except TimeoutError:
-        return failed(f"{where} timed out after {request.timeout:g} s", retryable=True)
+        return failed(f"{where} timed out after {seconds_text(request.timeout)}", retryable=True)
     except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
         return failed(f"{where} failed: {type(exc).__name__}: {exc}", _retryable_error(exc))
     verdict = classify_http_status(answer.status)

@@ -599,8 +599,12 @@ WHERE n.node_id = %(node)s
 
 -- name: prune
 -- Housekeeping (leader only): forget finished runs and audit-trail rows older than %(keep)s
--- seconds (one retention for both), nodes that have been silent for a day, and trigger and
--- backfill batches as old whose occurrences have all run (a job's overlap batch stays with it).
+-- seconds (one retention for both), nodes that have been silent for %(node_retention)s seconds
+-- (a day: NODE_RETENTION in pgpulse.claims) unless a lease still names them (a running job or
+-- an occurrence they hold: reaping it clears that first, so the row that says who holds a
+-- lease is never the one missing),
+-- and trigger and backfill batches as old whose occurrences have all run (a job's overlap batch
+-- stays with it).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), runs AS (
@@ -618,7 +622,15 @@ WITH clock AS (
 ), nodes AS (
     DELETE FROM pgpulse_nodes n
     USING clock
-    WHERE n.last_heartbeat < clock.now - interval '1 day'
+    WHERE n.last_heartbeat < clock.now - make_interval(secs => %(node_retention)s)
+      AND NOT EXISTS (SELECT 1
+                      FROM pgpulse_jobs j
+                      WHERE j.status = 'running'
+                        AND j.locked_by = n.node_id)
+      AND NOT EXISTS (SELECT 1
+                      FROM pgpulse_occurrences o
+                      WHERE o.lease_expires_at IS NOT NULL
+                        AND o.locked_by = n.node_id)
     RETURNING 1
 ), history AS (
     DELETE FROM pgpulse_job_history h
@@ -1004,9 +1016,11 @@ LIMIT %(limit)s;
 -- recorded none), as its peers judge it: 'lost' when its heartbeat is older than that although
 -- it never said it stopped (killed, partitioned, paused). A lost or stopped node owns no shards
 -- and runs nothing; its last shards and load stay in the row, not in what is shown.
+-- silent_seconds: seconds since its last heartbeat, by the database's clock.
 SELECT n.node_id, n.hostname, n.pid,
        CASE WHEN h.fresh OR n.state = 'stopped' THEN n.state ELSE 'lost' END AS state,
        n.started_at, n.last_heartbeat, h.fresh AND n.state = 'alive' AS alive,
+       extract(epoch FROM now() - n.last_heartbeat)::float8 AS silent_seconds,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.shards ELSE '{}' END AS shards,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.running ELSE 0 END AS running,
        n.slots, coalesce(n.ttl, %(ttl)s) AS ttl, n.handlers, n.shell,

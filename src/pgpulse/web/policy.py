@@ -82,7 +82,11 @@ def _literal_address(host: str) -> IPAddress | None:
 
 
 async def check_http_target(
-    payload: dict[str, Any], settings: WebSettings, *, allowed_by: str = SERVER_ALLOW
+    payload: dict[str, Any],
+    settings: WebSettings,
+    *,
+    allowed_by: str = SERVER_ALLOW,
+    allowed_flag: str | None = None,
 ) -> None:
     """Refuse an ``http`` job whose URL host is not allowed (see the module docstring).
 
@@ -93,6 +97,9 @@ async def check_http_target(
         settings: its ``http_allow`` list and ``resolve_timeout`` (seconds) are used.
         allowed_by: the option that would allow the target where the refusal happens, named
             by the message (:data:`SERVER_ALLOW` on the HTTP edge).
+        allowed_flag: instead of an allow-list, the switch that allows any such target where
+            the refusal happens (``job create``'s ``--allow-private-target``, an apply file's
+            ``allow_private_target = true``): the message then says ``…; FLAG allows it``.
 
     Raises:
         TargetNotAllowed: ``field="payload.url"`` (or ``payload.follow_redirects``), the value.
@@ -114,7 +121,10 @@ async def check_http_target(
     if payload.get("follow_redirects") is True and not listed:
         raise TargetNotAllowed(
             f"payload.follow_redirects is allowed only for hosts on {allowed_by} "
-            "(a redirect could lead anywhere)",
+            "(a redirect could lead anywhere)"
+            if allowed_flag is None
+            else f"payload.follow_redirects is refused (a redirect could lead anywhere); "
+            f"{allowed_flag} allows it",
             field="payload.follow_redirects",
             value=True,
         )
@@ -125,7 +135,8 @@ async def check_http_target(
     )
     if not addresses:
         raise TargetNotAllowed(
-            f"payload.url host {host!r} does not resolve; add it to {allowed_by}",
+            f"payload.url host {host!r} does not resolve; "
+            + (f"add it to {allowed_by}" if allowed_flag is None else f"{allowed_flag} allows it"),
             field="payload.url",
             value=url,
         )
@@ -134,7 +145,11 @@ async def check_http_target(
         if why is not None:
             raise TargetNotAllowed(
                 f"payload.url {url!r} targets {address} ({why}); such addresses are refused "
-                f"unless {allowed_by} names them",
+                + (
+                    f"unless {allowed_by} names them"
+                    if allowed_flag is None
+                    else f"without {allowed_flag}"
+                ),
                 field="payload.url",
                 value=url,
             )
