@@ -59,6 +59,8 @@ async def test_notifiers_rules_silences_and_acknowledgements(
     assert everything.returncode == 0, everything.stderr
     silences = json.loads(pgpulse("alert", "silences", "--json", dsn=dsn).stdout)
     assert [(s["job"], s["reason"]) for s in silences] == [(None, ""), ("nightly", "deploy")]
+    table = pgpulse("alert", "silences", dsn=dsn).stdout.splitlines()
+    assert [line.split()[1:3] for line in table[2:]] == [["(all)", "(all)"], ["default", "nightly"]]
 
     db.execute(
         "INSERT INTO pgpulse_alert_events (dedupe_key, rule) VALUES ('test/1', 'lag') RETURNING id"
@@ -66,6 +68,12 @@ async def test_notifiers_rules_silences_and_acknowledgements(
     assert pgpulse("alert", "ack", "1", "--by", "ana", dsn=dsn).returncode == 0
     [event] = json.loads(pgpulse("alert", "list", "--json", dsn=dsn).stdout)
     assert (event["state"], event["acknowledged_by"]) == ("acknowledged", "ana")
+    assert event["job"] is None  # the table says what it is about: the cluster
+    assert pgpulse("alert", "list", dsn=dsn).stdout.splitlines()[2].split()[:3] == [
+        "1",
+        "lag",
+        "cluster",
+    ]
 
     for rule, job in (("failures", "nightly"), ("silence", "nightly")):
         assert pgpulse("alert", "rule", "remove", rule, "--job", job, dsn=dsn).returncode == 0

@@ -23,7 +23,7 @@ from pgpulse.egress import HttpAllowList
 from pgpulse.notify.events import AlertEvent, alert_title
 from pgpulse.store import Store
 from test_engine import wait_until
-from web_helpers import api_client, make_token
+from web_helpers import OWN_PAGE, api_client, make_token
 
 LOCAL = HttpAllowList.parse(["127.0.0.1"])
 
@@ -83,6 +83,8 @@ async def test_a_node_died_alert_is_open_until_its_node_is_back(
         assert {d["status"] for d in listed["deliveries"]} == {"delivered"}
         table = pgpulse("alert", "list", "--open", dsn=dsn)
         assert "node_died" in table.stdout and " open " in table.stdout
+        [row] = [line.split() for line in table.stdout.splitlines() if "node_died" in line]
+        assert row[2:4] == ["node", "t16-a"]  # the job column names the node
         assert "hook: delivered (1 attempt)" in table.stdout  # not "(1 attempts)"
 
         await loop.tick()  # still dead: still open, nothing sent again
@@ -281,7 +283,9 @@ async def test_the_dashboard_ends_a_silence_the_token_sees(store: Store) -> None
     everything = await alerts.silence(600)
     acme = await make_token(store, "acme")
     async with api_client(store) as client:
-        assert (await client.post("/ui/login", data={"token": acme})).status_code == 303
+        assert (
+            await client.post("/ui/login", data={"token": acme}, headers=OWN_PAGE)
+        ).status_code == 303
         page = await client.get("/ui/alerts")
         assert re.findall(r'data-testid="end-silence-(\d+)"', page.text) == [str(own["id"])]
         csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)

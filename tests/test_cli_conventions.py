@@ -260,14 +260,13 @@ def test_migrate_in_a_real_process_says_what_it_applied(empty_dsn: str) -> None:
 SYNOPSIS_ELSEWHERE = {("alert",), ("notifier",)}
 
 
-def readme_synopses() -> dict[tuple[str, ...], set[str]]:
-    """The long options each command's synopsis lines in README.md's shell blocks show: a
-    ``pgpulse WORDS...`` line (``a|b`` words stand for each), its comment cut, and the indented
-    lines that continue it."""
+def readme_synopsis_entries() -> list[tuple[list[tuple[str, ...]], list[str]]]:
+    """Each synopsis of README.md's shell blocks: the commands a ``pgpulse WORDS...`` line
+    names (``a|b`` words stand for each) and the long options it and the indented lines that
+    continue it show, in order (comments cut), repeats kept."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    found: dict[tuple[str, ...], set[str]] = {}
+    entries: list[tuple[list[tuple[str, ...]], list[str]]] = []
     for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
-        paths: list[tuple[str, ...]] = []
         for line in block.splitlines():
             text = line.split(" #")[0]
             if text.startswith("pgpulse "):
@@ -276,13 +275,35 @@ def readme_synopses() -> dict[tuple[str, ...], set[str]]:
                     if not re.fullmatch(r"[a-z]+(\|[a-z]+)*", word):
                         break
                     words.append(word)
-                paths = [tuple(p) for p in _alternatives(words)]
-            elif not (text.startswith(" ") and paths):
-                paths = []
+                entries.append(([tuple(p) for p in _alternatives(words)], []))
+            elif not (text.startswith(" ") and entries and entries[-1][0]):
+                entries.append(([], []))  # the lines after this one continue no synopsis
                 continue
-            for path in paths:
-                found.setdefault(path, set()).update(re.findall(r"--[a-z][a-z0-9-]*", text))
+            entries[-1][1].extend(re.findall(r"--[a-z][a-z0-9-]*", text))
+    return [entry for entry in entries if entry[0]]
+
+
+def readme_synopses() -> dict[tuple[str, ...], set[str]]:
+    """The long options each command's synopses in README.md show
+    (:func:`readme_synopsis_entries`)."""
+    found: dict[tuple[str, ...], set[str]] = {}
+    for paths, shown in readme_synopsis_entries():
+        for path in paths:
+            found.setdefault(path, set()).update(shown)
     return found
+
+
+def test_readme_synopses_show_each_option_once() -> None:
+    """One synopsis (a ``pgpulse`` line and the lines that continue it) shows each option once:
+    a repeated ``[--max-body 65536] [--secure-cookies]`` line is a leftover, which the sets of
+    :func:`test_readme_synopses_show_every_option_and_no_other` cannot see."""
+    repeated = [
+        f"pgpulse {' '.join(paths[0])} {option}"
+        for paths, shown in readme_synopsis_entries()
+        for option in sorted(set(shown))
+        if shown.count(option) > 1
+    ]
+    assert repeated == []
 
 
 def test_readme_synopses_show_every_option_and_no_other() -> None:

@@ -308,6 +308,12 @@ def test_reboot_is_refused_with_file_and_line() -> None:
         ("0 4 * * *", "empty command: expected 5 time fields, then the command"),
         ("0 4 * * *    ", "empty command: expected 5 time fields, then the command"),
         ("0 4 * * * %only stdin", "empty command (nothing before the first '%')"),
+        (
+            "* * * echo short",  # a time field missing: the command was read as two of them
+            "empty command: the line was read as minute '*', hour '*', day of month '*', month "
+            "'echo', day of week 'short', and those are no schedule (is a time field missing?); "
+            "expected 5 time fields, then the command",
+        ),
         ("@daily", "empty command: expected 5 time fields, then the command"),
         (
             "@pulse6 * * * * cmd",

@@ -14,7 +14,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from helpers import pgpulse
 from pgpulse.embedded import start_embedded, stop_embedded
+from pgpulse.errors import InvalidInput
 
 
 @pytest.fixture
@@ -63,3 +65,39 @@ def test_a_server_kept_by_db_url_outlives_the_next_command_until_db_stop(data_di
     assert stop.returncode == 0
     assert not (data_dir / "pgdata" / "postmaster.pid").exists()
     assert not (data_dir / "pgdata" / ".pgpulse_keep_running").exists()
+
+
+def test_a_data_folder_that_cannot_be_created_is_one_line_naming_the_option(
+    tmp_path: Path,
+) -> None:
+    """A ``--data-dir`` (or ``PGPULSE_DATA_DIR``) that cannot be made (a file on the way, a
+    folder of /proc) is refused in one line naming the option, the value and the reason, exit
+    2, on every path that starts the server; the Python API raises InvalidInput."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    under_file = afile / "sub"
+    no_db = {"PGPULSE_DATABASE_URL": ""}
+    cases = [
+        (["--data-dir", str(under_file), "status"], {}, "Not a directory", ""),
+        (["--data-dir", str(under_file), "db", "url"], {}, "Not a directory", ""),
+        (["job", "list"], {"PGPULSE_DATA_DIR": str(under_file)}, "Not a directory", "env"),
+    ]
+    if Path("/proc/self").is_dir():  # Linux: nothing can be made in /proc, not even by root
+        cases.append((["--data-dir", "/proc/nope", "node", "run"], {}, "No such file", ""))
+    for args, env, reason, source in cases:
+        result = pgpulse(*args, env={**no_db, **env})
+        value = "/proc/nope" if "/proc/nope" in args else str(under_file)
+        line = (
+            f"error: invalid value for --data-dir: the data folder '{value}' cannot be "
+            f"created: {reason}"
+        )
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith(line), result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr  # one line, no traceback
+        assert result.stderr.endswith(" (from the environment variable PGPULSE_DATA_DIR)\n") is (
+            source == "env"
+        )
+    assert afile.read_text() == "not a folder"
+    with pytest.raises(InvalidInput, match="cannot be created: Not a directory") as refused:
+        start_embedded(under_file)
+    assert (refused.value.field, refused.value.value) == ("data_dir", str(under_file))

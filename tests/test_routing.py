@@ -25,7 +25,7 @@ from pgpulse.store import Store
 from pgpulse.web.reads import Reads
 from pgpulse.web.service import present_job
 from test_engine import wait_until
-from web_helpers import api_client, make_token
+from web_helpers import OWN_PAGE, api_client, make_token
 
 TESTS = Path(__file__).parent
 EVERY_SECOND = "* * * * * *"  # 6 fields, seconds first
@@ -388,7 +388,7 @@ async def test_the_api_dashboard_and_metrics_show_what_waits(store: Store, db: A
                 "reason": "no live node can run handler reports.send",
             }
         ]
-        signed = await client.post("/ui/login", data={"token": token})
+        signed = await client.post("/ui/login", data={"token": token}, headers=OWN_PAGE)
         assert signed.status_code == 303
         page = (await client.get(f"/ui/jobs/{waiting_id}")).text
         assert "waiting: no live node can run handler reports.send" in page

@@ -177,3 +177,26 @@ async def test_a_heartbeat_sends_the_live_set_only_when_it_changed(store: Store)
     await store.stop_node("n2", hostname="h", pid=1)
     changed = await store.heartbeat("n1", running=0, shards=[], ttl=10, known=first.members)
     assert changed.live == ("n1",) and changed.members != first.members
+
+
+async def test_the_status_headline_names_a_shard_count_that_is_not_64(
+    store: Store, dsn: str
+) -> None:
+    """README: the live nodes' shards add up to the shard count; `status`'s headline names the
+    count when it is not the default 64, and says how many are owned while they move."""
+
+    def headline() -> str:
+        shown = pgpulse("status", dsn=dsn)
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout.splitlines()[0].split(" — ")[0]
+
+    await store.register_node("n1", hostname="h", pid=1, slots=4, handlers=["noop"], ttl=60)
+    await store.heartbeat("n1", running=0, shards=list(range(64)), ttl=60, shard_count=64)
+    assert headline() == "1 node alive, leader none yet, 0 jobs due"
+    await set_shard_count(store.pool, 128, wait=0)
+    await store.heartbeat("n1", running=0, shards=list(range(100)), ttl=60, shard_count=128)
+    assert (
+        headline() == "1 node alive, leader none yet, 0 jobs due, shards moving (100 of 128 owned)"
+    )
+    await store.heartbeat("n1", running=0, shards=list(range(128)), ttl=60, shard_count=128)
+    assert headline() == "1 node alive, leader none yet, 0 jobs due, 128 shards"

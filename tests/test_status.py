@@ -1,5 +1,6 @@
 """``pgpulse status`` as a user runs it, after a real SIGKILL of a real node process: a killed
-node is shown lost with no shards and nothing running, the live nodes' shards add up to 64,
+node is shown lost with no shards and nothing running, the live nodes' shards add up to the
+shard count (64 here),
 the headline says what matters and names the database, ``--check`` fails only when no node
 is alive or a due job is too late, and a restarted node shows its new start."""
 

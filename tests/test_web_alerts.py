@@ -8,7 +8,7 @@ from typing import Any
 
 from helpers import add, spec
 from pgpulse.store import Store
-from web_helpers import api_client, make_token
+from web_helpers import OWN_PAGE, api_client, make_token
 
 URL = "https://93.184.215.14/services/T0123ABCD/xZ7kQ9Lm2"
 
@@ -107,7 +107,9 @@ async def test_the_dashboards_alerts_page_lists_and_acknowledges_what_the_token_
     ]
     acme = await make_token(store, "acme")
     async with api_client(store) as client:
-        assert (await client.post("/ui/login", data={"token": acme})).status_code == 303
+        assert (
+            await client.post("/ui/login", data={"token": acme}, headers=OWN_PAGE)
+        ).status_code == 303
         page = await client.get("/ui/alerts")
         assert page.status_code == 200
         assert re.findall(r'data-testid="alert-(\d+)"', page.text) == [str(mine)]

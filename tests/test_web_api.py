@@ -8,12 +8,13 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
 from pgpulse.store import Store
 from pgpulse.web.auth import TokenStore
 from pgpulse.web.policy import WebSettings
-from web_helpers import api_client, make_token
+from web_helpers import LiveServer, api_client, make_token, sync_token
 
 PUBLIC_URL = "https://93.184.215.14/hook"  # a public address literal: no DNS needed
 
@@ -497,3 +498,82 @@ async def test_health_answers_with_the_database_clock(store: Store, db: Any) -> 
     assert abs(db.execute("SELECT now() AS now").fetchone()["now"] - reported) < timedelta(
         seconds=5
     )
+
+
+#: Every number field of the API's request bodies: (method, path, field, the rest of the body).
+#: ``{job}`` is the job's id. An integer field refuses 2.5 too.
+NUMBER_FIELDS = [
+    *[
+        (method, path, field, rest)
+        for method, path, rest in [
+            ("POST", "/api/v1/jobs", job_body("strict.new")),
+            ("PATCH", "/api/v1/jobs/{job}", {}),
+        ]
+        for field in (
+            "backfill_limit",
+            "misfire_grace",
+            "max_attempts",
+            "retry_backoff",
+            "timeout",
+            "max_concurrency",
+            "spread",
+            "max_runs",
+            "auto_pause_after",
+        )
+    ],
+    (
+        "POST",
+        "/api/v1/jobs/{job}/backfill",
+        "max_concurrency",
+        {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "dry_run": True},
+    ),
+    ("PUT", "/api/v1/alert-rules/failures", "threshold", {"notifiers": ["ops"]}),
+    ("PUT", "/api/v1/jobs/{job}/alert-rules/failures", "threshold", {"notifiers": ["ops"]}),
+    ("POST", "/api/v1/silences", "seconds", {}),
+    ("POST", "/api/v1/silences", "job_id", {"seconds": 60}),
+]
+INTEGER_FIELDS = {"backfill_limit", "max_attempts", "max_concurrency", "max_runs"}
+INTEGER_FIELDS |= {"auto_pause_after", "job_id"}
+
+
+def test_number_fields_refuse_booleans_and_numeric_strings_over_http(dsn: str, db: Any) -> None:
+    """Over a real socket, every number field of every request body refuses JSON true and
+    a numeric string (an integer field 2.5 too) with 422 naming the field, as `pgpulse apply`
+    refuses them, and nothing is written; a JSON number is still accepted."""
+    token = sync_token(dsn, admin=True)
+    with (
+        LiveServer(dsn, WebSettings()) as server,
+        httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}
+        ) as http,
+    ):
+        job = http.post("/api/v1/jobs", json=job_body("strict.job")).json()["id"]
+        hook = {"kind": "webhook", "config": {"url": PUBLIC_URL}}
+        assert http.put("/api/v1/notifiers/ops", json=hook).status_code == 201
+        before = db.execute(
+            "SELECT (SELECT json_agg(j ORDER BY id) FROM pgpulse_jobs j) AS jobs, "
+            "(SELECT count(*) FROM pgpulse_alert_rules) AS rules, "
+            "(SELECT count(*) FROM pgpulse_alert_silences) AS silences"
+        ).fetchone()
+        for method, path, field, rest in NUMBER_FIELDS:
+            bad: list[Any] = [True, "2"] + ([2.5] if field in INTEGER_FIELDS else [])
+            for value in bad:
+                sent = {**rest, field: value}
+                answer = http.request(method, path.format(job=job), json=sent)
+                assert answer.status_code == 422, (method, path, sent, answer.text)
+                error = answer.json()["error"]
+                assert (error["field"], error["value"]) == (field, value), (path, error)
+                assert error["message"].startswith(f"{field}: Input should be a valid ")
+        after = db.execute(
+            "SELECT (SELECT json_agg(j ORDER BY id) FROM pgpulse_jobs j) AS jobs, "
+            "(SELECT count(*) FROM pgpulse_alert_rules) AS rules, "
+            "(SELECT count(*) FROM pgpulse_alert_silences) AS silences"
+        ).fetchone()
+        assert after == before
+        patched = http.patch(f"/api/v1/jobs/{job}", json={"timeout": 90, "max_attempts": 2})
+        assert patched.status_code == 200, patched.text
+        assert (patched.json()["timeout"], patched.json()["max_attempts"]) == (90.0, 2)
+        rule = http.put(
+            f"/api/v1/jobs/{job}/alert-rules/failures", json={"threshold": 2, "notifiers": ["ops"]}
+        )
+        assert (rule.status_code, rule.json()["threshold"]) == (200, 2.0)

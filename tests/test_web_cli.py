@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from click.testing import CliRunner, Result
 
+from helpers import pgpulse
 from pgpulse.cli import main
 
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
@@ -57,7 +58,26 @@ def test_serve_refuses_bad_options(dsn: str) -> None:
     assert bad_allow.exit_code == 2 and "--http-allow" in bad_allow.output
     bad_listen = cli(dsn, "serve", "--listen", "localhost:http")
     assert bad_listen.exit_code == 2
-    assert bad_listen.stderr.strip() == "error: listen 'localhost:http' is not HOST:PORT"
+    assert bad_listen.stderr.strip() == (
+        "error: invalid value for --listen: 'localhost:http' is not HOST:PORT, e.g. 127.0.0.1:9100"
+    )
+
+
+def test_node_run_refusals_name_the_option_the_variable_and_the_values(dsn: str) -> None:
+    """A node's bad address names its option and the variable that gave it, as every other
+    refusal does; a lease too short names both values. Nothing starts (exit 2)."""
+    metrics = pgpulse("node", "run", dsn=dsn, env={"PGPULSE_NODE_RUN_METRICS": "nohost"})
+    assert (metrics.returncode, metrics.stderr) == (
+        2,
+        "error: invalid value for --metrics: 'nohost' is not HOST:PORT, e.g. 127.0.0.1:9100 "
+        "(from the environment variable PGPULSE_NODE_RUN_METRICS)\n",
+    )
+    lease = pgpulse("node", "run", "--lease", "5", "--heartbeat", "10", dsn=dsn)
+    assert (lease.returncode, lease.stderr) == (
+        2,
+        "error: invalid value for --lease: lease must be longer than two heartbeat intervals "
+        "(2 x 10 s), got lease 5 s\n",
+    )
 
 
 def _free_port() -> int:

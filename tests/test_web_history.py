@@ -16,7 +16,7 @@ from pgpulse.model import Outcome
 from pgpulse.planner import Advance
 from pgpulse.store import Store
 from pgpulse.web.reads import QUERIES, Reads
-from web_helpers import api_client, make_token
+from web_helpers import OWN_PAGE, api_client, make_token
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 LATER = T0 + timedelta(minutes=5)
@@ -170,7 +170,7 @@ async def test_jobs_and_runs_search_filters_and_pages_in_the_api(store: Store) -
 
 
 async def signed_in(client: httpx.AsyncClient, token: str) -> None:
-    response = await client.post("/ui/login", data={"token": token})
+    response = await client.post("/ui/login", data={"token": token}, headers=OWN_PAGE)
     assert response.status_code == 303, response.text
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgpulse.store import Store
-from web_helpers import api_client, make_token
+from web_helpers import OWN_PAGE, api_client, make_token
 
 URL = "https://93.184.215.14/hook"
 
@@ -98,7 +98,9 @@ async def test_the_dashboard_shows_a_pause_its_end_and_reason(store: Store) -> N
             json={"until": "2099-01-01T00:00:00+00:00", "reason": "audit"},
         )
     async with api_client(store) as ui:
-        assert (await ui.post("/ui/login", data={"token": token})).status_code == 303
+        assert (
+            await ui.post("/ui/login", data={"token": token}, headers=OWN_PAGE)
+        ).status_code == 303
         listing = (await ui.get("/ui/")).text
         assert 'data-testid="pause-nightly"' in listing and "audit" in listing
         page = (await ui.get(f"/ui/jobs/{job['id']}")).text

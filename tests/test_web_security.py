@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from pgpulse.errors import InvalidInput
 from pgpulse.store import Store
 from pgpulse.web.policy import HttpAllowList, WebSettings
-from web_helpers import api_client, make_token
+from web_helpers import LiveServer, api_client, make_token, sync_token
 
 PUBLIC_URL = "https://93.184.215.14/hook"
 SHELL = {
@@ -263,7 +264,7 @@ def test_allow_list_entries_are_checked() -> None:
         ({"Sec-Fetch-Site": "same-origin", "Origin": "http://pulse.test"}, 303),
         ({"Sec-Fetch-Site": "none"}, 303),
         ({"Origin": "http://pulse.test"}, 303),
-        ({}, 303),  # not a browser's cross-site form: a script
+        ({}, 403),  # every current browser sends Origin on a form post: not from our page
     ],
 )
 async def test_sign_in_accepts_posts_from_the_dashboards_own_pages_only(
@@ -276,3 +277,22 @@ async def test_sign_in_accepts_posts_from_the_dashboards_own_pages_only(
         assert ("pgpulse_token" in response.cookies) is (status == 303)
         out = await client.post("/ui/logout", headers=headers)
         assert out.status_code == status
+
+
+def test_sign_in_over_http_needs_the_dashboards_origin(dsn: str) -> None:
+    """Over a real socket: a sign-in or sign-out post with neither ``Origin`` nor
+    ``Sec-Fetch-Site`` (curl, a script) is 403 and sets no cookie; with the server's own
+    ``Origin`` it signs in (303 and the cookie), and signs out."""
+    token = sync_token(dsn, "acme")
+    with LiveServer(dsn, WebSettings()) as server, httpx.Client(base_url=server.base_url) as http:
+        bare = http.post("/ui/login", data={"token": token})
+        assert bare.status_code == 403
+        assert "set-cookie" not in bare.headers
+        assert "did not come from this dashboard" in bare.text
+        assert http.post("/ui/logout").status_code == 403
+        own = {"Origin": server.base_url}
+        signed = http.post("/ui/login", data={"token": token}, headers=own)
+        assert signed.status_code == 303 and signed.headers["location"] == "/ui/"
+        assert signed.cookies["pgpulse_token"] == token
+        out = http.post("/ui/logout", headers=own)
+        assert out.status_code == 303 and out.headers["location"] == "/ui/login"

@@ -28,6 +28,11 @@ async def make_token(store: Store, tenant: str | None = None, *, admin: bool = F
     return secret
 
 
+#: What a browser sends with a form post from the dashboard's own page (:func:`api_client`'s
+#: host): sign-in and sign-out refuse a post without it (pgpulse.web.dashboard.from_own_page).
+OWN_PAGE = {"Origin": "http://pulse.test"}
+
+
 @asynccontextmanager
 async def api_client(
     store: Store, token: str | None = None, settings: WebSettings | None = None

@@ -29,8 +29,8 @@ from pgpulse.cli_conventions import (
     apply_envvar_rule,
     environment_source,
 )
-from pgpulse.cli_types import IsoDateTime, Seconds
-from pgpulse.database import describe, with_database
+from pgpulse.cli_types import HostPort, IsoDateTime, Seconds
+from pgpulse.database import describe
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import NodeConfig
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
@@ -283,6 +283,7 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 @click.option(
     "--metrics",
     "metrics_addr",
+    type=HostPort(),
     show_envvar=True,
     metavar="HOST:PORT",
     help="Serve /metrics and /healthz here.",
@@ -290,6 +291,7 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
 @click.option(
     "--http",
     "http_addr",
+    type=HostPort(),
     show_envvar=True,
     metavar="HOST:PORT",
     help="Also serve the API and dashboard here.",
@@ -1043,15 +1045,9 @@ def db() -> None:
 
 @db.command("url")
 @click.pass_obj
-def db_url(obj: dict[str, Any]) -> None:
+def db_url(obj: GlobalOptions) -> None:
     """Start the embedded server (it keeps running until `pgpulse db stop`); print its DSN."""
-    try:
-        click.echo(
-            with_database(start_embedded(obj["data_dir"], keep_running=True), obj["database"])
-        )
-    except PulseError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(3)
+    click.echo(obj.resolved(lambda: start_embedded(obj["data_dir"], keep_running=True)))
 
 
 @db.command("stop")

@@ -30,7 +30,7 @@ from pgpulse.cli_types import worded
 from pgpulse.database import with_database
 from pgpulse.embedded import start_embedded
 from pgpulse.errors import DatabaseUnavailable, PulseError
-from pgpulse.report import one_line
+from pgpulse.report import refusal_line
 
 #: click's settings for every command of the tree.
 CONTEXT = {
@@ -305,20 +305,23 @@ class GlobalOptions(dict[str, Any]):
     ) -> None:
         super().__init__(database=database, data_dir=data_dir, embedded=not database_url)
         if database_url or not database:
-            self["database_url"] = self._resolved(lambda: database_url) if database_url else None
+            self["database_url"] = self.resolved(lambda: database_url) if database_url else None
         self["read_database_url"] = (
-            self._resolved(lambda: read_database_url) if read_database_url else None
+            self.resolved(lambda: read_database_url) if read_database_url else None
         )
 
     def __missing__(self, key: str) -> Any:
         if key != "database_url":
             raise KeyError(key)
-        self[key] = self._resolved(lambda: start_embedded(self["data_dir"]))
+        self[key] = self.resolved(lambda: start_embedded(self["data_dir"]))
         return self[key]
 
-    def _resolved(self, server: Callable[[], str]) -> str:
+    def resolved(self, server: Callable[[], str]) -> str:
+        """``server()``'s DSN (a given one, or the embedded server's, which it starts) with
+        ``--database`` applied. A refusal exits: one line on stderr, exit 3 for a server that
+        cannot start, 2 for refused input (:func:`~pgpulse.report.refusal_line`)."""
         try:
             return with_database(server(), self["database"])
         except PulseError as exc:
-            click.echo(f"error: {one_line(str(exc))}", err=True)
+            click.echo(f"error: {refusal_line(exc)}", err=True)
             sys.exit(3 if isinstance(exc, DatabaseUnavailable) else 2)

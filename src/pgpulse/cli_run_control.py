@@ -147,5 +147,5 @@ def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) 
     else:
         click.echo(
             f"queued {count} of {plural(len(plan.plan), 'occurrence')} of {name} "
-            f"(backfill batch {plan.batch_id})"
+            f"(batch id {plan.batch_id}; a trigger with a payload takes a batch id too)"
         )

@@ -5,6 +5,7 @@
   refusals (``must be at least 1 second, got 0``; ``'abc' is not a number of seconds``);
   :func:`worded` gives click's own number types the same wording.
 * :class:`IsoDateTime`: ISO 8601 as Python reads it.
+* :class:`HostPort`: a server's address, checked as the option is read.
 """
 
 from __future__ import annotations
@@ -136,3 +137,22 @@ class IsoDateTime(click.ParamType[datetime]):
             self.fail(
                 f"{value!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00", param, ctx
             )
+
+
+class HostPort(click.ParamType[str]):
+    """A listening address, ``HOST:PORT``, ``:PORT``, ``PORT`` or ``[V6]:PORT``
+    (:func:`pgpulse.web.server.parse_address`), checked when the option is read, so a refusal
+    names the option and its environment variable as every other one does (``invalid value
+    for --metrics: 'nohost' is not HOST:PORT``). The text is returned as given."""
+
+    name = "host:port"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from pgpulse.errors import InvalidInput
+        from pgpulse.web.server import parse_address  # uvicorn: only for an address given
+
+        try:
+            parse_address(str(value))
+        except InvalidInput:
+            self.fail(f"{str(value)!r} is not HOST:PORT, e.g. 127.0.0.1:9100", param, ctx)
+        return str(value)

@@ -443,8 +443,31 @@ def _split_entry(body: str, system: bool, refuse: _Refuse) -> tuple[str, str | N
     if system:
         user, rest = _take_user(rest, refuse)
     if not rest:
-        raise refuse(f"empty command: expected {layout}")
+        raise refuse(f"empty command: {_read_as(schedule, body)}expected {layout}")
     return schedule, user, rest
+
+
+#: The five time fields, in order, as a refusal names them.
+_TIME_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+
+
+def _read_as(schedule: str, body: str) -> str:
+    """How a line with no command was read, when its five time fields are no schedule (``* * *
+    echo short``: month ``'echo'``, day of week ``'short'``): a time field is missing, and the
+    command was taken for it. Empty when they are a schedule (the command is simply missing)."""
+    fields = schedule.split()
+    if body.startswith("@") or len(fields) != len(_TIME_FIELDS):
+        return ""
+    try:
+        parse_schedule(schedule, "UTC")
+    except InvalidInput:
+        read = ", ".join(
+            f"{name} {value!r}" for name, value in zip(_TIME_FIELDS, fields, strict=True)
+        )
+        return (
+            f"the line was read as {read}, and those are no schedule (is a time field missing?); "
+        )
+    return ""
 
 
 def _take_user(rest: str, refuse: _Refuse) -> tuple[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -126,6 +127,24 @@ def describe(info: psycopg.ConnectionInfo) -> str:
     return f"database {info.dbname!r} on {where}"
 
 
+def describe_dsn(dsn: str) -> str:
+    """Where a well-formed ``dsn`` points, worded as :func:`describe` words an open connection
+    (``database 'pulse' on db.internal:5432``), for a connection that failed: libpq's defaults
+    as far as the DSN shows them (port 5432; the database named as the user; no host: the
+    local socket, or ``PGHOST``). A multi-host DSN lists its hosts."""
+    params = conninfo.conninfo_to_dict(dsn)
+    user = params.get("user") or os.environ.get("PGUSER")
+    dbname = params.get("dbname") or os.environ.get("PGDATABASE") or user or "?"
+    hosts = str(params.get("host") or os.environ.get("PGHOST") or "").split(",")
+    ports = str(params.get("port") or os.environ.get("PGPORT") or "5432").split(",")
+    ports += [ports[-1]] * (len(hosts) - len(ports))
+    places = [
+        host if host.startswith("/") else f"{host}:{port}" if host else "the local socket"
+        for host, port in zip(hosts, ports, strict=False)
+    ]
+    return f"database {dbname!r} on {','.join(places)}"
+
+
 def redact(dsn: str) -> str:
     """Return ``dsn`` with any password replaced by ``***`` (for error messages and logs)."""
     dsn = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
@@ -179,7 +198,7 @@ async def connect(
         # pg_hba) is not a server that does not answer.
         verb = "refused the connection" if "FATAL:" in str(exc) else "does not answer"
         raise DatabaseUnavailable(
-            f"database {redact(dsn)!r} {verb}: {reason}",
+            f"{describe_dsn(dsn)} {verb}: {reason} (DSN {redact(dsn)!r})",
             field="database_url",
             value=redact(dsn),
         ) from exc

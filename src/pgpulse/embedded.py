@@ -22,7 +22,7 @@ from typing import Any
 
 import platformdirs
 
-from pgpulse.errors import DatabaseUnavailable
+from pgpulse.errors import DatabaseUnavailable, InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,20 @@ def start_embedded(data_dir: Path | None = None, *, keep_running: bool = False) 
         A libpq connection URI (Unix socket in the data folder).
 
     Raises:
+        InvalidInput: ``data_dir`` cannot be created (a missing parent that cannot be made, a
+            file on the way, no permission); ``field`` is ``"data_dir"``. Nothing was started.
         DatabaseUnavailable: initdb or the server start failed; the message points at the log.
     """
     folder = (data_dir or default_data_dir()).expanduser().resolve()
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # /proc/nope, /etc/passwd/sub, a read-only or foreign parent
+        reason = exc.strerror or type(exc).__name__
+        raise InvalidInput(
+            f"the data folder '{folder}' cannot be created: {reason}",
+            field="data_dir",
+            value=str(folder),
+        ) from None
     pgdata = _pgdata(folder)
     package, server_module = _import_package()
     marker = pgdata / KEEP_MARKER

@@ -112,7 +112,11 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         if self.lease <= 2 * self.heartbeat_interval:
-            raise ValueError("lease must be longer than two heartbeat intervals")
+            beat = self.heartbeat_interval
+            raise ValueError(
+                f"lease must be longer than two heartbeat intervals (2 x {beat:g} s), "
+                f"got lease {self.lease:g} s"
+            )
 
     @property
     def shell_mode(self) -> ShellMode:

@@ -40,11 +40,28 @@ def run_command(coro: Coroutine[Any, Any, T]) -> T:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(coro)
     except DatabaseUnavailable as exc:
-        click.echo(f"error: {one_line(str(exc))}", err=True)
+        click.echo(f"error: {refusal_line(exc)}", err=True)
         sys.exit(3)
     except PulseError as exc:
-        click.echo(f"error: {one_line(str(exc))}", err=True)
+        click.echo(f"error: {refusal_line(exc)}", err=True)
         sys.exit(2)
+
+
+def refusal_line(exc: PulseError) -> str:
+    """How the command line reports ``exc``: one line (:func:`one_line`), without ``error:``.
+    A data folder the embedded server cannot make (``field`` ``data_dir``: ``/proc/nope``,
+    ``/etc/passwd/sub``) is worded as click words any option's refused value, ``invalid value
+    for --data-dir: ...``, and names ``PGPULSE_DATA_DIR`` when that variable gave it (the
+    user may not know it is set)."""
+    message = one_line(str(exc))
+    if exc.field != "data_dir" or isinstance(exc, DatabaseUnavailable):
+        return message
+    from pgpulse.cli_conventions import environment_source  # the CLI's module imports this one
+
+    ctx = click.get_current_context(silent=True)
+    variable = environment_source(ctx.find_root(), "data_dir") if ctx is not None else None
+    where = f" (from the environment variable {variable})" if variable else ""
+    return f"invalid value for --data-dir: {message}{where}"
 
 
 def one_line(text: str) -> str:
@@ -350,7 +367,8 @@ def fold_nodes(
 
 def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
     """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
-    lost nodes, shards still moving, jobs no live node can run (beside live nodes: with none,
+    shards still moving (or the shard count when it is not the default 64), lost nodes, jobs
+    no live node can run (beside live nodes: with none,
     every job waits, and the lines below the table say by handler), and the database, e.g.
     ``3 nodes alive, leader node-2, 0 jobs due — database 'pulse' on db.internal:5432``."""
     alive = [n for n in nodes if n["alive"]]
@@ -366,6 +384,8 @@ def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], dat
         total = alive[0].get("shard_count", DEFAULT_SHARD_COUNT)  # the database's count
         if owned != total:
             line += f", shards moving ({owned} of {total} owned)"
+        elif total != DEFAULT_SHARD_COUNT:  # a count set with `pgpulse shards set`
+            line += f", {total} shards"
     if lost:
         line += f"; {plural(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
     waiting = counts.get("unroutable", [])

@@ -4,10 +4,11 @@ Names. A job's zone must mean the same on every node, so only the names of the I
 database as the ``tzdata`` package lists them are accepted (canonical zones and their usual
 aliases: ``Europe/Berlin``, ``UTC``, ``Etc/GMT+5``, ``US/Eastern``). Names whose rules depend on
 the host are refused: ``localtime`` (a link to the host's own zone), ``posixrules``, ``posix/*``
-and ``right/*`` (host build variants; ``right/`` counts leap seconds), and ``Factory`` (a
-placeholder meaning "zone not set"). Rules come from the ``tzdata`` package too, never from the
-host's ``/usr/share/zoneinfo``: two nodes with the same Pulse installation compute the same
-instants even when their hosts' tz databases are of different releases.
+(copies of the zones that only some hosts install), ``right/*`` (the variants for a clock that
+counts leap seconds; POSIX time, the host's, Python's and PostgreSQL's, does not), and
+``Factory`` (a placeholder meaning "zone not set"). Rules come from the ``tzdata`` package
+too, never from the host's ``/usr/share/zoneinfo``: two nodes with the same Pulse installation
+compute the same instants even when their hosts' tz databases are of different releases.
 
 Offsets. A naive wall time ``w`` has two UTC offsets, on its first (``fold=0``) and second
 (``fold=1``) pass: equal, ``w`` exists once; first > second, ``w`` is repeated (fall back); first
@@ -60,9 +61,23 @@ def zone_names() -> frozenset[str]:
 
 
 def _refusal(name: str) -> str:
-    """Why ``name`` is not accepted (for the error message)."""
-    if name == "localtime" or name.startswith(("posix/", "right/")) or name == "posixrules":
+    """Why ``name`` is not accepted (for the error message; README's list of refused names
+    gives the same reasons)."""
+    if name == "localtime" or name == "posixrules":
         return "its rules depend on the host's configuration; name the zone, such as Europe/Berlin"
+    for prefix, why in (
+        # right/: tz's variant for a clock that counts leap seconds (27 s by 2017); the
+        # system clock, Python and PostgreSQL keep POSIX time, which does not
+        ("right/", "its clock counts leap seconds, which POSIX time (the host's, Python's and "
+         "PostgreSQL's) does not"),
+        ("posix/", "it is a copy that only some hosts install"),
+    ):  # fmt: skip
+        if name.startswith(prefix):
+            plain = name.removeprefix(prefix)
+            named = (
+                f"{plain!r} instead" if plain in zone_names() else "a zone such as Europe/Berlin"
+            )
+            return f"{why}; name {named}"
     if name in _PLACEHOLDERS:
         return "it is a placeholder for 'zone not set'; name the zone, such as Europe/Berlin"
     hint = next((z for z in sorted(zone_names()) if z.lower() == name.lower()), None)

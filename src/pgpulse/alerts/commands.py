@@ -277,6 +277,8 @@ def alert_list(
         obj,
         lambda alerts: alerts.list_alerts(job=_job(job, tenant), open_only=open_only, limit=limit),
     )
+    for row in [] if as_json else rows:
+        row["job"] = _subject(row)
     if not as_json:
         for row in rows:
             row["deliveries"] = ", ".join(
@@ -291,6 +293,19 @@ def alert_list(
     )
 
 
+def _subject(alert: dict[str, Any]) -> str:
+    """What an alert is about, for ``alert list``'s job column: the job's name, the node of a
+    ``node_died`` alert (``node n2``), else ``cluster`` (as the dashboard says)."""
+    if alert["job"] is not None:
+        return str(alert["job"])
+    node = (alert.get("details") or {}).get("node")
+    return f"node {node}" if alert["rule"] == "node_died" and node else "cluster"
+
+
+#: How ``alert silences`` shows the tenant and job of a silence of everything (``--all``).
+EVERYTHING = "(all)"
+
+
 @alert.command("silence")
 @click.argument("job", required=False)
 @click.option("--all", "every", is_flag=True, help="Every job and the cluster.")
@@ -301,7 +316,9 @@ def alert_list(
 def alert_silence(
     obj: dict[str, Any], job: str | None, every: bool, tenant: str, duration: str, reason: str
 ) -> None:
-    """Record, but do not deliver, alerts of JOB (or --all) for a while."""
+    """Record, but do not deliver, alerts of JOB (or --all) for a while. An alert fires once
+    per streak: a failures alert recorded silenced is not sent when the silence ends, nor for
+    the same streak's next failures (a run that succeeds ends the streak)."""
     if (job is None) == (not every):
         raise click.UsageError("name a JOB or give --all (not both)")
     try:
@@ -319,6 +336,9 @@ def alert_silence(
 def alert_silences(obj: dict[str, Any], as_json: bool) -> None:
     """Silences in force, soonest to end first."""
     rows = _alerts(obj, lambda alerts: alerts.list_silences())
+    for row in [] if as_json else rows:
+        if row["job"] is None:  # a silence of every job and the cluster
+            row["tenant"] = row["job"] = EVERYTHING
     _print(rows, as_json, ["id", "tenant", "job", "starts_at", "ends_at", "reason"])
 
 

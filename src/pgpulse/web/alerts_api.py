@@ -22,7 +22,7 @@ from pgpulse.errors import InvalidInput
 from pgpulse.web.api import Ctx, JobId, Who
 from pgpulse.web.auth import Principal
 from pgpulse.web.context import WebContext
-from pgpulse.web.schemas import Error
+from pgpulse.web.schemas import Error, Integer, Number
 from pgpulse.web.service import NoSuchJob
 
 _ERR = {"model": Error}
@@ -65,7 +65,7 @@ class RuleIn(_Body):
     ``silence``, ``lag``, ``no_live_node``; none for the others) and the notifiers it goes to
     (``checkin`` notifiers for a ``checkin`` rule, and for no other)."""
 
-    threshold: float | None = None
+    threshold: Number | None = None
     notifiers: list[str] = Field(min_length=1, max_length=20, examples=[["ops"]])
 
 
@@ -116,8 +116,8 @@ class Alert(BaseModel):
 class SilenceIn(_Body):
     """A silence of one job (``job_id``), or of everything (``job_id`` null: admin only)."""
 
-    job_id: int | None = Field(default=None, ge=1)
-    seconds: float = Field(ge=1, le=366 * 86400, examples=[7200])
+    job_id: Integer | None = Field(default=None, ge=1)
+    seconds: Number = Field(ge=1, le=366 * 86400, examples=[7200])
     reason: str = Field(default="", max_length=1000)
 
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from pgpulse.app import App, connect
+from pgpulse.cli_types import HostPort
 from pgpulse.engine import NodeConfig
 from pgpulse.report import print_records, run_command, to_json
 from pgpulse.web.auth import TokenStore
@@ -31,6 +32,7 @@ T = TypeVar("T")
 @click.option(
     "--listen",
     default="127.0.0.1:8080",
+    type=HostPort(),
     show_envvar=True,
     metavar="HOST:PORT",
     help="Address of the API, dashboard (/ui) and metrics (/metrics).",

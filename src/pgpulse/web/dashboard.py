@@ -124,14 +124,16 @@ def from_own_page(request: Request) -> bool:
     browser says where a post comes from: ``Sec-Fetch-Site`` (every current browser; only
     ``same-origin``, or ``none`` for a request the user made, are accepted), else ``Origin``
     (must name this server's host and port, as its ``Host`` header does). A post with neither
-    header is not a browser's cross-site form (a script, an old client) and is accepted.
+    header is refused: every current browser sends ``Origin`` on a form post (Fetch standard,
+    "append a request `Origin` header"), so it is not a post from these pages, and a script
+    has the API and its bearer token instead of the sign-in form.
     """
     site = request.headers.get("sec-fetch-site")
     if site is not None:
         return site in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is None:
-        return True
+        return False
     host = request.headers.get("host", "").lower()
     return origin != "null" and urlsplit(origin).netloc.lower() == host
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
@@ -129,11 +130,17 @@ def pulse_error_response(exc: PulseError) -> JSONResponse:
     )
 
 
+#: A step of a pydantic error's location that names a member of a union type (``float`` in
+#: ``timeout.float`` for ``float | None``), not a field: left out of the refused field's name.
+_UNION_MEMBER = re.compile(r"(none|int|float|bool|str|datetime|date|[a-z]+(-[a-z]+)+)(\[.*\])?")
+
+
 def _validation_field(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:] if len(parts) > 1 else parts
-    return ".".join(parts)
+    named = parts[:1] + [p for p in parts[1:] if not _UNION_MEMBER.fullmatch(p)]
+    return ".".join(named)
 
 
 def _allowed_methods(request: Request) -> list[str]:

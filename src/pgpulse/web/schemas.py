@@ -10,11 +10,20 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 #: Longest accepted duration field, seconds (a year): keeps intervals storable.
 MAX_SECONDS = 366 * 86400.0
+
+#: A request's number field (seconds, a threshold): a JSON number, integer or fraction, and
+#: nothing pydantic would coerce into one: ``true`` is not 1 and ``"2"`` is not 2 (strict
+#: mode), as :mod:`pgpulse.jobs` refuses them in a file (``pgpulse apply``). A refusal is 422
+#: naming the field.
+Number = Annotated[float, Strict()]
+#: A request's integer field (attempts, counts, ids): a JSON integer; ``true``, ``"2"`` and
+#: ``2.5`` are refused (strict mode), as :data:`Number`'s are.
+Integer = Annotated[int, Strict()]
 
 Name = Annotated[str, Field(min_length=1, max_length=200, examples=["nightly-report"])]
 #: Every outcome of a run and every status of a job (the CHECKs of pgpulse_runs and pgpulse_jobs):
@@ -46,11 +55,11 @@ class JobDefinition(BaseModel):
         default_factory=dict, description="JSON object handed to the handler."
     )
     catch_up: CatchUp = "skip"
-    backfill_limit: int | None = Field(None, ge=1, le=1_000_000)
-    misfire_grace: float = Field(60.0, ge=1, le=MAX_SECONDS, description="Seconds, at least 1.")
-    max_attempts: int = Field(3, ge=1, le=1000)
-    retry_backoff: float = Field(1.0, ge=0.001, le=86400, description="Seconds.")
-    timeout: float | None = Field(
+    backfill_limit: Integer | None = Field(None, ge=1, le=1_000_000)
+    misfire_grace: Number = Field(60.0, ge=1, le=MAX_SECONDS, description="Seconds, at least 1.")
+    max_attempts: Integer = Field(3, ge=1, le=1000)
+    retry_backoff: Number = Field(1.0, ge=0.001, le=86400, description="Seconds.")
+    timeout: Number | None = Field(
         3600.0, ge=0.001, le=MAX_SECONDS, description="Per-attempt limit, seconds; null: none."
     )
     overlap: Overlap = Field(
@@ -58,10 +67,10 @@ class JobDefinition(BaseModel):
         description="An occurrence due while one runs: forbid (waits), replace (cancels the "
         "running one), allow (runs beside it, up to max_concurrency).",
     )
-    max_concurrency: int | None = Field(
+    max_concurrency: Integer | None = Field(
         None, ge=1, le=1000, description="With overlap allow (required there): most at once."
     )
-    spread: float = Field(
+    spread: Number = Field(
         0.0,
         ge=0,
         le=86400,
@@ -74,13 +83,13 @@ class JobDefinition(BaseModel):
     not_after: datetime | None = Field(
         None, description="No occurrence after this instant; then the job is completed."
     )
-    max_runs: int | None = Field(
+    max_runs: Integer | None = Field(
         None, ge=1, le=1_000_000_000, description="Completed after N runs."
     )
     calendars: list[CalendarName] = Field(
         default_factory=list, description="Exclusion calendars of the job's tenant."
     )
-    auto_pause_after: int | None = Field(
+    auto_pause_after: Integer | None = Field(
         None, ge=1, le=1_000_000, description="Pause after N consecutive failed runs."
     )
 
@@ -116,19 +125,19 @@ class JobPatch(BaseModel):
     timezone: str | Unset = Field(None, min_length=1, max_length=100)
     payload: dict[str, Any] | Unset = None
     catch_up: CatchUp | Unset = None
-    backfill_limit: int | None = Field(None, ge=1, le=1_000_000)
-    misfire_grace: float | Unset = Field(None, ge=1, le=MAX_SECONDS)
-    max_attempts: int | Unset = Field(None, ge=1, le=1000)
-    retry_backoff: float | Unset = Field(None, ge=0.001, le=86400)
-    timeout: float | None = Field(None, ge=0.001, le=MAX_SECONDS)
+    backfill_limit: Integer | None = Field(None, ge=1, le=1_000_000)
+    misfire_grace: Number | Unset = Field(None, ge=1, le=MAX_SECONDS)
+    max_attempts: Integer | Unset = Field(None, ge=1, le=1000)
+    retry_backoff: Number | Unset = Field(None, ge=0.001, le=86400)
+    timeout: Number | None = Field(None, ge=0.001, le=MAX_SECONDS)
     overlap: Overlap | Unset = None
-    max_concurrency: int | None = Field(None, ge=1, le=1000)
-    spread: float | Unset = Field(None, ge=0, le=86400)
+    max_concurrency: Integer | None = Field(None, ge=1, le=1000)
+    spread: Number | Unset = Field(None, ge=0, le=86400)
     not_before: datetime | None = None
     not_after: datetime | None = None
-    max_runs: int | None = Field(None, ge=1, le=1_000_000_000)
+    max_runs: Integer | None = Field(None, ge=1, le=1_000_000_000)
     calendars: list[CalendarName] | Unset = None
-    auto_pause_after: int | None = Field(None, ge=1, le=1_000_000)
+    auto_pause_after: Integer | None = Field(None, ge=1, le=1_000_000)
 
     @field_validator(
         "schedule",
@@ -251,7 +260,7 @@ class BackfillRequest(BaseModel):
     )
     # strict: 0 is not false, "3" is not 3 (a type the schema does not allow is refused)
     dry_run: StrictBool = Field(False, description="List what would run; write nothing.")
-    max_concurrency: StrictInt = Field(1, ge=1, le=1000, description="Most running at once.")
+    max_concurrency: Integer = Field(1, ge=1, le=1000, description="Most running at once.")
     newest_first: StrictBool = False
 
 
@@ -351,7 +360,9 @@ class History(BaseModel):
 
 
 class RunPage(BaseModel):
-    """A page of runs, newest first; pass ``next_cursor`` as ``cursor`` for older ones."""
+    """A page of runs, newest first (the latest recorded first, in run id order: a backfill's
+    runs come above the scheduled runs recorded before them, even of later occurrences); pass
+    ``next_cursor`` as ``cursor`` for older ones."""
 
     items: list[Run]
     next_cursor: str | None
