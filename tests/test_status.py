@@ -265,6 +265,21 @@ def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: A
         "error: invalid value for --app: cannot load 'noapp': module 'noapp' has no attribute "
         "'app' (--app noapp means noapp:app)\n",
     )
+    # A job the module declares is refused at import (fifth trial: a traceback, exit 1).
+    for name, line, reason in (
+        ("badcron", 'schedule="61 * * * *"', "minute field: 61 is out of range 0-59"),
+        ("badzone", 'schedule="@every 60s", timezone="Mars/X"', "Mars/X"),
+    ):
+        (tmp_path / f"{name}.py").write_text(
+            "from pgpulse import App\napp = App()\n"
+            f"@app.job('j', {line})\nasync def j(ctx):\n    return None\n"
+        )
+        bad = pgpulse("node", "run", "--app", name, "--app-dir", str(tmp_path), dsn=dsn)
+        assert bad.returncode == 2, bad.stderr
+        assert bad.stderr.startswith(
+            f"error: invalid value for --app: cannot load '{name}': a job it declares is refused: "
+        ), bad.stderr
+        assert reason in bad.stderr and bad.stderr.count("\n") == 1
 
 
 def test_nodes_long_lost_or_stopped_are_one_line_and_all_lists_them(dsn: str, db: Any) -> None:

@@ -207,6 +207,10 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
         # a module alone means module:app (as celery -A finds "app"; uvicorn requires the name)
         hint = "" if attr else f" (--app {module_name} means {module_name}:app)"
         raise click.BadParameter(f"cannot load {spec!r}: {exc}{hint}", param_hint="--app") from exc
+    except PulseError as exc:  # a job the module declares is refused (its schedule, zone...)
+        raise click.BadParameter(
+            f"cannot load {spec!r}: a job it declares is refused: {exc}", param_hint="--app"
+        ) from exc
     if not isinstance(app, App):
         raise click.BadParameter(f"{spec!r} is not a pgpulse.App", param_hint="--app")
     return app
