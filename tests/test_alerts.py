@@ -98,6 +98,35 @@ async def test_a_new_failures_rule_does_not_fire_on_failures_older_than_itself(
     assert [e["scheduled_for"] for e in _events(db)] == [base + timedelta(minutes=4)]
 
 
+async def test_a_failing_backfill_of_older_occurrences_continues_the_streak(
+    store: Store, db: Any
+) -> None:
+    """Found by the fifth new-user trial: a job failing at every occurrence had its alert; a
+    backfill of older occurrences that failed too fired a second `failures` event, as if a
+    streak began at the oldest of them. The streak is the runs as they were recorded."""
+    alerts = await _alerts(store)
+    [job_id] = await add(store, spec("flaky"))
+    await alerts.set_rule("failures", ["ops"], threshold=1, job=("default", "flaky"))
+    base = datetime.fromisoformat("2026-01-01T01:00:00+00:00")
+    for minute in range(2):
+        _run(db, job_id, base + timedelta(minutes=minute), "failed", "exit 1")
+    assert (await alerts.evaluate(node="n1", leader=False))["fired"] == 1
+    for minute in (30, 20, 10):  # a backfill of the hour before, failing as well
+        db.execute(
+            "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, started_at, "
+            "finished_at, error, kind) VALUES (%s, %s, 1, 'failed', now(), now(), 'exit 1', "
+            "'backfill')",
+            (job_id, base - timedelta(minutes=minute)),
+        )
+    assert (await alerts.evaluate(node="n1", leader=False))["fired"] == 0
+    assert [e["scheduled_for"] for e in _events(db)] == [base]
+    _run(db, job_id, base + timedelta(minutes=2), "succeeded")
+    _run(db, job_id, base + timedelta(minutes=3), "failed", "exit 1")  # a new streak: one more
+    assert (await alerts.evaluate(node="n1", leader=False))["fired"] >= 1
+    failures = [e["scheduled_for"] for e in _events(db) if e["rule"] == "failures"]
+    assert failures == [base, base + timedelta(minutes=3)]
+
+
 async def test_silence_fires_once_per_silent_stretch_and_a_silence_mutes_it(
     store: Store, db: Any
 ) -> None:

@@ -6,7 +6,9 @@
 -- unique dedupe_key makes concurrent evaluations produce one event each). Candidates:
 -- * failures: a run that ended failed within %(lookback)s seconds and made the job's streak of
 --   failed runs (retries that later succeed are not failed runs) exactly N long: one event per
---   streak, keyed by that run's occurrence;
+--   streak, keyed by that run's occurrence. The streak is the runs in the order they were
+--   recorded (the (job_id, id DESC) index), not by occurrence: a backfill of older occurrences
+--   that fails inside a streak continues it rather than starting one;
 -- * skipped: a run row of skipped occurrences that ended within the look-back;
 -- * late: an idle job whose current occurrence was not started S seconds after it was due;
 -- * missed: the same for a backfill job (an occurrence it owes still not run after S seconds);
@@ -51,14 +53,14 @@ WITH clock AS (
         SELECT count(*) FILTER (WHERE s.k <= eff.threshold AND s.outcome = 'failed') AS failed,
                count(*) FILTER (WHERE s.k > eff.threshold AND s.outcome = 'failed') AS before
         FROM (
-            SELECT p.outcome, row_number() OVER (ORDER BY p.scheduled_for DESC) AS k
+            SELECT p.outcome, row_number() OVER (ORDER BY p.id DESC) AS k
             FROM (
-                SELECT p.outcome, p.scheduled_for
+                SELECT p.outcome, p.id
                 FROM pgpulse_runs p
                 WHERE p.job_id = rc.job_id
-                  AND p.scheduled_for <= rc.scheduled_for
+                  AND p.id <= rc.id
                   AND p.outcome IN ('succeeded', 'failed')
-                ORDER BY p.scheduled_for DESC
+                ORDER BY p.id DESC
                 LIMIT coalesce(eff.threshold, 1)::int + 1
             ) p
         ) s
