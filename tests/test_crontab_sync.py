@@ -53,7 +53,7 @@ def test_sync_follows_each_kind_of_edit(dsn: str, db: Any, tmp_path: Path) -> No
 
     # an edited schedule: the same job, updated in place
     write(path, ["15 4 * * * backup --full", *LINES[1:]])
-    plan = pgpulse("crontab", "import", "--dry-run", str(path), dsn=dsn)
+    plan = pgpulse("crontab", "import", "--sync", "--dry-run", str(path), dsn=dsn)
     assert plan.returncode == 0, plan.stderr
     assert 'schedule: "0 3 * * *" -> "15 4 * * *"' in plan.stdout
     assert state(db) == first  # the dry run wrote nothing
@@ -170,3 +170,26 @@ def test_a_line_with_a_new_schedule_and_a_new_command_is_a_new_job() -> None:
     assert [(s.action, s.job_id) for s in plan.steps] == [("create", None), ("delete", 7)]
     same = plan_crontab_sync(SOURCE, [old], stored)
     assert [(s.action, s.job_id) for s in same.steps] == [("unchanged", 7)]
+
+
+def test_a_dry_run_without_sync_previews_the_plain_import(
+    dsn: str, db: Any, tmp_path: Path
+) -> None:
+    """Found by the fifth new-user trial: `crontab import FILE --dry-run` showed the sync's plan
+    (a delete) while `crontab import FILE` keeps the old job and creates the edited line beside
+    it. The dry run previews the command it is given."""
+    path = tmp_path / "ops.crontab"
+    write(path, LINES)
+    assert pgpulse("crontab", "import", str(path), dsn=dsn).returncode == 0
+    write(path, ["0 3 * * * backup --incremental", *LINES[1:]])  # an edited command
+    before = state(db)
+    preview = pgpulse("crontab", "import", "--dry-run", str(path), dsn=dsn)
+    assert preview.returncode == 0, preview.stderr
+    assert "1 to create" in preview.stdout and "0 to delete" in preview.stdout, preview.stdout
+    assert state(db) == before  # the dry run wrote nothing
+    done = pgpulse("crontab", "import", str(path), dsn=dsn)
+    assert done.returncode == 0, done.stderr
+    after = state(db)
+    assert set(after) == {*before, "backup --incremental"}  # created beside; nothing deleted
+    synced = pgpulse("crontab", "import", "--sync", "--dry-run", str(path), dsn=dsn)
+    assert "1 to delete" in synced.stdout, synced.stdout  # the sync's plan deletes the old one

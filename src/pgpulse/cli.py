@@ -835,7 +835,9 @@ def crontab() -> None:
     "kept), a deleted line deletes its job, untouched lines change nothing.",
 )
 @click.option(
-    "--dry-run", is_flag=True, help="Print the sync's plan; write nothing (implies --sync)."
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan of the same command (with --sync: the sync's); write nothing.",
 )
 @with_store(migrate=_unless_dry_run)
 async def crontab_import(

@@ -155,8 +155,9 @@ async def import_crontab(
 ) -> None:
     """``pgpulse crontab import``: every line imported or refused (any refusal: nothing is
     written, exit 2). ``system`` ``None``: the system format for ``/etc/crontab`` and
-    ``/etc/cron.d/*``, else the user format. With ``sync`` (or ``dry_run``, which implies
-    it), the file's jobs are made to match it (:mod:`pgpulse.crontab_sync`)."""
+    ``/etc/cron.d/*``, else the user format. With ``sync``, the file's jobs are made to match it
+    (:mod:`pgpulse.crontab_sync`); ``dry_run`` prints the plan of what the same command without
+    it would do (the sync's, or the import's) and writes nothing."""
     resolved = await asyncio.to_thread(path.resolve)
     if system is None:
         system = is_system_crontab(resolved)
@@ -179,9 +180,11 @@ async def import_crontab(
         for e in parsed.entries
     ]
     if sync or dry_run:
+        # --dry-run previews the command it is given: with --sync the sync, without it the
+        # import (each line created or updated by name; no job deleted).
         [plan] = await store.reconcile(
             [(source, specs)],
-            plan_crontab_sync,
+            plan_crontab_sync if sync else partial(plan_source, prune=False),
             dry_run=dry_run,
             actor=cli_actor(),
         )
