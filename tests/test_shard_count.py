@@ -144,6 +144,9 @@ def test_the_cli_sets_and_shows_the_count_and_refuses_bad_input(dsn: str) -> Non
     done = pgpulse("shards", "set", "256", "--wait", "0", dsn=dsn)
     assert done.returncode == 0, done.stderr
     assert "shard count 256 published (was 64)" in done.stdout
+    again = pgpulse("shards", "set", "256", "--wait", "0", dsn=dsn)  # the fifth trial's "was 256"
+    assert again.returncode == 0, again.stderr
+    assert "shard count already 256" in again.stdout.splitlines()
     shown = json.loads(pgpulse("shards", "show", "--json", dsn=dsn).stdout)
     assert shown["shard_count"] == 256
     assert shown["indexes"] == {"pgpulse_jobs_due_256": True, "pgpulse_occurrences_due_256": True}

@@ -210,6 +210,10 @@ async def test_dashboard_lists_filter_page_and_refuse_bad_filters(store: Store) 
         assert message in html.unescape(bad.text)
         bad_cursor = await client.get("/ui/runs", params={"cursor": "x"})
         assert bad_cursor.status_code == 422 and "cursor 'x'" in html.unescape(bad_cursor.text)
+        # An address the router refuses is the error page too (the fifth trial: raw JSON).
+        bad_id = await client.get("/ui/jobs/abc")
+        assert bad_id.status_code == 422 and bad_id.headers["content-type"].startswith("text/html")
+        assert "job_id" in bad_id.text and "<html" in bad_id.text
 
         job = await client.get(f"/ui/jobs/{names['mail-digest']}")
         assert job.status_code == 200 and "Occurrences since" in job.text  # grid: test_web_grid

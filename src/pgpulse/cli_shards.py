@@ -83,7 +83,10 @@ async def shards_set(store: Store, count: int, wait: float, keep_old: bool, ttl:
     done = await set_shard_count(store.pool, count, wait=wait, ttl=ttl, drop_old=not keep_old)
     built = ", ".join(done.built) or "none needed"
     click.echo(f"indexes built: {built} ({done.build_seconds:.1f} s)")
-    click.echo(f"shard count {done.new} published (was {done.old})")
+    if done.old == done.new:  # run again: the count stands; the rest resumes what was left
+        click.echo(f"shard count already {done.new}")
+    else:
+        click.echo(f"shard count {done.new} published (was {done.old})")
     if done.switched:
         click.echo(f"every live node switched in {done.switch_seconds:.1f} s")
         if done.dropped:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.applications import Starlette
@@ -29,7 +30,12 @@ from pgpulse.store import Store
 from pgpulse.web import alerts_api, api, dashboard, pages
 from pgpulse.web.bodies import BodyLimit, JsonBodies
 from pgpulse.web.context import WebContext
-from pgpulse.web.errors import install_error_handlers, pulse_error_response, status_of
+from pgpulse.web.errors import (
+    install_error_handlers,
+    pulse_error_response,
+    status_of,
+    validation_error,
+)
 from pgpulse.web.filters import BadFilter
 from pgpulse.web.policy import WebSettings
 from pgpulse.web.schemas import Error
@@ -112,7 +118,21 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
             return JSONResponse({"notice": "signed out"}, 401)
         return RedirectResponse("/ui/login", status_code=303)
 
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        status, answer = validation_error(exc)
+        if not request.url.path.startswith("/ui/"):
+            return JSONResponse(answer, status)
+        # a dashboard address FastAPI refused (/ui/jobs/abc): the error page, as for the others
+        return dashboard.templates.TemplateResponse(
+            request,
+            "error.html",
+            {"who": None, "status": status, "message": answer["error"]["message"], "back": None},
+            status_code=status,
+        )
+
     app.add_exception_handler(PulseError, on_pulse_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(dashboard.SignIn, on_sign_in)
 
     @app.middleware("http")

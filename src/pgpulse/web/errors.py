@@ -153,6 +153,30 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
+def validation_error(exc: RequestValidationError) -> tuple[int, dict[str, Any]]:
+    """A request FastAPI refused before the route ran, as (status, :func:`error_body`): 400 for
+    a body that is not JSON or is missing, else 422 naming the first field refused."""
+    first: dict[str, Any] = (
+        dict(exc.errors()[0]) if exc.errors() else {"loc": ("body",), "msg": "invalid"}
+    )
+    field = _validation_field(tuple(first.get("loc", ())))
+    if first.get("type") == "json_invalid":
+        # loc is ("body", character offset), ctx the decoder's own words
+        where = tuple(first.get("loc", ()))[1:]
+        reason = dict(first.get("ctx") or {}).get("error") or first.get("msg")
+        at = f" at character {where[0]}" if where else ""
+        return 400, error_body(
+            "invalid_json", f"body is not valid JSON: {reason}{at}", "body", None
+        )
+    if first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",):
+        return 400, error_body(
+            "invalid_json", "body is empty: this route takes a JSON object", "body", None
+        )
+    message = f"{field}: {first.get('msg', 'invalid')}"
+    value = None if first.get("type") == "missing" else first.get("input")
+    return 422, error_body("invalid_input", message, field, value)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Make every refusal of ``app`` answer with :func:`error_body`."""
 
@@ -162,29 +186,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        first: dict[str, Any] = (
-            dict(exc.errors()[0]) if exc.errors() else {"loc": ("body",), "msg": "invalid"}
-        )
-        field = _validation_field(tuple(first.get("loc", ())))
-        if first.get("type") == "json_invalid":
-            # loc is ("body", character offset), ctx the decoder's own words
-            where = tuple(first.get("loc", ()))[1:]
-            reason = dict(first.get("ctx") or {}).get("error") or first.get("msg")
-            at = f" at character {where[0]}" if where else ""
-            return JSONResponse(
-                error_body("invalid_json", f"body is not valid JSON: {reason}{at}", "body", None),
-                400,
-            )
-        if first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",):
-            return JSONResponse(
-                error_body(
-                    "invalid_json", "body is empty: this route takes a JSON object", "body", None
-                ),
-                400,
-            )
-        message = f"{field}: {first.get('msg', 'invalid')}"
-        value = None if first.get("type") == "missing" else first.get("input")
-        return JSONResponse(error_body("invalid_input", message, field, value), 422)
+        status, answer = validation_error(exc)
+        return JSONResponse(answer, status)
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
