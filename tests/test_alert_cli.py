@@ -50,6 +50,16 @@ async def test_notifiers_rules_silences_and_acknowledgements(
         ("nightly", "failures", 3.0, ["slack"]),
         ("nightly", "silence", 86400.0, ["slack"]),
     ]
+    # --job: the rules that apply to the job, the default `late` among them, no cluster rule
+    # (the fifth trial saw `lag` listed for a job).
+    for_job = json.loads(
+        pgpulse("alert", "rule", "list", "--job", "nightly", "--json", dsn=dsn).stdout
+    )
+    assert [(r["job"], r["rule"]) for r in for_job] == [
+        (None, "late"),
+        ("nightly", "failures"),
+        ("nightly", "silence"),
+    ]
     in_use = pgpulse("notifier", "remove", "slack", dsn=dsn)
     assert in_use.returncode == 2 and "used by rules" in in_use.stderr
 

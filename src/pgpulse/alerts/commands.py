@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from pgpulse.alerts.rules import ALL_RULES
+from pgpulse.alerts.rules import ALL_RULES, CLUSTER_RULES
 from pgpulse.alerts.store import AlertStore
 from pgpulse.app import connect
 from pgpulse.egress import HttpAllowList
@@ -238,13 +238,20 @@ def rule_set(
 
 
 @rule.command("list")
-@click.option("--job", default=None, help="Only this job's rules (and the defaults).")
+@click.option(
+    "--job",
+    default=None,
+    help="Only the rules that apply to this job: its own and the defaults of job rules (no "
+    "cluster rule).",
+)
 @tenant_option
 @json_option
 @click.pass_obj
 def rule_list(obj: dict[str, Any], job: str | None, tenant: str, as_json: bool) -> None:
     """List rules: cluster rules and defaults first (job empty), then jobs' own."""
     rows = _alerts(obj, lambda alerts: alerts.list_rules(job=_job(job, tenant)))
+    if job is not None:  # a cluster rule (node_died, lag...) is about no job
+        rows = [row for row in rows if row["rule"] not in CLUSTER_RULES]
     _print(rows, as_json, ["id", "tenant", "job", "rule", "threshold", "notifiers"])
 
 
