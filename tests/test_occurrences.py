@@ -5,55 +5,28 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from helpers import add, spec, utc
-from pgpulse.engine import Node, NodeConfig
+from pgpulse.engine import Node
 from pgpulse.errors import InvalidInput
 from pgpulse.handlers import Handler, RunContext
 from pgpulse.run_control import RunControl
 from pgpulse.store import Store
+from test_engine import TRIGGERED_ONLY, running, wait_until
+from test_engine import node as engine_node
 
-#: Next occurrence months away: only what a test asks for runs.
-TRIGGERED_ONLY = "0 0 1 1 *"
-
-FAST = {
-    "heartbeat_interval": 0.2,
-    "lease": 2.0,
-    "node_ttl": 1.0,
-    "poll_interval": 0.5,
-    "drain_timeout": 0.5,
-    "keep_runs": 10 * 366 * 86400.0,  # the tests' history is of 2026-01-01: never pruned
-}
+#: The tests' history is of 2026-01-01: never pruned while they run.
+KEEP_RUNS = 10 * 366 * 86400.0
 
 
 def node(store: Store, dsn: str, handlers: Mapping[str, Handler], **config: Any) -> Node:
-    return Node(store, dsn, handlers, NodeConfig(**{**FAST, **config}))
-
-
-@contextlib.asynccontextmanager
-async def running(n: Node) -> AsyncIterator[Node]:
-    task = asyncio.create_task(n.run())
-    async with asyncio.timeout(10):
-        await n.started.wait()
-    try:
-        yield n
-    finally:
-        n.stop()
-        async with asyncio.timeout(10):
-            await task
-
-
-async def wait_until(predicate: Any, within: float = 20.0) -> None:
-    """Poll ``predicate()`` until true; fail after ``within`` seconds."""
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110 - waits on rows other sessions write
-            await asyncio.sleep(0.02)
+    """test_engine's fast node, keeping its history."""
+    return engine_node(store, dsn, handlers, keep_runs=KEEP_RUNS, **config)
 
 
 def history(db: Any) -> list[tuple[str, str, datetime]]:

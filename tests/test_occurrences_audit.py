@@ -14,7 +14,8 @@ from pgpulse.applyfile import ApplyFileError, parse_apply_file
 from pgpulse.audit import Actor
 from pgpulse.run_control import RunControl
 from pgpulse.store import Store
-from test_occurrences import NOW, TRIGGERED_ONLY, H, hourly_with_history
+from test_engine import TRIGGERED_ONLY
+from test_occurrences import NOW, H, hourly_with_history
 
 ME = Actor("cli", "os:tester")
 
