@@ -71,6 +71,31 @@ def _array_literal(values: tuple[int, ...]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
+def step_params(
+    batch: list[dict[str, Any]],
+    *,
+    now: datetime | None,
+    node: str,
+    routes: Routes,
+    limit: int,
+    lease: float,
+) -> dict[str, Any]:
+    """The parameters of a claim step (``finish_and_claim`` and
+    ``finish_and_claim_occurrences``, queries.sql / occurrences.sql): the outcome ``batch`` as
+    JSON, the node's ``routes`` as one handler array and one shard-array literal per handler,
+    ``limit`` rows at most (none without a route), a lease of ``lease`` seconds; ``now`` a UTC
+    instant only in tests (``None``: the database's clock)."""
+    return {
+        "outcomes": orjson.dumps(batch).decode(),
+        "now": now,
+        "node": node,
+        "route_handlers": list(routes),
+        "route_shards": [_array_literal(tuple(shards)) for shards in routes.values()],
+        "limit": max(limit, 0) if routes else 0,
+        "lease": lease,
+    }
+
+
 def _storable(text: str | None) -> str | None:
     """``text`` as PostgreSQL can store it: NUL characters (which ``text`` cannot hold) become
     U+FFFD and lone surrogates (undecodable bytes kept by ``surrogateescape``) become ``?``.
@@ -239,15 +264,7 @@ class ClaimStore(NodeRegistry):
             }
             for o in sorted(outcomes, key=lambda o: o.job.id)
         ]
-        params = {
-            "outcomes": orjson.dumps(batch).decode(),
-            "now": now,
-            "node": node,
-            "route_handlers": list(routes),
-            "route_shards": [_array_literal(tuple(shards)) for shards in routes.values()],
-            "limit": max(limit, 0) if routes else 0,
-            "lease": lease,
-        }
+        params = step_params(batch, now=now, node=node, routes=routes, limit=limit, lease=lease)
         async with self.pool.connection() as conn:
             # As written (a raw cursor: the driver does not parse the statement), with
             # ClaimedJob's fields, in order, in binary (no text parsing of instants and numbers).

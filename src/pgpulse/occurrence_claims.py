@@ -18,11 +18,10 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-import orjson
 import psycopg
 from psycopg.rows import tuple_row
 
-from pgpulse.claims import _array_literal, _skips, _storable, parse_step
+from pgpulse.claims import _skips, _storable, parse_step, step_params
 from pgpulse.database import ConnectionSource
 from pgpulse.model import ClaimKey, Outcome, Step
 from pgpulse.routing import Routes
@@ -102,15 +101,7 @@ class OccurrenceClaims:
             }
             for o in sorted(outcomes, key=lambda o: o.job.occurrence or 0)
         ]
-        params = {
-            "outcomes": orjson.dumps(batch).decode(),
-            "now": now,
-            "node": node,
-            "route_handlers": list(routes),
-            "route_shards": [_array_literal(tuple(shards)) for shards in routes.values()],
-            "limit": max(limit, 0) if routes else 0,
-            "lease": lease,
-        }
+        params = step_params(batch, now=now, node=node, routes=routes, limit=limit, lease=lease)
         async with self.pool.connection() as conn:
             cur = psycopg.AsyncRawCursor(conn, row_factory=tuple_row)
             step, names = claim_statement("finish_and_claim_occurrences", self.shard_count)
