@@ -106,3 +106,24 @@ async def test_the_dashboard_shows_a_pause_its_end_and_reason(store: Store) -> N
         page = (await ui.get(f"/ui/jobs/{job['id']}")).text
         assert 'data-testid="job-pause"' in page and "until 2099-01-01" in page
         assert "0 of at most 4" in page
+
+
+async def test_upcoming_occurrences_leave_out_what_a_calendar_excludes(
+    store: Store, db: Any
+) -> None:
+    """The API's and `job show --json`'s upcoming list skips the dates the job's calendars
+    exclude, as the claims will (the trials saw an excluded date listed as to come)."""
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        made = await api.post("/api/v1/jobs", json=body("daily", not_before="2030-01-01T00:00:00Z"))
+        assert made.status_code == 201, made.text
+        plain = made.json()["upcoming"]
+        assert [t[:10] for t in plain[:3]] == ["2030-01-01", "2030-01-02", "2030-01-03"]
+        put = await api.put("/api/v1/calendars/plant", json={"dates": ["2030-01-02", "2030-01-03"]})
+        assert put.status_code == 200, put.text
+        edited = await api.patch(f"/api/v1/jobs/{made.json()['id']}", json={"calendars": ["plant"]})
+        assert edited.status_code == 200, edited.text
+        got = (await api.get(f"/api/v1/jobs/{made.json()['id']}")).json()["upcoming"]
+        assert [t[:10] for t in got] == [
+            "2030-01-01", "2030-01-04", "2030-01-05", "2030-01-06", "2030-01-07"
+        ]  # fmt: skip

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import cache, lru_cache
+from typing import Any
 
 from pgpulse.errors import InvalidInput
 from pgpulse.zones import load_zone
@@ -135,6 +136,23 @@ class ExclusionCalendar:
             more = " more" if parts else ""
             parts.append(f"{count}{more} date{'s' if count > 1 else ''}")
         return " and ".join(parts)
+
+
+def from_definitions(definitions: Iterable[dict[str, Any]] | None) -> tuple[ExclusionCalendar, ...]:
+    """The calendars of stored definitions, as the claim and the job views read them: objects
+    with ``name``, ``dates`` (``date`` values or ISO 8601 dates), ``country`` and
+    ``subdivision`` (``None`` or empty: no calendar). Trusted input (the store validated it)."""
+    return tuple(
+        ExclusionCalendar(
+            d["name"],
+            frozenset(
+                v if isinstance(v, date) else date.fromisoformat(v) for v in d.get("dates") or ()
+            ),
+            d.get("country"),
+            d.get("subdivision"),
+        )
+        for d in definitions or ()
+    )
 
 
 def _as_date(name: str, value: date | str) -> date:

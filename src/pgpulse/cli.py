@@ -11,7 +11,7 @@ import importlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -549,19 +549,12 @@ async def _next_to_run(store: Store, row: dict[str, Any]) -> str:
     current = row["scheduled_for"]
     if not row["calendars"] or row["status"] == "completed":
         return f"next occurrence {current.isoformat()}"
-    from pgpulse.calendars import ExclusionCalendar
+    from pgpulse.calendars import from_definitions
     from pgpulse.limits import first_to_run
 
-    calendars = [
-        ExclusionCalendar(
-            c["name"],
-            frozenset(d if isinstance(d, date) else date.fromisoformat(d) for d in c["dates"]),
-            c["country"],
-            c["subdivision"],
-        )
-        for c in await store.list_calendars(row["tenant"])
-        if c["name"] in row["calendars"]
-    ]
+    calendars = from_definitions(
+        c for c in await store.list_calendars(row["tenant"]) if c["name"] in row["calendars"]
+    )
     schedule = parse_schedule(row["schedule"], row["timezone"])
     run, reason = first_to_run(schedule, calendars, current, anchor=row["anchor_at"])
     if reason is None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
-from pgpulse.calendars import ExclusionCalendar
+from pgpulse.calendars import ExclusionCalendar, from_definitions
 from pgpulse.planner import Advance, CatchUpPolicy
 from pgpulse.schedule import Schedule, parse_schedule
 
@@ -111,17 +111,7 @@ class ClaimedJob(NamedTuple):
     @property
     def exclusion_calendars(self) -> tuple[ExclusionCalendar, ...]:
         """The job's exclusion calendars (none for most jobs)."""
-        if not self.calendars:
-            return ()
-        return tuple(
-            ExclusionCalendar(
-                c["name"],
-                frozenset(date.fromisoformat(d) for d in c.get("dates") or ()),
-                c.get("country"),
-                c.get("subdivision"),
-            )
-            for c in self.calendars
-        )
+        return from_definitions(self.calendars)
 
 
 @functools.lru_cache(maxsize=1024)

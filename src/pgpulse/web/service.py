@@ -17,10 +17,10 @@ from typing import Any
 
 from pgpulse.access import Writer, token_writer
 from pgpulse.audit import SETTABLE_FIELDS
-from pgpulse.calendars import ExclusionCalendar
+from pgpulse.calendars import ExclusionCalendar, from_definitions
 from pgpulse.errors import JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
-from pgpulse.limits import parse_instant
+from pgpulse.limits import first_to_run, parse_instant
 from pgpulse.routing import waiting_reason
 from pgpulse.run_control import BackfillPlan, RunControl, Triggered
 from pgpulse.schedule import parse_schedule
@@ -57,19 +57,26 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     """The job's current occurrence and the ones after it, in the job's own time zone.
 
     Stops early at the end of time (year 9999) or for a schedule that no longer fires, and
-    past ``not_after`` or ``max_runs``; a ``completed`` job has none (its last one ran).
+    past ``not_after`` or ``max_runs``; a ``completed`` job has none (its last one ran). The
+    occurrences its exclusion calendars (``calendar_defs``: the stored definitions) exclude
+    are left out, as the claims skip them (:func:`pgpulse.limits.first_to_run`).
     """
     if row.get("status") == "completed":
         return []
     schedule = parse_schedule(row["schedule"], row["timezone"])
     zone = load_zone(row["timezone"])
+    calendars = from_definitions(row.get("calendar_defs"))
     found: list[datetime] = []
-    cursor: datetime = row["scheduled_for"]
+    cursor: datetime | None = row["scheduled_for"]
     try:
         left = None
         if row.get("max_runs") is not None:
             left = max(int(row["max_runs"]) - int(row.get("runs_done") or 0), 0)
         while len(found) < (count if left is None else min(count, left)):
+            if calendars:  # what the claims skip is not shown as to come
+                cursor, _ = first_to_run(schedule, calendars, cursor, anchor=row["anchor_at"])
+            if cursor is None:
+                break
             if row.get("not_after") is not None and cursor > row["not_after"]:
                 break
             found.append(cursor.astimezone(zone))
@@ -85,7 +92,7 @@ def present_job(row: dict[str, Any]) -> dict[str, Any]:
     job = {
         key: value.astimezone(UTC) if isinstance(value, datetime) else value
         for key, value in row.items()
-        if key != "unroutable"
+        if key not in ("unroutable", "calendar_defs")
     }
     job["waiting"] = waiting_reason(row["handler"]) if row.get("unroutable") else None
     try:
