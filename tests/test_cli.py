@@ -511,3 +511,21 @@ def test_job_list_shows_no_next_occurrence_for_a_completed_job(dsn: str, db: Any
     assert cells["tick"].endswith(":00:00+00:00")
     listed = json.loads(pgpulse("job", "list", "--json", dsn=dsn).stdout)
     assert all(j["scheduled_for"] for j in listed)  # --json keeps the row's value
+
+
+def test_runs_of_several_tenants_name_their_tenant(dsn: str, db: Any) -> None:
+    """Without --tenant, `runs` lists every tenant's runs: with more than one among them, each
+    row says its tenant (the same job name may be in both)."""
+    for tenant in ("acme", "globex"):
+        made = cli(dsn, "job", "create", "nightly", "--tenant", tenant, "--schedule", "@every 5m",
+                   "--handler", "shell", "--payload", SHELL_PAYLOAD)  # fmt: skip
+        assert made.exit_code == 0, made.output
+    db.execute(
+        "INSERT INTO pgpulse_runs (job_id, scheduled_for, outcome, finished_at) "
+        "SELECT id, now(), 'succeeded', now() FROM pgpulse_jobs"
+    )
+    listed = cli(dsn, "runs").output.splitlines()
+    assert listed[0].split()[:2] == ["tenant", "name"]
+    assert sorted(line.split()[0] for line in listed[2:]) == ["acme", "globex"]
+    one = cli(dsn, "runs", "--tenant", "acme").output.splitlines()
+    assert one[0].split()[0] == "name" and len(one) == 3

@@ -1004,7 +1004,8 @@ async def runs(
     attempt_log).
 
     A skipped row may stand for many consecutive occurrences (column occurrences): from its
-    scheduled_for through last_scheduled_for (shown with --json).
+    scheduled_for through last_scheduled_for (shown with --json). Without --tenant, runs of
+    every tenant are listed, with a tenant column when more than one has runs here.
     """
     if job_name is not None and not any(
         j["name"] == job_name for j in await store.list_jobs(tenant)
@@ -1014,10 +1015,13 @@ async def runs(
     if with_attempts and not as_json:
         print_runs_with_attempts(rows)
         return
+    # Runs of several tenants name their tenant: the same job name may be in each.
+    several = tenant is None and len({row["tenant"] for row in rows}) > 1
     print_records(
         rows,
         as_json,
         [
+            *(["tenant"] if several else []),
             "name",
             "scheduled_for",
             "outcome",
