@@ -164,7 +164,7 @@ def test_calendar_commands_and_job_options_from_the_command_line(dsn: str) -> No
     assert resumed.stdout.startswith("resumed x (once); next occurrence ")
     bad = pgpulse("job", "pause", "x", "--until", "yesterday", dsn=dsn)
     assert bad.returncode == 2 and bad.stderr.startswith(
-        "error: until 'yesterday' is not an instant"
+        "error: invalid value for --until: 'yesterday' is not an instant"
     )
 
 

@@ -205,21 +205,21 @@ def test_crontab_with_a_bad_line_imports_nothing(dsn: str, db: Any, tmp_path: Pa
         pytest.param(["--payload", "[1, 2]"], "payload", ["JSON object"], id="payload_not_object"),
         pytest.param(["--payload", "{}"], "payload", ["command"], id="shell_without_command"),
         pytest.param(["--handler", "nope"], "handler", ["'nope'"], id="unknown_handler"),
-        pytest.param(["--max-attempts", "0"], "max_attempts", ["max_attempts"], id="zero_attempts"),
+        pytest.param(["--max-attempts", "0"], "max_attempts", ["--max-attempts"], id="zero_attempts"),
         pytest.param(
             ["--payload", '{"comand": "x"}'], "payload.comand", ["comand"], id="payload_typo"
         ),
         pytest.param(
             ["--backfill-limit", "5"],
             "backfill_limit",
-            ["backfill_limit", "skip"],
+            ["--backfill-limit", "skip"],
             id="backfill_limit_without_backfill",
         ),
         pytest.param(["--tz", "europe/london"], "timezone", ["Europe/London"], id="zone_case_hint"),
         pytest.param(
             ["--misfire-grace", "0"],
             "misfire_grace",
-            ["misfire_grace must be at least 1 second, got 0.0", "skip every occurrence"],
+            ["invalid value for --misfire-grace: must be at least 1 second, got 0", "skip every occurrence"],
             id="misfire_grace_zero",
         ),
     ],
@@ -469,7 +469,7 @@ def test_a_spread_longer_than_the_period_is_refused_by_create_and_apply(
     dsn: str, db: Any, tmp_path: Path
 ) -> None:
     refusal = (
-        "spread 120 s (2 min) is longer than the time between occurrences of schedule "
+        "120 s (2 min) is longer than the time between occurrences of schedule "
         "'* * * * *', as little as 60 s (1 min)"
     )
     created = pgpulse(
@@ -477,7 +477,7 @@ def test_a_spread_longer_than_the_period_is_refused_by_create_and_apply(
         "--payload", '{"command": "true"}', "--spread", "120", dsn=dsn,
     )  # fmt: skip
     assert (created.returncode, created.stdout) == (2, "")
-    assert created.stderr == f"error: {refusal}\n"
+    assert created.stderr == f"error: invalid value for --spread: {refusal}\n"
     jobs = tmp_path / "jobs.toml"
     jobs.write_text(
         '[jobs.tick]\nschedule = "* * * * *"\nhandler = "shell"\n'
@@ -486,7 +486,7 @@ def test_a_spread_longer_than_the_period_is_refused_by_create_and_apply(
     applied = pgpulse("apply", str(jobs), dsn=dsn)
     assert (applied.returncode, applied.stdout) == (2, "")
     assert applied.stderr.startswith(f"error: {jobs}:5: job 'tick': ")
-    assert applied.stderr.endswith(f"{refusal}\n")
+    assert applied.stderr.endswith(f"spread {refusal}\n")
     assert job_rows(db) == []
     whole_minute = pgpulse(
         "job", "create", "tick", "--schedule", "* * * * *", "--handler", "shell",

@@ -109,7 +109,7 @@ def test_payloads_have_one_size_limit_on_every_path(dsn: str, tmp_path: Path) ->
     refused(
         pgpulse(dsn, "job", "create", "big", "--schedule", "@daily", "--handler", "shell",
                 "--payload", big),
-        "payload is 65,556 bytes of JSON; the limit is 65,536 bytes",
+        "invalid value for --payload: is 65,556 bytes of JSON; the limit is 65,536 bytes",
     )  # fmt: skip
     tab = tmp_path / "big.crontab"
     tab.write_text(f"0 1 * * * echo {'x' * MAX_PAYLOAD_BYTES}\n")
@@ -182,7 +182,7 @@ async def test_host_dependent_zones_are_refused(
 ) -> None:
     run = pgpulse if zone == "localtime" else in_process  # one as a real subprocess
     refused(run(dsn, "job", "create", "z", "--schedule", "0 3 * * *", "--tz", zone, *SHELL),
-            f"timezone {zone!r} is refused", why)  # fmt: skip
+            f"invalid value for --tz: {zone!r} is refused", why)  # fmt: skip
     refused(in_process(None, "schedule", "next", "0 3 * * *", "--tz", zone), why)
     admin = await make_token(store, admin=True)
     body: dict[str, Any] = {
@@ -223,7 +223,8 @@ async def test_control_format_and_bidi_characters_are_refused_in_names_and_tenan
     args = [text, "--schedule", "@daily", *SHELL] if field == "name" else [
         "ok", "--tenant", text, "--schedule", "@daily", *SHELL]  # fmt: skip
     run = pgpulse if "\u202e" in text and field == "name" else in_process  # one subprocess
-    refused(run(dsn, "job", "create", *args), f"{field} ", "is not a valid name", shown)
+    option = "--tenant: " if field == "tenant" else f"{field} "  # the option the user typed
+    refused(run(dsn, "job", "create", *args), option, "is not a valid name", shown)
     admin = await make_token(store, admin=True)
     body: dict[str, Any] = {"name": "ok", "schedule": "@daily", "handler": "http", field: text}
     body["payload"] = {"url": "https://93.184.215.14/"}

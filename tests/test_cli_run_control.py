@@ -127,7 +127,7 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
         (
             ["job", "create", "x", "--schedule", "@hourly", "--handler", "shell",
              "--payload", SHELL, "--max-concurrency", "3"],
-            "max_concurrency applies to overlap allow only (overlap is 'forbid')",
+            "invalid value for --max-concurrency: applies to overlap allow only (overlap is 'forbid')",
         ),
         (
             ["job", "create", "x", "--schedule", "@hourly", "--handler", "shell",
@@ -136,7 +136,7 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
         ),
         (
             ["job", "trigger", "hourly", "--payload", "[1]"],
-            "payload must be a JSON object, got [1]",
+            "invalid value for --payload: must be a JSON object, got [1]",
         ),
         (
             ["job", "backfill", "hourly", "--from", "2026-01-02T00:00Z", "--to",
@@ -146,7 +146,7 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
         (
             ["job", "backfill", "hourly", "--from", "2026-01-01T00:00Z", "--to",
              "2026-01-01T05:00Z", "--max-concurrency", "0"],
-            "max_concurrency must be a whole number from 1 to 1000, got 0",
+            "invalid value for --max-concurrency: must be a whole number from 1 to 1000, got 0",
         ),
     ],
 )  # fmt: skip

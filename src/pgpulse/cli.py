@@ -27,7 +27,7 @@ from pgpulse.cli_conventions import (
     GlobalOptions,
     PulseGroup,
     apply_envvar_rule,
-    environment_source,
+    as_option_refusal,
 )
 from pgpulse.cli_types import HostPort, IsoDateTime, Seconds
 from pgpulse.database import describe
@@ -88,10 +88,8 @@ def with_store(
                             raise
                         elsewhere = await store.tenants_with_job_name(exc.value)
                         raise JobNotFound(exc.tenant, exc.value, elsewhere) from None
-                    except PulseError as exc:  # a refused value the environment gave
-                        variable = environment_source(ctx, exc.field)
-                        if variable is not None:
-                            exc.message += f" (from the environment variable {variable})"
+                    except PulseError as exc:  # name the option (and the variable) it came from
+                        as_option_refusal(ctx, exc)
                         raise
 
             return run_command(main())

@@ -164,6 +164,26 @@ def environment_source(ctx: click.Context, field: str | None) -> str | None:
     return None
 
 
+def as_option_refusal(ctx: click.Context, exc: PulseError) -> None:
+    """Word ``exc`` (a refusal of the command ``ctx`` runs) as click words a refused option:
+    ``timeout must be a number from ...`` becomes ``invalid value for --timeout: must be a
+    number from ...`` when the field is one of the command's options (the user typed the
+    option, not the API's field name), and the environment variable is named when it gave the
+    value (:func:`environment_source`). Other refusals are left as they are."""
+    name = (exc.field or "").split(".", 1)[0]
+    option = next(
+        (p for p in ctx.command.params if isinstance(p, click.Option) and p.name == name), None
+    )
+    if option is None:
+        return
+    variable = environment_source(ctx, exc.field)
+    if exc.message.startswith(f"{name} ") and exc.field == name:
+        longest = max(option.opts, key=len)
+        exc.message = f"invalid value for {longest}: {exc.message[len(name) + 1 :]}"
+    if variable is not None:
+        exc.message += f" (from the environment variable {variable})"
+
+
 def _command_path(ctx: click.Context) -> list[str]:
     """The words of ``ctx``'s command after the program name (``[]`` for ``pgpulse`` itself)."""
     words = []

@@ -23,6 +23,7 @@ from pgpulse.errors import InvalidInput, InvalidPayload, UnknownHandler
 from pgpulse.limits import check_auto_pause, check_calendars, check_max_runs, check_window
 from pgpulse.schedule import Schedule, parse_schedule
 from pgpulse.spread import check_spread
+from pgpulse.wording import given
 
 CatchUp = Literal["skip", "backfill", "coalesce"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
@@ -101,18 +102,20 @@ def _check_number(
 ) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(
-            f"{field_name} must be a number, got {value!r}", field=field_name, value=value
+            f"{field_name} must be a number, got {given(value)}", field=field_name, value=value
         )
     maximum = LIMITS[field_name]
     if not math.isfinite(value) or not minimum <= value <= maximum:
         raise InvalidInput(
-            f"{field_name} must be a number from {minimum:g} to {maximum:.0f}, got {value!r}",
+            f"{field_name} must be a number from {minimum:g} to {maximum:.0f}, got {given(value)}",
             field=field_name,
             value=value,
         )
     if integer and int(value) != value:
         raise InvalidInput(
-            f"{field_name} must be a whole number, got {value!r}", field=field_name, value=value
+            f"{field_name} must be a whole number, got {given(value)}",
+            field=field_name,
+            value=value,
         )
     return float(value)
 
@@ -125,7 +128,7 @@ MIN_MISFIRE_GRACE = 1.0
 def _check_misfire_grace(value: object) -> None:
     if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1:
         raise InvalidInput(
-            f"misfire_grace must be at least {MIN_MISFIRE_GRACE:g} second, got {value!r}: a "
+            f"misfire_grace must be at least {MIN_MISFIRE_GRACE:g} second, got {given(value)}: a "
             "claim always comes a little after its occurrence is due, so a smaller grace would "
             "skip every occurrence",
             field="misfire_grace",

@@ -30,6 +30,7 @@ from pgpulse.calendars import ExclusionCalendar
 from pgpulse.errors import InvalidInput
 from pgpulse.planner import Advance, CatchUpPolicy
 from pgpulse.schedule import Schedule
+from pgpulse.wording import given
 from pgpulse.zones import load_zone
 
 ResumeMode = Literal["skip", "once", "backfill"]
@@ -98,7 +99,7 @@ def _check_count(field_name: str, value: object, maximum: int) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
         raise InvalidInput(
-            f"{field_name} must be a whole number from 1 to {maximum:,}, got {value!r}",
+            f"{field_name} must be a whole number from 1 to {maximum:,}, got {given(value)}",
             field=field_name,
             value=value,
         )

@@ -35,6 +35,7 @@ from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput
 from pgpulse.sharding import DEFAULT_SHARD_COUNT, MAX_SHARD_COUNT
 from pgpulse.sql import load_queries
+from pgpulse.wording import given
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def check_shard_count(count: object) -> int:
     """
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SHARD_COUNT:
         raise InvalidInput(
-            f"shard_count must be an integer from 1 to {MAX_SHARD_COUNT}, got {count!r}",
+            f"shard_count must be an integer from 1 to {MAX_SHARD_COUNT}, got {given(count)}",
             field="shard_count",
             value=count,
         )

@@ -33,6 +33,7 @@ from pgpulse.errors import InvalidInput, JobNotFound
 from pgpulse.jobs import LIMITS, parse_payload
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
+from pgpulse.wording import given
 from pgpulse.zones import utc_if_naive
 
 
@@ -184,7 +185,7 @@ class RunControl:
         ):
             raise InvalidInput(
                 f"max_concurrency must be a whole number from 1 to "
-                f"{LIMITS['max_concurrency']:.0f}, got {max_concurrency!r}",
+                f"{LIMITS['max_concurrency']:.0f}, got {given(max_concurrency)}",
                 field="max_concurrency",
                 value=max_concurrency,
             )

@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pgpulse.errors import InvalidInput
-from pgpulse.wording import seconds_text
+from pgpulse.wording import given, seconds_text
 
 if TYPE_CHECKING:
     from pgpulse.schedule import Schedule
@@ -107,11 +107,11 @@ def check_spread(
     """
     if isinstance(spread, bool) or not isinstance(spread, int | float):
         raise InvalidInput(
-            f"spread must be a number of seconds, got {spread!r}", field="spread", value=spread
+            f"spread must be a number of seconds, got {given(spread)}", field="spread", value=spread
         )
     if not (math.isfinite(spread) and 0 <= spread <= MAX_SPREAD):
         raise InvalidInput(
-            f"spread must be 0 to {MAX_SPREAD:g} seconds, got {spread!r}",
+            f"spread must be 0 to {MAX_SPREAD:g} seconds, got {given(spread)}",
             field="spread",
             value=spread,
         )

@@ -48,3 +48,12 @@ def seconds_text(value: float) -> str:
             parts.append(f"{left // size} {unit}")
             left %= size
     return f"{shown} s ({' '.join(parts)})"
+
+
+def given(value: object) -> str:
+    """A refused value as a refusal quotes it: as the user wrote it where the type was lost on
+    the way (a whole number read as a float is ``-1``, not ``-1.0``; the command line reads
+    every duration as a float), otherwise its ``repr`` (``'abc'``, ``True``, ``2.5``)."""
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value)}"
+    return repr(value)

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from pgpulse.errors import InvalidInput
 from pgpulse.schedule import Schedule
-from pgpulse.wording import seconds_text
+from pgpulse.wording import given, seconds_text
 
 #: Rules about one job, and what their threshold means (None: it takes none).
 JOB_RULES: dict[str, str | None] = {
@@ -106,24 +106,27 @@ def parse_rule(rule: object, threshold: object, notifiers: object, *, cluster: b
     if threshold is not None:
         if meaning is None:
             raise InvalidInput(
-                f"rule {rule!r} takes no threshold, got {threshold!r}",
+                f"rule {rule!r} takes no threshold, got {given(threshold)}",
                 field="threshold",
                 value=threshold,
             )
         if isinstance(threshold, bool) or not isinstance(threshold, int | float):
             raise InvalidInput(
-                f"threshold must be a number, got {threshold!r}", field="threshold", value=threshold
+                f"threshold must be a number, got {given(threshold)}",
+                field="threshold",
+                value=threshold,
             )
         value = float(threshold)
         if not math.isfinite(value) or value <= 0 or value > MAX_THRESHOLD:
             raise InvalidInput(
-                f"threshold must be more than 0 and at most {MAX_THRESHOLD:g}, got {threshold!r}",
+                f"threshold must be more than 0 and at most {MAX_THRESHOLD:g}, "
+                f"got {given(threshold)}",
                 field="threshold",
                 value=threshold,
             )
         if rule == "failures" and value != int(value):
             raise InvalidInput(
-                f"threshold of 'failures' is a whole number of runs, got {threshold!r}",
+                f"threshold of 'failures' is a whole number of runs, got {given(threshold)}",
                 field="threshold",
                 value=threshold,
             )
