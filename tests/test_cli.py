@@ -205,7 +205,9 @@ def test_crontab_with_a_bad_line_imports_nothing(dsn: str, db: Any, tmp_path: Pa
         pytest.param(["--payload", "[1, 2]"], "payload", ["JSON object"], id="payload_not_object"),
         pytest.param(["--payload", "{}"], "payload", ["command"], id="shell_without_command"),
         pytest.param(["--handler", "nope"], "handler", ["'nope'"], id="unknown_handler"),
-        pytest.param(["--max-attempts", "0"], "max_attempts", ["--max-attempts"], id="zero_attempts"),
+        pytest.param(
+            ["--max-attempts", "0"], "max_attempts", ["--max-attempts"], id="zero_attempts"
+        ),
         pytest.param(
             ["--payload", '{"comand": "x"}'], "payload.comand", ["comand"], id="payload_typo"
         ),
@@ -219,7 +221,10 @@ def test_crontab_with_a_bad_line_imports_nothing(dsn: str, db: Any, tmp_path: Pa
         pytest.param(
             ["--misfire-grace", "0"],
             "misfire_grace",
-            ["invalid value for --misfire-grace: must be at least 1 second, got 0", "skip every occurrence"],
+            [
+                "invalid value for --misfire-grace: must be at least 1 second, got 0",
+                "skip every occurrence",
+            ],
             id="misfire_grace_zero",
         ),
     ],

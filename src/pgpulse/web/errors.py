@@ -143,6 +143,73 @@ def _validation_field(loc: tuple[Any, ...]) -> str:
     return ".".join(named)
 
 
+#: What a pydantic error type means, in the words Pulse's own refusals use (``must be a whole
+#: number``), so an API refusal reads as the CLI's and a file's do; ``{}`` takes the error's
+#: context (``ge``, ``expected``...). A type not listed keeps pydantic's message.
+_PHRASES: dict[str, str] = {
+    "missing": "is required",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be text",
+    "dict_type": "must be a JSON object",
+    "model_type": "must be a JSON object",
+    "list_type": "must be a list",
+    "literal_error": "must be one of {expected}",
+    "enum": "must be one of {expected}",
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be more than {gt}",
+    "less_than_equal": "must be at most {le}",
+    "less_than": "must be less than {lt}",
+    "string_too_short": "must be at least {min_length} characters",
+    "string_too_long": "must be at most {max_length} characters",
+    "too_short": "must have at least {min_length} items",
+    "too_long": "must have at most {max_length} items",
+    "extra_forbidden": "is not a field of this request",
+    "datetime_type": "must be an ISO 8601 instant such as 2026-12-01T10:00:00Z",
+    "datetime_parsing": "must be an ISO 8601 instant such as 2026-12-01T10:00:00Z",
+    "datetime_from_date_parsing": "must be an ISO 8601 instant such as 2026-12-01T10:00:00Z",
+    "date_type": "must be a date such as 2026-12-24",
+    "date_parsing": "must be a date such as 2026-12-24",
+    "date_from_datetime_parsing": "must be a date such as 2026-12-24",
+    "date_from_datetime_inexact": "must be a date such as 2026-12-24, not a date and time",
+}
+
+
+def _phrase(error: dict[str, Any]) -> str:
+    """The refusal's words for one pydantic error (:data:`_PHRASES`; a validator's own
+    ``ValueError`` text without pydantic's ``Value error,`` prefix)."""
+    kind = str(error.get("type", ""))
+    context = {k: _number(v) for k, v in dict(error.get("ctx") or {}).items()}
+    if kind == "value_error":
+        return str(error.get("msg", "")).removeprefix("Value error, ")
+    template = _PHRASES.get(kind)
+    if template is None:
+        return str(error.get("msg", "invalid"))
+    try:
+        return template.format(**context)
+    except (KeyError, IndexError):
+        return template.split(" {", 1)[0]
+
+
+def _number(value: Any) -> Any:
+    """A bound as people write it: ``1``, not ``1.0``; ``86400``, not ``86400.0``."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _shown(value: Any) -> str:
+    """A refused value as it was sent: JSON (``true``, ``"2"``, ``2.5``), cut at 80 characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _allowed_methods(request: Request) -> list[str]:
     """Every method some route serves at the request's path (for a 405's ``Allow``)."""
     methods: set[str] = set()
@@ -172,8 +239,9 @@ def validation_error(exc: RequestValidationError) -> tuple[int, dict[str, Any]]:
         return 400, error_body(
             "invalid_json", "body is empty: this route takes a JSON object", "body", None
         )
-    message = f"{field}: {first.get('msg', 'invalid')}"
-    value = None if first.get("type") == "missing" else first.get("input")
+    value = None if first.get("type") in ("missing", "extra_forbidden") else first.get("input")
+    got = "" if first.get("type") in ("missing", "extra_forbidden") else f", got {_shown(value)}"
+    message = f"{field} {_phrase(first)}{got}"
     return 422, error_body("invalid_input", message, field, value)
 
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    field_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 #: Longest accepted duration field, seconds (a year): keeps intervals storable.
@@ -21,9 +29,28 @@ MAX_SECONDS = 366 * 86400.0
 #: mode), as :mod:`pgpulse.jobs` refuses them in a file (``pgpulse apply``). A refusal is 422
 #: naming the field.
 Number = Annotated[float, Strict()]
-#: A request's integer field (attempts, counts, ids): a JSON integer; ``true``, ``"2"`` and
-#: ``2.5`` are refused (strict mode), as :data:`Number`'s are.
-Integer = Annotated[int, Strict()]
+
+
+def _whole(value: Any) -> Any:
+    """A whole JSON number written with a fraction (``2.0``) as the integer it is: a file read
+    by ``pgpulse apply`` (:mod:`pgpulse.jobs`) takes it, so the API does too."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _instant_text(value: Any) -> Any:
+    """Refuse a number for an instant: pydantic would read ``1700000000`` as seconds since
+    1970, a reading no other path of Pulse (CLI, files) has."""
+    if isinstance(value, int | float):
+        raise ValueError("must be an ISO 8601 instant such as 2026-12-01T10:00:00Z, not a number")
+    return value
+
+
+#: A request's integer field (attempts, counts, ids): a JSON integer, or a whole number written
+#: ``2.0``; ``true``, ``"2"`` and ``2.5`` are refused (strict mode), as :data:`Number`'s are.
+Integer = Annotated[int, BeforeValidator(_whole), Strict()]
+#: A request's instant: ISO 8601 text (its offset, or the field's rule for a naive one); never
+#: a number.
+Instant = Annotated[datetime, BeforeValidator(_instant_text)]
 
 Name = Annotated[str, Field(min_length=1, max_length=200, examples=["nightly-report"])]
 #: Every outcome of a run and every status of a job (the CHECKs of pgpulse_runs and pgpulse_jobs):
@@ -77,10 +104,10 @@ class JobDefinition(BaseModel):
         description="Seconds: each occurrence fires at scheduled_for plus the job's stable "
         "offset in [0, spread). Not with @at.",
     )
-    not_before: datetime | None = Field(
+    not_before: Instant | None = Field(
         None, description="No occurrence before this instant (without an offset: the job's zone)."
     )
-    not_after: datetime | None = Field(
+    not_after: Instant | None = Field(
         None, description="No occurrence after this instant; then the job is completed."
     )
     max_runs: Integer | None = Field(
@@ -133,8 +160,8 @@ class JobPatch(BaseModel):
     overlap: Overlap | Unset = None
     max_concurrency: Integer | None = Field(None, ge=1, le=1000)
     spread: Number | Unset = Field(None, ge=0, le=86400)
-    not_before: datetime | None = None
-    not_after: datetime | None = None
+    not_before: Instant | None = None
+    not_after: Instant | None = None
     max_runs: Integer | None = Field(None, ge=1, le=1_000_000_000)
     calendars: list[CalendarName] | Unset = None
     auto_pause_after: Integer | None = Field(None, ge=1, le=1_000_000)
@@ -248,10 +275,10 @@ class BackfillRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    start: datetime = Field(
+    start: Instant = Field(
         alias="from", description="First instant, ISO-8601 (without an offset: UTC, as the CLI)."
     )
-    end: datetime = Field(
+    end: Instant = Field(
         alias="to", description="Last instant (inclusive), not in the future (naive: UTC)."
     )
     only: list[Literal["missing", "failed", "all"]] = Field(
@@ -458,7 +485,7 @@ class PauseRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    until: datetime | None = Field(
+    until: Instant | None = Field(
         None, description="An instant in the future (without an offset: in the job's zone)."
     )
     reason: str | None = Field(None, max_length=500)
