@@ -127,7 +127,8 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
         (
             ["job", "create", "x", "--schedule", "@hourly", "--handler", "shell",
              "--payload", SHELL, "--max-concurrency", "3"],
-            "invalid value for --max-concurrency: applies to overlap allow only (overlap is 'forbid')",
+            "invalid value for --max-concurrency: applies to overlap allow only "
+            "(overlap is 'forbid')",
         ),
         (
             ["job", "create", "x", "--schedule", "@hourly", "--handler", "shell",
