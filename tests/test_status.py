@@ -158,6 +158,31 @@ def test_status_check_fails_on_a_late_job_and_names_the_database(dsn: str, db: A
     assert refused.returncode == 3 and "s3cret-pw" not in refused.stderr + refused.stdout
 
 
+def test_a_job_running_on_a_lost_node_is_counted_as_such(dsn: str, db: Any) -> None:
+    """A job whose node died mid-run stays 'running' until its lease ends: status says it is
+    on a node no longer alive and when the sweeper returns it (the fifth trial read "1
+    running" after a SIGKILL as a job still being run)."""
+    create = ("job", "create", "report", "--schedule", "@hourly", "--handler", "shell")
+    assert pgpulse(*create, "--payload", '{"command": "true"}', dsn=dsn).returncode == 0
+    db.execute(
+        "INSERT INTO pgpulse_nodes (node_id, hostname, pid, last_heartbeat, state) "
+        "VALUES ('gone', 'h', 1, now() - interval '1 hour', 'alive')"
+    )
+    until = db.execute(
+        "UPDATE pgpulse_jobs SET status = 'running', locked_by = 'gone', attempt = 1, "
+        "lease_expires_at = date_trunc('second', now()) + interval '40 seconds' "
+        "RETURNING lease_expires_at"
+    ).fetchone()["lease_expires_at"]
+    shown = pgpulse("status", dsn=dsn)
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        f"1 running (1 on nodes no longer alive, returned when their leases end by "
+        f"{until.isoformat(timespec='seconds')})" in shown.stdout
+    ), shown.stdout
+    counted = json.loads(pgpulse("status", "--json", dsn=dsn).stdout)["jobs"]
+    assert (counted["running"], counted["running_on_lost"]) == (1, 1)
+
+
 def test_database_reaches_another_database_of_the_server(
     server_dsn: str, dsn: str, db: Any
 ) -> None:

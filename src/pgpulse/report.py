@@ -482,8 +482,15 @@ def print_status(
     if folded:
         click.echo(folded)
     lag = counts["max_lag"]
+    on_lost = counts.get("running_on_lost") or 0
+    running = f"{counts['running']} running" + (
+        f" ({on_lost} on nodes no longer alive, returned when their leases end by "
+        f"{_cell(counts['lost_leases_until'])})"
+        if on_lost
+        else ""
+    )
     click.echo(
-        f"\njobs: {counts['total']} total, {counts['due']} due, {counts['running']} running, "
+        f"\njobs: {counts['total']} total, {counts['due']} due, {running}, "
         f"{counts['paused']} paused, {counts['failing']} whose last run failed, "
         f"{counts['failed']} that cannot be scheduled, {counts['completed']} completed; "
         f"lag of the most overdue job: {'none' if lag is None else f'{lag:.1f} s'}"

@@ -1044,7 +1044,14 @@ ORDER BY n.node_id;
 -- `unroutable`: the idle jobs whose handler no live node advertises, by handler, as
 -- [{"handler": h, "jobs": n, "due": d}] (they wait for a node that has it: issue 18).
 -- failed: jobs that cannot be scheduled; failing: jobs whose last run failed or was fenced.
-WITH live AS (
+-- running_on_lost: running jobs whose node is not alive (killed, partitioned); their leases run
+-- out by lost_leases_until (the latest of them), and the sweeper then returns them.
+WITH live_nodes AS (
+    SELECT n.node_id
+    FROM pgpulse_nodes n
+    WHERE n.state = 'alive'
+      AND n.last_heartbeat > now() - make_interval(secs => coalesce(n.ttl, %(ttl)s::float8))
+), live AS (
     SELECT DISTINCT unnest(n.handlers) AS handler
     FROM pgpulse_nodes n
     WHERE n.state = 'alive'
@@ -1052,6 +1059,12 @@ WITH live AS (
 ), counts AS (
     SELECT count(*) FILTER (WHERE status = 'idle' AND next_run_at <= now()) AS due,
            count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'running'
+                              AND locked_by NOT IN (SELECT node_id FROM live_nodes))
+               AS running_on_lost,
+           max(lease_expires_at) FILTER (WHERE status = 'running'
+                                           AND locked_by NOT IN (SELECT node_id FROM live_nodes))
+               AS lost_leases_until,
            count(*) FILTER (WHERE status = 'paused') AS paused,
            count(*) FILTER (WHERE status = 'failed') AS failed,
            count(*) FILTER (WHERE status = 'completed') AS completed,
