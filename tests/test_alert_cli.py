@@ -181,3 +181,7 @@ def test_a_malformed_rule_in_code_is_refused_at_declaration() -> None:
     with pytest.raises(InvalidInput) as unknown:
         App().job("j", schedule="@hourly", alerts={"flaky": {"notify": ["ops"]}})
     assert unknown.value.field == "rule"
+    with pytest.raises(InvalidInput) as named:  # an app declares many jobs: it says whose
+        App(name="billing").job("nightly", schedule="@daily", alerts={"failures": {"threshold": 0}})
+    assert str(named.value).startswith("job 'nightly' of app code:billing: alerts: threshold ")
+    assert named.value.job == ("default", "nightly")

@@ -188,7 +188,12 @@ class App:
             source=self.source,
             **options,
         )
-        rules = [(name, declared_rule(kind, given)) for kind, given in (alerts or {}).items()]
+        try:
+            rules = [(name, declared_rule(kind, given)) for kind, given in (alerts or {}).items()]
+        except InvalidInput as exc:  # say whose rule: the app may declare many jobs
+            exc.message = f"job {name!r} of app {self.source}: alerts: {exc.message}"
+            exc.job = (self.tenant, name)
+            raise
 
         def register(func: Handler) -> Handler:
             self.handlers.register(name, func)
