@@ -317,3 +317,34 @@ def test_a_toml_date_is_its_midnight_in_the_jobs_zone_as_on_the_command_line() -
     [spec] = parsed.specs
     assert spec.not_before == datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
     assert spec.not_after == datetime(2027, 1, 2, 11, 0, tzinfo=UTC)
+
+
+def test_every_refused_job_of_a_file_is_said(dsn: str, db: Any, tmp_path: Path) -> None:
+    """A file with several bad jobs gets a line for each (file:line, job, field), not only the
+    first; a default's refusal once, however many jobs take it; nothing is written."""
+    bad = tmp_path / "jobs.toml"
+    bad.write_text(
+        '[jobs.a]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "true" }\n'
+        "max_attempts = 0\n"
+        '[jobs.b]\nschedule = "nope"\nhandler = "shell"\npayload = { command = "true" }\n'
+        '[jobs.c]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "true" }\n'
+        '[jobs.d]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "true" }\n'
+        'timezone = "Mars/Olympus"\n'
+    )
+    result = pgpulse("apply", str(bad), dsn=dsn)
+    assert (result.returncode, result.stdout) == (2, "")
+    lines = result.stderr.splitlines()
+    assert [line.split(": ", 3)[1:3] for line in lines] == [
+        [f"{bad}:5", "job 'a'"], [f"{bad}:7", "job 'b'"], [f"{bad}:18", "job 'd'"],
+    ]  # fmt: skip
+    assert "max_attempts" in lines[0] and "'nope'" in lines[1] and "Mars/Olympus" in lines[2]
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
+    shared = tmp_path / "shared.toml"
+    shared.write_text(
+        "[defaults]\nmax_attempts = 0\n"
+        '[jobs.a]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "true" }\n'
+        '[jobs.b]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "true" }\n'
+    )
+    once = pgpulse("apply", str(shared), dsn=dsn)
+    assert once.returncode == 2 and once.stderr.count("\n") == 1, once.stderr
+    assert once.stderr.startswith(f"error: {shared}:2: defaults: ")

@@ -62,12 +62,18 @@ _AT_LINE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
 
 class ApplyFileError(InvalidInput):
-    """A definitions file is refused; ``str()`` is ``file:line: reason``."""
+    """A definitions file is refused; ``str()`` is ``file:line: reason``.
+
+    Attributes:
+        others: the refusals of the file's later jobs, when several jobs are refused (the
+            first is this one): ``pgpulse apply`` says every one, not only the first.
+    """
 
     def __init__(self, path: str, line: int, reason: str, *, field: str | None, value: Any):
         super().__init__(f"{path}:{line}: {reason}", field=field, value=value)
         self.path = path
         self.line = line
+        self.others: list[ApplyFileError] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,25 +249,46 @@ def parse_apply_file(text: str, *, path: str) -> ApplyFile:
     specs: list[JobSpec] = []
     private: set[str] = set()
     rules: dict[tuple[str, str], tuple[RuleSpec, ...]] = {}
+    refused: dict[str, ApplyFileError] = {}  # by text: a default's refusal is said once
     for job_name, fields in jobs.items():
-        merged = {**defaults, **_table(fields, job_name, refuse)}
-        if merged.pop("allow_private_target", False):
-            private.add(job_name)
-        alerts = merged.pop("alerts", None)
-        for required in ("schedule", "handler"):
-            if required not in merged:
-                raise refuse(job_name, None, f"{required} is required", None)
         try:
-            specs.append(JobSpec.create(name=job_name, source=f"apply:{name}", **merged))
-        except InvalidInput as exc:
-            field = exc.field if exc.field in JOB_FIELDS else None
-            if field is not None and (job_name, field) not in keys and (None, field) in keys:
-                raise refuse(None, field, exc.message, exc.value) from None
-            raise refuse(job_name, field, exc.message, exc.value) from None
-        if alerts is not None:
-            where = job_name if "alerts" in fields else None
-            rules[(specs[-1].tenant, job_name)] = _rules(alerts, where, refuse)
+            merged = {**defaults, **_table(fields, job_name, refuse)}
+            if merged.pop("allow_private_target", False):
+                private.add(job_name)
+            alerts = merged.pop("alerts", None)
+            spec = _spec(job_name, f"apply:{name}", merged, keys, refuse)
+            if alerts is not None:
+                where = job_name if "alerts" in fields else None
+                rules[(spec.tenant, job_name)] = _rules(alerts, where, refuse)
+            specs.append(spec)
+        except ApplyFileError as exc:  # every job is checked: each refusal is said
+            refused.setdefault(str(exc), exc)
+    if refused:
+        first, *others = refused.values()
+        first.others = others
+        raise first
     return ApplyFile(path, f"apply:{name}", specs, frozenset(private), rules, keys, tables)
+
+
+def _spec(
+    job_name: str,
+    source: str,
+    merged: dict[str, Any],
+    keys: dict[tuple[str | None, str], int],
+    refuse: Any,
+) -> JobSpec:
+    """Job ``job_name``'s definition from its fields and the defaults (``merged``); a refused
+    field is said at the line that sets it: the job's, else the defaults'."""
+    for required in ("schedule", "handler"):
+        if required not in merged:
+            raise refuse(job_name, None, f"{required} is required", None)
+    try:
+        return JobSpec.create(name=job_name, source=source, **merged)
+    except InvalidInput as exc:
+        field = exc.field if exc.field in JOB_FIELDS else None
+        if field is not None and (job_name, field) not in keys and (None, field) in keys:
+            raise refuse(None, field, exc.message, exc.value) from None
+        raise refuse(job_name, field, exc.message, exc.value) from None
 
 
 def _load(text: str, path: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from pgpulse.alerts.declared import RuleRefused
-from pgpulse.applyfile import ApplyFile, parse_apply_file
+from pgpulse.applyfile import ApplyFile, ApplyFileError, parse_apply_file
 from pgpulse.audit import cli_actor
 from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab, percent_note
 from pgpulse.crontab_sync import plan_crontab_sync
@@ -109,7 +109,14 @@ async def apply_files(
     """``pgpulse apply``: parse every file (any refusal: nothing is written, exit 2), plan each
     source, print the plans, and write them all in one transaction unless ``dry_run``. With
     ``exit_code``, exit 1 when the plans change anything."""
-    files = [parse_apply_file(await asyncio.to_thread(_read_text, p), path=str(p)) for p in paths]
+    try:
+        files = [
+            parse_apply_file(await asyncio.to_thread(_read_text, p), path=str(p)) for p in paths
+        ]
+    except ApplyFileError as exc:  # every refused job of the file, one line each
+        for other in [exc, *exc.others][:-1]:
+            click.echo(f"error: {other}", err=True)
+        raise exc.others[-1] if exc.others else exc from None
     sources = [parsed.source for parsed in files]
     if len(set(sources)) != len(sources):
         dup = next(s for s in sources if sources.count(s) > 1)
