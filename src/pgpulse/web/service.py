@@ -67,16 +67,17 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     zone = load_zone(row["timezone"])
     calendars = from_definitions(row.get("calendar_defs"))
     found: list[datetime] = []
-    cursor: datetime | None = row["scheduled_for"]
+    cursor: datetime = row["scheduled_for"]
     try:
         left = None
         if row.get("max_runs") is not None:
             left = max(int(row["max_runs"]) - int(row.get("runs_done") or 0), 0)
         while len(found) < (count if left is None else min(count, left)):
             if calendars:  # what the claims skip is not shown as to come
-                cursor, _ = first_to_run(schedule, calendars, cursor, anchor=row["anchor_at"])
-            if cursor is None:
-                break
+                runs, _ = first_to_run(schedule, calendars, cursor, anchor=row["anchor_at"])
+                if runs is None:
+                    break
+                cursor = runs
             if row.get("not_after") is not None and cursor > row["not_after"]:
                 break
             found.append(cursor.astimezone(zone))
