@@ -355,6 +355,32 @@ async def test_allow_runs_up_to_max_concurrency_occurrences_each_once(
     assert all(r["attempts"] == 1 for r in rows)
 
 
+async def test_allow_takes_a_held_occurrence_as_soon_as_a_slot_frees(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """Overlap allow at max_concurrency: the occurrence that fell due meanwhile waits on the
+    job row, and starts when the running one ends, not at the next occurrence or poll (the
+    sixth trial saw occurrences 4-10 s late skipped, their slot free for seconds)."""
+    starts: list[tuple[datetime, float]] = []
+    ends: list[float] = []
+
+    async def work(ctx: RunContext) -> None:
+        starts.append((ctx.scheduled_for, asyncio.get_running_loop().time()))
+        await asyncio.sleep(3.5)
+        ends.append(asyncio.get_running_loop().time())
+
+    await add(
+        store,
+        spec("slow", schedule="@every 3s", handler="work", overlap="allow", max_concurrency=1),
+    )
+    async with running(node(store, dsn, {"work": work}, slots=4, poll_interval=30.0)):
+        await wait_until(lambda: len(starts) >= 3, within=20)
+    first, second = starts[1][0] - starts[0][0], starts[2][0] - starts[1][0]
+    assert (first, second) == (timedelta(seconds=3), timedelta(seconds=3))  # none skipped
+    waited = [start - end for (_, start), end in zip(starts[1:], ends, strict=False)]
+    assert all(0 <= w < 0.5 for w in waited), waited  # at once, not 2.5 s later
+
+
 async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     store: Store, db: Any
 ) -> None:

@@ -30,6 +30,7 @@ full), the probe alone does not send it again for ``poll`` seconds.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -170,7 +171,12 @@ class Recorder:
             self.attempts.start(job, sent, arrived)
         if free > 0 and len(other.jobs) < free:  # nothing more is claimable now
             self._quiet_until = arrived + _quiet_for(other, self.poll)
-        return _merge(step, other)
+        merged = _merge(step, other)
+        if free > len(other.jobs) and merged.db_now is not None and any(map(_frees, extra)):
+            # A forked occurrence ended: its job row, due but held at max_concurrency, may be
+            # claimable now, which this step's claim (before the write) could not see.
+            merged = dataclasses.replace(merged, next_due=merged.db_now)
+        return merged
 
     async def _fork(self, forks: Sequence[Outcome], later: Sequence[Outcome]) -> None:
         """Write each fork (one statement each); on a failed connection queue the forks not yet
@@ -307,6 +313,16 @@ def _merge(rows: Step, extra: Step) -> Step:
         [*rows.jobs, *extra.jobs],
         min(dues) if dues else None,
         rows.db_now or extra.db_now,
+    )
+
+
+def _frees(outcome: Outcome) -> bool:
+    """Whether writing ``outcome`` ends an occurrence forked by overlap ``allow`` (its job row
+    counts it against max_concurrency until then); a retry keeps it."""
+    return (
+        outcome.job.overlap == "allow"
+        and outcome.job.kind == "scheduled"
+        and outcome.outcome != "retrying"
     )
 
 
