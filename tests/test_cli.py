@@ -379,6 +379,15 @@ def test_pause_and_resume_are_idempotent_with_a_note(dsn: str, db: Any) -> None:
     again = pgpulse("job", "pause", "backup", dsn=dsn)
     assert (again.returncode, again.stdout) == (0, "backup was paused already; no change\n")
     assert job_rows(db)[0]["updated_at"] == updated  # nothing written
+    why = pgpulse("job", "pause", "backup", "--reason", "audit", dsn=dsn)
+    assert why.stdout == "backup was paused already; now paused backup (audit)\n"
+    cleared = pgpulse("job", "pause", "backup", "--reason", "", dsn=dsn)  # '' clears it
+    assert cleared.stdout == "backup was paused already; now paused backup (no reason)\n"
+    assert job_rows(db)[0]["pause_reason"] is None
+    audit = db.execute("SELECT changes FROM pgpulse_job_history WHERE action = 'pause'")
+    assert [r["changes"] for r in audit] == [
+        {}, {"pause_reason": [None, "audit"]}, {"pause_reason": ["audit", None]}
+    ]  # fmt: skip
     resumed = pgpulse("job", "resume", "backup", dsn=dsn)
     row = job_rows(db)[0]
     assert resumed.returncode == 0 and row["status"] == "idle"

@@ -691,7 +691,11 @@ def _state_command(verb: str, doc: str) -> None:
     help="Resume by itself at this instant (ISO 8601; without an offset, in the job's zone); "
     "the occurrences inside the pause are then recorded as skipped.",
 )
-@click.option("--reason", default=None, help="Why: shown wherever the status is.")
+@click.option(
+    "--reason",
+    default=None,
+    help="Why: shown wherever the status is ('' clears a paused job's reason).",
+)
 @with_store()
 async def job_pause(
     store: Store, name: str, tenant: str, until: str | None, reason: str | None
@@ -703,10 +707,11 @@ async def job_pause(
     if until is not None:
         at = parse_instant("until", until, (await store.get_job(tenant, name))["timezone"])
     changed = await store.pause_job(tenant, name, until=at, reason=reason, actor=cli_actor())
-    what = f"{name}{f' until {at.isoformat()}' if at else ''}{f' ({reason})' if reason else ''}"
+    why = f" ({reason})" if reason else " (no reason)" if reason == "" else ""
+    what = f"{name}{f' until {at.isoformat()}' if at else ''}{why}"
     if changed:
         click.echo(f"paused {what}")
-    elif at or reason:
+    elif at or reason is not None:
         click.echo(f"{name} was paused already; now paused {what}")
     else:
         click.echo(f"{name} was paused already; no change")

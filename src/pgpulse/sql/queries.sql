@@ -830,7 +830,7 @@ LIMIT 5;
 
 -- name: pause_job
 -- Pause an idle, failed or paused job (a paused one takes the new %(until)s and %(reason)s, and
--- keeps its own when neither is given):
+-- keeps its own when neither is given; an empty %(reason)s is given, and clears the reason):
 -- it is not claimed until resumed, by hand or, at %(until)s, by the leader's heartbeat. A
 -- running job cannot be paused here: the caller says so. Returns the status it had; a paused
 -- job whose until and reason are already these is not written. A pause goes into the audit
@@ -844,14 +844,14 @@ WITH target AS (
     UPDATE pgpulse_jobs j
     SET status = 'paused',
         paused_until = %(until)s,
-        pause_reason = %(reason)s,
+        pause_reason = nullif(%(reason)s, ''),
         updated_at = now()
     FROM target
     WHERE j.id = target.id
       AND target.status IN ('idle', 'failed', 'paused')
       AND (target.status <> 'paused'
            OR (j.paused_until, j.pause_reason) IS DISTINCT FROM (%(until)s::timestamptz,
-                                                                 %(reason)s::text))
+                                                                 nullif(%(reason)s::text, '')))
       -- pausing a paused job without an until or a reason keeps its pause as it is
       AND NOT (target.status = 'paused'
                AND %(until)s::timestamptz IS NULL AND %(reason)s::text IS NULL)
