@@ -142,7 +142,7 @@ async def test_the_dashboards_job_page_shows_the_changes(store: Store) -> None:
         client.cookies.set("pgpulse_token", secret, path="/ui")
         page = await client.get(f"/ui/jobs/{job_id}")
     assert page.status_code == 200, page.text
-    assert "<code>api</code>, revision 2" in page.text
+    assert "<code>python</code>, revision 2" in page.text
     assert 'data-action="update"' in page.text and 'data-action="create"' in page.text
     assert '<code>schedule</code>: "@hourly" → "@daily"' in page.text
     assert token["id"] > 0

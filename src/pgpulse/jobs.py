@@ -300,7 +300,9 @@ class JobSpec:
         max_attempts: attempts per occurrence before the run is failed (>= 1).
         retry_backoff: base of the exponential retry backoff, seconds (> 0).
         timeout: per-attempt limit in seconds, or ``None`` for no limit.
-        source: where the definition came from (``cli``, ``code``, ``crontab:FILE:LINE``).
+        source: where the definition came from: ``cli``, ``api`` (the HTTP API),
+            ``python`` (the Python API: the default, as its audit rows' actor ``python:<pid>``),
+            ``code:<app>``, ``crontab:<path>``, ``apply:<name>``.
         meta: free-form facts kept with the job (crontab user, ``MAILTO``...), a JSON object.
         overlap: ``forbid`` (an occurrence waits for the running one), ``replace`` (a new
             occurrence cancels the running one) or ``allow`` (up to ``max_concurrency`` at
@@ -329,7 +331,7 @@ class JobSpec:
     max_attempts: int = 3
     retry_backoff: float = 1.0
     timeout: float | None = 3600.0
-    source: str = "api"
+    source: str = "python"
     meta: dict[str, Any] = field(default_factory=dict)
     overlap: Overlap = "forbid"
     max_concurrency: int | None = None
@@ -356,7 +358,7 @@ class JobSpec:
         max_attempts: int = 3,
         retry_backoff: float = 1.0,
         timeout: float | None = 3600.0,
-        source: str = "api",
+        source: str = "python",
         meta: dict[str, Any] | None = None,
         overlap: str = "forbid",
         max_concurrency: int | None = None,
