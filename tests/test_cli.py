@@ -384,6 +384,10 @@ def test_pause_and_resume_are_idempotent_with_a_note(dsn: str, db: Any) -> None:
     cleared = pgpulse("job", "pause", "backup", "--reason", "", dsn=dsn)  # '' clears it
     assert cleared.stdout == "backup was paused already; now paused backup (no reason)\n"
     assert job_rows(db)[0]["pause_reason"] is None
+    bell = pgpulse("job", "pause", "backup", "--reason", "a\x07b", dsn=dsn)  # never shown raw
+    assert (bell.returncode, bell.stderr) == (2, "error: invalid value for --reason: 'a\\x07b' "
+                                              "is shown wherever the status is: it holds U+0007 "
+                                              "(a control character)\n")  # fmt: skip
     audit = db.execute("SELECT changes FROM pgpulse_job_history WHERE action = 'pause'")
     assert [r["changes"] for r in audit] == [
         {}, {"pause_reason": [None, "audit"]}, {"pause_reason": ["audit", None]}

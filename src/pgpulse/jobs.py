@@ -54,6 +54,13 @@ def _name_problem(value: str) -> str | None:
         return f"it has {len(value)} characters"
     if value != value.strip():
         return "it starts or ends with a space"
+    return unprintable(value)
+
+
+def unprintable(value: str) -> str | None:
+    """Why ``value`` cannot be shown as it is (its first character that ``str.isprintable``
+    refuses: a control, format, surrogate, private-use, unassigned or separator character but
+    the space), e.g. ``it holds U+0007 (BELL, a control character)``; ``None`` if it can."""
     bad = next((c for c in value if not c.isprintable()), None)
     if bad is None:
         return None

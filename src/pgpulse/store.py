@@ -23,7 +23,7 @@ from pgpulse.calendar_store import CalendarStore
 from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound
-from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers
+from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers, unprintable
 from pgpulse.limits import RESUME_MODES
 from pgpulse.migrations import migrate, require_schema
 from pgpulse.plan import Plan
@@ -299,12 +299,18 @@ class Store(CalendarStore):
         Raises:
             JobNotFound: no such job.
             InvalidInput: the job is running or completed (``field="status"``), ``until`` is
-                not after now (``field="until"``) or ``reason`` too long (``field="reason"``);
-                nothing changes.
+                not after now (``field="until"``) or ``reason`` too long or with a character
+                that cannot be shown (``field="reason"``); nothing changes.
         """
         if reason is not None and len(reason) > 500:
             raise InvalidInput(
                 f"reason has {len(reason)} characters; at most 500", field="reason", value=reason
+            )
+        if reason is not None and (problem := unprintable(reason)) is not None:
+            raise InvalidInput(
+                f"reason {reason!r} is shown wherever the status is: {problem}",
+                field="reason",
+                value=reason,
             )
         if until is not None:
             if not isinstance(until, datetime):

@@ -22,8 +22,6 @@ from pgpulse.report import print_records, run_command, to_json
 from pgpulse.web.auth import TokenStore
 from pgpulse.web.options import web_options, web_settings
 from pgpulse.web.policy import WebSettings
-from pgpulse.web.server import serve as serve_app
-from pgpulse.web.server import web_sidecar
 
 T = TypeVar("T")
 
@@ -41,6 +39,8 @@ T = TypeVar("T")
 @click.pass_obj
 def serve(obj: dict[str, Any], /, listen: str, **options: Any) -> None:
     """Serve the JSON API, the dashboard and Prometheus metrics (until SIGTERM)."""
+    from pgpulse.web.server import serve as serve_app  # the web stack: only for the servers
+
     settings = web_settings(**options)
 
     async def main() -> None:
@@ -70,6 +70,8 @@ def run_node_with_web(
     The servers bind before the node starts (a busy address exits 2 at once) and stop after
     the node has drained.
     """
+    from pgpulse.web.server import web_sidecar  # the web stack: only for the servers
+
     database_url: str | None = obj["database_url"]
     data_dir: Path | None = obj["data_dir"]
 
