@@ -73,7 +73,7 @@ def token_writer(token_id: int, tenant: str | None, *, admin: bool, shell_allowe
     if not shell_allowed:
         reason = "this server was not started with --allow-shell-jobs"
     else:
-        reason = "only an admin token may create or change them"
+        reason = "it is a tenant token: only an admin token may"
     return Writer(
         f"token {token_id}",
         None if admin else frozenset({tenant or "default"}),
