@@ -305,6 +305,22 @@ def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: A
             f"error: invalid value for --app: cannot load '{name}': a job it declares is refused: "
         ), bad.stderr
         assert reason in bad.stderr and bad.stderr.count("\n") == 1
+    # The module's own code raises, or does not compile (seventh trial: a traceback, exit 1).
+    for name, source, said in (
+        ("badargs", "from pgpulse import App\napp = App(bogus=True)\n",
+         "TypeError: App.__init__() got an unexpected keyword argument 'bogus'"),
+        ("badboom", "x = 1\nraise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
+        ("badsyntax", "def f(:\n", "SyntaxError: invalid syntax"),
+    ):  # fmt: skip
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        bad = pgpulse("node", "run", "--app", name, "--app-dir", str(tmp_path), dsn=dsn)
+        line = source.count("\n") if name != "badsyntax" else 1
+        assert (bad.returncode, bad.stderr) == (
+            2,
+            f"error: invalid value for --app: cannot load '{name}': {said} ({path}:{line}) "
+            "(--log-level debug shows the traceback)\n",
+        )
 
 
 def test_nodes_long_lost_or_stopped_are_one_line_and_all_lists_them(dsn: str, db: Any) -> None:

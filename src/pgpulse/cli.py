@@ -8,6 +8,7 @@ on stderr and exit non-zero: 2 for refused input, 3 for a database that does not
 from __future__ import annotations
 
 import importlib
+import logging
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -50,6 +51,7 @@ from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -209,9 +211,32 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
         raise click.BadParameter(
             f"cannot load {spec!r}: a job it declares is refused: {exc}", param_hint="--app"
         ) from exc
+    except Exception as exc:  # the module's own code raised (or does not compile): where
+        raise click.BadParameter(
+            f"cannot load {spec!r}: {type(exc).__name__}: "
+            f"{exc.msg if isinstance(exc, SyntaxError) else exc}{_where(exc)} "
+            "(--log-level debug shows the traceback)",
+            param_hint="--app",
+        ) from exc
     if not isinstance(app, App):
         raise click.BadParameter(f"{spec!r} is not a pgpulse.App", param_hint="--app")
     return app
+
+
+def _where(exc: BaseException) -> str:
+    """`` (file:line)`` of the user's code that raised ``exc`` (a syntax error's own place, or
+    the innermost frame outside Pulse and the standard library), or ``""``."""
+    import traceback
+
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" ({exc.filename}:{exc.lineno})"
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if "importlib" not in f.filename and "/pgpulse/" not in f.filename
+    ]
+    log.debug("loading the app failed", exc_info=exc)
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 @node.command("run")
