@@ -172,6 +172,26 @@ async def test_rules_declared_in_code_are_set_when_a_node_starts(dsn: str, db: A
     ]
 
 
+def test_a_rule_naming_a_missing_notifier_refuses_the_start_and_writes_nothing(
+    dsn: str, db: Any
+) -> None:
+    """The declared jobs and their rules are one write: a rule the database refuses (no
+    notifier 'ops' here) stops the start in one line naming the job and the app, and leaves
+    no job (seventh trial: the job was written, then waited for good)."""
+    env = {"PYTHONPATH": str(Path(__file__).parent)}
+    refused = pgpulse("node", "run", "--app", "alerts_code_app:app", dsn=dsn, env=env)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.startswith("error: job 'nightly' of app code:default: alerts: "), (
+        refused.stderr
+    )
+    assert "no notifier named 'ops'" in refused.stderr and refused.stderr.count("\n") == 1
+    counts = db.execute(
+        "SELECT (SELECT count(*) FROM pgpulse_jobs) AS jobs, "
+        "(SELECT count(*) FROM pgpulse_alert_rules) AS rules"
+    ).fetchone()
+    assert counts == {"jobs": 0, "rules": 0}
+
+
 def test_a_malformed_rule_in_code_is_refused_at_declaration() -> None:
     from pgpulse import App
 

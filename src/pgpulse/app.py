@@ -212,16 +212,32 @@ class App:
         Returns:
             The plan written.
 
+        The declared jobs' alert rules (``alerts=``) are written in the same transaction: each
+        such job's own rules become exactly these, and a rule the database refuses (a notifier
+        that does not exist) writes nothing at all.
+
         Raises:
             Forbidden: a declared job would replace a ``shell`` job; nothing is written.
+            RuleRefused: a declared rule is refused (named with its job and this app);
+                nothing is written.
         """
-        [plan] = await store.reconcile(
-            [(self.source, self.jobs)],
-            partial(plan_source, prune=self.prune),
-            writer=code_writer(self.tenant, f"the code of node {node_id}"),
-            actor=Actor(self.source, f"{self.source}@{node_id}"),
-            extra_handlers=list(self.handlers),
-        )
+        from pgpulse.alerts.declared import RuleRefused
+
+        rules: dict[tuple[str, str], list[RuleSpec]] = {}
+        for job, rule in self.alert_rules:
+            rules.setdefault((self.tenant, job), []).append(rule)
+        try:
+            [plan] = await store.reconcile(
+                [(self.source, self.jobs)],
+                partial(plan_source, prune=self.prune),
+                writer=code_writer(self.tenant, f"the code of node {node_id}"),
+                actor=Actor(self.source, f"{self.source}@{node_id}"),
+                extra_handlers=list(self.handlers),
+                rules={key: tuple(specs) for key, specs in rules.items()} or None,
+            )
+        except RuleRefused as exc:  # say whose rule: the app may declare many jobs
+            exc.message = f"job {exc.job[1]!r} of app {self.source}: alerts: {exc.message}"
+            raise
         await store.declare_code(self.source, self.tenant, [s.name for s in self.jobs], node_id)
         for step in plan.steps:
             if step.action == "delete":
@@ -242,23 +258,6 @@ class App:
                     extra={"action": "code_job_stale", "tenant": step.tenant, "job": step.name},
                 )
         return plan
-
-    async def _set_alert_rules(self, store: Store, node_id: str) -> None:
-        """Set the declared jobs' alert rules (as the code's writer: its tenant only)."""
-        if not self.alert_rules:
-            return
-        from pgpulse.alerts.store import AlertStore
-
-        alerts = AlertStore(store.pool)
-        writer = code_writer(self.tenant, f"the code of node {node_id}")
-        for job, rule in self.alert_rules:
-            await alerts.set_rule(
-                rule.rule,
-                list(rule.notifiers),
-                threshold=rule.threshold,
-                job=(self.tenant, job),
-                writer=writer,
-            )
 
     async def run_node(
         self,
@@ -340,7 +339,6 @@ class App:
         try:
             if self.jobs or self.prune:  # an app without jobs (no --app) declares nothing
                 await self.declare(store, config.node_id)
-            await self._set_alert_rules(store, config.node_id)
         except BaseException:
             with contextlib.suppress(psycopg.OperationalError, PoolTimeout, DatabaseUnavailable):
                 await node.deregister()

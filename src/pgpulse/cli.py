@@ -8,8 +8,8 @@ on stderr and exit non-zero: 2 for refused input, 3 for a database that does not
 from __future__ import annotations
 
 import importlib
-import logging
 import json
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
