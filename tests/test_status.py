@@ -309,7 +309,8 @@ def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: A
     for name, source, said in (
         ("badargs", "from pgpulse import App\napp = App(bogus=True)\n",
          "TypeError: App.__init__() got an unexpected keyword argument 'bogus'"),
-        ("badboom", "x = 1\nraise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
+        ("badboom", "x = 1\nraise RuntimeError('boom at import')\n",
+         "RuntimeError: boom at import"),
         ("badsyntax", "def f(:\n", "SyntaxError: invalid syntax"),
     ):  # fmt: skip
         path = tmp_path / f"{name}.py"

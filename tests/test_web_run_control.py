@@ -127,3 +127,25 @@ async def test_upcoming_occurrences_leave_out_what_a_calendar_excludes(
         assert [t[:10] for t in got] == [
             "2030-01-01", "2030-01-04", "2030-01-05", "2030-01-06", "2030-01-07"
         ]  # fmt: skip
+
+
+async def test_a_patch_that_changes_nothing_writes_nothing(store: Store, db: Any) -> None:
+    """PATCH {} (or of a field to the value it has) keeps the job's source and revision and
+    records no history: a job of another source is taken over only by a real change (the
+    seventh trial saw {} take a code-declared job over, and the next node start take it back)."""
+    from helpers import add, spec
+
+    [job_id] = await add(store, spec("declared", handler="http", payload={"url": URL},
+                                     source="code:trial"))  # fmt: skip
+    token = await make_token(store, "default")
+    async with api_client(store, token) as api:
+        for body_sent in ({}, {"max_attempts": 3}):
+            same = await api.patch(f"/api/v1/jobs/{job_id}", json=body_sent)
+            assert same.status_code == 200, same.text
+            assert (same.json()["source"], same.json()["revision"]) == ("code:trial", 1)
+        changed = await api.patch(f"/api/v1/jobs/{job_id}", json={"max_attempts": 4})
+        assert (changed.json()["source"], changed.json()["revision"]) == ("api", 2)
+    actions = [
+        r["action"] for r in db.execute("SELECT action FROM pgpulse_job_history ORDER BY id")
+    ]
+    assert actions == ["create", "update"]

@@ -185,7 +185,9 @@ class JobService:
         return await self.job(who, job_id), created
 
     async def update(self, who: Principal, job_id: int, changes: dict[str, Any]) -> dict[str, Any]:
-        """Change some definition fields of job ``job_id`` (the rest keep their values).
+        """Change some definition fields of job ``job_id`` (the rest keep their values). A
+        change that sets no field to a new value (``{}``) writes nothing: the job keeps its
+        source (a job of another source is taken over only by a real change) and revision.
 
         Raises:
             NoSuchJob, Forbidden, InvalidInput: as :meth:`job` and :meth:`save`.
@@ -193,6 +195,8 @@ class JobService:
         current = await self.reads.job(job_id, tenant=who.scope)
         if current is None:
             raise NoSuchJob(job_id)
+        if all(key in current and current[key] == value for key, value in changes.items()):
+            return present_job(current)  # writes nothing: nothing to authorise
         fields = {key: current[key] for key in DEFINITION_FIELDS}
         fields.update(changes, name=current["name"], tenant=current["tenant"])
         job, _ = await self.save(who, fields)
