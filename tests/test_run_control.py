@@ -59,7 +59,9 @@ async def test_a_missed_at_job_under_skip_is_skipped_and_completed(store: Store,
     assert await drain(store, utc(2026, 6, 1, 0, 5)) == []  # five minutes late, grace 60 s
     assert job_row(db, "once")["status"] == "completed"
     at = utc(2026, 6, 1)
-    assert await history(store) == [("skipped", at, at, 1, None)]
+    assert await history(store) == [
+        ("skipped", at, at, 1, "missed: later than its misfire_grace of 60 s (1 min)")
+    ]
 
 
 async def test_a_window_across_the_dst_week_fires_inside_it_only(store: Store, db: Any) -> None:
@@ -193,3 +195,26 @@ async def test_an_interval_job_with_not_before_starts_its_grid_there(store: Stor
         await drain(store, start + timedelta(minutes=minutes, seconds=1), seen=ran)
     assert ran == [start, start + timedelta(minutes=45), start + timedelta(minutes=90)]
     assert job_row(db, "tick")["status"] == "completed"
+
+
+async def test_a_skip_says_whether_occurrences_were_superseded_or_missed(
+    store: Store, db: Any
+) -> None:
+    """catch_up skip runs the newest due occurrence: the older ones, a few seconds late, were
+    superseded, not missed; when even the newest is past its grace they were missed (the
+    seventh trial read 'missed: later than misfire_grace' on occurrences 10 s late)."""
+    await add(store, spec("tick", schedule="*/10 * * * * *"), now=utc(2026, 6, 1))
+    assert await drain(store, utc(2026, 6, 1, 0, 0, 25)) == [utc(2026, 6, 1, 0, 0, 20)]
+    assert await history(store) == [
+        ("skipped", utc(2026, 6, 1, 0, 0, 10), utc(2026, 6, 1, 0, 0, 10), 1,
+         "superseded: a later occurrence was due (catch_up skip runs the newest)"),
+        ("succeeded", utc(2026, 6, 1, 0, 0, 20), utc(2026, 6, 1, 0, 0, 20), 1, None),
+    ]  # fmt: skip
+    await add(store, spec("hourly", schedule="0 * * * *"), now=utc(2026, 6, 1, 0, 30))
+    # tick runs its newest; even the newest of hourly is past its grace
+    assert await drain(store, utc(2026, 6, 1, 2, 30)) == [utc(2026, 6, 1, 2, 30)]
+    skipped = [row for row in await history(store) if row[1] == utc(2026, 6, 1, 1)]
+    assert skipped == [
+        ("skipped", utc(2026, 6, 1, 1), utc(2026, 6, 1, 2), 2,
+         "missed: later than its misfire_grace of 60 s (1 min)"),
+    ]  # fmt: skip

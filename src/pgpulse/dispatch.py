@@ -38,12 +38,18 @@ class AttemptResult:
     output: str | None = None
 
 
-def _skip_reason(job: ClaimedJob, advance: Advance | None = None) -> str:
+def _skip_reason(job: ClaimedJob, advance: Advance | None, now: datetime) -> str:
+    """Why ``advance`` skips occurrences of ``job``, decided at ``now`` (the database's
+    instant): under ``skip``, the ones older than a newer due occurrence, which runs, are not
+    late (they may be well inside the grace); only when even the newest was past its grace
+    were they missed."""
     first = None if advance is None else advance.skipped_first
     if job.resume_mode and job.resumed_at and first is not None and first <= job.resumed_at:
         return resume_skip_reason(job.resume_mode)
     if job.catch_up == "skip":
-        return f"missed: later than misfire_grace ({seconds_text(job.misfire_grace)})"
+        if advance is not None and not advance.complete and advance.scheduled_for <= now:
+            return "superseded: a later occurrence was due (catch_up skip runs the newest)"
+        return f"missed: later than its misfire_grace of {seconds_text(job.misfire_grace)}"
     if job.catch_up == "coalesce":
         return "coalesced into a later occurrence"
     return f"missed: beyond backfill_limit ({job.backfill_limit})"
@@ -162,7 +168,7 @@ def plan_finish(
         status=status,
         error=result.error,
         output=result.output,
-        skip_reason=_skip_reason(job, nxt) if nxt.skipped_count else None,
+        skip_reason=_skip_reason(job, nxt, now) if nxt.skipped_count else None,
         ended_at=now,
         pause_reason=pause_reason,
     )
@@ -238,15 +244,13 @@ class Dispatcher:
         if decision.action != "run":
             assert decision.advance is not None
             outcome: RunOutcome = "skipped" if decision.action == "skip" else "fenced"
+            reason = _skip_reason(job, decision.advance, job.db_now)
             error = (
-                None
+                reason  # on the claimed occurrence's own row, the summary of the skipped ones
                 if outcome == "skipped"
                 else f"attempts exhausted: {plural(job.max_attempts, 'attempt')} ended without an "
                 "outcome (lease lost or expired, or handed back at a stop)"
             )
-            reason = _skip_reason(job, decision.advance)
-            if outcome == "skipped" and reason.startswith("paused"):
-                error = reason  # the resume's choice, on the claimed occurrence's own row
             return Outcome(
                 job,
                 outcome,
@@ -259,7 +263,7 @@ class Dispatcher:
             # the job row has already judged the window, the calendars and the spread
             # instant of this occurrence (above); it advances as a run of its own would
             nxt = next_advance(job, job.db_now)
-            why = _skip_reason(job, nxt) if nxt.skipped_count else None
+            why = _skip_reason(job, nxt, job.db_now) if nxt.skipped_count else None
             return Outcome(job, "forked", advance=nxt, skip_reason=why)
         if job.handler in self.handlers:
             return None
