@@ -218,3 +218,21 @@ async def test_a_skip_says_whether_occurrences_were_superseded_or_missed(
         ("skipped", utc(2026, 6, 1, 1), utc(2026, 6, 1, 2), 2,
          "missed: later than its misfire_grace of 60 s (1 min)"),
     ]  # fmt: skip
+
+
+async def test_an_outage_past_the_windows_end_records_only_what_was_inside_it(
+    store: Store, db: Any
+) -> None:
+    """Nodes down across not_after: the skip summary stops at the window's last occurrence
+    (the seventh trial saw 25 counted, most after the window), and the job completes."""
+    await add(
+        store,
+        spec("window", schedule="*/5 * * * * *", not_after="2026-06-01T00:00:13"),
+        now=utc(2026, 6, 1),
+    )
+    assert await drain(store, utc(2026, 6, 1, 0, 3)) == []  # no node until 00:03
+    assert await history(store) == [
+        ("skipped", utc(2026, 6, 1, 0, 0, 5), utc(2026, 6, 1, 0, 0, 10), 2,
+         "missed: later than its misfire_grace of 60 s (1 min)"),
+    ]  # fmt: skip
+    assert job_row(db, "window")["status"] == "completed"

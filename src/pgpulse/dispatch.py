@@ -21,7 +21,13 @@ from typing import Any, Literal
 
 from pgpulse import metrics, tracing
 from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
-from pgpulse.limits import calendar_skip, completes, resume_policy, resume_skip_reason
+from pgpulse.limits import (
+    calendar_skip,
+    completes,
+    resume_policy,
+    resume_skip_reason,
+    within_window,
+)
 from pgpulse.model import ClaimedJob, Outcome, RunOutcome
 from pgpulse.planner import Advance, CatchUpPolicy, ClaimDecision, hold, plan_claim, retry_delay
 from pgpulse.wording import plural, seconds_text
@@ -47,7 +53,8 @@ def _skip_reason(job: ClaimedJob, advance: Advance | None, now: datetime) -> str
     if job.resume_mode and job.resumed_at and first is not None and first <= job.resumed_at:
         return resume_skip_reason(job.resume_mode)
     if job.catch_up == "skip":
-        if advance is not None and not advance.complete and advance.scheduled_for <= now:
+        held = None if advance is None or advance.complete else advance.scheduled_for
+        if held is not None and held <= now and (job.not_after is None or held <= job.not_after):
             return "superseded: a later occurrence was due (catch_up skip runs the newest)"
         return f"missed: later than its misfire_grace of {seconds_text(job.misfire_grace)}"
     if job.catch_up == "coalesce":
@@ -77,7 +84,7 @@ def _judged(job: ClaimedJob, occurrence: datetime, now: datetime) -> tuple[Catch
 def _plan_claim(job: ClaimedJob) -> ClaimDecision:
     """:func:`~pgpulse.planner.plan_claim` for ``job`` at its claim instant."""
     policy, now = _judged(job, job.scheduled_for, job.db_now)
-    return plan_claim(
+    decision = plan_claim(
         job.parsed_schedule,
         policy,
         scheduled_for=job.scheduled_for,
@@ -86,6 +93,12 @@ def _plan_claim(job: ClaimedJob) -> ClaimDecision:
         now=now,
         anchor=job.anchor_at,
     )
+    if decision.advance is None or job.not_after is None:
+        return decision
+    windowed = within_window(
+        decision.advance, job.parsed_schedule, job.not_after, anchor=job.anchor_at
+    )
+    return ClaimDecision(decision.action, windowed)
 
 
 def next_advance(job: ClaimedJob, now: datetime) -> Advance:
@@ -97,7 +110,8 @@ def next_advance(job: ClaimedJob, now: datetime) -> Advance:
     if following is None:
         return Advance(job.scheduled_for, complete=True)
     policy, judged_at = _judged(job, following, now)
-    return hold(schedule, policy, following, now=judged_at, anchor=job.anchor_at)
+    held = hold(schedule, policy, following, now=judged_at, anchor=job.anchor_at)
+    return within_window(held, schedule, job.not_after, anchor=job.anchor_at)
 
 
 def _final_status(job: ClaimedJob, advance: Advance, ran: bool) -> Literal["idle", "completed"]:

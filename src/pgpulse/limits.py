@@ -160,6 +160,40 @@ def first_in_window(
     return schedule.next_after_or_none(now, anchor=anchor)
 
 
+def within_window(
+    advance: Advance,
+    schedule: Schedule,
+    not_after: datetime | None,
+    *,
+    anchor: datetime | None = None,
+) -> Advance:
+    """``advance`` with the occurrences it skips after ``not_after`` left out: they are outside
+    the window, not missed, and nothing is recorded for them (README, "not_after"). A skip
+    that reaches past the window's end stops at its last occurrence in the window and holds the
+    first one after it, so the job completes (:func:`completes`). Cost: one schedule step and
+    one count, whatever the outage.
+
+    Args:
+        advance: the catch-up policy's decision.
+        schedule: the job's schedule.
+        not_after: the window's end (aware), or ``None``.
+        anchor: the interval anchor.
+    """
+    last = advance.skipped_last
+    if not_after is None or last is None or last <= not_after:
+        return advance
+    first = advance.skipped_first
+    assert first is not None
+    if first > not_after:  # nothing skipped was inside the window
+        return Advance(first)
+    inside = schedule.last_at_or_before(not_after, anchor=anchor)
+    assert inside is not None and inside >= first
+    following = schedule.next_after(inside, anchor=anchor)
+    return Advance(
+        following, 1 + schedule.count_between(first, inside, anchor=anchor), first, inside
+    )
+
+
 def completes(advance: Advance, *, not_after: datetime | None, runs_left: int | None) -> bool:
     """Whether a job whose run or skip moved it to ``advance`` is now ``completed``: its
     schedule ended (a one-off), its next occurrence is after ``not_after``, or ``runs_left``
