@@ -316,10 +316,10 @@ def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: A
         path = tmp_path / f"{name}.py"
         path.write_text(source)
         bad = pgpulse("node", "run", "--app", name, "--app-dir", str(tmp_path), dsn=dsn)
-        line = source.count("\n") if name != "badsyntax" else 1
+        at = source.count("\n") if name != "badsyntax" else 1
         assert (bad.returncode, bad.stderr) == (
             2,
-            f"error: invalid value for --app: cannot load '{name}': {said} ({path}:{line}) "
+            f"error: invalid value for --app: cannot load '{name}': {said} ({path}:{at}) "
             "(--log-level debug shows the traceback)\n",
         )
 
