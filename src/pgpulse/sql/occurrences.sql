@@ -362,8 +362,10 @@ cancelled_run AS (
     -- cancelled one (attempt + 1 if it held a lease) is appended after it
     SELECT c.id, c.job_id, c.scheduled_for, c.attempt, 'cancelled', c.locked_by,
            c.fencing_token, c.claimed_at, clock.now,
-           'replaced by the occurrence at ' || to_char(old.scheduled_for AT TIME ZONE 'UTC',
-                                                       'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           -- the instant as Pulse prints instants: no fraction when it has none
+           'replaced by the occurrence at '
+               || rtrim(rtrim(to_char(old.scheduled_for AT TIME ZONE 'UTC',
+                                      'YYYY-MM-DD"T"HH24:MI:SS.US'), '0'), '.') || 'Z',
            c.kind, c.batch_id
     FROM cancelled AS c, old, clock
     ON CONFLICT (id) DO UPDATE

@@ -158,6 +158,7 @@ _PHRASES: dict[str, str] = {
     "string_type": "must be text",
     "dict_type": "must be a JSON object",
     "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
     "list_type": "must be a list",
     "literal_error": "must be one of {expected}",
     "enum": "must be one of {expected}",
