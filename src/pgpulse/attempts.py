@@ -354,8 +354,20 @@ class Attempts:
         attempt.stop_reason = "lease_lost"
         metrics.lease_renewal_failed()
         attempt.task.cancel()
+        if attempt.job.overlap == "replace" and attempt.job.occurrence is not None:
+            # the usual end of a replaced occurrence: the replacing claim recorded it cancelled
+            log.info(
+                "attempt of %s/%s at %s cancelled: a newer occurrence replaced it (overlap "
+                "replace; its run is recorded as cancelled)",
+                attempt.job.tenant,
+                attempt.job.name,
+                attempt.job.scheduled_for.isoformat(),
+                extra={"action": "replaced", "job": attempt.job.name},
+            )
+            return
         log.warning(
-            "lease of %s/%s lost (%s); attempt cancelled, nothing recorded",
+            "lease of %s/%s lost (%s); attempt cancelled, this node records nothing of it (the "
+            "run's end is written by whoever ended the lease: a take-over, a replace, a delete)",
             attempt.job.tenant,
             attempt.job.name,
             why,
