@@ -406,8 +406,16 @@ def status_problems(
         problems.append("no live node")
     lag = counts["max_lag"]
     if lag is not None and lag > max_lag:
+        job = counts.get("most_overdue") or {}
+        named = f" ({job['tenant']}/{job['name']})" if job else ""
+        waits = next(
+            (w for w in counts.get("unroutable", []) if w.get("handler") == job.get("handler")),
+            None,
+        )
+        why = f"; it waits: {waits['reason']}" if waits and waits.get("reason") else ""
         problems.append(
-            f"the most overdue job is {lag:.1f} s late, over --max-lag {seconds_text(max_lag)}"
+            f"the most overdue job{named} is {lag:.1f} s late, over --max-lag "
+            f"{seconds_text(max_lag)}{why}"
         )
     return problems
 

@@ -1087,7 +1087,14 @@ SELECT counts.*,
        (SELECT coalesce(json_agg(json_build_object('handler', u.handler, 'jobs', u.jobs,
                                                    'due', u.due)
                                  ORDER BY u.handler), '[]')
-        FROM unroutable u) AS unroutable
+        FROM unroutable u) AS unroutable,
+       -- the most overdue idle job (max_lag's), by the due index: tenant, name, handler
+       (SELECT json_build_object('tenant', j.tenant, 'name', j.name, 'handler', j.handler)
+        FROM pgpulse_jobs j
+        WHERE j.status = 'idle' AND j.next_run_at <= now()
+          AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+        ORDER BY j.next_run_at
+        LIMIT 1) AS most_overdue
 FROM counts;
 
 -- name: known_handlers
