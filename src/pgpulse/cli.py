@@ -49,6 +49,7 @@ from pgpulse.report import (
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
+from pgpulse.wording import unchanged_note
 
 T = TypeVar("T")
 
@@ -714,7 +715,7 @@ async def job_pause(
     elif at or reason is not None:
         click.echo(f"{name} was paused already; now paused {what}")
     else:
-        click.echo(f"{name} was paused already; no change")
+        click.echo(unchanged_note("pause", name, "paused"))
 
 
 @job.command("resume")
@@ -736,7 +737,7 @@ async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> Non
         f"resumed {name}{'' if catch_up == 'skip' else f' ({catch_up})'}; next occurrence "
         f"{row['scheduled_for'].isoformat()}"
         if changed
-        else f"{name} is {row['status']}, not paused; no change"
+        else unchanged_note("resume", name, row["status"])
     )
 
 
