@@ -99,6 +99,22 @@ def test_a_crontab_with_bytes_that_are_not_utf8_imports_nothing(dsn: str, tmp_pa
     assert jobs(dsn) == []
 
 
+@pytest.mark.parametrize(
+    "order",
+    [["--system", "--user-format"], ["--user-format", "--system"]],
+    ids=["sys_user", "user_sys"],
+)
+def test_crontab_import_refuses_both_formats_whatever_their_order(
+    dsn: str, tmp_path: Path, order: list[str]
+) -> None:
+    """The sixth trial saw the last of the two win silently (``echo`` read as the user)."""
+    tab = tmp_path / "cron.tab"
+    tab.write_text("0 5 * * * echo five\n")
+    run = pgpulse if order[0] == "--system" else in_process  # one subprocess
+    refused(run(dsn, "crontab", "import", str(tab), *order), "--system and --user-format")
+    assert jobs(dsn) == []
+
+
 def test_schedule_next_past_the_year_9999_is_refused() -> None:
     result = pgpulse(None, "schedule", "next", "@every 3650d", "--after", "9990-01-01")
     refused(result, "schedule '@every 3650d'", "before the year 10000")

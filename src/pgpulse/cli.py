@@ -26,6 +26,7 @@ from pgpulse.cli_conventions import (
     CONTEXT,
     GlobalOptions,
     PulseGroup,
+    Refused,
     apply_envvar_rule,
     as_option_refusal,
 )
@@ -808,6 +809,16 @@ def crontab() -> None:
     """Import crontab files."""
 
 
+def _one_format(
+    _ctx: click.Context, _param: click.Parameter, given: tuple[bool, ...]
+) -> bool | None:
+    """The crontab format asked for (``None``: from the file's path); both asked for are
+    refused, whatever their order."""
+    if len(set(given)) > 1:
+        raise Refused("--system and --user-format cannot be given together: give one of them")
+    return given[0] if given else None
+
+
 @crontab.command("import")
 @click.argument(
     "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE"
@@ -815,7 +826,9 @@ def crontab() -> None:
 @tenant_option
 @click.option(
     "--system/--user-format",
-    default=None,
+    # multiple, so that both given are seen (and refused) rather than the last one winning
+    multiple=True,
+    callback=_one_format,
     show_default="system for /etc/crontab and /etc/cron.d/*, user for any other file",
     help="System format (a user field before the command) or user format.",
 )
