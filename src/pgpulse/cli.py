@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -33,7 +34,7 @@ from pgpulse.cli_conventions import (
 from pgpulse.cli_types import HostPort, IsoDateTime, Seconds
 from pgpulse.database import describe
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
-from pgpulse.engine import NodeConfig
+from pgpulse.engine import Node, NodeConfig
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, parse_instant
@@ -50,7 +51,7 @@ from pgpulse.report import (
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
-from pgpulse.wording import unchanged_note
+from pgpulse.wording import plural, unchanged_note
 
 T = TypeVar("T")
 
@@ -396,11 +397,37 @@ def node_run(
             metrics=metrics_addr,
             http=http_addr,
             settings=web_settings(**web),
+            on_started=_announcer(embedded=obj["embedded"]),
         )
     else:
         run_command(
-            pulse_app.run_node(obj["database_url"], data_dir=obj["data_dir"], config=config)
+            pulse_app.run_node(
+                obj["database_url"],
+                data_dir=obj["data_dir"],
+                config=config,
+                on_started=_announcer(embedded=obj["embedded"]),
+            )
         )
+
+
+def _announcer(*, embedded: bool) -> Callable[[Node, str], None]:
+    """What ``node run`` prints once its node has started, at every log level: one line on
+    stderr (node id, slots, the database as ``status`` names it), so that a silent node is
+    seen to work. Not in ``--log-format json``, whose stderr holds JSON alone (its INFO record
+    ``node_started`` says the same)."""
+
+    def announce(node: Node, where: str) -> None:
+        if not logs.prints_text():
+            return
+        database = f"{where} (embedded)" if embedded else where
+        quiet = not logging.getLogger().isEnabledFor(logging.INFO)
+        click.echo(
+            f"node {node.node_id} started with {plural(node.config.slots, 'slot')} on "
+            f"{database}{'; --log-level info shows more' if quiet else ''}",
+            err=True,
+        )
+
+    return announce
 
 
 # -- jobs --------------------------------------------------------------------------------------
