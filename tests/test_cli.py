@@ -443,6 +443,35 @@ def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) ->
     assert job_rows(db)[0]["payload"] == {"url": "http://127.0.0.1:9/hook"}
 
 
+SHELL_NOTE = (
+    "note: no live node allows shell jobs: {} for a node started with --allow-shell-jobs "
+    "(pgpulse node run --allow-shell-jobs)"
+)
+
+
+def test_shell_jobs_written_while_no_live_node_allows_them_get_a_note(
+    dsn: str, db: Any, tmp_path: Path
+) -> None:
+    """As an http job's private target gets one (the sixth trial's shell jobs waited unsaid)."""
+    create = ["job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell"]
+    made = pgpulse(*create, "--payload", SHELL_PAYLOAD, dsn=dsn)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.splitlines()[1:] == [SHELL_NOTE.format("its runs wait")]
+    tab = tmp_path / "two.crontab"
+    tab.write_text("0 3 * * * backup\n0 4 * * * vacuum\n")
+    imported = pgpulse("crontab", "import", str(tab), dsn=dsn)
+    assert imported.stdout.splitlines()[-1] == SHELL_NOTE.format("their runs wait")
+    again = pgpulse("crontab", "import", str(tab), dsn=dsn)  # nothing written: no note
+    assert "note:" not in again.stdout
+    db.execute(  # a live node that allows shell jobs (as a node's registration writes it)
+        "INSERT INTO pgpulse_nodes (node_id, hostname, pid, slots, handlers, shell, state, "
+        "started_at, last_heartbeat, ttl) VALUES ('n1', 'h', 1, 1, '{shell}', 'run', 'alive', "
+        "now(), now(), 60)"
+    )
+    quiet = pgpulse(*create, "--payload", SHELL_PAYLOAD, "--tz", "Europe/Paris", dsn=dsn)
+    assert quiet.returncode == 0 and "note:" not in quiet.stdout, quiet.stdout
+
+
 def test_zone_rules_come_from_the_tzdata_package_not_the_host(tmp_path: Path) -> None:
     """A host whose tz files say Europe/Berlin is UTC (a stale or altered /usr/share/zoneinfo)
     does not change the arithmetic: every node reads the same rules, those of the tzdata

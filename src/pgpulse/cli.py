@@ -567,6 +567,12 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
             f"note: its runs reach {private} only from nodes started with an --http-allow "
             "list that names it (pgpulse node run --http-allow HOST)"
         )
+    if spec.handler == "shell":
+        from pgpulse.cli_sources import shell_wait_note
+
+        note = await shell_wait_note(store, 1)
+        if note is not None:
+            click.echo(note)
 
 
 async def _next_to_run(store: Store, row: dict[str, Any]) -> str:
