@@ -250,6 +250,36 @@ async def test_control_format_and_bidi_characters_are_refused_in_names_and_tenan
     assert jobs(dsn) == []
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        pytest.param(["job", "list", "--tenant", "a\x01b"], ["--tenant: 'a\\x01b'", "U+0001"],
+                     id="job_list_tenant"),
+        pytest.param(["job", "show", "weekly", "--tenant", "x\u202e"],
+                     ["--tenant: 'x\\u202e'", "RIGHT-TO-LEFT OVERRIDE"], id="job_show_tenant"),
+        pytest.param(["job", "show", "we\x07"], ["name 'we\\x07' is not a valid name", "U+0007"],
+                     id="job_show_name"),
+        pytest.param(["job", "history", " x"], ["name ' x'", "starts or ends with a space"],
+                     id="job_history_name"),
+        pytest.param(["runs", "--tenant", ""], ["--tenant: ''", "it has 0 characters"],
+                     id="runs_tenant"),
+        pytest.param(["job", "trigger", "x", "--tenant", "t\x1b"], ["--tenant", "U+001B"],
+                     id="trigger_tenant"),
+        pytest.param(["alert", "rule", "list", "--job", "j\u200b"], ["--job", "U+200B"],
+                     id="alert_rule_job"),
+        pytest.param(["token", "create", "--tenant", ""],
+                     ["--tenant: '' is not a valid name (1-200 printable", "it has 0 characters"],
+                     id="token_create_tenant"),
+    ],
+)  # fmt: skip
+def test_reads_refuse_the_names_and_tenants_writes_refuse(
+    dsn: str, args: list[str], words: list[str]
+) -> None:
+    """The sixth trial's `job list --tenant $'a\\x01b'` answered rc 0 "(none in tenant ...)"."""
+    run = pgpulse if args[:2] == ["job", "list"] else in_process  # one subprocess
+    refused(run(dsn, *args), "is not a valid name", *words)
+
+
 @pytest.mark.parametrize("given", ["@nosuch.json", "@."])
 def test_notifier_config_from_a_file_that_cannot_be_read_is_one_line(
     tmp_path: Path, given: str

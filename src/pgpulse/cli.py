@@ -31,7 +31,7 @@ from pgpulse.cli_conventions import (
     apply_envvar_rule,
     as_option_refusal,
 )
-from pgpulse.cli_types import HostPort, IsoDateTime, Seconds
+from pgpulse.cli_types import HostPort, IsoDateTime, Seconds, valid_name
 from pgpulse.database import describe
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.engine import Node, NodeConfig
@@ -439,7 +439,11 @@ def job() -> None:
 
 
 tenant_option = click.option(
-    "--tenant", default="default", show_envvar=True, help="The job's tenant."
+    "--tenant",
+    default="default",
+    show_envvar=True,
+    callback=valid_name("tenant"),
+    help="The job's tenant.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
@@ -449,7 +453,7 @@ JOB_CREATE_ALLOW = "this command's --allow-private-target"
 
 
 @job.command("create")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @click.option("--schedule", required=True, help="Cron expression, @macro or @every duration.")
 @click.option("--handler", required=True, help="Handler name (shell, http, or your own).")
 @tenant_option
@@ -651,7 +655,7 @@ attempts_option = click.option(
 
 
 @job.command("show")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @attempts_option
 @json_option
@@ -681,7 +685,7 @@ async def job_show(
 
 
 @job.command("history")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @click.option(
     "--limit", type=click.IntRange(1, 10000), default=50, help="At most this many changes."
@@ -705,7 +709,7 @@ def _local(instant: datetime, timezone: str) -> str:
 
 def _state_command(verb: str, doc: str) -> None:
     @job.command(verb, help=doc)
-    @click.argument("name")
+    @click.argument("name", callback=valid_name("name"))
     @tenant_option
     @with_store()
     async def command(store: Store, name: str, tenant: str) -> None:
@@ -718,7 +722,7 @@ def _state_command(verb: str, doc: str) -> None:
 
 
 @job.command("pause")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @click.option(
     "--until",
@@ -753,7 +757,7 @@ async def job_pause(
 
 
 @job.command("resume")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @click.option(
     "--catch-up",
@@ -1033,8 +1037,8 @@ def status(
 
 
 @main.command()
-@click.argument("job_name", required=False)
-@click.option("--tenant", default=None, help="Only this tenant.")
+@click.argument("job_name", required=False, callback=valid_name("name"))
+@click.option("--tenant", default=None, callback=valid_name("tenant"), help="Only this tenant.")
 @click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
 @attempts_option
 @json_option

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from pgpulse.app import App, connect
-from pgpulse.cli_types import HostPort
+from pgpulse.cli_types import HostPort, valid_name
 from pgpulse.engine import Node, NodeConfig
 from pgpulse.report import print_records, run_command, to_json
 from pgpulse.web.auth import TokenStore
@@ -120,6 +120,7 @@ def _tokens(
     "--tenant",
     default=None,
     show_envvar=True,
+    callback=valid_name("tenant"),
     help="The tenant the token sees (required unless --admin).",
 )
 @click.option("--admin", is_flag=True, help="See every tenant; may manage shell jobs.")
