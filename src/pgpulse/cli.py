@@ -822,13 +822,16 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
     anchor = cursor
     click.echo(f"{parsed.describe()}")
     try:
-        for _ in range(count):
+        for index in range(count):
             following = parsed.next_after_or_none(cursor, anchor=anchor)
             if following is None:  # a one-off schedule: nothing after its instant
                 click.echo(f"no occurrence after {cursor.isoformat()}: the schedule has ended")
                 break
+            shown = following.isoformat()
+            if index == 0:  # the columns' header, over the first occurrence
+                click.echo(f"{'UTC':<{len(shown)}}  {timezone}")
             cursor = following
-            click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
+            click.echo(f"{shown}  {_local(cursor, timezone)}")
     except PulseError as exc:  # e.g. no occurrence before the year 10000
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
