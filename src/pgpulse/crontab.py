@@ -71,7 +71,7 @@ _WORDS_MAX = 24
 _SHELL_OPERATOR = re.compile(r"^(\d*[<>]|[|&;()]|\$\()")
 #: A redirection standing alone (``>``, ``2>>``, ``&>``, ``<``): the next token is its target,
 #: left out of job names with it.
-_BARE_REDIRECTION = re.compile(r"^(\d*|&)(>>?|<<?|>\||<>)$")
+_BARE_REDIRECTION = re.compile(r"^(\d*|&)(>>?|<<?|>\||<>|[<>]&)$")
 #: A whole word of a command, once quotes, brackets and trailing punctuation are stripped:
 #: it starts with a letter or digit and holds no format or shell characters (``+%F``, ``$HOME``
 #: and ``*.log`` are not words).
