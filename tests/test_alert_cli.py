@@ -117,6 +117,18 @@ async def test_notifiers_rules_silences_and_acknowledgements(
             "at most 31,622,400 s (366 d), got 0 s",  # not 3.16224e+07 s
         ),
         (("alert", "ack", "99"), "no alert with id 99"),
+        (
+            ("alert", "rule", "set", "failures", "--threshold", "0", "--notify", "ops"),
+            "at most 316,224,000, got 0",  # not 3.16224e+08 (sixth trial)
+        ),
+        (
+            ("notifier", "add", "x", "--kind", "webhook", "--config", '{"url": 5}'),
+            "config.url must be a string, got 5",  # the value, not 'int'
+        ),
+        (
+            ("notifier", "add", "x", "--kind", "webhook", "--config", '{"url": ["s3cret"]}'),
+            "config.url must be a string, got an array",  # what it is, not what it holds
+        ),
     ],
 )  # fmt: skip
 async def test_refused_input_is_one_line_exit_2_and_writes_nothing(

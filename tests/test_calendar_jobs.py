@@ -69,8 +69,12 @@ async def test_an_unknown_calendar_is_refused_and_nothing_is_written(store: Stor
 async def test_a_calendar_in_use_is_not_deleted(store: Store, db: Any) -> None:
     await store.put_calendar("default", ExclusionCalendar.create("off", dates=["2026-01-01"]))
     await add(store, spec("a", calendars=["off"]))
-    with pytest.raises(InvalidInput, match="in use by job"):
+    with pytest.raises(InvalidInput, match="in use by job a: remove it from it first"):
         await store.delete_calendar("default", "off")
+    await add(store, spec("b", calendars=["off"]))
+    with pytest.raises(InvalidInput, match="in use by jobs a, b: remove it from them first"):
+        await store.delete_calendar("default", "off")
+    await store.delete_job("default", "b")
     await store.delete_job("default", "a")
     await store.delete_calendar("default", "off")
     assert await store.list_calendars() == []
@@ -179,16 +183,16 @@ def test_job_create_says_the_next_occurrence_that_will_run_after_its_calendars(d
     )  # fmt: skip
     plain = pgpulse(*create, dsn=dsn)
     assert plain.returncode == 0, plain.stderr
-    assert plain.stdout.strip().endswith("; next occurrence 2030-01-01T06:00:00+00:00")
+    assert plain.stdout.splitlines()[0].endswith("; next occurrence 2030-01-01T06:00:00+00:00")
     skipped = pgpulse(*create, "--calendar", "newyear", dsn=dsn)
     assert skipped.returncode == 0, skipped.stderr
-    assert skipped.stdout.strip().endswith(
+    assert skipped.stdout.splitlines()[0].endswith(
         "; next occurrence 2030-01-03T06:00:00+00:00 (calendar newyear skips the ones from "
         "2030-01-01T06:00:00+00:00 until then)"
     )
     ended = pgpulse(*create, "--calendar", "newyear", "--not-after", "2030-01-02T12:00", dsn=dsn)
     assert ended.returncode == 0, ended.stderr
-    assert ended.stdout.strip().endswith(
+    assert ended.stdout.splitlines()[0].endswith(
         "; no occurrence will run: calendar newyear skips every one from "
         "2030-01-01T06:00:00+00:00 to its not_after 2030-01-02T12:00:00+00:00"
     )

@@ -47,6 +47,7 @@ def test_schedule_next_prints_exact_instants_across_a_dst_gap() -> None:
     lines = result.output.splitlines()
     # 01:30 does not exist on 2026-03-29 (01:00 -> 02:00): it fires at the end of the gap.
     assert lines[1:] == [
+        "UTC                        Europe/London",
         "2026-03-29T01:00:00+00:00  2026-03-29T02:00:00+01:00",
         "2026-03-30T00:30:00+00:00  2026-03-30T01:30:00+01:00",
     ]
@@ -72,7 +73,7 @@ def test_schedule_next_keeps_a_fractional_after_on_an_interval_grid(after: str) 
         ],
     )
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[1:] == [
+    assert result.output.splitlines()[2:] == [
         "2026-01-01T12:01:00.357000+00:00  2026-01-01T13:01:00.357000+01:00",
         "2026-01-01T12:02:00.357000+00:00  2026-01-01T13:02:00.357000+01:00",
     ]
@@ -90,11 +91,12 @@ def test_schedule_next_anchors_at_the_whole_second_by_default(
     every = CliRunner().invoke(main, ["schedule", "next", "@every 90s", "--count", "2"])
     assert every.exit_code == 0, every.output
     assert every.output.splitlines()[1:] == [
+        "UTC                        UTC",  # the columns: UTC, then the schedule's zone
         "2026-01-01T12:01:30+00:00  2026-01-01T12:01:30+00:00",
         "2026-01-01T12:03:00+00:00  2026-01-01T12:03:00+00:00",
     ]
     cron = CliRunner().invoke(main, ["schedule", "next", "0 12 * * *", "--count", "1"])
-    assert cron.output.splitlines()[1:] == ["2026-01-02T12:00:00+00:00  2026-01-02T12:00:00+00:00"]
+    assert cron.output.splitlines()[2:] == ["2026-01-02T12:00:00+00:00  2026-01-02T12:00:00+00:00"]
 
 
 def test_job_lifecycle(dsn: str, db: Any) -> None:
@@ -348,7 +350,11 @@ def test_values_the_database_cannot_hold_are_refused_up_front(
 def test_schedule_next_after_reads_iso_8601_as_fromisoformat(after: str, first: str) -> None:
     shown = pgpulse("schedule", "next", "0 * * * *", "--count", "1", "--after", after)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.splitlines() == ["at minute 0 (UTC)", f"{first}  {first}"]
+    assert shown.stdout.splitlines() == [
+        "at minute 0 (UTC)",
+        f"{'UTC':<25}  UTC",
+        f"{first}  {first}",
+    ]
 
 
 @pytest.mark.parametrize("after", ["tomorrow", "2026-13-01T10:00", "2026-12-01T10:00+25:00"])
@@ -443,6 +449,35 @@ def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) ->
     assert job_rows(db)[0]["payload"] == {"url": "http://127.0.0.1:9/hook"}
 
 
+SHELL_NOTE = (
+    "note: no live node allows shell jobs: {} for a node started with --allow-shell-jobs "
+    "(pgpulse node run --allow-shell-jobs)"
+)
+
+
+def test_shell_jobs_written_while_no_live_node_allows_them_get_a_note(
+    dsn: str, db: Any, tmp_path: Path
+) -> None:
+    """As an http job's private target gets one (the sixth trial's shell jobs waited unsaid)."""
+    create = ["job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell"]
+    made = pgpulse(*create, "--payload", SHELL_PAYLOAD, dsn=dsn)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.splitlines()[1:] == [SHELL_NOTE.format("its runs wait")]
+    tab = tmp_path / "two.crontab"
+    tab.write_text("0 3 * * * backup\n0 4 * * * vacuum\n")
+    imported = pgpulse("crontab", "import", str(tab), dsn=dsn)
+    assert imported.stdout.splitlines()[-1] == SHELL_NOTE.format("their runs wait")
+    again = pgpulse("crontab", "import", str(tab), dsn=dsn)  # nothing written: no note
+    assert "note:" not in again.stdout
+    db.execute(  # a live node that allows shell jobs (as a node's registration writes it)
+        "INSERT INTO pgpulse_nodes (node_id, hostname, pid, slots, handlers, shell, state, "
+        "started_at, last_heartbeat, ttl) VALUES ('n1', 'h', 1, 1, '{shell}', 'run', 'alive', "
+        "now(), now(), 60)"
+    )
+    quiet = pgpulse(*create, "--payload", SHELL_PAYLOAD, "--tz", "Europe/Paris", dsn=dsn)
+    assert quiet.returncode == 0 and "note:" not in quiet.stdout, quiet.stdout
+
+
 def test_zone_rules_come_from_the_tzdata_package_not_the_host(tmp_path: Path) -> None:
     """A host whose tz files say Europe/Berlin is UTC (a stale or altered /usr/share/zoneinfo)
     does not change the arithmetic: every node reads the same rules, those of the tzdata
@@ -456,7 +491,8 @@ def test_zone_rules_come_from_the_tzdata_package_not_the_host(tmp_path: Path) ->
         env={"PYTHONTZPATH": str(tmp_path / "zoneinfo")},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[1].split()[0] == "2026-01-10T02:00:00+00:00"  # 03:00 CET
+    assert done.stdout.splitlines()[1].split() == ["UTC", "Europe/Berlin"]
+    assert done.stdout.splitlines()[2].split()[0] == "2026-01-10T02:00:00+00:00"  # 03:00 CET
 
 
 def test_import_pgpulse_and_schedule_next_load_no_web_stack_and_no_http_client() -> None:

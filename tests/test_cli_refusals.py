@@ -99,6 +99,22 @@ def test_a_crontab_with_bytes_that_are_not_utf8_imports_nothing(dsn: str, tmp_pa
     assert jobs(dsn) == []
 
 
+@pytest.mark.parametrize(
+    "order",
+    [["--system", "--user-format"], ["--user-format", "--system"]],
+    ids=["sys_user", "user_sys"],
+)
+def test_crontab_import_refuses_both_formats_whatever_their_order(
+    dsn: str, tmp_path: Path, order: list[str]
+) -> None:
+    """The sixth trial saw the last of the two win silently (``echo`` read as the user)."""
+    tab = tmp_path / "cron.tab"
+    tab.write_text("0 5 * * * echo five\n")
+    run = pgpulse if order[0] == "--system" else in_process  # one subprocess
+    refused(run(dsn, "crontab", "import", str(tab), *order), "--system and --user-format")
+    assert jobs(dsn) == []
+
+
 def test_schedule_next_past_the_year_9999_is_refused() -> None:
     result = pgpulse(None, "schedule", "next", "@every 3650d", "--after", "9990-01-01")
     refused(result, "schedule '@every 3650d'", "before the year 10000")
@@ -232,6 +248,36 @@ async def test_control_format_and_bidi_characters_are_refused_in_names_and_tenan
         response = await client.post("/api/v1/jobs", json=body)
     assert response.status_code == 422 and response.json()["error"]["field"] == field
     assert jobs(dsn) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        pytest.param(["job", "list", "--tenant", "a\x01b"], ["--tenant: 'a\\x01b'", "U+0001"],
+                     id="job_list_tenant"),
+        pytest.param(["job", "show", "weekly", "--tenant", "x\u202e"],
+                     ["--tenant: 'x\\u202e'", "RIGHT-TO-LEFT OVERRIDE"], id="job_show_tenant"),
+        pytest.param(["job", "show", "we\x07"], ["name 'we\\x07' is not a valid name", "U+0007"],
+                     id="job_show_name"),
+        pytest.param(["job", "history", " x"], ["name ' x'", "starts or ends with a space"],
+                     id="job_history_name"),
+        pytest.param(["runs", "--tenant", ""], ["--tenant: ''", "it has 0 characters"],
+                     id="runs_tenant"),
+        pytest.param(["job", "trigger", "x", "--tenant", "t\x1b"], ["--tenant", "U+001B"],
+                     id="trigger_tenant"),
+        pytest.param(["alert", "rule", "list", "--job", "j\u200b"], ["--job", "U+200B"],
+                     id="alert_rule_job"),
+        pytest.param(["token", "create", "--tenant", ""],
+                     ["--tenant: '' is not a valid name (1-200 printable", "it has 0 characters"],
+                     id="token_create_tenant"),
+    ],
+)  # fmt: skip
+def test_reads_refuse_the_names_and_tenants_writes_refuse(
+    dsn: str, args: list[str], words: list[str]
+) -> None:
+    """The sixth trial's `job list --tenant $'a\\x01b'` answered rc 0 "(none in tenant ...)"."""
+    run = pgpulse if args[:2] == ["job", "list"] else in_process  # one subprocess
+    refused(run(dsn, *args), "is not a valid name", *words)
 
 
 @pytest.mark.parametrize("given", ["@nosuch.json", "@."])

@@ -687,6 +687,7 @@ def test_schedule_next_explains_an_extension() -> None:
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines() == [
         "at 09:30:00 on the last Friday of the month (Europe/London)",
+        "UTC                        Europe/London",
         "2026-03-27T09:30:00+00:00  2026-03-27T09:30:00+00:00",
         "2026-04-24T08:30:00+00:00  2026-04-24T09:30:00+01:00",
     ]

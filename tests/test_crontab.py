@@ -447,6 +447,10 @@ def test_job_names_are_readable_and_bounded() -> None:
             "echo-relay-billing-usage",
             id="quoted_words",
         ),
+        pytest.param(r"date +\%F > /tmp/x", "date", id="redirection_target_and_format_left_out"),
+        pytest.param("backup 2>> /var/log/backup.log", "backup", id="stderr_target_left_out"),
+        pytest.param("sort < /tmp/in | gzip", "sort-gzip", id="input_target_left_out"),
+        pytest.param("echo $HOME ok", "echo-ok", id="variable_left_out"),
     ],
 )
 def test_job_names_use_the_first_words_of_the_command(command: str, words: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from helpers import utc
-from pgpulse_tools.demo.run import NODES, _tally
+from pgpulse_tools.demo.run import NODES, _tally, next_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,6 +68,9 @@ def test_the_demo_passes_at_its_shortest_duration(tmp_path: Path) -> None:
     # the printed commands work as printed
     printed = [line.split("#")[0].strip() for line in out.splitlines() if "--database" in line]
     status_command = next(shlex.split(c) for c in printed if c.endswith(" status"))
+    [killed] = re.findall(r"SIGKILL (node-\d)", out)
+    [status_hint] = [line for line in out.splitlines() if " status " in line and "#" in line]
+    assert f"{killed} lost" in status_hint, status_hint  # as status shows it, not "stopped"
     assert status_command[-3:] == ["--database", "pgpulse_demo", "status"]
     shown = subprocess.run(status_command, env=env, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
@@ -77,6 +80,17 @@ def test_the_demo_passes_at_its_shortest_duration(tmp_path: Path) -> None:
     runs = subprocess.run(runs_command, env=env, capture_output=True, text=True, timeout=60)
     assert runs.returncode == 0 and "succeeded" in runs.stdout
     print(f"demo --duration 20: wall {wall:.1f} s")  # figures for the report, not a target
+
+
+def test_the_closing_hints_say_the_killed_node_is_lost_and_name_every_tenant() -> None:
+    """The sixth trial read "nodes (all stopped now)" while status showed the killed one lost,
+    and no hint for tenant local after importing /etc/cron.d."""
+    steps = dict(next_steps("node-3", local=False))
+    assert steps["status"].startswith("nodes (node-1, node-2 stopped, node-3 lost")
+    assert not any("local" in args for args in steps)
+    with_local = [args for args, _ in next_steps("node-3", local=True)]
+    assert "job list --tenant local" in with_local and "runs --tenant local" in with_local
+    assert with_local.index("job list --tenant relay") < with_local.index("job list --tenant local")
 
 
 def table_of(out: str) -> list[dict[str, str]]:

@@ -170,6 +170,7 @@ def test_schedule_next_prints_the_one_occurrence_then_says_it_ended() -> None:
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines() == [
         "once, at 2026-12-24 18:00:00+01:00 (Europe/Berlin)",
+        "UTC                        Europe/Berlin",
         "2026-12-24T17:00:00+00:00  2026-12-24T18:00:00+01:00",
         "no occurrence after 2026-12-24T17:00:00+00:00: the schedule has ended",
     ]

@@ -277,6 +277,39 @@ def test_node_run_imports_the_app_from_the_current_folder(
     assert proc.returncode == 0, stderr
 
 
+@pytest.mark.parametrize("level", ["warning", "info", "json"])
+def test_node_run_says_once_that_it_started_at_every_log_level(dsn: str, level: str) -> None:
+    """The sixth trial's node sat silent at the default level: one line says it started, on
+    the database as status names it (stderr stays JSON alone in --log-format json)."""
+    options = ["--log-level", "info" if level == "json" else level]
+    options += ["--log-format", "json"] if level == "json" else []
+    proc = subprocess.Popen(
+        [PGPULSE, *options, "node", "run", "--node-id", "hello", "--slots", "3"],
+        env={**os.environ, "PGPULSE_DATABASE_URL": dsn},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # the node's first line (pytest-timeout bounds it)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+    assert proc.returncode == 0, rest
+    lines = (first + rest).splitlines()
+    if level == "json":
+        assert all(line.startswith("{") for line in lines), lines
+        return
+    headline = pgpulse("status", dsn=dsn).stdout.splitlines()[0]
+    database = headline.split(" — ", 1)[1]
+    said = f"node hello started with 3 slots on {database}"
+    started = [line for line in lines if line.startswith("node hello started")]
+    if level == "warning":
+        assert started == [f"{said}; --log-level info shows more"], lines
+    else:
+        assert started == [said], lines
+
+
 def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: Any) -> None:
     refused = pgpulse("node", "run", "--app", "nosuchmodule:app", dsn=dsn)
     assert refused.returncode == 2

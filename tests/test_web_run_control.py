@@ -3,7 +3,9 @@ calendars, and their refusals (field and value named, nothing written)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import unquote
 
 from pgpulse.store import Store
 from web_helpers import OWN_PAGE, api_client, make_token
@@ -106,6 +108,38 @@ async def test_the_dashboard_shows_a_pause_its_end_and_reason(store: Store) -> N
         page = (await ui.get(f"/ui/jobs/{job['id']}")).text
         assert 'data-testid="job-pause"' in page and "until 2099-01-01" in page
         assert "0 of at most 4" in page
+
+
+async def test_dashboard_buttons_note_no_change_as_the_cli_and_go_back_to_the_job(
+    store: Store,
+) -> None:
+    """Resume on an idle job, or Pause on a paused one, says what the CLI says (the sixth trial
+    saw "resumed" for an idle job); a button's post without ``next`` goes back to the job."""
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        job = (await api.post("/api/v1/jobs", json=body("nightly"))).json()
+    async with api_client(store) as ui:
+        assert (
+            await ui.post("/ui/login", data={"token": token}, headers=OWN_PAGE)
+        ).status_code == 303
+        page = (await ui.get(f"/ui/jobs/{job['id']}")).text
+        found = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert found is not None
+        csrf = {"csrf": found.group(1)}
+
+        async def press(verb: str) -> str:
+            done = await ui.post(f"/ui/jobs/{job['id']}/{verb}", data=csrf)
+            assert done.status_code == 303, done.text
+            where, _, notice = done.headers["location"].partition("?notice=")
+            assert where == f"/ui/jobs/{job['id']}"
+            return unquote(notice)
+
+        assert await press("resume") == "nightly is idle, not paused; no change"
+        assert await press("pause") == "paused"
+        assert await press("pause") == "nightly was paused already; no change"
+        assert await press("resume") == "resumed"
+        listed = await ui.post(f"/ui/jobs/{job['id']}/trigger", data=csrf | {"next": "/ui/"})
+        assert listed.headers["location"] == "/ui/?notice=triggered"
 
 
 async def test_upcoming_occurrences_leave_out_what_a_calendar_excludes(

@@ -32,6 +32,7 @@ from pgpulse.access import code_writer
 from pgpulse.alerts.rules import RuleSpec, declared_rule
 from pgpulse.audit import Actor
 from pgpulse.builtins import BUILTIN_HANDLERS
+from pgpulse.database import describe as describe_connection
 from pgpulse.database import open_pool, resolve_dsn
 from pgpulse.engine import Node, NodeConfig
 from pgpulse.errors import DatabaseUnavailable, InvalidInput, describe
@@ -266,12 +267,18 @@ class App:
         data_dir: Path | None = None,
         config: NodeConfig | None = None,
         install_signal_handlers: bool = True,
+        on_started: Callable[[Node, str], None] | None = None,
     ) -> None:
         """Run one scheduler node for this app until SIGTERM/SIGINT (then drain and exit).
 
         Migrates the database and writes the code-declared jobs before claiming
         (:meth:`declare`: never over a ``shell`` job of the same name; with ``prune``, the
         jobs the code no longer declares are deleted).
+
+        Args:
+            on_started: called once the node has started (registered, with its first shards),
+                with the node and where its database is (``database 'pulse' on
+                db.internal:5432``, as :func:`pgpulse.database.describe` words it).
 
         Raises:
             DatabaseUnavailable: the database does not answer.
@@ -290,14 +297,23 @@ class App:
             max_size=min(config.slots, 8) + 2,
             min_size=2,
         )
+        announcing: asyncio.Task[None] | None = None
         try:
             node = await self._started(Store(pool), dsn, config)
             if install_signal_handlers:
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, node.stop)
+            if on_started is not None:
+                async with pool.connection() as conn:
+                    where = describe_connection(conn.info)
+                announcing = asyncio.create_task(
+                    _when_started(node, partial(on_started, node, where))
+                )
             await node.run()
         finally:
+            if announcing is not None:
+                announcing.cancel()
             await pool.close()
 
     async def _started(self, store: Store, dsn: str, config: NodeConfig) -> Node:
@@ -344,6 +360,12 @@ class App:
                 await node.deregister()
             raise
         return node
+
+
+async def _when_started(node: Node, then: Callable[[], None]) -> None:
+    """Call ``then`` once ``node`` has started (its ``started`` event)."""
+    await node.started.wait()
+    then()
 
 
 #: Seconds a starting node waits for a database that is restarting or not yet up.

@@ -71,8 +71,8 @@ class CalendarStore(ClaimStore):
         if not row["deleted"]:
             raise InvalidInput(
                 f"calendar {name!r} is in use by {'job' if len(row['jobs']) == 1 else 'jobs'} "
-                f"{', '.join(row['jobs'])}: remove it "
-                "from them first",
+                f"{', '.join(row['jobs'])}: remove it from "
+                f"{'it' if len(row['jobs']) == 1 else 'them'} first",
                 field="calendar",
                 value=name,
             )

@@ -27,13 +27,14 @@ from pgpulse.cli_conventions import (
     CONTEXT,
     GlobalOptions,
     PulseGroup,
+    Refused,
     apply_envvar_rule,
     as_option_refusal,
 )
-from pgpulse.cli_types import HostPort, IsoDateTime, Seconds
+from pgpulse.cli_types import HostPort, IsoDateTime, Seconds, valid_name
 from pgpulse.database import describe
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
-from pgpulse.engine import NodeConfig
+from pgpulse.engine import Node, NodeConfig
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, parse_instant
@@ -50,6 +51,7 @@ from pgpulse.report import (
 from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
+from pgpulse.wording import plural, unchanged_note
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -419,11 +421,37 @@ def node_run(
             metrics=metrics_addr,
             http=http_addr,
             settings=web_settings(**web),
+            on_started=_announcer(embedded=obj["embedded"]),
         )
     else:
         run_command(
-            pulse_app.run_node(obj["database_url"], data_dir=obj["data_dir"], config=config)
+            pulse_app.run_node(
+                obj["database_url"],
+                data_dir=obj["data_dir"],
+                config=config,
+                on_started=_announcer(embedded=obj["embedded"]),
+            )
         )
+
+
+def _announcer(*, embedded: bool) -> Callable[[Node, str], None]:
+    """What ``node run`` prints once its node has started, at every log level: one line on
+    stderr (node id, slots, the database as ``status`` names it), so that a silent node is
+    seen to work. Not in ``--log-format json``, whose stderr holds JSON alone (its INFO record
+    ``node_started`` says the same)."""
+
+    def announce(node: Node, where: str) -> None:
+        if not logs.prints_text():
+            return
+        database = f"{where} (embedded)" if embedded else where
+        quiet = not logging.getLogger().isEnabledFor(logging.INFO)
+        click.echo(
+            f"node {node.node_id} started with {plural(node.config.slots, 'slot')} on "
+            f"{database}{'; --log-level info shows more' if quiet else ''}",
+            err=True,
+        )
+
+    return announce
 
 
 # -- jobs --------------------------------------------------------------------------------------
@@ -435,7 +463,11 @@ def job() -> None:
 
 
 tenant_option = click.option(
-    "--tenant", default="default", show_envvar=True, help="The job's tenant."
+    "--tenant",
+    default="default",
+    show_envvar=True,
+    callback=valid_name("tenant"),
+    help="The job's tenant.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
@@ -445,7 +477,7 @@ JOB_CREATE_ALLOW = "this command's --allow-private-target"
 
 
 @job.command("create")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @click.option("--schedule", required=True, help="Cron expression, @macro or @every duration.")
 @click.option("--handler", required=True, help="Handler name (shell, http, or your own).")
 @tenant_option
@@ -563,6 +595,12 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
             f"note: its runs reach {private} only from nodes started with an --http-allow "
             "list that names it (pgpulse node run --http-allow HOST)"
         )
+    if spec.handler == "shell":
+        from pgpulse.cli_sources import shell_wait_note
+
+        note = await shell_wait_note(store, 1)
+        if note is not None:
+            click.echo(note)
 
 
 async def _next_to_run(store: Store, row: dict[str, Any]) -> str:
@@ -641,7 +679,7 @@ attempts_option = click.option(
 
 
 @job.command("show")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @attempts_option
 @json_option
@@ -671,7 +709,7 @@ async def job_show(
 
 
 @job.command("history")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @click.option(
     "--limit", type=click.IntRange(1, 10000), default=50, help="At most this many changes."
@@ -695,7 +733,7 @@ def _local(instant: datetime, timezone: str) -> str:
 
 def _state_command(verb: str, doc: str) -> None:
     @job.command(verb, help=doc)
-    @click.argument("name")
+    @click.argument("name", callback=valid_name("name"))
     @tenant_option
     @with_store()
     async def command(store: Store, name: str, tenant: str) -> None:
@@ -708,7 +746,7 @@ def _state_command(verb: str, doc: str) -> None:
 
 
 @job.command("pause")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @click.option(
     "--until",
@@ -739,11 +777,11 @@ async def job_pause(
     elif at or reason is not None:
         click.echo(f"{name} was paused already; now paused {what}")
     else:
-        click.echo(f"{name} was paused already; no change")
+        click.echo(unchanged_note("pause", name, "paused"))
 
 
 @job.command("resume")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @click.option(
     "--catch-up",
@@ -761,7 +799,7 @@ async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> Non
         f"resumed {name}{'' if catch_up == 'skip' else f' ({catch_up})'}; next occurrence "
         f"{row['scheduled_for'].isoformat()}"
         if changed
-        else f"{name} is {row['status']}, not paused; no change"
+        else unchanged_note("resume", name, row["status"])
     )
 
 
@@ -808,13 +846,16 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
     anchor = cursor
     click.echo(f"{parsed.describe()}")
     try:
-        for _ in range(count):
+        for index in range(count):
             following = parsed.next_after_or_none(cursor, anchor=anchor)
             if following is None:  # a one-off schedule: nothing after its instant
                 click.echo(f"no occurrence after {cursor.isoformat()}: the schedule has ended")
                 break
+            shown = following.isoformat()
+            if index == 0:  # the columns' header, over the first occurrence
+                click.echo(f"{'UTC':<{len(shown)}}  {timezone}")
             cursor = following
-            click.echo(f"{cursor.isoformat()}  {_local(cursor, timezone)}")
+            click.echo(f"{shown}  {_local(cursor, timezone)}")
     except PulseError as exc:  # e.g. no occurrence before the year 10000
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -832,6 +873,16 @@ def crontab() -> None:
     """Import crontab files."""
 
 
+def _one_format(
+    _ctx: click.Context, _param: click.Parameter, given: tuple[bool, ...]
+) -> bool | None:
+    """The crontab format asked for (``None``: from the file's path); both asked for are
+    refused, whatever their order."""
+    if len(set(given)) > 1:
+        raise Refused("--system and --user-format cannot be given together: give one of them")
+    return given[0] if given else None
+
+
 @crontab.command("import")
 @click.argument(
     "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE"
@@ -839,7 +890,9 @@ def crontab() -> None:
 @tenant_option
 @click.option(
     "--system/--user-format",
-    default=None,
+    # multiple, so that both given are seen (and refused) rather than the last one winning
+    multiple=True,
+    callback=_one_format,
     show_default="system for /etc/crontab and /etc/cron.d/*, user for any other file",
     help="System format (a user field before the command) or user format.",
 )
@@ -1011,8 +1064,8 @@ def status(
 
 
 @main.command()
-@click.argument("job_name", required=False)
-@click.option("--tenant", default=None, help="Only this tenant.")
+@click.argument("job_name", required=False, callback=valid_name("name"))
+@click.option("--tenant", default=None, callback=valid_name("tenant"), help="Only this tenant.")
 @click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
 @attempts_option
 @json_option

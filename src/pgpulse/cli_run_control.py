@@ -14,14 +14,14 @@ import click
 from pgpulse.audit import cli_actor
 from pgpulse.backfill import ONLY_CHOICES
 from pgpulse.cli import job, tenant_option, with_store
-from pgpulse.cli_types import IsoDateTime
+from pgpulse.cli_types import IsoDateTime, valid_name
 from pgpulse.run_control import BackfillPlan, RunControl
 from pgpulse.store import Store
 from pgpulse.wording import plural
 
 
 @job.command("trigger")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @click.option(
     "--payload",
@@ -57,7 +57,7 @@ async def job_trigger(store: Store, name: str, tenant: str, payload: str | None)
 
 
 @job.command("backfill")
-@click.argument("name")
+@click.argument("name", callback=valid_name("name"))
 @tenant_option
 @click.option(
     "--from", "start", type=IsoDateTime(), required=True, help="First instant (UTC if naive)."

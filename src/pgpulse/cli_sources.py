@@ -196,6 +196,10 @@ async def import_crontab(
             actor=cli_actor(),
         )
         _print_plans([plan], [str(path)], as_json=False, dry_run=dry_run)
+        written = 0 if dry_run else plan.count("create") + plan.count("update")
+        note = await shell_wait_note(store, written)
+        if note is not None:
+            click.echo(note)
         return
     results = await store.upsert_jobs(specs, actor=cli_actor())
     for spec, (_, created) in zip(specs, results, strict=True):
@@ -207,6 +211,30 @@ async def import_crontab(
     click.echo(
         f"imported {plural(len(specs), 'job')} from {path}: {made} created, "
         f"{len(specs) - made} already imported"
+    )
+    note = await shell_wait_note(store, made)
+    if note is not None:
+        click.echo(note)
+
+
+#: Seconds of silence after which a node that recorded no time-to-live counts as not live
+#: (``status``'s :data:`pgpulse.cli.DEFAULT_NODE_TTL`).
+_NODE_TTL = 10.0
+
+
+async def shell_wait_note(store: Store, jobs: int) -> str | None:
+    """The note for ``jobs`` shell jobs just written when no live node allows shell jobs (they
+    wait, as ``status`` then shows), else ``None``: one wording for ``job create`` and
+    ``crontab import``, beside the one for an http job's private target."""
+    if jobs == 0:
+        return None
+    nodes = await store.cluster_nodes(ttl=_NODE_TTL)
+    if any(node["alive"] and node["shell"] != "off" for node in nodes):  # run or dry-run
+        return None
+    whose = "its runs wait" if jobs == 1 else "their runs wait"
+    return (
+        f"note: no live node allows shell jobs: {whose} for a node started with "
+        "--allow-shell-jobs (pgpulse node run --allow-shell-jobs)"
     )
 
 

@@ -156,3 +156,28 @@ class HostPort(click.ParamType[str]):
         except InvalidInput:
             self.fail(f"{str(value)!r} is not HOST:PORT, e.g. 127.0.0.1:9100", param, ctx)
         return str(value)
+
+
+def valid_name(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that refuses a job or tenant name no write would take
+    (:func:`pgpulse.jobs.check_name`), on reads too: one line naming the option or the field,
+    the value and why (``invalid value for --tenant: 'a\\x01b' is not a valid name (...)``,
+    ``name '' is not a valid name (...)`` for an argument). ``None`` passes (an optional one
+    not given)."""
+
+    def check(_ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        from pgpulse.errors import InvalidInput
+        from pgpulse.jobs import check_name
+
+        if value is None:
+            return value
+        try:
+            return check_name(field, value)
+        except InvalidInput as exc:
+            if isinstance(param, click.Option):
+                raise click.BadParameter(exc.message.removeprefix(f"{field} ")) from None
+            from pgpulse.cli_conventions import Refused
+
+            raise Refused(exc.message) from None
+
+    return check

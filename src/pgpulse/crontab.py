@@ -69,6 +69,13 @@ _SLUG_MAX = 40
 _WORDS_MAX = 24
 #: A shell operator or redirection, left out of job names (``>``, ``2>&1``, ``|``, ``&&``).
 _SHELL_OPERATOR = re.compile(r"^(\d*[<>]|[|&;()]|\$\()")
+#: A redirection standing alone (``>``, ``2>>``, ``&>``, ``<``): the next token is its target,
+#: left out of job names with it.
+_BARE_REDIRECTION = re.compile(r"^(\d*|&)(>>?|<<?|>\||<>|[<>]&)$")
+#: A whole word of a command, once quotes, brackets and trailing punctuation are stripped:
+#: it starts with a letter or digit and holds no format or shell characters (``+%F``, ``$HOME``
+#: and ``*.log`` are not words).
+_WHOLE_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=,@+-]*$")
 #: The first words of a guard or preamble before a line's real command, left out of its job
 #: name: ``test -x /usr/bin/certbot && certbot renew``, ``[ -d /srv ] && ...``, ``cd /srv &&
 #: ...``, ``sleep 30; ...`` (Debian's own cron files are full of them).
@@ -280,9 +287,11 @@ def job_name_for(entry: CrontabEntry, *, prefix: str | None = None) -> str:
       command are left out (``test -x /usr/bin/certbot && perl -e "sleep ..." && certbot -q
       renew`` is named ``certbot-renew``; also ``[ ... ] &&``, ``cd DIR &&``, ``sleep N;``,
       and ``NAME=value`` settings before a command),
-      and so are options (``-x``, ``--full``) and shell operators and redirections (``>``,
-      ``2>&1``, ``|``, ``&&``); a path stands for its last part (``/usr/local/bin/backup`` is
-      ``backup``), and each word is lower-cased with runs of other characters made ``-``.
+      and so are options (``-x``, ``--full``), shell operators and redirections (``>``,
+      ``2>&1``, ``|``, ``&&``) with a redirection's target (``> /tmp/x``), and arguments that
+      are not whole words (``+%F``, ``$HOME``); a path stands for its last part
+      (``/usr/local/bin/backup`` is ``backup``), and each word is lower-cased with runs of
+      other characters made ``-``.
       ``job`` if nothing is left.
     * ``hash``: the first 8 hex digits of SHA-256 over (schedule, timezone, user, command,
       stdin): what makes the line the same job. The environment (``PATH=``...) is not part of
@@ -621,10 +630,21 @@ def _command_words(command: str) -> str:
     """The first words of ``command``'s real command (after guards such as ``test -x ... &&``)
     as a slug of at most :data:`_WORDS_MAX` characters (see :func:`job_name_for`)."""
     words: list[str] = []
+    target_next = False
     for token in _after_preambles(command):
+        if target_next:  # the target of a redirection standing alone: ``> /tmp/x``
+            target_next = False
+            continue
+        if _BARE_REDIRECTION.match(token):
+            target_next = True
+            continue
         if token.startswith("-") or _SHELL_OPERATOR.match(token):
             continue
-        word = _slug(token.rstrip("/").rsplit("/", 1)[-1] if "/" in token else token)
+        part = token.rstrip("/").rsplit("/", 1)[-1] if "/" in token else token
+        part = part.lstrip("\"'({").rstrip("\"')};:,.")
+        if not _WHOLE_WORD.match(part):
+            continue
+        word = _slug(part)
         if word:
             words.append(word)
     slug = ""

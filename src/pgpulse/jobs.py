@@ -69,6 +69,17 @@ def unprintable(value: str) -> str | None:
     return f"it holds U+{ord(bad):04X} ({f'{name}, ' if name else ''}{kind})"
 
 
+def check_name(field_name: str, value: object) -> str:
+    """``value`` if it is a valid job or tenant name (1-200 printable characters, no space at
+    either end), else :class:`InvalidInput` naming ``field_name``, the value and why: the rule
+    every write applies, for the reads that name a job or tenant too.
+
+    Raises:
+        InvalidInput: not a valid name (``field=field_name``).
+    """
+    return _check_name(field_name, value)
+
+
 def _check_name(field_name: str, value: object, pattern: re.Pattern[str] | None = None) -> str:
     """``value`` if it is a valid name (``pattern``: a handler name), else InvalidInput."""
     problem: str | None

@@ -21,6 +21,16 @@ def rfc3339(record: logging.LogRecord) -> str:
     return instant.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+#: The format :func:`configure` set last (``text`` until it is called).
+_configured_format = "text"
+
+
+def prints_text() -> bool:
+    """Whether stderr carries text (not one JSON object per line): a line meant for people
+    alone may be printed there only then."""
+    return _configured_format == "text"
+
+
 class _TextFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return rfc3339(record)
@@ -53,6 +63,8 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
         handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     else:
         raise ValueError(f"log format must be text or json, got {fmt!r}")
+    global _configured_format
+    _configured_format = fmt
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

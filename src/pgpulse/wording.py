@@ -57,3 +57,12 @@ def given(value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         return f"{int(value)}"
     return repr(value)
+
+
+def unchanged_note(verb: str, name: str, status: str) -> str:
+    """The note for a pause or resume that leaves job ``name`` as it is, one wording for the
+    CLI and the dashboard: ``nightly was paused already; no change`` (``verb`` ``"pause"``),
+    ``nightly is idle, not paused; no change`` (``"resume"``; ``status`` is the job's)."""
+    if verb == "pause":
+        return f"{name} was paused already; no change"
+    return f"{name} is {status}, not paused; no change"

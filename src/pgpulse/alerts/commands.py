@@ -20,6 +20,7 @@ import click
 from pgpulse.alerts.rules import ALL_RULES, CLUSTER_RULES
 from pgpulse.alerts.store import AlertStore
 from pgpulse.app import connect
+from pgpulse.cli_types import valid_name
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput
 from pgpulse.report import one_line, print_records, run_command, to_json
@@ -71,7 +72,11 @@ def _print(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> Non
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 tenant_option = click.option(
-    "--tenant", default="default", show_envvar=True, help="The job's tenant."
+    "--tenant",
+    default="default",
+    show_envvar=True,
+    callback=valid_name("tenant"),
+    help="The job's tenant.",
 )
 
 
@@ -193,7 +198,12 @@ def _job(job: str | None, tenant: str) -> tuple[str, str] | None:
 
 @rule.command("set")
 @click.argument("kind", metavar="RULE")
-@click.option("--job", default=None, help="The job (default: the cluster-wide rule or default).")
+@click.option(
+    "--job",
+    default=None,
+    callback=valid_name("job"),
+    help="The job (default: the cluster-wide rule or default).",
+)
 @tenant_option
 @click.option(
     "--threshold",
@@ -241,6 +251,7 @@ def rule_set(
 @click.option(
     "--job",
     default=None,
+    callback=valid_name("job"),
     help="Only the rules that apply to this job: its own and the defaults of job rules (no "
     "cluster rule).",
 )
@@ -257,7 +268,9 @@ def rule_list(obj: dict[str, Any], job: str | None, tenant: str, as_json: bool) 
 
 @rule.command("remove")
 @click.argument("kind", metavar="RULE", type=click.Choice(list(ALL_RULES)))
-@click.option("--job", default=None, help="The job (default: the cluster's rule).")
+@click.option(
+    "--job", default=None, callback=valid_name("job"), help="The job (default: the cluster's rule)."
+)
 @tenant_option
 @click.pass_obj
 def rule_remove(obj: dict[str, Any], kind: str, job: str | None, tenant: str) -> None:

@@ -119,7 +119,7 @@ def parse_rule(rule: object, threshold: object, notifiers: object, *, cluster: b
         value = float(threshold)
         if not math.isfinite(value) or value <= 0 or value > MAX_THRESHOLD:
             raise InvalidInput(
-                f"threshold must be more than 0 and at most {MAX_THRESHOLD:g}, "
+                f"threshold must be more than 0 and at most {MAX_THRESHOLD:,.0f}, "
                 f"got {given(threshold)}",
                 field="threshold",
                 value=threshold,

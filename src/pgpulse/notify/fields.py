@@ -197,8 +197,11 @@ def http_url(config: Mapping[str, Any], key: str, *, required: bool) -> Secret |
             raise refuse(key, 'is required (e.g. "https://hooks.example.com/pulse")')
         return None
     raw = config[key]
-    if not isinstance(raw, str):
-        raise refuse(key, "must be a string", type(raw).__name__)
+    if isinstance(raw, bool | int | float):  # a number holds no URL's secret: quote it
+        raise refuse(key, "must be a string", raw)
+    if not isinstance(raw, str):  # an array or object might: say what it is, not what it holds
+        kind = "an array" if isinstance(raw, list | tuple) else "an object"
+        raise refuse(key, f"must be a string, got {kind}")
     shown = redact_url(raw)
     _check_string(key, raw, secret=True, max_chars=MAX_URL_CHARS)
     if "\\" in raw or " " in raw:

@@ -23,6 +23,7 @@ from typing import Any
 from pgpulse.audit import Actor
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, PulseError
+from pgpulse.jobs import check_name
 from pgpulse.sql import load_queries
 
 QUERIES = load_queries("web.sql")
@@ -33,7 +34,6 @@ TOKEN_PREFIX = "pgp_"
 #: Characters of a token kept in clear (``pgp_`` + 8) to tell tokens apart in listings.
 SHOWN_PREFIX_CHARS = 12
 _TOKEN_RE = re.compile(r"^pgp_[A-Za-z0-9_-]{43}$")
-_TENANT_RE = re.compile(r"^[^\s\x00-\x1f](?:[^\x00-\x1f]{0,198}[^\s\x00-\x1f])?$")
 
 
 class TokenNotFound(PulseError):
@@ -137,10 +137,8 @@ class TokenStore:
                 field="tenant",
                 value=None,
             )
-        if tenant is not None and not _TENANT_RE.match(tenant):
-            raise InvalidInput(
-                f"tenant {tenant!r} is not a valid name", field="tenant", value=tenant
-            )
+        if tenant is not None:
+            check_name("tenant", tenant)  # the rule of every write, with its reason
         if len(label) > 200 or any(ord(c) < 32 for c in label):
             raise InvalidInput(
                 "label must be at most 200 printable characters", field="label", value=label

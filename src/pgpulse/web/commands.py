@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import click
 
 from pgpulse.app import App, connect
-from pgpulse.cli_types import HostPort
-from pgpulse.engine import NodeConfig
+from pgpulse.cli_types import HostPort, valid_name
+from pgpulse.engine import Node, NodeConfig
 from pgpulse.report import print_records, run_command, to_json
 from pgpulse.web.auth import TokenStore
 from pgpulse.web.options import web_options, web_settings
@@ -64,11 +64,12 @@ def run_node_with_web(
     metrics: str | None,
     http: str | None,
     settings: WebSettings,
+    on_started: Callable[[Node, str], None] | None = None,
 ) -> None:
     """Run a node (``pgpulse node run``) with its ``--metrics`` / ``--http`` servers beside it.
 
     The servers bind before the node starts (a busy address exits 2 at once) and stop after
-    the node has drained.
+    the node has drained. ``on_started``: as :meth:`pgpulse.app.App.run_node`'s.
     """
     from pgpulse.web.server import web_sidecar  # the web stack: only for the servers
 
@@ -84,7 +85,9 @@ def run_node_with_web(
             settings=settings,
             read_url=obj["read_database_url"],
         ):
-            await app.run_node(database_url, data_dir=data_dir, config=config)
+            await app.run_node(
+                database_url, data_dir=data_dir, config=config, on_started=on_started
+            )
 
     run_command(main())
 
@@ -117,6 +120,7 @@ def _tokens(
     "--tenant",
     default=None,
     show_envvar=True,
+    callback=valid_name("tenant"),
     help="The tenant the token sees (required unless --admin).",
 )
 @click.option("--admin", is_flag=True, help="See every tenant; may manage shell jobs.")

@@ -38,6 +38,7 @@ from pgpulse.web.errors import error_body, status_of
 from pgpulse.web.filters import OUTCOMES, PAGE_SIZE, STATUSES, choice, next_link, text
 from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
 from pgpulse.web.service import present_job
+from pgpulse.wording import unchanged_note
 
 COOKIE = "pgpulse_token"
 #: Where the package's templates and static files live.
@@ -310,13 +311,19 @@ async def job_action(request: Request, job_id: JobId, verb: str, session: Sessio
         )
     ctx: WebContext = request.app.state.pulse
     try:
+        before = await ctx.service.job(who, job_id)
         await ctx.service.act(who, job_id, verb)
         notice = f"{verb}d" if verb != "trigger" else "triggered"
+        if (verb == "pause" and before["status"] == "paused") or (
+            verb == "resume" and before["status"] not in ("paused", "failed")
+        ):  # the store left the job as it is: say so as the CLI does
+            notice = unchanged_note(verb, before["name"], before["status"])
         status = 200
     except PulseError as exc:
         notice, status = exc.message, status_of(exc)[0]
     if wants_json:
         return JSONResponse({"notice": notice}, status)
-    back = (form.get("next") or ["/ui/"])[0]
+    # The page's forms say where they were; a post without it goes back to the job's page.
+    back = (form.get("next") or [f"/ui/jobs/{job_id}"])[0]
     back = back if back.startswith("/ui/") and "//" not in back else "/ui/"
     return RedirectResponse(f"{back.split('?')[0]}?notice={quote(notice)}", status_code=303)

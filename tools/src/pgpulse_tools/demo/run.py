@@ -200,12 +200,12 @@ async def run_demo(
         store = Store(pool)
         await store.migrate()
         await (await psycopg.AsyncConnection.connect(dsn, autocommit=True)).execute(Q["create_log"])
-        verdict = await _run_cluster(
+        verdict, killed = await _run_cluster(
             store, dsn, duration, lambda: _import(store, crontabs, system), logs
         )
     finally:
         await pool.close()
-    _print_next_steps(database_url, data_dir, logs)
+    _print_next_steps(database_url, data_dir, logs, killed, local=bool(crontabs))
     return verdict
 
 
@@ -244,7 +244,9 @@ async def _run_cluster(
     duration: float,
     load: Callable[[], Awaitable[datetime]],
     logs: Path,
-) -> int:
+) -> tuple[int, str | None]:
+    """Run the nodes for ``duration`` seconds, SIGKILL one midway, stop the others; return the
+    verdict (:func:`_report`) and the killed node's id (``None`` if none was)."""
     procs = {node_id: _start_node(dsn, node_id, logs) for node_id in NODES}
     killed: str | None = None
     async with await psycopg.AsyncConnection.connect(
@@ -284,7 +286,7 @@ async def _run_cluster(
         for proc in procs.values():
             await asyncio.to_thread(proc.wait, 30)
         click.echo("nodes stopped (SIGTERM: each drained and handed back its claims)")
-        return await _report(conn, started, stopped_at)
+        return await _report(conn, started, stopped_at), killed
 
 
 async def _wait_ready(conn: psycopg.AsyncConnection[Any]) -> float:
@@ -397,7 +399,9 @@ async def _report(conn: psycopg.AsyncConnection[Any], started: datetime, end: da
     return 1 if bad else 0
 
 
-def _print_next_steps(database_url: str | None, data_dir: Path | None, logs: Path) -> None:
+def _print_next_steps(
+    database_url: str | None, data_dir: Path | None, logs: Path, killed: str | None, local: bool
+) -> None:
     """The exact commands that inspect the demo's database, which stays until the next demo,
     and where the nodes' logs are."""
     here = Path(sys.executable).with_name("pgpulse")
@@ -409,12 +413,39 @@ def _print_next_steps(database_url: str | None, data_dir: Path | None, logs: Pat
         command += f" --data-dir '{data_dir}'"
     command += " --database pgpulse_demo"
     click.echo("\nThe demo's database pgpulse_demo stays until the next demo. Inspect it:")
-    for args, what in [
-        ("status", "nodes (all stopped now), shards, due jobs"),
-        ("job list --tenant relay", "the imported jobs"),
-        ("runs --tenant relay", "their runs, newest first"),
-        ("token create --admin", "a token for the API and dashboard, then:"),
-        ("serve", "the API and the dashboard on http://127.0.0.1:8080/ui/"),
-    ]:
+    for args, what in next_steps(killed, local=local):
         click.echo(f"  {command} {args:<24} # {what}")
     click.echo(f"\nThe nodes' logs (INFO): {', '.join(str(logs / f'{n}.log') for n in NODES)}")
+
+
+def next_steps(killed: str | None, *, local: bool) -> list[tuple[str, str]]:
+    """The commands (after ``pgpulse --database pgpulse_demo``) that the demo suggests, each
+    with what it shows, in order. Pure.
+
+    Args:
+        killed: the node the demo SIGKILLed: ``status`` shows it ``lost`` (it never said it
+            stopped), the others ``stopped``.
+        local: crontab files were imported into tenant ``local`` too: name it as well.
+    """
+    others = [n for n in NODES if n != killed]
+    nodes = (
+        f"nodes ({', '.join(others)} stopped, {killed} lost: SIGKILLed, it never said it "
+        "stopped), shards, due jobs"
+        if killed
+        else "nodes (all stopped now), shards, due jobs"
+    )
+    steps = [
+        ("status", nodes),
+        ("job list --tenant relay", "the imported Relay jobs"),
+        ("runs --tenant relay", "their runs, newest first"),
+    ]
+    if local:
+        steps += [
+            ("job list --tenant local", "the jobs of the crontab files given"),
+            ("runs --tenant local", "their dry runs, if any fell due"),
+        ]
+    return [
+        *steps,
+        ("token create --admin", "a token for the API and dashboard, then:"),
+        ("serve", "the API and the dashboard on http://127.0.0.1:8080/ui/"),
+    ]
