@@ -297,5 +297,7 @@ async def test_the_dashboard_ends_a_silence_the_token_sees(store: Store) -> None
         forged = await client.post(f"/ui/silences/{own['id']}/end", data={"csrf": "x"})
         assert forged.status_code == 403
         done = await client.post(f"/ui/silences/{own['id']}/end", data={"csrf": csrf.group(1)})
-        assert done.headers["location"] == f"/ui/alerts?notice=silence%20{own['id']}%20ended"
+        assert done.headers["location"].startswith(
+            f"/ui/alerts?notice=silence%20{own['id']}%20ended&sig="
+        )
     assert [s["id"] for s in await alerts.list_silences()] == [everything["id"]]

@@ -3,6 +3,7 @@ calendars, and their refusals (field and value named, nothing written)."""
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 from urllib.parse import unquote
@@ -130,8 +131,11 @@ async def test_dashboard_buttons_note_no_change_as_the_cli_and_go_back_to_the_jo
         async def press(verb: str) -> str:
             done = await ui.post(f"/ui/jobs/{job['id']}/{verb}", data=csrf)
             assert done.status_code == 303, done.text
-            where, _, notice = done.headers["location"].partition("?notice=")
+            where, _, query = done.headers["location"].partition("?notice=")
             assert where == f"/ui/jobs/{job['id']}"
+            notice = query.partition("&sig=")[0]
+            shown = (await ui.get(done.headers["location"])).text  # signed: shown
+            assert f'role="status" >{html.escape(unquote(notice))}</p>' in shown
             return unquote(notice)
 
         assert await press("resume") == "nightly is idle, not paused; no change"
@@ -139,7 +143,13 @@ async def test_dashboard_buttons_note_no_change_as_the_cli_and_go_back_to_the_jo
         assert await press("pause") == "nightly was paused already; no change"
         assert await press("resume") == "resumed"
         listed = await ui.post(f"/ui/jobs/{job['id']}/trigger", data=csrf | {"next": "/ui/"})
-        assert listed.headers["location"] == "/ui/?notice=triggered"
+        assert listed.headers["location"].startswith("/ui/?notice=triggered&sig=")
+        # a link from elsewhere cannot put words on the page (seventh trial): unsigned, or
+        # signed for another text, a notice is not shown
+        sig = listed.headers["location"].partition("&sig=")[2]  # triggered's, for this token
+        for forged in ("?notice=Sign%20in%20at%20evil.example",
+                       "?notice=Sign%20in%20at%20evil.example&sig=" + sig):  # fmt: skip
+            assert "evil.example" not in (await ui.get(f"/ui/{forged}")).text
 
 
 async def test_upcoming_occurrences_leave_out_what_a_calendar_excludes(

@@ -89,6 +89,22 @@ def csrf_token(token: str) -> str:
     return hmac.new(token.encode("utf-8", "replace"), b"pgpulse-csrf", "sha256").hexdigest()[:32]
 
 
+def notice_signature(token: str, notice: str) -> str:
+    """The signature of a dashboard notice for a signed-in ``token`` (HMAC, 16 hex chars): a
+    page shows a ``?notice=`` only with it, so a link from elsewhere cannot put words of its
+    own on a signed-in user's page."""
+    message = b"pgpulse-notice\0" + notice.encode("utf-8", "replace")
+    return hmac.new(token.encode("utf-8", "replace"), message, "sha256").hexdigest()[:16]
+
+
+def with_notice(path: str, token: str, notice: str) -> str:
+    """``path`` with ``notice`` signed for ``token`` (:func:`notice_signature`): where a
+    dashboard button redirects to."""
+    from urllib.parse import quote
+
+    return f"{path}?notice={quote(notice)}&sig={notice_signature(token, notice)}"
+
+
 def looks_like_token(value: str) -> bool:
     """Whether ``value`` has a token's shape (checked before any database read)."""
     return bool(_TOKEN_RE.match(value))

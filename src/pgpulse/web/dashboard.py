@@ -23,7 +23,7 @@ from datetime import datetime
 from importlib import resources
 from pathlib import Path as FilePath
 from typing import Annotated, Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -31,7 +31,7 @@ from fastapi.templating import Jinja2Templates
 
 from pgpulse.errors import PulseError
 from pgpulse.web import grid
-from pgpulse.web.auth import Principal, csrf_token
+from pgpulse.web.auth import Principal, csrf_token, notice_signature, with_notice
 from pgpulse.web.charts import Point, run_chart
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import error_body, status_of
@@ -73,6 +73,20 @@ def _when_ms(value: datetime | None) -> str:
 templates.env.filters["seconds"] = _seconds
 templates.env.filters["when"] = _when
 templates.env.filters["when_ms"] = _when_ms
+
+
+def _notice(request: Request) -> str:
+    """The page's ``?notice=``, when a button's redirect signed it for this browser's token
+    (:func:`~pgpulse.web.auth.notice_signature`); else nothing."""
+    notice = request.query_params.get("notice", "")
+    token = request.cookies.get(COOKIE)
+    if not notice or not token:
+        return ""
+    expected = notice_signature(token, notice)
+    return notice if hmac.compare_digest(request.query_params.get("sig", ""), expected) else ""
+
+
+templates.env.globals["notice"] = _notice
 
 
 class SignIn(Exception):
@@ -326,4 +340,4 @@ async def job_action(request: Request, job_id: JobId, verb: str, session: Sessio
     # The page's forms say where they were; a post without it goes back to the job's page.
     back = (form.get("next") or [f"/ui/jobs/{job_id}"])[0]
     back = back if back.startswith("/ui/") and "//" not in back else "/ui/"
-    return RedirectResponse(f"{back.split('?')[0]}?notice={quote(notice)}", status_code=303)
+    return RedirectResponse(with_notice(back.split("?")[0], token, notice), status_code=303)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hmac
 from typing import Annotated
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from pgpulse.access import token_writer
 from pgpulse.alerts.store import AlertStore, SilenceNotFound
-from pgpulse.web.auth import csrf_token
+from pgpulse.web.auth import csrf_token, with_notice
 from pgpulse.web.context import WebContext
 from pgpulse.web.dashboard import Session, page
 from pgpulse.web.filters import (
@@ -134,7 +134,7 @@ async def acknowledge_alert(request: Request, alert_id: RunId, session: Session)
     else:
         await alerts.acknowledge(alert_id, by=f"token {who.token_id}")
         notice = "acknowledged"
-    return RedirectResponse(f"/ui/alerts?notice={quote(notice)}", status_code=303)
+    return RedirectResponse(with_notice("/ui/alerts", token, notice), status_code=303)
 
 
 @router.post("/silences/{silence_id}/end")
@@ -152,4 +152,4 @@ async def end_silence(request: Request, silence_id: RunId, session: Session) -> 
         notice = f"silence {silence_id} ended"
     except SilenceNotFound as exc:
         notice = exc.message
-    return RedirectResponse(f"/ui/alerts?notice={quote(notice)}", status_code=303)
+    return RedirectResponse(with_notice("/ui/alerts", token, notice), status_code=303)
