@@ -432,7 +432,10 @@ def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) ->
     refused = pgpulse(*create, "--payload", local, dsn=dsn)
     assert refused.returncode == 2 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
-    assert line.startswith("error: payload.url 'http://127.0.0.1:9/hook' targets 127.0.0.1")
+    assert line.startswith(
+        "error: invalid value for --payload: payload.url 'http://127.0.0.1:9/hook' targets "
+        "127.0.0.1"
+    )
     assert line.endswith("such addresses are refused without this command's --allow-private-target")
     assert "server's" not in line
     redirects = '{"url": "http://93.184.216.34/", "follow_redirects": true}'

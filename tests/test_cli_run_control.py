@@ -133,7 +133,8 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
         (
             ["job", "create", "x", "--schedule", "@hourly", "--handler", "shell",
              "--payload", SHELL, "--overlap", "allow"],
-            "overlap allow needs max_concurrency N, the most occurrences at once (1-1000)",
+            "invalid value for --max-concurrency: overlap allow needs max_concurrency N, the most "
+            "occurrences at once (1-1000)",
         ),
         (
             ["job", "trigger", "hourly", "--payload", "[1]"],

@@ -177,9 +177,11 @@ def as_option_refusal(ctx: click.Context, exc: PulseError) -> None:
     if option is None:
         return
     variable = environment_source(ctx, exc.field)
+    longest = max(option.opts, key=len)
     if exc.message.startswith(f"{name} ") and exc.field == name:
-        longest = max(option.opts, key=len)
         exc.message = f"invalid value for {longest}: {exc.message[len(name) + 1 :]}"
+    elif not exc.message.startswith("invalid value for "):
+        exc.message = f"invalid value for {longest}: {exc.message}"
     if variable is not None:
         exc.message += f" (from the environment variable {variable})"
 
