@@ -116,9 +116,16 @@ async def test_max_runs_counts_runs_not_skips(store: Store, db: Any) -> None:
     job = job_row(db, "thrice")
     assert (job["status"], job["runs_done"]) == ("completed", 3)
     assert await drain(store, utc(2026, 1, 1, 3)) == []
-    # raising max_runs brings it back
+    # raising max_runs brings it back from its next occurrence after now: the time it was
+    # completed is neither caught up nor recorded as skipped (seventh trial: a "next
+    # occurrence" in the past, then one skipped row over the whole completed time)
+    skipped_before = len(await history(store))
     await add(store, spec("thrice", schedule="*/15 * * * *", max_runs=4), now=utc(2026, 1, 1, 3))
-    assert job_row(db, "thrice")["status"] == "idle"
+    job = job_row(db, "thrice")
+    assert (job["status"], job["scheduled_for"]) == ("idle", utc(2026, 1, 1, 3, 15))
+    assert await drain(store, utc(2026, 1, 1, 3, 15, 1)) == [utc(2026, 1, 1, 3, 15)]
+    assert len(await history(store)) == skipped_before + 1  # the run, no skipped row
+    assert job_row(db, "thrice")["status"] == "completed"
 
 
 async def test_the_database_computes_the_same_spread_offset_as_python(db: Any) -> None:

@@ -650,7 +650,9 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 -- keeps the job's state, so re-importing is a no-op. The occurrence is claimable at
 -- scheduled_for plus the job's spread offset (pgpulse_spread_offset: the id of a new job is
 -- drawn first, so the offset is known in this statement). A paused, failed or running job keeps
--- its status; a job completed by max_runs whose max_runs is raised (or removed) is idle again.
+-- its status; a job completed by max_runs whose max_runs is raised (or removed) is idle again
+-- (revive), from %(scheduled_for)s (its first occurrence after now, as a new job's): the time it
+-- was completed is not caught up, nor recorded as skipped.
 -- The job is found by its name in pgpulse_job_names: updated if there, inserted if not. Two
 -- sessions creating one new name at once: the second's insert of the name waits for the first
 -- and fails with unique_violation (pgpulse_job_names_pkey), rolling its statement back; so does
@@ -662,7 +664,12 @@ WITH found AS (
            (j.schedule, j.timezone, j.not_before, j.not_after)
                IS NOT DISTINCT FROM (%(schedule)s::text, %(timezone)s::text,
                                      %(not_before)s::timestamptz, %(not_after)s::timestamptz)
-               OR j.status = 'running' AS keep
+               OR j.status = 'running' AS keep,
+           j.status = 'completed' AND j.schedule_kind <> 'once'
+               AND j.max_runs IS NOT NULL AND j.runs_done >= j.max_runs
+               AND (j.not_after IS NULL OR j.scheduled_for <= j.not_after)
+               AND (%(max_runs)s::integer IS NULL OR j.runs_done < %(max_runs)s::integer)
+               AND %(status)s::text = 'idle' AS revive
     FROM pgpulse_job_names n
     JOIN pgpulse_jobs j ON j.id = n.job_id
     WHERE n.tenant = %(tenant)s AND n.name = %(name)s
@@ -683,20 +690,18 @@ WITH found AS (
         status = CASE WHEN j.status IN ('running', 'paused', 'failed') THEN j.status
                       WHEN NOT found.keep THEN %(status)s
                       WHEN j.runs_done >= %(max_runs)s THEN 'completed'
-                      WHEN j.status = 'completed' AND j.schedule_kind <> 'once'
-                       AND j.max_runs IS NOT NULL AND j.runs_done >= j.max_runs
-                       AND (j.not_after IS NULL OR j.scheduled_for <= j.not_after)
-                      THEN 'idle'
+                      WHEN found.revive THEN 'idle'
                       ELSE j.status END,
         anchor_at = CASE WHEN found.same_schedule THEN j.anchor_at ELSE %(anchor_at)s END,
-        scheduled_for = CASE WHEN found.keep THEN j.scheduled_for ELSE %(scheduled_for)s END,
-        next_run_at = CASE WHEN NOT found.keep
+        scheduled_for = CASE WHEN found.keep AND NOT found.revive THEN j.scheduled_for
+                             ELSE %(scheduled_for)s END,
+        next_run_at = CASE WHEN NOT found.keep OR found.revive
                            THEN %(scheduled_for)s + pgpulse_spread_offset(j.id, %(spread)s)
                            WHEN j.spread <> %(spread)s AND j.status = 'idle' AND j.attempt = 0
                            THEN j.scheduled_for + pgpulse_spread_offset(j.id, %(spread)s)
                            ELSE j.next_run_at END,
-        attempt = CASE WHEN found.keep THEN j.attempt ELSE 0 END,
-        run_id = CASE WHEN found.keep THEN j.run_id END,
+        attempt = CASE WHEN found.keep AND NOT found.revive THEN j.attempt ELSE 0 END,
+        run_id = CASE WHEN found.keep AND NOT found.revive THEN j.run_id END,
         updated_at = now()
     FROM found
     WHERE j.id = found.job_id
