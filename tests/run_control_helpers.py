@@ -32,7 +32,9 @@ async def drain(
             await dispatcher.decide(job) or plan_finish(job, await dispatcher.run(job), now)
             for job in batch
         ]
-        assert await store.finish_runs(outcomes, now=now) == {job.key for job in batch}
+        assert await store.finish_runs(outcomes, now=now, node="node-a") == {
+            job.key for job in batch
+        }
     raise AssertionError("never drained")
 
 

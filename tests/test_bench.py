@@ -430,12 +430,13 @@ def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trust
 
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
-@pytest.mark.parametrize("variant", ["arrays", "ids only", *levers.CUTS])
+@pytest.mark.parametrize("variant", ["arrays", "ids only", "re-read", *levers.CUTS])
 def test_the_statement_levers_complete_what_they_claimed_as_the_json_step_does(
     dsn: str, tmp_path: Path, variant: str
 ) -> None:
     """The statement levers' variants of the ceiling's step (arrays for the outcomes, an
-    ids-only claim, the cuts) are correct steps for the benchmark's firings: every batch it
+    ids-only claim, the history row's values re-read from the job row, the cuts) are correct
+    steps for the benchmark's firings: every batch it
     claims is completed by the next step, fenced, one succeeded history row per firing, each
     job moved to its next hourly occurrence."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -448,8 +449,11 @@ def test_the_statement_levers_complete_what_they_claimed_as_the_json_step_does(
         script.write_text(levers.array_script())
         variables = {"batch": 20, **{f"o_{f}": "{}" for f, _, _ in levers.OUTCOME_FIELDS}}
     else:
-        cut = levers.cut_script(variant) if variant in levers.CUTS else None
-        script.write_text(cut or levers.ids_only_script())
+        if variant == "re-read":
+            script.write_text(levers.reread_script())
+        else:
+            cut = levers.cut_script(variant) if variant in levers.CUTS else None
+            script.write_text(cut or levers.ids_only_script())
         variables = {"batch": 20, "outcomes": "[]"}
     figures = run_pgbench(dsn, script, clients=1, seconds=1, variables=variables)
     assert figures["tps"] > 0

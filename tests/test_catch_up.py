@@ -41,7 +41,9 @@ async def drain(store: Store, now: Any, seen: list[RunContext]) -> None:
             await dispatcher.decide(job) or plan_finish(job, await dispatcher.run(job), now)
             for job in batch
         ]
-        assert await store.finish_runs(outcomes, now=now) == {job.key for job in batch}
+        assert await store.finish_runs(outcomes, now=now, node="node-a") == {
+            job.key for job in batch
+        }
     raise AssertionError("never drained")
 
 
@@ -280,7 +282,7 @@ async def test_backfill_years_behind_runs_the_oldest_first_one_at_a_time(store: 
     for _ in range(3):
         [job] = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=NOW)
         outcome = await dispatcher.decide(job) or plan_finish(job, await dispatcher.run(job), NOW)
-        assert await store.finish_runs([outcome], now=NOW) == {job.key}
+        assert await store.finish_runs([outcome], now=NOW, node="node-a") == {job.key}
     oldest = created.replace(microsecond=0) + timedelta(seconds=1)
     assert [c.scheduled_for for c in seen] == [oldest + timedelta(seconds=k) for k in range(3)]
     assert (await store.get_job("default", "all"))["scheduled_for"] == oldest + timedelta(seconds=3)

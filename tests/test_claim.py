@@ -152,7 +152,7 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
     await add(store, spec("flaky"), now=T0)
     [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     assert await store.finish_runs(
-        [Outcome(first, "retrying", retry_in=0.0, error="boom")], now=LATER
+        [Outcome(first, "retrying", retry_in=0.0, error="boom")], now=LATER, node="node-a"
     ) == {first.key}
     live = "SELECT id, outcome, attempts, node_id, started_at FROM pgpulse_runs_live"
     assert db.execute(live).fetchall() == [
@@ -177,7 +177,9 @@ async def test_every_attempt_of_an_occurrence_ends_in_one_history_row_with_the_r
         }
     ]
     done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)))
-    assert await store.finish_runs([done], now=second_at + timedelta(seconds=1)) == {second.key}
+    assert await store.finish_runs([done], now=second_at + timedelta(seconds=1), node="node-b") == {
+        second.key
+    }
     assert db.execute(
         "SELECT id, outcome, attempts, node_id, started_at, finished_at, error FROM pgpulse_runs"
     ).fetchall() == [
@@ -217,7 +219,9 @@ async def test_stale_token_completion_changes_nothing(store: Store, db: Any) -> 
 
     before = db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone()
     run_before = db.execute("SELECT * FROM pgpulse_runs WHERE id = %s", (zombie.run_id,)).fetchone()
-    wrote = await store.finish_runs([Outcome(zombie, "retrying", retry_in=1.0, error="zombie")])
+    wrote = await store.finish_runs(
+        [Outcome(zombie, "retrying", retry_in=1.0, error="zombie")], node="node-a"
+    )
     assert wrote == set()
     assert db.execute("SELECT * FROM pgpulse_jobs WHERE id = %s", (job_id,)).fetchone() == before
     assert (
@@ -549,6 +553,10 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
             "skip_from": None,
             "skip_to": None,
             "skip_reason": None,
+            "run_id": job.run_id,
+            "run_scheduled_for": job.scheduled_for.isoformat(),
+            "attempt": job.attempt,
+            "node": "n",
         }
         for job, at in zip(finished, nxt, strict=True)
     ]

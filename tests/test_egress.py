@@ -73,7 +73,7 @@ async def test_a_stored_job_rebound_to_loopback_fails_its_run_with_the_reason(
     [claimed] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=at)
     assert await dispatcher.decide(claimed) is None  # to be run
     outcome = plan_finish(claimed, await dispatcher.run(claimed), at)
-    assert await store.finish_runs([outcome], now=at) == {claimed.key}
+    assert await store.finish_runs([outcome], now=at, node="node-a") == {claimed.key}
     [run] = await store.list_runs(name="rebind")
     assert run["outcome"] == "failed" and run["attempts"] == 1
     assert "refused" in run["error"] and "127.0.0.1" in run["error"]

@@ -25,7 +25,7 @@ async def _fire(store: Store, count: int) -> None:
     claimed = await store.claim_due("node-a", ALL_SHARDS, count, lease=30, now=now)
     assert len(claimed) == count
     done = [Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2))) for job in claimed]
-    assert len(await store.finish_runs(done, now=now)) == count
+    assert len(await store.finish_runs(done, now=now, node="node-a")) == count
 
 
 def _history(db: Any) -> list[tuple[str, str]]:

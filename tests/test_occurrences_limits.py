@@ -69,7 +69,7 @@ async def test_a_fork_keeps_the_job_rows_calendar_and_spread(store: Store, db: A
     skipped = await dispatcher.decide(claimed)
     assert skipped is not None
     assert (skipped.outcome, skipped.error) == ("skipped", "calendar off")
-    await store.finish_runs([skipped], now=now)
+    await store.finish_runs([skipped], now=now, node="node-a")
     assert job_row(db, "fanout")["next_run_at"] == utc(2026, 3, 3, 9) + offset
     # 3 March: claimed at its spread instant, forked; the job row holds 4 March's spread instant
     now = utc(2026, 3, 3, 9) + offset + timedelta(seconds=1)

@@ -35,6 +35,7 @@ async def four_attempts(store: Store) -> tuple[int, int, datetime]:
     await store.finish_runs(
         [Outcome(a, "retrying", retry_in=0.0, error="boom", output="fetched 0 of 42")],
         now=LATER + timedelta(seconds=2),
+        node="node-a",
     )
     [b] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=LATER + timedelta(seconds=5))
     assert await store.reap_expired_leases(now=LATER + timedelta(seconds=40)) == 1
@@ -49,7 +50,7 @@ async def four_attempts(store: Store) -> tuple[int, int, datetime]:
     )
     assert a.run_id == b.run_id == c.run_id == d.run_id
     done = Outcome(d, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)), output="rows: 42")
-    await store.finish_runs([done], now=LATER + timedelta(seconds=45))
+    await store.finish_runs([done], now=LATER + timedelta(seconds=45), node="node-d")
     return job_id, a.run_id, a.scheduled_for
 
 
@@ -93,7 +94,9 @@ async def test_an_attempt_running_now_shows_the_earlier_ones(store: Store) -> No
     await add(store, spec("flaky", max_attempts=3), now=T0)
     [a] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     await store.finish_runs(
-        [Outcome(a, "retrying", retry_in=0.0, error="boom")], now=LATER + timedelta(seconds=1)
+        [Outcome(a, "retrying", retry_in=0.0, error="boom")],
+        now=LATER + timedelta(seconds=1),
+        node="node-a",
     )
     await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=LATER + timedelta(seconds=3))
     async with api_client(store, await make_token(store, "default")) as client:
@@ -125,7 +128,7 @@ async def seed_jobs(store: Store) -> dict[str, int]:
             error="smtp down" if failed else None,
             output=f"out of {claimed.name}",
         )
-        await store.finish_runs([outcome], now=LATER + timedelta(seconds=1))
+        await store.finish_runs([outcome], now=LATER + timedelta(seconds=1), node="n")
     return names
 
 

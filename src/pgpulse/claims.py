@@ -199,10 +199,10 @@ class ClaimStore(NodeRegistry):
         return (await self.finish_and_claim((), node, routes, limit, lease=lease, now=now)).jobs
 
     async def finish_runs(
-        self, outcomes: Sequence[Outcome], *, now: datetime | None = None
+        self, outcomes: Sequence[Outcome], *, node: str, now: datetime | None = None
     ) -> set[ClaimKey]:
-        """End the current attempt of each job in ``outcomes`` — fenced — in one statement
-        (:meth:`finish_and_claim` claiming nothing).
+        """End the current attempt of each job in ``outcomes`` (claims ``node`` made) — fenced —
+        in one statement (:meth:`finish_and_claim` claiming nothing).
 
         Concurrency: each element is written only if its job is still ``running`` under the
         element's fencing token; otherwise that element changes nothing (its lease was lost).
@@ -213,7 +213,7 @@ class ClaimStore(NodeRegistry):
         """
         if not outcomes:
             return set()
-        return (await self.finish_and_claim(outcomes, "", {}, 0, lease=0.0, now=now)).written
+        return (await self.finish_and_claim(outcomes, node, {}, 0, lease=0.0, now=now)).written
 
     async def finish_and_claim(
         self,
@@ -226,11 +226,12 @@ class ClaimStore(NodeRegistry):
         now: datetime | None = None,
     ) -> Step:
         """One step of a node's claim loop, in one statement (one round trip, one commit):
-        write the fenced ``outcomes`` (as :meth:`finish_runs`), then claim up to ``limit`` due
-        jobs along ``routes`` (as :meth:`claim_due`: the jobs of each handler of ``routes`` in
-        that handler's shards, oldest due first over all of them; nothing is claimed when
-        ``limit`` is 0 or ``routes`` is empty). A job whose handler has no route is never read:
-        the claim costs the same however many of those are due (issue 18).
+        write the fenced ``outcomes`` of claims ``node`` made (as :meth:`finish_runs`), then
+        claim up to ``limit`` due jobs along ``routes`` (as :meth:`claim_due`: the jobs of each
+        handler of ``routes`` in that handler's shards, oldest due first over all of them;
+        nothing is claimed when ``limit`` is 0 or ``routes`` is empty). A job whose handler has
+        no route is never read: the claim costs the same however many of those are due (issue
+        18).
 
         The claim sees the database as it was before the outcomes: a job whose next occurrence
         is already due is claimed at the next step (its outcome's ``next_run_at`` says when).
@@ -239,6 +240,10 @@ class ClaimStore(NodeRegistry):
         job id order (as renew_leases writes: two statements over the same running rows never
         wait on each other in a cycle, i.e. never deadlock); their text is made storable
         (:func:`_storable`) and their instants are written by orjson as RFC 3339 with offset.
+        Each carries its claim's run id, occurrence and attempt (the :class:`ClaimedJob`'s) and
+        ``node``: the run row takes them from the outcome, not from a second read of the job
+        row, and the fence (job id, token, lease held) makes them the job row's own, since
+        nothing changes them while a claim holds its token.
 
         Raises:
             psycopg.Error: the statement failed (nothing was written or claimed).
@@ -261,6 +266,10 @@ class ClaimStore(NodeRegistry):
                 "counts_run": o.counts_run,
                 "failures": o.failures,
                 "pause_reason": o.pause_reason,
+                "run_id": o.job.run_id,
+                "run_scheduled_for": o.job.scheduled_for,
+                "attempt": o.job.attempt,
+                "node": node,
             }
             for o in sorted(outcomes, key=lambda o: o.job.id)
         ]

@@ -280,7 +280,7 @@ class Recorder:
         if outcome.job.occurrence is not None:
             step = await self.occurrences.finish_and_claim([outcome], "", {}, 0, lease=0.0)
             return step.written
-        return await self.store.finish_runs([outcome])
+        return await self.store.finish_runs([outcome], node=self.node_id)
 
 
 def _quiet_for(step: Step, poll: float) -> float:

@@ -15,9 +15,19 @@
 -- element changes nothing unless its job still runs under its token: the late write of a node
 -- that lost its lease is a no-op. Per element, the job row moves to its next state (next_run_at NULL: retry_in
 -- seconds from now); the occurrence's run row is written with the attempt's outcome, inserted or
--- updated over an earlier attempt's, taking the claim's values (run id, occurrence, attempt,
--- node, instant) from the job row as the statement's snapshot shows it, before `job` changed it;
--- and the occurrences the element skips, however many, get one summary row: "skips"
+-- updated over an earlier attempt's, taking the claim's values from the element (run_id,
+-- run_scheduled_for, attempt: the node's ClaimedJob; node: the claimer's id) and from what
+-- `job` returns (token, claimed_at, which the finish leaves as they are), not from a second read
+-- of the job row: that read is a primary-key lookup per element (3 buffer hits; ~8% of the
+-- statement's execution time at a batch of 50, 3-12% of its DB CPU per firing in three runs of
+-- scenario 3's cell: lever "re-read from the job row", docs/benchmarks.md). Only the elements
+-- `job` returns write history, and each holds its job's token with its lease: the claim that
+-- token names set those values, and nothing changes them while it holds (upsert_job keeps a
+-- running job's occurrence, attempt and run id; resume and trigger skip running jobs; the
+-- sweeper and hand-backs take the lease away), so a stale node's values never land. Only
+-- auto_paused still reads the job row (tenant, name, revision, the old pause reason), for the
+-- elements that pause their job: none in a common batch. The occurrences an element skips,
+-- however many, get one summary row: "skips"
 -- occurrences from "skip_from" through "skip_to" (NULL for one). When the run's own occurrence
 -- is skipped (outcome 'skipped'), it is the first of them and its row is the summary. A later
 -- attempt written over an earlier one first appends that one to earlier_attempts (migration
@@ -42,6 +52,9 @@
 -- run ids carry it: clock.epoch is (timeline - 1) * 2^48, a token is at least the epoch + 1 and a
 -- run id is the sequence's value + the epoch. What an older timeline handed out is below the
 -- epoch, whatever its WAL kept; on timeline 1 (a server never promoted) both are what they were.
+-- The epoch is read once per statement (clock is one row: ~3 us a batch, under 0.1% of its
+-- execution time at a batch of 50; a copy cached by the node would miss a promotion), as are
+-- the id arrays of the lookups below (an InitPlan each over `input`, materialized once: ~3 us).
 -- Limits: 2^48 claims of one job per timeline, 2^48 run ids in all, 32768 timelines.
 --
 -- Plans. A node's claim session plans this statement once, as a generic plan
@@ -79,7 +92,8 @@ input AS (
         job_id bigint, token bigint, status text, scheduled_for timestamptz,
         next_run_at timestamptz, retry_in float8, reset_attempt bool, outcome text,
         error text, output text, skips bigint, skip_from timestamptz, skip_to timestamptz,
-        skip_reason text, counts_run bool, failures int, pause_reason text
+        skip_reason text, counts_run bool, failures int, pause_reason text,
+        run_id bigint, run_scheduled_for timestamptz, attempt int, node text
     )
 ),
 job AS (
@@ -103,7 +117,7 @@ job AS (
       AND j.id = i.job_id
       AND j.fencing_token = i.token
       AND j.lease_expires_at IS NOT NULL
-    RETURNING j.id, j.fencing_token
+    RETURNING j.id, j.fencing_token, j.claimed_at
 ),
 run AS (
     INSERT INTO pgpulse_runs AS r (
@@ -111,14 +125,14 @@ run AS (
         finished_at, error, output, occurrences, last_scheduled_for, attempt_ended_at
     )
     OVERRIDING SYSTEM VALUE
-    SELECT o.run_id,
-           o.id,
-           o.scheduled_for,
-           CASE WHEN i.outcome <> 'skipped' THEN o.attempt ELSE 0 END,
+    SELECT i.run_id,
+           job.id,
+           i.run_scheduled_for,
+           CASE WHEN i.outcome <> 'skipped' THEN i.attempt ELSE 0 END,
            i.outcome,
-           o.locked_by,
-           o.fencing_token,
-           CASE WHEN i.outcome <> 'skipped' THEN o.claimed_at END,
+           i.node,
+           job.fencing_token,
+           CASE WHEN i.outcome <> 'skipped' THEN job.claimed_at END,
            CASE WHEN i.outcome <> 'retrying' THEN clock.now END,
            i.error,
            i.output,
@@ -127,9 +141,7 @@ run AS (
            CASE WHEN i.outcome = 'retrying' THEN clock.now END
     FROM input AS i
     JOIN job ON job.id = i.job_id
-    JOIN pgpulse_jobs AS o ON o.id = job.id
     CROSS JOIN clock
-    WHERE o.id = ANY(ARRAY(SELECT job_id FROM input))
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
     SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
                            THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(

@@ -73,7 +73,9 @@ _OUTCOME = (
     "'next_run_at', scheduled_for + interval '1 hour', 'retry_in', 0, "
     "'reset_attempt', true, 'outcome', 'succeeded', 'error', NULL, 'output', NULL, "
     "'skips', 0, 'skip_from', NULL, 'skip_to', NULL, 'skip_reason', NULL, "
-    "'counts_run', true, 'failures', 0, 'pause_reason', NULL)"
+    "'counts_run', true, 'failures', 0, 'pause_reason', NULL, "
+    "'run_id', run_id, 'run_scheduled_for', scheduled_for, 'attempt', attempt, "
+    "'node', 'ceiling-' || (:client_id)::text)"
 )
 
 

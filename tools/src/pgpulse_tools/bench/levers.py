@@ -26,6 +26,32 @@ from pgpulse_tools.bench.writes import comparison_rows, headers
 ARRAYS: Final[str] = "outcomes as arrays, not JSON"
 #: The lever that changes what the claim returns: the narrow-row design's cached definitions.
 IDS_ONLY: Final[str] = "claim returns id, token, occurrence only (definitions cached)"
+#: The lever that puts back what issue 22 took out of the step: the history row's claim values
+#: (run id, occurrence, attempt, node, token, instant) read again from the job row, one
+#: primary-key lookup per finished run, as the statement did before, instead of taken from the
+#: outcome and from the fenced update's RETURNING. Its cell is the step before issue 22.
+REREAD: Final[str] = "history row's claim values re-read from the job row (before issue 22)"
+#: The history row's values as the step takes them (the pattern) and as it took them before
+#: (the replacement): :data:`REREAD`.
+_FROM_OUTCOME: Final[str] = (
+    r"SELECT i\.run_id,\n\s*job\.id,\n\s*i\.run_scheduled_for,\n"
+    r"\s*CASE WHEN i\.outcome <> 'skipped' THEN i\.attempt ELSE 0 END,\n\s*i\.outcome,\n"
+    r"\s*i\.node,\n\s*job\.fencing_token,\n"
+    r"\s*CASE WHEN i\.outcome <> 'skipped' THEN job\.claimed_at END,\n"
+    r"(.*?)"
+    r"FROM input AS i\n\s*JOIN job ON job\.id = i\.job_id\n\s*CROSS JOIN clock\n"
+    r"(\s*ON CONFLICT \(job_id, scheduled_for\))"
+)
+_FROM_JOB_ROW: Final[str] = (
+    "SELECT o.run_id,\no.id,\no.scheduled_for,\n"
+    "CASE WHEN i.outcome <> 'skipped' THEN o.attempt ELSE 0 END,\ni.outcome,\n"
+    "o.locked_by,\no.fencing_token,\n"
+    "CASE WHEN i.outcome <> 'skipped' THEN o.claimed_at END,\n"
+    "\\1"
+    "FROM input AS i\nJOIN job ON job.id = i.job_id\nJOIN pgpulse_jobs AS o ON o.id = job.id\n"
+    "CROSS JOIN clock\nWHERE o.id = ANY(ARRAY(SELECT job_id FROM input))\n"
+    "\\2"
+)
 #: Statement levers that cut a part of the step (a pattern of the generated script and what
 #: replaces it): what that part costs a firing that does not need it. Correct for the
 #: benchmark's firings only (first attempts, no skips, no pauses): a design would send the
@@ -46,6 +72,7 @@ LEVERS: Final[dict[str, str | None]] = {
     "as is": None,
     "history: B-tree on every finished_at (before migration 0012)": "lever_history_btree",
     "history: no pgpulse_runs_recent": "lever_no_runs_recent",
+    REREAD: None,
     ARRAYS: None,
     IDS_ONLY: None,
     **dict.fromkeys(CUTS),
@@ -72,6 +99,10 @@ OUTCOME_FIELDS: Final[tuple[tuple[str, str, str], ...]] = (
     ("counts_run", "bool", "true"),
     ("failures", "int", "0"),
     ("pause_reason", "text", "NULL"),
+    ("run_id", "bigint", "run_id"),
+    ("run_scheduled_for", "timestamptz", "scheduled_for"),
+    ("attempt", "int", "attempt"),
+    ("node", "text", "'ceiling-' || (:client_id)::text"),
 )
 
 
@@ -126,6 +157,21 @@ def ids_only_script() -> str:
     if not found:
         raise ValueError("finish_and_claim's claim changed; update bench/levers.py")
     return narrow
+
+
+def reread_script() -> str:
+    """The ceiling's pgbench step as it was before issue 22 (:data:`REREAD`): the history row's
+    claim values read again from the job row rather than taken from the outcome.
+
+    Raises:
+        ValueError: the run CTE no longer takes them from the outcome (update this function).
+    """
+    script, found = re.subn(
+        _FROM_OUTCOME, _FROM_JOB_ROW, ceiling.pgbench_script(), count=1, flags=re.DOTALL
+    )
+    if not found:
+        raise ValueError("finish_and_claim's history row changed; update bench/levers.py")
+    return script
 
 
 def cut_script(name: str) -> str:
@@ -301,7 +347,8 @@ async def run(server_dsn: str, result: Result, rounds: int = ROUNDS) -> Result:
     script.write_text(ceiling.pgbench_script())
     arrays.write_text(array_script())
     ids_only.write_text(ids_only_script())
-    scripts = {ARRAYS: arrays, IDS_ONLY: ids_only}
+    scripts = {ARRAYS: arrays, IDS_ONLY: ids_only, REREAD: folder / "reread.sql"}
+    scripts[REREAD].write_text(reread_script())
     for number, name in enumerate(CUTS):
         scripts[name] = folder / f"cut{number}.sql"
         scripts[name].write_text(cut_script(name))
