@@ -586,3 +586,14 @@ def test_runs_of_several_tenants_name_their_tenant(dsn: str, db: Any) -> None:
     assert sorted(line.split()[0] for line in listed[2:]) == ["acme", "globex"]
     one = cli(dsn, "runs", "--tenant", "acme").output.splitlines()
     assert one[0].split()[0] == "name" and len(one) == 3
+
+
+def test_a_crontab_marker_given_as_a_schedule_says_what_to_give() -> None:
+    """`@pulse6` is a crontab line's marker: as a schedule it is refused saying to give the six
+    fields alone (the seventh trial got 'unknown macro' for the whole expression)."""
+    refused = pgpulse("schedule", "next", "@pulse6 */5 * * * * *")
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "error: schedule '@pulse6 */5 * * * * *': @pulse6 marks a crontab line whose schedule "
+        "has 6 fields; a schedule is the fields alone: '*/5 * * * * *'\n",
+    )

@@ -394,6 +394,13 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
         return Schedule(text, timezone, "once", None, zone, at=_parse_at(expr, words[1:], zone))
     if head == "@reboot":
         raise invalid(expr, REBOOT_ADVICE)
+    if head == "@pulse6":  # a crontab line's marker (pgpulse.crontab), not a schedule's
+        rest = " ".join(words[1:]) or "*/5 * * * * *"
+        raise invalid(
+            expr,
+            f"@pulse6 marks a crontab line whose schedule has 6 fields; a schedule is the "
+            f"fields alone: {rest!r}",
+        )
     if head.startswith("@"):
         if head not in _MACROS or len(words) > 1:
             known = ", ".join(_MACROS)
