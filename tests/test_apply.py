@@ -348,3 +348,24 @@ def test_every_refused_job_of_a_file_is_said(dsn: str, db: Any, tmp_path: Path) 
     once = pgpulse("apply", str(shared), dsn=dsn)
     assert once.returncode == 2 and once.stderr.count("\n") == 1, once.stderr
     assert once.stderr.startswith(f"error: {shared}:2: defaults: ")
+
+
+async def test_taking_over_a_code_declared_job_says_the_code_takes_it_back(
+    store: Store, dsn: str, tmp_path: Path
+) -> None:
+    """apply over a job that code declares: the plan's update is followed by a note that the
+    next node start of that code takes the job back (the seventh trial saw them ping-pong)."""
+    from helpers import add, spec
+
+    await add(store, spec("ok", schedule="@hourly", handler="shell",
+                          payload={"command": "true"}, source="code:trial"))  # fmt: skip
+    jobs = tmp_path / "take.toml"
+    jobs.write_text(
+        '[jobs.ok]\nschedule = "@hourly"\nhandler = "shell"\npayload = { command = "true" }\n'
+    )
+    done = pgpulse("apply", str(jobs), dsn=dsn)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "note: ok is declared by code:trial: the next start of a node running that code takes "
+        "it back (remove it from the code to keep it here)"
+    ) in done.stdout.splitlines()

@@ -90,6 +90,13 @@ def _print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run
         click.echo(f"{plan.source} ({label})")
         for line in format_plan(plan):
             click.echo(line)
+        for step in plan.steps:  # a code-declared job taken over: its code takes it back
+            old = (step.changes or {}).get("source", [None])[0]
+            if isinstance(old, str) and old.startswith("code:"):
+                click.echo(
+                    f"note: {step.name} is declared by {old}: the next start of a node running "
+                    "that code takes it back (remove it from the code to keep it here)"
+                )
     changed = any(plan.changes_anything for plan in plans)
     if dry_run:
         click.echo("dry run: nothing written" if changed else "dry run: nothing to change")
