@@ -119,6 +119,10 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
         assert counts(db) == (1, 0)  # no new batch, no new occurrence
     kinds = db.execute("SELECT kind, count(*) AS n FROM pgpulse_runs GROUP BY kind").fetchall()
     assert [(r["kind"], r["n"]) for r in kinds] == [("backfill", 3)]
+    # a backfill's run is not late: it has no lag (the seventh trial read 188-247 s of it)
+    db.execute("UPDATE pgpulse_runs SET started_at = finished_at")
+    listed = json.loads(pgpulse("runs", "hourly", "--json", dsn=dsn).stdout)
+    assert [(r["kind"], r["lag"]) for r in listed] == [("backfill", None)] * 3
 
 
 @pytest.mark.parametrize(

@@ -1002,14 +1002,16 @@ LIMIT %(limit)s;
 -- name: list_runs
 -- Runs newest first, those running now included (pgpulse_runs_live), each with the revision of
 -- the definition it ran under. A skipped summary row stands for its occurrences from
--- scheduled_for through last_scheduled_for. lag is from the spread instant to the run's first attempt;
+-- scheduled_for through last_scheduled_for. lag is from the spread instant to the run's first attempt
+-- (NULL for a backfill's run: it runs on request, long after its occurrence, and is not late);
 -- earlier_attempts lists the attempts before the latest.
 SELECT r.id, j.tenant, j.name, r.scheduled_for, r.attempts, r.outcome, r.occurrences,
        coalesce(r.last_scheduled_for, r.scheduled_for) AS last_scheduled_for, r.node_id,
        r.started_at, r.first_started_at,
        r.finished_at, extract(epoch FROM r.finished_at - r.started_at)::float8 AS duration,
-       extract(epoch FROM r.first_started_at - r.scheduled_for
-                          - pgpulse_spread_offset(j.id, j.spread))::float8 AS lag,
+       CASE WHEN r.kind <> 'backfill'
+            THEN extract(epoch FROM r.first_started_at - r.scheduled_for
+                                    - pgpulse_spread_offset(j.id, j.spread))::float8 END AS lag,
        r.error, r.output, r.fencing_token,
        coalesce(r.earlier_attempts, '[]'::jsonb) AS earlier_attempts, r.attempt_ended_at, r.kind,
        -- the definition's revision when the run started: the job's last audit-trail row

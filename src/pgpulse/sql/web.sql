@@ -117,10 +117,12 @@ LIMIT %(limit)s;
 SELECT p.*,
        coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
        extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
-       extract(epoch FROM p.first_started_at - p.scheduled_for
-                          - CASE WHEN p.kind = 'scheduled'
-                                 THEN pgpulse_spread_offset(p.job_id, p.spread)
-                                 ELSE interval '0' END)::float8 AS lag,
+       -- no lag for a backfill's run (queries.sql, list_runs)
+       CASE WHEN p.kind <> 'backfill'
+            THEN extract(epoch FROM p.first_started_at - p.scheduled_for
+                                    - CASE WHEN p.kind = 'scheduled'
+                                           THEN pgpulse_spread_offset(p.job_id, p.spread)
+                                           ELSE interval '0' END)::float8 END AS lag,
        coalesce(p.earlier_attempts, '[]'::jsonb) AS earlier_attempts,
        -- the definition's revision when the run started (queries.sql, list_runs)
        coalesce((SELECT h.revision FROM pgpulse_job_history h
