@@ -46,6 +46,13 @@ async def test_jobs_the_code_no_longer_declares_are_listed_then_pruned(
     assert "declared by code no longer running: 1 job: invoice" in status.stdout
     shown = pgpulse("job", "show", "invoice", dsn=dsn)
     assert "code:billing (declared by code no longer running)" in shown.stdout
+    # mid-deploy, a live node of the old code still runs it: not stale yet (seventh trial)
+    db.execute(
+        "INSERT INTO pgpulse_nodes (node_id, hostname, pid, last_heartbeat, state, handlers) "
+        "VALUES ('node-1', 'h', 1, now(), 'alive', ARRAY['rollup', 'invoice'])"
+    )
+    assert await store.stale_code_jobs() == []
+    db.execute("DELETE FROM pgpulse_nodes WHERE node_id = 'node-1'")
 
     with caplog.at_level(logging.WARNING, logger="pgpulse.app"):
         plan = await app_with("rollup", prune=True).declare(store, "node-3")

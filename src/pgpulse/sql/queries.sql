@@ -1186,11 +1186,20 @@ SET tenant = excluded.tenant, names = excluded.names, node_id = excluded.node_id
 
 -- name: stale_code_jobs
 -- Jobs of a code source (`code:<app>`) that the app's code, as its last node to start declared
--- it, no longer declares (of %(tenant)s, or all tenants): "declared by code no longer running".
+-- it, no longer declares (of %(tenant)s, or all tenants), and whose handler no live node has:
+-- "declared by code no longer running". During a rolling deploy a node of the old code still
+-- runs it, so it is not stale yet (a node row without a time-to-live is judged by 10 s).
 SELECT j.id, j.tenant, j.name, j.source, d.node_id, d.declared_at
 FROM pgpulse_jobs j
 JOIN pgpulse_code_declarations d ON d.source = j.source
 WHERE j.source LIKE 'code:%%'
   AND NOT (j.tenant = d.tenant AND j.name = ANY(d.names))
+  AND NOT EXISTS (
+      SELECT 1
+      FROM pgpulse_nodes AS p
+      WHERE j.handler = ANY(p.handlers)
+        AND p.state = 'alive'
+        AND p.last_heartbeat > now() - make_interval(secs => coalesce(p.ttl, 10))
+  )
   AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
 ORDER BY j.tenant, j.name;
