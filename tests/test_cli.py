@@ -568,6 +568,10 @@ def test_job_list_shows_no_next_occurrence_for_a_completed_job(dsn: str, db: Any
     assert cells["tick"].endswith(":00:00+00:00")
     listed = json.loads(pgpulse("job", "list", "--json", dsn=dsn).stdout)
     assert all(j["scheduled_for"] for j in listed)  # --json keeps the row's value
+    shown = pgpulse("job", "show", "once", dsn=dsn).stdout.splitlines()  # nor job show
+    assert [line.split() for line in shown if "scheduled for" in line or "claimable" in line] == [
+        ["scheduled", "for", "-"], ["claimable", "at", "-"]
+    ]  # fmt: skip
 
 
 def test_runs_of_several_tenants_name_their_tenant(dsn: str, db: Any) -> None:

@@ -235,6 +235,7 @@ def print_job(
     and its last ``runs`` with their lag (from the first attempt) and output's first line;
     with ``attempts``, every attempt of each run and its whole output instead. Instants are ISO
     8601 in UTC, the upcoming ones in the job's zone."""
+    completed = job["status"] == "completed"
     catch_up = job["catch_up"]
     if catch_up == "skip":
         catch_up += f", misfire grace {_seconds(job['misfire_grace'])}"
@@ -281,9 +282,9 @@ def print_job(
         ),
         (
             "current occurrence",
-            [
-                ("scheduled for", _instant(job["scheduled_for"])),
-                ("claimable at", _instant(job["next_run_at"])),
+            [  # a completed job has none to come (it keeps the instant it stopped at)
+                ("scheduled for", "-" if completed else _instant(job["scheduled_for"])),
+                ("claimable at", "-" if completed else _instant(job["next_run_at"])),
                 ("attempt", job["attempt"]),
                 (
                     "held by",
