@@ -43,7 +43,7 @@ ORDER BY id;
 -- live node advertises its handler (it waits for one: issue 18; a node row that recorded no
 -- time-to-live is judged by NodeConfig's default, 10 s). %(id)s selects one job (show); the other
 -- filters are optional: %(q)s finds the text in the name or the handler, case-insensitively.
--- calendar_defs holds the definitions of the job's exclusion calendars (as the claim reads them),
+-- calendar_defs holds the rows of the job's exclusion calendars (as JSON objects, as the claim reads them),
 -- so the upcoming occurrences shown skip what the claims will skip.
 -- Pages are read in the order of pgpulse_job_names' primary key.
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
@@ -55,14 +55,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
        j.spread, j.not_before, j.not_after, j.max_runs, j.runs_done, j.calendars,
        j.auto_pause_after, j.failures, j.paused_until, j.pause_reason,
-       CASE WHEN cardinality(j.calendars) > 0 THEN (
-           SELECT jsonb_agg(jsonb_build_object('name', c.name, 'dates', c.dates,
-                                               'country', c.country,
-                                               'subdivision', c.subdivision))
-           FROM pgpulse_calendars AS c
-           WHERE c.tenant = j.tenant
-             AND c.name = ANY(j.calendars)
-       ) END AS calendar_defs,
+       (SELECT jsonb_agg(to_jsonb(c)) FROM pgpulse_calendars AS c
+        WHERE c.tenant = j.tenant AND c.name = ANY(j.calendars)) AS calendar_defs,
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
             THEN extract(epoch FROM now() - j.next_run_at)::float8 END AS due_lag,
        last.lag AS last_lag, last.duration AS last_duration,
