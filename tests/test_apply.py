@@ -227,6 +227,8 @@ async def test_concurrent_applies_of_one_source_run_one_after_the_other(
             while True:  # both wait for the source's lock: neither has planned yet
                 cur = await holder.execute(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    " AND database = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database())"
                 )
                 waiting = (await cur.fetchone() or [0])[0]
                 if waiting == 2:

@@ -20,6 +20,10 @@ from pgpulse.run_control import RunControl
 from pgpulse.store import Store
 from test_engine import node, wait_until
 
+#: Advisory locks are per database: the suite's other databases on the same server have leaders
+#: of their own (two test workers share one server).
+THIS_DATABASE = "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+
 
 async def _leave(*nodes: Node) -> None:
     """Close the nodes' heartbeat sessions (as a drain does): a leader's lock goes with it."""
@@ -99,7 +103,8 @@ async def test_a_node_that_does_not_lead_reaps_only_long_expired_leases(
         await wait_until(
             lambda: (
                 not db.execute(
-                    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
+                    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = %s"
+                    f" AND {THIS_DATABASE}",  # another test's database has a leader of its own
                     (LEADER_LOCK_KEY,),
                 ).fetchone()["n"]
             ),
@@ -126,7 +131,8 @@ async def test_a_pooled_heartbeat_takes_no_part_in_leadership(store: Store, db: 
     beat = await store.heartbeat("n1", running=0, shards=[0], ttl=10)
     assert (beat.live, beat.leader, beat.reaped) == (("n1",), False, 0)
     locks = db.execute(
-        "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = %s",
+        "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = %s"
+        f" AND {THIS_DATABASE}",
         (LEADER_LOCK_KEY,),
     ).fetchone()
     assert locks == {"n": 0}
@@ -142,7 +148,7 @@ async def test_a_leader_whose_session_died_steps_down_and_another_takes_over(
         assert await _leaders(store) == [("a", True), ("b", False)]
         killed = db.execute(
             "SELECT pg_terminate_backend(pid, 5000) AS ok FROM pg_stat_activity"
-            " WHERE application_name = 'pgpulse:a:beat'"
+            " WHERE application_name = 'pgpulse:a:beat' AND datname = current_database()"
         ).fetchall()
         assert killed == [{"ok": True}]
         await b.heartbeat_once()  # the lock died with a's session: b takes it at once
