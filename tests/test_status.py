@@ -391,3 +391,17 @@ def test_nodes_long_lost_or_stopped_are_one_line_and_all_lists_them(dsn: str, db
     document = json.loads(pgpulse("status", "--json", dsn=dsn).stdout)
     assert [n["node_id"] for n in document["nodes"]] == ["just-stopped"]
     assert document["not_shown"].startswith("2 stopped nodes and 1 lost node not shown")
+
+
+@pytest.mark.parametrize(("given", "why"), [(" ", "it starts or ends with a space"),
+                                            ("", "it has 0 characters")])  # fmt: skip
+def test_a_blank_node_id_is_refused(dsn: str, db: Any, given: str, why: str) -> None:
+    """A node id is shown by status, logs and alerts: a blank one is refused as a job's name is
+    (the eighth trial's `--node-id ' '` ran, its name column empty); nothing is written."""
+    refused = pgpulse("node", "run", "--node-id", given, dsn=dsn)
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        f"error: invalid value for --node-id: {given!r} is not a valid name (1-200 printable "
+        f"characters, no leading or trailing space): {why}\n",
+    )
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_nodes").fetchone()["n"] == 0

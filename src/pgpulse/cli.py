@@ -258,6 +258,7 @@ def _where(exc: BaseException) -> str:
     "--node-id",
     show_envvar=True,
     show_default="host-pid-random",
+    callback=valid_name("node_id"),  # as a job's name: status, logs and alerts show it
     help="Unique node id; one held by a live node is refused.",
 )
 @click.option(

@@ -56,6 +56,7 @@ from pgpulse.database import Session
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable, NodeIdTaken, describe
 from pgpulse.handlers import Handler
+from pgpulse.jobs import check_name
 from pgpulse.listener import Listener
 from pgpulse.model import ClaimKey, Step
 from pgpulse.occurrence_claims import OccurrenceClaims
@@ -75,7 +76,8 @@ class NodeConfig:
     """Settings of one node. Durations are seconds.
 
     Attributes:
-        node_id: unique id; default ``<hostname>-<pid>-<random>``.
+        node_id: unique id; default ``<hostname>-<pid>-<random>``; a job name's rule (1-200
+            printable characters, no space at either end), or InvalidInput.
         slots: worker slots — the most attempts this node runs at once.
         lease: lease length granted by a claim and by each renewal.
         heartbeat_interval: seconds between heartbeats (lease renewals, liveness, leadership,
@@ -111,6 +113,7 @@ class NodeConfig:
     dashboard_url: str | None = None
 
     def __post_init__(self) -> None:
+        check_name("node_id", self.node_id)  # InvalidInput: as a job's name (status shows it)
         if self.lease <= 2 * self.heartbeat_interval:
             beat = self.heartbeat_interval
             raise ValueError(
