@@ -202,6 +202,10 @@ async def test_refusals_of_private_targets_name_the_option_to_use_there(
         "--http-allow", "127.0.0.1", dsn=dsn,
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
+    assert added.stdout.splitlines()[1] == (  # the eighth trial's deliveries failed until then
+        "note: the nodes deliver its alerts: start them with --http-allow 127.0.0.1 too "
+        "(pgpulse node run --http-allow HOST)"
+    )
     alerts = AlertStore(store.pool)
     await alerts.set_rule("node_died", ["hook"])
     _dead_node(db)

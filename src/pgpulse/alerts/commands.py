@@ -156,6 +156,11 @@ def notifier_add(
         ),
     )
     click.echo(f"{'created' if created else 'replaced'} {kind} notifier {name} (id {notifier_id})")
+    if http_allow:  # the nodes deliver, and check the address again with their own list
+        click.echo(
+            f"note: the nodes deliver its alerts: start them with --http-allow "
+            f"{' '.join(http_allow)} too (pgpulse node run --http-allow HOST)"
+        )
 
 
 @notifier.command("list")
