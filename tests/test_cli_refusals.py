@@ -297,3 +297,17 @@ def test_notifier_config_from_a_file_that_cannot_be_read_is_one_line(
         2,
         f"error: config {given!r}: cannot read {given[1:]!r}: {why}\n",
     )
+
+
+def test_schedule_next_names_tz_as_job_create_does() -> None:
+    """A zone refused by `schedule next` is --tz's, worded as `job create` words it (the
+    eighth trial read 'timezone' on one and '--tz' on the other)."""
+    done = subprocess.run(
+        [PGPULSE, "schedule", "next", "0 3 * * *", "--tz", "Europe/Berln"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (
+        2,
+        "error: invalid value for --tz: 'Europe/Berln' is refused: it is not an IANA time zone "
+        "name (such as Europe/London)\n",
+    )

@@ -147,7 +147,8 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
         (
             ["job", "backfill", "hourly", "--from", "2026-01-02T00:00Z", "--to",
              "2026-01-01T00:00Z"],
-            "to 2026-01-01T00:00:00+00:00 is before from 2026-01-02T00:00:00+00:00",
+            "invalid value for --to: 2026-01-01T00:00:00+00:00 is before from "
+            "2026-01-02T00:00:00+00:00",
         ),
         (
             ["job", "backfill", "hourly", "--from", "2026-01-01T00:00Z", "--to",

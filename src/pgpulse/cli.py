@@ -837,7 +837,8 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
     """Print the next occurrences of EXPRESSION, in UTC and in its time zone."""
     try:
         parsed = parse_schedule(expression, timezone)
-    except PulseError as exc:
+    except PulseError as exc:  # a zone refused is --tz's (as job create words it)
+        as_option_refusal(click.get_current_context(), exc)
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     # whole-second default: an @every grid is anchored at the cursor, to the microsecond

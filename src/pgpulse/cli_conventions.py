@@ -171,8 +171,14 @@ def as_option_refusal(ctx: click.Context, exc: PulseError) -> None:
     option, not the API's field name), and the environment variable is named when it gave the
     value (:func:`environment_source`). Other refusals are left as they are."""
     name = (exc.field or "").split(".", 1)[0]
+    spelled = f"--{name.replace('_', '-')}"  # a field whose option is named otherwise (--from)
     option = next(
-        (p for p in ctx.command.params if isinstance(p, click.Option) and p.name == name), None
+        (
+            p
+            for p in ctx.command.params
+            if isinstance(p, click.Option) and (p.name == name or spelled in p.opts)
+        ),
+        None,
     )
     if option is None:
         return
