@@ -357,8 +357,9 @@ class Attempts:
         if attempt.job.overlap == "replace" and attempt.job.occurrence is not None:
             # the usual end of a replaced occurrence: the replacing claim recorded it cancelled
             log.info(
-                "attempt of %s/%s at %s cancelled: a newer occurrence replaced it (overlap "
-                "replace; its run is recorded as cancelled)",
+                "attempt of %s/%s at %s cancelled: the database ended its lease (overlap "
+                "replace: usually a newer occurrence replaced it, and its run is recorded as "
+                "cancelled)",
                 attempt.job.tenant,
                 attempt.job.name,
                 attempt.job.scheduled_for.isoformat(),

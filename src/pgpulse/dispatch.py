@@ -412,8 +412,20 @@ def report(outcome: Outcome, written: bool) -> None:
         return
     metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
     if not written:
+        if job.overlap == "replace" and job.occurrence is not None:
+            # the usual end of a replaced occurrence: the replacing claim recorded it cancelled
+            log.info(
+                "%s/%s at %s lost its lease before its outcome was written (overlap replace: "
+                "usually a newer occurrence replaced it, and its run is recorded as cancelled)",
+                job.tenant,
+                job.name,
+                job.scheduled_for.isoformat(),
+                extra={"action": "replaced", "job": job.name},
+            )
+            return
         log.warning(
-            "lease of %s/%s lost before its outcome was written; nothing recorded",
+            "lease of %s/%s lost before its outcome was written; this node records nothing of "
+            "it (the run's end is written by whoever ended the lease)",
             job.tenant,
             job.name,
             extra={"action": "write_fenced", "job": job.name},
