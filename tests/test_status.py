@@ -393,6 +393,17 @@ def test_nodes_long_lost_or_stopped_are_one_line_and_all_lists_them(dsn: str, db
     assert document["not_shown"].startswith("2 stopped nodes and 1 lost node not shown")
 
 
+def test_a_dashboard_url_that_is_not_a_web_address_is_refused(dsn: str) -> None:
+    """Alerts link to --dashboard-url: an ftp:// or host-less value is refused at the start
+    (the eighth trial's ftp://x was taken)."""
+    refused = pgpulse("node", "run", "--dashboard-url", "ftp://x", dsn=dsn)
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "error: invalid value for --dashboard-url: 'ftp://x' is not an http or https address "
+        "such as https://pulse.example.com\n",
+    )
+
+
 @pytest.mark.parametrize(("given", "why"), [(" ", "it starts or ends with a space"),
                                             ("", "it has 0 characters")])  # fmt: skip
 def test_a_blank_node_id_is_refused(dsn: str, db: Any, given: str, why: str) -> None:

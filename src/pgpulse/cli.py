@@ -241,6 +241,19 @@ def _where(exc: BaseException) -> str:
     return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
+def _web_address(value: str | None) -> str | None:
+    """``--dashboard-url``: an http or https address with a host (alerts link to it), or
+    ``None``. Raises :class:`click.BadParameter` naming the value."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(
+            f"{value!r} is not an http or https address such as https://pulse.example.com"
+        )
+    return value
+
+
 @node.command("run")
 @click.option(
     "--app",
@@ -339,6 +352,7 @@ def _where(exc: BaseException) -> str:
     "--dashboard-url",
     default=None,
     show_envvar=True,
+    callback=lambda _ctx, _param, value: _web_address(value),
     help="The dashboard's address (https://pulse.example.com), for the links alerts carry.",
 )
 @click.option(
