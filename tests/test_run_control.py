@@ -243,3 +243,22 @@ async def test_an_outage_past_the_windows_end_records_only_what_was_inside_it(
          "missed: later than its misfire_grace of 60 s (1 min)"),
     ]  # fmt: skip
     assert job_row(db, "window")["status"] == "completed"
+
+
+async def test_an_every_job_set_going_again_stays_on_its_grid(store: Store, db: Any) -> None:
+    """Raising max_runs (or extending not_after) of a completed @every job keeps its grid: the
+    next occurrence is the first of the stored anchor's after now, not now itself (the ninth
+    trial saw runs at .02 s and then .61 s past the second of a 2 s grid)."""
+    created = utc(2026, 6, 1) + timedelta(milliseconds=250)
+    await add(store, spec("tick", schedule="@every 10s", max_runs=1), now=created)
+    assert await drain(store, utc(2026, 6, 1, 0, 0, 10, 300000)) == [
+        created + timedelta(seconds=10)
+    ]
+    assert job_row(db, "tick")["status"] == "completed"
+    later = utc(2026, 6, 1, 0, 1, 3)  # 63 s: on no 10 s step of the grid
+    await add(store, spec("tick", schedule="@every 10s", max_runs=2), now=later)
+    job = job_row(db, "tick")
+    assert (job["status"], job["scheduled_for"]) == ("idle", created + timedelta(seconds=70))
+    extended = spec("tick", schedule="@every 10s", max_runs=2, not_after="2027-01-01T00:00:00")
+    await add(store, extended, now=later)  # the window changed: still the same grid
+    assert job_row(db, "tick")["scheduled_for"] == created + timedelta(seconds=70)

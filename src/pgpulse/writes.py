@@ -87,6 +87,14 @@ def start_of(
     anchor = clock
     if schedule.kind == "interval" and spec.not_before is not None and spec.not_before > clock:
         anchor = spec.not_before
+    same = current is not None and (current["schedule"], current["timezone"]) == (
+        spec.schedule,
+        spec.timezone,
+    )
+    if same and current is not None and current.get("anchor_at") is not None:
+        # the statement keeps the stored anchor of an unchanged schedule: an @every job set
+        # going again (a window extended, max_runs raised) stays on its own grid
+        anchor = current["anchor_at"]
     first = first_in_window(schedule, now=clock, anchor=anchor, not_before=spec.not_before)
     status = "idle"
     if first is None:  # a one-off whose instant is not after now, or before not_before

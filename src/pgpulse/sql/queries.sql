@@ -767,7 +767,7 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
        j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after
+       j.calendars, j.auto_pause_after, j.anchor_at
 FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
 JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
 JOIN pgpulse_jobs j ON j.id = n.job_id
@@ -782,7 +782,7 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
        j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after
+       j.calendars, j.auto_pause_after, j.anchor_at
 FROM pgpulse_jobs j
 WHERE j.id IN (SELECT n.job_id
                FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
