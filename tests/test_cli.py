@@ -601,3 +601,14 @@ def test_a_crontab_marker_given_as_a_schedule_says_what_to_give() -> None:
         "error: schedule '@pulse6 */5 * * * * *': @pulse6 marks a crontab line whose schedule "
         "has 6 fields; a schedule is the fields alone: '*/5 * * * * *'\n",
     )
+
+
+def test_updating_a_completed_job_says_no_occurrence_is_to_come(dsn: str, db: Any) -> None:
+    """An update that leaves a job completed names no 'next occurrence' (the ninth trial was
+    shown one in the past that would never run)."""
+    create = ["job", "create", "once", "--schedule", "@hourly", "--handler", "shell"]
+    assert pgpulse(*create, "--payload", SHELL_PAYLOAD, "--max-runs", "1", dsn=dsn).returncode == 0
+    db.execute("UPDATE pgpulse_jobs SET status = 'completed', runs_done = 1")
+    again = pgpulse(*create, "--payload", '{"command": "echo 2"}', "--max-runs", "1", dsn=dsn)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0].endswith("; completed: no occurrence to come")

@@ -623,7 +623,9 @@ async def _next_to_run(store: Store, row: dict[str, Any]) -> str:
     calendars (:func:`pgpulse.limits.first_to_run`), saying which calendar skips the one
     before it (its ``scheduled_for``, which a claim records as skipped)."""
     current = row["scheduled_for"]
-    if not row["calendars"] or row["status"] == "completed":
+    if row["status"] == "completed":
+        return "completed: no occurrence to come"
+    if not row["calendars"]:
         return f"next occurrence {current.isoformat()}"
     from pgpulse.calendars import from_definitions
     from pgpulse.limits import first_to_run

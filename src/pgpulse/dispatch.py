@@ -59,7 +59,7 @@ def _skip_reason(job: ClaimedJob, advance: Advance | None, now: datetime) -> str
         return f"missed: later than its misfire_grace of {seconds_text(job.misfire_grace)}"
     if job.catch_up == "coalesce":
         return "coalesced into a later occurrence"
-    return f"missed: beyond backfill_limit ({job.backfill_limit})"
+    return f"skipped: older than the newest {job.backfill_limit} (backfill_limit)"
 
 
 #: A claimed occurrence at least this far behind the claim is decided in a worker thread: the
