@@ -217,3 +217,15 @@ def test_a_malformed_rule_in_code_is_refused_at_declaration() -> None:
         App(name="billing").job("nightly", schedule="@daily", alerts={"failures": {"threshold": 0}})
     assert str(named.value).startswith("job 'nightly' of app code:billing: alerts: threshold ")
     assert named.value.job == ("default", "nightly")
+
+
+def test_a_refused_threshold_names_its_option(dsn: str) -> None:
+    """`alert rule set --threshold 0` is worded as every option's refusal (the ninth trial read
+    the field's name, 'threshold must be ...')."""
+    refused = pgpulse("alert", "rule", "set", "failures", "--threshold", "0", "--notify", "ops",
+                      dsn=dsn)  # fmt: skip
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "error: invalid value for --threshold: must be more than 0 and at most 316,224,000, "
+        "got 0\n",
+    )

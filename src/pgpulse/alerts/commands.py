@@ -22,7 +22,7 @@ from pgpulse.alerts.store import AlertStore
 from pgpulse.app import connect
 from pgpulse.cli_types import valid_name
 from pgpulse.egress import HttpAllowList
-from pgpulse.errors import InvalidInput
+from pgpulse.errors import InvalidInput, PulseError
 from pgpulse.report import one_line, print_records, run_command, to_json
 from pgpulse.wording import plural
 
@@ -56,9 +56,17 @@ def parse_duration(text: str, field: str) -> float:
 
 
 def _alerts(obj: dict[str, Any], action: Callable[[AlertStore], Coroutine[Any, Any, T]]) -> T:
+    ctx = click.get_current_context()
+
     async def main() -> T:
         async with connect(obj["database_url"], data_dir=obj["data_dir"]) as store:
-            return await action(AlertStore(store.pool))
+            try:
+                return await action(AlertStore(store.pool))
+            except PulseError as exc:  # name the option the user typed (--threshold)
+                from pgpulse.cli_conventions import as_option_refusal
+
+                as_option_refusal(ctx, exc)
+                raise
 
     return run_command(main())
 
