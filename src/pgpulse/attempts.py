@@ -331,7 +331,14 @@ class Attempts:
             if attempt.outcome is not None:
                 continue  # its write settles it
             if attempt.deadline <= now:
-                self._lose(attempt, "lease not renewed in time")
+                # say by how much: the last renewal that landed was sent this long ago
+                silent = now - attempt.deadline + self._renew_within
+                self._lose(
+                    attempt,
+                    f"lease not renewed in time: no renewal landed for {silent:.1f} s, and the "
+                    f"node gives up {self._renew_within:.1f} s after one (--lease less the "
+                    "safety margin); a slow database or a stalled heartbeat delays renewals",
+                )
             elif attempt.timeout_at <= now:
                 self._time_out(attempt)
             else:
