@@ -346,6 +346,7 @@ def test_node_run_with_an_app_it_cannot_import_is_one_line(dsn: str, tmp_path: A
         ("badboom", "x = 1\nraise RuntimeError('boom at import')\n",
          "RuntimeError: boom at import"),
         ("badsyntax", "def f(:\n", "SyntaxError: invalid syntax"),
+        ("badexit", "import sys\nsys.exit(5)\n", "it called sys.exit(5) while imported"),
     ):  # fmt: skip
         path = tmp_path / f"{name}.py"
         path.write_text(source)

@@ -213,6 +213,12 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
         raise click.BadParameter(
             f"cannot load {spec!r}: a job it declares is refused: {exc}", param_hint="--app"
         ) from exc
+    except SystemExit as exc:  # the module exits while it is imported: say so, exit 2
+        raise click.BadParameter(
+            f"cannot load {spec!r}: it called sys.exit({exc.code!r}) while imported{_where(exc)} "
+            "(--log-level debug shows the traceback)",
+            param_hint="--app",
+        ) from exc
     except Exception as exc:  # the module's own code raised (or does not compile): where
         raise click.BadParameter(
             f"cannot load {spec!r}: {type(exc).__name__}: "
