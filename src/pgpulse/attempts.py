@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from pgpulse import metrics
-from pgpulse.dispatch import AttemptResult, Dispatcher, plan_finish, report
+from pgpulse.dispatch import AttemptResult, Dispatcher, plan_finish, replaced_on_loss, report
 from pgpulse.model import ClaimedJob, ClaimKey, Outcome
 from pgpulse.wording import seconds_text
 
@@ -361,8 +361,7 @@ class Attempts:
         attempt.stop_reason = "lease_lost"
         metrics.lease_renewal_failed()
         attempt.task.cancel()
-        if attempt.job.overlap == "replace" and attempt.job.occurrence is not None:
-            # the usual end of a replaced occurrence: the replacing claim recorded it cancelled
+        if replaced_on_loss(attempt.job):
             log.info(
                 "attempt of %s/%s at %s cancelled: the database ended its lease (overlap "
                 "replace: usually a newer occurrence replaced it, and its run is recorded as "

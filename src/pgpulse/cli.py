@@ -38,6 +38,7 @@ from pgpulse.engine import Node, NodeConfig
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, parse_instant
+from pgpulse.registry import DEFAULT_NODE_TTL
 from pgpulse.report import (
     print_job,
     print_records,
@@ -247,7 +248,7 @@ def _where(exc: BaseException) -> str:
     return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
-def _web_address(value: str | None) -> str | None:
+def _web_address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """``--dashboard-url``: an http or https address with a host (alerts link to it), or
     ``None``. Raises :class:`click.BadParameter` naming the value."""
     if value is None:
@@ -358,7 +359,7 @@ def _web_address(value: str | None) -> str | None:
     "--dashboard-url",
     default=None,
     show_envvar=True,
-    callback=lambda _ctx, _param, value: _web_address(value),
+    callback=_web_address,
     help="The dashboard's address (https://pulse.example.com), for the links alerts carry.",
 )
 @click.option(
@@ -1014,8 +1015,6 @@ async def apply(
 # -- status ------------------------------------------------------------------------------------
 
 
-#: Time-to-live of a node row that holds none (registered by hand, say): NodeConfig's default.
-DEFAULT_NODE_TTL = 10.0
 #: ``status --check``'s default --max-lag, seconds.
 DEFAULT_MAX_LAG = 60.0
 

@@ -24,6 +24,7 @@ from pgpulse.crontab_sync import plan_crontab_sync
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CatchUp
 from pgpulse.plan import Plan, format_plan, plan_source
+from pgpulse.registry import DEFAULT_NODE_TTL
 from pgpulse.report import CELL_MAX, print_records, to_json
 from pgpulse.store import Store
 from pgpulse.wording import plural
@@ -224,18 +225,13 @@ async def import_crontab(
         click.echo(note)
 
 
-#: Seconds of silence after which a node that recorded no time-to-live counts as not live
-#: (``status``'s :data:`pgpulse.cli.DEFAULT_NODE_TTL`).
-_NODE_TTL = 10.0
-
-
 async def shell_wait_note(store: Store, jobs: int) -> str | None:
     """The note for ``jobs`` shell jobs just written when no live node allows shell jobs (they
     wait, as ``status`` then shows), else ``None``: one wording for ``job create`` and
     ``crontab import``, beside the one for an http job's private target."""
     if jobs == 0:
         return None
-    nodes = await store.cluster_nodes(ttl=_NODE_TTL)
+    nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)
     if any(node["alive"] and node["shell"] != "off" for node in nodes):  # run or dry-run
         return None
     whose = "its runs wait" if jobs == 1 else "their runs wait"

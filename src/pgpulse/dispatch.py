@@ -93,12 +93,19 @@ def _plan_claim(job: ClaimedJob) -> ClaimDecision:
         now=now,
         anchor=job.anchor_at,
     )
-    if decision.advance is None or job.not_after is None:
+    if decision.advance is None:
         return decision
     windowed = within_window(
         decision.advance, job.parsed_schedule, job.not_after, anchor=job.anchor_at
     )
-    return ClaimDecision(decision.action, windowed)
+    return decision if windowed is decision.advance else ClaimDecision(decision.action, windowed)
+
+
+def replaced_on_loss(job: ClaimedJob) -> bool:
+    """Whether a lost lease of ``job`` is, as a rule, no fault: an extra occurrence under
+    overlap ``replace``, whose lease a newer occurrence ends (recorded ``cancelled`` by the
+    replacing claim; docs/states.md). Its loss is logged at INFO, not as a WARNING."""
+    return job.overlap == "replace" and job.occurrence is not None
 
 
 def next_advance(job: ClaimedJob, now: datetime) -> Advance:
@@ -412,8 +419,7 @@ def report(outcome: Outcome, written: bool) -> None:
         return
     metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
     if not written:
-        if job.overlap == "replace" and job.occurrence is not None:
-            # the usual end of a replaced occurrence: the replacing claim recorded it cancelled
+        if replaced_on_loss(job):
             log.info(
                 "%s/%s at %s lost its lease before its outcome was written (overlap replace: "
                 "usually a newer occurrence replaced it, and its run is recorded as cancelled)",

@@ -61,7 +61,7 @@ from pgpulse.listener import Listener
 from pgpulse.model import ClaimKey, Step
 from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.recorder import Recorder
-from pgpulse.registry import ShellMode
+from pgpulse.registry import DEFAULT_NODE_TTL, ShellMode
 from pgpulse.routing import routes_for, watched_shards
 from pgpulse.sharding import shards_for
 from pgpulse.store import Store
@@ -103,7 +103,7 @@ class NodeConfig:
     slots: int = 10
     lease: float = 30.0
     heartbeat_interval: float = 2.0
-    node_ttl: float = 10.0
+    node_ttl: float = DEFAULT_NODE_TTL
     poll_interval: float = 5.0
     drain_timeout: float = 10.0
     keep_runs: float = 7 * 86400.0

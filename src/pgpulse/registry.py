@@ -21,6 +21,10 @@ from pgpulse.database import ConnectionSource
 from pgpulse.errors import NodeIdTaken
 from pgpulse.sql import QUERIES
 
+#: A node's time-to-live, seconds (NodeConfig's default): how those who read the registry judge
+#: a row that recorded none (registered by hand, say); the SQL's ``coalesce(ttl, 10)`` says it.
+DEFAULT_NODE_TTL = 10.0
+
 #: How a node treats ``shell`` jobs: not allowed, run (``--allow-shell-jobs``), or recorded
 #: without running (``--shell-dry-run``).
 ShellMode = Literal["off", "run", "dry-run"]
