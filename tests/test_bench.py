@@ -430,12 +430,12 @@ def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trust
 
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
-@pytest.mark.parametrize("variant", ["arrays", "ids only", "re-read", *levers.CUTS])
+@pytest.mark.parametrize("variant", ["arrays", "ids only", *levers.BEFORE, *levers.CUTS])
 def test_the_statement_levers_complete_what_they_claimed_as_the_json_step_does(
     dsn: str, tmp_path: Path, variant: str
 ) -> None:
     """The statement levers' variants of the ceiling's step (arrays for the outcomes, an
-    ids-only claim, the history row's values re-read from the job row, the cuts) are correct
+    ids-only claim, the parts put back as they were before issue 22, the cuts) are correct
     steps for the benchmark's firings: every batch it
     claims is completed by the next step, fenced, one succeeded history row per firing, each
     job moved to its next hourly occurrence."""
@@ -449,8 +449,8 @@ def test_the_statement_levers_complete_what_they_claimed_as_the_json_step_does(
         script.write_text(levers.array_script())
         variables = {"batch": 20, **{f"o_{f}": "{}" for f, _, _ in levers.OUTCOME_FIELDS}}
     else:
-        if variant == "re-read":
-            script.write_text(levers.reread_script())
+        if variant in levers.BEFORE:
+            script.write_text(levers.before_script(variant))
         else:
             cut = levers.cut_script(variant) if variant in levers.CUTS else None
             script.write_text(cut or levers.ids_only_script())

@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple
 from pgpulse.calendars import ExclusionCalendar, from_definitions
 from pgpulse.planner import Advance, CatchUpPolicy
 from pgpulse.schedule import Schedule, parse_schedule
+from pgpulse.spread import spread_offset
 
 #: The outcomes an attempt's write gives its run row (``running`` is only ever shown, by the
 #: ``pgpulse_runs_live`` view, never written).
@@ -48,8 +49,9 @@ class ClaimedJob(NamedTuple):
     job from the row's tuple (a named tuple: no dict and no per-field setattr per job).
 
     The fields after ``db_now`` are the job's limits (:mod:`pgpulse.limits`), with defaults
-    for a job that has none: ``spread_offset`` (its stable offset: the occurrence is due at
-    ``scheduled_for + spread_offset``), ``not_after``, ``runs_left`` (runs ``max_runs`` still
+    for a job that has none: ``spread`` (seconds; its stable offset, :attr:`spread_offset`, is
+    computed here, not by the claim: the occurrence is due at ``scheduled_for + spread_offset``),
+    ``not_after``, ``runs_left`` (runs ``max_runs`` still
     allows, this one included; ``None``: no limit), ``calendars`` (its exclusion calendars as
     JSON objects, ``None`` for none), the last resume's ``resume_mode`` and ``resumed_at``,
     ``auto_pause_after`` and ``failures`` (consecutive failed runs so far).
@@ -78,7 +80,7 @@ class ClaimedJob(NamedTuple):
     fencing_token: int
     run_id: int
     db_now: datetime
-    spread_offset: timedelta = timedelta(0)
+    spread: float = 0.0
     not_after: datetime | None = None
     runs_left: int | None = None
     calendars: list[dict[str, Any]] | None = None
@@ -99,6 +101,15 @@ class ClaimedJob(NamedTuple):
         return (self.id, self.fencing_token)
 
     @property
+    def spread_offset(self) -> timedelta:
+        """The job's stable offset inside its spread window (:func:`pgpulse.spread.spread_offset`;
+        zero without a spread). Computed by the node, once per (job, spread) in a process:
+        the claim returning the database's ``pgpulse_spread_offset`` cost a SQL-function call
+        per claimed row, 11-15 % of a firing's database CPU (issue 22; docs/benchmarks.md,
+        lever "spread offset computed by the claim")."""
+        return _offset(self.id, self.spread) if self.spread else _NO_OFFSET
+
+    @property
     def parsed_schedule(self) -> Schedule:
         """The job's schedule (parsed once per process, cached)."""
         return parse_schedule(self.schedule, self.timezone)
@@ -112,6 +123,14 @@ class ClaimedJob(NamedTuple):
     def exclusion_calendars(self) -> tuple[ExclusionCalendar, ...]:
         """The job's exclusion calendars (none for most jobs)."""
         return from_definitions(self.calendars)
+
+
+_NO_OFFSET = timedelta(0)
+
+
+@functools.lru_cache(maxsize=65536)
+def _offset(job_id: int, spread: float) -> timedelta:
+    return spread_offset(job_id, spread)
 
 
 @functools.lru_cache(maxsize=1024)

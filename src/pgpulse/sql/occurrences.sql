@@ -197,8 +197,7 @@ jobs AS (
            -- the job's limits (ClaimedJob after db_now): the job row judged a forked
            -- occurrence's window, calendars and spread before forking it; an extra occurrence
            -- has no limit of its own (docs/states.md, "Extra occurrences and run control")
-           CASE WHEN c.kind = 'scheduled' THEN pgpulse_spread_offset(j.id, j.spread)
-                ELSE interval '0' END AS spread_offset,
+           CASE WHEN c.kind = 'scheduled' THEN j.spread ELSE 0 END AS spread,
            NULL::timestamptz AS not_after, NULL::int AS runs_left, NULL::jsonb AS calendars,
            NULL::text AS resume_mode, NULL::timestamptz AS resumed_at,
            NULL::int AS auto_pause_after, 0 AS failures,

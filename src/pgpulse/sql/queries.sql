@@ -75,8 +75,12 @@
 -- chose the same candidates, and all but one found them locked).
 --
 -- One row per claimed job (ClaimedJob's fields, db_now and the overlap policy among them), then
--- the clock, oldest occurrence first; nothing claimed gives one row whose id is NULL. When fewer
--- than %(limit)s were claimed, next_due is the earliest future due instant along its routes
+-- the clock. The job's spread is returned as it is stored, and the node computes its offset
+-- (ClaimedJob.spread_offset): pgpulse_spread_offset, a SQL function with a FROM clause that is
+-- never inlined, cost a call and a SHA-256 per claimed row, 11-15 % of a firing's database CPU
+-- (lever "spread offset computed by the claim's SQL", docs/benchmarks.md). Rows come oldest
+-- occurrence first; nothing claimed gives one row whose id is NULL. When fewer than %(limit)s
+-- were claimed, next_due is the earliest future due instant along its routes
 -- (NULL if none), so an idle node knows how long to sleep without a second statement.
 -- `written`, the (job id, fencing token) of each outcome that took effect, is on the first row
 -- only. occurrences_due is the earliest due instant of a pending extra occurrence along its
@@ -247,7 +251,7 @@ claimed AS (
               extract(epoch FROM j.timeout)::float8 AS timeout,
               j.anchor_at, j.scheduled_for, j.attempt, j.fencing_token, j.run_id,
               clock.now AS db_now,
-              pgpulse_spread_offset(j.id, j.spread) AS spread_offset,
+              j.spread,
               j.not_after,
               j.max_runs - j.runs_done AS runs_left,
               CASE WHEN cardinality(j.calendars) > 0 THEN (

@@ -31,6 +31,11 @@ IDS_ONLY: Final[str] = "claim returns id, token, occurrence only (definitions ca
 #: primary-key lookup per finished run, as the statement did before, instead of taken from the
 #: outcome and from the fenced update's RETURNING. Its cell is the step before issue 22.
 REREAD: Final[str] = "history row's claim values re-read from the job row (before issue 22)"
+#: The lever that puts back the other part issue 22 took out: the claim returning each job's
+#: spread offset from the database's ``pgpulse_spread_offset`` (a SQL function with a FROM
+#: clause, so never inlined: a function call and a SHA-256 per claimed row) rather than its
+#: ``spread``, from which the node computes the offset (``ClaimedJob.spread_offset``).
+SPREAD_IN_SQL: Final[str] = "spread offset computed by the claim's SQL (before issue 22)"
 #: The history row's values as the step takes them (the pattern) and as it took them before
 #: (the replacement): :data:`REREAD`.
 _FROM_OUTCOME: Final[str] = (
@@ -73,6 +78,7 @@ LEVERS: Final[dict[str, str | None]] = {
     "history: B-tree on every finished_at (before migration 0012)": "lever_history_btree",
     "history: no pgpulse_runs_recent": "lever_no_runs_recent",
     REREAD: None,
+    SPREAD_IN_SQL: None,
     ARRAYS: None,
     IDS_ONLY: None,
     **dict.fromkeys(CUTS),
@@ -159,18 +165,32 @@ def ids_only_script() -> str:
     return narrow
 
 
-def reread_script() -> str:
-    """The ceiling's pgbench step as it was before issue 22 (:data:`REREAD`): the history row's
-    claim values read again from the job row rather than taken from the outcome.
+#: The levers that put back a part of the step as it was before issue 22: a pattern of the
+#: generated script and what replaces it (:func:`before_script`).
+BEFORE: Final[dict[str, tuple[str, str]]] = {
+    REREAD: (_FROM_OUTCOME, _FROM_JOB_ROW),
+    SPREAD_IN_SQL: (
+        r"(RETURNING j\.id, j\.tenant, .*?)\bj\.spread,\n",
+        "\\1pgpulse_spread_offset(j.id, j.spread) AS spread_offset,\n",
+    ),
+}
+
+
+def before_script(name: str) -> str:
+    """The ceiling's pgbench step with the part lever ``name`` of :data:`BEFORE` names as it
+    was before issue 22 (:data:`REREAD`: the history row's claim values read again from the job
+    row; :data:`SPREAD_IN_SQL`: the spread offset computed by the claim).
 
     Raises:
-        ValueError: the run CTE no longer takes them from the outcome (update this function).
+        KeyError: ``name`` is not a lever of :data:`BEFORE`.
+        ValueError: the part is no longer what the pattern looks for (update :data:`BEFORE`).
     """
+    pattern, replacement = BEFORE[name]
     script, found = re.subn(
-        _FROM_OUTCOME, _FROM_JOB_ROW, ceiling.pgbench_script(), count=1, flags=re.DOTALL
+        pattern, replacement, ceiling.pgbench_script(), count=1, flags=re.DOTALL
     )
     if not found:
-        raise ValueError("finish_and_claim's history row changed; update bench/levers.py")
+        raise ValueError(f"finish_and_claim changed; update bench/levers.py's lever {name!r}")
     return script
 
 
@@ -347,8 +367,10 @@ async def run(server_dsn: str, result: Result, rounds: int = ROUNDS) -> Result:
     script.write_text(ceiling.pgbench_script())
     arrays.write_text(array_script())
     ids_only.write_text(ids_only_script())
-    scripts = {ARRAYS: arrays, IDS_ONLY: ids_only, REREAD: folder / "reread.sql"}
-    scripts[REREAD].write_text(reread_script())
+    scripts = {ARRAYS: arrays, IDS_ONLY: ids_only}
+    for number, name in enumerate(BEFORE):
+        scripts[name] = folder / f"before{number}.sql"
+        scripts[name].write_text(before_script(name))
     for number, name in enumerate(CUTS):
         scripts[name] = folder / f"cut{number}.sql"
         scripts[name].write_text(cut_script(name))
