@@ -18,7 +18,7 @@ from pgpulse.claims import CLAIM_SESSION_SETTINGS, JOB_ROW_FIELDS
 from pgpulse.database import Session
 from pgpulse.model import ClaimedJob, Outcome
 from pgpulse.planner import Advance
-from pgpulse.sql import QUERIES, positional
+from pgpulse.sql import QUERIES, RARE_PARTS, positional, without_ctes
 from pgpulse.store import Store
 from pgpulse_tools.bench.common import load_jobs
 
@@ -364,6 +364,72 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     assert again.fencing_token == job.fencing_token + 1 and again.run_id != job.run_id
     assert after.next_due == utc(2026, 1, 1, 1, 0)  # the hourly job, the only one idle
     assert hourly not in {j.id for j in after.jobs}
+
+
+def test_the_common_step_is_the_whole_step_without_its_rare_parts() -> None:
+    """finish_and_claim_common is finish_and_claim less the skip summary and the auto-pause's
+    audit row, and nothing else: every other line is there, in order. A CTE another part reads,
+    or one that is not there, cannot be taken out."""
+    whole, common = QUERIES["finish_and_claim"], QUERIES["finish_and_claim_common"]
+    assert [f"{part} AS (" in common for part in RARE_PARTS] == [False, False]
+    assert "\nroute AS (" in common and "INSERT INTO pgpulse_job_history" not in common
+    lines = iter(whole.splitlines())
+    assert all(line in lines for line in common.splitlines())  # a subsequence of the whole
+    assert len(whole.splitlines()) - len(common.splitlines()) == 30  # the two CTEs' lines
+    statement = (
+        "WITH a AS (\nSELECT 1\n),\nb AS (\nSELECT ')(' FROM a\n),\nc AS (\nSELECT 2\n)\nSELECT 3"
+    )
+    assert (
+        without_ctes(statement, ("b",))
+        == "WITH a AS (\nSELECT 1\n),\nc AS (\nSELECT 2\n)\nSELECT 3"
+    )
+    with pytest.raises(ValueError, match="reads its CTE 'a'"):
+        without_ctes(statement, ("a",))
+    with pytest.raises(ValueError, match="'c' is the statement's last"):
+        without_ctes(statement, ("c",))
+    with pytest.raises(ValueError, match="no CTE 'd'"):
+        without_ctes(statement, ("d",))
+
+
+async def test_a_step_with_a_skip_or_an_auto_pause_writes_them_beside_plain_outcomes(
+    store: Store, db: Any
+) -> None:
+    """A node sends the step without its rare parts unless its batch needs one: a batch that
+    mixes a plain outcome, one that skipped occurrences and one that pauses its job writes the
+    skip summary row and the pause's audit row; the next plain batch writes neither."""
+    ids = await add(store, spec("plain"), spec("skips"), spec("pauses"), now=T0)
+    jobs = {j.id: j for j in await store.claim_due("node-a", ALL_SHARDS, 3, lease=30, now=LATER)}
+    plain, skips, pauses = (jobs[i] for i in ids)
+    nxt, first, last = utc(2026, 1, 1, 0, 9), utc(2026, 1, 1, 0, 6), utc(2026, 1, 1, 0, 8)
+    batch = [
+        Outcome(plain, "succeeded", advance=Advance(nxt)),
+        Outcome(skips, "succeeded", advance=Advance(nxt, 3, first, last)),
+        Outcome(pauses, "failed", advance=Advance(nxt), status="paused", pause_reason="3 failed"),
+    ]  # fmt: skip
+    assert await store.finish_runs(batch, node="node-a", now=LATER) == {
+        j.key for j in jobs.values()
+    }
+    summary = db.execute(
+        "SELECT job_id, scheduled_for, occurrences, last_scheduled_for FROM pgpulse_runs "
+        "WHERE outcome = 'skipped'"
+    ).fetchall()
+    assert summary == [
+        {"job_id": skips.id, "scheduled_for": utc(2026, 1, 1, 0, 6), "occurrences": 3,
+         "last_scheduled_for": utc(2026, 1, 1, 0, 8)}
+    ]  # fmt: skip
+    audit = db.execute(
+        "SELECT job_id, actor FROM pgpulse_job_history WHERE action = 'pause'"
+    ).fetchall()
+    assert audit == [{"job_id": pauses.id, "actor": "node:node-a"}]
+    again = await store.claim_due("node-a", ALL_SHARDS, 3, lease=30, now=nxt)
+    assert sorted(j.id for j in again) == sorted((plain.id, skips.id))  # the paused one stays
+    later = [Outcome(j, "succeeded", advance=Advance(nxt + timedelta(minutes=1))) for j in again]
+    assert len(await store.finish_runs(later, node="node-a", now=nxt)) == 2
+    counts = db.execute(
+        "SELECT (SELECT count(*) FROM pgpulse_runs WHERE outcome = 'skipped') AS skips,"
+        " (SELECT count(*) FROM pgpulse_job_history WHERE action = 'pause') AS pauses"
+    ).fetchone()
+    assert counts == {"skips": 1, "pauses": 1}  # the plain batch wrote neither
 
 
 async def test_a_failed_step_writes_no_outcome(store: Store, db: Any) -> None:

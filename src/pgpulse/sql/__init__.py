@@ -42,8 +42,55 @@ def load_queries(filename: str, package: str | None = None) -> dict[str, str]:
     return split_named_blocks(folder.joinpath(filename).read_text("utf-8"))
 
 
+#: The parts of ``finish_and_claim`` only a rare outcome needs (queries.sql): ``skipped`` writes
+#: the summary row of the occurrences an outcome skipped, ``auto_paused`` the audit row of an
+#: outcome that pauses its job. ``finish_and_claim_common`` is the statement without them, sent
+#: for a batch with neither (:meth:`pgpulse.claims.ClaimStore.finish_and_claim`).
+RARE_PARTS: Final[tuple[str, ...]] = ("skipped", "auto_paused")
+
+
+def _closing(text: str, opening: int) -> int:
+    """The index of the parenthesis that closes the one at ``opening`` in SQL ``text``, counting
+    outside string literals (the end of ``text`` when none does)."""
+    depth, quoted = 0, False
+    for at in range(opening, len(text)):
+        if text[at] == "'":
+            quoted = not quoted
+        elif not quoted and text[at] in "()":
+            depth += 1 if text[at] == "(" else -1
+            if depth == 0:
+                return at
+    return len(text)
+
+
+def without_ctes(statement: str, names: tuple[str, ...]) -> str:
+    """``statement`` (a ``WITH`` statement as :func:`split_named_blocks` leaves it: each CTE's
+    name at the start of a line) without the CTEs ``names``, which must be data-modifying CTEs
+    nothing else in it reads: PostgreSQL runs such a CTE even when nothing reads it, so the
+    statement without it differs only in not writing what it wrote.
+
+    A CTE's end is its opening parenthesis' match, counted outside string literals.
+
+    Raises:
+        ValueError: a CTE of ``names`` is not in ``statement``, or another part reads it.
+    """
+    for name in names:
+        found = re.search(rf"(?:^WITH |\n){name} AS \(\n", statement)
+        if found is None:
+            raise ValueError(f"the statement has no CTE {name!r}")
+        start = statement.index(name, found.start())
+        at = _closing(statement, found.end() - 2)
+        if not statement.startswith(",\n", at + 1):
+            raise ValueError(f"the CTE {name!r} is the statement's last")
+        statement = statement[:start] + statement[at + 3 :]
+        if re.search(rf"\b{name}\b", re.sub(r"'[^']*'", "''", statement)):
+            raise ValueError(f"the statement reads its CTE {name!r}: it cannot go")
+    return statement
+
+
 def _all_queries() -> dict[str, str]:
-    """``queries.sql`` and ``occurrences.sql`` (the extra occurrences' statements) as one dict.
+    """``queries.sql`` and ``occurrences.sql`` (the extra occurrences' statements) as one dict,
+    with ``finish_and_claim_common`` (``finish_and_claim`` without :data:`RARE_PARTS`).
 
     Raises:
         ValueError: the two files define one name twice.
@@ -52,7 +99,8 @@ def _all_queries() -> dict[str, str]:
     extra = load_queries("occurrences.sql")
     if twice := queries.keys() & extra.keys():
         raise ValueError(f"queries.sql and occurrences.sql both define {sorted(twice)}")
-    return {**queries, **extra}
+    common = without_ctes(queries["finish_and_claim"], RARE_PARTS)
+    return {**queries, **extra, "finish_and_claim_common": common}
 
 
 QUERIES: Final[dict[str, str]] = _all_queries()

@@ -34,7 +34,10 @@
 -- run_attempts), so the row keeps every attempt; an attempt that ends 'retrying' records its end
 -- in attempt_ended_at (finished_at is the run's end).
 -- An element that pauses its job (auto_pause_after) writes the pause into the audit trail
--- (auto_paused).
+-- (auto_paused). Those two CTEs are the statement's rare parts (pgpulse.sql.RARE_PARTS): a batch
+-- with neither a skip nor a pause goes out as finish_and_claim_common, this statement without
+-- them (PostgreSQL runs a data-modifying CTE even when it writes nothing: each cost its
+-- executor set-up and the scan of `input` in every step).
 --
 -- Claim (due, claimed). Rows are locked SKIP LOCKED, so a poller never waits on another, and move
 -- to running with a new lease and fencing token. A job under overlap allow (max_concurrency set)

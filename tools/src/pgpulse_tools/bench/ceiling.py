@@ -79,20 +79,23 @@ _OUTCOME = (
 )
 
 
-def pgbench_script() -> str:
-    """The pgbench script: one ``finish_and_claim`` statement, ending the batch the client
-    claimed last time and claiming the next (its outcomes kept with ``\\gset``). Run it with
-    ``-D outcomes=[]`` for the first step.
+def pgbench_script(statement: str = "finish_and_claim_common") -> str:
+    """The pgbench script: one claim step, ending the batch the client claimed last time and
+    claiming the next (its outcomes kept with ``\\gset``). Run it with ``-D outcomes=[]`` for
+    the first step.
+
+    Args:
+        statement: the step's statement in ``QUERIES``: by default the one a node sends for a
+            batch with no skipped occurrence and no auto-pause (the benchmark's firings);
+            ``finish_and_claim`` is the step with every part (``pgpulse.sql.RARE_PARTS``).
 
     Raises:
         KeyError: ``queries.sql`` changed the statement's parameters or name (the message says
             which); update :data:`STEP_VALUES`.
     """
-    if "finish_and_claim" not in QUERIES:
-        raise KeyError(
-            "queries.sql has no finish_and_claim statement; update pgpulse/bench/ceiling.py"
-        )
-    ctes, final = split_final_select(substitute(QUERIES["finish_and_claim"], STEP_VALUES))
+    if statement not in QUERIES:
+        raise KeyError(f"queries.sql has no {statement} statement; update bench/ceiling.py")
+    ctes, final = split_final_select(substitute(QUERIES[statement], STEP_VALUES))
     step = (
         f"{ctes}, pulse_claim AS (\n{final}\n)\n"
         f"SELECT coalesce(json_agg({_OUTCOME}) FILTER (WHERE id IS NOT NULL), '[]')"

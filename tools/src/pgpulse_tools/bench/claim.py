@@ -81,7 +81,7 @@ async def _time_claims(
 def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: bool) -> str:
     """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim, run and rolled back.
 
-    The claim is ``PREPARE``d from ``QUERIES["finish_and_claim"]`` (with no outcomes to write,
+    The claim is ``PREPARE``d from ``QUERIES["finish_and_claim_common"]`` (no outcomes to write,
     as :meth:`~pgpulse.store.Store.claim_due` sends it) and explained with ``EXECUTE``, as a
     node's prepared statement runs (a one-shot parameterised statement is always planned with
     its values, so it cannot show the generic plan).
@@ -93,7 +93,7 @@ def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: boo
         generic: plan with ``plan_cache_mode = force_generic_plan`` (the plan a node's claim
             session uses, ``claims.CLAIM_SESSION_SETTINGS``) instead of a custom plan.
     """
-    text, names = positional(QUERIES["finish_and_claim"])
+    text, names = positional(QUERIES["finish_and_claim_common"])
     values = {
         "outcomes": "[]",
         "node": "bench-explain",

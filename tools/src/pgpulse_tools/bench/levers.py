@@ -36,6 +36,10 @@ REREAD: Final[str] = "history row's claim values re-read from the job row (befor
 #: clause, so never inlined: a function call and a SHA-256 per claimed row) rather than its
 #: ``spread``, from which the node computes the offset (``ClaimedJob.spread_offset``).
 SPREAD_IN_SQL: Final[str] = "spread offset computed by the claim's SQL (before issue 22)"
+#: The lever that puts back the rare parts (``pgpulse.sql.RARE_PARTS``: the skip summary and the
+#: auto-pause's audit row) into every step, as before issue 22: a node now sends the step
+#: without them unless its batch has such an outcome (``finish_and_claim_common``).
+RARE_IN_EVERY_STEP: Final[str] = "skipped and auto-paused parts in every step (before issue 22)"
 #: The history row's values as the step takes them (the pattern) and as it took them before
 #: (the replacement): :data:`REREAD`.
 _FROM_OUTCOME: Final[str] = (
@@ -59,17 +63,12 @@ _FROM_JOB_ROW: Final[str] = (
 )
 #: Statement levers that cut a part of the step (a pattern of the generated script and what
 #: replaces it): what that part costs a firing that does not need it. Correct for the
-#: benchmark's firings only (first attempts, no skips, no pauses): a design would send the
-#: rare outcomes in a statement of their own.
+#: benchmark's firings only (first attempts, no skips, no pauses).
 CUTS: Final[dict[str, tuple[str, str]]] = {
     "history row by plain INSERT (no ON CONFLICT: first attempts)": (
         r"ON CONFLICT \(job_id, scheduled_for\) WHERE kind = 'scheduled' DO UPDATE\n.*?"
-        r"(RETURNING 1\n\),\nskipped AS)",
+        r"(RETURNING 1\n\),\nroute AS)",
         r"\1",
-    ),
-    "no skipped or auto-paused parts (rare outcomes sent apart)": (
-        r"\nskipped AS \(\n.*?\nroute AS \(",
-        "\nroute AS (",
     ),
 }
 #: Lever name -> the bench.sql block of its DDL (None: the schema as it is).
@@ -79,6 +78,7 @@ LEVERS: Final[dict[str, str | None]] = {
     "history: no pgpulse_runs_recent": "lever_no_runs_recent",
     REREAD: None,
     SPREAD_IN_SQL: None,
+    RARE_IN_EVERY_STEP: None,
     ARRAYS: None,
     IDS_ONLY: None,
     **dict.fromkeys(CUTS),
@@ -166,8 +166,10 @@ def ids_only_script() -> str:
 
 
 #: The levers that put back a part of the step as it was before issue 22: a pattern of the
-#: generated script and what replaces it (:func:`before_script`).
-BEFORE: Final[dict[str, tuple[str, str]]] = {
+#: generated script and what replaces it, or ``None`` for the step with every part
+#: (``finish_and_claim``: :data:`RARE_IN_EVERY_STEP`) (:func:`before_script`).
+BEFORE: Final[dict[str, tuple[str, str] | None]] = {
+    RARE_IN_EVERY_STEP: None,
     REREAD: (_FROM_OUTCOME, _FROM_JOB_ROW),
     SPREAD_IN_SQL: (
         r"(RETURNING j\.id, j\.tenant, .*?)\bj\.spread,\n",
@@ -179,13 +181,17 @@ BEFORE: Final[dict[str, tuple[str, str]]] = {
 def before_script(name: str) -> str:
     """The ceiling's pgbench step with the part lever ``name`` of :data:`BEFORE` names as it
     was before issue 22 (:data:`REREAD`: the history row's claim values read again from the job
-    row; :data:`SPREAD_IN_SQL`: the spread offset computed by the claim).
+    row; :data:`SPREAD_IN_SQL`: the spread offset computed by the claim;
+    :data:`RARE_IN_EVERY_STEP`: the skip summary and auto-pause parts in every step).
 
     Raises:
         KeyError: ``name`` is not a lever of :data:`BEFORE`.
         ValueError: the part is no longer what the pattern looks for (update :data:`BEFORE`).
     """
-    pattern, replacement = BEFORE[name]
+    part = BEFORE[name]
+    if part is None:
+        return ceiling.pgbench_script("finish_and_claim")
+    pattern, replacement = part
     script, found = re.subn(
         pattern, replacement, ceiling.pgbench_script(), count=1, flags=re.DOTALL
     )

@@ -87,7 +87,7 @@ async def _claim(claimer: Store, pooled: Store, handler: str, count: int) -> tup
 def _buffers(dsn: str, count: int, handler: str) -> tuple[int, str]:
     """Shared buffers one claim along the 1-of-16 route of ``handler`` touches at ``count``
     shards (generic plan, as a node's claim session; rolled back), and the due scan's index."""
-    text, names = claim_statement("finish_and_claim", count)
+    text, names = claim_statement("finish_and_claim_common", count)
     routes = _routes(handler, count)
     values = {
         "outcomes": "[]",
