@@ -621,11 +621,14 @@ def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trust
         "yes",
     ]
     results["2"]["data"]["run"] = {"started": "2026-12-01T12:00:00+00:00"}
-    assert targets(results)[-1][1:] == ["n/a", "n/a"]  # scenario 3 of another run
+    assert targets(results)[-1][1:] == ["n/a (the floor is of another run)", "n/a"]
     results["3"]["data"]["run"] = {"started": "2026-12-01T12:00:00+00:00"}
     assert targets(results)[-1][1] == "1.20×"
     floor_cell["problems"] = ["window 2.9 s < 5 s: mostly ramp-up"]
-    assert targets(results)[-1][1:] == ["n/a", "n/a"]
+    assert targets(results)[-1][1:] == [
+        "n/a (the floor failed its checks: window 2.9 s < 5 s: mostly ramp-up)",
+        "n/a",
+    ]
 
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
