@@ -254,7 +254,8 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
             "load_s": load_s,
             "plans": plans,
             "samples_ms": samples_raw,
-            # "due" and "claims" are the largest backlog's, as before; "by_due" has them all
+            # "due" and "claims": the largest backlog's (the shape older results.json files
+            # have, which the report still reads); "by_due": every backlog
             "floor": {"due": due, "claims": least, "by_due": by_due},
             "due_levels": dues,
         }

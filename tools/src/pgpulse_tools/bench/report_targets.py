@@ -26,9 +26,10 @@ PEER_FACTOR: Final[float] = 3.0
 #: Claim p99 of each batch at each backlog: at most this many times the floor's p99, same cell.
 CLAIM_FACTOR: Final[float] = 1.5
 #: "Steady-state lag p99 not worse than the previous run's" allows this factor over the previous
-#: p99, because the two are of different runs on a shared machine: the last three scale-1 runs
-#: of scenario 4 (revisions 7b38ea8, 83a7643, 29b45d2, no change to the steady path that could
-#: explain it) measured 10.6, 9.2 and 13.2 ms, 1.4× apart; a tighter allowance would judge noise.
+#: p99, because the two are of different runs on a shared machine: three scale-1 runs of
+#: scenario 4 at revisions 7b38ea8, 83a7643 and 29b45d2 (between them the node changed only in
+#: error messages and a delete trigger, none on the firing path) measured 10.6, 9.2 and 13.2 ms,
+#: 1.4× apart; a tighter allowance would judge the machine's noise, not the code.
 LAG_NOISE: Final[float] = 1.5
 #: Node counts of scenario 2 that the throughput targets judge ("with 2-4 nodes": each of them).
 NODE_COUNTS: Final[range] = range(2, 5)
