@@ -28,6 +28,7 @@ from pgpulse_tools.bench import (
     steady,
     stored,
 )
+from pgpulse_tools.bench import run as bench_run
 from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
 from pgpulse_tools.bench.common import Result, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
@@ -332,6 +333,44 @@ def test_a_rerun_of_the_steady_state_keeps_the_previous_lag_and_is_judged_agains
     first = Result("4", "steady", [], data={"lag": {"p99": 14.0}})
     steady.carry_previous(first, None)
     assert "previous" not in first.data
+
+
+async def test_bench_keeps_the_replaced_steady_result_as_the_previous_measurement(
+    server_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pgpulse bench --only 4`` reads the scenario-4 result it is about to replace in
+    results.json and keeps its p99 and revision in the new one (the scenario itself is stubbed:
+    only the runner's merge is under test)."""
+
+    async def fake_steady(dsn: str, scale: float, slots: int) -> Result:
+        return Result("4", "steady", ["lag p99 ms"], [[8.0]], data={"lag": {"p99": 8.0}})
+
+    earlier = Result(
+        "4",
+        "steady",
+        ["lag p99 ms"],
+        [[10.0]],
+        data={
+            "lag": {"p99": 10.0},
+            "run": {"started": "2026-12-01T00:00:00+00:00", "scale": 0.1, "revision": "abc1234"},
+        },
+    )
+    json_path = tmp_path / "benchmarks" / "results.json"
+    bench_run.save_results(json_path, {"4": earlier}, {"started": "2026-12-01T00:00:00+00:00"})
+    monkeypatch.setitem(bench_run.SCENARIOS, "4", fake_steady)
+    monkeypatch.setattr(bench_run, "background_busy", lambda: 0.0)
+    lines: list[str] = []
+    await bench_run.run_bench(server_dsn, scale=0.1, only=("4",), out=tmp_path, echo=lines.append)
+    kept = bench_run.load_results(json_path)["4"].data
+    assert kept["previous"] == {
+        "p99": 10.0,
+        "revision": "abc1234",
+        "started": "2026-12-01T00:00:00+00:00",
+        "scale": 0.1,
+    }
+    row = report_targets.lag_rows({"4": {"data": kept}})[0]
+    assert row[1:] == ["8 ms (0.80×)", "yes"]
+    assert "10 ms at revision `abc1234`" in (tmp_path / "benchmarks.md").read_text()
 
 
 def test_the_floor_says_whether_any_design_reaches_three_times_the_best_peer() -> None:

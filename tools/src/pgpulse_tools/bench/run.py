@@ -196,6 +196,9 @@ async def run_bench(
     """Run the scenarios in ``only`` against the server of ``server_dsn``, print each table,
     then write ``<out>/benchmarks/results.json``, the PNG plots and ``<out>/benchmarks.md``.
 
+    The scenarios not run keep their earlier figures; a scenario-4 result keeps the lag p99 of
+    the one it replaces (:func:`pgpulse_tools.bench.steady.carry_previous`).
+
     Args:
         server_dsn: DSN of the benchmarked server; the benchmark creates and drops its own
             ``pgpulse_bench_*`` databases there.
