@@ -7,8 +7,9 @@ one B-tree, a fenced claim and a fenced completion that records the run — no d
 returned, no shards, no retries sharing a history row, no skipped occurrences, no sweeper
 index. Two measures:
 
-* :func:`claim_latency` (scenario 1): a claim of 1, 25 and 100 from a backlog, timed as Pulse's
-  claim is (1,000 claims per batch, each handed back untimed), from a synchronous client;
+* :func:`claim_latency_by_due` (scenario 1): a claim of 1, 25 and 100 at each backlog Pulse's
+  claims are timed at, timed as Pulse's claim is (1,000 claims per batch, each handed back
+  untimed), from a synchronous client;
 * the step rate (scenario 3, :func:`pgbench_script`): claim + complete + record via pgbench,
   as the ceiling is measured.
 
@@ -141,4 +142,33 @@ def claim_latency(dsn: str, batches: Sequence[int], samples: int) -> dict[int, d
                 }
         finally:
             gc.enable()
+    return out
+
+
+def claim_latency_by_due(
+    dsn: str, dues: Sequence[int], batches: Sequence[int], samples: int
+) -> list[dict[str, Any]]:
+    """:func:`claim_latency` at each backlog of ``dues`` (jobs due), in that order: before each,
+    the first ``due`` jobs by id are made due (``floor.sql`` ``make_due``) and the table is
+    ``VACUUM ANALYZE``d, as scenario 1 does for Pulse's jobs.
+
+    Args:
+        dsn: a floor database from :func:`create` holding at least ``max(dues)`` jobs.
+        dues: backlogs, jobs due (ascending writes the fewest rows).
+        batches: claim sizes.
+        samples: timed claims per batch and backlog.
+
+    Returns:
+        ``[{"due": jobs due, "claims": {batch: cell}}]``, one per backlog, cells as
+        :func:`claim_latency` returns them.
+
+    Raises:
+        psycopg.Error: a statement failed (``dsn`` holds no floor tables).
+    """
+    out: list[dict[str, Any]] = []
+    for due in dues:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(FLOOR_SQL["make_due"], {"due": due})
+            conn.execute("VACUUM (ANALYZE) floor_jobs")
+        out.append({"due": due, "claims": claim_latency(dsn, batches, samples)})
     return out

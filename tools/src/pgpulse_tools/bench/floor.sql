@@ -35,6 +35,18 @@ FROM generate_series(1, %(jobs)s::bigint) AS i,
      LATERAL (SELECT CASE WHEN i <= %(due)s THEN now() - make_interval(secs => mod(i, 1800))
                           ELSE now() + make_interval(secs => 86400 + mod(i, 86400)) END AS at) t;
 
+-- name: make_due
+-- Scenario 1: make the first %(due)s jobs (by id) due, spread over the past 30 minutes as `load`
+-- spreads them, and every other idle job due tomorrow; a row already on its side is left alone,
+-- so raising the backlog from one level to the next writes only the newly due rows.
+UPDATE floor_jobs
+SET next_run_at = CASE WHEN id <= %(due)s THEN now() - make_interval(secs => mod(id, 1800))
+                       ELSE now() + make_interval(secs => 86400 + mod(id, 86400)) END,
+    scheduled_for = CASE WHEN id <= %(due)s THEN now() - make_interval(secs => mod(id, 1800))
+                         ELSE now() + make_interval(secs => 86400 + mod(id, 86400)) END
+WHERE status = 'idle'
+  AND (id <= %(due)s) <> (next_run_at <= now());
+
 -- name: index
 -- The due index, built after the load (then VACUUM ANALYZE, as for Pulse's benchmark data).
 CREATE INDEX floor_jobs_due ON floor_jobs (next_run_at) WHERE status = 'idle';

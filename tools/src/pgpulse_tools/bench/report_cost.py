@@ -72,23 +72,24 @@ _QUOTED: Final[tuple[tuple[str, str, str], ...]] = (
 
 def cost_targets(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
     """``[target, measured, met]`` for DB CPU per firing in the drain with 2 nodes against the
-    floor's step (scenario 3); none when either is missing, ``n/a`` when either failed its
-    checks or the two were measured in different runs."""
+    floor's step (scenario 3); none when either is missing, ``n/a`` and why when either failed
+    its checks or the two were measured in different runs."""
     floor = results.get("3", {}).get("data", {}).get("floor")
     runs = results.get("2", {}).get("data", {}).get("runs", [])
     two = [run for run in runs if run.get("nodes") == 2]
     if not floor or not two:
         return []
     run = two[0]
+    target = f"DB CPU per firing, drain with 2 nodes ≤ {CPU_TARGET}× the floor's"
     started = {results[key].get("data", {}).get("run", {}).get("started") for key in ("2", "3")}
     if len(started) > 1:  # figures of two runs are never compared (a shared, noisy machine)
-        return [
-            [f"DB CPU per firing, drain with 2 nodes ≤ {CPU_TARGET}× the floor's", "n/a", "n/a"]
-        ]
-    if not (trusted(run) and trusted(floor)) or not floor.get("db_cpu_ms"):
-        return [
-            [f"DB CPU per firing, drain with 2 nodes ≤ {CPU_TARGET}× the floor's", "n/a", "n/a"]
-        ]
+        return [[target, "n/a (the floor is of another run)", "n/a"]]
+    for what, cell in (("the 2-node drain", run), ("the floor", floor)):
+        if not trusted(cell):
+            found = "; ".join(cell["problems"])
+            return [[target, f"n/a ({what} failed its checks: {found})", "n/a"]]
+    if not floor.get("db_cpu_ms"):
+        return [[target, "n/a (the floor's DB CPU was not metered)", "n/a"]]
     ratio = run["db_cpu_ms"] / floor["db_cpu_ms"]
     if math.isnan(ratio):
         return []

@@ -13,6 +13,10 @@ is measured:
   database and the nodes share this machine's clock);
 * claim lag: the claim's ``now()`` minus ``scheduled_for`` (ms), from ``pgpulse_runs``;
 * missed: occurrences in the window with no run by the end (should be 0).
+
+Issue 22 asks that the lag p99 be no worse than the previous measurement's, which is a figure
+of another run: :func:`carry_previous` keeps it in the new result when ``pgpulse bench``
+replaces the old one.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
+from typing import Any
 
 from pgpulse_tools.bench.common import (
     DbCpu,
@@ -170,3 +175,26 @@ async def run(
         }
     )
     return result
+
+
+def carry_previous(result: Result, replaced: Result | None) -> None:
+    """Keep the measurement ``result`` replaces in ``result.data["previous"]``: its lag p99 (ms),
+    revision, start and scale, so the report can judge "lag p99 not worse than the previous
+    run's". Nothing is kept when there is no earlier result or it measured no lag p99.
+
+    Args:
+        result: this run's scenario-4 result (changed in place).
+        replaced: the scenario-4 result of the results.json being replaced, or ``None``.
+    """
+    if replaced is None:
+        return
+    p99 = replaced.data.get("lag", {}).get("p99")
+    if p99 is None:
+        return
+    run: dict[str, Any] = replaced.data.get("run", {})
+    result.data["previous"] = {
+        "p99": p99,
+        "revision": run.get("revision", "unknown"),
+        "started": run.get("started"),
+        "scale": run.get("scale"),
+    }
