@@ -30,7 +30,7 @@ from pgpulse_tools.bench import (
 )
 from pgpulse_tools.bench import run as bench_run
 from pgpulse_tools.bench.ceiling import pgbench_script, run_pgbench
-from pgpulse_tools.bench.common import Result, drop_db, load_jobs
+from pgpulse_tools.bench.common import Result, drop_backlogs, drop_db, load_jobs
 from pgpulse_tools.bench.peers import add_pulse_ratios
 from pgpulse_tools.bench.report import render
 from pgpulse_tools.bench.report_targets import floor_rows, targets
@@ -616,6 +616,35 @@ def test_each_lever_applies_to_pulses_schema_and_is_judged_against_the_unchanged
     rounds[0]["problems"] = ["short"]  # an untrusted round is no candidate for the median
     assert levers.median_cell(rounds)["db_cpu_ms"] == 0.1
     assert levers.median_cell(rounds)["rounds_db_cpu_ms"] == [0.3, 0.1, 0.2]
+
+
+@pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
+async def test_the_levers_are_measured_serially_each_on_its_own_database(server_dsn: str) -> None:
+    """Every lever and floor variant runs interleaved one-client blocks of the same number of
+    steps on a database of its own: each block fires its steps' full batches (the backlog
+    outlasts every round), its rounds are kept, a block shorter than the minimum is untrusted,
+    and no database is left behind."""
+    result = Result("3", "ceiling", [], data={"burst_cell": {"batch": 5}})
+    try:
+        await levers.run(server_dsn, result, rounds=2, block_s=0.05)
+    finally:
+        drop_backlogs(server_dsn)
+    lever_table, variant_table = result.tables
+    assert [row[0] for row in lever_table["rows"]] == list(levers.LEVERS)
+    assert [row[0] for row in variant_table["rows"]] == list(floor.VARIANTS)
+    notes = " ".join(lever_table["notes"])
+    assert "serial: each row on its own database" in notes and "serial rate of one client" in notes
+    cells = {**result.data["levers"], **result.data["floor_variants"]}
+    for name, cell in cells.items():
+        assert cell["clients"] == 1 and len(cell["rounds_db_cpu_ms"]) == 2, name
+        assert cell["fired"] == (cell["steps"] - 1) * 5 and not cell["drained"], name
+        assert cell["per_firing"]["hot_updates"] >= 0, name
+        assert any(p.startswith("window") for p in cell["problems"]), name  # 0.05 s < 2 s
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_database WHERE datname LIKE 'pgpulse_bench_serial_%'"
+        ).fetchone()
+    assert left == (0,)
 
 
 def test_the_floor_variants_add_only_what_they_name(server_dsn: str) -> None:

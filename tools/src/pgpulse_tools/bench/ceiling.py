@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg import sql
 
 from pgpulse.claims import CLAIM_SESSION_SETTINGS
@@ -110,10 +111,18 @@ def _one_line_comments(statement: str) -> str:
 
 
 def run_pgbench(
-    dsn: str, script: Path, *, clients: int, seconds: float, variables: dict[str, Any]
+    dsn: str,
+    script: Path,
+    *,
+    clients: int,
+    seconds: float,
+    variables: dict[str, Any],
+    transactions: int | None = None,
 ) -> dict[str, Any]:
     """Run pgbench for ``seconds`` with ``clients`` clients, each starting with ``variables``
     (``-D name=value``); return its ``tps`` and average ``latency_ms`` (per script execution).
+    With ``transactions``, each client runs the script that many times instead (``-t``) and
+    ``seconds`` is ignored.
 
     Raises:
         RuntimeError: pgbench failed (the message has its output).
@@ -127,8 +136,11 @@ def run_pgbench(
         str(clients),
         "-j",
         str(min(clients, CORES)),
-        "-T",
-        str(max(int(seconds), 1)),
+        *(
+            ("-t", str(transactions))
+            if transactions is not None
+            else ("-T", str(max(int(seconds), 1)))
+        ),
         *(arg for name, value in variables.items() for arg in ("-D", f"{name}={value}")),
         "-f",
         str(script),
@@ -257,12 +269,8 @@ async def _metered(
     totals = await asyncio.to_thread(written.stop)  # pgbench's sessions have closed
     with admin(dsn) as conn:
         row = conn.execute(span).fetchone()
-        width = conn.execute(
-            sql.SQL("SELECT avg(pg_column_size(t.*))::float8 AS width FROM {} t").format(
-                sql.Identifier(hot_table)
-            )
-        ).fetchone()
-    assert row is not None and width is not None
+        width = row_bytes(conn, hot_table)
+    assert row is not None
     fired = row["fired"]
     secs = (row["last_finished"] - row["first_started"]).total_seconds() if fired else float("nan")
     db_cpu_ms = meter.seconds() / fired * 1000 if fired else float("nan")
@@ -274,9 +282,20 @@ async def _metered(
         "rate": fired / secs if fired else 0.0,
         "db_cpu_ms": db_cpu_ms,
         "busy_pct": (busy1 - busy0) / wall / CORES * 100,
-        "per_firing": {**per_firing(totals, fired, db_cpu_ms), "row_bytes": width["width"]},
+        "per_firing": {**per_firing(totals, fired, db_cpu_ms), "row_bytes": width},
         **bench,
     }
+
+
+def row_bytes(conn: psycopg.Connection[dict[str, Any]], table: str) -> float:
+    """The mean ``pg_column_size`` of ``table``'s rows (the rows a firing updates)."""
+    width = conn.execute(
+        sql.SQL("SELECT avg(pg_column_size(t.*))::float8 AS width FROM {} t").format(
+            sql.Identifier(table)
+        )
+    ).fetchone()
+    assert width is not None
+    return float(width["width"])
 
 
 async def run(

@@ -1,12 +1,14 @@
 """Levers on the cost of a firing, each measured before and after in one run (scenario 3).
 
 A lever is a change of the schema Pulse's step runs on, applied to the benchmark's copy of the
-backlog only (its DDL is a named block of ``bench.sql``): the ceiling's best cell (same batch,
-clients and seconds) runs once per lever, between two runs of the unchanged schema (the first
-and the last cell: their spread is the noise of this run). A lever pays when its DB CPU per
-firing is below both unchanged runs'. Each cell also shows what a firing wrote
-(:mod:`pgpulse_tools.bench.writes`), so a lever's effect on HOT updates, index entries and WAL
-is seen beside its CPU.
+backlog only (its DDL is a named block of ``bench.sql``), or of the step itself. Each lever, and
+each floor variant of the narrow-row prototype (:data:`pgpulse_tools.bench.floor.VARIANTS`), is
+measured serially at the ceiling's best cell's batch (:mod:`pgpulse_tools.bench.serial`: its
+own database, one pgbench client, interleaved rounds, the median block), between two unchanged
+databases (the first and the last row: their spread is the noise of this run). A lever pays
+when its DB CPU per firing is below both unchanged rows'. Each row also shows what a firing
+wrote (:mod:`pgpulse_tools.bench.writes`), so a lever's effect on HOT updates, index entries and
+WAL is seen beside its CPU.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-from pgpulse_tools.bench import ceiling, checks, floor
+from pgpulse_tools.bench import ceiling, checks, floor, serial
 from pgpulse_tools.bench.common import BENCH_SQL, Result
 from pgpulse_tools.bench.writes import comparison_rows, headers
 
@@ -223,8 +225,8 @@ def _variables(name: str) -> dict[str, Any]:
 
 
 #: Rounds of every lever (and floor variant), interleaved: a shared machine's load drifts over a
-#: minute, so each figure is the median round's, not one cell's.
-ROUNDS: Final[int] = 3
+#: minute, so each figure is the median block's, not one block's.
+ROUNDS: Final[int] = 5
 
 
 def median_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -302,48 +304,16 @@ def variant_rows(cells: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
     return out
 
 
-async def _floor_variants(
-    server_dsn: str, burst: dict[str, Any], seconds: float, folder: Path
-) -> list[tuple[str, dict[str, Any]]]:
-    """The floor's step on each of :data:`pgpulse_tools.bench.floor.VARIANTS`, burst's batch and
-    clients, ``seconds`` each (the narrow-row prototype: what width and indexes cost)."""
-    script = folder / "floor.sql"
-    script.write_text(floor.pgbench_script())
-    jobs = checks.backlog_to_outlast(4 * burst["rate"], seconds, int(burst["jobs"]))
-    return [
-        (
-            name,
-            await ceiling.measure_floor(
-                server_dsn,
-                jobs,
-                script,
-                batch=burst["batch"],
-                clients=burst["clients"],
-                seconds=seconds,
-                variant=blocks,
-            ),
-        )
-        for name, blocks in floor.VARIANTS.items()
-    ]
-
-
-def _medians(
-    rounds: list[list[tuple[str, dict[str, Any]]]], order: list[str]
-) -> list[tuple[str, dict[str, Any]]]:
-    """Per name (in ``order``), the median cell of its rounds."""
-    names = [name for name, _ in sorted(rounds[0], key=lambda cell: order.index(cell[0]))]
-    return [(n, median_cell([dict(r)[n] for r in rounds])) for n in names]
-
-
-def _variant_table(burst: dict[str, Any], seconds: float, cells: list[Any]) -> dict[str, Any]:
+def _variant_table(burst: dict[str, Any], method: str, cells: list[Any]) -> dict[str, Any]:
     return {
         "title": "The narrow-row prototype: the floor with Pulse's width and indexes",
         "headers": [*headers(), "÷ floor", "check"],
         "rows": variant_rows(cells),
         "notes": [
-            f"the floor's step (bench/floor.sql), batch {burst['batch']}, {burst['clients']} "
-            f"clients, {seconds:g} s per cell, same run, median of the rounds as above; a "
-            "variant adds only what it names",
+            f"the floor's step (bench/floor.sql), batch {burst['batch']}, same run, measured "
+            "as the levers above; a variant adds only what it names",
+            method,
+            "DB CPU ms is per firing at one client's serial rate (no contention)",
             f"Pulse's row width: a {floor.PULSE_ROW_PAD}-byte definition column no firing "
             "writes (floor.sql `widen`), so a floor job row is as wide as a pgpulse_jobs row",
             "Pulse's indexes: a lease index on the jobs, and the history's unique occurrence "
@@ -355,77 +325,105 @@ def _variant_table(burst: dict[str, Any], seconds: float, cells: list[Any]) -> d
     }
 
 
-async def run(server_dsn: str, result: Result, rounds: int = ROUNDS) -> Result:
-    """Measure every lever and floor variant on scenario 3's best burst cell, ``rounds`` times
-    interleaved, and add their tables (median rounds) to ``result`` (scenario 3's, which has
-    run); nothing when it has no burst cell.
-
-    Args:
-        server_dsn: the benchmarked server.
-        result: scenario 3's result (its ``data["burst_cell"]``: batch, clients, jobs).
-        rounds: how many times each cell runs (at least 1).
-    """
-    burst = result.data.get("burst_cell")
-    if not burst:
-        return result
-    folder = Path(tempfile.mkdtemp(prefix="pgpulse-levers-"))
-    script, arrays, ids_only = folder / "pulse.sql", folder / "arrays.sql", folder / "ids.sql"
+def _variants(folder: Path, batch: int) -> list[serial.Variant]:
+    """Every lever of :data:`LEVERS`, then every floor variant of :data:`floor.VARIANTS`, as a
+    serial variant of batch ``batch`` whose script is written to ``folder``."""
+    script = folder / "pulse.sql"
     script.write_text(ceiling.pgbench_script())
-    arrays.write_text(array_script())
-    ids_only.write_text(ids_only_script())
-    scripts = {ARRAYS: arrays, IDS_ONLY: ids_only}
+    scripts = {ARRAYS: folder / "arrays.sql", IDS_ONLY: folder / "ids.sql"}
+    scripts[ARRAYS].write_text(array_script())
+    scripts[IDS_ONLY].write_text(ids_only_script())
     for number, name in enumerate(BEFORE):
         scripts[name] = folder / f"before{number}.sql"
         scripts[name].write_text(before_script(name))
     for number, name in enumerate(CUTS):
         scripts[name] = folder / f"cut{number}.sql"
         scripts[name].write_text(cut_script(name))
-    seconds = float(result.data["seconds"])
-    jobs = checks.backlog_to_outlast(burst["rate"], seconds, int(burst["jobs"]))
-    lever_rounds: list[list[tuple[str, dict[str, Any]]]] = []
-    variant_rounds: list[list[tuple[str, dict[str, Any]]]] = []
+    floor_script = folder / "floor.sql"
+    floor_script.write_text(floor.pgbench_script())
+    return [
+        *(
+            serial.Variant(
+                name,
+                scripts.get(name, script),
+                {"batch": batch, **_variables(name)},
+                ddl=tuple(statements(block)),
+            )
+            for name, block in LEVERS.items()
+        ),
+        *(
+            serial.Variant(
+                name,
+                floor_script,
+                {"batch": batch, "ids": "{}", "tokens": "{}"},
+                floor_blocks=blocks,
+            )
+            for name, blocks in floor.VARIANTS.items()
+        ),
+    ]
+
+
+def _method_note(blocks: list[dict[str, Any]], rounds: int) -> str:
+    """How the rows of a table were measured, from their blocks' figures."""
+    steps = sorted({int(b["steps"]) for b in blocks})
+    shortest = min((float(b["seconds"]) for b in blocks), default=math.nan)
+    return (
+        f"serial: each row on its own database (a copy of the backlog with the row's DDL, "
+        f"made once), {rounds} rounds interleaving every row of both tables, each a block of "
+        f"one pgbench client running the step {'/'.join(map(str, steps))} times (-t; "
+        f"shortest block {shortest:.1f} s); DB CPU metered over the block, firings = the "
+        "history rows it added; each row is its median block (by DB CPU per firing)"
+    )
+
+
+async def run(
+    server_dsn: str, result: Result, rounds: int = ROUNDS, block_s: float = serial.MIN_BLOCK_S
+) -> Result:
+    """Measure every lever and floor variant serially (:mod:`pgpulse_tools.bench.serial`) at
+    scenario 3's best burst cell's batch, ``rounds`` interleaved blocks each, and add their
+    tables (median blocks) to ``result`` (scenario 3's, which has run); nothing when it has no
+    burst cell.
+
+    Args:
+        server_dsn: the benchmarked server.
+        result: scenario 3's result (its ``data["burst_cell"]``: batch).
+        rounds: how many blocks each variant runs (at least 1).
+        block_s: the seconds a block should last at least (a shorter one is untrusted).
+    """
+    burst = result.data.get("burst_cell")
+    if not burst:
+        return result
+    folder = Path(tempfile.mkdtemp(prefix="pgpulse-levers-"))
     try:
-        for turn in range(rounds):
-            cells: list[tuple[str, dict[str, Any]]] = []
-            # each round starts further down the list, so no lever always runs at the same
-            # point of a round (a load that drifts within a round would favour the early ones)
-            order = list(LEVERS.items())
-            shift = turn * len(order) // rounds
-            for name, block in order[shift:] + order[:shift]:
-                cell = await ceiling.measure_cell(
-                    server_dsn,
-                    jobs,
-                    scripts.get(name, script),
-                    batch=burst["batch"],
-                    clients=burst["clients"],
-                    seconds=seconds,
-                    ddl=statements(block),
-                    variables=_variables(name),
-                )
-                cells.append((name, cell))
-            lever_rounds.append(cells)
-            variant_rounds.append(await _floor_variants(server_dsn, burst, seconds, folder))
+        measured = await serial.measure(
+            server_dsn, _variants(folder, int(burst["batch"])), rounds=rounds, block_s=block_s
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    cells = _medians(lever_rounds, list(LEVERS))
-    variants = _medians(variant_rounds, list(floor.VARIANTS))
+    cells = [(name, median_cell(measured[name])) for name in LEVERS]
+    variants = [(name, median_cell(measured[name])) for name in floor.VARIANTS]
+    method = _method_note([b for blocks in measured.values() for b in blocks], rounds)
     result.tables.append(
         {
-            "title": "Levers, before and after (same cell, same run)",
+            "title": "Levers, before and after (same run, serial blocks)",
             "headers": HEADERS,
             "rows": rows(cells),
             "notes": [
-                f"Pulse's step, batch {burst['batch']}, {burst['clients']} clients, "
-                f"{seconds:g} s per cell, each on a fresh copy of the backlog with the lever's "
-                "DDL applied (bench.sql lever_* blocks; nothing of it is in Pulse's schema)",
-                f"{rounds} rounds, every lever once per round, each round starting further "
-                "down this list; each row is its median round (by DB CPU per firing)",
-                "÷ as is = DB CPU per firing over the mean of the two unchanged runs, the first "
-                "and the last (their spread is this run's noise)",
+                f"Pulse's step, batch {burst['batch']}; each lever's DDL applied to its "
+                "database's copy of the backlog only (bench.sql lever_* blocks; nothing of it "
+                "is in Pulse's schema)",
+                method,
+                "firings/s is the serial rate of one client (no contention), not a "
+                "throughput: scenario 3's cells above measure that",
+                "÷ as is = DB CPU per firing over the mean of the two unchanged databases, "
+                "the first and the last row (their spread is this run's noise)",
+                f"check: a block under {serial.MIN_BLOCK_S:g} s, or using more than "
+                f"{serial.CORES_PER_BLOCK} cores of DB CPU (one client), or outrun by its "
+                "backlog, is untrusted and no median candidate",
             ],
         }
     )
-    result.tables.append(_variant_table(burst, seconds, variants))
+    result.tables.append(_variant_table(burst, method, variants))
     result.data["levers"] = {name: cell for name, cell in cells}
     result.data["floor_variants"] = {name: cell for name, cell in variants}
     return result
