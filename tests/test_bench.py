@@ -553,11 +553,12 @@ def test_a_backlog_is_sized_to_outlast_its_window() -> None:
     assert checks.backlog_to_outlast(float("nan"), 10.0, 100_000) == 100_000
 
 
-async def test_latency_against_jobs_stored_measures_both_sizes_in_one_database(
+async def test_latency_against_jobs_stored_measures_both_sizes_in_interleaved_rounds(
     server_dsn: str,
 ) -> None:
-    """Scenario 8 at toy sizes: each cell at each size, then the p99 ratios the target reads;
-    the free disk is checked before loading and the database dropped after."""
+    """Scenario 8 at toy sizes: each cell at each size, its samples taken in interleaved rounds
+    (one database per size), then the p99 ratios the target reads; the free disk is checked
+    before loading and both databases are dropped after."""
     result = await stored.run(server_dsn, 0.1, samples=5, sizes=(600, 1_200))
     cells = [(row[0], row[1]) for row in result.rows]
     labels = ["empty poll", "claim of 1", "claim of 25", "claim of 100"]
@@ -568,11 +569,13 @@ async def test_latency_against_jobs_stored_measures_both_sizes_in_one_database(
     ]
     assert set(result.data["p99_ratios"]) == set(labels)
     assert any(note.startswith("free disk before loading") for note in result.notes)
-    assert any(note.startswith("1,200 stored: 600 loaded in") for note in result.notes)
+    assert any(note.startswith("1,200 stored: loaded in") for note in result.notes)
     assert all(row[0] == "1,200 ÷ 600" for row in result.rows if row[2] == "")
+    # every round's share of every cell at both sizes: ROUNDS × max(5 // ROUNDS, 1) claims
+    assert {row[5] for row in result.rows if row[2] != ""} == {stored.ROUNDS}
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         left = conn.execute(
-            "SELECT count(*) FROM pg_database WHERE datname = %s", (stored.DB_NAME,)
+            "SELECT count(*) FROM pg_database WHERE datname LIKE %s", (stored.DB_NAME + "%",)
         ).fetchone()
     assert left == (0,)
     rows = targets({"8": {"data": result.data}})

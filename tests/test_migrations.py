@@ -82,7 +82,7 @@ def test_every_object_of_the_schema_is_named_pgpulse() -> None:
     """A user's database has tables of its own: every table, view, index, function, trigger and
     sequence Pulse creates is called pgpulse_*."""
     schema = SCHEMA_FILE.read_text(encoding="utf-8")
-    kinds = r"TABLE|VIEW|INDEX|FUNCTION|TRIGGER|SEQUENCE|UNIQUE INDEX"
+    kinds = r"TABLE|VIEW|INDEX|FUNCTION|TRIGGER|SEQUENCE|UNIQUE INDEX|DOMAIN"
     names = re.findall(rf"^CREATE (?:{kinds}) (?:public\.)?(\w+)", schema, re.MULTILINE)
     names += re.findall(r"SEQUENCE NAME public\.(\w+)", schema)
     assert len(names) >= 15, names

@@ -2,6 +2,27 @@
 -- `python -m pgpulse_tools.schema` (pg_dump --schema-only, normalised); do not edit by hand.
 -- The comments that say why each object is as it is are in the migrations.
 
+CREATE DOMAIN public.pgpulse_catch_up AS text
+	CONSTRAINT pgpulse_catch_up_known CHECK ((VALUE = ANY (ARRAY['skip'::text, 'backfill'::text, 'coalesce'::text])));
+
+CREATE DOMAIN public.pgpulse_misfire_grace AS interval
+	CONSTRAINT pgpulse_misfire_grace_at_least_1s CHECK ((VALUE >= '00:00:01'::interval));
+
+CREATE DOMAIN public.pgpulse_overlap AS text
+	CONSTRAINT pgpulse_overlap_known CHECK ((VALUE = ANY (ARRAY['forbid'::text, 'replace'::text, 'allow'::text])));
+
+CREATE DOMAIN public.pgpulse_payload AS jsonb
+	CONSTRAINT pgpulse_payload_is_object CHECK ((jsonb_typeof(VALUE) = 'object'::text));
+
+CREATE DOMAIN public.pgpulse_positive_count AS integer
+	CONSTRAINT pgpulse_positive_count_at_least_one CHECK ((VALUE >= 1));
+
+CREATE DOMAIN public.pgpulse_schedule_kind AS text
+	CONSTRAINT pgpulse_schedule_kind_known CHECK ((VALUE = ANY (ARRAY['cron'::text, 'interval'::text, 'once'::text])));
+
+CREATE DOMAIN public.pgpulse_spread AS double precision
+	CONSTRAINT pgpulse_spread_within_a_day CHECK (((VALUE >= (0)::double precision) AND (VALUE <= (86400)::double precision)));
+
 CREATE FUNCTION public.pgpulse_job_names_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -256,14 +277,14 @@ CREATE TABLE public.pgpulse_jobs (
     tenant text NOT NULL,
     name text NOT NULL,
     schedule text NOT NULL,
-    schedule_kind text NOT NULL,
+    schedule_kind public.pgpulse_schedule_kind NOT NULL,
     timezone text DEFAULT 'UTC'::text NOT NULL,
     handler text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    catch_up text DEFAULT 'skip'::text NOT NULL,
-    backfill_limit integer,
-    misfire_grace interval DEFAULT '00:01:00'::interval NOT NULL,
-    max_attempts integer DEFAULT 3 NOT NULL,
+    payload public.pgpulse_payload DEFAULT '{}'::jsonb NOT NULL,
+    catch_up public.pgpulse_catch_up DEFAULT 'skip'::text NOT NULL,
+    backfill_limit public.pgpulse_positive_count,
+    misfire_grace public.pgpulse_misfire_grace DEFAULT '00:01:00'::interval NOT NULL,
+    max_attempts public.pgpulse_positive_count DEFAULT 3 NOT NULL,
     retry_backoff interval DEFAULT '00:00:01'::interval NOT NULL,
     timeout interval,
     source text DEFAULT 'api'::text NOT NULL,
@@ -285,33 +306,23 @@ CREATE TABLE public.pgpulse_jobs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     revision integer DEFAULT 1 NOT NULL,
-    spread double precision DEFAULT 0 NOT NULL,
+    spread public.pgpulse_spread DEFAULT 0 NOT NULL,
     not_before timestamp with time zone,
     not_after timestamp with time zone,
-    max_runs integer,
+    max_runs public.pgpulse_positive_count,
     runs_done integer DEFAULT 0 NOT NULL,
     calendars text[] DEFAULT '{}'::text[] NOT NULL,
     paused_until timestamp with time zone,
     pause_reason text,
     resume_mode text,
     resumed_at timestamp with time zone,
-    auto_pause_after integer,
+    auto_pause_after public.pgpulse_positive_count,
     failures integer DEFAULT 0 NOT NULL,
-    overlap text DEFAULT 'forbid'::text NOT NULL,
+    overlap public.pgpulse_overlap DEFAULT 'forbid'::text NOT NULL,
     max_concurrency integer,
-    CONSTRAINT pgpulse_jobs_auto_pause_after_check CHECK ((auto_pause_after >= 1)),
-    CONSTRAINT pgpulse_jobs_backfill_limit_check CHECK ((backfill_limit > 0)),
-    CONSTRAINT pgpulse_jobs_catch_up_check CHECK ((catch_up = ANY (ARRAY['skip'::text, 'backfill'::text, 'coalesce'::text]))),
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
-    CONSTRAINT pgpulse_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
-    CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = (overlap = 'allow'::text)) AND (max_concurrency >= 1))),
-    CONSTRAINT pgpulse_jobs_max_runs_check CHECK ((max_runs >= 1)),
-    CONSTRAINT pgpulse_jobs_misfire_grace_check CHECK ((misfire_grace >= '00:00:01'::interval)),
-    CONSTRAINT pgpulse_jobs_overlap_check CHECK ((overlap = ANY (ARRAY['forbid'::text, 'replace'::text, 'allow'::text]))),
-    CONSTRAINT pgpulse_jobs_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
+    CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = ((overlap)::text = 'allow'::text)) AND (max_concurrency >= 1))),
     CONSTRAINT pgpulse_jobs_resume_mode_check CHECK ((resume_mode = ANY (ARRAY['skip'::text, 'once'::text, 'backfill'::text]))),
-    CONSTRAINT pgpulse_jobs_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'interval'::text, 'once'::text]))),
-    CONSTRAINT pgpulse_jobs_spread_check CHECK (((spread >= (0)::double precision) AND (spread <= (86400)::double precision))),
     CONSTRAINT pgpulse_jobs_status_check CHECK ((status = ANY (ARRAY['idle'::text, 'running'::text, 'paused'::text, 'failed'::text, 'completed'::text]))),
     CONSTRAINT pgpulse_jobs_window_check CHECK ((not_after >= not_before))
 )
