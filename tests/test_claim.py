@@ -85,6 +85,24 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
     ) == (job_id, "rollup", {"k": "v"}, 9.0, 4, 1, 1, row["run_id"], utc(2026, 1, 1, 0, 1), LATER)
 
 
+async def test_a_claimed_jobs_spread_offset_is_computed_by_the_node_as_the_database_does(
+    store: Store, db: Any
+) -> None:
+    """The claim returns a job's spread (seconds), not its offset; the node's offset is the
+    one the database stored the job's next_run_at with (pgpulse_spread_offset), and zero for a
+    job without a spread."""
+    ids = await add(store, spec("spread", spread=50), spec("plain"), now=T0)
+    later = LATER + timedelta(minutes=1)  # past every spread instant
+    jobs = {j.id: j for j in await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=later)}
+    spread, plain = (jobs[i] for i in ids)
+    stored = db.execute(
+        "SELECT pgpulse_spread_offset(id, spread) AS o FROM pgpulse_jobs WHERE id = %s", (ids[0],)
+    ).fetchone()
+    assert (spread.spread, spread.spread_offset) == (50.0, stored["o"])
+    assert timedelta(0) < spread.spread_offset < timedelta(seconds=50)
+    assert (plain.spread, plain.spread_offset) == (0.0, timedelta(0))
+
+
 async def test_claimed_payloads_are_decoded_and_never_shared(store: Store) -> None:
     """Payloads arrive as binary jsonb; the empty object is made without the JSON decoder, a
     new dict per job (a handler that fills its payload cannot leak into another run)."""
@@ -389,6 +407,8 @@ def test_the_common_step_is_the_whole_step_without_its_rare_parts() -> None:
         without_ctes(statement, ("c",))
     with pytest.raises(ValueError, match="no CTE 'd'"):
         without_ctes(statement, ("d",))
+    with pytest.raises(ValueError, match="'b' has no closing parenthesis"):
+        without_ctes("WITH a AS (\nSELECT 1\n),\nb AS (\nSELECT (1\n)\nSELECT 3", ("b",))
 
 
 async def test_a_step_with_a_skip_or_an_auto_pause_writes_them_beside_plain_outcomes(

@@ -283,8 +283,8 @@ class ClaimStore(NodeRegistry):
             # parses it), with the values in $n order.
             # Without the parts only a rare outcome needs (sql.RARE_PARTS) unless one is here:
             # a skip summary or an auto-pause. Sent in every step, they cost 1.12x the database
-            # CPU per firing at a batch of 1 and 1.09x at 50 (lever "skipped and auto-paused
-            # parts in every step", docs/benchmarks.md).
+            # CPU per firing at a batch of 1 and 1.09x at 50 on PG15, serially (lever "skipped
+            # and auto-paused parts in every step", docs/benchmarks.md: 0.99-1.24x across runs).
             rare = any(element["skips"] or element["status"] == "paused" for element in batch)
             statement = "finish_and_claim" if rare else "finish_and_claim_common"
             step, names = claim_statement(statement, self.shard_count)

@@ -65,14 +65,15 @@ def _closing(text: str, opening: int) -> int:
 
 def without_ctes(statement: str, names: tuple[str, ...]) -> str:
     """``statement`` (a ``WITH`` statement as :func:`split_named_blocks` leaves it: each CTE's
-    name at the start of a line) without the CTEs ``names``, which must be data-modifying CTEs
-    nothing else in it reads: PostgreSQL runs such a CTE even when nothing reads it, so the
-    statement without it differs only in not writing what it wrote.
+    name after ``WITH`` or at the start of a line) without the CTEs ``names``, which must be
+    data-modifying CTEs nothing else in it reads: PostgreSQL runs such a CTE even when nothing
+    reads it, so the statement without it differs only in not writing what it wrote.
 
     A CTE's end is its opening parenthesis' match, counted outside string literals.
 
     Raises:
-        ValueError: a CTE of ``names`` is not in ``statement``, or another part reads it.
+        ValueError: a CTE of ``names`` is not in ``statement``, is its last, has no closing
+            parenthesis, or another part reads it.
     """
     for name in names:
         found = re.search(rf"(?:^WITH |\n){name} AS \(\n", statement)
@@ -80,6 +81,8 @@ def without_ctes(statement: str, names: tuple[str, ...]) -> str:
             raise ValueError(f"the statement has no CTE {name!r}")
         start = statement.index(name, found.start())
         at = _closing(statement, found.end() - 2)
+        if at == len(statement):
+            raise ValueError(f"the CTE {name!r} has no closing parenthesis")
         if not statement.startswith(",\n", at + 1):
             raise ValueError(f"the CTE {name!r} is the statement's last")
         statement = statement[:start] + statement[at + 3 :]
