@@ -36,7 +36,8 @@ CREATE TABLE chaos_history (
     ended_at          timestamptz,
     result            text CHECK (result IN ('applied', 'fenced', 'failed')),
     lease_ok_at_start boolean NOT NULL,
-    lease_ok_at_end   boolean
+    lease_ok_at_end   boolean,
+    planned           double precision NOT NULL -- seconds it plans to work before its effect
 );
 CREATE INDEX chaos_history_job ON chaos_history (job_id, started_at);
 CREATE UNIQUE INDEX chaos_history_uid ON chaos_history (uid);
@@ -103,9 +104,9 @@ WITH fence AS (
     RETURNING f.max_token
 )
 INSERT INTO chaos_history (uid, job_id, scheduled_for, attempt, token, run_id, node_id, kind,
-                           started_at, lease_ok_at_start)
+                           started_at, planned, lease_ok_at_start)
 SELECT %(uid)s, %(job_id)s, %(scheduled_for)s, %(attempt)s, %(token)s, %(run_id)s, %(node)s,
-       %(kind)s, clock_timestamp(),
+       %(kind)s, clock_timestamp(), %(planned)s,
        CASE WHEN %(fence)s > 0
             THEN EXISTS (SELECT 1 FROM pgpulse_jobs j
                          WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
@@ -196,6 +197,15 @@ SELECT regexp_replace(substr(a.application_name, 9), ':beat$', '') AS node_id
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.classid::bigint = 0 AND l.objid::bigint = %(key)s
   AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+LIMIT 1;
+
+-- name: in_flight
+-- A sync (uncancellable) handler execution on %(node)s with at least %(margin)s seconds of its
+-- planned work left: a pause now freezes it before its effect (faults.py).
+SELECT job_id FROM chaos_history
+WHERE node_id = %(node)s AND kind = 'blocking' AND ended_at IS NULL
+  AND started_at + make_interval(secs => planned)
+      > clock_timestamp() + make_interval(secs => %(margin)s)
 LIMIT 1;
 
 -- name: progress

@@ -7,7 +7,9 @@ the database restarts one at a time. Kinds:
 
 ============== =========================================================================
 kill           SIGKILL a node, start it again (same node id) after a short downtime
-pause          SIGSTOP a node for 1.3–2.5 leases, then SIGCONT: the zombie
+pause          SIGSTOP a node for 1.3–2.5 leases, then SIGCONT: the zombie (the stop waits,
+               up to 2 s, for a sync handler in flight on that node, so a thread the node
+               cannot cancel holds an effect that meets the fencing guard after the lease)
 partition      cut the node's proxy (``stall``: a silent network; ``drop``: resets) for
                0.5–2 leases, then heal
 delay          add 50–400 ms to every chunk of the node's traffic for 0.5–1.5 leases
@@ -43,12 +45,19 @@ import psycopg
 from pgpulse.app import connect
 from pgpulse.errors import DatabaseUnavailable
 from pgpulse.resharding import set_shard_count
+from pgpulse.sql import load_queries
 from pgpulse_tools.chaos.cluster import Cluster
 from pgpulse_tools.chaos.history import Fault
 from pgpulse_tools.chaos.proxy import CutMode, ProxyGroup
 from pgpulse_tools.chaos.server import Server
 
 log = logging.getLogger(__name__)
+Q = load_queries("chaos.sql", __package__)
+#: Seconds a pause waits for a sync handler in flight on its node (:meth:`Injector.apply`):
+#: short beside the lease that separates two faults of one node (:func:`plan_faults`).
+IN_FLIGHT_WAIT = 2.0
+#: Seconds of planned work a sync handler must have left for a pause to count it in flight.
+_MARGIN = 0.1
 
 #: The kinds of a run on one server.
 FAULT_KINDS: tuple[str, ...] = ("kill", "pause", "partition", "delay", "pg_restart", "join_leave")
@@ -278,6 +287,8 @@ class Injector:
             return await self._reshard(fault)
         node_id = None if fault.node is None else self.cluster.node_id(fault.node)
         detail = fault.describe(node_id)
+        if fault.kind == "pause" and node_id is not None:  # before the fault's instant is taken
+            detail += await self._effect_in_flight(node_id)
         if (
             node_id is not None
             and fault.kind != "join_leave"
@@ -364,6 +375,33 @@ class Injector:
             self.proxies[index].cut(mode)
         elif fault.kind == "delay":
             self.proxies[index].delay(fault.latency)
+
+    async def _effect_in_flight(self, node_id: str) -> str:
+        """Wait (at most :data:`IN_FLIGHT_WAIT` seconds) until a sync handler is in flight on
+        ``node_id`` with work left, and say which (``" with job N in flight"``), so the pause
+        that follows freezes an execution the node cannot cancel: on SIGCONT its effect comes
+        after the lease ran out and the guard must refuse it (the checker's ``fenced``).
+        Without the wait that figure would depend on timing. A pause goes ahead without one,
+        saying so."""
+        if self.dsn is None:
+            return ""
+        give_up = time.monotonic() + IN_FLIGHT_WAIT
+        while time.monotonic() < give_up:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.dsn(), autocommit=True, connect_timeout=1
+                ) as conn:
+                    while time.monotonic() < give_up:
+                        cur = await conn.execute(
+                            Q["in_flight"], {"node": node_id, "margin": _MARGIN}
+                        )
+                        row = await cur.fetchone()
+                        if row is not None:
+                            return f" with job {row[0]} in flight"
+                        await asyncio.sleep(0.05)
+            except (psycopg.Error, OSError):  # a database fault under way: try again
+                await asyncio.sleep(0.2)
+        return " with no sync handler in flight"
 
     async def _end(self, fault: PlannedFault, index: int) -> None:
         if fault.kind == "kill":

@@ -211,8 +211,9 @@ def _plan(ctx: RunContext) -> tuple[float, bool]:
     return rng.uniform(payload["min"], payload["max"]), rng.random() < payload.get("fail", 0.0)
 
 
-def _start(ctx: RunContext) -> dict[str, Any]:
-    """The execution's start record: in the journal at once, then the database's row args."""
+def _start(ctx: RunContext, duration: float) -> dict[str, Any]:
+    """The execution's start record: in the journal at once, then the database's row args
+    (``duration``: the seconds it plans to work, which a pause reads: faults.py)."""
     fields = {
         "job_id": ctx.job_id,
         "scheduled_for": ctx.scheduled_for,
@@ -223,7 +224,7 @@ def _start(ctx: RunContext) -> dict[str, Any]:
     }
     uid = uuid.uuid4().hex
     _journal.started(uid, ctx.node_id, fields)
-    return {**fields, "uid": uid, "node": ctx.node_id, "fence": _fence(ctx)}
+    return {**fields, "uid": uid, "node": ctx.node_id, "fence": _fence(ctx), "planned": duration}
 
 
 def _fence(ctx: RunContext) -> int:
@@ -274,7 +275,7 @@ async def run_async(ctx: RunContext) -> str:
     """
     duration, fails = _plan(ctx)
     pool = await _history_pool()
-    start = _start(ctx)
+    start = _start(ctx, duration)
     try:
         async with pool.connection() as conn:
             row = await (await conn.execute(Q["start_execution"], start)).fetchone()
@@ -306,7 +307,7 @@ def run_blocking(ctx: RunContext) -> str:
     """
     duration, fails = _plan(ctx)
     pool = _sync_history_pool()
-    start = _start(ctx)
+    start = _start(ctx, duration)
     try:
         with pool.connection() as conn:
             row = conn.execute(Q["start_execution"], start).fetchone()
