@@ -4,6 +4,7 @@ workload mix, and the proxy's cut / delay / heal against a tiny echo server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import Counter
@@ -85,16 +86,21 @@ def test_the_workload_mixes_every_kind_and_policy() -> None:
     assert len(build_jobs(7, lease=4.0, seed=1)) == 7
 
 
-async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while data := await reader.read(1024):
-        writer.write(data)
-        await writer.drain()
-    writer.close()
-
-
 @pytest.fixture
 async def proxy() -> AsyncIterator[Proxy]:
-    server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+    """A proxy in front of an echo server; the server's connections are closed after the test
+    (a stalled one is still open then: ``Server.close`` leaves accepted connections alone)."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(1024):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     p = Proxy("test", Upstream("127.0.0.1", port))
     await p.start()
@@ -103,6 +109,8 @@ async def proxy() -> AsyncIterator[Proxy]:
     finally:
         await p.close()
         server.close()
+        for writer in accepted:
+            writer.close()
         await server.wait_closed()
 
 

@@ -33,8 +33,22 @@ FAST = {
 }
 
 
+#: The nodes this module's current test made (closed after it: :func:`close_nodes`).
+_made: list[Node] = []
+
+
 def node(store: Store, dsn: str, handlers: Mapping[str, Handler], **config: Any) -> Node:
-    return Node(store, dsn, handlers, NodeConfig(**{**FAST, **config}))
+    made = Node(store, dsn, handlers, NodeConfig(**{**FAST, **config}))
+    _made.append(made)
+    return made
+
+
+@pytest.fixture(autouse=True)
+async def close_nodes() -> AsyncIterator[None]:
+    """Close the sessions of the nodes a test drove step by step (``run()`` closes its own)."""
+    yield
+    while _made:
+        await _made.pop().close()
 
 
 @contextlib.asynccontextmanager

@@ -249,8 +249,7 @@ async def shut(*nodes: Node) -> None:
         stopped = n.attempts.stop()
         if stopped:
             await asyncio.wait([a.task for a in stopped], timeout=5)
-        await n._beat_session.close()
-        await n._claim_session.close()
+        await n.close()
 
 
 def sleeper() -> tuple[Handler, asyncio.Event, asyncio.Event]:

@@ -370,9 +370,17 @@ class Node:
             await self.checkins.drain(2.0)
         with _quiet_db_errors("stop_node"):
             await self.deregister()
-        await self._beat_session.close()  # gives leadership up: the session held the lock
-        await self._claim_session.close()
+        await self.close()
         log.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
+
+    async def close(self) -> None:
+        """Close the node's own connections, its heartbeat and claim sessions (leadership goes
+        with the heartbeat session, which holds the leader lock). :meth:`run` closes them as it
+        ends; a node driven step by step (:meth:`start`, :meth:`claim_once`,
+        :meth:`heartbeat_once`) is closed with this. Nothing is drained or handed back. A later
+        step opens the sessions again."""
+        await self._beat_session.close()
+        await self._claim_session.close()
 
     async def _hand_back(self, stopped: Sequence[Attempt]) -> None:
         """Hand the claims of stopped attempts back, so other nodes need not wait for their
