@@ -378,7 +378,7 @@ class Node:
         with the heartbeat session, which holds the leader lock). :meth:`run` closes them as it
         ends; a node driven step by step (:meth:`start`, :meth:`claim_once`,
         :meth:`heartbeat_once`) is closed with this. Nothing is drained or handed back. A later
-        step opens the sessions again."""
+        step opens the sessions again. Never raises a database error."""
         await self._beat_session.close()
         await self._claim_session.close()
 

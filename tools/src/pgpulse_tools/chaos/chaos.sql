@@ -37,7 +37,7 @@ CREATE TABLE chaos_history (
     result            text CHECK (result IN ('applied', 'fenced', 'failed')),
     lease_ok_at_start boolean NOT NULL,
     lease_ok_at_end   boolean,
-    planned           double precision NOT NULL -- seconds it plans to work before its effect
+    planned           double precision -- seconds it works before its effect; NULL: it fails
 );
 CREATE INDEX chaos_history_job ON chaos_history (job_id, started_at);
 CREATE UNIQUE INDEX chaos_history_uid ON chaos_history (uid);
@@ -200,8 +200,9 @@ WHERE l.locktype = 'advisory' AND l.classid::bigint = 0 AND l.objid::bigint = %(
 LIMIT 1;
 
 -- name: in_flight
--- A sync (uncancellable) handler execution on %(node)s with at least %(margin)s seconds of its
--- planned work left: a pause now freezes it before its effect (faults.py).
+-- A sync (uncancellable) handler execution on %(node)s with at least %(margin)s seconds of work
+-- left before its effect (one that fails on purpose has none: planned is NULL): a pause now
+-- freezes it before the effect (faults.py).
 SELECT job_id FROM chaos_history
 WHERE node_id = %(node)s AND kind = 'blocking' AND ended_at IS NULL
   AND started_at + make_interval(secs => planned)

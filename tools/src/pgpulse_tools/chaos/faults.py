@@ -287,8 +287,13 @@ class Injector:
             return await self._reshard(fault)
         node_id = None if fault.node is None else self.cluster.node_id(fault.node)
         detail = fault.describe(node_id)
-        if fault.kind == "pause" and node_id is not None:  # before the fault's instant is taken
-            detail += await self._effect_in_flight(node_id)
+        if (
+            fault.kind == "pause"
+            and node_id
+            and fault.node is not None
+            and self.cluster.running(fault.node)
+        ):
+            detail += await self._effect_in_flight(node_id)  # before the fault's instant
         if (
             node_id is not None
             and fault.kind != "join_leave"
@@ -382,7 +387,7 @@ class Injector:
         that follows freezes an execution the node cannot cancel: on SIGCONT its effect comes
         after the lease ran out and the guard must refuse it (the checker's ``fenced``).
         Without the wait that figure would depend on timing. A pause goes ahead without one,
-        saying so."""
+        saying so. Never raises: a database fault under way only shortens the wait."""
         if self.dsn is None:
             return ""
         give_up = time.monotonic() + IN_FLIGHT_WAIT

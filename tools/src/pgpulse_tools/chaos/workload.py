@@ -211,9 +211,10 @@ def _plan(ctx: RunContext) -> tuple[float, bool]:
     return rng.uniform(payload["min"], payload["max"]), rng.random() < payload.get("fail", 0.0)
 
 
-def _start(ctx: RunContext, duration: float) -> dict[str, Any]:
+def _start(ctx: RunContext, until_effect: float | None) -> dict[str, Any]:
     """The execution's start record: in the journal at once, then the database's row args
-    (``duration``: the seconds it plans to work, which a pause reads: faults.py)."""
+    (``until_effect``: the seconds it works before its effect, ``None`` when it fails on
+    purpose and has none; a pause reads it: faults.py)."""
     fields = {
         "job_id": ctx.job_id,
         "scheduled_for": ctx.scheduled_for,
@@ -224,7 +225,13 @@ def _start(ctx: RunContext, duration: float) -> dict[str, Any]:
     }
     uid = uuid.uuid4().hex
     _journal.started(uid, ctx.node_id, fields)
-    return {**fields, "uid": uid, "node": ctx.node_id, "fence": _fence(ctx), "planned": duration}
+    return {
+        **fields,
+        "uid": uid,
+        "node": ctx.node_id,
+        "fence": _fence(ctx),
+        "planned": until_effect,
+    }
 
 
 def _fence(ctx: RunContext) -> int:
@@ -275,7 +282,7 @@ async def run_async(ctx: RunContext) -> str:
     """
     duration, fails = _plan(ctx)
     pool = await _history_pool()
-    start = _start(ctx, duration)
+    start = _start(ctx, None if fails else duration)
     try:
         async with pool.connection() as conn:
             row = await (await conn.execute(Q["start_execution"], start)).fetchone()
@@ -307,7 +314,7 @@ def run_blocking(ctx: RunContext) -> str:
     """
     duration, fails = _plan(ctx)
     pool = _sync_history_pool()
-    start = _start(ctx, duration)
+    start = _start(ctx, None if fails else duration)
     try:
         with pool.connection() as conn:
             row = conn.execute(Q["start_execution"], start).fetchone()
