@@ -28,12 +28,39 @@ def _with_db(dsn: str, dbname: str) -> str:
     return conninfo.make_conninfo(dsn, dbname=dbname)
 
 
+#: The modules that take longest (seconds of waiting on real processes and minute boundaries,
+#: measured with ``--durations``), longest first: collected first, so that ``--dist loadscope``
+#: starts them first and no worker is left with one of them at the end while the other idles.
+LONG_MODULES = (
+    "test_web_fuzz.py",
+    "test_bench_pgcron.py",
+    "test_chaos_run.py",
+    "test_bench.py",
+    "test_chaos_cluster.py",
+    "test_replication.py",
+    "test_demo.py",
+    "test_status.py",
+    "test_patroni.py",
+    "test_cli_output.py",
+    "test_alert_cli.py",
+    "test_routing.py",
+)
+
+
+def _long_first(items: list[pytest.Item]) -> None:
+    """Reorder ``items`` in place: :data:`LONG_MODULES` first, in that order, then the rest in
+    collection order (each module's tests stay together and in their order)."""
+    rank = {name: index for index, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``PGPULSE_TEST_SERVER_ONLY=1`` (CI's second run, on the machine's server), run only
+    """The long modules first (:func:`_long_first`). With ``PGPULSE_TEST_SERVER_ONLY=1`` (CI's second run, on the machine's server), run only
     the tests whose outcome can depend on the server under test: those that use it
     (``server_dsn``, directly or through ``dsn``, ``store``...) and those that start servers of
     their own with its programs (``server_programs``). The rest — pure tests, and harnesses that
     start the embedded server's own binaries — already ran in the first run, unchanged."""
+    _long_first(items)
     if os.environ.get("PGPULSE_TEST_SERVER_ONLY") != "1":
         return
     keep: list[pytest.Item] = []
