@@ -55,11 +55,12 @@ def _long_first(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The long modules first (:func:`_long_first`). With ``PGPULSE_TEST_SERVER_ONLY=1`` (CI's second run, on the machine's server), run only
-    the tests whose outcome can depend on the server under test: those that use it
-    (``server_dsn``, directly or through ``dsn``, ``store``...) and those that start servers of
-    their own with its programs (``server_programs``). The rest — pure tests, and harnesses that
-    start the embedded server's own binaries — already ran in the first run, unchanged."""
+    """The long modules first (:func:`_long_first`). With ``PGPULSE_TEST_SERVER_ONLY=1``
+    (CI's second run, on the machine's server), run only the tests whose outcome can depend on
+    the server under test: those that use it (``server_dsn``, directly or through ``dsn``,
+    ``store``...) and those that start servers of their own with its programs
+    (``server_programs``). The rest — pure tests, and harnesses that start the embedded
+    server's own binaries — already ran in the first run, unchanged."""
     _long_first(items)
     if os.environ.get("PGPULSE_TEST_SERVER_ONLY") != "1":
         return

@@ -155,6 +155,31 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
              "2026-01-01T05:00Z", "--max-concurrency", "0"],
             "invalid value for --max-concurrency: must be a whole number from 1 to 1000, got 0",
         ),
+        # instants a day from either end of Python's years (the adversarial tester's traceback)
+        (
+            ["job", "backfill", "hourly", "--from", "0001-01-01T00:00+14:00", "--to",
+             "2026-01-01T05:00Z"],
+            "invalid value for --from: 0001-01-01T00:00:00+14:00 is out of range: Pulse takes "
+            "instants from 0001-01-02 to 9999-12-30 (UTC)",
+        ),
+        (
+            ["job", "pause", "hourly", "--until", "9999-12-31T23:59"],
+            "invalid value for --until: '9999-12-31T23:59' is out of range: Pulse takes instants "
+            "from 0001-01-02 to 9999-12-30 (UTC)",
+        ),
+        (
+            ["job", "create", "once", "--schedule", "@at 0001-01-01T00:00:00Z", "--tz",
+             "America/New_York", "--handler", "shell", "--payload", SHELL],
+            "invalid value for --schedule: '@at 0001-01-01T00:00:00Z': @at "
+            "'0001-01-01T00:00:00Z' is out of range: Pulse takes instants from 0001-01-02 to "
+            "9999-12-30 (UTC)",
+        ),
+        (
+            ["job", "create", "hourly", "--schedule", "@hourly", "--handler", "shell",
+             "--payload", SHELL, "--not-before", "0001-01-01T00:00:00"],
+            "invalid value for --not-before: '0001-01-01T00:00:00' is out of range: Pulse takes "
+            "instants from 0001-01-02 to 9999-12-30 (UTC)",
+        ),
     ],
 )  # fmt: skip
 def test_bad_requests_are_one_line_exit_2_and_write_nothing(

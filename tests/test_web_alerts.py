@@ -135,3 +135,41 @@ async def test_the_dashboards_alerts_page_lists_and_acknowledges_what_the_token_
         ("k2", False),
         ("k3", False),
     ]
+
+
+async def test_an_old_alert_is_acknowledged_and_a_missing_one_is_404(store: Store, db: Any) -> None:
+    [job_id] = await add(store, spec("nightly", tenant="acme", schedule="0 3 * * *"))
+    db.execute(
+        "INSERT INTO pgpulse_alert_events (dedupe_key, job_id, rule) "
+        "SELECT 'k' || i, %s, 'failures' FROM generate_series(1, 502) AS i",
+        (job_id,),
+    )
+    [oldest] = db.execute("SELECT min(id) AS id FROM pgpulse_alert_events").fetchone().values()
+    acme, zeta = await make_token(store, "acme"), await make_token(store, "zeta")
+    async with api_client(store, acme) as tenant, api_client(store, zeta) as other:
+        # 501 newer alerts than this one: it is still found, and acknowledged
+        acked = await tenant.post(f"/api/v1/alerts/{oldest}/acknowledge")
+        assert (acked.status_code, acked.json()["id"], acked.json()["state"]) == (
+            200,
+            oldest,
+            "acknowledged",
+        )
+        for client, alert_id in ((tenant, 2**62), (other, oldest)):  # missing; another tenant's
+            missing = await client.post(f"/api/v1/alerts/{alert_id}/acknowledge")
+            assert (missing.status_code, missing.json()["error"]["field"]) == (404, "id")
+            assert missing.json()["error"]["message"].startswith(f"no alert with id {alert_id}")
+
+
+async def test_a_silence_out_of_range_or_with_a_nul_is_refused_naming_the_field(
+    store: Store, db: Any
+) -> None:
+    admin = await make_token(store, admin=True)
+    async with api_client(store, admin) as client:
+        for body, field in (
+            ({"job_id": 99999999999999999999, "seconds": 60}, "job_id"),
+            ({"seconds": 60, "reason": "deploy\u0000"}, "reason"),
+            ({"seconds": 60, "reason": "a\u0007b"}, "reason"),
+        ):
+            refused = await client.post("/api/v1/silences", json=body)
+            assert (refused.status_code, refused.json()["error"]["field"]) == (422, field), body
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_alert_silences").fetchone()["n"] == 0

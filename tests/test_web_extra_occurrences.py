@@ -44,6 +44,13 @@ async def test_trigger_with_a_payload_is_an_extra_occurrence(store: Store, db: A
         bad = await client.post(f"/api/v1/jobs/{job['id']}/trigger", json={"payload": {"x": 1}})
         assert bad.status_code == 422
         assert bad.json()["error"]["field"] == "payload.x"  # the http validator names it
+        # the URL a trigger gives is checked as a definition's (a loopback target is refused)
+        private = await client.post(
+            f"/api/v1/jobs/{job['id']}/trigger",
+            json={"payload": {"url": "http://127.0.0.1:5432/x"}},
+        )
+        assert (private.status_code, private.json()["error"]["field"]) == (422, "payload.url")
+        assert "loopback" in private.json()["error"]["message"]
     assert extra(db) == [{"kind": "trigger", "payload": payload}]
 
 

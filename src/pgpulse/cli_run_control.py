@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from typing import Any
 
 import click
 
 from pgpulse.audit import cli_actor
 from pgpulse.backfill import ONLY_CHOICES
-from pgpulse.cli import job, tenant_option, with_store
+from pgpulse.cli import JOB_CREATE_ALLOW, job, tenant_option, with_store
 from pgpulse.cli_types import IsoDateTime, valid_name
 from pgpulse.run_control import BackfillPlan, RunControl
 from pgpulse.store import Store
@@ -29,17 +30,35 @@ from pgpulse.wording import plural
     help="JSON object to run this once with instead of the job's payload: one extra "
     "occurrence beside the schedule, recorded as a trigger.",
 )
+@click.option(
+    "--allow-private-target",
+    is_flag=True,
+    help="With --payload, run an http job against the payload's private or loopback address "
+    "(refused otherwise, as by `job create`).",
+)
 @with_store()
-async def job_trigger(store: Store, name: str, tenant: str, payload: str | None) -> None:
+async def job_trigger(
+    store: Store, name: str, tenant: str, payload: str | None, allow_private_target: bool
+) -> None:
     """Run job NAME now, once, as an extra occurrence.
 
     Without --payload the job's own occurrence moves to now (an idle job only; the schedule
     continues after it). With --payload the run is an occurrence of its own, with that payload,
     beside whatever runs (the job must be idle or running; a shell job's payload needs the
-    rights to write the job).
+    rights to write the job). An http job's URL in the payload is checked as `job create`
+    checks it.
     """
     if payload is not None:
-        done = await RunControl(store.pool).trigger(tenant, name, payload, actor=cli_actor())
+
+        async def check_target(checked: dict[str, Any]) -> None:
+            from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
+
+            if not allow_private_target:
+                await check_http_target(checked, WebSettings(), allowed_flag=JOB_CREATE_ALLOW)
+
+        done = await RunControl(store.pool).trigger(
+            tenant, name, payload, actor=cli_actor(), check_target=check_target
+        )
         click.echo(
             f"triggered {name} with the given payload: extra occurrence "
             f"{done.scheduled_for.isoformat()} (run {done.occurrence}, kind trigger)"

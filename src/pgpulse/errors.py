@@ -66,6 +66,20 @@ class InvalidPayload(InvalidInput):
     """A payload is not valid JSON, or not a JSON object."""
 
 
+class DefinitionChanged(InvalidInput):
+    """A write that was based on one revision of a job's definition found another stored: a
+    concurrent write came first (``field="revision"``, ``value`` the revision it expected). The
+    API's partial update reads the job again and retries; answered 409 when it keeps losing."""
+
+    def __init__(self, name: str, expected: int, found: int) -> None:
+        super().__init__(
+            f"job {name!r} changed meanwhile (revision {found}, this change was based on "
+            f"{expected}): read it again and retry",
+            field="revision",
+            value=expected,
+        )
+
+
 class UnknownHandler(InvalidInput):
     """A job names a handler that is neither built in nor registered by any node."""
 

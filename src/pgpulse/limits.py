@@ -31,7 +31,7 @@ from pgpulse.errors import InvalidInput
 from pgpulse.planner import Advance, CatchUpPolicy
 from pgpulse.schedule import Schedule
 from pgpulse.wording import given
-from pgpulse.zones import load_zone
+from pgpulse.zones import INSTANT_RANGE, in_instant_range, load_zone
 
 ResumeMode = Literal["skip", "once", "backfill"]
 RESUME_MODES: tuple[ResumeMode, ...] = ("skip", "once", "backfill")
@@ -48,7 +48,8 @@ def parse_instant(field_name: str, value: object, timezone: str) -> datetime:
     with or without an offset; without one it is read in ``timezone``), as aware UTC.
 
     Raises:
-        InvalidInput: ``field`` is ``field_name``: not an instant.
+        InvalidInput: ``field`` is ``field_name``: not an instant, or outside
+            :data:`~pgpulse.zones.EARLIEST_INSTANT` - :data:`~pgpulse.zones.LATEST_INSTANT`.
     """
     instant: datetime | None = None
     if isinstance(value, datetime):
@@ -67,7 +68,14 @@ def parse_instant(field_name: str, value: object, timezone: str) -> datetime:
         )
     if instant.tzinfo is None or instant.utcoffset() is None:
         instant = instant.replace(tzinfo=load_zone(timezone))
-    return instant.astimezone(load_zone("UTC"))
+    in_range = in_instant_range(instant)
+    if in_range is None:
+        raise InvalidInput(
+            f"{field_name} {value!r} is out of range: Pulse takes instants {INSTANT_RANGE}",
+            field=field_name,
+            value=value,
+        )
+    return in_range
 
 
 def check_window(

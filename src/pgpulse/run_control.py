@@ -10,6 +10,7 @@ aware datetimes; ``now`` is for tests only (``None``: the database's clock).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -98,6 +99,7 @@ class RunControl:
         writer: Writer = OPERATOR,
         actor: Actor = PYTHON_ACTOR,
         now: datetime | None = None,
+        check_target: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     ) -> Triggered:
         """Run job (``tenant``, ``name``) once more, now, with ``payload`` (a JSON object, or JSON
         text of one) instead of its own: one extra occurrence at the database's now, beside the
@@ -108,6 +110,11 @@ class RunControl:
         definition (:func:`~pgpulse.access.check_run_payload`: a shell job's payload is a
         command). The trigger is recorded in the job's audit trail (action ``trigger``, by
         ``actor``, with the payload and the run id) in the same statement.
+
+        ``check_target`` is the caller's policy for an ``http`` job's target, awaited with the
+        checked payload before anything is written (the API's and the CLI's
+        :func:`~pgpulse.web.policy.check_http_target`: the URL a trigger gives is checked as a
+        definition's is); its refusal propagates.
 
         Raises:
             JobNotFound: no such job.
@@ -121,6 +128,8 @@ class RunControl:
         if validator is not None:
             validator(checked)
         check_run_payload(writer, tenant=tenant, name=name, handler=job["handler"])
+        if check_target is not None and job["handler"] == "http":
+            await check_target(checked)
         rows = await self._rows(
             "insert_trigger",
             {

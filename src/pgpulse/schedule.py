@@ -46,7 +46,7 @@ from pgpulse import cron as cron_math
 from pgpulse.cron import HORIZON_YEARS, Cron
 from pgpulse.cron_syntax import describe_cron, invalid, parse_cron
 from pgpulse.errors import InvalidSchedule, ScheduleEnded
-from pgpulse.zones import fixed_instant, load_zone
+from pgpulse.zones import INSTANT_RANGE, fixed_instant, in_instant_range, load_zone
 
 __all__ = ["SCHEDULE_HELP", "Schedule", "parse_schedule"]
 
@@ -351,7 +351,10 @@ class Schedule:
         if self.interval is not None:
             return "every " + _describe_interval(self.interval)
         if self.at is not None:
-            local = self.at.astimezone(self._zone).isoformat(sep=" ")
+            try:
+                local = self.at.astimezone(self._zone).isoformat(sep=" ")
+            except OverflowError:  # stored before @at was bounded: its wall time is past year 9999
+                return f"once, at {self.at.isoformat(sep=' ')}"
             return f"once, at {local} ({self.timezone})"
         return f"{describe_cron(self._cron_fields)} ({self.timezone})"
 
@@ -419,13 +422,14 @@ def _parse_at(expr: str, args: list[str], zone: ZoneInfo) -> datetime:
         raise invalid(expr, f"@at {moment!r} is not a date and time: write {_AT_FORM}")
     try:
         parsed = datetime.fromisoformat(moment.upper().replace(" ", "T"))
-        if parsed.tzinfo is not None:
-            return parsed.astimezone(UTC)
-        return fixed_instant(zone, parsed)
+        instant = in_instant_range(parsed if parsed.tzinfo else fixed_instant(zone, parsed))
     except ValueError as exc:
         raise invalid(expr, f"@at {moment!r} is not a valid date and time ({exc})") from None
     except OverflowError:
-        raise invalid(expr, f"@at {moment!r} is outside the years 1-9999 in UTC") from None
+        instant = None
+    if instant is None:
+        raise invalid(expr, f"@at {moment!r} is out of range: Pulse takes instants {INSTANT_RANGE}")
+    return instant
 
 
 def _parse_every(expr: str, args: list[str]) -> timedelta:

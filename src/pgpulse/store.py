@@ -11,7 +11,7 @@ invariant 1).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +22,7 @@ from pgpulse.audit import PYTHON_ACTOR, Actor
 from pgpulse.calendar_store import CalendarStore
 from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.database import ConnectionSource
-from pgpulse.errors import InvalidInput, JobNotFound
+from pgpulse.errors import DefinitionChanged, InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers, unprintable
 from pgpulse.limits import RESUME_MODES
 from pgpulse.migrations import migrate, require_schema
@@ -32,6 +32,7 @@ from pgpulse.routing import waiting_reason
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
 from pgpulse.writes import check_definition, lock_definitions, write_definition
+from pgpulse.zones import INSTANT_RANGE, in_instant_range
 
 #: Tries of :meth:`Store.upsert_jobs` when another session creates or deletes one of its jobs at
 #: the same instant (each try is one transaction; the next one finds the name).
@@ -156,8 +157,13 @@ class Store(CalendarStore):
         extra_handlers: Collection[str] = (),
         now: datetime | None = None,
         actor: Actor = PYTHON_ACTOR,
+        expect_revisions: Mapping[tuple[str, str], int] | None = None,
     ) -> list[tuple[int, bool]]:
         """Create or update jobs by (tenant, name), all in one transaction, as ``writer``.
+
+        ``expect_revisions`` maps a job's (tenant, name) to the revision the caller's spec was
+        built from (a read-modify-write, such as the API's partial update): if the stored job
+        has another revision (or is gone) when its row is locked, nothing is written.
 
         Authorisation (design.md, invariant 10): every path that writes a definition comes
         here, and here each spec is checked by :func:`pgpulse.access.check_write` against the
@@ -196,6 +202,8 @@ class Store(CalendarStore):
                 not have (``field="calendars"``), or a new one-off ``@at`` is already past under
                 ``catch_up`` skip (``field="schedule"``); nothing is written.
             Forbidden: ``writer`` may not write one of the specs; nothing is written.
+            DefinitionChanged: a job of ``expect_revisions`` has another revision; nothing is
+                written.
             psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected: still racing
                 another session after :data:`UPSERT_TRIES` tries; nothing is written.
             RuntimeError: a job was deleted between its lookup and its update at every try;
@@ -213,7 +221,7 @@ class Store(CalendarStore):
             )
         for attempt in range(1, UPSERT_TRIES + 1):
             try:
-                return await self._upsert_once(specs, writer, now, actor)
+                return await self._upsert_once(specs, writer, now, actor, expect_revisions or {})
             except _UpsertRaced as raced:
                 if attempt == UPSERT_TRIES:
                     raise (
@@ -226,7 +234,12 @@ class Store(CalendarStore):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _upsert_once(
-        self, specs: Sequence[JobSpec], writer: Writer, now: datetime | None, actor: Actor
+        self,
+        specs: Sequence[JobSpec],
+        writer: Writer,
+        now: datetime | None,
+        actor: Actor,
+        expect_revisions: Mapping[tuple[str, str], int],
     ) -> list[tuple[int, bool]]:
         """One try of :meth:`upsert_jobs`, in one transaction; raises :class:`_UpsertRaced`
         (after rolling back) when another session created or deleted one of the jobs at once."""
@@ -237,6 +250,11 @@ class Store(CalendarStore):
                 current = await lock_definitions(conn, [(s.tenant, s.name) for s in specs])
                 for spec in specs:  # before any write: a refusal leaves the transaction empty
                     row = current.get((spec.tenant, spec.name))
+                    expected = expect_revisions.get((spec.tenant, spec.name))
+                    if expected is not None and (row is None or row["revision"] != expected):
+                        raise DefinitionChanged(
+                            spec.name, expected, 0 if row is None else row["revision"]
+                        )
                     check_write(writer, spec, None if row is None else row["handler"])
                     await check_definition(conn, spec, row, clock)
                 for spec in specs:
@@ -316,6 +334,13 @@ class Store(CalendarStore):
             if not isinstance(until, datetime):
                 raise InvalidInput(
                     f"until must be an aware datetime, got {until!r}", field="until", value=until
+                )
+            if until.tzinfo is not None and in_instant_range(until) is None:
+                raise InvalidInput(
+                    f"until {until.isoformat()} is out of range: Pulse takes instants "
+                    f"{INSTANT_RANGE}",
+                    field="until",
+                    value=until.isoformat(),
                 )
             clock = now or await self.db_now()
             if until.tzinfo is None or until <= clock:

@@ -30,8 +30,12 @@ from zoneinfo import ZoneInfo
 from pgpulse.errors import UnknownTimeZone
 
 __all__ = [
+    "EARLIEST_INSTANT",
+    "INSTANT_RANGE",
+    "LATEST_INSTANT",
     "OffsetChange",
     "fixed_instant",
+    "in_instant_range",
     "load_zone",
     "offset_changes",
     "offsets",
@@ -51,6 +55,25 @@ _PLACEHOLDERS = frozenset({"Factory"})
 _FIXED = frozenset(
     {"UTC", "UCT", "GMT", "GMT0", "GMT+0", "GMT-0", "Greenwich", "Universal", "Zulu"}
 )
+
+#: The instants Pulse takes (a window's end, a pause's ``until``, an ``@at``, a backfill's range):
+#: a day inside Python's years 1-9999 at each end, so that the instant has a wall time in every
+#: zone (UTC offsets stay within a day) and a step of a microsecond or a day never overflows.
+EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
+LATEST_INSTANT = datetime(9999, 12, 30, tzinfo=UTC)
+#: How the range reads in a refusal.
+INSTANT_RANGE = "from 0001-01-02 to 9999-12-30 (UTC)"
+
+
+def in_instant_range(value: datetime) -> datetime | None:
+    """``value`` (aware; naive is read as UTC) as aware UTC when it lies in
+    [:data:`EARLIEST_INSTANT`, :data:`LATEST_INSTANT`], else ``None`` (also when its conversion
+    to UTC overflows the year 1 or 9999). Never raises."""
+    try:
+        instant = utc_if_naive(value).astimezone(UTC)
+    except (OverflowError, ValueError):
+        return None
+    return instant if EARLIEST_INSTANT <= instant <= LATEST_INSTANT else None
 
 
 @cache

@@ -29,6 +29,7 @@ from pgpulse.alerts.rules import (
 from pgpulse.database import ConnectionSource
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput, JobNotFound, NotFound, PulseError
+from pgpulse.jobs import unprintable
 from pgpulse.notify import parse_notifier_config
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import load_queries
@@ -55,6 +56,16 @@ class SilenceNotFound(NotFound):
             f"no silence with id {silence_id} in force (see pgpulse alert silences)",
             field="id",
             value=silence_id,
+        )
+
+
+class AlertNotFound(NotFound):
+    """No alert event has this id (or the reader may not see it: another tenant's job's alert
+    answers as a missing one)."""
+
+    def __init__(self, alert_id: int) -> None:
+        super().__init__(
+            f"no alert with id {alert_id} (see pgpulse alert list)", field="id", value=alert_id
         )
 
 
@@ -255,13 +266,20 @@ class AlertStore:
     # -- events, silences ------------------------------------------------------------------
 
     async def list_alerts(
-        self, *, job: tuple[str, str] | None = None, open_only: bool = False, limit: int = 50
+        self,
+        *,
+        job: tuple[str, str] | None = None,
+        open_only: bool = False,
+        limit: int = 50,
+        alert_id: int | None = None,
     ) -> list[dict[str, Any]]:
         """Alert events, newest first, each with its deliveries (notifier, status, attempts,
-        last HTTP or SMTP status and error, scrubbed of secrets by the sender)."""
+        last HTTP or SMTP status and error, scrubbed of secrets by the sender); with
+        ``alert_id``, that one event (if it exists), however old."""
         job_id = await self._job_id(job) if job is not None else None
         return await self._rows(
-            "list_alerts", {"job_id": job_id, "open": open_only, "limit": limit}
+            "list_alerts",
+            {"job_id": job_id, "alert_id": alert_id, "open": open_only, "limit": limit},
         )
 
     async def acknowledge(
@@ -272,10 +290,10 @@ class AlertStore:
         (docs/alerts.md, "States").
 
         Raises:
-            InvalidInput: ``field="id"``: no such alert.
+            AlertNotFound: no such alert.
         """
         if not await self._rows("acknowledge_alert", {"id": event_id, "by": by, "now": now}):
-            raise InvalidInput(f"no alert with id {event_id}", field="id", value=event_id)
+            raise AlertNotFound(event_id)
 
     async def silence(
         self,
@@ -290,7 +308,8 @@ class AlertStore:
 
         Raises:
             InvalidInput: ``field="for"`` for a duration not in [1 s, a year]; ``field="reason"``
-                for a reason over 1,000 characters.
+                for a reason over 1,000 characters or with a character that cannot be shown
+                (:func:`~pgpulse.jobs.unprintable`: NUL, controls).
             JobNotFound: no such job.
         """
         if not 1 <= seconds <= MAX_SILENCE:
@@ -302,6 +321,12 @@ class AlertStore:
             )
         if len(reason) > 1000:
             raise InvalidInput("reason: at most 1000 characters", field="reason", value=reason)
+        if (problem := unprintable(reason)) is not None:
+            raise InvalidInput(
+                f"reason {reason!r} is shown wherever the silence is: {problem}",
+                field="reason",
+                value=reason,
+            )
         job_id = await self._job_id(job) if job is not None else None
         [row] = await self._rows(
             "add_silence", {"job_id": job_id, "seconds": seconds, "reason": reason, "now": now}

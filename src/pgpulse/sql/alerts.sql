@@ -437,7 +437,8 @@ WHERE %(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s OR r.job_id IS NULL
 ORDER BY r.job_id NULLS FIRST, r.rule;
 
 -- name: list_alerts
--- Recent alert events, newest first, with their deliveries (of one job, or all; only open ones).
+-- Recent alert events, newest first, with their deliveries (of one job, or all; only open ones;
+-- or the one event %(alert_id)s).
 SELECT e.id, e.rule, e.job_id, j.tenant, j.name AS job, e.scheduled_for, e.fired_at, e.error,
        e.details, e.silenced, e.resolved_at, e.acknowledged_at, e.acknowledged_by,
        CASE WHEN e.resolved_at IS NOT NULL THEN 'resolved'
@@ -454,6 +455,7 @@ SELECT e.id, e.rule, e.job_id, j.tenant, j.name AS job, e.scheduled_for, e.fired
 FROM pgpulse_alert_events e
 LEFT JOIN pgpulse_jobs j ON j.id = e.job_id
 WHERE (%(job_id)s::bigint IS NULL OR e.job_id = %(job_id)s)
+  AND (%(alert_id)s::bigint IS NULL OR e.id = %(alert_id)s)
   AND (NOT %(open)s::bool OR e.resolved_at IS NULL)
 ORDER BY e.id DESC
 LIMIT %(limit)s;

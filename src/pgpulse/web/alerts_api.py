@@ -17,8 +17,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from pgpulse.access import Writer, check_alert_write, token_writer
 from pgpulse.alerts.rules import ALL_RULES
-from pgpulse.alerts.store import AlertStore
-from pgpulse.errors import InvalidInput
+from pgpulse.alerts.store import AlertNotFound, AlertStore
 from pgpulse.web.api import Ctx, JobId, Who
 from pgpulse.web.auth import Principal
 from pgpulse.web.context import WebContext
@@ -116,7 +115,7 @@ class Alert(BaseModel):
 class SilenceIn(_Body):
     """A silence of one job (``job_id``), or of everything (``job_id`` null: admin only)."""
 
-    job_id: Integer | None = Field(default=None, ge=1)
+    job_id: Integer | None = Field(default=None, ge=1, le=2**63 - 1)
     seconds: Number = Field(ge=1, le=366 * 86400, examples=[7200])
     reason: str = Field(default="", max_length=1000)
 
@@ -235,11 +234,12 @@ async def acknowledge(alert_id: AlertId, who: Who, ctx: Ctx) -> dict[str, Any]:
     """Someone is on it; the first acknowledgement is kept. A notice (``leader_changed``,
     ``no_live_node``) is closed by it (docs/alerts.md, "States")."""
     alerts = _alerts(ctx)
-    rows = [r for r in await alerts.list_alerts(limit=500) if r["id"] == alert_id]
+    rows = await alerts.list_alerts(alert_id=alert_id, limit=1)
     if not rows or not (who.admin or (rows[0]["tenant"] and who.sees(rows[0]["tenant"]))):
-        raise InvalidInput(f"no alert with id {alert_id}", field="id", value=alert_id)
+        raise AlertNotFound(alert_id)
     await alerts.acknowledge(alert_id, by=f"token {who.token_id}")
-    return next(r for r in await alerts.list_alerts(limit=500) if r["id"] == alert_id)
+    [row] = await alerts.list_alerts(alert_id=alert_id, limit=1)
+    return row
 
 
 @router.get("/silences", response_model=list[Silence], summary="Silences in force")

@@ -112,7 +112,7 @@ def status_of(exc: PulseError) -> tuple[int, str]:
     if isinstance(exc, PayloadTooLarge):
         return 413, "payload_too_large"
     if isinstance(exc, InvalidInput):
-        conflict = (exc.field == "status" and not isinstance(exc, BadFilter)) or (
+        conflict = (exc.field in ("status", "revision") and not isinstance(exc, BadFilter)) or (
             exc.field == "calendar" and "in use" in str(exc)
         )
         return (409, "conflict") if conflict else (422, "invalid_input")

@@ -128,7 +128,7 @@ async def acknowledge_alert(request: Request, alert_id: RunId, session: Session)
         return HTMLResponse("stale page: reload and retry", 403)
     ctx: WebContext = request.app.state.pulse
     alerts = AlertStore(ctx.store.pool)
-    seen = [r for r in await alerts.list_alerts(limit=500) if r["id"] == alert_id]
+    seen = await alerts.list_alerts(alert_id=alert_id, limit=1)
     if not seen or not (who.admin or (seen[0]["tenant"] and who.sees(seen[0]["tenant"]))):
         notice = f"no alert with id {alert_id}"
     else:

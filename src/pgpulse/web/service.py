@@ -9,7 +9,9 @@ rules of :mod:`pgpulse.web.policy`, and presentation (next occurrences in the jo
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -18,7 +20,7 @@ from typing import Any
 from pgpulse.access import Writer, token_writer
 from pgpulse.audit import SETTABLE_FIELDS
 from pgpulse.calendars import ExclusionCalendar, from_definitions
-from pgpulse.errors import JobNotFound, PulseError
+from pgpulse.errors import DefinitionChanged, JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
 from pgpulse.limits import first_to_run, parse_instant
 from pgpulse.routing import waiting_reason
@@ -37,6 +39,10 @@ log = logging.getLogger(__name__)
 DEFINITION_FIELDS = SETTABLE_FIELDS
 #: How many upcoming occurrences a job shows.
 UPCOMING = 5
+#: How often a partial update reads, merges and writes a job another write keeps changing,
+#: and the longest pause (seconds, random, times the try's number) before the next try.
+UPDATE_TRIES = 10
+UPDATE_JITTER = 0.01
 
 
 class NoSuchJob(PulseError):
@@ -135,7 +141,9 @@ class JobService:
             who.token_id, who.tenant, admin=who.admin, shell_allowed=self.settings.allow_shell_jobs
         )
 
-    async def save(self, who: Principal, fields: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    async def save(
+        self, who: Principal, fields: dict[str, Any], *, expect_revision: int | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """Create or update job ``(fields["tenant"], fields["name"])``: validate, then upsert
         as the token's writer (the store refuses what the token may not write, against the job
         as it stands in the writing transaction).
@@ -143,6 +151,8 @@ class JobService:
         Args:
             fields: ``name``, ``tenant`` (default: the token's, or ``default`` for admin) and
                 definition fields (:data:`DEFINITION_FIELDS`).
+            expect_revision: the revision ``fields`` were read from (a partial update); the
+                write is refused if the job has another one when it is written.
 
         Returns:
             ``(job, created)``.
@@ -152,6 +162,7 @@ class JobService:
                 replacing a ``shell`` job without admin token and server opt-in.
             InvalidInput: any refused field (schedule, timezone, payload, handler, URL target,
                 limits); nothing is written.
+            DefinitionChanged: the job's revision is not ``expect_revision``; nothing is written.
         """
         for key, value in fields.items():
             check_text(key, value)
@@ -165,8 +176,9 @@ class JobService:
         )
         if spec.handler == "http":
             await check_http_target(spec.payload, self.settings)
+        expect = None if expect_revision is None else {(tenant, spec.name): expect_revision}
         [(job_id, created)] = await self.store.upsert_jobs(
-            [spec], writer=self.writer(who), actor=who.actor
+            [spec], writer=self.writer(who), actor=who.actor, expect_revisions=expect
         )
         log.info(
             "job %s/%s %s through the API (token %d)",
@@ -189,18 +201,32 @@ class JobService:
         change that sets no field to a new value (``{}``) writes nothing: the job keeps its
         source (a job of another source is taken over only by a real change) and revision.
 
+        Two concurrent updates of one job do not lose either's fields: each is merged into the
+        revision it read and written only if that revision is still the stored one; the loser
+        reads the job again and merges anew, up to :data:`UPDATE_TRIES` times (after a random
+        pause that grows with each try, so that racing updates spread out).
+
         Raises:
             NoSuchJob, Forbidden, InvalidInput: as :meth:`job` and :meth:`save`.
+            DefinitionChanged: the job changed under every try (answered 409).
         """
-        current = await self.reads.job(job_id, tenant=who.scope)
-        if current is None:
-            raise NoSuchJob(job_id)
-        if all(key in current and current[key] == value for key, value in changes.items()):
-            return present_job(current)  # writes nothing: nothing to authorise
-        fields = {key: current[key] for key in DEFINITION_FIELDS}
-        fields.update(changes, name=current["name"], tenant=current["tenant"])
-        job, _ = await self.save(who, fields)
-        return job
+        for attempt in range(1, UPDATE_TRIES + 1):
+            current = await self.reads.job(job_id, tenant=who.scope)
+            if current is None:
+                raise NoSuchJob(job_id)
+            if all(key in current and current[key] == value for key, value in changes.items()):
+                return present_job(current)  # writes nothing: nothing to authorise
+            fields = {key: current[key] for key in DEFINITION_FIELDS}
+            fields.update(changes, name=current["name"], tenant=current["tenant"])
+            try:
+                job, _ = await self.save(who, fields, expect_revision=current["revision"])
+            except DefinitionChanged:
+                if attempt == UPDATE_TRIES:
+                    raise
+                await asyncio.sleep(random.uniform(0, UPDATE_JITTER * attempt))
+                continue
+            return job
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def act(
         self, who: Principal, job_id: int, verb: str, options: dict[str, Any] | None = None
@@ -257,6 +283,8 @@ class JobService:
 
         Raises:
             NoSuchJob, Forbidden, InvalidInput: as :meth:`job` and the store's refusals.
+            TargetNotAllowed: an ``http`` job's payload names a target the server does not
+                allow (:func:`~pgpulse.web.policy.check_http_target`, as a definition's).
         """
         row = await self.reads.job(job_id, tenant=who.scope)
         if row is None:
@@ -264,7 +292,12 @@ class JobService:
         check_text("payload", payload)
         try:
             done = await RunControl(self.store.pool).trigger(
-                row["tenant"], row["name"], payload, writer=self.writer(who), actor=who.actor
+                row["tenant"],
+                row["name"],
+                payload,
+                writer=self.writer(who),
+                actor=who.actor,
+                check_target=lambda checked: check_http_target(checked, self.settings),
             )
         except JobNotFound:
             raise NoSuchJob(job_id) from None

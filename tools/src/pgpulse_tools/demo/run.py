@@ -185,7 +185,9 @@ async def run_demo(
         data_dir: the embedded server's data folder.
         crontabs: extra crontab files to import (tenant ``local``) and show.
         duration: seconds the nodes run; one is killed at 40% of it (at the first moment after
-            that when some node is running a job, so the kill interrupts real work).
+            that when some node is running a job and every node has run one, so the kill
+            interrupts real work and the progress lines show each node's share; at 60% at the
+            latest).
         system: read the extra crontabs in system format (a user field before the command);
             ``/etc/crontab`` and ``/etc/cron.d/*`` always are.
 
@@ -267,7 +269,9 @@ async def _run_cluster(
             await asyncio.sleep(0.2)
             if killed is None and elapsed >= duration * 0.4:
                 holder = await (await conn.execute(Q["holder_of_running"])).fetchone()
-                if holder or elapsed >= duration * 0.6:
+                # every node has done work (so the progress lines show it move), unless late
+                worked = len(await (await conn.execute(Q["progress"])).fetchall()) == len(NODES)
+                if (holder and worked) or elapsed >= duration * 0.6:
                     killed = holder["locked_by"] if holder else NODES[1]
                     procs[killed].send_signal(signal.SIGKILL)
                     click.echo(
