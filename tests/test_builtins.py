@@ -193,8 +193,9 @@ async def _start_tree(
     task = asyncio.create_task(shell_handler(make_ctx({"command": command})))
     await wait_until(lambda: pids_file.exists() and len(pids_file.read_text().split()) == 3)
     pids = [int(pid) for pid in pids_file.read_text().split()]
-    assert os.getpgid(pids[-1]) == pids[-1]  # the shell leads its own process group
-    assert all(os.getpgid(pid) == pids[-1] for pid in pids)
+    group = os.getpgid(pids[-1])  # led by the command's guard (pgpulse.shell_guard)
+    assert group != os.getpgid(0) and os.getsid(pids[-1]) == group  # a session of its own
+    assert all(os.getpgid(pid) == group for pid in pids)
     return task, pids
 
 

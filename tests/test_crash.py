@@ -151,3 +151,29 @@ async def test_an_attempt_a_drain_cancelled_stays_in_the_history(
             "output": "done by node-b at attempt 2",
         }
     ]
+
+
+@pytest.mark.slow
+async def test_a_shell_command_dies_with_its_node(
+    store: Store, dsn: str, db: Any, tmp_path: Path
+) -> None:
+    """SIGKILL of the node (no cancellation, no drain) ends its shell command and the children
+    the command started: none writes its effect after the node is gone, so the sweeper's retry
+    on another node is the only run (before, the command ran on, reparented to PID 1)."""
+    effects = tmp_path / "effects"
+    command = (
+        f"(sleep 2; echo child >> {effects}) & echo started >> {effects}; sleep 2; "
+        f"echo effect >> {effects}; wait"
+    )
+    await add(store, spec("billing", schedule="0 0 1 1 *", handler="shell",
+                          payload={"command": command}))  # fmt: skip
+    await store.trigger_job("default", "billing")
+    proc = _node_process(dsn, "node-a", "--allow-shell-jobs")
+    try:
+        await _running_on(db, "node-a")
+        await wait_until(lambda: effects.exists(), within=10)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    await asyncio.sleep(3)  # past the command's and its child's sleeps
+    assert effects.read_text() == "started\n"

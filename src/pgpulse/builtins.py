@@ -22,12 +22,13 @@ import os
 import pwd
 import re
 import signal
+import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pgpulse import tracing
+from pgpulse import shell_guard, tracing
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
@@ -45,6 +46,9 @@ _REAP_SECONDS = 5.0
 #: Interval, in seconds, of the check that every process of a terminated group is gone.
 _GROUP_POLL_SECONDS = 0.05
 _READ_CHUNK_BYTES = 64 * 1024
+#: How a shell job's command is started: under :mod:`pgpulse.shell_guard`, so that it dies with
+#: its node (isolated from the environment's Python settings, without site packages).
+_GUARD = (sys.executable, "-I", "-S", shell_guard.__file__)
 
 #: Methods the ``http`` handler accepts (compared case-insensitively, sent upper-case).
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
@@ -258,8 +262,9 @@ def _iso_utc(instant: datetime) -> str:
 # --- shell --------------------------------------------------------------------------------
 
 
-def _run_as(user: str | None, cwd: str | None) -> tuple[dict[str, Any], dict[str, str]]:
-    """Return (``create_subprocess_exec`` kwargs, env additions) for running as ``user``.
+def _run_as(user: str | None, cwd: str | None) -> tuple[str | None, str, dict[str, str]]:
+    """Return (working directory, the guard's credentials argument, env additions) for running
+    as ``user`` (:mod:`pgpulse.shell_guard`: ``uid:gid:groups``, or ``-`` for the node's own).
 
     Policy (documented for crontab import): the crontab's user is recorded; commands run as the
     current user unless Pulse runs as root and the user exists. Like cron, a switched-to user gets
@@ -267,21 +272,16 @@ def _run_as(user: str | None, cwd: str | None) -> tuple[dict[str, Any], dict[str
     ``cwd`` is given.
     """
     if user is None or os.geteuid() != 0:
-        return {"cwd": cwd}, {}
+        return cwd, "-", {}
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
         raise HandlerFailed(f"user {user!r} does not exist on this node") from None
     if cwd is None:
         cwd = entry.pw_dir if os.path.isdir(entry.pw_dir) else "/"
-    kwargs = {
-        "user": entry.pw_uid,
-        "group": entry.pw_gid,
-        "extra_groups": os.getgrouplist(entry.pw_name, entry.pw_gid),
-        "cwd": cwd,
-    }
+    groups = ",".join(str(g) for g in os.getgrouplist(entry.pw_name, entry.pw_gid))
     env = {"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name}
-    return kwargs, env
+    return cwd, f"{entry.pw_uid}:{entry.pw_gid}:{groups}", env
 
 
 def _shell_env(ctx: RunContext, extra: Mapping[str, str]) -> dict[str, str]:
@@ -445,10 +445,11 @@ async def shell_handler(ctx: RunContext) -> str | None:
     ``SHELL=`` line), else ``/bin/sh``: Vixie cron runs each command with the crontab's
     ``$SHELL`` (``do_command.c``), so ``SHELL=/bin/bash`` makes ``[[ ... ]]`` work.
 
-    The command runs in its own session and process group, with stdin from ``payload.stdin``
-    (UTF-8) or ``/dev/null``, and stdout and stderr captured together (decoded as UTF-8 with
-    replacement characters, the first :data:`~pgpulse.handlers.MAX_OUTPUT_CHARS` characters
-    kept). Output is read until every process holding the pipe has closed it, as cron does.
+    The command runs in its own session and process group (led by its guard), with stdin from
+    ``payload.stdin`` (UTF-8) or ``/dev/null``, and stdout and stderr captured together (decoded
+    as UTF-8 with replacement characters, the first
+    :data:`~pgpulse.handlers.MAX_OUTPUT_CHARS` characters kept). Output is read until every
+    process holding the pipe has closed it, as cron does.
 
     Environment: the node's environment, overlaid with ``payload.env``, plus ``PGPULSE_JOB``,
     ``PGPULSE_TENANT``, ``PGPULSE_SCHEDULED_FOR`` (ISO-8601, UTC), ``PGPULSE_ATTEMPT``,
@@ -464,7 +465,10 @@ async def shell_handler(ctx: RunContext) -> str | None:
 
     Cancellation (timeout, lost lease, shutdown; the engine enforces the timeout) sends SIGTERM to
     the whole process group, SIGKILL after :data:`KILL_GRACE_SECONDS` if any member is left, and
-    reaps the command before the cancellation propagates.
+    reaps the command before the cancellation propagates. A node that dies without cancelling
+    (SIGKILL, out of memory) takes its commands with it: each runs under
+    :mod:`pgpulse.shell_guard`, which SIGKILLs the command's process group when the node's
+    process ends, so the sweeper's retry on another node never runs beside it.
 
     Args:
         ctx: the attempt; ``ctx.payload`` as described in :func:`validate_shell_payload`.
@@ -484,36 +488,49 @@ async def shell_handler(ctx: RunContext) -> str | None:
     user: str | None = payload.get("user")
     if ctx.options.get("shell_dry_run"):
         return f"dry-run: would run {command!r}" + (f" as user {user}" if user else "")
-    run_as, user_env = _run_as(user, payload.get("cwd"))
+    cwd, credentials, user_env = _run_as(user, payload.get("cwd"))
     stdin_data = payload.get("stdin")
     shell = payload.get("shell") or payload.get("env", {}).get("SHELL") or "/bin/sh"
+    # The guard's end of this pipe reads end-of-file when this process ends, however it ends.
+    guard_end, node_end = os.pipe()
     try:
-        proc = await _start(
-            shell,
-            "-c",
-            command,
-            stdin=asyncio.subprocess.DEVNULL if stdin_data is None else asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=_shell_env(ctx, user_env),
-            start_new_session=True,
-            **run_as,
-        )
-    except OSError as exc:
-        raise HandlerFailed(f"cannot start command: {exc}") from exc
-    # From here on, any way out (cancellation included) must stop and reap the process group.
-    try:
-        assert proc.stdout is not None
-        async with asyncio.TaskGroup() as tasks:
-            if stdin_data is not None:
-                assert proc.stdin is not None
-                tasks.create_task(_feed_stdin(proc.stdin, stdin_data.encode("utf-8")))
-            reading = tasks.create_task(_read_capped(proc.stdout))
-            code = await proc.wait()
-    except BaseException:
-        await _stop_after_cancel(proc)
-        raise
+        try:
+            proc = await _start(
+                *_GUARD,
+                str(guard_end),
+                credentials,
+                shell,
+                "-c",
+                command,
+                stdin=asyncio.subprocess.DEVNULL if stdin_data is None else asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=_shell_env(ctx, user_env),
+                start_new_session=True,
+                pass_fds=(guard_end,),
+                cwd=cwd,
+            )
+        except OSError as exc:
+            raise HandlerFailed(f"cannot start command: {exc}") from exc
+        finally:
+            os.close(guard_end)
+        # From here on, any way out (cancellation included) must stop and reap the process group.
+        try:
+            assert proc.stdout is not None
+            async with asyncio.TaskGroup() as tasks:
+                if stdin_data is not None:
+                    assert proc.stdin is not None
+                    tasks.create_task(_feed_stdin(proc.stdin, stdin_data.encode("utf-8")))
+                reading = tasks.create_task(_read_capped(proc.stdout))
+                code = await proc.wait()
+        except BaseException:
+            await _stop_after_cancel(proc)
+            raise
+    finally:
+        os.close(node_end)
     output = reading.result()
+    if code == shell_guard.EXIT_START_FAILED and output.startswith(shell_guard.START_FAILED):
+        raise HandlerFailed(output.strip())
     if code != 0:
         raise HandlerFailed(_exit_failure(code), output=output)
     return output
