@@ -311,3 +311,39 @@ def test_schedule_next_names_tz_as_job_create_does() -> None:
         "error: invalid value for --tz: 'Europe/Berln' is refused: it is not an IANA time zone "
         "name (such as Europe/London)\n",
     )
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"schedule": None}, "schedule", "schedule must be text, got None"),
+        ({"timezone": None}, "timezone", "timezone must be an IANA zone's name, got None"),
+        ({"source": 123}, "source", "source must be text, got 123"),
+        ({"source": ""}, "source", "source '' must have 1 to 500 characters, got 0"),
+        ({"source": "x\0"}, "source", "source 'x\\x00' is shown wherever the job is"),
+    ],
+)  # fmt: skip
+def test_the_python_api_refuses_wrong_types_naming_the_field(
+    fields: dict[str, Any], field: str, message: str
+) -> None:
+    """The Python API's refusals are InvalidInput naming the field, as the CLI's and the API's
+    (an adversarial tester saw AttributeError and TypeError, and a NUL source stored)."""
+    with pytest.raises(InvalidInput) as caught:
+        JobSpec.create(**{"name": "j", "schedule": "@hourly", "handler": "ok", **fields})
+    assert caught.value.field == field
+    assert str(caught.value).startswith(message)
+
+
+def test_the_python_api_takes_a_zone_object_and_calendars_none() -> None:
+    from zoneinfo import ZoneInfo
+
+    made = JobSpec.create(name="j", schedule="@hourly", handler="ok",
+                          timezone=ZoneInfo("Europe/Berlin"), calendars=None)  # fmt: skip
+    assert (made.timezone, made.calendars) == ("Europe/Berlin", ())
+
+
+async def test_the_store_refuses_a_nul_in_a_name_it_looks_up(store: Store) -> None:
+    for call in (store.pause_job, store.resume_job, store.trigger_job, store.delete_job):
+        with pytest.raises(InvalidInput) as caught:
+            await call("default", "a\0b")
+        assert caught.value.field == "name", call

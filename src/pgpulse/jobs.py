@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
+from zoneinfo import ZoneInfo
 
 from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
 from pgpulse.errors import InvalidInput, InvalidPayload, UnknownHandler
@@ -67,6 +68,35 @@ def unprintable(value: str) -> str | None:
     kind = _KINDS.get(unicodedata.category(bad), "not printable")
     name = unicodedata.name(bad, "")
     return f"it holds U+{ord(bad):04X} ({f'{name}, ' if name else ''}{kind})"
+
+
+#: The longest source label (``crontab:PATH``, ``apply:PATH``, ``code:APP``).
+MAX_SOURCE_CHARS = 500
+
+
+def _check_source(source: object) -> None:
+    """Refuse a ``source`` that is not 1-500 printable characters (it is shown and filtered on)."""
+    if not isinstance(source, str):
+        raise InvalidInput(f"source must be text, got {given(source)}", field="source", value=None)
+    problem = None
+    if not source or len(source) > MAX_SOURCE_CHARS:
+        problem = f"must have 1 to {MAX_SOURCE_CHARS} characters, got {len(source)}"
+    elif (why := unprintable(source)) is not None:
+        problem = f"is shown wherever the job is: {why}"
+    if problem is not None:
+        raise InvalidInput(f"source {source!r} {problem}", field="source", value=source)
+
+
+def check_key(tenant: object, name: object) -> None:
+    """Refuse a (tenant, name) that no job can have (:func:`check_name` of each): the Python
+    API's lookups (pause, resume, trigger, delete, history) say so naming the field, instead of
+    sending the database text it cannot take (a NUL).
+
+    Raises:
+        InvalidInput: ``field`` is ``tenant`` or ``name``.
+    """
+    _check_name("tenant", tenant)
+    _check_name("name", name)
 
 
 def check_name(field_name: str, value: object) -> str:
@@ -368,7 +398,7 @@ class JobSpec:
         schedule: str,
         handler: str,
         tenant: str = "default",
-        timezone: str = "UTC",
+        timezone: str | ZoneInfo = "UTC",
         payload: object = None,
         catch_up: str = "skip",
         backfill_limit: int | None = None,
@@ -384,7 +414,7 @@ class JobSpec:
         not_before: datetime | str | None = None,
         not_after: datetime | str | None = None,
         max_runs: int | None = None,
-        calendars: Iterable[str] = (),
+        calendars: Iterable[str] | None = (),
         auto_pause_after: int | None = None,
     ) -> JobSpec:
         """Validate every field and build a :class:`JobSpec`.
@@ -400,11 +430,26 @@ class JobSpec:
             InvalidPayload: ``payload`` is not a JSON object (or JSON text of one), or a
                 built-in handler's payload lacks, mistypes or misspells a field
                 (:data:`~pgpulse.builtins.PAYLOAD_VALIDATORS`).
-            InvalidInput: any other field is out of range; ``field`` names it.
+            InvalidInput: any other field is out of range (``schedule`` or ``timezone`` not
+                text, ``source`` not 1-500 printable characters); ``field`` names it.
         """
         _check_name("tenant", tenant)
         _check_name("name", name)
         _check_name("handler", handler, _HANDLER_RE)
+        if isinstance(timezone, ZoneInfo) and timezone.key:
+            timezone = timezone.key  # a zone object of the IANA database: its name
+        if not isinstance(schedule, str):
+            raise InvalidInput(
+                f"schedule must be text, got {given(schedule)}", field="schedule", value=schedule
+            )
+        if not isinstance(timezone, str):
+            raise InvalidInput(
+                f"timezone must be an IANA zone's name, got {given(timezone)}",
+                field="timezone",
+                value=repr(timezone),
+            )
+        _check_source(source)
+        calendars = () if calendars is None else calendars
         parsed = parse_schedule(schedule, timezone)  # raises InvalidSchedule, UnknownTimeZone
         checked_spread = check_spread(spread, parsed.kind, parsed.interval, schedule=parsed)
         window = check_window(not_before, not_after, timezone)

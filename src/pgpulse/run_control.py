@@ -31,7 +31,7 @@ from pgpulse.backfill import (
 from pgpulse.builtins import PAYLOAD_VALIDATORS
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, JobNotFound
-from pgpulse.jobs import LIMITS, parse_payload
+from pgpulse.jobs import LIMITS, check_key, parse_payload
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
 from pgpulse.wording import given
@@ -85,6 +85,7 @@ class RunControl:
             return list(await cur.fetchall()) if cur.description else []
 
     async def _job(self, tenant: str, name: str) -> dict[str, Any]:
+        check_key(tenant, name)  # InvalidInput naming the field: no job has such a name
         rows = await self._rows("get_job", {"tenant": tenant, "name": name})
         if not rows:
             raise JobNotFound(tenant, name)

@@ -23,7 +23,7 @@ from pgpulse.calendar_store import CalendarStore
 from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import DefinitionChanged, InvalidInput, JobNotFound
-from pgpulse.jobs import JobSpec, check_handlers, unknown_handlers, unprintable
+from pgpulse.jobs import JobSpec, check_handlers, check_key, unknown_handlers, unprintable
 from pgpulse.limits import RESUME_MODES
 from pgpulse.migrations import migrate, require_schema
 from pgpulse.plan import Plan
@@ -279,6 +279,7 @@ class Store(CalendarStore):
 
     async def get_job(self, tenant: str, name: str) -> dict[str, Any]:
         """Return one job row. Raises :class:`JobNotFound`."""
+        check_key(tenant, name)
         rows = await self._rows("get_job", {"tenant": tenant, "name": name})
         if not rows:
             raise JobNotFound(tenant, name)
@@ -320,6 +321,7 @@ class Store(CalendarStore):
                 not after now (``field="until"``) or ``reason`` too long or with a character
                 that cannot be shown (``field="reason"``); nothing changes.
         """
+        check_key(tenant, name)
         if reason is not None and len(reason) > 500:
             raise InvalidInput(
                 f"reason has {len(reason)} characters; at most 500", field="reason", value=reason
@@ -393,6 +395,7 @@ class Store(CalendarStore):
             JobNotFound: no such job.
             InvalidInput: ``catch_up`` is not one of skip, once, backfill (``field="catch_up"``).
         """
+        check_key(tenant, name)
         if catch_up not in RESUME_MODES:
             raise InvalidInput(
                 f"catch_up must be one of {', '.join(RESUME_MODES)}, got {catch_up!r}",
@@ -434,6 +437,7 @@ class Store(CalendarStore):
             JobNotFound: no such job.
             InvalidInput: the job is running, paused or failed — nothing changes.
         """
+        check_key(tenant, name)
         rows = await self._rows(
             "trigger_job",
             {"tenant": tenant, "name": name, "source": actor.source, "actor": actor.name},
@@ -453,6 +457,7 @@ class Store(CalendarStore):
         """Delete a job and its run history (its audit trail stays, ending with the delete). A
         node still running it finds its fenced writes change nothing. Its alert rules and
         silences go too (its alert history stays). Raises :class:`JobNotFound`."""
+        check_key(tenant, name)
         params = {"id": None, "tenant": tenant, "name": name, "now": None}
         rows = await self._rows(
             "delete_job", {**params, "source": actor.source, "actor": actor.name}
@@ -470,6 +475,7 @@ class Store(CalendarStore):
         deleted jobs of that name, newest first: ``at`` (the database's instant), ``action``,
         ``source``, ``actor``, ``revision`` and ``changes`` (``{"field": [old, new]}``).
         Empty when nothing of that name was ever recorded."""
+        check_key(tenant, name)
         return await self._rows("job_history", {"tenant": tenant, "name": name, "limit": limit})
 
     async def job_history_by_id(
