@@ -169,7 +169,16 @@ async def test_a_tenant_cannot_overwrite_a_shell_job_through_create(
             json={"handler": "http", "payload": {"url": PUBLIC_URL}},
         )
         assert patched.status_code == 403
-    assert await store.get_job("acme", "backup") == before
+        # nor delete it (it could not create it again; an adversarial tester's finding)
+        deleted = await client.delete(f"/api/v1/jobs/{made.json()['id']}")
+        assert (deleted.status_code, deleted.json()["error"]["field"]) == (403, "handler")
+        assert "may not delete them" in deleted.json()["error"]["message"]
+        assert await store.get_job("acme", "backup") == before
+        # pausing and resuming it stay allowed: not writes of its definition
+        assert (await client.post(f"/api/v1/jobs/{made.json()['id']}/pause")).status_code == 200
+        assert (await client.post(f"/api/v1/jobs/{made.json()['id']}/resume")).status_code == 200
+    async with api_client(store, admin, WebSettings(allow_shell_jobs=True)) as root:
+        assert (await root.delete(f"/api/v1/jobs/{made.json()['id']}")).status_code == 204
 
 
 @pytest.mark.parametrize(

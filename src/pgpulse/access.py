@@ -9,8 +9,8 @@ replaces, read and locked in the same transaction. The rule (pure):
 
 * A writer limited to some tenants writes only their jobs.
 * A ``shell`` job runs commands on every node: creating one, turning a job into one, or changing
-  an existing one's definition in any way needs a writer with shell rights. Pausing, resuming
-  and triggering are not definition writes.
+  an existing one's definition in any way, or deleting it, needs a writer with shell rights.
+  Pausing, resuming and triggering are not definition writes.
 
 The writers: :data:`OPERATOR` (anyone holding the database's credentials: the CLI and the Python
 API by default) may write everything; an API token writes as :func:`token_writer` says; code
@@ -29,6 +29,7 @@ __all__ = [
     "Writer",
     "check_alert_write",
     "check_calendar_write",
+    "check_delete",
     "check_run_payload",
     "check_write",
     "code_writer",
@@ -151,6 +152,32 @@ def check_run_payload(writer: Writer, *, tenant: str, name: str, handler: str) -
         raise Forbidden(
             f"job {name!r} of tenant {tenant!r} is a shell job, and a payload of its own is a "
             f"command run on a node: {writer.name} may not give one ({writer.no_shell_reason})",
+            field="handler",
+            value="shell",
+        )
+
+
+def check_delete(writer: Writer, *, tenant: str, name: str, handler: str | None) -> None:
+    """Refuse deleting job (``tenant``, ``name``) unless ``writer`` may write its definition:
+    removing a ``shell`` job is a change of it (a tenant token may pause, resume and trigger an
+    admin's shell job, not remove it, which it could not create again).
+
+    Args:
+        handler: the job's handler, or ``None`` when only the tenant is checked (before the
+            row is read).
+
+    Raises:
+        Forbidden: another tenant's job (``field="tenant"``), or a ``shell`` job without shell
+            rights (``field="handler"``, ``value="shell"``).
+    """
+    if writer.tenants is not None and tenant not in writer.tenants:
+        raise Forbidden(
+            f"{writer.name} may not manage jobs of tenant {tenant!r}", field="tenant", value=tenant
+        )
+    if handler == "shell" and not writer.shell:
+        raise Forbidden(
+            f"job {name!r} of tenant {tenant!r} is a shell job, and shell jobs run commands on "
+            f"every node: {writer.name} may not delete them ({writer.no_shell_reason})",
             field="handler",
             value="shell",
         )

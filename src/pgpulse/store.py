@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from pgpulse.access import OPERATOR, Writer, check_write
+from pgpulse.access import OPERATOR, Writer, check_delete, check_write
 from pgpulse.audit import PYTHON_ACTOR, Actor
 from pgpulse.calendar_store import CalendarStore
 from pgpulse.claims import LEADER_LOCK_KEY
@@ -453,16 +453,38 @@ class Store(CalendarStore):
             )
         return rows[0]["scheduled_for"]  # type: ignore[no-any-return]
 
-    async def delete_job(self, tenant: str, name: str, *, actor: Actor = PYTHON_ACTOR) -> None:
+    async def delete_job(
+        self,
+        tenant: str,
+        name: str,
+        *,
+        actor: Actor = PYTHON_ACTOR,
+        writer: Writer = OPERATOR,
+    ) -> None:
         """Delete a job and its run history (its audit trail stays, ending with the delete). A
         node still running it finds its fenced writes change nothing. Its alert rules and
-        silences go too (its alert history stays). Raises :class:`JobNotFound`."""
+        silences go too (its alert history stays).
+
+        Removing a definition is a write of it (:func:`~pgpulse.access.check_delete`):
+        ``writer`` must be allowed to write the job, a ``shell`` job's too; the statement
+        decides on the row it deletes.
+
+        Raises:
+            JobNotFound: no such job.
+            Forbidden: ``writer`` may not write this job (another tenant's; a shell job without
+                shell rights); nothing is deleted.
+        """
         check_key(tenant, name)
+        check_delete(writer, tenant=tenant, name=name, handler=None)
         params = {"id": None, "tenant": tenant, "name": name, "now": None}
         rows = await self._rows(
-            "delete_job", {**params, "source": actor.source, "actor": actor.name}
+            "delete_job",
+            {**params, "source": actor.source, "actor": actor.name, "shell_allowed": writer.shell},
         )
         if not rows:
+            current = await self._rows("job_status", {"tenant": tenant, "name": name})
+            if current:  # kept by the rule: a shell job, and no shell rights
+                check_delete(writer, tenant=tenant, name=name, handler="shell")
             raise JobNotFound(tenant, name)
         from pgpulse.alerts.store import AlertStore
 

@@ -970,11 +970,14 @@ WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant
 -- name: delete_job
 -- Delete job %(id)s, or the job named (%(tenant)s, %(name)s) when %(id)s is null, and record it
 -- in the audit trail (which outlives the job) in the same statement; %(now)s only from tests.
+-- A shell job is deleted only when %(shell_allowed)s (pgpulse.access: removing a shell job's
+-- definition is a write of it), decided on the row the statement deletes.
 WITH removed AS (
 DELETE FROM pgpulse_jobs j
 WHERE j.id = coalesce(%(id)s::bigint,
                       (SELECT n.job_id FROM pgpulse_job_names n
                        WHERE n.tenant = %(tenant)s AND n.name = %(name)s))
+  AND (%(shell_allowed)s::bool OR j.handler <> 'shell')
 RETURNING j.id, j.tenant, j.name, j.revision
 ), audit AS (
 INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision)

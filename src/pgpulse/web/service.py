@@ -256,6 +256,8 @@ class JobService:
         if options.get("until") is not None:
             # as `job pause --until`: an instant without an offset is in the job's zone
             options["until"] = parse_instant("until", options["until"], row["timezone"])
+        if verb == "delete":
+            options["writer"] = self.writer(who)  # removing a definition is a write of it
         try:
             await methods[verb](row["tenant"], row["name"], actor=who.actor, **options)
         except JobNotFound:
