@@ -224,3 +224,24 @@ async def test_concurrent_patches_of_one_job_keep_every_change(store: Store, db:
         "2099-01-01T00:00:00Z",
         5,
     )
+
+
+async def test_a_calendars_tenant_is_checked_as_a_jobs(store: Store, dsn: str, db: Any) -> None:
+    """A calendar's tenant follows the rule of a job's (an adversarial tester stored calendars
+    under 'acme ' and U+202E): refused on the API and the command line, nothing written."""
+    from helpers import pgpulse
+
+    admin = await make_token(store, admin=True)
+    async with api_client(store, admin) as api:
+        for tenant in ("acme ", "\u202eacme"):
+            put = await api.put(
+                "/api/v1/calendars/plant", params={"tenant": tenant}, json={"dates": ["2026-08-03"]}
+            )
+            assert (put.status_code, put.json()["error"]["field"]) == (422, "tenant"), put.text
+    for args in (("calendar", "set", "plant", "--date", "2026-08-03", "--tenant", "acme "),
+                 ("calendar", "list", "--tenant", "acme "),
+                 ("calendar", "delete", "plant", "--tenant", "acme ")):  # fmt: skip
+        done = pgpulse(*args, dsn=dsn)
+        assert (done.returncode, done.stdout) == (2, ""), done
+        assert done.stderr.startswith("error: invalid value for --tenant: 'acme ' is not a valid")
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_calendars").fetchone()["n"] == 0

@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from pgpulse.access import OPERATOR, Writer, check_calendar_write
-from pgpulse.calendars import ExclusionCalendar
+from pgpulse.calendars import ExclusionCalendar, is_calendar_name
 from pgpulse.claims import ClaimStore
 from pgpulse.errors import InvalidInput, NotFound
+from pgpulse.jobs import check_name
 from pgpulse.sql import QUERIES
 
 
@@ -32,7 +33,9 @@ class CalendarStore(ClaimStore):
 
         Raises:
             Forbidden: ``writer`` may not write calendars of ``tenant``; nothing is written.
+            InvalidInput: ``field="tenant"``: no tenant can have that name.
         """
+        check_name("tenant", tenant)
         check_calendar_write(writer, tenant)
         rows = await self._rows(
             "put_calendar",
@@ -48,7 +51,14 @@ class CalendarStore(ClaimStore):
 
     async def list_calendars(self, tenant: str | None = None) -> list[dict[str, Any]]:
         """Every calendar (of ``tenant``, or all tenants) by tenant and name, each with the
-        names of the jobs that use it (``jobs``)."""
+        names of the jobs that use it (``jobs``).
+
+        Raises:
+            InvalidInput: ``field="tenant"``: no tenant can have that name
+                (:func:`~pgpulse.jobs.check_name`).
+        """
+        if tenant is not None:
+            check_name("tenant", tenant)
         return await self._rows("list_calendars", {"tenant": tenant})
 
     async def delete_calendar(self, tenant: str, name: str, *, writer: Writer = OPERATOR) -> None:
@@ -56,11 +66,15 @@ class CalendarStore(ClaimStore):
 
         Raises:
             Forbidden: ``writer`` may not write calendars of ``tenant``.
+            InvalidInput: ``field="tenant"``: no tenant can have that name.
             CalendarNotFound: no such calendar.
             InvalidInput: ``field="calendar"``: jobs name it (the first few are listed);
                 nothing is deleted.
         """
+        check_name("tenant", tenant)
         check_calendar_write(writer, tenant)
+        if not is_calendar_name(name):
+            raise CalendarNotFound(tenant, name)  # no calendar has such a name
         params = {"tenant": tenant, "name": name}
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(QUERIES["lock_calendar"], params)

@@ -27,9 +27,15 @@ from typing import Any
 from pgpulse.errors import InvalidInput
 from pgpulse.zones import load_zone
 
-__all__ = ["ExclusionCalendar"]
+__all__ = ["ExclusionCalendar", "is_calendar_name"]
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def is_calendar_name(value: object) -> bool:
+    """Whether ``value`` is a name a calendar can have (1-64 letters, digits, ``_.-``, starting
+    with a letter or digit): one no calendar can have names none, and is not looked up."""
+    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True)
