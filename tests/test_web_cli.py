@@ -130,3 +130,22 @@ def test_serve_answers_until_sigterm(dsn: str) -> None:
     assert "web_serving" in actions and "web_stopped" in actions
     assert actions.count("api_job_saved") == 2
     assert f"on http://127.0.0.1:{port}" in stderr
+
+
+def test_a_token_label_that_cannot_be_shown_is_refused(dsn: str, db: Any) -> None:
+    """DEL and a bidi override would be shown as they are by token list and the audit trail."""
+    for label, why in (("a\x7fb", "U+007F"), ("\u202eic", "U+202E")):
+        refused = pgpulse("token", "create", "--admin", "--label", label, dsn=dsn)
+        assert (refused.returncode, refused.stdout) == (2, ""), refused
+        assert refused.stderr.startswith(f"error: label {label!r} is shown by token list")
+        assert why in refused.stderr
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_api_tokens").fetchone()["n"] == 0
+
+
+def test_a_number_option_refuses_nan_and_infinity() -> None:
+    for value in ("nan", "inf", "1e400"):
+        refused = pgpulse("status", "--max-lag", value)
+        assert (refused.returncode, refused.stdout) == (2, ""), refused
+        assert refused.stderr == (
+            f"error: invalid value for --max-lag: must be a finite number, got {value}\n"
+        )

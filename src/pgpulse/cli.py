@@ -53,6 +53,7 @@ from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
 from pgpulse.wording import plural, unchanged_note
+from pgpulse.zones import INSTANT_RANGE, in_instant_range
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -857,7 +858,8 @@ def schedule() -> None:
     show_default="now, to the whole second",
 )
 def schedule_next(expression: str, timezone: str, count: int, after: datetime | None) -> None:
-    """Print the next occurrences of EXPRESSION, in UTC and in its time zone."""
+    """Print the next occurrences of EXPRESSION, in UTC and in its time zone (one column when
+    the zone's wall times are UTC's)."""
     try:
         parsed = parse_schedule(expression, timezone)
     except PulseError as exc:  # a zone refused is --tz's (as job create words it)
@@ -868,28 +870,41 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
     cursor = after or datetime.now(UTC).replace(microsecond=0)
     if cursor.tzinfo is None:
         cursor = cursor.replace(tzinfo=UTC)
-    anchor = cursor
-    click.echo(f"{parsed.describe()}")
-    try:
-        for index in range(count):
-            following = parsed.next_after_or_none(cursor, anchor=anchor)
-            if following is None:  # a one-off schedule: nothing after its instant
-                click.echo(f"no occurrence after {cursor.isoformat()}: the schedule has ended")
-                break
-            shown = following.isoformat()
-            if index == 0:  # the columns' header, over the first occurrence
-                click.echo(f"{'UTC':<{len(shown)}}  {timezone}")
-            cursor = following
-            click.echo(f"{shown}  {_local(cursor, timezone)}")
-    except PulseError as exc:  # e.g. no occurrence before the year 10000
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except OverflowError:  # an occurrence whose local time in the zone is past 9999-12-31
+    if in_instant_range(cursor) is None:
         click.echo(
-            f"error: schedule {expression!r}: the occurrence after {cursor.isoformat()} is past "
-            f"the year 9999 in time zone {timezone}",
+            f"error: invalid value for --after: {cursor.isoformat()} is out of range: Pulse "
+            f"takes instants {INSTANT_RANGE}",
             err=True,
         )
+        sys.exit(2)
+    anchor = cursor
+    click.echo(f"{parsed.describe()}")
+    rows: list[tuple[str, str]] = []  # (UTC, local): one column when they are always the same
+    failure = ended = None
+    try:
+        for _ in range(count):
+            following = parsed.next_after_or_none(cursor, anchor=anchor)
+            if following is None:  # a one-off schedule: nothing after its instant
+                ended = f"no occurrence after {cursor.isoformat()}: the schedule has ended"
+                break
+            cursor = following
+            rows.append((following.isoformat(), _local(following, timezone)))
+    except PulseError as exc:  # e.g. no occurrence before the year 10000
+        failure = str(exc)
+    except OverflowError:  # an occurrence whose local time in the zone is past 9999-12-31
+        failure = (
+            f"schedule {expression!r}: the occurrence after {cursor.isoformat()} is past "
+            f"the year 9999 in time zone {timezone}"
+        )
+    one_column = all(utc == local for utc, local in rows)
+    for index, (utc, local) in enumerate(rows):
+        if index == 0:  # the columns' header, over the first occurrence
+            click.echo("UTC" if one_column else f"{'UTC':<{len(utc)}}  {timezone}")
+        click.echo(utc if one_column else f"{utc}  {local}")
+    if ended is not None:
+        click.echo(ended)
+    if failure is not None:
+        click.echo(f"error: {failure}", err=True)
         sys.exit(2)
 
 

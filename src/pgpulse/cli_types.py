@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -88,9 +89,12 @@ class Number(click.FloatRange):
         return _words(self, self.unit)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        return _in_words(
+        number = _in_words(
             self, lambda: super(Number, self).convert(value, param, ctx), value, param, ctx
         )
+        if isinstance(number, float) and not math.isfinite(number):  # nan, inf, 1e400
+            self.fail(f"must be a finite number, got {value}", param, ctx)
+        return number
 
 
 class Seconds(Number):

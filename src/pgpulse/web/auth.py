@@ -23,7 +23,7 @@ from typing import Any
 from pgpulse.audit import Actor
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, PulseError
-from pgpulse.jobs import check_name
+from pgpulse.jobs import check_name, unprintable
 from pgpulse.sql import load_queries
 
 QUERIES = load_queries("web.sql")
@@ -155,9 +155,15 @@ class TokenStore:
             )
         if tenant is not None:
             check_name("tenant", tenant)  # the rule of every write, with its reason
-        if len(label) > 200 or any(ord(c) < 32 for c in label):
+        if len(label) > 200:
             raise InvalidInput(
-                "label must be at most 200 printable characters", field="label", value=label
+                f"label has {len(label)} characters; at most 200", field="label", value=label
+            )
+        if (problem := unprintable(label)) is not None:  # DEL, bidi overrides: shown as they are
+            raise InvalidInput(
+                f"label {label!r} is shown by token list and the audit trail: {problem}",
+                field="label",
+                value=label,
             )
         token = new_token()
         [row] = await self._rows(

@@ -21,6 +21,8 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from pgpulse.jobs import LIMITS
+
 #: Longest accepted duration field, seconds (a year): keeps intervals storable.
 MAX_SECONDS = 366 * 86400.0
 
@@ -87,7 +89,10 @@ class JobDefinition(BaseModel):
     max_attempts: Integer = Field(3, ge=1, le=1000)
     retry_backoff: Number = Field(1.0, ge=0.001, le=86400, description="Seconds.")
     timeout: Number | None = Field(
-        3600.0, ge=0.001, le=MAX_SECONDS, description="Per-attempt limit, seconds; null: none."
+        3600.0,
+        ge=0.001,
+        le=LIMITS["timeout"],
+        description="Per-attempt limit, seconds (at most 30 days); null: none.",
     )
     overlap: Overlap = Field(
         "forbid",
@@ -156,7 +161,7 @@ class JobPatch(BaseModel):
     misfire_grace: Number | Unset = Field(None, ge=1, le=MAX_SECONDS)
     max_attempts: Integer | Unset = Field(None, ge=1, le=1000)
     retry_backoff: Number | Unset = Field(None, ge=0.001, le=86400)
-    timeout: Number | None = Field(None, ge=0.001, le=MAX_SECONDS)
+    timeout: Number | None = Field(None, ge=0.001, le=LIMITS["timeout"])
     overlap: Overlap | Unset = None
     max_concurrency: Integer | None = Field(None, ge=1, le=1000)
     spread: Number | Unset = Field(None, ge=0, le=86400)
