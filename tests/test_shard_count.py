@@ -139,7 +139,7 @@ def test_the_cli_sets_and_shows_the_count_and_refuses_bad_input(dsn: str) -> Non
     refused = pgpulse("shards", "set", "0", dsn=dsn)
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
-        "error: shard_count must be an integer from 1 to 32768, got 0"
+        "error: invalid value for COUNT: must be an integer from 1 to 32768, got 0"
     ]
     done = pgpulse("shards", "set", "256", "--wait", "0", dsn=dsn)
     assert done.returncode == 0, done.stderr

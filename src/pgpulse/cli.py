@@ -80,23 +80,24 @@ def with_store(
             ctx = click.get_current_context()
 
             async def main() -> Any:
-                async with connect(
-                    obj["database_url"],
-                    data_dir=obj["data_dir"],
-                    read_url=obj["read_database_url"],
-                    migrate=migrating,
-                    require_schema=True,
-                ) as store:
-                    try:
-                        return await func(store, *args, **kwargs)
-                    except JobNotFound as exc:  # in another tenant? say which
-                        if exc.tenant is None:
-                            raise
-                        elsewhere = await store.tenants_with_job_name(exc.value)
-                        raise JobNotFound(exc.tenant, exc.value, elsewhere) from None
-                    except PulseError as exc:  # name the option (and the variable) it came from
-                        as_option_refusal(ctx, exc)
-                        raise
+                try:
+                    async with connect(
+                        obj["database_url"],
+                        data_dir=obj["data_dir"],
+                        read_url=obj["read_database_url"],
+                        migrate=migrating,
+                        require_schema=True,
+                    ) as store:
+                        try:
+                            return await func(store, *args, **kwargs)
+                        except JobNotFound as exc:  # in another tenant? say which
+                            if exc.tenant is None:
+                                raise
+                            elsewhere = await store.tenants_with_job_name(exc.value)
+                            raise JobNotFound(exc.tenant, exc.value, elsewhere) from None
+                except PulseError as exc:  # name the option (and the variable) it came from
+                    as_option_refusal(ctx, exc)  # the command's, or --database-url's
+                    raise
 
             return run_command(main())
 

@@ -172,18 +172,30 @@ def as_option_refusal(ctx: click.Context, exc: PulseError) -> None:
     value (:func:`environment_source`). Other refusals are left as they are."""
     name = (exc.field or "").split(".", 1)[0]
     spelled = f"--{name.replace('_', '-')}"  # a field whose option is named otherwise (--from)
-    option = next(
-        (
-            p
-            for p in ctx.command.params
-            if isinstance(p, click.Option) and (p.name == name or spelled in p.opts)
-        ),
-        None,
-    )
+    if exc.message.startswith("invalid value for "):
+        return  # worded already (a refusal raised again through an outer command)
+    option: click.Parameter | None = None
+    level: click.Context | None = ctx
+    while option is None and level is not None:  # the command's, then its groups' (--database-url)
+        option = next(
+            (
+                p
+                for p in level.command.params
+                if p.name == name or (isinstance(p, click.Option) and spelled in p.opts)
+            ),
+            None,
+        )
+        if option is not None:
+            ctx = level
+        level = level.parent
     if option is None:
         return
     variable = environment_source(ctx, exc.field)
-    longest = max(option.opts, key=len)
+    longest = (
+        max(option.opts, key=len)
+        if isinstance(option, click.Option)
+        else option.human_readable_name
+    )
     if exc.message.startswith(f"{name} ") and exc.field == name:
         exc.message = f"invalid value for {longest}: {exc.message[len(name) + 1 :]}"
     elif not exc.message.startswith("invalid value for "):

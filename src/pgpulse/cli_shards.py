@@ -61,7 +61,7 @@ async def shards_show(store: Store, ttl: float, as_json: bool) -> None:
 
 
 @shards.command("set")
-@click.argument("count", type=int)
+@click.argument("shard_count", metavar="COUNT", type=int)
 @click.option(
     "--wait",
     type=Seconds(0),
@@ -75,12 +75,14 @@ async def shards_show(store: Store, ttl: float, as_json: bool) -> None:
 )
 @ttl_option
 @with_store()
-async def shards_set(store: Store, count: int, wait: float, keep_old: bool, ttl: float) -> None:
+async def shards_set(
+    store: Store, shard_count: int, wait: float, keep_old: bool, ttl: float
+) -> None:
     """Change the shard count to COUNT (1 to 32768), online: build its indexes CONCURRENTLY,
     publish it, wait for every live node to switch, drop the old count's indexes. Exit 1 if
     not every live node switched within --wait (the old indexes are kept); run it again to
     resume after that or after a failure."""
-    done = await set_shard_count(store.pool, count, wait=wait, ttl=ttl, drop_old=not keep_old)
+    done = await set_shard_count(store.pool, shard_count, wait=wait, ttl=ttl, drop_old=not keep_old)
     built = ", ".join(done.built) or "none needed"
     click.echo(f"indexes built: {built} ({done.build_seconds:.1f} s)")
     if done.old == done.new:  # run again: the count stands; the rest resumes what was left

@@ -68,7 +68,7 @@ def with_database(dsn: str, database: str | None) -> str:
         return conninfo.make_conninfo(dsn, dbname=database)
     except psycopg.ProgrammingError as exc:
         raise InvalidInput(
-            f"database_url {redact(dsn)!r} is not a valid DSN: {exc}",
+            f"database_url {redact(dsn)!r} is not a valid DSN: {str(exc).strip()}",
             field="database_url",
             value=redact(dsn),
         ) from None
@@ -87,7 +87,7 @@ def primary_dsn(dsn: str) -> str:
         params = conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise InvalidInput(
-            f"database_url {redact(dsn)!r} is not a valid DSN: {exc}",
+            f"database_url {redact(dsn)!r} is not a valid DSN: {str(exc).strip()}",
             field="database_url",
             value=redact(dsn),
         ) from None
@@ -182,7 +182,7 @@ async def connect(
         conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise InvalidInput(
-            f"database_url {redact(dsn)!r} is not a valid DSN: {exc}",
+            f"database_url {redact(dsn)!r} is not a valid DSN: {str(exc).strip()}",
             field="database_url",
             value=redact(dsn),
         ) from None

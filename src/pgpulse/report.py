@@ -56,6 +56,8 @@ def refusal_line(exc: PulseError) -> str:
     message = one_line(str(exc))
     if exc.field != "data_dir" or isinstance(exc, DatabaseUnavailable):
         return message
+    if message.startswith("invalid value for "):  # worded by the command (as_option_refusal)
+        return message
     from pgpulse.cli_conventions import environment_source  # the CLI's module imports this one
 
     ctx = click.get_current_context(silent=True)
