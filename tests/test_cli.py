@@ -622,3 +622,17 @@ def test_updating_a_completed_job_says_no_occurrence_is_to_come(dsn: str, db: An
     again = pgpulse(*create, "--payload", '{"command": "echo 2"}', "--max-runs", "1", dsn=dsn)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[0].endswith("; completed: no occurrence to come")
+
+
+def test_a_resume_that_runs_a_missed_occurrence_says_it_runs_now(dsn: str, db: Any) -> None:
+    """``resume --catch-up once`` holds a missed occurrence, which is due: the line says it runs
+    now (it said "next occurrence" with an instant in the past)."""
+    create = ["job", "create", "m", "--schedule", "* * * * *", "--handler", "shell"]
+    assert pgpulse(*create, "--payload", SHELL_PAYLOAD, dsn=dsn).returncode == 0
+    assert pgpulse("job", "pause", "m", dsn=dsn).returncode == 0
+    # the pause began two hours ago: its occurrences since then were missed
+    db.execute("UPDATE pgpulse_jobs SET scheduled_for = scheduled_for - interval '2 hours'")
+    resumed = pgpulse("job", "resume", "m", "--catch-up", "once", dsn=dsn)
+    assert resumed.returncode == 0, resumed.stderr
+    [held] = [r["scheduled_for"] for r in job_rows(db)]
+    assert resumed.stdout == f"resumed m (once); missed occurrence {held.isoformat()} runs now\n"

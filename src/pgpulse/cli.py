@@ -821,11 +821,19 @@ async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> Non
     """Resume job NAME. Idempotent: a job that is not paused is left as it is."""
     changed = await store.resume_job(tenant, name, catch_up=catch_up, actor=cli_actor())
     row = await store.get_job(tenant, name)
+    if not changed:
+        click.echo(unchanged_note("resume", name, row["status"]))
+        return
+    held = row["scheduled_for"]
+    # once and backfill hold a missed occurrence: it is due, and runs now, not "next"
+    due = held <= await store.db_now()
     click.echo(
-        f"resumed {name}{'' if catch_up == 'skip' else f' ({catch_up})'}; next occurrence "
-        f"{row['scheduled_for'].isoformat()}"
-        if changed
-        else unchanged_note("resume", name, row["status"])
+        f"resumed {name}{'' if catch_up == 'skip' else f' ({catch_up})'}; "
+        + (
+            f"missed occurrence {held.isoformat()} runs now"
+            if due
+            else f"next occurrence {held.isoformat()}"
+        )
     )
 
 
