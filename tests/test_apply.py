@@ -371,3 +371,18 @@ async def test_taking_over_a_code_declared_job_says_the_code_takes_it_back(
         "note: ok is declared by code:trial: the next start of a node running that code takes "
         "it back (remove it from the code to keep it here)"
     ) in done.stdout.splitlines()
+
+
+def test_two_files_of_one_source_are_named(dsn: str, db: Any, tmp_path: Path) -> None:
+    """Two files that say the same ``source`` are refused naming both (the message named the
+    source only: with ten files, which two?)."""
+    job = '[jobs.{}]\nschedule = "@hourly"\nhandler = "shell"\npayload = {{ command = "true" }}\n'
+    one, two = tmp_path / "one.toml", tmp_path / "two.toml"
+    one.write_text('source = "ops"\n' + job.format("a"))
+    two.write_text('source = "ops"\n' + job.format("b"))
+    result = pgpulse("apply", str(one), str(two), dsn=dsn)
+    assert (result.returncode, result.stdout) == (2, ""), result
+    assert result.stderr == (
+        f"error: {one} and {two} are both source 'apply:ops': give one a `source = ...` of its own\n"
+    )
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0

@@ -129,7 +129,8 @@ def test_payloads_have_one_size_limit_on_every_path(dsn: str, tmp_path: Path) ->
     )  # fmt: skip
     tab = tmp_path / "big.crontab"
     tab.write_text(f"0 1 * * * echo {'x' * MAX_PAYLOAD_BYTES}\n")
-    refused(in_process(dsn, "crontab", "import", str(tab)), "the limit is 65,536 bytes")
+    refused(in_process(dsn, "crontab", "import", str(tab)), f"{tab}:1: payload is ",
+            "the limit is 65,536 bytes")  # fmt: skip
     with pytest.raises(InvalidInput, match="the limit is 65,536 bytes") as caught:
         JobSpec.create(name="big", schedule="@daily", handler="h", payload={"k": "x" * 2**22})
     assert caught.value.field == "payload"

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
+from pgpulse.errors import InvalidSchedule
 from pgpulse.planner import (
     MAX_RETRY_DELAY,
     Advance,
@@ -350,7 +351,12 @@ def test_cron_planning_matches_walking_the_schedule(
     occurrence is a triggered, off-schedule one."""
     expr, zone, start = case
     schedule = _parse_or_reject(expr, zone)
-    first = start if micros % 2 else schedule.next_after(start)
-    now = first + timedelta(seconds=late, microseconds=micros)
-    plan = hold(schedule, policy, first, now=now)
+    try:
+        # it fires from 2020 on, but may stop: '* 0 * 3 0#2' in America/Havana matches only
+        # the midnight hour that DST skips from 2028 on (hypothesis found it)
+        first = start if micros % 2 else schedule.next_after(start)
+        now = first + timedelta(seconds=late, microseconds=micros)
+        plan = hold(schedule, policy, first, now=now)
+    except InvalidSchedule:
+        reject()
     assert plan == brute_force_policy(schedule, policy, first, now, first)

@@ -29,7 +29,7 @@ import click
 from pgpulse.cli_types import worded
 from pgpulse.database import with_database
 from pgpulse.embedded import start_embedded
-from pgpulse.errors import DatabaseUnavailable, PulseError
+from pgpulse.errors import DatabaseUnavailable, InvalidInput, PulseError
 from pgpulse.report import refusal_line
 
 #: click's settings for every command of the tree.
@@ -174,20 +174,28 @@ def as_option_refusal(ctx: click.Context, exc: PulseError) -> None:
     spelled = f"--{name.replace('_', '-')}"  # a field whose option is named otherwise (--from)
     if exc.message.startswith("invalid value for "):
         return  # worded already (a refusal raised again through an outer command)
+    # A refused value of the field itself ("database_url 'x' is not a valid DSN", "shard_count
+    # must be ..."): it may name an argument, or a group's option (--database-url), too. Other
+    # refusals that carry a field (no such job, a notifier in use, a database that does not
+    # answer) name only the command's own options, as they always did.
+    of_value = (
+        isinstance(exc, InvalidInput) and exc.field == name and exc.message.startswith(f"{name} ")
+    )
     option: click.Parameter | None = None
     level: click.Context | None = ctx
-    while option is None and level is not None:  # the command's, then its groups' (--database-url)
+    while option is None and level is not None:
         option = next(
             (
                 p
                 for p in level.command.params
-                if p.name == name or (isinstance(p, click.Option) and spelled in p.opts)
+                if (isinstance(p, click.Option) and (p.name == name or spelled in p.opts))
+                or (of_value and isinstance(p, click.Argument) and p.name == name)
             ),
             None,
         )
         if option is not None:
             ctx = level
-        level = level.parent
+        level = level.parent if of_value else None
     if option is None:
         return
     variable = environment_source(ctx, exc.field)
@@ -268,7 +276,15 @@ def _refuse_undecodable(ctx: click.Context, args: list[str]) -> None:
         why = _not_utf8(arg)
         if why is not None:
             before = args[index - 1] if index else ""
-            found.append((before if before.startswith("-") else f"argument {index + 1}", why))
+            # an argument is named by its place and the words before it: `job show NAME` has
+            # not been parsed yet, so its parameter is not known
+            after = " ".join(args[max(0, index - 2) : index]) or "pgpulse"
+            found.append(
+                (
+                    before if before.startswith("-") else f"argument {index + 1} (after {after!r})",
+                    why,
+                )
+            )
     if found:
         where, why = found[0]
         click.echo(f"error: {where}: {why}; nothing was done", err=True)

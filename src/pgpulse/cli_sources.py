@@ -128,8 +128,11 @@ async def apply_files(
     sources = [parsed.source for parsed in files]
     if len(set(sources)) != len(sources):
         dup = next(s for s in sources if sources.count(s) > 1)
+        named = " and ".join(
+            str(path) for path, parsed in zip(paths, files, strict=True) if parsed.source == dup
+        )
         raise InvalidInput(
-            f"two files are source {dup!r}: give one a `source = ...` of its own",
+            f"{named} are both source {dup!r}: give one a `source = ...` of its own",
             field="source",
             value=dup,
         )

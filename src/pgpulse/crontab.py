@@ -339,8 +339,9 @@ def entry_to_spec(
         The validated job definition.
 
     Raises:
-        InvalidInput: a field is refused by :meth:`JobSpec.create` (``tenant``, ``catch_up``;
-            the schedule and zone were already checked by :func:`parse_crontab`).
+        InvalidInput: a field is refused by :meth:`JobSpec.create` (``tenant``, ``catch_up``,
+            a payload over its limit; the schedule and zone were already checked by
+            :func:`parse_crontab`), its message starting with the entry's ``FILE:LINE:``.
     """
     payload: dict[str, Any] = {
         "command": entry.command,
@@ -348,17 +349,23 @@ def entry_to_spec(
         "env": dict(entry.env),
         "user": entry.user,
     }
-    return JobSpec.create(
-        tenant=tenant,
-        name=job_name_for(entry),
-        schedule=entry.schedule,
-        timezone=entry.timezone,
-        handler="shell",
-        payload={key: value for key, value in payload.items() if value is not None},
-        catch_up=catch_up,
-        source=source or f"crontab:{entry.path}",
-        meta={"crontab_user": entry.user, "mailto": entry.mailto, "line": entry.line},
-    )
+    try:
+        return JobSpec.create(
+            tenant=tenant,
+            name=job_name_for(entry),
+            schedule=entry.schedule,
+            timezone=entry.timezone,
+            handler="shell",
+            payload={key: value for key, value in payload.items() if value is not None},
+            catch_up=catch_up,
+            source=source or f"crontab:{entry.path}",
+            meta={"crontab_user": entry.user, "mailto": entry.mailto, "line": entry.line},
+        )
+    except InvalidInput as exc:  # e.g. a command over the payload limit: say which line
+        # (the tenant and catch-up policy are the command's options, not the line's)
+        if exc.field not in ("tenant", "catch_up") and not exc.message.startswith(entry.path):
+            exc.message = f"{entry.path}:{entry.line_no}: {exc.message}"
+        raise
 
 
 def _parse_line(
