@@ -54,21 +54,61 @@ def _long_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort
 
 
+#: The modules whose SQL is the engine's and the store's (claims, occurrences, catch-up, the
+#: sweeper, migrations and domains, shards, run control, alerts' state, the API's reads) and
+#: the replication harness, which starts servers with the programs of the server under test:
+#: ``PGPULSE_TEST_SERVER_ONLY=sql`` (CI's second run, on the machine's PostgreSQL 15) runs
+#: their tests that use the server. About a quarter of the suite's time; ``=1`` runs every
+#: test that uses it (about three quarters).
+SQL_MODULES = frozenset(
+    {
+        "test_access.py",
+        "test_alert_delivery.py",
+        "test_alert_states.py",
+        "test_catch_up.py",
+        "test_claim.py",
+        "test_crash.py",
+        "test_database_restart.py",
+        "test_definition_domains.py",
+        "test_engine.py",
+        "test_history_delete.py",
+        "test_job_names.py",
+        "test_migrations.py",
+        "test_occurrences.py",
+        "test_occurrences_audit.py",
+        "test_occurrences_limits.py",
+        "test_pause_resume.py",
+        "test_replication.py",
+        "test_routing.py",
+        "test_run_control.py",
+        "test_shard_count.py",
+        "test_spread.py",
+        "test_sweeper.py",
+        "test_web_api.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The long modules first (:func:`_long_first`). With ``PGPULSE_TEST_SERVER_ONLY=1``
-    (CI's second run, on the machine's server), run only the tests whose outcome can depend on
-    the server under test: those that use it (``server_dsn``, directly or through ``dsn``,
-    ``store``...) and those that start servers of their own with its programs
-    (``server_programs``). The rest — pure tests, and harnesses that start the embedded
-    server's own binaries — already ran in the first run, unchanged."""
+    """The long modules first (:func:`_long_first`). With ``PGPULSE_TEST_SERVER_ONLY=1``, run
+    only the tests whose outcome can depend on the server under test: those that use it
+    (``server_dsn``, directly or through ``dsn``, ``store``...) and those that start servers
+    of their own with its programs (``server_programs``). The rest — pure tests, and harnesses
+    that start the embedded server's own binaries — ran on the embedded server, unchanged.
+    With ``PGPULSE_TEST_SERVER_ONLY=sql`` (CI's second run), only those of
+    :data:`SQL_MODULES`."""
     _long_first(items)
-    if os.environ.get("PGPULSE_TEST_SERVER_ONLY") != "1":
+    mode = os.environ.get("PGPULSE_TEST_SERVER_ONLY")
+    if mode not in ("1", "sql"):
         return
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
         uses = "server_dsn" in getattr(item, "fixturenames", ())
-        (keep if uses or item.get_closest_marker("server_programs") else drop).append(item)
+        wanted = uses or item.get_closest_marker("server_programs") is not None
+        if mode == "sql":
+            wanted = wanted and item.path.name in SQL_MODULES
+        (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -383,6 +383,7 @@ def test_two_files_of_one_source_are_named(dsn: str, db: Any, tmp_path: Path) ->
     result = pgpulse("apply", str(one), str(two), dsn=dsn)
     assert (result.returncode, result.stdout) == (2, ""), result
     assert result.stderr == (
-        f"error: {one} and {two} are both source 'apply:ops': give one a `source = ...` of its own\n"
+        f"error: {one} and {two} are both source 'apply:ops': "
+        "give one a `source = ...` of its own\n"
     )
     assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
