@@ -144,17 +144,13 @@ def check_run_payload(writer: Writer, *, tenant: str, name: str, handler: str) -
         Forbidden: as :func:`check_write` (another tenant's job; a ``shell`` job without shell
             rights).
     """
-    if writer.tenants is not None and tenant not in writer.tenants:
-        raise Forbidden(
-            f"{writer.name} may not manage jobs of tenant {tenant!r}", field="tenant", value=tenant
-        )
-    if handler == "shell" and not writer.shell:
-        raise Forbidden(
-            f"job {name!r} of tenant {tenant!r} is a shell job, and a payload of its own is a "
-            f"command run on a node: {writer.name} may not give one ({writer.no_shell_reason})",
-            field="handler",
-            value="shell",
-        )
+    _check_job_rights(
+        writer,
+        tenant,
+        name,
+        handler,
+        f"a payload of its own is a command run on a node: {writer.name} may not give one",
+    )
 
 
 def check_delete(writer: Writer, *, tenant: str, name: str, handler: str | None) -> None:
@@ -170,14 +166,32 @@ def check_delete(writer: Writer, *, tenant: str, name: str, handler: str | None)
         Forbidden: another tenant's job (``field="tenant"``), or a ``shell`` job without shell
             rights (``field="handler"``, ``value="shell"``).
     """
+    _check_job_rights(
+        writer,
+        tenant,
+        name,
+        handler,
+        f"shell jobs run commands on every node: {writer.name} may not delete them",
+    )
+
+
+def _check_job_rights(
+    writer: Writer, tenant: str, name: str, handler: str | None, refusal: str
+) -> None:
+    """Refuse unless ``writer`` manages ``tenant`` and, for a ``shell`` job, has shell rights;
+    ``refusal`` says why the shell job's act is refused (after "is a shell job, and ").
+
+    Raises:
+        Forbidden: ``field="tenant"``, or ``field="handler"`` with ``value="shell"``.
+    """
     if writer.tenants is not None and tenant not in writer.tenants:
         raise Forbidden(
             f"{writer.name} may not manage jobs of tenant {tenant!r}", field="tenant", value=tenant
         )
     if handler == "shell" and not writer.shell:
         raise Forbidden(
-            f"job {name!r} of tenant {tenant!r} is a shell job, and shell jobs run commands on "
-            f"every node: {writer.name} may not delete them ({writer.no_shell_reason})",
+            f"job {name!r} of tenant {tenant!r} is a shell job, and {refusal} "
+            f"({writer.no_shell_reason})",
             field="handler",
             value="shell",
         )
