@@ -9,8 +9,9 @@ Public API:
 * the errors of :mod:`pgpulse.errors`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from pgpulse.app import App, connect
-from pgpulse.engine import Node, NodeConfig
 from pgpulse.errors import (
     DatabaseUnavailable,
     InvalidInput,
@@ -25,6 +26,9 @@ from pgpulse.handlers import HandlerFailed, RunContext
 from pgpulse.jobs import JobSpec
 from pgpulse.schedule import Schedule, parse_schedule
 from pgpulse.store import Store
+
+if TYPE_CHECKING:
+    from pgpulse.engine import Node, NodeConfig
 
 __all__ = [
     "App",
@@ -47,3 +51,17 @@ __all__ = [
     "parse_schedule",
 ]
 __version__ = "0.3.0.dev0"  # the release after 0.2.0 (CHANGELOG: Unreleased)
+
+
+def __getattr__(name: str) -> Any:
+    """``Node`` and ``NodeConfig`` load the engine on first use (PEP 562): ``import pgpulse``
+    and every command but ``node run`` start without it.
+
+    Raises:
+        AttributeError: ``name`` is not one of the package's names.
+    """
+    if name in ("Node", "NodeConfig"):
+        from pgpulse import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'pgpulse' has no attribute {name!r}")

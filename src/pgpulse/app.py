@@ -23,24 +23,28 @@ import signal
 from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg_pool import PoolTimeout
 
 from pgpulse.access import code_writer
-from pgpulse.alerts.rules import RuleSpec, declared_rule
 from pgpulse.audit import Actor
 from pgpulse.builtins import BUILTIN_HANDLERS
 from pgpulse.database import describe as describe_connection
 from pgpulse.database import open_pool, resolve_dsn
-from pgpulse.engine import Node, NodeConfig
 from pgpulse.errors import DatabaseUnavailable, InvalidInput, describe
 from pgpulse.handlers import Handler, HandlerRegistry
 from pgpulse.jobs import JobSpec
 from pgpulse.plan import Plan, plan_source
 from pgpulse.store import Store
 from pgpulse.wording import seconds_text
+
+if TYPE_CHECKING:  # the engine and the alert rules load with the first node or declaration:
+    # a command that only opens a store (every `pgpulse` command but `node run`) starts
+    # without them
+    from pgpulse.alerts.rules import RuleSpec
+    from pgpulse.engine import Node, NodeConfig
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +194,8 @@ class App:
             **options,
         )
         try:
+            from pgpulse.alerts.rules import declared_rule
+
             rules = [(name, declared_rule(kind, given)) for kind, given in (alerts or {}).items()]
         except InvalidInput as exc:  # say whose rule: the app may declare many jobs
             exc.message = f"job {name!r} of app {self.source}: alerts: {exc.message}"
@@ -289,6 +295,8 @@ class App:
             InvalidInput: a declared alert rule names a notifier that does not exist, or its
                 ``silence`` window is shorter than its job's schedule's period; no node starts.
         """
+        from pgpulse.engine import NodeConfig
+
         config = config or NodeConfig()
         dsn = resolve_dsn(database_url, data_dir)
         pool = await open_pool(
@@ -350,6 +358,8 @@ class App:
         """One try of :meth:`_started`; a registered node whose declarations fail is
         deregistered (its id free again at once) when the database still answers."""
         await store.migrate()
+        from pgpulse.engine import Node
+
         node = Node(store, dsn, self.handlers, config)
         await node.register()  # a node id held by a live process: refused, nothing written
         try:

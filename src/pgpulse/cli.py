@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
@@ -34,7 +34,6 @@ from pgpulse.cli_conventions import (
 from pgpulse.cli_types import HostPort, IsoDateTime, Seconds, valid_name
 from pgpulse.database import describe
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
-from pgpulse.engine import Node, NodeConfig
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, parse_instant
@@ -54,6 +53,9 @@ from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
 from pgpulse.wording import plural, unchanged_note
 from pgpulse.zones import INSTANT_RANGE, in_instant_range
+
+if TYPE_CHECKING:  # the engine loads with `node run` only: other commands start without it
+    from pgpulse.engine import Node
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -430,6 +432,8 @@ def node_run(
     }
     if node_id:
         options["node_id"] = node_id
+    from pgpulse.engine import NodeConfig
+
     try:
         config = NodeConfig(**options)
     except ValueError as exc:
