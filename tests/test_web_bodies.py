@@ -125,3 +125,18 @@ async def test_naive_instants_read_as_the_cli_reads_them_and_refusals_echo_iso_t
     assert paused.status_code == 200, paused.text
     stored = db.execute("SELECT paused_until FROM pgpulse_jobs").fetchone()["paused_until"]
     assert stored == until.replace(tzinfo=ZoneInfo("Asia/Tokyo"))
+
+
+async def test_a_lone_surrogate_is_refused_in_pulses_words(store: Store, db: Any) -> None:
+    """JSON ``\\ud800`` is no Unicode text: refused naming the field as a payload's is (pydantic
+    said "unable to parse raw data as a unicode string")."""
+    token = await make_token(store, "acme")
+    body = JOB.replace('"hook"', '"a\\ud800b"')
+    async with api_client(store, token) as client:
+        refused = await client.post(
+            "/api/v1/jobs", content=body, headers={"content-type": "application/json"}
+        )
+    assert refused.status_code == 422
+    assert refused.json()["error"]["field"] == "name"
+    assert refused.json()["error"]["message"].startswith("name holds an unpaired surrogate")
+    assert names(db) == []

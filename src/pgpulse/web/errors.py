@@ -156,6 +156,8 @@ _PHRASES: dict[str, str] = {
     "bool_type": "must be true or false",
     "bool_parsing": "must be true or false",
     "string_type": "must be text",
+    # a lone surrogate (JSON "\ud800"): worded as policy.check_text words one in a payload
+    "string_unicode": "holds an unpaired surrogate",
     "dict_type": "must be a JSON object",
     "model_type": "must be a JSON object",
     "model_attributes_type": "must be a JSON object",
