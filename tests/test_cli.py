@@ -104,6 +104,14 @@ def test_schedule_next_anchors_at_the_whole_second_by_default(
         "UTC                        Asia/Tokyo",  # the columns: UTC, then the schedule's zone
         "2026-01-02T03:00:00+00:00  2026-01-02T12:00:00+09:00",
     ]
+    # London's winter offset is UTC's, but it is not UTC: its column stays (a trial's finding)
+    london = CliRunner().invoke(
+        main, ["schedule", "next", "0 12 * * *", "--count", "1", "--tz", "Europe/London"]
+    )
+    assert london.output.splitlines()[1:] == [
+        "UTC                        Europe/London",
+        "2026-01-02T12:00:00+00:00  2026-01-02T12:00:00+00:00",
+    ]
 
 
 def test_job_lifecycle(dsn: str, db: Any) -> None:

@@ -52,7 +52,7 @@ from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
 from pgpulse.wording import plural, unchanged_note
-from pgpulse.zones import INSTANT_RANGE, in_instant_range
+from pgpulse.zones import INSTANT_RANGE, in_instant_range, is_utc
 
 if TYPE_CHECKING:  # the engine loads with `node run` only: other commands start without it
     from pgpulse.engine import Node
@@ -872,7 +872,7 @@ def schedule() -> None:
 )
 def schedule_next(expression: str, timezone: str, count: int, after: datetime | None) -> None:
     """Print the next occurrences of EXPRESSION, in UTC and in its time zone (one column when
-    the zone's wall times are UTC's)."""
+    the zone is UTC under any of its names)."""
     try:
         parsed = parse_schedule(expression, timezone)
     except PulseError as exc:  # a zone refused is --tz's (as job create words it)
@@ -909,7 +909,7 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
             f"schedule {expression!r}: the occurrence after {cursor.isoformat()} is past "
             f"the year 9999 in time zone {timezone}"
         )
-    one_column = all(utc == local for utc, local in rows)
+    one_column = is_utc(timezone)  # Europe/London keeps its column in winter too
     for index, (utc, local) in enumerate(rows):
         if index == 0:  # the columns' header, over the first occurrence
             click.echo("UTC" if one_column else f"{'UTC':<{len(utc)}}  {timezone}")

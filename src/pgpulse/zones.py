@@ -36,6 +36,7 @@ __all__ = [
     "OffsetChange",
     "fixed_instant",
     "in_instant_range",
+    "is_utc",
     "load_zone",
     "offset_changes",
     "offsets",
@@ -63,6 +64,13 @@ EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
 LATEST_INSTANT = datetime(9999, 12, 30, tzinfo=UTC)
 #: How the range reads in a refusal.
 INSTANT_RANGE = "from 0001-01-02 to 9999-12-30 (UTC)"
+
+
+def is_utc(name: str) -> bool:
+    """Whether zone ``name`` is UTC under one of its names (``UTC``, ``Etc/UTC``, ``GMT``,
+    ``Zulu``...): its wall times are UTC's always, not only part of the year (Europe/London in
+    winter is not)."""
+    return name.removeprefix("Etc/") in _FIXED
 
 
 def in_instant_range(value: datetime) -> datetime | None:
