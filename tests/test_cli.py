@@ -145,8 +145,17 @@ def test_job_lifecycle(dsn: str, db: Any) -> None:
         "--tz",
         "Europe/Paris",
     )
-    assert again.output.startswith("updated job backup")
+    # the same definition again writes nothing, and says so (it said "updated")
+    assert again.output.startswith("job backup unchanged (id ")
     assert len(job_rows(db)) == 1
+    # create is an upsert of the whole definition: an option left out takes its default
+    # again, and the line names what changed
+    moved = cli(dsn, "job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell",
+                "--payload", SHELL_PAYLOAD)  # fmt: skip
+    assert moved.output.startswith("updated job backup (id "), moved.output
+    assert "; changed: timezone); next occurrence " in moved.output.splitlines()[0]
+    cli(dsn, "job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell",
+        "--payload", SHELL_PAYLOAD, "--tz", "Europe/Paris")  # fmt: skip
 
     listed = json.loads(cli(dsn, "job", "list", "--json").output)
     assert [(j["name"], j["status"], j["timezone"]) for j in listed] == [

@@ -596,7 +596,8 @@ JOB_CREATE_ALLOW = "this command's --allow-private-target"
 )
 @with_store(migrate=True)
 async def job_create(store: Store, name: str, allow_private_target: bool, **fields: Any) -> None:
-    """Create or update (upsert) job NAME.
+    """Create or update (upsert) job NAME: the whole definition, so an option left out takes
+    its default again (the line says which fields an update changed).
 
     An http job's URL is checked as the API checks it (public addresses only, every address
     its host resolves to); --allow-private-target is the operator's explicit exception.
@@ -612,12 +613,21 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
             if not allow_private_target:
                 raise
             private = urlsplit(str(spec.payload.get("url", ""))).hostname or exc.value
+    try:
+        before: int | None = (await store.get_job(spec.tenant, name))["revision"]
+    except JobNotFound:
+        before = None
     [(job_id, created)] = await store.upsert_jobs([spec], actor=cli_actor())
     row = await store.get_job(spec.tenant, name)
-    click.echo(
-        f"{'created' if created else 'updated'} job {name} (id {job_id}); "
-        + await _next_to_run(store, row)
-    )
+    if created:
+        what = f"created job {name} (id {job_id})"
+    elif row["revision"] == before:  # the same definition: nothing was written
+        what = f"job {name} unchanged (id {job_id}): its definition is the one given"
+    else:  # an upsert of the whole definition: say what it changed (omitted options too)
+        [latest] = await store.job_history(spec.tenant, name, limit=1)
+        changed = ", ".join(sorted(latest["changes"] or {})) or "its source"
+        what = f"updated job {name} (id {job_id}; changed: {changed})"
+    click.echo(f"{what}; " + await _next_to_run(store, row))
     if private is not None:
         click.echo(
             f"note: its runs reach {private} only from nodes started with an --http-allow "
