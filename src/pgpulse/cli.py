@@ -691,6 +691,13 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
             return
     if not as_json:  # a completed job's row keeps its last occurrence; none is to come
         rows = [{**r, "scheduled_for": "-"} if r["status"] == "completed" else r for r in rows]
+        # a pause's end, wherever its status shows (as `job show` and the API do)
+        rows = [
+            {**r, "status": f"paused until {r['paused_until'].isoformat()}"}
+            if r["status"] == "paused" and r.get("paused_until") is not None
+            else r
+            for r in rows
+        ]
     print_records(
         rows,
         as_json,
