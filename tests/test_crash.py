@@ -177,3 +177,27 @@ async def test_a_shell_command_dies_with_its_node(
         proc.wait(10)
     await asyncio.sleep(3)  # past the command's and its child's sleeps
     assert effects.read_text() == "started\n"
+
+
+@pytest.mark.slow
+async def test_deleting_a_running_job_says_its_node_cancels_the_attempt(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """`job delete` of a running job names the node whose attempt stops (a trial read only
+    "deleted", and found the cancellation in the node's log)."""
+    from helpers import pgpulse
+
+    await add(store, spec("billing", schedule="0 0 1 1 *", handler="slow"))
+    await store.trigger_job("default", "billing")
+    proc = _node_process(dsn, "node-a")
+    try:
+        await _running_on(db, "node-a")
+        deleted = await asyncio.to_thread(pgpulse, "job", "delete", "billing", dsn=dsn)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert (deleted.returncode, deleted.stdout) == (
+        0,
+        "deleted billing while it ran on node node-a: that node cancels the attempt (its "
+        "writes change nothing)\n",
+    )

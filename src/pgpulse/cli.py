@@ -786,8 +786,18 @@ def _state_command(verb: str, doc: str) -> None:
     async def command(store: Store, name: str, tenant: str) -> None:
         actor = cli_actor()
         if verb == "delete":
+            row = await store.get_job(tenant, name)
             await store.delete_job(tenant, name, actor=actor)
-            click.echo(f"deleted {name}")
+            ran = row["status"] == "running" and row.get("locked_by")
+            click.echo(
+                f"deleted {name}"
+                + (
+                    f" while it ran on node {row['locked_by']}: that node cancels the attempt "
+                    "(its writes change nothing)"
+                    if ran
+                    else ""
+                )
+            )
         else:
             raise AssertionError(verb)  # pragma: no cover
 
