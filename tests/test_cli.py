@@ -484,7 +484,7 @@ def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) ->
 
 SHELL_NOTE = (
     "note: no live node allows shell jobs: {} for a node started with --allow-shell-jobs "
-    "(pgpulse node run --allow-shell-jobs)"
+    "(pgpulse node run --allow-shell-jobs; --shell-dry-run records the commands instead)"
 )
 
 

@@ -94,8 +94,8 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
     batch = db.execute("SELECT id FROM pgpulse_batches").fetchone()["id"]
     assert (
         first.stdout.splitlines()[-1]
-        == f"queued 3 of 3 occurrences of hourly (batch id {batch}; a trigger with a payload "
-        "takes a batch id too)"
+        == f"queued 3 of 3 occurrences of hourly (batch id {batch}: `pgpulse runs hourly` lists "
+        "them as kind backfill)"
     )
     # the occurrences end as a node ends them: the row goes, its run row (same id) stays
     db.execute(

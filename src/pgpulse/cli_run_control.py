@@ -166,5 +166,5 @@ def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) 
     else:
         click.echo(
             f"queued {count} of {plural(len(plan.plan), 'occurrence')} of {name} "
-            f"(batch id {plan.batch_id}; a trigger with a payload takes a batch id too)"
+            f"(batch id {plan.batch_id}: `pgpulse runs {name}` lists them as kind backfill)"
         )

@@ -240,7 +240,8 @@ async def shell_wait_note(store: Store, jobs: int) -> str | None:
     whose = "its runs wait" if jobs == 1 else "their runs wait"
     return (
         f"note: no live node allows shell jobs: {whose} for a node started with "
-        "--allow-shell-jobs (pgpulse node run --allow-shell-jobs)"
+        "--allow-shell-jobs (pgpulse node run --allow-shell-jobs; --shell-dry-run records the "
+        "commands instead)"
     )
 
 
