@@ -160,8 +160,8 @@ def test_calendar_commands_and_job_options_from_the_command_line(dsn: str) -> No
     assert paused.stdout.strip() == "paused x until 2099-01-01T00:00:00+00:00 (plant closed)"
     shown = pgpulse("job", "list", "--json", dsn=dsn)
     assert '"plant closed"' in shown.stdout
-    listed = pgpulse("job", "list", dsn=dsn).stdout  # the pause's end, as job show says it
-    assert "paused until 2099-01-01T00:00:00+00:00" in listed and "plant closed" in listed
+    listing = pgpulse("job", "list", dsn=dsn).stdout  # the pause's end, as job show says it
+    assert "paused until 2099-01-01T00:00:00+00:00" in listing and "plant closed" in listing
     show = pgpulse("job", "show", "x", dsn=dsn).stdout
     assert "paused until 2099-01-01T00:00:00+00:00: plant closed" in show
     assert "max runs" in show and "5 (0 done)" in show and "plant" in show
