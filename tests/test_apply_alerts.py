@@ -60,6 +60,7 @@ async def test_apply_writes_diffs_changes_and_removes_a_jobs_rules(
     dry = pgpulse("apply", "--dry-run", "--json", str(path), dsn=dsn)
     assert dry.returncode == 0, dry.stderr
     [plan] = json.loads(dry.stdout)
+    assert plan["applied"] is False  # a trial could not tell a dry run's JSON from a write's
     backup = next(s for s in plan["steps"] if s["name"] == "backup")
     assert backup["action"] == "create"
     assert backup["changes"]["alerts"] == [

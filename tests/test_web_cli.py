@@ -42,7 +42,9 @@ def test_token_create_list_revoke(dsn: str, db: Any) -> None:
         "gone"
     ]
     again = cli(dsn, "token", "revoke", "1")
-    assert again.exit_code == 2 and "no live token with id 1" in again.stderr
+    assert again.exit_code == 2 and "token 1 was revoked already (at 20" in again.stderr
+    missing = cli(dsn, "token", "revoke", "99")
+    assert missing.exit_code == 2 and "no live token with id 99" in missing.stderr
     tenantless = cli(dsn, "token", "create")
     assert tenantless.exit_code == 2 and "--tenant" in tenantless.stderr
     both = cli(dsn, "token", "create", "--tenant", "acme", "--admin")

@@ -71,6 +71,7 @@ def _print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run
             {
                 "source": plan.source,
                 "file": label,
+                "applied": not dry_run,  # written (or nothing to write), or only planned
                 "steps": [
                     {
                         "action": step.action,

@@ -211,7 +211,15 @@ class TokenStore:
         """
         rows = await self._rows("token_revoke", {"id": token_id})
         if not rows:
-            raise TokenNotFound(f"no live token with id {token_id}", field="id", value=token_id)
+            known = {row["id"]: row for row in await self._rows("token_list", {})}
+            revoked = known.get(token_id, {}).get("revoked_at")
+            raise TokenNotFound(
+                f"token {token_id} was revoked already (at {revoked.isoformat()})"
+                if revoked is not None
+                else f"no live token with id {token_id}",
+                field="id",
+                value=token_id,
+            )
         log.info(
             "revoked token %d", token_id, extra={"action": "token_revoked", "token_id": token_id}
         )
