@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Literal
 
 from pgpulse.errors import InvalidInput
-from pgpulse.zones import INSTANT_RANGE, in_instant_range
+from pgpulse.zones import check_instant_range
 
 Status = Literal["succeeded", "failed", "skipped", "missing", "pending", "queued"]
 Only = Literal["missing", "failed", "all"]
@@ -166,14 +166,8 @@ def check_range(start: datetime, end: datetime, now: datetime) -> None:
             (:data:`~pgpulse.zones.EARLIEST_INSTANT` - :data:`~pgpulse.zones.LATEST_INSTANT`),
             or as above.
     """
-    for field_name, value in (("from", start), ("to", end)):
-        if in_instant_range(value) is None:
-            raise InvalidInput(
-                f"{field_name} {value.isoformat()} is out of range: Pulse takes instants "
-                f"{INSTANT_RANGE}",
-                field=field_name,
-                value=value,
-            )
+    check_instant_range("from", start)
+    check_instant_range("to", end)
     if end < start:
         raise InvalidInput(
             f"to {end.isoformat()} is before from {start.isoformat()}", field="to", value=end

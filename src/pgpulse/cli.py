@@ -52,7 +52,7 @@ from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
 from pgpulse.wording import plural, unchanged_note
-from pgpulse.zones import INSTANT_RANGE, in_instant_range, is_utc
+from pgpulse.zones import check_instant_range, is_utc
 
 if TYPE_CHECKING:  # the engine loads with `node run` only: other commands start without it
     from pgpulse.engine import Node
@@ -910,41 +910,35 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
     cursor = after or datetime.now(UTC).replace(microsecond=0)
     if cursor.tzinfo is None:
         cursor = cursor.replace(tzinfo=UTC)
-    if in_instant_range(cursor) is None:
-        click.echo(
-            f"error: invalid value for --after: {cursor.isoformat()} is out of range: Pulse "
-            f"takes instants {INSTANT_RANGE}",
-            err=True,
-        )
+    try:
+        check_instant_range("after", cursor)
+    except PulseError as exc:
+        as_option_refusal(click.get_current_context(), exc)
+        click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     anchor = cursor
     click.echo(f"{parsed.describe()}")
-    rows: list[tuple[str, str]] = []  # (UTC, local): one column when they are always the same
-    failure = ended = None
+    one_column = is_utc(timezone)  # Europe/London keeps its column in winter too
     try:
-        for _ in range(count):
+        for index in range(count):
             following = parsed.next_after_or_none(cursor, anchor=anchor)
             if following is None:  # a one-off schedule: nothing after its instant
-                ended = f"no occurrence after {cursor.isoformat()}: the schedule has ended"
+                click.echo(f"no occurrence after {cursor.isoformat()}: the schedule has ended")
                 break
+            shown = following.isoformat()
+            if index == 0:  # the columns' header, over the first occurrence
+                click.echo("UTC" if one_column else f"{'UTC':<{len(shown)}}  {timezone}")
             cursor = following
-            rows.append((following.isoformat(), _local(following, timezone)))
+            click.echo(shown if one_column else f"{shown}  {_local(cursor, timezone)}")
     except PulseError as exc:  # e.g. no occurrence before the year 10000
-        failure = str(exc)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     except OverflowError:  # an occurrence whose local time in the zone is past 9999-12-31
-        failure = (
-            f"schedule {expression!r}: the occurrence after {cursor.isoformat()} is past "
-            f"the year 9999 in time zone {timezone}"
+        click.echo(
+            f"error: schedule {expression!r}: the occurrence after {cursor.isoformat()} is past "
+            f"the year 9999 in time zone {timezone}",
+            err=True,
         )
-    one_column = is_utc(timezone)  # Europe/London keeps its column in winter too
-    for index, (utc, local) in enumerate(rows):
-        if index == 0:  # the columns' header, over the first occurrence
-            click.echo("UTC" if one_column else f"{'UTC':<{len(utc)}}  {timezone}")
-        click.echo(utc if one_column else f"{utc}  {local}")
-    if ended is not None:
-        click.echo(ended)
-    if failure is not None:
-        click.echo(f"error: {failure}", err=True)
         sys.exit(2)
 
 

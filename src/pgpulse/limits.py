@@ -21,17 +21,16 @@ The rules (issue 19; README, "Run control"):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from datetime import datetime, time, timedelta
 from typing import Literal
 
-from pgpulse.calendars import ExclusionCalendar
+from pgpulse.calendars import ExclusionCalendar, is_calendar_name
 from pgpulse.errors import InvalidInput
 from pgpulse.planner import Advance, CatchUpPolicy
 from pgpulse.schedule import Schedule
 from pgpulse.wording import given
-from pgpulse.zones import INSTANT_RANGE, in_instant_range, load_zone
+from pgpulse.zones import check_instant_range, load_zone
 
 ResumeMode = Literal["skip", "once", "backfill"]
 RESUME_MODES: tuple[ResumeMode, ...] = ("skip", "once", "backfill")
@@ -39,7 +38,6 @@ RESUME_MODES: tuple[ResumeMode, ...] = ("skip", "once", "backfill")
 #: Upper bounds: beyond them a value is a mistake (and would overflow an integer column).
 MAX_RUNS_LIMIT = 1_000_000_000
 AUTO_PAUSE_LIMIT = 1_000_000
-_CALENDAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -68,14 +66,7 @@ def parse_instant(field_name: str, value: object, timezone: str) -> datetime:
         )
     if instant.tzinfo is None or instant.utcoffset() is None:
         instant = instant.replace(tzinfo=load_zone(timezone))
-    in_range = in_instant_range(instant)
-    if in_range is None:
-        raise InvalidInput(
-            f"{field_name} {value!r} is out of range: Pulse takes instants {INSTANT_RANGE}",
-            field=field_name,
-            value=value,
-        )
-    return in_range
+    return check_instant_range(field_name, instant, value)
 
 
 def check_window(
@@ -141,7 +132,7 @@ def check_calendars(names: Iterable[str]) -> tuple[str, ...]:
         )
     checked = set()
     for name in names:
-        if not isinstance(name, str) or not _CALENDAR_NAME.fullmatch(name):
+        if not is_calendar_name(name):
             raise InvalidInput(
                 f"calendar name {name!r} is not valid: 1-64 letters, digits, '_', '.' or '-', "
                 "starting with a letter or digit",

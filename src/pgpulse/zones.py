@@ -27,13 +27,14 @@ from importlib import resources
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
-from pgpulse.errors import UnknownTimeZone
+from pgpulse.errors import InvalidInput, UnknownTimeZone
 
 __all__ = [
     "EARLIEST_INSTANT",
     "INSTANT_RANGE",
     "LATEST_INSTANT",
     "OffsetChange",
+    "check_instant_range",
     "fixed_instant",
     "in_instant_range",
     "is_utc",
@@ -82,6 +83,31 @@ def in_instant_range(value: datetime) -> datetime | None:
     except (OverflowError, ValueError):
         return None
     return instant if EARLIEST_INSTANT <= instant <= LATEST_INSTANT else None
+
+
+def check_instant_range(field_name: str, value: datetime, given: object = None) -> datetime:
+    """``value`` as aware UTC (:func:`in_instant_range`), or the one refusal of an instant
+    out of range, on every path that takes one.
+
+    Args:
+        field_name: the refused field (``not_before``, ``until``, ``from``, ``after``...).
+        value: the instant (aware; naive is read as UTC).
+        given: what the caller was given, echoed by the message (text as typed, quoted); by
+            default ``value`` in ISO 8601.
+
+    Raises:
+        InvalidInput: ``field=field_name``: outside [:data:`EARLIEST_INSTANT`,
+            :data:`LATEST_INSTANT`].
+    """
+    instant = in_instant_range(value)
+    if instant is None:
+        shown = repr(given) if isinstance(given, str) else value.isoformat()
+        raise InvalidInput(
+            f"{field_name} {shown} is out of range: Pulse takes instants {INSTANT_RANGE}",
+            field=field_name,
+            value=given if isinstance(given, str) else value.isoformat(),
+        )
+    return instant
 
 
 @cache

@@ -31,6 +31,10 @@ SET revoked_at = now()
 WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING id, prefix, tenant, admin;
 
+-- name: token_revoked_at
+-- When token %(id)s was revoked (no row: no such token), for the refusal of a second revoke.
+SELECT revoked_at FROM pgpulse_api_tokens WHERE id = %(id)s;
+
 -- name: token_list
 SELECT id, prefix, tenant, admin, label, created_at, last_used_at, revoked_at
 FROM pgpulse_api_tokens

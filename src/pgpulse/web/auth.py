@@ -211,8 +211,8 @@ class TokenStore:
         """
         rows = await self._rows("token_revoke", {"id": token_id})
         if not rows:
-            known = {row["id"]: row for row in await self._rows("token_list", {})}
-            revoked = known.get(token_id, {}).get("revoked_at")
+            found = await self._rows("token_revoked_at", {"id": token_id})
+            revoked = found[0]["revoked_at"] if found else None
             raise TokenNotFound(
                 f"token {token_id} was revoked already (at {revoked.isoformat()})"
                 if revoked is not None
