@@ -409,6 +409,8 @@ def test_schedule_next_at_the_end_of_time_is_one_line() -> None:
 def test_pause_and_resume_are_idempotent_with_a_note(dsn: str, db: Any) -> None:
     create = ["job", "create", "backup", "--schedule", "0 3 * * *", "--handler", "shell"]
     assert pgpulse(*create, "--payload", SHELL_PAYLOAD, dsn=dsn).returncode == 0
+    same = pgpulse(*create, "--payload", SHELL_PAYLOAD, dsn=dsn)  # as a user types it again
+    assert same.stdout.startswith("job backup unchanged (id "), same.stdout
     first = pgpulse("job", "pause", "backup", dsn=dsn)
     assert (first.returncode, first.stdout) == (0, "paused backup\n")
     updated = job_rows(db)[0]["updated_at"]

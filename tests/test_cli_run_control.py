@@ -191,3 +191,24 @@ def test_bad_requests_are_one_line_exit_2_and_write_nothing(
     assert done.stderr.strip().splitlines() == [f"error: {message}"]
     assert counts(db) == (0, 0)
     assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 1
+
+
+def test_a_trigger_payloads_url_is_checked_as_job_creates(dsn: str, db: Any) -> None:
+    """`job trigger --payload` on an http job refuses a loopback URL as `job create` does, and
+    --allow-private-target is the operator's exception (it ran any URL a payload gave)."""
+    made = pgpulse("job", "create", "hook", "--schedule", "0 * * * *", "--handler", "http",
+                   "--payload", '{"url": "https://93.184.215.14/hook"}', dsn=dsn)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    local = '{"url": "http://127.0.0.1:9/hook"}'
+    refused = pgpulse("job", "trigger", "hook", "--payload", local, dsn=dsn)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.startswith(
+        "error: invalid value for --payload: payload.url 'http://127.0.0.1:9/hook' targets "
+        "127.0.0.1 (loopback)"
+    )
+    assert counts(db) == (0, 0)
+    allowed = pgpulse("job", "trigger", "hook", "--payload", local, "--allow-private-target",
+                      dsn=dsn)  # fmt: skip
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stdout.startswith("triggered hook with the given payload: extra occurrence ")
+    assert counts(db) == (1, 1)  # one batch of one extra occurrence
