@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg_pool import PoolTimeout
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgpulse.access import code_writer
 from pgpulse.audit import Actor
@@ -182,9 +182,17 @@ class App:
 
         Raises:
             InvalidSchedule, UnknownTimeZone, InvalidPayload, InvalidInput: at declaration
-                time, so a bad job (or a malformed rule: ``field="alerts.<rule>"``...) never
+                time (``tenant``, ``handler`` or ``source`` among ``options``: they are the
+                app's, see :data:`_SET_ELSEWHERE`), so a bad job (or a malformed rule: ``field="alerts.<rule>"``...) never
                 reaches the database.
         """
+        for key, where in _SET_ELSEWHERE.items():
+            if key in options:
+                raise InvalidInput(
+                    f"@app.job({name!r}): {key} is not an option of a declared job: {where}",
+                    field=key,
+                    value=options[key],
+                )
         spec = JobSpec.create(
             name=name,
             schedule=schedule,
@@ -295,6 +303,60 @@ class App:
             InvalidInput: a declared alert rule names a notifier that does not exist, or its
                 ``silence`` window is shorter than its job's schedule's period; no node starts.
         """
+        async with self._node_task(database_url, data_dir, config) as (node, task, pool):
+            if install_signal_handlers:
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, node.stop)
+            if on_started is not None:
+                async with pool.connection() as conn:
+                    on_started(node, describe_connection(conn.info))
+            await asyncio.shield(task)  # a cancelled caller still drains (the block's exit)
+
+    @contextlib.asynccontextmanager
+    async def running(
+        self,
+        database_url: str | None = None,
+        *,
+        data_dir: Path | None = None,
+        config: NodeConfig | None = None,
+    ) -> AsyncIterator[Node]:
+        """Run a node for this app inside the running event loop, for as long as the block
+        lasts: the way a web application (a FastAPI or Starlette lifespan, an aiohttp
+        ``cleanup_ctx``, a Django ASGI lifespan) hosts a node without a second process.
+
+            @contextlib.asynccontextmanager
+            async def lifespan(api):
+                async with app.running(os.environ["PGPULSE_DATABASE_URL"]):
+                    yield
+
+        On entry it migrates, registers the node and writes the code's jobs, as
+        :meth:`run_node` does, and yields once the node has its first shards. On exit (also when
+        the host cancels the block) the node stops claiming and drains: running attempts get
+        ``config.drain_timeout`` seconds to finish, then are handed back. Signals stay the
+        host's: no handler is installed. Sync handlers run in threads of the node's own.
+
+        Args:
+            database_url, data_dir, config: as :meth:`run_node`.
+
+        Yields:
+            The running :class:`~pgpulse.engine.Node` (``node.node_id``, ``node.shards``).
+
+        Raises:
+            DatabaseUnavailable, Forbidden, NodeIdTaken, InvalidInput: on entry, as
+                :meth:`run_node`; nothing keeps running.
+            Exception: on exit, whatever stopped the node's loops while the block ran (a node
+                whose id another process took over raises :class:`NodeIdTaken`).
+        """
+        async with self._node_task(database_url, data_dir, config) as (node, _task, _pool):
+            yield node
+
+    @contextlib.asynccontextmanager
+    async def _node_task(
+        self, database_url: str | None, data_dir: Path | None, config: NodeConfig | None
+    ) -> AsyncIterator[tuple[Node, asyncio.Task[None], AsyncConnectionPool]]:
+        """Open the node's pool, start the node (:meth:`_started`) and run it as a task; yield
+        once it has started; on exit stop it and wait for its drain, then close the pool."""
         from pgpulse.engine import NodeConfig
 
         config = config or NodeConfig()
@@ -305,23 +367,27 @@ class App:
             max_size=min(config.slots, 8) + 2,
             min_size=2,
         )
-        announcing: asyncio.Task[None] | None = None
         try:
             node = await self._started(Store(pool), dsn, config)
-            if install_signal_handlers:
-                loop = asyncio.get_running_loop()
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.add_signal_handler(sig, node.stop)
-            if on_started is not None:
-                async with pool.connection() as conn:
-                    where = describe_connection(conn.info)
-                announcing = asyncio.create_task(
-                    _when_started(node, partial(on_started, node, where))
-                )
-            await node.run()
+            task = asyncio.create_task(node.run(), name=f"pgpulse node {config.node_id}")
+            started = asyncio.ensure_future(node.started.wait())
+            try:
+                await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                started.cancel()
+            if task.done():  # it stopped before it started: say why
+                await task
+            try:
+                yield node, task, pool
+            finally:
+                node.stop()
+                # The drain runs to its end even if the block was cancelled: the task is
+                # awaited again, uncancelled, until it is done.
+                while not task.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(task)
+                await task
         finally:
-            if announcing is not None:
-                announcing.cancel()
             await pool.close()
 
     async def _started(self, store: Store, dsn: str, config: NodeConfig) -> Node:
@@ -372,11 +438,14 @@ class App:
         return node
 
 
-async def _when_started(node: Node, then: Callable[[], None]) -> None:
-    """Call ``then`` once ``node`` has started (its ``started`` event)."""
-    await node.started.wait()
-    then()
-
+#: The fields of a job that a declaration takes from its app, not from ``@app.job``'s options,
+#: with where each is set.
+_SET_ELSEWHERE = {
+    "tenant": "every job of an app has the app's tenant: App(tenant=...)",
+    "handler": "a declared job runs the function it decorates; for a job of another handler "
+    "register it with @app.handler(name) and create the job with `pgpulse job create`",
+    "source": "a declared job's source is its app's, code:<name>: App(name=...)",
+}
 
 #: Seconds a starting node waits for a database that is restarting or not yet up.
 START_WAIT_S = 60.0

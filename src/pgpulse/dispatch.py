@@ -11,6 +11,7 @@ and logs an outcome once its write has landed or was refused.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import random
@@ -200,10 +201,14 @@ _OK = AttemptResult(True)
 
 
 async def run_attempt(
-    handler: Handler, ctx: RunContext, is_async: bool | None = None
+    handler: Handler,
+    ctx: RunContext,
+    is_async: bool | None = None,
+    executor: concurrent.futures.Executor | None = None,
 ) -> AttemptResult:
     """Run the handler once and classify how it ended (:func:`~pgpulse.handlers.call_handler`;
-    ``is_async`` as there): its return is success, any exception a failed attempt.
+    ``is_async`` and ``executor`` as there): its return is success, any exception a failed
+    attempt.
 
     The job's timeout is not enforced here: the attempt's owner cancels the task when it passes
     (:mod:`pgpulse.attempts`, one watchdog per node), as it does on a lost lease or a stop.
@@ -212,7 +217,7 @@ async def run_attempt(
         asyncio.CancelledError: the attempt was cancelled.
     """
     try:
-        output = await call_handler(handler, ctx, is_async)
+        output = await call_handler(handler, ctx, is_async, executor)
     except HandlerFailed as exc:
         return AttemptResult(False, str(exc), truncate_output(exc.output))
     except Exception as exc:  # any handler error is a failed attempt, by design
@@ -227,12 +232,20 @@ class Dispatcher:
         handlers: the node's handlers by name.
         node_id: this node's id (goes into each :class:`RunContext`).
         options: node-level handler options (e.g. ``shell_dry_run``).
+        executor: the threads sync handlers run in (``None``: the event loop's default).
     """
 
-    def __init__(self, handlers: Mapping[str, Handler], node_id: str, options: Mapping[str, Any]):
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        node_id: str,
+        options: Mapping[str, Any],
+        executor: concurrent.futures.Executor | None = None,
+    ):
         self.handlers = handlers
         self.node_id = node_id
         self.options = options
+        self.executor = executor
         self._is_async = {
             name: inspect.iscoroutinefunction(handler) for name, handler in handlers.items()
         }
@@ -376,7 +389,7 @@ class Dispatcher:
             kind=job.kind,
         )
         if not tracing.is_enabled():
-            return await run_attempt(handler, ctx, self._is_async.get(job.handler))
+            return await run_attempt(handler, ctx, self._is_async.get(job.handler), self.executor)
         first = job.attempt == 1
         with tracing.attempt_span(
             job_id=job.id,
@@ -391,7 +404,7 @@ class Dispatcher:
             lag=(job.db_now - job.scheduled_for).total_seconds() if first else None,
             claim=tracing.CURRENT_CLAIM.get(),
         ) as span:
-            result = await run_attempt(handler, ctx, self._is_async.get(job.handler))
+            result = await run_attempt(handler, ctx, self._is_async.get(job.handler), self.executor)
             outcome = "succeeded" if result.ok else "failed"
             span.set_outcome(outcome, error=None if result.ok else result.error)
             return result

@@ -206,8 +206,12 @@ class Node:
             self.checkins = CheckinPinger(
                 self.alerts.store, allow=self.config.handler_options.get("http_allow")
             )
+        # Sync handlers run in threads of the node's own: one per slot, so a claimed job never
+        # waits for a thread, and a node hosted in an application's event loop leaves that
+        # loop's default executor to the application.
+        self._threads = concurrent.futures.ThreadPoolExecutor(self.config.slots, "pgpulse-handler")
         self.attempts = Attempts(
-            Dispatcher(self.handlers, self.node_id, self.config.handler_options),
+            Dispatcher(self.handlers, self.node_id, self.config.handler_options, self._threads),
             slots=self.config.slots,
             lease=self.config.lease,
             margin=self.config.safety_margin,
@@ -291,11 +295,6 @@ class Node:
 
     async def run(self) -> None:
         """Run until :meth:`stop`, then drain: finish, or hand back, running attempts."""
-        loop = asyncio.get_running_loop()
-        # Sync handlers run in threads: one per slot, so a claimed job never waits for a thread.
-        loop.set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(self.config.slots, "pgpulse-handler")
-        )
         await self.start()
         self.started.set()
         try:
@@ -371,6 +370,9 @@ class Node:
         with _quiet_db_errors("stop_node"):
             await self.deregister()
         await self.close()
+        # A sync handler's thread cannot be interrupted: its result was discarded, and the
+        # process need not wait for it.
+        self._threads.shutdown(wait=False, cancel_futures=True)
         log.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
 
     async def close(self) -> None:

@@ -9,6 +9,9 @@ a failed attempt. :class:`HandlerFailed` lets a handler fail with captured outpu
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -129,7 +132,10 @@ class HandlerRegistry(Mapping[str, Handler]):
 
 
 async def call_handler(
-    handler: Handler, ctx: RunContext, is_async: bool | None = None
+    handler: Handler,
+    ctx: RunContext,
+    is_async: bool | None = None,
+    executor: concurrent.futures.Executor | None = None,
 ) -> HandlerResult:
     """Run ``handler`` for one attempt: async handlers are awaited, sync ones run in a thread.
 
@@ -141,6 +147,8 @@ async def call_handler(
         ctx: the attempt's context.
         is_async: whether ``handler`` is a coroutine function, when the caller has it at hand
             (a node checks each handler once, not once per run).
+        executor: the threads a sync handler runs in (a node's own, one per slot); ``None``:
+            the event loop's default executor.
 
     Raises:
         Whatever the handler raises.
@@ -148,7 +156,10 @@ async def call_handler(
     if inspect.iscoroutinefunction(handler) if is_async is None else is_async:
         result = await cast(Awaitable[HandlerResult], handler(ctx))
     else:
-        result = await asyncio.to_thread(cast(Callable[[RunContext], Any], handler), ctx)
+        call = functools.partial(
+            contextvars.copy_context().run, cast(Callable[[RunContext], Any], handler), ctx
+        )
+        result = await asyncio.get_running_loop().run_in_executor(executor, call)
         if inspect.isawaitable(result):
             result = await result
     if result is None or isinstance(result, str):
