@@ -114,7 +114,8 @@ async def test_running_yields_a_started_node_and_stops_it_on_exit(dsn: str, db: 
 )
 def test_a_declaration_refuses_what_belongs_to_its_app(option: str, says: str) -> None:
     app = App()
+    options: dict[str, Any] = {option: "x"}
     with pytest.raises(InvalidInput) as caught:
-        app.job("nightly", schedule="@daily", **{option: "x"})
+        app.job("nightly", schedule="@daily", **options)
     assert caught.value.field == option and says in caught.value.message
     assert "\n" not in caught.value.message and app.jobs == []

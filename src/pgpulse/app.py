@@ -354,7 +354,7 @@ class App:
     @contextlib.asynccontextmanager
     async def _node_task(
         self, database_url: str | None, data_dir: Path | None, config: NodeConfig | None
-    ) -> AsyncIterator[tuple[Node, asyncio.Task[None], AsyncConnectionPool]]:
+    ) -> AsyncIterator[tuple[Node, asyncio.Task[None], AsyncConnectionPool[Any]]]:
         """Open the node's pool, start the node (:meth:`_started`) and run it as a task; yield
         once it has started; on exit stop it and wait for its drain, then close the pool."""
         from pgpulse.engine import NodeConfig
