@@ -162,7 +162,9 @@ def test_job_lifecycle(dsn: str, db: Any) -> None:
         ("backup", "idle", "Europe/Paris")
     ]
     elsewhere = cli(dsn, "job", "list", "--tenant", "acme").output
-    assert elsewhere == "(none in tenant 'acme'; tenants with jobs: default: use --tenant NAME)\n"
+    assert elsewhere == (
+        "(none in tenant 'acme'; tenants with jobs: default: use --tenant NAME or --all-tenants)\n"
+    )
     shown = json.loads(cli(dsn, "job", "show", "backup", "--json").output)
     assert len(shown["upcoming"]) == 5
     assert all(t.endswith(("+01:00", "+02:00")) and "T03:00:00" in t for t in shown["upcoming"])
@@ -450,12 +452,16 @@ def test_pause_and_resume_are_idempotent_with_a_note(dsn: str, db: Any) -> None:
     assert job_rows(db)[0]["status"] == "running"
 
 
-def test_runs_of_an_unknown_job_names_no_tenant_when_none_was_given(dsn: str) -> None:
-    missing = pgpulse("runs", "nosuchjob", dsn=dsn)
+def test_runs_of_an_unknown_job_names_the_tenants_it_looked_in(dsn: str) -> None:
+    missing = pgpulse("runs", "nosuchjob", "--all-tenants", dsn=dsn)
     assert (missing.returncode, missing.stdout) == (2, "")
     assert missing.stderr == "error: no job named 'nosuchjob' in any tenant\n"
     scoped = pgpulse("runs", "nosuchjob", "--tenant", "acme", dsn=dsn)
     assert scoped.stderr == "error: no job named 'nosuchjob' in tenant 'acme'\n"
+    default = pgpulse("runs", "nosuchjob", dsn=dsn)  # no tenant given: 'default', as everywhere
+    assert default.stderr == "error: no job named 'nosuchjob' in tenant 'default'\n"
+    globally = pgpulse("--tenant", "globex", "runs", "nosuchjob", dsn=dsn)
+    assert globally.stderr == "error: no job named 'nosuchjob' in tenant 'globex'\n"
 
 
 def test_http_jobs_from_the_cli_follow_the_api_target_rule(dsn: str, db: Any) -> None:
@@ -607,8 +613,8 @@ def test_job_list_shows_no_next_occurrence_for_a_completed_job(dsn: str, db: Any
 
 
 def test_runs_of_several_tenants_name_their_tenant(dsn: str, db: Any) -> None:
-    """Without --tenant, `runs` lists every tenant's runs: with more than one among them, each
-    row says its tenant (the same job name may be in both)."""
+    """With --all-tenants, `runs` and `job list` list every tenant's: with more than one among
+    them, each row says its tenant (the same job name may be in both)."""
     for tenant in ("acme", "globex"):
         made = cli(dsn, "job", "create", "nightly", "--tenant", tenant, "--schedule", "@every 5m",
                    "--handler", "shell", "--payload", SHELL_PAYLOAD)  # fmt: skip
@@ -617,11 +623,15 @@ def test_runs_of_several_tenants_name_their_tenant(dsn: str, db: Any) -> None:
         "INSERT INTO pgpulse_runs (job_id, scheduled_for, outcome, finished_at) "
         "SELECT id, now(), 'succeeded', now() FROM pgpulse_jobs"
     )
-    listed = cli(dsn, "runs").output.splitlines()
+    listed = cli(dsn, "runs", "--all-tenants").output.splitlines()
     assert listed[0].split()[:2] == ["tenant", "name"]
     assert sorted(line.split()[0] for line in listed[2:]) == ["acme", "globex"]
     one = cli(dsn, "runs", "--tenant", "acme").output.splitlines()
     assert one[0].split()[0] == "name" and len(one) == 3
+    assert cli(dsn, "runs").output == "(none)\n"  # no tenant given: 'default', which has none
+    jobs = cli(dsn, "job", "list", "--all-tenants").output.splitlines()
+    assert jobs[0].split()[:2] == ["tenant", "name"]
+    assert sorted(line.split()[0] for line in jobs[2:]) == ["acme", "globex"]
 
 
 def test_a_crontab_marker_given_as_a_schedule_says_what_to_give() -> None:
@@ -658,3 +668,34 @@ def test_a_resume_that_runs_a_missed_occurrence_says_it_runs_now(dsn: str, db: A
     assert resumed.returncode == 0, resumed.stderr
     [held] = [r["scheduled_for"] for r in job_rows(db)]
     assert resumed.stdout == f"resumed m (once); missed occurrence {held.isoformat()} runs now\n"
+
+
+def test_one_tenant_setting_serves_every_tenant_scoped_command(dsn: str, db: Any) -> None:
+    """PGPULSE_TENANT (or `pgpulse --tenant`) is the tenant of every tenant-scoped command; a
+    command's own --tenant wins; with neither, every command means tenant 'default'."""
+    acme = {"PGPULSE_TENANT": "acme"}
+    create = ("job", "create", "nightly", "--schedule", "@daily", "--handler", "shell",
+              "--payload", SHELL_PAYLOAD)  # fmt: skip
+    assert pgpulse(*create, dsn=dsn, env=acme).returncode == 0
+    assert pgpulse("--tenant", "globex", *create, dsn=dsn).returncode == 0
+    made = pgpulse(*create, "--tenant", "initech", dsn=dsn, env=acme)  # its own wins
+    assert made.returncode == 0, made.stderr
+    tenants = db.execute("SELECT tenant FROM pgpulse_jobs ORDER BY tenant").fetchall()
+    assert [row["tenant"] for row in tenants] == ["acme", "globex", "initech"]
+    paused = pgpulse("job", "pause", "nightly", dsn=dsn, env=acme)
+    assert paused.returncode == 0, paused.stderr
+    statuses = db.execute("SELECT tenant, status FROM pgpulse_jobs ORDER BY tenant").fetchall()
+    assert [(r["tenant"], r["status"]) for r in statuses] == [
+        ("acme", "paused"), ("globex", "idle"), ("initech", "idle")
+    ]  # fmt: skip
+    listed = json.loads(pgpulse("job", "list", "--json", dsn=dsn, env=acme).stdout)
+    assert [(j["tenant"], j["name"]) for j in listed] == [("acme", "nightly")]
+    calendar = pgpulse("calendar", "set", "closed", "--date", "2030-12-25", dsn=dsn, env=acme)
+    assert calendar.returncode == 0, calendar.stderr
+    assert db.execute("SELECT tenant FROM pgpulse_calendars").fetchone() == {"tenant": "acme"}
+    nothing = pgpulse("job", "show", "nightly", dsn=dsn)  # no tenant anywhere: 'default'
+    assert nothing.returncode == 2
+    assert nothing.stderr.startswith("error: no job named 'nightly' in tenant 'default'")
+    bad = pgpulse("job", "list", dsn=dsn, env={"PGPULSE_TENANT": "a\x01b"})
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert "PGPULSE_TENANT" in bad.stderr and len(bad.stderr.splitlines()) == 1

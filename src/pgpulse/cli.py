@@ -32,6 +32,7 @@ from pgpulse.cli_conventions import (
     as_option_refusal,
 )
 from pgpulse.cli_types import HostPort, IsoDateTime, Seconds, valid_name
+from pgpulse.cli_types import tenant_option as cli_tenant_option
 from pgpulse.database import describe
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
@@ -143,6 +144,13 @@ def _unless_dry_run(options: dict[str, Any]) -> bool:
     help="Embedded PostgreSQL data folder.",
 )
 @click.option(
+    "--tenant",
+    metavar="NAME",
+    callback=valid_name("tenant"),
+    help="The tenant of every tenant-scoped command (a command's own --tenant wins). "
+    "Unset: 'default'.",
+)
+@click.option(
     "--log-level",
     default="warning",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
@@ -161,12 +169,14 @@ def main(
     database: str | None,
     read_database_url: str | None,
     data_dir: Path | None,
+    tenant: str | None,
     log_level: str,
     log_format: str,
 ) -> None:
     """Pulse: a distributed cron scheduler with PostgreSQL as its only moving part."""
     logs.configure(log_level, log_format)
     ctx.obj = GlobalOptions(database_url, database, data_dir, read_database_url)
+    ctx.obj["tenant"] = tenant
 
 
 apply_envvar_rule(main, [])
@@ -490,13 +500,7 @@ def job() -> None:
     """Create, list, show, pause, resume, trigger, backfill and delete jobs."""
 
 
-tenant_option = click.option(
-    "--tenant",
-    default="default",
-    show_envvar=True,
-    callback=valid_name("tenant"),
-    help="The job's tenant.",
-)
+tenant_option = cli_tenant_option()
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
@@ -675,18 +679,21 @@ async def _next_to_run(store: Store, row: dict[str, Any]) -> str:
 
 @job.command("list")
 @tenant_option
+@click.option(
+    "--all-tenants", is_flag=True, help="Every tenant's jobs (a tenant column when several)."
+)
 @json_option
 @with_store()
-async def job_list(store: Store, tenant: str, as_json: bool) -> None:
-    """List jobs of a tenant (when it has none, says which tenants do). A completed job has
-    no next occurrence: its scheduled_for is '-' (its last one in --json)."""
-    rows = await store.list_jobs(tenant)
-    if not rows and not as_json:
+async def job_list(store: Store, tenant: str, all_tenants: bool, as_json: bool) -> None:
+    """List jobs of a tenant (when it has none, says which tenants do), or of every tenant. A
+    completed job has no next occurrence: its scheduled_for is '-' (its last one in --json)."""
+    rows = await store.list_jobs(None if all_tenants else tenant)
+    if not rows and not as_json and not all_tenants:
         others = sorted({row["tenant"] for row in await store.list_jobs(None)})
         if others:
             click.echo(
                 f"(none in tenant {tenant!r}; tenants with jobs: {', '.join(others)}: "
-                "use --tenant NAME)"
+                "use --tenant NAME or --all-tenants)"
             )
             return
     if not as_json:  # a completed job's row keeps its last occurrence; none is to come
@@ -698,10 +705,12 @@ async def job_list(store: Store, tenant: str, as_json: bool) -> None:
             else r
             for r in rows
         ]
+    several = all_tenants and len({row["tenant"] for row in rows}) > 1
     print_records(
         rows,
         as_json,
         [
+            *(["tenant"] if several else []),
             "name",
             "schedule",
             "timezone",
@@ -1137,7 +1146,10 @@ def status(
 
 @main.command()
 @click.argument("job_name", required=False, callback=valid_name("name"))
-@click.option("--tenant", default=None, callback=valid_name("tenant"), help="Only this tenant.")
+@cli_tenant_option("Only this tenant's runs.")
+@click.option(
+    "--all-tenants", is_flag=True, help="Every tenant's runs (a tenant column when several)."
+)
 @click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
 @attempts_option
 @json_option
@@ -1145,7 +1157,8 @@ def status(
 async def runs(
     store: Store,
     job_name: str | None,
-    tenant: str | None,
+    tenant: str,
+    all_tenants: bool,
     limit: int,
     with_attempts: bool,
     as_json: bool,
@@ -1157,19 +1170,20 @@ async def runs(
     attempt_log).
 
     A skipped row may stand for many consecutive occurrences (column occurrences): from its
-    scheduled_for through last_scheduled_for (shown with --json). Without --tenant, runs of
-    every tenant are listed, with a tenant column when more than one has runs here.
+    scheduled_for through last_scheduled_for (shown with --json). --all-tenants lists the runs
+    of every tenant, with a tenant column when more than one has runs here.
     """
+    tenants: str | None = None if all_tenants else tenant
     if job_name is not None and not any(
-        j["name"] == job_name for j in await store.list_jobs(tenant)
+        j["name"] == job_name for j in await store.list_jobs(tenants)
     ):
-        raise JobNotFound(tenant, job_name)
-    rows = await store.list_runs(tenant=tenant, name=job_name, limit=limit)
+        raise JobNotFound(tenants, job_name)
+    rows = await store.list_runs(tenant=tenants, name=job_name, limit=limit)
     if with_attempts and not as_json:
         print_runs_with_attempts(rows)
         return
     # Runs of several tenants name their tenant: the same job name may be in each.
-    several = tenant is None and len({row["tenant"] for row in rows}) > 1
+    several = all_tenants and len({row["tenant"] for row in rows}) > 1
     print_records(
         rows,
         as_json,

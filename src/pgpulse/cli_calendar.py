@@ -12,12 +12,11 @@ import click
 
 from pgpulse.calendars import ExclusionCalendar
 from pgpulse.cli import json_option, with_store
+from pgpulse.cli_types import tenant_option as cli_tenant_option
 from pgpulse.report import print_records
 from pgpulse.store import Store
 
-tenant_option = click.option(
-    "--tenant", default="default", show_envvar=True, help="The calendar's tenant."
-)
+tenant_option = cli_tenant_option("The calendar's tenant.")
 
 
 @click.group()

@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from pgpulse.wording import plural
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _bound(value: float) -> str:
@@ -185,3 +187,30 @@ def valid_name(field: str) -> Callable[[click.Context, click.Parameter, Any], An
             raise Refused(exc.message) from None
 
     return check
+
+
+#: The tenant of a command that names none, nor has ``--tenant``/``PGPULSE_TENANT`` given: as
+#: kubectl's namespace, one default for every command (lists of every tenant: ``--all-tenants``).
+DEFAULT_TENANT = "default"
+
+
+def tenant_option(help: str = "The job's tenant.") -> Callable[[F], F]:
+    """The ``--tenant`` option of a tenant-scoped command. Its value is, first given first: the
+    command's own ``--tenant`` (or its variable, ``PGPULSE_<COMMAND>_TENANT``), the global
+    ``pgpulse --tenant`` (``PGPULSE_TENANT``), then :data:`DEFAULT_TENANT`; a name no write
+    would take is refused in one line (:func:`valid_name`)."""
+    name_check = valid_name("tenant")
+
+    def resolve(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            root = ctx.find_root().obj
+            value = (root or {}).get("tenant") or DEFAULT_TENANT
+        return name_check(ctx, param, value)
+
+    return click.option(
+        "--tenant",
+        default=None,
+        show_default=f"pgpulse --tenant, else {DEFAULT_TENANT!r}",
+        callback=resolve,
+        help=help,
+    )

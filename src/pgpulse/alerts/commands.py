@@ -20,6 +20,7 @@ import click
 from pgpulse.alerts.rules import ALL_RULES, CLUSTER_RULES
 from pgpulse.alerts.store import AlertStore
 from pgpulse.app import connect
+from pgpulse.cli_types import tenant_option as cli_tenant_option
 from pgpulse.cli_types import valid_name
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput, PulseError
@@ -79,13 +80,7 @@ def _print(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> Non
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-tenant_option = click.option(
-    "--tenant",
-    default="default",
-    show_envvar=True,
-    callback=valid_name("tenant"),
-    help="The job's tenant.",
-)
+tenant_option = cli_tenant_option()
 
 
 # -- notifiers ---------------------------------------------------------------------------------

@@ -128,6 +128,8 @@ def _tokens(
 @click.pass_obj
 def token_create(obj: dict[str, Any], tenant: str | None, admin: bool, label: str) -> None:
     """Create a token and print it once (only its hash is stored)."""
+    if tenant is None and not admin:  # the global --tenant (PGPULSE_TENANT), if given
+        tenant = obj.get("tenant")
     secret, row = _tokens(
         obj, lambda tokens: tokens.create(tenant=tenant, admin=admin, label=label), migrate=True
     )
