@@ -47,16 +47,17 @@ async def test_the_fastapi_example_runs_jobs_and_drains_on_shutdown(
     )  # fmt: skip
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            replies: list[httpx.Response] = []
 
-            async def answered() -> httpx.Response | None:
+            async def answered() -> bool:  # the server is up once it answers
                 try:
-                    return await client.get("/pulse")
+                    replies.append(await client.get("/pulse"))
                 except httpx.TransportError:
-                    return None
+                    return False
+                return True
 
-            async with asyncio.timeout(60):
-                while (reply := await answered()) is None:
-                    await asyncio.sleep(0.2)
+            await wait_until(answered, 60)
+            reply = replies[0]
         assert reply.status_code == 200
         assert reply.json()["shards"] == 64  # the only live node owns every shard
         node_id = reply.json()["node"]

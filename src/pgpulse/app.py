@@ -182,9 +182,9 @@ class App:
 
         Raises:
             InvalidSchedule, UnknownTimeZone, InvalidPayload, InvalidInput: at declaration
-                time (``tenant``, ``handler`` or ``source`` among ``options``: they are the
-                app's, see :data:`_SET_ELSEWHERE`), so a bad job (or a malformed rule: ``field="alerts.<rule>"``...) never
-                reaches the database.
+                time, so a bad job (or a malformed rule: ``field="alerts.<rule>"``...) never
+                reaches the database; ``tenant``, ``handler`` or ``source`` among ``options``
+                (they are the app's: :data:`_SET_ELSEWHERE`).
         """
         for key, where in _SET_ELSEWHERE.items():
             if key in options:
