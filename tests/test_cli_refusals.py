@@ -310,7 +310,7 @@ def test_schedule_next_names_tz_as_job_create_does() -> None:
     assert (done.returncode, done.stderr) == (
         2,
         "error: invalid value for --tz: 'Europe/Berln' is refused: it is not an IANA time zone "
-        "name (such as Europe/London)\n",
+        "name (did you mean 'Europe/Berlin'?)\n",
     )
 
 

@@ -43,6 +43,7 @@ from pgpulse.alerts.rules import RuleSpec, declared_rule
 from pgpulse.audit import SETTABLE_FIELDS
 from pgpulse.errors import InvalidInput, PulseError
 from pgpulse.jobs import JobSpec
+from pgpulse.wording import did_you_mean
 
 __all__ = ["JOB_FIELDS", "ApplyFile", "ApplyFileError", "parse_apply_file"]
 
@@ -337,7 +338,11 @@ def _table(fields: object, job: str | None, refuse: Any) -> dict[str, Any]:
     for key, value in fields.items():
         if key not in TABLE_KEYS:
             raise refuse(
-                job, key, f"unknown field {key!r} (fields: {', '.join(TABLE_KEYS)})", value
+                job,
+                key,
+                f"unknown field {key!r}{did_you_mean(key, TABLE_KEYS)} "
+                f"(fields: {', '.join(TABLE_KEYS)})",
+                value,
             )
         if key == "alerts" and not isinstance(value, dict):
             raise refuse(job, key, f"alerts must be a table of rules, got {_toml(value)}", value)

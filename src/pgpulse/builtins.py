@@ -32,7 +32,7 @@ from pgpulse import shell_guard, tracing
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
-from pgpulse.wording import seconds_text
+from pgpulse.wording import did_you_mean, seconds_text
 
 if TYPE_CHECKING:  # httpx loads with the first http request, not with ``import pgpulse``
     import httpx
@@ -69,8 +69,9 @@ def _check_keys(payload: Mapping[str, Any], known: frozenset[str], example: str)
     unknown = sorted(set(payload) - known)
     if unknown:
         raise InvalidPayload(
-            f"payload.{unknown[0]} is not a field of this handler (fields: "
-            f"{', '.join(sorted(known))}; e.g. {example})",
+            f"payload.{unknown[0]} is not a field of this handler"
+            f"{did_you_mean(unknown[0], known)} (fields: {', '.join(sorted(known))}; "
+            f"e.g. {example})",
             field=f"payload.{unknown[0]}",
             value=payload[unknown[0]],
         )

@@ -11,7 +11,7 @@ import importlib
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
@@ -40,6 +40,7 @@ from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, parse_instant
 from pgpulse.registry import DEFAULT_NODE_TTL
 from pgpulse.report import (
+    emit,
     print_job,
     print_records,
     print_runs_with_attempts,
@@ -47,9 +48,10 @@ from pgpulse.report import (
     print_status,
     run_command,
     status_problems,
+    to_json,
     tune_collector,
 )
-from pgpulse.schedule import SCHEDULE_HELP, parse_schedule
+from pgpulse.schedule import SCHEDULE_HELP, Schedule, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
 from pgpulse.wording import plural, unchanged_note
@@ -598,8 +600,11 @@ JOB_CREATE_ALLOW = "this command's --allow-private-target"
     "that follows redirects (the API refuses those unless its --http-allow list names the "
     "host). Its runs reach that host only from nodes whose --http-allow list names it.",
 )
+@json_option
 @with_store(migrate=True)
-async def job_create(store: Store, name: str, allow_private_target: bool, **fields: Any) -> None:
+async def job_create(
+    store: Store, name: str, allow_private_target: bool, as_json: bool, **fields: Any
+) -> None:
     """Create or update (upsert) job NAME: the whole definition, so an option left out takes
     its default again (the line says which fields an update changed).
 
@@ -623,17 +628,20 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
         before = None
     [(job_id, created)] = await store.upsert_jobs([spec], actor=cli_actor())
     row = await store.get_job(spec.tenant, name)
+    changed: list[str] = []
     if created:
-        what = f"created job {name} (id {job_id})"
+        action, what = "created", f"created job {name} (id {job_id})"
     elif row["revision"] == before:  # the same definition: nothing was written
+        action = "unchanged"
         what = f"job {name} unchanged (id {job_id}): its definition is the one given"
     else:  # an upsert of the whole definition: say what it changed (omitted options too)
         [latest] = await store.job_history(spec.tenant, name, limit=1)
-        changed = ", ".join(sorted(latest["changes"] or {})) or "its source"
-        what = f"updated job {name} (id {job_id}; changed: {changed})"
-    click.echo(f"{what}; " + await _next_to_run(store, row))
+        changed = sorted(latest["changes"] or {})
+        action = "updated"
+        what = f"updated job {name} (id {job_id}; changed: {', '.join(changed) or 'its source'})"
+    lines = [f"{what}; " + await _next_to_run(store, row)]
     if private is not None:
-        click.echo(
+        lines.append(
             f"note: its runs reach {private} only from nodes started with an --http-allow "
             "list that names it (pgpulse node run --http-allow HOST)"
         )
@@ -642,7 +650,19 @@ async def job_create(store: Store, name: str, allow_private_target: bool, **fiel
 
         note = await shell_wait_note(store, 1)
         if note is not None:
-            click.echo(note)
+            lines.append(note)
+    result = {
+        "id": job_id,
+        "tenant": spec.tenant,
+        "name": name,
+        "action": action,
+        "changed": changed,
+        "revision": row["revision"],
+        "status": row["status"],
+        "scheduled_for": None if row["status"] == "completed" else row["scheduled_for"],
+        "notes": lines[1:],
+    }
+    emit(as_json, result, *lines)
 
 
 async def _next_to_run(store: Store, row: dict[str, Any]) -> str:
@@ -791,21 +811,30 @@ def _state_command(verb: str, doc: str) -> None:
     @job.command(verb, help=doc)
     @click.argument("name", callback=valid_name("name"))
     @tenant_option
+    @json_option
     @with_store()
-    async def command(store: Store, name: str, tenant: str) -> None:
+    async def command(store: Store, name: str, tenant: str, as_json: bool) -> None:
         actor = cli_actor()
         if verb == "delete":
             row = await store.get_job(tenant, name)
             await store.delete_job(tenant, name, actor=actor)
-            ran = row["status"] == "running" and row.get("locked_by")
-            click.echo(
+            ran = row["locked_by"] if row["status"] == "running" else None
+            emit(
+                as_json,
+                {
+                    "id": row["id"],
+                    "tenant": tenant,
+                    "name": name,
+                    "action": "deleted",
+                    "cancelled_on_node": ran,
+                },
                 f"deleted {name}"
                 + (
-                    f" while it ran on node {row['locked_by']}: that node cancels the attempt "
+                    f" while it ran on node {ran}: that node cancels the attempt "
                     "(its writes change nothing)"
                     if ran
                     else ""
-                )
+                ),
             )
         else:
             raise AssertionError(verb)  # pragma: no cover
@@ -825,9 +854,10 @@ def _state_command(verb: str, doc: str) -> None:
     default=None,
     help="Why: shown wherever the status is ('' clears a paused job's reason).",
 )
+@json_option
 @with_store()
 async def job_pause(
-    store: Store, name: str, tenant: str, until: str | None, reason: str | None
+    store: Store, name: str, tenant: str, until: str | None, reason: str | None, as_json: bool
 ) -> None:
     """Pause job NAME (idle or failed; not claimed until resumed). Idempotent: pausing a
     paused job sets its --until and --reason anew. A running job is refused: pause it when its
@@ -839,11 +869,22 @@ async def job_pause(
     why = f" ({reason})" if reason else " (no reason)" if reason == "" else ""
     what = f"{name}{f' until {at.isoformat()}' if at else ''}{why}"
     if changed:
-        click.echo(f"paused {what}")
+        line = f"paused {what}"
     elif at or reason is not None:
-        click.echo(f"{name} was paused already; now paused {what}")
+        line = f"{name} was paused already; now paused {what}"
     else:
-        click.echo(unchanged_note("pause", name, "paused"))
+        line = unchanged_note("pause", name, "paused")
+    row = await store.get_job(tenant, name)
+    result = {
+        "id": row["id"],
+        "tenant": tenant,
+        "name": name,
+        "changed": bool(changed),
+        "status": row["status"],
+        "paused_until": row["paused_until"],
+        "pause_reason": row["pause_reason"],
+    }
+    emit(as_json, result, line)
 
 
 @job.command("resume")
@@ -856,24 +897,37 @@ async def job_pause(
     help="The occurrences inside the pause: skip (not these), once (run once, as the newest), "
     "backfill (run each, oldest first).",
 )
+@json_option
 @with_store()
-async def job_resume(store: Store, name: str, tenant: str, catch_up: str) -> None:
+async def job_resume(store: Store, name: str, tenant: str, catch_up: str, as_json: bool) -> None:
     """Resume job NAME. Idempotent: a job that is not paused is left as it is."""
     changed = await store.resume_job(tenant, name, catch_up=catch_up, actor=cli_actor())
     row = await store.get_job(tenant, name)
-    if not changed:
-        click.echo(unchanged_note("resume", name, row["status"]))
-        return
     held = row["scheduled_for"]
     # once and backfill hold a missed occurrence: it is due, and runs now, not "next"
     due = held <= await store.db_now()
-    click.echo(
+    result = {
+        "id": row["id"],
+        "tenant": tenant,
+        "name": name,
+        "changed": bool(changed),
+        "status": row["status"],
+        "catch_up": catch_up,
+        "scheduled_for": held,
+        "due_now": bool(changed) and due,
+    }
+    if not changed:
+        emit(as_json, result, unchanged_note("resume", name, row["status"]))
+        return
+    emit(
+        as_json,
+        result,
         f"resumed {name}{'' if catch_up == 'skip' else f' ({catch_up})'}; "
         + (
             f"missed occurrence {held.isoformat()} runs now"
             if due
             else f"next occurrence {held.isoformat()}"
-        )
+        ),
     )
 
 
@@ -906,39 +960,37 @@ def schedule() -> None:
     "microsecond: give a job's anchor_at to see its grid.",
     show_default="now, to the whole second",
 )
-def schedule_next(expression: str, timezone: str, count: int, after: datetime | None) -> None:
+@json_option
+def schedule_next(
+    expression: str, timezone: str, count: int, after: datetime | None, as_json: bool
+) -> None:
     """Print the next occurrences of EXPRESSION, in UTC and in its time zone (one column when
     the zone is UTC under any of its names)."""
-    try:
-        parsed = parse_schedule(expression, timezone)
-    except PulseError as exc:  # a zone refused is --tz's (as job create words it)
-        as_option_refusal(click.get_current_context(), exc)
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
     # whole-second default: an @every grid is anchored at the cursor, to the microsecond
     cursor = after or datetime.now(UTC).replace(microsecond=0)
     if cursor.tzinfo is None:
         cursor = cursor.replace(tzinfo=UTC)
-    try:
+    try:  # a zone refused is --tz's (as job create words it)
+        parsed = parse_schedule(expression, timezone)
         check_instant_range("after", cursor)
     except PulseError as exc:
         as_option_refusal(click.get_current_context(), exc)
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    anchor = cursor
-    click.echo(f"{parsed.describe()}")
     one_column = is_utc(timezone)  # Europe/London keeps its column in winter too
+    found: list[datetime] = []
+    if not as_json:
+        click.echo(f"{parsed.describe()}")
     try:
-        for index in range(count):
-            following = parsed.next_after_or_none(cursor, anchor=anchor)
-            if following is None:  # a one-off schedule: nothing after its instant
-                click.echo(f"no occurrence after {cursor.isoformat()}: the schedule has ended")
-                break
-            shown = following.isoformat()
-            if index == 0:  # the columns' header, over the first occurrence
-                click.echo("UTC" if one_column else f"{'UTC':<{len(shown)}}  {timezone}")
+        for following in _occurrences(parsed, cursor, count):
             cursor = following
-            click.echo(shown if one_column else f"{shown}  {_local(cursor, timezone)}")
+            found.append(following)
+            if as_json:
+                continue
+            shown = following.isoformat()
+            if len(found) == 1:  # the columns' header, over the first occurrence
+                click.echo("UTC" if one_column else f"{'UTC':<{len(shown)}}  {timezone}")
+            click.echo(shown if one_column else f"{shown}  {_local(following, timezone)}")
     except PulseError as exc:  # e.g. no occurrence before the year 10000
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -949,6 +1001,38 @@ def schedule_next(expression: str, timezone: str, count: int, after: datetime | 
             err=True,
         )
         sys.exit(2)
+    ended = len(found) < count  # a one-off schedule: nothing after its instant
+    if as_json:
+        occurrences = [{"utc": to_json(t), "local": _local(t, timezone)} for t in found]
+        emit(
+            True,
+            {
+                "schedule": expression,
+                "timezone": timezone,
+                "description": parsed.describe(),
+                "occurrences": occurrences,
+                "ended": ended,
+            },
+        )
+    elif ended:
+        click.echo(f"no occurrence after {cursor.isoformat()}: the schedule has ended")
+
+
+def _occurrences(parsed: Schedule, after: datetime, count: int) -> Iterator[datetime]:
+    """The first ``count`` occurrences of ``parsed`` after ``after`` (UTC instants), fewer when
+    the schedule ends; an ``@every`` grid anchored at ``after``.
+
+    Raises:
+        PulseError: no occurrence before the year 10000.
+        OverflowError: an occurrence's local time is past 9999-12-31.
+    """
+    cursor = after
+    for _ in range(count):
+        following = parsed.next_after_or_none(cursor, anchor=after)
+        if following is None:
+            return
+        yield following
+        cursor = following
 
 
 @main.group()
@@ -996,6 +1080,7 @@ def _one_format(
     is_flag=True,
     help="Print the plan of the same command (with --sync: the sync's); write nothing.",
 )
+@json_option
 @with_store(migrate=_unless_dry_run)
 async def crontab_import(
     store: Store,
@@ -1005,6 +1090,7 @@ async def crontab_import(
     catch_up: CatchUp,
     sync: bool,
     dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Turn the lines of a crontab file into shell jobs (idempotent).
 
@@ -1022,6 +1108,7 @@ async def crontab_import(
         catch_up=catch_up,
         sync=sync,
         dry_run=dry_run,
+        as_json=as_json,
     )
 
 
@@ -1152,6 +1239,12 @@ def status(
 )
 @click.option("--limit", type=click.IntRange(1, 10000), default=30, help="At most this many runs.")
 @attempts_option
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Keep printing attempts as they end, one line each (with --json one object a line), "
+    "until Ctrl-C or SIGTERM: for watching a deploy.",
+)
 @json_option
 @with_store()
 async def runs(
@@ -1161,6 +1254,7 @@ async def runs(
     all_tenants: bool,
     limit: int,
     with_attempts: bool,
+    follow: bool,
     as_json: bool,
 ) -> None:
     """Recent runs (of JOB_NAME, if given), the most recently claimed first (run id order: an
@@ -1178,6 +1272,11 @@ async def runs(
         j["name"] == job_name for j in await store.list_jobs(tenants)
     ):
         raise JobNotFound(tenants, job_name)
+    if follow:
+        from pgpulse.follow import follow_runs
+
+        await follow_runs(store, tenant=tenants, name=job_name, as_json=as_json)
+        return
     rows = await store.list_runs(tenant=tenants, name=job_name, limit=limit)
     if with_attempts and not as_json:
         print_runs_with_attempts(rows)

@@ -13,7 +13,7 @@ import click
 from pgpulse.calendars import ExclusionCalendar
 from pgpulse.cli import json_option, with_store
 from pgpulse.cli_types import tenant_option as cli_tenant_option
-from pgpulse.report import print_records
+from pgpulse.report import emit, print_records
 from pgpulse.store import Store
 
 tenant_option = cli_tenant_option("The calendar's tenant.")
@@ -43,6 +43,7 @@ def calendar() -> None:
     default=None,
     help="A subdivision of --country (CA, BY...), as holidays names it.",
 )
+@json_option
 @with_store(migrate=True)
 async def calendar_set(
     store: Store,
@@ -51,12 +52,23 @@ async def calendar_set(
     dates: tuple[str, ...],
     country: str | None,
     subdivision: str | None,
+    as_json: bool,
 ) -> None:
     """Create or replace calendar NAME. Jobs that name it follow its new dates from their next
     occurrence."""
     cal = ExclusionCalendar.create(name, dates=dates, country=country, subdivision=subdivision)
     created = await store.put_calendar(tenant, cal)
-    click.echo(f"{'created' if created else 'replaced'} calendar {name}: {cal.describe()}")
+    action = "created" if created else "replaced"
+    result = {
+        "tenant": tenant,
+        "name": name,
+        "action": action,
+        "dates": sorted(cal.dates),
+        "country": cal.country,
+        "subdivision": cal.subdivision,
+        "description": cal.describe(),
+    }
+    emit(as_json, result, f"{action} calendar {name}: {cal.describe()}")
 
 
 @calendar.command("list")

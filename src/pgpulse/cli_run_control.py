@@ -14,8 +14,9 @@ import click
 
 from pgpulse.audit import cli_actor
 from pgpulse.backfill import ONLY_CHOICES
-from pgpulse.cli import JOB_CREATE_ALLOW, job, tenant_option, with_store
+from pgpulse.cli import JOB_CREATE_ALLOW, job, json_option, tenant_option, with_store
 from pgpulse.cli_types import IsoDateTime, valid_name
+from pgpulse.report import emit
 from pgpulse.run_control import BackfillPlan, RunControl
 from pgpulse.store import Store
 from pgpulse.wording import plural
@@ -36,9 +37,15 @@ from pgpulse.wording import plural
     help="With --payload, run an http job against the payload's private or loopback address "
     "(refused otherwise, as by `job create`).",
 )
+@json_option
 @with_store()
 async def job_trigger(
-    store: Store, name: str, tenant: str, payload: str | None, allow_private_target: bool
+    store: Store,
+    name: str,
+    tenant: str,
+    payload: str | None,
+    allow_private_target: bool,
+    as_json: bool,
 ) -> None:
     """Run job NAME now, once, as an extra occurrence.
 
@@ -59,19 +66,42 @@ async def job_trigger(
         done = await RunControl(store.pool).trigger(
             tenant, name, payload, actor=cli_actor(), check_target=check_target
         )
-        click.echo(
+        emit(
+            as_json,
+            {
+                "tenant": tenant,
+                "name": name,
+                "kind": "trigger",
+                "run_id": done.occurrence,
+                "scheduled_for": done.scheduled_for,
+                "already_due": False,
+            },
             f"triggered {name} with the given payload: extra occurrence "
-            f"{done.scheduled_for.isoformat()} (run {done.occurrence}, kind trigger)"
+            f"{done.scheduled_for.isoformat()} (run {done.occurrence}, kind trigger)",
         )
         return
     result = await store.trigger_job(tenant, name, actor=cli_actor())
-    if result < await store.db_now() - timedelta(seconds=1):
-        click.echo(f"{name} was already due (occurrence {result.isoformat()}); it runs now")
+    due = result < await store.db_now() - timedelta(seconds=1)
+    # the job row's own occurrence, moved to now: its run is one of the schedule's, and its id
+    # is handed out when a node claims it
+    facts = {
+        "tenant": tenant,
+        "name": name,
+        "kind": "scheduled",
+        "run_id": None,
+        "scheduled_for": result,
+        "already_due": due,
+    }
+    if due:
+        emit(
+            as_json, facts, f"{name} was already due (occurrence {result.isoformat()}); it runs now"
+        )
     else:
-        # the job row's own occurrence, moved to now: its run is one of the schedule's
-        click.echo(
+        emit(
+            as_json,
+            facts,
             f"triggered {name}: occurrence {result.isoformat()} on the job's own schedule (its run "
-            "is listed as kind scheduled; `job history` records the trigger)"
+            "is listed as kind scheduled; `job history` records the trigger)",
         )
 
 

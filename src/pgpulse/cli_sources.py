@@ -25,7 +25,7 @@ from pgpulse.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.jobs import CatchUp
 from pgpulse.plan import Plan, format_plan, plan_source
 from pgpulse.registry import DEFAULT_NODE_TTL
-from pgpulse.report import CELL_MAX, print_records, to_json
+from pgpulse.report import CELL_MAX, emit, print_records, to_json
 from pgpulse.store import Store
 from pgpulse.wording import plural
 
@@ -171,12 +171,15 @@ async def import_crontab(
     catch_up: CatchUp,
     sync: bool,
     dry_run: bool,
+    as_json: bool = False,
 ) -> None:
     """``pgpulse crontab import``: every line imported or refused (any refusal: nothing is
     written, exit 2). ``system`` ``None``: the system format for ``/etc/crontab`` and
     ``/etc/cron.d/*``, else the user format. With ``sync``, the file's jobs are made to match it
     (:mod:`pgpulse.crontab_sync`); ``dry_run`` prints the plan of what the same command without
-    it would do (the sync's, or the import's) and writes nothing."""
+    it would do (the sync's, or the import's) and writes nothing. ``as_json``: what was done as
+    one JSON object on stdout (the plan's, as ``apply --json`` prints it, for ``sync`` or
+    ``dry_run``), notes on stderr."""
     resolved = await asyncio.to_thread(path.resolve)
     if system is None:
         system = is_system_crontab(resolved)
@@ -207,26 +210,37 @@ async def import_crontab(
             dry_run=dry_run,
             actor=cli_actor(),
         )
-        _print_plans([plan], [str(path)], as_json=False, dry_run=dry_run)
+        _print_plans([plan], [str(path)], as_json=as_json, dry_run=dry_run)
         written = 0 if dry_run else plan.count("create") + plan.count("update")
         note = await shell_wait_note(store, written)
         if note is not None:
-            click.echo(note)
+            click.echo(note, err=as_json)
         return
     results = await store.upsert_jobs(specs, actor=cli_actor())
-    for spec, (_, created) in zip(specs, results, strict=True):
-        click.echo(
-            f"{'created' if created else 'kept   '} {spec.name}  [{spec.schedule}] "
-            f"{str(spec.payload.get('command', '')).strip()}"
-        )
     made = sum(1 for _, created in results if created)
-    click.echo(
+    lines = [
+        f"{'created' if created else 'kept   '} {spec.name}  [{spec.schedule}] "
+        f"{str(spec.payload.get('command', '')).strip()}"
+        for spec, (_, created) in zip(specs, results, strict=True)
+    ]
+    lines.append(
         f"imported {plural(len(specs), 'job')} from {path}: {made} created, "
         f"{len(specs) - made} already imported"
     )
+    jobs = [
+        {
+            "id": job_id,
+            "tenant": spec.tenant,
+            "name": spec.name,
+            "schedule": spec.schedule,
+            "action": "created" if created else "kept",
+        }
+        for spec, (job_id, created) in zip(specs, results, strict=True)
+    ]
+    emit(as_json, {"file": str(path), "source": source, "jobs": jobs}, *lines)
     note = await shell_wait_note(store, made)
     if note is not None:
-        click.echo(note)
+        click.echo(note, err=as_json)
 
 
 async def shell_wait_note(store: Store, jobs: int) -> str | None:

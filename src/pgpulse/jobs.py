@@ -24,7 +24,7 @@ from pgpulse.errors import InvalidInput, InvalidPayload, UnknownHandler
 from pgpulse.limits import check_auto_pause, check_calendars, check_max_runs, check_window
 from pgpulse.schedule import Schedule, parse_schedule
 from pgpulse.spread import check_spread
-from pgpulse.wording import given
+from pgpulse.wording import did_you_mean, given
 
 CatchUp = Literal["skip", "backfill", "coalesce"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
@@ -536,7 +536,8 @@ def check_handlers(specs: Iterable[JobSpec], known: Collection[str]) -> None:
         if spec.handler not in names:
             raise UnknownHandler(
                 f"handler {spec.handler!r} of job {spec.name!r} is not built in and no "
-                f"node has registered it (known: {', '.join(sorted(names))})",
+                f"node has registered it{did_you_mean(spec.handler, names)} "
+                f"(known: {', '.join(sorted(names))})",
                 field="handler",
                 value=spec.handler,
             )

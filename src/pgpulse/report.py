@@ -93,6 +93,17 @@ def to_json(value: Any) -> Any:
     return str(value)
 
 
+def emit(as_json: bool, result: dict[str, Any], *lines: str) -> None:
+    """What a command that writes says it did: with ``--json`` one JSON object (``result``,
+    instants as :func:`to_json` writes them), otherwise ``lines``, one per line (none: nothing).
+    The object holds the facts the lines word, so a script need not parse the words."""
+    if as_json:
+        click.echo(json.dumps(result, default=to_json, indent=2, ensure_ascii=False))
+    else:
+        for line in lines:
+            click.echo(line)
+
+
 #: Longest text shown in a table cell of a column that may be shortened (errors, commands).
 CELL_MAX = 60
 

@@ -6,6 +6,9 @@ say counts the same way without importing each other.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 def plural(count: float, noun: str, many: str | None = None) -> str:
     """``count`` and ``noun``, the noun in the plural unless ``count`` is exactly 1.
@@ -66,3 +69,14 @@ def unchanged_note(verb: str, name: str, status: str) -> str:
     if verb == "pause":
         return f"{name} was paused already; no change"
     return f"{name} is {status}, not paused; no change"
+
+
+def did_you_mean(value: object, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the choice nearest ``value`` (a mistyped zone, field or
+    handler), or ``""`` when none is near: :func:`difflib.get_close_matches` at its default
+    cutoff (0.6), any case."""
+    if not isinstance(value, str):
+        return ""
+    folded = {choice.lower(): choice for choice in choices}
+    near = difflib.get_close_matches(value.lower(), folded, n=1)
+    return f" (did you mean {folded[near[0]]!r}?)" if near else ""

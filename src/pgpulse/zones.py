@@ -28,6 +28,7 @@ from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from pgpulse.errors import InvalidInput, UnknownTimeZone
+from pgpulse.wording import did_you_mean
 
 __all__ = [
     "EARLIEST_INSTANT",
@@ -137,9 +138,8 @@ def _refusal(name: str) -> str:
             return f"{why}; name {named}"
     if name in _PLACEHOLDERS:
         return "it is a placeholder for 'zone not set'; name the zone, such as Europe/Berlin"
-    hint = next((z for z in sorted(zone_names()) if z.lower() == name.lower()), None)
-    return "it is not an IANA time zone name " + (
-        f"(did you mean {hint!r}?)" if hint else "(such as Europe/London)"
+    return "it is not an IANA time zone name" + (
+        did_you_mean(name, sorted(zone_names())) or " (such as Europe/London)"
     )
 
 

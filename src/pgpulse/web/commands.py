@@ -18,7 +18,7 @@ import click
 from pgpulse.app import App, connect
 from pgpulse.cli_types import HostPort, valid_name
 from pgpulse.engine import Node, NodeConfig
-from pgpulse.report import print_records, run_command, to_json
+from pgpulse.report import emit, print_records, run_command, to_json
 from pgpulse.web.auth import TokenStore
 from pgpulse.web.options import web_options, web_settings
 from pgpulse.web.policy import WebSettings
@@ -125,8 +125,11 @@ def _tokens(
 )
 @click.option("--admin", is_flag=True, help="See every tenant; may manage shell jobs.")
 @click.option("--label", default="", help="A note shown by token list.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts (with the token).")
 @click.pass_obj
-def token_create(obj: dict[str, Any], tenant: str | None, admin: bool, label: str) -> None:
+def token_create(
+    obj: dict[str, Any], tenant: str | None, admin: bool, label: str, as_json: bool
+) -> None:
     """Create a token and print it once (only its hash is stored)."""
     if tenant is None and not admin:  # the global --tenant (PGPULSE_TENANT), if given
         tenant = obj.get("tenant")
@@ -135,7 +138,13 @@ def token_create(obj: dict[str, Any], tenant: str | None, admin: bool, label: st
     )
     scope = "admin" if admin else f"tenant {tenant}"
     click.echo(f"created token {row['id']} ({scope}); it is shown only now:", err=True)
-    click.echo(secret)
+    if as_json:
+        emit(
+            True,
+            {"id": row["id"], "tenant": tenant, "admin": admin, "label": label, "token": secret},
+        )
+    else:
+        click.echo(secret)
 
 
 @token.command("revoke")

@@ -1,0 +1,52 @@
+"""A mistyped zone, field or handler is refused with the nearest right one named, as a user
+types the command (real ``pgpulse`` processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import pgpulse
+from pgpulse.wording import did_you_mean
+
+CREATE = ("job", "create", "nightly", "--schedule", "@daily")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        pytest.param(("--handler", "shell", "--payload", '{"comand": "backup"}'),
+                     "payload.comand is not a field of this handler (did you mean 'command'?)",
+                     id="payload_field"),
+        pytest.param(("--handler", "htp", "--payload", "{}"),
+                     "'htp' of job 'nightly' is not built in and no node has registered "
+                     "it (did you mean 'http'?)", id="handler"),
+        pytest.param(("--handler", "shell", "--payload", '{"command": "x"}', "--tz",
+                      "america/new_york"),
+                     "'america/new_york' is refused: it is not an IANA time zone name (did you "
+                     "mean 'America/New_York'?)", id="zone_case"),
+        pytest.param(("--handler", "shell", "--payload", '{"command": "x"}', "--tz",
+                      "Europe/Lodnon"),
+                     "(did you mean 'Europe/London'?)", id="zone_typo"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_name_says_the_nearest(dsn: str, args: tuple[str, ...], says: str) -> None:
+    refused = pgpulse(*CREATE, *args, dsn=dsn)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert len(refused.stderr.splitlines()) == 1 and says in refused.stderr
+
+
+def test_an_apply_file_field_says_the_nearest(dsn: str, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text('[jobs.a]\nschedule = "@hourly"\nhandler = "shell"\ntimezon = "UTC"\n')
+    refused = pgpulse("apply", str(jobs), dsn=dsn)
+    assert refused.returncode == 2
+    assert "jobs.toml:4: job 'a': unknown field 'timezon' (did you mean 'timezone'?)" in (
+        refused.stderr
+    )
+
+
+def test_nothing_near_names_nothing() -> None:
+    assert did_you_mean("zzzzzz", ["command", "stdin"]) == ""
+    assert did_you_mean(3, ["command"]) == ""
