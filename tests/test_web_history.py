@@ -312,6 +312,32 @@ async def test_dashboard_cluster_page_shows_handlers_and_the_shard_map(store: St
     assert shards[63].startswith('unowned"') and "shard 63: no live owner" in shards[63]
 
 
+async def test_dashboard_tells_a_stopped_node_from_a_lost_one(store: Store, db: Any) -> None:
+    """A node stopped by SIGTERM said so and is 'stopped' (nothing to do); one killed is 'lost'
+    and needs attention on the jobs page; neither is shown 'dead'."""
+    for node in ("live", "stopped", "killed"):
+        await store.register_node(node, hostname="h", pid=1, slots=4, handlers=["etl"], ttl=10)
+        await store.heartbeat(node, running=0, shards=[], ttl=10)
+    await store.stop_node("stopped", hostname="h", pid=1)
+    db.execute(
+        "UPDATE pgpulse_nodes SET last_heartbeat = now() - interval '5 minutes' "
+        "WHERE node_id IN ('stopped', 'killed')"
+    )
+    async with api_client(store) as client:
+        await signed_in(client, await make_token(store, admin=True))
+        cluster = html.unescape((await client.get("/ui/cluster")).text)
+        jobs = html.unescape((await client.get("/ui/")).text)
+    states = {
+        part.split('"')[0]: part.split(">", 1)[1].split("<", 1)[0]
+        for part in cluster.split('data-testid="state-')[1:]
+    }
+    assert states == {"live": "alive", "stopped": "stopped", "killed": "lost"}
+    assert "dead" not in cluster
+    assert 'data-testid="lost-killed"' in jobs and "node killed" in jobs
+    assert 'data-testid="lost-stopped"' not in jobs and 'data-testid="lost-live"' not in jobs
+    assert "silent for 5" in jobs
+
+
 def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return [plan, *(n for child in plan.get("Plans", []) for n in _plan_nodes(child))]
 

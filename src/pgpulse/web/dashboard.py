@@ -70,6 +70,19 @@ def _when_ms(value: datetime | None) -> str:
     return "–" if value is None else value.isoformat(sep=" ", timespec="milliseconds")
 
 
+#: How the cluster page shows each node state (cluster_nodes): a badge class, and what it means.
+templates.env.globals["node_badge"] = {
+    "alive": "idle",
+    "draining": "late",
+    "stopped": "paused",
+    "lost": "failed",
+}
+templates.env.globals["node_meaning"] = {
+    "alive": "heartbeats within its time-to-live",
+    "draining": "stopping: finishing its running attempts",
+    "stopped": "stopped by a signal (SIGTERM) and said so: nothing to do",
+    "lost": "killed, partitioned or paused: its leases expire and other nodes take its work",
+}
 templates.env.filters["seconds"] = _seconds
 templates.env.filters["when"] = _when
 templates.env.filters["when_ms"] = _when_ms
@@ -235,6 +248,11 @@ async def jobs_page(request: Request, session: Session) -> HTMLResponse:
         else None,
         counts=await ctx.service.store.cluster_counts(tenant=who.scope),
         attention=await ctx.service.lists.attention(tenant=who.scope),
+        lost_nodes=[
+            n
+            for n in await ctx.service.store.cluster_nodes(ttl=ctx.settings.node_ttl)
+            if n["state"] == "lost"
+        ],
         now=await ctx.store.db_now(),
     )
 
