@@ -106,8 +106,9 @@ def load_celery_app(ref: str) -> Any:
         for part in attr.split("."):
             found = getattr(found, part)
     except (Exception, SystemExit) as exc:
+        why = " ".join(str(exc).split())  # one line, whatever the exception's text holds
         raise InvalidInput(
-            f"celery app {ref!r} does not import: {type(exc).__name__}: {exc}",
+            f"celery app {ref!r} does not import: {type(exc).__name__}: {why}",
             field="celery_app",
             value=ref,
         ) from None
