@@ -785,11 +785,11 @@ def test_scale_out_placement_shows_the_64_shard_cap() -> None:
     assert len(table["headers"]) == len(four)
 
 
-def test_bench_refuses_an_unknown_scenario_naming_the_eleven(dsn: str) -> None:
-    """`pgpulse bench --only 12`: one line naming --only and the scenarios, exit 2."""
-    done = pgpulse("bench", "--only", "12", dsn=dsn)
+def test_bench_refuses_an_unknown_scenario_naming_the_twelve(dsn: str) -> None:
+    """`pgpulse bench --only 13`: one line naming --only and the scenarios, exit 2."""
+    done = pgpulse("bench", "--only", "13", dsn=dsn)
     assert done.returncode == 2
-    assert "'12': scenarios are 1,2,3,4,5,6,7,8,9,10,11" in done.stderr
+    assert "'13': scenarios are 1,2,3,4,5,6,7,8,9,10,11,12" in done.stderr
 
 
 def test_the_history_cell_prunes_one_day_from_both_tables(dsn: str) -> None:

@@ -78,11 +78,21 @@ def is_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_registries_name_both_builtins() -> None:
-    assert dict(BUILTIN_HANDLERS) == {"shell": shell_handler, "http": http_handler}
+def test_registries_name_every_builtin() -> None:
+    from pgpulse.celery_handler import celery_handler, validate_celery_payload
+    from pgpulse.rq_handler import rq_handler, validate_rq_payload
+
+    assert dict(BUILTIN_HANDLERS) == {
+        "shell": shell_handler,
+        "http": http_handler,
+        "celery": celery_handler,
+        "rq": rq_handler,
+    }
     assert dict(PAYLOAD_VALIDATORS) == {
         "shell": validate_shell_payload,
         "http": validate_http_payload,
+        "celery": validate_celery_payload,
+        "rq": validate_rq_payload,
     }
 
 

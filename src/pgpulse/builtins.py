@@ -1,4 +1,6 @@
-"""The built-in handlers: ``shell`` (run a command) and ``http`` (call a URL).
+"""The built-in handlers: ``shell`` (run a command) and ``http`` (call a URL), and the
+task-queue ones of their own modules, ``celery`` (:mod:`pgpulse.celery_handler`) and ``rq``
+(:mod:`pgpulse.rq_handler`).
 
 Both are async handlers (see :mod:`pgpulse.handlers`): they return the captured output on
 success and raise :class:`~pgpulse.handlers.HandlerFailed` with the captured output on failure.
@@ -29,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pgpulse import shell_guard, tracing
+from pgpulse.celery_handler import celery_handler, validate_celery_payload
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
+from pgpulse.rq_handler import rq_handler, validate_rq_payload
 from pgpulse.wording import did_you_mean, seconds_text
 
 if TYPE_CHECKING:  # httpx loads with the first http request, not with ``import pgpulse``
@@ -645,11 +649,20 @@ async def http_handler(ctx: RunContext) -> str | None:
     return f"{status} {reason}\n{output}"
 
 
-#: Handlers every node registers under these names.
-BUILTIN_HANDLERS: dict[str, Handler] = {"shell": shell_handler, "http": http_handler}
+#: Handlers every node registers under these names (a node advertises ``shell`` only when it
+#: allows shell jobs, and a task-queue handler only when it has that queue's broker:
+#: :data:`pgpulse.task_queues.NEEDS_OPTION`).
+BUILTIN_HANDLERS: dict[str, Handler] = {
+    "shell": shell_handler,
+    "http": http_handler,
+    "celery": celery_handler,
+    "rq": rq_handler,
+}
 
 #: Payload checks job creation runs for the built-in handlers, by handler name.
 PAYLOAD_VALIDATORS: dict[str, Callable[[Mapping[str, Any]], None]] = {
     "shell": validate_shell_payload,
     "http": validate_http_payload,
+    "celery": validate_celery_payload,
+    "rq": validate_rq_payload,
 }

@@ -385,6 +385,31 @@ def _web_address(_ctx: click.Context, _param: click.Parameter, value: str | None
     help="OpenTelemetry spans per claim and attempt, with OpenTelemetry's global tracer "
     "provider (needs the otel extra: pip install 'pgpulse[otel]').",
 )
+@click.option(
+    "--celery-broker",
+    default=None,
+    show_envvar=True,
+    metavar="URL",
+    help="The broker celery jobs are sent to (redis://..., amqp://user:pass@host//); with it "
+    "this node runs celery jobs. Kept on the node: never stored in a job or shown in a run "
+    "(needs the celery extra: pip install 'pgpulse[celery]').",
+)
+@click.option(
+    "--celery-app",
+    default=None,
+    show_envvar=True,
+    metavar="MODULE:ATTR",
+    help="Instead of --celery-broker, the team's Celery app (proj.celery:app), imported at "
+    "start: celery jobs are sent with its broker, routes, serializer and transport options.",
+)
+@click.option(
+    "--rq-redis",
+    default=None,
+    show_envvar=True,
+    metavar="URL",
+    help="The Redis rq jobs are enqueued into (redis://host:6379/0); with it this node runs "
+    "rq jobs (needs the rq extra: pip install 'pgpulse[rq]').",
+)
 @web_options
 @click.pass_obj
 def node_run(
@@ -405,6 +430,9 @@ def node_run(
     alert_interval: float,
     dashboard_url: str | None,
     otel: bool,
+    celery_broker: str | None,
+    celery_app: str | None,
+    rq_redis: str | None,
     **web: Any,
 ) -> None:
     """Run one scheduler node until SIGTERM or Ctrl-C (then drain and exit).
@@ -437,6 +465,7 @@ def node_run(
         "handler_options": {
             "shell_dry_run": shell_dry_run,
             "http_allow": web_settings(**web).http_allow,  # checked at each connection
+            **_queue_senders(celery_broker, celery_app, rq_redis),
         },
         "allow_shell": web["allow_shell_jobs"] or shell_dry_run,
         "alert_interval": alert_interval,
@@ -472,6 +501,35 @@ def node_run(
                 on_started=_announcer(embedded=obj["embedded"]),
             )
         )
+
+
+def _queue_senders(
+    celery_broker: str | None, celery_app: str | None, rq_redis: str | None
+) -> dict[str, Any]:
+    """The task-queue clients of ``node run``'s options, checked now (a URL that does not
+    parse, an app that does not import: one line, exit 2, before the node starts)."""
+    senders: dict[str, Any] = {}
+    if celery_broker and celery_app:
+        raise Refused("--celery-broker and --celery-app cannot be given together: give one")
+    try:
+        if celery_broker:
+            from pgpulse.celery_handler import CelerySender
+
+            senders["celery"] = CelerySender.for_broker(celery_broker)
+        elif celery_app:
+            from pgpulse.celery_handler import CelerySender
+
+            senders["celery"] = CelerySender.for_app(celery_app)
+        if rq_redis:
+            from pgpulse.rq_handler import RqSender
+
+            senders["rq"] = RqSender(rq_redis)
+    except InvalidInput as exc:
+        hint = {"celery_broker": "--celery-broker", "celery_app": "--celery-app"}
+        raise click.BadParameter(
+            str(exc), param_hint=hint.get(exc.field or "", "--rq-redis")
+        ) from None
+    return senders
 
 
 def _announcer(*, embedded: bool) -> Callable[[Node, str], None]:

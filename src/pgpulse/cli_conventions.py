@@ -46,6 +46,7 @@ CONTEXT = {
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "calendar": ("pgpulse.cli_calendar:calendar", "Create, list and delete exclusion calendars."),
     "shards": ("pgpulse.cli_shards:shards", "Show or change the shard count, online."),
+    "celery": ("pgpulse.cli_celery:celery", "Import a celery beat schedule as celery jobs."),
     "serve": ("pgpulse.web.commands:serve", "Serve the JSON API, the dashboard and metrics."),
     "token": ("pgpulse.web.commands:token", "Create, list and revoke API tokens."),
     "notifier": ("pgpulse.alerts.commands:notifier", "Add, list and remove alert notifiers."),

@@ -29,7 +29,7 @@ from pgpulse.report import CELL_MAX, emit, print_records, to_json
 from pgpulse.store import Store
 from pgpulse.wording import plural
 
-__all__ = ["apply_files", "import_crontab", "print_history"]
+__all__ = ["apply_files", "import_crontab", "print_history", "print_plans"]
 
 
 def _read_text(path: Path) -> str:
@@ -65,7 +65,9 @@ async def _check_targets(files: list[ApplyFile]) -> None:
                     raise parsed.refusal(spec.name, exc) from None
 
 
-def _print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run: bool) -> None:
+def print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run: bool) -> None:
+    """Print ``plans`` (one per source, ``labels`` naming where each came from) as ``apply``
+    does: the steps and a closing ``applied``/``dry run`` line, or one JSON document."""
     if as_json:
         document = [
             {
@@ -157,7 +159,7 @@ async def apply_files(
         if holder is None or exc.job is None:
             raise
         raise holder.refusal(exc.job[1], exc) from None
-    _print_plans(plans, [str(p) for p in paths], as_json=as_json, dry_run=dry_run)
+    print_plans(plans, [str(p) for p in paths], as_json=as_json, dry_run=dry_run)
     if exit_code and any(plan.changes_anything for plan in plans):
         sys.exit(1)
 
@@ -210,7 +212,7 @@ async def import_crontab(
             dry_run=dry_run,
             actor=cli_actor(),
         )
-        _print_plans([plan], [str(path)], as_json=as_json, dry_run=dry_run)
+        print_plans([plan], [str(path)], as_json=as_json, dry_run=dry_run)
         written = 0 if dry_run else plan.count("create") + plan.count("update")
         note = await shell_wait_note(store, written)
         if note is not None:

@@ -66,6 +66,7 @@ from pgpulse.routing import routes_for, watched_shards
 from pgpulse.sharding import shards_for
 from pgpulse.store import Store
 from pgpulse.sweeper import Sweeper
+from pgpulse.task_queues import NEEDS_OPTION
 from pgpulse.wording import plural, seconds_text
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,8 @@ class Node:
         self.handlers = {
             name: handler
             for name, handler in handlers.items()
-            if name != "shell" or self.config.allow_shell
+            if (name != "shell" or self.config.allow_shell)
+            and (name not in NEEDS_OPTION or self.config.handler_options.get(NEEDS_OPTION[name][0]))
         }
         self.node_id = self.config.node_id
         #: The shards this node owns among every live node (what ``status`` shows).

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from pgpulse.sharding import DEFAULT_SHARD_COUNT, shards_for
+from pgpulse.task_queues import NEEDS_OPTION
 
 #: The claim routes of one node: for each handler it has, the shards it claims that handler's
 #: jobs from (ascending). A handler with no shards is left out.
@@ -65,4 +66,7 @@ def waiting_reason(handler: str) -> str:
     ``job show``, the API and the dashboard)."""
     if handler == "shell":
         return "no live node allows shell jobs"
+    needs = NEEDS_OPTION.get(handler)
+    if needs is not None:
+        return f"no live node has {needs[1]}"
     return f"no live node can run handler {handler}"

@@ -242,7 +242,7 @@ BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastina
     help="Scenarios, comma-separated: 1 claim latency, 2 drain, 3 raw SQL ceiling, "
     "4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored, "
     "9 alert latency, 10 scale-out (1 to 32 nodes), 11 the history partitioned by day "
-    "against DELETE.",
+    "against DELETE, 12 the celery handler to Redis beside the no-op (needs Redis).",
 )
 @click.option(
     "--slots",

@@ -348,3 +348,9 @@ ALTER TABLE bench_history.parted DETACH PARTITION bench_history.parted_0 CONCURR
 -- name: history_drop_table
 DROP TABLE bench_history.parted_0;
 
+
+-- name: celery_handler
+-- Scenario 12: the backlog's jobs send through the celery handler instead of running a no-op.
+UPDATE pgpulse_jobs
+SET handler = 'celery',
+    payload = %(payload)s;

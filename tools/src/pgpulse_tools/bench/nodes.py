@@ -43,6 +43,7 @@ class NodeCluster:
         extra_args: more ``node run`` options.
         first: number of the first node (ids ``bench-<first>``...), so a second cluster can
             join the first under new ids.
+        app: the nodes' ``--app``.
     """
 
     dsn: str
@@ -52,6 +53,7 @@ class NodeCluster:
     record_starts: bool = False
     extra_args: tuple[str, ...] = ()
     first: int = 1
+    app: str = NOOP_APP
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="pgpulse-bench-")))
 
@@ -79,7 +81,7 @@ class NodeCluster:
                         "node",
                         "run",
                         "--app",
-                        NOOP_APP,
+                        self.app,
                         "--node-id",
                         node_id,
                         "--slots",

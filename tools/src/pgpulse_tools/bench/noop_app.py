@@ -23,6 +23,8 @@ from pgpulse.handlers import RunContext
 STARTS_ENV = "PGPULSE_BENCH_STARTS"
 
 app = App(tenant="bench", builtins=False)
+#: Scenario 12's nodes: the built-in handlers (``celery`` among them) and nothing of its own.
+builtins_app = App(tenant="bench", name="bench-builtins")
 _starts = array("d")
 _starts_file = os.environ.get(STARTS_ENV)
 

@@ -4,7 +4,8 @@ Scenarios (the issue's numbering): 1 claim latency, 2 backlog drain, 3 raw SQL c
 4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored,
 9 alert latency.
 10 scale-out (1 to 32 node processes: throughput, idle cost, lag, rebalancing, shard shares),
-11 the history partitioned by day against DELETE.
+11 the history partitioned by day against DELETE,
+12 occurrences sent per second through the celery handler to Redis beside the no-op's (2 nodes).
 Cross-scenario figures — Pulse's throughput as a share of the ceiling, the herd's bound,
 Pulse against each peer — are added once every scenario asked for has run, then
 ``<out>/benchmarks.md`` is regenerated from the JSON.
@@ -27,6 +28,7 @@ import psutil
 from pgpulse_tools.bench import (
     alerts,
     ceiling,
+    celery_send,
     claim,
     drain,
     herd,
@@ -47,7 +49,7 @@ from pgpulse_tools.bench.common import (
 )
 from pgpulse_tools.bench.report import write_report
 
-ALL = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11")
+ALL = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12")
 
 Scenario = Callable[[str, float, int], Awaitable[Result]]
 
@@ -63,6 +65,7 @@ SCENARIOS: dict[str, Scenario] = {
     "9": lambda dsn, scale, slots: alerts.run(dsn, scale),
     "10": lambda dsn, scale, slots: scaleout.run(dsn, scale),
     "11": lambda dsn, scale, slots: history.run(dsn, scale),
+    "12": lambda dsn, scale, slots: celery_send.run(dsn, scale, slots=slots),
 }
 
 
