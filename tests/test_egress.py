@@ -116,9 +116,9 @@ def _allow(*entries: str) -> HttpAllowList:
         ("64:ff9b::a00:1", "private: 10.0.0.1 inside 64:ff9b::a00:1"),
         ("::ffff:169.254.169.254", "link-local: 169.254.169.254 inside ::ffff:a9fe:a9fe"),
         ("::7f00:1", "loopback: 127.0.0.1 inside ::7f00:1"),  # IPv4-compatible
-        ("::808:808", "reserved"),  # IPv4-compatible forms are never public
+        ("::808:808", "IPv4-compatible (deprecated)"),  # never public
         ("64:ff9b::808:808", None),  # NAT64 of 8.8.8.8: public
-        ("2002:808:808::1", None),  # 6to4 of 8.8.8.8: public
+        ("2002:808:808::1", "6to4 (deprecated)"),  # a registry block, whatever it carries
         ("2606:4700::1111", None),
         ("::1", "loopback"),
     ],

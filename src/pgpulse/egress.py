@@ -1,12 +1,21 @@
-"""Where ``http`` jobs may connect: the allow-list, the address classes refused by default, and
-the connection that checks them when it is made.
+"""Where ``http`` jobs may connect: the allow-list, the addresses refused by default, and the
+connection that checks them when it is made.
 
 An ``http`` job must not turn the scheduler into a request-forgery tool. Its URL's host must be
 on the operator's allow-list (host names, ``*.domain`` patterns, CIDR networks: ``--http-allow``)
-or reach only public, globally routable addresses: loopback, link-local (cloud metadata at
-169.254.169.254), private, shared, reserved, multicast and unspecified addresses are refused,
-also inside the IPv6 forms that embed an IPv4 address (IPv4-mapped ``::ffff:127.0.0.1``, 6to4
-``2002:7f00:1::1``, NAT64 ``64:ff9b::7f00:1``, IPv4-compatible ``::127.0.0.1``).
+or reach only public addresses: every block of the IANA special-purpose address registries is
+refused (loopback, private, link-local with cloud metadata at 169.254.169.254, shared, the IETF
+protocol assignments 192.0.0.0/24, documentation, 6to4, Teredo, site-local, multicast...), from
+Pulse's own table (:mod:`pgpulse.address_registry`), never from Python's ``ipaddress`` tables,
+which differ between patch releases. An IPv6 form that carries an IPv4 address (IPv4-mapped
+``::ffff:127.0.0.1``, IPv4-compatible ``::127.0.0.1``, 6to4 ``2002:7f00:1::1``, NAT64
+``64:ff9b::7f00:1`` and its local-use prefix, Teredo's server and client) is also judged by the
+address it carries.
+
+A URL's host is read once, by httpx's parser (the one that sends the request), and an address
+spelled in it is read by :func:`~pgpulse.address_registry.host_address` in every form the system
+resolver takes (``2130706433``, ``0x7f.1``, ``127.1``, a trailing dot, an IPv6 zone id):
+:func:`target_addresses` is what both checks judge.
 
 The rule is checked twice: when a job is written (the API refuses the job:
 :mod:`pgpulse.web.policy`) and when its node connects (:class:`GuardedTransport`). Only the
@@ -26,17 +35,18 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pgpulse.address_registry import (
+    IPV6_GLOBAL_UNICAST,
+    NAT64_WELL_KNOWN,
+    IPAddress,
+    IPNetwork,
+    embedded_ipv4,
+    host_address,
+    special_block,
+)
 from pgpulse.errors import InvalidInput
 
-__all__ = ["HttpAllowList", "refusal", "resolve"]
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-#: The well-known NAT64 prefix (RFC 6052): the IPv4 address is the last 32 bits.
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-#: IPv4-compatible addresses (deprecated, RFC 4291 2.5.5.1): ``::a.b.c.d``.
-_COMPATIBLE = ipaddress.IPv6Network("::/96")
+__all__ = ["HttpAllowList", "IPAddress", "refusal", "resolve", "target_addresses"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,36 +108,38 @@ class HttpAllowList:
         return None if why is None or self.allows_address(address) else why
 
 
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 form carries (mapped, 6to4, NAT64, compatible), if any."""
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address in _NAT64 or (address in _COMPATIBLE and int(address) > 1):  # not :: or ::1
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+def refusal(address: IPAddress) -> str | None:
+    """Why ``address`` may not be targeted by default, or ``None`` if it may.
+
+    An IPv6 form that carries an IPv4 address is refused if that address is, and says so
+    (``loopback: 127.0.0.1 inside 2002:7f00:1::1``); otherwise an address in a block of
+    :mod:`pgpulse.address_registry` is refused, named by its block (``IETF protocol
+    assignments``), and so is IPv6 outside the global unicast space ``2000::/3``. The NAT64
+    well-known prefix is judged only by what it carries: ``64:ff9b::808:808`` (8.8.8.8) may be
+    reached. A scope (``fe80::1%eth0``) is ignored.
+    """
+    if isinstance(address, ipaddress.IPv6Address):
+        address = ipaddress.IPv6Address(int(address))  # without its scope
+        for carried in embedded_ipv4(address):
+            why = refusal(carried)
+            if why is not None:
+                return f"{why}: {carried} inside {address}"
+        if address in NAT64_WELL_KNOWN:
+            return None
+    block = special_block(address)
+    if block is not None:
+        return block.name
+    if isinstance(address, ipaddress.IPv6Address) and address not in IPV6_GLOBAL_UNICAST:
+        return "reserved (outside 2000::/3, the global unicast space)"
     return None
 
 
-def refusal(address: IPAddress) -> str | None:
-    """Why ``address`` may not be targeted by default, or ``None`` if it is public.
-
-    An IPv6 form that embeds an IPv4 address is refused if that address is: ``2002:7f00:1::1``
-    (6to4 of 127.0.0.1) is loopback. A translation of a public address is public
-    (``64:ff9b::808:808``, NAT64 of 8.8.8.8); the deprecated ``::a.b.c.d`` form never is.
-    """
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = _embedded_ipv4(address)
-        if embedded is not None:
-            why = refusal(embedded)
-            if why is not None:
-                return f"{why}: {embedded} inside {address}"
-            if address not in _COMPATIBLE:
-                return None
-    for kind in ("loopback", "link_local", "multicast", "unspecified", "private", "reserved"):
-        if getattr(address, f"is_{kind}"):
-            return kind.replace("_", "-")
-    return None if address.is_global else "not globally routable"
+async def target_addresses(host: str, port: int, seconds: float | None) -> list[IPAddress]:
+    """The addresses a URL's ``host`` (as httpx's parser gives it) names: the address it
+    spells (:func:`~pgpulse.address_registry.host_address`), else what it resolves to
+    (:func:`resolve`); ``[]`` when it does not resolve within ``seconds``."""
+    literal = host_address(host)
+    return [literal] if literal is not None else await resolve(host, port, seconds)
 
 
 async def resolve(host: str, port: int, seconds: float | None) -> list[IPAddress]:

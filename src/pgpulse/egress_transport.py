@@ -1,7 +1,9 @@
 """The connection that checks where an ``http`` job (or a notifier) connects: an httpx transport
-over httpcore's pool with a network backend of its own, which resolves the host itself, refuses
-the connection if any address it resolves to is refused by :mod:`pgpulse.egress`'s rule, and
-connects to a checked address, never resolving twice — for every request, redirects included.
+over httpcore's pool with a network backend of its own, which reads the host as the check when
+a job is written does (:func:`pgpulse.egress.target_addresses`: an address in any spelling, else
+the name resolved here), refuses the connection if any of its addresses is refused by
+:mod:`pgpulse.egress`'s rule, and connects to a checked address, never resolving twice — for
+every request, redirects included.
 
 Kept apart from :mod:`pgpulse.egress` (the rule) so that httpx and httpcore load only when a
 request is made: ``import pgpulse`` and a node without ``http`` jobs never import them.
@@ -17,7 +19,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from pgpulse.egress import HttpAllowList, resolve
+from pgpulse.egress import HttpAllowList, target_addresses
 
 __all__ = ["GuardedTransport", "guarded_client"]
 
@@ -32,10 +34,12 @@ def _ssl_context() -> ssl.SSLContext:
 class _GuardedBackend(httpcore.AsyncNetworkBackend):
     """httpcore's network backend, connecting only to addresses the allow-list rule admits."""
 
-    def __init__(self, allow: HttpAllowList, reacher: str) -> None:
+    def __init__(
+        self, allow: HttpAllowList, reacher: str, inner: httpcore.AsyncNetworkBackend
+    ) -> None:
         self.allow = allow
         self.reacher = reacher
-        self.inner = httpcore.AnyIOBackend()
+        self.inner = inner
 
     async def connect_tcp(
         self,
@@ -45,11 +49,11 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        """Resolve ``host``, refuse if any of its addresses is refused, connect to one of them
-        (in order, the next when one fails)."""
+        """Read ``host`` (an address it spells, else the name resolved), refuse if any of its
+        addresses is refused, connect to one of them (in order, the next when one fails)."""
         if self.allow.allows_name(host):
             return await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        addresses = await resolve(host, port, timeout)
+        addresses = await target_addresses(host, port, timeout)
         if not addresses:
             raise httpcore.ConnectError(f"{host!r} does not resolve")
         for address in addresses:
@@ -123,12 +127,20 @@ class GuardedTransport(httpx.AsyncBaseTransport):
     Args:
         allow: the node's ``--http-allow`` list.
         reacher: what connects, as a refusal names it (``http jobs``, ``notifiers``).
+        network: what makes the connections the check admits (default: httpcore's anyio
+            backend); a test's backend that never connects shows what would be reached.
     """
 
-    def __init__(self, allow: HttpAllowList, *, reacher: str = "http jobs") -> None:
+    def __init__(
+        self,
+        allow: HttpAllowList,
+        *,
+        reacher: str = "http jobs",
+        network: httpcore.AsyncNetworkBackend | None = None,
+    ) -> None:
         self.pool = httpcore.AsyncConnectionPool(
             ssl_context=_ssl_context(),
-            network_backend=_GuardedBackend(allow, reacher),
+            network_backend=_GuardedBackend(allow, reacher, network or httpcore.AnyIOBackend()),
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

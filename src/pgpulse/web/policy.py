@@ -16,12 +16,11 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
-from pgpulse.egress import HttpAllowList, IPAddress, resolve
+from pgpulse.address_registry import host_address
+from pgpulse.egress import HttpAllowList, target_addresses
 from pgpulse.errors import Forbidden, InvalidInput, PulseError
 
 #: Default limit of a request body, bytes. Larger bodies are refused with 413.
@@ -74,11 +73,23 @@ class WebSettings:
 SERVER_ALLOW = "the server's --http-allow list (pgpulse serve --http-allow HOST)"
 
 
-def _literal_address(host: str) -> IPAddress | None:
+def _url_host(url: str) -> tuple[str, int]:
+    """The host (ASCII, as the connection gets it) and port ``url`` sends to, read by httpx's
+    parser, the one that sends the request (the standard library's ``urlsplit`` reads some
+    hosts otherwise: ``127。0。0。1``).
+
+    Raises:
+        ValueError: httpx refuses the URL (it could never be sent); the message says why.
+    """
+    import httpx  # with the check, not with this module (imported by edges that send nothing)
+
     try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise ValueError(str(exc)) from None
+    if not parsed.raw_host:
+        raise ValueError("it names no host")
+    return parsed.raw_host.decode("ascii"), parsed.port or (443 if parsed.scheme == "https" else 80)
 
 
 async def check_http_target(
@@ -90,7 +101,10 @@ async def check_http_target(
 ) -> None:
     """Refuse an ``http`` job whose URL host is not allowed (see the module docstring).
 
-    Call after the payload's shape was validated (``url`` is an http(s) URL with a host).
+    Call after the payload's shape was validated (``url`` is an http(s) URL with a host). The
+    host is read as the node's connection reads it (:func:`pgpulse.egress.target_addresses`):
+    an address in any spelling (``http://2130706433/``, ``http://0x7f.1/``, ``[fe80::1%25x]``)
+    is judged as that address, a name by what it resolves to now.
 
     Args:
         payload: the job's payload (``url``, ``follow_redirects``).
@@ -108,15 +122,13 @@ async def check_http_target(
     if not isinstance(url, str):
         return  # the payload validator names this
     try:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").rstrip(".")
-        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        host, port = _url_host(url)
     except ValueError as exc:
         raise TargetNotAllowed(
             f"payload.url {url!r} is not a valid URL: {exc}", field="payload.url", value=url
         ) from None
     allow = settings.http_allow
-    literal = _literal_address(host)
+    literal = host_address(host)
     listed = allow.allows_name(host) or (literal is not None and allow.allows_address(literal))
     if payload.get("follow_redirects") is True and not listed:
         raise TargetNotAllowed(
@@ -130,9 +142,7 @@ async def check_http_target(
         )
     if listed:
         return
-    addresses = (
-        [literal] if literal is not None else await resolve(host, port, settings.resolve_timeout)
-    )
+    addresses = await target_addresses(host, port, settings.resolve_timeout)
     if not addresses:
         raise TargetNotAllowed(
             f"payload.url host {host!r} does not resolve; "
