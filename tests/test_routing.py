@@ -336,14 +336,23 @@ async def test_a_live_node_id_is_refused_and_a_stale_one_taken_over(db: Any, dsn
                 "FROM pgpulse_nodes"
             ).fetchone()["stale"]
         )
-        second = _start(dsn, "dup", "plain")
+        # The taker-over lives by a 30 s time-to-live (heartbeat 10 s), so the continued first
+        # finds it live however long a loaded machine keeps the taker-over's next heartbeat
+        # waiting: with the 1.6 s one, a taker-over silent for 1.6 s (starved, or its
+        # database) is stale in turn, the first takes the id back, and it never exits. Its
+        # first heartbeat (after the row's registration) says its heartbeat session, which
+        # makes a holder live, is connected.
+        second = _start(dsn, "dup", "plain", "--lease", "60", "--heartbeat", "10")
         with _nodes(second):
             await wait_until(
-                lambda: db.execute("SELECT pid FROM pgpulse_nodes").fetchone()["pid"] == second.pid
+                lambda: db.execute(
+                    "SELECT pid = %s AND state = 'alive' AND ttl = 30 "
+                    "AND last_heartbeat > started_at AS held FROM pgpulse_nodes",
+                    (second.pid,),
+                ).fetchone()["held"]
             )
-            await wait_until(lambda: _alive(db, "dup"))
             first.send_signal(signal.SIGCONT)
-            assert first.wait(20) == 2
+            assert first.wait(60) == 2  # the event: it finds its id taken, stops, exits
             assert first.stderr is not None
             said = first.stderr.read().decode()
             assert f"--node-id 'dup' is held by a live node on host {host!r}, pid {second.pid}" in (
@@ -356,6 +365,18 @@ async def test_a_live_node_id_is_refused_and_a_stale_one_taken_over(db: Any, dsn
             # immediate restart under the same id takes the row over
             second.kill()
             second.wait(10)
+            # the server has seen the killed process's heartbeat session go (its row lives by
+            # a 30 s time-to-live: that session is what says it is dead)
+            await wait_until(
+                lambda: (
+                    db.execute(
+                        "SELECT count(*) AS n FROM pg_stat_activity "
+                        "WHERE datname = current_database() "
+                        "AND application_name = 'pgpulse:dup:beat'"
+                    ).fetchone()["n"]
+                    == 0
+                )
+            )
             third = _start(dsn, "dup", "plain")
             with _nodes(third):
                 await wait_until(
