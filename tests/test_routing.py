@@ -4,6 +4,7 @@ such, and runs when a capable node returns; a live node's id is refused to a sec
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -89,6 +90,16 @@ def _nodes(*procs: subprocess.Popen[bytes]) -> Iterator[None]:
     finally:
         for proc in procs:
             _stop(proc)
+
+
+async def _announced(proc: subprocess.Popen[bytes]) -> None:
+    """Return once the node says on stderr that it started: ``node run`` says so after it set
+    its SIGTERM handler (a node registered, even heartbeating, may not have yet: SIGTERM would
+    kill it before it drains)."""
+    assert proc.stderr is not None
+    async with asyncio.timeout(60):
+        while b" started with " not in (line := await asyncio.to_thread(proc.stderr.readline)):
+            assert line, "the node exited before it started"
 
 
 def _alive(db: Any, *node_ids: str) -> bool:
@@ -385,6 +396,7 @@ async def test_a_live_node_id_is_refused_and_a_stale_one_taken_over(db: Any, dsn
                     )
                 )
                 await wait_until(lambda: _alive(db, "dup"))
+                await _announced(third)  # stopped from here on, it drains and exits 0
                 assert third.poll() is None
             assert third.returncode == 0
     assert db.execute("SELECT state FROM pgpulse_nodes").fetchone() == {"state": "stopped"}
