@@ -120,3 +120,40 @@ def test_a_declaration_refuses_what_belongs_to_its_app(option: str, says: str) -
         app.job("nightly", schedule="@daily", **options)
     assert caught.value.field == option and says in caught.value.message
     assert "\n" not in caught.value.message and app.jobs == []
+
+
+@pytest.mark.slow
+async def test_a_sigterm_while_the_node_starts_stops_it_cleanly(
+    dsn: str, db: Any, tmp_path: Path
+) -> None:
+    """A deploy that stops a node while it starts: the signal is handled from before the node
+    registers, so the node stops, deregistered, instead of dying with its row left alive."""
+    (tmp_path / "starting_app.py").write_text(
+        "import pgpulse\n\napp = pgpulse.App(name='starting')\n\n\n"
+        "@app.job('nightly', schedule='@daily')\ndef nightly(ctx): ...\n"
+    )
+    env = {**os.environ, "PGPULSE_DATABASE_URL": dsn}
+    # The node registers, then blocks writing its declared job behind this lock.
+    with db.transaction():
+        db.execute("LOCK TABLE pgpulse_jobs IN EXCLUSIVE MODE")
+        node = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "pgpulse", "node", "run", "--app", "starting_app:app",
+            "--node-id", "starting", cwd=tmp_path, env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            await wait_until(
+                lambda: db.execute(
+                    "SELECT 1 FROM pgpulse_nodes WHERE node_id = 'starting'"
+                ).fetchone(),
+                60,
+            )
+            node.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.5)  # the signal is delivered while the node is blocked
+        except BaseException:
+            node.kill()
+            raise
+    async with asyncio.timeout(60):
+        assert await node.wait() == 0
+    state = db.execute("SELECT state FROM pgpulse_nodes WHERE node_id = 'starting'").fetchone()
+    assert state == {"state": "stopped"}

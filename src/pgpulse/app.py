@@ -303,15 +303,33 @@ class App:
             InvalidInput: a declared alert rule names a notifier that does not exist, or its
                 ``silence`` window is shorter than its job's schedule's period; no node starts.
         """
-        async with self._node_task(database_url, data_dir, config) as (node, task, pool):
-            if install_signal_handlers:
-                loop = asyncio.get_running_loop()
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.add_signal_handler(sig, node.stop)
-            if on_started is not None:
-                async with pool.connection() as conn:
-                    on_started(node, describe_connection(conn.info))
-            await asyncio.shield(task)  # a cancelled caller still drains (the block's exit)
+        # The handlers go in before the node registers: a SIGTERM while it starts (a deploy
+        # that stops it at once) stops it as soon as it has started, drained and deregistered,
+        # instead of killing a registered node whose row then looks alive until it is stale.
+        started: list[Node] = []
+        asked = asyncio.Event()
+
+        def stop() -> None:
+            asked.set()
+            if started:
+                started[0].stop()
+
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT) if install_signal_handlers else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, stop)
+        try:
+            async with self._node_task(database_url, data_dir, config) as (node, task, pool):
+                started.append(node)
+                if asked.is_set():
+                    node.stop()
+                if on_started is not None:
+                    async with pool.connection() as conn:
+                        on_started(node, describe_connection(conn.info))
+                await asyncio.shield(task)  # a cancelled caller still drains (the block's exit)
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
 
     @contextlib.asynccontextmanager
     async def running(
