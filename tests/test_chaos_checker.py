@@ -500,3 +500,63 @@ def test_forked_occurrences_the_job_row_passed_but_still_to_run_are_queued_not_u
     assert verdict.ok
     assert verdict.figure("queued at check").value == "2"
     assert verdict.figure("lost").value == "0" and verdict.figure("unrecorded").value == "0"
+
+
+@pytest.mark.parametrize("policy", ["skip", "coalesce", "backfill"])
+def test_an_occurrence_the_engine_fenced_before_its_handler_finished_is_lost_in_every_policy(
+    policy: str,
+) -> None:
+    """Issue 37: a run ended ``fenced`` by the engine (its attempts interrupted by drains and
+    kills) without any effect applied is lost, whatever the job's catch-up policy; before, only
+    a backfill job's was, and a skip or coalesce occurrence lost that way passed."""
+    rec = clean(3)
+    for attempt in (1, 2, 3):  # each attempt interrupted before its effect
+        rec.run(4, result=None, attempt=attempt, start=4 + attempt / 10)
+        rec.event(1, 4, "retrying", rec.token, "n1", 4.05 + attempt / 10, attempt)
+    rec.event(1, 4, "fenced", None, "n2", 4.5, attempts=4)
+    rec.runs[(1, at(4))] = Run(1, at(4), "fenced", 4, rec.token)
+    rec.run(5, start=5.1)
+    verdict = check(rec.history(jobs=(replace(JOB, catch_up=policy),)))
+    assert failed(verdict) == {"lost"}
+    [line] = verdict.figure("lost").examples
+    assert f"{policy}) @ 12:00:04.000: fenced after 4 attempts, no effect applied" in line
+
+
+def test_a_fenced_run_whose_effect_was_applied_is_not_lost() -> None:
+    """An attempt that applied its effect and was then interrupted before its outcome: the
+    occurrence's work was done, whatever the engine recorded after."""
+    rec = clean(3)
+    rec.run(4, recorded=False)  # effect applied at 4.1, the outcome never written
+    rec.event(1, 4, "retrying", rec.token, "n1", 4.5)  # handed back; ... then fenced later
+    rec.runs[(1, at(4))] = Run(1, at(4), "fenced", 11, rec.token)
+    rec.run(5)
+    verdict = check(rec.history(jobs=(replace(JOB, catch_up="skip"),)))
+    assert verdict.figure("lost").value == "0" and failed(verdict) == set()
+
+
+def test_a_backfill_run_its_handler_failed_is_counted_not_lost() -> None:
+    """With Pulse's default max_attempts for every policy (the workload gives backfill jobs no
+    more), a flaky handler's planned failures may end a backfill run ``failed``: that is
+    max_attempts doing its job, counted in 'failed runs', not lost."""
+    rec = clean(3)
+    for attempt in (1, 2, 3):
+        rec.run(4, result="failed", attempt=attempt, start=4 + attempt / 10, duration=0.05)
+    rec.runs[(1, at(4))] = Run(1, at(4), "failed", 3, rec.token)
+    rec.run(5)
+    verdict = check(rec.history())
+    assert verdict.ok and verdict.figure("lost").value == "0"
+    assert verdict.figure("failed runs").value == "1"
+
+
+def test_the_verdict_says_how_many_due_occurrences_it_checked() -> None:
+    """Occurrences still queued at the check are not checked: the verdict says how many of
+    those due it checked (all, when the backlog drained), and warns when not all."""
+    assert check(clean().history()).figure("occurrences checked").value == "5/5"
+    rec = clean(3)  # 4 and 5 are due by the settle point; the job still holds 4
+    rec.event(1, 4, "running", 4, "n1", 5.4)
+    behind = replace(JOB, status="running", scheduled_for=at(4), lease_expires_at=at(9.4))
+    verdict = check(rec.history(jobs=(behind,), settle=5.5, checked=6))
+    checked = verdict.figure("occurrences checked")
+    assert checked.value == "3/5 (2 queued, not checked)" and not checked.ok
+    assert verdict.ok  # a backlog is lag, not loss: a warning, not a failure
+    assert "WARN" in verdict.table()

@@ -78,7 +78,9 @@ def test_the_workload_mixes_every_kind_and_policy() -> None:
     assert len(jobs) == 300 and len({j.name for j in jobs}) == 300
     assert {j.handler for j in jobs} == {f"chaos.{k.name}" for k in kinds(4.0)}
     assert {j.catch_up for j in jobs} == {"backfill", "skip", "coalesce"}
-    assert all(j.max_attempts >= 10 for j in jobs if j.catch_up == "backfill")
+    # Pulse's default for every policy: more attempts for backfill jobs hid interruptions
+    # using attempts up (issue 37)
+    assert {j.max_attempts for j in jobs} == {3}
     assert not [j for j in jobs if j.handler == "chaos.slow" and j.catch_up == "backfill"]
     long = [j for j in jobs if j.handler == "chaos.long"]
     assert long and all(j.payload["min"] > 4.0 for j in long)  # outlive the lease
@@ -272,3 +274,31 @@ def test_the_journal_keeps_what_the_database_lost(tmp_path: Path) -> None:
     gone = merged["gone"]
     assert (gone.id, gone.job_id, gone.token, gone.result, gone.in_db) == (4, 3, 3, "fenced", False)
     assert gone.lease_ok_at_end is False and gone.scheduled_for == sf
+
+
+def test_a_soak_is_a_long_run_then_resharding_during_failovers() -> None:
+    """``pgpulse chaos --soak``'s runs: the long run as given (over 10 minutes), then a run on
+    a replicated cluster of the harness's own (async unless the soak is on a cluster) whose
+    faults move the primary and the shard count, for a quarter of it."""
+    from pgpulse.errors import InvalidInput
+    from pgpulse_tools.chaos.runner import ChaosConfig, soak_configs
+
+    given = ChaosConfig(duration=1200, seed=7, database_url="postgresql://127.0.0.1/x")
+    long, resharding = soak_configs(given)
+    assert long == given
+    assert (resharding.duration, resharding.replication, resharding.seed) == (300, "async", 7)
+    assert resharding.database_url is None  # a cluster of its own
+    assert {"failover", "switchover", "reshard"} <= set(resharding.fault_kinds())
+    assert soak_configs(replace(given, replication="sync"))[1].replication == "sync"
+    with pytest.raises(InvalidInput) as refused:
+        soak_configs(replace(given, duration=600))
+    assert (refused.value.field, refused.value.value) == ("duration", 600)
+
+
+def test_a_soak_of_ten_minutes_or_less_is_refused_by_the_command() -> None:
+    from helpers import pgpulse
+
+    done = pgpulse("chaos", "--soak", "--duration", "300", timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "--duration" in done.stderr and "longer than 600s, got 300s" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -14,6 +14,7 @@ import pytest
 
 from crash_app import app
 from helpers import add, spec
+from pgpulse.run_control import RunControl
 from pgpulse.store import Store
 from test_engine import node, running, wait_until
 
@@ -64,13 +65,16 @@ async def _running_on(db: Any, node_id: str) -> None:
     )
 
 
-async def _finished_by_node_b(store: Store, dsn: str, db: Any) -> list[dict[str, Any]]:
+async def _finished_by_node_b(
+    store: Store, dsn: str, db: Any, ended: str = "outcome = 'succeeded'"
+) -> list[dict[str, Any]]:
+    """Run node B until a run row's outcome matches ``ended`` (SQL); return every run row."""
     b = node(store, dsn, app.handlers, node_id="node-b", lease=3.0, heartbeat_interval=0.5)
     async with running(b):
         await wait_until(
-            lambda: db.execute(
-                "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'succeeded'"
-            ).fetchone()["n"],
+            lambda: db.execute(f"SELECT count(*) AS n FROM pgpulse_runs WHERE {ended}").fetchone()[
+                "n"
+            ],
             within=30,
         )
     rows: list[dict[str, Any]] = db.execute(
@@ -151,6 +155,39 @@ async def test_an_attempt_a_drain_cancelled_stays_in_the_history(
             "output": "done by node-b at attempt 2",
         }
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [False, True], ids=["job_row", "extra_occurrence"])
+async def test_a_sigterm_during_the_only_attempt_does_not_use_it_up(
+    store: Store, dsn: str, db: Any, extra: bool
+) -> None:
+    """Issue 37: with max_attempts 1, a graceful stop during the run hands the attempt back as
+    an interruption, not a failure: node B runs it to success (attempt 2), and the history keeps
+    node A's interrupted attempt. The same for an extra occurrence (a trigger with a payload)."""
+    await add(store, spec("billing", schedule="0 0 1 1 *", handler="slow", max_attempts=1))
+    if extra:
+        await RunControl(store.pool).trigger("default", "billing", {"n": 1})
+    else:
+        await store.trigger_job("default", "billing")
+    proc = _node_process(dsn, "node-a", "--drain-timeout", "1")
+    try:
+        await _running_on(db, "node-a")
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    [done] = await _finished_by_node_b(store, dsn, db, ended="outcome <> 'retrying'")
+    assert (done["attempts"], done["outcome"], done["output"]) == (
+        2,
+        "succeeded",
+        "done by node-b at attempt 2",
+    )
+    [kept] = db.execute("SELECT earlier_attempts FROM pgpulse_runs").fetchone()["earlier_attempts"]
+    assert (kept["attempt"], kept["node_id"], kept["outcome"]) == (1, "node-a", "retrying")
+    assert kept["error"].startswith("handed back by node node-a at shutdown")
 
 
 @pytest.mark.slow

@@ -186,5 +186,6 @@ async def test_a_database_migrated_from_0012_keeps_its_jobs(
             "SELECT format_type(atttypid, NULL) AS type FROM pg_attribute "
             "WHERE attrelid = 'pgpulse_jobs'::regclass AND attname = 'payload'"
         ).fetchone()
-    assert len(after) == 500 and after == before
+    # later migrations may add columns (with their defaults); the columns of 0012 keep every value
+    assert len(after) == 500 and [{k: row[k] for k in before[0]} for row in after] == before
     assert kinds == {"type": "pgpulse_payload"}

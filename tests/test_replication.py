@@ -185,6 +185,31 @@ async def test_an_occurrence_claim_lost_in_a_failover_never_shares_its_token_or_
         assert later.occurrence > _epoch(2) > made.occurrence
 
 
+async def test_a_failovers_kill_time_is_when_the_old_primary_stopped_accepting_writes(
+    replicated: ClusterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chaos checker tells an effect the failover lost from a duplicate by the kill time:
+    it must be the instant every process of the old primary has its SIGKILL (its backends
+    commit until then), not an instant read before the kill began."""
+    from pgpulse_tools.chaos import postgres
+
+    signalled: list[datetime] = []
+    kill_tree = postgres.kill_tree
+
+    def recorded(pid: int) -> list[int]:
+        pids = kill_tree(pid)
+        signalled.append(datetime.now(UTC))
+        return pids
+
+    monkeypatch.setattr(postgres, "kill_tree", recorded)
+    async with replicated("async") as cluster:
+        move = await cluster.fail_over(
+            "failover", down=0.0, window=0.0, clock=functools.partial(datetime.now, UTC)
+        )
+    assert signalled and move.died_at >= signalled[0]  # the first kill_tree: the failover's
+    assert move.promoted_at >= move.died_at
+
+
 async def test_with_sync_replication_a_claim_that_waited_for_the_standby_is_never_acknowledged(
     replicated: ClusterFactory,
 ) -> None:

@@ -114,8 +114,8 @@ def _storable(text: str | None) -> str | None:
 _NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
 
 #: How many of :class:`ClaimedJob`'s fields a claim of job rows returns (through
-#: ``max_concurrency``; a job row is no extra occurrence).
-JOB_ROW_FIELDS = 29
+#: ``interruptions``; a job row is no extra occurrence).
+JOB_ROW_FIELDS = 30
 
 
 def parse_step(

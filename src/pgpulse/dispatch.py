@@ -30,7 +30,15 @@ from pgpulse.limits import (
     within_window,
 )
 from pgpulse.model import ClaimedJob, Outcome, RunOutcome
-from pgpulse.planner import Advance, CatchUpPolicy, ClaimDecision, hold, plan_claim, retry_delay
+from pgpulse.planner import (
+    MAX_INTERRUPTIONS,
+    Advance,
+    CatchUpPolicy,
+    ClaimDecision,
+    hold,
+    plan_claim,
+    retry_delay,
+)
 from pgpulse.wording import plural, seconds_text
 
 log = logging.getLogger(__name__)
@@ -63,6 +71,19 @@ def _skip_reason(job: ClaimedJob, advance: Advance | None, now: datetime) -> str
     return f"skipped: older than the newest {job.backfill_limit} (backfill_limit)"
 
 
+def fenced_reason(job: ClaimedJob) -> str:
+    """Why a claim of ``job`` ends its run ``fenced`` without running it: its earlier attempts
+    were interrupted :data:`~pgpulse.planner.MAX_INTERRUPTIONS` times (handed back at a stop,
+    or their lease lost with their node), or (a limit lowered during the run) its failed
+    attempts already reached ``max_attempts``."""
+    if job.interruptions >= MAX_INTERRUPTIONS:
+        return (
+            f"interrupted {job.interruptions} times: each attempt ended without an outcome "
+            "(handed back at a stop, or its lease lost with its node)"
+        )
+    return f"attempts exhausted: {plural(job.failed_attempts, 'attempt')} failed"
+
+
 #: A claimed occurrence at least this far behind the claim is decided in a worker thread: the
 #: decision costs some microseconds per offset change of the job's zone in between (about two
 #: a year; design.md, invariant 8), which a node's event loop must not spend inline.
@@ -93,6 +114,7 @@ def _plan_claim(job: ClaimedJob) -> ClaimDecision:
         max_attempts=job.max_attempts,
         now=now,
         anchor=job.anchor_at,
+        interruptions=job.interruptions,
     )
     if decision.advance is None:
         return decision
@@ -139,7 +161,9 @@ def plan_finish(
     Success moves the job to its next occurrence computed from ``scheduled_for`` with the
     catch-up policy applied at ``now`` (an extra occurrence, ``job.occurrence``, has none: its
     final outcome ends it; docs/states.md, "Extra occurrences"). A failure with attempts left
-    retries the same occurrence after an exponential backoff with jitter; the last failure ends
+    (:attr:`~pgpulse.model.ClaimedJob.failed_attempts` below ``max_attempts``: interrupted
+    attempts do not count, issue 37) retries the same occurrence after an exponential backoff
+    with jitter, its delay by the failure's number; the last failure ends
     the run ``failed`` and moves on (design.md, retry policy: a recurring job never dies of one
     failure).
 
@@ -151,8 +175,8 @@ def plan_finish(
         rng: random source for the jitter (tests pass a seeded one).
     """
     if job.occurrence is not None:  # an extra occurrence: no schedule to advance
-        if not result.ok and job.attempt < job.max_attempts:
-            delay = retry_delay(job.attempt, job.retry_backoff, rng)
+        if not result.ok and job.failed_attempts + 1 < job.max_attempts:
+            delay = retry_delay(job.failed_attempts + 1, job.retry_backoff, rng)
             return Outcome(
                 job,
                 "retrying",
@@ -163,11 +187,11 @@ def plan_finish(
             )
         outcome: RunOutcome = "succeeded" if result.ok else "failed"
         return Outcome(job, outcome, error=result.error, output=result.output, ended_at=now)
-    if not result.ok and job.attempt < job.max_attempts:
+    if not result.ok and job.failed_attempts + 1 < job.max_attempts:
         return Outcome(
             job,
             "retrying",
-            retry_in=retry_delay(job.attempt, job.retry_backoff, rng),
+            retry_in=retry_delay(job.failed_attempts + 1, job.retry_backoff, rng),
             error=result.error,
             output=result.output,
             ended_at=now,
@@ -260,8 +284,9 @@ class Dispatcher:
         applied). An extra occurrence is decided by :meth:`_decide_occurrence`.
 
         A claimed occurrence is skipped when it is past its catch-up policy (misfire), ends
-        ``fenced`` when earlier attempts used up ``max_attempts`` without an outcome (leases lost
-        or expired, handed back at a stop), and fails the job (status ``failed``, cannot be
+        ``fenced`` when earlier attempts were interrupted
+        :data:`~pgpulse.planner.MAX_INTERRUPTIONS` times (leases lost with their node, handed
+        back at a stop: :func:`fenced_reason`), and fails the job (status ``failed``, cannot be
         scheduled) when this node has no handler of that name — which a node's own claims never
         bring (it claims only the handlers it has, :mod:`pgpulse.routing`): only a claim made
         for it by hand.
@@ -282,8 +307,7 @@ class Dispatcher:
             error = (
                 reason  # on the claimed occurrence's own row, the summary of the skipped ones
                 if outcome == "skipped"
-                else f"attempts exhausted: {plural(job.max_attempts, 'attempt')} ended without an "
-                "outcome (lease lost or expired, or handed back at a stop)"
+                else fenced_reason(job)
             )
             return Outcome(
                 job,
@@ -305,16 +329,12 @@ class Dispatcher:
 
     def _decide_occurrence(self, job: ClaimedJob) -> Outcome | None:
         """The claim-time decision of an extra occurrence: never a misfire (it runs however
-        late: a backfill runs the past on purpose); ``fenced`` once earlier attempts used up
-        ``max_attempts`` without an outcome; ``failed`` (this occurrence only, not the job)
+        late: a backfill runs the past on purpose); ``fenced`` once earlier attempts were
+        interrupted :data:`~pgpulse.planner.MAX_INTERRUPTIONS` times (:func:`fenced_reason`);
+        ``failed`` (this occurrence only, not the job)
         when this node has no such handler."""
-        if job.attempt > job.max_attempts:
-            return Outcome(
-                job,
-                "fenced",
-                error=f"attempts exhausted: {plural(job.max_attempts, 'attempt')} ended without an "
-                "outcome",
-            )
+        if job.interruptions >= MAX_INTERRUPTIONS or job.failed_attempts >= job.max_attempts:
+            return Outcome(job, "fenced", error=fenced_reason(job))
         if job.handler in self.handlers:
             return None
         failed = self._no_handler(job)

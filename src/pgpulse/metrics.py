@@ -11,7 +11,8 @@ Metrics (units are seconds unless stated):
 ``pgpulse_runs_total{outcome}`` (counter)
     Attempts whose end was written, by outcome: ``succeeded``, ``failed`` (attempts exhausted,
     or the handler is unknown), ``retrying`` (failed with attempts left), ``skipped`` (by the
-    catch-up policy at claim time), ``fenced`` (attempts exhausted by lost leases).
+    catch-up policy at claim time), ``fenced`` (interrupted ``MAX_INTERRUPTIONS`` times:
+    handed back, or leases lost with their nodes).
 ``pgpulse_run_lag_seconds`` (histogram)
     Firing lag: when the first attempt started (its claim, by the database's clock) minus the
     occurrence's ``scheduled_for``. Retries are not observed (their delay is the backoff).

@@ -55,7 +55,9 @@ class ClaimedJob(NamedTuple):
     allows, this one included; ``None``: no limit), ``calendars`` (its exclusion calendars as
     JSON objects, ``None`` for none), the last resume's ``resume_mode`` and ``resumed_at``,
     ``auto_pause_after`` and ``failures`` (consecutive failed runs so far).
-    ``overlap`` and ``max_concurrency`` are the job's overlap policy. A claim of an extra
+    ``overlap`` and ``max_concurrency`` are the job's overlap policy. ``interruptions`` counts
+    the run's earlier attempts that ended without an outcome (handed back at a stop, or reaped
+    with a lost lease): not failures (:attr:`failed_attempts`). A claim of an extra
     occurrence (``pgpulse_occurrences``) has its id in ``occurrence`` (also its ``run_id``) and
     its kind (``trigger``, ``backfill``, ``scheduled``) in ``kind``; ``scheduled_for``,
     ``attempt``, ``fencing_token`` and ``payload`` are the occurrence's own.
@@ -90,6 +92,7 @@ class ClaimedJob(NamedTuple):
     failures: int = 0
     overlap: OverlapPolicy = "forbid"
     max_concurrency: int | None = None
+    interruptions: int = 0
     occurrence: int | None = None
     kind: Literal["scheduled", "trigger", "backfill"] = "scheduled"
 
@@ -99,6 +102,13 @@ class ClaimedJob(NamedTuple):
         if self.occurrence is not None:
             return (-self.occurrence, self.fencing_token)
         return (self.id, self.fencing_token)
+
+    @property
+    def failed_attempts(self) -> int:
+        """The run's earlier attempts whose handler failed (or timed out): its attempts before
+        this one less its :attr:`interruptions`. ``max_attempts`` bounds these (issue 37: a
+        deploy during a run never uses up an attempt)."""
+        return max(self.attempt - 1 - self.interruptions, 0)
 
     @property
     def spread_offset(self) -> timedelta:

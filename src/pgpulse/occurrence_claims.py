@@ -29,7 +29,7 @@ from pgpulse.sharding import DEFAULT_SHARD_COUNT
 from pgpulse.sql import QUERIES, claim_statement
 
 #: How many of :class:`~pgpulse.model.ClaimedJob`'s fields a claim of occurrences returns (all).
-OCCURRENCE_FIELDS = 31
+OCCURRENCE_FIELDS = 32
 
 
 def _ids(held: Sequence[ClaimKey]) -> tuple[list[int], list[int]]:

@@ -193,7 +193,15 @@ def _skip_older(
     return Advance(held, count, first, last)
 
 
-ClaimAction = Literal["run", "skip", "exhausted"]
+ClaimAction = Literal["run", "skip", "exhausted", "interrupted"]
+
+#: How many attempts of one run may end without an outcome (interruptions: handed back by a
+#: stopping node, or reaped after its node lost the lease) before the run ends ``fenced`` and the
+#: job moves on. Interruptions are not the handler's failures, which ``max_attempts`` bounds
+#: (issue 37: a deploy during a long run must not use up its attempts); this bound is there so
+#: that a job whose handler kills its node still stops. One value for every job (README, "Retries
+#: and interruptions").
+MAX_INTERRUPTIONS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,9 +210,11 @@ class ClaimDecision:
 
     Attributes:
         action: ``run`` the claimed occurrence; ``skip`` it (misfire: record it and the other
-            skipped occurrences, hold ``advance.scheduled_for``); or ``exhausted``: the attempt
-            counter passed ``max_attempts`` (earlier attempts lost their leases), so the run
-            ends ``fenced`` and the job moves on.
+            skipped occurrences, hold ``advance.scheduled_for``); ``interrupted``: earlier
+            attempts were interrupted :data:`MAX_INTERRUPTIONS` times, so the run ends
+            ``fenced`` and the job moves on; or ``exhausted``: the failed attempts already
+            reached ``max_attempts`` (only a run whose limit was lowered meanwhile), ended the
+            same way.
         advance: where the job goes when the action is not ``run``.
     """
 
@@ -225,6 +235,7 @@ def plan_claim(
     max_attempts: int,
     now: datetime,
     anchor: datetime | None = None,
+    interruptions: int = 0,
 ) -> ClaimDecision:
     """Decide whether a freshly claimed occurrence runs.
 
@@ -233,15 +244,21 @@ def plan_claim(
         policy: the job's catch-up policy.
         scheduled_for: the claimed occurrence (aware).
         attempt: the attempt number the claim just took (1 = first attempt).
-        max_attempts: the job's attempt limit.
+        max_attempts: the job's limit of failed attempts.
         now: the database's instant of the claim.
         anchor: interval anchor, kept to the microsecond (ignored for cron).
+        interruptions: how many of the ``attempt - 1`` earlier attempts were interrupted
+            (ended without an outcome); the others failed.
 
     Returns:
         A :class:`ClaimDecision`. Retries (``attempt > 1``) are never misfires: an occurrence
         that started on time finishes its attempts.
     """
-    if attempt > max_attempts:
+    if interruptions >= MAX_INTERRUPTIONS:
+        return ClaimDecision(
+            "interrupted", advance(schedule, policy, after=scheduled_for, now=now, anchor=anchor)
+        )
+    if attempt - 1 - interruptions >= max_attempts:
         return ClaimDecision(
             "exhausted", advance(schedule, policy, after=scheduled_for, now=now, anchor=anchor)
         )

@@ -168,7 +168,7 @@ claimed AS (
     FROM clock
     WHERE o.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.payload, o.batch_id, o.attempt,
-              o.fencing_token
+              o.fencing_token, o.interruptions
 ),
 counted AS (
     UPDATE pgpulse_batches AS b
@@ -201,7 +201,7 @@ jobs AS (
            NULL::timestamptz AS not_after, NULL::int AS runs_left, NULL::jsonb AS calendars,
            NULL::text AS resume_mode, NULL::timestamptz AS resumed_at,
            NULL::int AS auto_pause_after, 0 AS failures,
-           j.overlap, j.max_concurrency, c.id AS occurrence, c.kind
+           j.overlap, j.max_concurrency, c.interruptions, c.id AS occurrence, c.kind
     FROM claimed AS c
     JOIN pgpulse_jobs AS j ON j.id = c.job_id
     CROSS JOIN clock
@@ -241,8 +241,9 @@ RETURNING o.id, o.fencing_token;
 -- name: hand_back_occurrences
 -- A stopping node hands back the extra occurrences it could not finish, fenced per claim: each is
 -- pending and due at once, and its batch's count goes down. One whose handler had started
--- (%(started)s) counts as an attempt: its history row is written 'retrying' with %(reason)s; one
--- that never started is not counted (attempt - 1) and writes no row.
+-- (%(started)s) counts as an attempt, and as an interruption (interruptions + 1), not a failure:
+-- its history row is written 'retrying' with %(reason)s; one that never started is not counted
+-- (attempt - 1) and writes no row.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ),
@@ -255,7 +256,8 @@ back AS (
     UPDATE pgpulse_occurrences AS o
     SET lease_expires_at = NULL,
         next_run_at = clock.now,
-        attempt = CASE WHEN held.started THEN o.attempt ELSE greatest(o.attempt - 1, 0) END
+        attempt = CASE WHEN held.started THEN o.attempt ELSE greatest(o.attempt - 1, 0) END,
+        interruptions = o.interruptions + CASE WHEN held.started THEN 1 ELSE 0 END
     FROM clock, held
     WHERE o.id = held.id
       AND o.fencing_token = held.token
@@ -311,10 +313,10 @@ FROM back;
 -- (%(scheduled_for)s, the planner's advance; its skipped occurrences, if any, get one summary
 -- row as finish_and_claim writes them) and makes the claimed occurrence a pending extra
 -- occurrence (kind 'scheduled') of the job's overlap batch, due at once, with the job row's run
--- id and the attempts it already spent on it. With %(replace)s, the job's other scheduled
--- occurrences, running or pending, are cancelled in the same statement: their history rows say
--- 'cancelled', their rows are deleted (a holder's next renewal is refused and it cancels its
--- attempt), and the batch's count of leases loses those that held one.
+-- id and the attempts (and interruptions) it already spent on it. With %(replace)s, the job's
+-- other scheduled occurrences, running or pending, are cancelled in the same statement: their
+-- history rows say 'cancelled', their rows are deleted (a holder's next renewal is refused and it
+-- cancels its attempt), and the batch's count of leases loses those that held one.
 -- Returns the new occurrence's id, or no row when the job row's claim was lost.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
@@ -322,7 +324,8 @@ WITH clock AS (
                AS epoch
 ),
 old AS (
-    SELECT j.id, j.scheduled_for, j.attempt, j.run_id, j.max_concurrency, j.shard_id
+    SELECT j.id, j.scheduled_for, j.attempt, j.interruptions, j.run_id, j.max_concurrency,
+           j.shard_id
     FROM pgpulse_jobs AS j
     WHERE j.id = %(job_id)s
       AND j.fencing_token = %(token)s
@@ -334,6 +337,7 @@ job AS (
         scheduled_for = %(scheduled_for)s,
         next_run_at = %(scheduled_for)s + pgpulse_spread_offset(j.id, j.spread),
         attempt = 0,
+        interruptions = 0,
         run_id = NULL,
         locked_by = NULL,
         lease_expires_at = NULL,
@@ -398,11 +402,12 @@ batch AS (
 ),
 forked AS (
     INSERT INTO pgpulse_occurrences (
-        id, job_id, kind, scheduled_for, batch_id, next_run_at, attempt
+        id, job_id, kind, scheduled_for, batch_id, next_run_at, attempt, interruptions
     )
     SELECT coalesce(old.run_id, nextval('pgpulse_runs_id_seq') + clock.epoch),
            old.id, 'scheduled',
-           old.scheduled_for, batch.id, clock.now, greatest(old.attempt - 1, 0)
+           old.scheduled_for, batch.id, clock.now, greatest(old.attempt - 1, 0),
+           old.interruptions
     FROM old, batch, clock
     RETURNING id
 ),

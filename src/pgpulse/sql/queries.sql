@@ -45,7 +45,8 @@
 -- backlog stays on the job row, where its catch-up policy decides it (docs/states.md). The
 -- first claim of an occurrence draws its run id from pgpulse_runs' sequence; later ones (a retry, a re-claim after a lost lease or a
 -- hand-back) keep it: every statement that moves a job to another occurrence clears run_id, as it
--- resets attempt. Every CTE sees one snapshot, so a job finished here is claimed at the next step
+-- resets attempt and interruptions (the attempts of the run that ended without an outcome: handed
+-- back at a stop or reaped with a lost lease; planner.plan_claim bounds them apart from failures). Every CTE sees one snapshot, so a job finished here is claimed at the next step
 -- (the caller knows when it is due from the outcome it sent).
 --
 -- Epochs (design.md, invariant 9). A failover with asynchronous replication can lose the last
@@ -109,6 +110,7 @@ job AS (
         scheduled_for = i.scheduled_for,
         next_run_at = coalesce(i.next_run_at, clock.now + make_interval(secs => i.retry_in)),
         attempt = CASE WHEN i.reset_attempt THEN 0 ELSE j.attempt END,
+        interruptions = CASE WHEN i.reset_attempt THEN 0 ELSE j.interruptions END,
         run_id = CASE WHEN i.reset_attempt THEN NULL ELSE j.run_id END,
         locked_by = NULL,
         lease_expires_at = NULL,
@@ -270,7 +272,8 @@ claimed AS (
               j.auto_pause_after,
               j.failures,
               j.overlap,
-              j.max_concurrency
+              j.max_concurrency,
+              j.interruptions
 )
 SELECT claimed.*,
        clock.now AS clock_now,
@@ -328,8 +331,10 @@ RETURNING j.id, j.fencing_token;
 -- expire: each job is idle and due at once, %(reason)s its last_error. Fenced per claim. A claim
 -- whose handler had started (%(started)s) was an attempt: its run row is written 'retrying' with
 -- %(reason)s as its error, as the sweeper writes a lease that expired, so the next claim is the
--- next attempt and the history says why this one ended. A claim whose handler never started is
--- not counted (attempt - 1) and writes no row: the next claim makes the same attempt again.
+-- next attempt and the history says why this one ended; it is an interruption, not a failure
+-- (interruptions + 1: max_attempts bounds the handler's failures, planner.plan_claim). A claim
+-- whose handler never started is not counted (attempt - 1) and writes no row: the next claim
+-- makes the same attempt again.
 -- The run row takes the claim's values from the job row as this statement's snapshot shows it,
 -- before `job` changed it.
 WITH clock AS (
@@ -343,6 +348,7 @@ WITH clock AS (
     SET status = 'idle',
         next_run_at = clock.now,
         attempt = CASE WHEN held.started THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+        interruptions = j.interruptions + CASE WHEN held.started THEN 1 ELSE 0 END,
         locked_by = NULL,
         lease_expires_at = NULL,
         last_error = %(reason)s,
@@ -440,7 +446,8 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.id::text);
 --   every expired lease, for any other node (backup, in case the leader is silent) those expired
 --   more than %(backup_delay)s seconds ago (NULL: none). SKIP LOCKED: sweepers never wait on each
 --   other, and reaping twice is harmless. The occurrence's run row is written (or kept) as
---   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; each
+--   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; the
+--   lost attempt is an interruption, not a failure (interruptions + 1); each
 --   reaped job's shard is woken. With nothing expired this is one probe of pgpulse_jobs_leases
 --   (the bound is an index condition);
 -- * pauses that end: a paused job whose paused_until has come is idle again (the leader; a
@@ -478,6 +485,7 @@ WITH clock AS (
     UPDATE pgpulse_jobs j
     SET status = 'idle', next_run_at = clock.now,
         last_error = 'lease of node ' || coalesce(j.locked_by, '?') || ' expired',
+        interruptions = j.interruptions + 1,
         locked_by = NULL, lease_expires_at = NULL, updated_at = clock.now
     FROM expired, clock
     WHERE j.id = expired.id
@@ -518,7 +526,7 @@ WITH clock AS (
     FOR UPDATE OF o SKIP LOCKED
 ), occurrence AS (
     UPDATE pgpulse_occurrences o
-    SET lease_expires_at = NULL, next_run_at = clock.now
+    SET lease_expires_at = NULL, next_run_at = clock.now, interruptions = o.interruptions + 1
     FROM clock
     WHERE o.id = ANY(ARRAY(SELECT id FROM expired_occurrence))
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
@@ -720,6 +728,7 @@ WITH found AS (
                            THEN j.scheduled_for + pgpulse_spread_offset(j.id, %(spread)s)
                            ELSE j.next_run_at END,
         attempt = CASE WHEN found.keep AND NOT found.revive THEN j.attempt ELSE 0 END,
+        interruptions = CASE WHEN found.keep AND NOT found.revive THEN j.interruptions ELSE 0 END,
         run_id = CASE WHEN found.keep AND NOT found.revive THEN j.run_id END,
         updated_at = now()
     FROM found
@@ -916,6 +925,7 @@ SET status = %(status)s,
                        ELSE greatest(j.scheduled_for + pgpulse_spread_offset(j.id, j.spread),
                                   clock.now) END,
     attempt = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.attempt ELSE 0 END,
+    interruptions = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.interruptions ELSE 0 END,
     run_id = CASE WHEN %(scheduled_for)s::timestamptz IS NULL THEN j.run_id END,
     resume_mode = %(mode)s,
     resumed_at = CASE WHEN %(mode)s::text IS NULL THEN NULL ELSE clock.now END,

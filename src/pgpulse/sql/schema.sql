@@ -320,6 +320,7 @@ CREATE TABLE public.pgpulse_jobs (
     failures integer DEFAULT 0 NOT NULL,
     overlap public.pgpulse_overlap DEFAULT 'forbid'::text NOT NULL,
     max_concurrency integer,
+    interruptions integer DEFAULT 0 NOT NULL,
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = ((overlap)::text = 'allow'::text)) AND (max_concurrency >= 1))),
     CONSTRAINT pgpulse_jobs_resume_mode_check CHECK ((resume_mode = ANY (ARRAY['skip'::text, 'once'::text, 'backfill'::text]))),
@@ -392,6 +393,7 @@ CREATE TABLE public.pgpulse_occurrences (
     lease_expires_at timestamp with time zone,
     claimed_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    interruptions integer DEFAULT 0 NOT NULL,
     CONSTRAINT pgpulse_occurrences_kind_check CHECK ((kind = ANY (ARRAY['trigger'::text, 'backfill'::text, 'scheduled'::text]))),
     CONSTRAINT pgpulse_occurrences_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text))
 );

@@ -138,6 +138,14 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     default=None,
     help="Also write the verdict as JSON to this file.",
 )
+@click.option(
+    "--soak",
+    is_flag=True,
+    show_envvar=True,
+    help="A soak: a long run (--duration over 600 s; 1200 s unless given), then a run with "
+    "resharding during failovers on a replicated cluster of its own (--replication, async "
+    "unless given with --cluster) for a quarter of it; exit 1 if either fails.",
+)
 @click.pass_obj
 def chaos(
     obj: dict[str, Any],
@@ -156,6 +164,7 @@ def chaos(
     patroni: bool,
     faults: str | None,
     report: Path | None,
+    soak: bool,
 ) -> None:
     """Kill, pause, partition and restart a live cluster (or fail its replicated database
     over); check the history; exit 1 on a duplicate, overlap, lost or stuck run, or a fencing
@@ -195,10 +204,36 @@ def chaos(
         pg_bin=pg_bin,
         patroni=patroni,
     )
+    if soak:
+        sys.exit(_soak(config, report))
     verdict = run_command(run_chaos(config, click.echo))
     if report is not None:
         report.write_text(json.dumps(verdict.as_dict(), indent=2) + "\n", encoding="utf-8")
     sys.exit(0 if verdict.ok else 1)
+
+
+def _soak(config: Any, report: Path | None) -> int:
+    """``pgpulse chaos --soak``: the soak's runs (:func:`~pgpulse_tools.chaos.runner.run_soak`)
+    with ``config`` (a ``ChaosConfig``; its duration :data:`SOAK_DURATION` unless
+    --duration was given); the exit code (0: every run ok). The report holds every verdict."""
+    from dataclasses import replace
+
+    from pgpulse.errors import InvalidInput
+    from pgpulse_tools.chaos.runner import SOAK_DURATION, run_soak, soak_configs
+
+    source = click.get_current_context().get_parameter_source("duration")
+    if source in (ParameterSource.DEFAULT, None):
+        config = replace(config, duration=SOAK_DURATION)
+    try:
+        soak_configs(config)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--duration") from None
+    verdicts = run_command(run_soak(config, click.echo))
+    ok = all(v.ok for v in verdicts)
+    if report is not None:
+        data = {"ok": ok, "runs": [v.as_dict() for v in verdicts]}
+        report.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return 0 if ok else 1
 
 
 def _replication(

@@ -245,8 +245,9 @@ SELECT j.id, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.anchor_at,
 FROM pgpulse_jobs j ORDER BY j.id;
 
 -- name: backlog
--- Backfill jobs whose current occurrence is not yet past %(at)s, and extra occurrences (forks
--- under overlap allow/replace) of %(at)s or before still to run: their backlog is still running.
+-- Jobs of any policy whose current occurrence is not yet past %(at)s, and extra occurrences
+-- (forks under overlap allow/replace) of %(at)s or before still to run: their backlog is still
+-- running, and the checker cannot check an occurrence its job has not reached.
 SELECT (SELECT count(*) FROM pgpulse_jobs
-        WHERE catch_up = 'backfill' AND scheduled_for <= %(at)s)
+        WHERE status IN ('idle', 'running') AND scheduled_for <= %(at)s)
        + (SELECT count(*) FROM pgpulse_occurrences WHERE scheduled_for <= %(at)s) AS n;

@@ -9,13 +9,18 @@ Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
   :mod:`pgpulse_tools.chaos.tokens` (invariant 9: must be 0 with any replication).
 * **double claims** — from the engine's own ``pgpulse_runs`` writes: a claim of a job while the
   previous claim's token was neither finished, released nor reaped, or a token that did not grow.
-* **lost** — ``backfill`` occurrences due by the settle point whose run did not succeed although
-  their job has moved past them.
+* **lost** — occurrences due by the settle point, passed by their job, whose handler never
+  finished: of any catch-up policy, a run the engine ended ``fenced`` (its attempts interrupted
+  ``MAX_INTERRUPTIONS`` times, or exhausted) with no effect applied; of a ``backfill`` job, also
+  a run left in any state but ``succeeded`` or ``failed`` (a failed run is the handler's own
+  failures using up ``max_attempts``, counted in **failed runs**).
 * **unrecorded** — occurrences of any policy due by the settle point, passed by their job, with
   no ``pgpulse_runs`` row (each must be run or recorded skipped).
 * **queued at check** — occurrences due by the settle point that their job has not reached yet,
   or that it forked (overlap ``allow``/``replace``) and are still to run (a backlog still
-  draining; the runner waits for backfill and forked backlogs before the check).
+  draining; the runner waits for every job's backlog before the check, up to a bound): they
+  are not checked, and **occurrences checked** says how many of those due were (all, when the
+  backlog drained).
 * **stuck** — jobs ``running`` with a lease expired for longer than the sweeper needs, or
   ``failed`` (never scheduled again), at the check.
 * **node crashes** — node processes that exited on their own, or hung on SIGTERM.
@@ -166,27 +171,53 @@ def double_claims(events: Sequence[RunEvent]) -> list[str]:
     return found
 
 
-def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
-    """Return (lost backfill occurrences, occurrences with no run record, occurrences still
-    queued at the check), described.
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """What became of the occurrences due by the settle point (:func:`unaccounted`), each
+    list described. ``due`` counts them all; every one not ``queued`` was checked."""
+
+    lost: list[str]
+    missing: list[str]
+    queued: list[str]
+    failed: list[str]
+    due: int
+
+
+def _lost(catch_up: str, run: Run, applied: bool) -> bool:
+    """Whether ``run`` ended without its handler finishing: ``fenced`` by the engine (the run's
+    attempts were interrupted, or exhausted) with no effect ``applied``, under any policy; or,
+    for a ``backfill`` job, anything but a success or the handler's own failures."""
+    if run.outcome == "fenced":
+        return not applied
+    return catch_up == "backfill" and run.outcome not in ("succeeded", "failed")
+
+
+def unaccounted(history: History) -> Accounting:
+    """Account for every occurrence due by the settle point.
 
     An occurrence due by the settle point is *queued* while its job still holds it or an
-    earlier one (a backlog the settle period did not drain: lag, not loss). Otherwise it must
-    have a run record, and a backfill one a successful run, or it is *unrecorded* / *lost*.
+    earlier one (a backlog the settle period did not drain: lag, not loss, and not checked).
+    Otherwise it must have a run record, or it is *unrecorded*; a run the engine ended without
+    its handler finishing is *lost* (:func:`_lost`); a run ended ``failed`` is the handler's
+    own (listed, not a violation).
     """
     runs = {(r.job_id, r.scheduled_for): r for r in history.runs}
     summaries: dict[int, list[Run]] = defaultdict(list)  # skipped rows of many occurrences
     for r in history.runs:
         if r.last_scheduled_for is not None:
             summaries[r.job_id].append(r)
+    applied = {(e.job_id, e.scheduled_for) for e in history.executions if e.result == "applied"}
     lost: list[str] = []
     missing: list[str] = []
     queued: list[str] = []
+    failed: list[str] = []
+    due_count = 0
     for job in history.jobs:
         schedule = parse_schedule(job.schedule, job.timezone)
         due = schedule.occurrences_between(
             job.anchor_at, history.settle_at, anchor=job.anchor_at, limit=1_000_000
         )
+        due_count += len(due)
         for at in due:
             run = runs.get((job.id, at)) or _summary_of(summaries[job.id], at)
             pending = job.scheduled_for is not None and job.scheduled_for <= at
@@ -199,12 +230,17 @@ def unaccounted(history: History) -> tuple[list[str], list[str], list[str]]:
                 )
             elif run is None:
                 missing.append(f"{job.name} (id {job.id}, {job.catch_up}) @ {_ts(at)}: no run")
-            elif job.catch_up == "backfill" and run.outcome != "succeeded":
+            elif _lost(job.catch_up, run, (job.id, at) in applied):
                 lost.append(
-                    f"{job.name} (id {job.id}) @ {_ts(at)}: {run.outcome} after "
+                    f"{job.name} (id {job.id}, {job.catch_up}) @ {_ts(at)}: {run.outcome} "
+                    f"after {plural(run.attempts, 'attempt')}, no effect applied"
+                )
+            elif run.outcome == "failed":
+                failed.append(
+                    f"{job.name} (id {job.id}) @ {_ts(at)}: failed after "
                     + plural(run.attempts, "attempt")
                 )
-    return lost, missing, queued
+    return Accounting(lost, missing, queued, failed, due_count)
 
 
 def _summary_of(summaries: Sequence[Run], at: datetime) -> Run | None:
@@ -244,7 +280,7 @@ def check(history: History) -> Verdict:
     """
     dups, reexecuted, repeated = duplicates(history)
     tokens_again, doubles = reissued_tokens(history)
-    lost, missing, queued = unaccounted(history)
+    account = unaccounted(history)
     fenced = [
         f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ended {_ts(e.ended_at)}"
         for e in history.executions
@@ -279,8 +315,8 @@ def check(history: History) -> Verdict:
             _count("double token holders", doubles),
             _count("tokens reissued", tokens_again),
             _count("run ids reissued", reissued_run_ids(history)),
-            _count("lost", lost),
-            _count("unrecorded", missing),
+            _count("lost", account.lost),
+            _count("unrecorded", account.missing),
             _count("stuck", stuck(history)),
             _count("node crashes", crashes),
             Figure(
@@ -291,7 +327,15 @@ def check(history: History) -> Verdict:
                 tuple(fenced[:_EXAMPLES]),
             ),
             _count("re-executed", reexecuted, "info"),
-            _count("queued at check", queued, "info"),
+            _count("queued at check", account.queued, "info"),
+            Figure(
+                "occurrences checked",
+                f"{account.due - len(account.queued)}/{account.due}"
+                + (f" ({len(account.queued)} queued, not checked)" if account.queued else ""),
+                "expected all",
+                not account.queued,
+            ),
+            _count("failed runs", account.failed, "info"),
             _count("stale effects", stale, "info"),
             Figure("lag steady", spread(steady, (50, 99))),
             Figure("lag in faults", spread(faulty, (50, 99))),

@@ -385,13 +385,20 @@ class Postgres:
         if not await self._exited(grace):
             await self.kill()
 
+    def signal_kill(self) -> None:
+        """SIGKILL the postmaster and all its children at once (:func:`kill_tree`) without
+        reaping it: when this returns, every backend has its SIGKILL and none commits again.
+        Never raises."""
+        if self.running:
+            assert self.proc is not None
+            kill_tree(self.proc.pid)
+
     async def kill(self) -> None:
-        """SIGKILL the postmaster and all its children at once (:func:`kill_tree`) and reap
+        """SIGKILL the postmaster and all its children at once (:meth:`signal_kill`) and reap
         it. Never raises."""
         if not self.running:
             return
-        assert self.proc is not None
-        kill_tree(self.proc.pid)
+        self.signal_kill()
         await self._exited(10.0)
 
     async def _exited(self, grace: float) -> bool:

@@ -43,7 +43,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -90,7 +90,8 @@ class Promotion:
         kind: ``failover`` or ``switchover``.
         old, new: the servers' names (the old primary is the new standby afterwards).
         cut_at: when replication was cut (``None``: not cut).
-        died_at: when the old primary was killed (failover) or began its clean stop.
+        died_at: when the old primary stopped accepting writes: the instant its last process
+            got its SIGKILL (failover), or when its clean stop began (switchover).
         promoted_at: when the new primary accepted writes.
         rebuilt_at: when the old primary streamed again as the new standby (sync: and was the
             synchronous standby again).
@@ -261,8 +262,7 @@ class ReplicatedServer:
                 cut_at = clock()
                 await self.cut_replication()
                 await asyncio.sleep(window)
-            died_at = clock()
-            await self.crash_primary()
+            died_at = await self.crash_primary(clock)
         elif kind == "switchover":
             await self._no_sync_standby(new)  # before the stop: the new primary must not wait
             died_at = clock()
@@ -294,9 +294,18 @@ class ReplicatedServer:
                 raise DatabaseUnavailable("the primary's walsender outlived the cut")
             await asyncio.sleep(0.005)
 
-    async def crash_primary(self) -> None:
-        """SIGKILL the primary's postmaster and every child at once, and reap it."""
-        await self.primary.kill()
+    async def crash_primary(self, clock: Clock | None = None) -> datetime:
+        """SIGKILL the primary's postmaster and every child at once, and reap it; return the
+        instant (on ``clock``; the system's UTC clock by default) when the last of them got
+        its SIGKILL, from which on the server accepts no write. Not the instant before the
+        kill: its backends commit until their own SIGKILL, and listing them takes milliseconds,
+        so effects committed in between would look committed after the failover (the checker
+        then takes a lost one's repeat for a duplicate)."""
+        primary = self.primary
+        primary.signal_kill()
+        died_at = clock() if clock is not None else datetime.now(UTC)
+        await primary.kill()
+        return died_at
 
     async def promote(self) -> None:
         """Promote the standby (the old primary may be dead, stopped, or — for a split-brain

@@ -68,6 +68,15 @@ Q = load_queries("chaos.sql", __package__)
 log = logging.getLogger(__name__)
 Echo = Callable[[str], None]
 
+#: Seconds of faults of a soak's long run when no duration is asked for (``pgpulse chaos
+#: --soak``): 20 minutes, the length of the issue-37 soak.
+SOAK_DURATION = 1200.0
+#: A soak's long run lasts longer than this (seconds): ten minutes, past which the backlogs
+#: and slow leaks a one-minute run never meets show up.
+SOAK_LONGER_THAN = 600.0
+#: The fault kinds of a soak's second run: resharding while the primary moves.
+SOAK_CLUSTER_KINDS: tuple[str, ...] = (*CLUSTER_RUN_KINDS, "reshard")
+
 
 @dataclass(frozen=True, slots=True)
 class ChaosConfig:
@@ -207,6 +216,54 @@ async def run_chaos(config: ChaosConfig, echo: Echo = print) -> Verdict:
         echo(f"seed {seed}: replay with `{_replay(config)}`{where}")
 
 
+def soak_configs(config: ChaosConfig) -> tuple[ChaosConfig, ChaosConfig]:
+    """The two runs of a soak (``pgpulse chaos --soak``), with ``config``'s seed and settings:
+
+    * the long run: ``config`` as it is, its fault phase longer than :data:`SOAK_LONGER_THAN`;
+    * resharding during failovers: on a replicated cluster of the harness's own (``config``'s
+      replication mode; asynchronous when it has none, the mode whose failovers lose commits),
+      every cluster fault kind and ``reshard`` (:data:`SOAK_CLUSTER_KINDS`), for a quarter of
+      the long run (at least two minutes).
+
+    Raises:
+        InvalidInput: ``config.duration`` is not longer than :data:`SOAK_LONGER_THAN`
+            (``field`` ``duration``).
+    """
+    if config.duration <= SOAK_LONGER_THAN:
+        raise InvalidInput(
+            f"a soak's long run lasts longer than {SOAK_LONGER_THAN:g}s, got {config.duration:g}s",
+            field="duration",
+            value=config.duration,
+        )
+    resharding = replace(
+        config,
+        duration=max(config.duration / 4, 120.0),
+        replication=config.replication or "async",
+        kinds=SOAK_CLUSTER_KINDS,
+        database_url=None,
+    )
+    return config, resharding
+
+
+async def run_soak(config: ChaosConfig, echo: Echo = print) -> list[Verdict]:
+    """Run the soak's two runs (:func:`soak_configs`) one after the other, print a line per
+    run, and return their verdicts (the soak is ok when both are).
+
+    Raises:
+        InvalidInput: as :func:`soak_configs`, or as :func:`run_chaos`.
+        DatabaseUnavailable: as :func:`run_chaos`.
+    """
+    runs = soak_configs(config)
+    names = ("long run", "resharding during failovers")
+    verdicts: list[Verdict] = []
+    for name, each in zip(names, runs, strict=True):
+        echo(f"soak: {name}, faults for {each.duration:g}s")
+        verdicts.append(await run_chaos(each, echo))
+    for name, verdict in zip(names, verdicts, strict=True):
+        echo(f"soak: {name}: {'OK' if verdict.ok else 'FAILED'}")
+    return verdicts
+
+
 def _server(config: ChaosConfig, echo: Echo) -> Server:
     if config.replication is not None:
         if config.database_url:
@@ -305,7 +362,9 @@ async def _drive(run: _Run, cluster: Cluster) -> Verdict:
     settle = config.settle_seconds()
     run.echo(f"faults over at {settle_at:%H:%M:%S}; settling for {settle:.1f}s")
     await asyncio.sleep(settle)
-    await _drain_backlog(run, settle_at, limit=max(30.0, 2 * settle, config.duration / 5))
+    # An overlap-allow job drains its backlog at ~2/3 of its firing rate, so a backlog built
+    # over the whole fault phase may need as long again; the wait ends as soon as it is gone.
+    await _drain_backlog(run, settle_at, limit=max(30.0, 2 * settle, config.duration))
     history = await _snapshot(run, faults, settle_at, cluster)
     # Graceful stop is part of the test: a node that hangs on SIGTERM is a crash.
     await _stop(run, cluster)
@@ -329,18 +388,27 @@ async def _wait_alive(conn: psycopg.AsyncConnection[DictRow], count: int, ttl: f
 
 
 async def _drain_backlog(run: _Run, settle_at: datetime, limit: float) -> None:
-    """Wait (at most ``limit`` seconds) until every backfill job has moved past the settle
-    point, so that an occurrence still queued behind a long outage is not taken for lost."""
+    """Wait (at most ``limit`` seconds) until every job has moved past the settle point and
+    every forked occurrence of it has run, so that the checker checks every occurrence due by
+    then (one still queued behind a long outage is not checked: the verdict counts them), and
+    say how it ended."""
+    began = time.monotonic()
+    left = -1
     async with await psycopg.AsyncConnection.connect(
         run.dsn(), autocommit=True, row_factory=dict_row
     ) as conn:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(limit):
-                while True:
+                while left != 0:
                     row = await (await conn.execute(Q["backlog"], {"at": settle_at})).fetchone()
-                    if row is None or row["n"] == 0:
-                        return
-                    await asyncio.sleep(0.5)
+                    left = 0 if row is None else row["n"]
+                    if left:
+                        await asyncio.sleep(0.5)
+    took = time.monotonic() - began
+    if left:
+        run.echo(f"backlog not drained after {took:.0f}s: {left} jobs or occurrences behind")
+    else:
+        run.echo(f"backlog drained in {took:.0f}s")
 
 
 async def _leader(run: _Run) -> str | None:
