@@ -416,6 +416,7 @@ class LoopbackServer:
             }
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             self.requests.append(Recorded(method, path, headers, body))
+            path = path.split("?", 1)[0]
             if path == "/slow":
                 self.slow_request_seen.set()
                 await reader.read()  # returns b"" once the client closes the connection
@@ -589,4 +590,23 @@ def test_validators_accept_full_payloads() -> None:
             "expect_status": [200, 204],
             "follow_redirects": True,
         }
+    )
+
+
+async def test_http_run_errors_mask_the_password_and_query_values(
+    server: LoopbackServer,
+) -> None:
+    """Run errors are stored and quoted by alerts, logs, e-mails and webhooks: the URL's
+    password and query values never appear there (the path and the rest do)."""
+    base = server.url("/fail").replace("http://", "http://svc:Pa55word@")
+    url = f"{base}?api_key=sk_live_4eC39Hq&format=csv"
+    with pytest.raises(HandlerFailed) as caught:
+        await http_handler(make_ctx({"url": url}))
+    shown = f"http://svc:***@127.0.0.1:{server.port}/fail?api_key=***&format=***"
+    assert str(caught.value) == f"GET {shown} answered 500 Internal Server Error"
+    slow = f"{server.url('/slow')}?token=sk_live_4eC39Hq"
+    with pytest.raises(HandlerFailed) as caught:
+        await http_handler(make_ctx({"url": slow, "timeout": 0.2}))
+    assert str(caught.value) == (
+        f"GET http://127.0.0.1:{server.port}/slow?token=*** timed out after 0.2 s"
     )

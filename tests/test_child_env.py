@@ -49,8 +49,8 @@ async def test_a_shell_command_never_sees_the_database_url_or_libpq_variables(
     command's `env` shows none of them, nor a variable the node was not told to pass; the one
     named with --shell-env (from its environment variable too) is passed, as are the base's."""
     dsn_with_password = make_conninfo(dsn, password=f"{NODE_PASSWORD}-in-url")
-    await add(store, spec("printenv", schedule="0 0 1 1 *", handler="shell",
-                          payload={"command": "env", "env": {"FROM_JOB": "job-value"}}))  # fmt: skip
+    payload = {"command": "env", "env": {"FROM_JOB": "job-value"}}
+    await add(store, spec("printenv", schedule="0 0 1 1 *", handler="shell", payload=payload))
     await store.trigger_job("default", "printenv")
     node = _node(
         dsn_with_password,

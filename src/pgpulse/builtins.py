@@ -35,6 +35,7 @@ from pgpulse.celery_handler import celery_handler, validate_celery_payload
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput, InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
+from pgpulse.masking import mask_url, scrub, url_credentials
 from pgpulse.rq_handler import rq_handler, validate_rq_payload
 from pgpulse.wording import did_you_mean, seconds_text
 
@@ -600,15 +601,6 @@ async def shell_handler(ctx: RunContext) -> str | None:
 # --- http ---------------------------------------------------------------------------------
 
 
-def _redacted(url: str) -> str:
-    """``url`` without its password, for messages that are stored with the run."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    return parts._replace(netloc=f"{parts.username}:***@{netloc}").geturl()
-
-
 def _http_headers(ctx: RunContext, given: Mapping[str, str] | None) -> httpx.Headers:
     import httpx
 
@@ -672,7 +664,9 @@ async def http_handler(ctx: RunContext) -> str | None:
         payload.get("timeout") or min(ctx.timeout or DEFAULT_HTTP_TIMEOUT, DEFAULT_HTTP_TIMEOUT)
     )
     body = payload.get("body")
-    where = f"{method} {_redacted(url)}"
+    # Run errors are stored, logged and quoted by alerts: the URL's credentials (its password,
+    # its query values) are masked there, and scrubbed from the errors of the client library.
+    where = f"{method} {mask_url(url)}"
     try:
         async with (
             asyncio.timeout(timeout),
@@ -696,7 +690,8 @@ async def http_handler(ctx: RunContext) -> str | None:
     except TimeoutError:
         raise HandlerFailed(f"{where} timed out after {seconds_text(timeout)}") from None
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise HandlerFailed(f"{where} failed: {type(exc).__name__}: {exc}") from exc
+        said = scrub(str(exc).replace(url, mask_url(url)), url_credentials(url))
+        raise HandlerFailed(f"{where} failed: {type(exc).__name__}: {said}") from exc
     status, reason, output = response.status_code, response.reason_phrase, text.text()
     expected = payload.get("expect_status")
     ok = status in expected if expected is not None else 200 <= status < 300
