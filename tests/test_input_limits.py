@@ -112,12 +112,12 @@ def test_the_python_api_takes_what_the_http_api_takes_and_refuses_the_rest() -> 
     payload: dict[str, Any] = {"url": "https://8.8.8.8/hook", "json": json.loads(nested(64))}
     JobSpec.create(name="hook", schedule="@daily", handler="http", payload=payload)
     payload["json"] = [payload["json"]]
-    with pytest.raises(InvalidPayload, match="^payload is nested more than 64 levels deep$"):
+    with pytest.raises(InvalidPayload, match=r"^payload is nested more than 64 levels deep$"):
         JobSpec.create(name="hook", schedule="@daily", handler="http", payload=payload)
     payload["json"] = 10**5000
     with pytest.raises(InvalidPayload, match="integer of more than 4,300 digits"):
         JobSpec.create(name="hook", schedule="@daily", handler="http", payload=payload)
-    with pytest.raises(InvalidInput, match="^meta is nested more than 64 levels deep$"):
+    with pytest.raises(InvalidInput, match=r"^meta is nested more than 64 levels deep$"):
         JobSpec.create(name="m", schedule="@daily", handler="http", payload={"url": "https://e.x"},
                        meta={"deep": json.loads(nested(65))})  # fmt: skip
 
