@@ -610,3 +610,15 @@ async def test_http_run_errors_mask_the_password_and_query_values(
     assert str(caught.value) == (
         f"GET http://127.0.0.1:{server.port}/slow?token=*** timed out after 0.2 s"
     )
+
+
+async def test_a_stored_invalid_url_is_quoted_masked_in_the_run_error() -> None:
+    """A payload stored by an older version and refused when it runs: the run error (stored,
+    alerted) shows the URL with its password and query values masked."""
+    url = "ftp://svc:Pa55word@127.0.0.1/x?token=sk_live_4eC39Hq"
+    with pytest.raises(HandlerFailed) as caught:
+        await http_handler(make_ctx({"url": url}))
+    assert str(caught.value) == (
+        "invalid payload: payload.url must be an http:// or https:// URL with a host, got "
+        "'ftp://svc:***@127.0.0.1/x?token=***'"
+    )

@@ -182,7 +182,9 @@ def validate_http_payload(payload: Mapping[str, Any]) -> None:
     except ValueError:
         host = None
     if host is None or parts.scheme.lower() not in ("http", "https"):
-        raise _refuse("payload.url", url, "must be an http:// or https:// URL with a host")
+        # Quoted masked: a stored payload's refusal becomes a run error, which alerts quote.
+        shown = mask_url(url)
+        raise _refuse("payload.url", shown, "must be an http:// or https:// URL with a host")
     method = payload.get("method", "GET")
     if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
         raise _refuse("payload.method", method, f"must be one of {', '.join(sorted(HTTP_METHODS))}")
