@@ -202,3 +202,29 @@ def test_alert_ack_by_takes_a_name_and_refuses_control_characters(dsn: str, db: 
     assert pgpulse("alert", "ack", "1", "--by", "Ana Lima", dsn=dsn).returncode == 0
     row = db.execute("SELECT acknowledged_by FROM pgpulse_alert_events").fetchone()
     assert row == {"acknowledged_by": "Ana Lima"}
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (LONG_INT, "body holds an integer of more than 4,300 digits"),
+        (nested(5000), "body is nested more than 64 levels deep"),
+    ],
+)
+async def test_the_http_api_refuses_the_same_bodies_saying_why(
+    store: Store, value: str, why: str
+) -> None:
+    """Python's JSON parser refuses these beyond JSON's grammar; FastAPI said only "There was
+    an error parsing the body"."""
+    token = await make_token(store, admin=True)
+    body = '{"name": "hook", "schedule": "@daily", "handler": "http", "payload": %s}'
+    async with api_client(store, token) as client:
+        refused = await client.post(
+            "/api/v1/jobs",
+            content=body % http_payload(value),
+            headers={"Content-Type": "application/json"},
+        )
+    assert refused.status_code == 400, refused.text
+    assert refused.json() == {
+        "error": {"code": "bad_request", "message": why, "field": "body", "value": None}
+    }
