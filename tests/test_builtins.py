@@ -30,7 +30,7 @@ from pgpulse.builtins import (
     validate_shell_payload,
 )
 from pgpulse.egress import HttpAllowList
-from pgpulse.errors import InvalidPayload
+from pgpulse.errors import InvalidInput, InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, HandlerFailed, RunContext, truncate_output
 
 LOOPBACK = HttpAllowList.parse(["127.0.0.1"])
@@ -114,8 +114,16 @@ async def test_shell_stdin_defaults_to_dev_null() -> None:
 
 
 async def test_shell_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's environment is explicit: the base (PATH, HOME, LANG, TZ), the names the
+    operator passes (``shell_env``), the payload's env, Pulse's PGPULSE_JOB...; nothing else of
+    the node's, its database URL and libpq's variables least of all (even if named)."""
     monkeypatch.setenv("PULSE_TEST_NODE_VAR", "from-node")
     monkeypatch.setenv("PULSE_TEST_OVERRIDDEN", "from-node")
+    monkeypatch.setenv("PULSE_TEST_NOT_PASSED", "from-node")
+    monkeypatch.setenv("PGPULSE_DATABASE_URL", "postgresql://svc:Hunter2@db/pulse")
+    monkeypatch.setenv("PGPASSWORD", "Hunter2")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setenv("TZ", "Europe/Berlin")
     payload = {
         "command": "env",
         "env": {
@@ -124,18 +132,43 @@ async def test_shell_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             "PGPULSE_JOB": "forged",
         },
     }
-    out = await shell_handler(make_ctx(payload))
+    options = {"shell_env": ("PULSE_TEST_NODE_VAR", "PULSE_TEST_OVERRIDDEN", "PGPASSWORD")}
+    out = await shell_handler(make_ctx(payload, options=options))
     assert out is not None
     env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    assert env["PULSE_TEST_NODE_VAR"] == "from-node"
-    assert env["PULSE_TEST_OVERRIDDEN"] == "from-payload"
-    assert env["GREETING"] == "hi there"
-    assert env["PGPULSE_JOB"] == "nightly-report"
-    assert env["PGPULSE_TENANT"] == "acme"
-    assert env["PGPULSE_SCHEDULED_FOR"] == SCHEDULED_ISO
-    assert env["PGPULSE_ATTEMPT"] == "2"
-    assert env["PGPULSE_RUN_ID"] == "1001"
-    assert env["PGPULSE_FENCING_TOKEN"] == "17"
+    assert env.pop("PULSE_TEST_NODE_VAR") == "from-node"
+    assert env.pop("PULSE_TEST_OVERRIDDEN") == "from-payload"
+    assert env.pop("GREETING") == "hi there"
+    assert env.pop("PGPULSE_JOB") == "nightly-report"
+    assert env.pop("PGPULSE_TENANT") == "acme"
+    assert env.pop("PGPULSE_SCHEDULED_FOR") == SCHEDULED_ISO
+    assert env.pop("PGPULSE_ATTEMPT") == "2"
+    assert env.pop("PGPULSE_RUN_ID") == "1001"
+    assert env.pop("PGPULSE_FENCING_TOKEN") == "17"
+    assert env.pop("PATH") == os.environ["PATH"]
+    assert env.pop("HOME") == os.environ["HOME"]
+    assert env.pop("LANG") == "C.UTF-8"
+    assert env.pop("TZ") == "Europe/Berlin"
+    # What the shell itself sets (dash: PWD; bash: also SHLVL and _), nothing of the node's.
+    assert set(env) <= {"PWD", "SHLVL", "_", "OLDPWD"}, env
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("PGPULSE_DATABASE_URL", "is a Pulse setting"),
+        ("PGPASSWORD", "is a libpq variable"),
+        ("PGSERVICEFILE", "is a libpq variable"),
+        ("pghost", "is a libpq variable"),
+        ("A=B", "is not an environment variable name"),
+        ("", "is not an environment variable name"),
+    ],
+)
+def test_shell_env_refuses_pulse_and_libpq_names(name: str, why: str) -> None:
+    with pytest.raises(InvalidInput, match=f"shell_env {name!r} {why}") as caught:
+        builtins.check_shell_env(["LC_ALL", name])
+    assert (caught.value.field, caught.value.value) == ("shell_env", name)
+    assert builtins.check_shell_env(["LC_ALL", "AWS_PROFILE"]) == ("LC_ALL", "AWS_PROFILE")
 
 
 async def test_shell_runs_the_command_with_the_crontabs_shell() -> None:
@@ -383,6 +416,7 @@ class LoopbackServer:
             }
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             self.requests.append(Recorded(method, path, headers, body))
+            path = path.split("?", 1)[0]
             if path == "/slow":
                 self.slow_request_seen.set()
                 await reader.read()  # returns b"" once the client closes the connection
@@ -556,4 +590,35 @@ def test_validators_accept_full_payloads() -> None:
             "expect_status": [200, 204],
             "follow_redirects": True,
         }
+    )
+
+
+async def test_http_run_errors_mask_the_password_and_query_values(
+    server: LoopbackServer,
+) -> None:
+    """Run errors are stored and quoted by alerts, logs, e-mails and webhooks: the URL's
+    password and query values never appear there (the path and the rest do)."""
+    base = server.url("/fail").replace("http://", "http://svc:Pa55word@")
+    url = f"{base}?api_key=sk_live_4eC39Hq&format=csv"
+    with pytest.raises(HandlerFailed) as caught:
+        await http_handler(make_ctx({"url": url}))
+    shown = f"http://svc:***@127.0.0.1:{server.port}/fail?api_key=***&format=***"
+    assert str(caught.value) == f"GET {shown} answered 500 Internal Server Error"
+    slow = f"{server.url('/slow')}?token=sk_live_4eC39Hq"
+    with pytest.raises(HandlerFailed) as caught:
+        await http_handler(make_ctx({"url": slow, "timeout": 0.2}))
+    assert str(caught.value) == (
+        f"GET http://127.0.0.1:{server.port}/slow?token=*** timed out after 0.2 s"
+    )
+
+
+async def test_a_stored_invalid_url_is_quoted_masked_in_the_run_error() -> None:
+    """A payload stored by an older version and refused when it runs: the run error (stored,
+    alerted) shows the URL with its password and query values masked."""
+    url = "ftp://svc:Pa55word@127.0.0.1/x?token=sk_live_4eC39Hq"
+    with pytest.raises(HandlerFailed) as caught:
+        await http_handler(make_ctx({"url": url}))
+    assert str(caught.value) == (
+        "invalid payload: payload.url must be an http:// or https:// URL with a host, got "
+        "'ftp://svc:***@127.0.0.1/x?token=***'"
     )

@@ -43,6 +43,7 @@ from pgpulse.alerts.rules import RuleSpec, declared_rule
 from pgpulse.audit import SETTABLE_FIELDS
 from pgpulse.errors import InvalidInput, PulseError
 from pgpulse.jobs import JobSpec
+from pgpulse.json_limits import MAX_DEPTH, MAX_INT_DIGITS
 from pgpulse.wording import did_you_mean
 
 __all__ = ["JOB_FIELDS", "ApplyFile", "ApplyFileError", "parse_apply_file"]
@@ -296,6 +297,10 @@ def _load(text: str, path: str) -> dict[str, Any]:
     """The TOML document, or an :class:`ApplyFileError` at TOML's own line."""
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        reason = f"a value is nested more than {MAX_DEPTH} levels deep"
+        line = _deepest_line(text)
+        raise ApplyFileError(path, line, reason, field="toml", value=None) from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         at = _AT_LINE.search(message)
@@ -306,6 +311,24 @@ def _load(text: str, path: str) -> dict[str, Any]:
         raise ApplyFileError(
             path, line, f"not valid TOML: {reason}", field="toml", value=None
         ) from None
+    except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        runs = (run for run in re.finditer("[0-9_]+", text) if len(run[0]) > MAX_INT_DIGITS)
+        first = next(runs, None)
+        line = 1 if first is None else text.count("\n", 0, first.start()) + 1
+        reason = f"an integer has more than {MAX_INT_DIGITS:,} digits"
+        raise ApplyFileError(path, line, reason, field="toml", value=None) from None
+
+
+def _deepest_line(text: str) -> int:
+    """The line where ``text``'s brackets (``[``, ``{``, strings not told apart) first nest
+    more than :data:`~pgpulse.json_limits.MAX_DEPTH` deep, else 1: where a TOML document too
+    deep for the parser is."""
+    depth = 0
+    for at, char in enumerate(text):
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(char, 0)
+        if depth > MAX_DEPTH:
+            return text.count("\n", 0, at) + 1
+    return 1
 
 
 def _source_name(data: dict[str, Any], path: str) -> str:

@@ -25,7 +25,7 @@ import pwd
 import re
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -33,8 +33,9 @@ from urllib.parse import urlsplit
 from pgpulse import shell_guard, tracing
 from pgpulse.celery_handler import celery_handler, validate_celery_payload
 from pgpulse.egress import HttpAllowList
-from pgpulse.errors import InvalidPayload
+from pgpulse.errors import InvalidInput, InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
+from pgpulse.masking import mask_url, scrub, url_credentials
 from pgpulse.rq_handler import rq_handler, validate_rq_payload
 from pgpulse.wording import did_you_mean, seconds_text
 
@@ -181,7 +182,9 @@ def validate_http_payload(payload: Mapping[str, Any]) -> None:
     except ValueError:
         host = None
     if host is None or parts.scheme.lower() not in ("http", "https"):
-        raise _refuse("payload.url", url, "must be an http:// or https:// URL with a host")
+        # Quoted masked: a stored payload's refusal becomes a run error, which alerts quote.
+        shown = mask_url(url)
+        raise _refuse("payload.url", shown, "must be an http:// or https:// URL with a host")
     method = payload.get("method", "GET")
     if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
         raise _refuse("payload.method", method, f"must be one of {', '.join(sorted(HTTP_METHODS))}")
@@ -289,8 +292,60 @@ def _run_as(user: str | None, cwd: str | None) -> tuple[str | None, str, dict[st
     return cwd, f"{entry.pw_uid}:{entry.pw_gid}:{groups}", env
 
 
+#: The node's variables every shell command gets (those the node has): the documented base.
+#: Nothing else of the node's environment reaches a command unless the operator names it
+#: (``node run --shell-env NAME``): the node's own settings hold the database's password.
+SHELL_BASE_ENV = ("PATH", "HOME", "LANG", "TZ")
+
+
+def shell_env_refusal(name: object) -> str | None:
+    """Why ``name`` may not be passed from the node's environment to a child process, or
+    ``None`` if it may: it is not a variable name; it is one of Pulse's settings
+    (``PGPULSE_*``: ``PGPULSE_DATABASE_URL`` holds the database's password); or libpq reads it
+    (``PG*``: ``PGPASSWORD``, ``PGSERVICEFILE``, ``PGHOST``..., the database's credentials and
+    where they are). The rule of :func:`check_shell_env` and of :func:`child_env`."""
+    if not isinstance(name, str) or not name or "=" in name or "\x00" in name:
+        return "is not an environment variable name"
+    if name.upper().startswith("PGPULSE_"):
+        return "is a Pulse setting (PGPULSE_*), never passed to commands"
+    if name.upper().startswith("PG"):
+        return "is a libpq variable (PG*: the database's credentials), never passed to commands"
+    return None
+
+
+def check_shell_env(names: Iterable[object]) -> tuple[str, ...]:
+    """The operator's allow-list of node variables passed on to shell commands
+    (``node run --shell-env NAME``), checked.
+
+    Raises:
+        InvalidInput: ``field="shell_env"``: a name refused by :func:`shell_env_refusal`, named
+            with the reason; nothing is started.
+    """
+    for name in names:
+        why = shell_env_refusal(name)
+        if why is not None:
+            raise InvalidInput(f"shell_env {name!r} {why}", field="shell_env", value=name)
+    return tuple(str(name) for name in names)
+
+
+def child_env(allowed: Iterable[str] = ()) -> dict[str, str]:
+    """The environment a child process of Pulse starts with, taken from the node's own: the
+    variables of :data:`SHELL_BASE_ENV` and those named in ``allowed``, each if the node has it,
+    never one that :func:`shell_env_refusal` refuses (even if named).
+
+    Args:
+        allowed: the operator's extra names (``node run --shell-env``).
+    """
+    names = [*SHELL_BASE_ENV, *allowed]
+    return {
+        name: os.environ[name]
+        for name in names
+        if name in os.environ and shell_env_refusal(name) is None
+    }
+
+
 def _shell_env(ctx: RunContext, extra: Mapping[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
+    env = child_env(ctx.options.get("shell_env") or ())
     env.update(extra)
     env.update(ctx.payload.get("env") or {})
     # Set last: a payload cannot disguise which run (or which fencing token) this is.
@@ -456,10 +511,14 @@ async def shell_handler(ctx: RunContext) -> str | None:
     :data:`~pgpulse.handlers.MAX_OUTPUT_CHARS` characters kept). Output is read until every
     process holding the pipe has closed it, as cron does.
 
-    Environment: the node's environment, overlaid with ``payload.env``, plus ``PGPULSE_JOB``,
-    ``PGPULSE_TENANT``, ``PGPULSE_SCHEDULED_FOR`` (ISO-8601, UTC), ``PGPULSE_ATTEMPT``,
-    ``PGPULSE_RUN_ID`` and ``PGPULSE_FENCING_TOKEN`` (these cannot be overridden by the payload);
-    with tracing on (``node run --otel``), ``TRACEPARENT``: the attempt span's W3C traceparent.
+    Environment: explicit, never the node's whole one (it holds ``PGPULSE_DATABASE_URL``):
+    the node's ``PATH``, ``HOME``, ``LANG`` and ``TZ`` (:data:`SHELL_BASE_ENV`) and the variables
+    the operator names in ``ctx.options["shell_env"]`` (``node run --shell-env``; never a
+    ``PGPULSE_*`` or libpq ``PG*`` one, :func:`child_env`), overlaid with ``payload.env``, plus
+    ``PGPULSE_JOB``, ``PGPULSE_TENANT``, ``PGPULSE_SCHEDULED_FOR`` (ISO-8601, UTC),
+    ``PGPULSE_ATTEMPT``, ``PGPULSE_RUN_ID`` and ``PGPULSE_FENCING_TOKEN`` (these cannot be
+    overridden by the payload); with tracing on (``node run --otel``), ``TRACEPARENT``: the
+    attempt span's W3C traceparent.
 
     User: the crontab's user is recorded; commands run as the current user unless Pulse runs as
     root and the user exists (then with that user's groups, ``HOME``, ``USER``, ``LOGNAME``, and,
@@ -544,15 +603,6 @@ async def shell_handler(ctx: RunContext) -> str | None:
 # --- http ---------------------------------------------------------------------------------
 
 
-def _redacted(url: str) -> str:
-    """``url`` without its password, for messages that are stored with the run."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    return parts._replace(netloc=f"{parts.username}:***@{netloc}").geturl()
-
-
 def _http_headers(ctx: RunContext, given: Mapping[str, str] | None) -> httpx.Headers:
     import httpx
 
@@ -616,7 +666,9 @@ async def http_handler(ctx: RunContext) -> str | None:
         payload.get("timeout") or min(ctx.timeout or DEFAULT_HTTP_TIMEOUT, DEFAULT_HTTP_TIMEOUT)
     )
     body = payload.get("body")
-    where = f"{method} {_redacted(url)}"
+    # Run errors are stored, logged and quoted by alerts: the URL's credentials (its password,
+    # its query values) are masked there, and scrubbed from the errors of the client library.
+    where = f"{method} {mask_url(url)}"
     try:
         async with (
             asyncio.timeout(timeout),
@@ -640,7 +692,8 @@ async def http_handler(ctx: RunContext) -> str | None:
     except TimeoutError:
         raise HandlerFailed(f"{where} timed out after {seconds_text(timeout)}") from None
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise HandlerFailed(f"{where} failed: {type(exc).__name__}: {exc}") from exc
+        said = scrub(str(exc).replace(url, mask_url(url)), url_credentials(url))
+        raise HandlerFailed(f"{where} failed: {type(exc).__name__}: {said}") from exc
     status, reason, output = response.status_code, response.reason_phrase, text.text()
     expected = payload.get("expect_status")
     ok = status in expected if expected is not None else 200 <= status < 300

@@ -36,6 +36,7 @@ from pgpulse.task_queues import (
     occurrence_task_id,
     pulse_headers,
     redacted_url,
+    scrub_url,
 )
 from pgpulse.wording import seconds_text
 
@@ -232,10 +233,7 @@ class CelerySender:
 
     def scrub(self, text: str) -> str:
         """``text`` without the broker's password (an exception's text may quote the URL)."""
-        if self._broker:
-            for one in self._broker.split(";"):
-                text = text.replace(one, redacted_url(one))
-        return text
+        return scrub_url(text, self._broker) if self._broker else text
 
 
 async def celery_handler(ctx: RunContext) -> str | None:

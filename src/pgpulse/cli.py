@@ -277,6 +277,19 @@ def _web_address(_ctx: click.Context, _param: click.Parameter, value: str | None
     return value
 
 
+def _shell_env_names(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """``--shell-env``: names :func:`pgpulse.builtins.check_shell_env` takes; a refused one is
+    :class:`click.BadParameter` naming it and why (exit 2)."""
+    from pgpulse.builtins import check_shell_env
+
+    try:
+        return check_shell_env(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(exc.message.removeprefix("shell_env ")) from None
+
+
 @node.command("run")
 @click.option(
     "--app",
@@ -337,6 +350,16 @@ def _web_address(_ctx: click.Context, _param: click.Parameter, value: str | None
     is_flag=True,
     show_envvar=True,
     help="shell jobs record their command instead of running it (implies --allow-shell-jobs).",
+)
+@click.option(
+    "--shell-env",
+    multiple=True,
+    show_envvar=True,
+    metavar="NAME",
+    callback=_shell_env_names,
+    help="A variable of this node's environment that shell commands also get (repeatable; "
+    "in the variable, names separated by spaces). They get PATH, HOME, LANG, TZ, the job's env "
+    "and PGPULSE_JOB... alone otherwise; PGPULSE_* and libpq's PG* variables are refused.",
 )
 @click.option(
     "--prune-code-jobs",
@@ -424,6 +447,7 @@ def node_run(
     poll: float,
     drain_timeout: float,
     shell_dry_run: bool,
+    shell_env: tuple[str, ...],
     prune_code_jobs: bool,
     metrics_addr: str | None,
     http_addr: str | None,
@@ -464,6 +488,7 @@ def node_run(
         "drain_timeout": drain_timeout,
         "handler_options": {
             "shell_dry_run": shell_dry_run,
+            "shell_env": shell_env,
             "http_allow": web_settings(**web).http_allow,  # checked at each connection
             **_queue_senders(celery_broker, celery_app, rq_redis),
         },

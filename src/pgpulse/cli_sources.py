@@ -19,6 +19,7 @@ import click
 from pgpulse.alerts.declared import RuleRefused
 from pgpulse.applyfile import ApplyFile, ApplyFileError, parse_apply_file
 from pgpulse.audit import cli_actor
+from pgpulse.cli_types import read_input
 from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab, percent_note
 from pgpulse.crontab_sync import plan_crontab_sync
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError
@@ -33,7 +34,7 @@ __all__ = ["apply_files", "import_crontab", "print_history", "print_plans"]
 
 
 def _read_text(path: Path) -> str:
-    data = path.read_bytes()
+    data = read_input(str(path))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -185,7 +186,8 @@ async def import_crontab(
     resolved = await asyncio.to_thread(path.resolve)
     if system is None:
         system = is_system_crontab(resolved)
-    data = await asyncio.to_thread(path.read_bytes)  # lines that are not UTF-8 are refused
+    # At most MAX_INPUT_BYTES; lines that are not UTF-8 are refused
+    data = await asyncio.to_thread(read_input, str(path))
     parsed = parse_crontab(data, path=str(path), system=system)
     for error in parsed.errors:
         click.echo(f"refused {error}", err=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import click
 
@@ -214,3 +214,34 @@ def tenant_option(help: str = "The job's tenant.") -> Callable[[F], F]:
         callback=resolve,
         help=help,
     )
+
+
+#: The most bytes read from an input file (``apply``, ``crontab import``, ``notifier add
+#: --config @FILE`` or ``-``): far above any real definitions file, and a character device such
+#: as ``/dev/zero`` or an endless pipe is refused instead of read until memory runs out.
+MAX_INPUT_BYTES = 8 * 1024 * 1024
+
+
+def read_input(path: str, stream: BinaryIO | None = None) -> bytes:
+    """The content of input file ``path`` (or of ``stream``, standard input, named ``path``),
+    at most :data:`MAX_INPUT_BYTES` bytes.
+
+    Raises:
+        InvalidInput: ``field="file"``, ``value=path``: the input is longer than the limit
+            (said with the limit, nothing more read); OSError as :func:`open` raises it.
+    """
+    from pgpulse.errors import InvalidInput
+
+    if stream is None:
+        with open(path, "rb") as opened:
+            data = opened.read(MAX_INPUT_BYTES + 1)
+    else:
+        data = stream.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise InvalidInput(
+            f"{path} is longer than {MAX_INPUT_BYTES // (1024 * 1024)} MiB "
+            f"({MAX_INPUT_BYTES:,} bytes), the most an input file may hold",
+            field="file",
+            value=path,
+        )
+    return data

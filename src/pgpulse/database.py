@@ -14,6 +14,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 import psycopg
 from psycopg import conninfo
@@ -22,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgpulse.embedded import start_embedded
 from pgpulse.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.masking import scrub
 from pgpulse.sql import QUERIES
 
 log = logging.getLogger(__name__)
@@ -67,11 +69,16 @@ def with_database(dsn: str, database: str | None) -> str:
     try:
         return conninfo.make_conninfo(dsn, dbname=database)
     except psycopg.ProgrammingError as exc:
-        raise InvalidInput(
-            f"database_url {redact(dsn)!r} is not a valid DSN: {str(exc).strip()}",
-            field="database_url",
-            value=redact(dsn),
-        ) from None
+        raise _malformed(dsn, exc) from None
+
+
+def _malformed(dsn: str, exc: psycopg.Error) -> InvalidInput:
+    """The refusal of a DSN libpq cannot read, without its password (:func:`scrub_dsn`)."""
+    return InvalidInput(
+        f"database_url {redact(dsn)!r} is not a valid DSN: {scrub_dsn(str(exc).strip(), dsn)}",
+        field="database_url",
+        value=redact(dsn),
+    )
 
 
 def primary_dsn(dsn: str) -> str:
@@ -86,11 +93,7 @@ def primary_dsn(dsn: str) -> str:
     try:
         params = conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        raise InvalidInput(
-            f"database_url {redact(dsn)!r} is not a valid DSN: {str(exc).strip()}",
-            field="database_url",
-            value=redact(dsn),
-        ) from None
+        raise _malformed(dsn, exc) from None
     several = any("," in str(params.get(key) or "") for key in ("host", "hostaddr"))
     if "target_session_attrs" in params or not several:
         return dsn
@@ -145,10 +148,49 @@ def describe_dsn(dsn: str) -> str:
     return f"database {dbname!r} on {','.join(places)}"
 
 
+#: Where a DSN holds its password: a URI's userinfo (up to the first and to the last ``@``),
+#: a ``password=`` of a URI's query, a ``password=`` keyword (quoted or not).
+_DSN_PASSWORDS = (
+    re.compile(r"://[^:/?#@\s]*:([^@\s]*)@"),
+    re.compile(r"://[^:/?#@\s]*:(\S*)@"),
+    re.compile(r"[?&]password=([^&\s]*)"),
+    re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)"),
+)
+
+
+def dsn_secrets(dsn: str) -> list[str]:
+    """The passwords ``dsn`` holds, as text may quote them (as written, unquoted and
+    percent-decoded), found in its text even when the DSN is malformed (a driver's refusal of
+    it quotes the token it could not read).
+
+    Args:
+        dsn: a libpq URI or key=value DSN, well-formed or not.
+    """
+    found: list[str] = []
+    for pattern in _DSN_PASSWORDS:
+        found += [match.group(1) for match in pattern.finditer(dsn)]
+    # libpq ends a URI's userinfo at its first "@": the rest of such a password is read as the
+    # host, and quoted as such.
+    found += [piece for text in found if text.count("@") for piece in text.split("@")]
+    with contextlib.suppress(psycopg.Error):
+        found.append(str(conninfo.conninfo_to_dict(dsn).get("password") or ""))
+    found += [text.strip("'") for text in found]
+    found += [unquote(text) for text in found]
+    return [text for text in found if text]
+
+
 def redact(dsn: str) -> str:
     """Return ``dsn`` with any password replaced by ``***`` (for error messages and logs)."""
-    dsn = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
+    dsn = _DSN_PASSWORDS[1].sub(lambda m: m.group(0).replace(m.group(1), "***"), dsn)
+    dsn = re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", r"\1***", dsn)
+    return scrub(dsn, dsn_secrets(dsn))
+
+
+def scrub_dsn(text: str, dsn: str) -> str:
+    """``text`` (a driver's message about ``dsn``) without ``dsn``'s password, however it is
+    quoted: libpq's refusal of a malformed DSN quotes the token it could not read
+    (``invalid percent-encoded token: "Hunter%2Hunter2"``)."""
+    return scrub(text.replace(dsn, redact(dsn)), dsn_secrets(dsn))
 
 
 def _kwargs(application_name: str) -> dict[str, Any]:
@@ -181,11 +223,7 @@ async def connect(
     try:
         conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        raise InvalidInput(
-            f"database_url {redact(dsn)!r} is not a valid DSN: {str(exc).strip()}",
-            field="database_url",
-            value=redact(dsn),
-        ) from None
+        raise _malformed(dsn, exc) from None
     try:
         return await psycopg.AsyncConnection.connect(
             primary_dsn(dsn) if writable else dsn,
@@ -193,12 +231,13 @@ async def connect(
             **_kwargs(application_name),
         )
     except psycopg.Error as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        said = scrub_dsn(str(exc).strip(), dsn)
+        reason = said.splitlines()[0] if said else type(exc).__name__
         # A server that answered and refused (an unknown role or database, a wrong password,
         # pg_hba) is not a server that does not answer.
         verb = "refused the connection" if "FATAL:" in str(exc) else "does not answer"
         raise DatabaseUnavailable(
-            f"{describe_dsn(dsn)} {verb}: {reason} (DSN {redact(dsn)!r})",
+            f"{scrub_dsn(describe_dsn(dsn), dsn)} {verb}: {reason} (DSN {redact(dsn)!r})",
             field="database_url",
             value=redact(dsn),
         ) from exc

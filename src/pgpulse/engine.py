@@ -51,6 +51,7 @@ from pgpulse.alerts.checkins import CheckinPinger
 from pgpulse.alerts.delivery import AlertLoop
 from pgpulse.alerts.store import AlertStore
 from pgpulse.attempts import Attempt, Attempts
+from pgpulse.builtins import check_shell_env
 from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
 from pgpulse.database import Session
 from pgpulse.dispatch import Dispatcher
@@ -88,7 +89,9 @@ class NodeConfig:
         poll_interval: longest sleep between two claims when nothing is known to be due.
         drain_timeout: on stop, how long running attempts may take to finish.
         keep_runs: how long finished run history is kept (leader prunes).
-        handler_options: passed to handlers in ``RunContext.options``.
+        handler_options: passed to handlers in ``RunContext.options``; its ``shell_env``, the
+            node variables shell commands also get, is checked
+            (:func:`pgpulse.builtins.check_shell_env`, InvalidInput).
         allow_shell: run ``shell`` jobs. Off by default: a ``shell`` job runs commands on every
             node, so each node opts in (``pgpulse node run --allow-shell-jobs``). A node without
             it claims no shell jobs (they wait for a node that allows them).
@@ -115,6 +118,8 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id)  # InvalidInput: as a job's name (status shows it)
+        # InvalidInput: a PGPULSE_* or libpq name the operator asked shell commands to get
+        check_shell_env(self.handler_options.get("shell_env") or ())
         if self.lease <= 2 * self.heartbeat_interval:
             beat = self.heartbeat_interval
             raise ValueError(

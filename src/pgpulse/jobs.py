@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from pgpulse.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
 from pgpulse.errors import InvalidInput, InvalidPayload, UnknownHandler
+from pgpulse.json_limits import check_shape, loads_json
 from pgpulse.limits import check_auto_pause, check_calendars, check_max_runs, check_window
 from pgpulse.schedule import Schedule, parse_schedule
 from pgpulse.spread import check_spread
@@ -215,19 +216,24 @@ def parse_payload(value: object) -> dict[str, Any]:
     Raises:
         InvalidPayload: the string is not JSON, the JSON is not an object, the dict holds
             values JSON cannot encode or text PostgreSQL cannot store (NUL characters, lone
-            surrogates), or it is too large; ``field`` is ``"payload"``.
+            surrogates), it is too large, nested too deep or holds too long an integer
+            (:func:`pgpulse.json_limits.check_shape`, the rule of every path); ``field`` is
+            ``"payload"``.
     """
     if isinstance(value, str) and len(value) > MAX_PAYLOAD_BYTES:  # no need to parse it
         raise _too_large(len(value.encode("utf-8", "surrogatepass")), value)
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise InvalidPayload(
-                f"payload is not valid JSON ({exc.msg} at char {exc.pos}): {value!r}",
-                field="payload",
-                value=value,
-            ) from None
+    try:
+        if isinstance(value, str):
+            value = loads_json("payload", value)
+        check_shape("payload", value)  # before json.dumps, which recurses
+    except json.JSONDecodeError as exc:
+        raise InvalidPayload(
+            f"payload is not valid JSON ({exc.msg} at char {exc.pos}): {value!r}",
+            field="payload",
+            value=value,
+        ) from None
+    except InvalidInput as exc:
+        raise InvalidPayload(exc.message, field="payload", value=None) from None
     if not isinstance(value, dict):
         raise InvalidPayload(
             f"payload must be a JSON object, got {value!r}", field="payload", value=value

@@ -27,6 +27,7 @@ from pgpulse.task_queues import (
     occurrence_task_id,
     pulse_headers,
     redacted_url,
+    scrub_url,
 )
 from pgpulse.wording import seconds_text
 
@@ -72,6 +73,10 @@ class RqSender:
         self._lock = threading.Lock()
         #: How runs name the Redis: its URL without the password.
         self.where = redacted_url(url)
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the Redis URL's credentials (an exception's text may quote it)."""
+        return scrub_url(text, self._url)
 
     def _connection(self) -> Any:
         with self._lock:
@@ -142,7 +147,8 @@ async def rq_handler(ctx: RunContext) -> str | None:
         ) from None
     except Exception as exc:
         raise HandlerFailed(
-            f"enqueueing job {job_id} via {sender.where} failed: {type(exc).__name__}: {exc}"
+            f"enqueueing job {job_id} via {sender.where} failed: {type(exc).__name__}: "
+            f"{sender.scrub(str(exc))}"
         ) from None
     queue = ctx.payload.get("queue") or "default"
     what = f"job {job_id} ({ctx.payload['func']})"

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pgpulse.errors import InvalidInput, InvalidPayload
 from pgpulse.handlers import RunContext
+from pgpulse.masking import mask_url, scrub, url_credentials
 
 __all__ = [
     "check_call_fields",
@@ -145,23 +146,26 @@ def check_seconds(payload: Mapping[str, Any], key: str) -> None:
 
 
 def redacted_url(url: str) -> str:
-    """``url`` without its password (``redis://:***@host:6379/0``): what a run's output or a
-    log line may show of a node's broker."""
+    """``url`` without its credentials (``redis://:***@host:6379/0``, and every query value:
+    ``?password=***``, :func:`pgpulse.masking.mask_url`): what a run's output or a log line may
+    show of a node's broker (each of several ``;``-separated URLs)."""
     shown = []
     for one in url.split(";"):
         try:
-            parts = urlsplit(one)
-            password = parts.password
+            urlsplit(one)
         except ValueError:
             shown.append("<unparsable URL>")
             continue
-        if password is None:
-            shown.append(one)
-            continue
-        user, _, host = parts.netloc.rpartition("@")
-        name = user.partition(":")[0]
-        shown.append(parts._replace(netloc=f"{name}:***@{host}").geturl())
+        shown.append(mask_url(one))
     return ";".join(shown)
+
+
+def scrub_url(text: str, url: str) -> str:
+    """``text`` (an exception's text) without ``url``'s credentials, however it quotes them:
+    the URL whole, or its password or query values alone (:func:`pgpulse.masking.scrub`)."""
+    for one in url.split(";"):
+        text = scrub(text.replace(one, redacted_url(one)), url_credentials(one))
+    return text
 
 
 def check_url(option: str, url: str, schemes: frozenset[str]) -> None:

@@ -12,7 +12,6 @@ import json
 import re
 import sys
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -20,10 +19,11 @@ import click
 from pgpulse.alerts.rules import ALL_RULES, CLUSTER_RULES
 from pgpulse.alerts.store import AlertStore
 from pgpulse.app import connect
+from pgpulse.cli_types import read_input, valid_name
 from pgpulse.cli_types import tenant_option as cli_tenant_option
-from pgpulse.cli_types import valid_name
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput, PulseError
+from pgpulse.json_limits import loads_json
 from pgpulse.report import one_line, print_records, run_command, to_json
 from pgpulse.wording import plural
 
@@ -99,20 +99,21 @@ def _read_config(text: str) -> object:
 
     Raises:
         InvalidInput: ``field="config"``: FILE cannot be read (missing, a folder, not UTF-8),
-            or the text is not JSON (the text is not shown: it may hold secrets).
+            the text is not JSON (the text is not shown: it may hold secrets), or it breaks the
+            nesting and number rule (:func:`pgpulse.json_limits.loads_json`).
     """
-    if text == "-":
-        text = sys.stdin.read()
-    elif text.startswith("@"):
+    if text == "-" or text.startswith("@"):
+        name = "standard input" if text == "-" else text[1:]
         try:
-            text = Path(text[1:]).read_text(encoding="utf-8")
+            data = read_input(name, sys.stdin.buffer if text == "-" else None)
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise InvalidInput(
-                f"config {text!r}: cannot read {text[1:]!r}: {why}", field="config", value=text
+                f"config {text!r}: cannot read {name!r}: {why}", field="config", value=text
             ) from None
     try:
-        return json.loads(text)
+        return loads_json("config", text)
     except json.JSONDecodeError as exc:
         raise InvalidInput(
             f"config is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",

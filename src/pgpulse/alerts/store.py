@@ -29,7 +29,7 @@ from pgpulse.alerts.rules import (
 from pgpulse.database import ConnectionSource
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput, JobNotFound, NotFound, PulseError
-from pgpulse.jobs import unprintable
+from pgpulse.jobs import check_name, unprintable
 from pgpulse.notify import parse_notifier_config
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import load_queries
@@ -289,9 +289,17 @@ class AlertStore:
         notice (``leader_changed``, ``no_live_node``: nothing to wait for) is closed by it
         (docs/alerts.md, "States").
 
+        Args:
+            by: who acknowledges it, shown beside the alert: empty, or a name by the rule of
+                job and tenant names (:func:`~pgpulse.jobs.check_name`: 1-200 printable
+                characters, so no terminal control sequence is stored and replayed).
+
         Raises:
+            InvalidInput: ``field="by"``: ``by`` is not a valid name; nothing is written.
             AlertNotFound: no such alert.
         """
+        if by:
+            check_name("by", by)
         if not await self._rows("acknowledge_alert", {"id": event_id, "by": by, "now": now}):
             raise AlertNotFound(event_id)
 

@@ -18,7 +18,10 @@ import threading
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-MASK = "***"
+from pgpulse.masking import MASK, scrub
+
+__all__ = ["MASK", "Secret", "guard_library_logs", "redact_url", "scrub", "url_secrets"]
+
 _WORD_SEGMENT = re.compile(r"^(?:[a-z][a-z._-]{0,23}|[0-9]{1,6}|\{[a-z_]+\})$")
 #: Query values shorter than this are not scrubbed from free text (``?v=1`` is no secret, and
 #: replacing every ``1`` in a message would garble it); they are still masked in URLs.
@@ -94,7 +97,9 @@ def redact_url(url: str) -> str:
 
 def url_secrets(url: str) -> list[str]:
     """The parts of ``url`` that :func:`redact_url` masks, as they may appear in free text
-    (raw and percent-decoded), the whole URL first (when it has any secret part).
+    (raw and percent-decoded), the whole URL first (when it has any secret part); of the
+    userinfo, ``user:password`` and the password (the user name alone would be scrubbed from
+    every word that holds it).
 
     Args:
         url: the URL whose secrets an error message or log line must not quote.
@@ -104,9 +109,9 @@ def url_secrets(url: str) -> list[str]:
         parts = urlsplit(url)
     except ValueError:
         return found
-    if "@" in parts.netloc:
+    if "@" in parts.netloc:  # the user name alone is no secret (and may be one letter)
         userinfo = parts.netloc.rsplit("@", 1)[0]
-        found += [userinfo, *userinfo.split(":", 1)]
+        found += [userinfo, *userinfo.split(":", 1)[1:]]
     found += [seg for seg in parts.path.split("/") if seg and not _WORD_SEGMENT.match(seg)]
     found += [
         value
@@ -115,19 +120,6 @@ def url_secrets(url: str) -> list[str]:
     ]
     found += [unquote(text) for text in found]
     return found
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of each secret in ``text`` with ``***`` (longest first, so a
-    URL is masked whole before its parts are).
-
-    Args:
-        text: a message that may quote a secret (an exception's text, a server's answer).
-        secrets: the secret strings; empty ones are ignored.
-    """
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return text
 
 
 class _ScrubFilter(logging.Filter):

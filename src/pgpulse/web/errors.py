@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pgpulse.errors import DatabaseUnavailable, InvalidInput, NotFound, PulseError
+from pgpulse.json_limits import too_deep, too_long_integer
 from pgpulse.web.auth import TokenNotFound
 from pgpulse.web.filters import BadFilter
 from pgpulse.web.policy import Forbidden, PayloadTooLarge
@@ -267,11 +268,19 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         field = "path" if exc.status_code in (404, 405) else "body"
         value = request.url.path if field == "path" else None
+        detail = str(exc.detail)
+        # FastAPI's body parser says only "error parsing the body" for what Python's JSON
+        # parser refuses beyond JSON's grammar: say the rule every path applies.
+        cause = exc.__cause__
+        if exc.status_code == 400 and isinstance(cause, RecursionError):
+            detail = too_deep("body").message
+        elif exc.status_code == 400 and type(cause) is ValueError:
+            detail = too_long_integer("body").message
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(request))
         return JSONResponse(
-            error_body(code, str(exc.detail), field, value),
+            error_body(code, detail, field, value),
             exc.status_code,
             headers=headers or None,
         )

@@ -22,6 +22,7 @@ from typing import Any
 from pgpulse.address_registry import host_address
 from pgpulse.egress import HttpAllowList, target_addresses
 from pgpulse.errors import Forbidden, InvalidInput, PulseError
+from pgpulse.json_limits import check_shape
 
 #: Default limit of a request body, bytes. Larger bodies are refused with 413.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
@@ -167,27 +168,26 @@ async def check_http_target(
 
 def check_text(field_name: str, value: Any) -> None:
     """Refuse text the database cannot store: NUL characters, unpaired surrogates (walks dicts
-    and lists, at most 64 levels deep).
+    and lists), after the nesting and number rule of every path
+    (:func:`pgpulse.json_limits.check_shape`).
 
     Raises:
         InvalidInput: ``field`` names where the text is (``payload.env.HOME``,
-            ``payload.args[2]``), ``value`` is the refused string (NUL shown as ``\\u0000``).
+            ``payload.args[2]``), ``value`` is the refused string (NUL shown as ``\\u0000``);
+            or ``field_name`` for a value nested too deep or an integer too long.
     """
-    stack: list[tuple[Any, str, int]] = [(value, field_name, 0)]
+    check_shape(field_name, value)
+    stack: list[tuple[Any, str]] = [(value, field_name)]
     while stack:
-        item, where, depth = stack.pop()
-        if depth > 64:
-            raise InvalidInput(
-                f"{field_name} is nested more than 64 levels deep", field=field_name, value=None
-            )
+        item, where = stack.pop()
         if isinstance(item, str):
             _check_string(where, item)
         elif isinstance(item, dict):
             for key, child in item.items():
                 _check_string(where, str(key))
-                stack.append((child, f"{where}.{key}", depth + 1))
+                stack.append((child, f"{where}.{key}"))
         elif isinstance(item, list):
-            stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item))
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
 
 
 def _check_string(where: str, text: str) -> None:

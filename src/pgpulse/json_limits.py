@@ -1,0 +1,86 @@
+"""The one nesting and number-size rule for structured input (payloads, ``meta``, notifier
+configs), on every path: the CLI's JSON options, ``apply``'s TOML, the Python API and the HTTP
+API call :func:`check_shape`, and text is parsed by :func:`loads_json`.
+
+Why: a value nested deeper than the HTTP API takes could be stored through another path and
+then never be changed through the API; Python's parsers fail on deep nesting with a
+``RecursionError`` and on integers over 4,300 digits with a ``ValueError`` (the interpreter's
+``sys.int_info.default_max_str_digits``), which reached users as tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pgpulse.errors import InvalidInput
+
+#: The deepest a value may sit inside a document: the top level is level 0, ``{"a": 1}``'s
+#: ``1`` is at level 1.
+MAX_DEPTH = 64
+#: The most decimal digits of an integer (Python's own default limit for reading and writing
+#: one as text, so a stored value can always be read back and printed).
+MAX_INT_DIGITS = 4300
+_INT_LIMIT = 10**MAX_INT_DIGITS
+
+
+def too_deep(field_name: str) -> InvalidInput:
+    """The refusal of a document nested more than :data:`MAX_DEPTH` levels."""
+    return InvalidInput(
+        f"{field_name} is nested more than {MAX_DEPTH} levels deep", field=field_name, value=None
+    )
+
+
+def too_long_integer(field_name: str) -> InvalidInput:
+    """The refusal of a document holding an integer of more than :data:`MAX_INT_DIGITS`
+    digits."""
+    return InvalidInput(
+        f"{field_name} holds an integer of more than {MAX_INT_DIGITS:,} digits",
+        field=field_name,
+        value=None,
+    )
+
+
+def check_shape(field_name: str, value: Any) -> None:
+    """Refuse a document nested more than :data:`MAX_DEPTH` levels deep or holding an integer
+    of more than :data:`MAX_INT_DIGITS` digits (walks dicts, lists and tuples without
+    recursion).
+
+    Args:
+        field_name: the document's field (``payload``, ``meta``, ``config``), for the refusal.
+        value: the document (any Python value; scalars pass).
+
+    Raises:
+        InvalidInput: ``field=field_name``, ``value=None`` (the document is not quoted).
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise too_deep(field_name)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= _INT_LIMIT:
+            raise too_long_integer(field_name)
+
+
+def loads_json(field_name: str, text: str | bytes) -> Any:
+    """Parse JSON ``text`` and check it with :func:`check_shape`.
+
+    Raises:
+        json.JSONDecodeError: the text is not JSON (the caller words it: it knows whether the
+            text may be quoted).
+        InvalidInput: nested too deep, or an integer too long (``field=field_name``).
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep(field_name) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise too_long_integer(field_name) from None
+    check_shape(field_name, value)
+    return value
