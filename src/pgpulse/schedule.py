@@ -43,6 +43,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from pgpulse import cron as cron_math
+from pgpulse import cron_gaps
 from pgpulse.cron import HORIZON_YEARS, Cron
 from pgpulse.cron_syntax import describe_cron, invalid, parse_cron
 from pgpulse.errors import InvalidSchedule, ScheduleEnded
@@ -237,8 +238,9 @@ class Schedule:
             anchor: as for :meth:`next_after`; None means ``start``.
 
         Returns:
-            The count. Intervals: O(1). Cron: calendar arithmetic, plus a correction for each
-            change of the zone's UTC offset in the range (about two a year).
+            The count. Intervals: O(1). Cron: calendar arithmetic, corrected for the zone's
+            UTC offset changes in the range by running sums (:func:`pgpulse.cron.count_between`),
+            whatever the range.
 
         Raises:
             ValueError: a naive instant.
@@ -329,6 +331,20 @@ class Schedule:
                 break
             found.append(current := following)
         return found
+
+    def shortest_gap(self) -> timedelta | None:
+        """The shortest time between two consecutive occurrences, over all time, if it is at
+        most a day; else ``None`` (and always for a one-off schedule).
+
+        A cron schedule's is found over every UTC offset its zone has or will have, so the
+        short gaps a daylight-saving change makes count (:func:`pgpulse.cron_gaps.shortest_gap`:
+        the cost is bounded by the zone's data, cached per schedule).
+        """
+        if self.interval is not None:
+            return self.interval if self.interval <= timedelta(days=1) else None
+        if self.at is not None:
+            return None
+        return cron_gaps.shortest_gap(self._cron_fields, self._zone)
 
     @property
     def _cron_fields(self) -> Cron:
