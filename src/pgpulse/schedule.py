@@ -167,8 +167,9 @@ class Schedule:
 
         Raises:
             ValueError: ``after`` or ``anchor`` is naive.
-            InvalidSchedule: no occurrence within 400 years (a cron schedule that only matches
-                wall times skipped by DST in its zone, e.g.), or none before the year 10000.
+            InvalidSchedule: no occurrence within 400 years or before the year 10000, or a cron
+                schedule whose every matching wall time daylight saving skips in its zone (the
+                message says which).
             ScheduleEnded: (an :class:`~pgpulse.errors.InvalidSchedule`) a one-off schedule
                 at or past its instant; :meth:`next_after_or_none` says None instead.
         """
@@ -352,6 +353,24 @@ class Schedule:
         return self._cron
 
     def _none_after(self, start: datetime) -> InvalidSchedule:
+        """Why a recurring schedule has no occurrence after ``start``: the calendar's end, no
+        matching date in 400 years, or every matching wall time skipped by daylight saving."""
+        if self._cron is not None and self._cron.elapsed:
+            last_year = min(start.year + HORIZON_YEARS, 9999)
+            try:
+                wall = start.astimezone(self._zone).replace(tzinfo=None, fold=0)
+                matches = self._cron.next_wall(wall, last_year) is not None
+            except OverflowError:
+                matches = False
+            if matches:  # its wall times exist on the calendar: DST skips every one of them
+                return InvalidSchedule(
+                    f"schedule {self.expr!r} never fires in time zone {self.timezone}: every "
+                    "time it matches falls in a daylight-saving gap (wall times the clocks "
+                    "skip); with a fixed minute and hour (no '*' in either) a time in a gap "
+                    "fires just after it",
+                    field="schedule",
+                    value=self.expr,
+                )
         return InvalidSchedule(
             f"schedule {self.expr!r}: no occurrence within {HORIZON_YEARS} years after "
             f"{start.isoformat()} (nor before the year 10000) in time zone {self.timezone}",
