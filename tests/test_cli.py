@@ -666,8 +666,12 @@ def test_a_resume_that_runs_a_missed_occurrence_says_it_runs_now(dsn: str, db: A
     db.execute("UPDATE pgpulse_jobs SET scheduled_for = scheduled_for - interval '2 hours'")
     resumed = pgpulse("job", "resume", "m", "--catch-up", "once", dsn=dsn)
     assert resumed.returncode == 0, resumed.stderr
-    [held] = [r["scheduled_for"] for r in job_rows(db)]
-    assert resumed.stdout == f"resumed m (once); missed occurrence {held.isoformat()} runs now\n"
+    [row] = job_rows(db)
+    # once runs the newest occurrence inside the pause, the minute of the resume, not the held
+    # (oldest) one
+    runs = row["resumed_at"].replace(second=0, microsecond=0)
+    assert row["scheduled_for"] < runs
+    assert resumed.stdout == f"resumed m (once); missed occurrence {runs.isoformat()} runs now\n"
 
 
 def test_one_tenant_setting_serves_every_tenant_scoped_command(dsn: str, db: Any) -> None:
