@@ -49,6 +49,8 @@ __all__ = ["HORIZON_YEARS", "Cron", "count_between", "last_at_or_before", "next_
 # that is a Sunday (``0 0 29 2 */7``) can be 28 to 40 years apart.
 HORIZON_YEARS = 400
 _SECOND = timedelta(seconds=1)
+#: Ranges up to this long are counted over their listed offset changes (a few at most).
+_LISTED_SPAN = timedelta(days=400)
 
 Time = tuple[int, int, int]
 
@@ -232,8 +234,10 @@ def count_between(cron: Cron, zone: ZoneInfo, start: datetime, end: datetime) ->
     """
     if end <= start:
         return 0
-    table = _corrections(cron, zone)
-    if table is None:  # a zone whose changes have no yearly rule: list those of the range
+    # A short range (a claim a little late) lists its few changes; a long one reads the table,
+    # whose first making per schedule and zone (milliseconds) a short count need not pay.
+    table = None if end - start <= _LISTED_SPAN else _corrections(cron, zone)
+    if table is None:  # or a zone whose changes have no yearly rule: list those of the range
         if cron.elapsed:
             return _count_elapsed(cron, zone, start, end)
         return _count_fixed(cron, zone, start, end)
