@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo
 from pgpulse.cron import Cron, last_at_or_before, next_after
 from pgpulse.zones import OffsetChange, offset_changes, zone_rules
 
-__all__ = ["shortest_gap"]
+__all__ = ["longest_gap_at_changes", "shortest_gap"]
 
 _DAY = 86400
 _FROM = datetime(1970, 1, 1, tzinfo=UTC)
@@ -55,13 +55,25 @@ def shortest_gap(cron: Cron, zone: ZoneInfo) -> timedelta | None:
     return found if found is not None and found <= timedelta(seconds=_DAY) else None
 
 
-def _changes(zone: ZoneInfo) -> Iterable[OffsetChange]:
-    """Every change that stands for one of the zone's (module docstring)."""
+def longest_gap_at_changes(cron: Cron, zone: ZoneInfo, since: datetime) -> timedelta | None:
+    """The longest time between two consecutive occurrences of ``cron`` next to an offset
+    change of ``zone`` from ``since`` (aware) on, or ``None`` (no change, or no occurrence):
+    a change lengthens a gap by the hour it repeats (a fixed-time job fires on the first pass
+    only) or skips, which a sample of a few months of occurrences may not meet.
+
+    Cost: bounded by the zone's data, as :func:`shortest_gap`.
+    """
+    gaps = [g for change in _changes(zone, since) for g in _gaps_around(cron, zone, change)]
+    return max(gaps, default=None)
+
+
+def _changes(zone: ZoneInfo, since: datetime = _FROM) -> Iterable[OffsetChange]:
+    """Every change from ``since`` on, or one that stands for it (module docstring)."""
     rules = zone_rules(zone)
     if rules is None:  # no yearly rule to stand for its years: list them over two centuries
-        return offset_changes(zone, _FROM, datetime(2200, 1, 1, tzinfo=UTC))
+        return offset_changes(zone, since, max(since, _FROM) + timedelta(days=200 * 366))
     yearly = (change for changes in rules.yearly.values() for change in changes)
-    return (*(c for c in rules.listed if c.at >= _FROM), *yearly)
+    return (*(c for c in rules.listed if c.at >= since), *yearly)
 
 
 def _gaps_around(cron: Cron, zone: ZoneInfo, change: OffsetChange) -> list[timedelta]:

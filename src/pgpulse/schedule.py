@@ -347,6 +347,14 @@ class Schedule:
             return None
         return cron_gaps.shortest_gap(self._cron_fields, self._zone)
 
+    def longest_gap_at_changes(self, since: datetime) -> timedelta | None:
+        """A cron schedule's longest time between consecutive occurrences next to a UTC
+        offset change of its zone from ``since`` (aware) on, or ``None`` (none, or not a cron
+        schedule): :func:`pgpulse.cron_gaps.longest_gap_at_changes`."""
+        if self._cron is None:
+            return None
+        return cron_gaps.longest_gap_at_changes(self._cron, self._zone, _utc(since, "since"))
+
     @property
     def _cron_fields(self) -> Cron:
         assert self._cron is not None  # parse_schedule sets one of interval, _cron and at
