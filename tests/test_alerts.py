@@ -316,3 +316,22 @@ async def test_checkin_notifiers_go_with_checkin_rules_only(store: Store, db: An
     await alerts.set_rule("checkin", ["hc"], job=job)
     [row] = await alerts.checkin_targets()
     assert (row["name"], row["config"]["url"]) == ("hc", "https://93.184.215.14/ping")
+
+
+def test_a_silence_window_covers_the_longer_gap_of_the_night_the_clocks_go_back() -> None:
+    # 01:50 CEST, 02:50 CEST (the first pass), then 03:50 CET: two hours apart on 25 October
+    # 2026, once a year; measured in December, a sample of the next 2,000 hours misses it.
+    from datetime import UTC
+
+    from pgpulse.alerts.rules import check_silence_window
+    from pgpulse.schedule import parse_schedule
+
+    schedule = parse_schedule("50 0-23 * * *", "Europe/Berlin")
+    december = datetime(2026, 12, 6, tzinfo=UTC)
+    with pytest.raises(InvalidInput) as caught:
+        check_silence_window(3660, schedule, now=december, anchor=None)
+    assert str(caught.value) == (
+        "threshold: a silence window of 3,660 s (1 h 1 min) is shorter than the period of "
+        "schedule '50 0-23 * * *' (up to 7,200 s (2 h) between occurrences)"
+    )
+    check_silence_window(7200, schedule, now=december, anchor=None)

@@ -666,8 +666,12 @@ def test_a_resume_that_runs_a_missed_occurrence_says_it_runs_now(dsn: str, db: A
     db.execute("UPDATE pgpulse_jobs SET scheduled_for = scheduled_for - interval '2 hours'")
     resumed = pgpulse("job", "resume", "m", "--catch-up", "once", dsn=dsn)
     assert resumed.returncode == 0, resumed.stderr
-    [held] = [r["scheduled_for"] for r in job_rows(db)]
-    assert resumed.stdout == f"resumed m (once); missed occurrence {held.isoformat()} runs now\n"
+    [row] = job_rows(db)
+    # once runs the newest occurrence inside the pause, the minute of the resume, not the held
+    # (oldest) one
+    runs = row["resumed_at"].replace(second=0, microsecond=0)
+    assert row["scheduled_for"] < runs
+    assert resumed.stdout == f"resumed m (once); missed occurrence {runs.isoformat()} runs now\n"
 
 
 def test_one_tenant_setting_serves_every_tenant_scoped_command(dsn: str, db: Any) -> None:
@@ -699,3 +703,30 @@ def test_one_tenant_setting_serves_every_tenant_scoped_command(dsn: str, db: Any
     bad = pgpulse("job", "list", dsn=dsn, env={"PGPULSE_TENANT": "a\x01b"})
     assert (bad.returncode, bad.stdout) == (2, "")
     assert "PGPULSE_TENANT" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_a_spread_past_a_dst_gap_and_a_schedule_only_in_gaps_are_refused_by_create(
+    dsn: str, db: Any
+) -> None:
+    spread = pgpulse(
+        "job", "create", "hourly", "--schedule", "50 0-23 * * *", "--tz", "Europe/Berlin",
+        "--handler", "shell", "--payload", '{"command": "true"}', "--spread", "3600", dsn=dsn,
+    )  # fmt: skip
+    assert (spread.returncode, spread.stdout) == (2, "")
+    assert spread.stderr == (
+        "error: invalid value for --spread: 3,600 s (1 h) is longer than the time between "
+        "occurrences of schedule '50 0-23 * * *', as little as 600 s (10 min)\n"
+    )
+    # 01:xx on the last Sunday of March is always inside Dublin's spring-forward gap
+    gaps = pgpulse(
+        "job", "create", "never", "--schedule", "*/15 1 * mar 0L", "--tz", "Europe/Dublin",
+        "--handler", "shell", "--payload", '{"command": "true"}', dsn=dsn,
+    )  # fmt: skip
+    assert (gaps.returncode, gaps.stdout) == (2, "")
+    assert gaps.stderr == (
+        "error: invalid value for --schedule: '*/15 1 * mar 0L' never fires in time zone "
+        "Europe/Dublin: every time it matches falls in a daylight-saving gap (wall times the "
+        "clocks skip); with a fixed minute and hour (no '*' in either) a time in a gap fires "
+        "just after it\n"
+    )
+    assert job_rows(db) == []

@@ -209,7 +209,7 @@ def test_dst_weeks(expr: str, zone: str, after: datetime, expected: list[datetim
 
 def test_an_elapsed_job_on_the_last_sunday_of_march_at_1_never_fires_in_london() -> None:
     """Every last Sunday of March is London's spring-forward day: 01:xx never exists then."""
-    with pytest.raises(InvalidSchedule, match="no occurrence within 400 years"):
+    with pytest.raises(InvalidSchedule, match="every time it matches falls in a daylight-saving"):
         parse_schedule("* 1 ? 3 0L", LONDON).next_after(utc(2026, 1, 1))
     assert parse_schedule("0 1 ? 3 0L", LONDON).next_after(utc(2026, 1, 1)) == utc(2026, 3, 29, 1)
 

@@ -5,6 +5,7 @@ the command."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -115,6 +116,14 @@ def test_sync_follows_each_kind_of_edit(dsn: str, db: Any, tmp_path: Path) -> No
     ) in table.stdout
     meta = next(line for line in lines[renamed:] if line.startswith("meta: "))
     assert len(meta) <= 60 and meta.endswith("…")  # the crontab line, cut last
+    # the old name's history holds both renames: to it (its first row under that name) and
+    # away from it (recorded under the new name)
+    before = pgpulse("job", "history", old_name, "--json", dsn=dsn)
+    assert before.returncode == 0, before.stderr
+    rows = json.loads(before.stdout)
+    assert [(r["action"], r["name"]) for r in rows] == [("update", new_name), ("update", old_name)]
+    assert rows[1]["changes"]["name"][1] == old_name
+    assert rows[0]["changes"]["name"] == [old_name, new_name]
 
 
 def test_a_refused_line_refuses_the_whole_sync(dsn: str, db: Any, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from helpers import add, spec, utc
+from helpers import add, apgpulse, spec, utc
 from pgpulse.errors import InvalidInput
 from pgpulse.store import Store
 from run_control_helpers import drain, history, job_row
@@ -155,3 +155,19 @@ async def test_auto_pause_after_consecutive_failed_runs(store: Store, db: Any) -
     assert await store.resume_job("default", "flaky", now=utc(2026, 1, 1, 0, 36))
     job = job_row(db, "flaky")
     assert (job["status"], job["failures"], job["pause_reason"]) == ("idle", 0, None)
+
+
+async def test_resume_once_names_the_occurrence_that_runs(store: Store, db: Any, dsn: str) -> None:
+    # A 30 s grid paused for an hour, resumed by the command: the line names the newest
+    # occurrence inside the pause, and a node then runs that one.
+    await add(store, spec("half", schedule="@every 30s"))
+    assert await store.pause_job("default", "half")
+    db.execute("UPDATE pgpulse_jobs SET scheduled_for = scheduled_for - interval '1 hour'")
+    resumed = await apgpulse("job", "resume", "half", "--catch-up", "once", dsn=dsn)
+    assert resumed.returncode == 0, resumed.stderr
+    job = job_row(db, "half")
+    ran = await drain(store, job["resumed_at"])
+    assert len(ran) == 1 and ran[0] > job["scheduled_for"]
+    assert (
+        resumed.stdout == f"resumed half (once); missed occurrence {ran[0].isoformat()} runs now\n"
+    )

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
+from pgpulse.cron import Cron
 from pgpulse.errors import InvalidSchedule
 from pgpulse.planner import (
     MAX_RETRY_DELAY,
@@ -360,3 +361,42 @@ def test_cron_planning_matches_walking_the_schedule(
     except InvalidSchedule:
         reject()
     assert plan == brute_force_policy(schedule, policy, first, now, first)
+
+
+@pytest.mark.parametrize(
+    ("expr", "zone"),
+    [
+        pytest.param("0 0 1 * *", "America/New_York", id="monthly_fixed_time"),
+        pytest.param("*/30 * * * *", "Europe/Berlin", id="half_hourly_elapsed_time"),
+    ],
+)
+def test_a_backfill_limit_decision_costs_the_same_whatever_the_span_missed(
+    monkeypatch: pytest.MonkeyPatch, expr: str, zone: str
+) -> None:
+    # Cost is counted, not timed: how many times the decision counts matching wall times
+    # (design.md, invariant 8: the same for ten years missed as for a thousand).
+    schedule = parse_schedule(expr, zone)
+    policy = CatchUpPolicy("backfill", backfill_limit=100)
+    first = schedule.next_after(datetime(2026, 1, 1, tzinfo=UTC))
+    calls = 0
+    original = Cron._walls_through
+
+    def counted(cron: Cron, wall: datetime) -> int:
+        nonlocal calls
+        calls += 1
+        return original(cron, wall)
+
+    monkeypatch.setattr(Cron, "_walls_through", counted)
+
+    def cost(years: int) -> int:
+        nonlocal calls
+        now = first + timedelta(days=365 * years)
+        hold(schedule, policy, first, now=now)  # once to fill the per-schedule tables
+        calls = 0
+        plan = hold(schedule, policy, first, now=now)
+        due = 1 + schedule.count_between(first, now)
+        assert plan.skipped_count == due - 100
+        return calls
+
+    ten, many, most = cost(10), cost(175), cost(1000)
+    assert many <= ten + 8 and most <= ten + 8, (ten, many, most)

@@ -6,17 +6,19 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgpulse.errors import InvalidInput
 from pgpulse.schedule import parse_schedule
 from pgpulse.spread import MAX_SPREAD, check_spread, spread_offset
 from pgpulse.wording import seconds_text
+from pgpulse.zones import offset_changes
 
 MICROSECOND = timedelta(microseconds=1)
 
@@ -156,3 +158,124 @@ def test_a_code_job_with_a_spread_longer_than_its_period_is_refused_at_declarati
     assert "is longer than the time between occurrences of schedule '* * * * *'" in str(
         caught.value
     )
+
+
+# --- the shortest gap over daylight-saving changes (a reference that walks every minute) -------
+
+
+@pytest.mark.parametrize(
+    ("expr", "zone", "spread", "shortest"),
+    [
+        # 01:50 CET, then 02:50 (skipped) fires at 03:00 CEST on 2026-03-29: ten minutes
+        pytest.param("50 0-23 * * *", "Europe/Berlin", 3600, "600 s (10 min)", id="berlin"),
+        # 2031-03-09 01:00 EST, 03:00 EDT: one hour apart, two on every other 9 March
+        pytest.param("0 1,3 9 3 *", "America/New_York", 7200, "3,600 s (1 h)", id="new_york"),
+        # the half-hour change of October (01:50, then 02:50), and 1981's whole hour
+        pytest.param("50 0-23 * * *", "Australia/Lord_Howe", 3600, "600 s (10 min)", id="howe"),
+    ],
+)
+def test_a_spread_past_a_daylight_saving_gap_is_refused(
+    expr: str, zone: str, spread: float, shortest: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        check_spread(spread, "cron", schedule=parse_schedule(expr, zone))
+    assert str(caught.value) == (
+        f"spread {seconds_text(spread)} is longer than the time between occurrences of "
+        f"schedule {expr!r}, as little as {shortest}"
+    )
+
+
+def test_the_daylight_saving_gaps_are_the_ones_walked() -> None:
+    # The two occurrences of the reports above, found by walking the schedule itself.
+    berlin = parse_schedule("50 0-23 * * *", "Europe/Berlin")
+    before = datetime(2026, 3, 29, 0, 50, tzinfo=UTC)  # 01:50 CET
+    assert berlin.next_after(before) - before == timedelta(minutes=10)
+    new_york = parse_schedule("0 1,3 9 3 *", "America/New_York")
+    first = new_york.next_after(datetime(2031, 1, 1, tzinfo=UTC))
+    assert new_york.next_after(first) - first == timedelta(hours=1)
+    howe = parse_schedule("50 0-23 * * *", "Australia/Lord_Howe")
+    october = datetime(2026, 10, 3, 15, 20, tzinfo=UTC)  # 01:50 +10:30 on 4 October
+    assert howe.next_after(october) - october == timedelta(minutes=30)
+
+
+_ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Sao_Paulo"]
+
+
+def _walked_gaps(expr: str, zone_name: str, around: list[datetime], hours: int) -> list[timedelta]:
+    """The gaps between consecutive occurrences within ``hours`` of each instant of ``around``,
+    found minute by minute from the rules as design.md states them (no Pulse arithmetic)."""
+    minute_field, hour_field = expr.split()[:2]
+    zone = ZoneInfo(zone_name)
+
+    def matches(field: str, value: int) -> bool:
+        if field.startswith("*/"):
+            return value % int(field[2:]) == 0
+        return field == "*" or value in {int(v) for v in field.split(",")}
+
+    def wall_matches(wall: datetime) -> bool:
+        return matches(minute_field, wall.minute) and matches(hour_field, wall.hour)
+
+    elapsed = minute_field.startswith("*") or hour_field.startswith("*")
+    gaps: list[timedelta] = []
+    step = timedelta(minutes=1)
+    for centre in around:
+        t = centre.replace(second=0, microsecond=0) - timedelta(hours=hours)
+        previous = None
+        while t < centre + timedelta(hours=hours):
+            local = t.astimezone(zone)
+            fires = wall_matches(local.replace(tzinfo=None)) and (elapsed or local.fold == 0)
+            before = (t - step).astimezone(zone)
+            if not elapsed and not fires and local.utcoffset() != before.utcoffset():
+                # a skipped stretch ends at t: its matching wall times fire now
+                skipped = before.replace(tzinfo=None) + step
+                while skipped < local.replace(tzinfo=None):
+                    fires = fires or wall_matches(skipped)
+                    skipped += step
+            if fires:
+                if previous is not None:
+                    gaps.append(t - previous)
+                previous = t
+            t += step
+    return gaps
+
+
+@st.composite
+def _dst_schedules(draw: st.DrawFn) -> str:
+    minutes = draw(
+        st.one_of(
+            st.integers(7, 59).map(lambda k: f"*/{k}"),
+            st.lists(st.integers(0, 59), min_size=1, max_size=3, unique=True).map(
+                lambda values: ",".join(map(str, sorted(values)))
+            ),
+        )
+    )
+    hours = draw(
+        st.one_of(
+            st.just("*"),
+            st.lists(st.integers(0, 5), min_size=1, max_size=4, unique=True).map(
+                lambda values: ",".join(map(str, sorted(values)))
+            ),
+        )
+    )
+    return f"{minutes} {hours} * * *"
+
+
+@settings(max_examples=25, deadline=None)
+@given(_dst_schedules(), st.sampled_from(_ZONES))
+def test_the_shortest_gap_is_the_shortest_walked(expr: str, zone: str) -> None:
+    # Every change of the zone from 1970 to 2060 (all fourteen kinds of year of its rule), and
+    # two ordinary stretches of three days: the shortest gap walked is the one computed. The
+    # schedules drawn match every day, so a change's gaps depend only on its wall time and its
+    # two offsets: one change of each such shape is walked, a day either side.
+    shapes = {
+        ((c.at + c.before).time(), c.before, c.after): c.at
+        for c in offset_changes(
+            ZoneInfo(zone), datetime(1970, 1, 1, tzinfo=UTC), datetime(2060, 1, 1, tzinfo=UTC)
+        )
+    }
+    steady = [datetime(2026, 1, 20, tzinfo=UTC), datetime(2026, 7, 20, tzinfo=UTC)]
+    walked = min(
+        _walked_gaps(expr, zone, list(shapes.values()), 26) + _walked_gaps(expr, zone, steady, 36)
+    )
+    expected = walked if walked <= timedelta(days=1) else None
+    assert parse_schedule(expr, zone).shortest_gap() == expected

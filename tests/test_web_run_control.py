@@ -4,6 +4,7 @@ calendars, and their refusals (field and value named, nothing written)."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from typing import Any
 from urllib.parse import unquote
@@ -245,3 +246,45 @@ async def test_a_calendars_tenant_is_checked_as_a_jobs(store: Store, dsn: str, d
         assert (done.returncode, done.stdout) == (2, ""), done
         assert done.stderr.startswith("error: invalid value for --tenant: 'acme ' is not a valid")
     assert db.execute("SELECT count(*) AS n FROM pgpulse_calendars").fetchone()["n"] == 0
+
+
+async def test_a_paused_jobs_next_occurrences_come_after_its_pause(
+    store: Store, db: Any, dsn: str
+) -> None:
+    """Paused until T: the occurrences listed (the API, the dashboard, `job show`) are the ones
+    after T, none inside the pause nor in the past; paused with no end: none, and it says so."""
+    from helpers import apgpulse
+
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        made = await api.post("/api/v1/jobs", json=body("nightly", schedule="0 3 * * *"))
+        assert made.status_code == 201, made.text
+        job_id = made.json()["id"]
+        # the pause began long ago (its held occurrence is in the past) and ends in 2040
+        paused = await api.post(
+            f"/api/v1/jobs/{job_id}/pause", json={"until": "2040-06-10T12:00:00Z"}
+        )
+        assert paused.status_code == 200, paused.text
+        db.execute("UPDATE pgpulse_jobs SET scheduled_for = '2020-01-01T03:00:00Z'")
+        got = (await api.get(f"/api/v1/jobs/{job_id}")).json()["upcoming"]
+        assert got == [f"2040-06-{day}T03:00:00Z" for day in range(11, 16)]
+    shown = await apgpulse("job", "show", "nightly", "--tenant", "acme", "--json", dsn=dsn)
+    assert shown.returncode == 0, shown.stderr
+    upcoming = json.loads(shown.stdout)["upcoming"]
+    assert upcoming[0].startswith("2040-06-11T03:00:00") and len(upcoming) == 5, upcoming
+    async with api_client(store) as ui:
+        login = await ui.post("/ui/login", data={"token": token}, headers=OWN_PAGE)
+        assert login.status_code == 303
+        page = (await ui.get(f"/ui/jobs/{job_id}")).text
+        upcoming = page.split('<ol class="upcoming">', 1)[1].split("</ol>", 1)[0]
+        assert "2040-06-11" in upcoming and "2020" not in upcoming
+        # paused with no end: nothing to list, and the page and `job show` say why
+        db.execute("UPDATE pgpulse_jobs SET paused_until = NULL")
+        page = (await ui.get(f"/ui/jobs/{job_id}")).text
+        assert "None while paused: the first comes after a resume." in page
+    async with api_client(store, token) as api:
+        assert (await api.get(f"/api/v1/jobs/{job_id}")).json()["upcoming"] == []
+    shown = await apgpulse("job", "show", "nightly", "--tenant", "acme", dsn=dsn)
+    assert shown.returncode == 0, shown.stderr
+    after = shown.stdout.split("next occurrences (UTC)\n", 1)[1].splitlines()[0]
+    assert after == "  none while paused: the first comes after a resume (job resume)"

@@ -37,7 +37,7 @@ from pgpulse.database import describe
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
-from pgpulse.limits import RESUME_MODES, parse_instant
+from pgpulse.limits import RESUME_MODES, parse_instant, resumed_run
 from pgpulse.registry import DEFAULT_NODE_TTL
 from pgpulse.report import (
     emit,
@@ -987,8 +987,19 @@ async def job_resume(store: Store, name: str, tenant: str, catch_up: str, as_jso
     changed = await store.resume_job(tenant, name, catch_up=catch_up, actor=cli_actor())
     row = await store.get_job(tenant, name)
     held = row["scheduled_for"]
-    # once and backfill hold a missed occurrence: it is due, and runs now, not "next"
+    # once and backfill hold a missed occurrence: it is due, and runs now, not "next"; which
+    # one runs is the claim's decision (once: the newest inside the pause)
     due = held <= await store.db_now()
+    runs: datetime | None = held
+    if changed and due and row["resume_mode"] and row["resumed_at"]:
+        runs = resumed_run(
+            parse_schedule(row["schedule"], row["timezone"]),
+            held,
+            mode=row["resume_mode"],
+            resumed_at=row["resumed_at"],
+            not_after=row["not_after"],
+            anchor=row["anchor_at"],
+        )
     result = {
         "id": row["id"],
         "tenant": tenant,
@@ -998,20 +1009,20 @@ async def job_resume(store: Store, name: str, tenant: str, catch_up: str, as_jso
         "catch_up": catch_up,
         "scheduled_for": held,
         "due_now": bool(changed) and due,
+        # the missed occurrence that runs now (once: the newest inside the pause)
+        "runs_now": runs if changed and due else None,
     }
     if not changed:
         emit(as_json, result, unchanged_note("resume", name, row["status"]))
         return
-    emit(
-        as_json,
-        result,
-        f"resumed {name}{'' if catch_up == 'skip' else f' ({catch_up})'}; "
-        + (
-            f"missed occurrence {held.isoformat()} runs now"
-            if due
-            else f"next occurrence {held.isoformat()}"
-        ),
-    )
+    mode = "" if catch_up == "skip" else f" ({catch_up})"
+    if runs is None:
+        line = f"resumed {name}{mode}; no occurrence inside its window runs"
+    elif due:
+        line = f"resumed {name}{mode}; missed occurrence {runs.isoformat()} runs now"
+    else:
+        line = f"resumed {name}{mode}; next occurrence {held.isoformat()}"
+    emit(as_json, result, line)
 
 
 _state_command(

@@ -13,9 +13,11 @@ its 1st, so they are read from a table of 28 entries made once per expression.
 
 No operation here walks the occurrences it skips: :meth:`Cron.count_walls` counts matching wall
 times by calendar arithmetic (whole 400-year cycles, years, months, days, then the times of one
-day), and a count in a zone adds or removes the wall times of each offset change in the range
-(about two a year). The newest occurrence at or before an instant is found by searching wall
-times backwards, as the next one is found forwards.
+day), and a count in a zone adds or removes the wall times of each offset change in the range,
+as the difference of two running sums over the zone's changes (:class:`_Corrections`: the
+changes its file lists, then its yearly rule by 400-year cycles and kinds of year), so its
+cost does not grow with the range either. The newest occurrence at or before an instant is
+found by searching wall times backwards, as the next one is found forwards.
 """
 
 from __future__ import annotations
@@ -28,7 +30,17 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from pgpulse.cron_days import DayField
-from pgpulse.zones import fixed_instant, instant_at, offset_changes, offsets, transition, wall_at
+from pgpulse.zones import (
+    OffsetChange,
+    fixed_instant,
+    instant_at,
+    offset_changes,
+    offsets,
+    transition,
+    wall_at,
+    year_kind,
+    zone_rules,
+)
 
 __all__ = ["HORIZON_YEARS", "Cron", "count_between", "last_at_or_before", "next_after"]
 
@@ -37,6 +49,8 @@ __all__ = ["HORIZON_YEARS", "Cron", "count_between", "last_at_or_before", "next_
 # that is a Sunday (``0 0 29 2 */7``) can be 28 to 40 years apart.
 HORIZON_YEARS = 400
 _SECOND = timedelta(seconds=1)
+#: Ranges up to this long are counted over their listed offset changes (a few at most).
+_LISTED_SPAN = timedelta(days=400)
 
 Time = tuple[int, int, int]
 
@@ -215,14 +229,24 @@ def last_at_or_before(cron: Cron, zone: ZoneInfo, end: datetime) -> datetime | N
 def count_between(cron: Cron, zone: ZoneInfo, start: datetime, end: datetime) -> int:
     """How many occurrences of ``cron`` in ``zone`` lie in (start, end] (UTC, whole seconds).
 
-    Cost: calendar arithmetic per offset change of the zone in the range (about two a year),
-    never per occurrence.
+    Cost: calendar arithmetic and two running sums over the zone's offset changes
+    (:class:`_Corrections`, made once per schedule and zone), whatever the range.
     """
     if end <= start:
         return 0
+    # A short range (a claim a little late) lists its few changes; a long one reads the table,
+    # whose first making per schedule and zone (milliseconds) a short count need not pay.
+    table = None if end - start <= _LISTED_SPAN else _corrections(cron, zone)
+    if table is None:  # or a zone whose changes have no yearly rule: list those of the range
+        if cron.elapsed:
+            return _count_elapsed(cron, zone, start, end)
+        return _count_fixed(cron, zone, start, end)
+    between = table.through(end) - table.through(start)
     if cron.elapsed:
-        return _count_elapsed(cron, zone, start, end)
-    return _count_fixed(cron, zone, start, end)
+        # Signed: in an overlap the end's wall time can be before the start's.
+        low = cron._walls_through(wall_at(start, _offset_of(zone, start)))
+        return cron._walls_through(wall_at(end, _offset_of(zone, end))) - low + between
+    return cron.count_walls(_fixed_bound(zone, start), _fixed_bound(zone, end)) + between
 
 
 def _fixed_bound(zone: ZoneInfo, moment: datetime) -> datetime:
@@ -330,6 +354,83 @@ def _count_elapsed(cron: Cron, zone: ZoneInfo, start: datetime, end: datetime) -
     offset = end.astimezone(zone).utcoffset()
     assert offset is not None
     return total + cron.count_walls(wall_at(low, offset), wall_at(end, offset))
+
+
+def _offset_of(zone: ZoneInfo, instant: datetime) -> timedelta:
+    offset = instant.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def _correction(cron: Cron, change: OffsetChange) -> int:
+    """What one offset change adds to the count of occurrences over the matching wall times
+    between the two ends' wall times (the sum over a range's changes makes the count exact).
+
+    Fixed-time job: a gap's matching wall times, and its end, fire once, at the change
+    (:func:`_count_fixed`). Elapsed-time job: a gap's wall times never fire, an overlap's fire
+    twice (:func:`_count_elapsed`, its stretches telescoped).
+    """
+    if cron.elapsed:
+        last = change.at - _SECOND
+        return cron.count_walls(wall_at(last, change.after), wall_at(last, change.before)) - (
+            cron.count_walls(wall_at(last, change.before), wall_at(last, change.after))
+        )
+    if change.after <= change.before:
+        return 0
+    low = wall_at(change.at, change.before) - _SECOND
+    return -max(cron.count_walls(low, wall_at(change.at, change.after)) - 1, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Corrections:
+    """The running sum of :func:`_correction` over a zone's changes (:func:`zones.zone_rules`):
+    over the listed changes, then over whole 400-year cycles, years and the changes of one year
+    under the yearly rule, so its cost does not depend on how far apart two instants are."""
+
+    listed_at: tuple[datetime, ...]
+    listed_sums: tuple[int, ...]  # listed_sums[i]: the sum over the first i listed changes
+    rule_year: int
+    cycle_sums: tuple[int, ...]  # cycle_sums[i]: over the rule's years rule_year .. +i-1
+    yearly: dict[tuple[bool, int], tuple[tuple[timedelta, int], ...]]  # (since 1 Jan, value)
+
+    def through(self, instant: datetime) -> int:
+        """The sum over every change at or before ``instant`` (aware UTC)."""
+        if instant.year < self.rule_year:
+            return self.listed_sums[bisect_right(self.listed_at, instant)]
+        cycles, years = divmod(instant.year - self.rule_year, 400)
+        new_year = datetime(instant.year, 1, 1, tzinfo=UTC)
+        this_year = self.yearly[year_kind(instant.year)]
+        return (
+            self.listed_sums[-1]
+            + cycles * self.cycle_sums[-1]
+            + self.cycle_sums[years]
+            + sum(value for since, value in this_year if new_year + since <= instant)
+        )
+
+
+@lru_cache(maxsize=1024)
+def _corrections(cron: Cron, zone: ZoneInfo) -> _Corrections | None:
+    """``cron``'s corrections in ``zone`` (once per pair: a count per listed change, about
+    two hundred in the busiest zones, and per change of fourteen reference years)."""
+    rules = zone_rules(zone)
+    if rules is None:
+        return None
+    sums = [0]
+    for change in rules.listed:
+        sums.append(sums[-1] + _correction(cron, change))
+    yearly = {
+        kind: tuple(
+            (c.at - datetime(rules.reference[kind], 1, 1, tzinfo=UTC), _correction(cron, c))
+            for c in changes
+        )
+        for kind, changes in rules.yearly.items()
+    }
+    cycle = [0]
+    for year in range(rules.rule_year, rules.rule_year + 400):
+        cycle.append(cycle[-1] + sum(value for _, value in yearly[year_kind(year)]))
+    return _Corrections(
+        tuple(c.at for c in rules.listed), tuple(sums), rules.rule_year, tuple(cycle), yearly
+    )
 
 
 def utc_second(moment: datetime) -> datetime:

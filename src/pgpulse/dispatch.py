@@ -84,9 +84,10 @@ def fenced_reason(job: ClaimedJob) -> str:
     return f"attempts exhausted: {plural(job.failed_attempts, 'attempt')} failed"
 
 
-#: A claimed occurrence at least this far behind the claim is decided in a worker thread: the
-#: decision costs some microseconds per offset change of the job's zone in between (about two
-#: a year; design.md, invariant 8), which a node's event loop must not spend inline.
+#: A claimed occurrence at least this far behind the claim is decided in a worker thread: its
+#: cost does not grow with the span (design.md, invariant 8), but the first such decision for a
+#: schedule and zone makes their tables of offset changes (milliseconds: pgpulse.cron's
+#: count_between), which a node's event loop must not spend inline.
 DECIDE_IN_THREAD_BEHIND = timedelta(days=30)
 
 

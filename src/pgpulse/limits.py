@@ -27,7 +27,7 @@ from typing import Literal
 
 from pgpulse.calendars import ExclusionCalendar, is_calendar_name
 from pgpulse.errors import InvalidInput
-from pgpulse.planner import Advance, CatchUpPolicy
+from pgpulse.planner import Advance, CatchUpPolicy, hold
 from pgpulse.schedule import Schedule
 from pgpulse.wording import given
 from pgpulse.zones import check_instant_range, load_zone
@@ -304,6 +304,35 @@ def resume_policy(
     if mode == "once":
         return CatchUpPolicy("coalesce"), resumed_at
     return CatchUpPolicy("skip", 0.0), resumed_at
+
+
+def resumed_run(
+    schedule: Schedule,
+    occurrence: datetime,
+    *,
+    mode: str | None,
+    resumed_at: datetime,
+    not_after: datetime | None = None,
+    anchor: datetime | None = None,
+) -> datetime | None:
+    """The occurrence that runs first after a resume in ``mode`` at ``resumed_at`` left the job
+    holding ``occurrence``: the claim's own decision (:func:`resume_policy` and the planner's
+    :func:`~pgpulse.planner.hold`, as :mod:`pgpulse.dispatch` applies them), so what a resume
+    says runs is what runs. ``once``: the newest occurrence inside the pause; ``backfill``:
+    ``occurrence``, the oldest. ``None``: none runs (past the job's window).
+    """
+    policy, judged_at = resume_policy(
+        CatchUpPolicy("skip", 0.0), occurrence, resumed_at, mode=mode, resumed_at=resumed_at
+    )
+    plan = within_window(
+        hold(schedule, policy, occurrence, now=judged_at, anchor=anchor),
+        schedule,
+        not_after,
+        anchor=anchor,
+    )
+    if plan.complete or (not_after is not None and plan.scheduled_for > not_after):
+        return None
+    return plan.scheduled_for
 
 
 def resume_skip_reason(mode: str | None) -> str:

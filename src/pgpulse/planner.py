@@ -123,9 +123,13 @@ def hold(
 
     The due occurrences are ``first`` and the schedule's occurrences in (first, now]. They are
     counted, never listed, and only the few that matter are found (the newest, or the
-    ``backfill_limit``-th newest), so the cost is the same for one missed occurrence or a
-    century of them (design.md, invariant 8): see :meth:`Schedule.count_between` and
-    :meth:`Schedule.newest_at_or_before`.
+    ``backfill_limit``-th newest), so the cost does not grow with the span missed (design.md,
+    invariant 8). The count (:meth:`Schedule.count_between`) is calendar arithmetic, and in a
+    zone with daylight saving a difference of two running sums over the zone's offset changes
+    (tables made once per schedule and zone), not a step per change in the span. The search for
+    the N-th newest (:meth:`Schedule.newest_at_or_before`) counts over windows back from
+    ``now`` that grow until they hold N occurrences: its cost depends on N and on how dense
+    the schedule is, not on how long ago ``first`` was.
 
     Args:
         schedule: the job's parsed schedule.

@@ -240,6 +240,13 @@ def _limits(job: dict[str, Any]) -> list[tuple[str, Any]]:
     return lines
 
 
+def _no_upcoming(job: dict[str, Any]) -> str:
+    """What the next occurrences read when there are none to list."""
+    if job["status"] == "paused" and not job.get("paused_until"):
+        return "none while paused: the first comes after a resume (job resume)"
+    return "none"
+
+
 def print_job(
     job: dict[str, Any], runs: Sequence[dict[str, Any]], *, attempts: bool = False
 ) -> None:
@@ -307,7 +314,7 @@ def print_job(
         ),
         (
             f"next occurrences ({job['timezone']})",
-            [("", _instant(t)) for t in job["upcoming"]] or [("", "none")],
+            [("", _instant(t)) for t in job["upcoming"]] or [("", _no_upcoming(job))],
         ),
     ]
     click.echo(f"job {job['tenant']}/{job['name']} (id {job['id']})")

@@ -43,6 +43,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from pgpulse import cron as cron_math
+from pgpulse import cron_gaps
 from pgpulse.cron import HORIZON_YEARS, Cron
 from pgpulse.cron_syntax import describe_cron, invalid, parse_cron
 from pgpulse.errors import InvalidSchedule, ScheduleEnded
@@ -166,8 +167,9 @@ class Schedule:
 
         Raises:
             ValueError: ``after`` or ``anchor`` is naive.
-            InvalidSchedule: no occurrence within 400 years (a cron schedule that only matches
-                wall times skipped by DST in its zone, e.g.), or none before the year 10000.
+            InvalidSchedule: no occurrence within 400 years or before the year 10000, or a cron
+                schedule whose every matching wall time daylight saving skips in its zone (the
+                message says which).
             ScheduleEnded: (an :class:`~pgpulse.errors.InvalidSchedule`) a one-off schedule
                 at or past its instant; :meth:`next_after_or_none` says None instead.
         """
@@ -237,8 +239,9 @@ class Schedule:
             anchor: as for :meth:`next_after`; None means ``start``.
 
         Returns:
-            The count. Intervals: O(1). Cron: calendar arithmetic, plus a correction for each
-            change of the zone's UTC offset in the range (about two a year).
+            The count. Intervals: O(1). Cron: calendar arithmetic, corrected for the zone's
+            UTC offset changes in the range by running sums (:func:`pgpulse.cron.count_between`),
+            whatever the range.
 
         Raises:
             ValueError: a naive instant.
@@ -330,12 +333,52 @@ class Schedule:
             found.append(current := following)
         return found
 
+    def shortest_gap(self) -> timedelta | None:
+        """The shortest time between two consecutive occurrences, over all time, if it is at
+        most a day; else ``None`` (and always for a one-off schedule).
+
+        A cron schedule's is found over every UTC offset its zone has or will have, so the
+        short gaps a daylight-saving change makes count (:func:`pgpulse.cron_gaps.shortest_gap`:
+        the cost is bounded by the zone's data, cached per schedule).
+        """
+        if self.interval is not None:
+            return self.interval if self.interval <= timedelta(days=1) else None
+        if self.at is not None:
+            return None
+        return cron_gaps.shortest_gap(self._cron_fields, self._zone)
+
+    def longest_gap_at_changes(self, since: datetime) -> timedelta | None:
+        """A cron schedule's longest time between consecutive occurrences next to a UTC
+        offset change of its zone from ``since`` (aware) on, or ``None`` (none, or not a cron
+        schedule): :func:`pgpulse.cron_gaps.longest_gap_at_changes`."""
+        if self._cron is None:
+            return None
+        return cron_gaps.longest_gap_at_changes(self._cron, self._zone, _utc(since, "since"))
+
     @property
     def _cron_fields(self) -> Cron:
         assert self._cron is not None  # parse_schedule sets one of interval, _cron and at
         return self._cron
 
     def _none_after(self, start: datetime) -> InvalidSchedule:
+        """Why a recurring schedule has no occurrence after ``start``: the calendar's end, no
+        matching date in 400 years, or every matching wall time skipped by daylight saving."""
+        if self._cron is not None and self._cron.elapsed:
+            last_year = min(start.year + HORIZON_YEARS, 9999)
+            try:
+                wall = start.astimezone(self._zone).replace(tzinfo=None, fold=0)
+                matches = self._cron.next_wall(wall, last_year) is not None
+            except OverflowError:
+                matches = False
+            if matches:  # its wall times exist on the calendar: DST skips every one of them
+                return InvalidSchedule(
+                    f"schedule {self.expr!r} never fires in time zone {self.timezone}: every "
+                    "time it matches falls in a daylight-saving gap (wall times the clocks "
+                    "skip); with a fixed minute and hour (no '*' in either) a time in a gap "
+                    "fires just after it",
+                    field="schedule",
+                    value=self.expr,
+                )
         return InvalidSchedule(
             f"schedule {self.expr!r}: no occurrence within {HORIZON_YEARS} years after "
             f"{start.isoformat()} (nor before the year 10000) in time zone {self.timezone}",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from pgpulse.errors import InvalidInput
@@ -38,13 +38,6 @@ __all__ = ["MAX_SPREAD", "check_spread", "shortest_gap", "spread_offset"]
 #: The longest spread, seconds (one day): a spread is for a herd at one instant, not a delay.
 MAX_SPREAD = 86400.0
 _PREFIX = b"pgpulse-spread:"
-#: Where a cron schedule's gaps are measured from, and how far (pure: no clock). Two years
-#: from a fixed instant meet every month length, leap day and weekday of a month's dates that
-#: a person's schedule distinguishes; a spread is at most a day, so the first gap shorter than
-#: the spread ends the search.
-_GAPS_FROM = datetime(2026, 1, 1, tzinfo=UTC)
-_GAPS_HORIZON = timedelta(days=800)
-_GAPS_SAMPLES = 2000
 
 
 def spread_offset(job_id: int, spread: float) -> timedelta:
@@ -93,8 +86,8 @@ def check_spread(
             ``interval`` or ``once``.
         interval: an ``@every`` schedule's period (:attr:`pgpulse.schedule.Schedule.interval`).
         schedule: a cron schedule, whose shortest time between consecutive occurrences the
-            spread must not exceed (measured from 2026-01-01 UTC over 800 days or 2,000
-            occurrences; :func:`shortest_gap`).
+            spread must not exceed (over all time, daylight-saving changes of its zone
+            included; :func:`shortest_gap`).
 
     Returns:
         ``spread`` as a float of seconds.
@@ -141,27 +134,19 @@ def check_spread(
 
 
 def shortest_gap(schedule: Schedule, *, below: float) -> float | None:
-    """A time between two consecutive occurrences of cron ``schedule`` shorter than ``below``
-    seconds (the first one found), or ``None`` if there is none.
+    """The shortest time between two consecutive occurrences of cron ``schedule``, in seconds,
+    if it is shorter than ``below`` seconds, else ``None``.
 
-    Pure: measured from a fixed instant (2026-01-01 UTC) over 800 days or 2,000 occurrences,
-    whichever ends first; occurrences are those of :meth:`pgpulse.schedule.Schedule.next_after`
-    (in the schedule's zone, so a daylight-saving change counts).
+    Pure, and over all time: every UTC offset of the schedule's zone counts, so a
+    daylight-saving change that brings two occurrences closer (``50 0-23 * * *`` in
+    Europe/Berlin, 01:50 CET then 03:00 CEST, ten minutes apart) is found
+    (:meth:`pgpulse.schedule.Schedule.shortest_gap`).
 
     Args:
         schedule: a cron schedule.
-        below: seconds; only a gap shorter than this is looked for.
+        below: seconds; only a gap shorter than this is looked for (at most a day).
     """
-    end = _GAPS_FROM + _GAPS_HORIZON
-    previous = schedule.next_after_or_none(_GAPS_FROM)
-    for _ in range(_GAPS_SAMPLES):
-        if previous is None or previous > end:
-            return None
-        following = schedule.next_after_or_none(previous)
-        if following is None:
-            return None
-        gap = (following - previous).total_seconds()
-        if gap < below:
-            return gap
-        previous = following
-    return None
+    gap = schedule.shortest_gap()
+    if gap is None or gap.total_seconds() >= below:
+        return None
+    return gap.total_seconds()

@@ -490,8 +490,9 @@ class Store(CalendarStore):
     ) -> list[dict[str, Any]]:
         """The audit trail of job (``tenant``, ``name``) — under its earlier names too — and of
         deleted jobs of that name, newest first: ``at`` (the database's instant), ``action``,
-        ``source``, ``actor``, ``revision`` and ``changes`` (``{"field": [old, new]}``).
-        Empty when nothing of that name was ever recorded."""
+        ``source``, ``actor``, ``revision`` and ``changes`` (``{"field": [old, new]}``). A
+        job renamed away from ``name`` (``crontab import --sync``) shows its rename here as
+        under its new name. Empty when nothing of that name was ever recorded."""
         check_key(tenant, name)
         return await self._rows("job_history", {"tenant": tenant, "name": name, "limit": limit})
 

@@ -21,6 +21,8 @@ zone against the database's own transition table).
 
 from __future__ import annotations
 
+import calendar
+import struct
 from datetime import UTC, datetime, timedelta
 from functools import cache, lru_cache
 from importlib import resources
@@ -35,6 +37,8 @@ __all__ = [
     "INSTANT_RANGE",
     "LATEST_INSTANT",
     "OffsetChange",
+    "ZoneRules",
+    "changes_of_year",
     "check_instant_range",
     "fixed_instant",
     "in_instant_range",
@@ -43,6 +47,8 @@ __all__ = [
     "offset_changes",
     "offsets",
     "transition",
+    "year_kind",
+    "zone_rules",
 ]
 
 #: Days between two probes of a zone's offset (below the 6.96-day minimum spacing of changes).
@@ -52,6 +58,7 @@ _PROBE = timedelta(days=PROBE_DAYS)
 _BLOCK_PROBES = 60
 _BLOCK_DAYS = PROBE_DAYS * _BLOCK_PROBES
 _SECOND = timedelta(seconds=1)
+_TICK = timedelta(microseconds=1)
 #: Names of the database that are not places: "zone not set".
 _PLACEHOLDERS = frozenset({"Factory"})
 #: Zones with one offset for all time (tzdata's ``Etc/*`` and the UTC/GMT aliases).
@@ -295,3 +302,111 @@ def _first_wall_with(zone: ZoneInfo, low: datetime, high: datetime, target: time
         else:
             low = mid
     return high
+
+
+# --- every offset change of a zone, in bounded form ---------------------------------------------
+# A zone's changes are its TZif file's transitions up to the last one it lists, then a yearly
+# rule (the file's POSIX TZ footer). Under a yearly rule, the changes of a year depend only on
+# the year's calendar (leap or not, weekday of 1 January: fourteen kinds), as does every cron
+# schedule's set of matching days: fourteen reference years stand for all the years of the rule.
+
+YearKind = tuple[bool, int]
+
+
+def year_kind(year: int) -> YearKind:
+    """The calendar kind of ``year``: (leap year, weekday of 1 January, Monday = 0)."""
+    return calendar.isleap(year), calendar.weekday(year, 1, 1)
+
+
+class ZoneRules(NamedTuple):
+    """Every offset change of a zone (:func:`zone_rules`).
+
+    Attributes:
+        listed: the changes before 1 January of ``rule_year`` (UTC), oldest first.
+        rule_year: from this year on, the changes of each year (by UTC instant) are those of
+            the reference year of its kind, on the same days and times of day.
+        reference: for each :func:`year_kind`, a year from ``rule_year`` on.
+        yearly: for each kind, the reference year's changes.
+    """
+
+    listed: tuple[OffsetChange, ...]
+    rule_year: int
+    reference: dict[YearKind, int]
+    yearly: dict[YearKind, tuple[OffsetChange, ...]]
+
+
+def _tzif_transitions(name: str) -> tuple[int, ...]:
+    """The transition instants (POSIX seconds) listed in zone ``name``'s TZif file (RFC 8536:
+    the 64-bit block of version 2 and later, else the 32-bit one)."""
+    data = resources.files("tzdata.zoneinfo").joinpath(*name.split("/")).read_bytes()
+    if data[:4] != b"TZif":
+        return ()
+    isut, isstd, leap, count, types, chars = struct.unpack(">6l", data[20:44])
+    if data[4] == 0:
+        return struct.unpack(f">{count}l", data[44 : 44 + 4 * count])
+    second = 44 + count * 5 + types * 6 + chars + leap * 8 + isstd + isut
+    count = struct.unpack(">6l", data[second + 20 : second + 44])[3]
+    return struct.unpack(f">{count}q", data[second + 44 : second + 44 + 8 * count])
+
+
+def _year_changes(zone: ZoneInfo, year: int) -> tuple[OffsetChange, ...]:
+    """The changes whose instant lies in UTC year ``year``."""
+    start = datetime(year, 1, 1, tzinfo=UTC)
+    return tuple(offset_changes(zone, start - _TICK, start.replace(year=year + 1) - _TICK))
+
+
+def _shifted(changes: tuple[OffsetChange, ...], year: int) -> tuple[OffsetChange, ...]:
+    """``changes`` (of one UTC year) moved to ``year``, same days and times of day."""
+    return tuple(c._replace(at=c.at.replace(year=year)) for c in changes)
+
+
+@cache
+def zone_rules(zone: ZoneInfo) -> ZoneRules | None:
+    """Every offset change of ``zone``, as a bounded list and a yearly rule.
+
+    Cost: once per zone (cached), a bisection per listed transition and a probe of some
+    fifteen to thirty years.
+
+    Returns:
+        The rules; ``None`` when the yearly rule cannot stand for its years (a change within
+        two days of a new year, or two years of one kind that differ), so the caller lists
+        changes over the range it needs instead.
+    """
+    stamps = (
+        () if zone.key in _FIXED or zone.key.startswith("Etc/") else _tzif_transitions(zone.key)
+    )
+    low, high = EARLIEST_INSTANT.timestamp(), datetime(9000, 1, 1, tzinfo=UTC).timestamp()
+    stamps = tuple(s for s in stamps if low < s < high)
+    rule_year = datetime.fromtimestamp(stamps[-1], UTC).year + 1 if stamps else 1971
+    rule_start = datetime(rule_year, 1, 1, tzinfo=UTC)
+    listed: list[OffsetChange] = []
+    for stamp in stamps:
+        before = datetime.fromtimestamp(stamp - 1, zone).utcoffset()
+        after = datetime.fromtimestamp(stamp, zone).utcoffset()
+        if before != after:
+            assert before is not None and after is not None
+            listed.append(OffsetChange(datetime.fromtimestamp(stamp, UTC), before, after))
+    if stamps:  # the rule's own changes after the last listed one, in that year
+        last = datetime.fromtimestamp(stamps[-1], UTC)
+        listed.extend(offset_changes(zone, last, rule_start - _TICK))
+    reference: dict[YearKind, int] = {}
+    yearly: dict[YearKind, tuple[OffsetChange, ...]] = {}
+    margin = timedelta(days=2)
+    for year in range(rule_year, min(rule_year + 60, 9000)):
+        changes = _year_changes(zone, year)
+        start = datetime(year, 1, 1, tzinfo=UTC)
+        if any(not start + margin < c.at < start.replace(year=year + 1) - margin for c in changes):
+            return None
+        kind = year_kind(year)
+        if kind not in reference:
+            reference[kind], yearly[kind] = year, changes
+        elif _shifted(yearly[kind], year) != changes:
+            return None
+    if len(reference) < 14:
+        return None
+    return ZoneRules(tuple(listed), rule_year, reference, yearly)
+
+
+def changes_of_year(rules: ZoneRules, year: int) -> tuple[OffsetChange, ...]:
+    """The changes of UTC year ``year`` (from ``rules.rule_year`` on) under the yearly rule."""
+    return _shifted(rules.yearly[year_kind(year)], year)

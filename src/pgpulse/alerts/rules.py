@@ -205,8 +205,10 @@ def check_notifier_kinds(spec: RuleSpec, kinds: dict[str, str]) -> None:
 def longest_gap(schedule: Schedule, after: datetime, anchor: datetime | None) -> float | None:
     """The longest time between two consecutive occurrences of ``schedule`` after ``after``
     (seconds), over :data:`PERIOD_HORIZON` or :data:`PERIOD_SAMPLES` occurrences, whichever
-    comes first; ``None`` when it has fewer than two occurrences there (a one-off, a schedule
-    that fires once every few years).
+    comes first, and next to every change of its zone's UTC offset to come (the night the
+    clocks go back, ``50 0-23 * * *`` is two hours apart once: the sample may not reach it);
+    ``None`` when it has fewer than two occurrences there (a one-off, a schedule that fires
+    once every few years).
 
     Args:
         schedule: the job's parsed schedule.
@@ -227,7 +229,10 @@ def longest_gap(schedule: Schedule, after: datetime, anchor: datetime | None) ->
         gap = (following - previous).total_seconds()
         longest = gap if longest is None else max(longest, gap)
         previous = following
-    return longest
+    at_changes = schedule.longest_gap_at_changes(after)
+    if longest is None or at_changes is None:
+        return longest
+    return max(longest, at_changes.total_seconds())
 
 
 def check_silence_window(

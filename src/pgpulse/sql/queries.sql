@@ -999,13 +999,17 @@ SELECT r.id, r.tenant, r.name FROM removed r;
 
 -- name: job_history
 -- The audit trail of the job named (%(tenant)s, %(name)s) now (under its earlier names too),
--- and of deleted jobs that had that name, newest first.
+-- and of deleted jobs that had that name, newest first; a job renamed away from the name
+-- (crontab import --sync) shows its rename, recorded under its new name, in both names'.
 SELECT h.id, h.job_id, h.tenant, h.name, h.at, h.action, h.source, h.actor, h.revision,
        h.changes
 FROM pgpulse_job_history h
 WHERE (h.tenant = %(tenant)s AND h.name = %(name)s)
    OR h.job_id = (SELECT n.job_id FROM pgpulse_job_names n
                   WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+   OR (h.job_id IN (SELECT o.job_id FROM pgpulse_job_history o
+                    WHERE o.tenant = %(tenant)s AND o.name = %(name)s)
+       AND h.changes -> 'name' ->> 0 = %(name)s)
 ORDER BY h.id DESC
 LIMIT %(limit)s;
 

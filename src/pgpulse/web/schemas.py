@@ -226,7 +226,10 @@ class Job(BaseModel):
     failures: int = Field(description="Consecutive failed runs.")
     scheduled_for: datetime = Field(description="The current occurrence (logical time), UTC.")
     next_run_at: datetime = Field(description="When it may be claimed (later on retry), UTC.")
-    upcoming: list[datetime] = Field(description="Current and next occurrences, job's zone.")
+    upcoming: list[datetime] = Field(
+        description="Current and next occurrences, job's zone; a paused job's come after its "
+        "pause ends (none while paused with no end)."
+    )
     attempt: int
     locked_by: str | None
     lease_expires_at: datetime | None

@@ -66,6 +66,10 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     past ``not_after`` or ``max_runs``; a ``completed`` job has none (its last one ran). The
     occurrences its exclusion calendars (``calendar_defs``: the stored definitions) exclude
     are left out, as the claims skip them (:func:`pgpulse.limits.first_to_run`).
+
+    A paused job's occurrences inside the pause do not run (the pause's end resumes it with
+    ``skip``): one paused until T shows those after T; one paused with no end has none to show
+    until it is resumed (the resume decides which come).
     """
     if row.get("status") == "completed":
         return []
@@ -75,6 +79,15 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     found: list[datetime] = []
     cursor: datetime = row["scheduled_for"]
     try:
+        if row.get("status") == "paused":
+            until = row.get("paused_until")
+            if until is None:
+                return []
+            if cursor <= until:
+                after = schedule.next_after_or_none(until, anchor=row["anchor_at"])
+                if after is None:
+                    return []
+                cursor = after
         left = None
         if row.get("max_runs") is not None:
             left = max(int(row["max_runs"]) - int(row.get("runs_done") or 0), 0)
