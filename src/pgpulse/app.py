@@ -31,8 +31,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from pgpulse.access import code_writer
 from pgpulse.audit import Actor
 from pgpulse.builtins import BUILTIN_HANDLERS
+from pgpulse.database import NODE_SETTINGS, open_pool, resolve_dsn
 from pgpulse.database import describe as describe_connection
-from pgpulse.database import open_pool, resolve_dsn
 from pgpulse.errors import DatabaseUnavailable, InvalidInput, describe
 from pgpulse.handlers import Handler, HandlerRegistry
 from pgpulse.jobs import JobSpec
@@ -59,6 +59,7 @@ async def connect(
     migrate: bool = True,
     read_url: str | None = None,
     require_schema: bool = False,
+    heal: bool = False,
 ) -> AsyncIterator[Store]:
     """Open a :class:`~pgpulse.store.Store` on a database, migrating it first (or not).
 
@@ -72,18 +73,24 @@ async def connect(
         migrate: apply pending migrations before yielding.
         require_schema: without ``migrate``, refuse a database that lacks the current schema
             (what the CLI's reading commands do: they never create the schema).
+        heal: the pools drop a connection that met an error a fresh one could cure (a
+            long-lived server's: :class:`~pgpulse.database.HealingPool`).
 
     Raises:
         DatabaseUnavailable: the database does not answer.
         SchemaMissing: ``require_schema`` and the schema is absent or older; nothing written.
     """
     dsn = resolve_dsn(database_url, data_dir)
-    pool = await open_pool(dsn, application_name=application_name, max_size=max_size)
+    pool = await open_pool(dsn, application_name=application_name, max_size=max_size, heal=heal)
     try:
         reads = None
         if read_url:
             reads = await open_pool(
-                read_url, application_name=application_name, max_size=max_size, writable=False
+                read_url,
+                application_name=application_name,
+                max_size=max_size,
+                writable=False,
+                heal=heal,
             )
         try:
             store = Store(pool, reads)
@@ -384,6 +391,8 @@ class App:
             application_name=f"pgpulse:{config.node_id}",
             max_size=min(config.slots, 8) + 2,
             min_size=2,
+            settings=NODE_SETTINGS,
+            heal=True,
         )
         try:
             node = await self._started(Store(pool), dsn, config)

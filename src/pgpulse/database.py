@@ -7,17 +7,19 @@ leader lock (its heartbeat session does), and uses dict rows.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote
 
 import psycopg
-from psycopg import conninfo
+from psycopg import conninfo, sql
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -32,6 +34,34 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 5
 
 AsyncConn = psycopg.AsyncConnection[DictRow]
+
+#: What every session of a node sets as it connects (its dedicated sessions and its pool's),
+#: whatever the database or the role says (``ALTER DATABASE ... SET statement_timeout = '1ms'``
+#: must not starve a node, and a value set while a session was open must not outlive a
+#: ``RESET`` in it). The node's own statements are bounded by the node (its asyncio timeouts);
+#: these only stop a statement whose client is gone, and keep an idle session open
+#: (``idle_session_timeout`` is PostgreSQL 14's and set only there).
+NODE_SETTINGS: Mapping[str, str] = {
+    "statement_timeout": "2min",
+    "lock_timeout": "1min",
+    "idle_in_transaction_session_timeout": "2min",
+    "idle_session_timeout": "0",
+}
+
+#: Tries of the statement that sets a session's settings: it runs under the database's
+#: ``statement_timeout`` (1 ms, say), which a few microseconds of ``SET`` nearly always beat.
+_SETTING_TRIES = 5
+
+#: SQLSTATEs (or their two-character classes) of errors that a fresh connection can cure: the
+#: session's connection is replaced (:class:`Session`). A lost or refused connection (08), an
+#: operator's act (57: a statement timeout or cancel, an admin shutdown, a terminated backend,
+#: an idle-session timeout), a lock timeout (55P03), an idle-in-transaction timeout (25P03), a
+#: server that turned read-only (25006), too many connections or no resources (53), and what a
+#: session-level setting that changed under it can cause (a ``search_path``: 3F000, 42P01,
+#: 42883).
+CURABLE_SQLSTATES = frozenset(
+    {"08", "57", "53", "55P03", "25P03", "25006", "3F000", "42P01", "42883"}
+)
 
 
 class ConnectionSource(Protocol):
@@ -105,6 +135,52 @@ def is_read_only_error(exc: BaseException) -> bool:
     made read-only): the session must move, since its server will not take this node's writes
     again until a failover moves it back."""
     return isinstance(exc, psycopg.errors.ReadOnlySqlTransaction)
+
+
+def is_curable_error(exc: BaseException) -> bool:
+    """Whether a fresh connection could cure ``exc`` (:data:`CURABLE_SQLSTATES`, or a connection
+    that broke without a SQLSTATE): the session that met it opens another."""
+    if not isinstance(exc, psycopg.Error):
+        return isinstance(exc, OSError)
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return state in CURABLE_SQLSTATES or state[:2] in CURABLE_SQLSTATES
+
+
+def one_line_error(exc: BaseException) -> str:
+    """The first line of ``exc``'s text (libpq adds details below it), or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+async def apply_settings(conn: AsyncConn, settings: Mapping[str, str]) -> None:
+    """Set ``settings`` (run-time parameters, session-wide) on ``conn`` in one statement (``SET``
+    commands, nothing in the startup packet: it also works through a pooler that refuses
+    startup options). ``idle_session_timeout`` is left out before PostgreSQL 14. Tried again
+    if the database's own ``statement_timeout`` cancels it (:data:`_SETTING_TRIES`).
+
+    Raises:
+        psycopg.Error: the statement failed (every try, for a cancel).
+    """
+    names = [
+        name
+        for name in settings
+        if name != "idle_session_timeout" or conn.info.server_version >= 140000
+    ]
+    if not names:
+        return
+    statement = sql.SQL("; ").join(
+        sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(settings[name]))
+        for name in names
+    )
+    for tries_left in range(_SETTING_TRIES - 1, -1, -1):
+        try:
+            await conn.execute(statement)
+            return
+        except psycopg.errors.QueryCanceled:
+            if not tries_left:
+                raise
 
 
 async def session_is_read_only(conn: AsyncConn) -> bool:
@@ -253,6 +329,35 @@ async def _check_writable(conn: AsyncConn) -> None:
         raise psycopg.errors.ReadOnlySqlTransaction("the server is read-only: reconnecting")
 
 
+class HealingPool(AsyncConnectionPool[AsyncConn]):
+    """A pool that drops a connection on which a statement failed with an error a fresh
+    connection could cure (:func:`is_curable_error`: a statement timeout, a ``search_path``
+    changed under it...), so it opens another (with its own backoff) instead of lending the
+    sick one again: every store method that borrows from it heals the same way."""
+
+    @contextlib.asynccontextmanager
+    async def connection(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 -- the overridden method's signature
+    ) -> AsyncIterator[AsyncConn]:
+        """Lend a connection as :meth:`AsyncConnectionPool.connection` does; one that met a
+        curable error is closed before it goes back (the pool discards a closed one)."""
+        async with super().connection(timeout) as conn:
+            try:
+                yield conn
+            except BaseException as exc:
+                if is_curable_error(exc) and not conn.closed:
+                    log.warning(
+                        "pool %s: %s; replacing the connection",
+                        self.name,
+                        one_line_error(exc),
+                        extra={"action": "pool_connection_replaced"},
+                    )
+                    with contextlib.suppress(psycopg.Error, OSError):
+                        await conn.close()
+                raise
+
+
 async def open_pool(
     dsn: str,
     *,
@@ -260,6 +365,8 @@ async def open_pool(
     max_size: int,
     min_size: int = 1,
     writable: bool = True,
+    settings: Mapping[str, str] | None = None,
+    heal: bool = False,
 ) -> AsyncConnectionPool[AsyncConn]:
     """Open a checked connection pool (autocommit connections, dict rows).
 
@@ -272,19 +379,31 @@ async def open_pool(
     Args:
         writable: the pool writes (default; a multi-host ``dsn`` goes to the primary,
             :func:`primary_dsn`); ``False`` for a read replica's pool (any host, any state).
+        settings: run-time parameters each new connection sets (:func:`apply_settings`; a
+            node's pool: :data:`NODE_SETTINGS`); ``None``: the database's and role's own.
+        heal: drop a connection that met an error a fresh one could cure (a node's pool,
+            which lives for days: :class:`HealingPool`); a command's pool lives for one
+            command and keeps psycopg's own rules.
 
     Raises:
         DatabaseUnavailable: the first connection could not be made.
     """
+    chosen = dict(settings or {})
+
+    async def configure(conn: AsyncConn) -> None:
+        await apply_settings(conn, chosen)
+
     probe = await connect(dsn, application_name=application_name, writable=writable)
     await probe.close()
-    pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
+    kind = HealingPool if heal else AsyncConnectionPool
+    pool: AsyncConnectionPool[AsyncConn] = kind(
         primary_dsn(dsn) if writable else dsn,
         min_size=min_size,
         max_size=max(max_size, min_size),
         kwargs={"autocommit": True, **_kwargs(application_name)},
         connection_class=psycopg.AsyncConnection[DictRow],
         check=_check_writable if writable else AsyncConnectionPool.check_connection,
+        configure=configure if chosen else None,
         open=False,
         name=application_name,
     )
@@ -293,12 +412,22 @@ async def open_pool(
 
 
 class Session:
-    """One dedicated connection that is opened again on the next use after it broke.
+    """One dedicated connection of a node, opened again on the next use after it broke, or after
+    an error a fresh connection could cure.
 
     A pool reconnects with its own exponential backoff (1 s, 2 s, 4 s...), so after a short
     database restart it can stay away for twice the outage. A node's heartbeats and lease
     renewals go through a session instead: each heartbeat tries a fresh connection at once,
     so a lease survives an outage shorter than itself. Use from one task at a time.
+
+    Each connection sets :data:`NODE_SETTINGS` and then ``settings`` as it opens
+    (:func:`apply_settings`), so a database or role setting (a 1 ms ``statement_timeout``) never
+    reaches it. A statement that fails with an error a fresh connection could cure
+    (:func:`is_curable_error`: a statement or lock timeout, a terminated backend, a server
+    turned read-only, a ``search_path`` changed under it...) closes the connection; the next
+    use opens another, after a backoff that doubles with each such failure in a row
+    (:data:`RECONNECT_BACKOFF` up to :data:`RECONNECT_BACKOFF_MAX` seconds) and starts again
+    after a use that succeeded.
 
     Session state (a session-level advisory lock, such as the leader's) lives as long as one
     connection: :attr:`generation` counts the connections opened, so a holder can tell that
@@ -307,9 +436,8 @@ class Session:
     Args:
         dsn: the database.
         application_name: shown in ``pg_stat_activity``.
-        settings: run-time parameters set on each connection the session opens (``set_config``,
-            one statement per connection, not per use; nothing in the DSN's startup packet, so
-            it also works through a pooler that refuses startup options).
+        settings: run-time parameters set on each connection the session opens, after
+            :data:`NODE_SETTINGS` (one statement per connection, not per use).
     """
 
     def __init__(
@@ -317,9 +445,12 @@ class Session:
     ) -> None:
         self.dsn = dsn
         self.application_name = application_name
-        self.settings = dict(settings or {})
+        self.settings = {**NODE_SETTINGS, **(settings or {})}
         self.generation = 0
         self._conn: AsyncConn | None = None
+        #: Curable failures in a row, and when the last one closed the connection (monotonic).
+        self._failures = 0
+        self._failed_at = 0.0
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConn]:
@@ -327,14 +458,12 @@ class Session:
 
         Raises:
             DatabaseUnavailable: the connection could not be opened.
+            psycopg.Error: its settings could not be set.
         """
         if self._conn is None or self._conn.closed or self._conn.broken:
-            await self.close()
-            self._conn = await connect(self.dsn, application_name=self.application_name)
-            self.generation += 1
-            for name, value in self.settings.items():
-                await self._conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+            await self._reconnect()
         conn = self._conn
+        assert conn is not None
         try:
             yield conn
         except BaseException as exc:
@@ -347,10 +476,45 @@ class Session:
                     self.application_name,
                     extra={"action": "session_read_only"},
                 )
-                await self.close()
+                await self._replace()
+            elif is_curable_error(exc):
+                log.warning(
+                    "session %s: %s; reconnecting",
+                    self.application_name,
+                    one_line_error(exc),
+                    extra={"action": "session_replaced"},
+                )
+                await self._replace()
             elif conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 await self.close()
             raise
+        self._failures = 0
+
+    async def _reconnect(self) -> None:
+        """Open the session's next connection (after the backoff its failures in a row call
+        for) and set its settings; a connection whose settings fail is closed again."""
+        await self.close()
+        if self._failures:
+            backoff = min(RECONNECT_BACKOFF * 2 ** (self._failures - 1), RECONNECT_BACKOFF_MAX)
+            await asyncio.sleep(max(0.0, self._failed_at + backoff - time.monotonic()))
+        conn = await connect(self.dsn, application_name=self.application_name)
+        try:
+            await apply_settings(conn, self.settings)
+        except BaseException:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
+            self._failures += 1
+            self._failed_at = time.monotonic()
+            raise
+        self._conn = conn
+        self.generation += 1
+
+    async def _replace(self) -> None:
+        """Close the connection after a curable failure: the next use opens another, after a
+        backoff."""
+        self._failures += 1
+        self._failed_at = time.monotonic()
+        await self.close()
 
     async def close(self) -> None:
         """Close the connection, if any."""
@@ -358,3 +522,9 @@ class Session:
             conn, self._conn = self._conn, None
             with contextlib.suppress(psycopg.Error, OSError):
                 await conn.close()
+
+
+#: Seconds a :class:`Session` waits before it reconnects after its first curable failure in a
+#: row; each further one doubles it, up to :data:`RECONNECT_BACKOFF_MAX`.
+RECONNECT_BACKOFF = 0.1
+RECONNECT_BACKOFF_MAX = 2.0

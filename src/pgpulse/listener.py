@@ -20,7 +20,13 @@ from typing import Any
 
 import psycopg
 
-from pgpulse.database import AsyncConn, connect, session_is_read_only
+from pgpulse.database import (
+    NODE_SETTINGS,
+    AsyncConn,
+    apply_settings,
+    connect,
+    session_is_read_only,
+)
 from pgpulse.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -69,6 +75,7 @@ class Listener:
             try:
                 conn = await connect(self.dsn, application_name=self.application_name)
                 async with conn:
+                    await apply_settings(conn, NODE_SETTINGS)  # not the database's own
                     await conn.execute("LISTEN pgpulse_wakeup")
                     self.wake.set()  # anything notified while we were not listening
                     while not self.stopping.is_set():

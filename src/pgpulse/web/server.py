@@ -187,6 +187,7 @@ async def web_sidecar(
                 application_name="pgpulse:web",
                 max_size=3,
                 read_url=read_url,
+                heal=True,
             )
         )
         if sockets[0] is not None:

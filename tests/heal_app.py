@@ -1,0 +1,20 @@
+"""An app for the tests of nodes that heal from a sick database and stop in bounded time:
+job ``every-second`` ends at once; handler ``hang`` runs until it is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pgpulse import App, RunContext
+
+app = App()
+
+
+@app.job("every-second", schedule="@every 1s")
+async def tick(ctx: RunContext) -> str:
+    return f"tick by {ctx.node_id}"
+
+
+@app.handler("hang")
+async def hang(ctx: RunContext) -> None:
+    await asyncio.sleep(3600)  # cancelled by the node's drain
