@@ -2,7 +2,8 @@
 
 Every option has one environment fallback, named by one rule and shown in ``--help``; a
 refused option value is one line (see :mod:`pgpulse.cli_conventions`). Errors print one line
-on stderr and exit non-zero: 2 for refused input, 3 for a database that does not answer.
+on stderr and exit non-zero: 2 for refused input, 3 for a database that does not answer or fails
+a command's statements (:class:`~pgpulse.cli_conventions.DatabaseFailed`, for every command).
 """
 
 from __future__ import annotations

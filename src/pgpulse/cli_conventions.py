@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+import psycopg
 
 from pgpulse.cli_types import worded
 from pgpulse.database import with_database
 from pgpulse.embedded import start_embedded
 from pgpulse.errors import DatabaseUnavailable, InvalidInput, PulseError
-from pgpulse.report import refusal_line
+from pgpulse.report import one_line, refusal_line
 
 #: click's settings for every command of the tree.
 CONTEXT = {
@@ -253,6 +254,48 @@ def _one_line_refusals() -> Iterator[None]:
         raise Refused(message) from None
 
 
+class DatabaseFailed(click.ClickException):
+    """A database error met while a command ran (a statement timeout, a lock timeout, a lost
+    connection...): one line on stderr naming it, exit 3, as a database that does not answer
+    (README, "Errors"). Never a traceback."""
+
+    exit_code = 3
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def database_failure_line(exc: BaseException) -> str | None:
+    """How the command line words a database error ``exc`` (without ``error:``), or ``None``
+    if ``exc`` is not one: a driver error (with its SQLSTATE), :class:`DatabaseUnavailable`,
+    or an exception group (a command's task group) whose every error is one of those (the
+    first is named)."""
+    if isinstance(exc, BaseExceptionGroup):
+        lines = [database_failure_line(inner) for inner in exc.exceptions]
+        return lines[0] if lines and all(lines) else None
+    if isinstance(exc, DatabaseUnavailable):
+        return refusal_line(exc)
+    if not isinstance(exc, psycopg.Error):
+        return None
+    text = one_line(str(exc)) or type(exc).__name__
+    if exc.sqlstate:
+        return f"the database failed the command: {text} (SQLSTATE {exc.sqlstate})"
+    return f"the database connection failed: {text}"
+
+
+@contextmanager
+def _one_line_database_errors() -> Iterator[None]:
+    """Every command's database errors, in one place: a line and exit 3
+    (:class:`DatabaseFailed`), whichever command met them."""
+    try:
+        yield
+    except (psycopg.Error, DatabaseUnavailable, BaseExceptionGroup) as exc:
+        line = database_failure_line(exc)
+        if line is None:
+            raise
+        raise DatabaseFailed(line) from None
+
+
 def _not_utf8(text: str) -> str | None:
     """How ``text`` (decoded with ``surrogateescape``) fails to be UTF-8, or ``None``."""
     data = text.encode("utf-8", "surrogateescape")
@@ -306,7 +349,8 @@ class PulseGroup(click.Group):
             return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with _one_line_refusals():  # a subcommand's options are parsed in here
+        # A subcommand's options are parsed in here, and every command runs in here.
+        with _one_line_database_errors(), _one_line_refusals():
             return super().invoke(ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
