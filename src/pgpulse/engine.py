@@ -40,7 +40,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,7 +305,7 @@ class Node:
         await self.start()
         self.started.set()
         try:
-            await self._loops()
+            await self._run_loops()
         except BaseExceptionGroup as group:
             # A node whose id another process took over (its row was stale) stops, saying so.
             taken = group.subgroup(NodeIdTaken)
@@ -317,6 +317,27 @@ class Node:
             raise first from None
         finally:
             await self._drain()
+
+    async def _run_loops(self) -> None:
+        """Run :meth:`_loops` until they end; once the node stops, they get
+        :data:`STOP_STEP_TIMEOUT` seconds to finish their step (a heartbeat waiting on a locked
+        table would hold the drain up), then they are cancelled."""
+        loops = asyncio.create_task(self._loops(), name="loops")
+        stopping = asyncio.create_task(self._stopping.wait(), name="stopping")
+        try:
+            await asyncio.wait({loops, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not loops.done():
+                await asyncio.wait({loops}, timeout=STOP_STEP_TIMEOUT)
+            if not loops.done():
+                self._overran("the loops' last step")
+                loops.cancel()
+                await asyncio.wait({loops}, timeout=STOP_STEP_TIMEOUT)
+                return
+            loops.result()
+        finally:
+            stopping.cancel()
+            if not loops.done():  # run() itself was cancelled
+                loops.cancel()
 
     async def _loops(self) -> None:
         """The node's loops, in one task group: if one dies, the node stops."""
@@ -347,7 +368,10 @@ class Node:
     async def _drain(self) -> None:
         """Give running attempts ``drain_timeout`` seconds to finish (writing their outcomes
         as they come and renewing their leases meanwhile: a drain may outlast a lease), then
-        cancel the rest, write what they decided, hand their claims back and say goodbye."""
+        cancel the rest, write what they decided and hand their claims back, then say goodbye.
+        The hand-back and the goodbye each get :data:`STOP_STEP_TIMEOUT` seconds, so a
+        database that hangs (a locked ``pgpulse_nodes``, a lost synchronous standby) never
+        holds the process: past a deadline the node says so in one line and goes on."""
         interval = self.config.heartbeat_interval
         if self.attempts.unfinished():
             log.info(
@@ -368,19 +392,40 @@ class Node:
                         await self.heartbeat_once()
                 beat_at = time.monotonic() + interval
         stopped = self.attempts.stop()
-        if stopped:
-            await asyncio.wait([attempt.task for attempt in stopped], timeout=5)
-        await self.recorder.flush(10.0)  # outcomes decided before the cancel still land
-        await self._hand_back([attempt for attempt in stopped if attempt.outcome is None])
-        if self.checkins is not None:  # the ends the last writes committed
-            await self.checkins.drain(2.0)
-        with _quiet_db_errors("stop_node"):
-            await self.deregister()
+        if not await _within(STOP_STEP_TIMEOUT, self._hand_back_stopped(stopped)):
+            self._overran("the hand-back")
+        if not await _within(STOP_STEP_TIMEOUT, self._deregister_quietly()):
+            self._overran("the deregistration")
         await self.close()
         # A sync handler's thread cannot be interrupted: its result was discarded, and the
         # process need not wait for it.
         self._threads.shutdown(wait=False, cancel_futures=True)
         log.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
+
+    def _overran(self, step: str) -> None:
+        """Say, in one line, that a step of the shutdown ran out of time and was given up."""
+        log.warning(
+            "node %s: %s did not finish within %s; stopping without it (unreleased leases "
+            "expire and are reaped, an unwritten stop looks like a lost node)",
+            self.node_id,
+            step,
+            seconds_text(STOP_STEP_TIMEOUT),
+            extra={"action": "stop_step_timeout", "step": step},
+        )
+
+    async def _hand_back_stopped(self, stopped: Sequence[Attempt]) -> None:
+        """Wait for the cancelled attempts, write what they decided, hand back their claims and
+        send the last check-ins (the hand-back step of :meth:`_drain`)."""
+        if stopped:
+            await asyncio.wait([attempt.task for attempt in stopped], timeout=STOP_STEP_TIMEOUT)
+        await self.recorder.flush(STOP_STEP_TIMEOUT)  # outcomes decided before the cancel
+        await self._hand_back([attempt for attempt in stopped if attempt.outcome is None])
+        if self.checkins is not None:  # the ends the last writes committed
+            await self.checkins.drain(2.0)
+
+    async def _deregister_quietly(self) -> None:
+        with _quiet_db_errors("stop_node"):
+            await self.deregister()
 
     async def close(self) -> None:
         """Close the node's own connections, its heartbeat and claim sessions (leadership goes
@@ -593,6 +638,25 @@ def pause_after(step: Step, *, waiting: int, free: int, poll: float) -> float | 
     if step.next_due is not None and step.db_now is not None:
         delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
     return max(delay, 0.0)
+
+
+#: Seconds each step of a node's shutdown after the drain may take (the loops' last step, the
+#: hand-back, the deregistration); past it the step is given up (:meth:`Node._drain`).
+STOP_STEP_TIMEOUT = 5.0
+
+
+async def _within(seconds: float, step: Coroutine[Any, Any, None]) -> bool:
+    """Run ``step`` for at most ``seconds``; return whether it finished. One that did not is
+    cancelled, and waited for no more than ``seconds`` again (psycopg asks the server to
+    cancel a statement, which a hung server may not answer). Its errors propagate."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if task in done:
+        task.result()
+        return True
+    task.cancel()
+    await asyncio.wait({task}, timeout=seconds)
+    return False
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:
