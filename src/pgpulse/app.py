@@ -31,9 +31,9 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from pgpulse.access import code_writer
 from pgpulse.audit import Actor
 from pgpulse.builtins import BUILTIN_HANDLERS
-from pgpulse.database import NODE_SETTINGS, open_pool, resolve_dsn
+from pgpulse.database import NODE_SETTINGS, AsyncConn, open_pool, resolve_dsn
 from pgpulse.database import describe as describe_connection
-from pgpulse.errors import DatabaseUnavailable, InvalidInput, describe
+from pgpulse.errors import DatabaseRefused, DatabaseUnavailable, InvalidInput, describe
 from pgpulse.handlers import Handler, HandlerRegistry
 from pgpulse.jobs import JobSpec
 from pgpulse.plan import Plan, plan_source
@@ -386,16 +386,8 @@ class App:
 
         config = config or NodeConfig()
         dsn = resolve_dsn(database_url, data_dir)
-        pool = await open_pool(
-            dsn,
-            application_name=f"pgpulse:{config.node_id}",
-            max_size=min(config.slots, 8) + 2,
-            min_size=2,
-            settings=NODE_SETTINGS,
-            heal=True,
-        )
+        pool, node = await self._started(dsn, config)
         try:
-            node = await self._started(Store(pool), dsn, config)
             task = asyncio.create_task(node.run(), name=f"pgpulse node {config.node_id}")
             started = asyncio.ensure_future(node.started.wait())
             try:
@@ -417,35 +409,57 @@ class App:
         finally:
             await pool.close()
 
-    async def _started(self, store: Store, dsn: str, config: NodeConfig) -> Node:
-        """Migrate, register the node and write the code's jobs and rules (:meth:`run_node`),
-        again while the database is restarting or not yet up: a node started during a
-        restart of its database (a supervisor restarting it at once, a whole machine booting)
-        waits for it, for at most :data:`START_WAIT_S` seconds, instead of crashing.
+    async def _started(
+        self, dsn: str, config: NodeConfig
+    ) -> tuple[AsyncConnectionPool[AsyncConn], Node]:
+        """Open the node's pool, migrate, register the node and write the code's jobs and rules
+        (:meth:`run_node`), again while the database is down, restarting, not yet up or full
+        (too many clients): a node started then (a supervisor restarting it at once, a whole
+        machine booting) waits for it, with a backoff (0.25 s doubling to 5 s) and a log line
+        per try, for at most :data:`START_WAIT_S` seconds, instead of crashing. A refusal no
+        retry cures (a wrong password, an unknown role or database) ends it at once.
 
         Raises:
+            DatabaseRefused: the server refused the connection for good (not retried).
             DatabaseUnavailable: the database did not answer within :data:`START_WAIT_S`.
             Forbidden, NodeIdTaken, InvalidInput: as :meth:`run_node` (not retried).
         """
         deadline = asyncio.get_running_loop().time() + START_WAIT_S
         delay = 0.25
-        while True:
-            try:
-                return await self._start(store, dsn, config)
-            except (psycopg.OperationalError, PoolTimeout, DatabaseUnavailable) as exc:
-                if asyncio.get_running_loop().time() + delay > deadline:
-                    raise DatabaseUnavailable(
-                        f"node {config.node_id} could not start: the database did not answer "
-                        f"within {seconds_text(START_WAIT_S)} ({describe(exc)})"
-                    ) from exc
-                log.warning(
-                    "database not ready at node start (%s); retrying in %.2fs",
-                    describe(exc),
-                    delay,
-                    extra={"action": "start_retry"},
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        pool: AsyncConnectionPool[AsyncConn] | None = None
+        try:
+            while True:
+                try:
+                    if pool is None:
+                        pool = await open_pool(
+                            dsn,
+                            application_name=f"pgpulse:{config.node_id}",
+                            max_size=min(config.slots, 8) + 2,
+                            min_size=2,
+                            settings=NODE_SETTINGS,
+                            heal=True,
+                        )
+                    return pool, await self._start(Store(pool), dsn, config)
+                except DatabaseRefused:
+                    raise
+                except (psycopg.OperationalError, PoolTimeout, DatabaseUnavailable) as exc:
+                    if asyncio.get_running_loop().time() + delay > deadline:
+                        raise DatabaseUnavailable(
+                            f"node {config.node_id} could not start: the database did not "
+                            f"answer within {seconds_text(START_WAIT_S)} ({describe(exc)})"
+                        ) from exc
+                    log.warning(
+                        "database not ready at node start (%s); retrying in %.2fs",
+                        describe(exc),
+                        delay,
+                        extra={"action": "start_retry"},
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+        except BaseException:
+            if pool is not None:
+                await pool.close()
+            raise
 
     async def _start(self, store: Store, dsn: str, config: NodeConfig) -> Node:
         """One try of :meth:`_started`; a registered node whose declarations fail is

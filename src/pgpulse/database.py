@@ -24,7 +24,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from pgpulse.embedded import start_embedded
-from pgpulse.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.errors import DatabaseRefused, DatabaseUnavailable, InvalidInput
 from pgpulse.masking import scrub
 from pgpulse.sql import QUERIES
 
@@ -128,6 +128,24 @@ def primary_dsn(dsn: str) -> str:
     if "target_session_attrs" in params or not several:
         return dsn
     return conninfo.make_conninfo(dsn, target_session_attrs="read-write")
+
+
+#: What libpq says when the server refuses a connection for good (no retry cures it): its
+#: messages carry no SQLSTATE, so their text decides (:func:`is_permanent_refusal`).
+_PERMANENT_REFUSAL = re.compile(
+    r"FATAL:.*(authentication failed|does not exist|no pg_hba\.conf entry|"
+    r"not permitted to log in|permission denied for database)|password is required|"
+    r"server does not support SSL|invalid (sslmode|connection option)",
+    re.IGNORECASE,
+)
+
+
+def is_permanent_refusal(message: str) -> bool:
+    """Whether a connection failure's ``message`` (libpq's) is a refusal no retry cures: a
+    wrong password or authentication method, an unknown role or database, no ``pg_hba.conf``
+    entry, a role that may not log in. A server down, starting up, shutting down or full
+    (``too many clients``) is not: a node waits for it."""
+    return bool(_PERMANENT_REFUSAL.search(message))
 
 
 def is_read_only_error(exc: BaseException) -> bool:
@@ -312,7 +330,8 @@ async def connect(
         # A server that answered and refused (an unknown role or database, a wrong password,
         # pg_hba) is not a server that does not answer.
         verb = "refused the connection" if "FATAL:" in str(exc) else "does not answer"
-        raise DatabaseUnavailable(
+        kind = DatabaseRefused if is_permanent_refusal(str(exc)) else DatabaseUnavailable
+        raise kind(
             f"{scrub_dsn(describe_dsn(dsn), dsn)} {verb}: {reason} (DSN {redact(dsn)!r})",
             field="database_url",
             value=redact(dsn),

@@ -122,6 +122,12 @@ class DatabaseUnavailable(PulseError):
     """The database named by a DSN (or the embedded server) does not answer."""
 
 
+class DatabaseRefused(DatabaseUnavailable):
+    """The server answered and refused the connection for a reason no retry cures: a wrong
+    password, an unknown role or database, no ``pg_hba.conf`` entry (a starting node exits at
+    once on it, exit 3, instead of waiting for the database)."""
+
+
 class PreReleaseSchema(PulseError):
     """The database holds the schema of the pre-release Pulse 0.1.0, which no migration upgrades
     (release 0.2.0 starts from a new baseline)."""
