@@ -390,6 +390,8 @@ class ClaimStore(NodeRegistry):
         pid: int | None = None,
         shard_count: int | None = None,
         known: str | None = None,
+        claimed_at: datetime | None = None,
+        claim_error: str | None = None,
         now: datetime | None = None,
     ) -> Heartbeat:
         """Record this node's heartbeat, take part in leadership, and reap expired leases — one
@@ -416,6 +418,10 @@ class ClaimStore(NodeRegistry):
             known: the :attr:`~pgpulse.model.Heartbeat.members` digest of the live set the
                 caller holds; if the live set still has it, it is not sent again
                 (``Heartbeat.live`` is ``None``). ``None``: always sent.
+            claimed_at: the database instant of this node's last claim step that succeeded
+                (recorded unless older than the one recorded; ``None``: kept).
+            claim_error: the error of this node's last claim step, if it failed (``None``: it
+                succeeded): ``status`` then calls the node unhealthy.
 
         Returns:
             The heartbeat's reading: the live nodes with the handlers each advertises (what
@@ -443,6 +449,8 @@ class ClaimStore(NodeRegistry):
                 "pid": pid,
                 "shard_count": shard_count,
                 "known": known,
+                "claimed_at": claimed_at,
+                "claim_error": claim_error,
                 "now": now,
             },
         )

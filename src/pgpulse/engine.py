@@ -42,6 +42,7 @@ import time
 import uuid
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -183,6 +184,10 @@ class Node:
         self._members: str | None = None
         self._placed_for: tuple[str | None, int, str] | None = None
         self._registered = False
+        # The claims' health the heartbeat records: the database instant of the last claim
+        # step that succeeded, and the error of the last one if it failed.
+        self._claimed_at: datetime | None = None
+        self._claim_error: str | None = None
         self._hostname, self._pid = socket.gethostname(), os.getpid()
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -482,10 +487,13 @@ class Node:
                     step = await self._step()
             except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
                 log.warning("claim failed: %s", describe(exc), extra={"action": "claim_failed"})
+                self._claim_error = describe(exc)[:1000]
                 await _wait(self._stopping, retry_in)  # queued outcomes go out with the retry
                 retry_in = min(retry_in * 2, self.config.heartbeat_interval)
                 continue
             retry_in = 0.1
+            self._claim_error = None
+            self._claimed_at = step.db_now or self._claimed_at
             pause = pause_after(
                 step,
                 waiting=self.attempts.waiting,
@@ -528,6 +536,8 @@ class Node:
             pid=self._pid,
             shard_count=self.shard_count,
             known=self._members,
+            claimed_at=self._claimed_at,
+            claim_error=self._claim_error,
         )
         self.sweeper.observe(beat)
         if beat.handlers is not None:

@@ -388,7 +388,8 @@ def fold_nodes(
 
 def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], database: str) -> str:
     """The one line a person reads first: live nodes, leader and due jobs (or ``NO LIVE NODE``),
-    shards still moving (or the shard count when it is not the default 64), lost nodes, jobs
+    shards still moving (or the shard count when it is not the default 64), lost nodes,
+    unhealthy ones (they beat, their claims fail: not alive), jobs
     no live node can run (beside live nodes: with none,
     every job waits, and the lines below the table say by handler), and the database, e.g.
     ``3 nodes alive, leader node-2, 0 jobs due — database 'pulse' on db.internal:5432``."""
@@ -409,6 +410,13 @@ def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], dat
             line += f", {total} shards"
     if lost:
         line += f"; {plural(len(lost), 'node')} lost ({', '.join(n['node_id'] for n in lost)})"
+    sick = [n for n in nodes if n["state"] == "unhealthy"]
+    if sick:
+        line += (
+            f"; {plural(len(sick), 'node')} unhealthy, claims failing ("
+            + ", ".join(n["node_id"] for n in sick)
+            + ")"
+        )
     waiting = counts.get("unroutable", [])
     if waiting and alive:  # with no live node every job waits: the headline said why
         line += f"; {plural(sum(w['jobs'] for w in waiting), 'job')} waiting: " + ", ".join(
@@ -510,6 +518,13 @@ def print_status(
     click.echo(tabulate(table, headers=headers) if table else "no nodes")
     if folded:
         click.echo(folded)
+    for n in nodes:
+        if n["state"] == "unhealthy":
+            since = _cell(n["last_claim_at"]) if n.get("last_claim_at") else "never"
+            click.echo(
+                f"unhealthy: node {n['node_id']}'s claims fail (last success {since}): "
+                f"{one_line(n['claim_error'] or '')}"
+            )
     lag = counts["max_lag"]
     on_lost = counts.get("running_on_lost") or 0
     running = f"{counts['running']} running" + (

@@ -456,7 +456,9 @@ RETURNING j.id, pg_notify('pgpulse_wakeup', j.id::text);
 --   (the bound is an index condition); extra occurrences' expired leases the same way, in
 --   pgpulse_occurrences (their run rows 'retrying', keeping earlier attempts as a job row's,
 --   their batches' counts released: one probe of pgpulse_occurrences_leases);
--- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing), if
+-- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing), and
+--   its claims' health: the instant of its last claim step that succeeded (%(claimed_at)s, kept
+--   if NULL or older) and the error of its last claim step if that one failed (%(claim_error)s), if
 --   its row is still this process's (%(hostname)s, %(pid)s; NULL pid: any): a row another
 --   process took over is left alone, and this node is then missing from `live`.
 -- Returns one row: the clock reading, whether this session leads, how many leases it reaped, the
@@ -589,7 +591,9 @@ WITH clock AS (
 ), me AS (
     UPDATE pgpulse_nodes n
     SET last_heartbeat = clock.now, running = %(running)s, shards = %(shards)s::smallint[],
-        shard_count = %(shard_count)s, state = %(state)s
+        shard_count = %(shard_count)s, state = %(state)s,
+        last_claim_at = greatest(n.last_claim_at, %(claimed_at)s::timestamptz),
+        claim_error = %(claim_error)s::text
     FROM clock
     WHERE n.node_id = %(node)s
       AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int))
@@ -1059,10 +1063,16 @@ LIMIT %(limit)s;
 -- recorded none), as its peers judge it: 'lost' when its heartbeat is older than that although
 -- it never said it stopped (killed, partitioned, paused). A lost or stopped node owns no shards
 -- and runs nothing; its last shards and load stay in the row, not in what is shown.
--- silent_seconds: seconds since its last heartbeat, by the database's clock.
+-- silent_seconds: seconds since its last heartbeat, by the database's clock. A node that beats
+-- but whose last claim step failed (claim_error) is 'unhealthy', and not alive: its claims, not
+-- its heartbeat, are what fire jobs.
 SELECT n.node_id, n.hostname, n.pid,
-       CASE WHEN h.fresh OR n.state = 'stopped' THEN n.state ELSE 'lost' END AS state,
-       n.started_at, n.last_heartbeat, h.fresh AND n.state = 'alive' AS alive,
+       CASE WHEN NOT h.fresh AND n.state <> 'stopped' THEN 'lost'
+            WHEN n.state = 'alive' AND n.claim_error IS NOT NULL THEN 'unhealthy'
+            ELSE n.state END AS state,
+       n.started_at, n.last_heartbeat,
+       h.fresh AND n.state = 'alive' AND n.claim_error IS NULL AS alive,
+       n.last_claim_at, n.claim_error,
        extract(epoch FROM now() - n.last_heartbeat)::float8 AS silent_seconds,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.shards ELSE '{}' END AS shards,
        CASE WHEN h.fresh AND n.state <> 'stopped' THEN n.running ELSE 0 END AS running,

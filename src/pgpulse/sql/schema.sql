@@ -352,6 +352,8 @@ CREATE TABLE public.pgpulse_nodes (
     ttl double precision,
     shell text DEFAULT 'off'::text NOT NULL,
     shard_count integer,
+    last_claim_at timestamp with time zone,
+    claim_error text,
     CONSTRAINT pgpulse_nodes_shell_check CHECK ((shell = ANY (ARRAY['off'::text, 'run'::text, 'dry-run'::text]))),
     CONSTRAINT pgpulse_nodes_state_check CHECK ((state = ANY (ARRAY['alive'::text, 'draining'::text, 'stopped'::text]))),
     CONSTRAINT pgpulse_nodes_ttl_check CHECK ((ttl > (0)::double precision))

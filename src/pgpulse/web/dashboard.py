@@ -76,12 +76,14 @@ templates.env.globals["node_badge"] = {
     "draining": "late",
     "stopped": "paused",
     "lost": "failed",
+    "unhealthy": "failed",
 }
 templates.env.globals["node_meaning"] = {
     "alive": "heartbeats within its time-to-live",
     "draining": "stopping: finishing its running attempts",
     "stopped": "stopped by a signal (SIGTERM) and said so: nothing to do",
     "lost": "killed, partitioned or paused: its leases expire and other nodes take its work",
+    "unhealthy": "heartbeats, but its last claim failed (the error is below): it fires nothing",
 }
 templates.env.filters["seconds"] = _seconds
 templates.env.filters["when"] = _when

@@ -418,6 +418,14 @@ class Node(BaseModel):
     slots: int
     handlers: list[str] = Field(description="The handlers the node can run (its capabilities).")
     leader: bool
+    last_claim_at: datetime | None = Field(
+        None, description="When its last claim step succeeded (null: none recorded yet)."
+    )
+    claim_error: str | None = Field(
+        None,
+        description="The error of its last claim step if that one failed: the node is then "
+        "'unhealthy' and not alive, although it beats.",
+    )
 
 
 class Shards(BaseModel):
