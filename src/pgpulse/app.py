@@ -468,6 +468,7 @@ class App:
         from pgpulse.engine import Node
 
         node = Node(store, dsn, self.handlers, config)
+        await node.open_claim_session()  # refused behind a pooler in transaction mode
         await node.register()  # a node id held by a live process: refused, nothing written
         try:
             if self.jobs or self.prune:  # an app without jobs (no --app) declares nothing

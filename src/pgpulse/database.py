@@ -24,7 +24,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from pgpulse.embedded import start_embedded
-from pgpulse.errors import DatabaseRefused, DatabaseUnavailable, InvalidInput
+from pgpulse.errors import DatabaseRefused, DatabaseUnavailable, InvalidInput, SessionStateLost
 from pgpulse.masking import scrub
 from pgpulse.sql import QUERIES
 
@@ -430,6 +430,40 @@ async def open_pool(
     return pool
 
 
+async def check_session_kept(conn: AsyncConn, dsn: str, application_name: str) -> None:
+    """Check that ``conn`` keeps its server session from one transaction to the next, as a
+    direct connection or a pooler in session mode does. A pooler in transaction mode hands a
+    client's next transaction to whichever server connection is idle: while a second client
+    holds a transaction open (on the server connection ``conn`` just released, which PgBouncer
+    lends first), ``conn``'s next transaction runs in another backend (its
+    ``pg_backend_pid()`` changes).
+
+    Raises:
+        SessionStateLost: the backend changed (the message says why the node cannot use it).
+        DatabaseUnavailable, psycopg.Error: the check could not run.
+    """
+    query = "SELECT pg_backend_pid() AS pid"
+    first = await (await conn.execute(query)).fetchone()
+    other = await connect(dsn, application_name=f"{application_name}:probe"[:63])
+    try:
+        async with other.transaction():
+            await other.execute("SELECT 1")
+            second = await (await conn.execute(query)).fetchone()
+    finally:
+        await other.close()
+    if first is None or second is None or first["pid"] == second["pid"]:
+        return
+    raise SessionStateLost(
+        f"session {application_name} runs its transactions in different server sessions "
+        f"(backend {first['pid']}, then {second['pid']}): a pooler in transaction mode "
+        "(PgBouncer pool_mode = transaction) is in between, and the claim session needs its "
+        "settings and prepared statements kept; connect the node directly or through session "
+        "mode (docs/ha.md, PgBouncer)",
+        field="database_url",
+        value=redact(dsn),
+    )
+
+
 class Session:
     """One dedicated connection of a node, opened again on the next use after it broke, or after
     an error a fresh connection could cure.
@@ -457,14 +491,23 @@ class Session:
         application_name: shown in ``pg_stat_activity``.
         settings: run-time parameters set on each connection the session opens, after
             :data:`NODE_SETTINGS` (one statement per connection, not per use).
+        keeps_state: the session relies on its state lasting from one transaction to the next
+            (settings, prepared statements): each connection it opens is checked for a pooler
+            in transaction mode first (:func:`check_session_kept`).
     """
 
     def __init__(
-        self, dsn: str, application_name: str, settings: Mapping[str, str] | None = None
+        self,
+        dsn: str,
+        application_name: str,
+        settings: Mapping[str, str] | None = None,
+        *,
+        keeps_state: bool = False,
     ) -> None:
         self.dsn = dsn
         self.application_name = application_name
         self.settings = {**NODE_SETTINGS, **(settings or {})}
+        self.keeps_state = keeps_state
         self.generation = 0
         self._conn: AsyncConn | None = None
         #: Curable failures in a row, and when the last one closed the connection (monotonic).
@@ -518,6 +561,8 @@ class Session:
             await asyncio.sleep(max(0.0, self._failed_at + backoff - time.monotonic()))
         conn = await connect(self.dsn, application_name=self.application_name)
         try:
+            if self.keeps_state:
+                await check_session_kept(conn, self.dsn, self.application_name)
             await apply_settings(conn, self.settings)
         except BaseException:
             with contextlib.suppress(psycopg.Error, OSError):

@@ -198,7 +198,9 @@ class Node:
         self.beat = ClaimStore(self._beat_session)
         self.beat_occurrences = OccurrenceClaims(self._beat_session)
         # The claim loop claims and records through a session of its own, planned for it.
-        self._claim_session = Session(dsn, f"pgpulse:{self.node_id}:claim", CLAIM_SESSION_SETTINGS)
+        self._claim_session = Session(
+            dsn, f"pgpulse:{self.node_id}:claim", CLAIM_SESSION_SETTINGS, keeps_state=True
+        )
         self.sweeper = Sweeper(
             store, self._beat_session, self.node_id, keep_runs=self.config.keep_runs
         )
@@ -274,6 +276,18 @@ class Node:
             rejoin=rejoin,
         )
         self._registered = True
+
+    async def open_claim_session(self) -> None:
+        """Open the claim session now, checking that it keeps its state (not behind a pooler
+        in transaction mode: :func:`~pgpulse.database.check_session_kept`).
+
+        Raises:
+            SessionStateLost: a pooler in transaction mode is in between; the node must not
+                start.
+            DatabaseUnavailable, psycopg.Error: the database does not answer.
+        """
+        async with self._claim_session.connection():
+            pass
 
     async def deregister(self) -> None:
         """Mark this node's registry row stopped (its id is free at once); a row another

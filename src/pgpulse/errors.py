@@ -128,6 +128,14 @@ class DatabaseRefused(DatabaseUnavailable):
     once on it, exit 3, instead of waiting for the database)."""
 
 
+class SessionStateLost(DatabaseRefused):
+    """A session that needs its state kept (the claim session: its settings and prepared
+    statements) found its server connection changed between two of its transactions: a pooler
+    in transaction mode (PgBouncer ``pool_mode = transaction``) stands between the node and
+    PostgreSQL. A node refuses to start on it (exit 3): it needs session mode or a direct
+    connection (docs/ha.md, "PgBouncer")."""
+
+
 class PreReleaseSchema(PulseError):
     """The database holds the schema of the pre-release Pulse 0.1.0, which no migration upgrades
     (release 0.2.0 starts from a new baseline)."""
