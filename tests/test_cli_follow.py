@@ -9,12 +9,13 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from helpers import PGPULSE, pgpulse
-from pgpulse.follow import fresh
+from pgpulse.follow import ended_attempts
 
 
 @pytest.mark.slow
@@ -50,7 +51,8 @@ async def test_runs_follow_prints_runs_as_they_end(dsn: str, db: Any) -> None:
         ("tick", "succeeded", "n1")
     ] * 3
     assert [r["output"] for r in lines] == ["tock\n"] * 3
-    ids = [r["id"] for r in lines]
+    assert [r["attempt"] for r in lines] == [1, 1, 1]
+    ids = [r["run_id"] for r in lines]
     assert ids == sorted(set(ids))  # each run once, in the order they ended
     recorded = {
         r["id"] for r in db.execute("SELECT id FROM pgpulse_runs WHERE outcome = 'succeeded'")
@@ -58,15 +60,32 @@ async def test_runs_follow_prints_runs_as_they_end(dsn: str, db: Any) -> None:
     assert set(ids) <= recorded
 
 
-def test_an_attempt_is_printed_once_and_a_retry_again() -> None:
-    seen: set[tuple[int, int, str]] = set()
-    first = [{"id": 2, "attempts": 1, "outcome": "running"},
-             {"id": 1, "attempts": 1, "outcome": "retrying"}]  # fmt: skip
-    assert [r["id"] for r in fresh(first, seen)] == [1]
-    later = [{"id": 2, "attempts": 1, "outcome": "succeeded"},
-             {"id": 1, "attempts": 2, "outcome": "failed"}]  # fmt: skip
-    assert [(r["id"], r["outcome"]) for r in fresh(later, seen)] == [
-        (1, "failed"),
-        (2, "succeeded"),
+def _run(run_id: int, outcome: str, *attempts: tuple[int, str, int | None]) -> dict[str, Any]:
+    """A run row as Store.list_runs gives it, with attempts (number, outcome, ended minute)."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return {
+        "id": run_id, "tenant": "default", "name": "etl", "scheduled_for": at, "kind": "scheduled",
+        "outcome": outcome, "finished_at": None, "error": None, "output": None,
+        "attempt_log": [
+            {"attempt": n, "node_id": "n", "outcome": o, "error": None, "output": None,
+             "ended_at": None if minute is None else at + timedelta(minutes=minute)}
+            for n, o, minute in attempts
+        ],
+    }  # fmt: skip
+
+
+def test_each_attempt_is_printed_once_as_it_ends_a_take_over_too() -> None:
+    seen: set[tuple[int, int]] = set()
+    first = [_run(2, "running", (1, "running", None)), _run(1, "retrying", (1, "retrying", 1))]
+    assert [(a["run_id"], a["attempt"]) for a in ended_attempts(first, seen)] == [(1, 1)]
+    # run 2's node died: its lease expired (attempt 1 ends), another node took it over
+    later = [
+        _run(2, "running", (1, "retrying", 3), (2, "running", None)),
+        _run(1, "failed", (1, "retrying", 1), (2, "failed", 2)),
     ]
-    assert fresh(later, seen) == []
+    assert [(a["run_id"], a["attempt"], a["outcome"]) for a in ended_attempts(later, seen)] == [
+        (1, 2, "failed"), (2, 1, "retrying")
+    ]  # fmt: skip
+    assert ended_attempts(later, seen) == []
+    skipped = {**_run(3, "skipped"), "finished_at": datetime(2026, 1, 1, 0, 9, tzinfo=UTC)}
+    assert [(a["run_id"], a["attempt"]) for a in ended_attempts([skipped], seen)] == [(3, 0)]

@@ -37,7 +37,8 @@ from pgpulse.errors import InvalidInput, InvalidPayload
 from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
 from pgpulse.masking import mask_url, scrub, url_credentials
 from pgpulse.rq_handler import rq_handler, validate_rq_payload
-from pgpulse.wording import did_you_mean, seconds_text
+from pgpulse.task_queues import check_keys
+from pgpulse.wording import seconds_text
 
 if TYPE_CHECKING:  # httpx loads with the first http request, not with ``import pgpulse``
     import httpx
@@ -67,19 +68,6 @@ _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 "tok
 
 def _refuse(field: str, value: Any, why: str) -> InvalidPayload:
     return InvalidPayload(f"{field} {why}, got {value!r}", field=field, value=value)
-
-
-def _check_keys(payload: Mapping[str, Any], known: frozenset[str], example: str) -> None:
-    """Refuse keys the handler does not read: a typo (``comand``) must not pass silently."""
-    unknown = sorted(set(payload) - known)
-    if unknown:
-        raise InvalidPayload(
-            f"payload.{unknown[0]} is not a field of this handler"
-            f"{did_you_mean(unknown[0], known)} (fields: {', '.join(sorted(known))}; "
-            f"e.g. {example})",
-            field=f"payload.{unknown[0]}",
-            value=payload[unknown[0]],
-        )
 
 
 SHELL_FIELDS = frozenset({"command", "stdin", "env", "user", "cwd", "shell"})
@@ -140,7 +128,7 @@ def validate_shell_payload(payload: Mapping[str, Any]) -> None:
     """
     if not isinstance(payload, Mapping):
         raise _refuse("payload", payload, "must be a JSON object")
-    _check_keys(payload, SHELL_FIELDS, '{"command": "backup.sh --full"}')
+    check_keys(payload, SHELL_FIELDS, '{"command": "backup.sh --full"}')
     _check_text(payload, "command", required=True)
     _check_text(payload, "stdin")
     for key in ("user", "cwd", "shell"):
@@ -173,7 +161,7 @@ def validate_http_payload(payload: Mapping[str, Any]) -> None:
     """
     if not isinstance(payload, Mapping):
         raise _refuse("payload", payload, "must be a JSON object")
-    _check_keys(payload, HTTP_FIELDS, '{"url": "https://example.com/hook", "method": "POST"}')
+    check_keys(payload, HTTP_FIELDS, '{"url": "https://example.com/hook", "method": "POST"}')
     _check_text(payload, "url", required=True)
     url = payload["url"]
     try:

@@ -16,7 +16,7 @@ from pgpulse.audit import cli_actor
 from pgpulse.backfill import ONLY_CHOICES
 from pgpulse.cli import JOB_CREATE_ALLOW, job, json_option, tenant_option, with_store
 from pgpulse.cli_types import IsoDateTime, valid_name
-from pgpulse.report import emit
+from pgpulse.report import emit, to_json
 from pgpulse.run_control import BackfillPlan, RunControl
 from pgpulse.store import Store
 from pgpulse.wording import plural
@@ -170,7 +170,7 @@ def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) 
                     "dry_run": dry_run,
                     "occurrences": [
                         {
-                            "scheduled_for": p.scheduled_for.isoformat(),
+                            "scheduled_for": to_json(p.scheduled_for),
                             "status": p.status,
                             "selected": p.selected,
                         }

@@ -1,8 +1,10 @@
-"""``pgpulse runs --follow``: the attempts of runs as they end, for watching a deploy.
+"""``pgpulse runs --follow``: attempts as they end, for watching a deploy.
 
 It polls the run history once per :data:`POLL_S` seconds (a reading command holds no LISTEN
-session) and prints each attempt that ended since it started, oldest first: a run that retries
-prints a ``retrying`` line for each failed attempt, then its outcome.
+session) and prints each attempt that ended since it started, in the order they ended: a run
+that retries, or whose node died (its lease expired and another node took it over), prints a
+line for each attempt that ended without an outcome, then one for its outcome; a skipped row (no
+attempt ran) prints one line.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import json
 import signal
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -21,54 +24,71 @@ from pgpulse.store import Store
 #: Seconds between two reads of the history.
 POLL_S = 1.0
 
-#: How many of the newest runs each read looks at: more attempts than end in one poll on a busy
-#: cluster would be missed (the line says so).
+#: How many of the newest runs each read looks at: attempts of older runs that end meanwhile
+#: (a long run among more than this many newer ones) are not printed.
 WINDOW = 500
 
-#: An attempt's identity: (run id, attempt number, outcome).
-Key = tuple[int, int, str]
+#: What a line's columns are (printed once, on stderr, so that stdout stays one line an attempt).
+HEADER = "ended  job  occurrence  kind  outcome  attempt  node  error or output"
+
+#: An attempt's identity: (run id, attempt number); a skipped row is attempt 0.
+Key = tuple[int, int]
 
 
-def _key(row: dict[str, Any]) -> Key:
-    return (int(row["id"]), int(row["attempts"]), str(row["outcome"]))
+def ended_attempts(rows: Sequence[dict[str, Any]], seen: set[Key]) -> list[dict[str, Any]]:
+    """The attempts of ``rows`` (runs as :meth:`Store.list_runs` returns them, with their
+    ``attempt_log``) that ended and are not in ``seen``, in the order they ended; adds them to
+    ``seen``. Each is the attempt's log entry with its run's ``run_id``, ``tenant``, ``name``,
+    ``scheduled_for`` and ``kind``. An attempt still running has not ended."""
+    found: list[dict[str, Any]] = []
+    for row in rows:
+        run = {key: row[key] for key in ("tenant", "name", "scheduled_for", "kind")}
+        attempts = row["attempt_log"] or (
+            [{"attempt": 0, "node_id": None, "ended_at": row["finished_at"],
+              "outcome": row["outcome"], "error": row["error"], "output": row["output"]}]
+        )  # fmt: skip
+        for attempt in attempts:
+            key = (int(row["id"]), int(attempt["attempt"]))
+            if attempt["outcome"] == "running" or key in seen:
+                continue
+            seen.add(key)
+            found.append({"run_id": row["id"], **run, **attempt})
+    found.sort(key=lambda a: (a["ended_at"] is None, a["ended_at"] or _EPOCH))
+    return found
 
 
-def _line(row: dict[str, Any], tenants: bool) -> str:
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _line(attempt: dict[str, Any], tenants: bool) -> str:
     """One attempt's line: when it ended, whose, which occurrence, how, where, what it said."""
-    name = f"{row['tenant']}/{row['name']}" if tenants else row["name"]
-    said = row["error"] or row["output"] or ""
+    name = f"{attempt['tenant']}/{attempt['name']}" if tenants else attempt["name"]
+    said = attempt["error"] or attempt["output"] or ""
     first = one_line(said)[:120] if said else ""
-    log = row["attempt_log"]
-    ended = (log[-1]["ended_at"] if log else None) or row["finished_at"]
+    ended = attempt["ended_at"]
     return (
         f"{ended.isoformat(timespec='seconds') if ended else '-'}  {name}  "
-        f"{row['scheduled_for'].isoformat()}  {row['outcome']}  attempt {row['attempts']}  "
-        f"node {row['node_id'] or '-'}" + (f"  {first}" if first else "")
+        f"{attempt['scheduled_for'].isoformat()}  {attempt['kind']}  {attempt['outcome']}  "
+        f"attempt {attempt['attempt']}  node {attempt['node_id'] or '-'}"
+        + (f"  {first}" if first else "")
     )
 
 
-def fresh(rows: Sequence[dict[str, Any]], seen: set[Key]) -> list[dict[str, Any]]:
-    """The rows of ``rows`` (newest first, as :meth:`Store.list_runs` returns them) whose
-    attempt ended and is not in ``seen``, oldest first; adds them to ``seen``. A row still
-    ``running`` has not ended."""
-    new = [r for r in reversed(rows) if r["outcome"] != "running" and _key(r) not in seen]
-    seen.update(_key(r) for r in new)
-    return new
-
-
 async def follow_runs(store: Store, *, tenant: str | None, name: str | None, as_json: bool) -> None:
-    """Print the attempts of runs of ``tenant`` (``None``: every tenant) and job ``name``
-    (``None``: every job) as they end, until SIGINT or SIGTERM, then return. The runs already
-    ended when it starts are not printed (``pgpulse runs`` lists them)."""
+    """Print the attempts of the runs of ``tenant`` (``None``: every tenant) and job ``name``
+    (``None``: every job) as they end, until SIGINT or SIGTERM, then return. What had ended when
+    it starts is not printed (``pgpulse runs`` lists it)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     seen: set[Key] = set()
-    fresh(await store.list_runs(tenant=tenant, name=name, limit=WINDOW), seen)
+    ended_attempts(await store.list_runs(tenant=tenant, name=name, limit=WINDOW), seen)
     scope = f"job {name}" if name else "every job"
     where = "every tenant" if tenant is None else f"tenant {tenant}"
-    click.echo(f"following the runs of {scope} in {where} (Ctrl-C stops)", err=True)
+    click.echo(f"following the attempts of {scope} in {where} (Ctrl-C stops)", err=True)
+    if not as_json:
+        click.echo(HEADER, err=True)
     while not stop.is_set():
         try:
             async with asyncio.timeout(POLL_S):
@@ -76,11 +96,11 @@ async def follow_runs(store: Store, *, tenant: str | None, name: str | None, as_
         except TimeoutError:
             pass
         rows = await store.list_runs(tenant=tenant, name=name, limit=WINDOW)
-        for row in fresh(rows, seen):
+        for attempt in ended_attempts(rows, seen):
             if as_json:
-                click.echo(json.dumps(row, default=to_json, ensure_ascii=False))
+                click.echo(json.dumps(attempt, default=to_json, ensure_ascii=False))
             else:
-                click.echo(_line(row, tenant is None))
+                click.echo(_line(attempt, tenant is None))
         # what can no longer come back in the window need not be remembered
         oldest = min((int(r["id"]) for r in rows), default=0)
         seen.difference_update({k for k in seen if k[0] < oldest})

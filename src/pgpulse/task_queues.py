@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from pgpulse.errors import InvalidInput, InvalidPayload
 from pgpulse.handlers import RunContext
 from pgpulse.masking import mask_url, scrub, url_credentials
+from pgpulse.wording import did_you_mean
 
 __all__ = [
     "check_call_fields",
@@ -90,8 +91,9 @@ def check_keys(payload: Mapping[str, Any], known: frozenset[str], example: str) 
     unknown = sorted(set(payload) - known)
     if unknown:
         raise InvalidPayload(
-            f"payload.{unknown[0]} is not a field of this handler (fields: "
-            f"{', '.join(sorted(known))}; e.g. {example})",
+            f"payload.{unknown[0]} is not a field of this handler"
+            f"{did_you_mean(unknown[0], known)} (fields: {', '.join(sorted(known))}; "
+            f"e.g. {example})",
             field=f"payload.{unknown[0]}",
             value=payload[unknown[0]],
         )
