@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from pgpulse import metrics
 from pgpulse.alerts.checkins import CheckinPinger
@@ -53,6 +54,7 @@ from pgpulse.alerts.store import AlertStore
 from pgpulse.attempts import Attempt, Attempts
 from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
 from pgpulse.database import Session
+from pgpulse.db_clock import DEFAULT_STEP_THRESHOLD, ClockReading, ClockWatch
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable, NodeIdTaken, describe
 from pgpulse.handlers import Handler
@@ -64,6 +66,7 @@ from pgpulse.recorder import Recorder
 from pgpulse.registry import DEFAULT_NODE_TTL, ShellMode
 from pgpulse.routing import routes_for, watched_shards
 from pgpulse.sharding import shards_for
+from pgpulse.split_brain import DEFAULT_EVERY, SplitBrainWatch, several_hosts
 from pgpulse.store import Store
 from pgpulse.sweeper import Sweeper
 from pgpulse.task_queues import NEEDS_OPTION
@@ -96,6 +99,10 @@ class NodeConfig:
             missed, silence, cluster rules); a failed or skipped run is evaluated at once by the
             node that recorded it. 0 turns alerting off on this node.
         dashboard_url: the dashboard's base address, for the links alerts carry, or ``None``.
+        split_brain_every: with a DSN of several hosts, heartbeats between two checks for a
+            split brain (:mod:`pgpulse.split_brain`; also one at start); 0: never.
+        clock_step: seconds the database's clock may differ from the leader's monotonic clock
+            over one heartbeat before it counts as a step (:mod:`pgpulse.db_clock`).
     """
 
     node_id: str = field(
@@ -112,6 +119,8 @@ class NodeConfig:
     allow_shell: bool = False
     alert_interval: float = 10.0
     dashboard_url: str | None = None
+    split_brain_every: int = DEFAULT_EVERY
+    clock_step: float = DEFAULT_STEP_THRESHOLD
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id)  # InvalidInput: as a job's name (status shows it)
@@ -238,6 +247,19 @@ class Node:
             poll=self.config.poll_interval,
             on_alertable=self.alerts.kick if self.alerts is not None else None,
         )
+        #: The database clock, as the heartbeats read it (the leader reports its steps).
+        self.db_clock = ClockWatch(self.node_id, threshold=self.config.clock_step)
+        self.split_brain: SplitBrainWatch | None = None
+        if self.config.split_brain_every > 0 and several_hosts(dsn):
+            self.split_brain = SplitBrainWatch(
+                dsn,
+                self.node_id,
+                sessions=(self._beat_session, self._claim_session),
+                pool=store.pool if isinstance(store.pool, AsyncConnectionPool) else None,
+                listener=self.listener,
+                alerts=store.pool if self.alerts is not None else None,
+                kick=self.alerts.kick if self.alerts is not None else None,
+            )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -277,6 +299,9 @@ class Node:
         Raises:
             NodeIdTaken: another live process holds this node id; nothing was written.
         """
+        if self.split_brain is not None:  # before any write: on a split brain, the newest host
+            with _quiet_db_errors("split_brain_check"):
+                await self.split_brain.check_once()
         if not self._registered:
             await self.register()
         with _quiet_db_errors("first heartbeat"):  # no shards until a heartbeat gets through
@@ -333,6 +358,9 @@ class Node:
                 group.create_task(self.alerts.run(self._stopping), name="alerts")
             if self.checkins is not None:
                 group.create_task(self.checkins.run(self._stopping), name="checkins")
+            if self.split_brain is not None:
+                every = self.config.split_brain_every * self.config.heartbeat_interval
+                group.create_task(self.split_brain.run(self._stopping, every), name="split_brain")
 
     def stop(self) -> None:
         """Ask the node to stop claiming and drain (safe to call from a signal handler)."""
@@ -466,6 +494,7 @@ class Node:
         """
         await self.renew_once()
         state = "draining" if self._stopping.is_set() else "alive"
+        sent = self.db_clock.monotonic()
         beat = await self.beat.heartbeat(
             self.node_id,
             running=len(self.attempts),
@@ -480,6 +509,7 @@ class Node:
             known=self._members,
         )
         self.sweeper.observe(beat)
+        await self._watch_clock(ClockReading(beat.db_now, sent, self.db_clock.monotonic()))
         if beat.handlers is not None:
             self._live, self._members = beat.handlers, beat.members
         if state == "alive" and self.node_id not in self._live:
@@ -498,6 +528,16 @@ class Node:
             )
         self._placed_for = placed_for
         self._apply(routes, shards, beat.shard_count)
+
+    async def _watch_clock(self, reading: ClockReading) -> None:
+        """The leader reports a step of the database clock (:mod:`pgpulse.db_clock`): logged
+        by the watch, alerted here (a failed alert write is logged, never fails the beat)."""
+        step = self.db_clock.observe(reading, leading=self.sweeper.is_leader)
+        if step is None or self.alerts is None:
+            return
+        with _quiet_db_errors("db_clock_alert"):
+            if await self.db_clock.alert(self.alerts.store, step) is not None:
+                self.alerts.kick()
 
     def _apply(
         self, routes: dict[str, tuple[int, ...]], shards: tuple[int, ...], count: int
