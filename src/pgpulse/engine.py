@@ -1,6 +1,6 @@
 """The engine: one scheduler node's loops.
 
-A :class:`Node` runs six named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
+A :class:`Node` runs its named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
 loudly):
 
 * ``claim``: in one transaction and one round trip per step, write the outcomes of the attempts
@@ -21,7 +21,13 @@ loudly):
   (:class:`~pgpulse.alerts.delivery.AlertLoop`): the leader every ``alert_interval`` seconds,
   any node at once after it recorded a failed or skipped run; never on an attempt's path;
 * ``checkins``: send the check-in pings the attempts queued at their start and end
-  (:class:`~pgpulse.alerts.checkins.CheckinPinger`; never waited for by an attempt).
+  (:class:`~pgpulse.alerts.checkins.CheckinPinger`; never waited for by an attempt);
+* ``split_brain`` (a DSN of several hosts only): every ``split_brain_every`` heartbeats, ask
+  each host whether it takes writes, and on a split brain claim on the newest one only
+  (:class:`~pgpulse.split_brain.SplitBrainWatch`).
+
+Each heartbeat also feeds :class:`~pgpulse.db_clock.ClockWatch`: the leader reports a step of
+the database's clock.
 
 The running attempts themselves — their leases' deadlines, their timeouts, self-fencing and
 their outcomes — belong to :class:`~pgpulse.attempts.Attempts` (:attr:`Node.attempts`); these

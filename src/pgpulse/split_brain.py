@@ -269,7 +269,11 @@ class SplitBrainWatch:
                 log.warning(
                     "%s",
                     found.line(),
-                    extra={"action": "split_brain", **found.details()},
+                    extra={
+                        "action": "split_brain",
+                        "writable": [h.place for h in (found.newest, *found.others)],
+                        "newest": found.newest.place,
+                    },
                 )
             await self._alert(found)
         elif before is not None:
