@@ -105,7 +105,16 @@ async def test_a_node_on_a_split_brain_claims_on_the_newest_primary_only_and_say
                 async def delivered() -> bool:
                     return len(hook.requests) >= 1
 
+                async def listens_on_new() -> bool:
+                    [row] = await _rows(
+                        new.dsn(),
+                        "SELECT count(*) AS n FROM pg_stat_activity"
+                        " WHERE application_name = 'pgpulse:node-a:listen'",
+                    )
+                    return bool(row["n"] == 1)
+
                 await _until("3 runs of tick on the new primary", ran_on_new, within=30)
+                await _until("node-a listens on the new primary", listens_on_new, within=10)
                 await _until("the split_brain alert delivered", delivered, within=10)
                 shown = await apgpulse("status", dsn=dsn)
                 checked = await apgpulse("status", "--check", dsn=dsn)
@@ -156,3 +165,51 @@ def test_each_host_of_a_multi_host_dsn_is_asked_on_its_own() -> None:
     one = host_dsn(uri, 1, timeout=2)
     assert hosts_of(one) == [("h2", 6432)]
     assert "connect_timeout=2" in one and "dbname=pulse" in one
+
+
+async def test_a_running_node_leaves_the_old_primary_when_a_standby_is_promoted_beside_it(
+    replicated: ClusterFactory,
+) -> None:
+    """The usual way in: the node runs on pg1 (claims there), then pg2 is promoted while pg1
+    keeps running. Within its next checks the node claims on pg2, and pg1 gets no claim of it
+    from then on (its runs there stop growing while pg2's grow by 3)."""
+    async with replicated("async") as cluster:
+        dsn = cluster.admin_dsn()
+        async with connect(dsn, max_size=2) as store:
+            await add(store, spec("tick", schedule="* * * * * *"))
+        old = cluster.primary
+        config = NodeConfig(
+            node_id="node-a",
+            heartbeat_interval=0.2,
+            lease=2.0,
+            node_ttl=1.0,
+            poll_interval=0.5,
+            drain_timeout=0.5,
+            split_brain_every=1,
+        )
+        async with connect(dsn, max_size=4, migrate=False) as store:
+            node = Node(store, dsn, {"noop": noop}, config)
+            task = asyncio.create_task(node.run())
+            try:
+
+                async def ran(dsn: str, at_least: int) -> bool:
+                    return await _runs(dsn, "node-a") >= at_least
+
+                await _until("a run on pg1", lambda: ran(old.dsn(), 1), within=30)
+                await cluster.replayed()
+                await cluster.cut_replication()
+                await cluster.promote()
+                new = cluster.primary
+                replicated_runs = await _runs(new.dsn(), "node-a")  # pg1's, streamed before
+                fresh = replicated_runs + 1
+                await _until("a fresh run on pg2", lambda: ran(new.dsn(), fresh), within=30)
+                on_old = await _runs(old.dsn(), "node-a")
+                later = await _runs(new.dsn(), "node-a") + 3
+                await _until("3 more runs on pg2", lambda: ran(new.dsn(), later), within=30)
+                assert await _runs(old.dsn(), "node-a") == on_old
+                assert node.split_brain is not None and node.split_brain.current is not None
+                assert node.split_brain.current.newest.port == new.port
+            finally:
+                node.stop()
+                async with asyncio.timeout(20):
+                    await task
