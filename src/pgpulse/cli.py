@@ -403,6 +403,27 @@ def _shell_env_names(
     help="The dashboard's address (https://pulse.example.com), for the links alerts carry.",
 )
 @click.option(
+    "--split-brain-every",
+    type=click.IntRange(0, 1_000_000),
+    default=10,
+    show_envvar=True,
+    show_default=True,
+    metavar="HEARTBEATS",
+    help="With a DSN of several hosts: heartbeats between two checks for more than one host "
+    "accepting writes (a split brain: the node then claims on the newest timeline's host only "
+    "and fires the split_brain alert); also checked at start. 0: never.",
+)
+@click.option(
+    "--clock-step",
+    type=Seconds(1),
+    default=5.0,
+    show_envvar=True,
+    show_default=True,
+    help="How far the database's clock may move apart from the leader's monotonic clock "
+    "between two heartbeats before the leader reports a step (log db_clock_step, alert "
+    "db_clock).",
+)
+@click.option(
     "--otel",
     is_flag=True,
     show_envvar=True,
@@ -454,6 +475,8 @@ def node_run(
     http_addr: str | None,
     alert_interval: float,
     dashboard_url: str | None,
+    split_brain_every: int,
+    clock_step: float,
     otel: bool,
     celery_broker: str | None,
     celery_app: str | None,
@@ -496,6 +519,8 @@ def node_run(
         "allow_shell": web["allow_shell_jobs"] or shell_dry_run,
         "alert_interval": alert_interval,
         "dashboard_url": dashboard_url,
+        "split_brain_every": split_brain_every,
+        "clock_step": clock_step,
     }
     if node_id:
         options["node_id"] = node_id
@@ -1305,6 +1330,10 @@ def status(
             nodes = await store.cluster_nodes(ttl=DEFAULT_NODE_TTL)
             counts = await store.cluster_counts(ttl=DEFAULT_NODE_TTL)
             counts["stale_code_jobs"] = await store.stale_code_jobs()
+            if obj["database_url"]:  # several hosts: each is asked whether it takes writes
+                from pgpulse.split_brain import status_line
+
+                counts["split_brain"] = await status_line(obj["database_url"])
             return where, nodes, counts
 
     found = run_command(read())

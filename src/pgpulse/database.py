@@ -513,16 +513,35 @@ class Session:
         #: Curable failures in a row, and when the last one closed the connection (monotonic).
         self._failures = 0
         self._failed_at = 0.0
+        self._conn_dsn = dsn  # the DSN the open connection answers to
+
+    def move(self, dsn: str, where: tuple[str, int] | None = None) -> None:
+        """Use ``dsn`` from now on: the next use reconnects through it, unless the open
+        connection is at ``where`` (host, port) already, where ``dsn`` leads too. Never closes
+        a connection itself (another task may be using it): a split brain moves a node's
+        sessions to the newest primary this way (:mod:`pgpulse.split_brain`)."""
+        self.dsn = dsn
+        conn = self._conn
+        if conn is not None and not conn.closed and where is not None:
+            with contextlib.suppress(psycopg.Error, ValueError):
+                if (conn.info.host, conn.info.port) == where:
+                    self._conn_dsn = dsn
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConn]:
-        """Lend the session's connection, connecting first if there is none.
+        """Lend the session's connection, connecting first if there is none (or if
+        :meth:`move` gave it another DSN).
 
         Raises:
             DatabaseUnavailable: the connection could not be opened.
             psycopg.Error: its settings could not be set.
         """
-        if self._conn is None or self._conn.closed or self._conn.broken:
+        if (
+            self._conn is None
+            or self._conn.closed
+            or self._conn.broken
+            or self._conn_dsn != self.dsn
+        ):
             await self._reconnect()
         conn = self._conn
         assert conn is not None
@@ -559,6 +578,7 @@ class Session:
         if self._failures:
             backoff = min(RECONNECT_BACKOFF * 2 ** (self._failures - 1), RECONNECT_BACKOFF_MAX)
             await asyncio.sleep(max(0.0, self._failed_at + backoff - time.monotonic()))
+        self._conn_dsn = self.dsn
         conn = await connect(self.dsn, application_name=self.application_name)
         try:
             if self.keeps_state:

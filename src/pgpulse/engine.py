@@ -1,6 +1,6 @@
 """The engine: one scheduler node's loops.
 
-A :class:`Node` runs six named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
+A :class:`Node` runs its named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
 loudly):
 
 * ``claim``: in one transaction and one round trip per step, write the outcomes of the attempts
@@ -21,7 +21,13 @@ loudly):
   (:class:`~pgpulse.alerts.delivery.AlertLoop`): the leader every ``alert_interval`` seconds,
   any node at once after it recorded a failed or skipped run; never on an attempt's path;
 * ``checkins``: send the check-in pings the attempts queued at their start and end
-  (:class:`~pgpulse.alerts.checkins.CheckinPinger`; never waited for by an attempt).
+  (:class:`~pgpulse.alerts.checkins.CheckinPinger`; never waited for by an attempt);
+* ``split_brain`` (a DSN of several hosts only): every ``split_brain_every`` heartbeats, ask
+  each host whether it takes writes, and on a split brain claim on the newest one only
+  (:class:`~pgpulse.split_brain.SplitBrainWatch`).
+
+Each heartbeat also feeds :class:`~pgpulse.db_clock.ClockWatch`: the leader reports a step of
+the database's clock.
 
 The running attempts themselves — their leases' deadlines, their timeouts, self-fencing and
 their outcomes — belong to :class:`~pgpulse.attempts.Attempts` (:attr:`Node.attempts`); these
@@ -46,6 +52,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from pgpulse import metrics
 from pgpulse.alerts.checkins import CheckinPinger
@@ -55,6 +62,7 @@ from pgpulse.attempts import Attempt, Attempts
 from pgpulse.builtins import check_shell_env
 from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
 from pgpulse.database import Session
+from pgpulse.db_clock import DEFAULT_STEP_THRESHOLD, ClockReading, ClockWatch
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable, NodeIdTaken, describe
 from pgpulse.handlers import Handler
@@ -66,6 +74,7 @@ from pgpulse.recorder import Recorder
 from pgpulse.registry import DEFAULT_NODE_TTL, ShellMode
 from pgpulse.routing import routes_for, watched_shards
 from pgpulse.sharding import shards_for
+from pgpulse.split_brain import DEFAULT_EVERY, SplitBrainWatch, several_hosts
 from pgpulse.store import Store
 from pgpulse.sweeper import Sweeper
 from pgpulse.task_queues import NEEDS_OPTION
@@ -100,6 +109,10 @@ class NodeConfig:
             missed, silence, cluster rules); a failed or skipped run is evaluated at once by the
             node that recorded it. 0 turns alerting off on this node.
         dashboard_url: the dashboard's base address, for the links alerts carry, or ``None``.
+        split_brain_every: with a DSN of several hosts, heartbeats between two checks for a
+            split brain (:mod:`pgpulse.split_brain`; also one at start); 0: never.
+        clock_step: seconds the database's clock may differ from the leader's monotonic clock
+            over one heartbeat before it counts as a step (:mod:`pgpulse.db_clock`).
     """
 
     node_id: str = field(
@@ -116,6 +129,8 @@ class NodeConfig:
     allow_shell: bool = False
     alert_interval: float = 10.0
     dashboard_url: str | None = None
+    split_brain_every: int = DEFAULT_EVERY
+    clock_step: float = DEFAULT_STEP_THRESHOLD
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id)  # InvalidInput: as a job's name (status shows it)
@@ -250,6 +265,19 @@ class Node:
             poll=self.config.poll_interval,
             on_alertable=self.alerts.kick if self.alerts is not None else None,
         )
+        #: The database clock, as the heartbeats read it (the leader reports its steps).
+        self.db_clock = ClockWatch(self.node_id, threshold=self.config.clock_step)
+        self.split_brain: SplitBrainWatch | None = None
+        if self.config.split_brain_every > 0 and several_hosts(dsn):
+            self.split_brain = SplitBrainWatch(
+                dsn,
+                self.node_id,
+                sessions=(self._beat_session, self._claim_session),
+                pool=store.pool if isinstance(store.pool, AsyncConnectionPool) else None,
+                listener=self.listener,
+                alerts=store.pool if self.alerts is not None else None,
+                kick=self.alerts.kick if self.alerts is not None else None,
+            )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -301,6 +329,9 @@ class Node:
         Raises:
             NodeIdTaken: another live process holds this node id; nothing was written.
         """
+        if self.split_brain is not None:  # before any write: on a split brain, the newest host
+            with _quiet_db_errors("split_brain_check"):
+                await self.split_brain.check_once()
         if not self._registered:
             await self.register()
         with _quiet_db_errors("first heartbeat"):  # no shards until a heartbeat gets through
@@ -378,6 +409,9 @@ class Node:
                 group.create_task(self.alerts.run(self._stopping), name="alerts")
             if self.checkins is not None:
                 group.create_task(self.checkins.run(self._stopping), name="checkins")
+            if self.split_brain is not None:
+                every = self.config.split_brain_every * self.config.heartbeat_interval
+                group.create_task(self.split_brain.run(self._stopping, every), name="split_brain")
 
     def stop(self) -> None:
         """Ask the node to stop claiming and drain (safe to call from a signal handler)."""
@@ -538,6 +572,7 @@ class Node:
         """
         await self.renew_once()
         state = "draining" if self._stopping.is_set() else "alive"
+        sent = self.db_clock.monotonic()
         beat = await self.beat.heartbeat(
             self.node_id,
             running=len(self.attempts),
@@ -554,6 +589,7 @@ class Node:
             claim_error=self._claim_error,
         )
         self.sweeper.observe(beat)
+        await self._watch_clock(ClockReading(beat.db_now, sent, self.db_clock.monotonic()))
         if beat.handlers is not None:
             self._live, self._members = beat.handlers, beat.members
         if state == "alive" and self.node_id not in self._live:
@@ -572,6 +608,16 @@ class Node:
             )
         self._placed_for = placed_for
         self._apply(routes, shards, beat.shard_count)
+
+    async def _watch_clock(self, reading: ClockReading) -> None:
+        """The leader reports a step of the database clock (:mod:`pgpulse.db_clock`): logged
+        by the watch, alerted here (a failed alert write is logged, never fails the beat)."""
+        step = self.db_clock.observe(reading, leading=self.sweeper.is_leader)
+        if step is None or self.alerts is None:
+            return
+        with _quiet_db_errors("db_clock_alert"):
+            if await self.db_clock.alert(self.alerts.store, step) is not None:
+                self.alerts.kick()
 
     def _apply(
         self, routes: dict[str, tuple[int, ...]], shards: tuple[int, ...], count: int

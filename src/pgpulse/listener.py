@@ -69,17 +69,21 @@ class Listener:
         self.on_note = on_note
 
     async def run(self) -> None:
-        """Listen until ``stopping`` is set, connecting again after any failure and whenever
-        the server turned read-only. Never raises a database error."""
+        """Listen until ``stopping`` is set, connecting again after any failure, whenever
+        the server turned read-only, and within an interval of :attr:`dsn` changing
+        (:mod:`pgpulse.split_brain` moves it). Never raises a database error."""
         while not self.stopping.is_set():
             try:
-                conn = await connect(self.dsn, application_name=self.application_name)
+                dsn = self.dsn
+                conn = await connect(dsn, application_name=self.application_name)
                 async with conn:
                     await apply_settings(conn, NODE_SETTINGS)  # not the database's own
                     await conn.execute("LISTEN pgpulse_wakeup")
                     self.wake.set()  # anything notified while we were not listening
                     while not self.stopping.is_set():
                         await self._hear(conn)
+                        if self.dsn != dsn:  # moved (a split brain): listen where claims go
+                            break
                         if not self.stopping.is_set() and await session_is_read_only(conn):
                             log.warning(
                                 "listen session: the server is read-only, reconnecting",

@@ -428,11 +428,14 @@ def status_headline(nodes: Sequence[dict[str, Any]], counts: dict[str, Any], dat
 def status_problems(
     nodes: Sequence[dict[str, Any]], counts: dict[str, Any], max_lag: float
 ) -> list[str]:
-    """Why ``status --check`` fails: no live node, or a due job later than ``max_lag`` seconds
+    """Why ``status --check`` fails: no live node, a split brain (``counts["split_brain"]``,
+    :mod:`pgpulse.split_brain`), or a due job later than ``max_lag`` seconds
     (empty when healthy). A lost node beside live ones is not a problem: its jobs move on."""
     problems = []
     if not any(n["alive"] for n in nodes):
         problems.append("no live node")
+    if counts.get("split_brain"):
+        problems.append(counts["split_brain"])
     lag = counts["max_lag"]
     if lag is not None and lag > max_lag:
         job = counts.get("most_overdue") or {}
@@ -485,7 +488,9 @@ def print_status(
     """Print the cluster: the headline, the nodes (state, heartbeat, shards, running, leader,
     start) and job counts; with ``problems`` (``status --check``), the check's verdict too.
     Lost and stopped nodes long silent are one line, not rows (:func:`fold_nodes`; the JSON
-    lists them under ``not_shown``), unless ``show_all``."""
+    lists them under ``not_shown``), unless ``show_all``. A split brain
+    (``counts["split_brain"]``, :func:`pgpulse.split_brain.status_line`) is the first line
+    (JSON: ``split_brain``, else ``null``)."""
     nodes, folded = fold_nodes(nodes, show_all=show_all)
     headline = status_headline(nodes, counts, database)
     if as_json:
@@ -495,12 +500,15 @@ def print_status(
             "nodes": list(nodes),
             "not_shown": folded,
             "leader": next((n["node_id"] for n in nodes if n["leader"]), None),
-            "jobs": counts,
+            "jobs": {k: v for k, v in counts.items() if k != "split_brain"},
+            "split_brain": counts.get("split_brain"),
         }
         if problems is not None:
             document["check"] = {"ok": not problems, "problems": list(problems)}
         click.echo(json.dumps(document, default=to_json, indent=2))
         return
+    if counts.get("split_brain"):  # above all: two primaries make every other figure suspect
+        click.echo(counts["split_brain"])
     click.echo(headline + "\n")
     table = [
         [

@@ -238,8 +238,8 @@ def rule_set(
 ) -> None:
     """Create or replace rule RULE: failures, late, skipped, missed, silence, recovered,
     checkin (of --job, or the default of every job), node_died, leader_changed, lag,
-    no_live_node (the cluster's). checkin pings its checkin notifiers at each attempt's start
-    and end."""
+    no_live_node, split_brain, db_clock (the cluster's). checkin pings its checkin notifiers
+    at each attempt's start and end."""
     value: float | None = None
     if threshold is not None:
         try:

@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Rules whose event is not about one occurrence (the webhook's ``occurrence`` is ``null``).
-WINDOW_RULES = frozenset({"silence", "recovered", "node_died", "leader_changed", "lag"})
+WINDOW_RULES = frozenset(
+    {"silence", "recovered", "node_died", "leader_changed", "lag", "split_brain", "db_clock"}
+)
 
 
 def alert_event(row: dict[str, Any], dashboard_url: str | None = None) -> AlertEvent:

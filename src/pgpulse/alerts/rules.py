@@ -7,7 +7,9 @@ docs/alerts.md "Rules"):
 * per job — ``failures`` N consecutive failed runs (a count, default 1), ``late`` S seconds,
   ``skipped``, ``missed`` S seconds, ``silence`` W seconds (the dead-man's switch), ``recovered``;
   and ``checkin``, which fires nothing: the job's attempts ping its ``checkin`` notifiers;
-* cluster — ``node_died``, ``leader_changed``, ``lag`` S seconds, ``no_live_node`` S seconds.
+* cluster — ``node_died``, ``leader_changed``, ``lag`` S seconds, ``no_live_node`` S seconds;
+  and ``split_brain`` and ``db_clock``, which the nodes raise from what they observe (issue 37:
+  :mod:`pgpulse.split_brain`, :mod:`pgpulse.db_clock`).
 
 A job's own rule of a kind replaces the cluster-wide default of that kind.
 """
@@ -39,6 +41,8 @@ CLUSTER_RULES: dict[str, str | None] = {
     "leader_changed": None,
     "lag": "seconds the most overdue job may wait",
     "no_live_node": "seconds the cluster may have no live node",
+    "split_brain": None,
+    "db_clock": None,
 }
 ALL_RULES = {**JOB_RULES, **CLUSTER_RULES}
 #: Thresholds used when none is given.

@@ -420,6 +420,33 @@ class AlertStore:
         )
         return row
 
+    async def raise_cluster(
+        self, rule: str, key: str, details: dict[str, Any], *, now: datetime | None = None
+    ) -> int | None:
+        """Fire cluster event ``key`` of ``rule`` (``split_brain``, ``db_clock``: what a node
+        observes and no table shows; ``alert_raise`` in ``sql/alerts.sql``) if the cluster's
+        rule of that kind is set, with one delivery per notifier. Once per ``key``, whichever
+        nodes raise it and however often.
+
+        Args:
+            rule: the rule's kind.
+            key: the event's dedupe key (the same on every node that sees the same thing).
+            details: what the event carries (JSON object).
+
+        Returns:
+            The new event's id; ``None`` when no rule of ``rule`` is set or ``key`` fired
+            already.
+        """
+        rows = await self._rows(
+            "alert_raise", {"rule": rule, "key": key, "details": Jsonb(details), "now": now}
+        )
+        return int(rows[0]["id"]) if rows else None
+
+    async def resolve_cluster(self, rule: str, *, now: datetime | None = None) -> int:
+        """Close the open events of cluster rule ``rule`` (its condition ended); returns how
+        many closed."""
+        return len(await self._rows("alert_resolve", {"rule": rule, "now": now}))
+
     async def cluster_outage(
         self, *, now: datetime | None = None
     ) -> tuple[datetime, datetime] | None:

@@ -32,6 +32,8 @@ RULE_TITLES = {
     "node_died": "Node died holding leases",
     "leader_changed": "Leader changed",
     "lag": "Lag over threshold",
+    "split_brain": "Split brain: several hosts accept writes",
+    "db_clock": "Database clock stepped",
 }
 #: Rules whose event closes an alert rather than opening one (``state: "resolved"``): the one
 #: rule whose event is resolved when it fires (``alert_evaluate`` in ``sql/alerts.sql``), so the
@@ -87,7 +89,7 @@ class AlertEvent:
             ``Idempotency-Key``; the e-mail's ``Message-ID`` is derived from it).
         rule: the rule that fired (``failures``, ``late``, ``skipped``, ``missed``, ``silence``,
             ``recovered``, or a cluster rule: ``no_live_node``, ``node_died``,
-            ``leader_changed``, ``lag``).
+            ``leader_changed``, ``lag``, ``split_brain``, ``db_clock``).
         fired_at: when the event fired (UTC; the database's clock).
         job: the job, or ``None`` for a cluster alert.
         scheduled_for: the occurrence the event is about (UTC), or ``None`` (a ``silence``
@@ -134,8 +136,9 @@ def _seconds(value: object) -> str:
 def cluster_subject(rule: str, details: dict[str, Any]) -> str | None:
     """The subject of a cluster alert, from its ``details`` (pure): ``node t16-a (2 attempts
     running, last heartbeat 2026-12-01T15:02:03+00:00)`` for ``node_died``, ``node b took over
-    from a`` for ``leader_changed``, the waits of ``lag`` and ``no_live_node``; ``None`` when
-    the details say nothing (an older event)."""
+    from a`` for ``leader_changed``, the waits of ``lag`` and ``no_live_node``, the writable
+    hosts of ``split_brain``, the step of ``db_clock``; ``None`` when the details say nothing
+    (an older event)."""
     if rule == "node_died" and details.get("node"):
         beat = details.get("last_heartbeat")
         return f"node {details['node']} ({_running(details.get('running'))}, last heartbeat {beat})"
@@ -146,6 +149,14 @@ def cluster_subject(rule: str, details: dict[str, Any]) -> str | None:
             f"the most overdue job waits {_seconds(details['lag_seconds'])} "
             f"(threshold {_seconds(details.get('threshold_seconds'))})"
         )
+    if rule == "split_brain" and details.get("writable"):
+        return (
+            f"{', '.join(details['writable'])} accept writes; claims go to {details.get('newest')}"
+        )
+    if rule == "db_clock" and "step_seconds" in details:
+        step = float(details["step_seconds"])
+        way = "back" if step < 0 else "forward"
+        return f"the database's clock moved {way} {abs(step):.1f} s (node {details.get('node')})"
     if rule == "no_live_node" and details.get("since"):
         return (
             f"none from {details['since']} to {details.get('until')} "

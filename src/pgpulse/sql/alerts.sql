@@ -317,6 +317,52 @@ SELECT (SELECT count(*) FROM fresh)::int AS fired,
        clock.now AS db_now
 FROM clock;
 
+-- name: alert_raise
+-- A cluster event a node observed itself (split_brain, db_clock: nothing in the tables shows
+-- them, so alert_evaluate cannot), fired as alert_evaluate fires its own: only if cluster rule
+-- %(rule)s is set; once per %(key)s, whichever nodes raise it and however often (the unique
+-- dedupe_key); silenced inside a silence of the cluster; one pending delivery per notifier of
+-- the rule (but a checkin notifier). Returns the new event's id and how many deliveries it
+-- queued; no row when the rule is not set or the key fired already.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, fired_at, details,
+                                           notifiers, silenced)
+    SELECT %(key)s, NULL, r.rule, clock.now, %(details)s::jsonb, r.notifiers,
+           EXISTS (SELECT 1 FROM pgpulse_alert_silences s
+                   WHERE s.job_id IS NULL
+                     AND s.starts_at <= clock.now
+                     AND s.ends_at > clock.now)
+    FROM pgpulse_alert_rules r, clock
+    WHERE r.rule = %(rule)s
+      AND r.job_id IS NULL
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id, e.notifiers, e.silenced
+), queued AS (
+    INSERT INTO pgpulse_alert_deliveries (event_id, notifier_id, next_attempt_at, created_at)
+    SELECT f.id, n.id, clock.now, clock.now
+    FROM fresh f
+    CROSS JOIN LATERAL unnest(f.notifiers) AS wanted (id)
+    JOIN pgpulse_notifiers n ON n.id = wanted.id AND n.kind <> 'checkin'
+    CROSS JOIN clock
+    WHERE NOT f.silenced
+    ON CONFLICT (event_id, notifier_id) DO NOTHING
+    RETURNING id
+)
+SELECT f.id, (SELECT count(*) FROM queued)::int AS queued
+FROM fresh f;
+
+-- name: alert_resolve
+-- The condition of the open cluster events of rule %(rule)s ended (a split brain healed): they
+-- close. Returns the ids closed.
+UPDATE pgpulse_alert_events
+SET resolved_at = coalesce(%(now)s::timestamptz, now())
+WHERE rule = %(rule)s
+  AND job_id IS NULL
+  AND resolved_at IS NULL
+RETURNING id;
+
 -- name: claim_deliveries
 -- Claim at most %(limit)s pending deliveries that are due and not leased (or whose lease
 -- expired: the node that held them died or stalled), for node %(node)s: a lease of the
@@ -461,12 +507,12 @@ ORDER BY e.id DESC
 LIMIT %(limit)s;
 
 -- name: acknowledge_alert
--- The first acknowledgement is kept. A notice (leader_changed, no_live_node: something that
--- happened, with no condition to wait for) is closed by its acknowledgement.
+-- The first acknowledgement is kept. A notice (leader_changed, no_live_node, db_clock: something
+-- that happened, with no condition to wait for) is closed by its acknowledgement.
 UPDATE pgpulse_alert_events
 SET acknowledged_at = coalesce(acknowledged_at, coalesce(%(now)s::timestamptz, now())),
     acknowledged_by = coalesce(acknowledged_by, %(by)s),
-    resolved_at = CASE WHEN rule IN ('leader_changed', 'no_live_node')
+    resolved_at = CASE WHEN rule IN ('leader_changed', 'no_live_node', 'db_clock')
                        THEN coalesce(resolved_at, acknowledged_at,
                                      coalesce(%(now)s::timestamptz, now()))
                        ELSE resolved_at END

@@ -840,6 +840,18 @@ SELECT now() AS db_now;
 -- and move (database.session_is_read_only).
 SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool AS read_only;
 
+-- name: host_role
+-- One host of a multi-host DSN, asked on a connection of its own (pgpulse.split_brain): whether
+-- it accepts writes (not in recovery, not transaction_read_only), and the timeline it writes on,
+-- as the claim reads it (the WAL file name's first 8 hex digits: no privilege but CONNECT; a
+-- standby has none to report). Every promotion starts a timeline, so of two writable hosts the
+-- one on the higher timeline is the newer primary.
+SELECT NOT pg_is_in_recovery()
+       AND NOT current_setting('transaction_read_only')::bool AS writable,
+       CASE WHEN NOT pg_is_in_recovery()
+            THEN ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint
+       END AS timeline;
+
 -- name: get_job
 SELECT j.*, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,

@@ -130,7 +130,7 @@ CREATE TABLE public.pgpulse_alert_rules (
     threshold double precision,
     notifiers bigint[] DEFAULT '{}'::bigint[] NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT pgpulse_alert_rules_rule_check CHECK ((rule = ANY (ARRAY['failures'::text, 'late'::text, 'skipped'::text, 'missed'::text, 'silence'::text, 'recovered'::text, 'checkin'::text, 'node_died'::text, 'leader_changed'::text, 'lag'::text, 'no_live_node'::text]))),
+    CONSTRAINT pgpulse_alert_rules_rule_check CHECK ((rule = ANY (ARRAY['failures'::text, 'late'::text, 'skipped'::text, 'missed'::text, 'silence'::text, 'recovered'::text, 'checkin'::text, 'node_died'::text, 'leader_changed'::text, 'lag'::text, 'no_live_node'::text, 'split_brain'::text, 'db_clock'::text]))),
     CONSTRAINT pgpulse_alert_rules_threshold_check CHECK ((threshold > (0)::double precision))
 );
 
