@@ -5,6 +5,7 @@ recipients and logins, a server that never answers, and cancellation."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import logging
 import ssl
@@ -16,6 +17,7 @@ import pytest
 import trustme
 
 from notify_servers import SilentServer, SmtpReceiver, free_port, run_smtp_receiver
+from pgpulse.errors import InvalidNotifierConfig
 from pgpulse.notify import AlertEvent, EmailConfig, EmailNotifier, JobRef
 
 PASSWORD = "correct-horse-battery-staple"
@@ -253,3 +255,78 @@ async def test_a_cancelled_send_hangs_up_and_propagates(silent: SilentServer) ->
             await task
     async with asyncio.timeout(5):
         await silent.hung_up.wait()
+
+
+def _encoded(text: str, how: str) -> str:
+    data = text.encode()
+    if how == "b":
+        return "=?utf-8?b?" + base64.b64encode(data).decode() + "?="
+    return "=?utf-8?q?" + "".join(f"={byte:02X}" for byte in data) + "?="
+
+
+INJECTED = "x\r\nBcc: evil@attacker.example\r\n\r\nattacker body"
+INTENDED_HEADERS = [
+    "From",
+    "To",
+    "Subject",
+    "Date",
+    "Message-ID",
+    "Auto-Submitted",
+    "X-Pulse-Event-Id",
+    "X-Pulse-Rule",
+    "Content-Type",
+    "Content-Transfer-Encoding",
+    "MIME-Version",
+]
+
+
+@pytest.mark.parametrize(
+    "job_name",
+    [
+        pytest.param(_encoded(INJECTED, "b"), id="base64_encoded_word"),
+        pytest.param(_encoded(INJECTED, "q"), id="quoted_printable_encoded_word"),
+        pytest.param("ok " + _encoded(INJECTED, "b") + " ok", id="encoded_word_between_words"),
+        pytest.param(INJECTED, id="raw_cr_lf"),
+        pytest.param("x\u2028Bcc: evil@attacker.example", id="unicode_line_separator"),
+    ],
+)
+async def test_a_job_name_cannot_add_headers_recipients_or_body(
+    plain_server: SmtpReceiver, job_name: str
+) -> None:
+    """Issue 30: a name whose decoded text holds CR LF put a Bcc: and a body of its own into
+    the message. The server must get one message to the configured recipient, with exactly
+    Pulse's headers, the name kept on the subject line as text (no encoded word decoded)."""
+    event = AlertEvent(
+        event_id="ev-1",
+        delivery_key="alert/1",
+        rule="failures",
+        fired_at=datetime(2024, 3, 10, 2, 31, 5, tzinfo=UTC),
+        job=JobRef(tenant="acme", name=job_name, id=42),
+    )
+    result = await notifier(plain_server.port).send(event)
+    assert (result.ok, result.error) == (True, None)
+    [received] = plain_server.messages
+    assert received.rcpt_tos == ["ops@example.com"]
+    message = received.message
+    assert list(message.keys()) == INTENDED_HEADERS
+    subject = " ".join(message["Subject"].split())
+    flat = " ".join(job_name.split()).replace("=?", "=\u2060?")
+    assert subject == f"[Pulse] Job failed: acme/{flat}"
+    assert "\r" not in message["Subject"] and "\n" not in message["Subject"]
+    body = message.get_content().replace("\r\n", "\n")
+    assert body.startswith(f"Job failed: acme/{' '.join(job_name.split())}\n\nJob:  ")
+    assert "\nattacker body" not in body and "\nBcc:" not in body
+
+
+@pytest.mark.parametrize("field", ["from", "to"])
+@pytest.mark.parametrize("line_break", ["\r\n", "\u2028"])
+def test_an_address_whose_decoded_name_breaks_the_line_is_refused(
+    field: str, line_break: str
+) -> None:
+    given = _encoded(f"x{line_break}Bcc: evil@attacker.example", "b") + " <pulse@example.com>"
+    base = {"host": "127.0.0.1", "from": "pulse@example.com", "to": ["ops@example.com"]}
+    with pytest.raises(InvalidNotifierConfig) as caught:
+        EmailConfig.from_json(base | {field: given if field == "from" else [given]})
+    key = "from" if field == "from" else "to[0]"
+    assert caught.value.field == f"config.{key}"
+    assert "is not one e-mail address" in str(caught.value)

@@ -29,7 +29,10 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from email import policy as email_policy
+from email.errors import MessageDefect
 from email.message import EmailMessage
+from email.parser import BytesParser
 from email.utils import format_datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -240,6 +243,37 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+#: SMTP's line endings, and every defect the parser finds raised rather than recorded.
+STRICT = email_policy.SMTP.clone(raise_on_defect=True)
+#: What opens an RFC 2047 encoded word (``=?utf-8?b?...?=``): a header parser would decode it,
+#: so text Pulse puts in a header never holds it as such (see :func:`header_text`).
+_ENCODED_WORD_START = "=?"
+#: An invisible WORD JOINER put between ``=`` and ``?``: the text reads the same, holds no
+#: encoded word, and being non-ASCII is itself sent encoded.
+_WORD_JOINER = "\u2060"
+
+
+class HeaderRefused(ValueError):
+    """A header of an alert message would not read back as built (a parser would take part of
+    its text as structure); ``name`` is the header's name. The message is not sent."""
+
+    def __init__(self, name: str, given: str, read: str) -> None:
+        super().__init__(f"header {name} would read {read!r}, not {given!r}: message not sent")
+        self.name = name
+
+
+def header_text(text: str) -> str:
+    """``text`` made fit to be an unstructured header's value (``Subject``, ``X-Pulse-Rule``):
+    every run of whitespace, line breaks (CR, LF, U+2028...) and other control characters one
+    space, and each ``=?`` written with an invisible word joiner in between, so that no part of
+    it is an RFC 2047 encoded word a parser would decode (a decoded word may hold CR LF: the
+    header injection of issue 30)."""
+    printable = "".join(ch if ch.isprintable() else " " for ch in text)
+    return " ".join(printable.split()).replace(
+        _ENCODED_WORD_START, _ENCODED_WORD_START[0] + _WORD_JOINER + _ENCODED_WORD_START[1]
+    )
+
+
 def message_id(config: EmailConfig, event: AlertEvent) -> str:
     """``<pulse.<hash of the delivery key>@<the sender's domain>>``: the same for every attempt
     of one event's delivery, so mail systems and readers can tell a repeat from a new alert."""
@@ -252,14 +286,14 @@ def email_body(event: AlertEvent) -> str:
     """The plain-text body: what fired, the job, the occurrence, the error, the details and the
     dashboard link."""
     rows: list[tuple[str, str]] = []
-    if event.job is not None:
-        rows.append(("Job", f"{event.job.label()} (id {event.job.id})"))
+    if event.job is not None:  # a name is one line of the body, whatever it holds
+        rows.append(("Job", f"{_one_line(event.job.label())} (id {event.job.id})"))
     if event.scheduled_for is not None:
         rows.append(("Occurrence", iso_utc(event.scheduled_for)))
     if event.run_id is not None:
         rows.append(("Run", str(event.run_id)))
     rows += [("Rule", f"{event.rule} ({event.state})"), ("Fired at", iso_utc(event.fired_at))]
-    lines = [alert_summary(event), ""]
+    lines = [_one_line(alert_summary(event)), ""]
     lines += [f"{name + ':':<12} {value}" for name, value in rows]
     error = clip(event.error)
     if error:
@@ -272,21 +306,53 @@ def email_body(event: AlertEvent) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _headers(config: EmailConfig, event: AlertEvent) -> list[tuple[str, str]]:
+    """The message's headers, each value as a reader of the message must get it back."""
+    fired = event.fired_at if event.fired_at.tzinfo is not None else event.fired_at.astimezone()
+    return [
+        ("From", config.sender),
+        ("To", ", ".join(config.recipients)),
+        ("Subject", header_text(f"{config.subject_prefix} {alert_summary(event)}")),
+        ("Date", format_datetime(fired)),
+        ("Message-ID", message_id(config, event)),
+        ("Auto-Submitted", "auto-generated"),
+        ("X-Pulse-Event-Id", header_text(event.event_id)),
+        ("X-Pulse-Rule", header_text(event.rule)),
+    ]
+
+
 def build_message(config: EmailConfig, event: AlertEvent) -> EmailMessage:
-    """The message of ``event`` for ``config``'s recipients (plain text, UTF-8)."""
-    message = EmailMessage()
-    message["From"] = config.sender
-    message["To"] = ", ".join(config.recipients)
-    message["Subject"] = _one_line(f"{config.subject_prefix} {alert_summary(event)}")
-    message["Date"] = format_datetime(
-        event.fired_at if event.fired_at.tzinfo is not None else event.fired_at.astimezone()
-    )
-    message["Message-ID"] = message_id(config, event)
-    message["Auto-Submitted"] = "auto-generated"
-    message["X-Pulse-Event-Id"] = _one_line(event.event_id)
-    message["X-Pulse-Rule"] = _one_line(event.rule)
+    """The message of ``event`` for ``config``'s recipients (plain text, UTF-8), with the
+    strict policy (:data:`STRICT`).
+
+    Text of outside origin (a job's name, the subject prefix) reaches the headers only through
+    :func:`header_text`; and the message is read back before it is sent, so a header whose
+    value a parser would read otherwise (or an extra header) is refused rather than sent.
+
+    Raises:
+        HeaderRefused: a header would not read back as built; ``name`` says which.
+        email.errors.MessageDefect: the read-back found a defect.
+    """
+    message = EmailMessage(policy=STRICT)
+    intended = _headers(config, event)
+    for name, value in intended:
+        message[name] = value
     message.set_content(email_body(event))
+    read = BytesParser(policy=STRICT).parsebytes(message.as_bytes())
+    got = [(name, str(value)) for name, value in read.items()]
+    wanted = [*intended, ("Content-Type", 'text/plain; charset="utf-8"')]
+    for (name, value), (read_name, read_value) in zip(wanted, got, strict=False):
+        # A header folded right after its name reads back with the fold's leading space.
+        if (name, value) != (read_name, read_value.strip(" ")):
+            raise HeaderRefused(name, value, read_value)
+    extra = [name for name, _ in got[len(wanted) :] if name not in _MIME_HEADERS]
+    if len(got) < len(wanted) or extra:
+        raise HeaderRefused(extra[0] if extra else wanted[len(got)][0], "", str(got))
     return message
+
+
+#: What ``set_content`` adds after ``Content-Type``.
+_MIME_HEADERS = frozenset({"Content-Transfer-Encoding", "MIME-Version"})
 
 
 class EmailNotifier:
@@ -355,7 +421,10 @@ class EmailNotifier:
         import aiosmtplib
 
         started = time.monotonic()
-        message = build_message(self.config, event)
+        try:
+            message = build_message(self.config, event)
+        except (HeaderRefused, MessageDefect) as exc:
+            return self._result(started, error=str(exc), retryable=False, status=None)
         smtp = self._client(await _local_hostname())
         where = self._where
         try:

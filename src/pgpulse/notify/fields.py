@@ -177,6 +177,8 @@ def email_address(key: str, value: object) -> str:
     if (
         header.defects
         or len(addresses) != 1
+        # Decoded encoded words must not bring a line break or control character back in.
+        or not str(addresses[0]).isprintable()
         or not addresses[0].username
         or not addresses[0].domain
     ):
