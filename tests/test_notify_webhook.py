@@ -112,6 +112,9 @@ async def test_signature_verification_refuses_tampering_old_stamps_and_other_sec
     assert not verify_signature(HMAC_SECRET, header.split(",")[1], body, now=now)  # no t=
     stamp = header.split(",")[0]
     assert verify_signature(HMAC_SECRET, f"{stamp},v1=00,{header.split(',')[1]}", body, now=now)
+    # Text from outside is any text: a non-ASCII signature or stamp is refused, never raised.
+    assert not verify_signature(HMAC_SECRET, f"{stamp},v1=\u00e9", body, now=now)
+    assert not verify_signature(HMAC_SECRET, "t=\u00b2," + header.split(",")[1], body, now=now)
 
 
 async def test_idempotency_key_is_the_same_on_every_attempt(receiver: HttpReceiver) -> None:

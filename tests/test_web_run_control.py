@@ -153,6 +153,28 @@ async def test_dashboard_buttons_note_no_change_as_the_cli_and_go_back_to_the_jo
             assert "evil.example" not in (await ui.get(f"/ui/{forged}")).text
 
 
+async def test_non_ascii_csrf_and_notice_signatures_are_refused_not_500(store: Store) -> None:
+    """Issue 30: ``csrf=%C3%A9`` in a button's form, or ``sig=%C3%A9`` beside a notice,
+    answered 500 (compare_digest on a non-ASCII str); they are a stale form and an unsigned
+    notice."""
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        job = (await api.post("/api/v1/jobs", json=body("nightly"))).json()
+    async with api_client(store) as ui:
+        assert (
+            await ui.post("/ui/login", data={"token": token}, headers=OWN_PAGE)
+        ).status_code == 303
+        form = {"content-type": "application/x-www-form-urlencoded"}
+        for path in (f"/ui/jobs/{job['id']}/pause", "/ui/alerts/1/acknowledge",
+                     "/ui/silences/1/end"):  # fmt: skip
+            refused = await ui.post(path, content=b"csrf=%C3%A9", headers=form)
+            assert refused.status_code == 403, (path, refused.text)
+        shown = await ui.get("/ui/?notice=Sign%20in%20at%20evil.example&sig=%C3%A9")
+        assert shown.status_code == 200 and "evil.example" not in shown.text
+    async with api_client(store, token) as api:  # the refused pause changed nothing
+        assert (await api.get(f"/api/v1/jobs/{job['id']}")).json()["status"] == "idle"
+
+
 async def test_upcoming_occurrences_leave_out_what_a_calendar_excludes(
     store: Store, db: Any
 ) -> None:

@@ -11,13 +11,13 @@ all carry their credential in the path, so a path segment is kept only when it r
 
 from __future__ import annotations
 
-import hmac
 import logging
 import re
 import threading
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from pgpulse.constant_time import same_secret
 from pgpulse.masking import MASK, scrub
 
 __all__ = ["MASK", "Secret", "guard_library_logs", "redact_url", "scrub", "url_secrets"]
@@ -56,7 +56,7 @@ class Secret:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Secret):
             return NotImplemented
-        return hmac.compare_digest(self._value.encode(), other._value.encode())
+        return same_secret(self._value, other._value)
 
     def __hash__(self) -> int:
         return hash((Secret, self._value))

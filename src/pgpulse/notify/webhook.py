@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pgpulse.constant_time import same_secret
 from pgpulse.notify import fields
 from pgpulse.notify.events import (
     AlertEvent,
@@ -235,13 +236,14 @@ def verify_signature(
             stamps.append(value)
         elif name == "v1":
             signatures.append(value)
-    if len(stamps) != 1 or not stamps[0].isdigit():
+    # isascii: "²" and other digits of other scripts pass isdigit but not int().
+    if len(stamps) != 1 or not (stamps[0].isascii() and stamps[0].isdigit()):
         return False
     timestamp = int(stamps[0])
     if abs(now - timestamp) > tolerance:
         return False
     expected = sign(secret, timestamp, body)
-    return any(hmac.compare_digest(expected, candidate) for candidate in signatures)
+    return any(same_secret(candidate, expected) for candidate in signatures)
 
 
 class WebhookNotifier:

@@ -18,7 +18,6 @@ pages only (:func:`from_own_page`).
 
 from __future__ import annotations
 
-import hmac
 from datetime import datetime
 from importlib import resources
 from pathlib import Path as FilePath
@@ -29,6 +28,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from pgpulse.constant_time import same_secret
 from pgpulse.errors import PulseError
 from pgpulse.web import grid
 from pgpulse.web.auth import Principal, csrf_token, notice_signature, with_notice
@@ -98,7 +98,7 @@ def _notice(request: Request) -> str:
     if not notice or not token:
         return ""
     expected = notice_signature(token, notice)
-    return notice if hmac.compare_digest(request.query_params.get("sig", ""), expected) else ""
+    return notice if same_secret(request.query_params.get("sig", ""), expected) else ""
 
 
 templates.env.globals["notice"] = _notice
@@ -334,7 +334,7 @@ async def job_action(request: Request, job_id: JobId, verb: str, session: Sessio
     who, token = session
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     wants_json = "application/json" in request.headers.get("accept", "")
-    if verb not in ("pause", "resume", "trigger") or not hmac.compare_digest(
+    if verb not in ("pause", "resume", "trigger") or not same_secret(
         (form.get("csrf") or [""])[0], csrf_token(token)
     ):
         body = error_body(

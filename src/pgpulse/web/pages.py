@@ -7,7 +7,6 @@ cursors, as in the API (:mod:`pgpulse.web.reads`).
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 from urllib.parse import parse_qs
 
@@ -16,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from pgpulse.access import token_writer
 from pgpulse.alerts.store import AlertStore, SilenceNotFound
+from pgpulse.constant_time import same_secret
 from pgpulse.web.auth import csrf_token, with_notice
 from pgpulse.web.context import WebContext
 from pgpulse.web.dashboard import Session, page
@@ -116,7 +116,7 @@ async def _csrf_ok(request: Request, token: str) -> bool:
     """Whether a button's form carries this session's CSRF value (the dashboard's own page
     sent it)."""
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    return hmac.compare_digest((form.get("csrf") or [""])[0], csrf_token(token))
+    return same_secret((form.get("csrf") or [""])[0], csrf_token(token))
 
 
 @router.post("/alerts/{alert_id}/acknowledge")
