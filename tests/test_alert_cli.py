@@ -35,17 +35,28 @@ async def test_notifiers_rules_silences_and_acknowledgements(
     assert SECRET not in listed.stdout + pgpulse("notifier", "list", dsn=dsn).stdout
     assert "T0123ABCD" not in listed.stdout
 
+    said = []
     for args in (
         ("failures", "--threshold", "3", "--job", "nightly"),
         ("silence", "--threshold", "1d", "--job", "nightly"),
         ("late", "--threshold", "5m"),
         ("lag", "--threshold", "2m"),
+        ("lag", "--threshold", "3m"),
     ):
         done = pgpulse("alert", "rule", "set", *args, "--notify", "slack", dsn=dsn)
         assert done.returncode == 0, done.stderr
+        said.append(done.stdout)
+    # The id is the rule's, said so: a bare "(id 1)" after the job's name read as the job's.
+    assert said == [
+        "set rule failures of job nightly (rule id 1)\n",
+        "set rule silence of job nightly (rule id 2)\n",
+        "set rule late of the cluster (rule id 3)\n",
+        "set rule lag of the cluster (rule id 4)\n",
+        "replaced rule lag of the cluster (rule id 4)\n",
+    ]
     rules = json.loads(pgpulse("alert", "rule", "list", "--json", dsn=dsn).stdout)
     assert [(r["job"], r["rule"], r["threshold"], r["notifiers"]) for r in rules] == [
-        (None, "lag", 120.0, ["slack"]),
+        (None, "lag", 180.0, ["slack"]),
         (None, "late", 300.0, ["slack"]),
         ("nightly", "failures", 3.0, ["slack"]),
         ("nightly", "silence", 86400.0, ["slack"]),

@@ -253,7 +253,8 @@ def rule_set(
         ),
     )
     where = f"job {job}" if job is not None else "the cluster"
-    click.echo(f"{'set' if created else 'replaced'} rule {kind} of {where} (id {rule_id})")
+    # "rule id": a bare "(id 1)" after a job's name reads as the job's id.
+    click.echo(f"{'set' if created else 'replaced'} rule {kind} of {where} (rule id {rule_id})")
 
 
 @rule.command("list")
