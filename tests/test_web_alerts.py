@@ -173,3 +173,17 @@ async def test_a_silence_out_of_range_or_with_a_nul_is_refused_naming_the_field(
             refused = await client.post("/api/v1/silences", json=body)
             assert (refused.status_code, refused.json()["error"]["field"]) == (422, field), body
     assert db.execute("SELECT count(*) AS n FROM pgpulse_alert_silences").fetchone()["n"] == 0
+
+
+async def test_a_host_name_that_almost_matches_is_refused_at_once(store: Store) -> None:
+    """Issue 30: the host pattern took 8 s for ``"a" * 27 + "!"``, doubling with each
+    character, on the node's event loop (its timing is tests/test_regex_time.py's)."""
+    admin = await make_token(store, admin=True)
+    async with api_client(store, admin) as client:
+        for host in ("a" * 27 + "!", "a" * 252 + "!"):
+            config = {"host": host, "from": "pulse@example.com", "to": ["ops@example.com"]}
+            refused = await client.put(
+                "/api/v1/notifiers/mail", json={"kind": "email", "config": config}
+            )
+            assert (refused.status_code, refused.json()["error"]["field"]) == (422, "config.host")
+            assert "is not a host name or an IP address" in refused.json()["error"]["message"]

@@ -12,6 +12,7 @@ redacted: secrets never leave the database through these methods, except to the 
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 from datetime import datetime
 from typing import Any
@@ -127,7 +128,9 @@ class AlertStore:
                 field="name",
                 value=name,
             )
-        parsed = parse_notifier_config(kind, config)
+        # In a worker thread: a config is outside input (a CA bundle of up to 256 KiB, addresses
+        # for the e-mail parser), and the node's heartbeats share this event loop.
+        parsed = await asyncio.to_thread(parse_notifier_config, kind, config)
         try:
             await parsed.check_targets(allow or HttpAllowList(), allowed_by=allowed_by)
         except TargetNotAllowed as exc:

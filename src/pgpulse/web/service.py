@@ -15,6 +15,7 @@ import random
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from pgpulse.access import Writer, token_writer
@@ -181,11 +182,16 @@ class JobService:
             check_text(key, value)
         tenant = fields.get("tenant") or who.tenant or "default"
         options = {key: fields[key] for key in DEFINITION_FIELDS if key in fields}
-        spec = JobSpec.create(
-            name=fields.get("name"),  # type: ignore[arg-type]
-            tenant=tenant,
-            source="api",
-            **options,
+        # In a worker thread: checking a schedule's spread walks its occurrences (90 ms for an
+        # hourly job in a DST zone), and a node's heartbeats share this event loop.
+        spec = await asyncio.to_thread(
+            partial(
+                JobSpec.create,
+                name=fields.get("name"),  # type: ignore[arg-type]
+                tenant=tenant,
+                source="api",
+                **options,
+            )
         )
         if spec.handler == "http":
             await check_http_target(spec.payload, self.settings)
