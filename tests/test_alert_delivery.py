@@ -4,6 +4,7 @@ for a while, and when the node delivering is killed mid-delivery."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
@@ -258,3 +259,52 @@ async def test_an_unreachable_notifier_delays_no_other(store: Store, db: Any) ->
     finally:
         silent.stop()
         answering.stop()
+
+
+async def test_a_resolved_never_overtakes_the_firing_it_closes(
+    store: Store, db: Any, receiver: CountingReceiver
+) -> None:
+    """Issue 30: with the receiver down a while, `recovered resolved` arrived first and
+    `failures firing` 57 s later. One job's events reach one notifier in the order they fired,
+    and each says the event's state when it is sent: the failure, delivered after its alert
+    was resolved, says so."""
+    alerts = AlertStore(store.pool)
+    allow = HttpAllowList.parse(["127.0.0.1"])
+    hook = {"url": receiver.url(), "retry_backoff": 0.5, "max_attempts": 50}
+    await alerts.add_notifier("hook", "webhook", hook, allow=allow)
+    [job_id] = await add(store, spec("nightly"))
+    await alerts.set_rule("failures", ["hook"], job=("default", "nightly"))
+    await alerts.set_rule("recovered", ["hook"], job=("default", "nightly"))
+
+    def run(outcome: str) -> None:
+        db.execute(
+            "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, started_at, "
+            "finished_at) VALUES (%s, now(), 1, %s, now(), now())",
+            (job_id, outcome),
+        )
+        db.execute(
+            "UPDATE pgpulse_jobs SET last_outcome = %s, last_finished_at = now() WHERE id = %s",
+            (outcome, job_id),
+        )
+
+    loop = AlertLoop(alerts, "n1", leading=lambda: True, allow=allow, interval=0.2)
+    run("failed")
+    assert await loop.tick() == 1  # the receiver is down: the attempt fails, to be retried
+    await loop.wait_idle()
+    assert [(r["status"], r["attempts"]) for r in _deliveries(db)] == [("pending", 1)]
+    run("succeeded")  # the job recovers while the failure still waits to be retried
+    receiver.start()
+    stopping = asyncio.Event()
+    running = asyncio.create_task(loop.run(stopping))
+    try:
+        await wait_until(lambda: receiver.requests() == 2, within=30)
+        await wait_until(
+            lambda: [r["status"] for r in _deliveries(db)] == ["delivered", "delivered"]
+        )
+    finally:
+        stopping.set()
+        await running
+    sent = sorted((seen for key in receiver.by_key.values() for seen in key), key=lambda r: r.at)
+    said = [(r.json()["rule"], r.json()["state"]) for r in sent]
+    assert said == [("failures", "resolved"), ("recovered", "resolved")]
+    assert ", resolved " in sent[0].json()["text"]

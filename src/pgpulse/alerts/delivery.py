@@ -19,6 +19,10 @@ outcome — off every attempt's path (docs/alerts.md, "How alerts are delivered"
   receiver can drop the repeat. A failure is retried by the notifier's
   :class:`~pgpulse.notify.retry.RetryPolicy` (backoff with jitter, ``Retry-After``) until its
   ``max_attempts``; nothing is lost while the receiver is down.
+* **Order**: the events of one job (or of the cluster) reach one notifier in the order they
+  fired; a later one waits until the earlier one is delivered or given up (a ``recovered``
+  never overtakes the failure it closes while the receiver was down), and each says the
+  event's state when it is sent (``resolved`` once its alert is).
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ def alert_event(row: dict[str, Any], dashboard_url: str | None = None) -> AlertE
         error=row["error"],
         details=dict(row["details"] or {}),
         dashboard_url=link,
+        resolved_at=row.get("resolved_at"),
     )
 
 
@@ -270,7 +275,7 @@ class AlertLoop:
     ) -> None:
         for wait in (0.1, 0.5, 2.0, None):
             try:
-                written = await self.store.finish_delivery(
+                written, waiting = await self.store.finish_delivery(
                     int(row["id"]),
                     int(row["fencing_token"]),
                     status=status,
@@ -289,6 +294,8 @@ class AlertLoop:
                     return
                 await asyncio.sleep(wait)
                 continue
+            if written and waiting and status != "pending":
+                self._kick.set()  # the next event of this alert may go now
             if not written:
                 log.warning(
                     "delivery %s was taken over by another node; its outcome is not recorded",

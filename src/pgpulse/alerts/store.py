@@ -469,8 +469,10 @@ class AlertStore:
         self, *, node: str, limit: int, margin: float = 10.0, now: datetime | None = None
     ) -> list[dict[str, Any]]:
         """Claim due deliveries for ``node`` (a lease of the notifier's timeout + ``margin``
-        seconds and a new fencing token each). The rows carry the notifier's full config,
-        secrets included: for the sender only."""
+        seconds and a new fencing token each). The events of one job (or of the cluster) reach
+        one notifier in the order they fired: a delivery waits while an earlier event's
+        delivery to its notifier is pending. The rows carry the notifier's full config,
+        secrets included (for the sender only), and the event's ``resolved_at`` as it is now."""
         return await self._rows(
             "claim_deliveries", {"node": node, "limit": limit, "margin": margin, "now": now}
         )
@@ -485,10 +487,16 @@ class AlertStore:
         last_status: int | None = None,
         error: str | None = None,
         now: datetime | None = None,
-    ) -> bool:
+    ) -> tuple[bool, bool]:
         """Record one attempt's outcome, fenced by ``token``: ``delivered``, ``failed``, or
-        ``pending`` again in ``retry_in`` seconds. Returns whether it was written (``False``:
-        the lease was lost and another node holds the delivery)."""
+        ``pending`` again in ``retry_in`` seconds.
+
+        Returns:
+            (written, waiting): whether it was written (``False``: the lease was lost and
+            another node holds the delivery), and whether a later event of the same job (or
+            of the cluster) to the same notifier waits behind it (sent only once this one has
+            ended: :meth:`claim_deliveries`).
+        """
         rows = await self._rows(
             "finish_delivery",
             {
@@ -501,7 +509,7 @@ class AlertStore:
                 "now": now,
             },
         )
-        return bool(rows)
+        return bool(rows), bool(rows and rows[0]["waiting"])
 
 
 def rule_reference(rule: str, tenant: str | None, job: str | None) -> str:

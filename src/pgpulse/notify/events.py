@@ -99,6 +99,8 @@ class AlertEvent:
         details: rule-specific facts, a JSON object (``{"consecutive_failures": 3}``).
         dashboard_url: a link to the job, run or cluster page of the dashboard, if the cluster
             knows its dashboard's address.
+        resolved_at: when the alert was resolved (UTC), if it was by the time this delivery
+            was sent: an event sent late (its receiver was down) says what holds then.
     """
 
     event_id: str
@@ -111,11 +113,14 @@ class AlertEvent:
     error: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     dashboard_url: str | None = None
+    resolved_at: datetime | None = None
 
     @property
     def state(self) -> Literal["firing", "resolved"]:
-        """``resolved`` for a rule that closes an alert (``recovered``), else ``firing``."""
-        return "resolved" if self.rule in RESOLVING_RULES else "firing"
+        """``resolved`` for a rule that closes an alert (``recovered``), or an event whose
+        alert was resolved by the time it is sent; else ``firing``."""
+        resolved = self.rule in RESOLVING_RULES or self.resolved_at is not None
+        return "resolved" if resolved else "firing"
 
 
 def alert_title(event: AlertEvent) -> str:
@@ -168,10 +173,14 @@ def cluster_subject(rule: str, details: dict[str, Any]) -> str | None:
 
 def alert_summary(event: AlertEvent) -> str:
     """One line: the title and the occurrence, e.g.
-    ``Job failed: acme/nightly-report, occurrence 2024-03-10T02:30:00+00:00``."""
+    ``Job failed: acme/nightly-report, occurrence 2024-03-10T02:30:00+00:00``; for an event
+    sent after its alert was resolved, ``..., resolved 2024-03-10T02:35:00+00:00`` (else the
+    title alone would say it is still failing)."""
     line = alert_title(event)
     if event.scheduled_for is not None:
         line += f", occurrence {iso_utc(event.scheduled_for)}"
+    if event.resolved_at is not None and event.rule not in RESOLVING_RULES:
+        line += f", resolved {iso_utc(event.resolved_at)}"
     return line
 
 

@@ -312,8 +312,18 @@ WITH clock AS (
 SELECT (SELECT count(*) FROM fresh)::int AS fired,
        (SELECT count(*) FROM queued)::int AS queued,
        (SELECT count(*) FROM closed)::int AS closed,
-       (SELECT min(d.next_attempt_at) FROM pgpulse_alert_deliveries d
-        WHERE d.status = 'pending') AS next_due,
+       (SELECT min(d.next_attempt_at)
+        FROM pgpulse_alert_deliveries d
+        JOIN pgpulse_alert_events e ON e.id = d.event_id
+        WHERE d.status = 'pending'
+          -- one waiting behind an earlier event is not due: its turn comes when that one ends
+          AND NOT EXISTS (SELECT 1
+                          FROM pgpulse_alert_deliveries b
+                          JOIN pgpulse_alert_events be ON be.id = b.event_id
+                          WHERE b.status = 'pending'
+                            AND b.notifier_id = d.notifier_id
+                            AND b.event_id < d.event_id
+                            AND be.job_id IS NOT DISTINCT FROM e.job_id)) AS next_due,
        clock.now AS db_now
 FROM clock;
 
@@ -367,16 +377,28 @@ RETURNING id;
 -- Claim at most %(limit)s pending deliveries that are due and not leased (or whose lease
 -- expired: the node that held them died or stalled), for node %(node)s: a lease of the
 -- notifier's own timeout plus %(margin)s seconds, a new fencing token, one more attempt. SKIP
--- LOCKED: nodes claiming at once never wait for each other. Returns each delivery with its
--- event, job and notifier.
+-- LOCKED: nodes claiming at once never wait for each other. The events of one job (or of the
+-- cluster) reach one notifier in the order they fired: a delivery is not claimed while an
+-- earlier event's delivery to the same notifier is pending (in flight or waiting to retry),
+-- so a "resolved" never overtakes the "firing" it closes. Returns each delivery with its
+-- event (resolved_at: its state now, as the delivery must say it), job and notifier.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), due AS (
     SELECT d.id
-    FROM pgpulse_alert_deliveries d, clock
+    FROM pgpulse_alert_deliveries d
+    JOIN pgpulse_alert_events e ON e.id = d.event_id
+    CROSS JOIN clock
     WHERE d.status = 'pending'
       AND d.next_attempt_at <= clock.now
       AND (d.lease_expires_at IS NULL OR d.lease_expires_at < clock.now)
+      AND NOT EXISTS (SELECT 1
+                      FROM pgpulse_alert_deliveries b
+                      JOIN pgpulse_alert_events be ON be.id = b.event_id
+                      WHERE b.status = 'pending'
+                        AND b.notifier_id = d.notifier_id
+                        AND b.event_id < d.event_id
+                        AND be.job_id IS NOT DISTINCT FROM e.job_id)
     ORDER BY d.next_attempt_at
     LIMIT %(limit)s
     FOR UPDATE OF d SKIP LOCKED
@@ -394,7 +416,7 @@ WITH clock AS (
 )
 SELECT c.id, c.fencing_token, c.attempts, n.name AS notifier, n.kind, n.config,
        e.id AS event_id, e.dedupe_key, e.rule, e.fired_at, e.scheduled_for, e.run_id, e.error,
-       e.details, e.job_id, j.tenant, j.name
+       e.details, e.resolved_at, e.job_id, j.tenant, j.name
 FROM claimed c
 JOIN pgpulse_alert_events e ON e.id = c.event_id
 JOIN pgpulse_notifiers n ON n.id = c.notifier_id
@@ -403,7 +425,9 @@ LEFT JOIN pgpulse_jobs j ON j.id = e.job_id;
 -- name: finish_delivery
 -- Record one attempt of delivery %(id)s, fenced by %(token)s (a node that lost the lease
 -- changes nothing): 'delivered', 'failed' (final), or 'pending' again in %(retry_in)s seconds.
-UPDATE pgpulse_alert_deliveries
+-- waiting: a later event of the same job (or of the cluster) to the same notifier is pending
+-- behind this one (claim_deliveries sends it only once this one has ended).
+UPDATE pgpulse_alert_deliveries d
 SET status = %(status)s,
     next_attempt_at = coalesce(%(now)s::timestamptz, now())
                       + make_interval(secs => coalesce(%(retry_in)s::float8, 0)),
@@ -415,7 +439,15 @@ SET status = %(status)s,
 WHERE id = %(id)s
   AND fencing_token = %(token)s
   AND status = 'pending'
-RETURNING id;
+RETURNING d.id,
+          EXISTS (SELECT 1
+                  FROM pgpulse_alert_deliveries w
+                  JOIN pgpulse_alert_events we ON we.id = w.event_id
+                  JOIN pgpulse_alert_events e ON e.id = d.event_id
+                  WHERE w.status = 'pending'
+                    AND w.notifier_id = d.notifier_id
+                    AND w.event_id > d.event_id
+                    AND we.job_id IS NOT DISTINCT FROM e.job_id) AS waiting;
 
 -- name: add_notifier
 INSERT INTO pgpulse_notifiers (name, kind, config)
