@@ -163,12 +163,26 @@ async def test_refused_input_is_one_line_exit_2_and_writes_nothing(
 
 
 async def test_rules_declared_in_code_are_set_when_a_node_starts(dsn: str, db: Any) -> None:
+    """The app's tenant (acme) may name the cluster's notifier only once an admin shared it
+    with acme (issue 30: any tenant routed its alerts to the organisation's channels)."""
     ops = json.dumps({"url": "https://93.184.215.14/hook"})
     assert (
         pgpulse("notifier", "add", "ops", "--kind", "webhook", "--config", ops, dsn=dsn).returncode
         == 0
     )
-    env = {**os.environ, "PGPULSE_DATABASE_URL": dsn, "PYTHONPATH": str(Path(__file__).parent)}
+    app = {"PYTHONPATH": str(Path(__file__).parent)}
+    refused = pgpulse("node", "run", "--app", "alerts_code_app:app", dsn=dsn, env=app)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        "error: the code of node "
+        + refused.stderr.split("the code of node ", 1)[1].split(" ", 1)[0]
+        + " may not send alerts of tenant 'acme' to notifier 'ops': it is the cluster's and not "
+        "shared with 'acme' (an admin shares it: pgpulse notifier share ops acme)\n"
+    )
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_alert_rules").fetchone()["n"] == 0
+    shared = pgpulse("notifier", "share", "ops", "acme", dsn=dsn)
+    assert (shared.returncode, shared.stdout) == (0, "notifier ops is shared with acme\n")
+    env = {**os.environ, "PGPULSE_DATABASE_URL": dsn, **app}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pgpulse", "node", "run", "--app", "alerts_code_app:app",
         "--heartbeat", "0.5", "--lease", "3", env=env,
@@ -240,3 +254,27 @@ def test_a_refused_threshold_names_its_option(dsn: str) -> None:
         "error: invalid value for --threshold: must be more than 0 and at most 316,224,000, "
         "got 0\n",
     )
+
+
+def test_notifiers_of_a_tenant_and_shared_ones(dsn: str, db: Any) -> None:
+    """`notifier add --tenant`, `notifier share` and `unshare`, as a user types them."""
+    hook = json.dumps({"url": "https://93.184.215.14/hook"})
+    added = pgpulse("notifier", "add", "hook", "--kind", "webhook", "--config", hook,
+                    "--tenant", "acme", dsn=dsn)  # fmt: skip
+    assert (added.returncode, added.stdout) == (
+        0, "created webhook notifier hook of tenant acme (id 1)\n"
+    )  # fmt: skip
+    shared = pgpulse("notifier", "share", "hook", "zeta", "beta", dsn=dsn)
+    assert (shared.returncode, shared.stdout) == (0, "notifier hook is shared with beta, zeta\n")
+    [row] = json.loads(pgpulse("notifier", "list", "--json", dsn=dsn).stdout)
+    assert (row["tenant"], row["shared_with"]) == ("acme", ["beta", "zeta"])
+    table = pgpulse("notifier", "list", dsn=dsn).stdout.splitlines()
+    assert table[0].split()[:5] == ["id", "name", "kind", "tenant", "shared_with"]
+    assert table[2].split()[:5] == ["1", "hook", "webhook", "acme", "beta,zeta"]
+    left = pgpulse("notifier", "unshare", "hook", "zeta", "beta", dsn=dsn)
+    assert (left.returncode, left.stdout) == (0, "notifier hook is shared with no tenant\n")
+    missing = pgpulse("notifier", "share", "nope", "acme", dsn=dsn)
+    assert (missing.returncode, missing.stderr) == (2, "error: no notifier named 'nope'\n")
+    bad = pgpulse("notifier", "share", "hook", " acme", dsn=dsn)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: tenant ' acme' is not a valid")
+    assert db.execute("SELECT shared_with FROM pgpulse_notifiers").fetchone()["shared_with"] == []

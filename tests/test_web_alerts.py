@@ -20,9 +20,14 @@ async def test_notifiers_rules_alerts_and_silences_over_http(store: Store, db: A
     async with api_client(store, admin) as client, api_client(store, acme) as tenant:
         made = await client.put(
             "/api/v1/notifiers/ops",
-            json={"kind": "webhook", "config": {"url": URL, "secret": "x" * 20}},
+            json={
+                "kind": "webhook",
+                "config": {"url": URL, "secret": "x" * 20},
+                "shared_with": ["acme"],
+            },
         )
         assert made.status_code == 201, made.text
+        assert (made.json()["tenant"], made.json()["shared_with"]) == (None, ["acme"])
         assert made.json()["config"] == {
             **made.json()["config"],
             "url": "https://93.184.215.14/services/***/***",
@@ -187,3 +192,53 @@ async def test_a_host_name_that_almost_matches_is_refused_at_once(store: Store) 
             )
             assert (refused.status_code, refused.json()["error"]["field"]) == (422, "config.host")
             assert "is not a host name or an IP address" in refused.json()["error"]["message"]
+
+
+async def test_a_tenant_routes_alerts_to_its_own_and_shared_notifiers_only(
+    store: Store, db: Any
+) -> None:
+    """Issue 30: a tenant token routed its jobs' alerts to any notifier by name, the
+    organisation's e-mail and Slack included. It may name its tenant's own notifiers and those
+    an admin shared with it; naming another is refused (403, one line naming the notifier),
+    and nothing is written."""
+    [job_id] = await add(store, spec("nightly", tenant="acme", schedule="0 3 * * *"))
+    admin, acme = await make_token(store, admin=True), await make_token(store, "acme")
+    async with api_client(store, admin) as client, api_client(store, acme) as tenant:
+        for name, extra in (("org-mail", {}), ("acme-hook", {"tenant": "acme"}),
+                            ("zeta-hook", {"tenant": "zeta"}), ("shared", {})):  # fmt: skip
+            made = await client.put(
+                f"/api/v1/notifiers/{name}",
+                json={"kind": "webhook", "config": {"url": URL}, **extra},
+            )
+            assert made.status_code == 201, made.text
+        rule = f"/api/v1/jobs/{job_id}/alert-rules/failures"
+        for name, whose in (("org-mail", "the cluster's"), ("zeta-hook", "tenant 'zeta''s")):
+            refused = await tenant.put(rule, json={"notifiers": ["acme-hook", name]})
+            assert refused.status_code == 403, refused.text
+            error = refused.json()["error"]
+            assert (error["field"], error["value"]) == ("notifiers", name)
+            assert error["message"] == (
+                f"token {acme_id(db)} may not send alerts of tenant 'acme' to notifier "
+                f"{name!r}: it is {whose} and not shared with 'acme' (an admin shares it: "
+                f"pgpulse notifier share {name} acme)"
+            )
+        assert db.execute("SELECT count(*) AS n FROM pgpulse_alert_rules").fetchone()["n"] == 0
+        own = await tenant.put(rule, json={"notifiers": ["acme-hook"]})
+        assert (own.status_code, own.json()["notifiers"]) == (200, ["acme-hook"])
+        assert (await tenant.put(rule, json={"notifiers": ["shared"]})).status_code == 403
+        shared = await client.put(
+            "/api/v1/notifiers/shared",
+            json={"kind": "webhook", "config": {"url": URL}, "shared_with": ["acme", "beta"]},
+        )
+        assert shared.json()["shared_with"] == ["acme", "beta"]
+        both = await tenant.put(rule, json={"notifiers": ["acme-hook", "shared"]})
+        assert (both.status_code, both.json()["notifiers"]) == (200, ["acme-hook", "shared"])
+        # An admin may route a tenant's job anywhere: the organisation decides.
+        anywhere = await client.put(rule, json={"notifiers": ["org-mail"]})
+        assert (anywhere.status_code, anywhere.json()["notifiers"]) == (200, ["org-mail"])
+
+
+def acme_id(db: Any) -> int:
+    """The id of the (one) tenant token of acme."""
+    row = db.execute("SELECT id FROM pgpulse_api_tokens WHERE tenant = 'acme'").fetchone()
+    return int(row["id"])

@@ -19,6 +19,8 @@ declarations as :func:`code_writer`.
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pgpulse.errors import Forbidden
@@ -209,6 +211,35 @@ def check_alert_write(writer: Writer, tenant: str | None) -> None:
         return
     what = f"alerts of tenant {tenant!r}" if tenant is not None else "the cluster's alerts"
     raise Forbidden(f"{writer.name} may not manage {what}", field="tenant", value=tenant)
+
+
+def check_notifier_use(
+    writer: Writer,
+    tenant: str | None,
+    notifier: str,
+    owner: str | None,
+    shared_with: Sequence[str],
+) -> None:
+    """Refuse a rule of a job of ``tenant`` that names notifier ``notifier`` unless ``writer``
+    may route that tenant's alerts there: a writer of every tenant (an admin token, the
+    operator) may name any notifier; a writer of some tenants only (a tenant's token, an app's
+    code) the tenant's own notifiers (``owner``) and those an admin shared with it
+    (``shared_with``). Cluster rules (``tenant`` ``None``) are an admin's already
+    (:func:`check_alert_write`).
+
+    Raises:
+        Forbidden: ``field="notifiers"``, the notifier's name as ``value``.
+    """
+    if writer.tenants is None or tenant is None or owner == tenant or tenant in shared_with:
+        return
+    whose = f"tenant {owner!r}'s" if owner is not None else "the cluster's"
+    raise Forbidden(
+        f"{writer.name} may not send alerts of tenant {tenant!r} to notifier {notifier!r}: it "
+        f"is {whose} and not shared with {tenant!r} (an admin shares it: pgpulse notifier "
+        f"share {shlex.quote(notifier)} {shlex.quote(tenant)})",
+        field="notifiers",
+        value=notifier,
+    )
 
 
 def check_calendar_write(writer: Writer, tenant: str) -> None:

@@ -140,11 +140,25 @@ def _read_config(text: str) -> object:
     help="Hosts, *.domains or CIDR networks a webhook or checkin URL may target although "
     "loopback or private (repeatable).",
 )
+@click.option(
+    "--tenant",
+    default=None,
+    show_envvar=True,
+    callback=valid_name("tenant"),
+    help="The tenant it belongs to (its jobs' rules may name it). Default: the cluster's, "
+    "which a tenant's rules may name once shared with it (pgpulse notifier share).",
+)
 @click.pass_obj
 def notifier_add(
-    obj: dict[str, Any], name: str, kind: str, config_text: str, http_allow: tuple[str, ...]
+    obj: dict[str, Any],
+    name: str,
+    kind: str,
+    config_text: str,
+    http_allow: tuple[str, ...],
+    tenant: str | None,
 ) -> None:
-    """Create or replace notifier NAME. Its config is validated; secrets are never shown."""
+    """Create or replace notifier NAME. Its config is validated; secrets are never shown. A
+    replacement keeps the tenants it is shared with."""
     try:
         config = _read_config(config_text)
     except InvalidInput as exc:
@@ -156,10 +170,13 @@ def notifier_add(
     notifier_id, created = _alerts(
         obj,
         lambda alerts: alerts.add_notifier(
-            name, kind, config, allow=allow, allowed_by=NOTIFIER_ADD_ALLOW
+            name, kind, config, allow=allow, allowed_by=NOTIFIER_ADD_ALLOW, tenant=tenant
         ),
     )
-    click.echo(f"{'created' if created else 'replaced'} {kind} notifier {name} (id {notifier_id})")
+    whose = f" of tenant {tenant}" if tenant is not None else ""
+    click.echo(
+        f"{'created' if created else 'replaced'} {kind} notifier {name}{whose} (id {notifier_id})"
+    )
     if http_allow:  # the nodes deliver, and check the address again with their own list
         click.echo(
             f"note: the nodes deliver its alerts: start them with --http-allow "
@@ -176,7 +193,32 @@ def notifier_list(obj: dict[str, Any], as_json: bool) -> None:
     if not as_json:
         for row in rows:
             row["config"] = json.dumps(row["config"], sort_keys=True)
-    _print(rows, as_json, ["id", "name", "kind", "config", "updated_at"])
+        for row in rows:
+            row["shared_with"] = ",".join(row["shared_with"])
+    _print(rows, as_json, ["id", "name", "kind", "tenant", "shared_with", "config", "updated_at"])
+
+
+@notifier.command("share")
+@click.argument("name")
+@click.argument("tenants", nargs=-1, required=True)
+@click.pass_obj
+def notifier_share(obj: dict[str, Any], name: str, tenants: tuple[str, ...]) -> None:
+    """Let the jobs of TENANTS route their alerts to notifier NAME (their API tokens and apps
+    may then name it in rules)."""
+    shared = _alerts(obj, lambda alerts: alerts.share_notifier(name, add=tenants))
+    click.echo(f"notifier {name} is shared with {', '.join(shared)}")
+
+
+@notifier.command("unshare")
+@click.argument("name")
+@click.argument("tenants", nargs=-1, required=True)
+@click.pass_obj
+def notifier_unshare(obj: dict[str, Any], name: str, tenants: tuple[str, ...]) -> None:
+    """Stop sharing notifier NAME with TENANTS: their tokens and apps may no longer name it in
+    new rules (rules already set keep it: remove them with pgpulse alert rule remove)."""
+    shared = _alerts(obj, lambda alerts: alerts.share_notifier(name, remove=tenants))
+    left = ", ".join(shared) if shared else "no tenant"
+    click.echo(f"notifier {name} is shared with {left}")
 
 
 @notifier.command("remove")

@@ -85,7 +85,8 @@ async def plan_rules(
     Raises:
         RuleRefused: a notifier does not exist or does not fit the rule, or a ``silence``
             window is shorter than the job's schedule's period; nothing is written.
-        Forbidden: ``writer`` may not manage the alerts of a job's tenant.
+        Forbidden: ``writer`` may not manage the alerts of a job's tenant, or may not send
+            them to a notifier (neither the tenant's nor shared with it).
     """
     ids = [
         step.job_id
@@ -104,7 +105,7 @@ async def plan_rules(
                 continue
             check_alert_write(writer, step.tenant)
             for spec in declared:
-                await _check(conn, spec, step, clock)
+                await _check(conn, spec, step, clock, writer)
             old = rules_document(stored.get(step.job_id, []) if step.job_id else [])
             new = rules_document(declared)
             if old != new:
@@ -120,11 +121,13 @@ async def plan_rules(
 _PLANNED = frozenset({"create", "update", "unchanged"})
 
 
-async def _check(conn: Any, spec: RuleSpec, step: Step, clock: datetime) -> None:
-    """The database's checks of one declared rule of ``step``'s job (its new definition)."""
+async def _check(conn: Any, spec: RuleSpec, step: Step, clock: datetime, writer: Writer) -> None:
+    """The database's checks of one declared rule of ``step``'s job (its new definition);
+    ``writer``'s right to use each notifier for the job's tenant
+    (:func:`~pgpulse.access.check_notifier_use`) among them."""
     assert step.spec is not None
     try:
-        await notifier_ids(conn, spec)
+        await notifier_ids(conn, spec, tenant=step.tenant, writer=writer)
         if spec.rule == "silence" and spec.threshold is not None:
             schedule = parse_schedule(step.spec.schedule, step.spec.timezone)
             check_silence_window(spec.threshold, schedule, now=clock, anchor=None)

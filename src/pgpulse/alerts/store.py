@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pgpulse.access import OPERATOR, Writer, check_alert_write
+from pgpulse.access import OPERATOR, Writer, check_alert_write, check_notifier_use
 from pgpulse.alerts.rules import (
     CLUSTER_RULES,
     RuleSpec,
@@ -96,13 +97,17 @@ class AlertStore:
         *,
         allow: HttpAllowList | None = None,
         allowed_by: str | None = None,
+        tenant: str | None = None,
     ) -> tuple[int, bool]:
-        """Create or replace notifier ``name``.
+        """Create or replace notifier ``name`` (a replacement keeps whom it is shared with).
 
         Args:
             name: its name (1-100 printable characters), how rules refer to it.
             kind: ``webhook``, ``email`` or ``checkin``.
             config: its JSON object (docs/alerts.md).
+            tenant: the tenant it belongs to (its jobs' rules may name it), or ``None``: the
+                cluster's, which a tenant's rules may name only once it is shared with the
+                tenant (:meth:`share_notifier`).
             allow: the operator's ``--http-allow`` list: webhook and check-in URLs must be
                 public or on it (loopback and private addresses are refused otherwise).
             allowed_by: the option that list comes from, named by a refusal (default: the
@@ -113,9 +118,12 @@ class AlertStore:
             (id, created).
 
         Raises:
-            InvalidInput: ``field="name"``; or the config's refusal (``field="kind"`` or
-                ``"config.<key>"``, secrets never quoted; ``TargetNotAllowed`` for a URL).
+            InvalidInput: ``field="name"``, ``field="tenant"``; or the config's refusal
+                (``field="kind"`` or ``"config.<key>"``, secrets never quoted;
+                ``TargetNotAllowed`` for a URL).
         """
+        if tenant is not None:
+            check_name("tenant", tenant)
         if (
             not isinstance(name, str)
             or not name
@@ -140,9 +148,32 @@ class AlertStore:
                 value=exc.value,
             ) from None
         [row] = await self._rows(
-            "add_notifier", {"name": name, "kind": kind, "config": Jsonb(parsed.to_json())}
+            "add_notifier",
+            {"name": name, "kind": kind, "config": Jsonb(parsed.to_json()), "tenant": tenant},
         )
         return int(row["id"]), bool(row["created"])
+
+    async def share_notifier(
+        self, name: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> list[str]:
+        """Share notifier ``name`` with the tenants ``add`` (their jobs' rules may then name it)
+        and withdraw it from the tenants ``remove``. Rules already set keep it.
+
+        Returns:
+            The tenants it is shared with now, sorted.
+
+        Raises:
+            InvalidInput: ``field="name"``: no such notifier; ``field="tenant"``: a tenant's
+                name is not a valid name.
+        """
+        for tenant in (*add, *remove):
+            check_name("tenant", tenant)
+        rows = await self._rows(
+            "share_notifier", {"name": name, "add": list(add), "remove": list(remove)}
+        )
+        if not rows:
+            raise InvalidInput(f"no notifier named {name!r}", field="name", value=name)
+        return list(rows[0]["shared_with"])
 
     async def list_notifiers(self) -> list[dict[str, Any]]:
         """Every notifier, by name, with its config redacted (secrets shown as ``***``)."""
@@ -199,7 +230,7 @@ class AlertStore:
         """
         spec = parse_rule(rule, threshold, notifiers, cluster=job is None)
         async with self.pool.connection() as conn, conn.transaction():
-            job_id = None
+            job_id, job_tenant = None, None
             if job is not None:
                 cur = await conn.execute(
                     "SELECT j.* FROM pgpulse_job_names n JOIN pgpulse_jobs j ON j.id = n.job_id "
@@ -210,7 +241,7 @@ class AlertStore:
                 if row is None:
                     raise JobNotFound(*job)
                 check_alert_write(writer, row["tenant"])
-                job_id = row["id"]
+                job_id, job_tenant = row["id"], row["tenant"]
                 if spec.rule == "silence" and spec.threshold is not None:
                     clock = now
                     if clock is None:
@@ -225,7 +256,7 @@ class AlertStore:
                     )
             else:
                 check_alert_write(writer, None)
-            ids = await notifier_ids(conn, spec)
+            ids = await notifier_ids(conn, spec, tenant=job_tenant, writer=writer)
             cur = await conn.execute(
                 ALERT_QUERIES["set_rule"],
                 {
@@ -523,16 +554,27 @@ def rule_reference(rule: str, tenant: str | None, job: str | None) -> str:
     return rule + where
 
 
-async def notifier_ids(conn: Any, spec: RuleSpec) -> list[int]:
+async def notifier_ids(
+    conn: Any, spec: RuleSpec, *, tenant: str | None = None, writer: Writer = OPERATOR
+) -> list[int]:
     """The ids of ``spec``'s notifiers, locked against removal until the transaction ends.
+
+    Args:
+        conn: a connection in the writing transaction.
+        spec: the rule.
+        tenant: the tenant of the rule's job (``None``: a cluster rule or default).
+        writer: who writes the rule. A writer of some tenants only (a tenant's API token, an
+            app's code) may route a job's alerts to the job's tenant's own notifiers and to
+            those shared with it (:func:`~pgpulse.access.check_notifier_use`).
 
     Raises:
         InvalidInput: ``field="notifiers"``: one does not exist, or is of a kind the rule
             cannot use (:func:`~pgpulse.alerts.rules.check_notifier_kinds`).
+        Forbidden: ``field="notifiers"``: ``writer`` may not use one for ``tenant``'s job.
     """
     cur = await conn.execute(ALERT_QUERIES["notifiers_by_name"], {"names": list(spec.notifiers)})
     rows = await cur.fetchall()
-    found = {row["name"]: row["id"] for row in rows}
+    found = {row["name"]: row for row in rows}
     missing = [n for n in spec.notifiers if n not in found]
     if missing:
         raise InvalidInput(
@@ -541,7 +583,10 @@ async def notifier_ids(conn: Any, spec: RuleSpec) -> list[int]:
             value=missing[0],
         )
     check_notifier_kinds(spec, {row["name"]: row["kind"] for row in rows})
-    return [found[n] for n in spec.notifiers]
+    for name in spec.notifiers:
+        row = found[name]
+        check_notifier_use(writer, tenant, name, row["tenant"], row["shared_with"])
+    return [int(found[n]["id"]) for n in spec.notifiers]
 
 
 __all__ = [

@@ -450,20 +450,34 @@ RETURNING d.id,
                     AND we.job_id IS NOT DISTINCT FROM e.job_id) AS waiting;
 
 -- name: add_notifier
-INSERT INTO pgpulse_notifiers (name, kind, config)
-VALUES (%(name)s, %(kind)s, %(config)s)
+-- Create or replace notifier %(name)s, of tenant %(tenant)s (NULL: the cluster's). A
+-- replacement keeps the tenants it is shared with.
+INSERT INTO pgpulse_notifiers (name, kind, config, tenant)
+VALUES (%(name)s, %(kind)s, %(config)s, %(tenant)s)
 ON CONFLICT (name) DO UPDATE
-SET kind = excluded.kind, config = excluded.config, updated_at = now()
+SET kind = excluded.kind, config = excluded.config, tenant = excluded.tenant, updated_at = now()
 RETURNING id, (xmax = 0) AS created;
 
+-- name: share_notifier
+-- Share notifier %(name)s with tenants %(add)s and withdraw it from tenants %(remove)s.
+UPDATE pgpulse_notifiers
+SET shared_with = ARRAY(SELECT DISTINCT t
+                        FROM unnest(shared_with || %(add)s::text[]) AS t
+                        WHERE t <> ALL (%(remove)s::text[])
+                        ORDER BY t),
+    updated_at = now()
+WHERE name = %(name)s
+RETURNING id, shared_with;
+
 -- name: list_notifiers
-SELECT id, name, kind, config, created_at, updated_at
+SELECT id, name, kind, tenant, shared_with, config, created_at, updated_at
 FROM pgpulse_notifiers
 ORDER BY name;
 
 -- name: notifiers_by_name
--- The notifiers named %(names)s, locked against removal until the transaction ends.
-SELECT id, name, kind
+-- The notifiers named %(names)s with whom they belong to and are shared with, locked against
+-- removal (and a change of their sharing) until the transaction ends.
+SELECT id, name, kind, tenant, shared_with
 FROM pgpulse_notifiers
 WHERE name = ANY (%(names)s::text[])
 FOR SHARE;

@@ -366,6 +366,8 @@ CREATE TABLE public.pgpulse_notifiers (
     config jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    tenant text,
+    shared_with text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT pgpulse_notifiers_config_check CHECK ((jsonb_typeof(config) = 'object'::text)),
     CONSTRAINT pgpulse_notifiers_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'email'::text, 'checkin'::text])))
 );

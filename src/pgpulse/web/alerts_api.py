@@ -18,6 +18,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from pgpulse.access import Writer, check_alert_write, token_writer
 from pgpulse.alerts.rules import ALL_RULES
 from pgpulse.alerts.store import AlertNotFound, AlertStore
+from pgpulse.jobs import check_name
 from pgpulse.web.api import Ctx, JobId, Who
 from pgpulse.web.auth import Principal
 from pgpulse.web.context import WebContext
@@ -42,18 +43,24 @@ class _Body(BaseModel):
 
 
 class NotifierIn(_Body):
-    """A notifier's kind and its JSON config (docs/alerts.md)."""
+    """A notifier's kind and its JSON config (docs/alerts.md); the tenant it belongs to (null:
+    the cluster's), and the tenants it is shared with (omitted: kept as they are)."""
 
     kind: str = Field(examples=["webhook"])
     config: dict[str, Any] = Field(examples=[{"url": "https://hooks.example.com/pulse"}])
+    tenant: str | None = Field(default=None, examples=["acme"])
+    shared_with: list[str] | None = Field(default=None, max_length=1000, examples=[["acme"]])
 
 
 class Notifier(BaseModel):
-    """A notifier, its config redacted."""
+    """A notifier, its config redacted. A tenant's job rules may name it when it is the
+    tenant's (``tenant``) or shared with the tenant (``shared_with``)."""
 
     id: int
     name: str
     kind: str
+    tenant: str | None
+    shared_with: list[str]
     config: dict[str, Any]
     created_at: AwareDatetime
     updated_at: AwareDatetime
@@ -157,12 +164,21 @@ async def put_notifier(
     name: Name, body: NotifierIn, who: Who, ctx: Ctx, response: Response
 ) -> dict[str, Any]:
     """Validated as the CLI validates it; webhook and check-in URLs must be public or on the
-    server's ``--http-allow`` list. 201 when created, 200 when replaced."""
+    server's ``--http-allow`` list. 201 when created, 200 when replaced. Admin only: an e-mail
+    notifier's SMTP host is not held to the address policy, so a tenant cannot make one."""
     check_alert_write(_writer(who), None)
+    for tenant in body.shared_with or ():  # before anything is written
+        check_name("shared_with", tenant)
     alerts = _alerts(ctx)
     _, created = await alerts.add_notifier(
-        name, body.kind, body.config, allow=ctx.settings.http_allow
+        name, body.kind, body.config, allow=ctx.settings.http_allow, tenant=body.tenant
     )
+    if body.shared_with is not None:
+        [current] = [n for n in await alerts.list_notifiers() if n["name"] == name]
+        wanted = set(body.shared_with)
+        await alerts.share_notifier(
+            name, add=sorted(wanted), remove=sorted(set(current["shared_with"]) - wanted)
+        )
     response.status_code = 201 if created else 200
     return next(n for n in await alerts.list_notifiers() if n["name"] == name)
 
