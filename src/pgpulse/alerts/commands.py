@@ -23,6 +23,7 @@ from pgpulse.cli_types import read_input, valid_name
 from pgpulse.cli_types import tenant_option as cli_tenant_option
 from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput, PulseError
+from pgpulse.jobs import check_name
 from pgpulse.json_limits import loads_json
 from pgpulse.report import one_line, print_records, run_command, to_json
 from pgpulse.wording import plural
@@ -146,7 +147,8 @@ def _read_config(text: str) -> object:
     show_envvar=True,
     callback=valid_name("tenant"),
     help="The tenant it belongs to (its jobs' rules may name it). Default: the cluster's, "
-    "which a tenant's rules may name once shared with it (pgpulse notifier share).",
+    "which a tenant's rules may name once shared with it (pgpulse notifier share); the global "
+    "pgpulse --tenant does not make it a tenant's.",
 )
 @click.pass_obj
 def notifier_add(
@@ -198,6 +200,16 @@ def notifier_list(obj: dict[str, Any], as_json: bool) -> None:
     _print(rows, as_json, ["id", "name", "kind", "tenant", "shared_with", "config", "updated_at"])
 
 
+def _check_tenants(tenants: tuple[str, ...]) -> None:
+    """Refuse a name no write would take (an argument, not the global --tenant: worded here,
+    before the database is opened)."""
+    for tenant in tenants:
+        try:
+            check_name("tenant", tenant)
+        except InvalidInput as exc:
+            _refuse(exc)
+
+
 @notifier.command("share")
 @click.argument("name")
 @click.argument("tenants", nargs=-1, required=True)
@@ -205,6 +217,7 @@ def notifier_list(obj: dict[str, Any], as_json: bool) -> None:
 def notifier_share(obj: dict[str, Any], name: str, tenants: tuple[str, ...]) -> None:
     """Let the jobs of TENANTS route their alerts to notifier NAME (their API tokens and apps
     may then name it in rules)."""
+    _check_tenants(tenants)
     shared = _alerts(obj, lambda alerts: alerts.share_notifier(name, add=tenants))
     click.echo(f"notifier {name} is shared with {', '.join(shared)}")
 
@@ -216,6 +229,7 @@ def notifier_share(obj: dict[str, Any], name: str, tenants: tuple[str, ...]) -> 
 def notifier_unshare(obj: dict[str, Any], name: str, tenants: tuple[str, ...]) -> None:
     """Stop sharing notifier NAME with TENANTS: their tokens and apps may no longer name it in
     new rules (rules already set keep it: remove them with pgpulse alert rule remove)."""
+    _check_tenants(tenants)
     shared = _alerts(obj, lambda alerts: alerts.share_notifier(name, remove=tenants))
     left = ", ".join(shared) if shared else "no tenant"
     click.echo(f"notifier {name} is shared with {left}")
