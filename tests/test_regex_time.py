@@ -68,6 +68,7 @@ PATTERNS: dict[tuple[str, str], str] = {
     ("pgpulse.crontab", "_FIELD"): "match",
     ("pgpulse.crontab", "_USER"): "match",
     ("pgpulse.crontab", "_NON_SLUG"): "sub",
+    ("pgpulse.database", "_PERMANENT_REFUSAL"): "search",
     ("pgpulse.database", "_DSN_PASSWORDS[0]"): "search",
     ("pgpulse.database", "_DSN_PASSWORDS[1]"): "search",
     ("pgpulse.database", "_DSN_PASSWORDS[2]"): "search",
