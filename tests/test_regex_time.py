@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 import pgpulse
+from pgpulse.database import is_permanent_refusal
 from pgpulse.notify.fields import is_host_name
 
 #: Module-level patterns: (module, name) -> how Pulse applies them to outside input.
@@ -68,7 +69,8 @@ PATTERNS: dict[tuple[str, str], str] = {
     ("pgpulse.crontab", "_FIELD"): "match",
     ("pgpulse.crontab", "_USER"): "match",
     ("pgpulse.crontab", "_NON_SLUG"): "sub",
-    ("pgpulse.database", "_PERMANENT_REFUSAL"): "search",
+    ("pgpulse.database", "_FATAL_REFUSAL"): "search",
+    ("pgpulse.database", "_CLIENT_REFUSAL"): "search",
     ("pgpulse.database", "_DSN_PASSWORDS[0]"): "search",
     ("pgpulse.database", "_DSN_PASSWORDS[1]"): "search",
     ("pgpulse.database", "_DSN_PASSWORDS[2]"): "search",
@@ -90,12 +92,15 @@ INLINE: list[tuple[str, str, str]] = [
     ("cli_conventions.py", r"default: (-?\d+)\.0(?=[;\]])", "sub"),
 ]
 #: Checks written without a regular expression where one backtracked.
-FUNCTIONS: dict[str, Callable[[str], object]] = {"notify.fields.is_host_name": is_host_name}
+FUNCTIONS: dict[str, Callable[[str], object]] = {
+    "notify.fields.is_host_name": is_host_name,
+    "database.is_permanent_refusal": is_permanent_refusal,
+}
 
 #: Adversarial shapes: a repeated unit between a prefix that lets an anchored pattern start and
 #: a suffix that makes the match fail at the very end (the worst case of a backtracking engine).
 UNITS = ("a", "0", "a-", "a.", "-", ".", " ", "\t", "\\", "\\\\u", '"', "'", "[", "a=", "l",
-         "1w", "#", "{a", "%(", "=?", ":", "/", "é", "a@")  # fmt: skip
+         "1w", "#", "{a", "%(", "=?", ":", "/", "é", "a@", "FATAL: ")  # fmt: skip
 SHAPES = [
     *[("", unit, "!") for unit in UNITS],
     *[("", unit, "\x00") for unit in ("a", "0", " ")],

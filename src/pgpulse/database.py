@@ -132,10 +132,13 @@ def primary_dsn(dsn: str) -> str:
 
 #: What libpq says when the server refuses a connection for good (no retry cures it): its
 #: messages carry no SQLSTATE, so their text decides (:func:`is_permanent_refusal`).
-_PERMANENT_REFUSAL = re.compile(
-    r"FATAL:.*(authentication failed|does not exist|no pg_hba\.conf entry|"
-    r"not permitted to log in|permission denied for database)|password is required|"
-    r"server does not support SSL|invalid (sslmode|connection option)",
+_FATAL_REFUSAL = re.compile(
+    r"authentication failed|does not exist|no pg_hba\.conf entry|not permitted to log in|"
+    r"permission denied for database",
+    re.IGNORECASE,
+)
+_CLIENT_REFUSAL = re.compile(
+    r"password is required|server does not support SSL|invalid (sslmode|connection option)",
     re.IGNORECASE,
 )
 
@@ -145,7 +148,12 @@ def is_permanent_refusal(message: str) -> bool:
     wrong password or authentication method, an unknown role or database, no ``pg_hba.conf``
     entry, a role that may not log in. A server down, starting up, shutting down or full
     (``too many clients``) is not: a node waits for it."""
-    return bool(_PERMANENT_REFUSAL.search(message))
+    # The server's reasons count after its first FATAL only; searched from there in one pass
+    # (a pattern "FATAL:.*(...)" backtracks over every FATAL of a long message: quadratic).
+    fatal = message.upper().find("FATAL:")
+    if fatal >= 0 and _FATAL_REFUSAL.search(message, fatal):
+        return True
+    return bool(_CLIENT_REFUSAL.search(message))
 
 
 def is_read_only_error(exc: BaseException) -> bool:
