@@ -71,8 +71,8 @@ def test_backfill_lists_then_queues_the_exact_set(dsn: str, db: Any) -> None:
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
     assert [o["scheduled_for"] for o in shown["occurrences"] if o["selected"]] == [
-        at.isoformat() for at in reversed(hours[1:])
-    ]
+        at.isoformat().replace("+00:00", "Z") for at in reversed(hours[1:])
+    ]  # instants in JSON as the API writes them
     rows = db.execute(
         "SELECT o.scheduled_for, b.max_concurrency FROM pgpulse_occurrences o"
         " JOIN pgpulse_batches b ON b.id = o.batch_id ORDER BY o.position"

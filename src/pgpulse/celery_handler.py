@@ -17,7 +17,7 @@ event loop. One Celery app (with its producer pool) per node, created at the fir
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import importlib
 import os
 import sys
@@ -37,15 +37,12 @@ from pgpulse.task_queues import (
     pulse_headers,
     redacted_url,
     scrub_url,
+    send_bounded,
 )
-from pgpulse.wording import seconds_text
 
 __all__ = ["CELERY_FIELDS", "CelerySender", "celery_handler", "validate_celery_payload"]
 
 CELERY_FIELDS = frozenset({"task", "args", "kwargs", "queue", "headers", "expires"})
-#: Longest wait for one send (connect, publish and its retries), seconds; a job's shorter
-#: timeout bounds it further.
-SEND_TIMEOUT = 30.0
 #: A node's own Celery app (``--celery-broker``) gives up on a broker that is down within
 #: seconds: one connection attempt of at most this many seconds, two publish retries.
 CONNECT_TIMEOUT = 5.0
@@ -252,8 +249,8 @@ async def celery_handler(ctx: RunContext) -> str | None:
 
     Raises:
         HandlerFailed: invalid payload; the node has no broker; the broker refused or was not
-            reached within the send's bound (:data:`SEND_TIMEOUT`, or the job's timeout if
-            shorter), named by the exception's class and text.
+            reached within the send's bound (:func:`~pgpulse.task_queues.send_bounded`), named
+            by the exception's class and text.
     """
     try:
         validate_celery_payload(ctx.payload)
@@ -263,17 +260,10 @@ async def celery_handler(ctx: RunContext) -> str | None:
     if not isinstance(sender, CelerySender):
         raise HandlerFailed("this node has no Celery broker (node run --celery-broker URL)")
     task_id = occurrence_task_id(ctx)
-    bound = min(ctx.timeout or SEND_TIMEOUT, SEND_TIMEOUT)
-    try:
-        async with asyncio.timeout(bound):
-            queue = await asyncio.to_thread(sender.send, ctx.payload, task_id, pulse_headers(ctx))
-    except TimeoutError:
-        raise HandlerFailed(
-            f"sending task {task_id} via {sender.where} took over {seconds_text(bound)}"
-        ) from None
-    except Exception as exc:
-        raise HandlerFailed(
-            f"sending task {task_id} via {sender.where} failed: {type(exc).__name__}: "
-            f"{sender.scrub(str(exc))}"
-        ) from None
+    queue = await send_bounded(
+        ctx,
+        sender,
+        f"task {task_id}",
+        functools.partial(sender.send, ctx.payload, task_id, pulse_headers(ctx)),
+    )
     return f"sent task {task_id} ({ctx.payload['task']}) to queue {queue} via {sender.where}"

@@ -11,7 +11,7 @@ The client is blocking: each enqueue runs in a worker thread, bounded in time.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -28,14 +28,12 @@ from pgpulse.task_queues import (
     pulse_headers,
     redacted_url,
     scrub_url,
+    send_bounded,
 )
-from pgpulse.wording import seconds_text
 
 __all__ = ["RQ_FIELDS", "RqSender", "rq_handler", "validate_rq_payload"]
 
 RQ_FIELDS = frozenset({"func", "args", "kwargs", "queue", "timeout"})
-#: Longest wait for one enqueue, seconds (a job's shorter timeout bounds it further).
-SEND_TIMEOUT = 30.0
 #: Connect and read timeout of the node's Redis connection, seconds: a Redis that is down
 #: fails the attempt within seconds.
 CONNECT_TIMEOUT = 5.0
@@ -127,7 +125,7 @@ async def rq_handler(ctx: RunContext) -> str | None:
 
     Raises:
         HandlerFailed: invalid payload; the node has no Redis for RQ; Redis refused or was not
-            reached within :data:`SEND_TIMEOUT` (or the job's shorter timeout).
+            reached within :data:`~pgpulse.task_queues.SEND_TIMEOUT` (or the job's shorter timeout).
     """
     try:
         validate_rq_payload(ctx.payload)
@@ -137,19 +135,12 @@ async def rq_handler(ctx: RunContext) -> str | None:
     if not isinstance(sender, RqSender):
         raise HandlerFailed("this node has no Redis for RQ (node run --rq-redis URL)")
     job_id = occurrence_task_id(ctx)
-    bound = min(ctx.timeout or SEND_TIMEOUT, SEND_TIMEOUT)
-    try:
-        async with asyncio.timeout(bound):
-            sent = await asyncio.to_thread(sender.send, ctx.payload, job_id, pulse_headers(ctx))
-    except TimeoutError:
-        raise HandlerFailed(
-            f"enqueueing job {job_id} via {sender.where} took over {seconds_text(bound)}"
-        ) from None
-    except Exception as exc:
-        raise HandlerFailed(
-            f"enqueueing job {job_id} via {sender.where} failed: {type(exc).__name__}: "
-            f"{sender.scrub(str(exc))}"
-        ) from None
+    sent = await send_bounded(
+        ctx,
+        sender,
+        f"job {job_id}",
+        functools.partial(sender.send, ctx.payload, job_id, pulse_headers(ctx)),
+    )
     queue = ctx.payload.get("queue") or "default"
     what = f"job {job_id} ({ctx.payload['func']})"
     if not sent:

@@ -10,16 +10,17 @@ Nothing here imports a queue's client (pure, no I/O).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from pgpulse.errors import InvalidInput, InvalidPayload
-from pgpulse.handlers import RunContext
+from pgpulse.handlers import HandlerFailed, RunContext
 from pgpulse.masking import mask_url, scrub, url_credentials
-from pgpulse.wording import did_you_mean
+from pgpulse.wording import did_you_mean, seconds_text
 
 __all__ = [
     "check_call_fields",
@@ -205,3 +206,45 @@ def utc_text(instant: datetime) -> str:
     if instant.tzinfo is None:
         instant = instant.replace(tzinfo=UTC)
     return instant.astimezone(UTC).isoformat()
+
+
+T = TypeVar("T")
+
+#: Seconds one send may take at most, whatever the job's timeout (a broker that does not answer
+#: fails the attempt, with the reason, instead of holding its slot).
+SEND_TIMEOUT = 30.0
+
+
+class Sender(Protocol):
+    """What :func:`send_bounded` needs of a node's producer for one queue."""
+
+    #: The broker's address, its password masked (shown in runs).
+    where: str
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the broker's secrets."""
+        ...
+
+
+async def send_bounded(ctx: RunContext, sender: Sender, what: str, send: Callable[[], T]) -> T:
+    """Run ``send`` (a blocking client call) in a thread, for at most :data:`SEND_TIMEOUT`
+    seconds or the job's timeout if shorter, as one attempt's send of ``what`` (``task <id>``,
+    ``job <id>``).
+
+    Raises:
+        HandlerFailed: it took longer, or raised: the message names ``what``, where it went
+            and why (the broker's secrets scrubbed).
+    """
+    bound = min(ctx.timeout or SEND_TIMEOUT, SEND_TIMEOUT)
+    try:
+        async with asyncio.timeout(bound):
+            return await asyncio.to_thread(send)
+    except TimeoutError:
+        raise HandlerFailed(
+            f"sending {what} via {sender.where} took over {seconds_text(bound)}"
+        ) from None
+    except Exception as exc:
+        raise HandlerFailed(
+            f"sending {what} via {sender.where} failed: {type(exc).__name__}: "
+            f"{sender.scrub(str(exc))}"
+        ) from None
