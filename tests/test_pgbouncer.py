@@ -49,7 +49,7 @@ def free_port() -> int:
 def pgbouncer(dsn: str, mode: str) -> Iterator[str]:
     """Run PgBouncer in ``mode`` in front of ``dsn``'s server; yield the DSN through it."""
     params = conninfo.conninfo_to_dict(dsn)
-    host, port = params.get("host") or "127.0.0.1", params.get("port") or "5432"
+    host, port = str(params.get("host") or "127.0.0.1"), params.get("port") or "5432"
     folder = Path(tempfile.mkdtemp(prefix="pgpulse-pgbouncer-"))
     folder.chmod(0o755)
     listen = free_port()
@@ -70,6 +70,8 @@ def pgbouncer(dsn: str, mode: str) -> Iterator[str]:
     user = []
     if os.geteuid() == 0:  # PgBouncer refuses to run as root
         user = ["-u", "postgres" if _has_user("postgres") else "nobody"]
+        if host.startswith("/"):  # a socket folder (the embedded server's): only its owner enters
+            user = ["-u", pwd.getpwuid(Path(host).stat().st_uid).pw_name]
     proc = subprocess.Popen(
         [str(PGBOUNCER), *user, str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
