@@ -289,6 +289,7 @@ class App:
         config: NodeConfig | None = None,
         install_signal_handlers: bool = True,
         on_started: Callable[[Node, str], None] | None = None,
+        pool_database_url: str | None = None,
     ) -> None:
         """Run one scheduler node for this app until SIGTERM/SIGINT (then drain and exit).
 
@@ -300,6 +301,12 @@ class App:
             on_started: called once the node has started (registered, with its first shards),
                 with the node and where its database is (``database 'pulse' on
                 db.internal:5432``, as :func:`pgpulse.database.describe` words it).
+            pool_database_url: a DSN for the node's connection pool only, through PgBouncer in
+                transaction mode (or any pooler); ``None``: the pool uses ``database_url``.
+                The three dedicated sessions (heartbeat and leader lock, claims, LISTEN) stay
+                on ``database_url``, which must be direct or a pooler in session mode. The
+                pool's connections then prepare no statements and set no session settings
+                (``statement_timeout``...: the role's or database's apply).
 
         Raises:
             DatabaseUnavailable: the database does not answer.
@@ -326,7 +333,11 @@ class App:
         for sig in signals:
             loop.add_signal_handler(sig, stop)
         try:
-            async with self._node_task(database_url, data_dir, config) as (node, task, pool):
+            async with self._node_task(database_url, data_dir, config, pool_database_url) as (
+                node,
+                task,
+                pool,
+            ):
                 started.append(node)
                 if asked.is_set():
                     node.stop()
@@ -345,6 +356,7 @@ class App:
         *,
         data_dir: Path | None = None,
         config: NodeConfig | None = None,
+        pool_database_url: str | None = None,
     ) -> AsyncIterator[Node]:
         """Run a node for this app inside the running event loop, for as long as the block
         lasts: the way a web application (a FastAPI or Starlette lifespan, an aiohttp
@@ -362,7 +374,7 @@ class App:
         host's: no handler is installed. Sync handlers run in threads of the node's own.
 
         Args:
-            database_url, data_dir, config: as :meth:`run_node`.
+            database_url, data_dir, config, pool_database_url: as :meth:`run_node`.
 
         Yields:
             The running :class:`~pgpulse.engine.Node` (``node.node_id``, ``node.shards``).
@@ -373,12 +385,20 @@ class App:
             Exception: on exit, whatever stopped the node's loops while the block ran (a node
                 whose id another process took over raises :class:`NodeIdTaken`).
         """
-        async with self._node_task(database_url, data_dir, config) as (node, _task, _pool):
+        async with self._node_task(database_url, data_dir, config, pool_database_url) as (
+            node,
+            _task,
+            _pool,
+        ):
             yield node
 
     @contextlib.asynccontextmanager
     async def _node_task(
-        self, database_url: str | None, data_dir: Path | None, config: NodeConfig | None
+        self,
+        database_url: str | None,
+        data_dir: Path | None,
+        config: NodeConfig | None,
+        pool_database_url: str | None = None,
     ) -> AsyncIterator[tuple[Node, asyncio.Task[None], AsyncConnectionPool[Any]]]:
         """Open the node's pool, start the node (:meth:`_started`) and run it as a task; yield
         once it has started; on exit stop it and wait for its drain, then close the pool."""
@@ -386,7 +406,7 @@ class App:
 
         config = config or NodeConfig()
         dsn = resolve_dsn(database_url, data_dir)
-        pool, node = await self._started(dsn, config)
+        pool, node = await self._started(dsn, config, pool_database_url or None)
         try:
             task = asyncio.create_task(node.run(), name=f"pgpulse node {config.node_id}")
             started = asyncio.ensure_future(node.started.wait())
@@ -410,7 +430,7 @@ class App:
             await pool.close()
 
     async def _started(
-        self, dsn: str, config: NodeConfig
+        self, dsn: str, config: NodeConfig, pool_dsn: str | None = None
     ) -> tuple[AsyncConnectionPool[AsyncConn], Node]:
         """Open the node's pool, migrate, register the node and write the code's jobs and rules
         (:meth:`run_node`), again while the database is down, restarting, not yet up or full
@@ -418,6 +438,11 @@ class App:
         machine booting) waits for it, with a backoff (0.25 s doubling to 5 s) and a log line
         per try, for at most :data:`START_WAIT_S` seconds, instead of crashing. A refusal no
         retry cures (a wrong password, an unknown role or database) ends it at once.
+
+        ``pool_dsn`` (``--pool-database-url``): the pool goes there, through a pooler in
+        transaction mode, with no prepared statements and no session settings (PgBouncer's
+        server sessions are shared: a ``SET`` would outlive the transaction on a session
+        another client gets next); the node's dedicated sessions stay on ``dsn``.
 
         Raises:
             DatabaseRefused: the server refused the connection for good (not retried).
@@ -432,14 +457,15 @@ class App:
                 try:
                     if pool is None:
                         pool = await open_pool(
-                            dsn,
+                            pool_dsn or dsn,
                             application_name=f"pgpulse:{config.node_id}",
                             max_size=min(config.slots, 8) + 2,
                             min_size=2,
-                            settings=NODE_SETTINGS,
+                            settings=None if pool_dsn else NODE_SETTINGS,
                             heal=True,
+                            transaction_pooler=pool_dsn is not None,
                         )
-                    return pool, await self._start(Store(pool), dsn, config)
+                    return pool, await self._start(Store(pool), dsn, config, pool_dsn)
                 except DatabaseRefused:
                     raise
                 except (psycopg.OperationalError, PoolTimeout, DatabaseUnavailable) as exc:
@@ -461,13 +487,15 @@ class App:
                 await pool.close()
             raise
 
-    async def _start(self, store: Store, dsn: str, config: NodeConfig) -> Node:
+    async def _start(
+        self, store: Store, dsn: str, config: NodeConfig, pool_dsn: str | None = None
+    ) -> Node:
         """One try of :meth:`_started`; a registered node whose declarations fail is
         deregistered (its id free again at once) when the database still answers."""
         await store.migrate()
         from pgpulse.engine import Node
 
-        node = Node(store, dsn, self.handlers, config)
+        node = Node(store, dsn, self.handlers, config, pool_apart=pool_dsn is not None)
         await node.open_claim_session()  # refused behind a pooler in transaction mode
         await node.register()  # a node id held by a live process: refused, nothing written
         try:

@@ -34,7 +34,7 @@ from pgpulse.cli_conventions import (
 )
 from pgpulse.cli_types import HostPort, IsoDateTime, Seconds, valid_name
 from pgpulse.cli_types import tenant_option as cli_tenant_option
-from pgpulse.database import describe
+from pgpulse.database import describe, primary_dsn
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
@@ -278,6 +278,18 @@ def _web_address(_ctx: click.Context, _param: click.Parameter, value: str | None
     return value
 
 
+def _pool_dsn(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--pool-database-url``: a DSN libpq can read, or ``None`` (also for an empty one).
+    Raises :class:`click.BadParameter` naming the value, its password redacted."""
+    if not value:
+        return None
+    try:
+        primary_dsn(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(exc.message.removeprefix("database_url ")) from None
+    return value
+
+
 def _shell_env_names(
     _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
 ) -> tuple[str, ...]:
@@ -303,6 +315,15 @@ def _shell_env_names(
     default=Path(),
     show_default="the current folder",
     help="Folder put first on the import path before --app is imported.",
+)
+@click.option(
+    "--pool-database-url",
+    show_envvar=True,
+    metavar="DSN",
+    callback=_pool_dsn,
+    help="A DSN for the node's connection pool only, through PgBouncer in transaction mode; "
+    "its heartbeat, claim and LISTEN sessions stay on --database-url (direct, or a pooler in "
+    "session mode). Unset: the pool uses --database-url.",
 )
 @click.option(
     "--node-id",
@@ -462,6 +483,7 @@ def node_run(
     /,
     app: str | None,
     app_dir: Path,
+    pool_database_url: str | None,
     node_id: str | None,
     slots: int,
     lease: float,
@@ -542,6 +564,7 @@ def node_run(
             http=http_addr,
             settings=web_settings(**web),
             on_started=_announcer(embedded=obj["embedded"]),
+            pool_database_url=pool_database_url,
         )
     else:
         run_command(
@@ -550,6 +573,7 @@ def node_run(
                 data_dir=obj["data_dir"],
                 config=config,
                 on_started=_announcer(embedded=obj["embedded"]),
+                pool_database_url=pool_database_url,
             )
         )
 

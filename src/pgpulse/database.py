@@ -394,6 +394,7 @@ async def open_pool(
     writable: bool = True,
     settings: Mapping[str, str] | None = None,
     heal: bool = False,
+    transaction_pooler: bool = False,
 ) -> AsyncConnectionPool[AsyncConn]:
     """Open a checked connection pool (autocommit connections, dict rows).
 
@@ -411,11 +412,21 @@ async def open_pool(
         heal: drop a connection that met an error a fresh one could cure (a node's pool,
             which lives for days: :class:`HealingPool`); a command's pool lives for one
             command and keeps psycopg's own rules.
+        transaction_pooler: ``dsn`` goes through a pooler in transaction mode (PgBouncer
+            ``pool_mode = transaction``), where a client's next transaction may run in another
+            server session: the connections prepare no statements (``prepare_threshold=None``:
+            PgBouncer before 1.21 does not carry prepared statements across server sessions) and
+            ``settings`` must be ``None`` (a ``SET`` would stay on a shared server session).
 
     Raises:
         DatabaseUnavailable: the first connection could not be made.
     """
     chosen = dict(settings or {})
+    if transaction_pooler and chosen:
+        raise ValueError("a pool through a pooler in transaction mode sets no settings")
+    kwargs: dict[str, Any] = {"autocommit": True, **_kwargs(application_name)}
+    if transaction_pooler:
+        kwargs["prepare_threshold"] = None
 
     async def configure(conn: AsyncConn) -> None:
         await apply_settings(conn, chosen)
@@ -427,7 +438,7 @@ async def open_pool(
         primary_dsn(dsn) if writable else dsn,
         min_size=min_size,
         max_size=max(max_size, min_size),
-        kwargs={"autocommit": True, **_kwargs(application_name)},
+        kwargs=kwargs,
         connection_class=psycopg.AsyncConnection[DictRow],
         check=_check_writable if writable else AsyncConnectionPool.check_connection,
         configure=configure if chosen else None,

@@ -165,6 +165,9 @@ class Node:
             LISTEN).
         handlers: handlers by name.
         config: node settings.
+        pool_apart: the store's pool has a DSN of its own (``--pool-database-url``: through
+            PgBouncer, which chooses its server): a split brain moves the dedicated sessions
+            to the newest primary, not the pool.
     """
 
     def __init__(
@@ -173,6 +176,8 @@ class Node:
         dsn: str,
         handlers: Mapping[str, Handler],
         config: NodeConfig | None = None,
+        *,
+        pool_apart: bool = False,
     ) -> None:
         self.store = store
         self.dsn = dsn
@@ -273,7 +278,11 @@ class Node:
                 dsn,
                 self.node_id,
                 sessions=(self._beat_session, self._claim_session),
-                pool=store.pool if isinstance(store.pool, AsyncConnectionPool) else None,
+                pool=(
+                    store.pool
+                    if isinstance(store.pool, AsyncConnectionPool) and not pool_apart
+                    else None
+                ),
                 listener=self.listener,
                 alerts=store.pool if self.alerts is not None else None,
                 kick=self.alerts.kick if self.alerts is not None else None,

@@ -65,11 +65,13 @@ def run_node_with_web(
     http: str | None,
     settings: WebSettings,
     on_started: Callable[[Node, str], None] | None = None,
+    pool_database_url: str | None = None,
 ) -> None:
     """Run a node (``pgpulse node run``) with its ``--metrics`` / ``--http`` servers beside it.
 
     The servers bind before the node starts (a busy address exits 2 at once) and stop after
-    the node has drained. ``on_started``: as :meth:`pgpulse.app.App.run_node`'s.
+    the node has drained. ``on_started``, ``pool_database_url``: as
+    :meth:`pgpulse.app.App.run_node`'s (the servers' own pool stays on ``--database-url``).
     """
     from pgpulse.web.server import web_sidecar  # the web stack: only for the servers
 
@@ -86,7 +88,11 @@ def run_node_with_web(
             read_url=obj["read_database_url"],
         ):
             await app.run_node(
-                database_url, data_dir=data_dir, config=config, on_started=on_started
+                database_url,
+                data_dir=data_dir,
+                config=config,
+                on_started=on_started,
+                pool_database_url=pool_database_url,
             )
 
     run_command(main())
