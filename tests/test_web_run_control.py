@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -310,3 +311,29 @@ async def test_a_paused_jobs_next_occurrences_come_after_its_pause(
     assert shown.returncode == 0, shown.stderr
     after = shown.stdout.split("next occurrences (UTC)\n", 1)[1].splitlines()[0]
     assert after == "  none while paused: the first comes after a resume (job resume)"
+
+
+async def test_a_running_triggered_occurrence_is_not_listed_as_to_come(
+    store: Store, db: Any, dsn: str
+) -> None:
+    """Right after `job trigger`, a node runs the trigger's instant: `job show` and the API
+    list the schedule's occurrences after it (03:00 each day), not the one under way."""
+    from helpers import ALL_SHARDS, apgpulse
+
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        made = await api.post("/api/v1/jobs", json=body("nightly", schedule="0 3 * * *"))
+        assert made.status_code == 201, made.text
+        before = made.json()["upcoming"]
+    fired = await apgpulse("job", "trigger", "nightly", "--tenant", "acme", dsn=dsn)
+    assert fired.returncode == 0, fired.stderr
+    [claimed] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=300)
+    assert claimed.name == "nightly"
+    assert db.execute("SELECT status FROM pgpulse_jobs").fetchone()["status"] == "running"
+    shown = await apgpulse("job", "show", "nightly", "--tenant", "acme", "--json", dsn=dsn)
+    assert shown.returncode == 0, shown.stderr
+    listed = json.loads(shown.stdout)["upcoming"]
+    assert [datetime.fromisoformat(t) for t in listed] == [datetime.fromisoformat(t) for t in before]
+    assert len(before) == 5 and all("T03:00:00" in t for t in listed), listed
+    async with api_client(store, token) as api:
+        assert (await api.get(f"/api/v1/jobs/{made.json()['id']}")).json()["upcoming"] == before

@@ -61,7 +61,8 @@ class NoSuchRun(PulseError):
 
 
 def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
-    """The job's current occurrence and the ones after it, in the job's own time zone.
+    """The job's next occurrences, in the job's own time zone: its current one unless it is
+    running, then the ones after it.
 
     Stops early at the end of time (year 9999) or for a schedule that no longer fires, and
     past ``not_after`` or ``max_runs``; a ``completed`` job has none (its last one ran). The
@@ -71,6 +72,9 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     A paused job's occurrences inside the pause do not run (the pause's end resumes it with
     ``skip``): one paused until T shows those after T; one paused with no end has none to show
     until it is resumed (the resume decides which come).
+
+    A running job's current occurrence (``scheduled_for``: a scheduled one, or the instant of a
+    trigger) is under way, not to come: the list starts with the one after it.
     """
     if row.get("status") == "completed":
         return []
@@ -89,9 +93,13 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
                 if after is None:
                     return []
                 cursor = after
+        elif row.get("status") == "running":
+            cursor = schedule.next_after(cursor, anchor=row["anchor_at"])
         left = None
         if row.get("max_runs") is not None:
-            left = max(int(row["max_runs"]) - int(row.get("runs_done") or 0), 0)
+            # the running occurrence is one of the runs max_runs allows
+            under_way = 1 if row.get("status") == "running" else 0
+            left = max(int(row["max_runs"]) - int(row.get("runs_done") or 0) - under_way, 0)
         while len(found) < (count if left is None else min(count, left)):
             if calendars:  # what the claims skip is not shown as to come
                 runs, _ = first_to_run(schedule, calendars, cursor, anchor=row["anchor_at"])
