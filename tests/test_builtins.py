@@ -620,5 +620,5 @@ async def test_a_stored_invalid_url_is_quoted_masked_in_the_run_error() -> None:
         await http_handler(make_ctx({"url": url}))
     assert str(caught.value) == (
         "invalid payload: payload.url must be an http:// or https:// URL with a host, got "
-        "'ftp://svc:***@127.0.0.1/x?token=***'"
+        '"ftp://svc:***@127.0.0.1/x?token=***"'
     )

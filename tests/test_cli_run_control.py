@@ -144,6 +144,15 @@ def test_a_backfill_repeated_after_it_ran_adds_nothing(dsn: str, db: Any) -> Non
             ["job", "trigger", "hourly", "--payload", "[1]"],
             "invalid value for --payload: must be a JSON object, got [1]",
         ),
+        # a refusal quotes a JSON value in JSON's spelling (it said None, True)
+        (
+            ["job", "trigger", "hourly", "--payload", "null"],
+            "invalid value for --payload: must be a JSON object, got null",
+        ),
+        (
+            ["job", "trigger", "hourly", "--payload", '[true, false, "x"]'],
+            'invalid value for --payload: must be a JSON object, got [true, false, "x"]',
+        ),
         (
             ["job", "backfill", "hourly", "--from", "2026-01-02T00:00Z", "--to",
              "2026-01-01T00:00Z"],

@@ -38,7 +38,7 @@ from pgpulse.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContex
 from pgpulse.masking import mask_url, scrub, url_credentials
 from pgpulse.rq_handler import rq_handler, validate_rq_payload
 from pgpulse.task_queues import check_keys
-from pgpulse.wording import seconds_text
+from pgpulse.wording import json_given, seconds_text
 
 if TYPE_CHECKING:  # httpx loads with the first http request, not with ``import pgpulse``
     import httpx
@@ -67,7 +67,7 @@ _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 "tok
 
 
 def _refuse(field: str, value: Any, why: str) -> InvalidPayload:
-    return InvalidPayload(f"{field} {why}, got {value!r}", field=field, value=value)
+    return InvalidPayload(f"{field} {why}, got {json_given(value)}", field=field, value=value)
 
 
 SHELL_FIELDS = frozenset({"command", "stdin", "env", "user", "cwd", "shell"})

@@ -39,6 +39,7 @@ from pgpulse.task_queues import (
     scrub_url,
     send_bounded,
 )
+from pgpulse.wording import json_given
 
 __all__ = ["CELERY_FIELDS", "CelerySender", "celery_handler", "validate_celery_payload"]
 
@@ -70,7 +71,7 @@ def validate_celery_payload(payload: Mapping[str, Any]) -> None:
     headers = payload.get("headers")
     if headers is not None and not isinstance(headers, Mapping):
         raise InvalidPayload(
-            f"payload.headers must be a JSON object, got {headers!r}",
+            f"payload.headers must be a JSON object, got {json_given(headers)}",
             field="payload.headers",
             value=headers,
         )

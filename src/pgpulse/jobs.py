@@ -25,7 +25,7 @@ from pgpulse.json_limits import check_shape, loads_json
 from pgpulse.limits import check_auto_pause, check_calendars, check_max_runs, check_window
 from pgpulse.schedule import Schedule, parse_schedule
 from pgpulse.spread import check_spread
-from pgpulse.wording import did_you_mean, given
+from pgpulse.wording import did_you_mean, given, json_given
 
 CatchUp = Literal["skip", "backfill", "coalesce"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
@@ -236,7 +236,7 @@ def parse_payload(value: object) -> dict[str, Any]:
         raise InvalidPayload(exc.message, field="payload", value=None) from None
     if not isinstance(value, dict):
         raise InvalidPayload(
-            f"payload must be a JSON object, got {value!r}", field="payload", value=value
+            f"payload must be a JSON object, got {json_given(value)}", field="payload", value=value
         )
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)

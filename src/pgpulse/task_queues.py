@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from pgpulse.errors import InvalidInput, InvalidPayload
 from pgpulse.handlers import HandlerFailed, RunContext
 from pgpulse.masking import mask_url, scrub, url_credentials
-from pgpulse.wording import did_you_mean, seconds_text
+from pgpulse.wording import did_you_mean, json_given, seconds_text
 
 __all__ = [
     "check_call_fields",
@@ -77,7 +77,7 @@ def pulse_headers(ctx: RunContext) -> dict[str, Any]:
 
 
 def _refuse(field: str, value: Any, why: str) -> InvalidPayload:
-    return InvalidPayload(f"{field} {why}, got {value!r}", field=field, value=value)
+    return InvalidPayload(f"{field} {why}, got {json_given(value)}", field=field, value=value)
 
 
 def check_keys(payload: Mapping[str, Any], known: frozenset[str], example: str) -> None:

@@ -7,6 +7,7 @@ say counts the same way without importing each other.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable
 
 
@@ -60,6 +61,16 @@ def given(value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         return f"{int(value)}"
     return repr(value)
+
+
+def json_given(value: object) -> str:
+    """A refused JSON value (a payload or a part of one) as a refusal quotes it: in JSON's
+    spelling (``null``, ``true``, ``"abc"``, ``[1, 2]``), as the user wrote it, not Python's
+    (``None``, ``True``); a value JSON cannot spell (never one read from JSON) by its ``repr``."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def unchanged_note(verb: str, name: str, status: str) -> str:
