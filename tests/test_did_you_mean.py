@@ -4,11 +4,15 @@ types the command (real ``pgpulse`` processes)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from helpers import pgpulse
+from pgpulse.web.policy import WebSettings
 from pgpulse.wording import did_you_mean
+from web_helpers import LiveServer, sync_token
 
 CREATE = ("job", "create", "nightly", "--schedule", "@daily")
 
@@ -50,3 +54,30 @@ def test_an_apply_file_field_says_the_nearest(dsn: str, tmp_path: Path) -> None:
 def test_nothing_near_names_nothing() -> None:
     assert did_you_mean("zzzzzz", ["command", "stdin"]) == ""
     assert did_you_mean(3, ["command"]) == ""
+
+
+def test_an_api_body_field_says_the_nearest(dsn: str, db: Any) -> None:
+    """Over a real socket, POST /api/v1/jobs with `max_atempts` is refused with 422 naming the
+    nearest field, as `pgpulse apply` does, with the value sent; nothing is written."""
+    token = sync_token(dsn, "acme")
+    body = {"name": "nightly", "schedule": "@daily", "handler": "http",
+            "payload": {"url": "https://93.184.215.14/hook"}, "max_atempts": 3}  # fmt: skip
+    with (
+        LiveServer(dsn, WebSettings()) as server,
+        httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}
+        ) as http,
+    ):
+        refused = http.post("/api/v1/jobs", json=body)
+        far_body = {**{k: v for k, v in body.items() if k != "max_atempts"}, "zzzzzz": 1}
+        far = http.post("/api/v1/jobs", json=far_body)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"] == {
+        "code": "invalid_input",
+        "message": "max_atempts is not a field of this request (did you mean 'max_attempts'?)",
+        "field": "max_atempts",
+        "value": 3,
+    }
+    assert far.status_code == 422, far.text
+    assert far.json()["error"]["message"] == "zzzzzz is not a field of this request"
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0

@@ -120,7 +120,7 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        status, answer = validation_error(exc)
+        status, answer = validation_error(exc, request)
         if not request.url.path.startswith("/ui/"):
             return JSONResponse(answer, status)
         # a dashboard address FastAPI refused (/ui/jobs/abc): the error page, as for the others

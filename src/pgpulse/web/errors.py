@@ -29,6 +29,7 @@ import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pgpulse.errors import DatabaseUnavailable, InvalidInput, NotFound, PulseError
@@ -37,6 +38,7 @@ from pgpulse.web.auth import TokenNotFound
 from pgpulse.web.filters import BadFilter
 from pgpulse.web.policy import Forbidden, PayloadTooLarge
 from pgpulse.web.service import NoSuchJob, NoSuchRun
+from pgpulse.wording import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +226,32 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
-def validation_error(exc: RequestValidationError) -> tuple[int, dict[str, Any]]:
+def _known_fields(request: Request | None, loc: tuple[Any, ...]) -> list[str]:
+    """The field names the body model of ``request``'s route takes where ``loc`` (a pydantic
+    error's location, ``("body", ..., name)``) points, or ``[]`` where no model is found (a
+    query value, a list item, a union)."""
+    route = request.scope.get("route") if request is not None else None
+    field_info = getattr(getattr(route, "body_field", None), "field_info", None)
+    model = getattr(field_info, "annotation", None)
+    if not loc or loc[0] != "body":
+        return []
+    for part in loc[1:-1]:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+        info = model.model_fields.get(str(part))
+        model = info.annotation if info is not None else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return []
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def validation_error(
+    exc: RequestValidationError, request: Request | None = None
+) -> tuple[int, dict[str, Any]]:
     """A request FastAPI refused before the route ran, as (status, :func:`error_body`): 400 for
-    a body that is not JSON or is missing, else 422 naming the first field refused."""
+    a body that is not JSON or is missing, else 422 naming the first field refused. An unknown
+    field of ``request``'s body names the nearest known one, as ``pgpulse apply`` does
+    (:func:`pgpulse.wording.did_you_mean`), and its value is the one sent."""
     first: dict[str, Any] = (
         dict(exc.errors()[0]) if exc.errors() else {"loc": ("body",), "msg": "invalid"}
     )
@@ -243,8 +268,12 @@ def validation_error(exc: RequestValidationError) -> tuple[int, dict[str, Any]]:
         return 400, error_body(
             "invalid_json", "body is empty: this route takes a JSON object", "body", None
         )
-    value = None if first.get("type") in ("missing", "extra_forbidden") else first.get("input")
-    got = "" if first.get("type") in ("missing", "extra_forbidden") else f", got {_shown(value)}"
+    kind = first.get("type")
+    value = None if kind == "missing" else first.get("input")
+    got = "" if kind in ("missing", "extra_forbidden") else f", got {_shown(value)}"
+    if kind == "extra_forbidden":
+        loc = tuple(first.get("loc", ()))
+        got = did_you_mean(str(loc[-1]) if loc else "", _known_fields(request, loc))
     message = f"{field} {_phrase(first)}{got}"
     return 422, error_body("invalid_input", message, field, value)
 
@@ -258,7 +287,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        status, answer = validation_error(exc)
+        status, answer = validation_error(exc, request)
         return JSONResponse(answer, status)
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
