@@ -74,6 +74,14 @@ def test_node_run_refusals_name_the_option_the_variable_and_the_values(dsn: str)
         "error: invalid value for --metrics: 'nohost' is not HOST:PORT, e.g. 127.0.0.1:9100 "
         "(from the environment variable PGPULSE_NODE_RUN_METRICS)\n",
     )
+    # a port past TCP's 16 bits is an address whose port is out of range, not "not HOST:PORT"
+    far = pgpulse("node", "run", "--http", "127.0.0.1:99999", dsn=dsn)
+    assert (far.returncode, far.stdout, far.stderr) == (
+        2,
+        "",
+        "error: invalid value for --http: '127.0.0.1:99999': port 99999 is out of range "
+        "(1-65535)\n",
+    )
     lease = pgpulse("node", "run", "--lease", "5", "--heartbeat", "10", dsn=dsn)
     assert (lease.returncode, lease.stderr) == (
         2,

@@ -149,7 +149,8 @@ class HostPort(click.ParamType[str]):
     """A listening address, ``HOST:PORT``, ``:PORT``, ``PORT`` or ``[V6]:PORT``
     (:func:`pgpulse.web.server.parse_address`), checked when the option is read, so a refusal
     names the option and its environment variable as every other one does (``invalid value
-    for --metrics: 'nohost' is not HOST:PORT``). The text is returned as given."""
+    for --metrics: 'nohost' is not HOST:PORT``; a port past 65535 is said to be out of range).
+    The text is returned as given."""
 
     name = "host:port"
 
@@ -158,8 +159,12 @@ class HostPort(click.ParamType[str]):
         from pgpulse.web.server import parse_address  # uvicorn: only for an address given
 
         try:
-            parse_address(str(value))
-        except InvalidInput:
+            parse_address(str(value), field="address")
+        except InvalidInput as exc:
+            # parse_address's words after the quoted address: what is wrong with it
+            reason = exc.message.removeprefix(f"address {str(value)!r}")
+            if reason.startswith(":"):
+                self.fail(f"{str(value)!r}{reason}", param, ctx)
             self.fail(f"{str(value)!r} is not HOST:PORT, e.g. 127.0.0.1:9100", param, ctx)
         return str(value)
 
