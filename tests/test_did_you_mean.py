@@ -81,3 +81,19 @@ def test_an_api_body_field_says_the_nearest(dsn: str, db: Any) -> None:
     assert far.status_code == 422, far.text
     assert far.json()["error"]["message"] == "zzzzzz is not a field of this request"
     assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
+
+
+def test_an_unknown_calendar_says_the_nearest(dsn: str, db: Any) -> None:
+    """`job create --calendar hols` where the tenant has `hol`: refused (exit 2, one line,
+    nothing written) naming the nearest calendar; a name near none names none."""
+    made = pgpulse("calendar", "set", "hol", "--date", "2030-12-25", dsn=dsn)
+    assert made.returncode == 0, made.stderr
+    for name, near in (("hols", " (did you mean 'hol'?)"), ("zzzzzz", "")):
+        refused = pgpulse(*CREATE, "--handler", "shell", "--payload", '{"command": "x"}',
+                          "--calendar", name, dsn=dsn)  # fmt: skip
+        assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
+        assert refused.stderr.splitlines() == [
+            f"error: invalid value for --calendar: calendar {name!r} of job 'nightly' does not "
+            f"exist in tenant 'default'{near} (create it with: pgpulse calendar set {name} ...)"
+        ]
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0

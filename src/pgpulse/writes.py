@@ -23,6 +23,7 @@ from pgpulse.jobs import JobSpec
 from pgpulse.limits import first_in_window
 from pgpulse.schedule import Schedule
 from pgpulse.sql import QUERIES
+from pgpulse.wording import did_you_mean
 
 __all__ = [
     "Written",
@@ -143,9 +144,12 @@ async def check_definition(
         found = {row["name"] for row in await cur.fetchall()}
         missing = [name for name in spec.calendars if name not in found]
         if missing:
+            # only on a refusal: the tenant's calendars, for the nearest name to a typo
+            cur = await conn.execute(QUERIES["list_calendars"], {"tenant": spec.tenant})
+            near = did_you_mean(missing[0], [row["name"] for row in await cur.fetchall()])
             raise InvalidInput(
                 f"calendar {missing[0]!r} of job {spec.name!r} does not exist in tenant "
-                f"{spec.tenant!r} (create it with: pgpulse calendar set {missing[0]} ...)",
+                f"{spec.tenant!r}{near} (create it with: pgpulse calendar set {missing[0]} ...)",
                 field="calendars",
                 value=missing[0],
             )
