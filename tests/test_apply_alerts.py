@@ -72,8 +72,16 @@ async def test_apply_writes_diffs_changes_and_removes_a_jobs_rules(
     ]
     assert _rules(db) == []  # a dry run writes nothing
 
-    applied = pgpulse("apply", str(path), dsn=dsn)
+    applied = pgpulse("apply", "--json", str(path), dsn=dsn)
     assert applied.returncode == 0, applied.stderr
+    # applied, the report names each created job's id (it said null as the dry run does)
+    [done] = json.loads(applied.stdout)
+    ids = {r["name"]: r["id"] for r in db.execute("SELECT id, name FROM pgpulse_jobs")}
+    assert done["applied"] is True and ids
+    assert {s["name"]: (s["action"], s["job_id"]) for s in done["steps"]} == {
+        name: ("create", job_id) for name, job_id in ids.items()
+    }
+    assert all(s["job_id"] is None for s in plan["steps"])  # the dry run created none
     assert _rules(db) == [
         ("backup", "failures", 2.0, ["ops"]),
         ("backup", "silence", 172800.0, ["ops"]),

@@ -66,7 +66,7 @@ def _jobs(db: Any) -> dict[str, dict[str, Any]]:
 
 def test_beat_schedule_imports_as_jobs_and_syncs_by_name(dsn: str, db: Any, tmp_path: Path) -> None:
     _write_app(tmp_path)
-    first = _import(dsn, tmp_path)
+    first = _import(dsn, tmp_path, "--json")
     assert first.returncode == 0, first.stderr
     assert first.stderr.splitlines() == [
         "refused entry 'sunrise': solar schedule <solar: sunrise at latitude 52.5, longitude: "
@@ -88,6 +88,12 @@ def test_beat_schedule_imports_as_jobs_and_syncs_by_name(dsn: str, db: Any, tmp_
     assert jobs["poll"]["payload"] == {"task": "proj.tasks.poll", "kwargs": {"x": 1}}
     assert {j["handler"] for j in jobs.values()} == {"celery"}
     assert {j["source"] for j in jobs.values()} == {"celery:beatapp:app"}
+    # applied, the report names each created job's id (it said null)
+    [report] = json.loads(first.stdout)
+    assert report["applied"] is True
+    assert {s["name"]: (s["action"], s["job_id"]) for s in report["steps"]} == {
+        name: ("create", j["id"]) for name, j in jobs.items()
+    }
 
     again = _import(dsn, tmp_path)
     assert again.returncode == 0 and again.stdout.splitlines()[-1] == "nothing to change"

@@ -38,7 +38,8 @@ class Step:
         tenant: the job's tenant.
         name: the job's name after the plan (for a rename, the new one).
         spec: the definition to write (``create``, ``update``, ``unchanged``), else ``None``.
-        job_id: the stored job's id, ``None`` for ``create``.
+        job_id: the stored job's id; for ``create``, ``None`` until the plan is written
+            (:func:`pgpulse.reconcile.reconcile` then gives the created job's).
         changes: ``{"field": [old, new]}`` of an update (``name`` too when it is renamed).
         rename_from: an update's current name, when the job is also renamed (crontab sync).
     """

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +104,8 @@ async def reconcile(
         now: the audit rows' instant, from tests only.
 
     Returns:
-        One plan per source, in ``batches`` order.
+        One plan per source, in ``batches`` order; once written, a ``create`` step's
+        ``job_id`` is the created job's.
 
     Raises:
         InvalidInput: a job is defined twice (in one source or two), or a definition names a
@@ -150,7 +152,20 @@ async def reconcile(
                 from pgpulse.alerts.declared import write_rules
 
                 await write_rules(conn, rules, ids)
+            plans = [_with_created_ids(plan, ids) for plan in plans]
     return plans
+
+
+def _with_created_ids(plan: Plan, ids: Mapping[Key, int]) -> Plan:
+    """``plan`` with each written ``create`` step's ``job_id`` the id of the job it created
+    (``ids``: by (tenant, name), from :func:`_write`), so a report of it names the job."""
+    steps = [
+        replace(step, job_id=ids.get((step.tenant, step.name)))
+        if step.action == "create" and step.job_id is None
+        else step
+        for step in plan.steps
+    ]
+    return replace(plan, steps=steps)
 
 
 def _check_writes(
