@@ -333,7 +333,9 @@ async def test_a_running_triggered_occurrence_is_not_listed_as_to_come(
     shown = await apgpulse("job", "show", "nightly", "--tenant", "acme", "--json", dsn=dsn)
     assert shown.returncode == 0, shown.stderr
     listed = json.loads(shown.stdout)["upcoming"]
-    assert [datetime.fromisoformat(t) for t in listed] == [datetime.fromisoformat(t) for t in before]
+    assert [datetime.fromisoformat(t) for t in listed] == [
+        datetime.fromisoformat(t) for t in before
+    ]
     assert len(before) == 5 and all("T03:00:00" in t for t in listed), listed
     async with api_client(store, token) as api:
         assert (await api.get(f"/api/v1/jobs/{made.json()['id']}")).json()["upcoming"] == before

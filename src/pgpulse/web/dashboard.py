@@ -28,6 +28,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from pgpulse.alerts.store import AlertStore
 from pgpulse.constant_time import same_secret
 from pgpulse.errors import PulseError
 from pgpulse.web import grid
@@ -108,13 +109,33 @@ class SignIn(Exception):
     """The browser is not signed in (no cookie, or a revoked token): go to the sign-in page."""
 
 
+#: The most alert events read for the nav's count of open ones (a count past it shows as
+#: this many and more).
+OPEN_ALERTS_READ = 1000
+
+
+def visible_alerts(who: Principal, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The alert (or silence) rows ``who`` may see: every one for an admin; a tenant token's
+    own jobs' only, none of the cluster's (as the API's ``GET /api/v1/alerts``)."""
+    return [r for r in rows if who.admin or (r["tenant"] is not None and who.sees(r["tenant"]))]
+
+
 async def signed_in(request: Request) -> tuple[Principal, str]:
-    """The principal of the browser's token cookie and the token. Raises :class:`SignIn`."""
+    """The principal of the browser's token cookie and the token. Raises :class:`SignIn`.
+
+    For a whole page (a GET, not a refresh's fragment) it also counts the open alerts (not
+    acknowledged, not resolved) the token sees, for the nav (``request.state.open_alerts``).
+    """
     token = request.cookies.get(COOKIE)
     ctx: WebContext = request.app.state.pulse
     who = await ctx.tokens.authenticate(token) if token else None
     if who is None or token is None:
         raise SignIn()
+    if request.method == "GET" and request.query_params.get("fragment") != "1":
+        rows = await AlertStore(ctx.store.pool).list_alerts(open_only=True, limit=OPEN_ALERTS_READ)
+        open_rows = [r for r in visible_alerts(who, rows) if r["state"] == "open"]
+        request.state.open_alerts = len(open_rows)
+        request.state.open_alerts_more = len(rows) == OPEN_ALERTS_READ
     return who, token
 
 
@@ -134,6 +155,8 @@ def page(request: Request, name: str, who: Principal, token: str, **data: Any) -
             "csrf": csrf_token(token),
             "page": name,
             "refresh_ms": int(ctx.settings.refresh_seconds * 1000),
+            "open_alerts": getattr(request.state, "open_alerts", 0),
+            "open_alerts_more": getattr(request.state, "open_alerts_more", False),
             **data,
         },
         headers={"Cache-Control": "no-store"},
@@ -274,6 +297,14 @@ async def job_page(request: Request, job_id: JobId, session: Session) -> HTMLRes
         if r["started_at"] is not None
     ]
     history = await ctx.service.history(who, job_id, 20)
+    alerts = AlertStore(ctx.store.pool)
+    key = (job["tenant"], job["name"])
+    rules = [r for r in await alerts.list_rules(job=key) if r["job_id"] == job_id]
+    open_alerts = [
+        r
+        for r in await alerts.list_alerts(job=key, open_only=True, limit=50)
+        if r["job_id"] == job_id
+    ]
     now = await ctx.store.db_now()
     after = grid.window(job, now)
     cells = grid.occurrence_grid(
@@ -291,6 +322,8 @@ async def job_page(request: Request, job_id: JobId, session: Session) -> HTMLRes
         runs=runs,
         chart=run_chart(points),
         history=history,
+        rules=rules,
+        job_alerts=open_alerts,
         cells=cells,
         legend=grid.legend(cells),
         grid_since=after,

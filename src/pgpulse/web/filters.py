@@ -98,6 +98,21 @@ def run_cursor(request: Request) -> int | None:
     return int(value)
 
 
+def job_filter(request: Request) -> int | None:
+    """The ``job`` parameter of the runs page: the id of the one job whose runs it lists (a
+    job page's link to its older runs).
+
+    Raises:
+        BadFilter: not a job id, a positive integer (``field="job"``).
+    """
+    value = text(request, "job")
+    if value is None:
+        return None
+    if not value.isdigit() or not 0 < int(value) < 2**63:
+        raise BadFilter(f"job {value!r} is not a job id", field="job", value=value)
+    return int(value)
+
+
 def next_link(request: Request, cursor: str) -> str:
     """The URL of the next page: this page's filters with ``cursor``."""
     query = {k: v for k, v in request.query_params.items() if k not in ("cursor", "fragment")}

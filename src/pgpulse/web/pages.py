@@ -18,12 +18,13 @@ from pgpulse.alerts.store import AlertStore, SilenceNotFound
 from pgpulse.constant_time import same_secret
 from pgpulse.web.auth import csrf_token, with_notice
 from pgpulse.web.context import WebContext
-from pgpulse.web.dashboard import Session, page
+from pgpulse.web.dashboard import Session, page, visible_alerts
 from pgpulse.web.filters import (
     OUTCOMES,
     PAGE_SIZE,
     choice,
     instant,
+    job_filter,
     next_link,
     run_cursor,
     text,
@@ -36,8 +37,8 @@ RunId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 @router.get("/runs", response_class=HTMLResponse)
 async def runs_page(request: Request, session: Session) -> HTMLResponse:
     """Runs of every visible job, newest first: search (job name), filters (tenant for an
-    admin, outcome, handler, source, ``since <= scheduled_for < until`` in UTC) and pages of
-    :data:`PAGE_SIZE`."""
+    admin, outcome, handler, source, ``since <= scheduled_for < until`` in UTC, ``job``: one
+    job's id, from its page) and pages of :data:`PAGE_SIZE`."""
     who, token = session
     ctx: WebContext = request.app.state.pulse
     tenant = text(request, "tenant") if who.admin else None
@@ -48,8 +49,10 @@ async def runs_page(request: Request, session: Session) -> HTMLResponse:
         "source": text(request, "source"),
     }
     since, until = instant(request, "since"), instant(request, "until")
+    job_id = job_filter(request)
     rows = await ctx.service.lists.runs(
         tenant=tenant or who.scope,
+        job_id=job_id,
         q=filters["q"],
         outcome=filters["outcome"],
         handler=filters["handler"],
@@ -67,7 +70,7 @@ async def runs_page(request: Request, session: Session) -> HTMLResponse:
         who,
         token,
         runs=rows,
-        filters={**filters, "tenant": tenant, "since": since, "until": until},
+        filters={**filters, "tenant": tenant, "since": since, "until": until, "job": job_id},
         outcomes=OUTCOMES,
         next_page=next_link(request, str(rows[-1]["id"])) if more else None,
     )
@@ -98,17 +101,9 @@ async def alerts_page(request: Request, session: Session) -> HTMLResponse:
     who, token = session
     ctx: WebContext = request.app.state.pulse
     alerts = AlertStore(ctx.store.pool)
-    rows = [
-        r
-        for r in await alerts.list_alerts(limit=200)
-        if who.admin or (r["tenant"] is not None and who.sees(r["tenant"]))
-    ]
+    rows = visible_alerts(who, await alerts.list_alerts(limit=200))
     rows.sort(key=lambda r: (r["state"] != "open", -r["id"]))
-    silences = [
-        s
-        for s in await alerts.list_silences()
-        if who.admin or (s["tenant"] is not None and who.sees(s["tenant"]))
-    ]
+    silences = visible_alerts(who, await alerts.list_silences())
     return page(request, "alerts", who, token, alerts=rows, silences=silences)
 
 

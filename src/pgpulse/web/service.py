@@ -26,7 +26,7 @@ from pgpulse.jobs import JobSpec
 from pgpulse.limits import first_to_run, parse_instant
 from pgpulse.routing import waiting_reason
 from pgpulse.run_control import BackfillPlan, RunControl, Triggered
-from pgpulse.schedule import parse_schedule
+from pgpulse.schedule import Schedule, parse_schedule
 from pgpulse.sharding import DEFAULT_SHARD_COUNT
 from pgpulse.store import Store
 from pgpulse.web.auth import Principal
@@ -82,19 +82,11 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     zone = load_zone(row["timezone"])
     calendars = from_definitions(row.get("calendar_defs"))
     found: list[datetime] = []
-    cursor: datetime = row["scheduled_for"]
     try:
-        if row.get("status") == "paused":
-            until = row.get("paused_until")
-            if until is None:
-                return []
-            if cursor <= until:
-                after = schedule.next_after_or_none(until, anchor=row["anchor_at"])
-                if after is None:
-                    return []
-                cursor = after
-        elif row.get("status") == "running":
-            cursor = schedule.next_after(cursor, anchor=row["anchor_at"])
+        first = _first_to_come(row, schedule)
+        if first is None:
+            return []
+        cursor = first
         left = None
         if row.get("max_runs") is not None:
             # the running occurrence is one of the runs max_runs allows
@@ -113,6 +105,23 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     except (OverflowError, PulseError):
         pass
     return found
+
+
+def _first_to_come(row: dict[str, Any], schedule: Schedule) -> datetime | None:
+    """The first occurrence of job ``row`` still to come, before its calendars and limits
+    (:func:`upcoming`): its current one (``scheduled_for``), the one after it while it runs,
+    the first after a pause's end, ``None`` while paused with no end."""
+    cursor: datetime = row["scheduled_for"]
+    if row.get("status") == "running":
+        return schedule.next_after(cursor, anchor=row["anchor_at"])
+    if row.get("status") != "paused":
+        return cursor
+    until = row.get("paused_until")
+    if until is None:
+        return None
+    if cursor <= until:
+        return schedule.next_after_or_none(until, anchor=row["anchor_at"])
+    return cursor
 
 
 def present_job(row: dict[str, Any]) -> dict[str, Any]:
