@@ -140,6 +140,11 @@ async def test_notifiers_rules_silences_and_acknowledgements(
             ("notifier", "add", "x", "--kind", "webhook", "--config", '{"url": ["s3cret"]}'),
             "config.url must be a string, got an array",  # what it is, not what it holds
         ),
+        (
+            ("notifier", "add", "x", "--kind", "webhook", "--config",
+             '{"url": "https://93.184.215.14/h", "timeout": true}'),
+            "config.timeout must be a number, got true",  # JSON's spelling, not True
+        ),
     ],
 )  # fmt: skip
 async def test_refused_input_is_one_line_exit_2_and_writes_nothing(

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pgpulse.errors import InvalidNotifierConfig
 from pgpulse.notify.redaction import MASK, Secret, redact_url, scrub, url_secrets
+from pgpulse.wording import json_given
 
 if TYPE_CHECKING:
     from pgpulse.web.policy import HttpAllowList
@@ -50,7 +51,9 @@ def refuse(
         return InvalidNotifierConfig(f"{field} {why}", field=field, value=MASK)
     if value is _NOTHING:
         return InvalidNotifierConfig(f"{field} {why}", field=field, value=None)
-    return InvalidNotifierConfig(f"{field} {why}, got {value!r}", field=field, value=value)
+    return InvalidNotifierConfig(
+        f"{field} {why}, got {json_given(value)}", field=field, value=value
+    )
 
 
 def check_object(
