@@ -109,3 +109,14 @@ def test_shell_completion_completes_commands() -> None:
     source = {**os.environ, "_PGPULSE_COMPLETE": "bash_source"}
     script = subprocess.run([PGPULSE], env=source, capture_output=True, text=True, timeout=60)
     assert "complete -o nosort -F _pgpulse_completion pgpulse" in script.stdout
+
+
+def test_job_pause_until_takes_a_duration(dsn: str, db: Any) -> None:
+    made = pgpulse("job", "create", "backup", "--schedule", "0 3 * * *", *SHELL, dsn=dsn)
+    assert made.returncode == 0, made.stderr
+    paused = _json("job", "pause", "backup", "--until", "90m", dsn=dsn)
+    left = db.execute("SELECT paused_until - now() AS left FROM pgpulse_jobs").fetchone()["left"]
+    assert paused["status"] == "paused" and 89 * 60 < left.total_seconds() <= 90 * 60
+    refused = pgpulse("job", "pause", "backup", "--until", "99999999999999", dsn=dsn)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert len(refused.stderr.splitlines()) == 1 and "until" in refused.stderr

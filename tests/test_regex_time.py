@@ -76,7 +76,7 @@ PATTERNS: dict[tuple[str, str], str] = {
     ("pgpulse.database", "_DSN_PASSWORDS[2]"): "search",
     ("pgpulse.database", "_DSN_PASSWORDS[3]"): "search",
     ("pgpulse.calendars", "_NAME_RE"): "fullmatch",
-    ("pgpulse.alerts.commands", "_DURATION"): "fullmatch",
+    ("pgpulse.limits", "_DURATION"): "fullmatch",
     # Pulse's own SQL files and help texts, not outside input; timed all the same.
     ("pgpulse.sql", "_NAME"): "split",
     ("pgpulse.sql", "_PLACEHOLDER"): "sub",

@@ -6,6 +6,7 @@ jobs and runs, in the API, the dashboard (in process) and the terminal (a real s
 from __future__ import annotations
 
 import html
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -413,3 +414,38 @@ async def test_dashboard_filters_take_every_status_and_outcome_the_api_takes(
         "cancelled" in html.unescape(bad.text)
     )
     assert 'href="/ui/runs" data-testid="clear-filters"' in bad.text  # not "Back to jobs"
+
+
+async def test_the_dashboards_pause_takes_a_reason_and_an_until_and_names_the_job(
+    store: Store, db: Any
+) -> None:
+    """The job page's Pause button takes a reason and an until (a duration, as `job pause
+    --until 2h`), and its notice names the job, the end and the reason; a bad until is refused
+    in one line and pauses nothing."""
+    [job_id] = await add(store, spec("nightly", schedule="0 3 * * *"), now=T0)
+    async with api_client(store) as client:
+        await signed_in(client, await make_token(store, admin=True))
+        page = await client.get(f"/ui/jobs/{job_id}")
+        assert 'data-testid="pause-reason"' in page.text
+        found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert found is not None
+        csrf = found.group(1)
+        refused = await client.post(
+            f"/ui/jobs/{job_id}/pause",
+            data={"csrf": csrf, "until": "soonish"},
+            headers={"Accept": "application/json"},
+        )
+        assert refused.status_code == 422 and "soonish" in refused.json()["notice"]
+        assert db.execute("SELECT status FROM pgpulse_jobs").fetchone() == {"status": "idle"}
+        done = await client.post(
+            f"/ui/jobs/{job_id}/pause",
+            data={"csrf": csrf, "until": "2h", "reason": "disk swap"},
+            headers={"Accept": "application/json"},
+        )
+    row = db.execute(
+        "SELECT status, pause_reason, paused_until - now() AS left FROM pgpulse_jobs"
+    ).fetchone()
+    assert (row["status"], row["pause_reason"]) == ("paused", "disk swap")
+    assert timedelta(minutes=119) < row["left"] <= timedelta(hours=2)
+    notice = done.json()["notice"]
+    assert notice.startswith("paused nightly until ") and notice.endswith(": disk swap")

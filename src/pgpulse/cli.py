@@ -38,7 +38,7 @@ from pgpulse.database import describe, primary_dsn
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
-from pgpulse.limits import RESUME_MODES, parse_instant, resumed_run
+from pgpulse.limits import RESUME_MODES, pause_until, resumed_run
 from pgpulse.registry import DEFAULT_NODE_TTL
 from pgpulse.report import (
     emit,
@@ -979,8 +979,9 @@ def _state_command(verb: str, doc: str) -> None:
 @click.option(
     "--until",
     default=None,
-    help="Resume by itself at this instant (ISO 8601; without an offset, in the job's zone); "
-    "the occurrences inside the pause are then recorded as skipped.",
+    help="Resume by itself then: a duration from now (2h, 90m, 1d) or an instant (ISO 8601; "
+    "without an offset, in the job's zone); the occurrences inside the pause are then "
+    "recorded as skipped.",
 )
 @click.option(
     "--reason",
@@ -997,7 +998,8 @@ async def job_pause(
     run ends."""
     at = None
     if until is not None:
-        at = parse_instant("until", until, (await store.get_job(tenant, name))["timezone"])
+        zone = (await store.get_job(tenant, name))["timezone"]
+        at = pause_until(until, zone, await store.db_now())
     changed = await store.pause_job(tenant, name, until=at, reason=reason, actor=cli_actor())
     why = f" ({reason})" if reason else " (no reason)" if reason == "" else ""
     what = f"{name}{f' until {at.isoformat()}' if at else ''}{why}"

@@ -21,6 +21,7 @@ The rules (issue 19; README, "Run control"):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from datetime import datetime, time, timedelta
 from typing import Literal
@@ -31,6 +32,46 @@ from pgpulse.planner import Advance, CatchUpPolicy, hold
 from pgpulse.schedule import Schedule
 from pgpulse.wording import given
 from pgpulse.zones import check_instant_range, load_zone
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def parse_duration(text: str, field: str) -> float:
+    """Seconds of ``text``: ``2h``, ``90m``, ``1h30m``, ``2d``, ``45s`` or plain seconds (as
+    ``alert silence --for`` and ``job pause --until`` take them).
+
+    Raises:
+        InvalidInput: ``field`` names the option; nothing else matches.
+    """
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise InvalidInput(
+            f"{field}: {text!r} is not a duration (2h, 90m, 1h30m, 2d, 45s or seconds)",
+            field=field,
+            value=text,
+        )
+    days, hours, minutes, seconds = (float(g or 0) for g in match.groups())
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def pause_until(value: str, timezone: str, now: datetime) -> datetime:
+    """A pause's end: ``value`` as a duration from ``now`` (the database's clock: ``2h``,
+    ``90m``, ``1d``; plain digits count as seconds) when it reads as one, else as an instant
+    (:func:`parse_instant`, in ``timezone`` without an offset).
+
+    Raises:
+        InvalidInput: ``field`` is ``until``: neither, or out of Pulse's instants.
+    """
+    match = _DURATION.fullmatch(value.strip())
+    if match is not None and any(match.groups()):
+        seconds = parse_duration(value, "until")
+        try:
+            later = now + timedelta(seconds=seconds)
+        except OverflowError:  # past datetime's range: the range check's own refusal
+            later = now.replace(year=9999, month=12, day=31)
+        return check_instant_range("until", later, value)
+    return parse_instant("until", value, timezone)
+
 
 ResumeMode = Literal["skip", "once", "backfill"]
 RESUME_MODES: tuple[ResumeMode, ...] = ("skip", "once", "backfill")

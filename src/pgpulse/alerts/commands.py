@@ -9,7 +9,6 @@ typed into a shell's history.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn, TypeVar
@@ -25,12 +24,11 @@ from pgpulse.egress import HttpAllowList
 from pgpulse.errors import InvalidInput, PulseError
 from pgpulse.jobs import check_name
 from pgpulse.json_limits import loads_json
+from pgpulse.limits import parse_duration
 from pgpulse.report import one_line, print_records, run_command, to_json
 from pgpulse.wording import plural
 
 T = TypeVar("T")
-
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
 
 def _refuse(exc: InvalidInput) -> NoReturn:
@@ -38,23 +36,6 @@ def _refuse(exc: InvalidInput) -> NoReturn:
     :func:`~pgpulse.report.run_command` reports those found after)."""
     click.echo(f"error: {one_line(str(exc))}", err=True)
     sys.exit(2)
-
-
-def parse_duration(text: str, field: str) -> float:
-    """Seconds of ``text``: ``2h``, ``90m``, ``1h30m``, ``2d``, ``45s`` or plain seconds.
-
-    Raises:
-        InvalidInput: ``field`` names the option; nothing else matches.
-    """
-    match = _DURATION.fullmatch(text.strip())
-    if not text.strip() or match is None or not any(match.groups()):
-        raise InvalidInput(
-            f"{field}: {text!r} is not a duration (2h, 90m, 1h30m, 2d, 45s or seconds)",
-            field=field,
-            value=text,
-        )
-    days, hours, minutes, seconds = (float(g or 0) for g in match.groups())
-    return days * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
 def _alerts(obj: dict[str, Any], action: Callable[[AlertStore], Coroutine[Any, Any, T]]) -> T:

@@ -360,6 +360,19 @@ async def cluster_page(request: Request, session: Session) -> HTMLResponse:
     )
 
 
+def _pause_options(form: dict[str, list[str]]) -> dict[str, Any]:
+    """A pause button's optional ``reason`` and ``until`` (an instant, or a duration from now
+    as ``job pause --until`` takes it: ``2h``), blank ones left out."""
+    options: dict[str, Any] = {}
+    reason = (form.get("reason") or [""])[0].strip()
+    until = (form.get("until") or [""])[0].strip()
+    if reason:
+        options["reason"] = reason
+    if until:
+        options["until"] = until
+    return options
+
+
 @router.post("/jobs/{job_id}/{verb}")
 async def job_action(request: Request, job_id: JobId, verb: str, session: Session) -> Response:
     """Pause, resume or trigger a job from a button (CSRF-checked). Answers JSON to the page's
@@ -379,8 +392,13 @@ async def job_action(request: Request, job_id: JobId, verb: str, session: Sessio
     ctx: WebContext = request.app.state.pulse
     try:
         before = await ctx.service.job(who, job_id)
-        await ctx.service.act(who, job_id, verb)
-        notice = f"{verb}d" if verb != "trigger" else "triggered"
+        options = _pause_options(form) if verb == "pause" else {}
+        after = await ctx.service.act(who, job_id, verb, options)
+        notice = f"{verb}d {before['name']}" if verb != "trigger" else f"triggered {before['name']}"
+        if verb == "pause":
+            notice += (
+                f" until {_when(after['paused_until'])}" if after["paused_until"] else ""
+            ) + (f": {after['pause_reason']}" if after["pause_reason"] else "")
         if (verb == "pause" and before["status"] == "paused") or (
             verb == "resume" and before["status"] not in ("paused", "failed")
         ):  # the store left the job as it is: say so as the CLI does

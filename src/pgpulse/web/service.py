@@ -23,7 +23,7 @@ from pgpulse.audit import SETTABLE_FIELDS
 from pgpulse.calendars import ExclusionCalendar, from_definitions
 from pgpulse.errors import DefinitionChanged, JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
-from pgpulse.limits import first_to_run, parse_instant
+from pgpulse.limits import first_to_run, parse_instant, pause_until
 from pgpulse.routing import waiting_reason
 from pgpulse.run_control import BackfillPlan, RunControl, Triggered
 from pgpulse.schedule import Schedule, parse_schedule
@@ -291,7 +291,12 @@ class JobService:
         options = dict(options or {})
         if options.get("until") is not None:
             # as `job pause --until`: an instant without an offset is in the job's zone
-            options["until"] = parse_instant("until", options["until"], row["timezone"])
+            until = options["until"]
+            options["until"] = (
+                pause_until(until, row["timezone"], await self.store.db_now())
+                if isinstance(until, str)
+                else parse_instant("until", until, row["timezone"])
+            )
         if verb == "delete":
             options["writer"] = self.writer(who)  # removing a definition is a write of it
         try:
