@@ -102,8 +102,8 @@ async def test_a_node_enqueues_each_occurrence_once_for_an_rq_worker(
             assert time.monotonic() < deadline, "the rq worker did not run every job"
             time.sleep(0.1)  # noqa: ASYNC251 - polls another process's writes
     finally:
-        if worker.poll() is None:
-            worker.terminate()
+        if worker.poll() is None:  # a worker that hangs at its exit may hang at SIGTERM too
+            worker.kill()
         worker.wait(20)
     executed = [json.loads(line) for line in record.read_text().splitlines()]
     ids = [line["id"] for line in executed]

@@ -150,7 +150,7 @@ def test_dashboard_in_a_real_browser(dsn: str, db: Any, tmp_path: Path) -> None:
 
                 # trigger: the node runs it and the page shows the outcome without a reload
                 page.click("[data-testid=trigger-nightly-report]")
-                sync_api.expect(page.locator("#notice")).to_have_text("triggered")
+                sync_api.expect(page.locator("#notice")).to_have_text("triggered nightly-report")
                 sync_api.expect(page.locator("[data-testid=outcome-nightly-report]")).to_have_text(
                     "succeeded"
                 )

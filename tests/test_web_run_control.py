@@ -141,11 +141,11 @@ async def test_dashboard_buttons_note_no_change_as_the_cli_and_go_back_to_the_jo
             return unquote(notice)
 
         assert await press("resume") == "nightly is idle, not paused; no change"
-        assert await press("pause") == "paused"
+        assert await press("pause") == "paused nightly"  # the notice names the job
         assert await press("pause") == "nightly was paused already; no change"
-        assert await press("resume") == "resumed"
+        assert await press("resume") == "resumed nightly"
         listed = await ui.post(f"/ui/jobs/{job['id']}/trigger", data=csrf | {"next": "/ui/"})
-        assert listed.headers["location"].startswith("/ui/?notice=triggered&sig=")
+        assert listed.headers["location"].startswith("/ui/?notice=triggered%20nightly&sig=")
         # a link from elsewhere cannot put words on the page (seventh trial): unsigned, or
         # signed for another text, a notice is not shown
         sig = listed.headers["location"].partition("&sig=")[2]  # triggered's, for this token
