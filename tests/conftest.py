@@ -32,6 +32,7 @@ def _with_db(dsn: str, dbname: str) -> str:
 #: measured with ``--durations``), longest first: collected first, so that ``--dist loadscope``
 #: starts them first and no worker is left with one of them at the end while the other idles.
 LONG_MODULES = (
+    "test_light_install.py",
     "test_web_fuzz.py",
     "test_bench_pgcron.py",
     "test_chaos_run.py",

@@ -25,6 +25,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 from pgpulse.errors import InvalidInput
+from pgpulse.extras import require
 from pgpulse.zones import load_zone
 
 __all__ = ["ExclusionCalendar", "is_calendar_name"]
@@ -185,9 +186,8 @@ def _as_date(name: str, value: date | str) -> date:
 @cache
 def _regions() -> dict[str, tuple[str, ...]]:
     """Countries ``holidays`` knows, with their subdivisions (imported on first use: the
-    library is large, and ``import pgpulse`` should not pay for it)."""
-    import holidays  # deferred, see the docstring
-
+    library is large, and ``import pgpulse`` should not pay for it; the calendars extra)."""
+    holidays = require("holidays", extra="calendars", what="a calendar of public holidays")
     return {code: tuple(subs) for code, subs in holidays.list_supported_countries().items()}
 
 
@@ -213,6 +213,5 @@ def _check_region(name: str, country: str, subdivision: str | None) -> None:
 @lru_cache(maxsize=4096)
 def _holidays(country: str, subdivision: str | None, year: int) -> frozenset[date]:
     """The public holidays (observed days included) of one region in one year."""
-    import holidays  # deferred, see _regions
-
+    holidays = require("holidays", extra="calendars", what="a calendar of public holidays")
     return frozenset(holidays.country_holidays(country, subdiv=subdivision, years=year))

@@ -901,7 +901,6 @@ async def job_show(
     the job as the API's GET /api/v1/jobs/{id} does."""
     # The API's own reading, presentation and schema of a job (pydantic; no web framework).
     from pgpulse.web.reads import Reads
-    from pgpulse.web.schemas import Job
     from pgpulse.web.service import present_job
 
     row = await Reads(store.reads).job((await store.get_job(tenant, name))["id"], tenant=tenant)
@@ -909,6 +908,11 @@ async def job_show(
         raise JobNotFound(tenant, name)
     job = present_job(row)
     if as_json:
+        try:
+            from pgpulse.web.schemas import Job  # pydantic: the web extra
+        except ModuleNotFoundError:  # a light install: the same fields, written as the API would
+            click.echo(json.dumps(job, default=to_json, indent=2))
+            return
         click.echo(json.dumps(Job.model_validate(job).model_dump(mode="json"), indent=2))
         return
     stale = {(j["tenant"], j["name"]) for j in await store.stale_code_jobs(tenant)}

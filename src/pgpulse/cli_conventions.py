@@ -31,6 +31,7 @@ from pgpulse.cli_types import worded
 from pgpulse.database import with_database
 from pgpulse.embedded import start_embedded
 from pgpulse.errors import DatabaseUnavailable, InvalidInput, PulseError
+from pgpulse.extras import MissingExtra, extra_for
 from pgpulse.report import one_line, refusal_line
 
 #: click's settings for every command of the tree.
@@ -66,6 +67,8 @@ def _load_lazy(name: str) -> click.Command:
     try:
         command: click.Command = getattr(importlib.import_module(module_name), attr)
     except ModuleNotFoundError as exc:
+        if extra_for(exc) is not None:
+            raise Refused(MissingExtra(extra_for(exc) or "", f"'pgpulse {name}'").message) from None
         if exc.name is None or not exc.name.startswith("pgpulse_tools"):
             raise
         raise click.UsageError(
@@ -296,6 +299,22 @@ def _one_line_database_errors() -> Iterator[None]:
         raise DatabaseFailed(line) from None
 
 
+@contextmanager
+def _one_line_missing_extras(ctx: click.Context) -> Iterator[None]:
+    """A command that needs one of Pulse's extras where it is not installed, whichever command
+    and wherever it imports it: one line naming the extra (exit 2), not a traceback."""
+    try:
+        yield
+    except MissingExtra as exc:
+        raise Refused(exc.message) from None
+    except ModuleNotFoundError as exc:
+        extra = extra_for(exc)
+        if extra is None:
+            raise
+        words = " ".join([*_command_path(ctx), ctx.invoked_subcommand or ""]).strip()
+        raise Refused(MissingExtra(extra, f"'pgpulse {words}'").message) from None
+
+
 def _not_utf8(text: str) -> str | None:
     """How ``text`` (decoded with ``surrogateescape``) fails to be UTF-8, or ``None``."""
     data = text.encode("utf-8", "surrogateescape")
@@ -350,7 +369,7 @@ class PulseGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         # A subcommand's options are parsed in here, and every command runs in here.
-        with _one_line_database_errors(), _one_line_refusals():
+        with _one_line_missing_extras(ctx), _one_line_database_errors(), _one_line_refusals():
             return super().invoke(ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:

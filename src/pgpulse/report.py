@@ -12,7 +12,6 @@ from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
 import click
-from tabulate import tabulate
 
 from pgpulse.errors import DatabaseUnavailable, PulseError
 from pgpulse.sharding import DEFAULT_SHARD_COUNT
@@ -106,6 +105,49 @@ def emit(as_json: bool, result: dict[str, Any], *lines: str) -> None:
 
 #: Longest text shown in a table cell of a column that may be shortened (errors, commands).
 CELL_MAX = 60
+
+
+def _is_number(value: Any) -> bool:
+    """Whether a table cell reads as a number (right-aligned): an int or float, or text that
+    parses as one."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return True
+    if isinstance(value, str) and value.strip():
+        try:
+            float(value)
+        except ValueError:
+            return False
+        return value.strip().lower() not in ("nan", "inf", "-inf", "infinity")
+    return False
+
+
+def tabulate(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    """``rows`` under ``headers`` in aligned columns, as people read them in a terminal: two
+    spaces between columns, a rule of dashes under each header (two wider than it), a column
+    whose every value is a number right-aligned, ``None`` empty, cells and lines without
+    surrounding spaces. The
+    layout of the tabulate library's "simple" format, which the CLI used before the light
+    install (issue 32) left that library out of a node's dependencies; numbers are printed as
+    given, never reformatted."""
+    text = [["" if value is None else str(value).strip() for value in row] for row in rows]
+    columns = range(len(headers))
+    numeric = [
+        any(row[i] not in (None, "") for row in rows)
+        and all(_is_number(row[i]) for row in rows if row[i] not in (None, ""))
+        for i in columns
+    ]
+    widths = [max([len(headers[i]) + 2, *(len(row[i]) for row in text)]) for i in columns]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.rjust(widths[i]) if numeric[i] else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(headers), rule, *(line(row) for row in text)])
 
 
 def _cell(value: Any, shorten: bool = False) -> Any:

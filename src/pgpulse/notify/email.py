@@ -36,6 +36,7 @@ from email.parser import BytesParser
 from email.utils import format_datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pgpulse.extras import MissingExtra
 from pgpulse.notify import fields
 from pgpulse.notify.events import AlertEvent, DeliveryResult, alert_summary, clip, iso_utc
 from pgpulse.notify.redaction import MASK, Secret, scrub
@@ -379,7 +380,10 @@ class EmailNotifier:
         return self._tls
 
     def _client(self, local_hostname: str) -> aiosmtplib.SMTP:
-        import aiosmtplib
+        try:
+            import aiosmtplib
+        except ModuleNotFoundError as exc:
+            raise MissingExtra("alerts", "an e-mail notifier") from exc
 
         config = self.config
         return aiosmtplib.SMTP(
@@ -418,8 +422,10 @@ class EmailNotifier:
             attempt: which attempt of this event's delivery this is (1-based; the message is
                 the same on every attempt).
         """
-        import aiosmtplib
-
+        try:
+            import aiosmtplib
+        except ModuleNotFoundError as exc:
+            raise MissingExtra("alerts", "an e-mail notifier") from exc
         started = time.monotonic()
         try:
             message = build_message(self.config, event)

@@ -21,6 +21,7 @@ from typing import Any
 import uvicorn
 
 from pgpulse.app import connect
+from pgpulse.cli_types import parse_address
 from pgpulse.errors import InvalidInput
 from pgpulse.store import Store
 from pgpulse.web.app import create_app, create_metrics_app
@@ -29,32 +30,9 @@ from pgpulse.web.policy import WebSettings
 log = logging.getLogger(__name__)
 
 
-def parse_address(text: str, *, field: str = "listen") -> tuple[str, int]:
-    """Parse ``HOST:PORT``, ``:PORT`` (all interfaces), ``PORT`` (loopback) or ``[V6]:PORT``.
-
-    Raises:
-        InvalidInput: not an address with a port in 0-65535 (``field`` names the option; a
-            port past 65535 is said to be out of range).
-    """
-    host, sep, port_text = text.strip().rpartition(":")
-    if not sep:
-        host, port_text = "127.0.0.1", text.strip()
-    elif host == "":
-        host = "0.0.0.0"  # ":PORT" explicitly asks for every interface
-    host = host.strip("[]")
-    if not port_text.isdigit() or not host:
-        raise InvalidInput(f"{field} {text!r} is not HOST:PORT", field=field, value=text)
-    if int(port_text) > 65535:  # TCP's port is 16 bits; 0 asks the system for a free one
-        raise InvalidInput(
-            f"{field} {text!r}: port {port_text} is out of range (1-65535)",
-            field=field,
-            value=text,
-        )
-    return host, int(port_text)
-
-
 def bind(text: str, *, field: str = "listen") -> socket.socket:
-    """Bind a listening TCP socket for address ``text`` (see :func:`parse_address`).
+    """Bind a listening TCP socket for address ``text``
+    (:func:`pgpulse.cli_types.parse_address`).
 
     Binding here, before uvicorn starts, turns "address in use" into a clear refusal.
 
