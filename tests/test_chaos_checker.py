@@ -355,7 +355,7 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
     await add(store, spec("billing"), now=utc(2026, 1, 1))
     later = utc(2026, 1, 1, 0, 5)
     [first] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=later)
-    assert await store.hand_back_runs([first.key], started=(), reason="stop", now=later) == (1, 0)
+    assert await store.hand_back([first.key], started=(), reason="stop", now=later) == (1, 0)
     [second] = await store.claim_due("node-b", ALL_SHARDS, 1, lease=30, now=later)
     done = Outcome(second, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 6)))
     assert await store.finish_runs([done], now=later, node="node-b") == {second.key}

@@ -14,7 +14,7 @@ from helpers import ALL_SHARDS, add, spec
 from pgpulse.attempts import Attempts
 from pgpulse.dispatch import Dispatcher
 from pgpulse.handlers import RunContext
-from pgpulse.model import ClaimedJob
+from pgpulse.model import ClaimedJob, ClaimKey
 from pgpulse.store import Store
 from test_engine import node, running, wait_until
 
@@ -91,8 +91,11 @@ async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_track
     second = attempts.start(_claimed(7, token=2), time.monotonic(), time.monotonic())
     await asyncio.sleep(0)  # attempt 1's done callback runs
     try:
-        assert attempts.get((7, 1)) is None and attempts.get((7, 2)) is second
-        assert attempts.leases() == [(7, 2)]
+        assert (
+            attempts.get(ClaimKey("job", 7, 1)) is None
+            and attempts.get(ClaimKey("job", 7, 2)) is second
+        )
+        assert attempts.leases() == [ClaimKey("job", 7, 2)]
         # the node's watchdog fires no later than attempt 2's deadline
         watchdog_at = attempts.watchdog_at
         assert watchdog_at is not None and watchdog_at <= second.deadline
@@ -113,7 +116,7 @@ async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt(
     attempts = _attempts({"noop": waits})
     first = attempts.start(_claimed(7, token=1), time.monotonic(), time.monotonic())
     held, sent = attempts.leases(), time.monotonic()
-    assert held == [(7, 1)]
+    assert held == [ClaimKey("job", 7, 1)]
     # While the renewal is in flight, attempt 1 ends (its outcome commits) and the job is
     # claimed again.
     release.set()
@@ -124,7 +127,7 @@ async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt(
     second = attempts.start(_claimed(7, token=2), time.monotonic(), time.monotonic())
     try:
         attempts.renewed(held, set(), sent)  # token 1 no longer runs: its renewal is refused
-        assert attempts.get((7, 2)) is second
+        assert attempts.get(ClaimKey("job", 7, 2)) is second
         assert second.stop_reason is None, "attempt 2 was cancelled for attempt 1's lease"
     finally:
         _stop(attempts)

@@ -14,9 +14,9 @@ import pytest
 from psycopg import sql
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse.claims import CLAIM_SESSION_SETTINGS, JOB_ROW_FIELDS
+from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.database import Session
-from pgpulse.model import ClaimedJob, Outcome
+from pgpulse.model import ClaimedJob, ClaimKey, Outcome
 from pgpulse.planner import Advance
 from pgpulse.sql import QUERIES, RARE_PARTS, positional, without_ctes
 from pgpulse.store import Store
@@ -66,9 +66,12 @@ async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any
             "now": LATER,
         },
     )
-    fields = ClaimedJob._fields[:JOB_ROW_FIELDS]  # a job row is no extra occurrence
-    columns = (*fields, "clock_now", "next_due", "written", "occurrences_due")
-    assert tuple(c.name for c in cur.description) == columns
+    # every column but the step's own is read by name into ClaimedJob; a job row is no extra
+    # occurrence, so its occurrence and kind keep their defaults
+    names = [c.name for c in cur.description]
+    own = ["clock_now", "next_due", "written", "occurrences_due"]
+    assert names[-4:] == own
+    assert set(names[:-4]) == set(ClaimedJob._fields) - {"occurrence", "kind"}
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
     row = db.execute("SELECT run_id FROM pgpulse_jobs").fetchone()
     assert (
@@ -247,8 +250,8 @@ async def test_stale_token_completion_changes_nothing(store: Store, db: Any) -> 
         == run_before
     )
     # The zombie cannot renew its lease either; the rightful holder can.
-    assert await store.renew_leases([(job_id, zombie.fencing_token)], lease=30) == set()
-    assert await store.renew_leases([taker.key], lease=30, now=after_lease) == {taker.key}
+    assert await store.renew([ClaimKey("job", job_id, zombie.fencing_token)], lease=30) == set()
+    assert await store.renew([taker.key], lease=30, now=after_lease) == {taker.key}
 
 
 async def test_a_claim_whose_handler_never_started_is_handed_back_uncounted(
@@ -256,7 +259,7 @@ async def test_a_claim_whose_handler_never_started_is_handed_back_uncounted(
 ) -> None:
     [job_id] = await add(store, spec("cleanup"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
-    assert await store.hand_back_runs([job.key], started=(), reason="shutdown") == (1, 0)
+    assert await store.hand_back([job.key], started=(), reason="shutdown") == (1, 0)
     row = db.execute(
         "SELECT status, attempt, lease_expires_at, last_error FROM pgpulse_jobs WHERE id = %s",
         (job_id,),
@@ -281,9 +284,9 @@ async def test_a_started_attempt_handed_back_is_recorded_and_the_next_claim_is_a
     claim hands back nothing."""
     [job_id] = await add(store, spec("report"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
-    stale = (job_id, job.fencing_token - 1)
+    stale = ClaimKey("job", job_id, job.fencing_token - 1)
     reason = "handed back by node node-a at shutdown"
-    assert await store.hand_back_runs(
+    assert await store.hand_back(
         [stale, job.key], started={stale, job.key}, reason=reason, now=LATER
     ) == (1, 1)
     run = db.execute(

@@ -40,8 +40,9 @@ MOVED = [
 HOT = (
     "finish_and_claim",
     "finish_and_claim_occurrences",
-    "renew_leases",
-    "hand_back_runs",
+    "renew",
+    "hand_back_jobs",
+    "hand_back_occurrences",
     "heartbeat",
 )
 

@@ -16,7 +16,6 @@ from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse.dispatch import AttemptResult, plan_finish
 from pgpulse.handlers import RunContext
 from pgpulse.model import ClaimedJob
-from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.planner import MAX_INTERRUPTIONS, plan_claim
 from pgpulse.run_control import RunControl
 from pgpulse.schedule import parse_schedule
@@ -30,17 +29,17 @@ ROUTES = {"work": tuple(ALL_SHARDS)}
 async def _interrupt(store: Store, db: Any, extra: bool, times: int) -> None:
     """Claim the one occurrence and interrupt its attempt ``times`` times, alternately handed
     back by a stopping node (its handler started) and reaped after its lease expired."""
-    occurrences = OccurrenceClaims(store.pool)
     for i in range(times):
         node_id = f"n{i}"
         if extra:
-            [job] = (await occurrences.finish_and_claim([], node_id, ROUTES, 5, lease=30)).jobs
+            [job] = (
+                await store.finish_and_claim_occurrences([], node_id, ROUTES, 5, lease=30)
+            ).jobs
         else:
             [job] = await store.claim_due(node_id, ALL_SHARDS, 5, lease=30, handlers=["work"])
         assert job.attempt == i + 1 and job.interruptions == i
         if i % 2 == 0:
-            back = occurrences.hand_back if extra else store.hand_back_runs
-            assert await back([job.key], started={job.key}, reason="stop") == (1, 1)
+            assert await store.hand_back([job.key], started={job.key}, reason="stop") == (1, 1)
         else:
             table = "pgpulse_occurrences" if extra else "pgpulse_jobs"
             db.execute(f"UPDATE {table} SET lease_expires_at = now() - interval '1 s'")

@@ -21,7 +21,7 @@ def test_migration_numbering_is_contiguous_from_one() -> None:
 
 
 def test_every_named_query_is_loaded() -> None:
-    for name in ("finish_and_claim", "renew_leases", "hand_back_runs", "upsert_job", "heartbeat"):
+    for name in ("finish_and_claim", "renew", "hand_back_jobs", "upsert_job", "heartbeat"):
         assert QUERIES[name].lstrip().upper().startswith(("WITH", "SELECT", "UPDATE", "INSERT"))
 
 

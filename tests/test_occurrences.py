@@ -15,6 +15,7 @@ from helpers import add, spec, utc
 from pgpulse.engine import Node
 from pgpulse.errors import InvalidInput
 from pgpulse.handlers import Handler, RunContext
+from pgpulse.model import ClaimKey
 from pgpulse.run_control import RunControl
 from pgpulse.store import Store
 from test_engine import TRIGGERED_ONLY, running, wait_until
@@ -388,31 +389,32 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     token; a stale token renews and writes nothing; an expired lease is reaped (the lost attempt
     counted, the batch's count released) and the next claim is attempt 2 of the same run."""
     from pgpulse.dispatch import AttemptResult, plan_finish
-    from pgpulse.occurrence_claims import OccurrenceClaims
 
     await add(store, spec("report", schedule=TRIGGERED_ONLY, handler="work"))
     done = await RunControl(store.pool).trigger("default", "report", {"n": 1})
-    claims = OccurrenceClaims(store.pool)
     shards = {"work": tuple(range(64))}
     # capability routing: a node whose routes lack the handler never claims (nor reads) it
-    elsewhere = await claims.finish_and_claim([], "z", {"other": tuple(range(64))}, 5, lease=30)
+    elsewhere = await store.finish_and_claim_occurrences(
+        [], "z", {"other": tuple(range(64))}, 5, lease=30
+    )
     assert (elsewhere.jobs, elsewhere.next_due) == ([], None)
     # ... nor counts it due: the job-row step's probe goes along the same routes
     other = await store.finish_and_claim([], "z", {"other": tuple(range(64))}, 5, lease=30)
     mine = await store.finish_and_claim([], "a", shards, 5, lease=30)
     assert (other.occurrences_due, mine.occurrences_due) == (None, done.scheduled_for)
-    first = await claims.finish_and_claim([], "a", shards, 5, lease=30)
+    first = await store.finish_and_claim_occurrences([], "a", shards, 5, lease=30)
     [job] = first.jobs
     assert (job.occurrence, job.attempt, job.fencing_token, job.key) == (
-        done.occurrence, 1, 1, (-done.occurrence, 1),
+        done.occurrence, 1, 1, ("occurrence", done.occurrence, 1),
     )  # fmt: skip
-    assert (await claims.finish_and_claim([], "b", shards, 5, lease=30)).jobs == []  # one owner
-    assert await claims.renew([(-done.occurrence, 7)], lease=30) == set()  # stale token
+    assert (await store.finish_and_claim_occurrences([], "b", shards, 5, lease=30)).jobs == []
+    stale = ClaimKey("occurrence", done.occurrence, 7)
+    assert await store.renew([stale], lease=30) == set()  # a stale token renews nothing
     db.execute("UPDATE pgpulse_occurrences SET lease_expires_at = now() - interval '1 s'")
     assert await store.reap_expired_leases() == 1  # the heartbeat's sweep
     assert leftovers(db) == (1, [0])
     assert history(db) == [("trigger", "retrying", done.scheduled_for)]
-    [again] = (await claims.finish_and_claim([], "b", shards, 5, lease=30)).jobs
+    [again] = (await store.finish_and_claim_occurrences([], "b", shards, 5, lease=30)).jobs
     assert (again.attempt, again.fencing_token) == (2, 2)
     # while attempt 2 runs, the live view shows it with attempt 1 as its earlier one (20b)
     live = db.execute(
@@ -424,10 +426,10 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     [earlier] = live[0]["earlier_attempts"]
     assert (earlier["attempt"], earlier["node_id"], earlier["outcome"]) == (1, "a", "retrying")
     late = plan_finish(job, AttemptResult(True), job.db_now)  # the zombie of attempt 1
-    assert (await claims.finish_and_claim([late], "a", {}, 0, lease=30)).written == set()
+    assert (await store.finish_and_claim_occurrences([late], "a", {}, 0, lease=30)).written == set()
     assert leftovers(db) == (1, [1])
     ok = plan_finish(again, AttemptResult(True), again.db_now)
-    step = await claims.finish_and_claim([ok], "b", {}, 0, lease=30)
+    step = await store.finish_and_claim_occurrences([ok], "b", {}, 0, lease=30)
     assert step.written == {again.key}
     assert leftovers(db) == (0, [0])
     row = db.execute("SELECT id, attempts, outcome, node_id, kind FROM pgpulse_runs").fetchone()
@@ -442,16 +444,13 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
 
 
 async def test_a_stopping_node_hands_an_occurrence_back(store: Store, db: Any) -> None:
-    from pgpulse.occurrence_claims import OccurrenceClaims
-
     await add(store, spec("report", schedule=TRIGGERED_ONLY, handler="work"))
     await RunControl(store.pool).trigger("default", "report", {})
     await RunControl(store.pool).trigger("default", "report", {})
-    claims = OccurrenceClaims(store.pool)
     started, unstarted = (
-        await claims.finish_and_claim([], "a", {"work": tuple(range(64))}, 5, lease=30)
+        await store.finish_and_claim_occurrences([], "a", {"work": tuple(range(64))}, 5, lease=30)
     ).jobs
-    handed = await claims.hand_back(
+    handed = await store.hand_back(
         [started.key, unstarted.key], started={started.key}, reason="stop"
     )
     assert handed == (2, 1)

@@ -13,7 +13,6 @@ from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse.calendars import ExclusionCalendar
 from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import InvalidInput
-from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.run_control import RunControl
 from pgpulse.spread import spread_offset
 from pgpulse.store import Store
@@ -62,7 +61,6 @@ async def test_a_fork_keeps_the_job_rows_calendar_and_spread(store: Store, db: A
     offset = spread_offset(job_id, 600)
     assert job_row(db, "fanout")["next_run_at"] == utc(2026, 3, 2, 9) + offset
     dispatcher = Dispatcher({"noop": lambda ctx: None}, "node-a", {})
-    forks = OccurrenceClaims(store.pool)
     # 2 March is excluded: the job row skips it there, nothing is forked
     now = utc(2026, 3, 2, 9) + offset + timedelta(seconds=1)
     [claimed] = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
@@ -76,7 +74,7 @@ async def test_a_fork_keeps_the_job_rows_calendar_and_spread(store: Store, db: A
     [claimed] = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
     forked = await dispatcher.decide(claimed)
     assert forked is not None and forked.outcome == "forked"
-    assert await forks.fork(forked, now=now)
+    assert await store.fork(forked, now=now)
     job = job_row(db, "fanout")
     assert (job["status"], job["scheduled_for"], job["next_run_at"]) == (
         "idle",

@@ -35,7 +35,6 @@ from helpers import ALL_SHARDS, add, cluster_pg_bin, pgpulse, spec
 from pgpulse.app import connect
 from pgpulse.database import primary_dsn
 from pgpulse.errors import DatabaseUnavailable
-from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.run_control import RunControl
 from pgpulse_tools.chaos.replication import ReplicatedServer, Replication, initdb_template
 
@@ -146,7 +145,7 @@ async def test_a_claim_lost_in_a_failover_never_shares_its_token_or_run_id(
         assert b.fencing_token == _epoch(2) + 1 > a.fencing_token  # the token still grows
         assert b.run_id > _epoch(2)
         async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
-            renewed = await store.renew_leases([(a.id, a.fencing_token)], lease=30)
+            renewed = await store.renew([a.key], lease=30)
         assert not renewed, "node A's stale claim renewed its lease on the new primary"
 
 
@@ -154,9 +153,7 @@ async def _claim_occurrence(cluster: ReplicatedServer, node: str) -> Any:
     """One claim of an extra occurrence (issue 19b), with Pulse's own statement, on the primary."""
     async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
         routes = {"noop": tuple(ALL_SHARDS)}
-        [job] = (
-            await OccurrenceClaims(store.pool).finish_and_claim([], node, routes, 1, lease=30)
-        ).jobs
+        [job] = (await store.finish_and_claim_occurrences([], node, routes, 1, lease=30)).jobs
         return job
 
 
@@ -180,7 +177,7 @@ async def test_an_occurrence_claim_lost_in_a_failover_never_shares_its_token_or_
         assert a.occurrence == b.occurrence == made.occurrence  # the same occurrence ...
         assert (a.fencing_token, b.fencing_token) == (1, _epoch(2) + 1)  # ... never one token
         async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
-            assert await OccurrenceClaims(store.pool).renew([a.key], lease=30) == set()
+            assert await store.renew([a.key], lease=30) == set()
             later = await RunControl(store.pool).trigger("default", "billing", {"n": 2})
         assert later.occurrence > _epoch(2) > made.occurrence
 

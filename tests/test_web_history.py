@@ -43,7 +43,7 @@ async def four_attempts(store: Store) -> tuple[int, int, datetime]:
     [c] = await store.claim_due(
         "node-c", ALL_SHARDS, 1, lease=30, now=LATER + timedelta(seconds=41)
     )
-    await store.hand_back_runs(
+    await store.hand_back(
         [c.key], started=[c.key], reason="node stopping", now=LATER + timedelta(seconds=42)
     )
     [d] = await store.claim_due(

@@ -1,19 +1,25 @@
-"""The statements a node runs: claims, outcomes, leases, hand-backs, heartbeats.
+"""The one interface to every claim a node holds: claims, outcomes, renewals, hand-backs,
+forks and heartbeats, for job rows and extra occurrences alike.
 
-:class:`ClaimStore` is the part of the store a node's own sessions use — the claim loop's
-(:data:`CLAIM_SESSION_SETTINGS`) and the heartbeat's — and :class:`~pgpulse.store.Store`, the
-whole store, inherits it. Every method runs one statement of ``sql/queries.sql`` and says in its
-docstring what it locks and what it fences (design.md, invariants 2 and 3). Instants are aware
-datetimes; durations are seconds. ``now`` parameters exist for tests only: production callers
-leave them ``None`` so the database's clock decides (design.md, invariant 1).
+A claim's lease is held by a job row (its scheduled occurrence) or by a row of
+``pgpulse_occurrences`` (a trigger, a backfill occurrence, a fork under overlap
+``replace``/``allow``; docs/states.md, "Extra occurrences"); a :class:`~pgpulse.model.ClaimKey`
+names which. :class:`ClaimStore` is the part of the store a node's own sessions use — the claim
+loop's (:data:`CLAIM_SESSION_SETTINGS`) and the heartbeat's — and
+:class:`~pgpulse.store.Store`, the whole store, inherits it. Every method runs the statements of
+``sql/queries.sql`` and ``sql/occurrences.sql`` it names and says what they lock and fence
+(design.md, invariants 2 and 3). Instants are aware datetimes; durations are seconds. ``now``
+parameters exist for tests only: production callers leave them ``None`` so the database's clock
+decides (design.md, invariant 1).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import psycopg
@@ -26,7 +32,7 @@ from pgpulse.planner import Advance
 from pgpulse.registry import NodeRegistry
 from pgpulse.routing import Routes
 from pgpulse.sharding import DEFAULT_SHARD_COUNT
-from pgpulse.sql import claim_statement
+from pgpulse.sql import QUERIES, claim_statement
 
 #: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
 LEADER_LOCK_KEY = 0x50756C73
@@ -113,28 +119,44 @@ def _storable(text: str | None) -> str | None:
 
 _NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
 
-#: How many of :class:`ClaimedJob`'s fields a claim of job rows returns (through
-#: ``interruptions``; a job row is no extra occurrence).
-JOB_ROW_FIELDS = 30
 
+@dataclass(frozen=True, slots=True)
+class _StepRows:
+    """The rows of a claim step (``finish_and_claim``, ``finish_and_claim_occurrences``), read
+    by column name: a claimed row's :class:`ClaimedJob` fields (those the statement returns;
+    the others keep their defaults), and on every row the step's ``clock_now`` and
+    ``next_due``, on the first one ``written`` (the (id, token) pairs whose outcome took
+    effect), and, for job rows, ``occurrences_due``."""
 
-def parse_step(
-    rows: Sequence[tuple[Any, ...]], fields: int
-) -> tuple[set[ClaimKey], list[ClaimedJob], datetime | None, datetime | None]:
-    """Read the rows of a claim step (``finish_and_claim``, ``finish_and_claim_occurrences``):
-    ``fields`` of :class:`ClaimedJob` per claimed row, then the clock, the next due instant and
-    (on the first row) the written (id, token) pairs.
+    written: set[ClaimKey]
+    jobs: list[ClaimedJob]
+    next_due: datetime | None
+    db_now: datetime | None
+    occurrences_due: datetime | None
 
-    Returns:
-        (written pairs as the statement names them, claimed jobs, next due, the clock).
-    """
-    written = next(
-        {(claim_id, token) for claim_id, token in row[fields + 2]}
-        for row in rows
-        if row[fields + 2] is not None
-    )
-    jobs = [ClaimedJob(*row[:fields]) for row in rows if row[0] is not None]
-    return written, jobs, rows[0][fields + 1], rows[0][fields]
+    @classmethod
+    def read(
+        cls,
+        names: Sequence[str],
+        rows: Sequence[tuple[Any, ...]],
+        row: Literal["job", "occurrence"],
+    ) -> _StepRows:
+        """Read ``rows`` (columns ``names``) of a step whose claims are of ``row`` rows."""
+        at = {name: i for i, name in enumerate(names)}
+        fields = [(name, at[name]) for name in ClaimedJob._fields if name in at]
+        written = next(r[at["written"]] for r in rows if r[at["written"]] is not None)
+        first = rows[0]
+        return cls(
+            {ClaimKey(row, claim_id, token) for claim_id, token in written},
+            [
+                ClaimedJob(**{name: r[i] for name, i in fields})
+                for r in rows
+                if r[at["id"]] is not None
+            ],
+            first[at["next_due"]],
+            first[at["clock_now"]],
+            first[at["occurrences_due"]] if "occurrences_due" in at else None,
+        )
 
 
 def _skips(advance: Advance | None) -> dict[str, Any]:
@@ -198,23 +220,6 @@ class ClaimStore(NodeRegistry):
         routes = {handler: tuple(shards) for handler in handlers}
         return (await self.finish_and_claim((), node, routes, limit, lease=lease, now=now)).jobs
 
-    async def finish_runs(
-        self, outcomes: Sequence[Outcome], *, node: str, now: datetime | None = None
-    ) -> set[ClaimKey]:
-        """End the current attempt of each job in ``outcomes`` (claims ``node`` made) — fenced —
-        in one statement (:meth:`finish_and_claim` claiming nothing).
-
-        Concurrency: each element is written only if its job is still ``running`` under the
-        element's fencing token; otherwise that element changes nothing (its lease was lost).
-        Skipped occurrences of an element are inserted only if the element was written.
-
-        Returns:
-            The claims (job id, fencing token) whose outcome was written.
-        """
-        if not outcomes:
-            return set()
-        return (await self.finish_and_claim(outcomes, node, {}, 0, lease=0.0, now=now)).written
-
     async def finish_and_claim(
         self,
         outcomes: Sequence[Outcome],
@@ -237,7 +242,7 @@ class ClaimStore(NodeRegistry):
         is already due is claimed at the next step (its outcome's ``next_run_at`` says when).
         If the statement fails, nothing of it is committed and the caller may send the same
         outcomes again (fenced writes are idempotent). The outcomes go out as one JSON array, in
-        job id order (as renew_leases writes: two statements over the same running rows never
+        job id order (as renew writes: two statements over the same running rows never
         wait on each other in a cycle, i.e. never deadlock); their text is made storable
         (:func:`_storable`) and their instants are written by orjson as RFC 3339 with offset.
         Each carries its claim's run id, occurrence and attempt (the :class:`ClaimedJob`'s) and
@@ -290,11 +295,12 @@ class ClaimStore(NodeRegistry):
             step, names = claim_statement(statement, self.shard_count)
             await cur.execute(step, [params[name] for name in names], binary=True)
             rows = await cur.fetchall()
-        written, jobs, next_due, db_now = parse_step(rows, JOB_ROW_FIELDS)
+            read = _StepRows.read([c.name for c in cur.description or ()], rows, "job")
+        written, jobs, next_due, db_now = read.written, read.jobs, read.next_due, read.db_now
         if not (limit > 0 and routes):
             return Step(written, jobs, None, None)
         assert db_now is not None  # the clock is on every row
-        occurrences_due = rows[0][JOB_ROW_FIELDS + 3]
+        occurrences_due = read.occurrences_due
         if len(jobs) < limit:  # a job finished here may be due before anything else
             for o in outcomes:
                 if o.job.key in written:
@@ -302,30 +308,137 @@ class ClaimStore(NodeRegistry):
                     next_due = at if next_due is None else min(next_due, at)
         return Step(written, jobs, next_due, db_now, occurrences_due)
 
-    async def renew_leases(
+    async def finish_and_claim_occurrences(
+        self,
+        outcomes: Sequence[Outcome],
+        node: str,
+        routes: Routes,
+        limit: int,
+        *,
+        lease: float,
+        now: datetime | None = None,
+    ) -> Step:
+        """Write the fenced outcomes of extra occurrences, then claim up to ``limit`` due ones
+        along ``routes`` (handler → shards, as :meth:`finish_and_claim`: an occurrence of a job
+        whose handler has no route is never claimed) within their batches' bounds — one
+        statement (``finish_and_claim_occurrences``, occurrences.sql).
+
+        Concurrency: an outcome is written only if its occurrence still runs under its token; a
+        final one deletes the occurrence, ``retrying`` makes it pending after ``retry_in``.
+        Pending occurrences are locked ``FOR UPDATE SKIP LOCKED``, then their batch rows (``SKIP
+        LOCKED``), whose newest count of leases bounds how many of each are claimed; the counts
+        change in the same statement. Each claimed occurrence gets a new lease and token.
+
+        Returns:
+            The step: the claims written, the occurrences claimed (``occurrence`` set), the next
+            due instant of a pending one (when fewer than ``limit`` were claimed) and the clock.
+
+        Raises:
+            psycopg.Error: the statement failed (nothing was written or claimed).
+            DatabaseUnavailable: the session could not connect.
+        """
+        batch = [
+            {
+                "id": o.job.occurrence,
+                "token": o.job.fencing_token,
+                "outcome": o.outcome,
+                "retry_in": o.retry_in or 0.0,
+                "error": o.error and _storable(o.error),
+                "output": o.output and _storable(o.output),
+            }
+            for o in sorted(outcomes, key=lambda o: o.job.occurrence or 0)
+        ]
+        params = step_params(batch, now=now, node=node, routes=routes, limit=limit, lease=lease)
+        async with self.pool.connection() as conn:
+            cur = psycopg.AsyncRawCursor(conn, row_factory=tuple_row)
+            step, names = claim_statement("finish_and_claim_occurrences", self.shard_count)
+            await cur.execute(step, [params[name] for name in names], binary=True)
+            rows = await cur.fetchall()
+            read = _StepRows.read([c.name for c in cur.description or ()], rows, "occurrence")
+        if not (limit > 0 and routes):
+            return Step(read.written, read.jobs, None, None)
+        return Step(read.written, read.jobs, read.next_due, read.db_now)
+
+    async def fork(self, outcome: Outcome, *, now: datetime | None = None) -> bool:
+        """Write a ``forked`` outcome (``fork_occurrence``): the job row moves to
+        ``outcome.advance`` and its claimed occurrence becomes a pending extra occurrence of the
+        job's overlap batch; under ``replace`` the job's other scheduled occurrences are
+        cancelled (history ``cancelled``) in the same statement.
+
+        Fenced by the job row's token: a lost claim changes nothing.
+
+        Returns:
+            Whether it was written.
+        """
+        job = outcome.job
+        assert outcome.advance is not None
+        rows = await self._rows(
+            "fork_occurrence",
+            {
+                "job_id": job.id,
+                "token": job.fencing_token,
+                "scheduled_for": outcome.advance.scheduled_for,
+                "replace": job.overlap == "replace",
+                **_skips(outcome.advance),
+                "skip_reason": outcome.skip_reason,
+                "now": now,
+            },
+        )
+        return bool(rows)
+
+    async def finish_runs(
+        self, outcomes: Sequence[Outcome], *, node: str, now: datetime | None = None
+    ) -> set[ClaimKey]:
+        """End the current attempt of each claim in ``outcomes`` (claims ``node`` made), job
+        rows and extra occurrences alike — fenced — claiming nothing (:meth:`finish_and_claim`
+        and :meth:`finish_and_claim_occurrences`).
+
+        Concurrency: each element is written only if its row still holds the element's lease
+        (same fencing token, lease not expired); otherwise it changes nothing (its lease was
+        lost). Skipped occurrences of an element are inserted only if the element was written.
+
+        Returns:
+            The claims whose outcome was written.
+        """
+        rows = [o for o in outcomes if o.job.occurrence is None]
+        extra = [o for o in outcomes if o.job.occurrence is not None]
+        written: set[ClaimKey] = set()
+        if rows:
+            written |= (await self.finish_and_claim(rows, node, {}, 0, lease=0.0, now=now)).written
+        if extra:
+            step = await self.finish_and_claim_occurrences(extra, node, {}, 0, lease=0.0, now=now)
+            written |= step.written
+        return written
+
+    async def renew(
         self, held: Sequence[ClaimKey], *, lease: float, now: datetime | None = None
     ) -> set[ClaimKey]:
-        """Extend the lease of each claim (job id, fencing token) still held; return the claims
-        renewed.
+        """Extend by ``lease`` seconds the lease of each claim still held, job rows and extra
+        occurrences alike, in one statement (``renew``); return the claims renewed.
 
-        Fenced: a pair whose token is stale, whose job is no longer running, or whose lease has
-        already expired is not renewed — its holder must stop the run (design.md, invariant 3).
+        Fenced: a claim whose token is stale, whose row no longer runs (reaped, handed back,
+        replaced, deleted with its job) or whose lease has already expired is not renewed —
+        its holder must stop the run (design.md, invariant 3). Each kind goes in id order, as
+        every statement over running rows (no lock-order deadlock).
         """
         if not held:
             return set()
-        held = sorted(held)  # job id order, as finish_runs: no lock-order deadlock
+        jobs = sorted(key for key in held if key.row == "job")
+        extra = sorted(key for key in held if key.row == "occurrence")
         rows = await self._rows(
-            "renew_leases",
+            "renew",
             {
-                "job_ids": [job_id for job_id, _ in held],
-                "tokens": [tok for _, tok in held],
+                "job_ids": [key.id for key in jobs],
+                "job_tokens": [key.token for key in jobs],
+                "occurrence_ids": [key.id for key in extra],
+                "occurrence_tokens": [key.token for key in extra],
                 "lease": lease,
                 "now": now,
             },
         )
-        return {(row["id"], row["fencing_token"]) for row in rows}
+        return {ClaimKey(row["row"], row["id"], row["fencing_token"]) for row in rows}
 
-    async def hand_back_runs(
+    async def hand_back(
         self,
         held: Sequence[ClaimKey],
         *,
@@ -333,29 +446,41 @@ class ClaimStore(NodeRegistry):
         reason: str,
         now: datetime | None = None,
     ) -> tuple[int, int]:
-        """Hand claims back (a node that stops): each held job is idle and due at once, and
-        ``reason`` becomes its ``last_error``. Fenced per claim (job id, fencing token).
+        """Hand claims back (a node that stops): a job row is idle and due at once, with
+        ``reason`` its ``last_error``; an extra occurrence is pending and due at once, its
+        batch's count of leases one lower (``hand_back_jobs``, ``hand_back_occurrences``, in one
+        transaction). Fenced per claim.
 
-        A claim in ``started`` (its handler was called) counts as an attempt: its run row is
-        written ``retrying`` with ``reason`` as the error, so the next claim is the next
-        attempt. Any other claim is not counted and leaves no row.
+        A claim in ``started`` (its handler was called) counts as an attempt and as an
+        interruption, not a failure: its run row is written ``retrying`` with ``reason`` as
+        the error, so the next claim is the next attempt. Any other claim is not counted and
+        leaves no row.
 
         Returns:
             (claims handed back, of which counted as attempts).
         """
         if not held:
             return 0, 0
-        rows = await self._rows(
-            "hand_back_runs",
-            {
-                "job_ids": [job_id for job_id, _ in held],
-                "tokens": [token for _, token in held],
-                "started": [key in started for key in held],
-                "reason": reason,
-                "now": now,
-            },
-        )
-        return len(rows), sum(1 for row in rows if row["started"])
+        handed = counted = 0
+        async with self.pool.connection() as conn, conn.transaction():
+            for name, row in (("hand_back_jobs", "job"), ("hand_back_occurrences", "occurrence")):
+                keys = [key for key in held if key.row == row]
+                if not keys:
+                    continue
+                cur = await conn.execute(
+                    QUERIES[name],
+                    {
+                        "ids": [key.id for key in keys],
+                        "tokens": [key.token for key in keys],
+                        "started": [key in started for key in keys],
+                        "reason": reason,
+                        "now": now,
+                    },
+                )
+                rows = await cur.fetchall()
+                handed += len(rows)
+                counted += sum(1 for r in rows if r["started"])
+        return handed, counted
 
     # -- nodes and leases ------------------------------------------------------------------
 

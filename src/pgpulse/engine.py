@@ -68,8 +68,7 @@ from pgpulse.errors import DatabaseUnavailable, NodeIdTaken, describe
 from pgpulse.handlers import Handler
 from pgpulse.jobs import check_name
 from pgpulse.listener import Listener
-from pgpulse.model import ClaimKey, Step
-from pgpulse.occurrence_claims import OccurrenceClaims
+from pgpulse.model import Step
 from pgpulse.recorder import Recorder
 from pgpulse.registry import DEFAULT_NODE_TTL, ShellMode
 from pgpulse.routing import routes_for, watched_shards
@@ -216,7 +215,6 @@ class Node:
         # database restart (the pool would back off for seconds: leases would be lost).
         self._beat_session = Session(dsn, f"pgpulse:{self.node_id}:beat")
         self.beat = ClaimStore(self._beat_session)
-        self.beat_occurrences = OccurrenceClaims(self._beat_session)
         # The claim loop claims and records through a session of its own, planned for it.
         self._claim_session = Session(
             dsn, f"pgpulse:{self.node_id}:claim", CLAIM_SESSION_SETTINGS, keeps_state=True
@@ -266,7 +264,6 @@ class Node:
             self.attempts,
             self.node_id,
             lease=self.config.lease,
-            occurrences=OccurrenceClaims(self._claim_session),
             poll=self.config.poll_interval,
             on_alertable=self.alerts.kick if self.alerts is not None else None,
         )
@@ -510,13 +507,10 @@ class Node:
             f"timeout ({seconds_text(self.config.drain_timeout)})"
         )
         started = {attempt.key for attempt in stopped if attempt.started}
-        rows, extra = _split([attempt.key for attempt in stopped])
-        with _quiet_db_errors("hand_back_runs"):
-            handed, counted = await self.store.hand_back_runs(rows, started=started, reason=reason)
-            more, more_counted = await self.beat_occurrences.hand_back(
-                extra, started=started, reason=reason
+        with _quiet_db_errors("hand_back"):
+            handed, counted = await self.store.hand_back(
+                [attempt.key for attempt in stopped], started=started, reason=reason
             )
-            handed, counted = handed + more, counted + more_counted
             log.info(
                 "handed back %s (%s)",
                 plural(handed, "unfinished claim"),
@@ -637,7 +631,6 @@ class Node:
             self.routes = routes
             self.shard_count = count
             self.recorder.store.shard_count = count
-            self.recorder.occurrences.shard_count = count
             self._watched = watched_shards(routes)
             self.recorder.hint_occurrences()
             self._wake.set()
@@ -662,10 +655,7 @@ class Node:
         if not held:
             return
         sent = time.monotonic()
-        rows, extra = _split(held)
-        renewed = await self.beat.renew_leases(rows, lease=self.config.lease)
-        if extra:
-            renewed |= await self.beat_occurrences.renew(extra, lease=self.config.lease)
+        renewed = await self.beat.renew(held, lease=self.config.lease)
         self.attempts.renewed(held, renewed, sent)
 
     async def _every(self, step: Any, name: str, limit: float | None = None) -> None:
@@ -686,11 +676,6 @@ def _place(
     live node (:func:`pgpulse.sharding.shards_for`), at ``count`` shards (pure; cached by the
     set of nodes, so an unchanged cluster costs lookups)."""
     return routes_for(node, handlers, live, count), shards_for(node, live, count)
-
-
-def _split(keys: Sequence[ClaimKey]) -> tuple[list[ClaimKey], list[ClaimKey]]:
-    """Claim keys of job rows, and of extra occurrences (negative ids: model.ClaimKey)."""
-    return [key for key in keys if key[0] > 0], [key for key in keys if key[0] < 0]
 
 
 def pause_after(step: Step, *, waiting: int, free: int, poll: float) -> float | None:

@@ -31,12 +31,25 @@ StepOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced", "f
 #: A job's overlap policy (design.md, "Policies").
 OverlapPolicy = Literal["forbid", "replace", "allow"]
 
-#: What identifies one claim: (claim id, fencing token). The claim id is the job id for a claim
-#: of the job row and minus the occurrence id for a claim of an extra occurrence (both ids are
-#: positive, so the two never meet). Every write about a claimed run names both (design.md,
-#: invariant 3), and a node may hold two claims of one job at once (a stale one whose outcome is
-#: still on its way, and the newer one; or several extra occurrences).
-ClaimKey = tuple[int, int]
+
+class ClaimKey(NamedTuple):
+    """What identifies one claim: the row holding its lease and the fencing token the claim
+    got. Every write about a claimed run names both (design.md, invariant 3), and a node may
+    hold two claims of one job at once (a stale one whose outcome is still on its way, and the
+    newer one; or several extra occurrences).
+
+    Attributes:
+        row: ``job`` — the job row, which holds the lease of its scheduled occurrence under
+            overlap ``forbid`` (and while a claim under ``replace``/``allow`` is decided); or
+            ``occurrence`` — a row of ``pgpulse_occurrences`` (a trigger, a backfill
+            occurrence, a fork under ``replace``/``allow``), docs/states.md.
+        id: that row's id (a job id, or an occurrence id, which is also its run's id).
+        token: the claim's fencing token.
+    """
+
+    row: Literal["job", "occurrence"]
+    id: int
+    token: int
 
 
 class ClaimedJob(NamedTuple):
@@ -98,10 +111,10 @@ class ClaimedJob(NamedTuple):
 
     @property
     def key(self) -> ClaimKey:
-        """This claim's (claim id, fencing token): see :data:`ClaimKey`."""
+        """This claim's key: the row holding its lease, and its token (:class:`ClaimKey`)."""
         if self.occurrence is not None:
-            return (-self.occurrence, self.fencing_token)
-        return (self.id, self.fencing_token)
+            return ClaimKey("occurrence", self.occurrence, self.fencing_token)
+        return ClaimKey("job", self.id, self.fencing_token)
 
     @property
     def failed_attempts(self) -> int:
@@ -220,8 +233,7 @@ class Step:
     """What one :meth:`~pgpulse.claims.ClaimStore.finish_and_claim` did.
 
     Attributes:
-        written: the claims (job id, fencing token) whose outcome was written; the others'
-            leases were lost.
+        written: the claims whose outcome was written; the others' leases were lost.
         jobs: the jobs claimed, oldest occurrence first.
         next_due: when fewer jobs than asked were claimed, the earliest due instant known: of
             the claimed shards' idle jobs, or of a job whose outcome was just written (it may

@@ -18,8 +18,8 @@ range) ends only its own attempt, unrecorded.
 Extra occurrences (docs/states.md, "Extra occurrences") go the same way through their own
 statements, in the same step: first the forks of job rows under overlap ``replace``/``allow``
 (one statement each), then the job rows' step, then the occurrences' step
-(:meth:`~pgpulse.occurrence_claims.OccurrenceClaims.finish_and_claim`) into the slots the job
-rows left free. The occurrences' step goes out when it has outcomes to write, or when the job
+(:meth:`~pgpulse.claims.ClaimStore.finish_and_claim_occurrences`) into the slots the job rows
+left free. The occurrences' step goes out when it has outcomes to write, or when the job
 rows' step says a pending occurrence is due (``Step.occurrences_due``: one probe of an index in
 the same statement, so a node with no extra occurrences sends nothing more), or after a hint
 (:meth:`Recorder.hint_occurrences`: a notification for the node's shards, a fork). When the
@@ -43,7 +43,6 @@ from pgpulse.attempts import Attempts
 from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable, describe
 from pgpulse.model import ClaimKey, Outcome, Step
-from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.routing import Routes
 
 log = logging.getLogger(__name__)
@@ -57,8 +56,6 @@ class Recorder:
         attempts: the node's attempts: where outcomes come from and claimed jobs go.
         node_id: the claiming node.
         lease: seconds of lease each claim grants.
-        occurrences: the extra occurrences' statements, over the same session (``None``: over
-            ``store``'s).
         poll: longest time, seconds, between two claims of extra occurrences.
         on_alertable: called (no arguments, must not block) after a write that recorded a
             failed run or skipped occurrences, so alert rules are evaluated at once (the alert
@@ -72,7 +69,6 @@ class Recorder:
         node_id: str,
         *,
         lease: float,
-        occurrences: OccurrenceClaims | None = None,
         poll: float = 5.0,
         on_alertable: Callable[[], None] | None = None,
     ) -> None:
@@ -80,7 +76,6 @@ class Recorder:
         self.attempts = attempts
         self.node_id = node_id
         self.lease = lease
-        self.occurrences = occurrences or OccurrenceClaims(store.pool)
         self.poll = poll
         self.on_alertable = on_alertable
         self._hinted = True  # claim occurrences at the next step, whatever the probe says
@@ -160,7 +155,7 @@ class Recorder:
             self._hinted = False
 
         async def claim_extra(outcomes: Sequence[Outcome]) -> Step:
-            return await self.occurrences.finish_and_claim(
+            return await self.store.finish_and_claim_occurrences(
                 outcomes, self.node_id, routes if free > 0 else {}, free, lease=self.lease
             )
 
@@ -183,7 +178,7 @@ class Recorder:
         written and ``later`` again, and raise."""
         for i, outcome in enumerate(forks):
             try:
-                written = await self.occurrences.fork(outcome)
+                written = await self.store.fork(outcome)
             except psycopg.Error as exc:
                 if isinstance(exc, psycopg.OperationalError):
                     self.attempts.unwritten([*forks[i:], *later])
@@ -277,9 +272,6 @@ class Recorder:
 
     async def _write_one(self, outcome: Outcome) -> set[ClaimKey]:
         """Write one outcome, claiming nothing."""
-        if outcome.job.occurrence is not None:
-            step = await self.occurrences.finish_and_claim([outcome], "", {}, 0, lease=0.0)
-            return step.written
         return await self.store.finish_runs([outcome], node=self.node_id)
 
 

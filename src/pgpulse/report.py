@@ -123,14 +123,28 @@ def _is_number(value: Any) -> bool:
     return False
 
 
+def _is_int(value: Any) -> bool:
+    """Whether a number cell (:func:`_is_number`) is a whole number as written."""
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return False
+    try:
+        int(str(value).strip())
+    except ValueError:
+        return False
+    return True
+
+
 def tabulate(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     """``rows`` under ``headers`` in aligned columns, as people read them in a terminal: two
     spaces between columns, a rule of dashes under each header (two wider than it), a column
     whose every value is a number right-aligned, ``None`` empty, cells and lines without
     surrounding spaces. The
     layout of the tabulate library's "simple" format, which the CLI used before the light
-    install (issue 32) left that library out of a node's dependencies; numbers are printed as
-    given, never reformatted."""
+    install (issue 32) left that library out of a node's dependencies; in a column with a
+    fraction, every number is written as Python's ``"g"`` format writes it (``270.000`` is
+    ``270``), as that layout did."""
     text = [["" if value is None else str(value).strip() for value in row] for row in rows]
     columns = range(len(headers))
     numeric = [
@@ -138,6 +152,18 @@ def tabulate(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
         and all(_is_number(row[i]) for row in rows if row[i] not in (None, ""))
         for i in columns
     ]
+    for i in columns:  # a column with a fraction shows each number as Python's "g" does
+        if numeric[i] and not all(_is_int(row[i]) for row in rows if row[i] not in (None, "")):
+            for row, cells in zip(rows, text, strict=True):
+                if row[i] not in (None, ""):
+                    cells[i] = format(float(row[i]), "g")
+            # and lines the numbers up on their decimal points
+            parts = [cells[i].partition(".") for cells in text]
+            whole = max(len(a) for a, _, _ in parts)
+            fraction = max(len(dot + b) for _, dot, b in parts)
+            for cells, (a, dot, b) in zip(text, parts, strict=True):
+                if cells[i]:
+                    cells[i] = a.rjust(whole) + (dot + b).ljust(fraction)
     widths = [max([len(headers[i]) + 2, *(len(row[i]) for row in text)]) for i in columns]
 
     def line(cells: Sequence[str]) -> str:

@@ -186,7 +186,7 @@ counted AS (
     RETURNING 1
 ),
 jobs AS (
-    SELECT j.id AS job_id, j.tenant, j.name, j.schedule, j.timezone, j.handler,
+    SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler,
            coalesce(c.payload, j.payload) AS payload, j.catch_up, j.backfill_limit,
            extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
            j.max_attempts,
@@ -225,18 +225,6 @@ SELECT jobs.*,
 FROM clock
 LEFT JOIN jobs ON true
 ORDER BY jobs.scheduled_for;
-
--- name: renew_occurrences
--- Heartbeat for running extra occurrences: extend the lease of each (occurrence id, fencing
--- token) pair still held, as renew_leases does for job rows. A replaced or deleted occurrence
--- has no row: its pair is missing from the result and its holder cancels the attempt.
-UPDATE pgpulse_occurrences AS o
-SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease)s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
-WHERE o.id = held.id
-  AND o.fencing_token = held.token
-  AND o.lease_expires_at > coalesce(%(now)s::timestamptz, now())
-RETURNING o.id, o.fencing_token;
 
 -- name: hand_back_occurrences
 -- A stopping node hands back the extra occurrences it could not finish, fenced per claim: each is

@@ -314,19 +314,39 @@ FROM clock
 LEFT JOIN claimed ON true
 ORDER BY claimed.scheduled_for;
 
--- name: renew_leases
--- Heartbeat for running work: extend the lease of each (job id, fencing token) pair this node
--- still holds. Returns the ids renewed; a pair missing from the result has lost its lease.
--- No status test: an unexpired lease means running (CHECK), and the lookup stays on the primary
--- key rather than pgpulse_jobs_leases (every running job).
-UPDATE pgpulse_jobs j
-SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease)s)
-FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[]) AS held(id, token)
-WHERE j.id = held.id AND j.fencing_token = held.token
-  AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
-RETURNING j.id, j.fencing_token;
+-- name: renew
+-- The heartbeat of running work: extend by %(lease)s seconds the lease of each claim this node
+-- still holds, of job rows (%(job_ids)s, %(job_tokens)s) and of extra occurrences
+-- (%(occurrence_ids)s, %(occurrence_tokens)s). Fenced (design.md, invariant 3): a claim whose
+-- token is stale or whose lease is gone (reaped, handed back, replaced, its row deleted) is not
+-- renewed, and its holder cancels the attempt. Locks the rows it renews; the caller sends each
+-- array in id order, as every statement over running rows does (no lock-order deadlock). An
+-- unexpired lease means running (the tables' CHECKs), so no status is tested and each lookup
+-- stays on the primary key. Returns the claims renewed.
+WITH jobs AS (
+    UPDATE pgpulse_jobs AS j
+    SET lease_expires_at = coalesce(%(now)s::timestamptz, now())
+                           + make_interval(secs => %(lease)s)
+    FROM unnest(%(job_ids)s::bigint[], %(job_tokens)s::bigint[]) AS held (id, token)
+    WHERE j.id = held.id
+      AND j.fencing_token = held.token
+      AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
+    RETURNING 'job' AS row, j.id, j.fencing_token
+), occurrences AS (
+    UPDATE pgpulse_occurrences AS o
+    SET lease_expires_at = coalesce(%(now)s::timestamptz, now())
+                           + make_interval(secs => %(lease)s)
+    FROM unnest(%(occurrence_ids)s::bigint[], %(occurrence_tokens)s::bigint[]) AS held (id, token)
+    WHERE o.id = held.id
+      AND o.fencing_token = held.token
+      AND o.lease_expires_at > coalesce(%(now)s::timestamptz, now())
+    RETURNING 'occurrence' AS row, o.id, o.fencing_token
+)
+SELECT * FROM jobs
+UNION ALL
+SELECT * FROM occurrences;
 
--- name: hand_back_runs
+-- name: hand_back_jobs
 -- A stopping node hands back the claims it could not finish, so no one waits for their leases to
 -- expire: each job is idle and due at once, %(reason)s its last_error. Fenced per claim. A claim
 -- whose handler had started (%(started)s) was an attempt: its run row is written 'retrying' with
@@ -341,7 +361,7 @@ WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), held AS (
     SELECT *
-    FROM unnest(%(job_ids)s::bigint[], %(tokens)s::bigint[], %(started)s::bool[])
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(started)s::bool[])
          AS h(id, token, started)
 ), job AS (
     UPDATE pgpulse_jobs j
