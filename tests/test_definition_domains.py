@@ -43,6 +43,9 @@ HOT = (
     "renew_leases",
     "hand_back_runs",
     "heartbeat",
+    "reap_job_leases",
+    "reap_occurrence_leases",
+    "end_pauses",
 )
 
 #: The columns a job row needs, as SQL; a test overrides one with its value.
