@@ -44,6 +44,9 @@ HOT = (
     "hand_back_jobs",
     "hand_back_occurrences",
     "heartbeat",
+    "reap_job_leases",
+    "reap_occurrence_leases",
+    "end_pauses",
 )
 
 #: The columns a job row needs, as SQL; a test overrides one with its value.

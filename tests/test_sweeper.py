@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -16,9 +17,10 @@ from helpers import ALL_SHARDS, add, spec
 from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.database import AsyncConn, ConnectionSource, Session, connect
 from pgpulse.engine import Node
+from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.run_control import RunControl
 from pgpulse.store import Store
-from test_engine import node, wait_until
+from test_engine import TRIGGERED_ONLY, node, wait_until
 
 #: Advisory locks are per database: the suite's other databases on the same server have leaders
 #: of their own (two test workers share one server).
@@ -125,6 +127,138 @@ async def test_a_node_that_does_not_lead_reaps_only_long_expired_leases(
     assert statuses == [{"status": "idle"}]
 
 
+async def _sweepable(store: Store, *names: str) -> dict[str, int]:
+    """A job for each of ``names``, held as its name's kind says: ``job...`` by a claim of its
+    job row, ``occurrence...`` by a claim of a trigger's occurrence (30 s leases, node
+    ``dead-node``), ``pause...`` by a pause until an hour from now. Returns their ids by name."""
+    specs = [
+        spec(name, schedule=TRIGGERED_ONLY, handler="work")
+        if name.startswith("occurrence")
+        else spec(name)
+        for name in names
+    ]
+    ids = dict(zip(names, await add(store, *specs), strict=True))
+    for name in names:
+        if name.startswith("job"):
+            await store.trigger_job("default", name)
+        elif name.startswith("occurrence"):
+            await RunControl(store.pool).trigger("default", name, {"n": 1})
+        else:
+            await store.pause_job("default", name, until=datetime.now(UTC) + timedelta(hours=1))
+    await store.claim_due("dead-node", ALL_SHARDS, 10, lease=30, handlers=["noop"])
+    await OccurrenceClaims(store.pool).finish_and_claim(
+        [], "dead-node", {"work": tuple(ALL_SHARDS)}, 10, lease=30
+    )
+    return ids
+
+
+def _ended(db: Any, ids: Mapping[str, int], ages: Mapping[str, float]) -> None:
+    """End the lease or the pause of each job of ``ages`` (by name) that many seconds ago."""
+    for name, age in ages.items():
+        for table, column, held in (
+            ("pgpulse_jobs", "lease_expires_at", "status = 'running' AND id"),
+            ("pgpulse_jobs", "paused_until", "status = 'paused' AND id"),
+            ("pgpulse_occurrences", "lease_expires_at", "job_id"),
+        ):
+            db.execute(
+                f"UPDATE {table} SET {column} = now() - make_interval(secs => %s)"
+                f" WHERE {held} = %s",
+                (age, ids[name]),
+            )
+
+
+def _swept(db: Any) -> list[str]:
+    """The jobs that are idle and whose occurrences hold no lease, by name: those of
+    :func:`_sweepable` whose lease or pause a sweep ended."""
+    return [
+        r["name"]
+        for r in db.execute(
+            "SELECT j.name FROM pgpulse_jobs j WHERE j.status = 'idle' AND NOT EXISTS ("
+            " SELECT 1 FROM pgpulse_occurrences o"
+            " WHERE o.job_id = j.id AND o.lease_expires_at IS NOT NULL) ORDER BY j.name"
+        )
+    ]
+
+
+async def test_a_node_that_does_not_lead_and_has_no_backup_delay_sends_no_sweep(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """Without ``backup_delay`` a node that does not lead sends its heartbeat statement alone:
+    a lease long expired stays held, a pause long ended stays paused — until the leader's
+    next heartbeat, which sweeps them all."""
+    ids = await _sweepable(store, "job", "occurrence", "pause")
+    a, b = Session(dsn, "pgpulse:a:beat"), Session(dsn, "pgpulse:b:beat")
+    try:
+        first = await Store(a).heartbeat("a", running=0, shards=(), ttl=10, leading=False)
+        assert (first.leader, first.reaped) == (True, 0)  # nothing has ended yet
+        _ended(db, ids, dict.fromkeys(ids, 3600))
+        for _ in range(2):
+            beat = await Store(b).heartbeat("b", running=0, shards=(), ttl=10, leading=False)
+            assert (beat.leader, beat.reaped) == (False, 0)
+        assert _swept(db) == []
+        leader = await Store(a).heartbeat("a", running=0, shards=(), ttl=10, leading=True)
+        assert (leader.leader, leader.reaped) == (True, 2)
+        assert _swept(db) == ["job", "occurrence", "pause"]
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_backup_sweep_waits_backup_delay_for_occurrences_and_pause_ends(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """reap_occurrence_leases and end_pauses as a backup, as reap_job_leases
+    (test_a_node_that_does_not_lead_reaps_only_long_expired_leases): only what ended more
+    than ``backup_delay`` seconds ago."""
+    ages = {"occurrence_old": 15, "occurrence_recent": 5, "pause_old": 15, "pause_recent": 5}
+    _ended(db, await _sweepable(store, *ages), ages)
+    silent = await connect(dsn, application_name="pgpulse:silent:beat")
+    session = Session(dsn, "pgpulse:b:beat")
+    try:
+        await silent.execute("SELECT pg_advisory_lock(%s)", (LEADER_LOCK_KEY,))
+        beat = await Store(session).heartbeat(
+            "b", running=0, shards=(), ttl=10, leading=False, backup_delay=10
+        )
+        assert (beat.leader, beat.reaped) == (False, 1)
+        assert _swept(db) == ["occurrence_old", "pause_old"]
+    finally:
+        await silent.close()
+        await session.close()
+    [resumed] = db.execute(
+        "SELECT name, actor FROM pgpulse_job_history WHERE action = 'resume'"
+    ).fetchall()
+    assert resumed == {"name": "pause_old", "actor": "node:b"}
+
+
+async def test_the_sweep_wakes_the_shard_of_each_job_it_returns_and_counts_the_interruption(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """Each statement of the sweep notifies ``pgpulse_wakeup`` with the job id of what it
+    returned to the pool (a job row's lease, an occurrence's, an ended pause), so the node that
+    polls the shard claims it at once; a lost attempt is an interruption, not a failure."""
+    ids = await _sweepable(store, "job", "occurrence", "pause")
+    _ended(db, ids, dict.fromkeys(ids, 1))
+    listener = await connect(dsn, application_name="test:listen")
+    try:
+        await listener.execute("LISTEN pgpulse_wakeup")
+        assert await store.reap_expired_leases() == 2
+        woken = [n.payload async for n in listener.notifies(timeout=5, stop_after=3)]
+    finally:
+        await listener.close()
+    assert sorted(map(int, woken)) == sorted(ids.values())
+    assert _swept(db) == ["job", "occurrence", "pause"]
+    interruptions = db.execute(
+        "SELECT (SELECT interruptions FROM pgpulse_jobs WHERE name = 'job') AS job,"
+        " (SELECT interruptions FROM pgpulse_occurrences) AS occurrence"
+    ).fetchone()
+    assert interruptions == {"job": 1, "occurrence": 1}
+    runs = db.execute("SELECT kind, outcome FROM pgpulse_runs ORDER BY kind").fetchall()
+    assert runs == [
+        {"kind": "scheduled", "outcome": "retrying"},
+        {"kind": "trigger", "outcome": "retrying"},
+    ]
+
+
 async def test_a_pooled_heartbeat_takes_no_part_in_leadership(store: Store, db: Any) -> None:
     """A session-level lock taken on a pooled connection would stay with the pool forever."""
     await store.register_node("n1", hostname="h", pid=1, slots=4, handlers=["x"])
@@ -226,23 +360,56 @@ async def test_the_leader_prunes_old_history_and_the_others_do_not(
 
 
 class _Counting:
-    """A connection source that counts the statements (one per borrowed connection, as every
-    Store method on the heartbeat path sends)."""
+    """A connection source that counts what goes through it: the connections borrowed (one per
+    Store method on the heartbeat path), the statements sent, and the round trips — a pipeline
+    (all its statements share one), or a statement sent outside one."""
 
     def __init__(self, source: ConnectionSource) -> None:
         self.source = source
+        self.borrowed = 0
         self.statements = 0
+        self.round_trips = 0
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConn]:
         async with self.source.connection() as conn:
-            self.statements += 1
-            yield conn
+            self.borrowed += 1
+            yield cast(AsyncConn, _CountedConnection(conn, self))
 
 
-async def test_an_idle_node_sends_one_statement_per_heartbeat_leader_or_not(
+class _CountedConnection:
+    """A borrowed connection whose statements and pipelines :class:`_Counting` counts."""
+
+    def __init__(self, conn: AsyncConn, counts: _Counting) -> None:
+        self._conn = conn
+        self._counts = counts
+        self._pipelined = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self._counts.statements += 1
+        self._counts.round_trips += not self._pipelined
+        return await self._conn.execute(*args, **kwargs)
+
+    @contextlib.asynccontextmanager
+    async def pipeline(self) -> AsyncIterator[Any]:
+        self._counts.round_trips += 1
+        async with self._conn.pipeline() as pipeline:
+            self._pipelined = True
+            try:
+                yield pipeline
+            finally:
+                self._pipelined = False
+
+
+async def test_an_idle_node_sends_one_round_trip_per_heartbeat_leader_or_not(
     store: Store, dsn: str
 ) -> None:
+    """The leader's heartbeat and its sweep, and a node's heartbeat and its backup sweep (the
+    engine's ``backup_delay``: a node's time-to-live), go over the heartbeat session in one
+    pipeline: one round trip, one transaction; nothing goes through the pool."""
     pool = _Counting(store.pool)
     nodes = [node(Store(pool), dsn, {}, node_id=node_id) for node_id in ("a", "b")]
     beats: list[_Counting] = []
@@ -253,13 +420,15 @@ async def test_an_idle_node_sends_one_statement_per_heartbeat_leader_or_not(
             n.beat = Store(beats[-1])
         assert [n.sweeper.is_leader for n in nodes] == [True, False]
         assert await nodes[0].sweeper.prune_once() == (0, 0)  # the first prune is at once
-        pool.statements = 0
+        pool.borrowed = 0
         for _ in range(3):
             for n in nodes:
                 await n.heartbeat_once()
                 await n.sweeper.prune_once()
-        assert [b.statements for b in beats] == [3, 3]
-        assert pool.statements == 0
+        assert [b.borrowed for b in beats] == [3, 3]
+        assert [b.round_trips for b in beats] == [3, 3]
+        assert [b.statements for b in beats] == [12, 12]  # the heartbeat, the sweep's three
+        assert pool.borrowed == 0
     finally:
         await _leave(*nodes)
 

@@ -40,6 +40,10 @@ LEADER_LOCK_KEY = 0x50756C73
 #: forgets it (seconds: a day), unless a lease still names it. ``status`` lists it for the
 #: first hour (:data:`pgpulse.report.RECENT_NODES`).
 NODE_RETENTION = 86400.0
+#: The sweep (queries.sql), in the order sent: expired leases of job rows, then of extra
+#: occurrences (each of these two returns ``reaped``), then pauses that reached their end. The
+#: leader sends it after each heartbeat statement; a node that does not lead, as the backup.
+SWEEP = ("reap_job_leases", "reap_occurrence_leases", "end_pauses")
 
 #: Settings of the session a node claims through (:meth:`ClaimStore.finish_and_claim`). The claim
 #: and the batch completion are planned once per session, as a generic plan: the plan does not
@@ -484,21 +488,48 @@ class ClaimStore(NodeRegistry):
 
     # -- nodes and leases ------------------------------------------------------------------
 
+    @staticmethod
+    async def _send_sweep(
+        conn: psycopg.AsyncConnection[Any],
+        older_than: float,
+        *,
+        limit: int,
+        node: str | None,
+        now: datetime | None,
+    ) -> list[psycopg.AsyncCursor[Any]]:
+        """Send the sweep's statements (:data:`SWEEP`) on ``conn``, reaping leases expired more
+        than ``older_than`` seconds ago (0: the leader's sweep) and ending pauses as old; in a
+        pipeline, their results come with its end. Returns their cursors, in :data:`SWEEP` order."""
+        params = {"older_than": older_than, "limit": limit, "node": node, "now": now}
+        return [await conn.execute(QUERIES[name], params) for name in SWEEP]
+
+    @staticmethod
+    async def _reaped(sent: Sequence[psycopg.AsyncCursor[Any]]) -> int:
+        """How many leases the sweep ``sent`` (:meth:`_send_sweep`; none: 0) returned to the pool:
+        job rows and extra occurrences (the pauses it ended are not leases)."""
+        reaped = 0
+        for cur in sent[:2]:
+            row = await cur.fetchone()
+            reaped += row["reaped"] if row else 0
+        return reaped
+
     async def reap_expired_leases(
         self, *, limit: int = 1000, older_than: float = 0.0, now: datetime | None = None
     ) -> int:
-        """Return running jobs whose lease expired (more than ``older_than`` seconds ago) to
-        idle, due at once; return how many. Nodes reap with each :meth:`heartbeat`; this is
-        the same sweep on behalf of no node (nothing recorded, no leadership taken).
+        """Return running jobs and extra occurrences whose lease expired (more than
+        ``older_than`` seconds ago) to the pool, due at once, and end the pauses that reached
+        their end as long ago; return how many leases. The leader sweeps with each
+        :meth:`heartbeat`; this is the same sweep on behalf of no node (nothing recorded, no
+        leadership taken): its statements in one pipeline (one round trip, one transaction).
 
         Locks the expired rows ``SKIP LOCKED``; the occurrence's run row is written as
         ``retrying`` (the lost attempt counted) so the next claim is the next attempt of the
         same run.
         """
-        beat = await self.heartbeat(
-            None, running=0, shards=(), ttl=0.0, backup_delay=older_than, limit=limit, now=now
-        )
-        return beat.reaped
+        async with self.pool.connection() as conn:
+            async with conn.pipeline():
+                sent = await self._send_sweep(conn, older_than, limit=limit, node=None, now=now)
+            return await self._reaped(sent)
 
     async def heartbeat(
         self,
@@ -519,8 +550,21 @@ class ClaimStore(NodeRegistry):
         claim_error: str | None = None,
         now: datetime | None = None,
     ) -> Heartbeat:
-        """Record this node's heartbeat, take part in leadership, and reap expired leases — one
-        statement (design.md, "Cluster behaviour").
+        """Record this node's heartbeat, take part in leadership, and sweep (design.md,
+        "Cluster behaviour"): the ``heartbeat`` statement, then, for a node that leads or backs
+        the leader up, the sweep (:data:`SWEEP`: expired leases of job rows and of extra
+        occurrences, pauses that reached their end) — one pipeline, so one round trip and one
+        transaction. A node that does not lead and has no ``backup_delay`` sends the heartbeat
+        statement alone. One transaction, not because the parts must commit together (each
+        statement is whole on its own: a job row with its run row, an occurrence with its run
+        row and its batch's count, a resumed job with its audit row), but because a commit
+        between them would cost a round trip; a failure of one fails the whole beat, which the
+        next beat sends again.
+
+        The sweep goes over this same connection, so the leadership it sweeps under is the one
+        the heartbeat statement found: a session-level lock, held by this connection. A node
+        whose heartbeat took the lock at this beat (``leading`` was ``False``) sweeps as the
+        leader at once after it, in a second round trip (once per change of leader).
 
         A node is live when its state is ``alive`` and its heartbeat is younger than ``ttl``
         seconds by the database's clock. If this node's row is missing (pruned), or another
@@ -529,13 +573,14 @@ class ClaimStore(NodeRegistry):
         the id is still its to take).
 
         Args:
-            node: this node's id; ``None`` records nothing (a sweep only).
+            node: this node's id; ``None`` records nothing.
             leading: ``True`` if this connection holds the leader lock already (the lock is not
                 asked for again), ``False`` to try to take it — a session-level lock, so only
                 over a dedicated session, never a pool; ``None`` (default) takes no part.
-            backup_delay: if this connection does not lead, reap only leases expired more than
-                this many seconds ago (``None``: none); the leader reaps every expired lease.
-            limit: most leases reaped by one heartbeat.
+            backup_delay: if this connection does not lead, sweep as the leader's backup:
+                reap only leases expired more than this many seconds ago, and end pauses that
+                ended as long ago (``None``: no sweep); the leader sweeps everything due.
+            limit: most leases of each kind (job rows, extra occurrences) reaped by one sweep.
             hostname, pid: this process, whose row the heartbeat records (``None``: whichever
                 process holds ``node``'s row).
             shard_count: the shard count ``shards`` are of, recorded with them (a count change
@@ -558,27 +603,36 @@ class ClaimStore(NodeRegistry):
         other; reaping twice is harmless); the run row stays open as ``retrying`` so the next
         claim is the next attempt of the same run; each reaped job's shard is notified.
         """
-        [row] = await self._rows(
-            "heartbeat",
-            {
-                "node": node,
-                "running": running,
-                "shards": list(shards),
-                "ttl": ttl,
-                "state": state,
-                "leading": leading,
-                "leader_key": LEADER_LOCK_KEY,
-                "backup_delay": backup_delay,
-                "limit": limit,
-                "hostname": hostname,
-                "pid": pid,
-                "shard_count": shard_count,
-                "known": known,
-                "claimed_at": claimed_at,
-                "claim_error": claim_error,
-                "now": now,
-            },
-        )
+        params = {
+            "node": node,
+            "running": running,
+            "shards": list(shards),
+            "ttl": ttl,
+            "state": state,
+            "leading": leading,
+            "leader_key": LEADER_LOCK_KEY,
+            "hostname": hostname,
+            "pid": pid,
+            "shard_count": shard_count,
+            "known": known,
+            "claimed_at": claimed_at,
+            "claim_error": claim_error,
+            "now": now,
+        }
+        older_than = 0.0 if leading else backup_delay  # the leader's sweep, a backup's, or none
+        async with self.pool.connection() as conn:
+            async with conn.pipeline():
+                beat = await conn.execute(QUERIES["heartbeat"], params)
+                sent = []
+                if older_than is not None:
+                    sent = await self._send_sweep(conn, older_than, limit=limit, node=node, now=now)
+            row = await beat.fetchone()
+            assert row is not None  # one row, always
+            reaped = await self._reaped(sent)
+            if row["leader"] and not leading:  # this beat took the lock: sweep as the leader
+                async with conn.pipeline():
+                    sent = await self._send_sweep(conn, 0.0, limit=limit, node=node, now=now)
+                reaped += await self._reaped(sent)
         live, handlers = None, None
         if row["live"] is not None:
             handlers = {node_id: tuple(names) for node_id, names in sorted(row["live"].items())}
@@ -588,7 +642,7 @@ class ClaimStore(NodeRegistry):
             handlers=handlers,
             db_now=row["db_now"],
             leader=row["leader"],
-            reaped=row["reaped"],
+            reaped=reaped,
             members=row["digest"],
             shard_count=row["shard_count"],
         )

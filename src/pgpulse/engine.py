@@ -9,7 +9,7 @@ loudly):
   :func:`pause_after` says: until the next due instant (the claim returns it), a wake-up
   notification, or an attempt that ended;
 * ``heartbeat``: every ``heartbeat_interval`` seconds renew the leases of running attempts
-  (fenced), then, in one statement, record liveness, try to lead (or keep leading) and return
+  (fenced), then, in one round trip, record liveness, try to lead (or keep leading) and return
   expired leases to the pool — the leader's every one, the others' as backup for a silent leader
   (see :mod:`pgpulse.sweeper`); recompute shard ownership and the claim routes (for each handler
   this node has, its shards among the live nodes that have it: :mod:`pgpulse.routing`) from the
@@ -563,11 +563,11 @@ class Node:
         return self.shard_count is not None and job_id % self.shard_count in self._watched
 
     async def heartbeat_once(self) -> None:
-        """Renew the leases of running attempts; then, in one statement, record liveness, lead
-        (or try to) and reap expired leases; then, if the live nodes, their handlers or the
-        database's shard count changed, recompute the owned shards and the claim routes (in a
-        thread: the event loop never waits on the placement). Renewal goes first: on a slow
-        link it is the write that keeps work alive.
+        """Renew the leases of running attempts; then, in one round trip, record liveness, lead
+        (or try to) and sweep (:meth:`~pgpulse.claims.ClaimStore.heartbeat`); then, if the live
+        nodes, their handlers or the database's shard count changed, recompute the owned shards
+        and the claim routes (in a thread: the event loop never waits on the placement).
+        Renewal goes first: on a slow link it is the write that keeps work alive.
 
         Raises:
             NodeIdTaken: another process took this node's id over while it was silent past

@@ -4,10 +4,11 @@ One node at a time is the leader: its heartbeat session holds a session-level ad
 (:data:`~pgpulse.claims.LEADER_LOCK_KEY`). Every node that does not lead tries the lock within its
 heartbeat statement (:meth:`~pgpulse.claims.ClaimStore.heartbeat`, no extra round trip), so when the
 leader dies — its session ends and PostgreSQL releases the lock — another node leads from its
-next heartbeat. The same statement returns expired leases to the pool: the leader's, every
-expired lease; any other node's, those expired for longer than ``backup_delay``. That backup
-covers a leader that went silent without losing its session (SIGSTOP, a long GC stop, a
-half-open network): it keeps the lock. Reaping twice is harmless (SKIP LOCKED, fenced).
+next heartbeat. The sweep follows the heartbeat statement in the same round trip, on the same
+session: it returns expired leases to the pool and ends pauses whose end came — the leader's,
+all of them; any other node's, those older than ``backup_delay``. That backup covers a leader
+that went silent without losing its session (SIGSTOP, a long GC stop, a half-open network): it
+keeps the lock. Reaping twice is harmless (SKIP LOCKED, fenced).
 
 :class:`Sweeper` keeps this node's side of it: whether it leads (forgotten, with a warning, when
 the heartbeat session reconnects: the lock died with the old connection), the reaping log, and

@@ -456,50 +456,70 @@ WHERE j.status = 'failed' AND j.handler = ANY(%(handlers)s::text[])
 RETURNING j.id, pg_notify('pgpulse_wakeup', j.id::text);
 
 -- name: heartbeat
--- A node's heartbeat, its one statement per heartbeat interval (design.md, "Cluster behaviour"):
--- * leadership: %(leading)s true means this session holds the session-level leader lock
---   %(leader_key)s already (CASE evaluates only the branch it needs: no lock call); false tries
---   to take it (re-entrant; kept by the session even if this statement fails, so a reply lost
---   after the lock was taken is harmless: the next try finds it again); NULL takes no part (a
---   pooled connection must never hold the lock);
--- * lease sweeper: running jobs whose lease expired go back to idle, due at once — for the leader
---   every expired lease, for any other node (backup, in case the leader is silent) those expired
---   more than %(backup_delay)s seconds ago (NULL: none). SKIP LOCKED: sweepers never wait on each
---   other, and reaping twice is harmless. The occurrence's run row is written (or kept) as
---   'retrying' with the lost attempt, so the next claim is the next attempt of the same run; the
---   lost attempt is an interruption, not a failure (interruptions + 1); each
---   reaped job's shard is woken. With nothing expired this is one probe of pgpulse_jobs_leases
---   (the bound is an index condition);
--- * pauses that end: a paused job whose paused_until has come is idle again (the leader; a
---   backup %(backup_delay)s seconds later), one probe of pgpulse_jobs_pause_ends when none has;
---   each such resume goes into the audit trail (source 'node', actor 'node:<id>');
---   (the bound is an index condition); extra occurrences' expired leases the same way, in
---   pgpulse_occurrences (their run rows 'retrying', keeping earlier attempts as a job row's,
---   their batches' counts released: one probe of pgpulse_occurrences_leases);
--- * liveness: record node %(node)s's heartbeat, load and shards (NULL node: record nothing), and
---   its claims' health: the instant of its last claim step that succeeded (%(claimed_at)s, kept
---   if NULL or older) and the error of its last claim step if that one failed (%(claim_error)s), if
---   its row is still this process's (%(hostname)s, %(pid)s; NULL pid: any): a row another
---   process took over is left alone, and this node is then missing from `live`.
--- Returns one row: the clock reading, whether this session leads, how many leases it reaped, the
--- database's shard count (pgpulse_cluster; the node records the count its %(shards)s are of), and
--- the nodes alive by the database's clock (heartbeat within %(ttl)s seconds), this one included,
--- with the handlers each can run (capability routing: routing.routes_for), with the md5 digest of
--- that set: the set itself is sent only when its digest differs from %(known)s (the one the node
--- holds), so a steady cluster's heartbeat returns one short row, not every node.
+-- A node's liveness and leadership, sent by every node every heartbeat interval; the sweep
+-- (reap_job_leases, reap_occurrence_leases, end_pauses) follows it in the same pipeline.
+-- Leadership: %(leading)s true says this session holds the session-level leader lock
+-- %(leader_key)s (no lock call); false tries to take it (re-entrant, and kept by the session
+-- even if the transaction fails: a reply lost after it is harmless); NULL takes no part (a
+-- pooled connection must never hold it).
+-- Locks: node %(node)s's row (NULL node: none), updated with its heartbeat, load, shards and
+-- claims' health. Fences: only a row still this process's (%(hostname)s, %(pid)s; NULL pid:
+-- any); a row another process took over is left alone, and this node is then not in `live`.
+-- Returns the clock, leadership, the database's shard count, and the digest of the live set
+-- (heartbeat within %(ttl)s s, with its handlers): the set only when not the %(known)s one.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), lead AS (
     SELECT CASE %(leading)s::bool WHEN true THEN true
                                  WHEN false THEN pg_try_advisory_lock(%(leader_key)s)
                                  ELSE false END AS leader
+), me AS (
+    UPDATE pgpulse_nodes n
+    SET last_heartbeat = clock.now, running = %(running)s, shards = %(shards)s::smallint[],
+        shard_count = %(shard_count)s, state = %(state)s,
+        last_claim_at = greatest(n.last_claim_at, %(claimed_at)s::timestamptz),
+        claim_error = %(claim_error)s::text
+    FROM clock
+    WHERE n.node_id = %(node)s
+      AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int))
+    RETURNING n.node_id, n.state, n.handlers
+)
+SELECT clock.now AS db_now, lead.leader,
+       (SELECT c.shard_count FROM pgpulse_cluster c) AS shard_count,
+       members.digest,
+       CASE WHEN members.digest IS DISTINCT FROM %(known)s THEN members.live END AS live
+FROM clock, lead,
+     -- the live nodes and the handlers each advertises, as {"node": [handler, ...]}
+     LATERAL (
+         SELECT l.live, md5(l.live::text) AS digest
+         FROM (SELECT coalesce(json_object_agg(c.node_id, c.handlers ORDER BY c.node_id), '{}')
+                      AS live
+               FROM (SELECT n.node_id, n.handlers
+                     FROM pgpulse_nodes n
+                     WHERE n.node_id <> %(node)s AND n.state = 'alive'
+                       AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
+                     UNION ALL
+                     SELECT me.node_id, me.handlers FROM me WHERE me.state = 'alive') AS c) AS l
+     ) AS members;
+
+-- name: reap_job_leases
+-- The lease sweeper's part for job rows: a running job whose lease expired more than
+-- %(older_than)s seconds ago (0: the leader's sweep; a backup's waits) goes back to idle, due
+-- at once, the lost attempt an interruption; its run row is written (or kept) 'retrying' with
+-- that attempt, so the next claim is the next attempt of the same run; its shard is woken.
+-- Locks: at most %(limit)s expired job rows, oldest lease first, FOR UPDATE SKIP LOCKED (a
+-- sweeper never waits for a row another statement holds; reaping twice is harmless), and their
+-- run rows.
+-- Fences: only a row still running with an expired lease; its holder's token no longer names a
+-- running row, so its late outcome or renewal changes nothing. Nothing expired: one index probe.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), expired AS (
     SELECT j.id, j.scheduled_for, j.attempt, j.locked_by, j.fencing_token, j.run_id, j.claimed_at
     FROM pgpulse_jobs j
     WHERE j.status = 'running'
-      AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
-              secs => CASE WHEN (SELECT leader FROM lead) THEN 0
-                           ELSE %(backup_delay)s::float8 END)
+      AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
+                               - make_interval(secs => %(older_than)s::float8)
     ORDER BY j.lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
@@ -536,13 +556,26 @@ WITH clock AS (
         finished_at = NULL, error = excluded.error, output = NULL,
         attempt_ended_at = excluded.attempt_ended_at
     RETURNING r.id
-), expired_occurrence AS (
+)
+SELECT count(*)::int AS reaped FROM job;
+
+-- name: reap_occurrence_leases
+-- The lease sweeper's part for extra occurrences (triggers, backfills, overlap forks), as
+-- reap_job_leases: an occurrence whose lease expired more than %(older_than)s seconds ago is
+-- due again at once, the lost attempt an interruption; its run row is written (or kept)
+-- 'retrying' with that attempt (earlier attempts kept); its batch's running count is released;
+-- its job's shard is woken.
+-- Locks: at most %(limit)s expired occurrence rows, oldest lease first, FOR UPDATE SKIP LOCKED,
+-- their run rows and their batches' rows. Fences: as reap_job_leases (a lease cleared leaves
+-- its holder's token naming no lease). Nothing expired: one probe of pgpulse_occurrences_leases.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), expired AS (
     SELECT o.id
     FROM pgpulse_occurrences o
     WHERE o.lease_expires_at IS NOT NULL
-      AND o.lease_expires_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
-              secs => CASE WHEN (SELECT leader FROM lead) THEN 0
-                           ELSE %(backup_delay)s::float8 END)
+      AND o.lease_expires_at < coalesce(%(now)s::timestamptz, now())
+                               - make_interval(secs => %(older_than)s::float8)
     ORDER BY o.lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE OF o SKIP LOCKED
@@ -550,10 +583,10 @@ WITH clock AS (
     UPDATE pgpulse_occurrences o
     SET lease_expires_at = NULL, next_run_at = clock.now, interruptions = o.interruptions + 1
     FROM clock
-    WHERE o.id = ANY(ARRAY(SELECT id FROM expired_occurrence))
+    WHERE o.id = ANY(ARRAY(SELECT id FROM expired))
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
               o.fencing_token, o.claimed_at, pg_notify('pgpulse_wakeup', o.job_id::text)
-), occurrence_run AS (
+), run AS (
     -- an occurrence's id was drawn (with its epoch) when it was made
     INSERT INTO pgpulse_runs AS r (id, job_id, scheduled_for, attempts, outcome, node_id,
                                    fencing_token, started_at, error, kind, batch_id,
@@ -578,28 +611,36 @@ WITH clock AS (
         finished_at = NULL, error = excluded.error, output = NULL,
         attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
-), occurrence_counted AS (
+), counted AS (
     UPDATE pgpulse_batches b
     SET running = b.running - d.n
     FROM (SELECT batch_id, count(*)::int AS n FROM occurrence GROUP BY batch_id) d
     WHERE b.id = d.batch_id
     RETURNING 1
+)
+SELECT count(*)::int AS reaped FROM occurrence;
+
+-- name: end_pauses
+-- Pauses that reached their --until end %(older_than)s seconds ago (0: the leader's sweep; a
+-- backup's waits): the job is idle again, due at once (the claim records the occurrences inside
+-- the pause as skipped: resume_mode skip, judged at resumed_at), its shard is woken, and the
+-- resume goes into the audit trail (source 'node', actor 'node:<%(node)s>', the old
+-- paused_until read from this statement's snapshot).
+-- Locks: the paused job rows whose end came (waits for one another statement holds). Fences:
+-- only a job still paused with that end. Nothing ended: one probe of pgpulse_jobs_pause_ends.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), unpaused AS (
-    -- pauses that reached their --until end (the leader; a backup %(backup_delay)s seconds
-    -- later): idle again, due at once; the claim records the occurrences inside the pause as
-    -- skipped ('paused'; resume_mode skip, judged at resumed_at)
     UPDATE pgpulse_jobs j
     SET status = 'idle', resume_mode = 'skip', resumed_at = clock.now, paused_until = NULL,
         pause_reason = NULL, failures = 0,
         next_run_at = least(j.scheduled_for + pgpulse_spread_offset(j.id, j.spread), clock.now),
         updated_at = clock.now
-    FROM clock, lead
+    FROM clock
     WHERE j.status = 'paused'
-      AND j.paused_until <= clock.now - make_interval(
-              secs => CASE WHEN lead.leader THEN 0 ELSE %(backup_delay)s::float8 END)
+      AND j.paused_until <= clock.now - make_interval(secs => %(older_than)s::float8)
     RETURNING j.id, j.tenant, j.name, j.revision, pg_notify('pgpulse_wakeup', j.id::text)
-), unpaused_audit AS (
-    -- the old row (this statement's snapshot) says which pause ended
+), audit AS (
     INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
                                      changes)
     SELECT u.id, u.tenant, u.name, clock.now, 'resume', 'node',
@@ -608,37 +649,8 @@ WITH clock AS (
     FROM unpaused u
     JOIN pgpulse_jobs o ON o.id = u.id
     CROSS JOIN clock
-), me AS (
-    UPDATE pgpulse_nodes n
-    SET last_heartbeat = clock.now, running = %(running)s, shards = %(shards)s::smallint[],
-        shard_count = %(shard_count)s, state = %(state)s,
-        last_claim_at = greatest(n.last_claim_at, %(claimed_at)s::timestamptz),
-        claim_error = %(claim_error)s::text
-    FROM clock
-    WHERE n.node_id = %(node)s
-      AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int))
-    RETURNING n.node_id, n.state, n.handlers
 )
-SELECT clock.now AS db_now, lead.leader,
-       ((SELECT count(*) FROM job) + (SELECT count(*) FROM occurrence))::int AS reaped,
-       (SELECT count(*) FROM unpaused)::int AS resumed,
-       (SELECT c.shard_count FROM pgpulse_cluster c) AS shard_count,
-       members.digest,
-       CASE WHEN members.digest IS DISTINCT FROM %(known)s THEN members.live END AS live
-FROM clock, lead,
-     -- the live nodes and the handlers each advertises, as {"node": [handler, ...]}, sent
-     -- only when its digest is not the one the node already knows
-     LATERAL (
-         SELECT l.live, md5(l.live::text) AS digest
-         FROM (SELECT coalesce(json_object_agg(c.node_id, c.handlers ORDER BY c.node_id), '{}')
-                      AS live
-               FROM (SELECT n.node_id, n.handlers
-                     FROM pgpulse_nodes n
-                     WHERE n.node_id <> %(node)s AND n.state = 'alive'
-                       AND n.last_heartbeat > clock.now - make_interval(secs => %(ttl)s)
-                     UNION ALL
-                     SELECT me.node_id, me.handlers FROM me WHERE me.state = 'alive') AS c) AS l
-     ) AS members;
+SELECT count(*)::int AS resumed FROM unpaused;
 
 -- name: stop_node
 -- A node says it stopped (its id is free at once): only its own row, not one another process
