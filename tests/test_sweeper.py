@@ -17,7 +17,6 @@ from helpers import ALL_SHARDS, add, spec
 from pgpulse.claims import LEADER_LOCK_KEY
 from pgpulse.database import AsyncConn, ConnectionSource, Session, connect
 from pgpulse.engine import Node
-from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.run_control import RunControl
 from pgpulse.store import Store
 from test_engine import TRIGGERED_ONLY, node, wait_until
@@ -146,7 +145,7 @@ async def _sweepable(store: Store, *names: str) -> dict[str, int]:
         else:
             await store.pause_job("default", name, until=datetime.now(UTC) + timedelta(hours=1))
     await store.claim_due("dead-node", ALL_SHARDS, 10, lease=30, handlers=["noop"])
-    await OccurrenceClaims(store.pool).finish_and_claim(
+    await store.finish_and_claim_occurrences(
         [], "dead-node", {"work": tuple(ALL_SHARDS)}, 10, lease=30
     )
     return ids
