@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from pgpulse.access import OPERATOR, Writer, check_alert_write, check_notifier_use
@@ -39,10 +41,30 @@ from pgpulse.web.policy import TargetNotAllowed  # the address rule only: no web
 from pgpulse.wording import seconds_text
 
 ALERT_QUERIES = load_queries("alerts.sql")
+#: An evaluation's statements of the rules about jobs, one per kind, in the order it sends them
+#: (``sql/alerts.sql``): ``recovered`` first, so that it closes only events fired before.
+JOB_RULE_STATEMENTS = (
+    "alert_recovered",
+    "alert_failures",
+    "alert_skipped",
+    "alert_late",
+    "alert_missed",
+    "alert_silence",
+)
+#: Its statements of the cluster rules, sent by the leader only, after those
+#: (``alert_no_live_node`` follows them, sent by a node that found an outage as it started).
+CLUSTER_RULE_STATEMENTS = ("alert_node_died", "alert_leader_changed", "alert_lag")
 #: Longest silence, seconds (a year).
 MAX_SILENCE = 366 * 86400.0
 #: Notifier names: like job handler names, short and printable.
 MAX_NOTIFIER_NAME = 100
+
+
+async def _one(cur: AsyncCursor[DictRow]) -> DictRow:
+    """The one row a statement returns."""
+    row = await cur.fetchone()
+    assert row is not None
+    return row
 
 
 class NotifierInUse(PulseError):
@@ -424,8 +446,10 @@ class AlertStore:
         outage: tuple[datetime, datetime] | None = None,
         now: datetime | None = None,
     ) -> dict[str, Any]:
-        """Evaluate every rule once (``alert_evaluate`` in ``sql/alerts.sql``); cluster rules
-        only when ``leader``. Safe to run on several nodes at once: one event per key.
+        """Evaluate every rule once, in one transaction: one statement per rule kind (the
+        cluster rules only when ``leader``, ``no_live_node`` only with an ``outage``), then one
+        that queues the new events' deliveries (``sql/alerts.sql``). Safe to run on several
+        nodes at once: one event per key.
 
         Args:
             node: the evaluating node (named by a ``leader_changed`` event).
@@ -440,19 +464,35 @@ class AlertStore:
             ``fired``, ``queued``, ``closed`` counts, ``next_due`` (the first due instant of
             older pending deliveries, or ``None``) and ``db_now``.
         """
-        [row] = await self._rows(
-            "alert_evaluate",
-            {
-                "node": node,
-                "leader": leader,
-                "lookback": lookback,
-                "limit": limit,
-                "outage_since": outage[0] if outage else None,
-                "outage_until": outage[1] if outage else None,
-                "now": now,
-            },
-        )
-        return row
+        params = {
+            "node": node,
+            "lookback": lookback,
+            "limit": limit,
+            "outage_since": outage[0] if outage else None,
+            "outage_until": outage[1] if outage else None,
+            "now": now,
+        }
+        kinds = [*JOB_RULE_STATEMENTS, *(CLUSTER_RULE_STATEMENTS if leader else ())]
+        if outage is not None:
+            kinds.append("alert_no_live_node")
+        # Round trips: BEGIN; the rule kinds' statements (sent together, the pipeline's first
+        # fetch waits for them all); the queueing (the pipeline's end); COMMIT.
+        async with self.pool.connection() as conn, conn.transaction(), conn.pipeline():
+            sent = [await conn.execute(ALERT_QUERIES[name], params) for name in kinds]
+            due = await conn.execute(ALERT_QUERIES["alert_next_due"], {"now": now})
+            rows = [await _one(cur) for cur in sent]
+            fired = [event for row in rows for event in row["fired"]]
+            queue = await conn.execute(
+                ALERT_QUERIES["alert_queue_deliveries"], {"events": fired, "now": now}
+            )
+        queued, clock = await _one(queue), await _one(due)
+        return {
+            "fired": len(fired),
+            "queued": queued["queued"],
+            "closed": sum(row["closed"] for row in rows),
+            "next_due": clock["next_due"],
+            "db_now": clock["db_now"],
+        }
 
     async def raise_cluster(
         self, rule: str, key: str, details: dict[str, Any], *, now: datetime | None = None
@@ -471,10 +511,15 @@ class AlertStore:
             The new event's id; ``None`` when no rule of ``rule`` is set or ``key`` fired
             already.
         """
-        rows = await self._rows(
-            "alert_raise", {"rule": rule, "key": key, "details": Jsonb(details), "now": now}
-        )
-        return int(rows[0]["id"]) if rows else None
+        params = {"rule": rule, "key": key, "details": Jsonb(details), "now": now}
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(ALERT_QUERIES["alert_raise"], params)
+            row = await cur.fetchone()
+            if row is not None:
+                await conn.execute(
+                    ALERT_QUERIES["alert_queue_deliveries"], {"events": [row["id"]], "now": now}
+                )
+        return int(row["id"]) if row is not None else None
 
     async def resolve_cluster(self, rule: str, *, now: datetime | None = None) -> int:
         """Close the open events of cluster rule ``rule`` (its condition ended); returns how

@@ -36,7 +36,7 @@ RULE_TITLES = {
     "db_clock": "Database clock stepped",
 }
 #: Rules whose event closes an alert rather than opening one (``state: "resolved"``): the one
-#: rule whose event is resolved when it fires (``alert_evaluate`` in ``sql/alerts.sql``), so the
+#: rule whose event is resolved when it fires (``alert_recovered`` in ``sql/alerts.sql``), so the
 #: webhook's ``state`` and ``pgpulse alert list``'s agree.
 RESOLVING_RULES = frozenset({"recovered"})
 #: Longest error text carried in a payload or message, characters (the run keeps the rest).

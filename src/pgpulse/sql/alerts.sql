@@ -1,46 +1,84 @@
 -- Alerts' statements (pgpulse.alerts; docs/alerts.md): evaluation, delivery claims and their
 -- fenced outcomes, and the reads and writes of notifiers, rules, events and silences.
+--
+-- An evaluation (AlertStore.evaluate) is one transaction: one statement per rule kind, from
+-- alert_recovered to alert_no_live_node in the order of this file (the cluster rules on the
+-- leader only), and alert_next_due; then alert_queue_deliveries for the events they inserted.
+-- Any node may evaluate at any time. A rule kind's statement inserts its new events in key
+-- order, after a look-up that skips the keys already fired, with the unique dedupe_key as the
+-- arbiter: evaluations racing on a key produce one event, and as every evaluation inserts in
+-- the same order (kind, then key), racing ones wait for each other rather than deadlock. Those
+-- keys are held until the commit; what else a statement locks, its header says. A job's own
+-- rule of a kind replaces the cluster-wide default (job_id NULL). Each returns one row: fired,
+-- the ids of its new events, and closed, how many open events it resolved.
 
--- name: alert_evaluate
--- One evaluation of every rule, in one statement (any node may send it at any time: the events'
--- unique dedupe_key makes concurrent evaluations produce one event each). Candidates:
--- * failures: a run that ended failed within %(lookback)s seconds and made the job's streak of
---   failed runs (retries that later succeed are not failed runs) exactly N long: one event per
---   streak, keyed by that run's occurrence. The streak is the runs in the order they were
---   recorded (the (job_id, id DESC) index), not by occurrence: a backfill of older occurrences
---   that fails inside a streak continues it rather than starting one;
--- * skipped: a run row of skipped occurrences that ended within the look-back;
--- * late: an idle job whose current occurrence was not started S seconds after it was due;
--- * missed: the same for a backfill job (an occurrence it owes still not run after S seconds);
--- * silence: no successful run within W seconds (since the last success, else since the job was
---   created), whatever the reason; keyed by that instant, so one event per silent stretch;
--- * recovered: a job with an open alert that succeeded after it fired; its open alerts close;
--- * cluster rules, only when %(leader)s: node_died (a node silent past its ttl that last said it
---   ran attempts; closes when that node is back, stopped or gone), leader_changed (this node
---   leads, and the leader recorded in pgpulse_alert_state is another; every leader records
---   itself, rule or not, and the first one recorded is no change), lag (an idle job due more
---   than S seconds ago; closes when none is);
--- * no_live_node, on any node that passes %(outage_since)s: the cluster had no live node from
---   then until %(outage_until)s (the evaluating node's start), for longer than S seconds.
--- A job's own rule of a kind replaces the default (job_id NULL). An event inside a silence is
--- recorded, silenced, with no delivery; every other new event gets one pending delivery per
--- notifier of its rule (but a checkin notifier: attempts ping it, alerts do not go to it).
--- Returns how many events fired, how many deliveries were queued, and the first due instant of
--- the older pending deliveries. Events are inserted in key order, so
--- two evaluations that race on several keys wait for each other rather than deadlock.
+-- name: alert_recovered
+-- recovered: the open events of a job whose last run succeeded after they fired close; a job
+-- with a recovered rule gets one event, closed as it fires, naming them (details.resolves).
+-- Sent first in an evaluation, so it closes only events fired before it. Locks: the events it
+-- closes. Key: job/<job>/recovered/<the success's finished_at>.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), recent AS (
-    SELECT r.id, r.job_id, r.scheduled_for, r.outcome, r.error, r.occurrences,
-           r.last_scheduled_for, r.finished_at
-    FROM pgpulse_runs r, clock
-    WHERE r.finished_at > clock.now - make_interval(secs => %(lookback)s)
-      AND r.outcome IN ('failed', 'skipped')
-), failures AS (
-    SELECT rc.job_id, 'failures'::text AS rule, rc.scheduled_for, rc.id AS run_id,
-           rc.error, jsonb_build_object('consecutive_failures', eff.threshold::int) AS details,
-           eff.notifiers
-    FROM recent rc
+), healed AS (
+    SELECT e.id, e.job_id, j.last_finished_at
+    FROM pgpulse_alert_events e
+    JOIN pgpulse_jobs j ON j.id = e.job_id
+    WHERE e.resolved_at IS NULL
+      AND e.job_id IS NOT NULL
+      AND j.last_outcome = 'succeeded'
+      AND j.last_finished_at > e.fired_at
+), candidates AS (
+    SELECT h.job_id, max(h.last_finished_at) AS scheduled_for,
+           jsonb_build_object('resolves', array_agg(h.id ORDER BY h.id)) AS details,
+           eff.notifiers,
+           'job/' || h.job_id || '/recovered/'
+           || extract(epoch FROM max(h.last_finished_at))::text AS key
+    FROM healed h
+    CROSS JOIN LATERAL (
+        SELECT r.notifiers
+        FROM pgpulse_alert_rules r
+        WHERE r.rule = 'recovered'
+          AND (r.job_id = h.job_id OR r.job_id IS NULL)
+        ORDER BY r.job_id NULLS LAST
+        LIMIT 1
+    ) eff
+    GROUP BY h.job_id, eff.notifiers
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, fired_at,
+                                           details, notifiers, resolved_at)
+    SELECT c.key, c.job_id, 'recovered', c.scheduled_for, clock.now, c.details, c.notifiers,
+           clock.now  -- the one event over when it fires
+    FROM candidates c, clock
+    WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+), closed AS (
+    UPDATE pgpulse_alert_events e
+    SET resolved_at = clock.now
+    FROM clock
+    WHERE e.id IN (SELECT h.id FROM healed h)
+      AND e.resolved_at IS NULL
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, (SELECT count(*) FROM closed)::int AS closed;
+
+-- name: alert_failures
+-- failures: a run that ended failed within %(lookback)s seconds, after its rule was set, and
+-- made its job's streak of failed runs exactly N long (the threshold; retries that later
+-- succeed are not failed runs). The streak is the runs in the order they were recorded (the
+-- (job_id, id DESC) index), not by occurrence: a failing backfill of older occurrences
+-- continues it. Locks nothing else. Key: job/<job>/failures/<that run's scheduled_for>: one
+-- event per streak. It closes when the job succeeds again (alert_recovered).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), candidates AS (
+    SELECT rc.job_id, rc.scheduled_for, rc.id AS run_id, rc.error,
+           jsonb_build_object('consecutive_failures', eff.threshold::int) AS details,
+           eff.notifiers,
+           'job/' || rc.job_id || '/failures/' || extract(epoch FROM rc.scheduled_for)::text AS key
+    FROM pgpulse_runs rc
+    CROSS JOIN clock
     CROSS JOIN LATERAL (
         SELECT r.threshold, r.notifiers, r.created_at
         FROM pgpulse_alert_rules r
@@ -65,16 +103,38 @@ WITH clock AS (
             ) p
         ) s
     ) streak
-    WHERE rc.outcome = 'failed'
+    WHERE rc.finished_at > clock.now - make_interval(secs => %(lookback)s)
+      AND rc.outcome = 'failed'
       AND rc.finished_at >= eff.created_at  -- a new rule does not fire on older failures
       AND streak.failed = coalesce(eff.threshold, 1)
       AND streak.before = 0
-), skipped AS (
-    SELECT rc.job_id, 'skipped'::text AS rule, rc.scheduled_for, rc.id AS run_id, rc.error,
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, run_id,
+                                           fired_at, error, details, notifiers)
+    SELECT c.key, c.job_id, 'failures', c.scheduled_for, c.run_id, clock.now, c.error,
+           c.details, c.notifiers
+    FROM candidates c, clock
+    WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, 0 AS closed;
+
+-- name: alert_skipped
+-- skipped: a run row of skipped occurrences (one row for the occurrences an outcome skipped)
+-- that ended within %(lookback)s seconds. Locks nothing else. Key: job/<job>/skipped/<the
+-- first skipped occurrence>. It closes when the job succeeds again (alert_recovered).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), candidates AS (
+    SELECT rc.job_id, rc.scheduled_for, rc.id AS run_id, rc.error,
            jsonb_build_object('occurrences', rc.occurrences,
                               'last_scheduled_for', rc.last_scheduled_for) AS details,
-           eff.notifiers
-    FROM recent rc
+           eff.notifiers,
+           'job/' || rc.job_id || '/skipped/' || extract(epoch FROM rc.scheduled_for)::text AS key
+    FROM pgpulse_runs rc
+    CROSS JOIN clock
     CROSS JOIN LATERAL (
         SELECT r.notifiers
         FROM pgpulse_alert_rules r
@@ -83,9 +143,30 @@ WITH clock AS (
         ORDER BY r.job_id NULLS LAST
         LIMIT 1
     ) eff
-    WHERE rc.outcome = 'skipped'
+    WHERE rc.finished_at > clock.now - make_interval(secs => %(lookback)s)
+      AND rc.outcome = 'skipped'
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, run_id,
+                                           fired_at, error, details, notifiers)
+    SELECT c.key, c.job_id, 'skipped', c.scheduled_for, c.run_id, clock.now, c.error,
+           c.details, c.notifiers
+    FROM candidates c, clock
+    WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, 0 AS closed;
+
+-- name: alert_late
+-- late: an idle job whose current occurrence was not started S seconds after it was due, among
+-- the %(limit)s idle jobs due longest ago past the smallest late or missed threshold (the jobs
+-- alert_missed reads). Locks nothing else. Key: job/<job>/late/<the occurrence>. It closes
+-- when the job succeeds again (alert_recovered).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), overdue AS (
-    SELECT j.id, j.scheduled_for, j.catch_up, j.run_id
+    SELECT j.id, j.scheduled_for, j.run_id
     FROM pgpulse_jobs j, clock
     WHERE j.status = 'idle'
       AND j.next_run_at <= clock.now - make_interval(secs => (
@@ -94,22 +175,92 @@ WITH clock AS (
       AND j.attempt = 0
     ORDER BY j.next_run_at
     LIMIT %(limit)s
-), late AS (
-    SELECT o.id AS job_id, eff.rule, o.scheduled_for, o.run_id, NULL::text AS error,
+), candidates AS (
+    SELECT o.id AS job_id, o.scheduled_for, o.run_id,
            jsonb_build_object('threshold_seconds', eff.threshold,
                               'late_by_seconds',
                               extract(epoch FROM clock.now - o.scheduled_for)::float8) AS details,
-           eff.notifiers
-    FROM overdue o, clock
+           eff.notifiers,
+           'job/' || o.id || '/late/' || extract(epoch FROM o.scheduled_for)::text AS key
+    FROM overdue o
+    CROSS JOIN clock
     CROSS JOIN LATERAL (
-        SELECT DISTINCT ON (r.rule) r.rule, r.threshold, r.notifiers
+        SELECT r.threshold, r.notifiers
         FROM pgpulse_alert_rules r
-        WHERE r.rule IN ('late', 'missed')
+        WHERE r.rule = 'late'
           AND (r.job_id = o.id OR r.job_id IS NULL)
-        ORDER BY r.rule, r.job_id NULLS LAST
+        ORDER BY r.job_id NULLS LAST
+        LIMIT 1
     ) eff
     WHERE o.scheduled_for <= clock.now - make_interval(secs => eff.threshold)
-      AND (eff.rule = 'late' OR o.catch_up = 'backfill')
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, run_id,
+                                           fired_at, details, notifiers)
+    SELECT c.key, c.job_id, 'late', c.scheduled_for, c.run_id, clock.now, c.details,
+           c.notifiers
+    FROM candidates c, clock
+    WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, 0 AS closed;
+
+-- name: alert_missed
+-- missed: alert_late's test for a backfill job (catch_up backfill: an occurrence it owes still
+-- not run S seconds after it was due), among the same jobs. Locks nothing else. Key:
+-- job/<job>/missed/<the occurrence>. It closes when the job succeeds again (alert_recovered).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), overdue AS (
+    SELECT j.id, j.scheduled_for, j.run_id, j.catch_up
+    FROM pgpulse_jobs j, clock
+    WHERE j.status = 'idle'
+      AND j.next_run_at <= clock.now - make_interval(secs => (
+              SELECT min(r.threshold) FROM pgpulse_alert_rules r
+              WHERE r.rule IN ('late', 'missed')))
+      AND j.attempt = 0
+    ORDER BY j.next_run_at
+    LIMIT %(limit)s
+), candidates AS (
+    SELECT o.id AS job_id, o.scheduled_for, o.run_id,
+           jsonb_build_object('threshold_seconds', eff.threshold,
+                              'late_by_seconds',
+                              extract(epoch FROM clock.now - o.scheduled_for)::float8) AS details,
+           eff.notifiers,
+           'job/' || o.id || '/missed/' || extract(epoch FROM o.scheduled_for)::text AS key
+    FROM overdue o
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT r.threshold, r.notifiers
+        FROM pgpulse_alert_rules r
+        WHERE r.rule = 'missed'
+          AND (r.job_id = o.id OR r.job_id IS NULL)
+        ORDER BY r.job_id NULLS LAST
+        LIMIT 1
+    ) eff
+    WHERE o.catch_up = 'backfill'
+      AND o.scheduled_for <= clock.now - make_interval(secs => eff.threshold)
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, run_id,
+                                           fired_at, details, notifiers)
+    SELECT c.key, c.job_id, 'missed', c.scheduled_for, c.run_id, clock.now, c.details,
+           c.notifiers
+    FROM candidates c, clock
+    WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, 0 AS closed;
+
+-- name: alert_silence
+-- silence (the dead man's switch): a job with no successful run within W seconds, since its
+-- last success, else since it was created, whatever the reason. Locks nothing else. Key:
+-- job/<job>/silence/<that instant>: one event per silent stretch. It closes when the job
+-- succeeds again (alert_recovered).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), watched AS (
     SELECT r.job_id, r.threshold, r.notifiers
     FROM pgpulse_alert_rules r
@@ -123,12 +274,12 @@ WITH clock AS (
       AND d.job_id IS NULL
       AND NOT EXISTS (SELECT 1 FROM pgpulse_alert_rules o
                       WHERE o.rule = 'silence' AND o.job_id = j.id)
-), silence AS (
-    SELECT j.id AS job_id, 'silence'::text AS rule, since.at AS scheduled_for,
-           NULL::bigint AS run_id, j.last_error AS error,
+), candidates AS (
+    SELECT j.id AS job_id, since.at AS scheduled_for, j.last_error AS error,
            jsonb_build_object('window_seconds', w.threshold, 'since', since.at,
                               'status', j.status) AS details,
-           w.notifiers
+           w.notifiers,
+           'job/' || j.id || '/silence/' || extract(epoch FROM since.at)::text AS key
     FROM watched w
     JOIN pgpulse_jobs j ON j.id = w.job_id
     CROSS JOIN LATERAL (
@@ -137,107 +288,116 @@ WITH clock AS (
                    (SELECT max(p.finished_at) FROM pgpulse_runs p
                     WHERE p.job_id = j.id AND p.outcome = 'succeeded'),
                    j.created_at) AS at
-    ) since, clock
+    ) since
+    CROSS JOIN clock
     WHERE since.at <= clock.now - make_interval(secs => w.threshold)
-), healed AS (
-    SELECT e.id, e.job_id, j.last_finished_at, j.run_id
-    FROM pgpulse_alert_events e
-    JOIN pgpulse_jobs j ON j.id = e.job_id
-    WHERE e.resolved_at IS NULL
-      AND e.job_id IS NOT NULL
-      AND j.last_outcome = 'succeeded'
-      AND j.last_finished_at > e.fired_at
-), recovered AS (
-    SELECT h.job_id, 'recovered'::text AS rule, max(h.last_finished_at) AS scheduled_for,
-           NULL::bigint AS run_id, NULL::text AS error,
-           jsonb_build_object('resolves', array_agg(h.id ORDER BY h.id)) AS details,
-           eff.notifiers
-    FROM healed h
-    CROSS JOIN LATERAL (
-        SELECT r.notifiers
-        FROM pgpulse_alert_rules r
-        WHERE r.rule = 'recovered'
-          AND (r.job_id = h.job_id OR r.job_id IS NULL)
-        ORDER BY r.job_id NULLS LAST
-        LIMIT 1
-    ) eff
-    GROUP BY h.job_id, eff.notifiers
-), died AS (
-    SELECT NULL::bigint AS job_id, 'node_died'::text AS rule, n.last_heartbeat AS scheduled_for,
-           NULL::bigint AS run_id, NULL::text AS error,
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, fired_at,
+                                           error, details, notifiers)
+    SELECT c.key, c.job_id, 'silence', c.scheduled_for, clock.now, c.error, c.details,
+           c.notifiers
+    FROM candidates c, clock
+    WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, 0 AS closed;
+
+-- name: alert_node_died
+-- node_died, sent by the leader only: a node alive by its row, silent past its ttl, that last
+-- said it ran attempts. Its open events close when the node is back (a fresh heartbeat under
+-- the same id), stopped, or gone from pgpulse_nodes. Locks: the events it closes. Key:
+-- node/<node>/<its start>: one event per life of a node.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), candidates AS (
+    SELECT n.last_heartbeat AS scheduled_for,
            jsonb_build_object('node', n.node_id, 'running', n.running,
                               'last_heartbeat', n.last_heartbeat) AS details,
            r.notifiers, 'node/' || n.node_id || '/' || extract(epoch FROM n.started_at)::text AS key
     FROM pgpulse_alert_rules r
     JOIN pgpulse_nodes n ON n.state = 'alive' AND n.running > 0
     CROSS JOIN clock
-    WHERE %(leader)s::bool
-      AND r.rule = 'node_died'
+    WHERE r.rule = 'node_died'
       AND r.job_id IS NULL
       AND n.last_heartbeat < clock.now - make_interval(secs => coalesce(n.ttl, 10))
-), last_leader AS (
-    SELECT s.value AS leader, s.updated_at
-    FROM pgpulse_alert_state s
-    WHERE s.rule = 'leader_changed'
-), leader_rule AS (
-    SELECT r.notifiers
-    FROM pgpulse_alert_rules r
-    WHERE %(leader)s::bool
-      AND r.rule = 'leader_changed'
-      AND r.job_id IS NULL
-), leader_seen AS (
-    -- this leader, recorded when it is not the one recorded (nothing is written otherwise),
-    -- whether a rule is set or not: a rule set just before a failover knows the leader it had
-    INSERT INTO pgpulse_alert_state AS s (rule, value, updated_at)
-    SELECT 'leader_changed', %(node)s::text, clock.now
-    FROM clock
-    WHERE %(leader)s::bool
-      AND (SELECT l.leader FROM last_leader l) IS DISTINCT FROM %(node)s::text
-    ON CONFLICT (rule) DO UPDATE
-    SET value = excluded.value, updated_at = excluded.updated_at
-    RETURNING s.rule
-), leader AS (
-    -- a change only: the first leader a rule sees has no previous one, and is no event
-    SELECT NULL::bigint AS job_id, 'leader_changed'::text AS rule, NULL::timestamptz,
-           NULL::bigint, NULL::text,
-           jsonb_build_object('leader', %(node)s::text, 'previous', l.leader) AS details,
-           r.notifiers,
-           'leader/' || extract(epoch FROM l.updated_at)::text || '/' || %(node)s::text
-    FROM leader_rule r
-    JOIN last_leader l ON l.leader IS DISTINCT FROM %(node)s::text
-), outage AS (
-    -- no live node for S seconds: %(outage_since)s is the last heartbeat any node sent before
-    -- the evaluating node started, when none was live then (AlertStore.cluster_outage); one
-    -- event per gap, keyed by that instant, so nodes starting together fire it once
-    SELECT NULL::bigint AS job_id, 'no_live_node'::text AS rule, NULL::timestamptz,
-           NULL::bigint, NULL::text,
-           jsonb_build_object('since', %(outage_since)s::timestamptz,
-                              'until', %(outage_until)s::timestamptz,
-                              'gap_seconds', extract(epoch FROM %(outage_until)s::timestamptz
-                                                     - %(outage_since)s::timestamptz)::float8,
-                              'threshold_seconds', r.threshold,
-                              'node', %(node)s::text) AS details,
-           r.notifiers,
-           'cluster/no_live_node/' || extract(epoch FROM %(outage_since)s::timestamptz)::text
-    FROM pgpulse_alert_rules r
-    WHERE r.rule = 'no_live_node'
-      AND r.job_id IS NULL
-      AND %(outage_since)s::timestamptz
-          < %(outage_until)s::timestamptz - make_interval(secs => r.threshold)
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, rule, scheduled_for, fired_at, details,
+                                           notifiers)
+    SELECT c.key, 'node_died', c.scheduled_for, clock.now, c.details, c.notifiers
+    FROM candidates c, clock
+    WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
 ), revived AS (
-    -- node_died alerts whose node is back (its heartbeat is fresh again, under the same id),
-    -- stopped, or gone from pgpulse_nodes: they close
     SELECT e.id
     FROM pgpulse_alert_events e
     LEFT JOIN pgpulse_nodes n ON n.node_id = e.details ->> 'node'
     CROSS JOIN clock
-    WHERE %(leader)s::bool
-      AND e.rule = 'node_died'
+    WHERE e.rule = 'node_died'
       AND e.job_id IS NULL
       AND e.resolved_at IS NULL
       AND (n.node_id IS NULL
            OR n.state = 'stopped'
            OR n.last_heartbeat >= clock.now - make_interval(secs => coalesce(n.ttl, 10)))
+), closed AS (
+    UPDATE pgpulse_alert_events e
+    SET resolved_at = clock.now
+    FROM clock
+    WHERE e.id IN (SELECT v.id FROM revived v)
+      AND e.resolved_at IS NULL
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, (SELECT count(*) FROM closed)::int AS closed;
+
+-- name: alert_leader_changed
+-- leader_changed, sent by the leader only (%(node)s): the leader recorded in pgpulse_alert_state
+-- is another node. Every leader records itself, rule or not (a rule set just before a failover
+-- knows the leader it had), and the first one recorded is no change. A notice: open until it
+-- is acknowledged. Locks: that state row, when it changes. Key: leader/<the previous leader's
+-- record>/<node>.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), last_leader AS (
+    SELECT s.value AS leader, s.updated_at
+    FROM pgpulse_alert_state s
+    WHERE s.rule = 'leader_changed'
+), seen AS (
+    -- written only when this leader is not the one recorded
+    INSERT INTO pgpulse_alert_state AS s (rule, value, updated_at)
+    SELECT 'leader_changed', %(node)s::text, clock.now
+    FROM clock
+    WHERE (SELECT l.leader FROM last_leader l) IS DISTINCT FROM %(node)s::text
+    ON CONFLICT (rule) DO UPDATE
+    SET value = excluded.value, updated_at = excluded.updated_at
+    RETURNING s.rule
+), candidates AS (
+    SELECT jsonb_build_object('leader', %(node)s::text, 'previous', l.leader) AS details,
+           r.notifiers,
+           'leader/' || extract(epoch FROM l.updated_at)::text || '/' || %(node)s::text AS key
+    FROM pgpulse_alert_rules r
+    JOIN last_leader l ON l.leader IS DISTINCT FROM %(node)s::text
+    WHERE r.rule = 'leader_changed'
+      AND r.job_id IS NULL
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, rule, fired_at, details, notifiers)
+    SELECT c.key, 'leader_changed', clock.now, c.details, c.notifiers
+    FROM candidates c, clock
+    WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, 0 AS closed;
+
+-- name: alert_lag
+-- lag, sent by the leader only: an idle job due more than S seconds ago (lag_seconds: the most
+-- overdue one's wait). Its open event closes when no job is. Locks: the event it closes. Key:
+-- cluster/lag/<now>: at most one open event, as a new one fires only when none is open.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), worst AS (
     SELECT r.threshold, r.notifiers,
            (SELECT extract(epoch FROM clock.now - min(j.next_run_at))::float8
@@ -248,75 +408,75 @@ WITH clock AS (
             WHERE e.rule = 'lag' AND e.job_id IS NULL AND e.resolved_at IS NULL
             LIMIT 1) AS open_id
     FROM pgpulse_alert_rules r, clock
-    WHERE %(leader)s::bool
-      AND r.rule = 'lag'
+    WHERE r.rule = 'lag'
       AND r.job_id IS NULL
-), lag AS (
-    SELECT NULL::bigint AS job_id, 'lag'::text AS rule, NULL::timestamptz, NULL::bigint,
-           NULL::text, jsonb_build_object('lag_seconds', w.lag,
-                                          'threshold_seconds', w.threshold) AS details,
-           w.notifiers, 'cluster/lag/' || extract(epoch FROM clock.now)::text
+), candidates AS (
+    SELECT jsonb_build_object('lag_seconds', w.lag, 'threshold_seconds', w.threshold) AS details,
+           w.notifiers, 'cluster/lag/' || extract(epoch FROM clock.now)::text AS key
     FROM worst w, clock
     WHERE w.lag IS NOT NULL
       AND w.open_id IS NULL
-), candidates AS (
-    SELECT c.job_id, c.rule, c.scheduled_for, c.run_id, c.error, c.details, c.notifiers,
-           'job/' || c.job_id || '/' || c.rule || '/' || extract(epoch FROM c.scheduled_for)::text AS key
-    FROM (SELECT * FROM failures
-          UNION ALL SELECT * FROM skipped
-          UNION ALL SELECT * FROM late
-          UNION ALL SELECT * FROM silence
-          UNION ALL SELECT * FROM recovered) c
-    UNION ALL SELECT * FROM died
-    UNION ALL SELECT * FROM leader
-    UNION ALL SELECT * FROM lag
-    UNION ALL SELECT * FROM outage
 ), fresh AS (
-    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, run_id,
-                                           fired_at, error, details, notifiers, silenced,
-                                           resolved_at)
-    SELECT c.key, c.job_id, c.rule, c.scheduled_for, c.run_id, clock.now, c.error, c.details,
-           c.notifiers,
-           EXISTS (SELECT 1 FROM pgpulse_alert_silences s
-                   WHERE (s.job_id IS NULL OR s.job_id = c.job_id)
-                     AND s.starts_at <= clock.now
-                     AND s.ends_at > clock.now),
-           -- only recovered is over when it fires; every other event is open (firing, as
-           -- its webhook says) until its condition ends or, for a notice, it is acknowledged
-           CASE WHEN c.rule = 'recovered' THEN clock.now END
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, rule, fired_at, details, notifiers)
+    SELECT c.key, 'lag', clock.now, c.details, c.notifiers
     FROM candidates c, clock
     WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
     ORDER BY c.key
     ON CONFLICT (dedupe_key) DO NOTHING
-    RETURNING e.id, e.notifiers, e.silenced
-), queued AS (
-    INSERT INTO pgpulse_alert_deliveries (event_id, notifier_id, next_attempt_at, created_at)
-    SELECT f.id, n.id, clock.now, clock.now
-    FROM fresh f
-    CROSS JOIN LATERAL unnest(f.notifiers) AS wanted (id)
-    JOIN pgpulse_notifiers n ON n.id = wanted.id AND n.kind <> 'checkin'
-    CROSS JOIN clock
-    WHERE NOT f.silenced
-    ON CONFLICT (event_id, notifier_id) DO NOTHING
-    RETURNING id
+    RETURNING e.id
 ), closed AS (
     UPDATE pgpulse_alert_events e
     SET resolved_at = clock.now
     FROM clock
-    WHERE e.resolved_at IS NULL
-      AND (e.id IN (SELECT h.id FROM healed h)
-           OR e.id IN (SELECT v.id FROM revived v)
-           OR e.id IN (SELECT w.open_id FROM worst w WHERE w.lag IS NULL))
+    WHERE e.id IN (SELECT w.open_id FROM worst w WHERE w.lag IS NULL)
+      AND e.resolved_at IS NULL
     RETURNING e.id
 )
-SELECT (SELECT count(*) FROM fresh)::int AS fired,
-       (SELECT count(*) FROM queued)::int AS queued,
-       (SELECT count(*) FROM closed)::int AS closed,
-       (SELECT min(d.next_attempt_at)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, (SELECT count(*) FROM closed)::int AS closed;
+
+-- name: alert_no_live_node
+-- no_live_node, sent by a node that found no live node as it started (AlertStore.cluster_outage
+-- gives %(outage_since)s, the last heartbeat any node sent, and %(outage_until)s, its start):
+-- the gap was longer than S seconds. A notice: open until it is acknowledged. Locks nothing
+-- else. Key: cluster/no_live_node/<since>: one event per gap, however many nodes start in it.
+WITH candidates AS (
+    SELECT jsonb_build_object('since', %(outage_since)s::timestamptz,
+                              'until', %(outage_until)s::timestamptz,
+                              'gap_seconds', extract(epoch FROM %(outage_until)s::timestamptz
+                                                     - %(outage_since)s::timestamptz)::float8,
+                              'threshold_seconds', r.threshold,
+                              'node', %(node)s::text) AS details,
+           r.notifiers,
+           'cluster/no_live_node/' || extract(epoch FROM %(outage_since)s::timestamptz)::text
+               AS key
+    FROM pgpulse_alert_rules r
+    WHERE r.rule = 'no_live_node'
+      AND r.job_id IS NULL
+      AND %(outage_since)s::timestamptz
+          < %(outage_until)s::timestamptz - make_interval(secs => r.threshold)
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, rule, fired_at, details, notifiers)
+    SELECT c.key, 'no_live_node', coalesce(%(now)s::timestamptz, now()), c.details, c.notifiers
+    FROM candidates c
+    WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, 0 AS closed;
+
+-- name: alert_next_due
+-- The first instant a pending delivery is due (NULL: none), but one waiting behind an earlier
+-- event's pending delivery to the same notifier (its turn comes when that one ends); and the
+-- database's clock. An evaluation sends it before alert_queue_deliveries: it sees only the
+-- deliveries queued before. Locks nothing.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+SELECT (SELECT min(d.next_attempt_at)
         FROM pgpulse_alert_deliveries d
         JOIN pgpulse_alert_events e ON e.id = d.event_id
         WHERE d.status = 'pending'
-          -- one waiting behind an earlier event is not due: its turn comes when that one ends
           AND NOT EXISTS (SELECT 1
                           FROM pgpulse_alert_deliveries b
                           JOIN pgpulse_alert_events be ON be.id = b.event_id
@@ -327,28 +487,29 @@ SELECT (SELECT count(*) FROM fresh)::int AS fired,
        clock.now AS db_now
 FROM clock;
 
--- name: alert_raise
--- A cluster event a node observed itself (split_brain, db_clock: nothing in the tables shows
--- them, so alert_evaluate cannot), fired as alert_evaluate fires its own: only if cluster rule
--- %(rule)s is set; once per %(key)s, whichever nodes raise it and however often (the unique
--- dedupe_key); silenced inside a silence of the cluster; one pending delivery per notifier of
--- the rule (but a checkin notifier). Returns the new event's id and how many deliveries it
--- queued; no row when the rule is not set or the key fired already.
+-- name: alert_queue_deliveries
+-- The events %(events)s this transaction just inserted (an evaluation's, alert_raise's): one
+-- inside a silence (of its job, or of everything) is marked silenced and gets no delivery;
+-- every other gets one pending delivery, due now, per notifier of its rule but a checkin
+-- notifier (attempts ping it; alerts do not go to it). Locks: those events (new: no other
+-- transaction sees them yet). Returns how many deliveries it queued.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), fresh AS (
-    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, fired_at, details,
-                                           notifiers, silenced)
-    SELECT %(key)s, NULL, r.rule, clock.now, %(details)s::jsonb, r.notifiers,
+    SELECT e.id, e.notifiers,
            EXISTS (SELECT 1 FROM pgpulse_alert_silences s
-                   WHERE s.job_id IS NULL
+                   WHERE (s.job_id IS NULL OR s.job_id = e.job_id)
                      AND s.starts_at <= clock.now
-                     AND s.ends_at > clock.now)
-    FROM pgpulse_alert_rules r, clock
-    WHERE r.rule = %(rule)s
-      AND r.job_id IS NULL
-    ON CONFLICT (dedupe_key) DO NOTHING
-    RETURNING e.id, e.notifiers, e.silenced
+                     AND s.ends_at > clock.now) AS silenced
+    FROM pgpulse_alert_events e, clock
+    WHERE e.id = ANY (%(events)s::bigint[])
+), muted AS (
+    UPDATE pgpulse_alert_events e
+    SET silenced = true
+    FROM fresh f
+    WHERE e.id = f.id
+      AND f.silenced
+    RETURNING e.id
 ), queued AS (
     INSERT INTO pgpulse_alert_deliveries (event_id, notifier_id, next_attempt_at, created_at)
     SELECT f.id, n.id, clock.now, clock.now
@@ -360,8 +521,22 @@ WITH clock AS (
     ON CONFLICT (event_id, notifier_id) DO NOTHING
     RETURNING id
 )
-SELECT f.id, (SELECT count(*) FROM queued)::int AS queued
-FROM fresh f;
+SELECT (SELECT count(*) FROM queued)::int AS queued, (SELECT count(*) FROM muted)::int AS muted;
+
+-- name: alert_raise
+-- A cluster event a node observed itself (split_brain, db_clock: nothing in the tables shows
+-- them, so no evaluation statement can), fired as an evaluation fires its own: only if cluster
+-- rule %(rule)s is set; once per %(key)s, whichever nodes raise it and however often (the
+-- unique dedupe_key). Sent with alert_queue_deliveries in one transaction. Returns the new
+-- event's id; no row when the rule is not set or the key fired already.
+INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, fired_at, details, notifiers)
+SELECT %(key)s, NULL, r.rule, coalesce(%(now)s::timestamptz, now()), %(details)s::jsonb,
+       r.notifiers
+FROM pgpulse_alert_rules r
+WHERE r.rule = %(rule)s
+  AND r.job_id IS NULL
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING e.id;
 
 -- name: alert_resolve
 -- The condition of the open cluster events of rule %(rule)s ended (a split brain healed): they
