@@ -40,6 +40,7 @@ LONG_MODULES = (
     "test_chaos_cluster.py",
     "test_replication.py",
     "test_demo.py",
+    "test_readme.py",
     "test_status.py",
     "test_patroni.py",
     "test_cli_output.py",

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,10 @@ def walk(
 def tree() -> list[tuple[tuple[str, ...], click.Command, click.Context]]:
     root = click.Context(main, info_name="pgpulse", auto_envvar_prefix="PGPULSE")
     return list(walk(main, root))
+
+
+#: The whole tree, walked once for the pages' commands.
+TREE = tree()
 
 
 def options(
@@ -207,22 +212,45 @@ def test_every_duration_option_is_in_seconds() -> None:
     )
 
 
-def readme_commands() -> set[tuple[str, ...]]:
-    """The command words of every ``pgpulse ...`` line in README.md's shell blocks."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The command-line reference: the page whose synopses must show every option of every command.
+CLI_PAGE = ROOT / "docs" / "cli.md"
+
+#: Every page a user reads: README.md, the doorway, and the manual in docs/.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def shell_blocks(page: Path) -> list[str]:
+    """The text of each ``sh`` fenced block of ``page``, dedented (a block in a list item is
+    indented)."""
+    blocks = re.findall(r"```sh\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+    return [textwrap.dedent(block) for block in blocks]
+
+
+def page_commands(page: Path) -> set[tuple[str, ...]]:
+    """The command words of every ``pgpulse ...`` line in ``page``'s shell blocks."""
     found = set()
-    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
+    for block in shell_blocks(page):
         for line in block.splitlines():
             words = line.split("#")[0].split()
-            if words[:1] != ["pgpulse"]:
-                continue
-            path: list[str] = []
-            for word in words[1:]:
-                if not re.fullmatch(r"[a-z]+(\|[a-z]+)*", word):
-                    break
-                path.append(word)
-            found |= {tuple(p) for p in _alternatives(path)}
+            if words[:1] == ["pgpulse"]:
+                found |= set(command_paths(words[1:]))
     return found
+
+
+def command_paths(words: list[str]) -> list[tuple[str, ...]]:
+    """The commands the words after ``pgpulse`` name: each lower-case word (``a|b`` for each
+    of a and b) after a group's words is a command's word; what follows a command (a job's
+    name, an option, a placeholder) is not."""
+    groups = {path for path, command, _ in TREE if isinstance(command, click.Group)}
+    path: list[str] = []
+    for word in words:
+        named = [tuple(p) for p in _alternatives(path)]
+        if not (re.fullmatch(r"[a-z]+(\|[a-z]+)*", word) and any(p in groups for p in named)):
+            break
+        path.append(word)
+    return [tuple(p) for p in _alternatives(path)]
 
 
 def _alternatives(path: list[str]) -> list[list[str]]:
@@ -232,12 +260,16 @@ def _alternatives(path: list[str]) -> list[list[str]]:
     return [[head, *rest] for head in path[0].split("|") for rest in _alternatives(path[1:])]
 
 
-def test_every_command_the_readme_shows_exists() -> None:
+def test_every_command_the_pages_show_exists() -> None:
+    """README's and the docs' shell blocks name only commands that exist."""
     known = {path for path, _, _ in tree()}
-    shown = readme_commands()
-    assert {("migrate",), ("job", "create"), ("status",), ("token", "create")} <= shown
-    missing = sorted(p for p in shown if p not in known)
+    missing = sorted(
+        (page.name, p) for page in PAGES for p in page_commands(page) if p not in known
+    )
     assert missing == []
+    shown = page_commands(CLI_PAGE)
+    assert {("migrate",), ("job", "create"), ("status",), ("token", "create")} <= shown
+    assert {("node", "run"), ("job", "create"), ("runs",)} <= page_commands(ROOT / "README.md")
 
 
 def test_migrate_in_a_real_process_says_what_it_applied(empty_dsn: str) -> None:
@@ -256,26 +288,21 @@ def test_migrate_in_a_real_process_says_what_it_applied(empty_dsn: str) -> None:
     assert migrate() == (0, "nothing to apply; schema is up to date\n")
 
 
-#: Documented in docs/alerts.md rather than README's synopsis (and kept there by their owners).
+#: Documented in docs/alerts.md rather than the CLI page's synopsis (kept there by their owners).
 SYNOPSIS_ELSEWHERE = {("alert",), ("notifier",)}
 
 
-def readme_synopsis_entries() -> list[tuple[list[tuple[str, ...]], list[str]]]:
-    """Each synopsis of README.md's shell blocks: the commands a ``pgpulse WORDS...`` line
+def synopsis_entries(page: Path) -> list[tuple[list[tuple[str, ...]], list[str]]]:
+    """Each synopsis of ``page``'s shell blocks: the commands a ``pgpulse WORDS...`` line
     names (``a|b`` words stand for each) and the long options it and the indented lines that
     continue it show, in order (comments cut), repeats kept."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     entries: list[tuple[list[tuple[str, ...]], list[str]]] = []
-    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
+    for block in shell_blocks(page):
+        entries.append(([], []))  # a block's first line continues nothing
         for line in block.splitlines():
             text = line.split(" #")[0]
             if text.startswith("pgpulse "):
-                words: list[str] = []
-                for word in text.split()[1:]:
-                    if not re.fullmatch(r"[a-z]+(\|[a-z]+)*", word):
-                        break
-                    words.append(word)
-                entries.append(([tuple(p) for p in _alternatives(words)], []))
+                entries.append((command_paths(text.split()[1:]), []))
             elif not (text.startswith(" ") and entries and entries[-1][0]):
                 entries.append(([], []))  # the lines after this one continue no synopsis
                 continue
@@ -283,43 +310,47 @@ def readme_synopsis_entries() -> list[tuple[list[tuple[str, ...]], list[str]]]:
     return [entry for entry in entries if entry[0]]
 
 
-def readme_synopses() -> dict[tuple[str, ...], set[str]]:
-    """The long options each command's synopses in README.md show
-    (:func:`readme_synopsis_entries`)."""
+def synopses(page: Path) -> dict[tuple[str, ...], set[str]]:
+    """The long options each command's synopses in ``page`` show (:func:`synopsis_entries`)."""
     found: dict[tuple[str, ...], set[str]] = {}
-    for paths, shown in readme_synopsis_entries():
+    for paths, shown in synopsis_entries(page):
         for path in paths:
             found.setdefault(path, set()).update(shown)
     return found
 
 
-def test_readme_synopses_show_each_option_once() -> None:
+def long_options(command: click.Command) -> set[str]:
+    return {
+        o
+        for option in options(command)
+        for o in [*option.opts, *option.secondary_opts]
+        if o.startswith("--")
+    }
+
+
+def test_the_cli_page_shows_each_option_once() -> None:
     """One synopsis (a ``pgpulse`` line and the lines that continue it) shows each option once:
     a repeated ``[--max-body 65536] [--secure-cookies]`` line is a leftover, which the sets of
-    :func:`test_readme_synopses_show_every_option_and_no_other` cannot see."""
+    :func:`test_the_cli_page_shows_every_option_and_no_other` cannot see. (Examples on other
+    pages may repeat a repeatable option: ``--notify ops --notify pager``.)"""
     repeated = [
         f"pgpulse {' '.join(paths[0])} {option}"
-        for paths, shown in readme_synopsis_entries()
+        for paths, shown in synopsis_entries(CLI_PAGE)
         for option in sorted(set(shown))
         if shown.count(option) > 1
     ]
     assert repeated == []
 
 
-def test_readme_synopses_show_every_option_and_no_other() -> None:
-    """README's command synopsis agrees with --help: every option of every command (the web's
+def test_the_cli_page_shows_every_option_and_no_other() -> None:
+    """docs/cli.md's synopsis agrees with --help: every option of every command (the web's
     and the tools' too), and none that the command does not have."""
-    shown = readme_synopses()
+    shown = synopses(CLI_PAGE)
     missing, unknown = [], []
     for path, command, _ in tree():
         if isinstance(command, click.Group) or path[:1] in {p[:1] for p in SYNOPSIS_ELSEWHERE}:
             continue
-        longs = {
-            o
-            for option in options(command)
-            for o in [*option.opts, *option.secondary_opts]
-            if o.startswith("--")
-        }
+        longs = long_options(command)
         if path not in shown:
             missing.append(f"pgpulse {' '.join(path)} (no synopsis)")
             continue
@@ -328,3 +359,20 @@ def test_readme_synopses_show_every_option_and_no_other() -> None:
     global_options = {o for option in options(main) for o in option.opts if o.startswith("--")}
     missing += [f"pgpulse {o}" for o in sorted(global_options - shown.get((), set()))]
     assert (missing, unknown) == ([], [])
+
+
+def test_no_page_shows_an_option_its_command_lacks() -> None:
+    """The commands shown on other pages (README's first job, the production guide's shard
+    count, the HTTP API's tokens...) use only options their command has: a renamed option
+    breaks the example that still shows the old name. A line's options may be the command's or
+    the global ones (``pgpulse --database NAME status``)."""
+    commands = {path: command for path, command, _ in tree()}
+    global_options = long_options(main) | {"--help", "--version"}
+    unknown = [
+        f"{page.name}: pgpulse {' '.join(path)} {option}"
+        for page in PAGES
+        for path, shown in synopses(page).items()
+        if path in commands
+        for option in sorted(shown - long_options(commands[path]) - global_options)
+    ]
+    assert unknown == []
