@@ -35,25 +35,32 @@ from pgpulse_tools.bench.peers import add_pulse_ratios
 from pgpulse_tools.bench.report import render
 from pgpulse_tools.bench.report_targets import floor_rows, targets
 from pgpulse_tools.bench.run import cross_figures
-from pgpulse_tools.bench.sqltext import split_final_select
+from pgpulse_tools.bench.sqltext import split_final, split_final_select
 from pgpulse_tools.bench.steady import PERIOD, expected_runs
 from pgpulse_tools.bench.writes import WriteMeter, comparison_rows, per_firing
 
 
 def test_ceiling_script_is_generated_from_every_parameter_of_the_queries() -> None:
-    """One statement per step, as a node's claim loop: the previous batch's completion and the
-    claim whose outcomes the next step completes."""
+    """One transaction per step, as a node's claim loop sends it: the previous batch's
+    completion, the claim whose outcomes the next step completes, the next due instant."""
     script = pgbench_script()
-    assert "%(" not in script and ";" not in script  # one statement, every parameter bound
+    assert "%(" not in script  # every parameter bound
+    assert script.startswith("BEGIN;\n") and script.endswith("FROM clock;\nCOMMIT;\n")
+    assert script.count("\\gset") == 1 and "FROM claimed \\gset\n" in script
     assert "json_to_recordset((:outcomes)::json)" in script
-    assert "INSERT INTO pgpulse_runs AS r" in script  # the history row, written once per firing
+    assert script.count("INSERT INTO pgpulse_runs") == 1  # the history row, once per firing
     assert "FOR UPDATE OF j SKIP LOCKED" in script  # Pulse's own claim, not a copy
-    assert script.endswith("FROM pulse_claim \\gset\n")
+    assert "pgpulse_job_history" not in script  # no rare part
+    assert "pgpulse_job_history" in pgbench_script(rare=True)
 
 
 def test_split_final_select_keeps_the_ctes() -> None:
     ctes, final = split_final_select("WITH a AS (SELECT 1 AS x) SELECT x FROM a")
     assert ctes == "WITH a AS (SELECT 1 AS x)" and final == "SELECT x FROM a"
+    ctes, final = split_final(
+        "WITH a AS (SELECT 1) UPDATE t SET updated_at = 1 RETURNING x", "UPDATE"
+    )
+    assert ctes == "WITH a AS (SELECT 1)" and final.startswith("UPDATE t SET updated_at")
 
 
 def test_report_states_each_target_with_its_measure() -> None:
@@ -703,13 +710,12 @@ def test_the_drains_db_cpu_is_judged_against_the_floors_only_when_both_are_trust
 
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
-@pytest.mark.parametrize("variant", ["arrays", "ids only", *levers.BEFORE, *levers.CUTS])
+@pytest.mark.parametrize("variant", ["as is", *levers.STATEMENT_LEVERS])
 def test_the_statement_levers_complete_what_they_claimed_as_the_json_step_does(
     dsn: str, tmp_path: Path, variant: str
 ) -> None:
-    """The statement levers' variants of the ceiling's step (arrays for the outcomes, an
-    ids-only claim, the parts put back as they were before issue 22, the cuts) are correct
-    steps for the benchmark's firings: every batch it
+    """The ceiling's step and its statement levers' variants (the rare records in every step,
+    the one lease-holding table) are correct steps for the benchmark's firings: every batch it
     claims is completed by the next step, fenced, one succeeded history row per firing, each
     job moved to its next hourly occurrence."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -717,17 +723,14 @@ def test_the_statement_levers_complete_what_they_claimed_as_the_json_step_does(
     assert now is not None
     load_jobs(dsn, 300, schedule="@every 1h", kind="interval", base=now[0] - timedelta(minutes=5),
               modulo=60, step=1.0)  # fmt: skip
-    script = tmp_path / "arrays.sql"
-    if variant == "arrays":
-        script.write_text(levers.array_script())
-        variables = {"batch": 20, **{f"o_{f}": "{}" for f, _, _ in levers.OUTCOME_FIELDS}}
-    else:
-        if variant in levers.BEFORE:
-            script.write_text(levers.before_script(variant))
-        else:
-            cut = levers.cut_script(variant) if variant in levers.CUTS else None
-            script.write_text(cut or levers.ids_only_script())
-        variables = {"batch": 20, "outcomes": "[]"}
+    script = tmp_path / "step.sql"
+    if variant == levers.ONE_TABLE:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for statement in levers.statements(levers.LEVERS[variant]):
+                conn.execute(statement)
+    step = pgbench_script() if variant == "as is" else levers.script_of(variant)
+    script.write_text(step)
+    variables = {"batch": 20, "outcomes": "[]"}
     figures = run_pgbench(dsn, script, clients=1, seconds=1, variables=variables)
     assert figures["tps"] > 0
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -829,7 +832,8 @@ def test_the_narrow_row_section_quotes_each_prototype_over_its_own_baseline() ->
         "floor, fillfactor 70, HOT claim": {**ok, "db_cpu_ms": 0.036},
         "floor, Pulse's indexes": {**ok, "db_cpu_ms": 0.06, "problems": ["short"]},
     }
-    lever_cells = {"as is": {**ok, "db_cpu_ms": 0.1}, levers.IDS_ONLY: {**ok, "db_cpu_ms": 0.097}}
+    ids_only = "claim returns id, token, occurrence only (definitions cached)"  # an older run's
+    lever_cells = {"as is": {**ok, "db_cpu_ms": 0.1}, ids_only: {**ok, "db_cpu_ms": 0.097}}
     results = {"3": {"data": {"floor_variants": variants, "levers": lever_cells}}}
     assert report_cost.prototype_lines(results) == [
         "* a job row as wide as Pulse's: 1.10× its baseline's DB CPU per firing",

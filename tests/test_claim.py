@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -18,7 +19,7 @@ from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.database import Session
 from pgpulse.model import ClaimedJob, ClaimKey, Outcome
 from pgpulse.planner import Advance
-from pgpulse.sql import QUERIES, RARE_PARTS, positional, without_ctes
+from pgpulse.sql import QUERIES
 from pgpulse.store import Store
 from pgpulse_tools.bench.common import load_jobs
 
@@ -50,28 +51,18 @@ async def test_eight_concurrent_claimers_never_receive_the_same_job(store: Store
 
 
 async def test_a_claim_row_is_a_claimed_job_field_by_field(store: Store, db: Any) -> None:
-    """The store builds ClaimedJob from plain tuples: the claim's columns are its fields, in
-    order, then next_due and written; and each field holds the stored value."""
+    """The store reads ClaimedJob by column name: the claim's columns are its fields (a job
+    row is no extra occurrence: its occurrence and kind keep their defaults); and each field
+    holds the stored value."""
     [job_id] = await add(
         store, spec("rollup", payload={"k": "v"}, timeout=9, max_attempts=4), now=T0
     )
     cur = db.execute(
-        QUERIES["finish_and_claim"],
-        {
-            "outcomes": "[]",
-            "node": "n",
-            "limit": 0,
-            **ROUTE_ALL,
-            "lease": 30,
-            "now": LATER,
-        },
+        QUERIES["claim_jobs"],
+        {"node": "n", "limit": 0, **ROUTE_ALL, "lease": 30, "now": LATER},
     )
-    # every column but the step's own is read by name into ClaimedJob; a job row is no extra
-    # occurrence, so its occurrence and kind keep their defaults
     names = [c.name for c in cur.description]
-    own = ["clock_now", "next_due", "written", "occurrences_due"]
-    assert names[-4:] == own
-    assert set(names[:-4]) == set(ClaimedJob._fields) - {"occurrence", "kind"}
+    assert sorted(names) == sorted(set(ClaimedJob._fields) - {"occurrence", "kind"})
     [job] = await store.claim_due("n", ALL_SHARDS, 5, lease=30, now=LATER)
     row = db.execute("SELECT run_id FROM pgpulse_jobs").fetchone()
     assert (
@@ -340,19 +331,21 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
         "lease": 30,
         "now": T0,
     }
+    plans = []
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         await conn.execute("ANALYZE pgpulse_jobs")  # plan on statistics, not on a guess
-        cur = await conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["finish_and_claim"],
-            params,
-        )
-        row = await cur.fetchone()
+        for name in ("claim_jobs", "next_job_due"):
+            cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES[name], params)
+            row = await cur.fetchone()
+            assert row is not None
+            plans.append(_plan_nodes(row[0][0]["Plan"]))
         await conn.rollback()
-    assert row is not None
-    scans = [n for n in _plan_nodes(row[0][0]["Plan"]) if n.get("Index Name") == "pgpulse_jobs_due"]
-    assert all("Index Cond" in n for n in scans), scans
-    due = [n for n in scans if "<=" in n["Index Cond"]]
-    ahead = [n for n in scans if "<=" not in n["Index Cond"]]
+    claim, ahead_plan = (
+        [n for n in plan if n.get("Index Name") == "pgpulse_jobs_due"] for plan in plans
+    )
+    assert all("Index Cond" in n for n in claim + ahead_plan), plans
+    due = [n for n in claim if "<=" in n["Index Cond"]]
+    ahead = [n for n in ahead_plan if "<=" not in n["Index Cond"]]
     assert due, "the claim does not use the partial index on idle rows"
     assert all(n["Actual Rows"] == 0 for n in due), due
     # The next due instant (returned when fewer were claimed than asked) reads one index entry.
@@ -362,10 +355,10 @@ async def test_an_empty_poll_reads_no_rows_however_many_are_stored(store: Store,
 async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     store: Store, db: Any
 ) -> None:
-    """finish_and_claim writes the outcome and claims in one statement. The claim sees the
-    database as it was before the outcome, so a backfill job whose next occurrence is already
-    due is not claimed in the same step; the step reports it as the next due instant, and the
-    next step claims it (new token, new run)."""
+    """finish_and_claim writes the outcome, then claims, in one round trip and one
+    transaction: the claim sees the outcome, so a backfill job whose next occurrence is
+    already due is claimed in the same step (new token, new run); with nothing left to claim,
+    the step says when the next job is due."""
     [job_id, hourly] = await add(
         store, spec("a", catch_up="backfill"), spec("hourly", schedule="0 * * * *"), now=T0
     )
@@ -373,45 +366,16 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     assert job.id == job_id and job.scheduled_for == utc(2026, 1, 1, 0, 1)
     done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)), output="a\x00b")
     step = await store.finish_and_claim([done], "node-a", NOOP_ALL, 5, lease=30, now=LATER)
-    assert (step.written, step.jobs, step.db_now) == ({job.key}, [], LATER)
-    assert step.next_due == utc(2026, 1, 1, 0, 2)  # before the hourly job's 01:00
+    [again] = step.jobs
+    assert (step.written, step.db_now) == ({job.key}, LATER)
+    assert (again.id, again.scheduled_for) == (job_id, utc(2026, 1, 1, 0, 2))
+    assert again.fencing_token == job.fencing_token + 1 and again.run_id != job.run_id
+    assert step.next_due == utc(2026, 1, 1, 1, 0)  # the hourly job, the only one idle
+    assert hourly not in {j.id for j in step.jobs}
     run = db.execute(
         "SELECT outcome, output FROM pgpulse_runs WHERE id = %s", (job.run_id,)
     ).fetchone()
     assert run == {"outcome": "succeeded", "output": "a\ufffdb"}  # NUL cannot be stored as is
-    after = await store.finish_and_claim([], "node-a", NOOP_ALL, 5, lease=30, now=LATER)
-    [again] = after.jobs
-    assert (again.id, again.scheduled_for) == (job_id, utc(2026, 1, 1, 0, 2))
-    assert again.fencing_token == job.fencing_token + 1 and again.run_id != job.run_id
-    assert after.next_due == utc(2026, 1, 1, 1, 0)  # the hourly job, the only one idle
-    assert hourly not in {j.id for j in after.jobs}
-
-
-def test_the_common_step_is_the_whole_step_without_its_rare_parts() -> None:
-    """finish_and_claim_common is finish_and_claim less the skip summary and the auto-pause's
-    audit row, and nothing else: every other line is there, in order. A CTE another part reads,
-    or one that is not there, cannot be taken out."""
-    whole, common = QUERIES["finish_and_claim"], QUERIES["finish_and_claim_common"]
-    assert [f"{part} AS (" in common for part in RARE_PARTS] == [False, False]
-    assert "\nroute AS (" in common and "INSERT INTO pgpulse_job_history" not in common
-    lines = iter(whole.splitlines())
-    assert all(line in lines for line in common.splitlines())  # a subsequence of the whole
-    assert len(whole.splitlines()) - len(common.splitlines()) == 30  # the two CTEs' lines
-    statement = (
-        "WITH a AS (\nSELECT 1\n),\nb AS (\nSELECT ')(' FROM a\n),\nc AS (\nSELECT 2\n)\nSELECT 3"
-    )
-    assert (
-        without_ctes(statement, ("b",))
-        == "WITH a AS (\nSELECT 1\n),\nc AS (\nSELECT 2\n)\nSELECT 3"
-    )
-    with pytest.raises(ValueError, match="reads its CTE 'a'"):
-        without_ctes(statement, ("a",))
-    with pytest.raises(ValueError, match="'c' is the statement's last"):
-        without_ctes(statement, ("c",))
-    with pytest.raises(ValueError, match="no CTE 'd'"):
-        without_ctes(statement, ("d",))
-    with pytest.raises(ValueError, match="'b' has no closing parenthesis"):
-        without_ctes("WITH a AS (\nSELECT 1\n),\nb AS (\nSELECT (1\n)\nSELECT 3", ("b",))
 
 
 async def test_a_step_with_a_skip_or_an_auto_pause_writes_them_beside_plain_outcomes(
@@ -456,8 +420,8 @@ async def test_a_step_with_a_skip_or_an_auto_pause_writes_them_beside_plain_outc
 
 
 async def test_a_failed_step_writes_no_outcome(store: Store, db: Any) -> None:
-    """The outcome and the claim commit together or not at all (one statement; the node sends
-    the outcome again with its next step)."""
+    """The outcome and the claim commit together or not at all (one transaction; the node
+    sends the outcome again with its next step)."""
     [job_id] = await add(store, spec("a"), now=T0)
     [job] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=LATER)
     done = Outcome(job, "succeeded", advance=Advance(utc(2026, 1, 1, 0, 2)))
@@ -471,13 +435,13 @@ async def test_a_failed_step_writes_no_outcome(store: Store, db: Any) -> None:
 
 
 async def test_a_node_claims_with_one_generic_plan_and_no_jit(store: Store, dsn: str) -> None:
-    """The claim session plans the claim once per session (a generic plan, not ~1 ms of
-    planning per call) and never JIT-compiles it."""
+    """The claim session prepares the claim at its first use and plans it once per session (a
+    generic plan, not ~1 ms of planning per call), and never JIT-compiles it."""
     await add(store, *(spec(f"job-{i}") for i in range(20)), now=T0)
     session = Session(dsn, "pgpulse:test:claim", CLAIM_SESSION_SETTINGS)
     claimer = Store(session)
     try:
-        for _ in range(8):  # psycopg prepares a statement at its 6th use
+        for _ in range(8):
             assert len(await claimer.claim_due("n", ALL_SHARDS, 1, lease=30, now=LATER)) == 1
         async with session.connection() as conn:
             cur = await conn.execute(
@@ -488,8 +452,19 @@ async def test_a_node_claims_with_one_generic_plan_and_no_jit(store: Store, dsn:
     finally:
         await session.close()
     [claim] = [row for row in prepared if "SKIP LOCKED" in row["statement"]]
-    assert (claim["generic_plans"], claim["custom_plans"]) == (3, 0)
+    assert (claim["generic_plans"], claim["custom_plans"]) == (8, 0)  # prepared at once
     assert jit == {"jit": "off"}
+
+
+def _dollar(statement: str) -> tuple[str, tuple[str, ...]]:
+    """``statement`` with PostgreSQL's own ``$n`` placeholders for its ``%(name)s`` ones (one
+    number per name, in first-use order), as the driver prepares it; and the names in order."""
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${names.setdefault(match.group(1), len(names) + 1)}"
+
+    return re.sub(r"%\((\w+)\)s", number, statement).replace("%%", "%"), tuple(names)
 
 
 async def _explain_generic_claim(
@@ -498,14 +473,16 @@ async def _explain_generic_claim(
     now: Any,
     outcomes: str = "[]",
     meanwhile: Callable[[], None] | None = None,
+    name: str = "claim_jobs",
 ) -> list[dict[str, Any]]:
-    """The plan nodes of the claim as a node's claim session runs it (prepared, generic), with
-    the shards written as a constant: the planner then knows every due row qualifies, the worst
-    case for its estimates (and how the pgbench ceiling runs it). With ``meanwhile``, the plan is
-    made first (an execute that writes and claims nothing), then ``meanwhile`` runs, then the
-    explained execute: a session keeps its generic plan however the tables change."""
+    """The plan nodes of statement ``name`` of the claim step as a node's claim session runs it
+    (prepared, generic), with the shards written as a constant: the planner then knows every
+    due row qualifies, the worst case for its estimates (and how the pgbench ceiling runs it).
+    With ``meanwhile``, the plan is made first (an execute that writes and claims nothing), then
+    ``meanwhile`` runs, then the explained execute: a session keeps its generic plan however the
+    tables change."""
     shards = "ARRAY['{" + ",".join(map(str, ALL_SHARDS)) + "}']"
-    text, names = positional(QUERIES["finish_and_claim"].replace("%(route_shards)s", shards))
+    text, names = _dollar(QUERIES[name].replace("%(route_shards)s", shards))
     values = {
         "outcomes": outcomes,
         "node": "n",
@@ -519,8 +496,8 @@ async def _explain_generic_claim(
         return sql.SQL(", ").join(sql.Literal({**values, **override}[name]) for name in names)
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        for name, value in CLAIM_SESSION_SETTINGS.items():
-            await conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        for setting, value in CLAIM_SESSION_SETTINGS.items():
+            await conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
         await conn.execute(f"PREPARE claim AS {text}")
         if meanwhile is not None:
             await conn.execute(sql.SQL("EXECUTE claim({})").format(args(outcomes="[]", limit=0)))
@@ -556,6 +533,7 @@ async def test_the_generic_claim_plan_reads_only_what_it_claims(store: Store, ds
     ]
     assert due and all(n["Actual Rows"] == 0 for n in due), due
     # ... and finding the next due instant reads the one index entry after now
+    idle = await _explain_generic_claim(dsn, 100, T0, name="next_job_due")
     assert max(n["Actual Rows"] for n in idle) == 1, [
         (n["Node Type"], n.get("Index Name"), n["Actual Rows"]) for n in idle
     ]
@@ -649,7 +627,9 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
         }
         for job, at in zip(finished, nxt, strict=True)
     ]
-    plan = await _explain_generic_claim(dsn, 0, LATER, json.dumps(ended), history_grows)
+    plan = await _explain_generic_claim(
+        dsn, 0, LATER, json.dumps(ended), history_grows, name="finish_jobs"
+    )
     reads = [
         (
             n["Node Type"],
@@ -665,14 +645,7 @@ async def test_the_generic_step_plan_finds_each_finished_run_by_its_keys(
         for n in plan
         if n["Node Type"] == "ModifyTable"
     )
-    # the three were written, each with its history row (and nothing claimed: the limit is 0);
-    # none of them auto-paused its job, so nothing went into the audit trail
-    assert writes == [
-        ("Insert", "pgpulse_job_history", 0),
-        ("Insert", "pgpulse_runs", 0),
-        ("Insert", "pgpulse_runs", 3),
-        ("Update", "pgpulse_jobs", 0),
-        ("Update", "pgpulse_jobs", 3),
-    ], reads
+    # the three were written, each with its history row
+    assert writes == [("Insert", "pgpulse_runs", 3), ("Update", "pgpulse_jobs", 3)], reads
     assert max(rows for _, _, _, rows in reads) == 3, "\n".join(map(str, reads))
     assert not [n for n in plan if n["Node Type"] == "Seq Scan"], reads

@@ -38,8 +38,13 @@ MOVED = [
 #: The statements that run per firing or per heartbeat: none may assign a domain-typed column
 #: (a domain's check is evaluated where a value is assigned).
 HOT = (
-    "finish_and_claim",
-    "finish_and_claim_occurrences",
+    "record_skips_and_auto_pauses",
+    "finish_jobs",
+    "claim_jobs",
+    "next_job_due",
+    "finish_occurrences",
+    "claim_occurrences",
+    "next_occurrence_due",
     "renew",
     "hand_back_jobs",
     "hand_back_occurrences",

@@ -17,9 +17,9 @@ from pgpulse.errors import InvalidInput
 from pgpulse.resharding import set_shard_count, shard_state
 from pgpulse.routing import routes_for
 from pgpulse.sharding import balance_bound, placement, shards_for
-from pgpulse.sql import claim_statement
+from pgpulse.sql import at_shard_count
 from pgpulse.store import Store
-from test_claim import _plan_nodes
+from test_claim import _dollar, _plan_nodes
 from test_engine import node, running, wait_until
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
@@ -79,9 +79,8 @@ async def test_the_claim_at_128_shards_reads_only_its_shards_through_the_count_i
     assert batch  # 300 ids reach both shards
     # The node's claim session plans it once, generically: the due scan is the count's index,
     # with the shard in its condition (no job of another shard is read).
-    text, names = claim_statement("finish_and_claim", 128)
+    text, names = _dollar(at_shard_count("claim_jobs", 128))
     values = {
-        "outcomes": "[]",
         "node": "n",
         "route_handlers": ["noop"],
         "route_shards": ["{5,6}"],

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any
 
 import orjson
 import psycopg
@@ -32,7 +31,7 @@ from pgpulse.planner import Advance
 from pgpulse.registry import NodeRegistry
 from pgpulse.routing import Routes
 from pgpulse.sharding import DEFAULT_SHARD_COUNT
-from pgpulse.sql import QUERIES, claim_statement
+from pgpulse.sql import QUERIES, at_shard_count
 
 #: Advisory lock key of the leader ("Puls"); held on one session by the leader node.
 LEADER_LOCK_KEY = 0x50756C73
@@ -90,11 +89,11 @@ def step_params(
     limit: int,
     lease: float,
 ) -> dict[str, Any]:
-    """The parameters of a claim step (``finish_and_claim`` and
-    ``finish_and_claim_occurrences``, queries.sql / occurrences.sql): the outcome ``batch`` as
-    JSON, the node's ``routes`` as one handler array and one shard-array literal per handler,
-    ``limit`` rows at most (none without a route), a lease of ``lease`` seconds; ``now`` a UTC
-    instant only in tests (``None``: the database's clock)."""
+    """The parameters of a claim step (:meth:`ClaimStore.finish_and_claim` and
+    :meth:`ClaimStore.finish_and_claim_occurrences`, queries.sql / occurrences.sql): the outcome
+    ``batch`` as JSON, the node's ``routes`` as one handler array and one shard-array literal
+    per handler, ``limit`` rows at most (none without a route), a lease of ``lease`` seconds;
+    ``now`` a UTC instant only in tests (``None``: the database's clock)."""
     return {
         "outcomes": orjson.dumps(batch).decode(),
         "now": now,
@@ -124,48 +123,29 @@ def _storable(text: str | None) -> str | None:
 _NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
 
 
-@dataclass(frozen=True, slots=True)
-class _StepRows:
-    """The rows of a claim step (``finish_and_claim``, ``finish_and_claim_occurrences``), read
-    by column name: a claimed row's :class:`ClaimedJob` fields (those the statement returns;
-    the others keep their defaults), and on every row the step's ``clock_now`` and
-    ``next_due``, on the first one ``written`` (the (id, token) pairs whose outcome took
-    effect), and, for job rows, ``occurrences_due``."""
+#: A statement's result in a claim step: its column names and its rows.
+_Result = tuple[list[str], list[tuple[Any, ...]]]
 
-    written: set[ClaimKey]
-    jobs: list[ClaimedJob]
-    next_due: datetime | None
-    db_now: datetime | None
-    occurrences_due: datetime | None
 
-    @classmethod
-    def read(
-        cls,
-        names: Sequence[str],
-        rows: Sequence[tuple[Any, ...]],
-        row: Literal["job", "occurrence"],
-    ) -> _StepRows:
-        """Read ``rows`` (columns ``names``) of a step whose claims are of ``row`` rows."""
-        at = {name: i for i, name in enumerate(names)}
-        fields = [(name, at[name]) for name in ClaimedJob._fields if name in at]
-        written = next(r[at["written"]] for r in rows if r[at["written"]] is not None)
-        first = rows[0]
-        return cls(
-            {ClaimKey(row, claim_id, token) for claim_id, token in written},
-            [
-                ClaimedJob(**{name: r[i] for name, i in fields})
-                for r in rows
-                if r[at["id"]] is not None
-            ],
-            first[at["next_due"]],
-            first[at["clock_now"]],
-            first[at["occurrences_due"]] if "occurrences_due" in at else None,
-        )
+def _claimed(result: _Result) -> list[ClaimedJob]:
+    """The claimed rows of ``claim_jobs`` or ``claim_occurrences``, read by column name into
+    :class:`ClaimedJob` (a field the statement does not return keeps its default), oldest
+    occurrence first."""
+    names, rows = result
+    fields = [(name, i) for i, name in enumerate(names) if name in ClaimedJob._fields]
+    jobs = [ClaimedJob(**{name: row[i] for name, i in fields}) for row in rows]
+    return sorted(jobs, key=lambda job: job.scheduled_for)
+
+
+def _one(result: _Result) -> dict[str, Any]:
+    """The one row of ``next_job_due`` or ``next_occurrence_due``, by column name."""
+    names, [row] = result
+    return dict(zip(names, row, strict=True))
 
 
 def _skips(advance: Advance | None) -> dict[str, Any]:
-    """The skipped occurrences of an outcome as ``finish_and_claim`` reads them: a count, the
-    first and (for more than one) the last; the statement writes one summary row of them."""
+    """The skipped occurrences of an outcome as ``record_skips_and_auto_pauses`` reads them: a
+    count, the first and (for more than one) the last; it writes one summary row of them."""
     if advance is None or not advance.skipped_count:
         return _NO_SKIPS
     return {
@@ -186,7 +166,7 @@ class ClaimStore(NodeRegistry):
 
     Attributes:
         shard_count: the shard count the routes of its claims are of (the node sets it with
-            its routes, from the heartbeat; :func:`pgpulse.sql.for_shard_count`).
+            its routes, from the heartbeat; :func:`pgpulse.sql.at_shard_count`).
     """
 
     shard_count: int = DEFAULT_SHARD_COUNT
@@ -283,34 +263,48 @@ class ClaimStore(NodeRegistry):
             for o in sorted(outcomes, key=lambda o: o.job.id)
         ]
         params = step_params(batch, now=now, node=node, routes=routes, limit=limit, lease=lease)
+        claiming = params["limit"] > 0
+        names = []
+        if batch:
+            # a skip summary or an auto-pause's audit row: only for a batch that has one
+            if any(element["skips"] or element["status"] == "paused" for element in batch):
+                names.append("record_skips_and_auto_pauses")
+            names.append("finish_jobs")
+        if claiming:
+            names += ["claim_jobs", "next_job_due"]
+        results = dict(zip(names, await self._send_step(names, params), strict=True))
+        written = set()
+        if batch:
+            written = {ClaimKey("job", i, token) for i, token in results["finish_jobs"][1]}
+        if not claiming:
+            return Step(written, [], None, None)
+        jobs = _claimed(results["claim_jobs"])
+        due = _one(results["next_job_due"])
+        # next_job_due ran after the finish: it counts the jobs just moved on
+        return Step(written, jobs, due["next_due"], due["clock_now"], due["occurrences_due"])
+
+    async def _send_step(self, names: Sequence[str], params: dict[str, Any]) -> list[_Result]:
+        """Send the statements ``names`` of a claim step, at the routes' shard count
+        (:func:`~pgpulse.sql.at_shard_count`), in one pipeline: one round trip and one
+        transaction (the pipeline's one Sync ends the implicit transaction they share, so a
+        statement sees what an earlier one wrote, and a failure of one commits none). Prepared
+        at once (the claim session plans them generically), with rows in binary (no text
+        parsing of instants and numbers). Returns each statement's columns and rows, in order;
+        none for no statement (no round trip)."""
+        if not names:
+            return []
         async with self.pool.connection() as conn:
-            # As written (a raw cursor: the driver does not parse the statement), with
-            # ClaimedJob's fields, in order, in binary (no text parsing of instants and numbers).
-            cur = psycopg.AsyncRawCursor(conn, row_factory=tuple_row)
-            cur.adapters.register_loader("jsonb", _PayloadLoader)
-            # As one statement at the routes' shard count, sent as written (the driver never
-            # parses it), with the values in $n order.
-            # Without the parts only a rare outcome needs (sql.RARE_PARTS) unless one is here:
-            # a skip summary or an auto-pause. Sent in every step, they cost 1.12x the database
-            # CPU per firing at a batch of 1 and 1.09x at 50 on PG15, serially (lever "skipped
-            # and auto-paused parts in every step", docs/benchmarks.md: 0.99-1.24x across runs).
-            rare = any(element["skips"] or element["status"] == "paused" for element in batch)
-            statement = "finish_and_claim" if rare else "finish_and_claim_common"
-            step, names = claim_statement(statement, self.shard_count)
-            await cur.execute(step, [params[name] for name in names], binary=True)
-            rows = await cur.fetchall()
-            read = _StepRows.read([c.name for c in cur.description or ()], rows, "job")
-        written, jobs, next_due, db_now = read.written, read.jobs, read.next_due, read.db_now
-        if not (limit > 0 and routes):
-            return Step(written, jobs, None, None)
-        assert db_now is not None  # the clock is on every row
-        occurrences_due = read.occurrences_due
-        if len(jobs) < limit:  # a job finished here may be due before anything else
-            for o in outcomes:
-                if o.job.key in written:
-                    at = o.next_run_at or db_now + timedelta(seconds=o.retry_in or 0.0)
-                    next_due = at if next_due is None else min(next_due, at)
-        return Step(written, jobs, next_due, db_now, occurrences_due)
+            cursors = []
+            async with conn.pipeline():
+                for name in names:
+                    cur = conn.cursor(row_factory=tuple_row)
+                    cur.adapters.register_loader("jsonb", _PayloadLoader)
+                    statement = at_shard_count(name, self.shard_count)
+                    await cur.execute(statement, params, binary=True, prepare=True)
+                    cursors.append(cur)
+            return [
+                ([c.name for c in cur.description or ()], await cur.fetchall()) for cur in cursors
+            ]
 
     async def finish_and_claim_occurrences(
         self,
@@ -353,21 +347,27 @@ class ClaimStore(NodeRegistry):
             for o in sorted(outcomes, key=lambda o: o.job.occurrence or 0)
         ]
         params = step_params(batch, now=now, node=node, routes=routes, limit=limit, lease=lease)
-        async with self.pool.connection() as conn:
-            cur = psycopg.AsyncRawCursor(conn, row_factory=tuple_row)
-            step, names = claim_statement("finish_and_claim_occurrences", self.shard_count)
-            await cur.execute(step, [params[name] for name in names], binary=True)
-            rows = await cur.fetchall()
-            read = _StepRows.read([c.name for c in cur.description or ()], rows, "occurrence")
-        if not (limit > 0 and routes):
-            return Step(read.written, read.jobs, None, None)
-        return Step(read.written, read.jobs, read.next_due, read.db_now)
+        claiming = params["limit"] > 0
+        names = ["finish_occurrences"] if batch else []
+        if claiming:
+            names += ["claim_occurrences", "next_occurrence_due"]
+        results = dict(zip(names, await self._send_step(names, params), strict=True))
+        written = set()
+        if batch:
+            written = {ClaimKey("occurrence", i, t) for i, t in results["finish_occurrences"][1]}
+        if not claiming:
+            return Step(written, [], None, None)
+        due = _one(results["next_occurrence_due"])
+        return Step(
+            written, _claimed(results["claim_occurrences"]), due["next_due"], due["clock_now"]
+        )
 
     async def fork(self, outcome: Outcome, *, now: datetime | None = None) -> bool:
-        """Write a ``forked`` outcome (``fork_occurrence``): the job row moves to
-        ``outcome.advance`` and its claimed occurrence becomes a pending extra occurrence of the
-        job's overlap batch; under ``replace`` the job's other scheduled occurrences are
-        cancelled (history ``cancelled``) in the same statement.
+        """Write a ``forked`` outcome: the job row moves to ``outcome.advance`` and its claimed
+        occurrence becomes a pending extra occurrence of the job's overlap batch
+        (``fork_occurrence``); under ``replace`` the job's other scheduled occurrences are
+        cancelled first (``cancel_replaced``, history ``cancelled``), in the same transaction
+        and round trip.
 
         Fenced by the job row's token: a lost claim changes nothing.
 
@@ -376,19 +376,17 @@ class ClaimStore(NodeRegistry):
         """
         job = outcome.job
         assert outcome.advance is not None
-        rows = await self._rows(
-            "fork_occurrence",
-            {
-                "job_id": job.id,
-                "token": job.fencing_token,
-                "scheduled_for": outcome.advance.scheduled_for,
-                "replace": job.overlap == "replace",
-                **_skips(outcome.advance),
-                "skip_reason": outcome.skip_reason,
-                "now": now,
-            },
-        )
-        return bool(rows)
+        params = {
+            "job_id": job.id,
+            "token": job.fencing_token,
+            "scheduled_for": outcome.advance.scheduled_for,
+            **_skips(outcome.advance),
+            "skip_reason": outcome.skip_reason,
+            "now": now,
+        }
+        names = ["cancel_replaced"] if job.overlap == "replace" else []
+        *_, (_, forked) = await self._send_step([*names, "fork_occurrence"], params)
+        return bool(forked)
 
     async def finish_runs(
         self, outcomes: Sequence[Outcome], *, node: str, now: datetime | None = None

@@ -3,7 +3,7 @@
 :meth:`Recorder.step` is one step of the claim loop: it takes the outcomes decided so far from
 :class:`~pgpulse.attempts.Attempts`, writes them and claims as many due jobs as there are free
 slots — one transaction and one round trip
-(:meth:`~pgpulse.claims.ClaimStore.finish_and_claim`), so a busy node pays one statement per
+(:meth:`~pgpulse.claims.ClaimStore.finish_and_claim`), so a busy node pays one round trip per
 batch of runs ended and started, and an idle node writes each outcome at once (a decided outcome
 wakes the claim loop; there is no timer). Every element stays
 fenced by its own token, so batching changes no guarantee (design.md, invariant 3).

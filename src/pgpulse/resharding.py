@@ -3,7 +3,7 @@
 A job's shard is ``id % shard_count``, the count a setting of the database
 (``pgpulse_cluster``, migration 0010; 64 until changed). At 64 the claim reads the stored
 ``shard_id`` column through ``pgpulse_jobs_due``; at another count it reads an expression index
-built for that count (``sql/shards.sql``, :func:`pgpulse.sql.for_shard_count`). A change is
+built for that count (``sql/shards.sql``, :func:`pgpulse.sql.at_shard_count`). A change is
 online and resumable, and keeps every invariant:
 
 1. **Build** the new count's indexes ``CONCURRENTLY`` (writes go on; no row is rewritten), and

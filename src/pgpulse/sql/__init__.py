@@ -1,7 +1,7 @@
 """Pulse's SQL, kept as SQL: ``queries.sql`` holds named blocks, ``migrations/`` the schema.
 
 Loaded once at import; the engine and store look statements up by name
-(``QUERIES["finish_and_claim"]``) rather than building SQL strings in Python.
+(``QUERIES["finish_jobs"]``) rather than building SQL strings in Python.
 """
 
 from __future__ import annotations
@@ -42,58 +42,8 @@ def load_queries(filename: str, package: str | None = None) -> dict[str, str]:
     return split_named_blocks(folder.joinpath(filename).read_text("utf-8"))
 
 
-#: The parts of ``finish_and_claim`` only a rare outcome needs (queries.sql): ``skipped`` writes
-#: the summary row of the occurrences an outcome skipped, ``auto_paused`` the audit row of an
-#: outcome that pauses its job. ``finish_and_claim_common`` is the statement without them, sent
-#: for a batch with neither (:meth:`pgpulse.claims.ClaimStore.finish_and_claim`).
-RARE_PARTS: Final[tuple[str, ...]] = ("skipped", "auto_paused")
-
-
-def _closing(text: str, opening: int) -> int:
-    """The index of the parenthesis that closes the one at ``opening`` in SQL ``text``, counting
-    outside string literals (the end of ``text`` when none does)."""
-    depth, quoted = 0, False
-    for at in range(opening, len(text)):
-        if text[at] == "'":
-            quoted = not quoted
-        elif not quoted and text[at] in "()":
-            depth += 1 if text[at] == "(" else -1
-            if depth == 0:
-                return at
-    return len(text)
-
-
-def without_ctes(statement: str, names: tuple[str, ...]) -> str:
-    """``statement`` (a ``WITH`` statement as :func:`split_named_blocks` leaves it: each CTE's
-    name after ``WITH`` or at the start of a line) without the CTEs ``names``, which must be
-    data-modifying CTEs nothing else in it reads: PostgreSQL runs such a CTE even when nothing
-    reads it, so the statement without it differs only in not writing what it wrote.
-
-    A CTE's end is its opening parenthesis' match, counted outside string literals.
-
-    Raises:
-        ValueError: a CTE of ``names`` is not in ``statement``, is its last, has no closing
-            parenthesis, or another part reads it.
-    """
-    for name in names:
-        found = re.search(rf"(?:^WITH |\n){name} AS \(\n", statement)
-        if found is None:
-            raise ValueError(f"the statement has no CTE {name!r}")
-        start = statement.index(name, found.start())
-        at = _closing(statement, found.end() - 2)
-        if at == len(statement):
-            raise ValueError(f"the CTE {name!r} has no closing parenthesis")
-        if not statement.startswith(",\n", at + 1):
-            raise ValueError(f"the CTE {name!r} is the statement's last")
-        statement = statement[:start] + statement[at + 3 :]
-        if re.search(rf"\b{name}\b", re.sub(r"'[^']*'", "''", statement)):
-            raise ValueError(f"the statement reads its CTE {name!r}: it cannot go")
-    return statement
-
-
 def _all_queries() -> dict[str, str]:
-    """``queries.sql`` and ``occurrences.sql`` (the extra occurrences' statements) as one dict,
-    with ``finish_and_claim_common`` (``finish_and_claim`` without :data:`RARE_PARTS`).
+    """``queries.sql`` and ``occurrences.sql`` (the extra occurrences' statements) as one dict.
 
     Raises:
         ValueError: the two files define one name twice.
@@ -102,33 +52,12 @@ def _all_queries() -> dict[str, str]:
     extra = load_queries("occurrences.sql")
     if twice := queries.keys() & extra.keys():
         raise ValueError(f"queries.sql and occurrences.sql both define {sorted(twice)}")
-    common = without_ctes(queries["finish_and_claim"], RARE_PARTS)
-    return {**queries, **extra, "finish_and_claim_common": common}
+    return {**queries, **extra}
 
 
-QUERIES: Final[dict[str, str]] = _all_queries()
-
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-
-
-def positional(statement: str) -> tuple[str, tuple[str, ...]]:
-    """Rewrite the ``%(name)s`` placeholders of ``statement`` as PostgreSQL's own ``$1, $2...``
-    (one number per distinct name, in first-use order; ``%%`` becomes ``%``).
-
-    A raw cursor (:class:`psycopg.AsyncRawCursor`) sends such a text as it is, with the values
-    in ``$n`` order: the driver never parses it, so no execute pays for its length (psycopg
-    parses ``%(name)s`` placeholders again at every execute of a statement longer than its
-    conversion cache takes).
-
-    Returns:
-        The rewritten text, and the placeholder names in ``$n`` order.
-    """
-    names: dict[str, int] = {}
-
-    def number(match: re.Match[str]) -> str:
-        return f"${names.setdefault(match.group(1), len(names) + 1)}"
-
-    return _PLACEHOLDER.sub(number, statement).replace("%%", "%"), tuple(names)
+#: Every statement of ``queries.sql`` and ``occurrences.sql`` by name, as written (a claim's
+#: shard markers unfilled: :func:`at_shard_count`).
+RAW_QUERIES: Final[dict[str, str]] = _all_queries()
 
 
 def migration_files() -> list[tuple[int, str, str]]:
@@ -155,39 +84,38 @@ def migration_files() -> list[tuple[int, str, str]]:
     return found
 
 
-#: How a claim statement names a row's shard (``j``: a job row, ``o``: an extra occurrence), and
-#: the expression that replaces it at a shard count other than 64 (:func:`for_shard_count`).
-_SHARD_COLUMNS = {
-    "j.shard_id": "(j.id %% {count})::smallint",
-    "o.shard_id": "(o.job_id %% {count})::smallint",
+#: The markers by which a claim statement names a row's shard (``{shard_of_job}``: a job row
+#: ``j``; ``{shard_of_occurrence}``: an extra occurrence ``o``), and what each reads at the
+#: default of 64 shards and at any other count (:func:`at_shard_count`).
+SHARD_MARKERS: Final[dict[str, tuple[str, str]]] = {
+    "{shard_of_job}": ("j.shard_id", "(j.id %% {count})::smallint"),
+    "{shard_of_occurrence}": ("o.shard_id", "(o.job_id %% {count})::smallint"),
 }
 
 
-def for_shard_count(statement: str, count: int) -> str:
-    """``statement`` (a claim, in ``%(name)s`` form) as it reads the shards of ``count``.
+@functools.lru_cache(maxsize=64)
+def at_shard_count(name: str, count: int) -> str:
+    """Statement ``name`` as it reads the shards of ``count``, its shard markers filled.
 
-    At 64 the statement is unchanged: it reads the stored ``shard_id`` column (``id % 64``,
-    migration 0001) through ``pgpulse_jobs_due``. At any other count each ``j.shard_id`` becomes
-    ``(j.id % count)::smallint`` and each ``o.shard_id`` ``(o.job_id % count)::smallint``, the
-    key of the expression indexes ``pgpulse_jobs_due_<count>`` and
-    ``pgpulse_occurrences_due_<count>`` (``shards.sql``, built by :mod:`pgpulse.resharding`).
-    The count is written as a literal, not a parameter: the claim session plans generically
-    (``claims.CLAIM_SESSION_SETTINGS``), and a generic plan matches an index expression only to
-    the same constant.
+    At 64 a marker reads the stored ``shard_id`` column (``id % 64``, migration 0001) through
+    ``pgpulse_jobs_due``; at any other count it is ``(j.id % count)::smallint`` (or
+    ``(o.job_id % count)::smallint``), the key of the expression indexes
+    ``pgpulse_jobs_due_<count>`` and ``pgpulse_occurrences_due_<count>`` (``shards.sql``, built
+    by :mod:`pgpulse.resharding`). The count is written as a literal, not a parameter: the claim
+    session plans generically (``claims.CLAIM_SESSION_SETTINGS``), and a generic plan matches an
+    index expression only to the same constant.
 
     Args:
-        statement: the statement's text.
+        name: a statement of :data:`RAW_QUERIES`.
         count: the shard count, an ``int`` (never text from outside: it becomes SQL).
     """
-    if count == 64:
-        return statement
-    for column, expression in _SHARD_COLUMNS.items():
-        statement = statement.replace(column, expression.format(count=int(count)))
+    statement = RAW_QUERIES[name]
+    for marker, (at_64, other) in SHARD_MARKERS.items():
+        statement = statement.replace(
+            marker, at_64 if count == 64 else other.format(count=int(count))
+        )
     return statement
 
 
-@functools.lru_cache(maxsize=16)
-def claim_statement(name: str, count: int) -> tuple[str, tuple[str, ...]]:
-    """The claim statement ``name`` of :data:`QUERIES` at ``count`` shards
-    (:func:`for_shard_count`), with PostgreSQL's own placeholders (:func:`positional`)."""
-    return positional(for_shard_count(QUERIES[name], count))
+#: Every statement by name, at the default 64 shards (:func:`at_shard_count`).
+QUERIES: Final[dict[str, str]] = {name: at_shard_count(name, 64) for name in RAW_QUERIES}

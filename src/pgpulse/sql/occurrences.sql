@@ -2,89 +2,54 @@
 -- request, occurrences forked off the job row under overlap replace/allow), loaded into
 -- pgpulse.sql.QUERIES beside queries.sql. docs/states.md ("Extra occurrences") is the design.
 -- Clock rule as in queries.sql: %(now)s is NULL in production (the database's now()).
--- Epochs as in queries.sql (finish_and_claim, invariant 9): clock.epoch is (timeline - 1) * 2^48;
+-- Epochs as in queries.sql (the claim step, invariant 9): clock.epoch is (timeline - 1) * 2^48;
 -- an occurrence's id (its run row's) is the sequence's value + the epoch, and a claim's token is
 -- greatest(token, epoch) + 1, so nothing handed out before a lost-WAL failover is handed out
 -- again. Run rows keep every attempt (migration 0004): a later attempt written over an earlier
 -- one first appends it to earlier_attempts; a 'retrying' end is recorded in attempt_ended_at.
 
--- name: finish_and_claim_occurrences
--- The claim loop's step for extra occurrences, in one statement: end a batch of their attempts,
--- fenced, then claim up to %(limit)s due ones for node %(node)s along its routes (as
--- finish_and_claim: the i-th handler of %(route_handlers)s in the shards of the i-th array literal
--- of %(route_shards)s; an occurrence of a job whose handler is on no route is never claimed),
--- within each batch's bound.
---
--- Finish (input, ended, retried, run). An element changes nothing unless its occurrence still
--- runs under its token. A final outcome deletes the occurrence; 'retrying' makes it pending again,
--- due after retry_in seconds. Either way its history row (id = the occurrence's id) is written
--- with the attempt's values as the statement's snapshot shows them, and its batch's count of
--- leases goes down by one (counted).
---
--- Claim (cand, batch, picked, claimed). Pending occurrences of jobs that are idle or running (not
--- paused, not failed), due, of the shards, not of a batch full in the snapshot, are locked
--- SKIP LOCKED; then their batch rows, SKIP LOCKED, which gives each batch's newest count of
--- leases (READ COMMITTED locks the newest version of a row); of each batch at most
--- max_concurrency - running (+ the leases this statement releases) are claimed, in the batch's
--- order. Each claimed occurrence gets a new lease and fencing token, attempt + 1, and its batch's
--- count goes up (counted: one UPDATE per batch row for both directions).
---
--- Rows as finish_and_claim's: the claimed job's fields (ClaimedJob, the occurrence's own
--- payload if it has one), then the clock, the next due instant of a pending occurrence along
--- those routes when fewer than %(limit)s were claimed, and `written` (id, token) on the first row.
+-- name: finish_occurrences
+-- End a batch of attempts of extra occurrences (%(outcomes)s: a JSON array of {id, token,
+-- outcome, retry_in, error, output}), fenced: an element changes nothing unless its occurrence
+-- still runs under its token. A final outcome deletes the occurrence; 'retrying' makes it
+-- pending again, due retry_in seconds from now. Either way its history row (id = the
+-- occurrence's id) takes the attempt, keeping the earlier ones, and its batch's count of
+-- leases goes down by one. Locks the occurrences it ends and their batch rows. Returns the
+-- (id, fencing_token) of each element written.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
-               AS epoch
-),
-input AS (
-    SELECT *
-    FROM json_to_recordset(%(outcomes)s::json) AS i (
-        id bigint, token bigint, outcome text, retry_in float8, error text, output text
-    )
-),
-ended AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), input AS (
+    SELECT * FROM json_to_recordset(%(outcomes)s::json) AS i (
+        id bigint, token bigint, outcome text, retry_in float8, error text, output text)
+), ended AS (
     DELETE FROM pgpulse_occurrences AS o
     USING input AS i
-    WHERE o.id = ANY(ARRAY(SELECT id FROM input))
-      AND o.id = i.id
-      AND o.fencing_token = i.token
-      AND o.lease_expires_at IS NOT NULL
+    WHERE o.id = ANY(ARRAY(SELECT id FROM input)) AND o.id = i.id
+      AND o.fencing_token = i.token AND o.lease_expires_at IS NOT NULL
       AND i.outcome <> 'retrying'
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
               o.fencing_token, o.claimed_at, i.outcome, i.error, i.output
-),
-retried AS (
+), retried AS (
     UPDATE pgpulse_occurrences AS o
-    SET lease_expires_at = NULL,
-        next_run_at = clock.now + make_interval(secs => i.retry_in)
+    SET lease_expires_at = NULL, next_run_at = clock.now + make_interval(secs => i.retry_in)
     FROM input AS i, clock
-    WHERE o.id = ANY(ARRAY(SELECT id FROM input))
-      AND o.id = i.id
-      AND o.fencing_token = i.token
-      AND o.lease_expires_at IS NOT NULL
+    WHERE o.id = ANY(ARRAY(SELECT id FROM input)) AND o.id = i.id
+      AND o.fencing_token = i.token AND o.lease_expires_at IS NOT NULL
       AND i.outcome = 'retrying'
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
               o.fencing_token, o.claimed_at, i.outcome, i.error, i.output
-),
-released AS (
-    SELECT * FROM ended
-    UNION ALL
-    SELECT * FROM retried
-),
-run AS (
+), released AS (
+    SELECT * FROM ended UNION ALL SELECT * FROM retried
+), run AS (
     INSERT INTO pgpulse_runs AS r (
         id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
-        finished_at, error, output, kind, batch_id, attempt_ended_at
-    )
+        finished_at, error, output, kind, batch_id, attempt_ended_at)
     OVERRIDING SYSTEM VALUE
     SELECT e.id, e.job_id, e.scheduled_for, e.attempt, e.outcome, e.locked_by, e.fencing_token,
-           e.claimed_at,
-           CASE WHEN e.outcome <> 'retrying' THEN clock.now END,
+           e.claimed_at, CASE WHEN e.outcome <> 'retrying' THEN clock.now END,
            e.error, e.output, e.kind, e.batch_id,
            CASE WHEN e.outcome = 'retrying' THEN clock.now END
-    FROM released AS e
-    CROSS JOIN clock
+    FROM released AS e CROSS JOIN clock
     ON CONFLICT (id) DO UPDATE
     SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
                            THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
@@ -95,136 +60,113 @@ run AS (
                                    'outcome', r.outcome, 'error', r.error,
                                    'output', r.output))
                            ELSE r.earlier_attempts END,
-        attempts = excluded.attempts,
-        outcome = excluded.outcome,
-        node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at,
-        error = excluded.error,
-        output = excluded.output,
+        attempts = excluded.attempts, outcome = excluded.outcome, node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
+        finished_at = excluded.finished_at, error = excluded.error, output = excluded.output,
         attempt_ended_at = excluded.attempt_ended_at
     RETURNING 1
-),
-freed AS (
-    SELECT batch_id, count(*) AS n
-    FROM released
-    GROUP BY batch_id
-),
-route AS (
+), counted AS (
+    UPDATE pgpulse_batches AS b
+    SET running = b.running - d.n
+    FROM (SELECT batch_id, count(*)::int AS n FROM released GROUP BY batch_id) AS d
+    WHERE b.id = d.batch_id
+    RETURNING 1
+)
+SELECT id, fencing_token FROM released;
+
+-- name: claim_occurrences
+-- Claim up to %(limit)s due extra occurrences for node %(node)s along its routes (the i-th
+-- handler of %(route_handlers)s in the shards of the i-th array literal of %(route_shards)s;
+-- an occurrence whose handler is on no route is never read), oldest due first, within each
+-- batch's bound. Pending occurrences of jobs that are idle or running, not of a batch full
+-- now, are locked SKIP LOCKED, then their batch rows SKIP LOCKED (READ COMMITTED locks the
+-- newest version: the newest count of leases, which a finish earlier in the same transaction
+-- has already lowered); of each batch at most max_concurrency - running are claimed, in its
+-- order. Each gets attempt + 1, a lease and a new token (greatest(token, epoch) + 1: never one
+-- an older timeline handed out, invariant 9); its batch's count goes up. Returns one row per
+-- claimed occurrence with its job's definition (ClaimedJob's fields, by name).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
+), route AS (
     SELECT r.handler, r.shards::smallint[] AS shards
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
-),
-cand AS (
+), cand AS (
     SELECT o.id, o.batch_id, o.next_run_at, o.position
     FROM pgpulse_occurrences AS o
     WHERE o.lease_expires_at IS NULL
       AND o.next_run_at <= coalesce(%(now)s::timestamptz, now())
-      AND EXISTS (
-          SELECT 1
-          FROM pgpulse_jobs AS j
-          JOIN route AS r ON r.handler = j.handler
-          WHERE j.id = o.job_id
-            AND j.status IN ('idle', 'running')
-            AND o.shard_id = ANY(r.shards)
-      )
-      AND NOT EXISTS (
-          SELECT 1
-          FROM pgpulse_batches AS b
-          WHERE b.id = o.batch_id
-            AND b.running >= b.max_concurrency
-            AND NOT EXISTS (SELECT 1 FROM released AS e WHERE e.batch_id = b.id)
-      )
+      AND EXISTS (SELECT 1 FROM pgpulse_jobs AS j JOIN route AS r ON r.handler = j.handler
+                  WHERE j.id = o.job_id AND j.status IN ('idle', 'running')
+                    AND {shard_of_occurrence} = ANY(r.shards))
+      AND NOT EXISTS (SELECT 1 FROM pgpulse_batches AS b
+                      WHERE b.id = o.batch_id AND b.running >= b.max_concurrency)
     ORDER BY o.next_run_at, o.position
     LIMIT %(limit)s
     FOR UPDATE OF o SKIP LOCKED
-),
-batch AS (
+), batch AS (
     SELECT b.id, b.max_concurrency, b.running
     FROM pgpulse_batches AS b
     WHERE b.id = ANY(ARRAY(SELECT batch_id FROM cand))
     FOR UPDATE OF b SKIP LOCKED
-),
-picked AS (
+), picked AS (
     SELECT c.id, c.batch_id
-    FROM (
-        SELECT cand.*,
-               row_number() OVER (PARTITION BY cand.batch_id
-                                  ORDER BY cand.next_run_at, cand.position) AS n
-        FROM cand
-    ) AS c
+    FROM (SELECT cand.*, row_number() OVER (PARTITION BY cand.batch_id
+                                            ORDER BY cand.next_run_at, cand.position) AS n
+          FROM cand) AS c
     JOIN batch AS b ON b.id = c.batch_id
-    LEFT JOIN freed AS f ON f.batch_id = c.batch_id
-    WHERE b.max_concurrency IS NULL
-       OR c.n <= b.max_concurrency - b.running + coalesce(f.n, 0)
-),
-claimed AS (
+    WHERE b.max_concurrency IS NULL OR c.n <= b.max_concurrency - b.running
+), claimed AS (
     UPDATE pgpulse_occurrences AS o
-    SET attempt = o.attempt + 1,
-        fencing_token = greatest(o.fencing_token, clock.epoch) + 1,
-        locked_by = %(node)s,
-        lease_expires_at = clock.now + make_interval(secs => %(lease)s),
+    SET attempt = o.attempt + 1, fencing_token = greatest(o.fencing_token, clock.epoch) + 1,
+        locked_by = %(node)s, lease_expires_at = clock.now + make_interval(secs => %(lease)s),
         claimed_at = clock.now
     FROM clock
     WHERE o.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.payload, o.batch_id, o.attempt,
-              o.fencing_token, o.interruptions
-),
-counted AS (
+              o.fencing_token, o.interruptions, clock.now AS db_now
+), counted AS (
     UPDATE pgpulse_batches AS b
-    SET running = b.running + d.delta
-    FROM (
-        SELECT x.batch_id, sum(x.n)::int AS delta
-        FROM (
-            SELECT claimed.batch_id, 1 AS n FROM claimed
-            UNION ALL
-            SELECT released.batch_id, -1 AS n FROM released
-        ) AS x
-        GROUP BY x.batch_id
-    ) AS d
+    SET running = b.running + d.n
+    FROM (SELECT batch_id, count(*)::int AS n FROM claimed GROUP BY batch_id) AS d
     WHERE b.id = d.batch_id
     RETURNING 1
-),
-jobs AS (
-    SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler,
-           coalesce(c.payload, j.payload) AS payload, j.catch_up, j.backfill_limit,
-           extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
-           j.max_attempts,
-           extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
-           extract(epoch FROM j.timeout)::float8 AS timeout,
-           j.anchor_at, c.scheduled_for, c.attempt, c.fencing_token, c.id AS run_id,
-           clock.now AS db_now,
-           -- the job's limits (ClaimedJob after db_now): the job row judged a forked
-           -- occurrence's window, calendars and spread before forking it; an extra occurrence
-           -- has no limit of its own (docs/states.md, "Extra occurrences and run control")
-           CASE WHEN c.kind = 'scheduled' THEN j.spread ELSE 0 END AS spread,
-           NULL::timestamptz AS not_after, NULL::int AS runs_left, NULL::jsonb AS calendars,
-           NULL::text AS resume_mode, NULL::timestamptz AS resumed_at,
-           NULL::int AS auto_pause_after, 0 AS failures,
-           j.overlap, j.max_concurrency, c.interruptions, c.id AS occurrence, c.kind
-    FROM claimed AS c
-    JOIN pgpulse_jobs AS j ON j.id = c.job_id
-    CROSS JOIN clock
 )
-SELECT jobs.*,
-       clock.now AS clock_now,
-       (
-           SELECT o.next_run_at
-           FROM pgpulse_occurrences AS o
-           JOIN pgpulse_jobs AS j ON j.id = o.job_id
-           JOIN route AS r ON r.handler = j.handler AND o.shard_id = ANY(r.shards)
-           WHERE o.lease_expires_at IS NULL
-             AND o.next_run_at > coalesce(%(now)s::timestamptz, now())
-             AND (SELECT count(*) FROM claimed) < %(limit)s
-           ORDER BY o.next_run_at
-           LIMIT 1
-       ) AS next_due,
-       CASE WHEN row_number() OVER () = 1
-            THEN ARRAY(SELECT ARRAY[id, fencing_token] FROM released)
-       END AS written
-FROM clock
-LEFT JOIN jobs ON true
-ORDER BY jobs.scheduled_for;
+-- the job's limits were judged on the job row before an occurrence was made: an extra
+-- occurrence has none of its own (docs/states.md, "Extra occurrences and run control")
+SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler,
+       coalesce(c.payload, j.payload) AS payload, j.catch_up, j.backfill_limit,
+       extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace, j.max_attempts,
+       extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
+       extract(epoch FROM j.timeout)::float8 AS timeout, j.anchor_at, c.scheduled_for,
+       c.attempt, c.fencing_token, c.id AS run_id, c.db_now,
+       CASE WHEN c.kind = 'scheduled' THEN j.spread ELSE 0 END AS spread,
+       j.overlap, j.max_concurrency, c.interruptions, c.id AS occurrence, c.kind
+FROM claimed AS c
+JOIN pgpulse_jobs AS j ON j.id = c.job_id
+ORDER BY c.scheduled_for;
+
+-- name: next_occurrence_due
+-- The clock, and the earliest due instant of a pending extra occurrence along the routes of
+-- %(route_handlers)s / %(route_shards)s still to come (NULL if none): when the claim of extra
+-- occurrences next has work. One probe of pgpulse_occurrences_due per route; locks nothing.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), route AS (
+    SELECT r.handler, r.shards::smallint[] AS shards
+    FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
+)
+SELECT clock.now AS clock_now, (
+    SELECT o.next_run_at
+    FROM pgpulse_occurrences AS o
+    JOIN pgpulse_jobs AS j ON j.id = o.job_id
+    JOIN route AS r ON r.handler = j.handler AND {shard_of_occurrence} = ANY(r.shards)
+    WHERE o.lease_expires_at IS NULL AND o.next_run_at > clock.now
+    ORDER BY o.next_run_at
+    LIMIT 1
+) AS next_due
+FROM clock;
 
 -- name: hand_back_occurrences
 -- A stopping node hands back the extra occurrences it could not finish, fenced per claim: each is
@@ -295,50 +237,24 @@ counted AS (
 SELECT back.id, back.started
 FROM back;
 
--- name: fork_occurrence
--- Under overlap replace or allow, a claimed job row whose occurrence is to run does not run it:
--- this statement, fenced by the job row's token, moves the job row to its next occurrence
--- (%(scheduled_for)s, the planner's advance; its skipped occurrences, if any, get one summary
--- row as finish_and_claim writes them) and makes the claimed occurrence a pending extra
--- occurrence (kind 'scheduled') of the job's overlap batch, due at once, with the job row's run
--- id and the attempts (and interruptions) it already spent on it. With %(replace)s, the job's
--- other scheduled occurrences, running or pending, are cancelled in the same statement: their
--- history rows say 'cancelled', their rows are deleted (a holder's next renewal is refused and it
--- cancels its attempt), and the batch's count of leases loses those that held one.
--- Returns the new occurrence's id, or no row when the job row's claim was lost.
+-- name: cancel_replaced
+-- Under overlap replace, sent before fork_occurrence in its transaction: the job's other
+-- scheduled occurrences, running or pending, are cancelled. Their history rows say 'cancelled'
+-- ("replaced by the occurrence at" the claimed one), their rows are deleted (a holder's next
+-- renewal is refused and it cancels its attempt), and the overlap batch's count of leases loses
+-- those that held one. Fenced by the job row's claim (%(job_id)s, %(token)s), whose row it locks
+-- first, so that fork_occurrence, next, finds the claim held. Returns how many it cancelled.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
-               AS epoch
-),
-old AS (
-    SELECT j.id, j.scheduled_for, j.attempt, j.interruptions, j.run_id, j.max_concurrency,
-           j.shard_id
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), old AS (
+    SELECT j.id, j.scheduled_for
     FROM pgpulse_jobs AS j
-    WHERE j.id = %(job_id)s
-      AND j.fencing_token = %(token)s
-      AND j.lease_expires_at IS NOT NULL
-),
-job AS (
-    UPDATE pgpulse_jobs AS j
-    SET status = 'idle',
-        scheduled_for = %(scheduled_for)s,
-        next_run_at = %(scheduled_for)s + pgpulse_spread_offset(j.id, j.spread),
-        attempt = 0,
-        interruptions = 0,
-        run_id = NULL,
-        locked_by = NULL,
-        lease_expires_at = NULL,
-        updated_at = clock.now
-    FROM old, clock
-    WHERE j.id = old.id
-    RETURNING j.id
-),
-cancelled AS (
+    WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s AND j.lease_expires_at IS NOT NULL
+    FOR NO KEY UPDATE
+), cancelled AS (
     DELETE FROM pgpulse_occurrences AS o
-    USING job
-    WHERE %(replace)s::bool
-      AND o.job_id = job.id
+    USING old
+    WHERE o.job_id = old.id
       AND o.kind = 'scheduled'
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
               o.fencing_token, o.claimed_at, o.lease_expires_at IS NOT NULL AS held
@@ -378,14 +294,58 @@ cancelled_run AS (
         error = excluded.error,
         output = CASE WHEN excluded.attempts > r.attempts THEN NULL ELSE r.output END
     RETURNING 1
+), counted AS (
+    UPDATE pgpulse_batches AS b
+    SET running = b.running - (SELECT count(*) FROM cancelled WHERE cancelled.held)::int
+    FROM old
+    WHERE b.job_id = old.id AND b.kind = 'overlap'
+    RETURNING 1
+)
+SELECT count(*) AS cancelled FROM cancelled;
+
+-- name: fork_occurrence
+-- Under overlap replace or allow, a claimed job row whose occurrence is to run does not run it:
+-- this statement, fenced by the job row's token, moves the job row to its next occurrence
+-- (%(scheduled_for)s, the planner's advance; its skipped occurrences, if any, get one summary
+-- row as record_skips_and_auto_pauses writes them) and makes the claimed occurrence a pending extra
+-- occurrence (kind 'scheduled') of the job's overlap batch, due at once, with the job row's run
+-- id and the attempts (and interruptions) it already spent on it. Under replace,
+-- cancel_replaced goes first in the same transaction. Returns the new occurrence's id, or no
+-- row when the job row's claim was lost.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
+               AS epoch
+),
+old AS (
+    SELECT j.id, j.scheduled_for, j.attempt, j.interruptions, j.run_id, j.max_concurrency,
+           j.shard_id
+    FROM pgpulse_jobs AS j
+    WHERE j.id = %(job_id)s
+      AND j.fencing_token = %(token)s
+      AND j.lease_expires_at IS NOT NULL
+),
+job AS (
+    UPDATE pgpulse_jobs AS j
+    SET status = 'idle',
+        scheduled_for = %(scheduled_for)s,
+        next_run_at = %(scheduled_for)s + pgpulse_spread_offset(j.id, j.spread),
+        attempt = 0,
+        interruptions = 0,
+        run_id = NULL,
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        updated_at = clock.now
+    FROM old, clock
+    WHERE j.id = old.id
+    RETURNING j.id
 ),
 batch AS (
     INSERT INTO pgpulse_batches AS b (job_id, kind, max_concurrency)
     SELECT job.id, 'overlap', coalesce(old.max_concurrency, 1)
     FROM job, old
     ON CONFLICT (job_id) WHERE kind = 'overlap' DO UPDATE
-    SET max_concurrency = excluded.max_concurrency,
-        running = b.running - (SELECT count(*) FROM cancelled WHERE cancelled.held)::int
+    SET max_concurrency = excluded.max_concurrency
     RETURNING b.id
 ),
 forked AS (

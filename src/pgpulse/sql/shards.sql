@@ -3,7 +3,7 @@
 
 -- name: build_jobs_due_index
 -- The claim's path at {count} shards: pgpulse_jobs_due's columns, with the shard as the
--- expression the claim names at that count (sql.for_shard_count). CONCURRENTLY: the build reads
+-- expression the claim names at that count (sql.at_shard_count). CONCURRENTLY: the build reads
 -- the table without blocking its writes (claims and outcomes go on), and changes no row.
 CREATE INDEX CONCURRENTLY pgpulse_jobs_due_{count}
     ON pgpulse_jobs (handler, next_run_at, ((id % {count})::smallint))

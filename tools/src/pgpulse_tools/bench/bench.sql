@@ -246,6 +246,11 @@ CREATE INDEX pgpulse_runs_finished ON pgpulse_runs (finished_at) WHERE finished_
 -- the unique (job_id, scheduled_for) index instead (in occurrence order, not id order).
 DROP INDEX pgpulse_runs_recent;
 
+-- name: lever_one_table
+-- Lever: leases on occurrence rows (issue 31's one table): a job-row claim's occurrence row has
+-- no batch.
+ALTER TABLE pgpulse_occurrences ALTER COLUMN batch_id DROP NOT NULL;
+
 -- name: scaleout_backlog
 -- Scenario 9: make jobs 1..%(backlog)s due now (a backlog for the drain), keeping their schedule.
 UPDATE pgpulse_jobs SET scheduled_for = now(), next_run_at = now()

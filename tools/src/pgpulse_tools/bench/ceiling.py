@@ -2,13 +2,19 @@
 
 The pgbench script is generated from ``QUERIES`` at run time (never a copy), so it is exactly
 what a node's claim loop sends in one step
-(:meth:`pgpulse.claims.ClaimStore.finish_and_claim`), minus Python — one statement that
+(:meth:`pgpulse.claims.ClaimStore.finish_and_claim`), minus Python — one transaction that
 
-1. ends the batch the previous step claimed, each run ``succeeded`` and its job moved to its
-   next occurrence (``scheduled_for + 1 h``, what the planner computes for these ``@every 1h``
-   jobs) — fenced writes of the job rows and their history rows;
-2. claims the next batch; its final ``SELECT`` is wrapped to return that batch's outcomes as the
-   JSON array the next step takes (``\\gset`` keeps it in a pgbench variable of the client).
+1. ends the batch the previous step claimed (``finish_jobs``), each run ``succeeded`` and its
+   job moved to its next occurrence (``scheduled_for + 1 h``, what the planner computes for
+   these ``@every 1h`` jobs) — fenced writes of the job rows and their history rows;
+2. claims the next batch (``claim_jobs``), its final ``UPDATE`` made a CTE whose rows become
+   the outcomes of the next step, as a JSON array (``\\gset`` keeps it in a pgbench variable of
+   the client);
+3. reads when the next job is due (``next_job_due``).
+
+A node sends the three in one pipeline, one implicit transaction; pgbench sends them one at a
+time between ``BEGIN`` and ``COMMIT`` (it cannot ``\\gset`` inside a pipeline): two statements
+more per step, a few microseconds of the database's CPU per step.
 
 ``-M prepared`` plans them as psycopg's prepared statements do, with the settings of a node's
 claim session (``claims.CLAIM_SESSION_SETTINGS``: generic plans, no JIT). Several clients run at
@@ -49,13 +55,13 @@ from pgpulse_tools.bench.common import (
     machine_busy_seconds,
 )
 from pgpulse_tools.bench.drain import CORES, jobs_for, window_for
-from pgpulse_tools.bench.sqltext import split_final_select, substitute
+from pgpulse_tools.bench.sqltext import split_final, substitute
 from pgpulse_tools.bench.writes import WriteMeter, floor_table, per_firing
 
 DB_NAME = "pgpulse_bench_ceiling"
 CLIENTS = (2, 4, 8)
 
-#: pgbench expressions for ``finish_and_claim``'s parameters (``:name`` are pgbench variables):
+#: pgbench expressions for the claim step's parameters (``:name`` are pgbench variables):
 #: the outcomes are the previous step's claim, as JSON.
 STEP_VALUES = {
     "now": "NULL",
@@ -67,8 +73,8 @@ STEP_VALUES = {
     "lease": "60",
 }
 
-#: The outcome of each claimed job as ``finish_and_claim`` reads it (see the store).
-_OUTCOME = (
+#: The outcome of each claimed job as ``finish_jobs`` reads it (see the store).
+OUTCOME = (
     "json_build_object('job_id', id, 'token', fencing_token, "
     "'status', 'idle', 'scheduled_for', scheduled_for + interval '1 hour', "
     "'next_run_at', scheduled_for + interval '1 hour', 'retry_in', 0, "
@@ -80,29 +86,38 @@ _OUTCOME = (
 )
 
 
-def pgbench_script(statement: str = "finish_and_claim_common") -> str:
+def pgbench_script(*, rare: bool = False) -> str:
     """The pgbench script: one claim step, ending the batch the client claimed last time and
-    claiming the next (its outcomes kept with ``\\gset``). Run it with ``-D outcomes=[]`` for
-    the first step.
+    claiming the next (its outcomes kept with ``\\gset``), in one transaction. Run it with
+    ``-D outcomes=[]`` for the first step.
 
     Args:
-        statement: the step's statement in ``QUERIES``: by default the one a node sends for a
-            batch with no skipped occurrence and no auto-pause (the benchmark's firings);
-            ``finish_and_claim`` is the step with every part (``pgpulse.sql.RARE_PARTS``).
+        rare: send ``record_skips_and_auto_pauses`` too, as a node does only for a batch with a
+            skipped occurrence or an auto-pause (the benchmark's firings have neither).
 
     Raises:
-        KeyError: ``queries.sql`` changed the statement's parameters or name (the message says
+        KeyError: ``queries.sql`` changed the statements' parameters or names (the message says
             which); update :data:`STEP_VALUES`.
     """
-    if statement not in QUERIES:
-        raise KeyError(f"queries.sql has no {statement} statement; update bench/ceiling.py")
-    ctes, final = split_final_select(substitute(QUERIES[statement], STEP_VALUES))
-    step = (
-        f"{ctes}, pulse_claim AS (\n{final}\n)\n"
-        f"SELECT coalesce(json_agg({_OUTCOME}) FILTER (WHERE id IS NOT NULL), '[]')"
-        " AS outcomes\nFROM pulse_claim"
+    names = ["record_skips_and_auto_pauses"] if rare else []
+    names += ["finish_jobs", "claim_jobs", "next_job_due"]
+    for name in names:
+        if name not in QUERIES:
+            raise KeyError(f"queries.sql has no {name} statement; update bench/ceiling.py")
+    steps = [substitute(QUERIES[name], STEP_VALUES) for name in names]
+    ctes, final = split_final(steps[-2], "UPDATE")
+    steps[-2] = (
+        f"{ctes}, claimed AS (\n{final}\n)\n"
+        f"SELECT coalesce(json_agg({OUTCOME}) FILTER (WHERE id IS NOT NULL), '[]')"
+        " AS outcomes\nFROM claimed"
     )
-    return f"{_one_line_comments(step)} \\gset\n"
+    body = "".join(
+        f"{_one_line_comments(step)} \\gset\n"
+        if step is steps[-2]
+        else f"{_one_line_comments(step)};\n"
+        for step in steps
+    )
+    return f"BEGIN;\n{body}COMMIT;\n"
 
 
 def _one_line_comments(statement: str) -> str:
@@ -321,7 +336,7 @@ async def run(
     """
     result = Result(
         "3",
-        "raw SQL ceiling: Pulse's finish_and_claim step via pgbench",
+        "raw SQL ceiling: Pulse's claim step (finish_jobs, claim_jobs, next_job_due) via pgbench",
         [
             "SQL",
             "batch",

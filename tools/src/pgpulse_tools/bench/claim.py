@@ -35,7 +35,7 @@ from pgpulse.app import connect
 from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.database import Session
 from pgpulse.report import tune_collector
-from pgpulse.sql import QUERIES, positional
+from pgpulse.sql import QUERIES
 from pgpulse.store import Store
 from pgpulse_tools.bench import floor
 from pgpulse_tools.bench.common import (
@@ -48,6 +48,7 @@ from pgpulse_tools.bench.common import (
     pct,
     q,
 )
+from pgpulse_tools.bench.sqltext import dollar
 
 ALL_SHARDS = tuple(range(64))
 QUARTER_SHARDS = tuple(range(0, 64, 4))
@@ -83,8 +84,8 @@ async def _time_claims(
 def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: bool) -> str:
     """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim, run and rolled back.
 
-    The claim is ``PREPARE``d from ``QUERIES["finish_and_claim_common"]`` (no outcomes to write,
-    as :meth:`~pgpulse.store.Store.claim_due` sends it) and explained with ``EXECUTE``, as a
+    The claim is ``PREPARE``d from ``QUERIES["claim_jobs"]`` (as
+    :meth:`~pgpulse.store.Store.claim_due` sends it) and explained with ``EXECUTE``, as a
     node's prepared statement runs (a one-shot parameterised statement is always planned with
     its values, so it cannot show the generic plan).
 
@@ -95,9 +96,8 @@ def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: boo
         generic: plan with ``plan_cache_mode = force_generic_plan`` (the plan a node's claim
             session uses, ``claims.CLAIM_SESSION_SETTINGS``) instead of a custom plan.
     """
-    text, names = positional(QUERIES["finish_and_claim_common"])
+    text, names = dollar(QUERIES["claim_jobs"])
     values = {
-        "outcomes": "[]",
         "node": "bench-explain",
         "route_handlers": [HANDLER],
         "route_shards": ["{" + ",".join(map(str, shards)) + "}"],

@@ -20,207 +20,96 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
+from pgpulse.sql import split_named_blocks
 from pgpulse_tools.bench import ceiling, checks, floor, serial
 from pgpulse_tools.bench.common import BENCH_SQL, Result
+from pgpulse_tools.bench.sqltext import split_final_select, substitute
 from pgpulse_tools.bench.writes import comparison_rows, headers
 
-#: The lever that changes the statement's input, not the schema.
-ARRAYS: Final[str] = "outcomes as arrays, not JSON"
-#: The lever that changes what the claim returns: the narrow-row design's cached definitions.
-IDS_ONLY: Final[str] = "claim returns id, token, occurrence only (definitions cached)"
-#: The lever that puts back what issue 22 took out of the step: the history row's claim values
-#: (run id, occurrence, attempt, node, token, instant) read again from the job row, one
-#: primary-key lookup per finished run, as the statement did before, instead of taken from the
-#: outcome and from the fenced update's RETURNING. Its cell is the step before issue 22.
-REREAD: Final[str] = "history row's claim values re-read from the job row (before issue 22)"
-#: The lever that puts back the other part issue 22 took out: the claim returning each job's
-#: spread offset from the database's ``pgpulse_spread_offset`` (a SQL function with a FROM
-#: clause, so never inlined: a function call and a SHA-256 per claimed row) rather than its
-#: ``spread``, from which the node computes the offset (``ClaimedJob.spread_offset``).
-SPREAD_IN_SQL: Final[str] = "spread offset computed by the claim's SQL (before issue 22)"
-#: The lever that puts back the rare parts (``pgpulse.sql.RARE_PARTS``: the skip summary and the
-#: auto-pause's audit row) into every step, as before issue 22: a node now sends the step
-#: without them unless its batch has such an outcome (``finish_and_claim_common``).
-RARE_IN_EVERY_STEP: Final[str] = "skipped and auto-paused parts in every step (before issue 22)"
-#: The history row's values as the step takes them (the pattern) and as it took them before
-#: (the replacement): :data:`REREAD`.
-_FROM_OUTCOME: Final[str] = (
-    r"SELECT i\.run_id,\n\s*job\.id,\n\s*i\.run_scheduled_for,\n"
-    r"\s*CASE WHEN i\.outcome <> 'skipped' THEN i\.attempt ELSE 0 END,\n\s*i\.outcome,\n"
-    r"\s*i\.node,\n\s*job\.fencing_token,\n"
-    r"\s*CASE WHEN i\.outcome <> 'skipped' THEN job\.claimed_at END,\n"
-    r"(.*?)"
-    r"FROM input AS i\n\s*JOIN job ON job\.id = i\.job_id\n\s*CROSS JOIN clock\n"
-    r"(\s*ON CONFLICT \(job_id, scheduled_for\))"
-)
-_FROM_JOB_ROW: Final[str] = (
-    "SELECT o.run_id,\no.id,\no.scheduled_for,\n"
-    "CASE WHEN i.outcome <> 'skipped' THEN o.attempt ELSE 0 END,\ni.outcome,\n"
-    "o.locked_by,\no.fencing_token,\n"
-    "CASE WHEN i.outcome <> 'skipped' THEN o.claimed_at END,\n"
-    "\\1"
-    "FROM input AS i\nJOIN job ON job.id = i.job_id\nJOIN pgpulse_jobs AS o ON o.id = job.id\n"
-    "CROSS JOIN clock\nWHERE o.id = ANY(ARRAY(SELECT job_id FROM input))\n"
-    "\\2"
-)
-#: Statement levers that cut a part of the step (a pattern of the generated script and what
-#: replaces it): what that part costs a firing that does not need it. Correct for the
-#: benchmark's firings only (first attempts, no skips, no pauses).
-CUTS: Final[dict[str, tuple[str, str]]] = {
-    "history row by plain INSERT (no ON CONFLICT: first attempts)": (
-        r"ON CONFLICT \(job_id, scheduled_for\) WHERE kind = 'scheduled' DO UPDATE\n.*?"
-        r"(RETURNING 1\n\),\nroute AS)",
-        r"\1",
-    ),
-}
+#: The lever that puts back into every step what a node sends only for a batch that needs it:
+#: ``record_skips_and_auto_pauses`` (the skip summary and the auto-pause's audit row).
+RARE_IN_EVERY_STEP: Final[str] = "skips and auto-pauses recorded in every step"
+#: The lever that prices issue 31's one lease-holding table as the job-row claim would pay it:
+#: each claimed job also opens a row of ``pgpulse_occurrences`` holding the lease (its run id,
+#: token, attempt, node), and each finished one deletes it; the job row is claimed and moved on
+#: as today. An upper bound of that design's cost per firing (its job row would also lose the
+#: lease columns' writes).
+ONE_TABLE: Final[str] = "every lease on an occurrence row (one table, issue 31)"
+#: The lever that is the step before issue 31: one statement (finish and claim, its rare parts
+#: cut out by a regular expression), as a node sent it until the step became finish_jobs,
+#: claim_jobs and next_job_due in one pipeline (``before_issue_31.sql``, a frozen copy).
+BEFORE_31: Final[str] = "the step as one statement (before issue 31)"
+#: The statement levers: their pgbench step (:func:`script_of`).
+STATEMENT_LEVERS: Final[tuple[str, ...]] = (RARE_IN_EVERY_STEP, ONE_TABLE, BEFORE_31)
 #: Lever name -> the bench.sql block of its DDL (None: the schema as it is).
 LEVERS: Final[dict[str, str | None]] = {
     "as is": None,
     "history: B-tree on every finished_at (before migration 0012)": "lever_history_btree",
     "history: no pgpulse_runs_recent": "lever_no_runs_recent",
-    REREAD: None,
-    SPREAD_IN_SQL: None,
+    BEFORE_31: None,
     RARE_IN_EVERY_STEP: None,
-    ARRAYS: None,
-    IDS_ONLY: None,
-    **dict.fromkeys(CUTS),
+    ONE_TABLE: "lever_one_table",
     "as is (again)": None,
 }
 
-#: The outcome batch's fields (finish_and_claim's ``input``), their types, and the value the
-#: ceiling's step gives each for a claimed job (``c`` is the claim's row).
-OUTCOME_FIELDS: Final[tuple[tuple[str, str, str], ...]] = (
-    ("job_id", "bigint", "id"),
-    ("token", "bigint", "fencing_token"),
-    ("status", "text", "'idle'"),
-    ("scheduled_for", "timestamptz", "scheduled_for + interval '1 hour'"),
-    ("next_run_at", "timestamptz", "scheduled_for + interval '1 hour'"),
-    ("retry_in", "float8", "0"),
-    ("reset_attempt", "bool", "true"),
-    ("outcome", "text", "'succeeded'"),
-    ("error", "text", "NULL"),
-    ("output", "text", "NULL"),
-    ("skips", "bigint", "0"),
-    ("skip_from", "timestamptz", "NULL"),
-    ("skip_to", "timestamptz", "NULL"),
-    ("skip_reason", "text", "NULL"),
-    ("counts_run", "bool", "true"),
-    ("failures", "int", "0"),
-    ("pause_reason", "text", "NULL"),
-    ("run_id", "bigint", "run_id"),
-    ("run_scheduled_for", "timestamptz", "scheduled_for"),
-    ("attempt", "int", "attempt"),
-    ("node", "text", "'ceiling-' || (:client_id)::text"),
-)
 
-
-def array_script() -> str:
-    """The ceiling's pgbench step with the outcome batch as one array per field (``unnest``)
-    instead of one JSON array of objects: the same statement otherwise, its outcomes kept in
-    ``:o_<field>`` variables (start them at ``{}``).
+def one_table_script() -> str:
+    """The ceiling's pgbench step as :data:`ONE_TABLE` prices it: a claim opens an occurrence
+    row per claimed job, a finish deletes the finished ones'.
 
     Raises:
-        ValueError: finish_and_claim's ``input`` is no longer ``json_to_recordset`` of the
-            outcomes (update :data:`OUTCOME_FIELDS` and this function).
+        ValueError: the step no longer has the parts this hooks onto (update this function).
     """
     script = ceiling.pgbench_script()
-    json_input = re.compile(
-        r"input AS \(\s*SELECT \*\s*FROM json_to_recordset"
-        r"\(\(:outcomes\)::json\) AS i \(.*?\)\s*\)",
-        re.DOTALL,
+    opened = (
+        "), opened AS (\nINSERT INTO pgpulse_occurrences (id, job_id, kind, scheduled_for, "
+        "next_run_at, attempt, fencing_token, locked_by, lease_expires_at, claimed_at)\n"
+        "SELECT c.run_id, c.id, 'scheduled', c.scheduled_for, c.db_now, c.attempt, "
+        "c.fencing_token, 'ceiling', c.db_now + interval '60 seconds', c.db_now\n"
+        "FROM claimed AS c\nRETURNING 1\n)\nSELECT coalesce(json_agg("
     )
-    arrays = ", ".join(f"(:o_{name})::{kind}[]" for name, kind, _ in OUTCOME_FIELDS)
-    columns = ", ".join(name for name, _, _ in OUTCOME_FIELDS)
-    script, found = json_input.subn(
-        f"input AS (\nSELECT *\nFROM unnest({arrays}) AS i ({columns})\n)", script, count=1
+    closed = (
+        "), closed AS (\nDELETE FROM pgpulse_occurrences AS o\n"
+        "WHERE o.id = ANY(ARRAY(SELECT run_id FROM input))\nRETURNING 1\n), run AS ("
     )
-    head, sep, _ = script.rpartition("SELECT coalesce(json_agg(")
-    if not found or not sep:
-        raise ValueError("finish_and_claim's outcome batch changed; update bench/levers.py")
-    aggregates = ",\n".join(
-        f"coalesce(array_agg(({value})::{kind}) FILTER (WHERE id IS NOT NULL), '{{}}') AS o_{name}"
-        for name, kind, value in OUTCOME_FIELDS
-    )
-    return f"{head}SELECT {aggregates}\nFROM pulse_claim \\gset\n"
-
-
-def ids_only_script() -> str:
-    """The ceiling's pgbench step with the claim returning only what a node that caches
-    definitions by revision needs (id, fencing token, occurrence, attempt, run id, revision,
-    the clock), not the definition's columns: the claim half of the narrow-row design.
-
-    Raises:
-        ValueError: the claim's RETURNING list no longer starts with ``j.id, j.tenant`` or no
-            longer ends the ``claimed`` CTE (update this function).
-    """
-    script = ceiling.pgbench_script()
-    narrow, found = re.subn(
-        r"RETURNING j\.id, j\.tenant, .*?\n\), pulse_claim AS \(",
-        "RETURNING j.id, j.fencing_token, j.scheduled_for, j.attempt, j.run_id, j.revision,\n"
-        "clock.now AS db_now\n), pulse_claim AS (",
-        script,
-        count=1,
-        flags=re.DOTALL,
-    )
-    if not found:
-        raise ValueError("finish_and_claim's claim changed; update bench/levers.py")
-    return narrow
-
-
-#: The levers that put back a part of the step as it was before issue 22: a pattern of the
-#: generated script and what replaces it, or ``None`` for the step with every part
-#: (``finish_and_claim``: :data:`RARE_IN_EVERY_STEP`) (:func:`before_script`).
-BEFORE: Final[dict[str, tuple[str, str] | None]] = {
-    RARE_IN_EVERY_STEP: None,
-    REREAD: (_FROM_OUTCOME, _FROM_JOB_ROW),
-    SPREAD_IN_SQL: (
-        r"(RETURNING j\.id, j\.tenant, .*?)\bj\.spread,\n",
-        "\\1pgpulse_spread_offset(j.id, j.spread) AS spread_offset,\n",
-    ),
-}
-
-
-def before_script(name: str) -> str:
-    """The ceiling's pgbench step with the part lever ``name`` of :data:`BEFORE` names as it
-    was before issue 22 (:data:`REREAD`: the history row's claim values read again from the job
-    row; :data:`SPREAD_IN_SQL`: the spread offset computed by the claim;
-    :data:`RARE_IN_EVERY_STEP`: the skip summary and auto-pause parts in every step).
-
-    Raises:
-        KeyError: ``name`` is not a lever of :data:`BEFORE`.
-        ValueError: the part is no longer what the pattern looks for (update :data:`BEFORE`).
-    """
-    part = BEFORE[name]
-    if part is None:
-        return ceiling.pgbench_script("finish_and_claim")
-    pattern, replacement = part
-    script, found = re.subn(
-        pattern, replacement, ceiling.pgbench_script(), count=1, flags=re.DOTALL
-    )
-    if not found:
-        raise ValueError(f"finish_and_claim changed; update bench/levers.py's lever {name!r}")
+    script, found = re.subn(r"\)\nSELECT coalesce\(json_agg\(", lambda _: opened, script, count=1)
+    script, also = re.subn(r"\), run AS \(", lambda _: closed, script, count=1)
+    if not (found and also):
+        raise ValueError("the claim step changed; update bench/levers.py's one_table_script")
     return script
 
 
-def cut_script(name: str) -> str:
-    """The ceiling's pgbench step with the part that lever ``name`` of :data:`CUTS` names cut.
+def before_31_script() -> str:
+    """The pgbench step of :data:`BEFORE_31`: the frozen one-statement step, its final
+    ``SELECT`` wrapped to return the batch's outcomes for the next step (``\\gset``), as the
+    ceiling ran it before issue 31."""
+    statement = split_named_blocks(
+        "-- name: step\n" + (Path(__file__).parent / "before_issue_31.sql").read_text()
+    )["step"]
+    ctes, final = split_final_select(substitute(statement, ceiling.STEP_VALUES))
+    step = (
+        f"{ctes}, pulse_claim AS (\n{final}\n)\n"
+        f"SELECT coalesce(json_agg({ceiling.OUTCOME}) FILTER (WHERE id IS NOT NULL), '[]')"
+        " AS outcomes\nFROM pulse_claim"
+    )
+    return f"{step} \\gset\n"
+
+
+def script_of(name: str) -> str:
+    """The pgbench step of statement lever ``name`` (:data:`STATEMENT_LEVERS`).
 
     Raises:
-        KeyError: ``name`` is not a lever of :data:`CUTS`.
-        ValueError: the part is no longer where the pattern looks for it (update :data:`CUTS`).
+        KeyError: ``name`` is no statement lever.
     """
-    pattern, replacement = CUTS[name]
-    script, found = re.subn(
-        pattern, replacement, ceiling.pgbench_script(), count=1, flags=re.DOTALL
-    )
-    if not found:
-        raise ValueError(f"finish_and_claim changed; update bench/levers.py's cut {name!r}")
-    return script
+    scripts = {
+        RARE_IN_EVERY_STEP: lambda: ceiling.pgbench_script(rare=True),
+        ONE_TABLE: one_table_script,
+        BEFORE_31: before_31_script,
+    }
+    return scripts[name]()
 
 
 def _variables(name: str) -> dict[str, Any]:
-    if name == ARRAYS:
-        return {f"o_{field}": "{}" for field, _, _ in OUTCOME_FIELDS}
     return {"outcomes": "[]"}
 
 
@@ -330,15 +219,10 @@ def _variants(folder: Path, batch: int) -> list[serial.Variant]:
     serial variant of batch ``batch`` whose script is written to ``folder``."""
     script = folder / "pulse.sql"
     script.write_text(ceiling.pgbench_script())
-    scripts = {ARRAYS: folder / "arrays.sql", IDS_ONLY: folder / "ids.sql"}
-    scripts[ARRAYS].write_text(array_script())
-    scripts[IDS_ONLY].write_text(ids_only_script())
-    for number, name in enumerate(BEFORE):
-        scripts[name] = folder / f"before{number}.sql"
-        scripts[name].write_text(before_script(name))
-    for number, name in enumerate(CUTS):
-        scripts[name] = folder / f"cut{number}.sql"
-        scripts[name].write_text(cut_script(name))
+    scripts = {}
+    for number, name in enumerate(STATEMENT_LEVERS):
+        scripts[name] = folder / f"statement{number}.sql"
+        scripts[name].write_text(script_of(name))
     floor_script = folder / "floor.sql"
     floor_script.write_text(floor.pgbench_script())
     return [

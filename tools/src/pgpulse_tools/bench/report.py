@@ -59,11 +59,11 @@ METHOD = """\
 * **Lag** is the handler's start minus the occurrence's `scheduled_for` (the database and the
   nodes share this machine's clock); **claim lag** is the claim statement's `now()` minus
   `scheduled_for`.
-* The **raw ceiling** drives Pulse's own `finish_and_claim` statement (generated from
-  `queries.sql` at run time) with `pgbench -M prepared` and several clients, no Python. Each
-  (batch, clients) cell runs briefly; the best one runs again for as long as the drain measures
-  each node count, and that sustained rate is the ceiling (a short run from a fresh copy sees no
-  checkpoint and few dead rows, and overstates it).
+* The **raw ceiling** drives Pulse's own claim step (`finish_jobs`, `claim_jobs`,
+  `next_job_due`, generated from `queries.sql` at run time) with `pgbench -M prepared` and several
+  clients, no Python. Each (batch, clients) cell runs briefly; the best one runs again for as long
+  as the drain measures each node count, and that sustained rate is the ceiling (a short run from
+  a fresh copy sees no checkpoint and few dead rows, and overstates it).
 * The **floor** (`tools/src/pgpulse_tools/bench/floor.sql`) is the least SQL any PostgreSQL
   scheduler runs:
   a fenced claim, a fenced completion and a history row, on a narrow table with one partial

@@ -38,7 +38,7 @@ from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.database import Session
 from pgpulse.resharding import set_shard_count
 from pgpulse.sharding import shards_for
-from pgpulse.sql import claim_statement
+from pgpulse.sql import at_shard_count
 from pgpulse.store import Store
 from pgpulse_tools.bench.common import (
     BENCH_SQL,
@@ -51,6 +51,7 @@ from pgpulse_tools.bench.common import (
     register_handler,
 )
 from pgpulse_tools.bench.nodes import NodeCluster
+from pgpulse_tools.bench.sqltext import dollar
 
 DB_NAME = "pgpulse_bench_shardcounts"
 #: The counts, in the order they are set: each is a change (the database starts at 64).
@@ -87,10 +88,9 @@ async def _claim(claimer: Store, pooled: Store, handler: str, count: int) -> tup
 def _buffers(dsn: str, count: int, handler: str) -> tuple[int, str]:
     """Shared buffers one claim along the 1-of-16 route of ``handler`` touches at ``count``
     shards (generic plan, as a node's claim session; rolled back), and the due scan's index."""
-    text, names = claim_statement("finish_and_claim_common", count)
+    text, names = dollar(at_shard_count("claim_jobs", count))
     routes = _routes(handler, count)
     values = {
-        "outcomes": "[]",
         "node": "bench-shards",
         "route_handlers": list(routes),
         "route_shards": ["{" + ",".join(map(str, s)) + "}" for s in routes.values()],

@@ -1,5 +1,5 @@
-"""Pulse's statements rewritten for pgbench: ``:var`` for its placeholders (``$n`` for PREPARE
-is :func:`pgpulse.sql.positional`, which the store itself uses).
+"""Pulse's statements rewritten for pgbench: ``:var`` for its placeholders, and ``$n`` for
+``PREPARE`` (:func:`dollar`).
 
 The benchmark never keeps its own copy of Pulse's SQL: it takes the text from ``QUERIES`` (so a
 change to ``queries.sql`` changes the ceiling too) and only rewrites psycopg's ``%(name)s``
@@ -38,15 +38,39 @@ def substitute(statement: str, values: Mapping[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: f"({values[m.group(1)]})", statement).replace("%%", "%")
 
 
+def dollar(statement: str) -> tuple[str, tuple[str, ...]]:
+    """``statement`` with PostgreSQL's own ``$n`` placeholders for its ``%(name)s`` ones (one
+    number per distinct name, in first-use order; ``%%`` becomes ``%``), as ``PREPARE`` takes
+    it; and the names in ``$n`` order."""
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${names.setdefault(match.group(1), len(names) + 1)}"
+
+    return _PLACEHOLDER.sub(number, statement).replace("%%", "%"), tuple(names)
+
+
+def _word(char: str) -> bool:
+    """Whether ``char`` continues an SQL identifier (a keyword is a whole word)."""
+    return char.isalnum() or char == "_"
+
+
 def split_final_select(statement: str) -> tuple[str, str]:
-    """Split a ``WITH ... SELECT ...`` statement before its last top-level ``SELECT``.
+    """Split a ``WITH ... SELECT ...`` statement before its last top-level ``SELECT``
+    (:func:`split_final`)."""
+    return split_final(statement, "SELECT")
+
+
+def split_final(statement: str, keyword: str) -> tuple[str, str]:
+    """Split a ``WITH ...`` statement before its last top-level ``keyword`` (``SELECT``,
+    ``UPDATE``...).
 
     Returns:
-        ``(ctes, final_select)``: ``ctes`` is ``WITH a AS (...), b AS (...)``, so callers can
-        append ``, x AS (final_select)`` and read the result in another shape.
+        ``(ctes, final)``: ``ctes`` is ``WITH a AS (...), b AS (...)``, so callers can append
+        ``, x AS (final)`` and read the result in another shape.
 
     Raises:
-        ValueError: the statement is not a CTE ending in a top-level SELECT.
+        ValueError: the statement is not a CTE ending in a top-level ``keyword``.
     """
     depth = 0
     last = -1
@@ -63,11 +87,12 @@ def split_final_select(statement: str) -> tuple[str, str]:
             depth -= 1
         elif (
             depth == 0
-            and upper.startswith("SELECT", i)
-            and (i == 0 or not statement[i - 1].isalnum())
+            and upper.startswith(keyword, i)
+            and (i == 0 or not _word(statement[i - 1]))
+            and not _word(statement[i + len(keyword) : i + len(keyword) + 1])
         ):
             last = i
         i += 1
     if last <= 0 or not upper.lstrip().startswith("WITH"):
-        raise ValueError("statement is not WITH ... SELECT ...")
+        raise ValueError(f"statement is not WITH ... {keyword} ...")
     return statement[:last].rstrip(), statement[last:]

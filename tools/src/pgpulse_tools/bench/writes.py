@@ -152,7 +152,7 @@ def floor_table(pulse: dict[str, Any], least: dict[str, Any]) -> dict[str, Any]:
             ]
         ),
         "notes": [
-            "same cell (batch, clients, seconds), same run: Pulse's finish_and_claim step "
+            "same cell (batch, clients, seconds), same run: Pulse's claim step "
             "and the floor's step, each driven by pgbench",
             "index entries: PostgreSQL 15 counts none, so each insert and non-HOT update "
             "counts one per index of its table (exact for full indexes; an upper bound for "
