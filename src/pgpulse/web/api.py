@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BeforeValidator
 
 from pgpulse.errors import InvalidInput
 from pgpulse.web.auth import Principal
+from pgpulse.web.bodies import JsonRoute
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import Unauthorized
 from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
@@ -50,7 +51,11 @@ from pgpulse.zones import utc_if_naive
 bearer = HTTPBearer(auto_error=False, description="An API token: pgpulse token create.")
 
 _ERR = {"model": Error}
-router = APIRouter(prefix="/api/v1", responses={400: _ERR, 401: _ERR, 422: _ERR, 503: _ERR})
+router = APIRouter(
+    prefix="/api/v1",
+    responses={400: _ERR, 401: _ERR, 422: _ERR, 503: _ERR},
+    route_class=JsonRoute,
+)
 
 JobId = Annotated[int, Path(ge=1, le=2**63 - 1, examples=[1], description="The job's id.")]
 RunId = Annotated[int, Path(ge=1, le=2**63 - 1, examples=[1], description="The run's id.")]

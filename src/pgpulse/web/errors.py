@@ -301,6 +301,8 @@ def install_error_handlers(app: FastAPI) -> None:
         # FastAPI's body parser says only "error parsing the body" for what Python's JSON
         # parser refuses beyond JSON's grammar: say the rule every path applies.
         cause = exc.__cause__
+        if exc.status_code == 400 and isinstance(cause, PulseError):  # bodies.JsonRequest's
+            return pulse_error_response(cause)
         if exc.status_code == 400 and isinstance(cause, RecursionError):
             detail = too_deep("body").message
         elif exc.status_code == 400 and type(cause) is ValueError:
