@@ -79,6 +79,7 @@ SQL_MODULES = frozenset(
         "test_occurrences_audit.py",
         "test_occurrences_limits.py",
         "test_pause_resume.py",
+        "test_pause_running.py",
         "test_replication.py",
         "test_run_control.py",
         "test_shard_count.py",

@@ -22,8 +22,10 @@ async def test_every_change_is_recorded_once_with_old_and_new_values(store: Stor
     await store.upsert_jobs([job], extra_handlers={"noop"}, actor=ME)  # the same: no change
     changed = spec("nightly", "5 3 * * *", payload={"to": "dev"}, source="api")
     await store.upsert_jobs([changed], extra_handlers={"noop"}, actor=ME)
-    assert await store.pause_job("default", "nightly", actor=ME)
-    assert not await store.pause_job("default", "nightly", actor=ME)  # already paused: no row
+    assert (await store.pause_job("default", "nightly", actor=ME)).changed
+    assert not (
+        await store.pause_job("default", "nightly", actor=ME)
+    ).changed  # already paused: no row
     assert await store.resume_job("default", "nightly", actor=ME)
     await store.trigger_job("default", "nightly", actor=Actor("cli", "os:alice"))
     await store.delete_job("default", "nightly", actor=Actor("cli", "os:alice"))

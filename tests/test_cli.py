@@ -444,12 +444,10 @@ def test_pause_and_resume_are_idempotent_with_a_note(dsn: str, db: Any) -> None:
         "UPDATE pgpulse_jobs SET status = 'running', locked_by = 'n', "
         "lease_expires_at = now() + interval '1 minute'"
     )
-    running = pgpulse("job", "pause", "backup", dsn=dsn)
-    assert running.returncode == 2 and running.stdout == ""
-    assert running.stderr == (
-        "error: job 'backup' is running; only an idle or failed job can be paused\n"
-    )
-    assert job_rows(db)[0]["status"] == "running"
+    running = pgpulse("job", "pause", "backup", dsn=dsn)  # when its run ends (issue 33)
+    assert (running.returncode, running.stderr) == (0, "")
+    assert running.stdout == "backup is running: pauses when this run ends (on node n)\n"
+    assert (job_rows(db)[0]["status"], job_rows(db)[0]["pause_requested"]) == ("running", True)
 
 
 def test_runs_of_an_unknown_job_names_the_tenants_it_looked_in(dsn: str) -> None:

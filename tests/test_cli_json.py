@@ -33,9 +33,12 @@ def test_job_commands_that_write_print_json(dsn: str, db: Any) -> None:
     assert (again["action"], again["changed"]) == ("unchanged", [])
 
     paused = _json("job", "pause", "backup", "--reason", "disk swap", dsn=dsn)
+    assert paused.pop("scheduled_for").endswith("T04:00:00Z")
     assert paused == {
         "id": job_id, "tenant": "default", "name": "backup", "changed": True,
-        "status": "paused", "paused_until": None, "pause_reason": "disk swap",
+        "status": "paused", "pause_requested": False, "paused_until": None,
+        "pause_reason": "disk swap", "run_id": None, "node_id": None, "cancelled_runs": [],
+        "message": "paused backup (disk swap)",
     }  # fmt: skip
     resumed = _json("job", "resume", "backup", dsn=dsn)
     assert (resumed["changed"], resumed["status"], resumed["due_now"]) == (True, "idle", False)

@@ -41,6 +41,8 @@ def jobs(db: Any) -> int:
         (LONG_INT, "holds an integer of more than 4,300 digits"),
         (nested(65), "is nested more than 64 levels deep"),  # 66 levels with the payload's
         (nested(5000), "is nested more than 64 levels deep"),
+        # beyond a float's range: Python reads infinity, which JSON cannot store
+        ("1e999", "payload.json must be a finite number, got 1e999"),
     ],
 )
 def test_job_create_and_trigger_refuse_a_payload_too_deep_or_a_number_too_long(

@@ -24,7 +24,7 @@ NEXT = utc(2026, 3, 29, 4)
 
 async def paused_job(store: Store) -> None:
     await add(store, spec("hourly", schedule="0 * * * *", timezone="Europe/London"), now=PAUSED)
-    assert await store.pause_job("default", "hourly", reason="maintenance")
+    assert (await store.pause_job("default", "hourly", reason="maintenance")).changed
     assert await drain(store, RESUMED) == []  # a paused job is not claimed
 
 
@@ -64,7 +64,7 @@ async def test_a_resume_with_nothing_inside_the_pause_keeps_the_next_occurrence(
     for mode in ("once", "backfill"):
         name = f"later-{mode}"
         await add(store, spec(name, schedule="0 * * * *"), now=PAUSED)
-        assert await store.pause_job("default", name, now=PAUSED)
+        assert (await store.pause_job("default", name, now=PAUSED)).changed
         later = PAUSED + timedelta(minutes=5)  # 22:35: the 23:00 occurrence is still ahead
         assert await store.resume_job("default", name, catch_up=mode, now=later)
         job = job_row(db, name)
@@ -81,8 +81,10 @@ async def test_pausing_a_paused_job_again_without_intent_keeps_its_until_and_rea
 ) -> None:
     until = PAUSED + timedelta(hours=2)
     await add(store, spec("hourly", schedule="0 * * * *"), now=PAUSED)
-    assert await store.pause_job("default", "hourly", until=until, reason="deploy", now=PAUSED)
-    assert not await store.pause_job("default", "hourly", now=PAUSED)  # paused already
+    assert (
+        await store.pause_job("default", "hourly", until=until, reason="deploy", now=PAUSED)
+    ).changed
+    assert not (await store.pause_job("default", "hourly", now=PAUSED)).changed  # paused already
     job = job_row(db, "hourly")
     assert (job["paused_until"], job["pause_reason"]) == (until, "deploy")
     assert [
@@ -94,7 +96,9 @@ async def test_pausing_a_paused_job_again_without_intent_keeps_its_until_and_rea
 async def test_a_pause_until_ends_by_itself_at_the_leaders_heartbeat(store: Store, db: Any) -> None:
     await add(store, spec("hourly", schedule="0 * * * *", timezone="Europe/London"), now=PAUSED)
     until = RESUMED
-    assert await store.pause_job("default", "hourly", until=until, reason="deploy", now=PAUSED)
+    assert (
+        await store.pause_job("default", "hourly", until=until, reason="deploy", now=PAUSED)
+    ).changed
     job = job_row(db, "hourly")
     assert (job["status"], job["paused_until"], job["pause_reason"]) == ("paused", until, "deploy")
     await store.reap_expired_leases(now=until - timedelta(seconds=1))  # a sweep: not yet
@@ -161,7 +165,7 @@ async def test_resume_once_names_the_occurrence_that_runs(store: Store, db: Any,
     # A 30 s grid paused for an hour, resumed by the command: the line names the newest
     # occurrence inside the pause, and a node then runs that one.
     await add(store, spec("half", schedule="@every 30s"))
-    assert await store.pause_job("default", "half")
+    assert (await store.pause_job("default", "half")).changed
     db.execute("UPDATE pgpulse_jobs SET scheduled_for = scheduled_for - interval '1 hour'")
     resumed = await apgpulse("job", "resume", "half", "--catch-up", "once", dsn=dsn)
     assert resumed.returncode == 0, resumed.stderr

@@ -140,3 +140,42 @@ async def test_a_lone_surrogate_is_refused_in_pulses_words(store: Store, db: Any
     assert refused.json()["error"]["field"] == "name"
     assert refused.json()["error"]["message"].startswith("name holds an unpaired surrogate")
     assert names(db) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "sent"),
+    [
+        ("spread", "1e999"),
+        ("timeout", "-1E+400"),
+        ("misfire_grace", "NaN"),
+        ("max_attempts", "Infinity"),
+        ("payload.items.1", "2e999"),
+    ],
+)
+async def test_a_number_no_float_holds_is_refused_quoted_as_sent(
+    store: Store, db: Any, field: str, sent: str
+) -> None:
+    """A JSON number beyond a float's range was read as infinity and echoed as "inf" (a value
+    the client never sent); NaN and Infinity (not JSON) too. Refused with 422 naming the field
+    and quoting the text sent; nothing written."""
+    job = json.loads(JOB)
+    if field.startswith("payload."):
+        body = json.dumps(job).replace('"payload": {', f'"payload": {{"items": [1, {sent}], ')
+    else:
+        body = json.dumps(job)[:-1] + f', "{field}": {sent}}}'
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as client:
+        refused = await client.post(
+            "/api/v1/jobs", content=body, headers={"content-type": "application/json"}
+        )
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"] == {
+            "code": "invalid_input",
+            "message": f"{field} must be a finite number, got {sent}",
+            "field": field,
+            "value": sent,
+        }
+        made = (await client.post("/api/v1/jobs", content=JOB)).json()
+        patched = await client.patch(f"/api/v1/jobs/{made['id']}", content='{"spread": 1e999}')
+        assert patched.json()["error"]["message"] == "spread must be a finite number, got 1e999"
+    assert names(db) == ["hook"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
@@ -339,3 +339,140 @@ async def test_a_running_triggered_occurrence_is_not_listed_as_to_come(
     assert len(before) == 5 and all("T03:00:00" in t for t in listed), listed
     async with api_client(store, token) as api:
         assert (await api.get(f"/api/v1/jobs/{made.json()['id']}")).json()["upcoming"] == before
+
+
+async def test_api_pause_of_a_running_job_waits_for_its_run_or_cancels_it(
+    store: Store, db: Any
+) -> None:
+    """The API pauses a running job when its run ends (pause_requested, no next occurrence
+    listed before its until), a resume withdraws that, and ``cancel`` stops the run now."""
+    from helpers import ALL_SHARDS
+
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        made = await api.post("/api/v1/jobs", json=body("nightly", schedule="0 3 * * *"))
+        job_id = made.json()["id"]
+        assert (await api.post(f"/api/v1/jobs/{job_id}/trigger")).status_code == 200
+        [claimed] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=300)
+        paused = await api.post(f"/api/v1/jobs/{job_id}/pause", json={"reason": "audit"})
+        assert paused.status_code == 200, paused.text
+        got = paused.json()
+        assert got["message"] == (
+            f"nightly is running: pauses when this run ends (run {claimed.run_id} on node "
+            "node-a) (audit)"
+        )
+        assert (got["status"], got["pause_requested"], got["pause_reason"]) == (
+            "running",
+            True,
+            "audit",
+        )
+        assert (got["changed"], got["waits_for_run"], got["cancelled_runs"]) == (
+            True,
+            claimed.run_id,
+            [],
+        )
+        assert got["upcoming"] == []  # no until: none before a resume
+        until = await api.post(
+            f"/api/v1/jobs/{job_id}/pause", json={"until": "2099-01-01T00:00:00Z"}
+        )
+        assert until.json()["upcoming"][:2] == ["2099-01-01T03:00:00Z", "2099-01-02T03:00:00Z"]
+        resumed = await api.post(f"/api/v1/jobs/{job_id}/resume")
+        assert resumed.status_code == 200, resumed.text
+        assert (resumed.json()["status"], resumed.json()["pause_requested"]) == ("running", False)
+        cancelled = await api.post(f"/api/v1/jobs/{job_id}/pause", json={"cancel": True})
+        assert cancelled.status_code == 200, cancelled.text
+        got = cancelled.json()
+        assert got["message"] == (
+            f"paused nightly; run {claimed.run_id} cancelled (node node-a stops it at its next "
+            "lease renewal)"
+        )
+        assert (got["status"], got["pause_requested"], got["waits_for_run"]) == (
+            "paused",
+            False,
+            None,
+        )
+        assert got["cancelled_runs"] == [
+            {
+                "run_id": claimed.run_id,
+                "kind": "scheduled",
+                "scheduled_for": claimed.scheduled_for.isoformat().replace("+00:00", "Z"),
+                "node_id": "node-a",
+            }
+        ]
+        moved = datetime.fromisoformat(got["scheduled_for"])  # past it: 03:00 next
+        assert moved > claimed.scheduled_for and (moved.hour, moved.minute) == (3, 0)
+    run = db.execute("SELECT outcome, error FROM pgpulse_runs").fetchone()
+    assert run["outcome"] == "cancelled" and run["error"].startswith("cancelled by token:")
+
+
+async def test_the_dashboard_pauses_a_running_job_after_its_run_or_cancelling_it(
+    store: Store, db: Any
+) -> None:
+    from helpers import ALL_SHARDS
+
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        job = (await api.post("/api/v1/jobs", json=body("nightly"))).json()
+        await api.post(f"/api/v1/jobs/{job['id']}/trigger")
+    [claimed] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=300)
+    async with api_client(store) as ui:
+        assert (
+            await ui.post("/ui/login", data={"token": token}, headers=OWN_PAGE)
+        ).status_code == 303
+        page = (await ui.get(f"/ui/jobs/{job['id']}")).text
+        button = page.split('data-testid="pause-nightly"', 1)[1].split(">", 1)[0]
+        assert "disabled" not in button  # the Pause button works while the job runs
+        assert 'data-testid="pause-cancel"' in page and "cancel the current run" in page
+        found = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert found is not None
+        csrf = {"csrf": found.group(1)}
+
+        async def press(verb: str, **fields: str) -> str:
+            done = await ui.post(
+                f"/ui/jobs/{job['id']}/{verb}",
+                data=csrf | fields,
+                headers={"Accept": "application/json"},
+            )
+            assert done.status_code == 200, done.text
+            notice: str = done.json()["notice"]
+            return notice
+
+        assert await press("pause") == (
+            f"nightly is running: pauses when this run ends (run {claimed.run_id} on node node-a)"
+        )
+        page = (await ui.get(f"/ui/jobs/{job['id']}")).text
+        assert 'data-testid="job-pause-requested"' in page
+        assert "pause requested: pauses when this run ends" in page
+        assert 'data-testid="resume-nightly"' in page  # withdraws the request
+        listing = (await ui.get("/ui/")).text
+        assert 'data-testid="pause-requested-nightly"' in listing
+        assert await press("resume") == (
+            "nightly will not pause: the pause requested while it ran is withdrawn (its run and "
+            "the occurrences after it go on)"
+        )
+        assert await press("pause", cancel="1") == (
+            f"paused nightly; run {claimed.run_id} cancelled (node node-a stops it at its next "
+            "lease renewal)"
+        )
+    row = db.execute("SELECT status, pause_requested FROM pgpulse_jobs").fetchone()
+    assert (row["status"], row["pause_requested"]) == ("paused", False)
+    assert db.execute("SELECT outcome FROM pgpulse_runs").fetchone()["outcome"] == "cancelled"
+
+
+async def test_a_pause_whose_end_passed_lists_what_comes_after_now(store: Store, db: Any) -> None:
+    """Paused until T, T passed, the leader has not resumed it yet: the occurrences listed
+    come after the database's now, none in the past."""
+    token = await make_token(store, "acme")
+    async with api_client(store, token) as api:
+        made = await api.post("/api/v1/jobs", json=body("hourly", schedule="0 * * * *"))
+        job_id = made.json()["id"]
+        await api.post(f"/api/v1/jobs/{job_id}/pause", json={"until": "2099-01-01T00:00:00Z"})
+        db.execute(
+            "UPDATE pgpulse_jobs SET paused_until = now() - interval '3 hours',"
+            " scheduled_for = date_trunc('hour', now()) - interval '5 hours'"
+        )
+        got = (await api.get(f"/api/v1/jobs/{job_id}")).json()
+    now = db.execute("SELECT now() AS t").fetchone()["t"]
+    first = datetime.fromisoformat(got["upcoming"][0])
+    assert got["status"] == "paused" and now < first <= now + timedelta(hours=1)
+    assert first.minute == first.second == 0

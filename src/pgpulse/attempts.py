@@ -374,7 +374,8 @@ class Attempts:
             return
         log.warning(
             "lease of %s/%s lost (%s); attempt cancelled, this node records nothing of it (the "
-            "run's end is written by whoever ended the lease: a take-over, a replace, a delete)",
+            "run's end is written by whoever ended the lease: a take-over, a replace, a delete, "
+            "a pause that cancelled it)",
             attempt.job.tenant,
             attempt.job.name,
             why,

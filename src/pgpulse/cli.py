@@ -39,6 +39,7 @@ from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, pause_until, resumed_run
+from pgpulse.pausing import pause_note
 from pgpulse.registry import DEFAULT_NODE_TTL
 from pgpulse.report import (
     emit,
@@ -55,7 +56,7 @@ from pgpulse.report import (
 from pgpulse.schedule import SCHEDULE_HELP, Schedule, parse_schedule
 from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
-from pgpulse.wording import plural, unchanged_note
+from pgpulse.wording import pending_pause, plural, unchanged_note, withdrawn_note
 from pgpulse.zones import check_instant_range, is_utc
 
 if TYPE_CHECKING:  # the engine loads with `node run` only: other commands start without it
@@ -858,6 +859,13 @@ async def job_list(store: Store, tenant: str, all_tenants: bool, as_json: bool) 
             else r
             for r in rows
         ]
+        # a pause requested while the job ran: it pauses when its run ends
+        rows = [
+            {**r, "status": pending_pause(r["status"], r["paused_until"])}
+            if r.get("pause_requested")
+            else r
+            for r in rows
+        ]
     several = all_tenants and len({row["tenant"] for row in rows}) > 1
     print_records(
         rows,
@@ -992,36 +1000,67 @@ def _state_command(verb: str, doc: str) -> None:
     default=None,
     help="Why: shown wherever the status is ('' clears a paused job's reason).",
 )
+@click.option(
+    "--cancel",
+    is_flag=True,
+    help="Stop what the job runs now: its run (and any trigger or backfill of it running) is "
+    "cancelled, recorded as cancelled, and the job paused past that occurrence. Without it a "
+    "running job pauses when its run ends.",
+)
 @json_option
 @with_store()
 async def job_pause(
-    store: Store, name: str, tenant: str, until: str | None, reason: str | None, as_json: bool
+    store: Store,
+    name: str,
+    tenant: str,
+    until: str | None,
+    reason: str | None,
+    cancel: bool,
+    as_json: bool,
 ) -> None:
-    """Pause job NAME (idle or failed; not claimed until resumed). Idempotent: pausing a
-    paused job sets its --until and --reason anew. A running job is refused: pause it when its
-    run ends."""
+    """Pause job NAME: it is not claimed until resumed. Idempotent: pausing a paused job sets
+    its --until and --reason anew. A running job finishes its run (a retry included), which is
+    recorded, and then pauses; no new occurrence starts. --cancel stops the run now instead."""
     at = None
     if until is not None:
         zone = (await store.get_job(tenant, name))["timezone"]
         at = pause_until(until, zone, await store.db_now())
-    changed = await store.pause_job(tenant, name, until=at, reason=reason, actor=cli_actor())
+    done = await store.pause_job(
+        tenant, name, until=at, reason=reason, cancel=cancel, actor=cli_actor()
+    )
     why = f" ({reason})" if reason else " (no reason)" if reason == "" else ""
     what = f"{name}{f' until {at.isoformat()}' if at else ''}{why}"
-    if changed:
+    line = pause_note(name, done)  # a requested pause, or runs cancelled
+    if line is None and done.changed:
         line = f"paused {what}"
-    elif at or reason is not None:
+    elif line is None and (at or reason is not None):
         line = f"{name} was paused already; now paused {what}"
-    else:
+    elif line is None:
         line = unchanged_note("pause", name, "paused")
     row = await store.get_job(tenant, name)
     result = {
         "id": row["id"],
         "tenant": tenant,
         "name": name,
-        "changed": bool(changed),
+        "changed": done.changed,
         "status": row["status"],
+        "pause_requested": row["pause_requested"],
         "paused_until": row["paused_until"],
         "pause_reason": row["pause_reason"],
+        # a requested pause: the run it waits for
+        "run_id": done.run_id,
+        "node_id": done.node_id,
+        "cancelled_runs": [
+            {
+                "run_id": run.run_id,
+                "kind": run.kind,
+                "scheduled_for": run.scheduled_for,
+                "node_id": run.node_id,
+            }
+            for run in done.cancelled
+        ],
+        "scheduled_for": None if row["status"] == "completed" else row["scheduled_for"],
+        "message": line,
     }
     emit(as_json, result, line)
 
@@ -1039,9 +1078,31 @@ async def job_pause(
 @json_option
 @with_store()
 async def job_resume(store: Store, name: str, tenant: str, catch_up: str, as_json: bool) -> None:
-    """Resume job NAME. Idempotent: a job that is not paused is left as it is."""
+    """Resume job NAME. Idempotent: a job that is not paused is left as it is. A running job
+    whose pause is requested (job pause) is not paused: the request is withdrawn."""
+    before = await store.get_job(tenant, name)
     changed = await store.resume_job(tenant, name, catch_up=catch_up, actor=cli_actor())
     row = await store.get_job(tenant, name)
+    # the store withdrew a pause requested while the job ran: the job was never paused
+    withdrawn = changed and before["pause_requested"] and before["status"] != "paused"
+    if withdrawn:
+        emit(
+            as_json,
+            {
+                "id": row["id"],
+                "tenant": tenant,
+                "name": name,
+                "changed": True,
+                "status": row["status"],
+                "catch_up": catch_up,
+                "scheduled_for": row["scheduled_for"],
+                "due_now": False,
+                "runs_now": None,
+                "pause_withdrawn": True,
+            },
+            withdrawn_note(name),
+        )
+        return
     held = row["scheduled_for"]
     # once and backfill hold a missed occurrence: it is due, and runs now, not "next"; which
     # one runs is the claim's decision (once: the newest inside the pause)
@@ -1067,6 +1128,7 @@ async def job_resume(store: Store, name: str, tenant: str, catch_up: str, as_jso
         "due_now": bool(changed) and due,
         # the missed occurrence that runs now (once: the newest inside the pause)
         "runs_now": runs if changed and due else None,
+        "pause_withdrawn": False,
     }
     if not changed:
         emit(as_json, result, unchanged_note("resume", name, row["status"]))

@@ -232,8 +232,8 @@ def parse_payload(value: object) -> dict[str, Any]:
             field="payload",
             value=value,
         ) from None
-    except InvalidInput as exc:
-        raise InvalidPayload(exc.message, field="payload", value=None) from None
+    except InvalidInput as exc:  # its field: payload, or the path of a number out of range
+        raise InvalidPayload(exc.message, field=exc.field or "payload", value=exc.value) from None
     if not isinstance(value, dict):
         raise InvalidPayload(
             f"payload must be a JSON object, got {json_given(value)}", field="payload", value=value

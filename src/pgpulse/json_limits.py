@@ -5,12 +5,16 @@ API call :func:`check_shape`, and text is parsed by :func:`loads_json`.
 Why: a value nested deeper than the HTTP API takes could be stored through another path and
 then never be changed through the API; Python's parsers fail on deep nesting with a
 ``RecursionError`` and on integers over 4,300 digits with a ``ValueError`` (the interpreter's
-``sys.int_info.default_max_str_digits``), which reached users as tracebacks.
+``sys.int_info.default_max_str_digits``), which reached users as tracebacks. A number no float
+holds (``1e999``) is read by Python as infinity, which neither JSON nor PostgreSQL's ``jsonb``
+stores and which a refusal would quote as ``inf``: :func:`loads` refuses it where it is read,
+quoting it as it was sent (the HTTP API reads its request bodies with it).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from pgpulse.errors import InvalidInput
@@ -66,16 +70,82 @@ def check_shape(field_name: str, value: Any) -> None:
             raise too_long_integer(field_name)
 
 
+def not_finite(field_name: str, text: str) -> InvalidInput:
+    """The refusal of a JSON number no float holds (``1e999``, which Python reads as infinity)
+    or of ``NaN`` / ``Infinity`` (which JSON does not have), quoting ``text`` as it was sent."""
+    return InvalidInput(
+        f"{field_name} must be a finite number, got {text}", field=field_name, value=text
+    )
+
+
+class _Unbounded:
+    """A number of a JSON text that no float holds, as it was written (see :func:`loads`)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def loads(text: str | bytes, field_name: str | None = None) -> Any:
+    """``json.loads(text)``, refusing a number no float holds (``1e999``, ``-1e400``) and the
+    constants JSON does not have (``NaN``, ``Infinity``), which Python would read as infinity
+    or NaN: a refusal names the value's place — its path of keys and indexes, under
+    ``field_name`` when given (``spread``, ``payload.items.0``; ``body`` for a text that is one
+    such number) — and quotes it as it was sent.
+
+    Raises:
+        json.JSONDecodeError, RecursionError, ValueError: as :func:`json.loads`.
+        InvalidInput: such a number (:func:`not_finite`).
+    """
+    found: list[_Unbounded] = []
+
+    def number(token: str) -> float | _Unbounded:
+        value = float(token)
+        if math.isfinite(value):
+            return value
+        found.append(_Unbounded(token))
+        return found[-1]
+
+    def constant(token: str) -> _Unbounded:
+        found.append(_Unbounded(token))
+        return found[-1]
+
+    value = json.loads(text, parse_float=number, parse_constant=constant)
+    if not found:
+        return value
+    path = [field_name] if field_name else []
+    path += _path_to(value, found[0])  # the first in the text, as a parser would stop at it
+    raise not_finite(".".join(path) or "body", found[0].text)
+
+
+def _path_to(document: Any, target: object) -> list[str]:
+    """The keys and indexes that lead from ``document`` to ``target`` (by identity), walked
+    without recursion."""
+    stack: list[tuple[Any, list[str]]] = [(document, [])]
+    while stack:
+        item, path = stack.pop()
+        if item is target:
+            return path
+        if isinstance(item, dict):
+            stack.extend((child, [*path, str(key)]) for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend((child, [*path, str(index)]) for index, child in enumerate(item))
+    return []
+
+
 def loads_json(field_name: str, text: str | bytes) -> Any:
-    """Parse JSON ``text`` and check it with :func:`check_shape`.
+    """Parse JSON ``text`` (:func:`loads`: no number beyond a float's range) and check it with
+    :func:`check_shape`.
 
     Raises:
         json.JSONDecodeError: the text is not JSON (the caller words it: it knows whether the
             text may be quoted).
-        InvalidInput: nested too deep, or an integer too long (``field=field_name``).
+        InvalidInput: nested too deep, or an integer too long (``field=field_name``), or a
+            number no float holds (``field`` its path under ``field_name``).
     """
     try:
-        value = json.loads(text)
+        value = loads(text, field_name)
     except RecursionError:
         raise too_deep(field_name) from None
     except json.JSONDecodeError:

@@ -15,7 +15,7 @@ import click
 
 from pgpulse.errors import DatabaseUnavailable, PulseError
 from pgpulse.sharding import DEFAULT_SHARD_COUNT
-from pgpulse.wording import plural, seconds_text
+from pgpulse.wording import pending_pause, plural, seconds_text
 
 T = TypeVar("T")
 
@@ -281,11 +281,14 @@ def print_runs_with_attempts(runs: Sequence[dict[str, Any]]) -> None:
 
 
 def _status(job: dict[str, Any]) -> str:
-    """A job's status with its pause's end and reason: ``paused until T: why``."""
+    """A job's status with its pause's end and reason: ``paused until T: why``; a pause
+    requested while the job runs: ``running; pauses when its run ends until T: why``."""
     status = str(job["status"])
-    if status == "paused" and job.get("paused_until"):
+    if job.get("pause_requested") and status != "paused":
+        status = pending_pause(status, job.get("paused_until"))
+    elif status == "paused" and job.get("paused_until"):
         status += f" until {_instant(job['paused_until'])}"
-    if status.startswith("paused") and job.get("pause_reason"):
+    if (status.startswith("paused") or job.get("pause_requested")) and job.get("pause_reason"):
         status += f": {job['pause_reason']}"
     return status
 
@@ -312,6 +315,8 @@ def _no_upcoming(job: dict[str, Any]) -> str:
     """What the next occurrences read when there are none to list."""
     if job["status"] == "paused" and not job.get("paused_until"):
         return "none while paused: the first comes after a resume (job resume)"
+    if job.get("pause_requested") and not job.get("paused_until"):
+        return "none: it pauses when its run ends; the first comes after a resume (job resume)"
     return "none"
 
 
@@ -609,6 +614,11 @@ def print_status(
         if on_lost
         else ""
     )
+    pausing = counts.get("pausing") or 0
+    if pausing:  # a pause requested while the job ran
+        running += (
+            f" ({pausing} to pause when {'its run ends' if pausing == 1 else 'their runs end'})"
+        )
     click.echo(
         f"\njobs: {counts['total']} total, {counts['due']} due, {running}, "
         f"{counts['paused']} paused, {counts['failing']} whose last run failed, "

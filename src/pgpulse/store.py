@@ -26,6 +26,7 @@ from pgpulse.errors import DefinitionChanged, InvalidInput, JobNotFound
 from pgpulse.jobs import JobSpec, check_handlers, check_key, unknown_handlers, unprintable
 from pgpulse.limits import RESUME_MODES
 from pgpulse.migrations import migrate, require_schema
+from pgpulse.pausing import Paused, pause
 from pgpulse.plan import Plan
 from pgpulse.reconcile import Planner, reconcile
 from pgpulse.routing import waiting_reason
@@ -86,17 +87,6 @@ def attempt_log(run: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return found
-
-
-def _state_refusal(name: str, status: str, allowed: Sequence[str], verb: str) -> InvalidInput:
-    """The refusal of a change job ``name``'s status ``status`` does not allow."""
-    either = " or ".join(allowed)
-    return InvalidInput(
-        f"job {name!r} is {status}; only {'an' if either[0] in 'aeiou' else 'a'} {either} job "
-        f"can be {verb}",
-        field="status",
-        value=status,
-    )
 
 
 class Store(CalendarStore):
@@ -300,26 +290,33 @@ class Store(CalendarStore):
         *,
         until: datetime | None = None,
         reason: str | None = None,
+        cancel: bool = False,
         now: datetime | None = None,
         actor: Actor = PYTHON_ACTOR,
-    ) -> bool:
-        """Pause an idle or failed job: it is not claimed until resumed. Idempotent; pausing a
-        paused job again sets its ``until`` and ``reason`` anew.
+    ) -> Paused:
+        """Pause a job: it is not claimed until resumed (:mod:`pgpulse.pausing`). An idle,
+        failed or paused job is paused at once (pausing a paused job again sets its ``until``
+        and ``reason`` anew). A running job pauses when its run ends (a retry of the run still
+        happens); with ``cancel`` its run, and every extra occurrence of it that runs, is
+        cancelled now (recorded ``cancelled``, fenced like overlap ``replace``) and the job moves
+        past the cancelled occurrence, paused (a one-off with none left: completed).
 
         Args:
             until: an aware instant after the database's now: the leader resumes the job then
                 (mode ``skip``: the occurrences inside the pause are recorded as skipped, reason
                 ``paused``); ``None``: until resumed by hand.
             reason: why, shown wherever the status is (at most 500 characters).
+            cancel: stop what the job runs now rather than wait for its run's end.
 
         Returns:
-            ``True`` if the job was paused now, ``False`` if it was paused already.
+            What the pause did (:class:`~pgpulse.pausing.Paused`: ``changed`` if the job was
+            neither paused nor its pause requested before).
 
         Raises:
             JobNotFound: no such job.
-            InvalidInput: the job is running or completed (``field="status"``), ``until`` is
-                not after now (``field="until"``) or ``reason`` too long or with a character
-                that cannot be shown (``field="reason"``); nothing changes.
+            InvalidInput: the job is completed (``field="status"``), ``until`` is not after now
+                (``field="until"``) or ``reason`` too long or with a character that cannot be
+                shown (``field="reason"``); nothing changes.
         """
         check_key(tenant, name)
         if reason is not None and len(reason) > 500:
@@ -347,22 +344,16 @@ class Store(CalendarStore):
                     field="until",
                     value=until.isoformat(),
                 )
-        rows = await self._rows(
-            "pause_job",
-            {
-                "tenant": tenant,
-                "name": name,
-                "until": until,
-                "reason": reason,
-                "source": actor.source,
-                "actor": actor.name,
-            },
+        return await pause(
+            self.pool,
+            tenant,
+            name,
+            until=until,
+            reason=reason,
+            cancel=cancel,
+            actor=actor,
+            now=now,
         )
-        if not rows:
-            raise JobNotFound(tenant, name)
-        if rows[0]["was"] not in ("idle", "failed", "paused"):
-            raise _state_refusal(name, rows[0]["was"], ("idle", "failed"), "paused")
-        return bool(rows[0]["was"] != "paused")
 
     async def resume_job(
         self,
@@ -382,9 +373,12 @@ class Store(CalendarStore):
                 newest of them, the older ones recorded as skipped; ``backfill`` — each of
                 them runs, oldest first. Later occurrences follow the job's own ``catch_up``.
 
+        A job whose pause was requested while it ran (:meth:`pause_job`) is not paused: the
+        request is withdrawn, and its run and the occurrences after it go on.
+
         Returns:
-            ``True`` if the job was resumed now, ``False`` if it was not paused (idle, running
-            or completed: nothing changes).
+            ``True`` if the job was resumed now (or its requested pause withdrawn), ``False`` if
+            it was not paused (idle, running or completed: nothing changes).
 
         Raises:
             JobNotFound: no such job.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable
+from datetime import datetime
 
 
 def plural(count: float, noun: str, many: str | None = None) -> str:
@@ -80,6 +81,24 @@ def unchanged_note(verb: str, name: str, status: str) -> str:
     if verb == "pause":
         return f"{name} was paused already; no change"
     return f"{name} is {status}, not paused; no change"
+
+
+def withdrawn_note(name: str) -> str:
+    """The note of a resume that withdraws the pause requested while job ``name`` ran, one
+    wording for the CLI and the dashboard."""
+    return (
+        f"{name} will not pause: the pause requested while it ran is withdrawn (its run and "
+        "the occurrences after it go on)"
+    )
+
+
+def pending_pause(status: str, until: datetime | None) -> str:
+    """A job's status while its pause waits for its run's end (``job pause`` of a running
+    job), one wording for the CLI and the dashboard:
+    ``running; pauses when its run ends until 2026-12-24T08:00:00+00:00``."""
+    return f"{status}; pauses when its run ends" + (
+        f" until {until.isoformat(timespec='seconds')}" if until else ""
+    )
 
 
 def did_you_mean(value: object, choices: Iterable[str]) -> str:

@@ -99,7 +99,7 @@ WITH clock AS (
       AND o.next_run_at <= coalesce(%(now)s::timestamptz, now())
       AND EXISTS (SELECT 1 FROM pgpulse_jobs AS j JOIN route AS r ON r.handler = j.handler
                   WHERE j.id = o.job_id AND j.status IN ('idle', 'running')
-                    AND {shard_of_occurrence} = ANY(r.shards))
+                    AND NOT j.pause_requested AND {shard_of_occurrence} = ANY(r.shards))
       AND NOT EXISTS (SELECT 1 FROM pgpulse_batches AS b
                       WHERE b.id = o.batch_id AND b.running >= b.max_concurrency)
     ORDER BY o.next_run_at, o.position
@@ -250,6 +250,7 @@ WITH clock AS (
     SELECT j.id, j.scheduled_for
     FROM pgpulse_jobs AS j
     WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s AND j.lease_expires_at IS NOT NULL
+      AND NOT j.pause_requested  -- a pause requested meanwhile: no newer occurrence starts
     FOR NO KEY UPDATE
 ), cancelled AS (
     DELETE FROM pgpulse_occurrences AS o
@@ -307,8 +308,8 @@ SELECT count(*) AS cancelled FROM cancelled;
 -- Under overlap replace or allow, a claimed job row whose occurrence is to run does not run it:
 -- this statement, fenced by the job row's token, moves the job row to its next occurrence
 -- (%(scheduled_for)s, the planner's advance; its skipped occurrences, if any, get one summary
--- row as record_skips_and_auto_pauses writes them) and makes the claimed occurrence a pending extra
--- occurrence (kind 'scheduled') of the job's overlap batch, due at once, with the job row's run
+-- row as record_skips_and_auto_pauses writes them) and makes the claimed occurrence a pending
+-- extra occurrence (kind 'scheduled') of the job's overlap batch, due at once, with the job row's run
 -- id and the attempts (and interruptions) it already spent on it. Under replace,
 -- cancel_replaced goes first in the same transaction. Returns the new occurrence's id, or no
 -- row when the job row's claim was lost.
@@ -319,7 +320,7 @@ WITH clock AS (
 ),
 old AS (
     SELECT j.id, j.scheduled_for, j.attempt, j.interruptions, j.run_id, j.max_concurrency,
-           j.shard_id
+           j.shard_id, j.pause_requested
     FROM pgpulse_jobs AS j
     WHERE j.id = %(job_id)s
       AND j.fencing_token = %(token)s
@@ -327,7 +328,10 @@ old AS (
 ),
 job AS (
     UPDATE pgpulse_jobs AS j
-    SET status = 'idle',
+    -- a pause requested while the job row was claimed (pause_job) takes effect here: the job
+    -- row is paused, and the forked occurrence waits for the resume
+    SET status = CASE WHEN old.pause_requested THEN 'paused' ELSE 'idle' END,
+        pause_requested = false,
         scheduled_for = %(scheduled_for)s,
         next_run_at = %(scheduled_for)s + pgpulse_spread_offset(j.id, j.spread),
         attempt = 0,
@@ -375,6 +379,65 @@ skipped AS (
 )
 SELECT forked.id, pg_notify('pgpulse_wakeup', old.id::text)
 FROM forked, old;
+
+-- name: cancel_running_occurrences
+-- Cancel the extra occurrences of job %(job_id)s that run now (a pause that cancels the current
+-- run: pause_cancelling), as fork_occurrence's replace cancels one: their rows are deleted (a
+-- holder's next renewal is refused and it cancels its attempt; its late writes change nothing),
+-- their history rows say 'cancelled' with %(error)s (an earlier attempt appended to
+-- earlier_attempts), and their batches' counts of leases go down. Pending ones stay, to run
+-- after a resume. Returns each cancelled occurrence (its id is its run's).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+),
+cancelled AS (
+    DELETE FROM pgpulse_occurrences AS o
+    WHERE o.job_id = %(job_id)s
+      AND o.lease_expires_at IS NOT NULL
+    RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.batch_id, o.attempt, o.locked_by,
+              o.fencing_token, o.claimed_at
+),
+run AS (
+    INSERT INTO pgpulse_runs AS r (
+        id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
+        finished_at, error, kind, batch_id
+    )
+    OVERRIDING SYSTEM VALUE
+    SELECT c.id, c.job_id, c.scheduled_for, c.attempt, 'cancelled', c.locked_by,
+           c.fencing_token, c.claimed_at, clock.now, %(error)s, c.kind, c.batch_id
+    FROM cancelled AS c
+    CROSS JOIN clock
+    ON CONFLICT (id) DO UPDATE
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                   'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
+        outcome = 'cancelled',
+        node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        error = excluded.error,
+        output = NULL,
+        attempt_ended_at = NULL
+    RETURNING 1
+),
+counted AS (
+    UPDATE pgpulse_batches AS b
+    SET running = b.running - d.n
+    FROM (SELECT batch_id, count(*)::int AS n FROM cancelled GROUP BY batch_id) AS d
+    WHERE b.id = d.batch_id
+    RETURNING 1
+)
+SELECT c.id AS run_id, c.kind, c.scheduled_for, c.locked_by AS node_id
+FROM cancelled AS c
+ORDER BY c.id;
 
 -- name: insert_trigger
 -- Run now, with a payload: one extra occurrence of job (%(tenant)s, %(name)s) at the database's

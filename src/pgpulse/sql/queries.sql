@@ -81,7 +81,12 @@ WITH clock AS (
         attempt int, node text)
 ), job AS (
     UPDATE pgpulse_jobs AS j
-    SET status = i.status, scheduled_for = i.scheduled_for,
+    -- a pause requested while the job ran (pause_job) takes effect when the run ends, not at a
+    -- retry, which is part of the run
+    SET status = CASE WHEN j.pause_requested AND i.reset_attempt AND i.status = 'idle'
+                      THEN 'paused' ELSE i.status END,
+        pause_requested = j.pause_requested AND NOT i.reset_attempt AND i.status = 'idle',
+        scheduled_for = i.scheduled_for,
         next_run_at = coalesce(i.next_run_at, clock.now + make_interval(secs => i.retry_in)),
         attempt = CASE WHEN i.reset_attempt THEN 0 ELSE j.attempt END,
         interruptions = CASE WHEN i.reset_attempt THEN 0 ELSE j.interruptions END,
@@ -626,9 +631,11 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 -- keeps the job's state, so re-importing is a no-op. The occurrence is claimable at
 -- scheduled_for plus the job's spread offset (pgpulse_spread_offset: the id of a new job is
 -- drawn first, so the offset is known in this statement). A paused, failed or running job keeps
--- its status; a job completed by max_runs whose max_runs is raised (or removed) is idle again
--- (revive), from %(scheduled_for)s (its first occurrence after now, as a new job's): the time it
--- was completed is not caught up, nor recorded as skipped.
+-- its status (an idle one between two attempts of a run, with a pause requested, whose
+-- occurrences change is paused: its run ends here); a job completed by max_runs whose max_runs
+-- is raised (or removed) is idle again (revive), from %(scheduled_for)s (its first occurrence
+-- after now, as a new job's): the time it was completed is not caught up, nor recorded as
+-- skipped.
 -- The job is found by its name in pgpulse_job_names: updated if there, inserted if not. Two
 -- sessions creating one new name at once: the second's insert of the name waits for the first
 -- and fails with unique_violation (pgpulse_job_names_pkey), rolling its statement back; so does
@@ -664,6 +671,9 @@ WITH found AS (
         max_runs = %(max_runs)s, calendars = %(calendars)s::text[],
         auto_pause_after = %(auto_pause_after)s,
         status = CASE WHEN j.status IN ('running', 'paused', 'failed') THEN j.status
+                      -- a run between attempts, with a pause requested, ends here: paused
+                      WHEN NOT found.keep AND j.pause_requested AND %(status)s = 'idle'
+                      THEN 'paused'
                       WHEN NOT found.keep THEN %(status)s
                       WHEN j.runs_done >= %(max_runs)s THEN 'completed'
                       WHEN found.revive THEN 'idle'
@@ -679,6 +689,7 @@ WITH found AS (
         attempt = CASE WHEN found.keep AND NOT found.revive THEN j.attempt ELSE 0 END,
         interruptions = CASE WHEN found.keep AND NOT found.revive THEN j.interruptions ELSE 0 END,
         run_id = CASE WHEN found.keep AND NOT found.revive THEN j.run_id END,
+        pause_requested = j.pause_requested AND found.keep,
         updated_at = now()
     FROM found
     WHERE j.id = found.job_id
@@ -806,7 +817,8 @@ WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant
 
 -- name: list_jobs
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.status,
-       j.paused_until, j.pause_reason, j.scheduled_for, j.next_run_at, j.attempt, j.locked_by,
+       j.paused_until, j.pause_reason, j.pause_requested, j.scheduled_for, j.next_run_at,
+       j.attempt, j.locked_by,
        j.last_outcome, j.last_error, j.last_finished_at, j.spread, j.not_before, j.not_after,
        j.max_runs, j.runs_done, j.calendars, j.auto_pause_after, j.failures
 FROM pgpulse_job_names n JOIN pgpulse_jobs j ON j.id = n.job_id
@@ -823,33 +835,43 @@ ORDER BY tenant
 LIMIT 5;
 
 -- name: pause_job
--- Pause an idle, failed or paused job (a paused one takes the new %(until)s and %(reason)s, and
--- keeps its own when neither is given; an empty %(reason)s is given, and clears the reason):
--- it is not claimed until resumed, by hand or, at %(until)s, by the leader's heartbeat. A
--- running job cannot be paused here: the caller says so. Returns the status it had; a paused
--- job whose until and reason are already these is not written. A pause goes into the audit
--- trail (%(source)s, %(actor)s) in the same statement, with its until and reason as changes.
+-- Pause job (%(tenant)s, %(name)s). An idle, failed or paused job is paused at once (a paused one
+-- takes the new %(until)s and %(reason)s, and keeps its own when neither is given; an empty
+-- %(reason)s is given, and clears the reason): it is not claimed until resumed, by hand or, at
+-- %(until)s, by the leader's heartbeat. A running job is not stopped: its pause is requested
+-- (pause_requested, with the same until and reason), and the write that ends its run pauses it
+-- (finish_and_claim, fork_occurrence; a retry of the run still happens); meanwhile no pending
+-- extra occurrence of it starts. A completed job is left as it is: the caller says so. Returns
+-- the status it had, whether it was paused (or its pause requested) already, the run it runs
+-- (run id, node), whether it was written and its pause's until and reason; a job whose pause (or
+-- request) already has this until and reason is not written. A pause goes into the audit trail
+-- (%(source)s, %(actor)s) in the same statement, with its until, reason and a new request as
+-- changes.
 WITH target AS (
-    SELECT j.id, j.status, j.paused_until, j.pause_reason
+    SELECT j.id, j.status, j.paused_until, j.pause_reason, j.pause_requested, j.run_id,
+           j.locked_by,
+           j.status = 'paused' OR (j.status = 'running' AND j.pause_requested) AS already
     FROM pgpulse_jobs j
     WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
     FOR UPDATE
 ), paused AS (
     UPDATE pgpulse_jobs j
-    SET status = 'paused',
+    SET status = CASE WHEN target.status = 'running' THEN 'running' ELSE 'paused' END,
+        pause_requested = target.status = 'running',
         paused_until = %(until)s,
         pause_reason = nullif(%(reason)s, ''),
         updated_at = now()
     FROM target
     WHERE j.id = target.id
-      AND target.status IN ('idle', 'failed', 'paused')
-      AND (target.status <> 'paused'
+      AND target.status IN ('idle', 'failed', 'paused', 'running')
+      AND (NOT target.already
            OR (j.paused_until, j.pause_reason) IS DISTINCT FROM (%(until)s::timestamptz,
                                                                  nullif(%(reason)s::text, '')))
-      -- pausing a paused job without an until or a reason keeps its pause as it is
-      AND NOT (target.status = 'paused'
-               AND %(until)s::timestamptz IS NULL AND %(reason)s::text IS NULL)
-    RETURNING j.id, j.tenant, j.name, j.revision, j.paused_until, j.pause_reason
+      -- pausing a paused job (or requesting a requested pause) without an until or a reason
+      -- keeps its pause as it is
+      AND NOT (target.already AND %(until)s::timestamptz IS NULL AND %(reason)s::text IS NULL)
+    RETURNING j.id, j.tenant, j.name, j.revision, j.paused_until, j.pause_reason,
+              j.pause_requested
 ), audit AS (
     INSERT INTO pgpulse_job_history (job_id, tenant, name, action, source, actor, revision,
                                      changes)
@@ -858,12 +880,141 @@ WITH target AS (
                'paused_until', CASE WHEN p.paused_until IS DISTINCT FROM t.paused_until
                                     THEN jsonb_build_array(t.paused_until, p.paused_until) END,
                'pause_reason', CASE WHEN p.pause_reason IS DISTINCT FROM t.pause_reason
-                                    THEN jsonb_build_array(t.pause_reason, p.pause_reason) END))
+                                    THEN jsonb_build_array(t.pause_reason, p.pause_reason) END,
+               'pause_requested', CASE WHEN p.pause_requested AND NOT t.pause_requested
+                                       THEN jsonb_build_array(false, true) END))
     FROM paused p
     JOIN target t ON t.id = p.id
 )
-SELECT target.status AS was, (SELECT count(*) FROM paused) AS paused
-FROM target;
+SELECT target.status AS was, target.already, target.run_id, target.locked_by,
+       p.id IS NOT NULL AS written,
+       CASE WHEN p.id IS NULL THEN target.paused_until ELSE p.paused_until END AS paused_until,
+       CASE WHEN p.id IS NULL THEN target.pause_reason ELSE p.pause_reason END AS pause_reason
+FROM target
+LEFT JOIN paused AS p ON true;
+
+-- name: lock_job_to_pause
+-- The job (%(tenant)s, %(name)s) a pause that cancels its runs works on, its row locked until
+-- the end of the transaction: its claim cannot end, be renewed or be reaped meanwhile, and no
+-- claim takes it (SKIP LOCKED), so what the caller decides from it stays true until it writes.
+SELECT j.id, j.status, j.pause_requested, j.schedule, j.timezone, j.anchor_at, j.scheduled_for,
+       j.not_after, j.fencing_token, j.run_id, j.locked_by
+FROM pgpulse_jobs j
+WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+FOR UPDATE;
+
+-- name: pause_cancelling
+-- Pause job %(job_id)s and stop what it runs now (its row locked by lock_job_to_pause in the
+-- same transaction, and its running extra occurrences already cancelled: %(cancelled)s, their
+-- run ids). The job row's own claim, if it runs under %(token)s, is cancelled as overlap replace
+-- cancels an occurrence: its lease is taken away (its holder's next renewal is refused and it
+-- cancels the attempt; its late writes change nothing), its run row says 'cancelled' with
+-- %(error)s (an earlier attempt of the run appended to earlier_attempts, as every run-row write
+-- does), and the job moves past the cancelled occurrence to %(scheduled_for)s, the next one
+-- (computed by the caller from the schedule), with status %(status)s: 'paused' with %(until)s
+-- and %(reason)s, or 'completed' when the schedule has none left. A job that does not run keeps
+-- its occurrence and is paused. The pause goes into the audit trail (%(source)s, %(actor)s) with
+-- its until, reason and the cancelled runs as changes (a job paused, or its pause requested,
+-- already keeps its until and reason when neither is given). Returns the status before, the
+-- job's run that was cancelled (NULL run_id when it did not run), its node and occurrence,
+-- whether the job row was written, and its pause's until and reason.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), target AS (
+    SELECT j.id, j.tenant, j.name, j.revision, j.status, j.paused_until, j.pause_reason,
+           j.scheduled_for, j.attempt, j.locked_by, j.fencing_token, j.run_id, j.claimed_at,
+           j.status = 'running' AND j.fencing_token = %(token)s AS held,
+           -- paused (or its pause requested) already, and neither an until nor a reason given:
+           -- its pause keeps them, as pause_job keeps them
+           (j.status = 'paused' OR j.pause_requested)
+               AND %(until)s::timestamptz IS NULL AND %(reason)s::text IS NULL AS keep
+    FROM pgpulse_jobs j
+    WHERE j.id = %(job_id)s
+      AND j.status IN ('idle', 'failed', 'paused', 'running')
+), job AS (
+    UPDATE pgpulse_jobs AS j
+    SET status = %(status)s,
+        scheduled_for = CASE WHEN t.held THEN %(scheduled_for)s ELSE j.scheduled_for END,
+        next_run_at = CASE WHEN t.held
+                           THEN %(scheduled_for)s + pgpulse_spread_offset(j.id, j.spread)
+                           ELSE j.next_run_at END,
+        attempt = CASE WHEN t.held THEN 0 ELSE j.attempt END,
+        interruptions = CASE WHEN t.held THEN 0 ELSE j.interruptions END,
+        run_id = CASE WHEN t.held THEN NULL ELSE j.run_id END,
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        last_outcome = CASE WHEN t.held THEN 'cancelled' ELSE j.last_outcome END,
+        last_error = CASE WHEN t.held THEN %(error)s ELSE j.last_error END,
+        last_finished_at = CASE WHEN t.held THEN clock.now ELSE j.last_finished_at END,
+        paused_until = CASE WHEN %(status)s <> 'paused' THEN NULL
+                            WHEN t.keep THEN j.paused_until
+                            ELSE %(until)s::timestamptz END,
+        pause_reason = CASE WHEN %(status)s <> 'paused' THEN NULL
+                            WHEN t.keep THEN j.pause_reason
+                            ELSE nullif(%(reason)s::text, '') END,
+        pause_requested = false,
+        updated_at = clock.now
+    FROM target AS t, clock
+    -- the claim the caller saw, or none: else nothing changes (the caller holds the row lock)
+    WHERE j.id = t.id
+      AND (t.status = 'running') = t.held
+    RETURNING j.id, j.tenant, j.name, j.revision, j.paused_until, j.pause_reason
+), run AS (
+    INSERT INTO pgpulse_runs AS r (
+        id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
+        finished_at, error
+    )
+    OVERRIDING SYSTEM VALUE
+    -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
+    SELECT coalesce(t.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+           t.id, t.scheduled_for, t.attempt, 'cancelled', t.locked_by,
+           t.fencing_token, t.claimed_at, clock.now, %(error)s
+    FROM target AS t
+    JOIN job ON job.id = t.id
+    CROSS JOIN clock
+    WHERE t.held
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                   'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
+        outcome = 'cancelled',
+        node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        error = excluded.error,
+        output = NULL,
+        attempt_ended_at = NULL
+    RETURNING r.id
+), audit AS (
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
+                                     changes)
+    SELECT p.id, p.tenant, p.name, clock.now, 'pause', %(source)s, %(actor)s, p.revision,
+           jsonb_strip_nulls(jsonb_build_object(
+               'paused_until', CASE WHEN p.paused_until IS DISTINCT FROM t.paused_until
+                                    THEN jsonb_build_array(t.paused_until, p.paused_until) END,
+               'pause_reason', CASE WHEN p.pause_reason IS DISTINCT FROM t.pause_reason
+                                    THEN jsonb_build_array(t.pause_reason, p.pause_reason) END,
+               'cancelled_runs', jsonb_build_array(
+                   NULL,
+                   to_jsonb(ARRAY(SELECT id FROM run) || %(cancelled)s::bigint[])),
+               'status', CASE WHEN %(status)s <> 'paused'
+                              THEN jsonb_build_array(t.status, %(status)s::text) END))
+    FROM job AS p
+    JOIN target AS t ON t.id = p.id
+    CROSS JOIN clock
+)
+SELECT t.status AS was, (SELECT id FROM run) AS run_id, t.locked_by AS node_id,
+       t.scheduled_for, job.id IS NOT NULL AS written, job.paused_until, job.pause_reason
+FROM target AS t
+LEFT JOIN job ON true;
 
 -- name: resume_job
 -- Resume a paused (or failed) job. With %(scheduled_for)s (mode skip: the first occurrence
@@ -872,9 +1023,11 @@ FROM target;
 -- Without it (modes once and backfill, %(mode)s) it keeps the occurrence it held, the first one
 -- inside the pause, due at once when that is past (a future one keeps its instant); the claim
 -- then applies %(mode)s to the occurrences at or before this instant (resumed_at; pgpulse.limits.resume_policy). A job's
--- pause, its reason and its count of consecutive failures end here. The resume goes into the
--- audit trail (%(source)s, %(actor)s) in the same statement; a mode other than skip is recorded
--- as a change of resume_mode.
+-- pause, its reason and its count of consecutive failures end here. A job whose pause was
+-- requested while it ran (pause_job) is not paused: the request is withdrawn (withdrawn), and
+-- its run and the occurrences after it go on. The resume goes into the audit trail
+-- (%(source)s, %(actor)s) in the same statement; a mode other than skip is recorded as a change
+-- of resume_mode, a withdrawn request as a change of pause_requested.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), changed AS (
@@ -892,6 +1045,7 @@ SET status = %(status)s,
     resumed_at = CASE WHEN %(mode)s::text IS NULL THEN NULL ELSE clock.now END,
     paused_until = NULL,
     pause_reason = NULL,
+    pause_requested = false,
     failures = 0,
     last_error = NULL,
     updated_at = clock.now
@@ -899,6 +1053,17 @@ FROM clock
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
   AND j.status IN ('paused', 'failed')
 RETURNING j.id, j.tenant, j.name, j.status, j.revision, j.shard_id
+), withdrawn AS (
+UPDATE pgpulse_jobs j
+SET pause_requested = false,
+    paused_until = NULL,
+    pause_reason = NULL,
+    updated_at = clock.now
+FROM clock
+WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
+  AND j.status NOT IN ('paused', 'failed')
+  AND j.pause_requested
+RETURNING j.id, j.tenant, j.name, j.status, j.revision
 ), audit AS (
 INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
                                  changes)
@@ -906,9 +1071,16 @@ SELECT c.id, c.tenant, c.name, clock.now, 'resume', %(source)s, %(actor)s, c.rev
        CASE WHEN %(mode)s::text IS NULL THEN '{}'::jsonb
             ELSE jsonb_build_object('resume_mode', jsonb_build_array(NULL, %(mode)s::text)) END
 FROM changed c, clock
+UNION ALL
+SELECT w.id, w.tenant, w.name, clock.now, 'resume', %(source)s, %(actor)s, w.revision,
+       jsonb_build_object('pause_requested', jsonb_build_array(true, false))
+FROM withdrawn w, clock
 )
-SELECT c.id, c.status, pg_notify('pgpulse_wakeup', c.id::text)
-FROM changed c;
+SELECT c.id, c.status, false AS withdrawn, pg_notify('pgpulse_wakeup', c.id::text)
+FROM changed c
+UNION ALL
+SELECT w.id, w.status, true AS withdrawn, NULL
+FROM withdrawn w;
 
 -- name: trigger_job
 -- Trigger now: an idle job whose next occurrence is in the future gets an extra occurrence at the
@@ -1053,7 +1225,8 @@ ORDER BY n.node_id;
 -- Jobs by state, of one tenant or all, and how late the most overdue idle job is (seconds);
 -- `unroutable`: the idle jobs whose handler no live node advertises, by handler, as
 -- [{"handler": h, "jobs": n, "due": d}] (they wait for a node that has it: issue 18).
--- failed: jobs that cannot be scheduled; failing: jobs whose last run failed or was fenced.
+-- failed: jobs that cannot be scheduled; failing: jobs whose last run failed or was fenced;
+-- pausing: jobs whose pause waits for the end of their run (pause_job).
 -- running_on_lost: running jobs whose node is not alive (killed, partitioned); their leases run
 -- out by lost_leases_until (the latest of them), and the sweeper then returns them.
 WITH live_nodes AS (
@@ -1076,6 +1249,7 @@ WITH live_nodes AS (
                                            AND locked_by NOT IN (SELECT node_id FROM live_nodes))
                AS lost_leases_until,
            count(*) FILTER (WHERE status = 'paused') AS paused,
+           count(*) FILTER (WHERE pause_requested) AS pausing,
            count(*) FILTER (WHERE status = 'failed') AS failed,
            count(*) FILTER (WHERE status = 'completed') AS completed,
            count(*) FILTER (WHERE last_outcome IN ('failed', 'fenced')) AS failing,

@@ -321,6 +321,7 @@ CREATE TABLE public.pgpulse_jobs (
     overlap public.pgpulse_overlap DEFAULT 'forbid'::text NOT NULL,
     max_concurrency integer,
     interruptions integer DEFAULT 0 NOT NULL,
+    pause_requested boolean DEFAULT false NOT NULL,
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = ((overlap)::text = 'allow'::text)) AND (max_concurrency >= 1))),
     CONSTRAINT pgpulse_jobs_resume_mode_check CHECK ((resume_mode = ANY (ARRAY['skip'::text, 'once'::text, 'backfill'::text]))),

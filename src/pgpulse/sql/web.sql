@@ -58,7 +58,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.lease_expires_at,
        j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
        j.spread, j.not_before, j.not_after, j.max_runs, j.runs_done, j.calendars,
-       j.auto_pause_after, j.failures, j.paused_until, j.pause_reason,
+       j.auto_pause_after, j.failures, j.paused_until, j.pause_reason, j.pause_requested,
+       now() AS db_now,
        (SELECT jsonb_agg(to_jsonb(c)) FROM pgpulse_calendars AS c
         WHERE c.tenant = j.tenant AND c.name = ANY(j.calendars)) AS calendar_defs,
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()

@@ -21,6 +21,7 @@ from pgpulse.alerts.store import AlertNotFound, AlertStore
 from pgpulse.jobs import check_name
 from pgpulse.web.api import Ctx, JobId, Who
 from pgpulse.web.auth import Principal
+from pgpulse.web.bodies import JsonRoute
 from pgpulse.web.context import WebContext
 from pgpulse.web.schemas import Error, Integer, Number
 from pgpulse.web.service import NoSuchJob
@@ -28,6 +29,7 @@ from pgpulse.web.service import NoSuchJob
 _ERR = {"model": Error}
 router = APIRouter(
     prefix="/api/v1",
+    route_class=JsonRoute,
     tags=["alerts"],
     responses={400: _ERR, 401: _ERR, 403: _ERR, 404: _ERR, 422: _ERR, 503: _ERR},
 )

@@ -18,7 +18,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BeforeValidator
 
 from pgpulse.errors import InvalidInput
+from pgpulse.pausing import pause_message
 from pgpulse.web.auth import Principal
+from pgpulse.web.bodies import JsonRoute
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import Unauthorized
 from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
@@ -37,6 +39,7 @@ from pgpulse.web.schemas import (
     Me,
     Outcome,
     PauseRequest,
+    PauseResult,
     ResumeRequest,
     Run,
     RunPage,
@@ -50,7 +53,11 @@ from pgpulse.zones import utc_if_naive
 bearer = HTTPBearer(auto_error=False, description="An API token: pgpulse token create.")
 
 _ERR = {"model": Error}
-router = APIRouter(prefix="/api/v1", responses={400: _ERR, 401: _ERR, 422: _ERR, 503: _ERR})
+router = APIRouter(
+    prefix="/api/v1",
+    responses={400: _ERR, 401: _ERR, 422: _ERR, 503: _ERR},
+    route_class=JsonRoute,
+)
 
 JobId = Annotated[int, Path(ge=1, le=2**63 - 1, examples=[1], description="The job's id.")]
 RunId = Annotated[int, Path(ge=1, le=2**63 - 1, examples=[1], description="The run's id.")]
@@ -198,18 +205,36 @@ async def delete_job(job_id: JobId, who: Who, ctx: Ctx) -> Response:
 
 @router.post(
     "/jobs/{job_id}/pause",
-    response_model=Job,
+    response_model=PauseResult,
     responses={404: _ERR, 409: _ERR},
     summary="Pause a job",
 )
 async def pause_job(
     job_id: JobId, who: Who, ctx: Ctx, body: PauseRequest | None = None
 ) -> dict[str, Any]:
-    """Pause an idle or failed job (409 while it runs or once completed), optionally until an
-    instant (the leader resumes it then; the occurrences inside are recorded as skipped) and
-    with a reason shown wherever its status is."""
+    """Pause a job (409 once completed), optionally until an instant (the leader resumes it
+    then; the occurrences inside are recorded as skipped) and with a reason shown wherever its
+    status is. An idle or failed job pauses at once; a running one when its run ends
+    (``pause_requested``; no new occurrence starts meanwhile), or at once with ``cancel``: its
+    run is cancelled (recorded ``cancelled``) and the job paused past that occurrence. The
+    answer is the job with what the pause did (``message``, ``cancelled_runs``)."""
     options = {} if body is None else body.model_dump()
-    return await ctx.service.act(who, job_id, "pause", options)
+    job, done = await ctx.service.pause(who, job_id, options)
+    return {
+        **job,
+        "message": pause_message(job["name"], done),
+        "changed": done.changed,
+        "waits_for_run": done.run_id if done.requested else None,
+        "cancelled_runs": [
+            {
+                "run_id": run.run_id,
+                "kind": run.kind,
+                "scheduled_for": run.scheduled_for,
+                "node_id": run.node_id,
+            }
+            for run in done.cancelled
+        ],
+    }
 
 
 @router.post(
@@ -223,7 +248,8 @@ async def resume_job(
 ) -> dict[str, Any]:
     """Resume a paused or failed job. ``catch_up`` says what happens to the occurrences inside
     the pause: ``skip`` (default: the job holds its first occurrence after now), ``once`` (they
-    run once, as the newest) or ``backfill`` (each runs, oldest first)."""
+    run once, as the newest) or ``backfill`` (each runs, oldest first). A running job whose
+    pause is requested is not paused: the request is withdrawn (``pause_requested`` false)."""
     options = {} if body is None else body.model_dump()
     return await ctx.service.act(who, job_id, "resume", options)
 

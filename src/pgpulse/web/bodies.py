@@ -14,14 +14,23 @@ Two ASGI middlewares wrap the whole app, outermost first:
   (:mod:`pgpulse.web.errors`). The API authenticates by bearer token only, which a cross-site
   form cannot send, so reading a form-typed body as JSON opens nothing. The dashboard's
   routes (``/ui/...``) keep their HTML forms.
+
+The API's routes (:class:`JsonRoute`) parse a JSON body with
+:func:`pgpulse.json_limits.loads`: a number no float holds (``"spread": 1e999``, which Python
+reads as infinity) or ``NaN`` is refused with 422 naming its field and quoting it as sent
+(``spread must be a finite number, got 1e999``), not as the ``inf`` it would be read as.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+from pgpulse.json_limits import loads
 from pgpulse.web.errors import error_body
 
 Scope = MutableMapping[str, Any]
@@ -164,3 +173,33 @@ class BodyLimit:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+class JsonRequest(Request):
+    """A request whose JSON body is parsed by :func:`pgpulse.json_limits.loads` (module
+    docstring); its refusal reaches the error handlers as the cause of FastAPI's 400
+    (:func:`pgpulse.web.errors.install_error_handlers` answers it with 422)."""
+
+    async def json(self) -> Any:
+        """The body as JSON (parsed once).
+
+        Raises:
+            InvalidInput: a number no float holds, named by its path in the body.
+        """
+        if not hasattr(self, "_json"):
+            self._json = loads(await self.body())
+        return self._json
+
+
+class JsonRoute(APIRoute):
+    """An API route that reads its body as a :class:`JsonRequest` (``APIRouter(route_class=
+    JsonRoute)``)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler, given the request as a :class:`JsonRequest`."""
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await handler(JsonRequest(request.scope, request.receive))
+
+        return route

@@ -31,6 +31,7 @@ from fastapi.templating import Jinja2Templates
 from pgpulse.alerts.store import AlertStore
 from pgpulse.constant_time import same_secret
 from pgpulse.errors import PulseError
+from pgpulse.pausing import pause_note
 from pgpulse.web import grid
 from pgpulse.web.auth import Principal, csrf_token, notice_signature, with_notice
 from pgpulse.web.charts import Point, run_chart
@@ -39,7 +40,7 @@ from pgpulse.web.errors import error_body, status_of
 from pgpulse.web.filters import OUTCOMES, PAGE_SIZE, STATUSES, choice, next_link, text
 from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
 from pgpulse.web.service import present_job
-from pgpulse.wording import unchanged_note
+from pgpulse.wording import unchanged_note, withdrawn_note
 
 COOKIE = "pgpulse_token"
 #: Where the package's templates and static files live.
@@ -362,7 +363,8 @@ async def cluster_page(request: Request, session: Session) -> HTMLResponse:
 
 def _pause_options(form: dict[str, list[str]]) -> dict[str, Any]:
     """A pause button's optional ``reason`` and ``until`` (an instant, or a duration from now
-    as ``job pause --until`` takes it: ``2h``), blank ones left out."""
+    as ``job pause --until`` takes it: ``2h``), blank ones left out, and its "cancel the
+    current run" box (``cancel``: as ``job pause --cancel``)."""
     options: dict[str, Any] = {}
     reason = (form.get("reason") or [""])[0].strip()
     until = (form.get("until") or [""])[0].strip()
@@ -370,6 +372,8 @@ def _pause_options(form: dict[str, list[str]]) -> dict[str, Any]:
         options["reason"] = reason
     if until:
         options["until"] = until
+    if (form.get("cancel") or [""])[0]:
+        options["cancel"] = True
     return options
 
 
@@ -392,14 +396,21 @@ async def job_action(request: Request, job_id: JobId, verb: str, session: Sessio
     ctx: WebContext = request.app.state.pulse
     try:
         before = await ctx.service.job(who, job_id)
-        options = _pause_options(form) if verb == "pause" else {}
-        after = await ctx.service.act(who, job_id, verb, options)
+        done = None
+        if verb == "pause":
+            after, done = await ctx.service.pause(who, job_id, _pause_options(form))
+        else:
+            after = await ctx.service.act(who, job_id, verb)
         notice = f"{verb}d {before['name']}" if verb != "trigger" else f"triggered {before['name']}"
         if verb == "pause":
             notice += (
                 f" until {_when(after['paused_until'])}" if after["paused_until"] else ""
             ) + (f": {after['pause_reason']}" if after["pause_reason"] else "")
-        if (verb == "pause" and before["status"] == "paused") or (
+        if done is not None and (note := pause_note(before["name"], done)) is not None:
+            notice = note  # its pause requested while it runs, or runs cancelled
+        elif verb == "resume" and before["pause_requested"] and before["status"] != "paused":
+            notice = withdrawn_note(before["name"])
+        elif (verb == "pause" and before["status"] == "paused") or (
             verb == "resume" and before["status"] not in ("paused", "failed")
         ):  # the store left the job as it is: say so as the CLI does
             notice = unchanged_note(verb, before["name"], before["status"])

@@ -9,7 +9,7 @@ refused field and value (design.md, invariant 8), and writes nothing:
 401    no token, a malformed, unknown or revoked token (``WWW-Authenticate: Bearer``)
 403    the token may not do this (another tenant's name on create, a ``shell`` job)
 404    no such job or run for this token — another tenant's answers exactly the same
-409    the job's state does not allow the change (pause a running job, trigger a paused one)
+409    the job's state does not allow the change (pause a completed job, trigger a paused one)
 413    the request body is larger than the limit (``--max-body``, default 64 KiB)
 415    the body's ``Content-Type`` is not one the API reads as JSON (:mod:`pgpulse.web.bodies`)
 422    a field is refused (schedule, time zone, payload, handler, http target, query values)
@@ -301,6 +301,8 @@ def install_error_handlers(app: FastAPI) -> None:
         # FastAPI's body parser says only "error parsing the body" for what Python's JSON
         # parser refuses beyond JSON's grammar: say the rule every path applies.
         cause = exc.__cause__
+        if exc.status_code == 400 and isinstance(cause, PulseError):  # bodies.JsonRequest's
+            return pulse_error_response(cause)
         if exc.status_code == 400 and isinstance(cause, RecursionError):
             detail = too_deep("body").message
         elif exc.status_code == 400 and type(cause) is ValueError:

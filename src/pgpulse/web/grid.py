@@ -11,7 +11,8 @@ A cell's state:
 ``late``        due, not started, more than ``late_after`` seconds after its occurrence
 ``due``         due, not started yet, within ``late_after``
 ``missed``      before the job's current occurrence and no run recorded: it will never run
-``paused``      at or after the occurrence a paused job stopped at: it will not run
+``paused``      at or after the occurrence a paused job stopped at: it will not run (after
+                the running one, for a job whose pause waits for its run's end)
 ==============  ===========================================================================
 
 A run whose first attempt started more than ``late_after`` seconds after its occurrence keeps
@@ -110,6 +111,8 @@ def _pending(
         return "missed", "no run recorded: the job moved past it"
     if job["status"] == "paused":
         return "paused", "the job is paused"
+    if job.get("pause_requested") and at > job["scheduled_for"]:
+        return "paused", "the job pauses when its run ends"
     if (now - at).total_seconds() > late_after:
         return "late", f"not started {(now - at).total_seconds():.0f} s after its occurrence"
     return "due", "not started yet"

@@ -216,6 +216,11 @@ class Job(BaseModel):
     status: Status
     paused_until: datetime | None = Field(description="A pause's end (the leader resumes it).")
     pause_reason: str | None = Field(description="Why it is paused (auto-pause says so).")
+    pause_requested: bool = Field(
+        False,
+        description="Paused while it ran: it pauses when its run ends (with paused_until and "
+        "pause_reason); no new occurrence of it starts meanwhile. A resume withdraws it.",
+    )
     spread: float
     not_before: datetime | None
     not_after: datetime | None
@@ -227,8 +232,9 @@ class Job(BaseModel):
     scheduled_for: datetime = Field(description="The current occurrence (logical time), UTC.")
     next_run_at: datetime = Field(description="When it may be claimed (later on retry), UTC.")
     upcoming: list[datetime] = Field(
-        description="Current and next occurrences, job's zone; a paused job's come after its "
-        "pause ends (none while paused with no end)."
+        description="Current and next occurrences, job's zone; a paused job's (or one whose "
+        "pause is requested) come after its pause ends and after now (none while paused with "
+        "no end)."
     )
     attempt: int
     locked_by: str | None
@@ -456,6 +462,9 @@ class JobCounts(BaseModel):
     due: int
     running: int
     paused: int
+    pausing: int = Field(
+        0, description="jobs whose pause waits for the end of their run (pause of a running job)"
+    )
     failed: int = Field(description="jobs that cannot be scheduled (status failed)")
     failing: int = Field(description="jobs whose last run failed or was fenced")
     completed: int = Field(description="jobs with no occurrence left (status completed)")
@@ -505,6 +514,36 @@ class PauseRequest(BaseModel):
         None, description="An instant in the future (without an offset: in the job's zone)."
     )
     reason: str | None = Field(None, max_length=500)
+    cancel: bool = Field(
+        False,
+        description="Stop what the job runs now: its run (and any extra occurrence of it "
+        "running) is cancelled, recorded as cancelled, and the job paused past that "
+        "occurrence. false: a running job pauses when its run ends.",
+    )
+
+
+class CancelledRun(BaseModel):
+    """A run a pause cancelled."""
+
+    run_id: int
+    kind: RunKind
+    scheduled_for: datetime
+    node_id: str | None = Field(description="The node that ran it: it stops at its next renewal.")
+
+
+class PauseResult(Job):
+    """The job after a pause, and what the pause did."""
+
+    message: str = Field(
+        description='What happened, as the CLI says it: "paused nightly", "nightly is running: '
+        'pauses when this run ends (run 42 on node n1)", "paused nightly; run 42 cancelled '
+        '(node n1 stops it at its next lease renewal)".'
+    )
+    changed: bool = Field(description="The job was neither paused nor its pause requested.")
+    waits_for_run: int | None = Field(
+        description="The run a requested pause waits for (the job pauses when it ends)."
+    )
+    cancelled_runs: list[CancelledRun] = Field(description="The runs cancelled (cancel: true).")
 
 
 class ResumeRequest(BaseModel):

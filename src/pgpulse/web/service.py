@@ -24,6 +24,7 @@ from pgpulse.calendars import ExclusionCalendar, from_definitions
 from pgpulse.errors import DefinitionChanged, JobNotFound, PulseError
 from pgpulse.jobs import JobSpec
 from pgpulse.limits import first_to_run, parse_instant, pause_until
+from pgpulse.pausing import Paused
 from pgpulse.routing import waiting_reason
 from pgpulse.run_control import BackfillPlan, RunControl, Triggered
 from pgpulse.schedule import Schedule, parse_schedule
@@ -70,8 +71,11 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     are left out, as the claims skip them (:func:`pgpulse.limits.first_to_run`).
 
     A paused job's occurrences inside the pause do not run (the pause's end resumes it with
-    ``skip``): one paused until T shows those after T; one paused with no end has none to show
-    until it is resumed (the resume decides which come).
+    ``skip``): one paused until T shows those after T, or after the database's now
+    (``db_now``, when the row has it) once T has passed and the leader has not resumed it yet —
+    never one inside the pause or in the past; one paused with no end has none to show until
+    it is resumed (the resume decides which come). A job whose pause is requested while it runs
+    (``pause_requested``) shows the same as a paused one.
 
     A running job's current occurrence (``scheduled_for``: a scheduled one, or the instant of a
     trigger) is under way, not to come: the list starts with the one after it.
@@ -110,17 +114,20 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
 def _first_to_come(row: dict[str, Any], schedule: Schedule) -> datetime | None:
     """The first occurrence of job ``row`` still to come, before its calendars and limits
     (:func:`upcoming`): its current one (``scheduled_for``), the one after it while it runs,
-    the first after a pause's end, ``None`` while paused with no end."""
+    the first after a pause's end (and after the database's now, ``db_now``), ``None`` while
+    paused (or its pause requested) with no end."""
     cursor: datetime = row["scheduled_for"]
-    if row.get("status") == "running":
-        return schedule.next_after(cursor, anchor=row["anchor_at"])
-    if row.get("status") != "paused":
+    if row.get("status") == "running":  # under way: not to come
+        cursor = schedule.next_after(cursor, anchor=row["anchor_at"])
+    if row.get("status") != "paused" and not row.get("pause_requested"):
         return cursor
     until = row.get("paused_until")
     if until is None:
         return None
-    if cursor <= until:
-        return schedule.next_after_or_none(until, anchor=row["anchor_at"])
+    # a pause that ended but that the leader has not resumed yet: it resumes with skip now
+    bound = until if row.get("db_now") is None else max(until, row["db_now"])
+    if cursor <= bound:
+        return schedule.next_after_or_none(bound, anchor=row["anchor_at"])
     return cursor
 
 
@@ -279,6 +286,28 @@ class JobService:
             NoSuchJob: missing or of another tenant (also when deleted meanwhile).
             InvalidInput: the store refused the change in the job's state (``field="status"``).
         """
+        await self._act(who, job_id, verb, options)
+        return {} if verb == "delete" else await self.job(who, job_id)
+
+    async def pause(
+        self, who: Principal, job_id: int, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], Paused]:
+        """Pause job ``job_id`` (:meth:`act`'s ``pause``; ``options`` may also hold ``cancel``:
+        stop what it runs now, :meth:`Store.pause_job`).
+
+        Returns:
+            The job after the pause, and what the pause did.
+
+        Raises:
+            NoSuchJob, InvalidInput: as :meth:`act`.
+        """
+        done: Paused = await self._act(who, job_id, "pause", options)
+        return await self.job(who, job_id), done
+
+    async def _act(
+        self, who: Principal, job_id: int, verb: str, options: dict[str, Any] | None
+    ) -> Any:
+        """:meth:`act`'s change; returns what the store's method returned."""
         row = await self.reads.job(job_id, tenant=who.scope)
         if row is None:
             raise NoSuchJob(job_id)
@@ -300,7 +329,7 @@ class JobService:
         if verb == "delete":
             options["writer"] = self.writer(who)  # removing a definition is a write of it
         try:
-            await methods[verb](row["tenant"], row["name"], actor=who.actor, **options)
+            done = await methods[verb](row["tenant"], row["name"], actor=who.actor, **options)
         except JobNotFound:
             raise NoSuchJob(job_id) from None
         log.info(
@@ -316,7 +345,7 @@ class JobService:
                 "token_id": who.token_id,
             },
         )
-        return {} if verb == "delete" else await self.job(who, job_id)
+        return done
 
     async def trigger_with_payload(
         self, who: Principal, job_id: int, payload: dict[str, Any]

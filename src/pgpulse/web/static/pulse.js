@@ -11,8 +11,20 @@
     notice.hidden = !text;
   }
 
+  // A form in the live part that someone is filling in (a pause's reason or until typed, "cancel
+  // the current run" ticked, or a field focused) is not replaced under them by a refresh.
+  function editing() {
+    if (!live) return false;
+    return Array.from(live.querySelectorAll("input:not([type=hidden])")).some(function (input) {
+      if (input === document.activeElement) return true;
+      return input.type === "checkbox"
+        ? input.checked !== input.defaultChecked
+        : input.value !== input.defaultValue;
+    });
+  }
+
   async function refresh() {
-    if (!live) return;
+    if (!live || editing()) return;
     const url = new URL(window.location.href);
     url.searchParams.set("fragment", "1");
     url.searchParams.delete("notice");
@@ -40,6 +52,10 @@
     });
     const body = await response.json().catch(function () { return {}; });
     show(body.notice || (body.error && body.error.message) || "");
+    if (response.ok) {  // done: the form is the page's again (a refusal keeps what was typed)
+      form.reset();
+      if (document.activeElement instanceof HTMLElement) document.activeElement.blur();
+    }
     await refresh();
   });
 
