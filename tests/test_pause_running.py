@@ -12,7 +12,6 @@ from typing import Any
 from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse.audit import Actor
 from pgpulse.dispatch import AttemptResult, Dispatcher, plan_finish
-from pgpulse.occurrence_claims import OccurrenceClaims
 from pgpulse.pausing import CancelledRun, pause_note
 from pgpulse.run_control import RunControl
 from pgpulse.store import Store
@@ -111,10 +110,9 @@ async def test_a_pending_trigger_waits_while_a_pause_is_requested_and_a_resume_w
     claimed = await hourly_running(store)
     triggered = await RunControl(store.pool).trigger("default", "hourly", {"n": 1}, now=H[1])
     await store.pause_job("default", "hourly", until=H[3], reason="deploy", now=H[1])
-    claims = OccurrenceClaims(store.pool)
     routes = {"noop": tuple(ALL_SHARDS)}
     later = H[1] + timedelta(minutes=1)
-    step = await claims.finish_and_claim([], "node-b", routes, 5, lease=600, now=later)
+    step = await store.finish_and_claim_occurrences([], "node-b", routes, 5, lease=600, now=later)
     assert step.jobs == []  # due, pending, and not started
     assert await store.resume_job("default", "hourly", now=later)  # withdraws the request
     job = job_row(db, "hourly")
@@ -129,7 +127,7 @@ async def test_a_pending_trigger_waits_while_a_pause_is_requested_and_a_resume_w
         "resume",
         {"pause_requested": [True, False]},
     )
-    step = await claims.finish_and_claim([], "node-b", routes, 5, lease=600, now=later)
+    step = await store.finish_and_claim_occurrences([], "node-b", routes, 5, lease=600, now=later)
     assert [(j.occurrence, j.payload) for j in step.jobs] == [(triggered.occurrence, {"n": 1})]
     await store.finish_runs([plan_finish(claimed, OK, later)], node="node-a", now=later)
     assert job_row(db, "hourly")["status"] == "idle"  # not paused: the request was withdrawn
@@ -172,7 +170,7 @@ async def test_cancel_stops_the_run_now_keeping_its_earlier_attempt(store: Store
     assert (job["attempt"], job["last_outcome"], job["last_error"]) == (0, "cancelled", CANCELLED)
     assert (job["pause_requested"], job["pause_reason"]) == (False, "deploy")
     # the holder: its renewal is refused (it cancels the handler), its late write is fenced
-    assert await store.renew_leases([second.key], lease=600, now=later) == set()
+    assert await store.renew([second.key], lease=600, now=later) == set()
     late = plan_finish(second, OK, later)
     assert await store.finish_runs([late], node="node-a", now=later) == set()
     assert [r["outcome"] for r in run_rows(db)] == ["cancelled"]
@@ -206,9 +204,10 @@ async def test_cancel_stops_running_extra_occurrences_and_keeps_pending_ones(
     control = RunControl(store.pool)
     running = await control.trigger("default", "report", {"n": 1}, now=H[1])
     pending = await control.trigger("default", "report", {"n": 2}, now=H[1] + timedelta(seconds=1))
-    claims = OccurrenceClaims(store.pool)
     routes = {"noop": tuple(ALL_SHARDS)}
-    [claimed] = (await claims.finish_and_claim([], "node-b", routes, 1, lease=600, now=H[1])).jobs
+    [claimed] = (
+        await store.finish_and_claim_occurrences([], "node-b", routes, 1, lease=600, now=H[1])
+    ).jobs
     assert claimed.occurrence == running.occurrence
     done = await store.pause_job("default", "report", cancel=True, actor=ALICE, now=H[1])
     assert done.cancelled == (CancelledRun(running.occurrence, "trigger", H[1], "node-b"),)
@@ -224,12 +223,12 @@ async def test_cancel_stops_running_extra_occurrences_and_keeps_pending_ones(
         "cancelled",
         CANCELLED,
     )
-    assert await claims.renew([claimed.key], lease=600, now=H[1]) == set()  # refused
+    assert await store.renew([claimed.key], lease=600, now=H[1]) == set()  # refused
     later = H[1] + timedelta(minutes=1)
-    step = await claims.finish_and_claim([], "node-b", routes, 5, lease=600, now=later)
+    step = await store.finish_and_claim_occurrences([], "node-b", routes, 5, lease=600, now=later)
     assert step.jobs == []  # the pending one waits for the resume
     assert await store.resume_job("default", "report", now=later)
-    step = await claims.finish_and_claim([], "node-b", routes, 5, lease=600, now=later)
+    step = await store.finish_and_claim_occurrences([], "node-b", routes, 5, lease=600, now=later)
     assert [j.occurrence for j in step.jobs] == [pending.occurrence]
 
 
@@ -241,20 +240,19 @@ async def test_a_fork_with_a_pause_requested_pauses_the_job_and_replaces_nothing
     the running one is not cancelled (nothing replaces it)."""
     await add(store, spec("sync", schedule=TRIGGERED_ONLY, overlap="replace"), now=T0)
     dispatcher = Dispatcher({"noop": lambda ctx: None}, "node-a", {})
-    claims = OccurrenceClaims(store.pool)
     routes = {"noop": tuple(ALL_SHARDS)}
     await store.trigger_job("default", "sync")
     [row_claim] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=600)
     forked = await dispatcher.decide(row_claim)
     assert forked is not None and forked.outcome == "forked"
-    assert await claims.fork(forked)
-    [first] = (await claims.finish_and_claim([], "node-a", routes, 5, lease=600)).jobs
+    assert await store.fork(forked)
+    [first] = (await store.finish_and_claim_occurrences([], "node-a", routes, 5, lease=600)).jobs
     await store.trigger_job("default", "sync")
     [row_claim] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=600)
     done = await store.pause_job("default", "sync")
     assert (done.status, done.requested) == ("running", True)
     forked = await dispatcher.decide(row_claim)
-    assert forked is not None and await claims.fork(forked)
+    assert forked is not None and await store.fork(forked)
     job = job_row(db, "sync")
     assert (job["status"], job["pause_requested"]) == ("paused", False)
     occurrences = db.execute(
@@ -262,7 +260,7 @@ async def test_a_fork_with_a_pause_requested_pauses_the_job_and_replaces_nothing
     ).fetchall()
     assert [o["held"] for o in occurrences] == [True, False]
     assert occurrences[0]["id"] == first.occurrence  # still running: not replaced
-    assert (await claims.finish_and_claim([], "node-a", routes, 5, lease=600)).jobs == []
+    assert (await store.finish_and_claim_occurrences([], "node-a", routes, 5, lease=600)).jobs == []
     assert run_rows(db) == []  # nothing cancelled
 
 

@@ -142,8 +142,17 @@ async def pause(
         held = job["status"] == "running"
         scheduled_for: datetime = job["scheduled_for"]
         status: Literal["paused", "completed"] = "paused"
+        own: tuple[CancelledRun, ...] = ()
         if held:
             scheduled_for, status = after_cancelled(job)
+            cur = await conn.execute(
+                QUERIES["cancel_job_run"],
+                {"job_id": job["id"], "token": job["fencing_token"], "error": error, "now": now},
+            )
+            own = tuple(
+                CancelledRun(r["id"], "scheduled", job["scheduled_for"], job["locked_by"])
+                for r in await cur.fetchall()
+            )
         row = await _one(
             conn,
             "pause_cancelling",
@@ -154,16 +163,11 @@ async def pause(
                 "scheduled_for": scheduled_for,
                 "status": status,
                 "error": error,
-                "cancelled": [run.run_id for run in extra],
+                "cancelled": [run.run_id for run in own + extra],
             },
         )
         if not row["written"]:  # the row is locked: only a bug gets here (rolled back)
             raise RuntimeError(f"pause_cancelling wrote nothing of job {name!r}")
-    own = (
-        (CancelledRun(row["run_id"], "scheduled", row["scheduled_for"], row["node_id"]),)
-        if row["run_id"] is not None
-        else ()
-    )
     return Paused(
         changed=job["status"] != "paused" and not job["pause_requested"],
         written=True,

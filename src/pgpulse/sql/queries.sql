@@ -903,21 +903,63 @@ FROM pgpulse_jobs j
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
 FOR UPDATE;
 
+-- name: cancel_job_run
+-- Record the run of job %(job_id)s's own claim 'cancelled' with %(error)s, if the job still runs
+-- under %(token)s (its row locked by lock_job_to_pause in the same transaction; pause_cancelling
+-- takes the lease away next): as overlap replace records an occurrence it cancels, an earlier
+-- attempt of the run appended to earlier_attempts. Returns the run's id (none: it did not run).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), t AS (
+    SELECT j.id, j.scheduled_for, j.attempt, j.locked_by, j.fencing_token, j.run_id, j.claimed_at
+    FROM pgpulse_jobs AS j
+    WHERE j.id = %(job_id)s AND j.status = 'running' AND j.fencing_token = %(token)s
+)
+INSERT INTO pgpulse_runs AS r (
+        id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
+        finished_at, error
+    )
+    OVERRIDING SYSTEM VALUE
+    -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
+    SELECT coalesce(t.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+           t.id, t.scheduled_for, t.attempt, 'cancelled', t.locked_by,
+           t.fencing_token, t.claimed_at, clock.now, %(error)s
+    FROM t CROSS JOIN clock
+    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
+    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
+                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
+                               jsonb_build_object(
+                                   'attempt', r.attempts, 'node_id', r.node_id,
+                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
+                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
+                                   'outcome', r.outcome, 'error', r.error,
+                                   'output', r.output))
+                           ELSE r.earlier_attempts END,
+        attempts = excluded.attempts,
+        outcome = 'cancelled',
+        node_id = excluded.node_id,
+        fencing_token = excluded.fencing_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        error = excluded.error,
+        output = NULL,
+        attempt_ended_at = NULL
+    RETURNING r.id;
+
 -- name: pause_cancelling
 -- Pause job %(job_id)s and stop what it runs now (its row locked by lock_job_to_pause in the
--- same transaction, and its running extra occurrences already cancelled: %(cancelled)s, their
--- run ids). The job row's own claim, if it runs under %(token)s, is cancelled as overlap replace
--- cancels an occurrence: its lease is taken away (its holder's next renewal is refused and it
--- cancels the attempt; its late writes change nothing), its run row says 'cancelled' with
--- %(error)s (an earlier attempt of the run appended to earlier_attempts, as every run-row write
--- does), and the job moves past the cancelled occurrence to %(scheduled_for)s, the next one
+-- same transaction; its running extra occurrences, and its own run if it runs, already recorded
+-- cancelled: %(cancelled)s, their run ids, by cancel_running_occurrences and cancel_job_run).
+-- The job row's own claim, if it runs under %(token)s, is cancelled as overlap replace cancels
+-- an occurrence: its lease is taken away (its holder's next renewal is refused and it cancels
+-- the attempt; its late writes change nothing), and the job moves past the cancelled occurrence to %(scheduled_for)s, the next one
 -- (computed by the caller from the schedule), with status %(status)s: 'paused' with %(until)s
 -- and %(reason)s, or 'completed' when the schedule has none left. A job that does not run keeps
 -- its occurrence and is paused. The pause goes into the audit trail (%(source)s, %(actor)s) with
 -- its until, reason and the cancelled runs as changes (a job paused, or its pause requested,
 -- already keeps its until and reason when neither is given). Returns the status before, the
--- job's run that was cancelled (NULL run_id when it did not run), its node and occurrence,
--- whether the job row was written, and its pause's until and reason.
+-- node and occurrence of its claim, whether the job row was written, and its pause's until and
+-- reason.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), target AS (
@@ -959,40 +1001,6 @@ WITH clock AS (
     WHERE j.id = t.id
       AND (t.status = 'running') = t.held
     RETURNING j.id, j.tenant, j.name, j.revision, j.paused_until, j.pause_reason
-), run AS (
-    INSERT INTO pgpulse_runs AS r (
-        id, job_id, scheduled_for, attempts, outcome, node_id, fencing_token, started_at,
-        finished_at, error
-    )
-    OVERRIDING SYSTEM VALUE
-    -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
-    SELECT coalesce(t.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
-           t.id, t.scheduled_for, t.attempt, 'cancelled', t.locked_by,
-           t.fencing_token, t.claimed_at, clock.now, %(error)s
-    FROM target AS t
-    JOIN job ON job.id = t.id
-    CROSS JOIN clock
-    WHERE t.held
-    ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                   'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts,
-        outcome = 'cancelled',
-        node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at,
-        error = excluded.error,
-        output = NULL,
-        attempt_ended_at = NULL
-    RETURNING r.id
 ), audit AS (
     INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor, revision,
                                      changes)
@@ -1004,14 +1012,14 @@ WITH clock AS (
                                     THEN jsonb_build_array(t.pause_reason, p.pause_reason) END,
                'cancelled_runs', jsonb_build_array(
                    NULL,
-                   to_jsonb(ARRAY(SELECT id FROM run) || %(cancelled)s::bigint[])),
+                   to_jsonb(%(cancelled)s::bigint[])),
                'status', CASE WHEN %(status)s <> 'paused'
                               THEN jsonb_build_array(t.status, %(status)s::text) END))
     FROM job AS p
     JOIN target AS t ON t.id = p.id
     CROSS JOIN clock
 )
-SELECT t.status AS was, (SELECT id FROM run) AS run_id, t.locked_by AS node_id,
+SELECT t.status AS was, t.locked_by AS node_id,
        t.scheduled_for, job.id IS NOT NULL AS written, job.paused_until, job.pause_reason
 FROM target AS t
 LEFT JOIN job ON true;
