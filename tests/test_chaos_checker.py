@@ -71,11 +71,14 @@ class Recorder:
         token: int | None = None,
         run_id: int | None = None,
         in_db: bool = True,
+        journaled: float = 0.0,
     ) -> int:
         """One execution of occurrence ``sf`` (claimed at ``start``); returns its token.
 
         ``token``: hand out this token (again) instead of the next one. ``in_db=False``: a
-        failover lost the claim, the execution's row and its outcome (only the journal has it).
+        failover lost the claim, the execution's row and its outcome (only the journal has it);
+        ``journaled``: the seconds after its commit its node journaled its end (the journal's
+        ``ended_at``; ``committed_at`` stays the database's).
         """
         self.token = self.token + 1 if token is None else token
         begin = sf if start is None else start
@@ -92,12 +95,13 @@ class Recorder:
                 node,
                 "quick",
                 at(begin + 0.001),
-                None if end is None else at(end),
+                None if end is None else at(end + (0.0 if in_db else journaled)),
                 result,
                 True,
                 None if result is None else lease_ok_at_end,
                 run_id=run_id,
                 in_db=in_db,
+                committed_at=None if end is None else at(end),
             )
         )
         if recorded and in_db and end is not None:
@@ -410,6 +414,35 @@ def test_a_failover_that_lost_a_claim_shows_the_token_reissued_and_the_repeat() 
 def test_with_sync_replication_a_repeated_occurrence_fails_the_run() -> None:
     history = lost_claim_then_reissued().history(faults=(failover(4.0, 4.2),), replication="sync")
     assert failed(check(history)) == {"tokens reissued", "occurrences repeated"}
+
+
+def test_a_lost_effect_journaled_after_the_kill_but_committed_before_it_is_repeated() -> None:
+    """Seed 7, async: n1's effect committed at 3.9 on the old primary, killed at 4.0 (so the
+    failover lost it), but the loaded node journaled it 1.04 s later, after the kill; n2 ran
+    the occurrence again. The checker compares the database's instant of the effect with the
+    kill, not the journal's: the loss is the failover's (repeated), not a duplicate."""
+    rec = clean(2)
+    rec.run(3, node="n1", start=3.0, duration=0.9, in_db=False, journaled=1.04)
+    rec.run(3, node="n2", start=5.0)
+    rec.run(4, node="n2", start=5.2)
+    rec.run(5, node="n2", start=5.4)
+    verdict = check(rec.history(faults=(failover(4.0, 4.2),), replication="async"))
+    assert verdict.figure("duplicates").value == "0", verdict.figure("duplicates").examples
+    repeated = verdict.figure("occurrences repeated")
+    assert repeated.value == "1"
+    assert "lost by the failover at 12:00:04.000" in repeated.examples[0]
+    assert verdict.ok
+
+
+def test_a_lost_effect_committed_after_the_last_kill_is_a_duplicate() -> None:
+    """The other side of the line: an effect the database lost though it committed after the
+    last failover's kill has no failover to explain it."""
+    rec = clean(2)
+    rec.run(3, node="n1", start=4.3, duration=0.2, in_db=False)
+    rec.run(3, node="n2", start=5.0)
+    verdict = check(rec.history(faults=(failover(4.0, 4.2),), replication="async"))
+    assert verdict.figure("duplicates").value == "1"
+    assert "no failover" in verdict.figure("duplicates").examples[0]
 
 
 def test_two_holders_of_one_token_at_once_are_double_token_holders() -> None:

@@ -243,7 +243,10 @@ def test_a_cluster_plan_moves_the_primary_one_move_at_a_time(seed: int) -> None:
 
 def test_the_journal_keeps_what_the_database_lost(tmp_path: Path) -> None:
     """Four executions as a node journals them; the database kept one whole, one without its
-    end, lost one, and one aborted: the merge marks exactly the two losses."""
+    end, lost one, and one aborted: the merge marks exactly the two losses, and gives a lost end
+    the database's instant of it (committed_at), not the journal's."""
+    from datetime import timedelta
+
     from helpers import utc
     from pgpulse_tools.chaos.history import Execution
     from pgpulse_tools.chaos.journal import Journal, merge, read_journals
@@ -253,9 +256,10 @@ def test_the_journal_keeps_what_the_database_lost(tmp_path: Path) -> None:
     for n, uid in enumerate(("kept", "endless", "gone", "aborted"), start=1):
         fields = {"job_id": n, "scheduled_for": sf, "attempt": 1, "token": n, "run_id": n}
         journal.started(uid, "node-1", {**fields, "kind": "quick"})
-    journal.ended("kept", "node-1", "applied", True, True)
-    journal.ended("endless", "node-1", "applied", True, True)
-    journal.ended("gone", "node-1", "fenced", True, False)
+    committed = sf + timedelta(seconds=1)  # the database's instant each statement returned
+    journal.ended("kept", "node-1", "applied", True, True, committed_at=committed)
+    journal.ended("endless", "node-1", "applied", True, True, committed_at=committed)
+    journal.ended("gone", "node-1", "fenced", True, False, committed_at=committed)
     journal.aborted("aborted", "node-1")
     (tmp_path / "node-2.journal").write_bytes(b'{"e": "sta')  # cut short by a SIGKILL
     records = read_journals(tmp_path)
@@ -269,11 +273,33 @@ def test_the_journal_keeps_what_the_database_lost(tmp_path: Path) -> None:
     merged = {e.uid: e for e in merge(rows, records)}
     assert merged["kept"] == row
     assert merged["endless"].result == "applied" and not merged["endless"].in_db
+    assert merged["endless"].committed_at == committed != merged["endless"].ended_at
     assert merged["aborted"].ended_at is not None and merged["aborted"].result is None
     assert merged["aborted"].in_db
     gone = merged["gone"]
     assert (gone.id, gone.job_id, gone.token, gone.result, gone.in_db) == (4, 3, 3, "fenced", False)
     assert gone.lease_ok_at_end is False and gone.scheduled_for == sf
+    assert gone.committed_at == committed and merged["aborted"].committed_at is None
+
+
+async def test_the_database_clock_offset_is_read_from_the_tightest_round_trip() -> None:
+    """The offset the harness adds to its clock (fault instants, a failover's kill among them)
+    is measured over several readings, the slowest replies ignored and the instant of the one
+    kept taken mid-trip: a reply held up (a loaded machine) must not set the clock back."""
+    from datetime import UTC, datetime, timedelta
+
+    from pgpulse_tools.chaos.runner import clock_offset
+
+    ahead = timedelta(seconds=5)  # the database's clock, against this process's
+    replies = iter([0.15, 0.002, 0.12])  # seconds each reply is held up after the reading
+
+    async def read() -> datetime:
+        at = datetime.now(UTC) + ahead
+        await asyncio.sleep(next(replies))
+        return at
+
+    offset = await clock_offset(read, samples=3)
+    assert abs(offset - ahead) < timedelta(milliseconds=20)
 
 
 def test_a_soak_is_a_long_run_then_resharding_during_failovers() -> None:

@@ -18,7 +18,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -76,6 +76,8 @@ SOAK_DURATION = 1200.0
 SOAK_LONGER_THAN = 600.0
 #: The fault kinds of a soak's second run: resharding while the primary moves.
 SOAK_CLUSTER_KINDS: tuple[str, ...] = (*CLUSTER_RUN_KINDS, "reshard")
+#: Readings of the database's clock its offset is measured over (the tightest one counts).
+OFFSET_SAMPLES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +166,8 @@ class _Run:
     folder: Path = field(default_factory=Path)
 
     def clock(self) -> datetime:
-        """The database's current instant (local clock plus the offset measured at start)."""
+        """The database's current instant (local clock plus the offset measured at start:
+        :func:`clock_offset`)."""
         return datetime.now(UTC) + self.offset
 
     def dsn(self) -> str:
@@ -304,8 +307,10 @@ async def _run(run: _Run) -> Verdict:
     config = run.config
     run.dbname = await create_database(run.server)
     async with connect(run.dsn(), max_size=2) as store:
-        run.offset = await store.db_now() - datetime.now(UTC)
-        async with await psycopg.AsyncConnection.connect(run.dsn(), autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(
+            run.dsn(), autocommit=True, row_factory=dict_row
+        ) as conn:
+            run.offset = await clock_offset(lambda: _db_clock(conn))
             await conn.execute(Q["create_history"])
         assert config.seed is not None
         specs = build_jobs(config.jobs, lease=config.node.lease, seed=config.seed)
@@ -319,6 +324,37 @@ async def _run(run: _Run) -> Verdict:
         return await _drive(run, cluster)
     finally:
         await _stop(run, cluster)
+
+
+async def clock_offset(
+    read: Callable[[], Awaitable[datetime]], samples: int = OFFSET_SAMPLES
+) -> timedelta:
+    """The database's clock minus this process's, from ``samples`` readings of the database's
+    clock (``read``): the tightest reading's instant minus the midpoint of the local instants
+    before and after it, so its error is at most half that round trip, either way. (One
+    reading minus the local instant after it would put the database's clock behind by the
+    whole reply's latency — under load tens of milliseconds — and every fault instant, a
+    failover's kill among them, that much early: effects.py says why that errs the unsafe way.)
+
+    Raises:
+        psycopg.Error: a reading failed.
+    """
+    best: tuple[timedelta, timedelta] | None = None
+    for _ in range(samples):
+        before = datetime.now(UTC)
+        db = await read()
+        after = datetime.now(UTC)
+        trip = after - before
+        if best is None or trip < best[0]:
+            best = (trip, db - (before + trip / 2))
+    assert best is not None
+    return best[1]
+
+
+async def _db_clock(conn: psycopg.AsyncConnection[DictRow]) -> datetime:
+    row = await (await conn.execute(Q["clock"])).fetchone()
+    assert row is not None
+    return row["at"]  # type: ignore[no-any-return]
 
 
 async def _stop(run: _Run, cluster: Cluster) -> None:
