@@ -380,6 +380,51 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
     assert f"rogue claimed t{third.fencing_token + 1}" in found and "node-a" in found
 
 
+async def test_an_execution_during_the_snapshot_is_never_only_in_the_journal(
+    dsn: str, db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The nodes run while the harness takes its snapshot. An execution that starts and ends
+    meanwhile must be in both the journals and the database's snapshot, or in neither: only in
+    the journal, the checker takes it for a record a failover lost (seed 7, async: executions
+    after the snapshot, two of them re-run after a lease loss, called duplicates)."""
+    from psycopg import conninfo
+
+    from pgpulse_tools.chaos import runner
+    from pgpulse_tools.chaos.cluster import Cluster, NodeSettings
+    from pgpulse_tools.chaos.journal import Journal, read_journals
+    from pgpulse_tools.chaos.server import ExternalServer
+
+    db.execute(runner.Q["create_history"])
+    journal = Journal(tmp_path)
+
+    def while_reading(folder: Path) -> list[dict[str, Any]]:
+        """A node runs an execution from start to end as the harness reads: the journal's
+        start, the database's row (start and end committed), the journal's end."""
+        fields = {"job_id": 1, "scheduled_for": T0, "attempt": 1, "token": 1, "run_id": 1}
+        journal.started("meanwhile", "node-1", {**fields, "kind": "quick"})
+        row = db.execute(
+            "INSERT INTO chaos_history (uid, job_id, scheduled_for, attempt, token, run_id,"
+            " node_id, kind, started_at, ended_at, result, lease_ok_at_start, lease_ok_at_end)"
+            " VALUES ('meanwhile', 1, %s, 1, 1, 1, 'node-1', 'quick', clock_timestamp(),"
+            " clock_timestamp(), 'applied', true, true) RETURNING ended_at",
+            (T0,),
+        ).fetchone()
+        journal.ended("meanwhile", "node-1", "applied", True, True, committed_at=row["ended_at"])
+        return read_journals(folder)
+
+    monkeypatch.setattr(runner, "read_journals", while_reading)
+    run = runner._Run(
+        runner.ChaosConfig(),
+        print,
+        ExternalServer(dsn),
+        dbname=str(conninfo.conninfo_to_dict(dsn)["dbname"]),
+        folder=tmp_path,
+    )
+    cluster = Cluster(NodeSettings(), lambda _: dsn, tmp_path, run.clock)
+    history = await runner._snapshot(run, [], run.clock(), cluster)
+    assert [(e.uid, e.in_db) for e in history.executions] == [("meanwhile", True)]
+
+
 # -- a replicated cluster: failovers, reissued tokens and run ids (invariant 9) ----------------
 
 
