@@ -302,6 +302,77 @@ async def test_the_database_clock_offset_is_read_from_the_tightest_round_trip() 
     assert abs(offset - ahead) < timedelta(milliseconds=20)
 
 
+def test_a_stopping_node_counts_as_hung_only_past_what_pulses_stop_may_take() -> None:
+    """A SIGTERMed node exits within its drain timeout plus three steps (the loops' last one,
+    the hand-back, the deregistration) of engine.STOP_STEP_TIMEOUT each, a given-up step as long
+    again for its cancellation, and its pool's close: the harness waits that long before it
+    calls the node hung (it waited drain + 15 s, and aborted a node of seed 7 inside its
+    hand-back's cancellation while the primary was switching over)."""
+    from pgpulse.engine import STOP_STEP_TIMEOUT
+    from pgpulse_tools.chaos.cluster import NodeSettings
+
+    settings = NodeSettings(drain_timeout=3.0, heartbeat=0.5)
+    every_step_given_up = settings.drain_timeout + 3 * 2 * STOP_STEP_TIMEOUT
+    assert settings.stop_grace > every_step_given_up + 5.0  # and the pool's close
+    assert settings.stop_grace >= settings.drain_timeout + 20  # README: "+ about 20 s"
+
+
+async def test_a_join_and_leave_waits_until_the_previous_one_has_stopped_its_node() -> None:
+    """Two join_leave faults of the extra node planned closer than its stop takes: the second
+    starts it only once the first has seen it exit (else its start is a no-op on a node still
+    stopping, and both wait on one exit and record it twice)."""
+    from datetime import UTC, datetime
+    from typing import cast
+
+    from pgpulse_tools.chaos.cluster import Cluster
+    from pgpulse_tools.chaos.faults import Injector, PlannedFault
+    from pgpulse_tools.chaos.server import Server
+
+    calls: list[str] = []
+
+    class Extra:
+        live = False
+
+        def node_id(self, index: int) -> str:
+            return f"node-{index + 1}"
+
+        def running(self, index: int) -> bool:
+            return self.live
+
+        async def start(self, index: int) -> None:
+            calls.append("start" if not self.live else "start (still stopping)")
+            self.live = True
+
+        async def terminate(self, index: int, grace: float | None = None) -> int:
+            calls.append("sigterm")
+            await asyncio.sleep(0.3)  # it drains
+            if self.live:
+                calls.append("exited")
+            self.live = False
+            return 0
+
+    async def no_leader() -> str | None:
+        return None
+
+    injector = Injector(
+        cast(Cluster, Extra()),
+        [],
+        cast(Server, None),
+        lambda: datetime.now(UTC),
+        no_leader,
+    )
+
+    async def later(fault: PlannedFault) -> None:
+        await asyncio.sleep(fault.at)
+        await injector.apply(fault)
+
+    await asyncio.gather(
+        later(PlannedFault(0.0, "join_leave", 4, hold=0.1)),
+        later(PlannedFault(0.2, "join_leave", 4, hold=0.1)),
+    )
+    assert calls == ["start", "sigterm", "exited", "start", "sigterm", "exited"]
+
+
 def test_a_soak_is_a_long_run_then_resharding_during_failovers() -> None:
     """``pgpulse chaos --soak``'s runs: the long run as given (over 10 minutes), then a run on
     a replicated cluster of the harness's own (async unless the soak is on a cluster) whose

@@ -358,7 +358,7 @@ async def _db_clock(conn: psycopg.AsyncConnection[DictRow]) -> datetime:
 
 
 async def _stop(run: _Run, cluster: Cluster) -> None:
-    codes = await cluster.stop_all(run.config.node.drain_timeout + 15)
+    codes = await cluster.stop_all()
     bad = {node: code for node, code in codes.items() if code not in (0, None)}
     if bad:
         run.echo(f"nodes that did not exit cleanly on SIGTERM: {bad}")
@@ -388,7 +388,6 @@ async def _drive(run: _Run, cluster: Cluster) -> Verdict:
         run.server,
         run.clock,
         lambda: _leader(run),
-        node.drain_timeout,
         dsn=run.dsn,
         node_ttl=3 * node.heartbeat + 1,
     )
