@@ -71,11 +71,14 @@ class Recorder:
         token: int | None = None,
         run_id: int | None = None,
         in_db: bool = True,
+        journaled: float = 0.0,
     ) -> int:
         """One execution of occurrence ``sf`` (claimed at ``start``); returns its token.
 
         ``token``: hand out this token (again) instead of the next one. ``in_db=False``: a
-        failover lost the claim, the execution's row and its outcome (only the journal has it).
+        failover lost the claim, the execution's row and its outcome (only the journal has it);
+        ``journaled``: the seconds after its commit its node journaled its end (the journal's
+        ``ended_at``; ``committed_at`` stays the database's).
         """
         self.token = self.token + 1 if token is None else token
         begin = sf if start is None else start
@@ -92,12 +95,13 @@ class Recorder:
                 node,
                 "quick",
                 at(begin + 0.001),
-                None if end is None else at(end),
+                None if end is None else at(end + (0.0 if in_db else journaled)),
                 result,
                 True,
                 None if result is None else lease_ok_at_end,
                 run_id=run_id,
                 in_db=in_db,
+                committed_at=None if end is None else at(end),
             )
         )
         if recorded and in_db and end is not None:
@@ -376,6 +380,51 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
     assert f"rogue claimed t{third.fencing_token + 1}" in found and "node-a" in found
 
 
+async def test_an_execution_during_the_snapshot_is_never_only_in_the_journal(
+    dsn: str, db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The nodes run while the harness takes its snapshot. An execution that starts and ends
+    meanwhile must be in both the journals and the database's snapshot, or in neither: only in
+    the journal, the checker takes it for a record a failover lost (seed 7, async: executions
+    after the snapshot, two of them re-run after a lease loss, called duplicates)."""
+    from psycopg import conninfo
+
+    from pgpulse_tools.chaos import runner
+    from pgpulse_tools.chaos.cluster import Cluster, NodeSettings
+    from pgpulse_tools.chaos.journal import Journal, read_journals
+    from pgpulse_tools.chaos.server import ExternalServer
+
+    db.execute(runner.Q["create_history"])
+    journal = Journal(tmp_path)
+
+    def while_reading(folder: Path) -> list[dict[str, Any]]:
+        """A node runs an execution from start to end as the harness reads: the journal's
+        start, the database's row (start and end committed), the journal's end."""
+        fields = {"job_id": 1, "scheduled_for": T0, "attempt": 1, "token": 1, "run_id": 1}
+        journal.started("meanwhile", "node-1", {**fields, "kind": "quick"})
+        row = db.execute(
+            "INSERT INTO chaos_history (uid, job_id, scheduled_for, attempt, token, run_id,"
+            " node_id, kind, started_at, ended_at, result, lease_ok_at_start, lease_ok_at_end)"
+            " VALUES ('meanwhile', 1, %s, 1, 1, 1, 'node-1', 'quick', clock_timestamp(),"
+            " clock_timestamp(), 'applied', true, true) RETURNING ended_at",
+            (T0,),
+        ).fetchone()
+        journal.ended("meanwhile", "node-1", "applied", True, True, committed_at=row["ended_at"])
+        return read_journals(folder)
+
+    monkeypatch.setattr(runner, "read_journals", while_reading)
+    run = runner._Run(
+        runner.ChaosConfig(),
+        print,
+        ExternalServer(dsn),
+        dbname=str(conninfo.conninfo_to_dict(dsn)["dbname"]),
+        folder=tmp_path,
+    )
+    cluster = Cluster(NodeSettings(), lambda _: dsn, tmp_path, run.clock)
+    history = await runner._snapshot(run, [], run.clock(), cluster)
+    assert [(e.uid, e.in_db) for e in history.executions] == [("meanwhile", True)]
+
+
 # -- a replicated cluster: failovers, reissued tokens and run ids (invariant 9) ----------------
 
 
@@ -410,6 +459,35 @@ def test_a_failover_that_lost_a_claim_shows_the_token_reissued_and_the_repeat() 
 def test_with_sync_replication_a_repeated_occurrence_fails_the_run() -> None:
     history = lost_claim_then_reissued().history(faults=(failover(4.0, 4.2),), replication="sync")
     assert failed(check(history)) == {"tokens reissued", "occurrences repeated"}
+
+
+def test_a_lost_effect_journaled_after_the_kill_but_committed_before_it_is_repeated() -> None:
+    """Seed 7, async: n1's effect committed at 3.9 on the old primary, killed at 4.0 (so the
+    failover lost it), but the loaded node journaled it 1.04 s later, after the kill; n2 ran
+    the occurrence again. The checker compares the database's instant of the effect with the
+    kill, not the journal's: the loss is the failover's (repeated), not a duplicate."""
+    rec = clean(2)
+    rec.run(3, node="n1", start=3.0, duration=0.9, in_db=False, journaled=1.04)
+    rec.run(3, node="n2", start=5.0)
+    rec.run(4, node="n2", start=5.2)
+    rec.run(5, node="n2", start=5.4)
+    verdict = check(rec.history(faults=(failover(4.0, 4.2),), replication="async"))
+    assert verdict.figure("duplicates").value == "0", verdict.figure("duplicates").examples
+    repeated = verdict.figure("occurrences repeated")
+    assert repeated.value == "1"
+    assert "lost by the failover at 12:00:04.000" in repeated.examples[0]
+    assert verdict.ok
+
+
+def test_a_lost_effect_committed_after_the_last_kill_is_a_duplicate() -> None:
+    """The other side of the line: an effect the database lost though it committed after the
+    last failover's kill has no failover to explain it."""
+    rec = clean(2)
+    rec.run(3, node="n1", start=4.3, duration=0.2, in_db=False)
+    rec.run(3, node="n2", start=5.0)
+    verdict = check(rec.history(faults=(failover(4.0, 4.2),), replication="async"))
+    assert verdict.figure("duplicates").value == "1"
+    assert "no failover" in verdict.figure("duplicates").examples[0]
 
 
 def test_two_holders_of_one_token_at_once_are_double_token_holders() -> None:

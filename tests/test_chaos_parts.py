@@ -243,7 +243,10 @@ def test_a_cluster_plan_moves_the_primary_one_move_at_a_time(seed: int) -> None:
 
 def test_the_journal_keeps_what_the_database_lost(tmp_path: Path) -> None:
     """Four executions as a node journals them; the database kept one whole, one without its
-    end, lost one, and one aborted: the merge marks exactly the two losses."""
+    end, lost one, and one aborted: the merge marks exactly the two losses, and gives a lost end
+    the database's instant of it (committed_at), not the journal's."""
+    from datetime import timedelta
+
     from helpers import utc
     from pgpulse_tools.chaos.history import Execution
     from pgpulse_tools.chaos.journal import Journal, merge, read_journals
@@ -253,9 +256,10 @@ def test_the_journal_keeps_what_the_database_lost(tmp_path: Path) -> None:
     for n, uid in enumerate(("kept", "endless", "gone", "aborted"), start=1):
         fields = {"job_id": n, "scheduled_for": sf, "attempt": 1, "token": n, "run_id": n}
         journal.started(uid, "node-1", {**fields, "kind": "quick"})
-    journal.ended("kept", "node-1", "applied", True, True)
-    journal.ended("endless", "node-1", "applied", True, True)
-    journal.ended("gone", "node-1", "fenced", True, False)
+    committed = sf + timedelta(seconds=1)  # the database's instant each statement returned
+    journal.ended("kept", "node-1", "applied", True, True, committed_at=committed)
+    journal.ended("endless", "node-1", "applied", True, True, committed_at=committed)
+    journal.ended("gone", "node-1", "fenced", True, False, committed_at=committed)
     journal.aborted("aborted", "node-1")
     (tmp_path / "node-2.journal").write_bytes(b'{"e": "sta')  # cut short by a SIGKILL
     records = read_journals(tmp_path)
@@ -269,11 +273,104 @@ def test_the_journal_keeps_what_the_database_lost(tmp_path: Path) -> None:
     merged = {e.uid: e for e in merge(rows, records)}
     assert merged["kept"] == row
     assert merged["endless"].result == "applied" and not merged["endless"].in_db
+    assert merged["endless"].committed_at == committed != merged["endless"].ended_at
     assert merged["aborted"].ended_at is not None and merged["aborted"].result is None
     assert merged["aborted"].in_db
     gone = merged["gone"]
     assert (gone.id, gone.job_id, gone.token, gone.result, gone.in_db) == (4, 3, 3, "fenced", False)
     assert gone.lease_ok_at_end is False and gone.scheduled_for == sf
+    assert gone.committed_at == committed and merged["aborted"].committed_at is None
+
+
+async def test_the_database_clock_offset_is_read_from_the_tightest_round_trip() -> None:
+    """The offset the harness adds to its clock (fault instants, a failover's kill among them)
+    is measured over several readings, the slowest replies ignored and the instant of the one
+    kept taken mid-trip: a reply held up (a loaded machine) must not set the clock back."""
+    from datetime import UTC, datetime, timedelta
+
+    from pgpulse_tools.chaos.runner import clock_offset
+
+    ahead = timedelta(seconds=5)  # the database's clock, against this process's
+    replies = iter([0.15, 0.002, 0.12])  # seconds each reply is held up after the reading
+
+    async def read() -> datetime:
+        at = datetime.now(UTC) + ahead
+        await asyncio.sleep(next(replies))
+        return at
+
+    offset = await clock_offset(read, samples=3)
+    assert abs(offset - ahead) < timedelta(milliseconds=20)
+
+
+def test_a_stopping_node_counts_as_hung_only_past_what_pulses_stop_may_take() -> None:
+    """A SIGTERMed node exits within its drain timeout plus three steps (the loops' last one,
+    the hand-back, the deregistration) of engine.STOP_STEP_TIMEOUT each, a given-up step as long
+    again for its cancellation, and its pool's close: the harness waits that long before it
+    calls the node hung (it waited drain + 15 s, and aborted a node of seed 7 inside its
+    hand-back's cancellation while the primary was switching over)."""
+    from pgpulse.engine import STOP_STEP_TIMEOUT
+    from pgpulse_tools.chaos.cluster import NodeSettings
+
+    settings = NodeSettings(drain_timeout=3.0, heartbeat=0.5)
+    every_step_given_up = settings.drain_timeout + 3 * 2 * STOP_STEP_TIMEOUT
+    assert settings.stop_grace > every_step_given_up + 5.0  # and the pool's close
+    assert settings.stop_grace >= settings.drain_timeout + 20  # README: "+ about 20 s"
+
+
+async def test_a_join_and_leave_waits_until_the_previous_one_has_stopped_its_node() -> None:
+    """Two join_leave faults of the extra node planned closer than its stop takes: the second
+    starts it only once the first has seen it exit (else its start is a no-op on a node still
+    stopping, and both wait on one exit and record it twice)."""
+    from datetime import UTC, datetime
+    from typing import cast
+
+    from pgpulse_tools.chaos.cluster import Cluster
+    from pgpulse_tools.chaos.faults import Injector, PlannedFault
+    from pgpulse_tools.chaos.server import Server
+
+    calls: list[str] = []
+
+    class Extra:
+        live = False
+
+        def node_id(self, index: int) -> str:
+            return f"node-{index + 1}"
+
+        def running(self, index: int) -> bool:
+            return self.live
+
+        async def start(self, index: int) -> None:
+            calls.append("start" if not self.live else "start (still stopping)")
+            self.live = True
+
+        async def terminate(self, index: int, grace: float | None = None) -> int:
+            calls.append("sigterm")
+            await asyncio.sleep(0.3)  # it drains
+            if self.live:
+                calls.append("exited")
+            self.live = False
+            return 0
+
+    async def no_leader() -> str | None:
+        return None
+
+    injector = Injector(
+        cast(Cluster, Extra()),
+        [],
+        cast(Server, None),
+        lambda: datetime.now(UTC),
+        no_leader,
+    )
+
+    async def later(fault: PlannedFault) -> None:
+        await asyncio.sleep(fault.at)
+        await injector.apply(fault)
+
+    await asyncio.gather(
+        later(PlannedFault(0.0, "join_leave", 4, hold=0.1)),
+        later(PlannedFault(0.2, "join_leave", 4, hold=0.1)),
+    )
+    assert calls == ["start", "sigterm", "exited", "start", "sigterm", "exited"]
 
 
 def test_a_soak_is_a_long_run_then_resharding_during_failovers() -> None:

@@ -126,6 +126,9 @@ RETURNING lease_ok_at_start;
 -- history never disagrees with the effects. The verdict comes back even when the history row is
 -- gone (a failover lost its start): the node's journal records it either way. The row is found
 -- by its uid, not its id: after such a failover the identity hands its id out again.
+-- committed_at: the database's clock_timestamp() of the verdict, the end instant the history row
+-- gets; the node journals it, so the checker has the effect's instant on the database's clock
+-- even when a failover lost the row (it precedes the commit by the rest of this statement).
 WITH fence AS (
     SELECT f.max_token FROM chaos_fence f WHERE f.job_id = %(fence)s FOR UPDATE
 ), lease AS (
@@ -161,13 +164,14 @@ WITH fence AS (
     RETURNING 1
 )
 SELECT CASE WHEN v.accepted THEN 'applied' ELSE 'fenced' END AS result,
-       v.lease_ok AS lease_ok_at_end, (SELECT count(*) FROM effect) AS effects,
-       (SELECT count(*) FROM history) AS recorded
+       v.lease_ok AS lease_ok_at_end, v.at AS committed_at,
+       (SELECT count(*) FROM effect) AS effects, (SELECT count(*) FROM history) AS recorded
 FROM verdict v;
 
 -- name: fail_execution
 -- A handler fails on purpose (before any effect): close its history row (found by uid, as in
--- apply_effect); whether its lease was current comes back even if the row is gone.
+-- apply_effect); whether its lease was current and its end instant (committed_at, as in
+-- apply_effect) come back even if the row is gone.
 WITH lease AS (
     SELECT CASE WHEN %(fence)s > 0
                 THEN EXISTS (SELECT 1 FROM pgpulse_jobs j
@@ -177,15 +181,22 @@ WITH lease AS (
                 ELSE EXISTS (SELECT 1 FROM pgpulse_occurrences o
                              WHERE o.id = %(run_id)s AND o.fencing_token = %(token)s
                                AND o.lease_expires_at > clock_timestamp())
-           END AS ok
+           END AS ok,
+           clock_timestamp() AS at
 ), history AS (
     UPDATE chaos_history h
-    SET ended_at = clock_timestamp(), result = 'failed', lease_ok_at_end = lease.ok
+    SET ended_at = lease.at, result = 'failed', lease_ok_at_end = lease.ok
     FROM lease
     WHERE h.uid = %(uid)s
     RETURNING 1
 )
-SELECT lease.ok AS lease_ok_at_end, (SELECT count(*) FROM history) AS recorded FROM lease;
+SELECT lease.ok AS lease_ok_at_end, lease.at AS committed_at,
+       (SELECT count(*) FROM history) AS recorded
+FROM lease;
+
+-- name: clock
+-- The database's clock, read once (the harness measures its offset from this process's).
+SELECT clock_timestamp() AS at;
 
 -- name: live_nodes
 SELECT count(*) AS n FROM pgpulse_nodes
@@ -215,8 +226,9 @@ SELECT count(*) AS executions, count(*) FILTER (WHERE result = 'applied') AS app
 FROM chaos_history;
 
 -- name: read_history
+-- committed_at: a row's end is the database's instant of the statement that ended it.
 SELECT id, job_id, scheduled_for, attempt, token, node_id, kind, started_at, ended_at, result,
-       lease_ok_at_start, lease_ok_at_end, uid, run_id
+       lease_ok_at_start, lease_ok_at_end, uid, run_id, ended_at AS committed_at
 FROM chaos_history ORDER BY id;
 
 -- name: read_run_log

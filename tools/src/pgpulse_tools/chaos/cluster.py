@@ -21,12 +21,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from pgpulse.engine import STOP_STEP_TIMEOUT
 from pgpulse_tools.chaos.history import NodeExit
 from pgpulse_tools.chaos.journal import JOURNAL_ENV
 
 log = logging.getLogger(__name__)
 #: Exit code of ``pgpulse`` when the database does not answer (see :mod:`pgpulse.cli`).
 _DATABASE_UNAVAILABLE = 3
+#: Seconds a node's pool may take to close as the process ends (psycopg_pool's default).
+_POOL_CLOSE = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,20 @@ class NodeSettings:
     drain_timeout: float = 3.0
     seed: int = 0
     guard: str = "lease"
+
+    @property
+    def stop_grace(self) -> float:
+        """Seconds a node may take to exit after its SIGTERM before the harness counts it as
+        hung: what Pulse's bounded stop allows (README, engine.Node._drain) — the loops' last
+        step, then ``drain_timeout`` (overrun by up to two heartbeats), then the hand-back and
+        the deregistration; each step gets :data:`~pgpulse.engine.STOP_STEP_TIMEOUT`, and one
+        given up as long again to end once cancelled (a database that is failing over may not
+        answer the cancel) — then the pool's close, and a second to exit. Less would count a
+        node that keeps every deadline as hung whenever the database is slow at its stop (a
+        switchover under load, seed 7: aborted 18 s after its SIGTERM, inside the hand-back's
+        cancellation)."""
+        steps = 3 * 2 * STOP_STEP_TIMEOUT
+        return self.drain_timeout + 2 * self.heartbeat + steps + _POOL_CLOSE + 1.0
 
 
 class Cluster:
@@ -191,14 +208,16 @@ class Cluster:
             proc.send_signal(sig)
         return True
 
-    async def terminate(self, index: int, grace: float) -> int | None:
-        """SIGTERM node ``index`` and wait ``grace`` seconds for it to drain and exit; if it
-        hangs, SIGABRT it (its stacks go to its log), then SIGKILL. A hang or a non-zero exit
-        is recorded as a :class:`NodeExit`. Returns its exit code (negative: the signal that
-        ended it), or ``None`` if it was not running."""
+    async def terminate(self, index: int, grace: float | None = None) -> int | None:
+        """SIGTERM node ``index`` and wait ``grace`` seconds (default: the settings'
+        :attr:`NodeSettings.stop_grace`) for it to drain and exit; if it hangs, SIGABRT it (its
+        stacks go to its log), then SIGKILL. A hang or a non-zero exit is recorded as a
+        :class:`NodeExit`. Returns its exit code (negative: the signal that ended it), or
+        ``None`` if it was not running."""
         proc = self.procs.get(index)
         if proc is None or proc.returncode is not None:
             return None
+        grace = self.settings.stop_grace if grace is None else grace
         self._expected.add(proc.pid)
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGCONT)
@@ -235,8 +254,9 @@ class Cluster:
             self.exits.append(NodeExit(node_id, self.clock(), code, "hung on SIGTERM"))
             return code
 
-    async def stop_all(self, grace: float) -> dict[str, int | None]:
-        """SIGTERM every node at once and wait; return each node's exit code."""
+    async def stop_all(self, grace: float | None = None) -> dict[str, int | None]:
+        """SIGTERM every node at once and wait (as :meth:`terminate`); return each node's exit
+        code."""
         self._closing = True
         indexes = sorted(self.procs)
         codes = await asyncio.gather(*(self.terminate(i, grace) for i in indexes))

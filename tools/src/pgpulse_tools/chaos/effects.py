@@ -8,6 +8,8 @@
   (only the node's journal has it): counted as **occurrences repeated**, which only asynchronous
   replication may cause. An earlier effect whose attempt was recorded ``succeeded``, or that was
   written after its lease had expired, or interrupted with no fault on its node, is a duplicate.
+  A failover loses only what committed before its kill: see :func:`_failover_after` for the
+  instants compared and the clocks they are on.
 * **overlaps** — two executions of one job whose [start, end] intervals intersect while both
   wrote their effect (neither was fenced). A job of the ``overlap`` kind (overlap ``allow``,
   N = :data:`OVERLAP_N`) may run N at once: for it, **overlaps**
@@ -44,8 +46,34 @@ def _faulted(execution: Execution, faults: Iterable[Fault], margin: timedelta) -
     return None
 
 
+def _effect_at(execution: Execution) -> datetime:
+    """The instant of an execution's effect on the database's clock: ``committed_at`` (taken
+    inside the effect's statement), else — a history from before it was recorded — its end."""
+    at = execution.committed_at or execution.ended_at
+    assert at is not None  # an applied execution ended
+    return at
+
+
 def _failover_after(history: History, at: datetime) -> str | None:
-    """The first failover whose kill came at or after ``at``, described; ``None`` if none."""
+    """The first failover whose kill came at or after ``at``, described; ``None`` if none.
+
+    ``at`` is an effect's :func:`_effect_at`: the database's ``clock_timestamp()`` inside the
+    statement that wrote it, so never after its commit. Not the node journal's instant of the
+    effect, which the node writes once it has the acknowledgement: under load a second or more
+    later, past the kill of a primary that had committed the effect (a false duplicate). The
+    kill time (``Fault.died_at``) is the harness's: its clock (the same machine's as the
+    database's, shifted by the offset it measured at start) read once every process of the
+    old primary had its SIGKILL (replication.py), or once Patroni's old leader refused writes,
+    so never before the last commit that primary could make, up to the offset's error (half
+    the round trip it was measured in: runner.py).
+
+    Which direction of error is safe: ``at`` early or the kill late only widens, by
+    milliseconds, the window of effects a failover may have lost — harmless, as no server
+    takes writes between the kill and the promotion (tens of milliseconds later), and a record
+    the database lost with no failover after it is still a duplicate. ``at`` late (the
+    journal's instant) or the kill early turns a loss the failover explains into a false
+    ``duplicate``: the error this avoids.
+    """
     deaths = sorted(
         f.died_at for f in history.faults if f.kind == "failover" and f.died_at is not None
     )
@@ -62,7 +90,7 @@ def _cause(
     """Why an occurrence got another effect after ``earlier``'s: (``duplicate``,
     ``re-executed`` or ``repeated``, explanation)."""
     if not earlier.in_db:  # first: a success recorded under its token may be a reissue's
-        moved = _failover_after(history, earlier.ended_at or earlier.started_at)
+        moved = _failover_after(history, _effect_at(earlier))
         if moved is None:
             return "duplicate", f"t{earlier.token}'s record is gone from the database, no failover"
         return "repeated", f"t{earlier.token}'s record was lost by the {moved}"
@@ -98,11 +126,11 @@ def duplicates(history: History) -> tuple[list[str], list[str], list[str]]:
     for (job_id, scheduled_for), effects in sorted(applied.items()):
         if len(effects) < 2:
             continue
-        effects.sort(key=lambda e: (e.ended_at, e.id))
+        effects.sort(key=lambda e: (_effect_at(e), e.id))
         causes = [_cause(history, earlier, succeeded, margin) for earlier in effects[:-1]]
         line = (
             f"job {job_id} @ {_ts(scheduled_for)}: {len(effects)} effects by "
-            + ", ".join(f"{e.node_id}/t{e.token}@{_ts(e.ended_at)}" for e in effects)
+            + ", ".join(f"{e.node_id}/t{e.token}@{_ts(_effect_at(e))}" for e in effects)
             + " — "
             + "; ".join(text for _, text in causes)
         )

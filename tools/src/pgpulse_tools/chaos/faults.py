@@ -246,7 +246,6 @@ class Injector:
         server: the PostgreSQL server.
         clock: the database's current instant, as the harness estimates it.
         leader: returns the current leader's node id (to say when the leader was hit).
-        drain_timeout: the nodes' drain timeout, seconds (bounds a SIGTERMed node's exit).
         dsn: returns the database's DSN now (for ``reshard``).
         node_ttl: the nodes' time-to-live, seconds (a ``reshard`` waits for the live ones).
     """
@@ -258,7 +257,6 @@ class Injector:
         server: Server,
         clock: Callable[[], datetime],
         leader: Callable[[], Awaitable[str | None]],
-        drain_timeout: float,
         dsn: Callable[[], str] | None = None,
         node_ttl: float = 10.0,
     ) -> None:
@@ -269,8 +267,11 @@ class Injector:
         self.server = server
         self.clock = clock
         self.leader = leader
-        self.drain_timeout = drain_timeout
         self._database = asyncio.Lock()  # one database fault at a time, whatever the plan said
+        # One join_leave at a time: the plan spaces them by their hold, not by how long the
+        # extra node takes to stop (up to its stop grace), and one that found it still stopping
+        # would neither start it (start is a no-op on a live node) nor own its exit.
+        self._join_leave = asyncio.Lock()
 
     async def apply(self, fault: PlannedFault) -> Fault:
         """Inject ``fault``, hold it, end it; return what happened, with instants.
@@ -285,6 +286,9 @@ class Injector:
                 return await self._database_fault(fault)
         if fault.kind == "reshard":
             return await self._reshard(fault)
+        if fault.kind == "join_leave":
+            async with self._join_leave:
+                return await self._join_and_leave(fault)
         node_id = None if fault.node is None else self.cluster.node_id(fault.node)
         detail = fault.describe(node_id)
         if (
@@ -294,29 +298,34 @@ class Injector:
             and self.cluster.running(fault.node)
         ):
             detail += await self._effect_in_flight(node_id)  # before the fault's instant
-        if (
-            node_id is not None
-            and fault.kind != "join_leave"
-            and await self._safe_leader() == node_id
-        ):
+        if node_id is not None and await self._safe_leader() == node_id:
             detail += " (the leader)"
         started = self.clock()
         log.warning("fault: %s", detail, extra={"action": "chaos_fault", "kind": fault.kind})
         assert fault.node is not None
         index = fault.node
-        if fault.kind == "join_leave":
-            await self.cluster.start(index)
-            await asyncio.sleep(fault.hold)
-            code = await self.cluster.terminate(index, self.drain_timeout + 15)
-            return Fault(
-                fault.kind, node_id, started, self.clock(), f"{detail}; exited with code {code}"
-            )
         if not self.cluster.running(index):
             return Fault(fault.kind, node_id, started, started, f"{detail} — skipped: down")
         await self._begin(fault, index)
         await asyncio.sleep(fault.hold)
         await self._end(fault, index)
         return Fault(fault.kind, node_id, started, self.clock(), detail)
+
+    async def _join_and_leave(self, fault: PlannedFault) -> Fault:
+        """Start the extra node, let it run for the hold, SIGTERM it and wait for its exit
+        (within its stop grace: a hang is recorded by the cluster)."""
+        assert fault.node is not None
+        index = fault.node
+        node_id = self.cluster.node_id(index)
+        detail = fault.describe(node_id)
+        started = self.clock()
+        log.warning("fault: %s", detail, extra={"action": "chaos_fault", "kind": fault.kind})
+        await self.cluster.start(index)
+        await asyncio.sleep(fault.hold)
+        code = await self.cluster.terminate(index)
+        return Fault(
+            fault.kind, node_id, started, self.clock(), f"{detail}; exited with code {code}"
+        )
 
     async def _database_fault(self, fault: PlannedFault) -> Fault:
         detail = fault.describe(None)

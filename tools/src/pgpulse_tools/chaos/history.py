@@ -31,6 +31,13 @@ class Execution:
         in_db: whether the database kept its whole record; ``False`` when only the node's
             journal has it (a failover lost the transactions that wrote it): see
             :mod:`~pgpulse_tools.chaos.journal`.
+        committed_at: the database's instant (``clock_timestamp()``) of the statement that
+            ended it — its effect, or its planned failure — read inside that statement, so
+            never after its commit; ``None`` if it never ended in the database (or its history
+            predates the field). Unlike ``ended_at`` it is on the database's clock even when
+            only the journal kept the execution (``ended_at`` is then the node's instant of
+            the acknowledgement, which a loaded node writes late): the instant to compare
+            with a failover's kill.
     """
 
     id: int
@@ -48,6 +55,7 @@ class Execution:
     uid: str = ""
     run_id: int | None = None
     in_db: bool = True
+    committed_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Execution:

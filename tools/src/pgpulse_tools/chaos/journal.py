@@ -8,14 +8,19 @@ an ``O_APPEND`` descriptor: a SIGKILL loses nothing written before it):
 
 * ``{"e": "start", "uid", "job_id", "scheduled_for", "attempt", "token", "run_id", "node",
   "kind", "at"}`` — before the database hears of the execution;
-* ``{"e": "end", "uid", "at", "result", "lease_ok_at_start", "lease_ok_at_end"}`` — after the
-  database acknowledged its end (the effect's commit, or the planned failure's);
+* ``{"e": "end", "uid", "at", "result", "lease_ok_at_start", "lease_ok_at_end",
+  "committed_at"}`` — after the database acknowledged its end (the effect's commit, or the
+  planned failure's); ``committed_at`` is the database's instant of that end, as the statement
+  returned it;
 * ``{"e": "abort", "uid", "at"}`` — the handler ended otherwise (an error, a cancellation): it
   no longer holds its token. Only a SIGKILLed node leaves an execution without either.
 
-Instants are the node's clock (this machine's, which is the database server's too). The checker
-reads both records (:func:`merge`): an execution the journal has and the database lost is marked
-``in_db=False``.
+``at`` is the node's clock (this machine's, which is the database server's too) when it wrote
+the record: after the fact, by as long as the node took to get there — under load a second or
+more after the database acknowledged an end. So an end also carries ``committed_at``, taken by
+the database inside the statement that ended the execution: the instant the checker compares
+with a failover's kill (:mod:`~pgpulse_tools.chaos.effects`). The checker reads both records
+(:func:`merge`): an execution the journal has and the database lost is marked ``in_db=False``.
 """
 
 from __future__ import annotations
@@ -65,9 +70,17 @@ class Journal:
         self._write(node, {"e": "start", "uid": uid, "node": node, **fields})
 
     def ended(
-        self, uid: str, node: str, result: str, lease_ok_at_start: bool, lease_ok_at_end: bool
+        self,
+        uid: str,
+        node: str,
+        result: str,
+        lease_ok_at_start: bool,
+        lease_ok_at_end: bool,
+        *,
+        committed_at: datetime | None,
     ) -> None:
-        """Record that the database acknowledged the end of execution ``uid``.
+        """Record that the database acknowledged the end of execution ``uid``
+        (``committed_at``: the database's instant of that end, as its statement returned it).
 
         Raises:
             OSError: the file cannot be written.
@@ -80,6 +93,7 @@ class Journal:
                 "result": result,
                 "lease_ok_at_start": lease_ok_at_start,
                 "lease_ok_at_end": lease_ok_at_end,
+                "committed_at": committed_at,
             },
         )
 
@@ -117,8 +131,8 @@ def read_journals(folder: Path) -> list[dict[str, Any]]:
                 record = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            for key in ("at", "scheduled_for"):
-                if key in record:
+            for key in ("at", "scheduled_for", "committed_at"):
+                if record.get(key) is not None:
                     record[key] = datetime.fromisoformat(record[key])
             records.append(record)
     return records
@@ -127,8 +141,9 @@ def read_journals(folder: Path) -> list[dict[str, Any]]:
 def merge(rows: Sequence[Execution], records: Iterable[dict[str, Any]]) -> tuple[Execution, ...]:
     """The executions of a run: the database's rows (``rows``, with their database instants),
     plus, from the journal, every execution the database does not have (its instants the
-    node's, its end and result only if the journal recorded them; ids after the database's).
-    An execution whose record the database lost, wholly or its end, has ``in_db=False``.
+    node's but ``committed_at``, the database's; its end and result only if the journal
+    recorded them; ids after the database's). An execution whose record the database lost,
+    wholly or its end, has ``in_db=False``.
     """
     by_kind: dict[str, dict[str, dict[str, Any]]] = {"start": {}, "end": {}, "abort": {}}
     for record in records:
@@ -160,6 +175,7 @@ def merge(rows: Sequence[Execution], records: Iterable[dict[str, Any]]) -> tuple
                 uid=uid,
                 run_id=start["run_id"],
                 in_db=False,
+                committed_at=None if end is None else end.get("committed_at"),
             )
         )
     return (*merged, *lost)
@@ -181,4 +197,5 @@ def _complete(
         result=end["result"],
         lease_ok_at_end=end["lease_ok_at_end"],
         in_db=False,
+        committed_at=end.get("committed_at"),
     )

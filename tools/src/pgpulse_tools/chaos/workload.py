@@ -244,7 +244,15 @@ def _fence(ctx: RunContext) -> int:
 def _end(ctx: RunContext, start: dict[str, Any], row: DictRow, result: str, end: Any) -> None:
     """Journal the end the database acknowledged (``end``: its returned row)."""
     lease_ok = bool(end and end["lease_ok_at_end"])
-    _journal.ended(start["uid"], ctx.node_id, result, row["lease_ok_at_start"], lease_ok)
+    committed_at = end["committed_at"] if end else None
+    _journal.ended(
+        start["uid"],
+        ctx.node_id,
+        result,
+        row["lease_ok_at_start"],
+        lease_ok,
+        committed_at=committed_at,
+    )
     start["ended"] = True
 
 
