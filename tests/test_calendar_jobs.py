@@ -170,7 +170,8 @@ def test_calendar_commands_and_job_options_from_the_command_line(dsn: str) -> No
     assert resumed.stdout.startswith("resumed x (once); next occurrence ")
     bad = pgpulse("job", "pause", "x", "--until", "yesterday", dsn=dsn)
     assert bad.returncode == 2 and bad.stderr.startswith(
-        "error: invalid value for --until: 'yesterday' is not an instant"
+        "error: invalid value for --until: 'yesterday' is neither a duration (2h, 90m, 1d) nor "
+        "an instant"
     )
 
 

@@ -646,7 +646,11 @@ JOB_CREATE_ALLOW = "this command's --allow-private-target"
 
 @job.command("create")
 @click.argument("name", callback=valid_name("name"))
-@click.option("--schedule", required=True, help="Cron expression, @macro or @every duration.")
+@click.option(
+    "--schedule",
+    required=True,
+    help="Cron expression, @macro, @every duration or @at instant (a one-off).",
+)
 @click.option("--handler", required=True, help="Handler name (shell, http, or your own).")
 @tenant_option
 @click.option("--tz", "timezone", default="UTC", help="IANA time zone of the schedule.")

@@ -49,11 +49,11 @@ async def job_trigger(
 ) -> None:
     """Run job NAME now, once, as an extra occurrence.
 
-    Without --payload the job's own occurrence moves to now (an idle job only; the schedule
-    continues after it). With --payload the run is an occurrence of its own, with that payload,
-    beside whatever runs (the job must be idle or running; a shell job's payload needs the
-    rights to write the job). An http job's URL in the payload is checked as `job create`
-    checks it.
+    Without --payload the job runs an occurrence at the trigger's instant (an idle job only),
+    and its later occurrences stay as they were. With --payload the run is an occurrence of its
+    own, with that payload, beside whatever runs (the job must be idle or running; a shell job's
+    payload needs the rights to write the job). An http job's URL in the payload is checked as
+    `job create` checks it.
     """
     if payload is not None:
 

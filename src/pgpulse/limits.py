@@ -70,6 +70,15 @@ def pause_until(value: str, timezone: str, now: datetime) -> datetime:
         except OverflowError:  # past datetime's range: the range check's own refusal
             later = now.replace(year=9999, month=12, day=31)
         return check_instant_range("until", later, value)
+    try:
+        datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"until {value!r} is neither a duration (2h, 90m, 1d) nor an instant: write "
+            "2026-12-24T18:00:00 (in the job's zone) or add an offset (2026-12-24T18:00:00+01:00)",
+            field="until",
+            value=value,
+        ) from None
     return parse_instant("until", value, timezone)
 
 
