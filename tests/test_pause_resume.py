@@ -93,6 +93,28 @@ async def test_pausing_a_paused_job_again_without_intent_keeps_its_until_and_rea
     ] == ["create", "pause"]
 
 
+async def test_a_re_pause_sets_what_it_is_given_and_keeps_the_rest(dsn: str, db: Any) -> None:
+    """Pausing a paused job with only --until keeps its reason (and with only --reason its
+    until); --json says a change was written; the same pause again writes nothing."""
+    import json
+
+    shell = ("--handler", "shell", "--payload", '{"command": "true"}')
+    created = await apgpulse("job", "create", "hourly", "--schedule", "0 * * * *", *shell, dsn=dsn)
+    assert created.returncode == 0, created.stderr
+    first = await apgpulse("job", "pause", "hourly", "--until", "2h", "--reason", "maint", dsn=dsn)
+    assert first.returncode == 0, first.stderr
+    again = await apgpulse("job", "pause", "hourly", "--until", "3h", "--json", dsn=dsn)
+    assert again.returncode == 0, again.stderr
+    shown = json.loads(again.stdout)
+    assert (shown["changed"], shown["pause_reason"]) == (True, "maint")
+    job = job_row(db, "hourly")
+    assert job["pause_reason"] == "maint" and job["paused_until"] is not None
+    later = job["paused_until"]
+    same = await apgpulse("job", "pause", "hourly", "--reason", "maint", "--json", dsn=dsn)
+    assert json.loads(same.stdout)["changed"] is False
+    assert job_row(db, "hourly")["paused_until"] == later  # the until not given is kept
+
+
 async def test_a_pause_until_ends_by_itself_at_the_leaders_heartbeat(store: Store, db: Any) -> None:
     await add(store, spec("hourly", schedule="0 * * * *", timezone="Europe/London"), now=PAUSED)
     until = RESUMED

@@ -1002,7 +1002,8 @@ def _state_command(verb: str, doc: str) -> None:
 @click.option(
     "--reason",
     default=None,
-    help="Why: shown wherever the status is ('' clears a paused job's reason).",
+    help="Why: shown wherever the status is (a paused job keeps its reason when none is "
+    "given; '' clears it).",
 )
 @click.option(
     "--cancel",
@@ -1022,9 +1023,10 @@ async def job_pause(
     cancel: bool,
     as_json: bool,
 ) -> None:
-    """Pause job NAME: it is not claimed until resumed. Idempotent: pausing a paused job sets
-    its --until and --reason anew. A running job finishes its run (a retry included), which is
-    recorded, and then pauses; no new occurrence starts. --cancel stops the run now instead."""
+    """Pause job NAME: it is not claimed until resumed. Idempotent: pausing a paused job sets the
+    --until or --reason given and keeps the other. A running job finishes its run (a retry
+    included), which is recorded, and then pauses; no new occurrence starts. --cancel stops the
+    run now instead."""
     at = None
     if until is not None:
         zone = (await store.get_job(tenant, name))["timezone"]
@@ -1032,21 +1034,24 @@ async def job_pause(
     done = await store.pause_job(
         tenant, name, until=at, reason=reason, cancel=cancel, actor=cli_actor()
     )
-    why = f" ({reason})" if reason else " (no reason)" if reason == "" else ""
-    what = f"{name}{f' until {at.isoformat()}' if at else ''}{why}"
+    row = await store.get_job(tenant, name)
+    # the pause as it now is: a re-pause keeps the until or the reason it was not given
+    until_now, reason_now = row["paused_until"], row["pause_reason"]
+    why = f" ({reason_now})" if reason_now else " (no reason)" if reason == "" else ""
+    what = f"{name}{f' until {until_now.isoformat()}' if until_now else ''}{why}"
     line = pause_note(name, done)  # a requested pause, or runs cancelled
     if line is None and done.changed:
         line = f"paused {what}"
-    elif line is None and (at or reason is not None):
+    elif line is None and done.written:
         line = f"{name} was paused already; now paused {what}"
     elif line is None:
         line = unchanged_note("pause", name, "paused")
-    row = await store.get_job(tenant, name)
     result = {
         "id": row["id"],
         "tenant": tenant,
         "name": name,
-        "changed": done.changed,
+        # whether this command wrote anything (a new pause, or a paused job's new until/reason)
+        "changed": done.written,
         "status": row["status"],
         "pause_requested": row["pause_requested"],
         "paused_until": row["paused_until"],

@@ -836,8 +836,8 @@ LIMIT 5;
 
 -- name: pause_job
 -- Pause job (%(tenant)s, %(name)s). An idle, failed or paused job is paused at once (a paused one
--- takes the new %(until)s and %(reason)s, and keeps its own when neither is given; an empty
--- %(reason)s is given, and clears the reason): it is not claimed until resumed, by hand or, at
+-- takes %(until)s and %(reason)s where given, and keeps its own where not; an empty %(reason)s
+-- is given, and clears the reason): it is not claimed until resumed, by hand or, at
 -- %(until)s, by the leader's heartbeat. A running job is not stopped: its pause is requested
 -- (pause_requested, with the same until and reason), and the write that ends its run pauses it
 -- (finish_and_claim, fork_occurrence; a retry of the run still happens); meanwhile no pending
@@ -850,7 +850,12 @@ LIMIT 5;
 WITH target AS (
     SELECT j.id, j.status, j.paused_until, j.pause_reason, j.pause_requested, j.run_id,
            j.locked_by,
-           j.status = 'paused' OR (j.status = 'running' AND j.pause_requested) AS already
+           j.status = 'paused' OR (j.status = 'running' AND j.pause_requested) AS already,
+           -- the pause's until and reason: as given, or a pause's own where not given
+           CASE WHEN (j.status = 'paused' OR j.pause_requested) AND %(until)s::timestamptz IS NULL
+                THEN j.paused_until ELSE %(until)s::timestamptz END AS until,
+           CASE WHEN (j.status = 'paused' OR j.pause_requested) AND %(reason)s::text IS NULL
+                THEN j.pause_reason ELSE nullif(%(reason)s::text, '') END AS reason
     FROM pgpulse_jobs j
     WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s)
     FOR UPDATE
@@ -858,18 +863,15 @@ WITH target AS (
     UPDATE pgpulse_jobs j
     SET status = CASE WHEN target.status = 'running' THEN 'running' ELSE 'paused' END,
         pause_requested = target.status = 'running',
-        paused_until = %(until)s,
-        pause_reason = nullif(%(reason)s, ''),
+        paused_until = target.until,
+        pause_reason = target.reason,
         updated_at = now()
     FROM target
     WHERE j.id = target.id
       AND target.status IN ('idle', 'failed', 'paused', 'running')
+      -- a pause (or request) that already has this until and reason is left as it is
       AND (NOT target.already
-           OR (j.paused_until, j.pause_reason) IS DISTINCT FROM (%(until)s::timestamptz,
-                                                                 nullif(%(reason)s::text, '')))
-      -- pausing a paused job (or requesting a requested pause) without an until or a reason
-      -- keeps its pause as it is
-      AND NOT (target.already AND %(until)s::timestamptz IS NULL AND %(reason)s::text IS NULL)
+           OR (j.paused_until, j.pause_reason) IS DISTINCT FROM (target.until, target.reason))
     RETURNING j.id, j.tenant, j.name, j.revision, j.paused_until, j.pause_reason,
               j.pause_requested
 ), audit AS (
@@ -966,10 +968,9 @@ WITH clock AS (
     SELECT j.id, j.tenant, j.name, j.revision, j.status, j.paused_until, j.pause_reason,
            j.scheduled_for, j.attempt, j.locked_by, j.fencing_token, j.run_id, j.claimed_at,
            j.status = 'running' AND j.fencing_token = %(token)s AS held,
-           -- paused (or its pause requested) already, and neither an until nor a reason given:
-           -- its pause keeps them, as pause_job keeps them
-           (j.status = 'paused' OR j.pause_requested)
-               AND %(until)s::timestamptz IS NULL AND %(reason)s::text IS NULL AS keep
+           -- paused (or its pause requested) already: its pause keeps the until and the reason
+           -- not given, as pause_job keeps them
+           j.status = 'paused' OR j.pause_requested AS keep
     FROM pgpulse_jobs j
     WHERE j.id = %(job_id)s
       AND j.status IN ('idle', 'failed', 'paused', 'running')
@@ -989,10 +990,10 @@ WITH clock AS (
         last_error = CASE WHEN t.held THEN %(error)s ELSE j.last_error END,
         last_finished_at = CASE WHEN t.held THEN clock.now ELSE j.last_finished_at END,
         paused_until = CASE WHEN %(status)s <> 'paused' THEN NULL
-                            WHEN t.keep THEN j.paused_until
+                            WHEN t.keep AND %(until)s::timestamptz IS NULL THEN j.paused_until
                             ELSE %(until)s::timestamptz END,
         pause_reason = CASE WHEN %(status)s <> 'paused' THEN NULL
-                            WHEN t.keep THEN j.pause_reason
+                            WHEN t.keep AND %(reason)s::text IS NULL THEN j.pause_reason
                             ELSE nullif(%(reason)s::text, '') END,
         pause_requested = false,
         updated_at = clock.now
