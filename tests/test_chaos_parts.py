@@ -373,6 +373,64 @@ async def test_a_join_and_leave_waits_until_the_previous_one_has_stopped_its_nod
     assert calls == ["start", "sigterm", "exited", "start", "sigterm", "exited"]
 
 
+def test_a_node_ends_even_if_a_handler_was_connecting_as_it_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The workload's handlers leave nothing behind that outlives a node's event loop: a
+    handler still connecting (to a server that accepts and never answers) when the node's main
+    coroutine ends is cancelled with the loop, and the loop closes at once. (An unclosed
+    psycopg_pool pool reconnecting then swallowed the cancellation, and the node never
+    exited: three hung nodes in seed 7's soak.)"""
+    import socket
+    import threading
+
+    from pgpulse_tools.chaos.workload import Connections
+
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+    port = mute.getsockname()[1]
+    monkeypatch.setenv("PGPULSE_DATABASE_URL", f"host=127.0.0.1 port={port} dbname=x")
+
+    async def node() -> None:
+        connections = Connections(2)
+
+        async def handler() -> None:
+            async with connections.connection():
+                pass
+
+        asyncio.get_running_loop().create_task(handler())
+        await asyncio.sleep(0.3)  # the handler is connecting as the node's run ends
+
+    runner = threading.Thread(target=asyncio.run, args=(node(),), daemon=True)
+    try:
+        runner.start()
+        runner.join(10)
+        assert not runner.is_alive(), "the event loop did not close"
+    finally:
+        mute.close()
+
+
+async def test_the_handlers_connections_are_kept_and_checked_before_reuse(
+    dsn: str, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection goes back for the next handler; one that died meanwhile (a failover, a
+    restart) is found by the check before it is lent and replaced, not lent to fail."""
+    from pgpulse_tools.chaos.workload import Connections
+
+    monkeypatch.setenv("PGPULSE_DATABASE_URL", dsn)
+    connections = Connections(2)
+    async with connections.connection() as conn:
+        pid = (await (await conn.execute("SELECT pg_backend_pid() AS pid")).fetchone() or {})["pid"]
+    async with connections.connection() as again:
+        assert again is conn
+    db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    async with connections.connection() as fresh:
+        row = await (await fresh.execute("SELECT pg_backend_pid() AS pid")).fetchone()
+        assert fresh is not conn and row is not None and row["pid"] != pid
+    await connections.close()
+
+
 def test_a_soak_is_a_long_run_then_resharding_during_failovers() -> None:
     """``pgpulse chaos --soak``'s runs: the long run as given (over 10 minutes), then a run on
     a replicated cluster of the harness's own (async unless the soak is on a cluster) whose

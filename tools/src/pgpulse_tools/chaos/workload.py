@@ -34,18 +34,20 @@ occurrence, attempt), so an execution behaves the same whichever node runs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import random
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import ConnectionPool
 
 from pgpulse.app import App
 from pgpulse.handlers import HandlerFailed, RunContext
@@ -57,6 +59,8 @@ from pgpulse_tools.chaos.journal import Journal
 Q = load_queries("chaos.sql", __package__)
 #: Seconds a handler waits for a history connection before its attempt fails.
 POOL_TIMEOUT = 15.0
+#: History connections an async handler may hold at once, per node.
+POOL_SIZE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +148,6 @@ def build_jobs(count: int, *, lease: float, seed: int) -> list[JobSpec]:
 # -- the handlers node processes run ------------------------------------------------------------
 
 app = App(builtins=False)
-_pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
-_pool_lock = asyncio.Lock()
 _sync_pool: ConnectionPool[psycopg.Connection[DictRow]] | None = None
 _sync_lock = threading.Lock()
 _journal = Journal.from_env()
@@ -164,26 +166,70 @@ def _conn_kwargs() -> dict[str, Any]:
     }
 
 
-async def _history_pool() -> AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]:
-    global _pool
-    async with _pool_lock:
-        if _pool is None:
-            pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] = AsyncConnectionPool(
-                _dsn(),
-                min_size=1,
-                max_size=4,
-                timeout=POOL_TIMEOUT,
-                kwargs=_conn_kwargs(),
-                connection_class=psycopg.AsyncConnection[DictRow],
-                # After a failover every idle connection is dead: test each before lending it,
-                # or each would fail one execution.
-                check=AsyncConnectionPool.check_connection,
-                open=False,
-                name="chaos-history",
-            )
-            await pool.open(wait=False)
-            _pool = pool
-        return _pool
+class Connections:
+    """The async handlers' connections to the run's database: at most ``size`` lent at once
+    (a handler waits up to :data:`POOL_TIMEOUT` for one), an idle one checked before it is lent
+    again (after a failover every idle connection is dead: unchecked, each would fail one
+    execution), a new one opened by the borrowing handler itself.
+
+    Not a psycopg_pool pool: a handler module has no hook to close one at the node's stop, and
+    an unclosed pool's maintenance task that is reconnecting (after a restart, a failover)
+    swallows the cancellation the event loop sends its tasks as the process ends, so the node
+    never exited (seed 7's soak: a SIGTERMed node, its drain done, hung in the loop's last
+    cancellation). Here nothing runs outside the handlers' own tasks.
+    """
+
+    def __init__(self, size: int = POOL_SIZE) -> None:
+        self._free = asyncio.Semaphore(size)
+        self._idle: list[psycopg.AsyncConnection[DictRow]] = []
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:
+        """A connection for one statement or a few; kept for the next handler unless the
+        block raised (its state is unknown: it is closed).
+
+        Raises:
+            psycopg.OperationalError: none free within :data:`POOL_TIMEOUT`, or it could not
+                connect.
+        """
+        try:
+            async with asyncio.timeout(POOL_TIMEOUT):
+                await self._free.acquire()
+        except TimeoutError:
+            raise psycopg.OperationalError(
+                f"no history connection free within {POOL_TIMEOUT:g}s"
+            ) from None
+        try:
+            conn = await self._lend()
+            try:
+                yield conn
+            except BaseException:
+                await conn.close()
+                raise
+            self._idle.append(conn)
+        finally:
+            self._free.release()
+
+    async def close(self) -> None:
+        """Close the idle connections (a node's process need not: they end with it)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+    async def _lend(self) -> psycopg.AsyncConnection[DictRow]:
+        while self._idle:
+            conn = self._idle.pop()
+            try:
+                async with asyncio.timeout(POOL_TIMEOUT):
+                    await conn.execute("")
+            except (psycopg.Error, TimeoutError):
+                await conn.close()
+                continue
+            return conn
+        return await psycopg.AsyncConnection.connect(_dsn(), **_conn_kwargs())
+
+
+_connections = Connections()
 
 
 def _sync_history_pool() -> ConnectionPool[psycopg.Connection[DictRow]]:
@@ -290,7 +336,7 @@ async def run_async(ctx: RunContext) -> str:
         psycopg.Error: the history could not be written (the attempt fails).
     """
     duration, fails = _plan(ctx)
-    pool = await _history_pool()
+    pool = _connections
     start = _start(ctx, None if fails else duration)
     try:
         async with pool.connection() as conn:
