@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import psycopg
@@ -263,25 +263,40 @@ class ClaimStore(NodeRegistry):
             for o in sorted(outcomes, key=lambda o: o.job.id)
         ]
         params = step_params(batch, now=now, node=node, routes=routes, limit=limit, lease=lease)
+        # a skip summary or an auto-pause's audit row: only for a batch that has one
+        rare = any(element["skips"] or element["status"] == "paused" for element in batch)
+        # next_job_due runs after the finish: it counts the jobs just moved on
+        return await self._step("job", params, rare=rare)
+
+    async def _step(
+        self, row: Literal["job", "occurrence"], params: dict[str, Any], *, rare: bool = False
+    ) -> Step:
+        """One claim step of ``row`` rows with ``params`` (:func:`step_params`): the finish of
+        its outcomes (none: not sent; ``rare``: ``record_skips_and_auto_pauses`` first), then,
+        when its limit is above 0, the claim and the next due instant, in one pipeline
+        (:meth:`_send_step`). Returns the claims written and, when it claimed, the claimed
+        rows, the next due instant and the clock (else ``None`` for both)."""
+        kind = "jobs" if row == "job" else "occurrences"
+        names = ["record_skips_and_auto_pauses"] if rare else []
+        if finishing := params["outcomes"] != "[]":
+            names.append(f"finish_{kind}")
         claiming = params["limit"] > 0
-        names = []
-        if batch:
-            # a skip summary or an auto-pause's audit row: only for a batch that has one
-            if any(element["skips"] or element["status"] == "paused" for element in batch):
-                names.append("record_skips_and_auto_pauses")
-            names.append("finish_jobs")
         if claiming:
-            names += ["claim_jobs", "next_job_due"]
+            names += [f"claim_{kind}", f"next_{row}_due"]
         results = dict(zip(names, await self._send_step(names, params), strict=True))
         written = set()
-        if batch:
-            written = {ClaimKey("job", i, token) for i, token in results["finish_jobs"][1]}
+        if finishing:
+            written = {ClaimKey(row, i, token) for i, token in results[f"finish_{kind}"][1]}
         if not claiming:
             return Step(written, [], None, None)
-        jobs = _claimed(results["claim_jobs"])
-        due = _one(results["next_job_due"])
-        # next_job_due ran after the finish: it counts the jobs just moved on
-        return Step(written, jobs, due["next_due"], due["clock_now"], due["occurrences_due"])
+        due = _one(results[f"next_{row}_due"])
+        return Step(
+            written,
+            _claimed(results[f"claim_{kind}"]),
+            due["next_due"],
+            due["clock_now"],
+            due.get("occurrences_due"),
+        )
 
     async def _send_step(self, names: Sequence[str], params: dict[str, Any]) -> list[_Result]:
         """Send the statements ``names`` of a claim step, at the routes' shard count
@@ -347,20 +362,7 @@ class ClaimStore(NodeRegistry):
             for o in sorted(outcomes, key=lambda o: o.job.occurrence or 0)
         ]
         params = step_params(batch, now=now, node=node, routes=routes, limit=limit, lease=lease)
-        claiming = params["limit"] > 0
-        names = ["finish_occurrences"] if batch else []
-        if claiming:
-            names += ["claim_occurrences", "next_occurrence_due"]
-        results = dict(zip(names, await self._send_step(names, params), strict=True))
-        written = set()
-        if batch:
-            written = {ClaimKey("occurrence", i, t) for i, t in results["finish_occurrences"][1]}
-        if not claiming:
-            return Step(written, [], None, None)
-        due = _one(results["next_occurrence_due"])
-        return Step(
-            written, _claimed(results["claim_occurrences"]), due["next_due"], due["clock_now"]
-        )
+        return await self._step("occurrence", params)
 
     async def fork(self, outcome: Outcome, *, now: datetime | None = None) -> bool:
         """Write a ``forked`` outcome: the job row moves to ``outcome.advance`` and its claimed
