@@ -11,7 +11,7 @@ import pytest
 
 from pgpulse.errors import PreReleaseSchema
 from pgpulse.migrations import migrate, schema_version
-from pgpulse.sql import QUERIES, load_queries, migration_files
+from pgpulse.sql import QUERIES, RAW_QUERIES, fill_fragments, load_queries, migration_files
 from pgpulse_tools.schema import SCHEMA_FILE, migrated_schema
 
 
@@ -36,7 +36,8 @@ def test_every_statement_is_at_most_80_lines_and_fits_the_drivers_cache(filename
     not sent: pgpulse.sql.split_named_blocks). No statement is rewritten by a regular
     expression on its way out: a claim's shard is an explicit marker
     (pgpulse.sql.at_shard_count)."""
-    queries = load_queries(filename)
+    # as sent: fragments and shard markers filled (pgpulse.sql.fill_fragments)
+    queries = {name: QUERIES.get(name, q) for name, q in load_queries(filename).items()}
     text = resources.files("pgpulse.sql").joinpath(filename).read_text()
     lines = {
         name: sum(
@@ -50,6 +51,28 @@ def test_every_statement_is_at_most_80_lines_and_fits_the_drivers_cache(filename
     }
     assert {name: n for name, n in lines.items() if n > 80} == {}
     assert {name: len(q.encode()) for name, q in queries.items() if len(q.encode()) > 4096} == {}
+
+
+def test_every_run_row_written_over_follows_the_one_rule() -> None:
+    """The run row's rule (an attempt written over an earlier one: pgpulse.sql's fragment
+    ``attempt_written_over``) is written once: every statement that upserts a run row names it,
+    and none spells out its own."""
+    written = {**load_queries("queries.sql"), **load_queries("occurrences.sql")}
+    upserting = {
+        name: statement
+        for name, statement in written.items()
+        if re.search(r"INSERT INTO pgpulse_runs AS r\b.*?ON CONFLICT.*?DO UPDATE", statement, re.S)
+    }
+    assert len(upserting) == 9
+    assert [n for n, s in upserting.items() if "{attempt_written_over}" not in s] == []
+    assert [n for n, s in written.items() if "earlier_attempts = CASE" in s] == []
+    assert all("earlier_attempts = CASE" in s for n, s in RAW_QUERIES.items() if n in upserting)
+
+
+def test_a_statement_naming_an_unknown_marker_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"statement 'x' names an unknown marker \{epoc\}"):
+        fill_fragments("x", "SELECT {epoc}", {"epoch": "1"})
+    assert fill_fragments("x", "SELECT {epoch} + {epoch}", {"epoch": "1"}) == "SELECT 1 + 1"
 
 
 async def test_migrating_twice_is_a_no_op(empty_dsn: str) -> None:

@@ -79,6 +79,8 @@ PATTERNS: dict[tuple[str, str], str] = {
     ("pgpulse.limits", "_DURATION"): "fullmatch",
     # Pulse's own SQL files and help texts, not outside input; timed all the same.
     ("pgpulse.sql", "_NAME"): "split",
+    ("pgpulse.sql", "_FRAGMENT"): "split",
+    ("pgpulse.sql", "_MARKER"): "findall",
 }
 #: Patterns written inline in a call: (file, pattern, method). ``sql/__init__.py`` and
 #: ``cli_conventions.py`` apply theirs to Pulse's own SQL files and help texts.

@@ -12,16 +12,20 @@ from importlib import resources
 from typing import Final
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_FRAGMENT = re.compile(r"^-- fragment: (\w+)\s*$", re.MULTILINE)
+#: A marker in a statement: ``{name}`` of a fragment or of a shard marker.
+_MARKER = re.compile(r"\{(\w+)\}")
 
 
-def split_named_blocks(text: str) -> dict[str, str]:
-    """Split SQL text into ``{name: statement}`` at each ``-- name: NAME`` line, without the
-    block's comment lines and each line's indentation (no literal spans lines).
+def split_named_blocks(text: str, heading: re.Pattern[str] = _NAME) -> dict[str, str]:
+    """Split SQL text into ``{name: statement}`` at each ``-- name: NAME`` line (or each line
+    ``heading`` matches), without the block's comment lines and each line's indentation (no
+    literal spans lines).
 
     Raises:
         ValueError: a name is defined twice.
     """
-    parts = _NAME.split(text)
+    parts = heading.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
@@ -42,17 +46,52 @@ def load_queries(filename: str, package: str | None = None) -> dict[str, str]:
     return split_named_blocks(folder.joinpath(filename).read_text("utf-8"))
 
 
-def _all_queries() -> dict[str, str]:
-    """``queries.sql`` and ``occurrences.sql`` (the extra occurrences' statements) as one dict.
+def _fragments() -> dict[str, str]:
+    """The shared expressions of ``fragments.sql`` by name (``-- fragment: NAME`` blocks)."""
+    text = resources.files(__package__).joinpath("fragments.sql").read_text("utf-8")
+    return split_named_blocks(text, _FRAGMENT)
+
+
+def fill_fragments(name: str, statement: str, fragments: dict[str, str]) -> str:
+    """``statement`` with each fragment marker (``{epoch}``) replaced by its fragment.
 
     Raises:
-        ValueError: the two files define one name twice.
+        ValueError: the statement names a marker that is neither a fragment nor a shard marker
+            (a typo would otherwise reach the server as SQL).
+    """
+    for marker in _MARKER.findall(statement):
+        if marker in fragments:
+            statement = statement.replace(f"{{{marker}}}", fragments[marker])
+        elif f"{{{marker}}}" not in SHARD_MARKERS:
+            raise ValueError(f"statement {name!r} names an unknown marker {{{marker}}}")
+    return statement
+
+
+def _all_queries() -> dict[str, str]:
+    """``queries.sql`` and ``occurrences.sql`` (the extra occurrences' statements) as one dict,
+    their fragment markers filled from ``fragments.sql``.
+
+    Raises:
+        ValueError: the two files define one name twice, or a statement names an unknown marker.
     """
     queries = load_queries("queries.sql")
     extra = load_queries("occurrences.sql")
     if twice := queries.keys() & extra.keys():
         raise ValueError(f"queries.sql and occurrences.sql both define {sorted(twice)}")
-    return {**queries, **extra}
+    fragments = _fragments()
+    return {
+        name: fill_fragments(name, statement, fragments)
+        for name, statement in {**queries, **extra}.items()
+    }
+
+
+#: The markers by which a claim statement names a row's shard (``{shard_of_job}``: a job row
+#: ``j``; ``{shard_of_occurrence}``: an extra occurrence ``o``), and what each reads at the
+#: default of 64 shards and at any other count (:func:`at_shard_count`).
+SHARD_MARKERS: Final[dict[str, tuple[str, str]]] = {
+    "{shard_of_job}": ("j.shard_id", "(j.id %% {count})::smallint"),
+    "{shard_of_occurrence}": ("o.shard_id", "(o.job_id %% {count})::smallint"),
+}
 
 
 #: Every statement of ``queries.sql`` and ``occurrences.sql`` by name, as written (a claim's
@@ -82,15 +121,6 @@ def migration_files() -> list[tuple[int, str, str]]:
     if versions != list(range(1, len(found) + 1)):
         raise ValueError(f"migration numbers must run 1..N without gaps, found {versions}")
     return found
-
-
-#: The markers by which a claim statement names a row's shard (``{shard_of_job}``: a job row
-#: ``j``; ``{shard_of_occurrence}``: an extra occurrence ``o``), and what each reads at the
-#: default of 64 shards and at any other count (:func:`at_shard_count`).
-SHARD_MARKERS: Final[dict[str, tuple[str, str]]] = {
-    "{shard_of_job}": ("j.shard_id", "(j.id %% {count})::smallint"),
-    "{shard_of_occurrence}": ("o.shard_id", "(o.job_id %% {count})::smallint"),
-}
 
 
 @functools.lru_cache(maxsize=64)

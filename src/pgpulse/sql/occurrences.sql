@@ -51,19 +51,7 @@ WITH clock AS (
            CASE WHEN e.outcome = 'retrying' THEN clock.now END
     FROM released AS e CROSS JOIN clock
     ON CONFLICT (id) DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                   'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts, outcome = excluded.outcome, node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = excluded.finished_at, error = excluded.error, output = excluded.output,
-        attempt_ended_at = excluded.attempt_ended_at
+    {attempt_written_over}
     RETURNING 1
 ), counted AS (
     UPDATE pgpulse_batches AS b
@@ -87,8 +75,7 @@ SELECT id, fencing_token FROM released;
 -- claimed occurrence with its job's definition (ClaimedJob's fields, by name).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
-               AS epoch
+           {epoch} AS epoch
 ), route AS (
     SELECT r.handler, r.shards::smallint[] AS shards
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
@@ -207,24 +194,7 @@ run AS (
     CROSS JOIN clock
     WHERE b.started
     ON CONFLICT (id) DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                   'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts,
-        outcome = 'retrying',
-        node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token,
-        started_at = excluded.started_at,
-        finished_at = NULL,
-        error = excluded.error,
-        output = NULL,
-        attempt_ended_at = excluded.attempt_ended_at
+    {attempt_written_over}
     RETURNING 1
 ),
 counted AS (
@@ -277,23 +247,7 @@ cancelled_run AS (
            c.kind, c.batch_id
     FROM cancelled AS c, old, clock
     ON CONFLICT (id) DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                   'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts,
-        outcome = 'cancelled',
-        node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at,
-        error = excluded.error,
-        output = CASE WHEN excluded.attempts > r.attempts THEN NULL ELSE r.output END
+    {attempt_written_over}
     RETURNING 1
 ), counted AS (
     UPDATE pgpulse_batches AS b
@@ -315,8 +269,7 @@ SELECT count(*) AS cancelled FROM cancelled;
 -- row when the job row's claim was lost.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
-               AS epoch
+           {epoch} AS epoch
 ),
 old AS (
     SELECT j.id, j.scheduled_for, j.attempt, j.interruptions, j.run_id, j.max_concurrency,
@@ -408,24 +361,7 @@ run AS (
     FROM cancelled AS c
     CROSS JOIN clock
     ON CONFLICT (id) DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                   'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts,
-        outcome = 'cancelled',
-        node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at,
-        error = excluded.error,
-        output = NULL,
-        attempt_ended_at = NULL
+    {attempt_written_over}
     RETURNING 1
 ),
 counted AS (
@@ -446,8 +382,7 @@ ORDER BY c.id;
 -- and the run id as its changes) in the same statement. No row when there is no such job.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
-               AS epoch
+           {epoch} AS epoch
 ),
 job AS (
     SELECT j.id, j.shard_id, j.status, j.tenant, j.name, j.revision
@@ -528,8 +463,7 @@ ORDER BY scheduled_for, id;
 -- same statement. Returns the batch's id and how many.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
-               AS epoch
+           {epoch} AS epoch
 ),
 batch AS (
     INSERT INTO pgpulse_batches (job_id, kind, max_concurrency)

@@ -24,8 +24,7 @@
 -- element's job row in id order first, so finish_jobs, next, finds the same rows held.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
-               AS epoch
+           {epoch} AS epoch
 ), input AS (
     SELECT * FROM json_to_recordset(%(outcomes)s::json) AS i (
         job_id bigint, token bigint, status text, outcome text, skips bigint,
@@ -115,20 +114,7 @@ WITH clock AS (
            CASE WHEN i.outcome = 'retrying' THEN clock.now END
     FROM input AS i JOIN job ON job.id = i.job_id CROSS JOIN clock
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                   'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts, outcome = excluded.outcome, node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = excluded.finished_at, error = excluded.error, output = excluded.output,
-        occurrences = excluded.occurrences, last_scheduled_for = excluded.last_scheduled_for,
-        attempt_ended_at = excluded.attempt_ended_at
+    {attempt_written_over}
     RETURNING 1
 )
 SELECT id, fencing_token FROM job;
@@ -148,8 +134,7 @@ SELECT id, fencing_token FROM job;
 -- computes the spread offset (a SQL function per row cost 1.14-1.31x the DB CPU per firing).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           (('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48
-               AS epoch
+           {epoch} AS epoch
 ), route AS (
     SELECT r.handler, r.shards::smallint[] AS shards
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
@@ -299,25 +284,13 @@ WITH clock AS (
                                    fencing_token, started_at, error, attempt_ended_at)
     OVERRIDING SYSTEM VALUE
     -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
-    SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+    SELECT coalesce(o.run_id, nextval('pgpulse_runs_id_seq') + {epoch}),
            o.id, o.scheduled_for, o.attempt,
            'retrying', o.locked_by, o.fencing_token, o.claimed_at, %(reason)s, clock.now
     FROM job JOIN pgpulse_jobs o ON o.id = job.id CROSS JOIN clock
     WHERE job.started
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                    'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error, output = NULL,
-        attempt_ended_at = excluded.attempt_ended_at
+    {attempt_written_over}
     RETURNING 1
 )
 SELECT job.id, job.started FROM job;
@@ -455,24 +428,12 @@ WITH clock AS (
                                fencing_token, started_at, error, attempt_ended_at)
     OVERRIDING SYSTEM VALUE
     -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
-    SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+    SELECT coalesce(e.run_id, nextval('pgpulse_runs_id_seq') + {epoch}),
            e.id, e.scheduled_for, e.attempt, 'retrying', e.locked_by, e.fencing_token,
            e.claimed_at, job.last_error, clock.now
     FROM expired e JOIN job ON job.id = e.id CROSS JOIN clock
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                    'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error, output = NULL,
-        attempt_ended_at = excluded.attempt_ended_at
+    {attempt_written_over}
     RETURNING r.id
 )
 SELECT count(*)::int AS reaped FROM job;
@@ -515,19 +476,7 @@ WITH clock AS (
            e.batch_id, clock.now
     FROM occurrence e CROSS JOIN clock
     ON CONFLICT (id) DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                    'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts, outcome = 'retrying', node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token, started_at = excluded.started_at,
-        finished_at = NULL, error = excluded.error, output = NULL,
-        attempt_ended_at = excluded.attempt_ended_at
+    {attempt_written_over}
     RETURNING 1
 ), counted AS (
     UPDATE pgpulse_batches b
@@ -923,29 +872,12 @@ INSERT INTO pgpulse_runs AS r (
     )
     OVERRIDING SYSTEM VALUE
     -- never NULL for a claimed job; else an id as the claim draws one (its epoch)
-    SELECT coalesce(t.run_id, nextval('pgpulse_runs_id_seq') + ((('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint - 1) << 48)),
+    SELECT coalesce(t.run_id, nextval('pgpulse_runs_id_seq') + {epoch}),
            t.id, t.scheduled_for, t.attempt, 'cancelled', t.locked_by,
            t.fencing_token, t.claimed_at, clock.now, %(error)s
     FROM t CROSS JOIN clock
     ON CONFLICT (job_id, scheduled_for) WHERE kind = 'scheduled' DO UPDATE
-    SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at IS NOT NULL
-                           THEN coalesce(r.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                               jsonb_build_object(
-                                   'attempt', r.attempts, 'node_id', r.node_id,
-                                   'fencing_token', r.fencing_token, 'started_at', r.started_at,
-                                   'ended_at', coalesce(r.finished_at, r.attempt_ended_at),
-                                   'outcome', r.outcome, 'error', r.error,
-                                   'output', r.output))
-                           ELSE r.earlier_attempts END,
-        attempts = excluded.attempts,
-        outcome = 'cancelled',
-        node_id = excluded.node_id,
-        fencing_token = excluded.fencing_token,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at,
-        error = excluded.error,
-        output = NULL,
-        attempt_ended_at = NULL
+    {attempt_written_over}
     RETURNING r.id;
 
 -- name: pause_cancelling
