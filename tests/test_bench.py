@@ -41,11 +41,14 @@ from pgpulse_tools.bench.writes import WriteMeter, comparison_rows, per_firing
 
 
 def test_ceiling_script_is_generated_from_every_parameter_of_the_queries() -> None:
-    """One transaction per step, as a node's claim loop sends it: the previous batch's
-    completion, the claim whose outcomes the next step completes, the next due instant."""
+    """One transaction per step, as a node's claim loop sends it while its batches come back
+    full: the previous batch's completion and the claim whose outcomes the next step completes
+    (the next due instant only with ``next_due``, as after a short batch)."""
     script = pgbench_script()
     assert "%(" not in script  # every parameter bound
-    assert script.startswith("BEGIN;\n") and script.endswith("FROM clock;\nCOMMIT;\n")
+    assert script.startswith("BEGIN;\n") and script.endswith("FROM claimed \\gset\nCOMMIT;\n")
+    assert "next_run_at > " not in script
+    assert pgbench_script(next_due=True).endswith("FROM clock;\nCOMMIT;\n")
     assert script.count("\\gset") == 1 and "FROM claimed \\gset\n" in script
     assert "json_to_recordset((:outcomes)::json)" in script
     assert script.count("INSERT INTO pgpulse_runs") == 1  # the history row, once per firing

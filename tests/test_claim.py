@@ -378,6 +378,38 @@ async def test_one_step_writes_outcomes_and_says_when_their_jobs_are_due(
     assert run == {"outcome": "succeeded", "output": "a\ufffdb"}  # NUL cannot be stored as is
 
 
+async def test_after_a_full_batch_the_next_due_instant_is_asked_only_when_a_batch_is_short(
+    store: Store, dsn: str
+) -> None:
+    """A full batch's next due instant is never read, so the step after a full batch leaves
+    next_job_due out, and sends it alone when that batch comes back short after all."""
+    await add(store, *(spec(f"job-{i}") for i in range(5)), now=T0)
+    await add(store, spec("hourly", schedule="0 * * * *"), now=T0)
+    sent: list[list[str]] = []
+    send = store._send_step
+
+    async def recording(names: Any, params: dict[str, Any]) -> Any:
+        sent.append(list(names))
+        return await send(names, params)
+
+    store._send_step = recording  # type: ignore[method-assign]
+    steps = [await store.finish_and_claim([], "n", NOOP_ALL, 2, lease=30, now=LATER)]
+    steps += [await store.finish_and_claim([], "n", NOOP_ALL, 2, lease=30, now=LATER)]
+    steps += [await store.finish_and_claim([], "n", NOOP_ALL, 2, lease=30, now=LATER)]
+    assert sent == [
+        ["claim_jobs", "next_job_due"],  # nothing known yet: asked
+        ["claim_jobs"],  # after a full batch
+        ["claim_jobs"],  # after a full batch, and this one is short (one left): asked alone
+        ["next_job_due"],
+    ]
+    assert [len(s.jobs) for s in steps] == [2, 2, 1]
+    assert [(s.next_due, s.db_now) for s in steps] == [
+        (utc(2026, 1, 1, 1, 0), LATER),
+        (None, LATER),
+        (utc(2026, 1, 1, 1, 0), LATER),
+    ]
+
+
 async def test_a_step_with_a_skip_or_an_auto_pause_writes_them_beside_plain_outcomes(
     store: Store, db: Any
 ) -> None:

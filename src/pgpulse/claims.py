@@ -26,6 +26,7 @@ from psycopg.abc import Buffer
 from psycopg.rows import tuple_row
 from psycopg.types.json import JsonbBinaryLoader
 
+from pgpulse.database import ConnectionSource
 from pgpulse.model import ClaimedJob, ClaimKey, Heartbeat, Outcome, Step
 from pgpulse.planner import Advance
 from pgpulse.registry import NodeRegistry
@@ -171,6 +172,11 @@ class ClaimStore(NodeRegistry):
 
     shard_count: int = DEFAULT_SHARD_COUNT
 
+    def __init__(self, pool: ConnectionSource) -> None:
+        super().__init__(pool)
+        #: Whether the last claim step of each kind of row claimed a full batch (:meth:`_step`).
+        self._was_full: dict[str, bool] = {}
+
     # -- claims and outcomes ---------------------------------------------------------------
 
     async def claim_due(
@@ -273,30 +279,36 @@ class ClaimStore(NodeRegistry):
     ) -> Step:
         """One claim step of ``row`` rows with ``params`` (:func:`step_params`): the finish of
         its outcomes (none: not sent; ``rare``: ``record_skips_and_auto_pauses`` first), then,
-        when its limit is above 0, the claim and the next due instant, in one pipeline
-        (:meth:`_send_step`). Returns the claims written and, when it claimed, the claimed
+        when its limit is above 0, the claim and, unless the last batch of ``row`` rows was
+        full, the next due instant, in one pipeline (:meth:`_send_step`); the next due instant
+        alone after it when a batch comes back short unasked. Returns the claims written and, when it claimed, the claimed
         rows, the next due instant and the clock (else ``None`` for both)."""
-        kind = "jobs" if row == "job" else "occurrences"
+        kind, due_name = ("jobs" if row == "job" else "occurrences"), f"next_{row}_due"
         names = ["record_skips_and_auto_pauses"] if rare else []
         if finishing := params["outcomes"] != "[]":
             names.append(f"finish_{kind}")
         claiming = params["limit"] > 0
+        # A full batch's next due instant is never read (its node has no free slot to sleep
+        # for), so after a full batch the step leaves it out and asks it alone if this batch
+        # comes back short after all: one round trip when a backlog drains, a statement less
+        # per step while it lasts.
+        asking_due = claiming and not self._was_full.get(row, False)
         if claiming:
-            names += [f"claim_{kind}", f"next_{row}_due"]
+            names += [f"claim_{kind}", *([due_name] if asking_due else [])]
         results = dict(zip(names, await self._send_step(names, params), strict=True))
         written = set()
         if finishing:
             written = {ClaimKey(row, i, token) for i, token in results[f"finish_{kind}"][1]}
         if not claiming:
             return Step(written, [], None, None)
-        due = _one(results[f"next_{row}_due"])
-        return Step(
-            written,
-            _claimed(results[f"claim_{kind}"]),
-            due["next_due"],
-            due["clock_now"],
-            due.get("occurrences_due"),
-        )
+        claimed = _claimed(results[f"claim_{kind}"])
+        self._was_full[row] = full = len(claimed) >= params["limit"]
+        if not asking_due and full:
+            return Step(written, claimed, None, claimed[0].db_now)
+        if not asking_due:
+            [results[due_name]] = await self._send_step([due_name], params)
+        due = _one(results[due_name])
+        return Step(written, claimed, due["next_due"], due["clock_now"], due.get("occurrences_due"))
 
     async def _send_step(self, names: Sequence[str], params: dict[str, Any]) -> list[_Result]:
         """Send the statements ``names`` of a claim step, at the routes' shard count

@@ -86,34 +86,37 @@ OUTCOME = (
 )
 
 
-def pgbench_script(*, rare: bool = False) -> str:
+def pgbench_script(*, rare: bool = False, next_due: bool = False) -> str:
     """The pgbench script: one claim step, ending the batch the client claimed last time and
     claiming the next (its outcomes kept with ``\\gset``), in one transaction. Run it with
-    ``-D outcomes=[]`` for the first step.
+    ``-D outcomes=[]`` for the first step. The step is what a node sends while its batches
+    come back full, as the ceiling's always do: the finish and the claim.
 
     Args:
         rare: send ``record_skips_and_auto_pauses`` too, as a node does only for a batch with a
             skipped occurrence or an auto-pause (the benchmark's firings have neither).
+        next_due: send ``next_job_due`` too, as a node does only after a short batch.
 
     Raises:
         KeyError: ``queries.sql`` changed the statements' parameters or names (the message says
             which); update :data:`STEP_VALUES`.
     """
     names = ["record_skips_and_auto_pauses"] if rare else []
-    names += ["finish_jobs", "claim_jobs", "next_job_due"]
+    names += ["finish_jobs", "claim_jobs", *(["next_job_due"] if next_due else [])]
     for name in names:
         if name not in QUERIES:
             raise KeyError(f"queries.sql has no {name} statement; update bench/ceiling.py")
     steps = [substitute(QUERIES[name], STEP_VALUES) for name in names]
-    ctes, final = split_final(steps[-2], "UPDATE")
-    steps[-2] = (
+    claim = names.index("claim_jobs")
+    ctes, final = split_final(steps[claim], "UPDATE")
+    steps[claim] = (
         f"{ctes}, claimed AS (\n{final}\n)\n"
         f"SELECT coalesce(json_agg({OUTCOME}) FILTER (WHERE id IS NOT NULL), '[]')"
         " AS outcomes\nFROM claimed"
     )
     body = "".join(
         f"{_one_line_comments(step)} \\gset\n"
-        if step is steps[-2]
+        if step is steps[claim]
         else f"{_one_line_comments(step)};\n"
         for step in steps
     )

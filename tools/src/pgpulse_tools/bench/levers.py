@@ -39,14 +39,23 @@ ONE_TABLE: Final[str] = "every lease on an occurrence row (one table, issue 31)"
 #: cut out by a regular expression), as a node sent it until the step became finish_jobs,
 #: claim_jobs and next_job_due in one pipeline (``before_issue_31.sql``, a frozen copy).
 BEFORE_31: Final[str] = "the step as one statement (before issue 31)"
+#: The lever that puts back into every step the next due instant, which a node asks only after
+#: a short batch (until issue 31's last change it asked it in every step).
+NEXT_DUE_IN_EVERY_STEP: Final[str] = "next due instant asked in every step"
 #: The statement levers: their pgbench step (:func:`script_of`).
-STATEMENT_LEVERS: Final[tuple[str, ...]] = (RARE_IN_EVERY_STEP, ONE_TABLE, BEFORE_31)
+STATEMENT_LEVERS: Final[tuple[str, ...]] = (
+    RARE_IN_EVERY_STEP,
+    ONE_TABLE,
+    BEFORE_31,
+    NEXT_DUE_IN_EVERY_STEP,
+)
 #: Lever name -> the bench.sql block of its DDL (None: the schema as it is).
 LEVERS: Final[dict[str, str | None]] = {
     "as is": None,
     "history: B-tree on every finished_at (before migration 0012)": "lever_history_btree",
     "history: no pgpulse_runs_recent": "lever_no_runs_recent",
     BEFORE_31: None,
+    NEXT_DUE_IN_EVERY_STEP: None,
     RARE_IN_EVERY_STEP: None,
     ONE_TABLE: "lever_one_table",
     "as is (again)": None,
@@ -105,6 +114,7 @@ def script_of(name: str) -> str:
         RARE_IN_EVERY_STEP: lambda: ceiling.pgbench_script(rare=True),
         ONE_TABLE: one_table_script,
         BEFORE_31: before_31_script,
+        NEXT_DUE_IN_EVERY_STEP: lambda: ceiling.pgbench_script(next_due=True),
     }
     return scripts[name]()
 
