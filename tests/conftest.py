@@ -75,6 +75,7 @@ SQL_MODULES = frozenset(
         "test_history_delete.py",
         "test_job_names.py",
         "test_migrations.py",
+        "test_newer_schema.py",
         "test_occurrences.py",
         "test_occurrences_audit.py",
         "test_occurrences_limits.py",
@@ -85,6 +86,7 @@ SQL_MODULES = frozenset(
         "test_shard_count.py",
         "test_spread.py",
         "test_sweeper.py",
+        "test_upgrade.py",
         "test_web_api.py",
     }
 )

@@ -26,9 +26,9 @@ def test_every_named_query_is_loaded() -> None:
         assert QUERIES[name].lstrip().upper().startswith(("WITH", "SELECT", "UPDATE", "INSERT"))
 
 
-# web.sql's page of runs (112 lines) is not split yet: it reads the job rows' leases, which the
-# one lease-holding table (issue 31) moves
-@pytest.mark.parametrize("filename", ["queries.sql", "occurrences.sql", "alerts.sql"])
+@pytest.mark.parametrize(
+    "filename", ["queries.sql", "occurrences.sql", "alerts.sql", "web.sql", "shards.sql"]
+)
 def test_every_statement_is_at_most_80_lines_and_fits_the_drivers_cache(filename: str) -> None:
     """A reviewer reads a statement in a sitting: at most 80 lines of SQL (comments aside).
     And the driver converts its ``%(name)s`` placeholders once, not at every execute: psycopg

@@ -148,6 +148,14 @@ class SchemaMissing(PulseError):
     found (0: none)."""
 
 
+class SchemaTooNew(PulseError):
+    """The database is at a schema newer than this Pulse's migrations, and one of those newer
+    migrations breaks the nodes of older releases (its header says so:
+    :data:`pgpulse.migrations.BREAKS_OLDER_NODES`): a node refuses to start and a command to
+    run, writing nothing. ``field`` is ``"database"``, ``value`` the schema version found. A
+    newer schema whose extra migrations are all additive is not refused."""
+
+
 class InvalidNotifierConfig(InvalidInput):
     """A notifier's configuration (``webhook``, ``email``, ``checkin``) has a missing, unknown or
     refused field; ``field`` is ``"config.<key>"``. A secret field's value is never carried:

@@ -98,41 +98,43 @@ WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
 ORDER BY n.tenant, n.name
 LIMIT %(limit)s;
 
--- name: runs
--- A page of runs, newest first (id order), after the keyset cursor %(before_id)s. The time range
--- applies to scheduled_for (the occurrence), half-open: since <= scheduled_for < until.
+-- name: runs_recorded
+-- A page of runs is two statements, read in one snapshot and merged by id (web/reads.py,
+-- Reads._runs): this one, the recorded runs, and runs_running, the attempts running now (as
+-- pgpulse_runs_live shows them, outcome 'running'), whose own run rows are hidden meanwhile.
+-- Each is newest first (id order) after the keyset cursor %(before_id)s, at most %(limit)s rows.
+-- The time range applies to scheduled_for (the occurrence), half-open: since <= scheduled_for
+-- < until. The job filters (handler, source, %(q)s in the name) apply to the run's job. A
+-- skipped summary row stands for its occurrences from scheduled_for through last_scheduled_for.
 -- lag = first_started_at - scheduled_for - the job's spread offset: from the spread instant to
--- the run's FIRST attempt (a retried run that started on time is not late); duration = finished_at - started_at of its latest attempt.
--- earlier_attempts lists the attempts before the latest (migration run_attempts). The job
--- filters (handler, source, %(q)s in the name) apply to the run's job. Runs in progress are
--- included, as pgpulse_runs_live shows them (outcome 'running'). A skipped summary row stands
--- for its occurrences from scheduled_for through last_scheduled_for.
--- The view's two parts are read apart, each ordered and limited. Recorded runs: pgpulse_runs
--- walked backwards on its primary key (or pgpulse_runs_recent for one job), stopping at the
--- page's end, with the view's rule (hide the row of an occurrence running again) as a test on
--- the joined job row; ORDER BY over the view instead sorted every run kept (0.6 s a page at
--- 200,000 runs). Running attempts: one row per running job (pgpulse_jobs_leases), and one per
--- running extra occurrence (pgpulse_occurrences_leases), whose run row is hidden meanwhile.
+-- the run's FIRST attempt (a retried run that started on time is not late); duration =
+-- finished_at - started_at of its latest attempt; earlier_attempts lists the attempts before
+-- the latest (migration run_attempts). No lag for a backfill's run, and the definition's
+-- revision when the run started (queries.sql, list_runs).
+-- pgpulse_runs is walked backwards on its primary key (or pgpulse_runs_recent for one job),
+-- stopping at the page's end, with the view's rule (hide the row of an occurrence running
+-- again) as a test on the joined job row; ORDER BY over the view instead sorted every run kept
+-- (0.6 s a page at 200,000 runs).
 SELECT p.*,
        coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
        extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
-       -- no lag for a backfill's run (queries.sql, list_runs)
        CASE WHEN p.kind <> 'backfill'
             THEN extract(epoch FROM p.first_started_at - p.scheduled_for
                                     - CASE WHEN p.kind = 'scheduled'
                                            THEN pgpulse_spread_offset(p.job_id, p.spread)
                                            ELSE interval '0' END)::float8 END AS lag,
        coalesce(p.earlier_attempts, '[]'::jsonb) AS earlier_attempts,
-       -- the definition's revision when the run started (queries.sql, list_runs)
        coalesce((SELECT h.revision FROM pgpulse_job_history h
                  WHERE h.job_id = p.job_id
                    AND h.at <= coalesce(p.started_at, p.finished_at, p.scheduled_for)
                  ORDER BY h.id DESC
                  LIMIT 1), 1) AS revision
 FROM (
-    (SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
+    SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
            r.outcome, r.node_id, r.occurrences, r.last_scheduled_for, r.fencing_token,
-           r.started_at, r.finished_at, coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz, r.started_at) AS first_started_at,
+           r.started_at, r.finished_at,
+           coalesce((r.earlier_attempts -> 0 ->> 'started_at')::timestamptz, r.started_at)
+               AS first_started_at,
            r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind, j.spread
     FROM pgpulse_runs r
     JOIN pgpulse_jobs j ON j.id = r.job_id
@@ -151,59 +153,52 @@ FROM (
       AND (%(until)s::timestamptz IS NULL OR r.scheduled_for < %(until)s)
       AND (%(before_id)s::bigint IS NULL OR r.id < %(before_id)s)
     ORDER BY r.id DESC
-    LIMIT %(limit)s)
-    UNION ALL
-    (SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
-           r.outcome, r.node_id, r.occurrences, r.last_scheduled_for, r.fencing_token,
-           r.started_at, r.finished_at, r.first_started_at AS first_started_at,
-           r.attempt_ended_at, r.error, r.output, r.earlier_attempts, r.kind, j.spread
-    FROM pgpulse_jobs j
-    CROSS JOIN LATERAL (
-        -- pgpulse_runs_live's running part, for this job (through the view, the planner may
-        -- scan pgpulse_runs for stored rows whose outcome is 'running')
-        SELECT j.run_id AS id, j.id AS job_id, j.scheduled_for, j.attempt AS attempts,
-               'running'::text AS outcome, j.locked_by AS node_id, 1::bigint AS occurrences,
-               NULL::timestamptz AS last_scheduled_for, j.fencing_token,
-               j.claimed_at AS started_at, NULL::timestamptz AS finished_at,
-               coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, j.claimed_at)
-                   AS first_started_at,
-               NULL::timestamptz AS attempt_ended_at, NULL::text AS error, NULL::text AS output,
-               prior.attempts AS earlier_attempts, 'scheduled'::text AS kind
-        FROM (SELECT 1) one
-        LEFT JOIN LATERAL (
-            SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
-                       jsonb_build_object(
-                           'attempt', p.attempts, 'node_id', p.node_id,
-                           'fencing_token', p.fencing_token, 'started_at', p.started_at,
-                           'ended_at', p.attempt_ended_at, 'outcome', p.outcome,
-                           'error', p.error, 'output', p.output)) AS attempts
-            FROM pgpulse_runs p
-            WHERE p.job_id = j.id
-              AND p.scheduled_for = j.scheduled_for
-              AND p.kind = 'scheduled'
-              AND p.started_at IS NOT NULL
-        ) prior ON true
-    ) r
-    WHERE j.status = 'running'
-      AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
-      AND (%(job_id)s::bigint IS NULL OR r.job_id = %(job_id)s)
-      AND (%(run_id)s::bigint IS NULL OR r.id = %(run_id)s)
-      AND (%(outcome)s::text IS NULL OR r.outcome = %(outcome)s)
-      AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
-      AND (%(source)s::text IS NULL OR j.source = %(source)s)
-      AND (%(q)s::text IS NULL OR strpos(lower(j.name), lower(%(q)s)) > 0)
-      AND (%(since)s::timestamptz IS NULL OR r.scheduled_for >= %(since)s)
-      AND (%(until)s::timestamptz IS NULL OR r.scheduled_for < %(until)s)
-      AND (%(before_id)s::bigint IS NULL OR r.id < %(before_id)s))
-    UNION ALL
-    (SELECT o.id, o.job_id, j.tenant, j.name, j.handler, j.source, o.scheduled_for,
-           o.attempt, 'running'::text, o.locked_by, 1::bigint, NULL::timestamptz,
-           o.fencing_token, o.claimed_at, NULL::timestamptz,
-           coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, o.claimed_at),
-           NULL::timestamptz, NULL::text, NULL::text, prior.attempts, o.kind, j.spread
-    -- pgpulse_runs_live's running extra occurrences (few rows: pgpulse_occurrences_leases)
-    FROM pgpulse_occurrences o
-    JOIN pgpulse_jobs j ON j.id = o.job_id
+    LIMIT %(limit)s
+) p
+ORDER BY p.id DESC;
+
+-- name: runs_running
+-- The attempts running now, for a page of runs (runs_recorded says how a page is read, and
+-- what lag, duration, earlier_attempts and revision are): one row per running job
+-- (pgpulse_jobs_leases) and one per running extra occurrence (pgpulse_occurrences_leases), as
+-- pgpulse_runs_live's running part (through the view, the planner may scan pgpulse_runs for
+-- stored rows whose outcome is 'running'). Their attempts so far are the run row's, the latest
+-- appended: the row of the job's occurrence, or the occurrence's own (each looked up on its
+-- index, never pulled up into a join over pgpulse_runs). Few rows: the filters apply to all.
+SELECT p.*,
+       coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
+       extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
+       CASE WHEN p.kind <> 'backfill'
+            THEN extract(epoch FROM p.first_started_at - p.scheduled_for
+                                    - CASE WHEN p.kind = 'scheduled'
+                                           THEN pgpulse_spread_offset(p.job_id, p.spread)
+                                           ELSE interval '0' END)::float8 END AS lag,
+       coalesce(p.earlier_attempts, '[]'::jsonb) AS earlier_attempts,
+       coalesce((SELECT h.revision FROM pgpulse_job_history h
+                 WHERE h.job_id = p.job_id
+                   AND h.at <= coalesce(p.started_at, p.finished_at, p.scheduled_for)
+                 ORDER BY h.id DESC
+                 LIMIT 1), 1) AS revision
+FROM (
+    SELECT run.id, run.job_id, j.tenant, j.name, j.handler, j.source, run.scheduled_for,
+           run.attempts, 'running'::text AS outcome, run.node_id, 1::bigint AS occurrences,
+           NULL::timestamptz AS last_scheduled_for, run.fencing_token, run.started_at,
+           NULL::timestamptz AS finished_at,
+           coalesce((prior.attempts -> 0 ->> 'started_at')::timestamptz, run.started_at)
+               AS first_started_at,
+           NULL::timestamptz AS attempt_ended_at, NULL::text AS error, NULL::text AS output,
+           prior.attempts AS earlier_attempts, run.kind, j.spread
+    FROM (SELECT j.run_id AS id, j.id AS job_id, j.scheduled_for, j.attempt AS attempts,
+                 j.locked_by AS node_id, j.fencing_token, j.claimed_at AS started_at,
+                 'scheduled'::text AS kind, NULL::bigint AS occurrence
+          FROM pgpulse_jobs j
+          WHERE j.status = 'running'
+          UNION ALL
+          SELECT o.id, o.job_id, o.scheduled_for, o.attempt, o.locked_by, o.fencing_token,
+                 o.claimed_at, o.kind, o.id
+          FROM pgpulse_occurrences o
+          WHERE o.lease_expires_at IS NOT NULL) run
+    JOIN pgpulse_jobs j ON j.id = run.job_id
     LEFT JOIN LATERAL (
         SELECT coalesce(p.earlier_attempts, '[]'::jsonb) || jsonb_build_array(
                    jsonb_build_object(
@@ -211,23 +206,25 @@ FROM (
                        'fencing_token', p.fencing_token, 'started_at', p.started_at,
                        'ended_at', p.attempt_ended_at, 'outcome', p.outcome,
                        'error', p.error, 'output', p.output)) AS attempts
-        FROM pgpulse_runs p
-        WHERE p.id = o.id
-          AND p.started_at IS NOT NULL
-        LIMIT 1  -- a lookup by primary key: never pulled up into a join over pgpulse_runs
+        FROM (SELECT * FROM pgpulse_runs p  -- the job's occurrence: at most one row
+              WHERE run.occurrence IS NULL AND p.job_id = run.job_id
+                AND p.scheduled_for = run.scheduled_for AND p.kind = 'scheduled'
+              UNION ALL
+              SELECT * FROM pgpulse_runs p WHERE p.id = run.occurrence) p
+        WHERE p.started_at IS NOT NULL
+        LIMIT 1
     ) prior ON true
-    WHERE o.lease_expires_at IS NOT NULL
-      AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
-      AND (%(job_id)s::bigint IS NULL OR o.job_id = %(job_id)s)
-      AND (%(run_id)s::bigint IS NULL OR o.id = %(run_id)s)
-      AND (%(outcome)s::text IS NULL OR %(outcome)s = 'running')
-      AND (%(handler)s::text IS NULL OR j.handler = %(handler)s)
-      AND (%(source)s::text IS NULL OR j.source = %(source)s)
-      AND (%(q)s::text IS NULL OR strpos(lower(j.name), lower(%(q)s)) > 0)
-      AND (%(since)s::timestamptz IS NULL OR o.scheduled_for >= %(since)s)
-      AND (%(until)s::timestamptz IS NULL OR o.scheduled_for < %(until)s)
-      AND (%(before_id)s::bigint IS NULL OR o.id < %(before_id)s))
 ) p
+WHERE (%(tenant)s::text IS NULL OR p.tenant = %(tenant)s)
+  AND (%(job_id)s::bigint IS NULL OR p.job_id = %(job_id)s)
+  AND (%(run_id)s::bigint IS NULL OR p.id = %(run_id)s)
+  AND (%(outcome)s::text IS NULL OR %(outcome)s = 'running')
+  AND (%(handler)s::text IS NULL OR p.handler = %(handler)s)
+  AND (%(source)s::text IS NULL OR p.source = %(source)s)
+  AND (%(q)s::text IS NULL OR strpos(lower(p.name), lower(%(q)s)) > 0)
+  AND (%(since)s::timestamptz IS NULL OR p.scheduled_for >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR p.scheduled_for < %(until)s)
+  AND (%(before_id)s::bigint IS NULL OR p.id < %(before_id)s)
 ORDER BY p.id DESC
 LIMIT %(limit)s;
 

@@ -62,7 +62,18 @@ class Reads:
         self.pool = pool
 
     async def _runs(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        rows = await self._rows("runs", params)
+        """A page of runs: the recorded runs and the attempts running now (two statements of
+        ``web.sql``, ``runs_recorded`` and ``runs_running``, each at most a page), read in one
+        snapshot so that a run ending meanwhile is in exactly one of them, then merged newest
+        first (by id, descending; an id-less row first, as ``ORDER BY id DESC`` puts a NULL)."""
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            recorded = await conn.execute(QUERIES["runs_recorded"], params)
+            rows = list(await recorded.fetchall())
+            running = await conn.execute(QUERIES["runs_running"], params)
+            rows += await running.fetchall()
+        rows.sort(key=lambda row: (row["id"] is None, row["id"] or 0), reverse=True)
+        del rows[params["limit"] :]
         for row in rows:
             row["attempt_log"] = attempt_log(row)
             del row["earlier_attempts"], row["attempt_ended_at"]
