@@ -298,9 +298,32 @@ BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastina
     is_flag=True,
     help="Only rewrite benchmarks.md and the plots from the last results.json.",
 )
+@click.option(
+    "--compare-with",
+    metavar="PYTHON",
+    default=None,
+    show_envvar=True,
+    help="The interpreter of another installation of Pulse (the before): scenarios 1, 2, 4 "
+    "and 5 of --only run on both, rounds interleaved, instead of as usual, and scenario 3 "
+    "adds its levers' before and after; writes the section 'Before and after, one run'.",
+)
+@click.option(
+    "--compare-rounds",
+    type=click.IntRange(3, 20),
+    default=3,
+    show_envvar=True,
+    help="Rounds per side of each unit --compare-with measures.",
+)
 @click.pass_obj
 def bench(
-    obj: dict[str, Any], scale: float, only: str, slots: int, out: Path, report_only: bool
+    obj: dict[str, Any],
+    scale: float,
+    only: str,
+    slots: int,
+    out: Path,
+    report_only: bool,
+    compare_with: str | None,
+    compare_rounds: int,
 ) -> None:
     """Benchmark Pulse against the raw SQL ceiling and peer schedulers (figures, not tests);
     write docs/benchmarks.md. Run it through ./scripts/bench (peers live in .venv-bench)."""
@@ -326,6 +349,15 @@ def bench(
 
     async def bench_main() -> None:
         dsn = resolve_dsn(obj["database_url"], obj["data_dir"])
-        await run_bench(dsn, scale=scale, only=chosen, slots=slots, out=out, echo=click.echo)
+        await run_bench(
+            dsn,
+            scale=scale,
+            only=chosen,
+            slots=slots,
+            out=out,
+            echo=click.echo,
+            compare_with=compare_with,
+            compare_rounds=compare_rounds,
+        )
 
     run_command(bench_main())

@@ -38,8 +38,8 @@ from pgpulse.report import tune_collector
 from pgpulse.sql import QUERIES
 from pgpulse.store import Store
 from pgpulse_tools.bench import floor
+from pgpulse_tools.bench.claim_probe import HANDLER, time_claims
 from pgpulse_tools.bench.common import (
-    BENCH_SQL,
     Result,
     db_now,
     drop_db,
@@ -56,29 +56,8 @@ BATCHES = (1, 25, 100)
 DUE_LEVELS = (500, 50_000, 500_000)
 
 
-#: The handler of scenario 1's jobs, the one the claiming node has.
-HANDLER = "noop"
 #: The handler of the mixed cell's other half, which the claiming node lacks.
 OTHER_HANDLER = "bench.elsewhere"
-
-
-async def _time_claims(
-    claimer: Store, pooled: Store, shards: tuple[int, ...], batch: int, samples: int
-) -> list[float]:
-    """Latency of ``samples`` claims through ``claimer`` by a node that has the handler
-    :data:`HANDLER` only, in ms; each claim's jobs are handed back through ``pooled``, untimed
-    (an empty poll claims nothing and hands nothing back)."""
-    out: list[float] = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        jobs = await claimer.claim_due(
-            "bench-claim", shards, batch, lease=60.0, handlers=(HANDLER,)
-        )
-        out.append((time.perf_counter() - start) * 1000)
-        if jobs:
-            async with pooled.pool.connection() as conn:
-                await conn.execute(BENCH_SQL["unclaim"], {"ids": [job.id for job in jobs]})
-    return out
 
 
 def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: bool) -> str:
@@ -161,7 +140,7 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
     tune_collector()
     async with connect(dsn, max_size=2, migrate=False) as pooled:
         claimer = Store(session)
-        claims = await _time_claims(claimer, pooled, ALL_SHARDS, 10, samples)
+        claims = await time_claims(claimer, pooled, ALL_SHARDS, 10, samples)
         label = "claim_due (empty poll)"
         result.rows.append(
             [0, 64, label, pct(claims, 50), pct(claims, 99), max(claims), len(claims)]
@@ -174,7 +153,7 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
                 conn.execute("VACUUM (ANALYZE) pgpulse_jobs")
             for shards in (ALL_SHARDS, QUARTER_SHARDS):
                 for batch in BATCHES:
-                    values = await _time_claims(claimer, pooled, shards, batch, samples)
+                    values = await time_claims(claimer, pooled, shards, batch, samples)
                     result.rows.append(
                         [
                             due,
@@ -196,7 +175,7 @@ async def run(server_dsn: str, scale: float, *, samples: int = 1000) -> Result:
             q(conn, "split_handlers", {"handler": OTHER_HANDLER})
             conn.execute("VACUUM (ANALYZE) pgpulse_jobs")
         for batch in BATCHES[1:]:
-            values = await _time_claims(claimer, pooled, ALL_SHARDS, batch, samples)
+            values = await time_claims(claimer, pooled, ALL_SHARDS, batch, samples)
             label = f"{batch}, half for another handler"
             result.rows.append(
                 [due, 64, label, pct(values, 50), pct(values, 99), max(values), len(values)]

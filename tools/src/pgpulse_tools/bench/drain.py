@@ -30,7 +30,7 @@ from pgpulse_tools.bench.common import (
     machine_busy_seconds,
     q,
 )
-from pgpulse_tools.bench.nodes import NodeCluster
+from pgpulse_tools.bench.nodes import THIS, NodeCluster, Runtime
 
 DB_NAME = "pgpulse_bench_drain"
 NODE_COUNTS = (1, 2, 4)
@@ -89,15 +89,21 @@ def measure(dsn: str, cluster: NodeCluster, window: float) -> dict[str, Any]:
     }
 
 
-async def _drain(
-    server_dsn: str, jobs: int, count: int, *, slots: int, window: float
+async def drain_once(
+    server_dsn: str,
+    jobs: int,
+    count: int,
+    *,
+    slots: int,
+    window: float,
+    runtime: Runtime = THIS,
 ) -> dict[str, Any]:
-    """Drain a fresh copy of a ``jobs`` backlog with ``count`` node processes; return
-    :func:`measure`'s figures plus ``nodes``, ``jobs``, ``settle`` (seconds until the nodes
-    split the shards) and ``duplicates``."""
+    """Drain a fresh copy of a ``jobs`` backlog with ``count`` node processes of ``runtime``;
+    return :func:`measure`'s figures plus ``nodes``, ``jobs``, ``settle`` (seconds until the
+    nodes split the shards) and ``duplicates``."""
     template = await backlog_template(server_dsn, jobs)
     dsn = await fresh_db(server_dsn, DB_NAME, template=template)
-    with NodeCluster(dsn, count, slots=slots) as cluster:
+    with NodeCluster(dsn, count, slots=slots, runtime=runtime) as cluster:
         settle = await asyncio.to_thread(cluster.wait_settled)
         figures = await asyncio.to_thread(measure, dsn, cluster, window)
     with admin(dsn) as conn:
@@ -139,12 +145,12 @@ async def run(
     )
     runs: list[dict[str, Any]] = []
     for count in node_counts:
-        figures = await _drain(server_dsn, jobs, count, slots=slots, window=window)
+        figures = await drain_once(server_dsn, jobs, count, slots=slots, window=window)
         if figures["drained"]:  # a draining rate: once more, on a backlog that outlasts it
             bigger = checks.backlog_to_outlast(
                 figures["rate"], window + figures["settle"], 2 * jobs
             )
-            figures = await _drain(server_dsn, bigger, count, slots=slots, window=window)
+            figures = await drain_once(server_dsn, bigger, count, slots=slots, window=window)
         checks.judge(figures)
         if not figures["fired"]:
             result.notes.append(

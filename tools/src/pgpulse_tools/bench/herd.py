@@ -40,7 +40,7 @@ from pgpulse_tools.bench.common import (
     q,
     register_handler,
 )
-from pgpulse_tools.bench.nodes import NodeCluster, wake_nodes
+from pgpulse_tools.bench.nodes import THIS, NodeCluster, Runtime, wake_nodes
 
 DB_NAME = "pgpulse_bench_herd"
 
@@ -88,7 +88,14 @@ class _LoadSampler(threading.Thread):
 
 
 async def _one_pass(
-    server_dsn: str, jobs: int, *, nodes: int, slots: int, lead: float, spread: float
+    server_dsn: str,
+    jobs: int,
+    *,
+    nodes: int,
+    slots: int,
+    lead: float,
+    spread: float,
+    runtime: Runtime,
 ) -> dict[str, Any]:
     """One herd of ``jobs`` with ``spread`` seconds of spread; its figures."""
     dsn = await fresh_db(server_dsn, DB_NAME)
@@ -97,7 +104,7 @@ async def _one_pass(
     load_jobs(dsn, jobs, schedule="@every 1h", kind="interval", base=far, modulo=3600, step=1.0)
     register_handler(dsn)
     sampler = _LoadSampler(dsn)
-    with NodeCluster(dsn, nodes, slots=slots, record_starts=True) as cluster:
+    with NodeCluster(dsn, nodes, slots=slots, record_starts=True, runtime=runtime) as cluster:
         await asyncio.to_thread(cluster.wait_settled)
         with admin(dsn) as conn:
             at = q(conn, "herd_instant", {"lead": lead})[0]["at"]
@@ -147,6 +154,7 @@ async def run(
     slots: int = 50,
     lead: float = 4.0,
     spread: float = 60.0,
+    runtime: Runtime = THIS,
 ) -> Result:
     """Run scenario 5, without and then with ``spread``, and return its table (row 1: without).
 
@@ -157,6 +165,7 @@ async def run(
         slots: ``--slots`` of each node.
         lead: seconds between arming the herd and its instant.
         spread: seconds of spread of the second pass (0: one pass only).
+        runtime: the node processes' Pulse.
     """
     jobs = jobs_for(scale)
     result = Result(
@@ -180,7 +189,9 @@ async def run(
     )
     passes = [0.0] + ([spread] if spread else [])
     figures = [
-        await _one_pass(server_dsn, jobs, nodes=nodes, slots=slots, lead=lead, spread=s)
+        await _one_pass(
+            server_dsn, jobs, nodes=nodes, slots=slots, lead=lead, spread=s, runtime=runtime
+        )
         for s in passes
     ]
     for f in figures:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +27,36 @@ from pgpulse_tools.bench.noop_app import STARTS_ENV, read_starts
 
 #: The ``--app`` every benchmark node runs.
 NOOP_APP = "pgpulse_tools.bench.noop_app:app"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Which installation of Pulse a node process runs: ``python -m pgpulse`` of ``python``,
+    with ``env`` added to the benchmark's environment (``pgpulse bench --compare-with`` runs
+    a second installation's nodes this way).
+
+    Attributes:
+        python: the interpreter (this process's by default: the Pulse being benchmarked).
+        env: variables set for the node process (``PYTHONPATH`` is put before any inherited).
+        label: how the report names this installation.
+    """
+
+    python: str = sys.executable
+    env: Mapping[str, str] = field(default_factory=dict)
+    label: str = "this"
+
+    def environ(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` with :attr:`env` set (its ``PYTHONPATH`` first, then ``base``'s)."""
+        out = dict(base)
+        for name, value in self.env.items():
+            if name == "PYTHONPATH" and base.get(name):
+                value = value + os.pathsep + base[name]
+            out[name] = value
+        return out
+
+
+#: The Pulse this benchmark runs in.
+THIS = Runtime()
 
 
 @dataclass
@@ -44,6 +75,7 @@ class NodeCluster:
         first: number of the first node (ids ``bench-<first>``...), so a second cluster can
             join the first under new ids.
         app: the nodes' ``--app``.
+        runtime: the interpreter and environment of the node processes.
     """
 
     dsn: str
@@ -54,6 +86,7 @@ class NodeCluster:
     extra_args: tuple[str, ...] = ()
     first: int = 1
     app: str = NOOP_APP
+    runtime: Runtime = THIS
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="pgpulse-bench-")))
 
@@ -64,14 +97,14 @@ class NodeCluster:
     def start(self) -> None:
         """Start every node process (their output goes to ``<folder>/<node>.log``)."""
         for node_id in self.node_ids():
-            env = dict(os.environ)
+            env = self.runtime.environ(os.environ)
             if self.record_starts:
                 env[STARTS_ENV] = str(self.folder / f"{node_id}.starts")
             log = (self.folder / f"{node_id}.log").open("wb")
             self.procs.append(
                 subprocess.Popen(
                     [
-                        sys.executable,
+                        self.runtime.python,
                         "-m",
                         "pgpulse",
                         "--database-url",

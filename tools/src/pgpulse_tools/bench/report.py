@@ -15,7 +15,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pgpulse_tools.bench import report_cost, report_targets
+from pgpulse_tools.bench import report_compare, report_cost, report_targets
 from pgpulse_tools.bench.report_targets import floor_rows, targets
 from pgpulse_tools.bench.report_targets import fmt as _fmt
 
@@ -34,7 +34,14 @@ HOW_TO_RUN = """\
 ./scripts/bench --report-only      # rewrite this page and the plots from results.json
 ./scripts/bench --scale 10 --only 8   # poll and claim at 1 M and 10 M stored (~5 GB of disk)
 ./scripts/bench --scale 0.05 --only 9 # 1 to 32 nodes (~7 min; 32 nodes need max_connections >= 170)
+./scripts/bench --only 1,2,3,4,5 --compare-with ../before/.venv/bin/python   # before and after
 ```
+
+`--compare-with PYTHON` names the interpreter of a second installation of Pulse (say, the last
+release, installed editable from its own checkout); its nodes run this benchmark's no-op app and
+its claims are timed by it, on the schema this Pulse migrates. Scenarios 1, 2, 4 and 5 then run
+on both sides in interleaved rounds instead of as usual (their sections keep their earlier
+figures), and the section "Before and after, one run" compares them.
 
 `scripts/bench` creates `.venv-bench` (Pulse with the `bench` extra: the peers, matplotlib,
 psutil, py-spy, pyinstrument — never Pulse dependencies) and runs `pgpulse bench` with the
@@ -298,6 +305,7 @@ def render(payload: dict[str, Any], plots: dict[str, str]) -> str:
         _table(["target", "measured", "met"], targets(results)),
         "",
     ]
+    lines += report_compare.section(payload.get("compare"))
     floors = floor_rows(results)
     if floors:
         lines += [

@@ -30,12 +30,14 @@ from pgpulse_tools.bench import (
     ceiling,
     celery_send,
     claim,
+    compare,
     drain,
     herd,
     history,
     idle,
     levers,
     peers,
+    report_compare,
     scaleout,
     steady,
     stored,
@@ -165,10 +167,29 @@ def load_results(path: Path) -> dict[str, Result]:
     return {r["scenario"]: Result(**r) for r in json.loads(path.read_text())["results"]}
 
 
-def save_results(path: Path, results: dict[str, Result], meta: dict[str, Any]) -> None:
-    """Write every result (this run's and the kept earlier ones) and the run's metadata."""
+def load_comparison(path: Path) -> dict[str, Any] | None:
+    """The before-and-after comparison of an earlier run's JSON (``None`` if it has none)."""
+    if not path.exists():
+        return None
+    found: dict[str, Any] | None = json.loads(path.read_text()).get("compare")
+    return found
+
+
+def save_results(
+    path: Path,
+    results: dict[str, Result],
+    meta: dict[str, Any],
+    comparison: dict[str, Any] | None = None,
+) -> None:
+    """Write every result (this run's and the kept earlier ones), the run's metadata and the
+    latest before-and-after comparison (:mod:`pgpulse_tools.bench.compare`), if any."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"meta": meta, "results": [results[key].to_json() for key in sorted(results)]}
+    payload: dict[str, Any] = {
+        "meta": meta,
+        "results": [results[key].to_json() for key in sorted(results)],
+    }
+    if comparison:
+        payload["compare"] = comparison
     path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
 
 
@@ -183,7 +204,7 @@ def report_only(out: Path = Path("docs")) -> Path:
     meta = json.loads(path.read_text())["meta"]
     results = load_results(path)
     cross_figures(results)
-    save_results(path, results, meta)
+    save_results(path, results, meta, load_comparison(path))
     return write_report(path, out)
 
 
@@ -195,6 +216,8 @@ async def run_bench(
     slots: int = 50,
     out: Path = Path("docs"),
     echo: Callable[[str], None] = print,
+    compare_with: str | None = None,
+    compare_rounds: int = compare.MIN_ROUNDS,
 ) -> list[Result]:
     """Run the scenarios in ``only`` against the server of ``server_dsn``, print each table,
     then write ``<out>/benchmarks/results.json``, the PNG plots and ``<out>/benchmarks.md``.
@@ -210,6 +233,11 @@ async def run_bench(
         slots: ``--slots`` of every Pulse node (and the ceiling's claim batch).
         out: the docs folder.
         echo: where progress lines go.
+        compare_with: the interpreter of another installation of Pulse (the "before"): then
+            scenarios 1, 2, 4 and 5 of ``only`` are measured on both, interleaved
+            (:mod:`pgpulse_tools.bench.compare`), instead of as usual (their earlier figures
+            stay), and scenario 3 adds its levers' before and after to the comparison.
+        compare_rounds: rounds per side of each compared unit.
     """
     meta: dict[str, Any] = {
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -232,9 +260,24 @@ async def run_bench(
         f"machine's {meta['machine']['cpus']} cores busy just before"
     )
     results: dict[str, Result] = {}
+    comparison = None
+    if compare_with:
+        comparison = compare.Comparison(
+            server_dsn,
+            scale=scale,
+            slots=slots,
+            before_python=compare_with,
+            rounds=compare_rounds,
+            echo=echo,
+        )
+        comparison.check_sides()
     try:
         for key in only:
             started = time.perf_counter()
+            if comparison is not None and key in compare.COMPARED:
+                echo(f"... scenario {key}, before and after ({compare_rounds} rounds each)")
+                await comparison.scenario(key)
+                continue
             echo(f"... scenario {key}")
             result = await SCENARIOS[key](server_dsn, scale, slots)
             result.data["elapsed_s"] = time.perf_counter() - started
@@ -245,6 +288,8 @@ async def run_bench(
             }
             results[key] = result
             result.print()
+            if comparison is not None and key == "3":
+                comparison.add_levers(result.data)
     finally:
         drop_backlogs(server_dsn)
     json_path = out / "benchmarks" / "results.json"
@@ -257,7 +302,10 @@ async def run_bench(
         if key in results:
             results[key].print()  # again, with the figures that need other scenarios
     meta["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    save_results(json_path, combined, meta)
+    compared = comparison.payload(meta["started"]) if comparison is not None else None
+    if compared is not None:
+        report_compare.print_table(compared)
+    save_results(json_path, combined, meta, compared or load_comparison(json_path))
     doc = write_report(json_path, out)
     echo(f"wrote {json_path} and {doc}")
     return [results[key] for key in only if key in results]

@@ -39,7 +39,7 @@ from pgpulse_tools.bench.common import (
     q,
     register_handler,
 )
-from pgpulse_tools.bench.nodes import NodeCluster
+from pgpulse_tools.bench.nodes import THIS, NodeCluster, Runtime
 
 DB_NAME = "pgpulse_bench_steady"
 #: The jobs' period, seconds (``@every 60s``).
@@ -74,7 +74,13 @@ def expected_runs(jobs: int, duration: float, step: float) -> int:
 
 
 async def run(
-    server_dsn: str, scale: float, *, nodes: int = 2, slots: int = 50, lead: float = 8.0
+    server_dsn: str,
+    scale: float,
+    *,
+    nodes: int = 2,
+    slots: int = 50,
+    lead: float = 8.0,
+    runtime: Runtime = THIS,
 ) -> Result:
     """Run scenario 4 and return its table.
 
@@ -84,6 +90,7 @@ async def run(
         nodes: node processes.
         slots: ``--slots`` of each node.
         lead: seconds from loading to the first occurrence (nodes start and settle meanwhile).
+        runtime: the node processes' Pulse.
     """
     jobs = jobs_for(scale)
     duration = duration_for(scale)
@@ -122,7 +129,7 @@ async def run(
             "DB CPU %",
         ],
     )
-    with NodeCluster(dsn, nodes, slots=slots, record_starts=True) as cluster:
+    with NodeCluster(dsn, nodes, slots=slots, record_starts=True, runtime=runtime) as cluster:
         settle = await asyncio.to_thread(cluster.wait_settled)
         with admin(dsn) as conn:
             ahead = (base - db_now(conn)).total_seconds()

@@ -37,7 +37,8 @@ from pgpulse.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.database import Session
 from pgpulse.report import tune_collector
 from pgpulse.store import Store
-from pgpulse_tools.bench.claim import ALL_SHARDS, BATCHES, _time_claims
+from pgpulse_tools.bench.claim import ALL_SHARDS, BATCHES
+from pgpulse_tools.bench.claim_probe import time_claims
 from pgpulse_tools.bench.common import (
     Result,
     db_now,
@@ -101,7 +102,7 @@ async def _cells(dsn: str, first_id: int, samples: int) -> list[tuple[str, list[
                     conn.execute("VACUUM (ANALYZE) pgpulse_jobs")
                 for batch in BATCHES if due else (10,):
                     label = f"claim of {batch}" if due else "empty poll"
-                    values = await _time_claims(claimer, pooled, ALL_SHARDS, batch, samples)
+                    values = await time_claims(claimer, pooled, ALL_SHARDS, batch, samples)
                     out.append((label, values))
     finally:
         await session.close()
