@@ -281,8 +281,9 @@ class ClaimStore(NodeRegistry):
         its outcomes (none: not sent; ``rare``: ``record_skips_and_auto_pauses`` first), then,
         when its limit is above 0, the claim and, unless the last batch of ``row`` rows was
         full, the next due instant, in one pipeline (:meth:`_send_step`); the next due instant
-        alone after it when a batch comes back short unasked. Returns the claims written and, when it claimed, the claimed
-        rows, the next due instant and the clock (else ``None`` for both)."""
+        alone after it when a batch comes back short unasked. Returns the claims written and,
+        when it claimed, the claimed rows, the next due instant (``None`` after a full batch)
+        and the clock (else ``None`` for both)."""
         kind, due_name = ("jobs" if row == "job" else "occurrences"), f"next_{row}_due"
         names = ["record_skips_and_auto_pauses"] if rare else []
         if finishing := params["outcomes"] != "[]":

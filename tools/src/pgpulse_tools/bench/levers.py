@@ -17,6 +17,7 @@ import math
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -110,7 +111,7 @@ def script_of(name: str) -> str:
     Raises:
         KeyError: ``name`` is no statement lever.
     """
-    scripts = {
+    scripts: dict[str, Callable[[], str]] = {
         RARE_IN_EVERY_STEP: lambda: ceiling.pgbench_script(rare=True),
         ONE_TABLE: one_table_script,
         BEFORE_31: before_31_script,
