@@ -3,15 +3,21 @@
 Public API:
 
 * :class:`App` — declare handlers and jobs in code, run a node (``App.run_node``);
-* :func:`connect` — open a :class:`Store` (create, list, pause, resume, trigger, delete jobs);
+* :func:`connect` — a :class:`Client` (:mod:`pgpulse.client`): what a user does with jobs, runs
+  and calendars (create, list, pause, resume, trigger, backfill, delete);
 * :class:`JobSpec` — a validated job definition; :class:`RunContext` — what a handler receives;
 * :func:`parse_schedule` — schedule arithmetic (``Schedule.next_after``);
 * the errors of :mod:`pgpulse.errors`.
+
+``import pgpulse`` loads no database driver, web stack, SMTP client or holiday tables: the names
+that need them (:class:`App`, :func:`connect`, :class:`Client`, :class:`Store`, :class:`Node`,
+:class:`NodeConfig`) load their modules on first use (:func:`__getattr__`), as does a
+submodule named as an attribute (``pgpulse.pausing.Paused``).
 """
 
+import importlib as _importlib
 from typing import TYPE_CHECKING, Any
 
-from pgpulse.app import App, connect
 from pgpulse.errors import (
     DatabaseUnavailable,
     InvalidInput,
@@ -25,13 +31,16 @@ from pgpulse.errors import (
 from pgpulse.handlers import HandlerFailed, RunContext
 from pgpulse.jobs import JobSpec
 from pgpulse.schedule import Schedule, parse_schedule
-from pgpulse.store import Store
 
 if TYPE_CHECKING:
+    from pgpulse.app import App
+    from pgpulse.client import Client, connect
     from pgpulse.engine import Node, NodeConfig
+    from pgpulse.store import Store
 
 __all__ = [
     "App",
+    "Client",
     "DatabaseUnavailable",
     "HandlerFailed",
     "InvalidInput",
@@ -53,15 +62,34 @@ __all__ = [
 __version__ = "0.3.0.dev0"  # the release after 0.2.0 (CHANGELOG: Unreleased)
 
 
+#: The names that load their module on first use (PEP 562), with that module: each needs the
+#: database driver (the node's engine too, for ``Node`` and ``NodeConfig``).
+_LAZY = {
+    "App": "pgpulse.app",
+    "Client": "pgpulse.client",
+    "connect": "pgpulse.client",
+    "Node": "pgpulse.engine",
+    "NodeConfig": "pgpulse.engine",
+    "Store": "pgpulse.store",
+}
+
+
 def __getattr__(name: str) -> Any:
-    """``Node`` and ``NodeConfig`` load the engine on first use (PEP 562): ``import pgpulse``
-    and every command but ``node run`` start without it.
+    """The names of :data:`_LAZY` load their module on first use (PEP 562), so ``import
+    pgpulse`` and the commands that do not use the database (``pgpulse schedule next``) start
+    without the driver; a submodule named as an attribute (``pgpulse.pausing``) is imported.
 
     Raises:
-        AttributeError: ``name`` is not one of the package's names.
+        AttributeError: ``name`` is neither one of the package's names nor a submodule.
     """
-    if name in ("Node", "NodeConfig"):
-        from pgpulse import engine
-
-        return getattr(engine, name)
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # the next access is a plain attribute
+        return value
+    if not name.startswith("_"):
+        try:
+            return _importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
     raise AttributeError(f"module 'pgpulse' has no attribute {name!r}")

@@ -22,7 +22,6 @@ from urllib.parse import urlsplit
 import click
 
 from pgpulse import logs
-from pgpulse.app import App, connect
 from pgpulse.audit import cli_actor
 from pgpulse.cli_conventions import (
     CONTEXT,
@@ -34,13 +33,11 @@ from pgpulse.cli_conventions import (
 )
 from pgpulse.cli_types import HostPort, IsoDateTime, Seconds, valid_name
 from pgpulse.cli_types import tenant_option as cli_tenant_option
-from pgpulse.database import describe, primary_dsn
 from pgpulse.embedded import default_data_dir, start_embedded, stop_embedded
 from pgpulse.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
 from pgpulse.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
 from pgpulse.limits import RESUME_MODES, pause_until, resumed_run
 from pgpulse.pausing import pause_note
-from pgpulse.registry import DEFAULT_NODE_TTL
 from pgpulse.report import (
     emit,
     print_job,
@@ -54,13 +51,15 @@ from pgpulse.report import (
     tune_collector,
 )
 from pgpulse.schedule import SCHEDULE_HELP, Schedule, parse_schedule
-from pgpulse.store import Store
 from pgpulse.web.options import web_options, web_settings
 from pgpulse.wording import pending_pause, plural, unchanged_note, withdrawn_note
 from pgpulse.zones import check_instant_range, is_utc
 
-if TYPE_CHECKING:  # the engine loads with `node run` only: other commands start without it
+if TYPE_CHECKING:  # the engine loads with `node run` only: other commands start without it;
+    # the database driver with the commands that use the database (`schedule next` does not)
+    from pgpulse.app import App
     from pgpulse.engine import Node
+    from pgpulse.store import Store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -87,6 +86,8 @@ def with_store(
             ctx = click.get_current_context()
 
             async def main() -> Any:
+                from pgpulse.app import connect
+
                 try:
                     async with connect(
                         obj["database_url"],
@@ -192,6 +193,8 @@ def migrate(obj: dict[str, Any]) -> None:
     """Apply pending schema migrations (nodes also do this at start)."""
 
     async def apply() -> list[int]:
+        from pgpulse.app import connect
+
         async with connect(obj["database_url"], data_dir=obj["data_dir"], migrate=False) as store:
             return await store.migrate()
 
@@ -216,6 +219,8 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     import path, as uvicorn, gunicorn and celery do. Raises :class:`click.BadParameter`
     naming the value. A module alone (``--app myapp``) means its attribute ``app``
     (``myapp:app``), as celery's ``-A`` finds an ``app``; uvicorn requires the name."""
+    from pgpulse.app import App
+
     if not spec:
         return App()
     folder = str((app_dir or Path()).resolve())
@@ -284,6 +289,8 @@ def _pool_dsn(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     Raises :class:`click.BadParameter` naming the value, its password redacted."""
     if not value:
         return None
+    from pgpulse.database import primary_dsn
+
     try:
         primary_dsn(value)
     except InvalidInput as exc:
@@ -1416,6 +1423,10 @@ def status(
     (--all lists it); the leader forgets it after a day, unless a lease still names it."""
 
     async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]] | tuple[str, str]:
+        from pgpulse.app import connect
+        from pgpulse.database import describe
+        from pgpulse.registry import DEFAULT_NODE_TTL
+
         async with connect(
             obj["database_url"],
             data_dir=obj["data_dir"],

@@ -22,17 +22,18 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import click
-import psycopg
 
 from pgpulse.cli_types import worded
-from pgpulse.database import with_database
 from pgpulse.embedded import start_embedded
 from pgpulse.errors import DatabaseUnavailable, InvalidInput, PulseError
 from pgpulse.extras import MissingExtra, extra_for
 from pgpulse.report import one_line, refusal_line
+
+if TYPE_CHECKING:  # the driver loads with the commands that use the database only
+    import psycopg
 
 #: click's settings for every command of the tree.
 CONTEXT = {
@@ -278,12 +279,19 @@ def database_failure_line(exc: BaseException) -> str | None:
         return lines[0] if lines and all(lines) else None
     if isinstance(exc, DatabaseUnavailable):
         return refusal_line(exc)
-    if not isinstance(exc, psycopg.Error):
+    if not _is_driver_error(exc):
         return None
     text = one_line(str(exc)) or type(exc).__name__
     if exc.sqlstate:
         return f"the database failed the command: {text} (SQLSTATE {exc.sqlstate})"
     return f"the database connection failed: {text}"
+
+
+def _is_driver_error(exc: BaseException) -> TypeGuard[psycopg.Error]:
+    """Whether ``exc`` is the database driver's error: never in a command that did not load
+    the driver (``schedule next``), which this check does not load either."""
+    driver = sys.modules.get("psycopg")
+    return driver is not None and isinstance(exc, driver.Error)
 
 
 @contextmanager
@@ -292,7 +300,7 @@ def _one_line_database_errors() -> Iterator[None]:
     (:class:`DatabaseFailed`), whichever command met them."""
     try:
         yield
-    except (psycopg.Error, DatabaseUnavailable, BaseExceptionGroup) as exc:
+    except BaseException as exc:  # database_failure_line: None for any other error
         line = database_failure_line(exc)
         if line is None:
             raise
@@ -440,6 +448,8 @@ class GlobalOptions(dict[str, Any]):
         """``server()``'s DSN (a given one, or the embedded server's, which it starts) with
         ``--database`` applied. A refusal exits: one line on stderr, exit 3 for a server that
         cannot start, 2 for refused input (:func:`~pgpulse.report.refusal_line`)."""
+        from pgpulse.database import with_database
+
         try:
             return with_database(server(), self["database"])
         except PulseError as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,9 +17,11 @@ from pgpulse.backfill import ONLY_CHOICES
 from pgpulse.cli import JOB_CREATE_ALLOW, job, json_option, tenant_option, with_store
 from pgpulse.cli_types import IsoDateTime, valid_name
 from pgpulse.report import emit, to_json
-from pgpulse.run_control import BackfillPlan, RunControl
-from pgpulse.store import Store
 from pgpulse.wording import plural
+
+if TYPE_CHECKING:  # the driver loads when one of these commands runs (not with `pgpulse`)
+    from pgpulse.run_control import BackfillPlan
+    from pgpulse.store import Store
 
 
 @job.command("trigger")
@@ -55,6 +57,8 @@ async def job_trigger(
     payload needs the rights to write the job). An http job's URL in the payload is checked as
     `job create` checks it.
     """
+    from pgpulse.run_control import RunControl
+
     if payload is not None:
 
         async def check_target(checked: dict[str, Any]) -> None:
@@ -146,6 +150,8 @@ async def job_backfill(
     more, beside the live schedule; each run is a history row of its own, marked backfill.
     Occurrences the live schedule has not reached, and those an earlier backfill still has
     to run, are never selected."""
+    from pgpulse.run_control import RunControl
+
     plan = await RunControl(store.pool).backfill(
         tenant,
         name,

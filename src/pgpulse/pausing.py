@@ -20,13 +20,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pgpulse.audit import Actor
-from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput, InvalidSchedule, JobNotFound
 from pgpulse.schedule import parse_schedule
 from pgpulse.sql import QUERIES
+
+if TYPE_CHECKING:  # pause_note words a pause without the driver (`pgpulse` loads it)
+    from pgpulse.database import ConnectionSource
 
 #: A job's status once a pause is written: paused, still running with its pause requested, or
 #: completed (its cancelled run was a one-off's last occurrence).
