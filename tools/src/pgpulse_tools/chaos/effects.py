@@ -27,6 +27,7 @@ another occurrence, and so is every trigger.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -62,7 +63,7 @@ def _effect_at(execution: Execution) -> datetime:
     return at
 
 
-def _failover_after(history: History, at: datetime) -> str | None:
+def failover_after(history: History, at: datetime) -> str | None:
     """The first failover whose kill came at or after ``at``, described; ``None`` if none.
 
     ``at`` is an effect's :func:`_effect_at`: the database's ``clock_timestamp()`` inside the
@@ -98,7 +99,7 @@ def _cause(
     """Why an occurrence got another effect after ``earlier``'s: (``duplicate``,
     ``re-executed`` or ``repeated``, explanation)."""
     if not earlier.in_db:  # first: a success recorded under its token may be a reissue's
-        moved = _failover_after(history, _effect_at(earlier))
+        moved = failover_after(history, _effect_at(earlier))
         if moved is None:
             return "duplicate", f"t{earlier.token}'s record is gone from the database, no failover"
         return "repeated", f"t{earlier.token}'s record was lost by the {moved}"
@@ -313,3 +314,28 @@ def replaced_late(history: History) -> tuple[list[str], list[str]]:
                 else:
                     excused.append(f"{line}; {fault.kind} of {fault.target}")
     return found, excused
+
+
+def replace_margin(history: History) -> float | None:
+    """The largest lead, in seconds, of a ``replace`` job's effect (written under a current
+    lease) over the start of the next occurrence's execution after it began (negative: every
+    replaced or finished effect came before the next occurrence started); ``None`` without
+    such pairs. Information: how close :func:`replaced_late`'s bound was approached."""
+    by_job: dict[int, list[Execution]] = defaultdict(list)
+    for execution in history.executions:
+        if (
+            execution.result == "applied"
+            and execution.kind == "replace"
+            and not execution.extra
+            and execution.lease_ok_at_end
+        ):
+            by_job[execution.job_id].append(execution)
+    most: float | None = None
+    for runs in by_job.values():
+        runs.sort(key=lambda e: (e.started_at, e.id))
+        for earlier, later in itertools.pairwise(runs):
+            if later.scheduled_for == earlier.scheduled_for:
+                continue
+            lead = (_effect_at(earlier) - later.started_at).total_seconds()
+            most = lead if most is None else max(most, lead)
+    return most

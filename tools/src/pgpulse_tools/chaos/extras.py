@@ -15,9 +15,12 @@ may share an instant. Its effect is keyed so too (workload.py); two effects of o
   handler's own planned failures using up ``max_attempts`` (**extras failed**, information).
 * **extras unrecorded** — an acknowledged request whose occurrences have no run row and no
   pending occurrence: a trigger's run id, or an instant a backfill selected that its batch
-  lacks; or a run of the batch at an instant it did not select. Must be 0 on one server and
-  with synchronous replication; information with asynchronous replication, whose failover may
-  lose acknowledged commits (as **occurrences repeated**).
+  lacks; or a run of the batch at an instant it did not select (and, from
+  :func:`~pgpulse_tools.chaos.checker.unaccounted`, a payload-less trigger's instant with no
+  run). Must be 0 — unless replication is asynchronous and a failover's kill came after the
+  request was made: such a failover may lose acknowledged commits (design.md), so the request
+  is counted in **extras lost by a failover** (information) instead. A request's commit comes
+  after the harness's instant of it, so a failover killed before that cannot explain it.
 * **backfill beyond bound** — an instant at which more executions of one backfill request's
   occurrences ran at once than its ``max_concurrency`` (a sweep over the [start, effect]
   intervals of the executions that wrote their effect under a current lease: each lay inside
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pgpulse.wording import plural
-from pgpulse_tools.chaos.effects import at_once
+from pgpulse_tools.chaos.effects import at_once, failover_after
 from pgpulse_tools.chaos.history import Execution, History, Run
 
 
@@ -52,7 +55,10 @@ class ExtraAccounting:
     Attributes:
         lost, failed, queued: as the module says.
         unrecorded: acknowledged requests' occurrences with no record (or runs never asked).
+        unrecorded_by_failover: the same, after which an asynchronous failover came.
         beyond: backfill batches over their bound.
+        most: the most executions of one backfill batch seen at once, as (count, its bound);
+            how many batches reached their bound (information: the bound was exercised).
         total: extra occurrences known (run rows and pending ones); checked = total - queued.
         triggers, backfills: how many of them were triggers and backfills.
     """
@@ -62,9 +68,12 @@ class ExtraAccounting:
     queued: list[str]
     unrecorded: list[str]
     beyond: list[str]
+    unrecorded_by_failover: list[str]
     total: int
     triggers: int
     backfills: int
+    most: tuple[int, int] = (0, 0)
+    at_bound: int = 0
 
 
 def _describe(run: Run) -> str:
@@ -99,20 +108,40 @@ def account(history: History) -> ExtraAccounting:
                 + (f" ({run.error})" if run.error else "")
                 + ("" if effects else ", no effect applied")
             )
+    beyond, most, at_bound = _beyond_bound(history, extras)
+    unrecorded, by_failover = excuse(history, _unrecorded(history, extras))
     return ExtraAccounting(
         lost=lost,
         failed=failed,
         queued=queued,
-        unrecorded=_unrecorded(history, extras),
-        beyond=_beyond_bound(history, extras),
+        unrecorded=unrecorded,
+        unrecorded_by_failover=by_failover,
+        beyond=beyond,
+        most=most,
+        at_bound=at_bound,
         total=len(extras),
         triggers=sum(1 for r in extras.values() if r.kind == "trigger"),
         backfills=sum(1 for r in extras.values() if r.kind == "backfill"),
     )
 
 
-def _unrecorded(history: History, extras: dict[int, Run]) -> list[str]:
-    found: list[str] = []
+def excuse(history: History, found: list[tuple[datetime, str]]) -> tuple[list[str], list[str]]:
+    """Split ``found`` ((request instant, description) of acknowledged requests with no
+    record) into (unexplained, lost by an asynchronous failover whose kill came after the
+    request)."""
+    unexplained: list[str] = []
+    lost: list[str] = []
+    for at, line in found:
+        failover = failover_after(history, at) if history.replication == "async" else None
+        if failover is None:
+            unexplained.append(line)
+        else:
+            lost.append(f"{line} — the {failover} may have lost it")
+    return unexplained, lost
+
+
+def _unrecorded(history: History, extras: dict[int, Run]) -> list[tuple[datetime, str]]:
+    found: list[tuple[datetime, str]] = []
     by_batch: dict[int, list[Run]] = defaultdict(list)
     for run in extras.values():
         if run.kind == "backfill" and run.batch_id is not None:
@@ -124,9 +153,12 @@ def _unrecorded(history: History, extras: dict[int, Run]) -> list[str]:
             made = extras.get(request.run_id)
             if made is None or made.kind != "trigger" or made.job_id != request.job_id:
                 found.append(
-                    f"job {request.job_id}: trigger r{request.run_id} acknowledged at "
-                    f"{_ts(request.at)}: "
-                    + ("no run" if made is None else f"its run is {_describe(made)}")
+                    (
+                        request.at,
+                        f"job {request.job_id}: trigger r{request.run_id} acknowledged at "
+                        f"{_ts(request.at)}: "
+                        + ("no run" if made is None else f"its run is {_describe(made)}"),
+                    )
                 )
         elif request.kind == "backfill" and request.batch_id is not None:
             runs = by_batch.get(request.batch_id, [])
@@ -136,15 +168,20 @@ def _unrecorded(history: History, extras: dict[int, Run]) -> list[str]:
             unasked = ", ".join(_ts(u) for u in sorted(have - asked)[:3])
             if missing or unasked or len(runs) != len(asked):
                 found.append(
-                    f"job {request.job_id}: backfill batch {request.batch_id} acknowledged at "
-                    f"{_ts(request.at)} selected {len(asked)}, has {len(runs)} runs"
-                    + (f"; missing {missing}" if missing else "")
-                    + (f"; not selected {unasked}" if unasked else "")
+                    (
+                        request.at,
+                        f"job {request.job_id}: backfill batch {request.batch_id} acknowledged at "
+                        f"{_ts(request.at)} selected {len(asked)}, has {len(runs)} runs"
+                        + (f"; missing {missing}" if missing else "")
+                        + (f"; not selected {unasked}" if unasked else ""),
+                    )
                 )
     return found
 
 
-def _beyond_bound(history: History, extras: dict[int, Run]) -> list[str]:
+def _beyond_bound(
+    history: History, extras: dict[int, Run]
+) -> tuple[list[str], tuple[int, int], int]:
     bounds = {
         r.batch_id: r.max_concurrency
         for r in history.requests
@@ -163,15 +200,28 @@ def _beyond_bound(history: History, extras: dict[int, Run]) -> list[str]:
             if batch in bounds:
                 by_batch[batch].append(e)
     found: list[str] = []
+    most = (0, 0)
+    at_bound = 0
     for batch, runs in sorted(by_batch.items()):
         allowed = bounds[batch]
+        seen = _most(runs)
+        most = max(most, (seen, allowed))
+        at_bound += seen >= allowed
         for instant, running in at_once(runs, allowed):
             found.append(
                 f"backfill batch {batch} of job {runs[0].job_id}: {len(running)} at once at "
                 f"{_ts(instant)} (max_concurrency {allowed}): "
                 + ", ".join(f"{e.node_id}/r{e.run_id}t{e.token}" for e in running)
             )
-    return found
+    return found, most, at_bound
+
+
+def _most(runs: list[Execution]) -> int:
+    """The most of ``runs`` that ran at once."""
+    bound = 0
+    while at_once(runs, bound):
+        bound += 1
+    return bound
 
 
 def requests_made(history: History) -> str:
