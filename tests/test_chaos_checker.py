@@ -18,6 +18,7 @@ from pgpulse_tools.chaos.history import (
     History,
     Job,
     NodeExit,
+    Request,
     Run,
     RunEvent,
     dump_history,
@@ -638,3 +639,257 @@ def test_the_verdict_says_how_many_due_occurrences_it_checked() -> None:
     assert checked.value == "3/5 (2 queued, not checked)" and not checked.ok
     assert verdict.ok  # a backlog is lag, not loss: a warning, not a failure
     assert "WARN" in verdict.table()
+
+
+# -- triggers, backfills and replace (issue 31) -------------------------------------------------
+
+
+def extra(
+    rec: Recorder,
+    kind: str,
+    run_id: int,
+    sf: float,
+    *,
+    start: float,
+    duration: float = 0.1,
+    outcome: str = "succeeded",
+    result: str | None = "applied",
+    batch: int | None = None,
+    node: str = "n1",
+    token: int = 1,
+    lease_ok_at_end: bool = True,
+    job: int = 1,
+) -> None:
+    """One execution of the extra occurrence ``run_id`` (a trigger's or a backfill's: a lease
+    and a token of its own), and its run row as it stands at the check (``outcome``)."""
+    end = start + duration
+    rec.executions.append(
+        Execution(
+            len(rec.executions) + 1,
+            job,
+            at(sf),
+            1,
+            token,
+            node,
+            "quick",
+            at(start),
+            None if result is None else at(end),
+            result,
+            True,
+            None if result is None else lease_ok_at_end,
+            run_id=run_id,
+            committed_at=None if result is None else at(end),
+            occurrence=kind,
+        )
+    )
+    rec.events.append(
+        RunEvent(
+            len(rec.events) + 1,
+            job,
+            at(sf),
+            outcome,
+            1,
+            token,
+            node,
+            at(end + 0.002),
+            run_id=run_id,
+            kind=kind,
+        )
+    )
+    rec.runs[(job, at(sf), run_id)] = Run(  # type: ignore[index]
+        job, at(sf), outcome, 1, token, id=run_id, kind=kind, batch_id=batch
+    )
+
+
+def trigger(run_id: int, sf: float) -> Request:
+    return Request("trigger", 1, at(sf), run_id=run_id, scheduled_for=at(sf))
+
+
+def backfill(batch: int, *instants: float, bound: int = 1) -> Request:
+    return Request(
+        "backfill", 1, at(5.2), batch_id=batch, selected=tuple(at(i) for i in instants),
+        only=("all",), max_concurrency=bound,
+    )  # fmt: skip
+
+
+def test_a_backfill_of_an_instant_the_schedule_ran_and_a_trigger_beside_it_pass() -> None:
+    """Extra occurrences are identified by run id: a backfill of second 2 (which the schedule
+    ran) is not a duplicate of it, and a trigger running beside a forbid job's own run is no
+    overlap (triggers and backfills run beside the schedule under every policy)."""
+    rec = clean()
+    extra(rec, "backfill", 900, 2, start=5.3, batch=7)
+    extra(rec, "trigger", 901, 3.05, start=3.05, duration=0.5)  # beside the run of 3
+    verdict = check(rec.history(requests=(backfill(7, 2), trigger(901, 3.05))))
+    assert verdict.ok and failed(verdict) == set()
+    assert verdict.figure("duplicates").value == "0"
+    assert verdict.figure("overlaps").value == "0"
+    assert verdict.figure("extras checked").value == "2/2 (1 triggers, 1 backfill occurrences)"
+
+
+def test_a_trigger_run_again_after_its_recorded_success_is_a_duplicate() -> None:
+    rec = clean()
+    extra(rec, "trigger", 901, 3.05, start=3.05)
+    extra(rec, "trigger", 901, 3.05, start=4.5, node="n2", token=2)  # its success was recorded
+    verdict = check(rec.history(requests=(trigger(901, 3.05),)))
+    assert failed(verdict) == {"duplicates"}
+    assert "(trigger r901)" in verdict.figure("duplicates").examples[0]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "result"),
+    [("succeeded", None), ("fenced", None), ("cancelled", "applied"), ("skipped", None)],
+)
+def test_an_extra_occurrence_that_ended_without_its_effect_or_was_cancelled_is_lost(
+    outcome: str, result: str | None
+) -> None:
+    rec = clean()
+    extra(rec, "backfill", 900, 2, start=5.3, batch=7, outcome=outcome, result=result)
+    verdict = check(rec.history(requests=(backfill(7, 2),)))
+    assert failed(verdict) == {"extras lost"}
+    assert verdict.figure("extras lost").examples[0].startswith("job 1 backfill r900 @ ")
+
+
+def test_an_extra_occurrence_its_handler_failed_or_still_queued_is_not_lost() -> None:
+    rec = clean()
+    extra(rec, "trigger", 901, 3.05, start=3.05, outcome="failed", result="failed")
+    extra(rec, "backfill", 900, 2, start=5.3, batch=7, outcome="queued", result=None)
+    verdict = check(rec.history(requests=(trigger(901, 3.05), backfill(7, 2))))
+    assert verdict.ok
+    assert verdict.figure("extras failed").value == "1"
+    assert verdict.figure("extras checked").value.startswith("1/2 ")
+    assert not verdict.figure("extras checked").ok  # a warning: lag, not loss
+
+
+def test_an_acknowledged_trigger_or_backfill_instant_with_no_run_is_unrecorded() -> None:
+    rec = clean()
+    extra(rec, "backfill", 900, 2, start=5.3, batch=7)
+    requests = (trigger(902, 4.0), backfill(7, 2, 3))  # no run r902; the batch lacks 3
+    verdict = check(rec.history(requests=requests))
+    assert failed(verdict) == {"extras unrecorded"}
+    lines = verdict.figure("extras unrecorded").examples
+    assert "trigger r902" in lines[0] and "no run" in lines[0]
+    assert "selected 2, has 1 runs; missing 12:00:03.000" in lines[1]
+    # asynchronous replication may lose an acknowledged commit, in a failover killed after
+    # the request: information then; one killed before the request explains nothing
+    lost = Fault("failover", None, at(5.0), at(6.0), "fail over", died_at=at(5.5))
+    verdict = check(rec.history(requests=requests, replication="async", faults=(lost,)))
+    assert "extras unrecorded" not in failed(verdict)
+    assert verdict.figure("extras lost by a failover").value == "2"
+    early = replace(lost, died_at=at(4.5))  # after the trigger (4.0), before the backfill
+    verdict = check(rec.history(requests=requests, replication="async", faults=(early,)))
+    assert verdict.figure("extras unrecorded").value == "1"
+    assert "backfill batch 7" in verdict.figure("extras unrecorded").examples[0]
+    verdict = check(rec.history(requests=requests, replication="sync", faults=(lost,)))
+    assert verdict.figure("extras unrecorded").value == "2"
+    # a request the API did not acknowledge is not checked
+    unanswered = replace(trigger(902, 4.0), ok=False, error="TimeoutError")
+    assert check(rec.history(requests=(unanswered,))).ok
+
+
+def _backfill_at_once(n: int) -> History:
+    rec = clean()
+    for i in range(n):  # n occurrences of batch 7 (bound 2) running at once on three nodes
+        extra(rec, "backfill", 900 + i, 1 + i, start=5.3 + i * 0.01, duration=1.0,
+              batch=7, node=f"n{i + 1}")  # fmt: skip
+    return rec.history(requests=(backfill(7, *range(1, n + 1), bound=2),))
+
+
+def test_a_backfill_may_run_its_max_concurrency_at_once() -> None:
+    verdict = check(_backfill_at_once(2))
+    assert verdict.ok and verdict.figure("backfill beyond bound").value == "0"
+
+
+def test_a_backfill_beyond_its_max_concurrency_fails() -> None:
+    verdict = check(_backfill_at_once(3))
+    assert failed(verdict) == {"backfill beyond bound"}
+    assert (
+        "3 at once at 12:00:05.320 (max_concurrency 2)"
+        in (verdict.figure("backfill beyond bound").examples[0])
+    )
+
+
+def test_triggers_beside_an_allow_job_do_not_count_against_its_bound() -> None:
+    from pgpulse_tools.chaos.effects import OVERLAP_N
+
+    rec = Recorder()
+    for i in range(OVERLAP_N):  # N forked occurrences at once, plus a trigger beside them
+        rec.run(3 + i * 0.01, start=3.0 + i * 0.01, duration=2.0, token=1, run_id=100 + i)
+    rec.executions = [replace(e, kind="overlap") for e in rec.executions]
+    extra(rec, "trigger", 901, 3.5, start=3.5, duration=1.0)
+    rec.executions[-1] = replace(rec.executions[-1], kind="overlap")
+    history = rec.history(settle=2.5, jobs=(replace(JOB, catch_up="skip"),))
+    assert check(history).figure("overlaps").value == "0"
+    assert check(_allow_job(OVERLAP_N + 1)).figure("overlaps").value == "1"
+
+
+REPLACE = replace(JOB, name="swap", schedule="@every 2s", overlap="replace", catch_up="skip")
+
+
+def _replace_job(*, late: float, fault: Fault | None = None) -> History:
+    """Occurrence 2 runs from 2.0 on n1; occurrence 4 is forked at 4.0 (2's run recorded
+    cancelled, replaced) and starts at 4.05 on n2; 2 writes its effect ``late`` seconds after
+    4's start, then 6 runs alone."""
+    rec = Recorder()
+    rec.run(2, start=2.0, duration=2.05 + late, recorded=False, run_id=2)
+    rec.event(1, 2, "ended", rec.token, "n1", 2.01)  # the fork ends the job row's claim
+    rec.runs[(1, at(2))] = Run(
+        1, at(2), "cancelled", 1, rec.token, id=2,
+        error="replaced by the occurrence at 2026-01-01T12:00:04Z",
+    )  # fmt: skip
+    rec.run(4, node="n2", start=4.05, duration=1.0, run_id=4)
+    rec.run(6, node="n2", start=6.0, run_id=6)
+    rec.executions = [replace(e, kind="replace") for e in rec.executions]
+    return rec.history(settle=6.5, jobs=(REPLACE,), faults=(fault,) if fault else ())
+
+
+def test_a_replaced_run_stopping_within_a_heartbeat_passes_and_is_counted_replaced() -> None:
+    verdict = check(_replace_job(late=0.4))  # heartbeat 0.5
+    assert verdict.ok and failed(verdict) == set()
+    assert verdict.figure("replaced").value == "1"
+    assert verdict.figure("replace overlaps").value == "0"
+    assert verdict.figure("lost").value == "0"
+
+
+def test_a_replaced_run_writing_its_effect_past_its_next_renewal_is_a_replace_overlap() -> None:
+    verdict = check(_replace_job(late=0.8))
+    assert failed(verdict) == {"replace overlaps"}
+    assert (
+        "0.799s after n2/r4 (@ 12:00:04.000) started"
+        in verdict.figure("replace overlaps").examples[0]
+    )
+
+
+def test_a_replaced_run_late_while_its_node_was_paused_is_excused() -> None:
+    pause = Fault("pause", "n1", at(3.9), at(4.8), "SIGSTOP n1")
+    verdict = check(_replace_job(late=0.8, fault=pause))
+    assert verdict.figure("replace overlaps").value == "0"
+    assert verdict.figure("replace late in faults").value == "1"
+    assert "replace overlaps" not in failed(verdict)
+
+
+def test_a_cancelled_run_of_a_job_that_does_not_replace_is_lost() -> None:
+    rec = clean(3)
+    rec.run(4, recorded=False, result=None)
+    rec.event(1, 4, "ended", rec.token, "n1", 4.2)
+    rec.runs[(1, at(4))] = Run(1, at(4), "cancelled", 1, rec.token, error="cancelled by x")
+    rec.run(5)
+    verdict = check(rec.history(jobs=(replace(JOB, catch_up="skip"),)))
+    assert failed(verdict) == {"lost"}
+
+
+def test_a_payload_less_trigger_moves_the_job_row_and_its_instant_must_be_accounted() -> None:
+    moved = Request("trigger_job", 1, at(2.4), scheduled_for=at(2.5))
+    verdict = check(clean().history(requests=(moved,)))
+    assert failed(verdict) == {"extras unrecorded"}
+    assert "for 12:00:02.500: no run" in verdict.figure("extras unrecorded").examples[0]
+    rec = Recorder()
+    for second in (1, 2, 2.5, 3, 4, 5):
+        rec.run(second, start=second + 0.05 if second == 2.5 else None)
+    verdict = check(rec.history(requests=(moved,)))
+    assert verdict.ok and verdict.figure("occurrences checked").value == "6/6"
+
+
+def test_a_history_with_requests_survives_a_round_trip_through_json(tmp_path: Path) -> None:
+    history = _backfill_at_once(2)
+    dump_history(history, tmp_path / "h.json")
+    assert load_history(tmp_path / "h.json") == history

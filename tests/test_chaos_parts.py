@@ -78,6 +78,7 @@ def test_the_workload_mixes_every_kind_and_policy() -> None:
     assert len(jobs) == 300 and len({j.name for j in jobs}) == 300
     assert {j.handler for j in jobs} == {f"chaos.{k.name}" for k in kinds(4.0)}
     assert {j.catch_up for j in jobs} == {"backfill", "skip", "coalesce"}
+    assert {j.overlap for j in jobs} == {"forbid", "allow", "replace"}
     # Pulse's default for every policy: more attempts for backfill jobs hid interruptions
     # using attempts up (issue 37)
     assert {j.max_attempts for j in jobs} == {3}

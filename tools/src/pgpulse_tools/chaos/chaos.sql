@@ -15,7 +15,11 @@
 --   job id for a job whose occurrences run one at a time on its row (overlap forbid), minus the
 --   run id for an occurrence with a lease of its own (overlap allow), whose token grows over the
 --   claims of that occurrence only (README: key such a guard by run id).
--- chaos_effects: the side effect, keyed by occurrence; applied counts committed effect writes.
+-- occurrence: the handler's ctx.kind ('scheduled', 'trigger', 'backfill'): an extra occurrence
+--   (trigger, backfill) is identified by its run id, as its fence key is (a backfill re-runs an
+--   instant the schedule already ran).
+-- chaos_effects: the side effect, keyed by occurrence ((job, scheduled_for) and, for an extra
+--   occurrence, its run id in `extra`; 0 for the schedule's); applied counts committed writes.
 -- chaos_run_log: the engine's own writes, recorded by triggers, so the checker can tell an
 --   interrupted attempt from a recorded success: every insert/update of pgpulse_runs (outcomes,
 --   reaps), and from pgpulse_jobs each claim (a new fencing token: 'running') and each end of
@@ -37,7 +41,8 @@ CREATE TABLE chaos_history (
     result            text CHECK (result IN ('applied', 'fenced', 'failed')),
     lease_ok_at_start boolean NOT NULL,
     lease_ok_at_end   boolean,
-    planned           double precision -- seconds it works before its effect; NULL: it fails
+    planned           double precision, -- seconds it works before its effect; NULL: it fails
+    occurrence        text NOT NULL DEFAULT 'scheduled'
 );
 CREATE INDEX chaos_history_job ON chaos_history (job_id, started_at);
 CREATE UNIQUE INDEX chaos_history_uid ON chaos_history (uid);
@@ -48,12 +53,13 @@ CREATE TABLE chaos_fence (
 CREATE TABLE chaos_effects (
     job_id        bigint NOT NULL,
     scheduled_for timestamptz NOT NULL,
+    extra         bigint NOT NULL,
     token         bigint NOT NULL,
     node_id       text NOT NULL,
     applied       integer NOT NULL,
     first_at      timestamptz NOT NULL,
     last_at       timestamptz NOT NULL,
-    PRIMARY KEY (job_id, scheduled_for)
+    PRIMARY KEY (job_id, scheduled_for, extra)
 );
 CREATE TABLE chaos_run_log (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -64,13 +70,16 @@ CREATE TABLE chaos_run_log (
     token         bigint,
     node_id       text,
     error         text,
-    at            timestamptz NOT NULL
+    at            timestamptz NOT NULL,
+    run_id        bigint,
+    kind          text NOT NULL DEFAULT 'scheduled'
 );
 CREATE FUNCTION chaos_log_run() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, error, at)
+    INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, error, at,
+                               run_id, kind)
     VALUES (NEW.job_id, NEW.scheduled_for, NEW.outcome, NEW.attempts, NEW.fencing_token,
-            NEW.node_id, NEW.error, clock_timestamp());
+            NEW.node_id, NEW.error, clock_timestamp(), NEW.id, NEW.kind);
     RETURN NULL;
 END
 $$;
@@ -79,14 +88,15 @@ FOR EACH ROW EXECUTE FUNCTION chaos_log_run();
 CREATE FUNCTION chaos_log_claim() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.fencing_token <> OLD.fencing_token THEN
-        INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, at)
+        INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, at,
+                                   run_id)
         VALUES (NEW.id, NEW.scheduled_for, 'running', NEW.attempt, NEW.fencing_token,
-                NEW.locked_by, clock_timestamp());
+                NEW.locked_by, clock_timestamp(), NEW.run_id);
     ELSIF OLD.lease_expires_at IS NOT NULL AND NEW.lease_expires_at IS NULL THEN
         INSERT INTO chaos_run_log (job_id, scheduled_for, outcome, attempts, token, node_id, error,
-                                   at)
+                                   at, run_id)
         VALUES (OLD.id, OLD.scheduled_for, 'ended', OLD.attempt, OLD.fencing_token,
-                OLD.locked_by, NEW.last_error, clock_timestamp());
+                OLD.locked_by, NEW.last_error, clock_timestamp(), OLD.run_id);
     END IF;
     RETURN NULL;
 END
@@ -104,9 +114,9 @@ WITH fence AS (
     RETURNING f.max_token
 )
 INSERT INTO chaos_history (uid, job_id, scheduled_for, attempt, token, run_id, node_id, kind,
-                           started_at, planned, lease_ok_at_start)
+                           started_at, planned, occurrence, lease_ok_at_start)
 SELECT %(uid)s, %(job_id)s, %(scheduled_for)s, %(attempt)s, %(token)s, %(run_id)s, %(node)s,
-       %(kind)s, clock_timestamp(), %(planned)s,
+       %(kind)s, clock_timestamp(), %(planned)s, %(occurrence)s,
        CASE WHEN %(fence)s > 0
             THEN EXISTS (SELECT 1 FROM pgpulse_jobs j
                          WHERE j.id = %(job_id)s AND j.fencing_token = %(token)s
@@ -147,11 +157,11 @@ WITH fence AS (
            lease.ok AS lease_ok, clock_timestamp() AS at
     FROM lease
 ), effect AS (
-    INSERT INTO chaos_effects AS e (job_id, scheduled_for, token, node_id, applied, first_at,
-                                    last_at)
-    SELECT %(job_id)s, %(scheduled_for)s, %(token)s, %(node)s, 1, v.at, v.at
+    INSERT INTO chaos_effects AS e (job_id, scheduled_for, extra, token, node_id, applied,
+                                    first_at, last_at)
+    SELECT %(job_id)s, %(scheduled_for)s, %(extra)s, %(token)s, %(node)s, 1, v.at, v.at
     FROM verdict v WHERE v.accepted
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE
+    ON CONFLICT (job_id, scheduled_for, extra) DO UPDATE
     SET token = excluded.token, node_id = excluded.node_id, applied = e.applied + 1,
         last_at = excluded.last_at
     RETURNING 1
@@ -228,24 +238,27 @@ FROM chaos_history;
 -- name: read_history
 -- committed_at: a row's end is the database's instant of the statement that ended it.
 SELECT id, job_id, scheduled_for, attempt, token, node_id, kind, started_at, ended_at, result,
-       lease_ok_at_start, lease_ok_at_end, uid, run_id, ended_at AS committed_at
+       lease_ok_at_start, lease_ok_at_end, uid, run_id, ended_at AS committed_at, occurrence
 FROM chaos_history ORDER BY id;
 
 -- name: read_run_log
-SELECT id, job_id, scheduled_for, outcome, attempts, token, node_id, error, at
+SELECT id, job_id, scheduled_for, outcome, attempts, token, node_id, error, at, run_id, kind
 FROM chaos_run_log ORDER BY at, id;
 
 -- name: read_runs
 -- The run rows, and the extra occurrences still to run (overlap allow/replace forks: pending or
 -- running in pgpulse_occurrences, with or without a run row of an earlier attempt) as 'queued':
--- a backlog the job row has passed but its occurrences have not drained yet.
+-- a backlog the job row has passed but its occurrences have not drained yet. Triggers and
+-- backfills likewise, each with its run id, kind and batch.
 SELECT r.job_id, r.scheduled_for,
        CASE WHEN EXISTS (SELECT 1 FROM pgpulse_occurrences o WHERE o.id = r.id)
             THEN 'queued' ELSE r.outcome END AS outcome,
-       r.attempts, r.fencing_token AS token, r.last_scheduled_for
+       r.attempts, r.fencing_token AS token, r.last_scheduled_for, r.id, r.kind, r.batch_id,
+       r.error
 FROM pgpulse_runs r
 UNION ALL
-SELECT o.job_id, o.scheduled_for, 'queued', o.attempt, o.fencing_token, NULL::timestamptz
+SELECT o.job_id, o.scheduled_for, 'queued', o.attempt, o.fencing_token, NULL::timestamptz, o.id,
+       o.kind, o.batch_id, NULL::text
 FROM pgpulse_occurrences o
 WHERE NOT EXISTS (SELECT 1 FROM pgpulse_runs r WHERE r.id = o.id)
 ORDER BY 1, 2;
@@ -253,7 +266,8 @@ ORDER BY 1, 2;
 -- name: read_jobs
 -- Every job with its state at the check, and the database's instant of the check.
 SELECT j.id, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.anchor_at, j.status,
-       j.scheduled_for, j.lease_expires_at, j.locked_by, j.last_error, clock_timestamp() AS checked_at
+       j.scheduled_for, j.lease_expires_at, j.locked_by, j.last_error, j.overlap, j.max_concurrency,
+       clock_timestamp() AS checked_at
 FROM pgpulse_jobs j ORDER BY j.id;
 
 -- name: backlog

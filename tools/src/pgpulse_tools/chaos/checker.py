@@ -15,7 +15,23 @@ Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
   a run left in any state but ``succeeded`` or ``failed`` (a failed run is the handler's own
   failures using up ``max_attempts``, counted in **failed runs**).
 * **unrecorded** — occurrences of any policy due by the settle point, passed by their job, with
-  no ``pgpulse_runs`` row (each must be run or recorded skipped).
+  no ``pgpulse_runs`` row (each must be run or recorded skipped). The occurrences due are the
+  schedule's, and the instants acknowledged payload-less triggers moved a job row to (one of
+  those with no run is counted in **extras unrecorded**, or **extras lost by a failover**).
+* **replaced** (information) — runs of a ``replace`` job recorded ``cancelled``, "replaced by
+  the occurrence at …": a legitimate end without the handler (a ``cancelled`` run for any other
+  reason is **lost**: nothing in the harness cancels one).
+* **replace overlaps** — a ``replace`` job's effect written more than a heartbeat after a later
+  occurrence's execution started (:func:`~pgpulse_tools.chaos.effects.replaced_late`: the
+  replaced holder cancels at its next renewal); **replace late in faults** (information): the
+  same, its node stopped, cut off or slowed then.
+  **replace lead** (information): the most any such effect came after the next occurrence's
+  start (negative: always before), how close the bound came.
+* **extras lost**, **extras unrecorded**, **extras lost by a failover**, **backfill beyond
+  bound**, **extras failed**,
+  **extras checked**, **backfill at once** (information: the most of one batch seen at once,
+  and how many batches reached their bound) — the triggers and backfills the runner requested
+  during the faults: see :mod:`pgpulse_tools.chaos.extras`.
 * **queued at check** — occurrences due by the settle point that their job has not reached yet,
   or that it forked (overlap ``allow``/``replace``) and are still to run (a backlog still
   draining; the runner waits for every job's backlog before the check, up to a bound): they
@@ -40,7 +56,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -49,10 +65,20 @@ from tabulate import tabulate
 
 from pgpulse.schedule import parse_schedule
 from pgpulse.wording import plural
-from pgpulse_tools.chaos.effects import OVERLAP_N, duplicates, most_at_once, overlaps
+from pgpulse_tools.chaos.effects import (
+    OVERLAP_N,
+    duplicates,
+    most_at_once,
+    overlaps,
+    replace_margin,
+    replaced_late,
+)
+from pgpulse_tools.chaos.extras import account as account_extras
+from pgpulse_tools.chaos.extras import excuse, requests_made
 from pgpulse_tools.chaos.history import (
     CLOSING_OUTCOMES,
     History,
+    Job,
     Run,
     RunEvent,
     load_history,
@@ -147,6 +173,8 @@ def double_claims(events: Sequence[RunEvent]) -> list[str]:
     last_token: dict[int, int] = {}
     found: list[str] = []
     for event in sorted(events, key=lambda e: (e.at, e.id)):
+        if event.kind != "scheduled":
+            continue  # a trigger's or a backfill's run: a lease of its own, beside the job row
         job = event.job_id
         if event.outcome == "running":
             previous = open_claims.get(job)
@@ -181,14 +209,30 @@ class Accounting:
     queued: list[str]
     failed: list[str]
     due: int
+    replaced: list[str] = field(default_factory=list)
+    #: payload-less triggers' acknowledged instants with no run: (request instant, described)
+    moved_missing: list[tuple[datetime, str]] = field(default_factory=list)
+
+
+def _replaced(job: Job, run: Run) -> bool:
+    """Whether ``run`` is a ``replace`` job's occurrence that a newer one replaced."""
+    return (
+        job.overlap == "replace"
+        and run.outcome == "cancelled"
+        and (run.error or "").startswith("replaced by the occurrence at ")
+    )
 
 
 def _lost(catch_up: str, run: Run, applied: bool) -> bool:
     """Whether ``run`` ended without its handler finishing: ``fenced`` by the engine (the run's
-    attempts were interrupted, or exhausted) with no effect ``applied``, under any policy; or,
-    for a ``backfill`` job, anything but a success or the handler's own failures."""
+    attempts were interrupted, or exhausted) with no effect ``applied``, under any policy; or
+    ``cancelled`` other than by a replacement (:func:`_replaced`, judged first), under any
+    policy; or, for a ``backfill`` job, anything but a success or the handler's own
+    failures."""
     if run.outcome == "fenced":
         return not applied
+    if run.outcome == "cancelled":
+        return True
     return catch_up == "backfill" and run.outcome not in ("succeeded", "failed")
 
 
@@ -201,22 +245,33 @@ def unaccounted(history: History) -> Accounting:
     its handler finishing is *lost* (:func:`_lost`); a run ended ``failed`` is the handler's
     own (listed, not a violation).
     """
-    runs = {(r.job_id, r.scheduled_for): r for r in history.runs}
+    scheduled = [r for r in history.runs if r.kind == "scheduled"]  # extras: extras.py
+    runs = {(r.job_id, r.scheduled_for): r for r in scheduled}
     summaries: dict[int, list[Run]] = defaultdict(list)  # skipped rows of many occurrences
-    for r in history.runs:
+    for r in scheduled:
         if r.last_scheduled_for is not None:
             summaries[r.job_id].append(r)
-    applied = {(e.job_id, e.scheduled_for) for e in history.executions if e.result == "applied"}
+    applied = {
+        (e.job_id, e.scheduled_for)
+        for e in history.executions
+        if e.result == "applied" and not e.extra
+    }
+    asked = _moved(history)
+    moved_missing: list[tuple[datetime, str]] = []
     lost: list[str] = []
     missing: list[str] = []
     queued: list[str] = []
     failed: list[str] = []
+    replaced: list[str] = []
     due_count = 0
     for job in history.jobs:
         schedule = parse_schedule(job.schedule, job.timezone)
-        due = schedule.occurrences_between(
-            job.anchor_at, history.settle_at, anchor=job.anchor_at, limit=1_000_000
+        on_schedule = set(
+            schedule.occurrences_between(
+                job.anchor_at, history.settle_at, anchor=job.anchor_at, limit=1_000_000
+            )
         )
+        due = sorted(on_schedule | {at for (job_id, at) in asked if job_id == job.id})
         due_count += len(due)
         for at in due:
             run = runs.get((job.id, at)) or _summary_of(summaries[job.id], at)
@@ -228,8 +283,18 @@ def unaccounted(history: History) -> Accounting:
                     f"{job.name} (id {job.id}) @ {_ts(at)}: "
                     f"{run.outcome if run else 'not yet claimed'}"
                 )
+            elif run is None and at not in on_schedule:  # an acknowledged trigger's: extras
+                moved_missing.append(
+                    (
+                        asked[(job.id, at)],
+                        f"{job.name} (id {job.id}): payload-less trigger acknowledged at "
+                        f"{_ts(asked[(job.id, at)])} for {_ts(at)}: no run",
+                    )
+                )
             elif run is None:
                 missing.append(f"{job.name} (id {job.id}, {job.catch_up}) @ {_ts(at)}: no run")
+            elif _replaced(job, run):
+                replaced.append(f"{job.name} (id {job.id}) @ {_ts(at)}: {run.error}")
             elif _lost(job.catch_up, run, (job.id, at) in applied):
                 lost.append(
                     f"{job.name} (id {job.id}, {job.catch_up}) @ {_ts(at)}: {run.outcome} "
@@ -240,7 +305,20 @@ def unaccounted(history: History) -> Accounting:
                     f"{job.name} (id {job.id}) @ {_ts(at)}: failed after "
                     + plural(run.attempts, "attempt")
                 )
-    return Accounting(lost, missing, queued, failed, due_count)
+    return Accounting(lost, missing, queued, failed, due_count, replaced, moved_missing)
+
+
+def _moved(history: History) -> dict[tuple[int, datetime], datetime]:
+    """The instants acknowledged payload-less triggers moved a job row to, by the settle
+    point: (job, instant) -> the request's instant."""
+    return {
+        (request.job_id, request.scheduled_for): request.at
+        for request in history.requests
+        if request.kind == "trigger_job"
+        and request.ok
+        and request.scheduled_for is not None
+        and request.scheduled_for <= history.settle_at
+    }
 
 
 def _summary_of(summaries: Sequence[Run], at: datetime) -> Run | None:
@@ -279,8 +357,11 @@ def check(history: History) -> Verdict:
         The :class:`Verdict`; ``verdict.ok`` is false when a must-be-zero figure is not zero.
     """
     dups, reexecuted, repeated = duplicates(history)
+    extras = account_extras(history)
+    late, late_in_faults = replaced_late(history)
     tokens_again, doubles = reissued_tokens(history)
     account = unaccounted(history)
+    moved_missing, moved_lost = excuse(history, account.moved_missing)
     fenced = [
         f"job {e.job_id} @ {_ts(e.scheduled_for)}: {e.node_id}/t{e.token} ended {_ts(e.ended_at)}"
         for e in history.executions
@@ -317,6 +398,10 @@ def check(history: History) -> Verdict:
             _count("run ids reissued", reissued_run_ids(history)),
             _count("lost", account.lost),
             _count("unrecorded", account.missing),
+            _count("replace overlaps", late),
+            _count("extras lost", extras.lost),
+            _count("extras unrecorded", extras.unrecorded + moved_missing),
+            _count("backfill beyond bound", extras.beyond),
             _count("stuck", stuck(history)),
             _count("node crashes", crashes),
             Figure(
@@ -336,6 +421,26 @@ def check(history: History) -> Verdict:
                 not account.queued,
             ),
             _count("failed runs", account.failed, "info"),
+            _count("replaced", account.replaced, "info"),
+            _count("replace late in faults", late_in_faults, "info"),
+            Figure(
+                "extras checked",
+                f"{extras.total - len(extras.queued)}/{extras.total} ({extras.triggers} "
+                f"triggers, {extras.backfills} backfill occurrences)"
+                + (f" ({len(extras.queued)} queued, not checked)" if extras.queued else ""),
+                "expected all",
+                not extras.queued,
+                tuple(extras.queued[:_EXAMPLES]),
+            ),
+            _count("extras failed", extras.failed, "info"),
+            _count("extras lost by a failover", extras.unrecorded_by_failover + moved_lost, "info"),
+            Figure(
+                "backfill at once",
+                f"{extras.most[0]} (its max_concurrency {extras.most[1]}); "
+                f"{extras.at_bound} batches reached their bound",
+            ),
+            Figure("replace lead", _lead(replace_margin(history), history.heartbeat)),
+            Figure("requests", requests_made(history)),
             _count("stale effects", stale, "info"),
             Figure("lag steady", spread(steady, (50, 99))),
             Figure("lag in faults", spread(faulty, (50, 99))),
@@ -359,6 +464,14 @@ def check(history: History) -> Verdict:
                 + ")",
             ),
         )
+    )
+
+
+def _lead(lead: float | None, heartbeat: float) -> str:
+    if lead is None:
+        return "no replace job wrote two effects"
+    return (
+        f"{lead:+.3f}s (the most a replace effect came after the next start; bound {heartbeat:g}s)"
     )
 
 

@@ -31,6 +31,11 @@ class Execution:
         in_db: whether the database kept its whole record; ``False`` when only the node's
             journal has it (a failover lost the transactions that wrote it): see
             :mod:`~pgpulse_tools.chaos.journal`.
+        occurrence: the kind of occurrence it ran (the handler's ``ctx.kind``): ``scheduled``
+            (the schedule's, on the job row or forked under overlap ``allow``/``replace``),
+            ``trigger`` (a trigger with a payload) or ``backfill`` (a backfill on request). An
+            extra occurrence (``trigger``, ``backfill``) is identified by its ``run_id``, not by
+            (job, ``scheduled_for``): a backfill re-runs an instant the schedule already ran.
         committed_at: the database's instant (``clock_timestamp()``) of the statement that
             ended it — its effect, or its planned failure — read inside that statement, so
             never after its commit; ``None`` if it never ended in the database (or its history
@@ -56,11 +61,30 @@ class Execution:
     run_id: int | None = None
     in_db: bool = True
     committed_at: datetime | None = None
+    occurrence: str = "scheduled"
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Execution:
         """Build from a ``read_history`` row."""
         return cls(**{name: row[name] for name in cls.__slots__ if name in row})
+
+    @property
+    def extra(self) -> bool:
+        """Whether it ran an extra occurrence (a trigger's or a backfill's)."""
+        return self.occurrence != "scheduled"
+
+    @property
+    def own_lease(self) -> bool:
+        """Whether its occurrence had a lease and a token of its own (an extra occurrence, or
+        one forked under overlap ``allow``/``replace``): its token grows over that occurrence's
+        claims only, and its run id keys it."""
+        return self.extra or self.kind in ("overlap", "replace")
+
+    @property
+    def key(self) -> tuple[int, datetime, int]:
+        """The occurrence it ran: (job, ``scheduled_for``, 0) for the schedule's, (job,
+        ``scheduled_for``, run id) for an extra one."""
+        return (self.job_id, self.scheduled_for, (self.run_id or 0) if self.extra else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +102,32 @@ class RunEvent:
     node_id: str | None
     at: datetime
     error: str | None = None
+    run_id: int | None = None
+    kind: str = "scheduled"
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> RunEvent:
         """Build from a ``read_run_log`` row."""
-        return cls(**{name: row[name] for name in cls.__slots__})
+        return cls(**{name: row[name] for name in cls.__slots__ if name in row})
+
+    @property
+    def key(self) -> tuple[int, datetime, int]:
+        """The occurrence it is about, as :attr:`Execution.key`."""
+        extra = self.kind != "scheduled"
+        return (self.job_id, self.scheduled_for, (self.run_id or 0) if extra else 0)
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
     """A ``pgpulse_runs`` row as it stands at the check (a skipped summary row stands for the
-    occurrences from ``scheduled_for`` through ``last_scheduled_for``)."""
+    occurrences from ``scheduled_for`` through ``last_scheduled_for``); an extra occurrence
+    still pending or running is one too, ``queued``.
+
+    Attributes:
+        id: the run id; kind: ``scheduled``, ``trigger`` or ``backfill``; batch_id: the batch
+            of an extra or forked occurrence; error: the run's error (a replaced run's says
+            ``replaced by the occurrence at …``).
+    """
 
     job_id: int
     scheduled_for: datetime
@@ -96,11 +135,15 @@ class Run:
     attempts: int
     token: int | None
     last_scheduled_for: datetime | None = None
+    id: int | None = None
+    kind: str = "scheduled"
+    batch_id: int | None = None
+    error: str | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
         """Build from a ``read_runs`` row."""
-        return cls(**{name: row[name] for name in cls.__slots__})
+        return cls(**{name: row[name] for name in cls.__slots__ if name in row})
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +162,13 @@ class Job:
     lease_expires_at: datetime | None = None
     locked_by: str | None = None
     last_error: str | None = None
+    overlap: str = "forbid"
+    max_concurrency: int | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
         """Build from a ``read_jobs`` row."""
-        return cls(**{name: row[name] for name in cls.__slots__})
+        return cls(**{name: row[name] for name in cls.__slots__ if name in row})
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +209,37 @@ class NodeExit:
 
 
 @dataclass(frozen=True, slots=True)
+class Request:
+    """A run-control request the harness made during the fault phase (runner.py), as the API
+    answered it.
+
+    Attributes:
+        kind: ``trigger`` (with a payload: one extra occurrence, ``run_id``), ``trigger_job``
+            (no payload: the job row's own occurrence moves to now, ``scheduled_for``) or
+            ``backfill`` (``batch_id``, the ``selected`` instants of [``start``, ``end``],
+            ``only``, ``max_concurrency``).
+        at: the harness's instant of the request (the database's clock, by the offset).
+        ok: whether the API acknowledged it; ``False`` with ``error``: refused (a paused or
+            running job) or unanswered (the database was down): not checked, though what it
+            may have written is (every extra run is).
+    """
+
+    kind: str
+    job_id: int
+    at: datetime
+    ok: bool = True
+    error: str | None = None
+    run_id: int | None = None
+    scheduled_for: datetime | None = None
+    batch_id: int | None = None
+    selected: tuple[datetime, ...] = ()
+    start: datetime | None = None
+    end: datetime | None = None
+    only: tuple[str, ...] = ()
+    max_concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class History:
     """Everything the checker reads.
 
@@ -188,6 +264,7 @@ class History:
     node_exits: tuple[NodeExit, ...] = field(default=())
     started_at: datetime | None = None
     replication: str | None = None
+    requests: tuple[Request, ...] = field(default=())
 
 
 _TYPES: dict[str, type[Any]] = {
@@ -197,6 +274,7 @@ _TYPES: dict[str, type[Any]] = {
     "jobs": Job,
     "faults": Fault,
     "node_exits": NodeExit,
+    "requests": Request,
 }
 
 
@@ -239,5 +317,8 @@ def load_history(path: Path) -> History:
     data = _decode(json.loads(path.read_text(encoding="utf-8")))
     fields: dict[str, Any] = dict(data)
     for name, kind in _TYPES.items():
-        fields[name] = tuple(kind(**item) for item in data.get(name, []))
+        fields[name] = tuple(
+            kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in item.items()})
+            for item in data.get(name, [])
+        )
     return History(**fields)

@@ -7,7 +7,7 @@ check of that failover needs. So each handler also appends to a journal file of 
 an ``O_APPEND`` descriptor: a SIGKILL loses nothing written before it):
 
 * ``{"e": "start", "uid", "job_id", "scheduled_for", "attempt", "token", "run_id", "node",
-  "kind", "at"}`` — before the database hears of the execution;
+  "kind", "occurrence", "at"}`` — before the database hears of the execution;
 * ``{"e": "end", "uid", "at", "result", "lease_ok_at_start", "lease_ok_at_end",
   "committed_at"}`` — after the database acknowledged its end (the effect's commit, or the
   planned failure's); ``committed_at`` is the database's instant of that end, as the statement
@@ -176,6 +176,7 @@ def merge(rows: Sequence[Execution], records: Iterable[dict[str, Any]]) -> tuple
                 run_id=start["run_id"],
                 in_db=False,
                 committed_at=None if end is None else end.get("committed_at"),
+                occurrence=start.get("occurrence", "scheduled"),
             )
         )
     return (*merged, *lost)

@@ -4,7 +4,8 @@ A run: start (or use) a PostgreSQL — or, with ``replication``, a primary and a
 (:mod:`~pgpulse_tools.chaos.replication`); create a fresh database, migrate it, create the
 history tables; load the workload; start one proxy per node and server and the nodes (on a
 cluster each node's DSN lists both servers, ``target_session_attrs=read-write``); wait until every
-node is alive; carry out the fault plan; when the last fault has ended (the *settle point*), let
+node is alive; carry out the fault plan, and meanwhile request triggers and backfills (seeded:
+:func:`_request_extras`); when the last fault has ended (the *settle point*), let
 the cluster settle; snapshot the history (the database's tables and the nodes' journals); stop
 the nodes with SIGTERM; check; print the table.
 """
@@ -29,7 +30,8 @@ from psycopg.rows import DictRow, dict_row
 
 from pgpulse.app import connect
 from pgpulse.claims import LEADER_LOCK_KEY
-from pgpulse.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.errors import DatabaseUnavailable, InvalidInput, PulseError
+from pgpulse.run_control import RunControl
 from pgpulse.sql import load_queries
 from pgpulse_tools.chaos.checker import Verdict, check
 from pgpulse_tools.chaos.cluster import Cluster, NodeSettings
@@ -46,6 +48,7 @@ from pgpulse_tools.chaos.history import (
     Fault,
     History,
     Job,
+    Request,
     Run,
     RunEvent,
     dump_history,
@@ -78,6 +81,13 @@ SOAK_LONGER_THAN = 600.0
 SOAK_CLUSTER_KINDS: tuple[str, ...] = (*CLUSTER_RUN_KINDS, "reshard")
 #: Readings of the database's clock its offset is measured over (the tightest one counts).
 OFFSET_SAMPLES = 5
+#: Seconds between two run-control requests of the fault phase (uniform in this range).
+REQUEST_EVERY = (1.0, 3.0)
+#: Seconds a request may take (the database may be down) before it is given up as unanswered.
+REQUEST_TIMEOUT = 10.0
+#: Handler kinds whose jobs a backfill is requested of: short handlers, so that a backfill's
+#: backlog drains within the settle period.
+BACKFILL_KINDS = ("quick", "steady", "cron", "flaky", "overlap", "replace", "blocking")
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,7 +402,17 @@ async def _drive(run: _Run, cluster: Cluster) -> Verdict:
         node_ttl=3 * node.heartbeat + 1,
     )
     run.echo(f"all {config.nodes} nodes alive; {len(plan)} faults planned")
-    faults = await _inject(run, injector, plan)
+    stop_requests = asyncio.Event()
+    requests: list[Request] = []
+    requester = asyncio.create_task(_request_extras(run, stop_requests, requests))
+    try:
+        faults = await _inject(run, injector, plan)
+    finally:
+        stop_requests.set()
+        with contextlib.suppress(Exception):
+            await requester
+    acknowledged = sum(1 for r in requests if r.ok)
+    run.echo(f"{len(requests)} triggers and backfills requested, {acknowledged} acknowledged")
     settle_at = run.clock()
     settle = config.settle_seconds()
     run.echo(f"faults over at {settle_at:%H:%M:%S}; settling for {settle:.1f}s")
@@ -403,7 +423,12 @@ async def _drive(run: _Run, cluster: Cluster) -> Verdict:
     history = await _snapshot(run, faults, settle_at, cluster)
     # Graceful stop is part of the test: a node that hangs on SIGTERM is a crash.
     await _stop(run, cluster)
-    history = replace(history, started_at=started_at, node_exits=tuple(cluster.exits))
+    history = replace(
+        history,
+        started_at=started_at,
+        node_exits=tuple(cluster.exits),
+        requests=tuple(requests),
+    )
     await asyncio.to_thread(dump_history, history, run.folder / "history.json")
     verdict = check(history)
     run.echo("\n" + verdict.table() + "\n")
@@ -411,6 +436,74 @@ async def _drive(run: _Run, cluster: Cluster) -> Verdict:
         run.echo(f"  {fault.started_at:%H:%M:%S.%f}"[:-3] + f"  {fault.detail}")
     run.echo(f"\nverdict: {'OK' if verdict.ok else 'FAILED'} (seed {config.seed})")
     return verdict
+
+
+async def _request_extras(run: _Run, stop: asyncio.Event, out: list[Request]) -> None:
+    """Until ``stop`` is set, every :data:`REQUEST_EVERY` seconds make one seeded run-control
+    request through the Python API (the CLI's and the HTTP API's calls), appended to ``out``
+    as the API answered it: a trigger with a payload (the job's own, marked), a payload-less
+    trigger (the job row's occurrence moves to now; refused when the job is running), or a
+    backfill of a few seconds of the last fifteen (``only`` missing, failed, all or the
+    default, ``max_concurrency`` 1-3). A request that raises or outlasts
+    :data:`REQUEST_TIMEOUT` (the database down, a job running) is recorded unacknowledged."""
+    config = run.config
+    rng = random.Random(f"{config.seed}:requests")
+    async with connect(run.dsn(), max_size=2) as store:
+        async with store.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id, tenant, name, payload FROM pgpulse_jobs ORDER BY id"
+            )
+            jobs = list(await cur.fetchall())
+        control = RunControl(store.pool)
+        backfillable = [j for j in jobs if j["payload"]["kind"] in BACKFILL_KINDS]
+        number = 0
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), rng.uniform(*REQUEST_EVERY))
+            if stop.is_set():
+                return
+            number += 1
+            action = rng.choices(("trigger", "trigger_job", "backfill"), (4, 2, 4))[0]
+            job = rng.choice(backfillable if action == "backfill" else jobs)
+            at = run.clock()
+            request = Request(action, job["id"], at)
+            try:
+                async with asyncio.timeout(REQUEST_TIMEOUT):
+                    if action == "trigger":
+                        payload = {**job["payload"], "trigger": number}
+                        done = await control.trigger(job["tenant"], job["name"], payload)
+                        request = replace(
+                            request, run_id=done.occurrence, scheduled_for=done.scheduled_for
+                        )
+                    elif action == "trigger_job":
+                        instant = await store.trigger_job(job["tenant"], job["name"])
+                        request = replace(request, scheduled_for=instant)
+                    else:
+                        # the recent past, where faults left occurrences missing or failed
+                        end = at - timedelta(seconds=rng.uniform(0.5, 15.0))
+                        start = end - timedelta(seconds=rng.uniform(2.0, 8.0))
+                        only = rng.choice((("missing",), ("failed",), ("all",), ("all",), ()))
+                        bound = rng.choice((1, 1, 2, 3))
+                        plan = await control.backfill(
+                            job["tenant"],
+                            job["name"],
+                            start=start,
+                            end=end,
+                            only=only,
+                            max_concurrency=bound,
+                        )
+                        request = replace(
+                            request,
+                            batch_id=plan.batch_id,
+                            selected=tuple(plan.selected) if plan.batch_id is not None else (),
+                            start=start,
+                            end=end,
+                            only=only,
+                            max_concurrency=bound,
+                        )
+            except (PulseError, psycopg.Error, OSError, TimeoutError) as exc:
+                request = replace(request, ok=False, error=f"{type(exc).__name__}: {exc}")
+            out.append(request)
 
 
 async def _wait_alive(conn: psycopg.AsyncConnection[DictRow], count: int, ttl: float) -> None:

@@ -49,10 +49,13 @@ def lags(history: History) -> tuple[list[float], list[float]]:
     steady: list[float] = []
     faulty: list[float] = []
     for execution in history.executions:
-        if execution.attempt != 1 or (
-            history.started_at is not None and execution.scheduled_for < history.started_at
+        if (
+            execution.extra
+            or execution.attempt != 1
+            or (history.started_at is not None and execution.scheduled_for < history.started_at)
         ):
-            continue  # retries wait on purpose; before every node was up is start-up
+            continue  # retries wait on purpose; before every node was up is start-up; a
+            # backfill's occurrence is late on purpose, a trigger's beside the schedule
         instants = closes.get(execution.job_id, [])
         i = bisect.bisect_right(instants, execution.started_at)
         base = max(execution.scheduled_for, instants[i - 1]) if i else execution.scheduled_for

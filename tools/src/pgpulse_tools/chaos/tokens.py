@@ -3,9 +3,10 @@
 of a claim still shows it).
 
 * **tokens reissued** — two executions of one job that were given the same fencing token (of
-  one occurrence, for the ``overlap`` kind: each of its occurrences has a token of its own). A
-  token comes from one acknowledged claim and one claim starts one execution, so any repeat
-  means the database handed the token out again (a failover that lost the claim's WAL).
+  one occurrence, for an occurrence with a lease of its own — the ``overlap`` and ``replace``
+  kinds', a trigger's, a backfill's — whose token grows over its own claims). A token comes
+  from one acknowledged claim and one claim starts one execution, so any repeat means the
+  database handed the token out again (a failover that lost the claim's WAL).
 * **double token holders** — such a pair whose holding intervals overlap: two nodes held "the
   current token" of a job at once, so neither fencing nor a token-ordered resource can tell them
   apart. An execution holds its token from its start to its end (or until it aborted); one with
@@ -55,7 +56,7 @@ def reissued_tokens(history: History) -> tuple[list[str], list[str]]:
     by_token: dict[tuple[int, int, int], list[Execution]] = defaultdict(list)
     for execution in history.executions:
         # an occurrence with a lease of its own numbers its claims itself
-        own = execution.run_id if execution.kind == "overlap" and execution.run_id else 0
+        own = execution.run_id if execution.own_lease and execution.run_id else 0
         by_token[(execution.job_id, own, execution.token)].append(execution)
     reissued: list[str] = []
     doubles: list[str] = []

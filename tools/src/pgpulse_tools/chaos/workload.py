@@ -22,10 +22,14 @@ blocking   ``@every 3s``                               a sync handler (a thread;
                                                        cancelled), 0.2–1.5 s
 overlap    ``@every 1s``, overlap ``allow``, N = 3     1.2–2.4 s: up to three occurrences at
                                                        once, each with its own lease and token
+replace    ``@every 2s``, overlap ``replace``          1.5–3.5 s: mostly replaced (``cancelled``)
+                                                       by the next occurrence
 ========== =========================================== ======================================
 
-An ``overlap`` execution guards its effect by its run id (its token grows over the claims of its
-occurrence only: README), and its lease is the occurrence's (``pgpulse_occurrences``).
+An ``overlap`` or ``replace`` execution, and any extra occurrence (a trigger's or a backfill's,
+which the runner requests during the faults: ``ctx.kind``), guards its effect by its run id (its
+token grows over the claims of its occurrence only: README), and its lease is the occurrence's
+(``pgpulse_occurrences``).
 
 Durations and failures are drawn from a generator seeded by (``PGPULSE_CHAOS_SEED``, job,
 occurrence, attempt), so an execution behaves the same whichever node runs it.
@@ -75,7 +79,13 @@ class Kind:
     share: float = 0.1
     fail: float = 0.0
     blocking: bool = False
-    max_concurrency: int | None = None  # overlap allow with this bound; None: forbid
+    max_concurrency: int | None = None  # overlap allow with this bound
+    overlap: str = "forbid"  # without max_concurrency: forbid or replace
+
+    @property
+    def policy(self) -> str:
+        """Its jobs' overlap policy."""
+        return "allow" if self.max_concurrency is not None else self.overlap
 
 
 def kinds(lease: float) -> tuple[Kind, ...]:
@@ -90,6 +100,7 @@ def kinds(lease: float) -> tuple[Kind, ...]:
         Kind("long", (long_every,), 1.3 * lease, 1.8 * lease, share=0.10),
         Kind("blocking", ("@every 3s",), 0.2, 1.5, share=0.12, blocking=True),
         Kind("overlap", ("@every 1s",), 1.2, 2.4, share=0.05, max_concurrency=OVERLAP_N),
+        Kind("replace", ("@every 2s",), 1.5, 3.5, share=0.04, overlap="replace"),
     )
 
 
@@ -127,9 +138,10 @@ def build_jobs(count: int, *, lease: float, seed: int) -> list[JobSpec]:
                         "min": kind.min,
                         "max": kind.max,
                         "fail": kind.fail,
-                        "overlap": kind.max_concurrency is not None,
+                        # an occurrence with a lease of its own (allow, replace)
+                        "overlap": kind.policy != "forbid",
                     },
-                    overlap="forbid" if kind.max_concurrency is None else "allow",
+                    overlap=kind.policy,
                     max_concurrency=kind.max_concurrency,
                     # A short grace makes skip/coalesce decisions happen after every outage.
                     misfire_grace=rng.choice((1.0, 2.0, 3.0)),
@@ -253,7 +265,10 @@ def _sync_history_pool() -> ConnectionPool[psycopg.Connection[DictRow]]:
 def _plan(ctx: RunContext) -> tuple[float, bool]:
     """(duration in seconds, fails on purpose) of this execution — the same on any node."""
     seed = os.environ.get("PGPULSE_CHAOS_SEED", "0")
-    rng = random.Random(f"{seed}:{ctx.job_id}:{ctx.scheduled_for.isoformat()}:{ctx.attempt}")
+    key = f"{seed}:{ctx.job_id}:{ctx.scheduled_for.isoformat()}:{ctx.attempt}"
+    if ctx.kind != "scheduled":  # a backfill of an instant is not its scheduled run again
+        key += f":{ctx.kind}:{ctx.run_id}"
+    rng = random.Random(key)
     payload = ctx.payload
     return rng.uniform(payload["min"], payload["max"]), rng.random() < payload.get("fail", 0.0)
 
@@ -269,6 +284,7 @@ def _start(ctx: RunContext, until_effect: float | None) -> dict[str, Any]:
         "token": ctx.fencing_token,
         "run_id": ctx.run_id,
         "kind": ctx.payload["kind"],
+        "occurrence": ctx.kind,
     }
     uid = uuid.uuid4().hex
     _journal.started(uid, ctx.node_id, fields)
@@ -282,9 +298,10 @@ def _start(ctx: RunContext, until_effect: float | None) -> dict[str, Any]:
 
 
 def _fence(ctx: RunContext) -> int:
-    """The fence key of an execution: its job, or (an occurrence with a lease of its own) minus
-    its run id."""
-    return -ctx.run_id if ctx.payload.get("overlap") else ctx.job_id
+    """The fence key of an execution: its job, or (an occurrence with a lease of its own: forked
+    under allow/replace, or a trigger's or a backfill's) minus its run id."""
+    own = ctx.payload.get("overlap") or ctx.kind != "scheduled"
+    return -ctx.run_id if own else ctx.job_id
 
 
 def _end(ctx: RunContext, start: dict[str, Any], row: DictRow, result: str, end: Any) -> None:
@@ -316,6 +333,7 @@ def _effect_args(ctx: RunContext, start: dict[str, Any]) -> dict[str, Any]:
         "token": ctx.fencing_token,
         "run_id": ctx.run_id,
         "fence": start["fence"],
+        "extra": 0 if ctx.kind == "scheduled" else ctx.run_id,
         "node": ctx.node_id,
         "uid": start["uid"],
         "lease_guard": os.environ.get("PGPULSE_CHAOS_GUARD", "lease") == "lease",
