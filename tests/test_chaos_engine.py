@@ -12,8 +12,7 @@ from typing import Any
 
 from helpers import ALL_SHARDS, add, spec
 from pgpulse.attempts import Attempts
-from pgpulse.dispatch import Dispatcher
-from pgpulse.handlers import RunContext
+from pgpulse.handlers import NodeHandlers, RunContext
 from pgpulse.model import ClaimedJob, ClaimKey
 from pgpulse.store import Store
 from test_engine import node, running, wait_until
@@ -62,7 +61,7 @@ def _claimed(job_id: int, token: int) -> ClaimedJob:
 def _attempts(handlers: dict[str, Any], lease: float = 30.0) -> Attempts:
     """A node's attempt table over ``handlers``, as :class:`Node` builds it."""
     return Attempts(
-        Dispatcher(handlers, "node-a", {}), slots=4, lease=lease, margin=2.0, wake=asyncio.Event()
+        NodeHandlers(handlers, "node-a", {}), slots=4, lease=lease, margin=2.0, wake=asyncio.Event()
     )
 
 

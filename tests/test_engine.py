@@ -237,14 +237,14 @@ async def test_retries_and_final_failures_say_why_and_when(
         ),
     )
     await store.trigger_job("default", "broken")
-    caplog.set_level(logging.INFO, logger="pgpulse.dispatch")
+    caplog.set_level(logging.INFO, logger="pgpulse.recorder")
     async with running(node(store, dsn, {"broken": broken})):
         await wait_until(
             lambda: db.execute(
                 "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'failed'"
             ).fetchone()["n"]
         )
-    records = {r.action: r for r in caplog.records if r.name == "pgpulse.dispatch"}  # type: ignore[attr-defined]
+    records = {r.action: r for r in caplog.records if r.name == "pgpulse.recorder"}  # type: ignore[attr-defined]
     retry, failed = records["run_retrying"], records["run_failed"]
     assert retry.levelno == logging.INFO
     assert retry.error == "ValueError: no upstream at attempt 1"  # type: ignore[attr-defined]

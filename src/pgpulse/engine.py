@@ -63,9 +63,8 @@ from pgpulse.builtins import check_shell_env
 from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
 from pgpulse.database import Session
 from pgpulse.db_clock import DEFAULT_STEP_THRESHOLD, ClockReading, ClockWatch
-from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable, NodeIdTaken, describe
-from pgpulse.handlers import Handler
+from pgpulse.handlers import Handler, NodeHandlers
 from pgpulse.jobs import check_name
 from pgpulse.listener import Listener
 from pgpulse.model import Step
@@ -243,7 +242,7 @@ class Node:
         # loop's default executor to the application.
         self._threads = concurrent.futures.ThreadPoolExecutor(self.config.slots, "pgpulse-handler")
         self.attempts = Attempts(
-            Dispatcher(self.handlers, self.node_id, self.config.handler_options, self._threads),
+            NodeHandlers(self.handlers, self.node_id, self.config.handler_options, self._threads),
             slots=self.config.slots,
             lease=self.config.lease,
             margin=self.config.safety_margin,

@@ -229,6 +229,16 @@ class Outcome(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """How one attempt's handler ended: ``ok``, or the error text; plus captured output
+    (truncated)."""
+
+    ok: bool
+    error: str | None = None
+    output: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
     """What one :meth:`~pgpulse.claims.ClaimStore.finish_and_claim` did.
 

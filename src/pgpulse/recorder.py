@@ -13,7 +13,8 @@ One error policy for every outcome write, while the node runs and while it drain
 its outcomes are queued again ahead of newer ones (fenced writes are idempotent: if a lost reply
 hid a commit, the next write changes nothing); a write the database refused for an outcome's
 content is tried again one outcome per statement, so the one it refuses (a bug, a value out of
-range) ends only its own attempt, unrecorded.
+range) ends only its own attempt, unrecorded. Each settled outcome is counted and logged
+(:func:`report`) and its attempt ends (:meth:`~pgpulse.attempts.Attempts.written`).
 
 Extra occurrences (docs/states.md, "Extra occurrences") go the same way through their own
 statements, in the same step: first the forks of job rows under overlap ``replace``/``allow``
@@ -33,7 +34,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import timedelta
 
 import psycopg
@@ -41,6 +42,7 @@ import psycopg
 from pgpulse import metrics, tracing
 from pgpulse.attempts import Attempts
 from pgpulse.claims import ClaimStore
+from pgpulse.dispatch import replaced_on_loss
 from pgpulse.errors import DatabaseUnavailable, describe
 from pgpulse.model import ClaimKey, Outcome, Step
 from pgpulse.routing import Routes
@@ -194,7 +196,7 @@ class Recorder:
             except BaseException:
                 self.attempts.unwritten([*forks[i:], *later])
                 raise
-            self.attempts.written([outcome], {outcome.job.key} if written else ())
+            self._settled([outcome], {outcome.job.key} if written else ())
         if forks:
             self.hint_occurrences()  # the forked occurrences are due now
 
@@ -219,7 +221,7 @@ class Recorder:
         except BaseException:
             self.attempts.unwritten([*batch, *requeue])
             raise
-        self.attempts.written(batch, step.written)
+        self._settled(batch, step.written)
         if self.on_alertable is not None and any(_alertable(o) for o in batch):
             self.on_alertable()
         return step
@@ -266,9 +268,17 @@ class Recorder:
                 self.attempts.unwritten(batch[i:])
                 raise
             else:
-                self.attempts.written([outcome], written)
+                self._settled([outcome], written)
                 if self.on_alertable is not None and _alertable(outcome):
                     self.on_alertable()
+
+    def _settled(self, batch: Sequence[Outcome], written: Collection[ClaimKey]) -> None:
+        """The write of ``batch`` committed: count and log each outcome as it took effect (its
+        claim is in ``written``) or was refused by fencing (:func:`report`); their attempts
+        end."""
+        for outcome in batch:
+            report(outcome, outcome.job.key in written)
+        self.attempts.written(batch, written)
 
     async def _write_one(self, outcome: Outcome) -> set[ClaimKey]:
         """Write one outcome, claiming nothing."""
@@ -323,3 +333,87 @@ def _alertable(outcome: Outcome) -> bool:
     return outcome.outcome == "failed" or bool(
         outcome.advance is not None and outcome.advance.skipped_count
     )
+
+
+def report(outcome: Outcome, written: bool) -> None:
+    """Count and log an outcome whose write has landed (``written``) or was refused by fencing
+    (the lease was lost before it landed: nothing recorded).
+
+    A retry logs its error and the next attempt's instant (INFO, ``run_retrying``); a run that
+    fails for good is a WARNING with its error (``run_failed``, ``run_fenced``); the others are
+    INFO (a job failed for want of a handler was logged as an ERROR when it was claimed).
+    """
+    job = outcome.job
+    if outcome.outcome == "forked":
+        log.debug(
+            "%s/%s at %s forked into an extra occurrence (overlap %s)%s",
+            job.tenant,
+            job.name,
+            job.scheduled_for,
+            job.overlap,
+            "" if written else ": lease lost first, nothing recorded",
+            extra={"action": "run_forked", "job": job.name},
+        )
+        return
+    metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
+    if not written:
+        if replaced_on_loss(job):
+            log.info(
+                "%s/%s at %s lost its lease before its outcome was written (overlap replace: "
+                "usually a newer occurrence replaced it, and its run is recorded as cancelled)",
+                job.tenant,
+                job.name,
+                job.scheduled_for.isoformat(),
+                extra={"action": "replaced", "job": job.name},
+            )
+            return
+        log.warning(
+            "lease of %s/%s lost before its outcome was written; this node records nothing of "
+            "it (the run's end is written by whoever ended the lease)",
+            job.tenant,
+            job.name,
+            extra={"action": "write_fenced", "job": job.name},
+        )
+        return
+    action = f"run_{outcome.outcome}"
+    if outcome.outcome == "retrying":
+        retry_at = (outcome.ended_at or job.db_now) + timedelta(0, outcome.retry_in or 0.0)
+        log.info(
+            "retrying %s/%s at %s: attempt %d failed (%s); attempt %d at %s (in %.3gs)",
+            job.tenant,
+            job.name,
+            job.scheduled_for,
+            job.attempt,
+            outcome.error,
+            job.attempt + 1,
+            retry_at,
+            outcome.retry_in or 0.0,
+            extra={
+                "action": action,
+                "job": job.name,
+                "error": outcome.error,
+                "retry_at": retry_at.isoformat(),
+            },
+        )
+    elif outcome.outcome in ("failed", "fenced") and outcome.status == "idle":
+        log.warning(
+            "%s %s/%s at %s (attempt %d): %s",
+            outcome.outcome,
+            job.tenant,
+            job.name,
+            job.scheduled_for,
+            job.attempt,
+            outcome.error,
+            extra={"action": action, "job": job.name, "error": outcome.error},
+        )
+    elif log.isEnabledFor(logging.INFO):
+        attempt = f" (attempt {job.attempt})" if outcome.ended_at is not None else ""
+        log.info(
+            "%s %s/%s at %s%s",
+            outcome.outcome,
+            job.tenant,
+            job.name,
+            job.scheduled_for,
+            attempt,
+            extra={"action": action, "job": job.name},
+        )
