@@ -10,7 +10,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pgpulse.attempts import decide_claim
+from pgpulse.dispatch import plan_finish
+from pgpulse.handlers import NodeHandlers
 from pgpulse.jobs import JobSpec
+from pgpulse.model import ClaimedJob, Outcome
 from pgpulse.store import Store
 
 
@@ -39,6 +43,17 @@ async def add(store: Store, *specs: JobSpec, now: datetime | None = None) -> lis
 
 
 ALL_SHARDS = list(range(64))
+
+
+async def run_claim(job: ClaimedJob, handlers: NodeHandlers, now: datetime) -> Outcome:
+    """One attempt of a claim played without a node, ended at the fixed instant ``now``: the
+    claim-time decision (:func:`pgpulse.attempts.decide_claim`), the handler if it runs, and
+    the outcome (:func:`pgpulse.dispatch.plan_finish`)."""
+    decision = await decide_claim(job, handlers)
+    if decision.outcome is not None:
+        return decision.outcome
+    return plan_finish(job, await handlers.run(job), now)
+
 
 #: The ``pgpulse`` command of this environment, as a user types it.
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))

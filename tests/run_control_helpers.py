@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from helpers import ALL_SHARDS
-from pgpulse.dispatch import Dispatcher, plan_finish
-from pgpulse.handlers import RunContext
+from helpers import ALL_SHARDS, run_claim
+from pgpulse.handlers import NodeHandlers, RunContext
 from pgpulse.store import Store
 
 
@@ -23,15 +22,12 @@ async def drain(
         if fail:
             raise RuntimeError("boom")
 
-    dispatcher = Dispatcher({"noop": handler}, "node-a", {})
+    handlers = NodeHandlers({"noop": handler}, "node-a", {})
     for _ in range(1000):
         batch = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
         if not batch:
             return ran
-        outcomes = [
-            await dispatcher.decide(job) or plan_finish(job, await dispatcher.run(job), now)
-            for job in batch
-        ]
+        outcomes = [await run_claim(job, handlers, now) for job in batch]
         assert await store.finish_runs(outcomes, now=now, node="node-a") == {
             job.key for job in batch
         }

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from helpers import ALL_SHARDS, add, spec, utc
+from helpers import ALL_SHARDS, add, run_claim, spec, utc
 from pgpulse import dispatch, planner
-from pgpulse.dispatch import Dispatcher, plan_finish
-from pgpulse.handlers import RunContext
+from pgpulse.handlers import NodeHandlers, RunContext
 from pgpulse.store import Store
 from pgpulse.zones import load_zone
 
@@ -32,15 +31,12 @@ async def drain(store: Store, now: Any, seen: list[RunContext]) -> None:
     async def noop(ctx: RunContext) -> None:
         seen.append(ctx)
 
-    dispatcher = Dispatcher({"noop": noop}, "node-a", {})
+    handlers = NodeHandlers({"noop": noop}, "node-a", {})
     for _ in range(1000):
         batch = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
         if not batch:
             return
-        outcomes = [
-            await dispatcher.decide(job) or plan_finish(job, await dispatcher.run(job), now)
-            for job in batch
-        ]
+        outcomes = [await run_claim(job, handlers, now) for job in batch]
         assert await store.finish_runs(outcomes, now=now, node="node-a") == {
             job.key for job in batch
         }
@@ -278,10 +274,10 @@ async def test_backfill_years_behind_runs_the_oldest_first_one_at_a_time(store: 
     async def noop(ctx: RunContext) -> None:
         seen.append(ctx)
 
-    dispatcher = Dispatcher({"noop": noop}, "node-a", {})
+    handlers = NodeHandlers({"noop": noop}, "node-a", {})
     for _ in range(3):
         [job] = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=NOW)
-        outcome = await dispatcher.decide(job) or plan_finish(job, await dispatcher.run(job), NOW)
+        outcome = await run_claim(job, handlers, NOW)
         assert await store.finish_runs([outcome], now=NOW, node="node-a") == {job.key}
     oldest = created.replace(microsecond=0) + timedelta(seconds=1)
     assert [c.scheduled_for for c in seen] == [oldest + timedelta(seconds=k) for k in range(3)]

@@ -12,8 +12,7 @@ from typing import Any
 
 from helpers import ALL_SHARDS, add, spec
 from pgpulse.attempts import Attempts
-from pgpulse.dispatch import Dispatcher
-from pgpulse.handlers import RunContext
+from pgpulse.handlers import NodeHandlers, RunContext
 from pgpulse.model import ClaimedJob, ClaimKey
 from pgpulse.store import Store
 from test_engine import node, running, wait_until
@@ -62,7 +61,7 @@ def _claimed(job_id: int, token: int) -> ClaimedJob:
 def _attempts(handlers: dict[str, Any], lease: float = 30.0) -> Attempts:
     """A node's attempt table over ``handlers``, as :class:`Node` builds it."""
     return Attempts(
-        Dispatcher(handlers, "node-a", {}), slots=4, lease=lease, margin=2.0, wake=asyncio.Event()
+        NodeHandlers(handlers, "node-a", {}), slots=4, lease=lease, margin=2.0, wake=asyncio.Event()
     )
 
 
@@ -75,7 +74,7 @@ async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_track
     """Invariant 3: every running attempt is renewed and watched until it ends.
 
     The interleaving the harness hit: an attempt's outcome commits, the claim loop claims the
-    job's next (already due) occurrence, and only then does the first task's done callback run.
+    job's next (already due) occurrence, and only then does the first task end.
     """
 
     async def instant(ctx: RunContext) -> None:
@@ -84,12 +83,12 @@ async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_track
     attempts = _attempts({"noop": instant})
     first = attempts.start(_claimed(7, token=1), time.monotonic(), time.monotonic())
     # One loop step each, in this order (sleep(0) is the interleaving, not a wait for a start):
-    await asyncio.sleep(0)  # attempt 1 runs to its outcome; its done callback is now queued
+    await asyncio.sleep(0)  # attempt 1 runs to its outcome; its task's end is now queued
     [outcome] = attempts.take()
     attempts.written([outcome], {first.key})  # its outcome commits...
     # ... and the claim loop takes the job again
     second = attempts.start(_claimed(7, token=2), time.monotonic(), time.monotonic())
-    await asyncio.sleep(0)  # attempt 1's done callback runs
+    await asyncio.sleep(0)  # attempt 1's task ends
     try:
         assert (
             attempts.get(ClaimKey("job", 7, 1)) is None
@@ -101,6 +100,24 @@ async def test_a_job_claimed_again_before_the_last_attempts_callback_stays_track
         assert watchdog_at is not None and watchdog_at <= second.deadline
     finally:
         _stop(attempts)
+
+
+async def test_an_attempt_stopped_before_its_first_step_ends_and_frees_its_slot() -> None:
+    """Invariant 6: a stop that comes before an attempt's task ran at all (claimed and stopped
+    in one loop step) still ends the attempt: its slot is free, nothing was decided, and the
+    handler never ran (the claim goes back uncounted)."""
+    ran: list[int] = []
+
+    async def records(ctx: RunContext) -> None:
+        ran.append(ctx.job_id)
+
+    attempts = _attempts({"noop": records})
+    attempt = attempts.start(_claimed(7, token=1), time.monotonic(), time.monotonic())
+    assert attempts.stop() == [attempt]  # before the task's first step
+    async with asyncio.timeout(5):
+        await attempt.task
+    assert (len(attempts), attempts.free(), attempts.waiting) == (0, 4, 0)
+    assert (attempt.started, attempt.outcome, attempt.stop_reason, ran) == (False, None, "stop", [])
 
 
 async def test_a_refused_renewal_for_a_finished_attempt_spares_the_next_attempt() -> None:

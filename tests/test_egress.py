@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, spec, utc
+from pgpulse.attempts import decide_claim
 from pgpulse.builtins import http_handler
-from pgpulse.dispatch import Dispatcher, plan_finish
+from pgpulse.dispatch import plan_finish
 from pgpulse.egress import HttpAllowList, refusal
-from pgpulse.handlers import HandlerFailed
+from pgpulse.handlers import HandlerFailed, NodeHandlers
 from pgpulse.store import Store
 from pgpulse.web.policy import WebSettings
 from test_builtins import make_ctx
@@ -68,11 +69,11 @@ async def test_a_stored_job_rebound_to_loopback_fails_its_run_with_the_reason(
         "rebind", handler="http", payload={"url": f"http://localhost:{port}/"}, max_attempts=1
     )
     await store.upsert_jobs([job], now=utc(2026, 1, 1))
-    dispatcher = Dispatcher({"http": http_handler}, "node-a", {})
+    handlers = NodeHandlers({"http": http_handler}, "node-a", {})
     at = utc(2026, 1, 1, 0, 1)
     [claimed] = await store.claim_due("node-a", ALL_SHARDS, 1, lease=30, now=at)
-    assert await dispatcher.decide(claimed) is None  # to be run
-    outcome = plan_finish(claimed, await dispatcher.run(claimed), at)
+    assert (await decide_claim(claimed, handlers)).outcome is None  # to be run
+    outcome = plan_finish(claimed, await handlers.run(claimed), at)
     assert await store.finish_runs([outcome], now=at, node="node-a") == {claimed.key}
     [run] = await store.list_runs(name="rebind")
     assert run["outcome"] == "failed" and run["attempts"] == 1

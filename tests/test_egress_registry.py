@@ -22,9 +22,10 @@ import pytest
 from helpers import ALL_SHARDS, pgpulse, spec, utc
 from pgpulse.address_registry import SPECIAL_BLOCKS, host_address
 from pgpulse.builtins import http_handler
-from pgpulse.dispatch import Dispatcher, plan_finish
+from pgpulse.dispatch import plan_finish
 from pgpulse.egress import HttpAllowList, refusal
 from pgpulse.egress_transport import GuardedTransport
+from pgpulse.handlers import NodeHandlers
 from pgpulse.store import Store
 from pgpulse.web.policy import WebSettings
 from test_egress import secret  # noqa: F401 - the listener fixture
@@ -339,11 +340,11 @@ async def test_a_node_refuses_spelled_loopback_at_run_time(
         f"http://[::ffff:127.0.0.1]:{port}/",
     ]
     await store.upsert_jobs(_stored(urls), now=utc(2026, 1, 1))
-    dispatcher = Dispatcher({"http": http_handler}, "node-a", {})
+    handlers = NodeHandlers({"http": http_handler}, "node-a", {})
     at = utc(2026, 1, 1, 0, 1)
     claimed = await store.claim_due("node-a", ALL_SHARDS, len(urls), lease=30, now=at)
     assert len(claimed) == len(urls)
-    outcomes = [plan_finish(c, await dispatcher.run(c), at) for c in claimed]
+    outcomes = [plan_finish(c, await handlers.run(c), at) for c in claimed]
     await store.finish_runs(outcomes, now=at, node="node-a")
     runs = {run["name"]: run for run in await store.list_runs()}
     for i, url in enumerate(urls):

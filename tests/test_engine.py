@@ -14,9 +14,9 @@ import psycopg
 import pytest
 
 from helpers import add, spec
-from pgpulse.engine import Node, NodeConfig, pause_after
+from pgpulse.engine import Node, NodeConfig
 from pgpulse.handlers import Handler, RunContext
-from pgpulse.model import Step
+from pgpulse.model import Step, pause_after
 from pgpulse.sharding import DEFAULT_SHARD_COUNT
 from pgpulse.store import Store
 
@@ -237,14 +237,14 @@ async def test_retries_and_final_failures_say_why_and_when(
         ),
     )
     await store.trigger_job("default", "broken")
-    caplog.set_level(logging.INFO, logger="pgpulse.dispatch")
+    caplog.set_level(logging.INFO, logger="pgpulse.outcomes")
     async with running(node(store, dsn, {"broken": broken})):
         await wait_until(
             lambda: db.execute(
                 "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'failed'"
             ).fetchone()["n"]
         )
-    records = {r.action: r for r in caplog.records if r.name == "pgpulse.dispatch"}  # type: ignore[attr-defined]
+    records = {r.action: r for r in caplog.records if r.name == "pgpulse.outcomes"}  # type: ignore[attr-defined]
     retry, failed = records["run_retrying"], records["run_failed"]
     assert retry.levelno == logging.INFO
     assert retry.error == "ValueError: no upstream at attempt 1"  # type: ignore[attr-defined]

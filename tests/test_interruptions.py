@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse.dispatch import AttemptResult, plan_finish
+from pgpulse.dispatch import plan_finish
 from pgpulse.handlers import RunContext
-from pgpulse.model import ClaimedJob
+from pgpulse.model import AttemptResult, ClaimedJob
 from pgpulse.planner import MAX_INTERRUPTIONS, plan_claim
 from pgpulse.run_control import RunControl
 from pgpulse.schedule import parse_schedule

@@ -388,7 +388,8 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     """Invariants 2, 3 and 5 per occurrence, statement by statement: a claim gives a lease and a
     token; a stale token renews and writes nothing; an expired lease is reaped (the lost attempt
     counted, the batch's count released) and the next claim is attempt 2 of the same run."""
-    from pgpulse.dispatch import AttemptResult, plan_finish
+    from pgpulse.dispatch import plan_finish
+    from pgpulse.model import AttemptResult
 
     await add(store, spec("report", schedule=TRIGGERED_ONLY, handler="work"))
     done = await RunControl(store.pool).trigger("default", "report", {"n": 1})

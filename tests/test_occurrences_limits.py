@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, utc
+from pgpulse.attempts import decide_claim
 from pgpulse.calendars import ExclusionCalendar
-from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import InvalidInput
+from pgpulse.handlers import NodeHandlers
 from pgpulse.run_control import RunControl
 from pgpulse.spread import spread_offset
 from pgpulse.store import Store
@@ -60,11 +61,11 @@ async def test_a_fork_keeps_the_job_rows_calendar_and_spread(store: Store, db: A
     )
     offset = spread_offset(job_id, 600)
     assert job_row(db, "fanout")["next_run_at"] == utc(2026, 3, 2, 9) + offset
-    dispatcher = Dispatcher({"noop": lambda ctx: None}, "node-a", {})
+    handlers = NodeHandlers({"noop": lambda ctx: None}, "node-a", {})
     # 2 March is excluded: the job row skips it there, nothing is forked
     now = utc(2026, 3, 2, 9) + offset + timedelta(seconds=1)
     [claimed] = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
-    skipped = await dispatcher.decide(claimed)
+    skipped = (await decide_claim(claimed, handlers)).outcome
     assert skipped is not None
     assert (skipped.outcome, skipped.error) == ("skipped", "calendar off")
     await store.finish_runs([skipped], now=now, node="node-a")
@@ -72,7 +73,7 @@ async def test_a_fork_keeps_the_job_rows_calendar_and_spread(store: Store, db: A
     # 3 March: claimed at its spread instant, forked; the job row holds 4 March's spread instant
     now = utc(2026, 3, 3, 9) + offset + timedelta(seconds=1)
     [claimed] = await store.claim_due("node-a", ALL_SHARDS, 10, lease=30, now=now)
-    forked = await dispatcher.decide(claimed)
+    forked = (await decide_claim(claimed, handlers)).outcome
     assert forked is not None and forked.outcome == "forked"
     assert await store.fork(forked, now=now)
     job = job_row(db, "fanout")

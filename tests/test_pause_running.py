@@ -10,8 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 from helpers import ALL_SHARDS, add, spec, utc
+from pgpulse.attempts import decide_claim
 from pgpulse.audit import Actor
-from pgpulse.dispatch import AttemptResult, Dispatcher, plan_finish
+from pgpulse.dispatch import plan_finish
+from pgpulse.handlers import NodeHandlers
+from pgpulse.model import AttemptResult
 from pgpulse.pausing import CancelledRun, pause_note
 from pgpulse.run_control import RunControl
 from pgpulse.store import Store
@@ -239,11 +242,11 @@ async def test_a_fork_with_a_pause_requested_pauses_the_job_and_replaces_nothing
     pause requested: the fork pauses the job row, the new occurrence waits for the resume, and
     the running one is not cancelled (nothing replaces it)."""
     await add(store, spec("sync", schedule=TRIGGERED_ONLY, overlap="replace"), now=T0)
-    dispatcher = Dispatcher({"noop": lambda ctx: None}, "node-a", {})
+    handlers = NodeHandlers({"noop": lambda ctx: None}, "node-a", {})
     routes = {"noop": tuple(ALL_SHARDS)}
     await store.trigger_job("default", "sync")
     [row_claim] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=600)
-    forked = await dispatcher.decide(row_claim)
+    forked = (await decide_claim(row_claim, handlers)).outcome
     assert forked is not None and forked.outcome == "forked"
     assert await store.fork(forked)
     [first] = (await store.finish_and_claim_occurrences([], "node-a", routes, 5, lease=600)).jobs
@@ -251,7 +254,7 @@ async def test_a_fork_with_a_pause_requested_pauses_the_job_and_replaces_nothing
     [row_claim] = await store.claim_due("node-a", ALL_SHARDS, 5, lease=600)
     done = await store.pause_job("default", "sync")
     assert (done.status, done.requested) == ("running", True)
-    forked = await dispatcher.decide(row_claim)
+    forked = (await decide_claim(row_claim, handlers)).outcome
     assert forked is not None and await store.fork(forked)
     job = job_row(db, "sync")
     assert (job["status"], job["pause_requested"]) == ("paused", False)

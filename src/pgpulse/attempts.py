@@ -6,8 +6,10 @@ write of its outcome is settled (:meth:`Attempts.written`: it took effect or fen
 task ends (its lease was lost, its node stopped it, or it crashed). Until then it occupies a
 worker slot and its lease is renewed by every heartbeat, and:
 
-* its task runs the claimed job through :class:`~pgpulse.dispatch.Dispatcher`: the claim-time
-  decision, the handler, the outcome (:func:`~pgpulse.dispatch.plan_finish`);
+* its task is one coroutine, :meth:`Attempts._run`, read top to bottom: decide
+  (:func:`~pgpulse.dispatch.decide`, the one pure claim-time decision) → tell the observer the
+  handler starts → run the handler (:meth:`~pgpulse.handlers.NodeHandlers.run`) → decide the
+  outcome (:func:`~pgpulse.dispatch.plan_finish`) → hand it to the recorder → end;
 * one watchdog timer per node, armed for the earliest deadline of all, cancels an attempt whose
   lease was not renewed in time — ``lease - safety margin`` after the last renewal that landed
   was *sent*, so before the lease can expire (self-fencing, design.md invariant 3): nothing is
@@ -40,8 +42,15 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from pgpulse import metrics
-from pgpulse.dispatch import AttemptResult, Dispatcher, plan_finish, replaced_on_loss, report
-from pgpulse.model import ClaimedJob, ClaimKey, Outcome
+from pgpulse.dispatch import (
+    DECIDE_IN_THREAD_BEHIND,
+    Decision,
+    decide,
+    plan_finish,
+    replaced_on_loss,
+)
+from pgpulse.handlers import NodeHandlers
+from pgpulse.model import AttemptResult, ClaimedJob, ClaimKey, Outcome
 from pgpulse.wording import seconds_text
 
 log = logging.getLogger(__name__)
@@ -77,6 +86,8 @@ class Attempt:
         deadline: it is cancelled unless its lease is renewed before (self-fencing).
         timeout_at: it is cancelled as timed out then (``inf``: no timeout).
         task: the task running it.
+        began: its task took its first step (a task cancelled before that would never run its
+            coroutine: :meth:`Attempts._cancel` leaves it to see :attr:`stop_reason` instead).
         stop_reason: why it was cancelled, if it was.
         started: its handler was called (a stop then hands the claim back counted).
         outcome: its outcome, once decided.
@@ -87,6 +98,7 @@ class Attempt:
     deadline: float
     timeout_at: float
     task: asyncio.Task[None] = field(init=False)
+    began: bool = False
     stop_reason: StopReason | None = None
     started: bool = False
     outcome: Outcome | None = None
@@ -106,7 +118,7 @@ class Attempts:
     """The table of one node's attempts in flight, their watchdog and their outcomes.
 
     Args:
-        dispatcher: runs each claimed job (decision, handler, outcome).
+        handlers: the node's handlers (what :func:`~pgpulse.dispatch.decide` may run, and how).
         slots: worker slots: the most attempts in flight (design.md, invariant 6).
         lease: seconds of lease a claim or a renewal grants.
         margin: seconds before the lease ends at which an unrenewed attempt is cancelled.
@@ -117,7 +129,7 @@ class Attempts:
 
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        handlers: NodeHandlers,
         *,
         slots: int,
         lease: float,
@@ -125,7 +137,7 @@ class Attempts:
         wake: asyncio.Event,
         observer: AttemptObserver | None = None,
     ) -> None:
-        self.dispatcher = dispatcher
+        self.handlers = handlers
         self.observer = observer
         self.slots = slots
         self._renew_within = lease - margin
@@ -171,7 +183,6 @@ class Attempts:
         timeout_at = math.inf if job.timeout is None else started_mono + job.timeout
         attempt = Attempt(job, claimed_mono, claimed_mono + self._renew_within, timeout_at)
         attempt.task = asyncio.create_task(self._run(attempt), name=f"run:{job.name}")
-        attempt.task.add_done_callback(lambda task: self._done(attempt, task))
         self._table[attempt.key] = attempt
         self._arm(min(attempt.deadline, timeout_at))
         metrics.set_running(len(self._table))
@@ -203,11 +214,10 @@ class Attempts:
 
     def written(self, batch: Sequence[Outcome], written: Collection[ClaimKey]) -> None:
         """The write of ``batch`` committed: each outcome took effect (its claim is in
-        ``written``) or was refused by fencing (its lease was lost). Count and log each
-        (:func:`~pgpulse.dispatch.report`); its attempt ends."""
+        ``written``) or was refused by fencing (its lease was lost): the observer is told of
+        each that took effect; its attempt ends."""
         for outcome in batch:
             took = outcome.job.key in written
-            report(outcome, took)
             if took and self.observer is not None:
                 self.observer.ended(outcome)
             self._end(outcome.job.key)
@@ -260,50 +270,63 @@ class Attempts:
         (:attr:`Attempt.started` says whether the attempt counts)."""
         stopped = self.unfinished()
         for attempt in stopped:
-            attempt.stop_reason = "stop"
-            attempt.task.cancel()
+            self._cancel(attempt, "stop")
         return stopped
 
     # -- one attempt -----------------------------------------------------------------------
 
     async def _run(self, attempt: Attempt) -> None:
+        """The attempt, top to bottom: decide, run the handler, decide the outcome, hand it to
+        the recorder (:meth:`take`; the wake-up). Without an outcome (a lost lease, a stop, a
+        crash) the attempt ends with its task. Cancellations land in the awaits here."""
+        attempt.began = True  # before the first await: from here a cancel reaches this task
         job = attempt.job
-        outcome = await self.dispatcher.decide(job)
-        if outcome is None:
-            attempt.started = True
-            if self.observer is not None:
-                self.observer.started(job)
-            try:
-                result = await self.dispatcher.run(job)
-            except asyncio.CancelledError:
-                if not self._timed_out(attempt):
-                    raise
-                # _timed_out: the job has a timeout
-                result = AttemptResult(False, f"timed out after {seconds_text(job.timeout or 0.0)}")
-            outcome = plan_finish(job, result, attempt.db_now())
-        attempt.outcome = outcome  # from here on no cancel: the fenced write settles it
-        self._decided.append(outcome)
-        self._wake.set()
-
-    @staticmethod
-    def _timed_out(attempt: Attempt) -> bool:
-        """Whether the cancellation being handled is the attempt's timeout, and only that
-        (a lost lease or a stop on top of it: the attempt is cancelled, nothing recorded)."""
-        task = asyncio.current_task()
-        return attempt.stop_reason == "timeout" and task is not None and task.uncancel() == 0
-
-    def _done(self, attempt: Attempt, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
+        try:
+            if attempt.stop_reason is not None:  # stopped before its first step: never ran
+                return
+            decision = await decide_claim(job, self.handlers)
+            outcome = decision.outcome
+            if outcome is None:
+                attempt.started = True
+                if self.observer is not None:
+                    self.observer.started(job)
+                result = await self._perform(attempt)
+                outcome = plan_finish(job, result, attempt.db_now())
+            attempt.outcome = outcome  # from here on no cancel: the fenced write settles it
+            self._decided.append(outcome)
+        except Exception as exc:  # a bug on the attempt's path: logged; its lease expires
             log.error(
                 "attempt of %s/%s crashed: %r",
-                attempt.job.tenant,
-                attempt.job.name,
-                task.exception(),
-                extra={"action": "attempt_crashed", "job": attempt.job.name},
+                job.tenant,
+                job.name,
+                exc,
+                extra={"action": "attempt_crashed", "job": job.name},
             )
-        if attempt.outcome is None:  # ends with its task: nothing to write
-            self._end(attempt.key)
-            self._wake.set()  # a slot is free
+        finally:
+            if attempt.outcome is None:  # ends with its task: nothing to write
+                self._end(attempt.key)
+            self._wake.set()  # an outcome to write, or a free slot
+
+    async def _perform(self, attempt: Attempt) -> AttemptResult:
+        """Run the attempt's handler once. A cancellation that is its timeout's alone is a
+        failed attempt (``timed out after Ns``); any other (a lost lease or a stop, on top of a
+        timeout or not) propagates, and nothing is recorded."""
+        try:
+            return await self.handlers.run(attempt.job)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if attempt.stop_reason != "timeout" or task is None or task.uncancel() != 0:
+                raise
+            timeout = attempt.job.timeout or 0.0  # stop_reason "timeout": the job has one
+            return AttemptResult(False, f"timed out after {seconds_text(timeout)}")
+
+    @staticmethod
+    def _cancel(attempt: Attempt, reason: StopReason) -> None:
+        """Stop ``attempt`` for ``reason``: cancel its task, or, before its first step, leave
+        it to see the reason (a task cancelled then never runs the ``finally`` of :meth:`_run`)."""
+        attempt.stop_reason = reason
+        if attempt.began:
+            attempt.task.cancel()
 
     def _end(self, key: ClaimKey) -> None:
         """The one place an attempt leaves the table (its slot and its lease are done with)."""
@@ -350,17 +373,15 @@ class Attempts:
         """Cancel an attempt past its job's timeout: it ends as a failed attempt."""
         if attempt.task.done() or attempt.stop_reason is not None:
             return
-        attempt.stop_reason = "timeout"
         attempt.timeout_at = math.inf
-        attempt.task.cancel()
+        self._cancel(attempt, "timeout")
 
     def _lose(self, attempt: Attempt, why: str) -> None:
         """Cancel an attempt whose lease is lost (or about to be): nothing is recorded."""
         if attempt.task.done() or attempt.outcome is not None:
             return
-        attempt.stop_reason = "lease_lost"
         metrics.lease_renewal_failed()
-        attempt.task.cancel()
+        self._cancel(attempt, "lease_lost")
         if replaced_on_loss(attempt.job):
             log.info(
                 "attempt of %s/%s at %s cancelled: the database ended its lease (overlap "
@@ -381,3 +402,25 @@ class Attempts:
             why,
             extra={"action": "lease_lost", "job": attempt.job.name},
         )
+
+
+async def decide_claim(job: ClaimedJob, handlers: NodeHandlers) -> Decision:
+    """:func:`~pgpulse.dispatch.decide` for ``job`` at its claim's instant (``job.db_now``) on
+    the node of ``handlers``: in a worker thread when a job row's occurrence is at least
+    :data:`~pgpulse.dispatch.DECIDE_IN_THREAD_BEHIND` behind the claim (the first decision for
+    a schedule and zone far back makes their tables of offset changes: not on the event loop),
+    else inline. A missing handler is logged (an ERROR: the job fails)."""
+    node = handlers.node_id
+    if job.occurrence is not None or job.db_now - job.scheduled_for < DECIDE_IN_THREAD_BEHIND:
+        decision = decide(job, job.db_now, node=node, handlers=handlers)
+    else:
+        decision = await asyncio.to_thread(decide, job, job.db_now, node=node, handlers=handlers)
+    if decision.verdict == "no_handler" and decision.outcome is not None:
+        log.error(
+            "job %s/%s failed: %s",
+            job.tenant,
+            job.name,
+            decision.outcome.error,
+            extra={"action": "job_failed", "job": job.name},
+        )
+    return decision

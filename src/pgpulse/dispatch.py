@@ -1,27 +1,23 @@
-"""Dispatch of one claimed job: decide at claim time, run the handler once, decide its outcome.
+"""What a claimed occurrence does, decided without I/O: at its claim and at its attempt's end.
 
-The decisions are pure (:meth:`Dispatcher.decide` and :func:`plan_finish`, over
-:mod:`pgpulse.planner`); the only I/O is the handler call (:meth:`Dispatcher.run`). Nothing here
-knows about leases, timeouts or writes: :mod:`pgpulse.attempts` runs each attempt through these
-steps, stops it (a cancellation) when its lease is lost, its timeout passes or its node stops,
-and hands its :class:`~pgpulse.model.Outcome` to the claim loop to write. :func:`report` counts
-and logs an outcome once its write has landed or was refused.
+:func:`decide` is the one claim-time decision: from the claimed row's values and the claim's
+instant it says whether the handler runs, and if not, the outcome to record (a misfire or
+another catch-up skip, an occurrence outside the window or on an excluded date, a run whose
+attempts were interrupted or exhausted, a fork under overlap ``replace``/``allow``, a handler
+this node lacks). :func:`plan_finish` decides how a finished attempt is recorded. Both are pure
+functions over the maths of :mod:`pgpulse.planner` (catch-up, retries), :mod:`pgpulse.limits`
+(window, calendars, resumes, ``max_runs``) and :mod:`pgpulse.schedule`, each called from here,
+never from one another's callers. :mod:`pgpulse.attempts` runs an attempt through them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import inspect
-import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
-from pgpulse import metrics, tracing
-from pgpulse.handlers import Handler, HandlerFailed, RunContext, call_handler, truncate_output
 from pgpulse.limits import (
     calendar_skip,
     completes,
@@ -29,7 +25,7 @@ from pgpulse.limits import (
     resume_skip_reason,
     within_window,
 )
-from pgpulse.model import ClaimedJob, Outcome, RunOutcome
+from pgpulse.model import AttemptResult, ClaimedJob, Outcome, RunOutcome
 from pgpulse.planner import (
     MAX_INTERRUPTIONS,
     Advance,
@@ -41,16 +37,137 @@ from pgpulse.planner import (
 )
 from pgpulse.wording import plural, seconds_text
 
-log = logging.getLogger(__name__)
+#: Why a claim's handler runs or not (:class:`Decision`): ``run``; ``fork`` (overlap
+#: ``replace``/``allow``: the occurrence becomes an extra occurrence, the job row moves on);
+#: ``catch_up`` (skipped by the catch-up policy or a resume's mode: a misfire, a coalesced or
+#: superseded occurrence, one beyond ``backfill_limit``); ``window`` (after ``not_after``);
+#: ``calendar`` (an excluded date); ``interrupted`` (earlier attempts interrupted
+#: :data:`~pgpulse.planner.MAX_INTERRUPTIONS` times) or ``exhausted`` (failed attempts already at
+#: ``max_attempts``), both ended ``fenced``; ``no_handler`` (this node lacks the handler).
+Verdict = Literal[
+    "run", "fork", "catch_up", "window", "calendar", "interrupted", "exhausted", "no_handler"
+]
 
 
 @dataclass(frozen=True, slots=True)
-class AttemptResult:
-    """How one attempt ended: ``ok``, or the error text; plus captured output (truncated)."""
+class Decision:
+    """What a claim does (:func:`decide`).
 
-    ok: bool
-    error: str | None = None
-    output: str | None = None
+    Attributes:
+        verdict: why (:data:`Verdict`).
+        outcome: what is recorded instead of running the handler; ``None`` exactly when the
+            verdict is ``run``.
+    """
+
+    verdict: Verdict
+    outcome: Outcome | None = None
+
+
+#: The decision of almost every claim (immutable, so shared).
+RUN = Decision("run")
+
+
+def decide(job: ClaimedJob, now: datetime, *, node: str, handlers: Collection[str]) -> Decision:
+    """Decide what the claim of ``job`` at ``now`` does (pure: the one claim-time decision).
+
+    In order: an extra occurrence is never a misfire (:func:`_decide_occurrence`); a job row's
+    first attempt is skipped after ``not_after`` (the window changed while it was held) or on a
+    date one of its calendars excludes; then the catch-up policy (or a resume's mode) judges
+    the occurrence at ``now`` less its spread offset, and a run whose earlier attempts were
+    interrupted :data:`~pgpulse.planner.MAX_INTERRUPTIONS` times, or failed ``max_attempts``
+    times, ends ``fenced`` (:func:`fenced_reason`); an occurrence that is to run under overlap
+    ``replace``/``allow`` is forked; last, a handler this node lacks fails the job (status
+    ``failed``) — which a node's own claims never bring (it claims only the handlers it has,
+    :mod:`pgpulse.routing`): only a claim made for it by hand.
+
+    Args:
+        job: the claimed job.
+        now: the database's instant of the claim (``job.db_now`` on a node).
+        node: the claiming node's id (named in a missing handler's reason).
+        handlers: the names of the handlers this node has.
+
+    Returns:
+        :data:`RUN`, or a :class:`Decision` with the outcome to record.
+    """
+    if job.occurrence is not None:
+        return _decide_occurrence(job, node, handlers)
+    if job.attempt == 1 and job.not_after is not None and job.scheduled_for > job.not_after:
+        at = job.scheduled_for
+        end = Advance(at, 1, at, at, complete=True)
+        reason = "outside the job's window (after not_after)"
+        return Decision(
+            "window", Outcome(job, "skipped", advance=end, status="completed", error=reason)
+        )
+    if job.attempt == 1 and (calendars := job.exclusion_calendars):
+        excluded = calendar_skip(
+            job.parsed_schedule, calendars, job.scheduled_for, anchor=job.anchor_at
+        )
+        if excluded is not None:
+            nxt, reason = excluded
+            status = _final_status(job, nxt, ran=False)
+            outcome = Outcome(
+                job, "skipped", advance=nxt, status=status, error=reason, skip_reason=reason
+            )
+            return Decision("calendar", outcome)
+    planned = _plan_claim(job, now)
+    if planned.action != "run":
+        return _not_run(job, planned, now)
+    if job.overlap != "forbid":  # the occurrence runs apart from the job row (a fork)
+        # the job row has judged the window, the calendars and the spread instant of this
+        # occurrence (above); it advances as a run of its own would
+        nxt = next_advance(job, now)
+        why = _skip_reason(job, nxt, now) if nxt.skipped_count else None
+        return Decision("fork", Outcome(job, "forked", advance=nxt, skip_reason=why))
+    if job.handler in handlers:
+        return RUN
+    return Decision("no_handler", _no_handler(job, node))
+
+
+def _decide_occurrence(job: ClaimedJob, node: str, handlers: Collection[str]) -> Decision:
+    """The claim-time decision of an extra occurrence: never a misfire (it runs however
+    late: a backfill runs the past on purpose); ``fenced`` once earlier attempts were
+    interrupted :data:`~pgpulse.planner.MAX_INTERRUPTIONS` times (:func:`fenced_reason`);
+    ``failed`` (this occurrence only, not the job) when this node has no such handler."""
+    if job.interruptions >= MAX_INTERRUPTIONS or job.failed_attempts >= job.max_attempts:
+        verdict: Verdict = "interrupted" if job.interruptions >= MAX_INTERRUPTIONS else "exhausted"
+        return Decision(verdict, Outcome(job, "fenced", error=fenced_reason(job)))
+    if job.handler in handlers:
+        return RUN
+    return Decision("no_handler", _no_handler(job, node)._replace(status="idle"))
+
+
+def _not_run(job: ClaimedJob, planned: ClaimDecision, now: datetime) -> Decision:
+    """The decision of a claim the planner skips (catch-up) or ends ``fenced``."""
+    assert planned.advance is not None
+    reason = _skip_reason(job, planned.advance, now)
+    if planned.action == "skip":
+        status = _final_status(job, planned.advance, ran=False)
+        # on the claimed occurrence's own row, the summary of the skipped ones
+        outcome = Outcome(
+            job, "skipped", advance=planned.advance, status=status, error=reason, skip_reason=reason
+        )
+        return Decision("catch_up", outcome)
+    status = _final_status(job, planned.advance, ran=True)
+    outcome = Outcome(
+        job,
+        "fenced",
+        advance=planned.advance,
+        status=status,
+        error=fenced_reason(job),
+        skip_reason=reason,
+    )
+    return Decision("interrupted" if planned.action == "interrupted" else "exhausted", outcome)
+
+
+def _no_handler(job: ClaimedJob, node: str) -> Outcome:
+    """The outcome of a claim this node has no handler for: the job fails (status
+    ``failed``, cannot be scheduled), naming why."""
+    reason = (
+        f"shell jobs are not allowed on node {node} (start it with --allow-shell-jobs)"
+        if job.handler == "shell"
+        else f"handler {job.handler!r} is not registered on node {node}"
+    )
+    return Outcome(job, "failed", status="failed", error=reason)
 
 
 def _skip_reason(job: ClaimedJob, advance: Advance | None, now: datetime) -> str:
@@ -87,7 +204,7 @@ def fenced_reason(job: ClaimedJob) -> str:
 #: A claimed occurrence at least this far behind the claim is decided in a worker thread: its
 #: cost does not grow with the span (design.md, invariant 8), but the first such decision for a
 #: schedule and zone makes their tables of offset changes (milliseconds: pgpulse.cron's
-#: count_between), which a node's event loop must not spend inline.
+#: count_between), which a node's event loop must not spend inline (:mod:`pgpulse.attempts`).
 DECIDE_IN_THREAD_BEHIND = timedelta(days=30)
 
 
@@ -104,9 +221,10 @@ def _judged(job: ClaimedJob, occurrence: datetime, now: datetime) -> tuple[Catch
     )
 
 
-def _plan_claim(job: ClaimedJob) -> ClaimDecision:
-    """:func:`~pgpulse.planner.plan_claim` for ``job`` at its claim instant."""
-    policy, now = _judged(job, job.scheduled_for, job.db_now)
+def _plan_claim(job: ClaimedJob, now: datetime) -> ClaimDecision:
+    """:func:`~pgpulse.planner.plan_claim` for ``job`` claimed at ``now``, its skips kept
+    inside the job's window (:func:`~pgpulse.limits.within_window`)."""
+    policy, now = _judged(job, job.scheduled_for, now)
     decision = plan_claim(
         job.parsed_schedule,
         policy,
@@ -219,297 +337,3 @@ def plan_finish(
         ended_at=now,
         pause_reason=pause_reason,
     )
-
-
-#: The result of every attempt that succeeded without output.
-_OK = AttemptResult(True)
-
-
-async def run_attempt(
-    handler: Handler,
-    ctx: RunContext,
-    is_async: bool | None = None,
-    executor: concurrent.futures.Executor | None = None,
-) -> AttemptResult:
-    """Run the handler once and classify how it ended (:func:`~pgpulse.handlers.call_handler`;
-    ``is_async`` and ``executor`` as there): its return is success, any exception a failed
-    attempt.
-
-    The job's timeout is not enforced here: the attempt's owner cancels the task when it passes
-    (:mod:`pgpulse.attempts`, one watchdog per node), as it does on a lost lease or a stop.
-
-    Raises:
-        asyncio.CancelledError: the attempt was cancelled.
-    """
-    try:
-        output = await call_handler(handler, ctx, is_async, executor)
-    except HandlerFailed as exc:
-        return AttemptResult(False, str(exc), truncate_output(exc.output))
-    except Exception as exc:  # any handler error is a failed attempt, by design
-        return AttemptResult(False, f"{type(exc).__name__}: {exc}")
-    return _OK if output is None else AttemptResult(True, None, truncate_output(output))
-
-
-class Dispatcher:
-    """Runs the claimed jobs of one node, one attempt at a time each.
-
-    Args:
-        handlers: the node's handlers by name.
-        node_id: this node's id (goes into each :class:`RunContext`).
-        options: node-level handler options (e.g. ``shell_dry_run``).
-        executor: the threads sync handlers run in (``None``: the event loop's default).
-    """
-
-    def __init__(
-        self,
-        handlers: Mapping[str, Handler],
-        node_id: str,
-        options: Mapping[str, Any],
-        executor: concurrent.futures.Executor | None = None,
-    ):
-        self.handlers = handlers
-        self.node_id = node_id
-        self.options = options
-        self.executor = executor
-        self._is_async = {
-            name: inspect.iscoroutinefunction(handler) for name, handler in handlers.items()
-        }
-
-    async def decide(self, job: ClaimedJob) -> Outcome | None:
-        """The outcome of a claim whose handler is not to run, or ``None`` to run it. The
-        decision is pure; for an occurrence at least :data:`DECIDE_IN_THREAD_BEHIND` behind it is
-        made in a worker thread, off the event loop (its cost is bounded, but not tiny).
-
-        Under overlap ``replace`` or ``allow`` a job row's occurrence that is to run is
-        ``forked`` instead: it becomes an extra occurrence and the job row advances (catch-up
-        applied). An extra occurrence is decided by :meth:`_decide_occurrence`.
-
-        A claimed occurrence is skipped when it is past its catch-up policy (misfire), ends
-        ``fenced`` when earlier attempts were interrupted
-        :data:`~pgpulse.planner.MAX_INTERRUPTIONS` times (leases lost with their node, handed
-        back at a stop: :func:`fenced_reason`), and fails the job (status ``failed``, cannot be
-        scheduled) when this node has no handler of that name — which a node's own claims never
-        bring (it claims only the handlers it has, :mod:`pgpulse.routing`): only a claim made
-        for it by hand.
-        """
-        if job.occurrence is not None:
-            return self._decide_occurrence(job)
-        excluded = self._excluded(job)
-        if excluded is not None:
-            return excluded
-        if job.db_now - job.scheduled_for < DECIDE_IN_THREAD_BEHIND:
-            decision = _plan_claim(job)
-        else:  # far behind: not on the event loop (see DECIDE_IN_THREAD_BEHIND)
-            decision = await asyncio.to_thread(_plan_claim, job)
-        if decision.action != "run":
-            assert decision.advance is not None
-            outcome: RunOutcome = "skipped" if decision.action == "skip" else "fenced"
-            reason = _skip_reason(job, decision.advance, job.db_now)
-            error = (
-                reason  # on the claimed occurrence's own row, the summary of the skipped ones
-                if outcome == "skipped"
-                else fenced_reason(job)
-            )
-            return Outcome(
-                job,
-                outcome,
-                advance=decision.advance,
-                status=_final_status(job, decision.advance, ran=outcome == "fenced"),
-                error=error,
-                skip_reason=reason,
-            )
-        if job.overlap != "forbid":  # the occurrence runs apart from the job row (a fork)
-            # the job row has already judged the window, the calendars and the spread
-            # instant of this occurrence (above); it advances as a run of its own would
-            nxt = next_advance(job, job.db_now)
-            why = _skip_reason(job, nxt, job.db_now) if nxt.skipped_count else None
-            return Outcome(job, "forked", advance=nxt, skip_reason=why)
-        if job.handler in self.handlers:
-            return None
-        return self._no_handler(job)
-
-    def _decide_occurrence(self, job: ClaimedJob) -> Outcome | None:
-        """The claim-time decision of an extra occurrence: never a misfire (it runs however
-        late: a backfill runs the past on purpose); ``fenced`` once earlier attempts were
-        interrupted :data:`~pgpulse.planner.MAX_INTERRUPTIONS` times (:func:`fenced_reason`);
-        ``failed`` (this occurrence only, not the job)
-        when this node has no such handler."""
-        if job.interruptions >= MAX_INTERRUPTIONS or job.failed_attempts >= job.max_attempts:
-            return Outcome(job, "fenced", error=fenced_reason(job))
-        if job.handler in self.handlers:
-            return None
-        failed = self._no_handler(job)
-        return failed._replace(status="idle")
-
-    def _no_handler(self, job: ClaimedJob) -> Outcome:
-        """The outcome of a claim this node has no handler for: the job fails (status
-        ``failed``, cannot be scheduled), naming why."""
-        reason = (
-            f"shell jobs are not allowed on node {self.node_id} (start it with --allow-shell-jobs)"
-            if job.handler == "shell"
-            else f"handler {job.handler!r} is not registered on node {self.node_id}"
-        )
-        log.error(
-            "job %s/%s failed: %s",
-            job.tenant,
-            job.name,
-            reason,
-            extra={"action": "job_failed", "job": job.name},
-        )
-        return Outcome(job, "failed", status="failed", error=reason)
-
-    @staticmethod
-    def _excluded(job: ClaimedJob) -> Outcome | None:
-        """The outcome of a first attempt that does not run because of the job's limits: an
-        occurrence after ``not_after`` (the window changed while it was held) or on a date one
-        of its calendars excludes (:func:`~pgpulse.limits.calendar_skip`); else ``None``."""
-        if job.attempt != 1:
-            return None
-        if job.not_after is not None and job.scheduled_for > job.not_after:
-            at = job.scheduled_for
-            reason = "outside the job's window (after not_after)"
-            end = Advance(at, 1, at, at, complete=True)
-            return Outcome(job, "skipped", advance=end, status="completed", error=reason)
-        calendars = job.exclusion_calendars
-        if not calendars:
-            return None
-        found = calendar_skip(
-            job.parsed_schedule, calendars, job.scheduled_for, anchor=job.anchor_at
-        )
-        if found is None:
-            return None
-        nxt, reason = found
-        return Outcome(
-            job,
-            "skipped",
-            advance=nxt,
-            status=_final_status(job, nxt, ran=False),
-            error=reason,
-            skip_reason=reason,
-        )
-
-    async def run(self, job: ClaimedJob) -> AttemptResult:
-        """Run ``job``'s handler once (after :meth:`decide` said to run it).
-
-        Raises:
-            asyncio.CancelledError: the attempt was cancelled.
-        """
-        handler = self.handlers[job.handler]
-        ctx = RunContext(
-            job_id=job.id,
-            job_name=job.name,
-            tenant=job.tenant,
-            payload=job.payload,
-            scheduled_for=job.scheduled_for,
-            attempt=job.attempt,
-            run_id=job.run_id,
-            fencing_token=job.fencing_token,
-            timeout=job.timeout,
-            node_id=self.node_id,
-            options=self.options,
-            kind=job.kind,
-        )
-        if not tracing.is_enabled():
-            return await run_attempt(handler, ctx, self._is_async.get(job.handler), self.executor)
-        first = job.attempt == 1
-        with tracing.attempt_span(
-            job_id=job.id,
-            job_name=job.name,
-            tenant=job.tenant,
-            handler=job.handler,
-            scheduled_for=job.scheduled_for,
-            attempt=job.attempt,
-            run_id=job.run_id,
-            fencing_token=job.fencing_token,
-            node_id=self.node_id,
-            lag=(job.db_now - job.scheduled_for).total_seconds() if first else None,
-            claim=tracing.CURRENT_CLAIM.get(),
-        ) as span:
-            result = await run_attempt(handler, ctx, self._is_async.get(job.handler), self.executor)
-            outcome = "succeeded" if result.ok else "failed"
-            span.set_outcome(outcome, error=None if result.ok else result.error)
-            return result
-
-
-def report(outcome: Outcome, written: bool) -> None:
-    """Count and log an outcome whose write has landed (``written``) or was refused by fencing
-    (the lease was lost before it landed: nothing recorded).
-
-    A retry logs its error and the next attempt's instant (INFO, ``run_retrying``); a run that
-    fails for good is a WARNING with its error (``run_failed``, ``run_fenced``); the others are
-    INFO (a job failed for want of a handler was logged as an ERROR when it was claimed).
-    """
-    job = outcome.job
-    if outcome.outcome == "forked":
-        log.debug(
-            "%s/%s at %s forked into an extra occurrence (overlap %s)%s",
-            job.tenant,
-            job.name,
-            job.scheduled_for,
-            job.overlap,
-            "" if written else ": lease lost first, nothing recorded",
-            extra={"action": "run_forked", "job": job.name},
-        )
-        return
-    metrics.observe_finish(outcome.outcome, job, written, outcome.advance, outcome.ended_at)
-    if not written:
-        if replaced_on_loss(job):
-            log.info(
-                "%s/%s at %s lost its lease before its outcome was written (overlap replace: "
-                "usually a newer occurrence replaced it, and its run is recorded as cancelled)",
-                job.tenant,
-                job.name,
-                job.scheduled_for.isoformat(),
-                extra={"action": "replaced", "job": job.name},
-            )
-            return
-        log.warning(
-            "lease of %s/%s lost before its outcome was written; this node records nothing of "
-            "it (the run's end is written by whoever ended the lease)",
-            job.tenant,
-            job.name,
-            extra={"action": "write_fenced", "job": job.name},
-        )
-        return
-    action = f"run_{outcome.outcome}"
-    if outcome.outcome == "retrying":
-        retry_at = (outcome.ended_at or job.db_now) + timedelta(0, outcome.retry_in or 0.0)
-        log.info(
-            "retrying %s/%s at %s: attempt %d failed (%s); attempt %d at %s (in %.3gs)",
-            job.tenant,
-            job.name,
-            job.scheduled_for,
-            job.attempt,
-            outcome.error,
-            job.attempt + 1,
-            retry_at,
-            outcome.retry_in or 0.0,
-            extra={
-                "action": action,
-                "job": job.name,
-                "error": outcome.error,
-                "retry_at": retry_at.isoformat(),
-            },
-        )
-    elif outcome.outcome in ("failed", "fenced") and outcome.status == "idle":
-        log.warning(
-            "%s %s/%s at %s (attempt %d): %s",
-            outcome.outcome,
-            job.tenant,
-            job.name,
-            job.scheduled_for,
-            job.attempt,
-            outcome.error,
-            extra={"action": action, "job": job.name, "error": outcome.error},
-        )
-    elif log.isEnabledFor(logging.INFO):
-        attempt = f" (attempt {job.attempt})" if outcome.ended_at is not None else ""
-        log.info(
-            "%s %s/%s at %s%s",
-            outcome.outcome,
-            job.tenant,
-            job.name,
-            job.scheduled_for,
-            attempt,
-            extra={"action": action, "job": job.name},
-        )

@@ -3,11 +3,11 @@
 A :class:`Node` runs its named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
 loudly):
 
-* ``claim``: in one transaction and one round trip per step, write the outcomes of the attempts
-  that ended (group commit) and claim due jobs along its routes, at most as many as there are
-  free worker slots (backpressure, invariant 6); start each at once, then sleep for as long as
-  :func:`pause_after` says: until the next due instant (the claim returns it), a wake-up
-  notification, or an attempt that ended;
+* ``claim``: the claim loop, :meth:`Recorder.run <pgpulse.recorder.Recorder.run>`: in one
+  transaction and one round trip per step, write the outcomes of the attempts that ended (group
+  commit) and claim due jobs along its routes, at most as many as there are free worker slots
+  (backpressure, invariant 6); start each at once, then sleep until the next due instant, a
+  wake-up notification, or an attempt that ended;
 * ``heartbeat``: every ``heartbeat_interval`` seconds renew the leases of running attempts
   (fenced), then, in one round trip, record liveness, try to lead (or keep leading) and return
   expired leases to the pool — the leader's every one, the others' as backup for a silent leader
@@ -48,7 +48,6 @@ import time
 import uuid
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -63,15 +62,13 @@ from pgpulse.builtins import check_shell_env
 from pgpulse.claims import CLAIM_SESSION_SETTINGS, ClaimStore
 from pgpulse.database import Session
 from pgpulse.db_clock import DEFAULT_STEP_THRESHOLD, ClockReading, ClockWatch
-from pgpulse.dispatch import Dispatcher
 from pgpulse.errors import DatabaseUnavailable, NodeIdTaken, describe
-from pgpulse.handlers import Handler
+from pgpulse.handlers import Handler, NodeHandlers
 from pgpulse.jobs import check_name
 from pgpulse.listener import Listener
-from pgpulse.model import Step
 from pgpulse.recorder import Recorder
 from pgpulse.registry import DEFAULT_NODE_TTL, ShellMode
-from pgpulse.routing import routes_for, watched_shards
+from pgpulse.routing import Routes, routes_for, watched_shards
 from pgpulse.sharding import shards_for
 from pgpulse.split_brain import DEFAULT_EVERY, SplitBrainWatch, several_hosts
 from pgpulse.store import Store
@@ -190,8 +187,6 @@ class Node:
         self.node_id = self.config.node_id
         #: The shards this node owns among every live node (what ``status`` shows).
         self.shards: tuple[int, ...] = ()
-        #: What it claims: for each handler it has, its shards among the nodes that have it.
-        self.routes: dict[str, tuple[int, ...]] = {}
         #: The shard count ``shards`` and ``routes`` are of (the database's, as of the last
         #: heartbeat; ``None`` before the first).
         self.shard_count: int | None = None
@@ -203,10 +198,6 @@ class Node:
         self._members: str | None = None
         self._placed_for: tuple[str | None, int, str] | None = None
         self._registered = False
-        # The claims' health the heartbeat records: the database instant of the last claim
-        # step that succeeded, and the error of the last one if it failed.
-        self._claimed_at: datetime | None = None
-        self._claim_error: str | None = None
         self._hostname, self._pid = socket.gethostname(), os.getpid()
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -243,7 +234,7 @@ class Node:
         # loop's default executor to the application.
         self._threads = concurrent.futures.ThreadPoolExecutor(self.config.slots, "pgpulse-handler")
         self.attempts = Attempts(
-            Dispatcher(self.handlers, self.node_id, self.config.handler_options, self._threads),
+            NodeHandlers(self.handlers, self.node_id, self.config.handler_options, self._threads),
             slots=self.config.slots,
             lease=self.config.lease,
             margin=self.config.safety_margin,
@@ -265,6 +256,9 @@ class Node:
             self.node_id,
             lease=self.config.lease,
             poll=self.config.poll_interval,
+            retry_cap=self.config.heartbeat_interval,
+            wake=self._wake,
+            stopping=self._stopping,
             on_alertable=self.alerts.kick if self.alerts is not None else None,
         )
         #: The database clock, as the heartbeats read it (the leader reports its steps).
@@ -284,6 +278,16 @@ class Node:
                 alerts=store.pool if self.alerts is not None else None,
                 kick=self.alerts.kick if self.alerts is not None else None,
             )
+
+    @property
+    def routes(self) -> Routes:
+        """What the node claims: for each handler it has, its shards among the nodes that have
+        it (the claim loop's, :attr:`Recorder.routes <pgpulse.recorder.Recorder.routes>`)."""
+        return self.recorder.routes
+
+    @routes.setter
+    def routes(self, routes: Routes) -> None:
+        self.recorder.routes = routes
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -398,7 +402,7 @@ class Node:
     async def _loops(self) -> None:
         """The node's loops, in one task group: if one dies, the node stops."""
         async with asyncio.TaskGroup() as group:
-            group.create_task(self._claim_loop(), name="claim")
+            group.create_task(self.recorder.run(), name="claim")
             # A heartbeat may take as long as a renewal is still useful: a slow link (or a
             # session reconnecting through one) can still keep the leases.
             group.create_task(
@@ -521,40 +525,9 @@ class Node:
     # -- claiming --------------------------------------------------------------------------
 
     async def claim_once(self) -> int:
-        """One step of the claim loop (:meth:`Recorder.step`); return how many jobs it claimed."""
-        return len((await self._step()).jobs)
-
-    async def _step(self) -> Step:
-        claiming = {} if self._stopping.is_set() else self.routes  # a stopping node only writes
-        return await self.recorder.step(claiming)
-
-    async def _claim_loop(self) -> None:
-        retry_in = 0.1
-        while not self._stopping.is_set():
-            self._wake.clear()
-            try:
-                # A claim whose reply is lost is not lost work: its leases expire and are reaped.
-                async with asyncio.timeout(self.config.lease / 2):
-                    step = await self._step()
-            except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
-                log.warning("claim failed: %s", describe(exc), extra={"action": "claim_failed"})
-                self._claim_error = describe(exc)[:1000]
-                await _wait(self._stopping, retry_in)  # queued outcomes go out with the retry
-                retry_in = min(retry_in * 2, self.config.heartbeat_interval)
-                continue
-            retry_in = 0.1
-            self._claim_error = None
-            self._claimed_at = step.db_now or self._claimed_at
-            pause = pause_after(
-                step,
-                waiting=self.attempts.waiting,
-                free=self.attempts.free(),
-                poll=self.config.poll_interval,
-            )
-            if pause is None:
-                await self._wake.wait()
-            elif pause > 0:
-                await _wait(self._wake, pause)
+        """One step of the claim loop (:meth:`Recorder.run_once`); return how many jobs it
+        claimed."""
+        return len((await self.recorder.run_once()).jobs)
 
     # -- heartbeat, leases, shards ---------------------------------------------------------
 
@@ -588,8 +561,8 @@ class Node:
             pid=self._pid,
             shard_count=self.shard_count,
             known=self._members,
-            claimed_at=self._claimed_at,
-            claim_error=self._claim_error,
+            claimed_at=self.recorder.claimed_at,
+            claim_error=self.recorder.claim_error,
         )
         self.sweeper.observe(beat)
         await self._watch_clock(ClockReading(beat.db_now, sent, self.db_clock.monotonic()))
@@ -676,32 +649,6 @@ def _place(
     live node (:func:`pgpulse.sharding.shards_for`), at ``count`` shards (pure; cached by the
     set of nodes, so an unchanged cluster costs lookups)."""
     return routes_for(node, handlers, live, count), shards_for(node, live, count)
-
-
-def pause_after(step: Step, *, waiting: int, free: int, poll: float) -> float | None:
-    """How long the claim loop sleeps after ``step`` (pure): seconds, 0 for "step again at
-    once", or ``None`` for "until woken".
-
-    Outcomes decided meanwhile (``waiting``) go out at once. With no free slot only an attempt
-    that ends (or a stop, a shard change) makes a claim useful, and each of those wakes the
-    loop. Otherwise it sleeps until the next due instant the step returned (1 ms past it: the
-    claim compares ``<=``), at most ``poll`` seconds; a notification or an ended attempt wakes
-    it earlier.
-
-    Args:
-        step: what the step did (its ``next_due`` and ``db_now`` are the database's instants).
-        waiting: outcomes decided since the step, not yet written.
-        free: free worker slots.
-        poll: the node's longest sleep, seconds.
-    """
-    if waiting:
-        return 0.0
-    if free <= 0:
-        return None
-    delay = poll
-    if step.next_due is not None and step.db_now is not None:
-        delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
-    return max(delay, 0.0)
 
 
 #: Seconds each step of a node's shutdown after the drain may take (the loops' last step, the

@@ -4,6 +4,8 @@ A handler is ``def handler(ctx: RunContext) -> str | None`` or the ``async def``
 Sync handlers run in a worker thread; async ones on the node's event loop. Returning normally is
 success (the returned text, if any, is kept as the run's captured output, truncated); raising is
 a failed attempt. :class:`HandlerFailed` lets a handler fail with captured output attached.
+:class:`NodeHandlers` is how a node runs one for a claimed job (the ``perform`` step of an
+attempt, :mod:`pgpulse.attempts`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeAlias, cast
 
+from pgpulse import tracing
 from pgpulse.errors import InvalidInput, UnknownHandler
+from pgpulse.model import AttemptResult, ClaimedJob
 
 #: Longest captured output kept per run, in characters (the tail is cut, a marker is appended).
 MAX_OUTPUT_CHARS = 16_384
@@ -165,3 +169,109 @@ async def call_handler(
     if result is None or isinstance(result, str):
         return result
     return repr(result)
+
+
+#: The result of every attempt that succeeded without output.
+_OK = AttemptResult(True)
+
+
+async def run_attempt(
+    handler: Handler,
+    ctx: RunContext,
+    is_async: bool | None = None,
+    executor: concurrent.futures.Executor | None = None,
+) -> AttemptResult:
+    """Run the handler once and classify how it ended (:func:`call_handler`; ``is_async`` and
+    ``executor`` as there): its return is success, any exception a failed attempt.
+
+    The job's timeout is not enforced here: the attempt's owner cancels the task when it passes
+    (:mod:`pgpulse.attempts`, one watchdog per node), as it does on a lost lease or a stop.
+
+    Raises:
+        asyncio.CancelledError: the attempt was cancelled.
+    """
+    try:
+        output = await call_handler(handler, ctx, is_async, executor)
+    except HandlerFailed as exc:
+        return AttemptResult(False, str(exc), truncate_output(exc.output))
+    except Exception as exc:  # any handler error is a failed attempt, by design
+        return AttemptResult(False, f"{type(exc).__name__}: {exc}")
+    return _OK if output is None else AttemptResult(True, None, truncate_output(output))
+
+
+class NodeHandlers:
+    """The handlers of one node, and how it runs one for a claimed job.
+
+    Args:
+        handlers: the node's handlers by name.
+        node_id: this node's id (goes into each :class:`RunContext`).
+        options: node-level handler options (e.g. ``shell_dry_run``).
+        executor: the threads sync handlers run in (``None``: the event loop's default).
+    """
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        node_id: str,
+        options: Mapping[str, Any],
+        executor: concurrent.futures.Executor | None = None,
+    ):
+        self.handlers = handlers
+        self.node_id = node_id
+        self.options = options
+        self.executor = executor
+        self._is_async = {
+            name: inspect.iscoroutinefunction(handler) for name, handler in handlers.items()
+        }
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.handlers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.handlers)
+
+    def __len__(self) -> int:
+        return len(self.handlers)
+
+    async def run(self, job: ClaimedJob) -> AttemptResult:
+        """Run ``job``'s handler once (after :func:`pgpulse.dispatch.decide` said to run it),
+        inside an attempt span when tracing is on.
+
+        Raises:
+            asyncio.CancelledError: the attempt was cancelled.
+        """
+        handler = self.handlers[job.handler]
+        ctx = RunContext(
+            job_id=job.id,
+            job_name=job.name,
+            tenant=job.tenant,
+            payload=job.payload,
+            scheduled_for=job.scheduled_for,
+            attempt=job.attempt,
+            run_id=job.run_id,
+            fencing_token=job.fencing_token,
+            timeout=job.timeout,
+            node_id=self.node_id,
+            options=self.options,
+            kind=job.kind,
+        )
+        if not tracing.is_enabled():
+            return await run_attempt(handler, ctx, self._is_async.get(job.handler), self.executor)
+        first = job.attempt == 1
+        with tracing.attempt_span(
+            job_id=job.id,
+            job_name=job.name,
+            tenant=job.tenant,
+            handler=job.handler,
+            scheduled_for=job.scheduled_for,
+            attempt=job.attempt,
+            run_id=job.run_id,
+            fencing_token=job.fencing_token,
+            node_id=self.node_id,
+            lag=(job.db_now - job.scheduled_for).total_seconds() if first else None,
+            claim=tracing.CURRENT_CLAIM.get(),
+        ) as span:
+            result = await run_attempt(handler, ctx, self._is_async.get(job.handler), self.executor)
+            outcome = "succeeded" if result.ok else "failed"
+            span.set_outcome(outcome, error=None if result.ok else result.error)
+            return result

@@ -229,6 +229,16 @@ class Outcome(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """How one attempt's handler ended: ``ok``, or the error text; plus captured output
+    (truncated)."""
+
+    ok: bool
+    error: str | None = None
+    output: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
     """What one :meth:`~pgpulse.claims.ClaimStore.finish_and_claim` did.
 
@@ -249,6 +259,65 @@ class Step:
     next_due: datetime | None
     db_now: datetime | None
     occurrences_due: datetime | None = None
+
+
+def pause_after(step: Step, *, waiting: int, free: int, poll: float) -> float | None:
+    """How long the claim loop sleeps after ``step`` (pure): seconds, 0 for "step again at
+    once", or ``None`` for "until woken".
+
+    Outcomes decided meanwhile (``waiting``) go out at once. With no free slot only an attempt
+    that ends (or a stop, a shard change) makes a claim useful, and each of those wakes the
+    loop. Otherwise it sleeps until the next due instant the step returned (1 ms past it: the
+    claim compares ``<=``), at most ``poll`` seconds; a notification or an ended attempt wakes
+    it earlier.
+
+    Args:
+        step: what the step did (its ``next_due`` and ``db_now`` are the database's instants).
+        waiting: outcomes decided since the step, not yet written.
+        free: free worker slots.
+        poll: the node's longest sleep, seconds.
+    """
+    if waiting:
+        return 0.0
+    if free <= 0:
+        return None
+    delay = poll
+    if step.next_due is not None and step.db_now is not None:
+        delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
+    return max(delay, 0.0)
+
+
+def quiet_for(step: Step, poll: float) -> float:
+    """Seconds the probe alone sends no claim of extra occurrences after one that claimed fewer
+    than it could (``step``): until the next due instant it returned (1 ms past it), at most
+    ``poll`` seconds (what was due but not claimable — a paused job's, a full batch's — is not
+    asked for at every step)."""
+    delay = poll
+    if step.next_due is not None and step.db_now is not None:
+        delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
+    return max(delay, 0.0)
+
+
+def with_occurrences(step: Step, quiet: float) -> Step:
+    """``step`` with its ``next_due`` brought forward to when extra occurrences should be
+    claimed: their due instant, or the end of a quiet spell (``quiet`` seconds from now)."""
+    if step.occurrences_due is None or step.db_now is None:
+        return step
+    at = max(step.occurrences_due, step.db_now + timedelta(seconds=max(quiet, 0.0)))
+    if step.next_due is not None and step.next_due <= at:
+        return step
+    return Step(step.written, step.jobs, at, step.db_now, step.occurrences_due)
+
+
+def merge_steps(rows: Step, extra: Step) -> Step:
+    """One step's view of both claims: what was written and claimed, the earliest due."""
+    dues = [due for due in (rows.next_due, extra.next_due) if due is not None]
+    return Step(
+        rows.written | extra.written,
+        [*rows.jobs, *extra.jobs],
+        min(dues) if dues else None,
+        rows.db_now or extra.db_now,
+    )
 
 
 @dataclass(frozen=True, slots=True)

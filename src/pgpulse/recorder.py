@@ -1,6 +1,8 @@
-"""Group commit: the outcomes the attempts decided go out with the node's next claim.
+"""The claim loop, with group commit: the outcomes the attempts decided go out with the node's
+next claim.
 
-:meth:`Recorder.step` is one step of the claim loop: it takes the outcomes decided so far from
+:meth:`Recorder.run` is the claim loop (one of a node's named tasks); :meth:`Recorder.step` is
+one step of it: it takes the outcomes decided so far from
 :class:`~pgpulse.attempts.Attempts`, writes them and claims as many due jobs as there are free
 slots — one transaction and one round trip
 (:meth:`~pgpulse.claims.ClaimStore.finish_and_claim`), so a busy node pays one round trip per
@@ -13,7 +15,8 @@ One error policy for every outcome write, while the node runs and while it drain
 its outcomes are queued again ahead of newer ones (fenced writes are idempotent: if a lost reply
 hid a commit, the next write changes nothing); a write the database refused for an outcome's
 content is tried again one outcome per statement, so the one it refuses (a bug, a value out of
-range) ends only its own attempt, unrecorded.
+range) ends only its own attempt, unrecorded. Each settled outcome is counted and logged
+(:func:`report`) and its attempt ends (:meth:`~pgpulse.attempts.Attempts.written`).
 
 Extra occurrences (docs/states.md, "Extra occurrences") go the same way through their own
 statements, in the same step: first the forks of job rows under overlap ``replace``/``allow``
@@ -33,8 +36,8 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from datetime import datetime
 
 import psycopg
 
@@ -42,7 +45,16 @@ from pgpulse import metrics, tracing
 from pgpulse.attempts import Attempts
 from pgpulse.claims import ClaimStore
 from pgpulse.errors import DatabaseUnavailable, describe
-from pgpulse.model import ClaimKey, Outcome, Step
+from pgpulse.model import (
+    ClaimKey,
+    Outcome,
+    Step,
+    merge_steps,
+    pause_after,
+    quiet_for,
+    with_occurrences,
+)
+from pgpulse.outcomes import report
 from pgpulse.routing import Routes
 
 log = logging.getLogger(__name__)
@@ -55,8 +67,13 @@ class Recorder:
         store: the node's claim session (:data:`~pgpulse.claims.CLAIM_SESSION_SETTINGS`).
         attempts: the node's attempts: where outcomes come from and claimed jobs go.
         node_id: the claiming node.
-        lease: seconds of lease each claim grants.
-        poll: longest time, seconds, between two claims of extra occurrences.
+        lease: seconds of lease each claim grants (a claim step may take half of it).
+        poll: longest time, seconds, between two claims (of job rows when nothing is known to
+            be due, and of extra occurrences).
+        retry_cap: longest wait, seconds, before a failed claim step is tried again.
+        wake: set to wake the claim loop: an attempt decided its outcome or ended, a
+            notification, a shard change, a stop.
+        stopping: set when the node stops: the loop ends (the drain writes the rest, :meth:`flush`).
         on_alertable: called (no arguments, must not block) after a write that recorded a
             failed run or skipped occurrences, so alert rules are evaluated at once (the alert
             loop's :meth:`~pgpulse.alerts.delivery.AlertLoop.kick`); never on an attempt's path.
@@ -70,6 +87,9 @@ class Recorder:
         *,
         lease: float,
         poll: float = 5.0,
+        retry_cap: float = 2.0,
+        wake: asyncio.Event | None = None,
+        stopping: asyncio.Event | None = None,
         on_alertable: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
@@ -78,6 +98,16 @@ class Recorder:
         self.lease = lease
         self.poll = poll
         self.on_alertable = on_alertable
+        self.retry_cap = retry_cap
+        self.wake = wake or asyncio.Event()
+        self.stopping = stopping or asyncio.Event()
+        #: What the loop claims: for each handler the node has, its shards among the nodes that
+        #: have it (the heartbeat sets it; none: claim nothing).
+        self.routes: Routes = {}
+        #: The claims' health the heartbeat records: the database instant of the last claim
+        #: step that succeeded, and the error of the last one if it failed.
+        self.claimed_at: datetime | None = None
+        self.claim_error: str | None = None
         self._hinted = True  # claim occurrences at the next step, whatever the probe says
         self._quiet_until = 0.0  # monotonic: until then the probe alone sends no claim
 
@@ -85,6 +115,40 @@ class Recorder:
         """An extra occurrence may be due now (a notification for this node's shards, a fork):
         the next step claims occurrences too."""
         self._hinted = True
+
+    async def run(self) -> None:
+        """The claim loop: a step (:meth:`run_once`) at a time until the node stops, each bounded
+        by half a lease; between steps, sleep for as long as :func:`pause_after` says. A failed
+        step is logged (``claim_failed``) and tried again after a backoff; its outcomes are
+        queued again and go out with the retry."""
+        retry_in = 0.1
+        while not self.stopping.is_set():
+            self.wake.clear()
+            try:
+                # A claim whose reply is lost is not lost work: its leases expire and are reaped.
+                async with asyncio.timeout(self.lease / 2):
+                    step = await self.run_once()
+            except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
+                log.warning("claim failed: %s", describe(exc), extra={"action": "claim_failed"})
+                self.claim_error = describe(exc)[:1000]
+                await _wait(self.stopping, retry_in)
+                retry_in = min(retry_in * 2, self.retry_cap)
+                continue
+            retry_in = 0.1
+            self.claim_error = None
+            self.claimed_at = step.db_now or self.claimed_at
+            pause = pause_after(
+                step, waiting=self.attempts.waiting, free=self.attempts.free(), poll=self.poll
+            )
+            if pause is None:
+                await self.wake.wait()
+            elif pause > 0:
+                await _wait(self.wake, pause)
+
+    async def run_once(self) -> Step:
+        """One step of the claim loop: :meth:`step` along :attr:`routes`, or along none once the
+        node stops (a stopping node only writes)."""
+        return await self.step({} if self.stopping.is_set() else self.routes)
 
     async def step(self, routes: Routes) -> Step:
         """Write the outcomes decided so far and claim due jobs along ``routes`` (each handler's
@@ -150,7 +214,7 @@ class Recorder:
         if step.occurrences_due is not None and step.db_now is not None:
             due = step.occurrences_due <= step.db_now and arrived >= self._quiet_until
         if not extra and not (free > 0 and (self._hinted or due)):
-            return _with_occurrences(step, self._quiet_until - arrived)
+            return with_occurrences(step, self._quiet_until - arrived)
         if free > 0:
             self._hinted = False
 
@@ -165,8 +229,8 @@ class Recorder:
         for job in other.jobs:
             self.attempts.start(job, sent, arrived)
         if free > 0 and len(other.jobs) < free:  # nothing more is claimable now
-            self._quiet_until = arrived + _quiet_for(other, self.poll)
-        merged = _merge(step, other)
+            self._quiet_until = arrived + quiet_for(other, self.poll)
+        merged = merge_steps(step, other)
         if free > len(other.jobs) and merged.db_now is not None and any(map(_frees, extra)):
             # A forked occurrence ended: its job row, due but held at max_concurrency, may be
             # claimable now, which this step's claim (before the write) could not see.
@@ -194,7 +258,7 @@ class Recorder:
             except BaseException:
                 self.attempts.unwritten([*forks[i:], *later])
                 raise
-            self.attempts.written([outcome], {outcome.job.key} if written else ())
+            self._settled([outcome], {outcome.job.key} if written else ())
         if forks:
             self.hint_occurrences()  # the forked occurrences are due now
 
@@ -219,7 +283,7 @@ class Recorder:
         except BaseException:
             self.attempts.unwritten([*batch, *requeue])
             raise
-        self.attempts.written(batch, step.written)
+        self._settled(batch, step.written)
         if self.on_alertable is not None and any(_alertable(o) for o in batch):
             self.on_alertable()
         return step
@@ -266,46 +330,30 @@ class Recorder:
                 self.attempts.unwritten(batch[i:])
                 raise
             else:
-                self.attempts.written([outcome], written)
+                self._settled([outcome], written)
                 if self.on_alertable is not None and _alertable(outcome):
                     self.on_alertable()
+
+    def _settled(self, batch: Sequence[Outcome], written: Collection[ClaimKey]) -> None:
+        """The write of ``batch`` committed: count and log each outcome as it took effect (its
+        claim is in ``written``) or was refused by fencing (:func:`report`); their attempts
+        end."""
+        for outcome in batch:
+            report(outcome, outcome.job.key in written)
+        self.attempts.written(batch, written)
 
     async def _write_one(self, outcome: Outcome) -> set[ClaimKey]:
         """Write one outcome, claiming nothing."""
         return await self.store.finish_runs([outcome], node=self.node_id)
 
 
-def _quiet_for(step: Step, poll: float) -> float:
-    """Seconds the probe alone sends no claim of extra occurrences after one that claimed fewer
-    than it could (``step``): until the next due instant it returned (1 ms past it), at most
-    ``poll`` seconds (what was due but not claimable — a paused job's, a full batch's — is not
-    asked for at every step)."""
-    delay = poll
-    if step.next_due is not None and step.db_now is not None:
-        delay = min(delay, (step.next_due - step.db_now).total_seconds() + 0.001)
-    return max(delay, 0.0)
-
-
-def _with_occurrences(step: Step, quiet: float) -> Step:
-    """``step`` with its ``next_due`` brought forward to when extra occurrences should be
-    claimed: their due instant, or the end of a quiet spell (``quiet`` seconds from now)."""
-    if step.occurrences_due is None or step.db_now is None:
-        return step
-    at = max(step.occurrences_due, step.db_now + timedelta(seconds=max(quiet, 0.0)))
-    if step.next_due is not None and step.next_due <= at:
-        return step
-    return Step(step.written, step.jobs, at, step.db_now, step.occurrences_due)
-
-
-def _merge(rows: Step, extra: Step) -> Step:
-    """One step's view of both claims: what was written and claimed, the earliest due."""
-    dues = [due for due in (rows.next_due, extra.next_due) if due is not None]
-    return Step(
-        rows.written | extra.written,
-        [*rows.jobs, *extra.jobs],
-        min(dues) if dues else None,
-        rows.db_now or extra.db_now,
-    )
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    """Wait for ``event`` at most ``seconds``."""
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        pass
 
 
 def _frees(outcome: Outcome) -> bool:
