@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pgpulse import App, RunContext
-from pgpulse.handlers import HandlerFailed
+from pgpulse.core.handlers import HandlerFailed
 
 app = App()
 

@@ -18,10 +18,10 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from pgpulse.database import open_pool
-from pgpulse.embedded import start_embedded
-from pgpulse.migrations import migrate
-from pgpulse.store import Store
+from pgpulse.db.database import open_pool
+from pgpulse.db.embedded import start_embedded
+from pgpulse.db.migrations import migrate
+from pgpulse.db.store import Store
 
 
 def _with_db(dsn: str, dbname: str) -> str:

@@ -1,7 +1,7 @@
 """A brute-force oracle for cron day fields: does one calendar date match a day-of-month and a
 day-of-week field, extensions included?
 
-Written apart from pgpulse.cron_days, and as plainly as possible: each term is checked on the
+Written apart from pgpulse.core.cron_days, and as plainly as possible: each term is checked on the
 date itself with ``datetime.date`` arithmetic (no tables of month kinds, no weekday formulas):
 
 * ``L-n``: the date is n days before the last day of its month.

@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pgpulse.attempts import decide_claim
-from pgpulse.dispatch import plan_finish
-from pgpulse.handlers import NodeHandlers
-from pgpulse.jobs import JobSpec
-from pgpulse.model import ClaimedJob, Outcome
-from pgpulse.store import Store
+from pgpulse.core.handlers import NodeHandlers
+from pgpulse.core.jobs import JobSpec
+from pgpulse.core.model import ClaimedJob, Outcome
+from pgpulse.db.store import Store
+from pgpulse.node.attempts import decide_claim
+from pgpulse.node.dispatch import plan_finish
 
 
 def utc(
@@ -47,8 +47,8 @@ ALL_SHARDS = list(range(64))
 
 async def run_claim(job: ClaimedJob, handlers: NodeHandlers, now: datetime) -> Outcome:
     """One attempt of a claim played without a node, ended at the fixed instant ``now``: the
-    claim-time decision (:func:`pgpulse.attempts.decide_claim`), the handler if it runs, and
-    the outcome (:func:`pgpulse.dispatch.plan_finish`)."""
+    claim-time decision (:func:`pgpulse.node.attempts.decide_claim`), the handler if it runs, and
+    the outcome (:func:`pgpulse.node.dispatch.plan_finish`)."""
     decision = await decide_claim(job, handlers)
     if decision.outcome is not None:
         return decision.outcome

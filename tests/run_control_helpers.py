@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from helpers import ALL_SHARDS, run_claim
-from pgpulse.handlers import NodeHandlers, RunContext
-from pgpulse.store import Store
+from pgpulse.core.handlers import NodeHandlers, RunContext
+from pgpulse.db.store import Store
 
 
 async def drain(

@@ -1,4 +1,4 @@
-"""Who may write job definitions (design.md, invariant 10): one rule, in pgpulse.access, that
+"""Who may write job definitions (design.md, invariant 10): one rule, in pgpulse.core.access, that
 the store applies to every write path — the API's create and PATCH (test_web_security), the
 Python API's Store.upsert_jobs, and the jobs an App declares in code — against the job as it
 stands in the writing transaction."""
@@ -10,13 +10,13 @@ import asyncio
 import pytest
 
 from helpers import add, spec
-from pgpulse.access import OPERATOR, Writer, check_write, code_writer, token_writer
-from pgpulse.app import App
-from pgpulse.engine import NodeConfig
-from pgpulse.errors import Forbidden
-from pgpulse.handlers import RunContext
-from pgpulse.jobs import JobSpec
-from pgpulse.store import Store
+from pgpulse.core.access import OPERATOR, Writer, check_write, code_writer, token_writer
+from pgpulse.core.errors import Forbidden
+from pgpulse.core.handlers import RunContext
+from pgpulse.core.jobs import JobSpec
+from pgpulse.db.store import Store
+from pgpulse.node.app import App
+from pgpulse.node.engine import NodeConfig
 
 BACKUP = JobSpec.create(
     name="nightly-backup",

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from helpers import add, pgpulse, spec
-from pgpulse.errors import InvalidInput
-from pgpulse.store import Store
+from pgpulse.core.errors import InvalidInput
+from pgpulse.db.store import Store
 from test_engine import wait_until
 
 SECRET = "whsec_0123456789abcdef"

@@ -21,8 +21,8 @@ from helpers import add, pgpulse, spec
 from notify_servers import CountingReceiver, SmtpReceiver, run_smtp_receiver
 from pgpulse.alerts.delivery import AlertLoop
 from pgpulse.alerts.store import AlertStore
-from pgpulse.egress import HttpAllowList
-from pgpulse.store import Store
+from pgpulse.core.egress import HttpAllowList
+from pgpulse.db.store import Store
 from test_engine import TRIGGERED_ONLY, wait_until
 
 TESTS = Path(__file__).parent

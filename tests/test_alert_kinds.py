@@ -14,8 +14,8 @@ from typing import Any
 
 from helpers import add, spec
 from pgpulse.alerts.store import AlertStore
+from pgpulse.db.store import Store
 from pgpulse.sql import split_named_blocks
-from pgpulse.store import Store
 
 #: The instant the tests' evaluations are "now" around (whole seconds: keys are predictable).
 BASE = datetime(2027, 1, 4, 12, 0, tzinfo=UTC)

@@ -18,10 +18,10 @@ import pytest
 from helpers import add, pgpulse, spec
 from notify_servers import CountingReceiver
 from pgpulse.alerts.delivery import AlertLoop
+from pgpulse.alerts.notifiers.events import AlertEvent, alert_title
 from pgpulse.alerts.store import AlertStore
-from pgpulse.egress import HttpAllowList
-from pgpulse.notify.events import AlertEvent, alert_title
-from pgpulse.store import Store
+from pgpulse.core.egress import HttpAllowList
+from pgpulse.db.store import Store
 from test_engine import wait_until
 from web_helpers import OWN_PAGE, api_client, make_token
 

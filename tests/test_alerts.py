@@ -12,8 +12,8 @@ import pytest
 
 from helpers import add, pgpulse, spec
 from pgpulse.alerts.store import AlertStore, NotifierInUse
-from pgpulse.errors import InvalidInput, InvalidNotifierConfig, JobNotFound
-from pgpulse.store import Store
+from pgpulse.core.errors import InvalidInput, InvalidNotifierConfig, JobNotFound
+from pgpulse.db.store import Store
 
 WEBHOOK = {"url": "https://hooks.example.com/pulse", "secret": "s" * 20}
 
@@ -324,7 +324,7 @@ def test_a_silence_window_covers_the_longer_gap_of_the_night_the_clocks_go_back(
     from datetime import UTC
 
     from pgpulse.alerts.rules import check_silence_window
-    from pgpulse.schedule import parse_schedule
+    from pgpulse.core.schedule import parse_schedule
 
     schedule = parse_schedule("50 0-23 * * *", "Europe/Berlin")
     december = datetime(2026, 12, 6, tzinfo=UTC)

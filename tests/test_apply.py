@@ -14,10 +14,10 @@ import psycopg
 import pytest
 
 from helpers import pgpulse
-from pgpulse.applyfile import parse_apply_file
-from pgpulse.plan import plan_source
+from pgpulse.cli.applyfile import parse_apply_file
+from pgpulse.core.plan import plan_source
+from pgpulse.db.store import Store
 from pgpulse.sql import QUERIES
-from pgpulse.store import Store
 
 FILE = """\
 [defaults]

@@ -14,9 +14,9 @@ import pytest
 from helpers import pgpulse
 from pgpulse.alerts.rules import RuleSpec
 from pgpulse.alerts.store import AlertStore
-from pgpulse.applyfile import parse_apply_file
-from pgpulse.errors import InvalidInput
-from pgpulse.store import Store
+from pgpulse.cli.applyfile import parse_apply_file
+from pgpulse.core.errors import InvalidInput
+from pgpulse.db.store import Store
 
 FILE = """\
 [jobs.backup]

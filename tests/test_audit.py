@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from helpers import add, pgpulse, spec
-from pgpulse.audit import Actor
-from pgpulse.store import Store
-from pgpulse.web.auth import TokenStore
+from pgpulse.core.audit import Actor
+from pgpulse.db.store import Store
+from pgpulse.db.tokens import TokenStore
 from web_helpers import api_client
 
 ME = Actor("python", "tester")

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from helpers import pgpulse
-from pgpulse.schedule import parse_schedule
+from pgpulse.core.schedule import parse_schedule
 from pgpulse_tools.bench import (
     checks,
     floor,

@@ -20,8 +20,11 @@ from typing import Any
 
 import pytest
 
-from pgpulse import builtins
-from pgpulse.builtins import (
+from pgpulse.core.egress import HttpAllowList
+from pgpulse.core.errors import InvalidInput, InvalidPayload
+from pgpulse.core.handlers import MAX_OUTPUT_CHARS, HandlerFailed, RunContext, truncate_output
+from pgpulse.node import builtins
+from pgpulse.node.builtins import (
     BUILTIN_HANDLERS,
     PAYLOAD_VALIDATORS,
     http_handler,
@@ -29,9 +32,6 @@ from pgpulse.builtins import (
     validate_http_payload,
     validate_shell_payload,
 )
-from pgpulse.egress import HttpAllowList
-from pgpulse.errors import InvalidInput, InvalidPayload
-from pgpulse.handlers import MAX_OUTPUT_CHARS, HandlerFailed, RunContext, truncate_output
 
 LOOPBACK = HttpAllowList.parse(["127.0.0.1"])
 SCHEDULED_FOR = datetime(2024, 3, 10, 2, 30, tzinfo=UTC)
@@ -79,8 +79,8 @@ def is_alive(pid: int) -> bool:
 
 
 def test_registries_name_every_builtin() -> None:
-    from pgpulse.celery_handler import celery_handler, validate_celery_payload
-    from pgpulse.rq_handler import rq_handler, validate_rq_payload
+    from pgpulse.node.celery_handler import celery_handler, validate_celery_payload
+    from pgpulse.node.rq_handler import rq_handler, validate_rq_payload
 
     assert dict(BUILTIN_HANDLERS) == {
         "shell": shell_handler,
@@ -236,7 +236,7 @@ async def _start_tree(
     task = asyncio.create_task(shell_handler(make_ctx({"command": command})))
     await wait_until(lambda: pids_file.exists() and len(pids_file.read_text().split()) == 3)
     pids = [int(pid) for pid in pids_file.read_text().split()]
-    group = os.getpgid(pids[-1])  # led by the command's guard (pgpulse.shell_guard)
+    group = os.getpgid(pids[-1])  # led by the command's guard (pgpulse.node.shell_guard)
     assert group != os.getpgid(0) and os.getsid(pids[-1]) == group  # a session of its own
     assert all(os.getpgid(pid) == group for pid in pids)
     return task, pids
@@ -246,7 +246,7 @@ async def test_shell_cancel_kills_the_whole_process_group(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     task, pids = await _start_tree(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="pgpulse.builtins"):
+    with caplog.at_level(logging.WARNING, logger="pgpulse.node.builtins"):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -260,7 +260,7 @@ async def test_shell_cancel_escalates_to_sigkill(
     monkeypatch.setattr(builtins, "KILL_GRACE_SECONDS", 0.2)
     # The shell and its children ignore SIGTERM (an ignored signal stays ignored across exec).
     task, pids = await _start_tree(tmp_path, command_prefix="trap '' TERM; ")
-    with caplog.at_level(logging.WARNING, logger="pgpulse.builtins"):
+    with caplog.at_level(logging.WARNING, logger="pgpulse.node.builtins"):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

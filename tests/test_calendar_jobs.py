@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from helpers import add, pgpulse, spec, utc
-from pgpulse.access import token_writer
-from pgpulse.calendars import ExclusionCalendar
-from pgpulse.errors import Forbidden, InvalidInput
-from pgpulse.store import Store
+from pgpulse.core.access import token_writer
+from pgpulse.core.calendars import ExclusionCalendar
+from pgpulse.core.errors import Forbidden, InvalidInput
+from pgpulse.db.store import Store
 from run_control_helpers import drain, history, job_row
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pgpulse.calendars import ExclusionCalendar
-from pgpulse.errors import InvalidInput, UnknownTimeZone
+from pgpulse.core.calendars import ExclusionCalendar
+from pgpulse.core.errors import InvalidInput, UnknownTimeZone
 
 
 def test_explicit_dates() -> None:
@@ -68,7 +68,7 @@ def test_a_check_is_a_set_lookup_after_the_first_of_a_year() -> None:
 
 
 def test_import_pgpulse_does_not_load_the_holidays_library() -> None:
-    code = "import sys, pgpulse, pgpulse.calendars; print('holidays' in sys.modules)"
+    code = "import sys, pgpulse, pgpulse.core.calendars; print('holidays' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == "False"
 

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, add, run_claim, spec, utc
-from pgpulse import dispatch, planner
-from pgpulse.handlers import NodeHandlers, RunContext
-from pgpulse.store import Store
-from pgpulse.zones import load_zone
+from pgpulse.core import planner
+from pgpulse.core.handlers import NodeHandlers, RunContext
+from pgpulse.core.zones import load_zone
+from pgpulse.db.store import Store
+from pgpulse.node import dispatch
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 BACK = T0 + timedelta(minutes=112)  # 01:52:30

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from helpers import pgpulse
-from pgpulse.task_queues import TASK_ID_NAMESPACE
+from pgpulse.node.task_queues import TASK_ID_NAMESPACE
 
 pytestmark = pytest.mark.slow
 

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from pgpulse.builtins import BUILTIN_HANDLERS
-from pgpulse.celery_handler import CelerySender, celery_handler
-from pgpulse.engine import Node, NodeConfig
-from pgpulse.handlers import HandlerFailed, RunContext
-from pgpulse.routing import waiting_reason
-from pgpulse.rq_handler import RqSender
-from pgpulse.store import Store
-from pgpulse.task_queues import occurrence_task_id, redacted_url, scrub_url
+from pgpulse.core.handlers import HandlerFailed, RunContext
+from pgpulse.core.routing import waiting_reason
+from pgpulse.db.store import Store
+from pgpulse.node.builtins import BUILTIN_HANDLERS
+from pgpulse.node.celery_handler import CelerySender, celery_handler
+from pgpulse.node.engine import Node, NodeConfig
+from pgpulse.node.rq_handler import RqSender
+from pgpulse.node.task_queues import occurrence_task_id, redacted_url, scrub_url
 
 
 def _ctx(**overrides: Any) -> RunContext:

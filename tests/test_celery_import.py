@@ -15,10 +15,10 @@ from celery import Celery
 from celery.schedules import crontab, schedule
 
 from helpers import pgpulse
-from pgpulse.celery_import import crontab_expression
-from pgpulse.errors import InvalidPayload
-from pgpulse.jobs import JobSpec
-from pgpulse.schedule import parse_schedule
+from pgpulse.core.celery_beat import crontab_expression
+from pgpulse.core.errors import InvalidPayload
+from pgpulse.core.jobs import JobSpec
+from pgpulse.core.schedule import parse_schedule
 
 BEAT_APP = """\
 from datetime import timedelta

@@ -350,8 +350,8 @@ async def test_the_run_log_records_the_engines_claims_so_a_double_claim_is_caugh
     open (a token bumped under a live lease) is caught. Without the claim log every history
     would pass the double-claim check."""
     from helpers import ALL_SHARDS, add, spec
-    from pgpulse.model import Outcome
-    from pgpulse.planner import Advance
+    from pgpulse.core.model import Outcome
+    from pgpulse.core.planner import Advance
     from pgpulse_tools.chaos.checker import double_claims
     from pgpulse_tools.chaos.history import RunEvent
     from pgpulse_tools.chaos.runner import Q

@@ -172,7 +172,7 @@ async def test_the_proxy_delays_each_chunk(proxy: Proxy) -> None:
 def test_the_cli_offers_the_chaos_command() -> None:
     from click.testing import CliRunner
 
-    from pgpulse.cli import main
+    from pgpulse.cli.main import main
 
     result = CliRunner().invoke(main, ["chaos", "--help"])
     assert result.exit_code == 0
@@ -194,7 +194,7 @@ def test_the_cli_offers_the_chaos_command() -> None:
 def test_cluster_options_are_refused_where_they_mean_nothing(args: list[str], refused: str) -> None:
     from click.testing import CliRunner
 
-    from pgpulse.cli import main
+    from pgpulse.cli.main import main
 
     result = CliRunner().invoke(main, ["chaos", "--duration", "5", *args])
     assert result.exit_code == 2 and refused in result.output, result.output
@@ -211,7 +211,7 @@ def test_cluster_options_are_refused_where_they_mean_nothing(args: list[str], re
 def test_a_fault_the_server_cannot_take_is_refused(
     settings: dict[str, Any], field_value: str
 ) -> None:
-    from pgpulse.errors import InvalidInput
+    from pgpulse.core.errors import InvalidInput
     from pgpulse_tools.chaos.runner import ChaosConfig
 
     with pytest.raises(InvalidInput) as refused:
@@ -309,7 +309,7 @@ def test_a_stopping_node_counts_as_hung_only_past_what_pulses_stop_may_take() ->
     again for its cancellation, and its pool's close: the harness waits that long before it
     calls the node hung (it waited drain + 15 s, and aborted a node of seed 7 inside its
     hand-back's cancellation while the primary was switching over)."""
-    from pgpulse.engine import STOP_STEP_TIMEOUT
+    from pgpulse.node.engine import STOP_STEP_TIMEOUT
     from pgpulse_tools.chaos.cluster import NodeSettings
 
     settings = NodeSettings(drain_timeout=3.0, heartbeat=0.5)
@@ -436,7 +436,7 @@ def test_a_soak_is_a_long_run_then_resharding_during_failovers() -> None:
     """``pgpulse chaos --soak``'s runs: the long run as given (over 10 minutes), then a run on
     a replicated cluster of the harness's own (async unless the soak is on a cluster) whose
     faults move the primary and the shard count, for a quarter of it."""
-    from pgpulse.errors import InvalidInput
+    from pgpulse.core.errors import InvalidInput
     from pgpulse_tools.chaos.runner import ChaosConfig, soak_configs
 
     given = ChaosConfig(duration=1200, seed=7, database_url="postgresql://127.0.0.1/x")

@@ -24,9 +24,9 @@ from helpers import add, pgpulse, spec
 from notify_servers import HttpReceiver, free_port, run_http_receiver
 from pgpulse.alerts.checkins import CheckinPinger
 from pgpulse.alerts.store import AlertStore
-from pgpulse.egress import HttpAllowList
-from pgpulse.model import Outcome
-from pgpulse.store import Store
+from pgpulse.core.egress import HttpAllowList
+from pgpulse.core.model import Outcome
+from pgpulse.db.store import Store
 from test_engine import TRIGGERED_ONLY, wait_until
 from test_web_metrics import claimed_job
 

@@ -13,7 +13,7 @@ from typing import Any
 from psycopg.conninfo import make_conninfo
 
 from helpers import add, spec
-from pgpulse.store import Store
+from pgpulse.db.store import Store
 from test_engine import wait_until
 
 NODE_PASSWORD = "Hunter2-libpq-secret"

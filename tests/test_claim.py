@@ -15,12 +15,12 @@ import pytest
 from psycopg import sql
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse.claims import CLAIM_SESSION_SETTINGS
-from pgpulse.database import Session
-from pgpulse.model import ClaimedJob, ClaimKey, Outcome
-from pgpulse.planner import Advance
+from pgpulse.core.model import ClaimedJob, ClaimKey, Outcome
+from pgpulse.core.planner import Advance
+from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
+from pgpulse.db.database import Session
+from pgpulse.db.store import Store
 from pgpulse.sql import QUERIES
-from pgpulse.store import Store
 from pgpulse_tools.bench.common import load_jobs
 
 T0 = utc(2026, 1, 1, 0, 0, 30)

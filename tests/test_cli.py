@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from psycopg import conninfo
 
 from helpers import pgpulse
-from pgpulse.cli import main
+from pgpulse.cli.main import main
 
 SHELL_PAYLOAD = '{"command": "echo hi"}'
 
@@ -87,7 +87,7 @@ def test_schedule_next_anchors_at_the_whole_second_by_default(
         def now(cls, tz: tzinfo | None = None) -> FrozenClock:
             return cls(2026, 1, 1, 12, 0, 0, 357_123, tzinfo=tz)
 
-    monkeypatch.setattr("pgpulse.cli.datetime", FrozenClock)
+    monkeypatch.setattr("pgpulse.cli.main.datetime", FrozenClock)
     every = CliRunner().invoke(main, ["schedule", "next", "@every 90s", "--count", "2"])
     assert every.exit_code == 0, every.output
     assert every.output.splitlines()[1:] == [

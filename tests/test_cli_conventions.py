@@ -15,9 +15,9 @@ from pathlib import Path
 import click
 import pytest
 
-from pgpulse.cli import main
-from pgpulse.cli_conventions import LAZY_COMMANDS
-from pgpulse.cli_types import Number, Seconds
+from pgpulse.cli.conventions import LAZY_COMMANDS
+from pgpulse.cli.main import main
+from pgpulse.cli.types import Number, Seconds
 from pgpulse.sql import migration_files
 
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))

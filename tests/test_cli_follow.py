@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from helpers import PGPULSE, pgpulse
-from pgpulse.follow import ended_attempts
+from pgpulse.cli.follow import ended_attempts
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import apgpulse, pgpulse
-from pgpulse.store import Store
+from pgpulse.db.store import Store
 from web_helpers import api_client, make_token
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)$")
@@ -167,8 +167,8 @@ def test_listed_names_are_whole_and_can_be_typed_back(dsn: str, tmp_path: Path) 
 
 
 def test_counts_are_worded_in_the_singular_and_the_plural(dsn: str, tmp_path: Path) -> None:
-    """Never "1 attempts", "1 job(s)": one rule (pgpulse.wording.plural) for every count."""
-    from pgpulse.wording import plural
+    """Never "1 attempts", "1 job(s)": one rule (pgpulse.core.wording.plural) for every count."""
+    from pgpulse.core.wording import plural
 
     assert [plural(1, "attempt"), plural(2, "attempt"), plural(0, "job")] == [
         "1 attempt",

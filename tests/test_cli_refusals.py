@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pgpulse.cli import main
-from pgpulse.errors import InvalidInput
-from pgpulse.jobs import MAX_PAYLOAD_BYTES, JobSpec
-from pgpulse.store import Store
-from pgpulse.web.policy import WebSettings
+from pgpulse.cli.main import main
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.jobs import MAX_PAYLOAD_BYTES, JobSpec
+from pgpulse.core.policy import WebSettings
+from pgpulse.db.store import Store
 from web_helpers import api_client, make_token
 
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))

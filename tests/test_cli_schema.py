@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import pgpulse
-from pgpulse.cli import main
+from pgpulse.cli.main import main
 from pgpulse.sql import migration_files
 
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 import pgpulse
-from pgpulse.calendar_store import CalendarNotFound
-from pgpulse.calendars import ExclusionCalendar
 from pgpulse.client import Client, Job
-from pgpulse.errors import InvalidInput, InvalidSchedule, JobNotFound, UnknownHandler
-from pgpulse.run_control import Triggered
-from pgpulse.store import Store
+from pgpulse.core.calendars import ExclusionCalendar
+from pgpulse.core.errors import InvalidInput, InvalidSchedule, JobNotFound, UnknownHandler
+from pgpulse.db.calendar_store import CalendarNotFound
+from pgpulse.db.run_control import Triggered
+from pgpulse.db.store import Store
 from run_control_helpers import drain
 
 
@@ -249,6 +249,6 @@ def test_every_name_exported_before_still_imports() -> None:
         assert name in pgpulse.__all__
         assert getattr(pgpulse, name) is not None
     assert pgpulse.connect is __import__("pgpulse.client").client.connect
-    assert pgpulse.pausing.Paused.__name__ == "Paused"  # a submodule, as an attribute
+    assert pgpulse.db.pausing.Paused.__name__ == "Paused"  # a submodule, as an attribute
     with pytest.raises(AttributeError):
         pgpulse.no_such_name  # noqa: B018

@@ -14,8 +14,8 @@ import pytest
 
 from crash_app import app
 from helpers import add, spec
-from pgpulse.run_control import RunControl
-from pgpulse.store import Store
+from pgpulse.db.run_control import RunControl
+from pgpulse.db.store import Store
 from test_engine import node, running, wait_until
 
 TESTS = Path(__file__).parent

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from cron_brute import matching_dates
 from helpers import utc
-from pgpulse.errors import InvalidSchedule
-from pgpulse.schedule import Schedule, parse_schedule
+from pgpulse.core.errors import InvalidSchedule
+from pgpulse.core.schedule import Schedule, parse_schedule
 from test_schedule import following
 
 SECOND = timedelta(seconds=1)

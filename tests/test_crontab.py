@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgpulse.crontab import (
+from pgpulse.core.crontab import (
     CrontabEntry,
     CrontabParse,
     entry_to_spec,
@@ -17,8 +17,8 @@ from pgpulse.crontab import (
     parse_crontab,
     split_command,
 )
-from pgpulse.errors import CrontabError, InvalidInput, UnknownTimeZone
-from pgpulse.schedule import parse_schedule
+from pgpulse.core.errors import CrontabError, InvalidInput, UnknownTimeZone
+from pgpulse.core.schedule import parse_schedule
 
 RELAY_CRONTAB = Path(__file__).resolve().parents[1] / "examples" / "relay.crontab"
 NAME_RE = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+-[0-9a-f]{8}(?:-[2-9][0-9]*)?$")

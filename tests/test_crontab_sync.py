@@ -10,10 +10,10 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from helpers import pgpulse
-from pgpulse.audit import DEFINITION_FIELDS
-from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab
-from pgpulse.crontab_sync import plan_crontab_sync
-from pgpulse.jobs import JobSpec
+from pgpulse.core.audit import DEFINITION_FIELDS
+from pgpulse.core.crontab import entry_to_spec, is_system_crontab, parse_crontab
+from pgpulse.core.crontab_sync import plan_crontab_sync
+from pgpulse.core.jobs import JobSpec
 
 LINES = [
     "0 3 * * * backup --full",

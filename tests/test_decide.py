@@ -1,5 +1,5 @@
-"""The claim-time decision as one pure function (:func:`pgpulse.dispatch.decide`): a claimed
-row's values and the claim's instant in, one :class:`~pgpulse.dispatch.Decision` out. No
+"""The claim-time decision as one pure function (:func:`pgpulse.node.dispatch.decide`): a claimed
+row's values and the claim's instant in, one :class:`~pgpulse.node.dispatch.Decision` out. No
 database, no clock, no node: each case is a row and an instant."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from helpers import utc
-from pgpulse.dispatch import RUN, Decision, Verdict, decide
-from pgpulse.model import ClaimedJob
-from pgpulse.planner import MAX_INTERRUPTIONS, Advance
+from pgpulse.core.model import ClaimedJob
+from pgpulse.core.planner import MAX_INTERRUPTIONS, Advance
+from pgpulse.node.dispatch import RUN, Decision, Verdict, decide
 
 NOON = utc(2026, 1, 1, 12)
 HOUR = timedelta(hours=1)

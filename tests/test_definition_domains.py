@@ -14,10 +14,10 @@ from psycopg import errors, sql
 from psycopg.rows import dict_row
 
 from helpers import add, pgpulse, spec
-from pgpulse import migrations
-from pgpulse.migrations import migrate
+from pgpulse.db import migrations
+from pgpulse.db.migrations import migrate
+from pgpulse.db.store import Store
 from pgpulse.sql import QUERIES, migration_files
-from pgpulse.store import Store
 
 # (column, a refused value, an accepted value, the domain's constraint that refuses it)
 MOVED = [

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from helpers import pgpulse
-from pgpulse.web.policy import WebSettings
-from pgpulse.wording import did_you_mean
+from pgpulse.core.policy import WebSettings
+from pgpulse.core.wording import did_you_mean
 from web_helpers import LiveServer, sync_token
 
 CREATE = ("job", "create", "nightly", "--schedule", "@daily")

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from helpers import pgpulse
-from pgpulse.embedded import start_embedded, stop_embedded
-from pgpulse.errors import InvalidInput
+from pgpulse.core.errors import InvalidInput
+from pgpulse.db.embedded import start_embedded, stop_embedded
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ import psycopg
 import pytest
 
 from helpers import add, spec
-from pgpulse.engine import Node, NodeConfig
-from pgpulse.handlers import Handler, RunContext
-from pgpulse.model import Step, pause_after
-from pgpulse.sharding import DEFAULT_SHARD_COUNT
-from pgpulse.store import Store
+from pgpulse.core.handlers import Handler, RunContext
+from pgpulse.core.model import Step, pause_after
+from pgpulse.core.sharding import DEFAULT_SHARD_COUNT
+from pgpulse.db.store import Store
+from pgpulse.node.engine import Node, NodeConfig
 
 #: A schedule whose next occurrence is months away: a triggered job then runs exactly once in a
 #: test, whenever the test runs ("* * * * *" would fire again if the test crossed a minute).
@@ -237,14 +237,14 @@ async def test_retries_and_final_failures_say_why_and_when(
         ),
     )
     await store.trigger_job("default", "broken")
-    caplog.set_level(logging.INFO, logger="pgpulse.outcomes")
+    caplog.set_level(logging.INFO, logger="pgpulse.node.outcomes")
     async with running(node(store, dsn, {"broken": broken})):
         await wait_until(
             lambda: db.execute(
                 "SELECT count(*) AS n FROM pgpulse_runs WHERE outcome = 'failed'"
             ).fetchone()["n"]
         )
-    records = {r.action: r for r in caplog.records if r.name == "pgpulse.outcomes"}  # type: ignore[attr-defined]
+    records = {r.action: r for r in caplog.records if r.name == "pgpulse.node.outcomes"}  # type: ignore[attr-defined]
     retry, failed = records["run_retrying"], records["run_failed"]
     assert retry.levelno == logging.INFO
     assert retry.error == "ValueError: no upstream at attempt 1"  # type: ignore[attr-defined]
@@ -405,7 +405,7 @@ def test_a_run_past_its_timeout_fails_on_uvloop(dsn: str, db: Any) -> None:
     uncancel() there report the attempt as timed out, as on asyncio's loop."""
     import uvloop
 
-    from pgpulse.database import open_pool
+    from pgpulse.db.database import open_pool
 
     async def scenario() -> None:
         slow, cancelled = sleeper()
@@ -598,7 +598,7 @@ async def test_a_timed_out_claim_logs_why(
     # a node with a handler: one with none has nothing to claim, and sends no claim
     async with running(node(store, dsn, {"noop": noop}, lease=1.0, heartbeat_interval=0.2)):
         with (
-            caplog.at_level(logging.WARNING, logger="pgpulse.engine"),
+            caplog.at_level(logging.WARNING, logger="pgpulse.node.engine"),
             psycopg.connect(dsn) as blocker,
         ):
             blocker.execute("LOCK TABLE pgpulse_jobs IN ACCESS EXCLUSIVE MODE")

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, until_waiting_on_a_lock, utc
-from pgpulse.model import Outcome
-from pgpulse.planner import Advance
-from pgpulse.store import Store
+from pgpulse.core.model import Outcome
+from pgpulse.core.planner import Advance
+from pgpulse.db.store import Store
 
 T0 = utc(2026, 1, 1)
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from helpers import add, pgpulse
-from pgpulse.errors import InvalidInput, InvalidPayload
-from pgpulse.jobs import JobSpec
-from pgpulse.store import Store
+from pgpulse.core.errors import InvalidInput, InvalidPayload
+from pgpulse.core.jobs import JobSpec
+from pgpulse.db.store import Store
 from web_helpers import api_client, make_token
 
 LONG_INT = "1" * 5000  # Python's own limit is 4,300 digits

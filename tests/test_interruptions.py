@@ -1,6 +1,6 @@
 """Interruptions are not failures (issue 37): an attempt handed back by a stopping node or reaped
 after its node lost the lease never uses up ``max_attempts``; one run may be interrupted
-:data:`~pgpulse.planner.MAX_INTERRUPTIONS` times, then it ends ``fenced`` and the job moves on.
+:data:`~pgpulse.core.planner.MAX_INTERRUPTIONS` times, then it ends ``fenced`` and the job moves on.
 Both lifecycles: the job row (``pgpulse_jobs``) and an extra occurrence (``pgpulse_occurrences``).
 The graceful stop of a real node process is in ``test_crash.py``."""
 
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse.dispatch import plan_finish
-from pgpulse.handlers import RunContext
-from pgpulse.model import AttemptResult, ClaimedJob
-from pgpulse.planner import MAX_INTERRUPTIONS, plan_claim
-from pgpulse.run_control import RunControl
-from pgpulse.schedule import parse_schedule
-from pgpulse.store import Store
+from pgpulse.core.handlers import RunContext
+from pgpulse.core.model import AttemptResult, ClaimedJob
+from pgpulse.core.planner import MAX_INTERRUPTIONS, plan_claim
+from pgpulse.core.schedule import parse_schedule
+from pgpulse.db.run_control import RunControl
+from pgpulse.db.store import Store
+from pgpulse.node.dispatch import plan_finish
 from test_engine import TRIGGERED_ONLY, running, wait_until
 from test_occurrences import node
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from helpers import add, spec, until_waiting_on_a_lock
-from pgpulse.store import Store
+from pgpulse.db.store import Store
 
 _INSERT = """
     INSERT INTO pgpulse_jobs (tenant, name, schedule, schedule_kind, handler, anchor_at,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pgpulse import logs
-from pgpulse.store import Store
+from pgpulse.cli import logs
+from pgpulse.db.store import Store
 from web_helpers import api_client, make_token
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "pgpulse"

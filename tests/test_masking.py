@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from helpers import pgpulse
-from pgpulse.masking import mask_url, scrub, url_credentials
-from pgpulse.notify.redaction import url_secrets
+from pgpulse.alerts.notifiers.redaction import url_secrets
+from pgpulse.core.masking import mask_url, scrub, url_credentials
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from importlib import resources
 import psycopg
 import pytest
 
-from pgpulse.errors import PreReleaseSchema
-from pgpulse.migrations import migrate, schema_version
+from pgpulse.core.errors import PreReleaseSchema
+from pgpulse.db.migrations import migrate, schema_version
 from pgpulse.sql import QUERIES, RAW_QUERIES, fill_fragments, load_queries, migration_files
 from pgpulse_tools.schema import SCHEMA_FILE, migrated_schema
 

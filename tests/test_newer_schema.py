@@ -14,8 +14,8 @@ from psycopg import conninfo
 
 from helpers import pgpulse
 from pgpulse import App
-from pgpulse.errors import SchemaTooNew
-from pgpulse.migrations import (
+from pgpulse.core.errors import SchemaTooNew
+from pgpulse.db.migrations import (
     BREAKS_OLDER_NODES,
     breaks_older_nodes,
     marked_versions,
@@ -59,7 +59,7 @@ async def test_the_runner_records_which_applied_migrations_break_older_nodes(
         (LATEST + 1, "drop_old", f"-- Drops what older nodes read.\n{BREAKS_OLDER_NODES}\n"),
         (LATEST + 2, "additive", "ALTER TABLE pgpulse_jobs ADD COLUMN later int;"),
     ]
-    monkeypatch.setattr("pgpulse.migrations.migration_files", lambda: later)
+    monkeypatch.setattr("pgpulse.db.migrations.migration_files", lambda: later)
     async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as conn:
         assert await migrate(conn) == list(range(1, LATEST + 3))
         cur = await conn.execute(

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from notify_servers import HttpReceiver, free_port, run_http_receiver
-from pgpulse.notify import CheckinConfig, CheckinEvent, CheckinNotifier, JobRef
-from pgpulse.notify.checkin import run_uuid
+from pgpulse.alerts.notifiers import CheckinConfig, CheckinEvent, CheckinNotifier, JobRef
+from pgpulse.alerts.notifiers.checkin import run_uuid
 
 HC_UUID = "5bf66975-d4c7-4bf5-bcc8-b8d8a82ea278"
 SENTRY_KEY = "0123456789abcdef0123456789abcdef"

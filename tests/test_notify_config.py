@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from pgpulse.errors import InvalidNotifierConfig
-from pgpulse.notify import (
+from pgpulse.alerts.notifiers import (
     CheckinConfig,
     DeliveryResult,
     EmailConfig,
@@ -21,9 +20,14 @@ from pgpulse.notify import (
     WebhookConfig,
     parse_notifier_config,
 )
-from pgpulse.notify.redaction import Secret, redact_url, scrub, url_secrets
-from pgpulse.notify.retry import classify_http_status, classify_smtp_code, parse_retry_after
-from pgpulse.web.policy import HttpAllowList, TargetNotAllowed
+from pgpulse.alerts.notifiers.redaction import Secret, redact_url, scrub, url_secrets
+from pgpulse.alerts.notifiers.retry import (
+    classify_http_status,
+    classify_smtp_code,
+    parse_retry_after,
+)
+from pgpulse.core.errors import InvalidNotifierConfig
+from pgpulse.core.policy import HttpAllowList, TargetNotAllowed
 
 SLACK_TOKEN = "xZ7kQ2mP9vR4tL8nB3cF6hJ1"
 SLACK_URL = f"https://hooks.slack.com/services/T0123ABCD/B0456EFGH/{SLACK_TOKEN}"
@@ -467,8 +471,8 @@ from pathlib import Path
 package = types.ModuleType("pgpulse")
 package.__path__ = [str(Path(sys.argv[1]))]
 sys.modules["pgpulse"] = package
-import pgpulse.notify, pgpulse.notify.webhook, pgpulse.notify.email, pgpulse.notify.checkin
-from pgpulse.notify import parse_notifier_config, build_notifier
+import pgpulse.alerts.notifiers, pgpulse.alerts.notifiers.webhook, pgpulse.alerts.notifiers.email, pgpulse.alerts.notifiers.checkin
+from pgpulse.alerts.notifiers import parse_notifier_config, build_notifier
 for kind, config in [
     ("webhook", {"url": "https://hooks.example.com/x", "secret": "0123456789abcdef"}),
     ("email", {"host": "smtp.example.com", "from": "a@example.com", "to": "b@example.com"}),

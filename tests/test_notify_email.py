@@ -17,8 +17,8 @@ import pytest
 import trustme
 
 from notify_servers import SilentServer, SmtpReceiver, free_port, run_smtp_receiver
-from pgpulse.errors import InvalidNotifierConfig
-from pgpulse.notify import AlertEvent, EmailConfig, EmailNotifier, JobRef
+from pgpulse.alerts.notifiers import AlertEvent, EmailConfig, EmailNotifier, JobRef
+from pgpulse.core.errors import InvalidNotifierConfig
 
 PASSWORD = "correct-horse-battery-staple"
 EVENT = AlertEvent(

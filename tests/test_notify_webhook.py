@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from notify_servers import HttpReceiver, free_port, run_http_receiver
-from pgpulse.notify import AlertEvent, JobRef, WebhookConfig, WebhookNotifier
-from pgpulse.notify.webhook import render_body, verify_signature
+from pgpulse.alerts.notifiers import AlertEvent, JobRef, WebhookConfig, WebhookNotifier
+from pgpulse.alerts.notifiers.webhook import render_body, verify_signature
 
 HMAC_SECRET = "whsec_Qm9yZWFsVGhpc0lzU2VjcmV0"
 TOKEN = "tok_9fK2mQ7xV4pL8zR3"

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from helpers import add, spec, utc
-from pgpulse.engine import Node
-from pgpulse.errors import InvalidInput
-from pgpulse.handlers import Handler, RunContext
-from pgpulse.model import ClaimKey
-from pgpulse.run_control import RunControl
-from pgpulse.store import Store
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.handlers import Handler, RunContext
+from pgpulse.core.model import ClaimKey
+from pgpulse.db.run_control import RunControl
+from pgpulse.db.store import Store
+from pgpulse.node.engine import Node
 from test_engine import TRIGGERED_ONLY, running, wait_until
 from test_engine import node as engine_node
 
@@ -388,8 +388,8 @@ async def test_an_occurrence_is_fenced_reaped_and_finished_as_its_next_attempt(
     """Invariants 2, 3 and 5 per occurrence, statement by statement: a claim gives a lease and a
     token; a stale token renews and writes nothing; an expired lease is reaped (the lost attempt
     counted, the batch's count released) and the next claim is attempt 2 of the same run."""
-    from pgpulse.dispatch import plan_finish
-    from pgpulse.model import AttemptResult
+    from pgpulse.core.model import AttemptResult
+    from pgpulse.node.dispatch import plan_finish
 
     await add(store, spec("report", schedule=TRIGGERED_ONLY, handler="work"))
     done = await RunControl(store.pool).trigger("default", "report", {"n": 1})

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from helpers import spec
-from pgpulse.applyfile import ApplyFileError, parse_apply_file
-from pgpulse.audit import Actor
-from pgpulse.run_control import RunControl
-from pgpulse.store import Store
+from pgpulse.cli.applyfile import ApplyFileError, parse_apply_file
+from pgpulse.core.audit import Actor
+from pgpulse.db.run_control import RunControl
+from pgpulse.db.store import Store
 from test_engine import TRIGGERED_ONLY
 from test_occurrences import NOW, H, hourly_with_history
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse.attempts import decide_claim
-from pgpulse.calendars import ExclusionCalendar
-from pgpulse.errors import InvalidInput
-from pgpulse.handlers import NodeHandlers
-from pgpulse.run_control import RunControl
-from pgpulse.spread import spread_offset
-from pgpulse.store import Store
+from pgpulse.core.calendars import ExclusionCalendar
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.handlers import NodeHandlers
+from pgpulse.core.spread import spread_offset
+from pgpulse.db.run_control import RunControl
+from pgpulse.db.store import Store
+from pgpulse.node.attempts import decide_claim
 from run_control_helpers import job_row
 
 

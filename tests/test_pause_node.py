@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from helpers import add, apgpulse, spec
-from pgpulse.schedule import parse_schedule
-from pgpulse.store import Store
+from pgpulse.core.schedule import parse_schedule
+from pgpulse.db.store import Store
 from test_engine import wait_until
 
 TESTS = Path(__file__).parent

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from helpers import add, apgpulse, spec, utc
-from pgpulse.errors import InvalidInput
-from pgpulse.store import Store
+from pgpulse.core.errors import InvalidInput
+from pgpulse.db.store import Store
 from run_control_helpers import drain, history, job_row
 
 # An hourly job in London, paused at 22:30 UTC on 28 March 2026 and resumed at 03:30 UTC: the

@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from helpers import PGPULSE, pgpulse
 from pgpulse import App
-from pgpulse.engine import NodeConfig
+from pgpulse.node.engine import NodeConfig
 from test_node_healing import succeeded_since, wait_until
 from test_node_start import Lines
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
-from pgpulse.cron import Cron
-from pgpulse.errors import InvalidSchedule
-from pgpulse.planner import (
+from pgpulse.core.cron import Cron
+from pgpulse.core.errors import InvalidSchedule
+from pgpulse.core.planner import (
     MAX_RETRY_DELAY,
     Advance,
     CatchUpPolicy,
@@ -22,7 +22,7 @@ from pgpulse.planner import (
     plan_claim,
     retry_delay,
 )
-from pgpulse.schedule import Schedule, parse_schedule
+from pgpulse.core.schedule import Schedule, parse_schedule
 from test_schedule import PROPERTY_SETTINGS, _parse_or_reject, cases
 
 T = datetime(2026, 1, 1, tzinfo=UTC)

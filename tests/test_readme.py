@@ -311,7 +311,7 @@ class FirstJob:
         one, two = self.nodes
         # node two, the leader now, said what it did (a warning: shown at the default level)
         assert any(
-            x.endswith("WARNING pgpulse.sweeper: returned 1 expired lease to the pool")
+            x.endswith("WARNING pgpulse.node.sweeper: returned 1 expired lease to the pool")
             for x in shell.out[since:]
         ), shell.out[since:]
         ends = [

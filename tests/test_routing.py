@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from helpers import add, pgpulse, spec
-from pgpulse import metrics
-from pgpulse.routing import routes_for, waiting_reason
-from pgpulse.sharding import DEFAULT_SHARD_COUNT, shards_for
-from pgpulse.store import Store
+from pgpulse.core.routing import routes_for, waiting_reason
+from pgpulse.core.sharding import DEFAULT_SHARD_COUNT, shards_for
+from pgpulse.db.store import Store
+from pgpulse.node import metrics
 from pgpulse.web.reads import Reads
 from pgpulse.web.service import present_job
 from test_engine import wait_until

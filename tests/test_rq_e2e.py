@@ -17,9 +17,9 @@ import pytest
 from redis import Redis
 
 from helpers import pgpulse
-from pgpulse.handlers import RunContext
-from pgpulse.rq_handler import RqSender, rq_handler
-from pgpulse.task_queues import TASK_ID_NAMESPACE
+from pgpulse.core.handlers import RunContext
+from pgpulse.node.rq_handler import RqSender, rq_handler
+from pgpulse.node.task_queues import TASK_ID_NAMESPACE
 
 pytestmark = pytest.mark.slow
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse.errors import InvalidInput
-from pgpulse.spread import spread_offset
-from pgpulse.store import Store
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.spread import spread_offset
+from pgpulse.core.zones import load_zone
+from pgpulse.db.store import Store
 from pgpulse.web.service import upcoming
-from pgpulse.zones import load_zone
 from run_control_helpers import drain, history, job_row
 
 

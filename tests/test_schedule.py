@@ -1,4 +1,4 @@
-"""Tests of pgpulse.schedule: exact instants, DST in both hemispheres, refusals, properties.
+"""Tests of pgpulse.core.schedule: exact instants, DST in both hemispheres, refusals, properties.
 
 Expected instants are written in UTC with the local wall time in a comment. Transitions used:
 - Europe/London 2026-03-29 01:00 GMT -> 02:00 BST (at 01:00 UTC); 2026-10-25 02:00 BST -> 01:00 GMT
@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from cron_brute import day_matches
 from helpers import utc
-from pgpulse.errors import InvalidSchedule, UnknownTimeZone
-from pgpulse.schedule import SCHEDULE_HELP, Schedule, parse_schedule
-from pgpulse.zones import load_zone
+from pgpulse.core.errors import InvalidSchedule, UnknownTimeZone
+from pgpulse.core.schedule import SCHEDULE_HELP, Schedule, parse_schedule
+from pgpulse.core.zones import load_zone
 
 
 def following(schedule: Schedule, after: datetime, count: int) -> list[datetime]:

@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from helpers import pgpulse, utc
-from pgpulse.errors import InvalidSchedule, ScheduleEnded
-from pgpulse.jobs import JobSpec
-from pgpulse.schedule import parse_schedule
+from pgpulse.core.errors import InvalidSchedule, ScheduleEnded
+from pgpulse.core.jobs import JobSpec
+from pgpulse.core.schedule import parse_schedule
 
 
 @pytest.mark.parametrize(

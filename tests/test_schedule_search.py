@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import utc
-from pgpulse.schedule import Schedule
-from pgpulse.zones import PROBE_DAYS, OffsetChange, load_zone, offset_changes, zone_names
+from pgpulse.core.schedule import Schedule
+from pgpulse.core.zones import PROBE_DAYS, OffsetChange, load_zone, offset_changes, zone_names
 from test_schedule import PROPERTY_SETTINGS, _parse_or_reject, cases
 
 SECOND = timedelta(seconds=1)

@@ -12,13 +12,13 @@ import pytest
 from psycopg import sql
 
 from helpers import add, pgpulse, spec, utc
-from pgpulse.claims import CLAIM_SESSION_SETTINGS
-from pgpulse.errors import InvalidInput
-from pgpulse.resharding import set_shard_count, shard_state
-from pgpulse.routing import routes_for
-from pgpulse.sharding import balance_bound, placement, shards_for
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.routing import routes_for
+from pgpulse.core.sharding import balance_bound, placement, shards_for
+from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
+from pgpulse.db.resharding import set_shard_count, shard_state
+from pgpulse.db.store import Store
 from pgpulse.sql import at_shard_count
-from pgpulse.store import Store
 from test_claim import _dollar, _plan_nodes
 from test_engine import node, running, wait_until
 

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgpulse.errors import InvalidInput
-from pgpulse.schedule import parse_schedule
-from pgpulse.spread import MAX_SPREAD, check_spread, spread_offset
-from pgpulse.wording import seconds_text
-from pgpulse.zones import offset_changes
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.schedule import parse_schedule
+from pgpulse.core.spread import MAX_SPREAD, check_spread, spread_offset
+from pgpulse.core.wording import seconds_text
+from pgpulse.core.zones import offset_changes
 
 MICROSECOND = timedelta(microseconds=1)
 
@@ -39,7 +39,7 @@ def _expected(job_id: int, span_us: int) -> int:
 
 def test_the_offset_is_the_same_in_another_process() -> None:
     """No per-process salt (Python's hash() has one): a fresh interpreter agrees."""
-    code = "from pgpulse.spread import spread_offset; print(spread_offset(123456789, 3600.5))"
+    code = "from pgpulse.core.spread import spread_offset; print(spread_offset(123456789, 3600.5))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert other.stdout.strip() == str(spread_offset(123456789, 3600.5))
 

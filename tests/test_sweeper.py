@@ -14,11 +14,11 @@ import psycopg
 import pytest
 
 from helpers import ALL_SHARDS, add, spec
-from pgpulse.claims import LEADER_LOCK_KEY
-from pgpulse.database import AsyncConn, ConnectionSource, Session, connect
-from pgpulse.engine import Node
-from pgpulse.run_control import RunControl
-from pgpulse.store import Store
+from pgpulse.db.claims import LEADER_LOCK_KEY
+from pgpulse.db.database import AsyncConn, ConnectionSource, Session, connect
+from pgpulse.db.run_control import RunControl
+from pgpulse.db.store import Store
+from pgpulse.node.engine import Node
 from test_engine import TRIGGERED_ONLY, node, wait_until
 
 #: Advisory locks are per database: the suite's other databases on the same server have leaders
@@ -33,7 +33,7 @@ async def _leave(*nodes: Node) -> None:
 
 
 def _actions(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.action for r in caplog.records if r.name == "pgpulse.sweeper"]  # type: ignore[attr-defined]
+    return [r.action for r in caplog.records if r.name == "pgpulse.node.sweeper"]  # type: ignore[attr-defined]
 
 
 async def _leaders(store: Store) -> list[tuple[str, bool | None]]:
@@ -48,7 +48,7 @@ async def test_the_leader_reaps_expired_leases(
     [claimed] = await store.claim_due("dead-node", ALL_SHARDS, 1, lease=30)
     db.execute("UPDATE pgpulse_jobs SET lease_expires_at = now() - interval '0.5 second'")
     a, b = node(store, dsn, {}, node_id="a"), node(store, dsn, {}, node_id="b")
-    caplog.set_level(logging.INFO, logger="pgpulse.sweeper")
+    caplog.set_level(logging.INFO, logger="pgpulse.node.sweeper")
     try:
         await a.start()  # its first heartbeat takes the lock, and reaps as the leader
         await b.start()
@@ -286,7 +286,7 @@ async def test_a_leader_whose_session_died_steps_down_and_another_takes_over(
         assert killed == [{"ok": True}]
         await b.heartbeat_once()  # the lock died with a's session: b takes it at once
         assert b.sweeper.is_leader
-        caplog.set_level(logging.INFO, logger="pgpulse.sweeper")
+        caplog.set_level(logging.INFO, logger="pgpulse.node.sweeper")
         with pytest.raises(psycopg.OperationalError):
             await a.heartbeat_once()  # meets its dead connection
         await a.heartbeat_once()  # reconnected: it knows it no longer leads
@@ -307,7 +307,7 @@ async def test_a_heartbeat_that_reconnected_does_not_claim_the_lost_lock(
         await a.start()
         assert a.sweeper.is_leader
         await a.sweeper.session.close()  # the lock is released with the connection
-        caplog.set_level(logging.INFO, logger="pgpulse.sweeper")
+        caplog.set_level(logging.INFO, logger="pgpulse.node.sweeper")
         await a.heartbeat_once()
         assert not a.sweeper.is_leader
         assert await _leaders(store) == [("a", None)]  # nobody holds the lock

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from pgpulse import tracing
+from pgpulse.node import tracing
 
 SCHEDULED_FOR = datetime(2024, 3, 10, 2, 30, tzinfo=UTC)
 ATTEMPT: dict[str, Any] = {
@@ -194,7 +194,7 @@ class NoOpenTelemetry:
 if BLOCK:
     sys.meta_path.insert(0, NoOpenTelemetry())
 import pgpulse
-from pgpulse import tracing
+from pgpulse.node import tracing
 if BLOCK:
     assert tracing.enable() is False
 assert not tracing.is_enabled()

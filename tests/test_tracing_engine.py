@@ -15,10 +15,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from helpers import add, spec
 from notify_servers import CountingReceiver
-from pgpulse import tracing
-from pgpulse.builtins import BUILTIN_HANDLERS
-from pgpulse.egress import HttpAllowList
-from pgpulse.store import Store
+from pgpulse.core.egress import HttpAllowList
+from pgpulse.db.store import Store
+from pgpulse.node import tracing
+from pgpulse.node.builtins import BUILTIN_HANDLERS
 from test_engine import TRIGGERED_ONLY, node, running, wait_until
 
 

@@ -19,13 +19,13 @@ import psycopg
 from psycopg import sql
 
 from helpers import add, spec
-from pgpulse.database import open_pool
-from pgpulse.dispatch import AttemptResult, plan_finish
-from pgpulse.handlers import RunContext
-from pgpulse.migrations import migrate, schema_version
-from pgpulse.run_control import RunControl
+from pgpulse.core.handlers import RunContext
+from pgpulse.db.database import open_pool
+from pgpulse.db.migrations import migrate, schema_version
+from pgpulse.db.run_control import RunControl
+from pgpulse.db.store import Store
+from pgpulse.node.dispatch import AttemptResult, plan_finish
 from pgpulse.sql import migration_files
-from pgpulse.store import Store
 from test_engine import TRIGGERED_ONLY, running, wait_until
 from test_occurrences import node
 

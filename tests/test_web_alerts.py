@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from helpers import add, spec
-from pgpulse.store import Store
+from pgpulse.db.store import Store
 from web_helpers import OWN_PAGE, api_client, make_token
 
 URL = "https://93.184.215.14/services/T0123ABCD/xZ7kQ9Lm2"

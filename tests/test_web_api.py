@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pgpulse.store import Store
-from pgpulse.web.auth import TokenStore
-from pgpulse.web.policy import WebSettings
+from pgpulse.core.policy import WebSettings
+from pgpulse.db.store import Store
+from pgpulse.db.tokens import TokenStore
 from web_helpers import LiveServer, api_client, make_token, sync_token
 
 PUBLIC_URL = "https://93.184.215.14/hook"  # a public address literal: no DNS needed

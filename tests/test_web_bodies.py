@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pgpulse.store import Store
+from pgpulse.db.store import Store
 from web_helpers import api_client, make_token
 
 PUBLIC_URL = "https://93.184.215.14/hook"  # a public address literal: no DNS needed

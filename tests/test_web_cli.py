@@ -17,7 +17,7 @@ import httpx
 from click.testing import CliRunner, Result
 
 from helpers import pgpulse
-from pgpulse.cli import main
+from pgpulse.cli.main import main
 
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
 

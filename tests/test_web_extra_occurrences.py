@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgpulse.store import Store
-from pgpulse.web.policy import WebSettings
+from pgpulse.core.policy import WebSettings
+from pgpulse.db.store import Store
 from web_helpers import api_client, make_token
 
 PUBLIC_URL = "https://93.184.215.14/hook"  # a public address literal: no DNS needed

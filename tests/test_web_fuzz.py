@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pgpulse.web.policy import WebSettings
+from pgpulse.core.policy import WebSettings
 from web_helpers import LiveServer, sync_token
 
 HOOKS = Path(__file__).with_name("fuzz_hooks.py")

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 
 from helpers import ALL_SHARDS, add, apgpulse, spec, utc
-from pgpulse.model import Outcome
-from pgpulse.planner import Advance
-from pgpulse.store import Store
+from pgpulse.core.model import Outcome
+from pgpulse.core.planner import Advance
+from pgpulse.db.store import Store
 from pgpulse.web.reads import QUERIES, Reads
 from web_helpers import OWN_PAGE, api_client, make_token
 

@@ -12,7 +12,7 @@ import httpx
 
 from helpers import add, spec
 from pgpulse.alerts.store import AlertStore
-from pgpulse.store import Store
+from pgpulse.db.store import Store
 from web_helpers import OWN_PAGE, api_client, make_token
 
 BASE = datetime.fromisoformat("2026-01-01T00:00:00+00:00")

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
-from pgpulse.store import Store
+from pgpulse.db.store import Store
 from web_helpers import OWN_PAGE, api_client, make_token
 
 URL = "https://93.184.215.14/hook"

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pgpulse.errors import InvalidInput
-from pgpulse.store import Store
-from pgpulse.web.policy import HttpAllowList, WebSettings
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.policy import HttpAllowList, WebSettings
+from pgpulse.db.store import Store
 from web_helpers import LiveServer, api_client, make_token, sync_token
 
 PUBLIC_URL = "https://93.184.215.14/hook"

@@ -1,10 +1,10 @@
-"""How counts and durations are said (:mod:`pgpulse.wording`): one way everywhere."""
+"""How counts and durations are said (:mod:`pgpulse.core.wording`): one way everywhere."""
 
 from __future__ import annotations
 
 import pytest
 
-from pgpulse.wording import plural, seconds_text
+from pgpulse.core.wording import plural, seconds_text
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_a_count_of_one_is_singular() -> None:
 
 
 def test_a_cluster_alert_says_one_attempt_running() -> None:
-    from pgpulse.notify.events import cluster_subject
+    from pgpulse.alerts.notifiers.events import cluster_subject
 
     said = cluster_subject("node_died", {"node": "a", "running": 1, "last_heartbeat": "t"})
     assert said == "node a (1 attempt running, last heartbeat t)"

@@ -12,13 +12,13 @@ from typing import Any
 
 import httpx
 
-from pgpulse.database import open_pool
-from pgpulse.engine import Node, NodeConfig
-from pgpulse.handlers import Handler
-from pgpulse.store import Store
+from pgpulse.core.handlers import Handler
+from pgpulse.core.policy import WebSettings
+from pgpulse.db.database import open_pool
+from pgpulse.db.store import Store
+from pgpulse.db.tokens import TokenStore
+from pgpulse.node.engine import Node, NodeConfig
 from pgpulse.web.app import create_app
-from pgpulse.web.auth import TokenStore
-from pgpulse.web.policy import WebSettings
 from pgpulse.web.server import bind, run_in_background
 
 

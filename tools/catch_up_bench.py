@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/catch_up_bench.py [--budget 20] [--years 10,175]
 
-For each schedule and each number of years behind, times :func:`pgpulse.planner.plan_claim` for
+For each schedule and each number of years behind, times :func:`pgpulse.core.planner.plan_claim` for
 a freshly claimed first attempt whose occurrence is that far behind the claim's instant, under
 ``skip`` (grace 60 s), ``coalesce`` and ``backfill`` with ``backfill_limit`` 100, and prints the
 decision time (best of a few calls, every cache of schedule arithmetic cleared before each: the
@@ -24,9 +24,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgpulse import schedule as schedule_module
-from pgpulse.planner import CatchUpPolicy, plan_claim
-from pgpulse.schedule import parse_schedule
+from pgpulse.core import schedule as schedule_module
+from pgpulse.core.planner import CatchUpPolicy, plan_claim
+from pgpulse.core.schedule import parse_schedule
 
 NOW = datetime(2026, 6, 15, 12, 0, 30, tzinfo=UTC)
 CASES = [
@@ -37,7 +37,7 @@ CASES = [
     ("30 2 * * *", "Europe/Berlin"),
     ("@every 5m", "UTC"),
 ]
-_CACHING = ("pgpulse.schedule", "pgpulse.cron", "pgpulse.zones")
+_CACHING = ("pgpulse.core.schedule", "pgpulse.core.cron", "pgpulse.core.zones")
 POLICIES = {
     "skip": CatchUpPolicy("skip", 60.0),
     "coalesce": CatchUpPolicy("coalesce"),

@@ -7,18 +7,18 @@ Public API:
   and calendars (create, list, pause, resume, trigger, backfill, delete);
 * :class:`JobSpec` — a validated job definition; :class:`RunContext` — what a handler receives;
 * :func:`parse_schedule` — schedule arithmetic (``Schedule.next_after``);
-* the errors of :mod:`pgpulse.errors`.
+* the errors of :mod:`pgpulse.core.errors`.
 
 ``import pgpulse`` loads no database driver, web stack, SMTP client or holiday tables: the names
 that need them (:class:`App`, :func:`connect`, :class:`Client`, :class:`Store`, :class:`Node`,
 :class:`NodeConfig`) load their modules on first use (:func:`__getattr__`), as does a
-submodule named as an attribute (``pgpulse.pausing.Paused``).
+submodule named as an attribute (``pgpulse.db.pausing.Paused``).
 """
 
 import importlib as _importlib
 from typing import TYPE_CHECKING, Any
 
-from pgpulse.errors import (
+from pgpulse.core.errors import (
     DatabaseUnavailable,
     InvalidInput,
     InvalidPayload,
@@ -28,15 +28,15 @@ from pgpulse.errors import (
     UnknownHandler,
     UnknownTimeZone,
 )
-from pgpulse.handlers import HandlerFailed, RunContext
-from pgpulse.jobs import JobSpec
-from pgpulse.schedule import Schedule, parse_schedule
+from pgpulse.core.handlers import HandlerFailed, RunContext
+from pgpulse.core.jobs import JobSpec
+from pgpulse.core.schedule import Schedule, parse_schedule
 
 if TYPE_CHECKING:
-    from pgpulse.app import App
     from pgpulse.client import Client, connect
-    from pgpulse.engine import Node, NodeConfig
-    from pgpulse.store import Store
+    from pgpulse.db.store import Store
+    from pgpulse.node.app import App
+    from pgpulse.node.engine import Node, NodeConfig
 
 __all__ = [
     "App",
@@ -65,19 +65,19 @@ __version__ = "0.3.0.dev0"  # the release after 0.2.0 (CHANGELOG: Unreleased)
 #: The names that load their module on first use (PEP 562), with that module: each needs the
 #: database driver (the node's engine too, for ``Node`` and ``NodeConfig``).
 _LAZY = {
-    "App": "pgpulse.app",
+    "App": "pgpulse.node.app",
     "Client": "pgpulse.client",
     "connect": "pgpulse.client",
-    "Node": "pgpulse.engine",
-    "NodeConfig": "pgpulse.engine",
-    "Store": "pgpulse.store",
+    "Node": "pgpulse.node.engine",
+    "NodeConfig": "pgpulse.node.engine",
+    "Store": "pgpulse.db.store",
 }
 
 
 def __getattr__(name: str) -> Any:
     """The names of :data:`_LAZY` load their module on first use (PEP 562), so ``import
     pgpulse`` and the commands that do not use the database (``pgpulse schedule next``) start
-    without the driver; a submodule named as an attribute (``pgpulse.pausing``) is imported.
+    without the driver; a submodule named as an attribute (``pgpulse.db.pausing``) is imported.
 
     Raises:
         AttributeError: ``name`` is neither one of the package's names nor a submodule.

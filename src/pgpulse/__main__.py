@@ -1,5 +1,5 @@
 """``python -m pgpulse`` runs the command line."""
 
-from pgpulse.cli import main
+from pgpulse.cli.main import main
 
 main()

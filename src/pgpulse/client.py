@@ -10,9 +10,9 @@
 pool (migrating the schema first, as a node does) and closes it. Each method is the command
 line's operation of the same intent (``job create``, ``job pause``, ``job backfill``,
 ``calendar set``...), with the same validation and the same one-line refusals: a
-:class:`~pgpulse.errors.PulseError` naming the ``field`` and the ``value``, nothing written.
-The client only delegates — to :class:`~pgpulse.store.Store`,
-:class:`~pgpulse.run_control.RunControl` and the readers the API shows jobs with — and offers
+:class:`~pgpulse.core.errors.PulseError` naming the ``field`` and the ``value``, nothing written.
+The client only delegates — to :class:`~pgpulse.db.store.Store`,
+:class:`~pgpulse.db.run_control.RunControl` and the readers the API shows jobs with — and offers
 nothing of a node's (heartbeats, claims, leases). Instants are aware datetimes (the database's
 are UTC); durations are seconds. Writes are recorded in the audit trail as source ``python``.
 """
@@ -27,16 +27,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
-from pgpulse.app import connect as open_store
-from pgpulse.audit import definition_of_row
-from pgpulse.calendars import ExclusionCalendar, from_definitions
-from pgpulse.errors import InvalidInput, JobNotFound
-from pgpulse.jobs import JobSpec, check_name
-from pgpulse.limits import pause_until
-from pgpulse.pausing import Paused
-from pgpulse.run_control import BackfillPlan, RunControl, Triggered
-from pgpulse.store import Store
-from pgpulse.wording import given
+from pgpulse.core.audit import definition_of_row
+from pgpulse.core.calendars import ExclusionCalendar, from_definitions
+from pgpulse.core.errors import InvalidInput, JobNotFound
+from pgpulse.core.jobs import JobSpec, check_name
+from pgpulse.core.limits import pause_until
+from pgpulse.core.wording import given
+from pgpulse.db.pausing import Paused
+from pgpulse.db.run_control import BackfillPlan, RunControl, Triggered
+from pgpulse.db.store import Store
+from pgpulse.node.app import connect as open_store
 
 __all__ = ["Client", "Job", "Run", "connect"]
 
@@ -126,7 +126,7 @@ class Run:
             backfill's run, or one not started).
         error, output: what the latest attempt recorded.
         revision: the definition's revision it ran under.
-        attempt_log: every attempt, first to latest (:func:`pgpulse.store.attempt_log`).
+        attempt_log: every attempt, first to latest (:func:`pgpulse.db.store.attempt_log`).
     """
 
     id: int
@@ -150,7 +150,7 @@ class Run:
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> Run:
-        """The run of a row of :meth:`Store.list_runs <pgpulse.store.Store.list_runs>`."""
+        """The run of a row of :meth:`Store.list_runs <pgpulse.db.store.Store.list_runs>`."""
         return cls(
             id=row["id"],
             tenant=row["tenant"],
@@ -189,7 +189,7 @@ def connect(
         database_url: a DSN; ``None`` starts (or joins) the embedded PostgreSQL in
             ``data_dir`` (the ``embedded`` extra).
         tenant: the tenant whose jobs and calendars the client reads and writes.
-        data_dir: the embedded server's data folder (default: :mod:`pgpulse.embedded`).
+        data_dir: the embedded server's data folder (default: :mod:`pgpulse.db.embedded`).
         read_url: a read replica's DSN for the lists (:meth:`Client.jobs`, :meth:`Client.runs`);
             ``None``: everything on ``database_url``.
         application_name: shown in ``pg_stat_activity``.
@@ -217,7 +217,7 @@ class Client:
     :meth:`close` (a web application's lifespan). A method called while it is closed raises
     :class:`RuntimeError`.
 
-    Every method may also raise :class:`~pgpulse.errors.DatabaseUnavailable` or the driver's
+    Every method may also raise :class:`~pgpulse.core.errors.DatabaseUnavailable` or the driver's
     error when the database fails; a refused input raises before anything is written.
     """
 
@@ -397,7 +397,7 @@ class Client:
                 value=spec.tenant,
             )
         if spec.handler == "http" and not allow_private_target:
-            from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
+            from pgpulse.core.policy import WebSettings, check_http_target  # no web framework
 
             await check_http_target(spec.payload, WebSettings(), allowed_flag=ALLOW_PRIVATE)
         await self._store.upsert_jobs([spec], extra_handlers=extra_handlers)
@@ -445,7 +445,7 @@ class Client:
             cancel: stop what the job runs now.
 
         Returns:
-            What the pause did (:class:`~pgpulse.pausing.Paused`).
+            What the pause did (:class:`~pgpulse.db.pausing.Paused`).
 
         Raises:
             JobNotFound: no such job in the tenant.
@@ -497,7 +497,7 @@ class Client:
         stay); returns that occurrence (UTC), or an older one already due. With ``payload``
         (a JSON object, or JSON text of one, checked as the handler's payload): one extra
         occurrence now, beside whatever runs, with that payload (the job idle or running);
-        returns it (:class:`~pgpulse.run_control.Triggered`: its run id and instant). An
+        returns it (:class:`~pgpulse.db.run_control.Triggered`: its run id and instant). An
         ``http`` payload's target is checked as :meth:`add_job` checks it.
 
         Raises:
@@ -511,7 +511,7 @@ class Client:
             return await store.trigger_job(self.tenant, name)
 
         async def check_target(checked: dict[str, Any]) -> None:
-            from pgpulse.web.policy import WebSettings, check_http_target  # no web framework
+            from pgpulse.core.policy import WebSettings, check_http_target  # no web framework
 
             if not allow_private_target:
                 await check_http_target(checked, WebSettings(), allowed_flag=ALLOW_PRIVATE)
@@ -543,7 +543,7 @@ class Client:
             dry_run: write nothing; return what would run.
 
         Returns:
-            The plan (:class:`~pgpulse.run_control.BackfillPlan`: every occurrence of the
+            The plan (:class:`~pgpulse.db.run_control.BackfillPlan`: every occurrence of the
             range with its status and whether it runs; ``batch_id`` ``None`` for a dry run or
             when nothing was selected).
 

@@ -10,9 +10,9 @@ retried like jobs, silences (docs/alerts.md).
   off the attempt's path;
 * :mod:`~pgpulse.alerts.declared`: rules declared with a job in an apply file, planned and
   written with it;
-* :mod:`~pgpulse.alerts.commands`: ``pgpulse notifier`` and ``pgpulse alert``.
+* :mod:`~pgpulse.cli.alerts`: ``pgpulse notifier`` and ``pgpulse alert``.
 
-The notifiers themselves (what is sent, how, when it is retried) are :mod:`pgpulse.notify`.
+The notifiers themselves (what is sent, how, when it is retried) are :mod:`pgpulse.alerts.notifiers`.
 """
 
 from __future__ import annotations

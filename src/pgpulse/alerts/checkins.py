@@ -2,7 +2,7 @@
 ``checkin`` notifiers when it starts and when it ends (success or failure), off the attempt's
 path (docs/alerts.md, "Check-ins").
 
-* **Never on the attempt's path.** :class:`~pgpulse.attempts.Attempts` calls
+* **Never on the attempt's path.** :class:`~pgpulse.node.attempts.Attempts` calls
   :meth:`CheckinPinger.started` just before the handler runs and :meth:`CheckinPinger.ended`
   once the attempt's outcome is committed (a fenced write, whose attempt lost its lease, pings
   nothing). Both only put an event in a bounded queue, never wait and never raise: a full queue
@@ -14,7 +14,7 @@ path (docs/alerts.md, "Check-ins").
   event of a job without a rule is dropped before it is queued once the rules are known. A
   job's own rule replaces the default (the rule without a job).
 * **Sending.** At most ``max_in_flight`` pings at once, each in a task of its own with the
-  notifier's retries (:class:`~pgpulse.notify.retry.RetryPolicy`); an attempt's end is sent
+  notifier's retries (:class:`~pgpulse.alerts.notifiers.retry.RetryPolicy`); an attempt's end is sent
   after its start is done, so the monitor sees them in order. A ping that fails for good is
   logged (``checkin_failed``, the URL masked: secrets never reach a log) and counted; it never
   fails or delays a run.
@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pgpulse import metrics
+from pgpulse.alerts.notifiers import CheckinConfig, CheckinEvent, CheckinNotifier, JobRef
+from pgpulse.alerts.notifiers.events import CheckinPhase
 from pgpulse.alerts.store import AlertStore
-from pgpulse.egress import HttpAllowList
-from pgpulse.errors import DatabaseUnavailable, PulseError, describe
-from pgpulse.model import ClaimedJob, Outcome
-from pgpulse.notify import CheckinConfig, CheckinEvent, CheckinNotifier, JobRef
-from pgpulse.notify.events import CheckinPhase
-from pgpulse.wording import plural
+from pgpulse.core.egress import HttpAllowList
+from pgpulse.core.errors import DatabaseUnavailable, PulseError, describe
+from pgpulse.core.model import ClaimedJob, Outcome
+from pgpulse.core.wording import plural
+from pgpulse.node import metrics
 
 if TYPE_CHECKING:
     import httpx
@@ -233,7 +233,7 @@ class CheckinPinger:
 
     def _build(self, rows: list[dict[str, Any]]) -> Targets:
         if self._client is None and rows:
-            from pgpulse.egress_transport import guarded_client
+            from pgpulse.node.egress_transport import guarded_client
 
             self._client = guarded_client(self.allow)
         targets: Targets = {}

@@ -1,5 +1,5 @@
 """Alert rules declared with a job's definition, in a definitions file (``[jobs.NAME.alerts]``,
-:mod:`pgpulse.applyfile`): planned and written by :func:`pgpulse.reconcile.reconcile` in its
+:mod:`pgpulse.cli.applyfile`): planned and written by :func:`pgpulse.db.reconcile.reconcile` in its
 transaction, like the job's other fields.
 
 A job that declares ``alerts`` owns its rules: after the write it has exactly the declared ones
@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pgpulse.access import OPERATOR, Writer, check_alert_write
 from pgpulse.alerts.rules import RuleSpec, check_silence_window
 from pgpulse.alerts.store import ALERT_QUERIES, notifier_ids
-from pgpulse.errors import InvalidInput
-from pgpulse.plan import Key, Plan, Step
-from pgpulse.schedule import parse_schedule
+from pgpulse.core.access import OPERATOR, Writer, check_alert_write
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.plan import Key, Plan, Step
+from pgpulse.core.schedule import parse_schedule
 
 __all__ = ["RuleRefused", "plan_rules", "rules_document", "write_rules"]
 
@@ -80,7 +80,7 @@ async def plan_rules(
         plans: the sources' plans.
         rules: the declared rules of each job that declares them, by (tenant, name).
         clock: the database's now (for the ``silence`` window check).
-        writer: who writes (:func:`~pgpulse.access.check_alert_write`, as for the CLI).
+        writer: who writes (:func:`~pgpulse.core.access.check_alert_write`, as for the CLI).
 
     Raises:
         RuleRefused: a notifier does not exist or does not fit the rule, or a ``silence``
@@ -124,7 +124,7 @@ _PLANNED = frozenset({"create", "update", "unchanged"})
 async def _check(conn: Any, spec: RuleSpec, step: Step, clock: datetime, writer: Writer) -> None:
     """The database's checks of one declared rule of ``step``'s job (its new definition);
     ``writer``'s right to use each notifier for the job's tenant
-    (:func:`~pgpulse.access.check_notifier_use`) among them."""
+    (:func:`~pgpulse.core.access.check_notifier_use`) among them."""
     assert step.spec is not None
     try:
         await notifier_ids(conn, spec, tenant=step.tenant, writer=writer)

@@ -17,7 +17,7 @@ outcome — off every attempt's path (docs/alerts.md, "How alerts are delivered"
   (killed mid-delivery, stalled) changes nothing, and the delivery is claimed again once the
   lease expires, with the same ``Idempotency-Key`` (webhook) or ``Message-ID`` (e-mail), so the
   receiver can drop the repeat. A failure is retried by the notifier's
-  :class:`~pgpulse.notify.retry.RetryPolicy` (backoff with jitter, ``Retry-After``) until its
+  :class:`~pgpulse.alerts.notifiers.retry.RetryPolicy` (backoff with jitter, ``Retry-After``) until its
   ``max_attempts``; nothing is lost while the receiver is down.
 * **Order**: the events of one job (or of the cluster) reach one notifier in the order they
   fired; a later one waits until the earlier one is delivered or given up (a ``recovered``
@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from pgpulse.alerts.notifiers import AlertEvent, JobRef, build_notifier, parse_notifier_config
+from pgpulse.alerts.notifiers.email import EmailNotifier
+from pgpulse.alerts.notifiers.webhook import WebhookNotifier
 from pgpulse.alerts.store import AlertStore
-from pgpulse.egress import HttpAllowList
-from pgpulse.errors import DatabaseUnavailable, describe
-from pgpulse.notify import AlertEvent, JobRef, build_notifier, parse_notifier_config
-from pgpulse.notify.email import EmailNotifier
-from pgpulse.notify.webhook import WebhookNotifier
-from pgpulse.wording import plural
+from pgpulse.core.egress import HttpAllowList
+from pgpulse.core.errors import DatabaseUnavailable, describe
+from pgpulse.core.wording import plural
 
 if TYPE_CHECKING:
     import httpx
@@ -55,7 +55,7 @@ WINDOW_RULES = frozenset(
 
 
 def alert_event(row: dict[str, Any], dashboard_url: str | None = None) -> AlertEvent:
-    """The :class:`~pgpulse.notify.AlertEvent` of a claimed delivery row (pure).
+    """The :class:`~pgpulse.alerts.notifiers.AlertEvent` of a claimed delivery row (pure).
 
     Args:
         row: a row of ``claim_deliveries``.
@@ -228,7 +228,7 @@ class AlertLoop:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            from pgpulse.egress_transport import guarded_client
+            from pgpulse.node.egress_transport import guarded_client
 
             self._client = guarded_client(self.allow)
         return self._client

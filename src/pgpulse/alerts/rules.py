@@ -9,7 +9,7 @@ docs/alerts.md "Rules"):
   and ``checkin``, which fires nothing: the job's attempts ping its ``checkin`` notifiers;
 * cluster — ``node_died``, ``leader_changed``, ``lag`` S seconds, ``no_live_node`` S seconds;
   and ``split_brain`` and ``db_clock``, which the nodes raise from what they observe (issue 37:
-  :mod:`pgpulse.split_brain`, :mod:`pgpulse.db_clock`).
+  :mod:`pgpulse.node.split_brain`, :mod:`pgpulse.node.db_clock`).
 
 A job's own rule of a kind replaces the cluster-wide default of that kind.
 """
@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from pgpulse.errors import InvalidInput
-from pgpulse.schedule import Schedule
-from pgpulse.wording import given, seconds_text
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.schedule import Schedule
+from pgpulse.core.wording import given, seconds_text
 
 #: Rules about one job, and what their threshold means (None: it takes none).
 JOB_RULES: dict[str, str | None] = {
@@ -154,7 +154,7 @@ def parse_rule(rule: object, threshold: object, notifiers: object, *, cluster: b
 
 
 def declared_rule(kind: str, given: object) -> RuleSpec:
-    """A job's rule as code (:meth:`App.job <pgpulse.app.App.job>`'s ``alerts``) and apply
+    """A job's rule as code (:meth:`App.job <pgpulse.node.app.App.job>`'s ``alerts``) and apply
     files (``[jobs.NAME.alerts]``) declare it: ``{"notify": [names], "threshold": n}`` under
     its kind, validated by :func:`parse_rule` (``notify`` may be one name).
 

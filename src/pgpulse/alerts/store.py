@@ -1,8 +1,8 @@
 """The alerts' reads and writes, as intent-named methods over a connection source (the node's
 pool, or the CLI's). Statements live in ``sql/alerts.sql``.
 
-Every write path (CLI, HTTP API, :class:`~pgpulse.app.App`) comes through here, so the checks
-are the same on each: a notifier's config is validated by :mod:`pgpulse.notify` (webhook and
+Every write path (CLI, HTTP API, :class:`~pgpulse.node.app.App`) comes through here, so the checks
+are the same on each: a notifier's config is validated by :mod:`pgpulse.alerts.notifiers` (webhook and
 check-in URLs against the ``http`` jobs' address policy unless the operator's allow-list names
 them), a rule by :func:`~pgpulse.alerts.rules.parse_rule` and, for ``silence``, against its
 job's schedule; a refusal raises before anything is written. Notifier configs are returned
@@ -22,7 +22,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from pgpulse.access import OPERATOR, Writer, check_alert_write, check_notifier_use
+from pgpulse.alerts.notifiers import parse_notifier_config
 from pgpulse.alerts.rules import (
     CLUSTER_RULES,
     RuleSpec,
@@ -30,15 +30,15 @@ from pgpulse.alerts.rules import (
     check_silence_window,
     parse_rule,
 )
-from pgpulse.database import ConnectionSource
-from pgpulse.egress import HttpAllowList
-from pgpulse.errors import InvalidInput, JobNotFound, NotFound, PulseError
-from pgpulse.jobs import check_name, unprintable
-from pgpulse.notify import parse_notifier_config
-from pgpulse.schedule import parse_schedule
+from pgpulse.core.access import OPERATOR, Writer, check_alert_write, check_notifier_use
+from pgpulse.core.egress import HttpAllowList
+from pgpulse.core.errors import InvalidInput, JobNotFound, NotFound, PulseError
+from pgpulse.core.jobs import check_name, unprintable
+from pgpulse.core.policy import TargetNotAllowed  # the address rule only: no web framework
+from pgpulse.core.schedule import parse_schedule
+from pgpulse.core.wording import seconds_text
+from pgpulse.db.database import ConnectionSource
 from pgpulse.sql import load_queries
-from pgpulse.web.policy import TargetNotAllowed  # the address rule only: no web framework
-from pgpulse.wording import seconds_text
 
 ALERT_QUERIES = load_queries("alerts.sql")
 #: An evaluation's statements of the rules about jobs, one per kind, in the order it sends them
@@ -98,7 +98,7 @@ class AlertStore:
 
     Args:
         pool: a connection source with dict rows in autocommit mode (a
-            :class:`~pgpulse.store.Store`'s ``pool``).
+            :class:`~pgpulse.db.store.Store`'s ``pool``).
     """
 
     def __init__(self, pool: ConnectionSource) -> None:
@@ -133,7 +133,7 @@ class AlertStore:
             allow: the operator's ``--http-allow`` list: webhook and check-in URLs must be
                 public or on it (loopback and private addresses are refused otherwise).
             allowed_by: the option that list comes from, named by a refusal (default: the
-                HTTP edge's, :data:`pgpulse.web.policy.SERVER_ALLOW`); the refusal adds that
+                HTTP edge's, :data:`pgpulse.core.policy.SERVER_ALLOW`); the refusal adds that
                 the delivering nodes need the target on their own list too.
 
         Returns:
@@ -347,7 +347,7 @@ class AlertStore:
 
         Args:
             by: who acknowledges it, shown beside the alert: empty, or a name by the rule of
-                job and tenant names (:func:`~pgpulse.jobs.check_name`: 1-200 printable
+                job and tenant names (:func:`~pgpulse.core.jobs.check_name`: 1-200 printable
                 characters, so no terminal control sequence is stored and replayed).
 
         Raises:
@@ -373,7 +373,7 @@ class AlertStore:
         Raises:
             InvalidInput: ``field="for"`` for a duration not in [1 s, a year]; ``field="reason"``
                 for a reason over 1,000 characters or with a character that cannot be shown
-                (:func:`~pgpulse.jobs.unprintable`: NUL, controls).
+                (:func:`~pgpulse.core.jobs.unprintable`: NUL, controls).
             JobNotFound: no such job.
         """
         if not 1 <= seconds <= MAX_SILENCE:
@@ -610,7 +610,7 @@ async def notifier_ids(
         tenant: the tenant of the rule's job (``None``: a cluster rule or default).
         writer: who writes the rule. A writer of some tenants only (a tenant's API token, an
             app's code) may route a job's alerts to the job's tenant's own notifiers and to
-            those shared with it (:func:`~pgpulse.access.check_notifier_use`).
+            those shared with it (:func:`~pgpulse.core.access.check_notifier_use`).
 
     Raises:
         InvalidInput: ``field="notifiers"``: one does not exist, or is of a kind the rule

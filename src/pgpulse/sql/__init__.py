@@ -131,7 +131,7 @@ def at_shard_count(name: str, count: int) -> str:
     ``pgpulse_jobs_due``; at any other count it is ``(j.id % count)::smallint`` (or
     ``(o.job_id % count)::smallint``), the key of the expression indexes
     ``pgpulse_jobs_due_<count>`` and ``pgpulse_occurrences_due_<count>`` (``shards.sql``, built
-    by :mod:`pgpulse.resharding`). The count is written as a literal, not a parameter: the claim
+    by :mod:`pgpulse.db.resharding`). The count is written as a literal, not a parameter: the claim
     session plans generically (``claims.CLAIM_SESSION_SETTINGS``), and a generic plan matches an
     index expression only to the same constant.
 

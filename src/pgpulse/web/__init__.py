@@ -2,7 +2,7 @@
 
 ``pgpulse.web.app.create_app(store, settings)`` builds the ASGI app; ``pgpulse serve`` runs it,
 and ``pgpulse node run --metrics ADDR`` serves a node's metrics. The edge holds no scheduling
-logic: every write goes through :class:`pgpulse.store.Store`.
+logic: every write goes through :class:`pgpulse.db.store.Store`.
 
 This package imports nothing on its own: FastAPI and uvicorn load only with
 :mod:`pgpulse.web.app` and :mod:`pgpulse.web.server`, so a command that serves nothing (``pgpulse

@@ -2,7 +2,7 @@
 deliveries, acknowledgements and silences (docs/alerts.md, "HTTP API").
 
 Writes go through :class:`~pgpulse.alerts.store.AlertStore`, the same checks as the CLI's;
-who may write what is :func:`pgpulse.access.check_alert_write`: notifiers, cluster rules and
+who may write what is :func:`pgpulse.core.access.check_alert_write`: notifiers, cluster rules and
 defaults, and silences of every job need an admin token; a tenant token manages its own jobs'
 rules and silences and acknowledges their alerts. Notifier configs are returned redacted
 (secrets as ``***``), never as stored. A job of another tenant answers 404 as a missing one.
@@ -15,12 +15,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from pgpulse.access import Writer, check_alert_write, token_writer
 from pgpulse.alerts.rules import ALL_RULES
 from pgpulse.alerts.store import AlertNotFound, AlertStore
-from pgpulse.jobs import check_name
+from pgpulse.core.access import Writer, check_alert_write, token_writer
+from pgpulse.core.jobs import check_name
+from pgpulse.db.tokens import Principal
 from pgpulse.web.api import Ctx, JobId, Who
-from pgpulse.web.auth import Principal
 from pgpulse.web.bodies import JsonRoute
 from pgpulse.web.context import WebContext
 from pgpulse.web.schemas import Error, Integer, Number

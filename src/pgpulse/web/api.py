@@ -1,7 +1,7 @@
 """The JSON API (``/api/v1``): jobs, runs, cluster. Its OpenAPI document is
 ``/api/v1/openapi.json``.
 
-Every route needs ``Authorization: Bearer <token>`` (:mod:`pgpulse.web.auth`). Jobs and runs are
+Every route needs ``Authorization: Bearer <token>`` (:mod:`pgpulse.db.tokens`). Jobs and runs are
 addressed by id; a job or run of another tenant answers 404 exactly as a missing one. Writes go
 through :class:`~pgpulse.web.service.JobService` (the store's methods); refusals follow
 :mod:`pgpulse.web.errors`.
@@ -17,9 +17,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BeforeValidator
 
-from pgpulse.errors import InvalidInput
-from pgpulse.pausing import pause_message
-from pgpulse.web.auth import Principal
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.zones import utc_if_naive
+from pgpulse.db.pausing import pause_message
+from pgpulse.db.tokens import Principal
 from pgpulse.web.bodies import JsonRoute
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import Unauthorized
@@ -48,7 +49,6 @@ from pgpulse.web.schemas import (
     TriggerRequest,
 )
 from pgpulse.web.service import present_job
-from pgpulse.zones import utc_if_naive
 
 bearer = HTTPBearer(auto_error=False, description="An API token: pgpulse token create.")
 

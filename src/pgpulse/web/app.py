@@ -4,7 +4,7 @@
 ``/api/v1/...``               the JSON API (:mod:`pgpulse.web.api`), bearer token
 ``/api/v1/openapi.json``      its OpenAPI document (no token needed)
 ``/ui/...``                   the dashboard (:mod:`pgpulse.web.dashboard`), signed in
-``/metrics``                  Prometheus metrics (:mod:`pgpulse.metrics`), no token
+``/metrics``                  Prometheus metrics (:mod:`pgpulse.node.metrics`), no token
 ``/healthz``                  200 when the database answers, else 503, no token
 ============================  ==========================================================
 
@@ -24,9 +24,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from pgpulse import metrics
-from pgpulse.errors import PulseError
-from pgpulse.store import Store
+from pgpulse.core.errors import PulseError
+from pgpulse.core.policy import WebSettings
+from pgpulse.db.store import Store
+from pgpulse.node import metrics
 from pgpulse.web import alerts_api, api, dashboard, pages
 from pgpulse.web.bodies import BodyLimit, JsonBodies
 from pgpulse.web.context import WebContext
@@ -37,7 +38,6 @@ from pgpulse.web.errors import (
     validation_error,
 )
 from pgpulse.web.filters import BadFilter
-from pgpulse.web.policy import WebSettings
 from pgpulse.web.schemas import Error
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ Two ASGI middlewares wrap the whole app, outermost first:
   routes (``/ui/...``) keep their HTML forms.
 
 The API's routes (:class:`JsonRoute`) parse a JSON body with
-:func:`pgpulse.json_limits.loads`: a number no float holds (``"spread": 1e999``, which Python
+:func:`pgpulse.core.json_limits.loads`: a number no float holds (``"spread": 1e999``, which Python
 reads as infinity) or ``NaN`` is refused with 422 naming its field and quoting it as sent
 (``spread must be a finite number, got 1e999``), not as the ``inf`` it would be read as.
 """
@@ -30,7 +30,7 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
-from pgpulse.json_limits import loads
+from pgpulse.core.json_limits import loads
 from pgpulse.web.errors import error_body
 
 Scope = MutableMapping[str, Any]
@@ -176,7 +176,7 @@ class BodyLimit:
 
 
 class JsonRequest(Request):
-    """A request whose JSON body is parsed by :func:`pgpulse.json_limits.loads` (module
+    """A request whose JSON body is parsed by :func:`pgpulse.core.json_limits.loads` (module
     docstring); its refusal reaches the error handlers as the cause of FastAPI's 400
     (:func:`pgpulse.web.errors.install_error_handlers` answers it with 422)."""
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pgpulse.store import Store
-from pgpulse.web.auth import TokenStore
-from pgpulse.web.policy import WebSettings
+from pgpulse.core.policy import WebSettings
+from pgpulse.db.store import Store
+from pgpulse.db.tokens import TokenStore
 from pgpulse.web.service import JobService
 
 

@@ -11,7 +11,7 @@ and the pause, resume and trigger buttons still work (plain forms).
 
 Sign-in stores the token in an ``HttpOnly``, ``SameSite=Strict`` cookie scoped to ``/ui``; the
 token is checked on every request, so a revoked token signs the browser out at once. Buttons
-post a CSRF value derived from the token (:func:`pgpulse.web.auth.csrf_token`); sign-in and
+post a CSRF value derived from the token (:func:`pgpulse.db.tokens.csrf_token`); sign-in and
 sign-out, which have no session to derive one from, accept posts from the dashboard's own
 pages only (:func:`from_own_page`).
 """
@@ -29,18 +29,18 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 
 from pgpulse.alerts.store import AlertStore
-from pgpulse.constant_time import same_secret
-from pgpulse.errors import PulseError
-from pgpulse.pausing import pause_note
+from pgpulse.core.constant_time import same_secret
+from pgpulse.core.errors import PulseError
+from pgpulse.core.wording import unchanged_note, withdrawn_note
+from pgpulse.db.pausing import pause_note
+from pgpulse.db.tokens import Principal, csrf_token, notice_signature, with_notice
 from pgpulse.web import grid
-from pgpulse.web.auth import Principal, csrf_token, notice_signature, with_notice
 from pgpulse.web.charts import Point, run_chart
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import error_body, status_of
 from pgpulse.web.filters import OUTCOMES, PAGE_SIZE, STATUSES, choice, next_link, text
 from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
 from pgpulse.web.service import present_job
-from pgpulse.wording import unchanged_note, withdrawn_note
 
 COOKIE = "pgpulse_token"
 #: Where the package's templates and static files live.
@@ -94,7 +94,7 @@ templates.env.filters["when_ms"] = _when_ms
 
 def _notice(request: Request) -> str:
     """The page's ``?notice=``, when a button's redirect signed it for this browser's token
-    (:func:`~pgpulse.web.auth.notice_signature`); else nothing."""
+    (:func:`~pgpulse.db.tokens.notice_signature`); else nothing."""
     notice = request.query_params.get("notice", "")
     token = request.cookies.get(COOKIE)
     if not notice or not token:

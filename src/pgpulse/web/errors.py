@@ -32,13 +32,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pgpulse.errors import DatabaseUnavailable, InvalidInput, NotFound, PulseError
-from pgpulse.json_limits import too_deep, too_long_integer
-from pgpulse.web.auth import TokenNotFound
+from pgpulse.core.errors import DatabaseUnavailable, InvalidInput, NotFound, PulseError
+from pgpulse.core.json_limits import too_deep, too_long_integer
+from pgpulse.core.policy import Forbidden, PayloadTooLarge
+from pgpulse.core.wording import did_you_mean
+from pgpulse.db.tokens import TokenNotFound
 from pgpulse.web.filters import BadFilter
-from pgpulse.web.policy import Forbidden, PayloadTooLarge
 from pgpulse.web.service import NoSuchJob, NoSuchRun
-from pgpulse.wording import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ def validation_error(
     """A request FastAPI refused before the route ran, as (status, :func:`error_body`): 400 for
     a body that is not JSON or is missing, else 422 naming the first field refused. An unknown
     field of ``request``'s body names the nearest known one, as ``pgpulse apply`` does
-    (:func:`pgpulse.wording.did_you_mean`), and its value is the one sent."""
+    (:func:`pgpulse.core.wording.did_you_mean`), and its value is the one sent."""
     first: dict[str, Any] = (
         dict(exc.errors()[0]) if exc.errors() else {"loc": ("body",), "msg": "invalid"}
     )

@@ -13,9 +13,9 @@ from urllib.parse import urlencode
 
 from fastapi import Request
 
-from pgpulse.errors import InvalidInput
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.zones import utc_if_naive
 from pgpulse.web.schemas import Outcome, Status
-from pgpulse.zones import utc_if_naive
 
 
 class BadFilter(InvalidInput):

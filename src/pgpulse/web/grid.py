@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgpulse.errors import PulseError
-from pgpulse.schedule import parse_schedule
+from pgpulse.core.errors import PulseError
+from pgpulse.core.schedule import parse_schedule
 
 #: Most cells a grid shows (the newest).
 CELLS = 120

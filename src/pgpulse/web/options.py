@@ -1,6 +1,6 @@
 """The web edge's command-line options, shared by ``pgpulse serve`` and ``pgpulse node run``.
 
-Kept apart from :mod:`pgpulse.web.commands` so that the ``pgpulse`` command can declare
+Kept apart from :mod:`pgpulse.cli.serve` so that the ``pgpulse`` command can declare
 ``node run``'s options without importing FastAPI or uvicorn.
 """
 
@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
-from pgpulse.errors import PulseError
-from pgpulse.web.policy import DEFAULT_MAX_BODY_BYTES, HttpAllowList, WebSettings
+from pgpulse.core.errors import PulseError
+from pgpulse.core.policy import DEFAULT_MAX_BODY_BYTES, HttpAllowList, WebSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 

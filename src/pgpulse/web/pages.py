@@ -13,10 +13,10 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from pgpulse.access import token_writer
 from pgpulse.alerts.store import AlertStore, SilenceNotFound
-from pgpulse.constant_time import same_secret
-from pgpulse.web.auth import csrf_token, with_notice
+from pgpulse.core.access import token_writer
+from pgpulse.core.constant_time import same_secret
+from pgpulse.db.tokens import csrf_token, with_notice
 from pgpulse.web.context import WebContext
 from pgpulse.web.dashboard import Session, page, visible_alerts
 from pgpulse.web.filters import (

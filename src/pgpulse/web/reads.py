@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pgpulse.database import ConnectionSource
-from pgpulse.errors import InvalidInput
+from pgpulse.core.errors import InvalidInput
+from pgpulse.db.database import ConnectionSource
+from pgpulse.db.store import attempt_log
 from pgpulse.sql import load_queries
-from pgpulse.store import attempt_log
 
 QUERIES = load_queries("web.sql")
 

@@ -2,7 +2,7 @@
 
 Durations are seconds. Instants are ISO-8601 with an offset: UTC for stored instants, the job's
 own zone for ``upcoming``. Bounds here are the edge's (they keep values inside what the database
-stores); :meth:`pgpulse.jobs.JobSpec.create` still validates every definition.
+stores); :meth:`pgpulse.core.jobs.JobSpec.create` still validates every definition.
 """
 
 from __future__ import annotations
@@ -21,21 +21,21 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from pgpulse.jobs import LIMITS
+from pgpulse.core.jobs import LIMITS
 
 #: Longest accepted duration field, seconds (a year): keeps intervals storable.
 MAX_SECONDS = 366 * 86400.0
 
 #: A request's number field (seconds, a threshold): a JSON number, integer or fraction, and
 #: nothing pydantic would coerce into one: ``true`` is not 1 and ``"2"`` is not 2 (strict
-#: mode), as :mod:`pgpulse.jobs` refuses them in a file (``pgpulse apply``). A refusal is 422
+#: mode), as :mod:`pgpulse.core.jobs` refuses them in a file (``pgpulse apply``). A refusal is 422
 #: naming the field.
 Number = Annotated[float, Strict()]
 
 
 def _whole(value: Any) -> Any:
     """A whole JSON number written with a fraction (``2.0``) as the integer it is: a file read
-    by ``pgpulse apply`` (:mod:`pgpulse.jobs`) takes it, so the API does too."""
+    by ``pgpulse apply`` (:mod:`pgpulse.core.jobs`) takes it, so the API does too."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 

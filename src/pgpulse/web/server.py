@@ -20,19 +20,19 @@ from typing import Any
 
 import uvicorn
 
-from pgpulse.app import connect
-from pgpulse.cli_types import parse_address
-from pgpulse.errors import InvalidInput
-from pgpulse.store import Store
+from pgpulse.cli.types import parse_address
+from pgpulse.core.errors import InvalidInput
+from pgpulse.core.policy import WebSettings
+from pgpulse.db.store import Store
+from pgpulse.node.app import connect
 from pgpulse.web.app import create_app, create_metrics_app
-from pgpulse.web.policy import WebSettings
 
 log = logging.getLogger(__name__)
 
 
 def bind(text: str, *, field: str = "listen") -> socket.socket:
     """Bind a listening TCP socket for address ``text``
-    (:func:`pgpulse.cli_types.parse_address`).
+    (:func:`pgpulse.cli.types.parse_address`).
 
     Binding here, before uvicorn starts, turns "address in use" into a clear refusal.
 

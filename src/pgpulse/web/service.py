@@ -4,7 +4,7 @@ No scheduling logic lives here: definitions go through :meth:`JobSpec.create` an
 :meth:`Store.upsert_jobs`, state changes through the store's ``pause_job``, ``resume_job``,
 ``trigger_job`` and ``delete_job``. This module adds what the edge owns: tenant scoping (another
 tenant's job is :class:`NoSuchJob`, exactly like a missing one), the ``shell`` and ``http``
-rules of :mod:`pgpulse.web.policy`, and presentation (next occurrences in the job's zone).
+rules of :mod:`pgpulse.core.policy`, and presentation (next occurrences in the job's zone).
 """
 
 from __future__ import annotations
@@ -18,22 +18,22 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from pgpulse.access import Writer, token_writer
-from pgpulse.audit import SETTABLE_FIELDS
-from pgpulse.calendars import ExclusionCalendar, from_definitions
-from pgpulse.errors import DefinitionChanged, JobNotFound, PulseError
-from pgpulse.jobs import JobSpec
-from pgpulse.limits import first_to_run, parse_instant, pause_until
-from pgpulse.pausing import Paused
-from pgpulse.routing import waiting_reason
-from pgpulse.run_control import BackfillPlan, RunControl, Triggered
-from pgpulse.schedule import Schedule, parse_schedule
-from pgpulse.sharding import DEFAULT_SHARD_COUNT
-from pgpulse.store import Store
-from pgpulse.web.auth import Principal
-from pgpulse.web.policy import WebSettings, check_http_target, check_text
+from pgpulse.core.access import Writer, token_writer
+from pgpulse.core.audit import SETTABLE_FIELDS
+from pgpulse.core.calendars import ExclusionCalendar, from_definitions
+from pgpulse.core.errors import DefinitionChanged, JobNotFound, PulseError
+from pgpulse.core.jobs import JobSpec
+from pgpulse.core.limits import first_to_run, parse_instant, pause_until
+from pgpulse.core.policy import WebSettings, check_http_target, check_text
+from pgpulse.core.routing import waiting_reason
+from pgpulse.core.schedule import Schedule, parse_schedule
+from pgpulse.core.sharding import DEFAULT_SHARD_COUNT
+from pgpulse.core.zones import load_zone
+from pgpulse.db.pausing import Paused
+from pgpulse.db.run_control import BackfillPlan, RunControl, Triggered
+from pgpulse.db.store import Store
+from pgpulse.db.tokens import Principal
 from pgpulse.web.reads import Reads
-from pgpulse.zones import load_zone
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def upcoming(row: dict[str, Any], count: int = UPCOMING) -> list[datetime]:
     Stops early at the end of time (year 9999) or for a schedule that no longer fires, and
     past ``not_after`` or ``max_runs``; a ``completed`` job has none (its last one ran). The
     occurrences its exclusion calendars (``calendar_defs``: the stored definitions) exclude
-    are left out, as the claims skip them (:func:`pgpulse.limits.first_to_run`).
+    are left out, as the claims skip them (:func:`pgpulse.core.limits.first_to_run`).
 
     A paused job's occurrences inside the pause do not run (the pause's end resumes it with
     ``skip``): one paused until T shows those after T, or after the database's now
@@ -174,7 +174,7 @@ class JobService:
         return present_job(row)
 
     def writer(self, who: Principal) -> Writer:
-        """What the token may write (:mod:`pgpulse.access`: the store applies the rule)."""
+        """What the token may write (:mod:`pgpulse.core.access`: the store applies the rule)."""
         return token_writer(
             who.token_id, who.tenant, admin=who.admin, shell_allowed=self.settings.allow_shell_jobs
         )
@@ -351,12 +351,12 @@ class JobService:
         self, who: Principal, job_id: int, payload: dict[str, Any]
     ) -> tuple[dict[str, Any], Triggered]:
         """Run job ``job_id`` once now with ``payload``, as an extra occurrence
-        (:meth:`~pgpulse.run_control.RunControl.trigger`, as the token's writer).
+        (:meth:`~pgpulse.db.run_control.RunControl.trigger`, as the token's writer).
 
         Raises:
             NoSuchJob, Forbidden, InvalidInput: as :meth:`job` and the store's refusals.
             TargetNotAllowed: an ``http`` job's payload names a target the server does not
-                allow (:func:`~pgpulse.web.policy.check_http_target`, as a definition's).
+                allow (:func:`~pgpulse.core.policy.check_http_target`, as a definition's).
         """
         row = await self.reads.job(job_id, tenant=who.scope)
         if row is None:
@@ -377,7 +377,7 @@ class JobService:
         return await self.job(who, job_id), done
 
     async def backfill(self, who: Principal, job_id: int, request: dict[str, Any]) -> BackfillPlan:
-        """Backfill job ``job_id`` on request (:meth:`~pgpulse.run_control.RunControl.backfill`;
+        """Backfill job ``job_id`` on request (:meth:`~pgpulse.db.run_control.RunControl.backfill`;
         ``request`` holds its keyword arguments). Runs the job's own definition: the token
         needs its tenant only.
 

@@ -1,7 +1,7 @@
 """The tools' commands: ``pgpulse demo``, ``pgpulse chaos`` and ``pgpulse bench``.
 
-:mod:`pgpulse.cli` lists them in its help and imports this module only when one of them is
-invoked (``LAZY_COMMANDS`` in :mod:`pgpulse.cli_conventions`). Like every command they are
+:mod:`pgpulse.cli.main` lists them in its help and imports this module only when one of them is
+invoked (``LAZY_COMMANDS`` in :mod:`pgpulse.cli.conventions`). Like every command they are
 thin: parse options, call the tool, print one line on error.
 """
 
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from pgpulse.cli_types import Seconds
-from pgpulse.report import run_command
+from pgpulse.cli.report import run_command
+from pgpulse.cli.types import Seconds
 
 if TYPE_CHECKING:
     from pgpulse_tools.chaos.replication import Replication
@@ -218,7 +218,7 @@ def _soak(config: Any, report: Path | None) -> int:
     --duration was given); the exit code (0: every run ok). The report holds every verdict."""
     from dataclasses import replace
 
-    from pgpulse.errors import InvalidInput
+    from pgpulse.core.errors import InvalidInput
     from pgpulse_tools.chaos.runner import SOAK_DURATION, run_soak, soak_configs
 
     source = click.get_current_context().get_parameter_source("duration")
@@ -327,7 +327,7 @@ def bench(
 ) -> None:
     """Benchmark Pulse against the raw SQL ceiling and peer schedulers (figures, not tests);
     write docs/benchmarks.md. Run it through ./scripts/bench (peers live in .venv-bench)."""
-    from pgpulse.database import resolve_dsn
+    from pgpulse.db.database import resolve_dsn
     from pgpulse_tools.bench.run import ALL, run_bench
     from pgpulse_tools.bench.run import report_only as rewrite_report
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import psycopg
 from psycopg import conninfo, sql
 
-from pgpulse.database import resolve_dsn
-from pgpulse.embedded import embedded_bin
-from pgpulse.migrations import migrate
+from pgpulse.db.database import resolve_dsn
+from pgpulse.db.embedded import embedded_bin
+from pgpulse.db.migrations import migrate
 
 #: Where the generated schema is kept.
 SCHEMA_FILE = Path(__file__).resolve().parents[3] / "src" / "pgpulse" / "sql" / "schema.sql"

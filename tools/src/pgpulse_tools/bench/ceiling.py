@@ -2,7 +2,7 @@
 
 The pgbench script is generated from ``QUERIES`` at run time (never a copy), so it is exactly
 what a node's claim loop sends in one step
-(:meth:`pgpulse.claims.ClaimStore.finish_and_claim`), minus Python — one transaction that
+(:meth:`pgpulse.db.claims.ClaimStore.finish_and_claim`), minus Python — one transaction that
 
 1. ends the batch the previous step claimed (``finish_jobs``), each run ``succeeded`` and its
    job moved to its next occurrence (``scheduled_for + 1 h``, what the planner computes for
@@ -41,7 +41,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgpulse.claims import CLAIM_SESSION_SETTINGS
+from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.sql import QUERIES
 from pgpulse_tools.bench import checks, floor
 from pgpulse_tools.bench.common import (

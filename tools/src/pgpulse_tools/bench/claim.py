@@ -1,6 +1,6 @@
 """Scenario 1: poll and claim latency with many jobs stored.
 
-Stores ``1,000,000 × scale`` jobs, then measures through :class:`pgpulse.store.Store` (exactly
+Stores ``1,000,000 × scale`` jobs, then measures through :class:`pgpulse.db.store.Store` (exactly
 the statements and driver settings a node uses, so psycopg's automatic prepared statements and
 PostgreSQL's switch to a generic plan after five executions happen here too):
 
@@ -31,12 +31,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgpulse.app import connect
-from pgpulse.claims import CLAIM_SESSION_SETTINGS
-from pgpulse.database import Session
-from pgpulse.report import tune_collector
+from pgpulse.cli.report import tune_collector
+from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
+from pgpulse.db.database import Session
+from pgpulse.db.store import Store
+from pgpulse.node.app import connect
 from pgpulse.sql import QUERIES
-from pgpulse.store import Store
 from pgpulse_tools.bench import floor
 from pgpulse_tools.bench.claim_probe import HANDLER, time_claims
 from pgpulse_tools.bench.common import (
@@ -64,7 +64,7 @@ def explain_claim(dsn: str, shards: tuple[int, ...], batch: int, *, generic: boo
     """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim, run and rolled back.
 
     The claim is ``PREPARE``d from ``QUERIES["claim_jobs"]`` (as
-    :meth:`~pgpulse.store.Store.claim_due` sends it) and explained with ``EXECUTE``, as a
+    :meth:`~pgpulse.db.store.Store.claim_due` sends it) and explained with ``EXECUTE``, as a
     node's prepared statement runs (a one-shot parameterised statement is always planned with
     its values, so it cannot show the generic plan).
 

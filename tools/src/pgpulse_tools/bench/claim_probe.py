@@ -22,12 +22,12 @@ import time
 from typing import Any
 
 import pgpulse
-from pgpulse.app import connect
-from pgpulse.claims import CLAIM_SESSION_SETTINGS
-from pgpulse.database import Session
-from pgpulse.report import run_command, tune_collector
+from pgpulse.cli.report import run_command, tune_collector
+from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
+from pgpulse.db.database import Session
+from pgpulse.db.store import Store
+from pgpulse.node.app import connect
 from pgpulse.sql import load_queries
-from pgpulse.store import Store
 
 #: The handler of scenario 1's jobs, the one the claiming node has.
 HANDLER = "noop"

@@ -24,7 +24,7 @@ from psycopg import conninfo, sql
 from psycopg.rows import dict_row
 from tabulate import tabulate
 
-from pgpulse.migrations import migrate
+from pgpulse.db.migrations import migrate
 from pgpulse.sql import load_queries  # the same "-- name:" block format as queries.sql
 
 #: Statements of the benchmark itself (loading and reading results), by name.

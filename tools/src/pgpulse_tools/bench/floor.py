@@ -26,7 +26,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from pgpulse.claims import CLAIM_SESSION_SETTINGS
+from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.sql import load_queries  # the same "-- name:" block format as queries.sql
 from pgpulse_tools.bench.common import admin, drop_db, pct, with_db
 

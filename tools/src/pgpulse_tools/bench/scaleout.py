@@ -35,7 +35,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-from pgpulse import sharding
+from pgpulse.core import sharding
 from pgpulse_tools.bench import shardcounts
 from pgpulse_tools.bench.common import (
     DbCpu,
@@ -281,7 +281,7 @@ def placement_table(
     nodes_counts: tuple[int, ...] = PLACEMENT_NODES,
     shard_counts: tuple[int, ...] = PLACEMENT_SHARDS,
 ) -> dict[str, Any]:
-    """Where :func:`pgpulse.sharding.placement` puts the shards for many nodes: shards per node
+    """Where :func:`pgpulse.core.sharding.placement` puts the shards for many nodes: shards per node
     (max/min), nodes owning none, the CPU milliseconds one node spends placing them for a new
     set of live nodes (first: no node's ring points hashed yet; join: one node more, the others'
     points cached, as a running node sees a join), and the shards a join moves."""
@@ -311,7 +311,7 @@ def placement_table(
                 ]
             )
     return {
-        "title": "Shard placement for more nodes (pgpulse.sharding, no database)",
+        "title": "Shard placement for more nodes (pgpulse.core.sharding, no database)",
         "headers": [
             "nodes",
             "shards",

@@ -6,7 +6,7 @@ On a fresh database holding ``200,000 × scale`` jobs, ``50,000 × scale`` of th
 away, with :data:`NODES` real ``pgpulse node run`` processes (``--heartbeat 2``), for each count
 in turn:
 
-1. ``pgpulse shards set COUNT`` (:func:`pgpulse.resharding.set_shard_count`): **build**
+1. ``pgpulse shards set COUNT`` (:func:`pgpulse.db.resharding.set_shard_count`): **build**
    seconds (its indexes, ``CONCURRENTLY``, and ``ANALYZE``), then **rebalance** seconds from
    publishing the count until every live node reports it and the nodes split its shards;
 then, every count's indexes being there, with the counts taking turns claim by claim (the
@@ -33,13 +33,13 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgpulse.app import connect
-from pgpulse.claims import CLAIM_SESSION_SETTINGS
-from pgpulse.database import Session
-from pgpulse.resharding import set_shard_count
-from pgpulse.sharding import shards_for
+from pgpulse.core.sharding import shards_for
+from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
+from pgpulse.db.database import Session
+from pgpulse.db.resharding import set_shard_count
+from pgpulse.db.store import Store
+from pgpulse.node.app import connect
 from pgpulse.sql import at_shard_count
-from pgpulse.store import Store
 from pgpulse_tools.bench.common import (
     BENCH_SQL,
     admin,

@@ -63,8 +63,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pgpulse.schedule import parse_schedule
-from pgpulse.wording import plural
+from pgpulse.core.schedule import parse_schedule
+from pgpulse.core.wording import plural
 from pgpulse_tools.chaos.effects import (
     OVERLAP_N,
     duplicates,

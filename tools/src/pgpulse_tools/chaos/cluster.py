@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from pgpulse.engine import STOP_STEP_TIMEOUT
+from pgpulse.node.engine import STOP_STEP_TIMEOUT
 from pgpulse_tools.chaos.history import NodeExit
 from pgpulse_tools.chaos.journal import JOURNAL_ENV
 
 log = logging.getLogger(__name__)
-#: Exit code of ``pgpulse`` when the database does not answer (see :mod:`pgpulse.cli`).
+#: Exit code of ``pgpulse`` when the database does not answer (see :mod:`pgpulse.cli.main`).
 _DATABASE_UNAVAILABLE = 3
 #: Seconds a node's pool may take to close as the process ends (psycopg_pool's default).
 _POOL_CLOSE = 5.0
@@ -51,7 +51,7 @@ class NodeSettings:
         """Seconds a node may take to exit after its SIGTERM before the harness counts it as
         hung: what Pulse's bounded stop allows (README, engine.Node._drain) — the loops' last
         step, then ``drain_timeout`` (overrun by up to two heartbeats), then the hand-back and
-        the deregistration; each step gets :data:`~pgpulse.engine.STOP_STEP_TIMEOUT`, and one
+        the deregistration; each step gets :data:`~pgpulse.node.engine.STOP_STEP_TIMEOUT`, and one
         given up as long again to end once cancelled (a database that is failing over may not
         answer the cancel) — then the pool's close, and a second to exit. Less would count a
         node that keeps every deadline as hung whenever the database is slow at its stop (a

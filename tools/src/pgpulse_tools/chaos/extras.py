@@ -39,7 +39,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from pgpulse.wording import plural
+from pgpulse.core.wording import plural
 from pgpulse_tools.chaos.effects import at_once, failover_after
 from pgpulse_tools.chaos.history import Execution, History, Run
 

@@ -42,9 +42,9 @@ from datetime import datetime
 
 import psycopg
 
-from pgpulse.app import connect
-from pgpulse.errors import DatabaseUnavailable
-from pgpulse.resharding import set_shard_count
+from pgpulse.core.errors import DatabaseUnavailable
+from pgpulse.db.resharding import set_shard_count
+from pgpulse.node.app import connect
 from pgpulse.sql import load_queries
 from pgpulse_tools.chaos.cluster import Cluster
 from pgpulse_tools.chaos.history import Fault
@@ -348,7 +348,7 @@ class Injector:
         )
 
     async def _reshard(self, fault: PlannedFault) -> Fault:
-        """Change the shard count (:func:`pgpulse.resharding.set_shard_count`), trying again
+        """Change the shard count (:func:`pgpulse.db.resharding.set_shard_count`), trying again
         while the database is away (a database fault may be under way: the change resumes)."""
         assert self.dsn is not None, "reshard needs the injector's dsn"
         detail = fault.describe(None)

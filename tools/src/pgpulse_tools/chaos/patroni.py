@@ -38,7 +38,7 @@ from typing import Any
 
 import psycopg
 
-from pgpulse.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.core.errors import DatabaseUnavailable, InvalidInput
 from pgpulse_tools.chaos.postgres import Binaries, RunAs, free_port, kill_tree
 from pgpulse_tools.chaos.proxy import Upstream
 from pgpulse_tools.chaos.replication import Promotion, Replication, multi_host_dsn

@@ -37,8 +37,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgpulse.embedded import embedded_bin
-from pgpulse.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.core.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.db.embedded import embedded_bin
 
 _SYSTEM_USER = "embedded_postgres"
 #: Seconds a server may take to accept connections after its start (crash recovery included).

@@ -50,7 +50,7 @@ from typing import Literal
 import psycopg
 from psycopg import sql
 
-from pgpulse.errors import DatabaseUnavailable
+from pgpulse.core.errors import DatabaseUnavailable
 from pgpulse_tools.chaos.postgres import Binaries, Postgres, RunAs, ToolFailed
 from pgpulse_tools.chaos.proxy import Proxy, Upstream
 

@@ -30,8 +30,8 @@ from typing import Protocol
 import psycopg
 from psycopg import conninfo, sql
 
-from pgpulse.embedded import embedded_bin
-from pgpulse.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.core.errors import DatabaseUnavailable, InvalidInput
+from pgpulse.db.embedded import embedded_bin
 from pgpulse_tools.chaos.proxy import Upstream
 from pgpulse_tools.chaos.replication import Promotion
 

@@ -10,7 +10,7 @@ recorded, never executed. Each handler execution that completes is also written 
 itself to ``pgpulse_demo_log``: that independent witness is what the duplicate count reads.
 
 The three Relay jobs get ids whose shards (``id % 64``) belong to three different nodes on the
-ring of ``node-1``..``node-3`` (:func:`pgpulse.sharding.shards_for`), so every node has work
+ring of ``node-1``..``node-3`` (:func:`pgpulse.core.sharding.shards_for`), so every node has work
 before the kill. At the end an occurrence is *missed* when the job has moved past it without a
 run (it will never run: must be 0 for the backfill job) and *pending* when the job has not
 reached it yet (still due: it runs when a node next starts); duplicates must be 0 everywhere.
@@ -41,17 +41,17 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from tabulate import tabulate
 
-from pgpulse.app import App
-from pgpulse.builtins import shell_handler
-from pgpulse.crontab import entry_to_spec, is_system_crontab, parse_crontab
-from pgpulse.database import open_pool, redact, resolve_dsn
-from pgpulse.handlers import RunContext
-from pgpulse.jobs import JobSpec
-from pgpulse.schedule import parse_schedule
-from pgpulse.sharding import shards_for
+from pgpulse.core.crontab import entry_to_spec, is_system_crontab, parse_crontab
+from pgpulse.core.handlers import RunContext
+from pgpulse.core.jobs import JobSpec
+from pgpulse.core.schedule import parse_schedule
+from pgpulse.core.sharding import shards_for
+from pgpulse.core.wording import plural
+from pgpulse.db.database import open_pool, redact, resolve_dsn
+from pgpulse.db.store import Store
+from pgpulse.node.app import App
+from pgpulse.node.builtins import shell_handler
 from pgpulse.sql import load_queries
-from pgpulse.store import Store
-from pgpulse.wording import plural
 
 Q = load_queries("demo.sql", __package__)
 #: The checkout's examples/relay.crontab (tools/src/pgpulse_tools/demo/run.py is four levels down).

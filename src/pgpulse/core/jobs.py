@@ -1,0 +1,549 @@
+"""Job definitions: the validated value object every boundary (CLI, code, crontab) builds.
+
+A :class:`JobSpec` is pure data. Building one through :meth:`JobSpec.create` validates every field
+(a built-in handler's payload too) and raises an :class:`~pgpulse.core.errors.InvalidInput` subclass
+naming the field and value, so the store never sees a bad definition (design.md, invariant 11).
+Whether a handler is known needs the database (the handlers nodes registered): the store reads
+them and refuses with :func:`check_handlers`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import unicodedata
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, cast
+from zoneinfo import ZoneInfo
+
+from pgpulse.core.errors import InvalidInput, InvalidPayload, UnknownHandler
+from pgpulse.core.json_limits import check_shape, loads_json
+from pgpulse.core.limits import check_auto_pause, check_calendars, check_max_runs, check_window
+from pgpulse.core.schedule import Schedule, parse_schedule
+from pgpulse.core.spread import check_spread
+from pgpulse.core.wording import did_you_mean, given, json_given
+from pgpulse.node.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
+
+CatchUp = Literal["skip", "backfill", "coalesce"]
+CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
+Overlap = Literal["forbid", "replace", "allow"]
+OVERLAP_POLICIES: tuple[Overlap, ...] = ("forbid", "replace", "allow")
+
+#: Names of handlers: an identifier-like ASCII name (it is also a registry key in code).
+_HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+_KINDS = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Cs": "a lone surrogate: a byte that is not UTF-8",
+    "Co": "a private-use character",
+    "Cn": "an unassigned code point",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Zs": "a space other than ' '",
+}
+#: Longest job or tenant name, characters.
+MAX_NAME_CHARS = 200
+
+
+def _name_problem(value: str) -> str | None:
+    """Why ``value`` is not a job or tenant name, or ``None``: 1-200 printable characters
+    (``str.isprintable``: no control, format — bidirectional overrides included — surrogate,
+    private-use, unassigned or separator characters but the space), no space at either end."""
+    if not 1 <= len(value) <= MAX_NAME_CHARS:
+        return f"it has {len(value)} characters"
+    if value != value.strip():
+        return "it starts or ends with a space"
+    return unprintable(value)
+
+
+def unprintable(value: str) -> str | None:
+    """Why ``value`` cannot be shown as it is (its first character that ``str.isprintable``
+    refuses: a control, format, surrogate, private-use, unassigned or separator character but
+    the space), e.g. ``it holds U+0007 (BELL, a control character)``; ``None`` if it can."""
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is None:
+        return None
+    kind = _KINDS.get(unicodedata.category(bad), "not printable")
+    name = unicodedata.name(bad, "")
+    return f"it holds U+{ord(bad):04X} ({f'{name}, ' if name else ''}{kind})"
+
+
+#: The longest source label (``crontab:PATH``, ``apply:PATH``, ``code:APP``).
+MAX_SOURCE_CHARS = 500
+
+
+def _check_source(source: object) -> None:
+    """Refuse a ``source`` that is not 1-500 printable characters (it is shown and filtered on)."""
+    if not isinstance(source, str):
+        raise InvalidInput(f"source must be text, got {given(source)}", field="source", value=None)
+    problem = None
+    if not source or len(source) > MAX_SOURCE_CHARS:
+        problem = f"must have 1 to {MAX_SOURCE_CHARS} characters, got {len(source)}"
+    elif (why := unprintable(source)) is not None:
+        problem = f"is shown wherever the job is: {why}"
+    if problem is not None:
+        raise InvalidInput(f"source {source!r} {problem}", field="source", value=source)
+
+
+def check_key(tenant: object, name: object) -> None:
+    """Refuse a (tenant, name) that no job can have (:func:`check_name` of each): the Python
+    API's lookups (pause, resume, trigger, delete, history) say so naming the field, instead of
+    sending the database text it cannot take (a NUL).
+
+    Raises:
+        InvalidInput: ``field`` is ``tenant`` or ``name``.
+    """
+    _check_name("tenant", tenant)
+    _check_name("name", name)
+
+
+def check_name(field_name: str, value: object) -> str:
+    """``value`` if it is a valid job or tenant name (1-200 printable characters, no space at
+    either end), else :class:`InvalidInput` naming ``field_name``, the value and why: the rule
+    every write applies, for the reads that name a job or tenant too.
+
+    Raises:
+        InvalidInput: not a valid name (``field=field_name``).
+    """
+    return _check_name(field_name, value)
+
+
+def _check_name(field_name: str, value: object, pattern: re.Pattern[str] | None = None) -> str:
+    """``value`` if it is a valid name (``pattern``: a handler name), else InvalidInput."""
+    problem: str | None
+    if not isinstance(value, str):
+        problem = "it is not text"
+    elif pattern is None:
+        problem = _name_problem(value)
+    else:
+        problem = None if pattern.match(value) else ""
+    if problem is None:
+        return cast(str, value)
+    rule = (
+        "a letter or _, then letters, digits and _.:- (at most 200)"
+        if pattern is not None
+        else "1-200 printable characters, no leading or trailing space"
+    )
+    raise InvalidInput(
+        f"{field_name} {value!r} is not a valid name ({rule}){f': {problem}' if problem else ''}",
+        field=field_name,
+        value=value,
+    )
+
+
+#: Upper bounds of the numeric fields: beyond them a value is a mistake, and some would overflow
+#: PostgreSQL's integer or interval types. Durations in seconds.
+LIMITS = {
+    "backfill_limit": 1_000_000,
+    "misfire_grace": 366 * 86400.0,
+    "max_attempts": 1000,
+    "retry_backoff": 86400.0,
+    "timeout": 30 * 86400.0,
+    "max_concurrency": 1000,
+}
+
+
+def _check_number(
+    field_name: str, value: object, *, minimum: float, integer: bool = False
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(
+            f"{field_name} must be a number, got {given(value)}", field=field_name, value=value
+        )
+    maximum = LIMITS[field_name]
+    if not math.isfinite(value) or not minimum <= value <= maximum:
+        raise InvalidInput(
+            f"{field_name} must be a number from {minimum:g} to {maximum:.0f}, got {given(value)}",
+            field=field_name,
+            value=value,
+        )
+    if integer and int(value) != value:
+        raise InvalidInput(
+            f"{field_name} must be a whole number, got {given(value)}",
+            field=field_name,
+            value=value,
+        )
+    return float(value)
+
+
+#: The least ``misfire_grace``, seconds. A claim always comes some milliseconds after its
+#: occurrence is due, so with less nothing would ever run on time (every occurrence skipped).
+MIN_MISFIRE_GRACE = 1.0
+
+
+def _check_misfire_grace(value: object) -> None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1:
+        raise InvalidInput(
+            f"misfire_grace must be at least {MIN_MISFIRE_GRACE:g} second, got {given(value)}: a "
+            "claim always comes a little after its occurrence is due, so a smaller grace would "
+            "skip every occurrence",
+            field="misfire_grace",
+            value=value,
+        )
+    _check_number("misfire_grace", value, minimum=MIN_MISFIRE_GRACE)
+
+
+#: The largest payload (and ``meta``) of a job: its JSON text, encoded as UTF-8, in bytes. One
+#: limit on every path (CLI, Python API, crontab, code, HTTP): a payload travels with every
+#: claim of its job, and PostgreSQL's jsonb would refuse only at 255 MB, mid-transaction.
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _too_large(size: int, value: object) -> InvalidPayload:
+    return InvalidPayload(
+        f"payload is {size:,} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES:,} bytes",
+        field="payload",
+        value=f"<{size:,} bytes>",
+    )
+
+
+def parse_payload(value: object) -> dict[str, Any]:
+    """Return a job payload as a JSON object.
+
+    Args:
+        value: a ``dict`` (must be JSON-serialisable) or a ``str`` holding a JSON object, at
+            most :data:`MAX_PAYLOAD_BYTES` as UTF-8 JSON text.
+
+    Returns:
+        The payload as a ``dict``.
+
+    Raises:
+        InvalidPayload: the string is not JSON, the JSON is not an object, the dict holds
+            values JSON cannot encode or text PostgreSQL cannot store (NUL characters, lone
+            surrogates), it is too large, nested too deep or holds too long an integer
+            (:func:`pgpulse.core.json_limits.check_shape`, the rule of every path); ``field`` is
+            ``"payload"``.
+    """
+    if isinstance(value, str) and len(value) > MAX_PAYLOAD_BYTES:  # no need to parse it
+        raise _too_large(len(value.encode("utf-8", "surrogatepass")), value)
+    try:
+        if isinstance(value, str):
+            value = loads_json("payload", value)
+        check_shape("payload", value)  # before json.dumps, which recurses
+    except json.JSONDecodeError as exc:
+        raise InvalidPayload(
+            f"payload is not valid JSON ({exc.msg} at char {exc.pos}): {value!r}",
+            field="payload",
+            value=value,
+        ) from None
+    except InvalidInput as exc:  # its field: payload, or the path of a number out of range
+        raise InvalidPayload(exc.message, field=exc.field or "payload", value=exc.value) from None
+    if not isinstance(value, dict):
+        raise InvalidPayload(
+            f"payload must be a JSON object, got {json_given(value)}", field="payload", value=value
+        )
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        # PostgreSQL's jsonb stores neither NUL characters nor lone surrogates. JSON writes a
+        # NUL as the escape \\u0000 (an odd number of backslashes); a text that holds a
+        # backslash and "u0000" (an even number) is fine.
+        if _NUL_ESCAPE.search(text):
+            raise ValueError("it holds a NUL character (\\u0000), which PostgreSQL cannot store")
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("utf-8", "backslashreplace").decode()
+        raise InvalidPayload(
+            f"payload cannot be encoded: it holds a lone surrogate ({bad}), which is not text",
+            field="payload",
+            value=bad,
+        ) from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidPayload(
+            f"payload cannot be encoded as JSON: {exc}", field="payload", value=value
+        ) from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise _too_large(size, value)
+    return cast(dict[str, Any], value)
+
+
+def _check_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
+    try:
+        return parse_payload(meta or {})
+    except InvalidPayload as exc:
+        raise InvalidInput(
+            str(exc).replace("payload", "meta", 1), field="meta", value=meta
+        ) from None
+
+
+def _check_overlap(overlap: object, max_concurrency: object) -> None:
+    """Refuse an unknown overlap policy, ``max_concurrency`` without ``allow``, and ``allow``
+    without a bound (design.md, Policies: ``allow`` is "up to a bound")."""
+    if overlap not in OVERLAP_POLICIES:
+        raise InvalidInput(
+            f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {overlap!r}",
+            field="overlap",
+            value=overlap,
+        )
+    if max_concurrency is None:
+        if overlap == "allow":
+            raise InvalidInput(
+                "overlap allow needs max_concurrency N, the most occurrences at once (1-1000)",
+                field="max_concurrency",
+                value=None,
+            )
+        return
+    _check_number("max_concurrency", max_concurrency, minimum=1, integer=True)
+    if overlap != "allow":
+        raise InvalidInput(
+            f"max_concurrency applies to overlap allow only (overlap is {overlap!r})",
+            field="max_concurrency",
+            value=max_concurrency,
+        )
+
+
+def _check_forked_limits(
+    overlap: object,
+    kind: str,
+    *,
+    max_runs: object,
+    not_after: object,
+    auto_pause_after: object,
+) -> None:
+    """Refuse a limit the job row cannot keep once its occurrences are forked off it
+    (``overlap`` ``replace``/``allow``): ``max_runs``, ``not_after``, ``auto_pause_after`` and a
+    one-off ``@at`` schedule count or end on the job row's own runs, which a forked job no
+    longer has (docs/states.md, "Extra occurrences and run control").
+
+    Raises:
+        InvalidInput: ``field`` names the limit, its value given.
+    """
+    if overlap not in ("replace", "allow"):
+        return
+    for limit, value in (
+        ("max_runs", max_runs),
+        ("not_after", not_after),
+        ("auto_pause_after", auto_pause_after),
+    ):
+        if value is not None:
+            raise InvalidInput(
+                f"{limit} applies to overlap forbid only (overlap is {overlap!r}): "
+                "occurrences forked off the schedule do not count toward it",
+                field=limit,
+                value=value,
+            )
+    if kind == "once":
+        raise InvalidInput(
+            f"a one-off @at schedule applies to overlap forbid only (overlap is {overlap!r})",
+            field="overlap",
+            value=overlap,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A validated job definition, unique by (tenant, name).
+
+    Attributes:
+        tenant: owner of the job; jobs of different tenants never clash by name.
+        name: the job's name within its tenant.
+        schedule: the schedule expression as given (cron, macro or ``@every``).
+        timezone: IANA zone name the cron fields are read in (default ``UTC``).
+        handler: name of the registered handler that runs the job (``shell``, ``http``...).
+        payload: JSON object handed to the handler.
+        catch_up: ``skip``, ``backfill`` or ``coalesce`` (design.md, Policies).
+        backfill_limit: with ``backfill``, keep only the newest N missed occurrences; ``None``
+            keeps all.
+        misfire_grace: seconds an occurrence may be late and still run under ``skip`` (at
+            least :data:`MIN_MISFIRE_GRACE`).
+        max_attempts: attempts per occurrence before the run is failed (>= 1).
+        retry_backoff: base of the exponential retry backoff, seconds (> 0).
+        timeout: per-attempt limit in seconds, or ``None`` for no limit.
+        source: where the definition came from: ``cli``, ``api`` (the HTTP API),
+            ``python`` (the Python API: the default, as its audit rows' actor ``python:<pid>``),
+            ``code:<app>``, ``crontab:<path>``, ``apply:<name>``.
+        meta: free-form facts kept with the job (crontab user, ``MAILTO``...), a JSON object.
+        overlap: ``forbid`` (an occurrence waits for the running one), ``replace`` (a new
+            occurrence cancels the running one) or ``allow`` (up to ``max_concurrency`` at
+            once); design.md, Policies; docs/states.md, "Extra occurrences".
+        max_concurrency: with ``allow`` (and only then, where it is required), how many
+            occurrences of the job may run at once (1-1000).
+        spread: seconds; each occurrence fires at ``scheduled_for`` plus the job's stable
+            offset in [0, spread) (:mod:`pgpulse.core.spread`); 0 for none.
+        not_before, not_after: the active window (aware UTC instants, or ``None`` for open):
+            no occurrence before or after them.
+        max_runs: the job is ``completed`` after this many runs; ``None`` for no limit.
+        calendars: names of the tenant's exclusion calendars (:mod:`pgpulse.core.calendars`).
+        auto_pause_after: pause the job after this many consecutive failed runs (``None``:
+            never).
+    """
+
+    tenant: str
+    name: str
+    schedule: str
+    handler: str
+    timezone: str = "UTC"
+    payload: dict[str, Any] = field(default_factory=dict)
+    catch_up: CatchUp = "skip"
+    backfill_limit: int | None = None
+    misfire_grace: float = 60.0
+    max_attempts: int = 3
+    retry_backoff: float = 1.0
+    timeout: float | None = 3600.0
+    source: str = "python"
+    meta: dict[str, Any] = field(default_factory=dict)
+    overlap: Overlap = "forbid"
+    max_concurrency: int | None = None
+    spread: float = 0.0
+    not_before: datetime | None = None
+    not_after: datetime | None = None
+    max_runs: int | None = None
+    calendars: tuple[str, ...] = ()
+    auto_pause_after: int | None = None
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        name: str,
+        schedule: str,
+        handler: str,
+        tenant: str = "default",
+        timezone: str | ZoneInfo = "UTC",
+        payload: object = None,
+        catch_up: str = "skip",
+        backfill_limit: int | None = None,
+        misfire_grace: float = 60.0,
+        max_attempts: int = 3,
+        retry_backoff: float = 1.0,
+        timeout: float | None = 3600.0,
+        source: str = "python",
+        meta: dict[str, Any] | None = None,
+        overlap: str = "forbid",
+        max_concurrency: int | None = None,
+        spread: float = 0.0,
+        not_before: datetime | str | None = None,
+        not_after: datetime | str | None = None,
+        max_runs: int | None = None,
+        calendars: Iterable[str] | None = (),
+        auto_pause_after: int | None = None,
+    ) -> JobSpec:
+        """Validate every field and build a :class:`JobSpec`.
+
+        Units: ``misfire_grace``, ``retry_backoff``, ``timeout`` and ``spread`` are seconds;
+        ``not_before`` and ``not_after`` are aware instants or ISO 8601 text (without an offset,
+        read in ``timezone``). Whether a one-off ``@at`` instant is already past, and whether
+        the calendars exist, need the database's clock and tables: the store decides.
+
+        Raises:
+            InvalidSchedule: the schedule is malformed or can never fire.
+            UnknownTimeZone: ``timezone`` is not an IANA zone.
+            InvalidPayload: ``payload`` is not a JSON object (or JSON text of one), or a
+                built-in handler's payload lacks, mistypes or misspells a field
+                (:data:`~pgpulse.node.builtins.PAYLOAD_VALIDATORS`).
+            InvalidInput: any other field is out of range (``schedule`` or ``timezone`` not
+                text, ``source`` not 1-500 printable characters); ``field`` names it.
+        """
+        _check_name("tenant", tenant)
+        _check_name("name", name)
+        _check_name("handler", handler, _HANDLER_RE)
+        if isinstance(timezone, ZoneInfo) and timezone.key:
+            timezone = timezone.key  # a zone object of the IANA database: its name
+        if not isinstance(schedule, str):
+            raise InvalidInput(
+                f"schedule must be text, got {given(schedule)}", field="schedule", value=schedule
+            )
+        if not isinstance(timezone, str):
+            raise InvalidInput(
+                f"timezone must be an IANA zone's name, got {given(timezone)}",
+                field="timezone",
+                value=repr(timezone),
+            )
+        _check_source(source)
+        calendars = () if calendars is None else calendars
+        parsed = parse_schedule(schedule, timezone)  # raises InvalidSchedule, UnknownTimeZone
+        checked_spread = check_spread(spread, parsed.kind, parsed.interval, schedule=parsed)
+        window = check_window(not_before, not_after, timezone)
+        if catch_up not in CATCH_UP_POLICIES:
+            raise InvalidInput(
+                f"catch_up must be one of {', '.join(CATCH_UP_POLICIES)}, got {catch_up!r}",
+                field="catch_up",
+                value=catch_up,
+            )
+        if backfill_limit is not None:
+            _check_number("backfill_limit", backfill_limit, minimum=1, integer=True)
+            if catch_up != "backfill":
+                raise InvalidInput(
+                    f"backfill_limit applies to catch_up backfill only (catch_up is {catch_up!r})",
+                    field="backfill_limit",
+                    value=backfill_limit,
+                )
+        _check_overlap(overlap, max_concurrency)
+        _check_forked_limits(
+            overlap,
+            parsed.kind,
+            max_runs=max_runs,
+            not_after=window[1],
+            auto_pause_after=auto_pause_after,
+        )
+        _check_misfire_grace(misfire_grace)
+        _check_number("max_attempts", max_attempts, minimum=1, integer=True)
+        _check_number("retry_backoff", retry_backoff, minimum=0.001)
+        if timeout is not None:
+            _check_number("timeout", timeout, minimum=0.001)
+        checked_payload = parse_payload({} if payload is None else payload)
+        validator = PAYLOAD_VALIDATORS.get(handler)
+        if validator is not None:
+            validator(checked_payload)
+        return cls(
+            tenant=tenant,
+            name=name,
+            schedule=schedule.strip(),
+            handler=handler,
+            timezone=timezone,
+            payload=checked_payload,
+            catch_up=catch_up,
+            backfill_limit=None if backfill_limit is None else int(backfill_limit),
+            misfire_grace=float(misfire_grace),
+            max_attempts=int(max_attempts),
+            retry_backoff=float(retry_backoff),
+            timeout=None if timeout is None else float(timeout),
+            source=source,
+            meta=_check_meta(meta),
+            overlap=cast(Overlap, overlap),
+            max_concurrency=None if max_concurrency is None else int(max_concurrency),
+            spread=checked_spread,
+            not_before=window[0],
+            not_after=window[1],
+            max_runs=check_max_runs(max_runs),
+            calendars=check_calendars(calendars),
+            auto_pause_after=check_auto_pause(auto_pause_after),
+        )
+
+    def parsed_schedule(self) -> Schedule:
+        """Return the parsed :class:`~pgpulse.core.schedule.Schedule` of this job (pure, no I/O)."""
+        return parse_schedule(self.schedule, self.timezone)
+
+
+def unknown_handlers(specs: Iterable[JobSpec], known: Collection[str]) -> set[str]:
+    """The handlers of ``specs`` that are neither built in nor in ``known`` (pure)."""
+    return {spec.handler for spec in specs} - set(BUILTIN_HANDLERS) - set(known)
+
+
+def check_handlers(specs: Iterable[JobSpec], known: Collection[str]) -> None:
+    """Refuse the first spec whose handler is neither built in nor in ``known`` (pure).
+
+    Args:
+        specs: the job definitions about to be written.
+        known: handler names known besides the built-in ones: the caller's own and those the
+            nodes registered (``Store.registered_handlers``).
+
+    Raises:
+        UnknownHandler: ``field`` is ``"handler"``, ``value`` the name; the message lists the
+            known handlers.
+    """
+    names = set(BUILTIN_HANDLERS) | set(known)
+    for spec in specs:
+        if spec.handler not in names:
+            raise UnknownHandler(
+                f"handler {spec.handler!r} of job {spec.name!r} is not built in and no "
+                f"node has registered it{did_you_mean(spec.handler, names)} "
+                f"(known: {', '.join(sorted(names))})",
+                field="handler",
+                value=spec.handler,
+            )

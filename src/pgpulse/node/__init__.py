@@ -1,0 +1,7 @@
+"""The node layer: the claim loop, attempts and their handlers, heartbeat and membership,
+the listener, and the services a node runs; :class:`~pgpulse.node.app.App` declares a
+node's jobs.
+
+May import :mod:`pgpulse.db` and :mod:`pgpulse.core`; never the alerts, the web or the
+CLI (import-linter contracts in pyproject.toml).
+"""

@@ -1,0 +1,250 @@
+"""What the task-queue built-ins (``celery``, ``rq``) share: the occurrence's stable task id, the
+checks of the payload fields they have in common, and how a node's broker setting is shown.
+
+Pulse hands an occurrence to a queue the team already runs; it never executes the task. The
+send is at least once per occurrence (a node may die after the broker took the message and
+before the run was recorded; the next attempt sends again), so every attempt of one occurrence
+sends the same id (:func:`occurrence_task_id`): a worker or a result backend can drop a repeat.
+Nothing here imports a queue's client (pure, no I/O).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+from urllib.parse import urlsplit
+
+from pgpulse.core.errors import InvalidInput, InvalidPayload
+from pgpulse.core.handlers import HandlerFailed, RunContext
+from pgpulse.core.masking import mask_url, scrub, url_credentials
+from pgpulse.core.wording import did_you_mean, json_given, seconds_text
+
+__all__ = [
+    "check_call_fields",
+    "occurrence_task_id",
+    "pulse_headers",
+    "redacted_url",
+]
+
+#: The built-ins a node runs only with a setting of its own: handler -> the key of its
+#: ``handler_options`` that must be set (``node run --celery-broker``/``--celery-app``,
+#: ``--rq-redis``), and what the setting is called when a job waits for it.
+NEEDS_OPTION: dict[str, tuple[str, str]] = {
+    "celery": ("celery", "a Celery broker (node run --celery-broker or --celery-app)"),
+    "rq": ("rq", "a Redis for RQ (node run --rq-redis)"),
+}
+
+#: The namespace of the task ids Pulse derives (uuid5 of this and the occurrence's identity).
+TASK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://pgpulse.dev/occurrence")
+
+
+def occurrence_task_id(ctx: RunContext) -> str:
+    """The task id of ``ctx``'s occurrence: the same for every attempt of it, on any node.
+
+    It is ``uuid5(TASK_ID_NAMESPACE, "<job id>/<scheduled_for, ISO-8601 UTC>")`` for a
+    scheduled occurrence (design.md: an occurrence is (job id, scheduled_for)). A triggered or
+    backfilled run adds its run id, so a deliberate re-run of an occurrence is a new task
+    rather than a repeat a worker would drop.
+
+    Args:
+        ctx: the attempt (``scheduled_for`` aware or naive UTC).
+    """
+    instant = ctx.scheduled_for
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=UTC)
+    identity = f"{ctx.job_id}/{instant.astimezone(UTC).isoformat()}"
+    if ctx.kind != "scheduled":
+        identity += f"/{ctx.kind}/{ctx.run_id}"
+    return str(uuid.uuid5(TASK_ID_NAMESPACE, identity))
+
+
+def pulse_headers(ctx: RunContext) -> dict[str, Any]:
+    """The headers every message carries about its occurrence (set after the payload's, so a
+    payload cannot disguise which run sent it): ``pulse_job`` (``tenant/name``),
+    ``pulse_scheduled_for`` (ISO-8601, UTC), ``pulse_attempt``, ``pulse_run_id``."""
+    instant = ctx.scheduled_for
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=UTC)
+    return {
+        "pulse_job": f"{ctx.tenant}/{ctx.job_name}",
+        "pulse_scheduled_for": instant.astimezone(UTC).isoformat(),
+        "pulse_attempt": ctx.attempt,
+        "pulse_run_id": ctx.run_id,
+    }
+
+
+def _refuse(field: str, value: Any, why: str) -> InvalidPayload:
+    return InvalidPayload(f"{field} {why}, got {json_given(value)}", field=field, value=value)
+
+
+def check_keys(payload: Mapping[str, Any], known: frozenset[str], example: str) -> None:
+    """Refuse a payload that is not an object or holds a key outside ``known`` (a typo such
+    as ``taks`` must not pass silently), naming the first such key.
+
+    Raises:
+        InvalidPayload: ``field`` is ``payload`` or ``payload.<key>``.
+    """
+    if not isinstance(payload, Mapping):
+        raise _refuse("payload", payload, "must be a JSON object")
+    unknown = sorted(set(payload) - known)
+    if unknown:
+        raise InvalidPayload(
+            f"payload.{unknown[0]} is not a field of this handler"
+            f"{did_you_mean(unknown[0], known)} (fields: {', '.join(sorted(known))}; "
+            f"e.g. {example})",
+            field=f"payload.{unknown[0]}",
+            value=payload[unknown[0]],
+        )
+
+
+def check_name_field(payload: Mapping[str, Any], key: str, *, required: bool) -> None:
+    """``payload[key]``, when given (or ``required``), is a non-empty string without NUL or
+    blanks at either end (a task, function or queue name).
+
+    Raises:
+        InvalidPayload: ``field`` is ``payload.<key>``.
+    """
+    field = f"payload.{key}"
+    if key not in payload:
+        if required:
+            raise InvalidPayload(
+                f'{field} is required (e.g. {{"{key}": ...}})', field=field, value=None
+            )
+        return
+    value = payload[key]
+    if not isinstance(value, str):
+        raise _refuse(field, value, "must be a string")
+    if not value or value != value.strip() or "\x00" in value:
+        raise _refuse(field, value, "must be a non-empty name without NUL or surrounding blanks")
+
+
+def check_call_fields(payload: Mapping[str, Any]) -> None:
+    """``args`` is a list and ``kwargs`` an object, when given: what the task is called with.
+
+    Raises:
+        InvalidPayload: ``field`` is ``payload.args`` or ``payload.kwargs``.
+    """
+    args = payload.get("args")
+    if args is not None and not isinstance(args, list):
+        raise _refuse("payload.args", args, "must be a JSON array")
+    kwargs = payload.get("kwargs")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise _refuse("payload.kwargs", kwargs, "must be a JSON object")
+
+
+def check_seconds(payload: Mapping[str, Any], key: str) -> None:
+    """``payload[key]``, when given, is a positive number of seconds.
+
+    Raises:
+        InvalidPayload: ``field`` is ``payload.<key>``.
+    """
+    value = payload.get(key)
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+    ):
+        raise _refuse(f"payload.{key}", value, "must be a positive number of seconds")
+
+
+def redacted_url(url: str) -> str:
+    """``url`` without its credentials (``redis://:***@host:6379/0``, and every query value:
+    ``?password=***``, :func:`pgpulse.core.masking.mask_url`): what a run's output or a log line may
+    show of a node's broker (each of several ``;``-separated URLs)."""
+    shown = []
+    for one in url.split(";"):
+        try:
+            urlsplit(one)
+        except ValueError:
+            shown.append("<unparsable URL>")
+            continue
+        shown.append(mask_url(one))
+    return ";".join(shown)
+
+
+def scrub_url(text: str, url: str) -> str:
+    """``text`` (an exception's text) without ``url``'s credentials, however it quotes them:
+    the URL whole, or its password or query values alone (:func:`pgpulse.core.masking.scrub`)."""
+    for one in url.split(";"):
+        text = scrub(text.replace(one, redacted_url(one)), url_credentials(one))
+    return text
+
+
+def check_url(option: str, url: str, schemes: frozenset[str]) -> None:
+    """Refuse a broker URL that does not parse: no scheme among ``schemes``, or a port that is
+    not a number (each of several ``;``-separated URLs).
+
+    Args:
+        option: the node option it came from (``celery_broker``, ``rq_redis``): the field named.
+        url: the URL.
+        schemes: the schemes the client knows.
+
+    Raises:
+        InvalidInput: ``field`` is ``option``; the value shown without its password.
+    """
+    for one in url.split(";"):
+        try:
+            parts = urlsplit(one.strip())
+            parts.port  # noqa: B018 - parses the port; a non-number raises ValueError
+            scheme = parts.scheme.lower()
+            ok = scheme in schemes and "://" in one
+        except ValueError:
+            ok = False
+        if not ok:
+            raise InvalidInput(
+                f"{option.replace('_', ' ')} URL {redacted_url(one)!r} does not parse: expected "
+                f"<scheme>://[user:password@]host[:port][/...] with a scheme among "
+                f"{', '.join(sorted(s for s in schemes if s.islower()))}",
+                field=option,
+                value=redacted_url(one),
+            )
+
+
+def utc_text(instant: datetime) -> str:
+    """``instant`` as ISO-8601 UTC text (naive taken as UTC)."""
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=UTC)
+    return instant.astimezone(UTC).isoformat()
+
+
+T = TypeVar("T")
+
+#: Seconds one send may take at most, whatever the job's timeout (a broker that does not answer
+#: fails the attempt, with the reason, instead of holding its slot).
+SEND_TIMEOUT = 30.0
+
+
+class Sender(Protocol):
+    """What :func:`send_bounded` needs of a node's producer for one queue."""
+
+    #: The broker's address, its password masked (shown in runs).
+    where: str
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the broker's secrets."""
+        ...
+
+
+async def send_bounded(ctx: RunContext, sender: Sender, what: str, send: Callable[[], T]) -> T:
+    """Run ``send`` (a blocking client call) in a thread, for at most :data:`SEND_TIMEOUT`
+    seconds or the job's timeout if shorter, as one attempt's send of ``what`` (``task <id>``,
+    ``job <id>``).
+
+    Raises:
+        HandlerFailed: it took longer, or raised: the message names ``what``, where it went
+            and why (the broker's secrets scrubbed).
+    """
+    bound = min(ctx.timeout or SEND_TIMEOUT, SEND_TIMEOUT)
+    try:
+        async with asyncio.timeout(bound):
+            return await asyncio.to_thread(send)
+    except TimeoutError:
+        raise HandlerFailed(
+            f"sending {what} via {sender.where} took over {seconds_text(bound)}"
+        ) from None
+    except Exception as exc:
+        raise HandlerFailed(
+            f"sending {what} via {sender.where} failed: {type(exc).__name__}: "
+            f"{sender.scrub(str(exc))}"
+        ) from None
