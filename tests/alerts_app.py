@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pgpulse import App, RunContext
-from pgpulse.core.handlers import HandlerFailed
+from pgpulse.node.handlers import HandlerFailed
 
 app = App()
 

@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pgpulse.core.handlers import NodeHandlers
 from pgpulse.core.jobs import JobSpec
 from pgpulse.core.model import ClaimedJob, Outcome
 from pgpulse.db.store import Store
 from pgpulse.node.attempts import decide_claim
 from pgpulse.node.dispatch import plan_finish
+from pgpulse.node.handlers import NodeHandlers
 
 
 def utc(

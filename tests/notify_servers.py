@@ -3,8 +3,8 @@ thread of its own, so a slow answer does not depend on the test's event loop) an
 (``aiosmtpd``, with or without TLS and login). Both record what they received, as received.
 
 The HTTP receiver checks the webhook signature with the recipe of docs/alerts.md, written out
-here again on purpose (not by calling :func:`pgpulse.alerts.notifiers.webhook.verify_signature`), so the
-documented recipe and the sender are held to each other.
+here again on purpose (not by calling :func:`pgpulse.alerts.notifiers.webhook.verify_signature`), so
+the documented recipe and the sender are held to each other.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from helpers import ALL_SHARDS, run_claim
-from pgpulse.core.handlers import NodeHandlers, RunContext
 from pgpulse.db.store import Store
+from pgpulse.node.handlers import NodeHandlers, RunContext
 
 
 async def drain(

@@ -22,7 +22,6 @@ import pytest
 
 from pgpulse.core.egress import HttpAllowList
 from pgpulse.core.errors import InvalidInput, InvalidPayload
-from pgpulse.core.handlers import MAX_OUTPUT_CHARS, HandlerFailed, RunContext, truncate_output
 from pgpulse.node import builtins
 from pgpulse.node.builtins import (
     BUILTIN_HANDLERS,
@@ -32,6 +31,7 @@ from pgpulse.node.builtins import (
     validate_http_payload,
     validate_shell_payload,
 )
+from pgpulse.node.handlers import MAX_OUTPUT_CHARS, HandlerFailed, RunContext, truncate_output
 
 LOOPBACK = HttpAllowList.parse(["127.0.0.1"])
 SCHEDULED_FOR = datetime(2024, 3, 10, 2, 30, tzinfo=UTC)

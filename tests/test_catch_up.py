@@ -15,10 +15,10 @@ import pytest
 
 from helpers import ALL_SHARDS, add, run_claim, spec, utc
 from pgpulse.core import planner
-from pgpulse.core.handlers import NodeHandlers, RunContext
 from pgpulse.core.zones import load_zone
 from pgpulse.db.store import Store
 from pgpulse.node import dispatch
+from pgpulse.node.handlers import NodeHandlers, RunContext
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 BACK = T0 + timedelta(minutes=112)  # 01:52:30

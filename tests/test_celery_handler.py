@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from pgpulse.core.handlers import HandlerFailed, RunContext
 from pgpulse.core.routing import waiting_reason
 from pgpulse.db.store import Store
 from pgpulse.node.builtins import BUILTIN_HANDLERS
 from pgpulse.node.celery_handler import CelerySender, celery_handler
 from pgpulse.node.engine import Node, NodeConfig
+from pgpulse.node.handlers import HandlerFailed, RunContext
 from pgpulse.node.rq_handler import RqSender
 from pgpulse.node.task_queues import occurrence_task_id, redacted_url, scrub_url
 

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from helpers import ALL_SHARDS, add, spec
-from pgpulse.core.handlers import NodeHandlers, RunContext
 from pgpulse.core.model import ClaimedJob, ClaimKey
 from pgpulse.db.store import Store
 from pgpulse.node.attempts import Attempts
+from pgpulse.node.handlers import NodeHandlers, RunContext
 from test_engine import node, running, wait_until
 
 #: A DSN nothing listens on: what a node's new sessions meet while PostgreSQL restarts or its

@@ -16,9 +16,9 @@ import pytest
 from psycopg import conninfo
 
 from helpers import add, spec
-from pgpulse.core.handlers import RunContext
 from pgpulse.db.database import open_pool
 from pgpulse.db.store import Store
+from pgpulse.node.handlers import RunContext
 from pgpulse_tools.chaos.proxy import Proxy
 from pgpulse_tools.chaos.server import ExternalServer
 from test_engine import node, running, wait_until

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from helpers import pgpulse, spec
-from pgpulse.core.handlers import RunContext
 from pgpulse.core.jobs import JobSpec
 from pgpulse.db.store import Store
 from pgpulse.node.app import App
+from pgpulse.node.handlers import RunContext
 
 
 def app_with(*names: str, prune: bool = False) -> App:

@@ -12,9 +12,9 @@ import pytest
 from psycopg.rows import dict_row
 
 from helpers import add, spec
-from pgpulse.core.handlers import RunContext
 from pgpulse.db.database import open_pool
 from pgpulse.db.store import Store
+from pgpulse.node.handlers import RunContext
 from pgpulse_tools.chaos.server import ManagedServer
 from test_engine import TRIGGERED_ONLY, node, wait_until
 

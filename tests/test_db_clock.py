@@ -16,10 +16,10 @@ import pytest
 
 from helpers import apgpulse
 from pgpulse.alerts.store import AlertStore
-from pgpulse.core.handlers import RunContext
 from pgpulse.db.store import Store
 from pgpulse.node.db_clock import ClockReading, ClockWatch, clock_step
 from pgpulse.node.engine import Node, NodeConfig
+from pgpulse.node.handlers import RunContext
 
 T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 

@@ -14,12 +14,12 @@ import pytest
 
 from helpers import ALL_SHARDS, spec, utc
 from pgpulse.core.egress import HttpAllowList, refusal
-from pgpulse.core.handlers import HandlerFailed, NodeHandlers
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.store import Store
 from pgpulse.node.attempts import decide_claim
 from pgpulse.node.builtins import http_handler
 from pgpulse.node.dispatch import plan_finish
+from pgpulse.node.handlers import HandlerFailed, NodeHandlers
 from test_builtins import make_ctx
 from web_helpers import api_client, make_token
 

@@ -22,12 +22,12 @@ import pytest
 from helpers import ALL_SHARDS, pgpulse, spec, utc
 from pgpulse.core.address_registry import SPECIAL_BLOCKS, host_address
 from pgpulse.core.egress import HttpAllowList, refusal
-from pgpulse.core.handlers import NodeHandlers
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.store import Store
 from pgpulse.node.builtins import http_handler
 from pgpulse.node.dispatch import plan_finish
 from pgpulse.node.egress_transport import GuardedTransport
+from pgpulse.node.handlers import NodeHandlers
 from test_egress import secret  # noqa: F401 - the listener fixture
 from web_helpers import api_client, make_token
 

@@ -14,11 +14,11 @@ import psycopg
 import pytest
 
 from helpers import add, spec
-from pgpulse.core.handlers import Handler, RunContext
 from pgpulse.core.model import Step, pause_after
 from pgpulse.core.sharding import DEFAULT_SHARD_COUNT
 from pgpulse.db.store import Store
 from pgpulse.node.engine import Node, NodeConfig
+from pgpulse.node.handlers import Handler, RunContext
 
 #: A schedule whose next occurrence is months away: a triggered job then runs exactly once in a
 #: test, whenever the test runs ("* * * * *" would fire again if the test crossed a minute).

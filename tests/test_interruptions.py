@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from helpers import ALL_SHARDS, add, spec, utc
-from pgpulse.core.handlers import RunContext
 from pgpulse.core.model import AttemptResult, ClaimedJob
 from pgpulse.core.planner import MAX_INTERRUPTIONS, plan_claim
 from pgpulse.core.schedule import parse_schedule
 from pgpulse.db.run_control import RunControl
 from pgpulse.db.store import Store
 from pgpulse.node.dispatch import plan_finish
+from pgpulse.node.handlers import RunContext
 from test_engine import TRIGGERED_ONLY, running, wait_until
 from test_occurrences import node
 

@@ -466,12 +466,15 @@ def test_retry_policy_honours_retry_after_up_to_its_cap() -> None:
 _ISOLATED = r"""
 import sys, types
 from pathlib import Path
-# Load pgpulse's modules without its package __init__ (which loads the engine and its handlers),
-# so what these modules import themselves is what shows in sys.modules.
-package = types.ModuleType("pgpulse")
-package.__path__ = [str(Path(sys.argv[1]))]
-sys.modules["pgpulse"] = package
-import pgpulse.alerts.notifiers, pgpulse.alerts.notifiers.webhook, pgpulse.alerts.notifiers.email, pgpulse.alerts.notifiers.checkin
+# Load pgpulse's modules without the __init__ of pgpulse and pgpulse.alerts (which load the
+# engine and the alert store), so what these modules import themselves is what shows in
+# sys.modules.
+for name, path in [("pgpulse", Path(sys.argv[1])), ("pgpulse.alerts", Path(sys.argv[1], "alerts"))]:
+    package = types.ModuleType(name)
+    package.__path__ = [str(path)]
+    sys.modules[name] = package
+import pgpulse.alerts.notifiers, pgpulse.alerts.notifiers.webhook
+import pgpulse.alerts.notifiers.email, pgpulse.alerts.notifiers.checkin
 from pgpulse.alerts.notifiers import parse_notifier_config, build_notifier
 for kind, config in [
     ("webhook", {"url": "https://hooks.example.com/x", "secret": "0123456789abcdef"}),

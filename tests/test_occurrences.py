@@ -13,11 +13,11 @@ import pytest
 
 from helpers import add, spec, utc
 from pgpulse.core.errors import InvalidInput
-from pgpulse.core.handlers import Handler, RunContext
 from pgpulse.core.model import ClaimKey
 from pgpulse.db.run_control import RunControl
 from pgpulse.db.store import Store
 from pgpulse.node.engine import Node
+from pgpulse.node.handlers import Handler, RunContext
 from test_engine import TRIGGERED_ONLY, running, wait_until
 from test_engine import node as engine_node
 

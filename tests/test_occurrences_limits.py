@@ -12,11 +12,11 @@ import pytest
 from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse.core.calendars import ExclusionCalendar
 from pgpulse.core.errors import InvalidInput
-from pgpulse.core.handlers import NodeHandlers
 from pgpulse.core.spread import spread_offset
 from pgpulse.db.run_control import RunControl
 from pgpulse.db.store import Store
 from pgpulse.node.attempts import decide_claim
+from pgpulse.node.handlers import NodeHandlers
 from run_control_helpers import job_row
 
 

@@ -11,13 +11,13 @@ from typing import Any
 
 from helpers import ALL_SHARDS, add, spec, utc
 from pgpulse.core.audit import Actor
-from pgpulse.core.handlers import NodeHandlers
 from pgpulse.core.model import AttemptResult
 from pgpulse.db.pausing import CancelledRun, pause_note
 from pgpulse.db.run_control import RunControl
 from pgpulse.db.store import Store
 from pgpulse.node.attempts import decide_claim
 from pgpulse.node.dispatch import plan_finish
+from pgpulse.node.handlers import NodeHandlers
 from pgpulse.web.service import upcoming
 from run_control_helpers import drain, history, job_row
 from test_engine import TRIGGERED_ONLY

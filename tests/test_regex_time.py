@@ -85,12 +85,12 @@ PATTERNS: dict[tuple[str, str], str] = {
 #: Patterns written inline in a call: (file, pattern, method). ``sql/__init__.py`` and
 #: ``cli_conventions.py`` apply theirs to Pulse's own SQL files and help texts.
 INLINE: list[tuple[str, str, str]] = [
-    ("database.py", r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", "sub"),
-    ("applyfile.py", "[0-9_]+", "findall"),
+    ("db/database.py", r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", "sub"),
+    ("cli/applyfile.py", "[0-9_]+", "findall"),
     # One per secret, escaped: timed with a secret of the shapes' own characters.
-    ("masking.py", r"(?<![^\W_])a0 \\(?![^\W_])", "sub"),
-    ("calendars.py", r"[0-9]{4}-[0-9]{2}-[0-9]{2}", "fullmatch"),
-    ("cli_conventions.py", r"default: (-?\d+)\.0(?=[;\]])", "sub"),
+    ("core/masking.py", r"(?<![^\W_])a0 \\(?![^\W_])", "sub"),
+    ("core/calendars.py", r"[0-9]{4}-[0-9]{2}-[0-9]{2}", "fullmatch"),
+    ("cli/conventions.py", r"default: (-?\d+)\.0(?=[;\]])", "sub"),
 ]
 #: Checks written without a regular expression where one backtracked.
 FUNCTIONS: dict[str, Callable[[str], object]] = {

@@ -17,7 +17,7 @@ import pytest
 from redis import Redis
 
 from helpers import pgpulse
-from pgpulse.core.handlers import RunContext
+from pgpulse.node.handlers import RunContext
 from pgpulse.node.rq_handler import RqSender, rq_handler
 from pgpulse.node.task_queues import TASK_ID_NAMESPACE
 

@@ -17,9 +17,9 @@ from helpers import add, apgpulse, spec
 from notify_servers import HttpReceiver, run_http_receiver
 from pgpulse.alerts.store import AlertStore
 from pgpulse.core.egress import HttpAllowList
-from pgpulse.core.handlers import RunContext
 from pgpulse.node.app import connect
 from pgpulse.node.engine import Node, NodeConfig
+from pgpulse.node.handlers import RunContext
 from pgpulse.node.split_brain import HostRole, host_dsn, hosts_of, judge
 from test_replication import (  # noqa: F401  (fixtures: pytest finds them by name)
     ClusterFactory,

@@ -19,12 +19,13 @@ import psycopg
 from psycopg import sql
 
 from helpers import add, spec
-from pgpulse.core.handlers import RunContext
+from pgpulse.core.model import AttemptResult
 from pgpulse.db.database import open_pool
 from pgpulse.db.migrations import migrate, schema_version
 from pgpulse.db.run_control import RunControl
 from pgpulse.db.store import Store
-from pgpulse.node.dispatch import AttemptResult, plan_finish
+from pgpulse.node.dispatch import plan_finish
+from pgpulse.node.handlers import RunContext
 from pgpulse.sql import migration_files
 from test_engine import TRIGGERED_ONLY, running, wait_until
 from test_occurrences import node

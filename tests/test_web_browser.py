@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import pytest
 
-from pgpulse.core.handlers import HandlerFailed, RunContext
 from pgpulse.core.policy import WebSettings
+from pgpulse.node.handlers import HandlerFailed, RunContext
 from web_helpers import LiveServer, node_config, sync_token
 
 CHROMIUM = "/usr/bin/chromium"

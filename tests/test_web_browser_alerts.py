@@ -22,9 +22,9 @@ import pytest
 from notify_servers import HttpReceiver, run_http_receiver
 from pgpulse.alerts.store import AlertStore
 from pgpulse.core.egress import HttpAllowList
-from pgpulse.core.handlers import HandlerFailed, RunContext
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.database import open_pool
+from pgpulse.node.handlers import HandlerFailed, RunContext
 from test_engine import TRIGGERED_ONLY
 from test_web_browser import CHROMIUM, _shot
 from web_helpers import LiveServer, node_config, sync_token

@@ -11,12 +11,12 @@ import httpx
 from prometheus_client import REGISTRY
 
 from helpers import add, spec, utc
-from pgpulse.core.handlers import RunContext
 from pgpulse.core.model import ClaimedJob
 from pgpulse.core.planner import Advance
 from pgpulse.db.store import Store
 from pgpulse.node import metrics
 from pgpulse.node.engine import Node
+from pgpulse.node.handlers import RunContext
 from pgpulse.web.server import web_sidecar
 from web_helpers import node_config
 

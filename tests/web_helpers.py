@@ -12,12 +12,12 @@ from typing import Any
 
 import httpx
 
-from pgpulse.core.handlers import Handler
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.database import open_pool
 from pgpulse.db.store import Store
 from pgpulse.db.tokens import TokenStore
 from pgpulse.node.engine import Node, NodeConfig
+from pgpulse.node.handlers import Handler
 from pgpulse.web.app import create_app
 from pgpulse.web.server import bind, run_in_background
 

@@ -28,9 +28,9 @@ from pgpulse.core.errors import (
     UnknownHandler,
     UnknownTimeZone,
 )
-from pgpulse.core.handlers import HandlerFailed, RunContext
 from pgpulse.core.jobs import JobSpec
 from pgpulse.core.schedule import Schedule, parse_schedule
+from pgpulse.node.handlers import HandlerFailed, RunContext
 
 if TYPE_CHECKING:
     from pgpulse.client import Client, connect

@@ -12,7 +12,8 @@ retried like jobs, silences (docs/alerts.md).
   written with it;
 * :mod:`~pgpulse.cli.alerts`: ``pgpulse notifier`` and ``pgpulse alert``.
 
-The notifiers themselves (what is sent, how, when it is retried) are :mod:`pgpulse.alerts.notifiers`.
+The notifiers themselves (what is sent, how, when it is retried) are
+:mod:`pgpulse.alerts.notifiers`.
 """
 
 from __future__ import annotations

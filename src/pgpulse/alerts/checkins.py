@@ -14,8 +14,8 @@ path (docs/alerts.md, "Check-ins").
   event of a job without a rule is dropped before it is queued once the rules are known. A
   job's own rule replaces the default (the rule without a job).
 * **Sending.** At most ``max_in_flight`` pings at once, each in a task of its own with the
-  notifier's retries (:class:`~pgpulse.alerts.notifiers.retry.RetryPolicy`); an attempt's end is sent
-  after its start is done, so the monitor sees them in order. A ping that fails for good is
+  notifier's retries (:class:`~pgpulse.alerts.notifiers.retry.RetryPolicy`); an attempt's end is
+  sent after its start is done, so the monitor sees them in order. A ping that fails for good is
   logged (``checkin_failed``, the URL masked: secrets never reach a log) and counted; it never
   fails or delays a run.
 """

@@ -17,8 +17,8 @@ outcome — off every attempt's path (docs/alerts.md, "How alerts are delivered"
   (killed mid-delivery, stalled) changes nothing, and the delivery is claimed again once the
   lease expires, with the same ``Idempotency-Key`` (webhook) or ``Message-ID`` (e-mail), so the
   receiver can drop the repeat. A failure is retried by the notifier's
-  :class:`~pgpulse.alerts.notifiers.retry.RetryPolicy` (backoff with jitter, ``Retry-After``) until its
-  ``max_attempts``; nothing is lost while the receiver is down.
+  :class:`~pgpulse.alerts.notifiers.retry.RetryPolicy` (backoff with jitter, ``Retry-After``) until
+  its ``max_attempts``; nothing is lost while the receiver is down.
 * **Order**: the events of one job (or of the cluster) reach one notifier in the order they
   fired; a later one waits until the earlier one is delivered or given up (a ``recovered``
   never overtakes the failure it closes while the receiver was down), and each says the

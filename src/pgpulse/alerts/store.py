@@ -2,8 +2,8 @@
 pool, or the CLI's). Statements live in ``sql/alerts.sql``.
 
 Every write path (CLI, HTTP API, :class:`~pgpulse.node.app.App`) comes through here, so the checks
-are the same on each: a notifier's config is validated by :mod:`pgpulse.alerts.notifiers` (webhook and
-check-in URLs against the ``http`` jobs' address policy unless the operator's allow-list names
+are the same on each: a notifier's config is validated by :mod:`pgpulse.alerts.notifiers` (webhook
+and check-in URLs against the ``http`` jobs' address policy unless the operator's allow-list names
 them), a rule by :func:`~pgpulse.alerts.rules.parse_rule` and, for ``silence``, against its
 job's schedule; a refusal raises before anything is written. Notifier configs are returned
 redacted: secrets never leave the database through these methods, except to the sender

@@ -1,7 +1,8 @@
 """The ``pgpulse`` commands that keep whole sources of definitions in step with their files:
 ``apply`` (TOML files), ``crontab import`` (with ``--sync``), and ``job history`` (the audit
 trail). Thin: they read files, call the library (:mod:`pgpulse.cli.applyfile`,
-:mod:`pgpulse.core.crontab_sync`, :meth:`Store.reconcile <pgpulse.db.store.Store.reconcile>`) and print.
+:mod:`pgpulse.core.crontab_sync`, :meth:`Store.reconcile <pgpulse.db.store.Store.reconcile>`) and
+print.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import click
 
 from pgpulse.core.errors import InvalidInput
 from pgpulse.core.wording import plural
+from pgpulse.web.options import parse_address
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -144,30 +145,6 @@ class IsoDateTime(click.ParamType[datetime]):
             self.fail(
                 f"{value!r} is not a date and time: ISO 8601, e.g. 2026-12-01T10:00", param, ctx
             )
-
-
-def parse_address(text: str, *, field: str = "listen") -> tuple[str, int]:
-    """Parse ``HOST:PORT``, ``:PORT`` (all interfaces), ``PORT`` (loopback) or ``[V6]:PORT``.
-
-    Raises:
-        InvalidInput: not an address with a port in 0-65535 (``field`` names the option; a
-            port past 65535 is said to be out of range).
-    """
-    host, sep, port_text = text.strip().rpartition(":")
-    if not sep:
-        host, port_text = "127.0.0.1", text.strip()
-    elif host == "":
-        host = "0.0.0.0"  # ":PORT" explicitly asks for every interface
-    host = host.strip("[]")
-    if not port_text.isdigit() or not host:
-        raise InvalidInput(f"{field} {text!r} is not HOST:PORT", field=field, value=text)
-    if int(port_text) > 65535:  # TCP's port is 16 bits; 0 asks the system for a free one
-        raise InvalidInput(
-            f"{field} {text!r}: port {port_text} is out of range (1-65535)",
-            field=field,
-            value=text,
-        )
-    return host, int(port_text)
 
 
 class HostPort(click.ParamType[str]):

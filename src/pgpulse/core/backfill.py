@@ -163,8 +163,8 @@ def check_range(start: datetime, end: datetime, now: datetime) -> None:
 
     Raises:
         InvalidInput: naming ``from`` or ``to``: outside Pulse's range of instants
-            (:data:`~pgpulse.core.zones.EARLIEST_INSTANT` - :data:`~pgpulse.core.zones.LATEST_INSTANT`),
-            or as above.
+            (:data:`~pgpulse.core.zones.EARLIEST_INSTANT` -
+            :data:`~pgpulse.core.zones.LATEST_INSTANT`), or as above.
     """
     check_instant_range("from", start)
     check_instant_range("to", end)

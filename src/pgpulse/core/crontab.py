@@ -321,7 +321,8 @@ def entry_to_spec(
     catch_up: str = "skip",
     source: str | None = None,
 ) -> JobSpec:
-    """Build the :class:`~pgpulse.core.jobs.JobSpec` of a crontab entry, run by the ``shell`` handler.
+    """Build the :class:`~pgpulse.core.jobs.JobSpec` of a crontab entry, run by the ``shell``
+    handler.
 
     The payload holds ``command``, ``stdin``, ``env`` and ``user`` (keys whose value is
     ``None`` are left out); ``meta`` records ``crontab_user``, ``mailto`` and the raw ``line``;

@@ -49,7 +49,8 @@ def plan_crontab_sync(
 
     Args:
         source: the file's source, ``crontab:<absolute path>``.
-        specs: the file's lines as jobs (:func:`~pgpulse.core.crontab.entry_to_spec`), in file order.
+        specs: the file's lines as jobs (:func:`~pgpulse.core.crontab.entry_to_spec`), in file
+            order.
         stored: the locked rows of the source's jobs and of the jobs the specs name.
 
     Returns:

@@ -13,8 +13,8 @@ which differ between patch releases. An IPv6 form that carries an IPv4 address (
 address it carries.
 
 A URL's host is read once, by httpx's parser (the one that sends the request), and an address
-spelled in it is read by :func:`~pgpulse.core.address_registry.host_address` in every form the system
-resolver takes (``2130706433``, ``0x7f.1``, ``127.1``, a trailing dot, an IPv6 zone id):
+spelled in it is read by :func:`~pgpulse.core.address_registry.host_address` in every form the
+system resolver takes (``2130706433``, ``0x7f.1``, ``127.1``, a trailing dot, an IPv6 zone id):
 :func:`target_addresses` is what both checks judge.
 
 The rule is checked twice: when a job is written (the API refuses the job:
@@ -23,8 +23,8 @@ second is a guarantee: a name can resolve to a public address when the job is wr
 127.0.0.1 when it runs (DNS rebinding). The transport resolves the host itself, refuses the
 connection if any address it resolves to is refused, and connects to a checked address — never
 resolving twice — for every request, redirects included. A refused connection fails the attempt
-with ``ConnectError: ... refused ...``. The transport is :mod:`pgpulse.node.egress_transport` (httpx and
-httpcore load only with it); this module is the rule, and imports neither.
+with ``ConnectError: ... refused ...``. The transport is :mod:`pgpulse.node.egress_transport`
+(httpx and httpcore load only with it); this module is the rule, and imports neither.
 """
 
 from __future__ import annotations

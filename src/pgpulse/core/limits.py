@@ -97,7 +97,8 @@ def parse_instant(field_name: str, value: object, timezone: str) -> datetime:
 
     Raises:
         InvalidInput: ``field`` is ``field_name``: not an instant, or outside
-            :data:`~pgpulse.core.zones.EARLIEST_INSTANT` - :data:`~pgpulse.core.zones.LATEST_INSTANT`.
+            :data:`~pgpulse.core.zones.EARLIEST_INSTANT` -
+            :data:`~pgpulse.core.zones.LATEST_INSTANT`.
     """
     instant: datetime | None = None
     if isinstance(value, datetime):
@@ -367,8 +368,8 @@ def resumed_run(
 ) -> datetime | None:
     """The occurrence that runs first after a resume in ``mode`` at ``resumed_at`` left the job
     holding ``occurrence``: the claim's own decision (:func:`resume_policy` and the planner's
-    :func:`~pgpulse.core.planner.hold`, as :mod:`pgpulse.node.dispatch` applies them), so what a resume
-    says runs is what runs. ``once``: the newest occurrence inside the pause; ``backfill``:
+    :func:`~pgpulse.core.planner.hold`, as :mod:`pgpulse.node.dispatch` applies them), so what a
+    resume says runs is what runs. ``once``: the newest occurrence inside the pause; ``backfill``:
     ``occurrence``, the oldest. ``None``: none runs (past the job's window).
     """
     policy, judged_at = resume_policy(

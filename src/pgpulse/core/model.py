@@ -125,11 +125,12 @@ class ClaimedJob(NamedTuple):
 
     @property
     def spread_offset(self) -> timedelta:
-        """The job's stable offset inside its spread window (:func:`pgpulse.core.spread.spread_offset`;
-        zero without a spread). Computed by the node, once per (job, spread) in a process:
-        the claim returning the database's ``pgpulse_spread_offset`` cost a SQL-function call
-        per claimed row, 1.14-1.31x the database CPU per firing (issue 22; docs/benchmarks.md,
-        lever "spread offset computed by the claim's SQL")."""
+        """The job's stable offset inside its spread window
+        (:func:`pgpulse.core.spread.spread_offset`; zero without a spread). Computed by the node,
+        once per (job, spread) in a process: the claim returning the database's
+        ``pgpulse_spread_offset`` cost a SQL-function call per claimed row, 1.14-1.31x the
+        database CPU per firing (issue 22; docs/benchmarks.md, lever "spread offset computed by
+        the claim's SQL")."""
         return _offset(self.id, self.spread) if self.spread else _NO_OFFSET
 
     @property

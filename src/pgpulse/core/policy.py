@@ -4,12 +4,12 @@
   token AND when the server was started with ``--allow-shell-jobs`` (the rule is
   :mod:`pgpulse.core.access`'s, applied by the store to every write; :attr:`WebSettings` carries the
   opt-in).
-* ``http`` jobs must not turn the scheduler into a request-forgery tool (:mod:`pgpulse.core.egress`):
-  their URL's host must be on the operator's allow-list (:attr:`WebSettings.http_allow`) or
-  resolve only to public addresses; so a job that could never run is refused when written. The
-  guarantee is the node's: it checks the address it connects to, at connect time (a name may
-  resolve elsewhere by then). ``follow_redirects: true`` is accepted only for allow-listed
-  hosts, since a redirect could lead anywhere.
+* ``http`` jobs must not turn the scheduler into a request-forgery tool
+  (:mod:`pgpulse.core.egress`): their URL's host must be on the operator's allow-list
+  (:attr:`WebSettings.http_allow`) or resolve only to public addresses; so a job that could never
+  run is refused when written. The guarantee is the node's: it checks the address it connects to, at
+  connect time (a name may resolve elsewhere by then). ``follow_redirects: true`` is accepted only
+  for allow-listed hosts, since a redirect could lead anywhere.
 * Text must be storable: NUL characters and unpaired surrogates are refused with a 422 naming
   the field instead of failing in the database.
 """

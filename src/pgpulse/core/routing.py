@@ -5,9 +5,9 @@ allowed shell jobs, in dry-run or not). A node claims only jobs whose handler it
 fails a job for lacking one; a job whose handler no live node has waits, due, until a node that
 has it joins (its catch-up policy then decides what runs). Shard ownership is computed per
 handler, over the live nodes that have that handler: with one set of handlers everywhere this
-is the plain placement of :func:`pgpulse.core.sharding.shards_for`, and a handler only some nodes have is
-spread over those, so a job is never stranded in a shard whose owner cannot run it (issue 18).
-Each node computes the same placement from the same heartbeat, so every (handler, shard) pair
+is the plain placement of :func:`pgpulse.core.sharding.shards_for`, and a handler only some nodes
+have is spread over those, so a job is never stranded in a shard whose owner cannot run it (issue
+18). Each node computes the same placement from the same heartbeat, so every (handler, shard) pair
 has one claimer among the live nodes in steady state; two claimers for a moment (a heartbeat
 apart) are kept apart by SKIP LOCKED and fencing, as for shards.
 """
@@ -17,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from pgpulse.core.sharding import DEFAULT_SHARD_COUNT, shards_for
-from pgpulse.node.task_queues import NEEDS_OPTION
+
+#: The built-ins a node runs only with a setting of its own: handler -> the key of its
+#: ``handler_options`` that must be set (``node run --celery-broker``/``--celery-app``,
+#: ``--rq-redis``), and what the setting is called when a job waits for it.
+NEEDS_OPTION: dict[str, tuple[str, str]] = {
+    "celery": ("celery", "a Celery broker (node run --celery-broker or --celery-app)"),
+    "rq": ("rq", "a Redis for RQ (node run --rq-redis)"),
+}
 
 #: The claim routes of one node: for each handler it has, the shards it claims that handler's
 #: jobs from (ascending). A handler with no shards is left out.

@@ -240,8 +240,8 @@ class Schedule:
 
         Returns:
             The count. Intervals: O(1). Cron: calendar arithmetic, corrected for the zone's
-            UTC offset changes in the range by running sums (:func:`pgpulse.core.cron.count_between`),
-            whatever the range.
+            UTC offset changes in the range by running sums
+            (:func:`pgpulse.core.cron.count_between`), whatever the range.
 
         Raises:
             ValueError: a naive instant.
@@ -338,8 +338,9 @@ class Schedule:
         most a day; else ``None`` (and always for a one-off schedule).
 
         A cron schedule's is found over every UTC offset its zone has or will have, so the
-        short gaps a daylight-saving change makes count (:func:`pgpulse.core.cron_gaps.shortest_gap`:
-        the cost is bounded by the zone's data, cached per schedule).
+        short gaps a daylight-saving change makes count
+        (:func:`pgpulse.core.cron_gaps.shortest_gap`: the cost is bounded by the zone's data,
+        cached per schedule).
         """
         if self.interval is not None:
             return self.interval if self.interval <= timedelta(days=1) else None

@@ -18,6 +18,7 @@ releases before 0019 do not read the record: nothing stops them.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 from typing import Any
 
@@ -200,7 +201,7 @@ async def refuse_newer_schema(conn: psycopg.AsyncConnection[Any], found: int, la
     breaking = await breaking_version(conn)
     if breaking <= latest:
         return
-    from pgpulse import __version__  # the package is imported by then: no import cycle
+    __version__ = importlib.metadata.version("pgpulse")
 
     raise SchemaTooNew(
         f"{describe(conn.info)}: this node's release (pgpulse {__version__}) knows migrations "

@@ -3,10 +3,11 @@
 ``pgpulse apply``, ``crontab import --sync`` and a node pruning its app's jobs come here
 (:func:`reconcile`): each source is locked (an advisory lock, so two writers of one source run
 one after the other and the second plans against what the first wrote), its jobs and the jobs
-its definitions name are locked, a planner (:mod:`pgpulse.core.plan`, :mod:`pgpulse.core.crontab_sync`)
-computes each source's :class:`~pgpulse.core.plan.Plan`, every definition is checked against who may
-write it (:mod:`pgpulse.core.access`, design.md invariant 10), and then the plan is written — every
-step recorded in the audit trail — or, for a dry run, nothing is.
+its definitions name are locked, a planner (:mod:`pgpulse.core.plan`,
+:mod:`pgpulse.core.crontab_sync`) computes each source's :class:`~pgpulse.core.plan.Plan`, every
+definition is checked against who may write it (:mod:`pgpulse.core.access`, design.md invariant 10),
+and then the plan is written — every step recorded in the audit trail — or, for a dry run, nothing
+is.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 :meth:`Store.upsert_jobs <pgpulse.db.store.Store.upsert_jobs>` and
 :meth:`Store.apply_plan <pgpulse.db.store.Store.apply_plan>` open the transaction, lock the rows
-(:func:`lock_definitions`) and check who may write (:mod:`pgpulse.core.access`); these functions do the
-writes and put each one in the audit trail (``pgpulse_job_history``, :mod:`pgpulse.core.audit`) in the
-same transaction, so a change and its record commit or roll back together.
+(:func:`lock_definitions`) and check who may write (:mod:`pgpulse.core.access`); these functions do
+the writes and put each one in the audit trail (``pgpulse_job_history``, :mod:`pgpulse.core.audit`)
+in the same transaction, so a change and its record commit or roll back together.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from pgpulse.core.access import code_writer
 from pgpulse.core.audit import Actor
 from pgpulse.core.errors import DatabaseRefused, DatabaseUnavailable, InvalidInput, describe
-from pgpulse.core.handlers import Handler, HandlerRegistry
 from pgpulse.core.jobs import JobSpec
 from pgpulse.core.plan import Plan, plan_source
 from pgpulse.core.wording import seconds_text
@@ -39,6 +38,7 @@ from pgpulse.db.database import NODE_SETTINGS, AsyncConn, open_pool, resolve_dsn
 from pgpulse.db.database import describe as describe_connection
 from pgpulse.db.store import Store
 from pgpulse.node.builtins import BUILTIN_HANDLERS
+from pgpulse.node.handlers import Handler, HandlerRegistry
 
 if TYPE_CHECKING:  # the engine and the alert rules load with the first node or declaration:
     # a command that only opens a store (every `pgpulse` command but `node run`) starts

@@ -8,7 +8,7 @@ worker slot and its lease is renewed by every heartbeat, and:
 
 * its task is one coroutine, :meth:`Attempts._run`, read top to bottom: decide
   (:func:`~pgpulse.node.dispatch.decide`, the one pure claim-time decision) → tell the observer the
-  handler starts → run the handler (:meth:`~pgpulse.core.handlers.NodeHandlers.run`) → decide the
+  handler starts → run the handler (:meth:`~pgpulse.node.handlers.NodeHandlers.run`) → decide the
   outcome (:func:`~pgpulse.node.dispatch.plan_finish`) → hand it to the recorder → end;
 * one watchdog timer per node, armed for the earliest deadline of all, cancels an attempt whose
   lease was not renewed in time — ``lease - safety margin`` after the last renewal that landed
@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
-from pgpulse.core.handlers import NodeHandlers
 from pgpulse.core.model import AttemptResult, ClaimedJob, ClaimKey, Outcome
 from pgpulse.core.wording import seconds_text
 from pgpulse.node import metrics
@@ -52,6 +51,7 @@ from pgpulse.node.dispatch import (
     plan_finish,
     replaced_on_loss,
 )
+from pgpulse.node.handlers import NodeHandlers
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 task-queue ones of their own modules, ``celery`` (:mod:`pgpulse.node.celery_handler`) and ``rq``
 (:mod:`pgpulse.node.rq_handler`).
 
-Both are async handlers (see :mod:`pgpulse.core.handlers`): they return the captured output on
-success and raise :class:`~pgpulse.core.handlers.HandlerFailed` with the captured output on failure.
+Both are async handlers (see :mod:`pgpulse.node.handlers`): they return the captured output on
+success and raise :class:`~pgpulse.node.handlers.HandlerFailed` with the captured output on failure.
 Neither enforces the job's timeout: the engine does, by cancelling the handler's task (as it does
 on a lost lease or at shutdown). Both handlers are written so that a cancellation leaves nothing
 behind: the shell handler kills and reaps the command's whole process group, and the HTTP handler
@@ -32,11 +32,11 @@ from urllib.parse import urlsplit
 
 from pgpulse.core.egress import HttpAllowList
 from pgpulse.core.errors import InvalidInput, InvalidPayload
-from pgpulse.core.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
 from pgpulse.core.masking import mask_url, scrub, url_credentials
 from pgpulse.core.wording import json_given, seconds_text
 from pgpulse.node import shell_guard, tracing
 from pgpulse.node.celery_handler import celery_handler, validate_celery_payload
+from pgpulse.node.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
 from pgpulse.node.rq_handler import rq_handler, validate_rq_payload
 from pgpulse.node.task_queues import check_keys
 
@@ -222,7 +222,7 @@ class _CappedText:
     """Keeps the first ``limit`` characters of a stream of text and counts the rest.
 
     Memory stays bounded however much the command or server sends; :meth:`text` gives the same
-    result as :func:`pgpulse.core.handlers.truncate_output` would on the whole stream.
+    result as :func:`pgpulse.node.handlers.truncate_output` would on the whole stream.
     """
 
     def __init__(self, limit: int = MAX_OUTPUT_CHARS) -> None:
@@ -496,7 +496,7 @@ async def shell_handler(ctx: RunContext) -> str | None:
     The command runs in its own session and process group (led by its guard), with stdin from
     ``payload.stdin`` (UTF-8) or ``/dev/null``, and stdout and stderr captured together (decoded
     as UTF-8 with replacement characters, the first
-    :data:`~pgpulse.core.handlers.MAX_OUTPUT_CHARS` characters kept). Output is read until every
+    :data:`~pgpulse.node.handlers.MAX_OUTPUT_CHARS` characters kept). Output is read until every
     process holding the pipe has closed it, as cron does.
 
     Environment: explicit, never the node's whole one (it holds ``PGPULSE_DATABASE_URL``):
@@ -634,7 +634,7 @@ async def http_handler(ctx: RunContext) -> str | None:
 
     Returns:
         ``"<status> <reason>\\n<body>"``, the body truncated to
-        :data:`~pgpulse.core.handlers.MAX_OUTPUT_CHARS` characters.
+        :data:`~pgpulse.node.handlers.MAX_OUTPUT_CHARS` characters.
 
     Raises:
         HandlerFailed: invalid payload; the status is not 2xx (or not in
@@ -692,7 +692,7 @@ async def http_handler(ctx: RunContext) -> str | None:
 
 #: Handlers every node registers under these names (a node advertises ``shell`` only when it
 #: allows shell jobs, and a task-queue handler only when it has that queue's broker:
-#: :data:`pgpulse.node.task_queues.NEEDS_OPTION`).
+#: :data:`pgpulse.core.routing.NEEDS_OPTION`).
 BUILTIN_HANDLERS: dict[str, Handler] = {
     "shell": shell_handler,
     "http": http_handler,

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pgpulse.core.errors import InvalidInput, InvalidPayload
-from pgpulse.core.handlers import HandlerFailed, RunContext
 from pgpulse.core.wording import json_given
+from pgpulse.node.handlers import HandlerFailed, RunContext
 from pgpulse.node.task_queues import (
     check_call_fields,
     check_keys,

@@ -5,9 +5,10 @@ instant it says whether the handler runs, and if not, the outcome to record (a m
 another catch-up skip, an occurrence outside the window or on an excluded date, a run whose
 attempts were interrupted or exhausted, a fork under overlap ``replace``/``allow``, a handler
 this node lacks). :func:`plan_finish` decides how a finished attempt is recorded. Both are pure
-functions over the maths of :mod:`pgpulse.core.planner` (catch-up, retries), :mod:`pgpulse.core.limits`
-(window, calendars, resumes, ``max_runs``) and :mod:`pgpulse.core.schedule`, each called from here,
-never from one another's callers. :mod:`pgpulse.node.attempts` runs an attempt through them.
+functions over the maths of :mod:`pgpulse.core.planner` (catch-up, retries),
+:mod:`pgpulse.core.limits` (window, calendars, resumes, ``max_runs``) and
+:mod:`pgpulse.core.schedule`, each called from here, never from one another's callers.
+:mod:`pgpulse.node.attempts` runs an attempt through them.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ from pgpulse.core.wording import plural, seconds_text
 #: ``catch_up`` (skipped by the catch-up policy or a resume's mode: a misfire, a coalesced or
 #: superseded occurrence, one beyond ``backfill_limit``); ``window`` (after ``not_after``);
 #: ``calendar`` (an excluded date); ``interrupted`` (earlier attempts interrupted
-#: :data:`~pgpulse.core.planner.MAX_INTERRUPTIONS` times) or ``exhausted`` (failed attempts already at
-#: ``max_attempts``), both ended ``fenced``; ``no_handler`` (this node lacks the handler).
+#: :data:`~pgpulse.core.planner.MAX_INTERRUPTIONS` times) or ``exhausted`` (failed attempts
+#: already at ``max_attempts``), both ended ``fenced``; ``no_handler`` (this node lacks the
+#: handler).
 Verdict = Literal[
     "run", "fork", "catch_up", "window", "calendar", "interrupted", "exhausted", "no_handler"
 ]

@@ -1,7 +1,7 @@
 """The connection that checks where an ``http`` job (or a notifier) connects: an httpx transport
 over httpcore's pool with a network backend of its own, which reads the host as the check when
-a job is written does (:func:`pgpulse.core.egress.target_addresses`: an address in any spelling, else
-the name resolved here), refuses the connection if any of its addresses is refused by
+a job is written does (:func:`pgpulse.core.egress.target_addresses`: an address in any spelling,
+else the name resolved here), refuses the connection if any of its addresses is refused by
 :mod:`pgpulse.core.egress`'s rule, and connects to a checked address, never resolving twice — for
 every request, redirects included.
 

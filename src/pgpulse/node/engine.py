@@ -11,9 +11,9 @@ loudly):
 * ``heartbeat``: every ``heartbeat_interval`` seconds renew the leases of running attempts
   (fenced), then, in one round trip, record liveness, try to lead (or keep leading) and return
   expired leases to the pool — the leader's every one, the others' as backup for a silent leader
-  (see :mod:`pgpulse.node.sweeper`); recompute shard ownership and the claim routes (for each handler
-  this node has, its shards among the live nodes that have it: :mod:`pgpulse.core.routing`) from the
-  live nodes it returns;
+  (see :mod:`pgpulse.node.sweeper`); recompute shard ownership and the claim routes (for each
+  handler this node has, its shards among the live nodes that have it: :mod:`pgpulse.core.routing`)
+  from the live nodes it returns;
 * ``prune``: the leader deletes old history once an hour; other nodes send nothing;
 * ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once
   (:class:`~pgpulse.node.listener.Listener`);
@@ -57,9 +57,8 @@ from pgpulse.alerts.checkins import CheckinPinger
 from pgpulse.alerts.delivery import AlertLoop
 from pgpulse.alerts.store import AlertStore
 from pgpulse.core.errors import DatabaseUnavailable, NodeIdTaken, describe
-from pgpulse.core.handlers import Handler, NodeHandlers
 from pgpulse.core.jobs import check_name
-from pgpulse.core.routing import Routes, routes_for, watched_shards
+from pgpulse.core.routing import NEEDS_OPTION, Routes, routes_for, watched_shards
 from pgpulse.core.sharding import shards_for
 from pgpulse.core.wording import plural, seconds_text
 from pgpulse.db.claims import CLAIM_SESSION_SETTINGS, ClaimStore
@@ -70,11 +69,11 @@ from pgpulse.node import metrics
 from pgpulse.node.attempts import Attempt, Attempts
 from pgpulse.node.builtins import check_shell_env
 from pgpulse.node.db_clock import DEFAULT_STEP_THRESHOLD, ClockReading, ClockWatch
+from pgpulse.node.handlers import Handler, NodeHandlers
 from pgpulse.node.listener import Listener
 from pgpulse.node.recorder import Recorder
 from pgpulse.node.split_brain import DEFAULT_EVERY, SplitBrainWatch, several_hosts
 from pgpulse.node.sweeper import Sweeper
-from pgpulse.node.task_queues import NEEDS_OPTION
 
 log = logging.getLogger(__name__)
 

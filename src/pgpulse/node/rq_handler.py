@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pgpulse.core.errors import InvalidPayload
-from pgpulse.core.handlers import HandlerFailed, RunContext
+from pgpulse.node.handlers import HandlerFailed, RunContext
 from pgpulse.node.task_queues import (
     check_call_fields,
     check_keys,
@@ -125,7 +125,8 @@ async def rq_handler(ctx: RunContext) -> str | None:
 
     Raises:
         HandlerFailed: invalid payload; the node has no Redis for RQ; Redis refused or was not
-            reached within :data:`~pgpulse.node.task_queues.SEND_TIMEOUT` (or the job's shorter timeout).
+            reached within :data:`~pgpulse.node.task_queues.SEND_TIMEOUT` (or the job's shorter
+            timeout).
     """
     try:
         validate_rq_payload(ctx.payload)

@@ -1,10 +1,10 @@
 """Leadership and the lease sweeper, carried by each node's heartbeat.
 
 One node at a time is the leader: its heartbeat session holds a session-level advisory lock
-(:data:`~pgpulse.db.claims.LEADER_LOCK_KEY`). Every node that does not lead tries the lock within its
-heartbeat statement (:meth:`~pgpulse.db.claims.ClaimStore.heartbeat`, no extra round trip), so when the
-leader dies — its session ends and PostgreSQL releases the lock — another node leads from its
-next heartbeat. The sweep follows the heartbeat statement in the same round trip, on the same
+(:data:`~pgpulse.db.claims.LEADER_LOCK_KEY`). Every node that does not lead tries the lock within
+its heartbeat statement (:meth:`~pgpulse.db.claims.ClaimStore.heartbeat`, no extra round trip), so
+when the leader dies — its session ends and PostgreSQL releases the lock — another node leads from
+its next heartbeat. The sweep follows the heartbeat statement in the same round trip, on the same
 session: it returns expired leases to the pool and ends pauses whose end came — the leader's,
 all of them; any other node's, those older than ``backup_delay``. That backup covers a leader
 that went silent without losing its session (SIGSTOP, a long GC stop, a half-open network): it

@@ -18,9 +18,9 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from pgpulse.core.errors import InvalidInput, InvalidPayload
-from pgpulse.core.handlers import HandlerFailed, RunContext
 from pgpulse.core.masking import mask_url, scrub, url_credentials
 from pgpulse.core.wording import did_you_mean, json_given, seconds_text
+from pgpulse.node.handlers import HandlerFailed, RunContext
 
 __all__ = [
     "check_call_fields",
@@ -28,14 +28,6 @@ __all__ = [
     "pulse_headers",
     "redacted_url",
 ]
-
-#: The built-ins a node runs only with a setting of its own: handler -> the key of its
-#: ``handler_options`` that must be set (``node run --celery-broker``/``--celery-app``,
-#: ``--rq-redis``), and what the setting is called when a job waits for it.
-NEEDS_OPTION: dict[str, tuple[str, str]] = {
-    "celery": ("celery", "a Celery broker (node run --celery-broker or --celery-app)"),
-    "rq": ("rq", "a Redis for RQ (node run --rq-redis)"),
-}
 
 #: The namespace of the task ids Pulse derives (uuid5 of this and the occurrence's identity).
 TASK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://pgpulse.dev/occurrence")

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pgpulse.core.errors import PulseError
+from pgpulse.core.errors import InvalidInput, PulseError
 from pgpulse.core.policy import DEFAULT_MAX_BODY_BYTES, HttpAllowList, WebSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -74,3 +74,27 @@ def web_settings(
         max_body_bytes=max_body,
         secure_cookies=secure_cookies,
     )
+
+
+def parse_address(text: str, *, field: str = "listen") -> tuple[str, int]:
+    """Parse ``HOST:PORT``, ``:PORT`` (all interfaces), ``PORT`` (loopback) or ``[V6]:PORT``.
+
+    Raises:
+        InvalidInput: not an address with a port in 0-65535 (``field`` names the option; a
+            port past 65535 is said to be out of range).
+    """
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep:
+        host, port_text = "127.0.0.1", text.strip()
+    elif host == "":
+        host = "0.0.0.0"  # ":PORT" explicitly asks for every interface
+    host = host.strip("[]")
+    if not port_text.isdigit() or not host:
+        raise InvalidInput(f"{field} {text!r} is not HOST:PORT", field=field, value=text)
+    if int(port_text) > 65535:  # TCP's port is 16 bits; 0 asks the system for a free one
+        raise InvalidInput(
+            f"{field} {text!r}: port {port_text} is out of range (1-65535)",
+            field=field,
+            value=text,
+        )
+    return host, int(port_text)

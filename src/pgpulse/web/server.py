@@ -20,19 +20,19 @@ from typing import Any
 
 import uvicorn
 
-from pgpulse.cli.types import parse_address
 from pgpulse.core.errors import InvalidInput
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.store import Store
 from pgpulse.node.app import connect
 from pgpulse.web.app import create_app, create_metrics_app
+from pgpulse.web.options import parse_address
 
 log = logging.getLogger(__name__)
 
 
 def bind(text: str, *, field: str = "listen") -> socket.socket:
     """Bind a listening TCP socket for address ``text``
-    (:func:`pgpulse.cli.types.parse_address`).
+    (:func:`pgpulse.web.options.parse_address`).
 
     Binding here, before uvicorn starts, turns "address in use" into a clear refusal.
 

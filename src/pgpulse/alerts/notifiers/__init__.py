@@ -4,12 +4,13 @@ Three kinds, each a validated, frozen config (``from_json`` / ``to_json`` / ``re
 sender whose ``send`` returns a :class:`DeliveryResult` and never raises for a delivery failure:
 
 * ``webhook`` (:mod:`~pgpulse.alerts.notifiers.webhook`): a signed JSON POST per alert event;
-* ``email`` (:mod:`~pgpulse.alerts.notifiers.email`): a plain-text message per alert event, over SMTP;
-* ``checkin`` (:mod:`~pgpulse.alerts.notifiers.checkin`): a ping to an outside monitor per phase of an
-  attempt (start, success, failure).
+* ``email`` (:mod:`~pgpulse.alerts.notifiers.email`): a plain-text message per alert event,
+  over SMTP;
+* ``checkin`` (:mod:`~pgpulse.alerts.notifiers.checkin`): a ping to an outside monitor per phase
+  of an attempt (start, success, failure).
 
-:mod:`~pgpulse.alerts.notifiers.retry` decides when a failed delivery is tried again. Nothing here reads
-the database, and neither ``httpx`` nor ``aiosmtplib`` is imported until something is sent.
+:mod:`~pgpulse.alerts.notifiers.retry` decides when a failed delivery is tried again. Nothing here
+reads the database, and neither ``httpx`` nor ``aiosmtplib`` is imported until something is sent.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def build_notifier(
     Args:
         config: a validated config.
         client: for ``webhook`` and ``checkin``, a shared ``httpx.AsyncClient`` the caller owns
-            (built on the guarded transport; see :mod:`pgpulse.alerts.notifiers.outbound`), or ``None``.
+            (built on the guarded transport; see :mod:`pgpulse.alerts.notifiers.outbound`), or
+            ``None``.
     """
     if isinstance(config, WebhookConfig):
         return WebhookNotifier(config, client=client)

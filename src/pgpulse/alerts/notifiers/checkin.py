@@ -275,7 +275,8 @@ class CheckinNotifier:
     Args:
         config: the notifier's config.
         client: a shared ``httpx.AsyncClient`` the caller owns (the seam for a guarded
-            transport, see :mod:`pgpulse.alerts.notifiers.outbound`), or ``None`` for a client per ping.
+            transport, see :mod:`pgpulse.alerts.notifiers.outbound`), or ``None`` for a client per
+            ping.
         clock: seconds since the epoch, for ``Retry-After`` dates.
     """
 

@@ -414,8 +414,8 @@ class EmailNotifier:
 
     async def send(self, event: AlertEvent, *, attempt: int = 1) -> DeliveryResult:
         """Send ``event`` as one message. Never raises for a delivery failure (see
-        :class:`~pgpulse.alerts.notifiers.events.DeliveryResult`); a cancellation closes the connection
-        and propagates.
+        :class:`~pgpulse.alerts.notifiers.events.DeliveryResult`); a cancellation closes the
+        connection and propagates.
 
         Args:
             event: the alert event.

@@ -289,9 +289,9 @@ async def check_url_target(
     """Refuse a URL whose host is not allowed by the address policy of ``http`` jobs.
 
     Seam: the policy is :func:`pgpulse.core.policy.check_http_target` (imported here, when a
-    config is written, so neither ``import pgpulse.alerts.notifiers`` nor a send loads the web edge).
-    A connect-time check of the resolved addresses (against DNS rebinding) belongs to the HTTP
-    transport the sender is given, not to this config-time check.
+    config is written, so neither ``import pgpulse.alerts.notifiers`` nor a send loads the web
+    edge). A connect-time check of the resolved addresses (against DNS rebinding) belongs to the
+    HTTP transport the sender is given, not to this config-time check.
 
     Args:
         url: the URL (checked for shape already).

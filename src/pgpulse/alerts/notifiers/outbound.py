@@ -8,10 +8,11 @@
 * Cancel-safe: a cancelled send closes its connection (the client's own ``async with``, or the
   response's ``aclose`` on a shared client) and lets ``CancelledError`` through.
 * Every error text is scrubbed of the request's secrets; ``httpx``'s own INFO log line (which
-  quotes the full URL) is scrubbed by :func:`~pgpulse.alerts.notifiers.redaction.guard_library_logs`.
+  quotes the full URL) is scrubbed by
+  :func:`~pgpulse.alerts.notifiers.redaction.guard_library_logs`.
 
-``httpx`` is imported when a request is sent, not with this module, so ``import pgpulse.alerts.notifiers``
-loads no HTTP stack.
+``httpx`` is imported when a request is sent, not with this module, so
+``import pgpulse.alerts.notifiers`` loads no HTTP stack.
 
 Seam for the address policy at connect time: pass ``client``, an ``httpx.AsyncClient`` the caller
 owns and shares between sends (built on the guarded transport that checks every address it

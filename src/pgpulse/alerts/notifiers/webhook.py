@@ -246,7 +246,8 @@ class WebhookNotifier:
     Args:
         config: the notifier's config.
         client: a shared ``httpx.AsyncClient`` the caller owns (the seam for a guarded
-            transport, see :mod:`pgpulse.alerts.notifiers.outbound`), or ``None`` for a client per send.
+            transport, see :mod:`pgpulse.alerts.notifiers.outbound`), or ``None`` for a client per
+            send.
         clock: seconds since the epoch, for the signature's timestamp and ``Retry-After``
             dates (tests pass a fixed one).
     """
@@ -293,8 +294,8 @@ class WebhookNotifier:
 
     async def send(self, event: AlertEvent, *, attempt: int = 1) -> DeliveryResult:
         """POST ``event`` once. Never raises for a delivery failure (see
-        :class:`~pgpulse.alerts.notifiers.events.DeliveryResult`); a cancellation closes the connection
-        and propagates.
+        :class:`~pgpulse.alerts.notifiers.events.DeliveryResult`); a cancellation closes the
+        connection and propagates.
 
         Args:
             event: the alert event.

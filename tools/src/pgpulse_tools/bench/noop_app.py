@@ -16,8 +16,8 @@ import time
 from array import array
 from pathlib import Path
 
-from pgpulse.core.handlers import RunContext
 from pgpulse.node.app import App
+from pgpulse.node.handlers import RunContext
 
 #: Environment variable naming the file that receives (start, scheduled_for) pairs at exit.
 STARTS_ENV = "PGPULSE_BENCH_STARTS"

@@ -42,7 +42,6 @@ from psycopg.rows import dict_row
 from tabulate import tabulate
 
 from pgpulse.core.crontab import entry_to_spec, is_system_crontab, parse_crontab
-from pgpulse.core.handlers import RunContext
 from pgpulse.core.jobs import JobSpec
 from pgpulse.core.schedule import parse_schedule
 from pgpulse.core.sharding import shards_for
@@ -51,6 +50,7 @@ from pgpulse.db.database import open_pool, redact, resolve_dsn
 from pgpulse.db.store import Store
 from pgpulse.node.app import App
 from pgpulse.node.builtins import shell_handler
+from pgpulse.node.handlers import RunContext
 from pgpulse.sql import load_queries
 
 Q = load_queries("demo.sql", __package__)
