@@ -17,10 +17,10 @@ from typing import Any
 
 from pgpulse.database import ConnectionSource
 from pgpulse.errors import InvalidInput
-from pgpulse.sql import load_queries
+from pgpulse.sql import load_statements
 from pgpulse.store import attempt_log
 
-QUERIES = load_queries("web.sql")
+QUERIES = load_statements("web.sql")
 
 
 def encode_job_cursor(tenant: str, name: str) -> str:
