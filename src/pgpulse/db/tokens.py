@@ -24,9 +24,9 @@ from pgpulse.core.audit import Actor
 from pgpulse.core.errors import InvalidInput, PulseError
 from pgpulse.core.jobs import check_name, unprintable
 from pgpulse.db.database import ConnectionSource
-from pgpulse.sql import load_queries
+from pgpulse.sql import load_statements
 
-QUERIES = load_queries("web.sql")
+QUERIES = load_statements("web.sql")
 log = logging.getLogger(__name__)
 
 #: Every token starts with this, so secret scanners and people can recognise one.

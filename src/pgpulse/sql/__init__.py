@@ -67,22 +67,21 @@ def fill_fragments(name: str, statement: str, fragments: dict[str, str]) -> str:
     return statement
 
 
-def _all_queries() -> dict[str, str]:
-    """``queries.sql`` and ``occurrences.sql`` (the extra occurrences' statements) as one dict,
-    their fragment markers filled from ``fragments.sql``.
+def load_statements(*filenames: str) -> dict[str, str]:
+    """The named blocks of Pulse's own SQL ``filenames`` (of this package) as one dict, their
+    fragment markers filled from ``fragments.sql`` (:func:`fill_fragments`).
 
     Raises:
-        ValueError: the two files define one name twice, or a statement names an unknown marker.
+        ValueError: two files define one name, or a statement names an unknown marker.
     """
-    queries = load_queries("queries.sql")
-    extra = load_queries("occurrences.sql")
-    if twice := queries.keys() & extra.keys():
-        raise ValueError(f"queries.sql and occurrences.sql both define {sorted(twice)}")
+    merged: dict[str, str] = {}
+    for filename in filenames:
+        blocks = load_queries(filename)
+        if twice := merged.keys() & blocks.keys():
+            raise ValueError(f"{filename} defines {sorted(twice)} again")
+        merged |= blocks
     fragments = _fragments()
-    return {
-        name: fill_fragments(name, statement, fragments)
-        for name, statement in {**queries, **extra}.items()
-    }
+    return {name: fill_fragments(name, text, fragments) for name, text in merged.items()}
 
 
 #: The markers by which a claim statement names a row's shard (``{shard_of_job}``: a job row
@@ -96,7 +95,7 @@ SHARD_MARKERS: Final[dict[str, tuple[str, str]]] = {
 
 #: Every statement of ``queries.sql`` and ``occurrences.sql`` by name, as written (a claim's
 #: shard markers unfilled: :func:`at_shard_count`).
-RAW_QUERIES: Final[dict[str, str]] = _all_queries()
+RAW_QUERIES: Final[dict[str, str]] = load_statements("queries.sql", "occurrences.sql")
 
 
 def migration_files() -> list[tuple[int, str, str]]:

@@ -1,6 +1,6 @@
 -- Expressions that several statements share, each written once here and placed where a
--- statement names it by its marker ({epoch}, {attempt_written_over}); sql/__init__.py fills the
--- markers when it loads the statements, so what is prepared is the whole statement.
+-- statement names it by its marker ({epoch}, {run_page_columns}, ...); sql/__init__.py fills
+-- the markers when it loads the statements, so what is prepared is the whole statement.
 
 -- fragment: epoch
 -- The database timeline's epoch, (timeline - 1) * 2^48 (invariant 9): a run id is the
@@ -29,3 +29,23 @@ SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at
                   ELSE coalesce(excluded.output, r.output) END,
     attempt_ended_at = CASE WHEN excluded.attempts > r.attempts THEN excluded.attempt_ended_at
                             ELSE coalesce(excluded.attempt_ended_at, r.attempt_ended_at) END
+
+-- fragment: run_page_columns
+-- A page of runs' columns (web.sql: runs_recorded, runs_running) over its subquery p: the
+-- run's own, and what is derived from them. lag: the first attempt's start - scheduled_for -
+-- the spread offset of a scheduled occurrence (none for a backfill's run); duration: the latest
+-- attempt's; the definition's revision when the run started.
+p.*,
+coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
+extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
+CASE WHEN p.kind <> 'backfill'
+     THEN extract(epoch FROM p.first_started_at - p.scheduled_for
+                             - CASE WHEN p.kind = 'scheduled'
+                                    THEN pgpulse_spread_offset(p.job_id, p.spread)
+                                    ELSE interval '0' END)::float8 END AS lag,
+coalesce(p.earlier_attempts, '[]'::jsonb) AS earlier_attempts,
+coalesce((SELECT h.revision FROM pgpulse_job_history h
+          WHERE h.job_id = p.job_id
+            AND h.at <= coalesce(p.started_at, p.finished_at, p.scheduled_for)
+          ORDER BY h.id DESC
+          LIMIT 1), 1) AS revision

@@ -115,20 +115,7 @@ LIMIT %(limit)s;
 -- stopping at the page's end, with the view's rule (hide the row of an occurrence running
 -- again) as a test on the joined job row; ORDER BY over the view instead sorted every run kept
 -- (0.6 s a page at 200,000 runs).
-SELECT p.*,
-       coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
-       extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
-       CASE WHEN p.kind <> 'backfill'
-            THEN extract(epoch FROM p.first_started_at - p.scheduled_for
-                                    - CASE WHEN p.kind = 'scheduled'
-                                           THEN pgpulse_spread_offset(p.job_id, p.spread)
-                                           ELSE interval '0' END)::float8 END AS lag,
-       coalesce(p.earlier_attempts, '[]'::jsonb) AS earlier_attempts,
-       coalesce((SELECT h.revision FROM pgpulse_job_history h
-                 WHERE h.job_id = p.job_id
-                   AND h.at <= coalesce(p.started_at, p.finished_at, p.scheduled_for)
-                 ORDER BY h.id DESC
-                 LIMIT 1), 1) AS revision
+SELECT {run_page_columns}
 FROM (
     SELECT r.id, r.job_id, j.tenant, j.name, j.handler, j.source, r.scheduled_for, r.attempts,
            r.outcome, r.node_id, r.occurrences, r.last_scheduled_for, r.fencing_token,
@@ -165,20 +152,7 @@ ORDER BY p.id DESC;
 -- stored rows whose outcome is 'running'). Their attempts so far are the run row's, the latest
 -- appended: the row of the job's occurrence, or the occurrence's own (each looked up on its
 -- index, never pulled up into a join over pgpulse_runs). Few rows: the filters apply to all.
-SELECT p.*,
-       coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
-       extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
-       CASE WHEN p.kind <> 'backfill'
-            THEN extract(epoch FROM p.first_started_at - p.scheduled_for
-                                    - CASE WHEN p.kind = 'scheduled'
-                                           THEN pgpulse_spread_offset(p.job_id, p.spread)
-                                           ELSE interval '0' END)::float8 END AS lag,
-       coalesce(p.earlier_attempts, '[]'::jsonb) AS earlier_attempts,
-       coalesce((SELECT h.revision FROM pgpulse_job_history h
-                 WHERE h.job_id = p.job_id
-                   AND h.at <= coalesce(p.started_at, p.finished_at, p.scheduled_for)
-                 ORDER BY h.id DESC
-                 LIMIT 1), 1) AS revision
+SELECT {run_page_columns}
 FROM (
     SELECT run.id, run.job_id, j.tenant, j.name, j.handler, j.source, run.scheduled_for,
            run.attempts, 'running'::text AS outcome, run.node_id, 1::bigint AS occurrences,

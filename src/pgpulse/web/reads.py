@@ -18,9 +18,9 @@ from typing import Any
 from pgpulse.core.errors import InvalidInput
 from pgpulse.db.database import ConnectionSource
 from pgpulse.db.store import attempt_log
-from pgpulse.sql import load_queries
+from pgpulse.sql import load_statements
 
-QUERIES = load_queries("web.sql")
+QUERIES = load_statements("web.sql")
 
 
 def encode_job_cursor(tenant: str, name: str) -> str:
