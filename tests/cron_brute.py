@@ -100,7 +100,7 @@ def _dow_item(item: str, day: date) -> bool:
 
 
 def day_matches(dom: str, dow: str, day: date) -> bool:
-    """Does ``day`` match the cron day fields ``dom`` and ``dow`` (design.md, invariant 7)?"""
+    """Does ``day`` match the cron day fields ``dom`` and ``dow`` (docs/design.md, invariant 7)?"""
     by_dom = any(_dom_item(item, day) for item in dom.split(","))
     by_dow = any(_dow_item(item, day) for item in dow.split(","))
     if dom.startswith(("*", "?")) or dow.startswith(("*", "?")):

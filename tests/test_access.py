@@ -1,7 +1,7 @@
-"""Who may write job definitions (design.md, invariant 10): one rule, in pgpulse.core.access, that
-the store applies to every write path — the API's create and PATCH (test_web_security), the
-Python API's Store.upsert_jobs, and the jobs an App declares in code — against the job as it
-stands in the writing transaction."""
+"""Who may write job definitions (docs/design.md, invariant 10): one rule, in
+pgpulse.core.access, that the store applies to every write path — the API's create and PATCH
+(test_web_security), the Python API's Store.upsert_jobs, and the jobs an App declares in code —
+against the job as it stands in the writing transaction."""
 
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ async def test_refused_input_is_one_line_exit_2_and_writes_nothing(
 
 async def test_rules_declared_in_code_are_set_when_a_node_starts(dsn: str, db: Any) -> None:
     """The app's tenant (acme) may name the cluster's notifier only once an admin shared it
-    with acme (issue 30: any tenant routed its alerts to the organisation's channels)."""
+    with acme (a tenant's alerts reach the organisation's channels only through a share)."""
     ops = json.dumps({"url": "https://93.184.215.14/hook"})
     assert (
         pgpulse("notifier", "add", "ops", "--kind", "webhook", "--config", ops, dsn=dsn).returncode

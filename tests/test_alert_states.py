@@ -1,4 +1,4 @@
-"""An alert's state agrees everywhere (issue 16, the third trial): ``alert list``, the API and
+"""An alert's state agrees everywhere: ``alert list``, the API and
 the webhook say the same; a ``node_died`` alert is open until its node is back, stopped or gone;
 the first leader change after a rule is set is reported; a silence ends early on request;
 cluster alerts say which node; refusals name the option to use where they happen.

@@ -172,7 +172,7 @@ async def test_cluster_rules_fire_on_the_leader_only(store: Store, db: Any, dsn:
         "VALUES ('gone', 'h', 1, now() - interval '1 minute', 2, 3)"
     )
     assert (await alerts.evaluate(node="a", leader=False))["fired"] == 0
-    # the first leader is no change (issue 16): recorded, not fired
+    # the first leader is no change: recorded, not fired
     assert (await alerts.evaluate(node="a", leader=True))["fired"] == 1  # died
     assert (await alerts.evaluate(node="a", leader=True))["fired"] == 0
     assert (await alerts.evaluate(node="b", leader=True))["fired"] == 1  # b took over

@@ -209,7 +209,7 @@ async def test_resume_continues_on_the_sub_second_grid(
     assert job == {"status": "idle", "scheduled_for": expected, "next_run_at": expected}
 
 
-# --- years behind (issue 15, item 1) ---------------------------------------------------------
+# --- years behind ----------------------------------------------------------------------------
 # A job whose occurrence is 10 or 175 years behind is decided in one claim, and what it skipped
 # is one summary row however many occurrences it stands for. (How long the decision takes is
 # printed by tools/catch_up_bench.py; a test asserts outcomes, not time.)

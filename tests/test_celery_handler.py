@@ -66,7 +66,7 @@ async def test_a_broker_that_is_down_fails_the_attempt_in_seconds(scheme: str) -
 def test_a_broker_url_is_shown_without_its_password() -> None:
     assert redacted_url("amqp://guest:s3cret@mq:5672//") == "amqp://guest:***@mq:5672//"
     assert redacted_url("redis://:pw@r:6379/0;redis://r2") == "redis://:***@r:6379/0;redis://r2"
-    # redis-py and kombu also read credentials from the query (issue 30, item 7)
+    # redis-py and kombu also read credentials from the query
     shown = redacted_url("rediss://r:6380/0?password=Hunter2x&ssl_cert_reqs=required")
     assert shown == "rediss://r:6380/0?password=***&ssl_cert_reqs=***"
     said = "cannot connect to rediss://r:6380/0?password=Hunter2x&ssl_cert_reqs=required: AUTH "

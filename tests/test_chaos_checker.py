@@ -641,7 +641,7 @@ def test_the_verdict_says_how_many_due_occurrences_it_checked() -> None:
     assert "WARN" in verdict.table()
 
 
-# -- triggers, backfills and replace (issue 31) -------------------------------------------------
+# -- triggers, backfills and replace ------------------------------------------------------------
 
 
 def extra(

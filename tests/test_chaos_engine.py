@@ -1,6 +1,6 @@
 """Engine bugs the chaos harness found, each as a minimal deterministic reproduction.
 
-Each test states the behaviour design.md promises, and failed before the engine was fixed.
+Each test states the behaviour docs/design.md promises, and failed before the engine was fixed.
 """
 
 from __future__ import annotations

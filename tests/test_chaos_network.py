@@ -2,8 +2,9 @@
 
 A node reaches the test database through the harness's TCP proxy, so a test can slow or cut
 its traffic. Both tests run an async handler that needs its lease renewed (5 s of work, a lease
-of 2.5-3 s) and state design.md's rule: a node stops a run only when it *cannot* renew the lease in
-time (invariant 3). Under the faults below it can, so the run must finish on its first attempt.
+of 2.5-3 s) and state the rule of docs/design.md, invariant 3: a node stops a run only when it
+*cannot* renew the lease in time. Under the faults below it can, so the run must finish on its
+first attempt.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def test_the_workload_mixes_every_kind_and_policy() -> None:
     assert {j.catch_up for j in jobs} == {"backfill", "skip", "coalesce"}
     assert {j.overlap for j in jobs} == {"forbid", "allow", "replace"}
     # Pulse's default for every policy: more attempts for backfill jobs hid interruptions
-    # using attempts up (issue 37)
+    # using attempts up
     assert {j.max_attempts for j in jobs} == {3}
     assert not [j for j in jobs if j.handler == "chaos.slow" and j.catch_up == "backfill"]
     long = [j for j in jobs if j.handler == "chaos.long"]

@@ -36,7 +36,7 @@ COMMAND = [
     *("chaos", "--duration", "30", "--nodes", "3", "--seed", str(SEED), "--jobs", "80"),
     *("--lease", "3", "--heartbeat", "0.5", "--slots", "24", "--drain-timeout", "2"),
     *("--guard", "lease"),
-    # Every fault kind, and the opt-in one: the shard count changes online mid-run (issue 23).
+    # Every fault kind, and the opt-in one: the shard count changes online mid-run.
     *("--faults", ",".join((*FAULT_KINDS, *OPT_IN_KINDS))),
 ]
 

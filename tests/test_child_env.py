@@ -1,4 +1,4 @@
-"""What a child process of a node gets from the node's environment (issue 30, item 1): a shell
+"""What a child process of a node gets from the node's environment: a shell
 job's command gets an explicit environment, never the node's settings. A real node process runs
 a real shell job ``env`` and the recorded output is read back from the database."""
 

@@ -579,7 +579,7 @@ async def test_the_generic_claim_plan_reads_only_what_it_claims(store: Store, ds
 async def test_the_claim_never_reads_the_due_jobs_of_handlers_it_has_no_route_for(
     store: Store, dsn: str, db: Any
 ) -> None:
-    """Capability routing (issue 18): of 20,000 due jobs, the older half need a handler the
+    """Capability routing: of 20,000 due jobs, the older half need a handler the
     claiming node lacks; a claim of 5 along the node's route (noop) still reads no more than 5
     rows at any step, and claims only noop jobs: its cost does not depend on how many due jobs
     it cannot run (they would all stand before its first one in due order)."""

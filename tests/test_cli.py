@@ -444,7 +444,7 @@ def test_pause_and_resume_are_idempotent_with_a_note(dsn: str, db: Any) -> None:
         "UPDATE pgpulse_jobs SET status = 'running', locked_by = 'n', "
         "lease_expires_at = now() + interval '1 minute'"
     )
-    running = pgpulse("job", "pause", "backup", dsn=dsn)  # when its run ends (issue 33)
+    running = pgpulse("job", "pause", "backup", dsn=dsn)  # when its run ends
     assert (running.returncode, running.stderr) == (0, "")
     assert running.stdout == "backup is running: pauses when this run ends (on node n)\n"
     assert (job_rows(db)[0]["status"], job_rows(db)[0]["pause_requested"]) == ("running", True)
@@ -536,7 +536,7 @@ def test_zone_rules_come_from_the_tzdata_package_not_the_host(tmp_path: Path) ->
 
 def test_import_pgpulse_and_schedule_next_load_no_web_stack_and_no_http_client() -> None:
     """``import pgpulse`` and ``pgpulse schedule next`` import neither FastAPI, uvicorn nor httpx
-    (nor the tools): a quick command pays for none of them (issue 17)."""
+    (nor the tools): a quick command pays for none of them."""
     heavy = ("fastapi", "uvicorn", "starlette", "httpx", "httpcore", "pgpulse_tools")
     script = (
         "import runpy, sys\n"

@@ -1,6 +1,6 @@
 """CLI commands as real processes on a database that fails their statements (a 1 ms
 ``statement_timeout``, a table locked past ``lock_timeout``): one line on stderr naming the
-error, exit 3, never a traceback — whichever command met it (issue 37, item 4)."""
+error, exit 3, never a traceback — whichever command met it."""
 
 from __future__ import annotations
 

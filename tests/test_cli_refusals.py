@@ -1,5 +1,5 @@
 """Bad input on the command line, as a user types it: one line on stderr naming the field and
-value, exit 2, nothing written, never a traceback (issue 15, items 10-13). One case of each kind
+value, exit 2, nothing written, never a traceback. One case of each kind
 runs ``pgpulse`` as a real subprocess (bytes on its command line as a shell passes them, the
 loop the CLI really uses); their variants run the same command in process (click's runner, each
 ``pgpulse`` start costs over a second). The same values through the API and the Python API are

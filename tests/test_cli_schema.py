@@ -1,7 +1,7 @@
 """Which commands create the schema: reading commands (and those that change what exists) on a
 database without Pulse's schema say so in one line, exit 2 and write nothing; ``status`` makes
-it its headline; the commands that create definitions migrate first, as nodes do (issue 16,
-third trial). One command of each kind runs as a real subprocess; the other readers run in
+it its headline; the commands that create definitions migrate first, as nodes do. One
+command of each kind runs as a real subprocess; the other readers run in
 process (click's runner: each ``pgpulse`` start costs over half a second)."""
 
 from __future__ import annotations

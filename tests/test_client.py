@@ -1,4 +1,4 @@
-"""The user's client (issue 32, item 4): ``pgpulse.connect()`` and its operations, end to end on
+"""The user's client: ``pgpulse.connect()`` and its operations, end to end on
 a real PostgreSQL (the database's own clock), and its refusals: one error naming the field,
 nothing written."""
 

@@ -1,4 +1,4 @@
-"""The database clock (issue 37): the leader compares the database's ``now()`` between two
+"""The database clock: the leader compares the database's ``now()`` between two
 heartbeats with its own monotonic clock, and a difference beyond the threshold is a step —
 logged (``db_clock_step``) and alerted (rule ``db_clock``). The comparison on values, then real
 heartbeats of a real node on a real PostgreSQL whose monotonic clock the test shifts (what the

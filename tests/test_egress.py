@@ -1,4 +1,4 @@
-"""Where http jobs may connect, checked at connect time on the node (issue 15, item 3): a name
+"""Where http jobs may connect, checked at connect time on the node: a name
 that resolved to a public address when its job was written and resolves to loopback when it
 runs (DNS rebinding) must not reach a loopback listener; nor may a redirect, nor an IPv6 form
 that carries a refused IPv4 address. Real loopback listeners, a real database for the run."""

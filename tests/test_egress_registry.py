@@ -1,4 +1,4 @@
-"""The address table http jobs and notifiers are held to (issue 30, item 5): every entry of the
+"""The address table http jobs and notifiers are held to: every entry of the
 IANA special-purpose address registries is refused, from Pulse's own table, not Python's (whose
 3.11.7 tables let 192.0.0.192 and fec0::1 through); every IPv6 form carrying an IPv4 address is
 judged by that address; a host spelled as an integer, in octal or hex, with a trailing dot or a

@@ -262,7 +262,7 @@ async def test_retries_and_final_failures_say_why_and_when(
 async def test_a_node_without_the_handler_leaves_the_job_due(
     store: Store, dsn: str, db: Any
 ) -> None:
-    """Capability routing (issue 18): a node claims only jobs whose handler it has. A job of a
+    """Capability routing: a node claims only jobs whose handler it has. A job of a
     handler no node has is never claimed, never failed: it stays idle and due, while a job due
     with it, of a handler the node has, runs (the same claim would have taken both)."""
     ran = asyncio.Event()
@@ -589,8 +589,8 @@ async def test_a_timed_out_claim_logs_why(
     store: Store, dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A claim that times out (here: pgpulse_jobs locked by another session for longer than
-    half the lease) logs the exception's type, not an empty reason (issue 15, item 15:
-    'claim failed: ' said nothing, TimeoutError's text being empty)."""
+    half the lease) logs the exception's type, not an empty reason (a bare
+    'claim failed: ' says nothing: TimeoutError's text is empty)."""
 
     async def noop(ctx: RunContext) -> None:
         pass

@@ -1,4 +1,4 @@
-"""What ``import pgpulse`` and ``pgpulse schedule next`` load (issue 32): no database driver,
+"""What ``import pgpulse`` and ``pgpulse schedule next`` load: no database driver,
 web stack, SMTP client, holiday tables or embedded PostgreSQL they do not use. Measured as a
 user's process loads it, from ``python -X importtime``'s report on stderr."""
 

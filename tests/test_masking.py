@@ -1,4 +1,4 @@
-"""Credentials kept out of what people read (issue 30, item 7): URLs masked by component, free
+"""Credentials kept out of what people read: URLs masked by component, free
 text scrubbed without garbling it; an http job's run error, and a notifier's refusal."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_a_one_letter_user_name_leaves_the_refusal_readable(dsn: str) -> None:
 )
 def test_a_dsn_password_is_never_printed(dsn: str, secret: str, said: str | None) -> None:
     """A driver's refusal quotes the DSN token it could not read: `status` prints none of the
-    password (issue 30, item 6)."""
+    password."""
     shown = pgpulse("--database-url", dsn, "status", env={"PGPULSE_DATABASE_URL": ""})
     assert shown.returncode in (2, 3), shown.stderr
     assert secret not in shown.stderr

@@ -1,4 +1,4 @@
-"""A schema newer than the code (issue 31, item 4): a migration whose header carries the marker
+"""A schema newer than the code: a migration whose header carries the marker
 ``-- pgpulse: nodes before this migration must stop`` is recorded as breaking older nodes, and a
 node or command whose newest migration is older than such a recorded version refuses to run, in
 one line, writing nothing; a newer schema without one is accepted (rolling deploys). "Newer" is

@@ -1,6 +1,6 @@
 """``status`` tells the truth about a node whose heartbeat succeeds but whose claims fail (a
 history table that cannot grow, as on a full disk): the node is 'unhealthy' with the error,
-not alive, and alive again once its claims succeed (issue 37, item 5)."""
+not alive, and alive again once its claims succeed."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Real node processes on a real PostgreSQL whose settings an operator changes under them: a
 node's sessions set what Pulse needs as they connect (``statement_timeout`` and the other
 timeouts), so ``ALTER DATABASE ... SET statement_timeout = '1ms'`` never starves them, and a
-session that fails with an error a fresh connection can cure is replaced (issue 37, item 2)."""
+session that fails with an error a fresh connection can cure is replaced."""
 
 from __future__ import annotations
 

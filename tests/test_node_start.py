@@ -1,6 +1,6 @@
 """``pgpulse node run`` as a real process on a database that is not accepting connections at
 start: it waits (a log line per try, with backoff) and starts once the database answers; a
-refusal no retry cures (no such database) is one line and exit 3 at once (issue 37, item 5)."""
+refusal no retry cures (no such database) is one line and exit 3 at once."""
 
 from __future__ import annotations
 

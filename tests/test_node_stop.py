@@ -1,7 +1,7 @@
 """A real node process stopped (SIGTERM) while its database hangs the shutdown's writes (a
 lock on ``pgpulse_nodes`` held by the test): the drain, the hand-back and the deregistration
 each have a deadline, so the process exits within ``--drain-timeout`` and a bounded margin,
-saying in one line what it gave up (issue 37, item 3)."""
+saying in one line what it gave up."""
 
 from __future__ import annotations
 

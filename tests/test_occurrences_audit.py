@@ -1,4 +1,4 @@
-"""Extra occurrences in the audit trail and in apply files (the merge of issue 19b with 18b): a
+"""Extra occurrences in the audit trail and in apply files: a
 job's overlap and max_concurrency are definition fields (applied from a file, diffed, audited);
 a trigger with a payload is a 'trigger' with its payload and run id, a backfill request a
 'backfill' with its range, selection and batch; a dry run records nothing."""

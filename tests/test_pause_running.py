@@ -1,4 +1,4 @@
-"""Pausing a running job (issue 33, item 3), through the store at fixed instants: the run ends
+"""Pausing a running job, through the store at fixed instants: the run ends
 and is recorded, then the job is paused (a retry of the run still happens); meanwhile no
 pending extra occurrence starts; a resume withdraws the request; ``cancel`` stops the run now
 (its lease taken away, recorded cancelled) and moves the job past it; what a paused job lists

@@ -1,8 +1,7 @@
 """A real node process through a real PgBouncer (Debian's ``pgbouncer``; the test skips, saying
 so, without it): in transaction mode the node refuses to start, in one line saying why (its
-claim session needs its state kept), exit 3; in session mode it starts (issue 37, item 5). With
-``--pool-database-url`` only its pool goes through transaction mode, its sessions direct (issue
-33, item 6)."""
+claim session needs its state kept), exit 3; in session mode it starts. With
+``--pool-database-url`` only its pool goes through transaction mode, its sessions direct."""
 
 from __future__ import annotations
 

@@ -374,7 +374,7 @@ def test_a_backfill_limit_decision_costs_the_same_whatever_the_span_missed(
     monkeypatch: pytest.MonkeyPatch, expr: str, zone: str
 ) -> None:
     # Cost is counted, not timed: how many times the decision counts matching wall times
-    # (design.md, invariant 8: the same for ten years missed as for a thousand).
+    # (docs/design.md, invariant 8: the same for ten years missed as for a thousand).
     schedule = parse_schedule(expr, zone)
     policy = CatchUpPolicy("backfill", backfill_limit=100)
     first = schedule.next_after(datetime(2026, 1, 1, tzinfo=UTC))

@@ -1,5 +1,5 @@
 """Every regular expression Pulse applies to outside input runs in time linear in its input, on
-adversarial shapes (issue 30: the e-mail notifier's host pattern took 8 s for ``"a" * 27 +
+adversarial shapes (the e-mail notifier's host pattern took 8 s for ``"a" * 27 +
 "!"``, doubling with each character, and stalled the node's event loop meanwhile).
 
 How the patterns are found: :data:`PATTERNS` lists each module-level compiled pattern with the

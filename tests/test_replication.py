@@ -150,7 +150,7 @@ async def test_a_claim_lost_in_a_failover_never_shares_its_token_or_run_id(
 
 
 async def _claim_occurrence(cluster: ReplicatedServer, node: str) -> Any:
-    """One claim of an extra occurrence (issue 19b), with Pulse's own statement, on the primary."""
+    """One claim of an extra occurrence, with Pulse's own statement, on the primary."""
     async with connect(cluster.admin_dsn(), max_size=1, migrate=False) as store:
         routes = {"noop": tuple(ALL_SHARDS)}
         [job] = (await store.finish_and_claim_occurrences([], node, routes, 1, lease=30)).jobs

@@ -1,4 +1,4 @@
-"""Capability routing and one node id per process (issue 18, items 1 and 2), with real node
+"""Capability routing and one node id per process, with real node
 processes: a node claims only the jobs it can run; a job no live node can run waits, shown as
 such, and runs when a capable node returns; a live node's id is refused to a second process."""
 

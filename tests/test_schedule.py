@@ -933,7 +933,7 @@ def _is_elapsed(expr: str) -> bool:
 
 
 def _fires_at(expr: str, zone: ZoneInfo, instant: datetime, step: timedelta) -> bool:
-    """Brute-force rule of design.md invariant 7: does the job fire at `instant`?"""
+    """Brute-force rule of docs/design.md invariant 7: does the job fire at `instant`?"""
     local = instant.astimezone(zone)
     wall = local.replace(tzinfo=None, fold=0)
     if _is_elapsed(expr):

@@ -2,8 +2,8 @@
 n-th newest, how many lie in a range, and where a zone's UTC offset changes.
 
 Each is checked against walking the schedule with ``next_after`` (itself checked against the
-brute-force rule of design.md, invariant 7, in test_schedule.py), on the same expressions, zones
-and instants near daylight-saving changes.
+brute-force rule of docs/design.md, invariant 7, in test_schedule.py), on the same expressions,
+zones and instants near daylight-saving changes.
 """
 
 from __future__ import annotations

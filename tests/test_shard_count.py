@@ -1,4 +1,4 @@
-"""The shard count as a setting of the database (issue 23): placement balance and coverage,
+"""The shard count as a setting of the database: placement balance and coverage,
 the online change (``pgpulse shards set``), the claim at another count, nodes switching."""
 
 from __future__ import annotations

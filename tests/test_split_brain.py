@@ -1,4 +1,4 @@
-"""Split brain (issue 37): the old primary left running beside the promoted one, both accepting
+"""Split brain: the old primary left running beside the promoted one, both accepting
 writes. Two real PostgreSQL servers (the replication tests' :class:`ReplicatedServer`: a primary
 and a streaming standby, replication cut, the standby promoted: timelines 1 and 2), a real node
 on the multi-host DSN that lists the old primary first (where libpq goes), a real webhook

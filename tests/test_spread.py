@@ -58,7 +58,8 @@ def test_no_spread_is_no_offset_and_tiny_spreads_keep_microseconds() -> None:
 
 
 def test_fifty_thousand_jobs_fill_a_minute_evenly() -> None:
-    """The herd of issue 19: 50,000 jobs over 60 s, about 833 a second, none much above."""
+    """A herd of 50,000 jobs due at one instant, spread over 60 s: about 833 a second, none much
+    above."""
     per_second = [0] * 60
     for job_id in range(1, 50_001):
         per_second[int(spread_offset(job_id, 60).total_seconds())] += 1
@@ -203,7 +204,7 @@ _ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/S
 
 def _walked_gaps(expr: str, zone_name: str, around: list[datetime], hours: int) -> list[timedelta]:
     """The gaps between consecutive occurrences within ``hours`` of each instant of ``around``,
-    found minute by minute from the rules as design.md states them (no Pulse arithmetic)."""
+    found minute by minute from the rules as docs/design.md states them (no Pulse arithmetic)."""
     minute_field, hour_field = expr.split()[:2]
     zone = ZoneInfo(zone_name)
 

@@ -1,4 +1,4 @@
-"""Leadership and lease sweeping, carried by each node's heartbeat (design.md, "Cluster
+"""Leadership and lease sweeping, carried by each node's heartbeat (docs/design.md, "Cluster
 behaviour"): one leader at a time, held on the heartbeat session; backup reaping by the others;
 pruning by the leader; one statement per idle heartbeat."""
 

@@ -301,7 +301,7 @@ class _Attacker:
 
 @pytest.mark.timeout(120)
 def test_a_cross_site_form_cannot_sign_a_browser_in_or_out(dsn: str) -> None:
-    """Login CSRF (issue 15, item 14): another site's page that posts the dashboard's sign-in
+    """Login CSRF: another site's page that posts the dashboard's sign-in
     form with the attacker's token must not sign the visitor in as the attacker, nor its
     sign-out form sign the visitor out; the dashboard's own form still works."""
     sync_api = pytest.importorskip("playwright.sync_api")

@@ -118,8 +118,8 @@ def test_serve_answers_until_sigterm(dsn: str) -> None:
                 time.sleep(0.1)
         assert health.json()["ok"] is True
         assert httpx.get(f"http://127.0.0.1:{port}/api/v1/jobs").status_code == 401
-        # A write logs at INFO with extras (issue 15, item 4: a reserved LogRecord key in them
-        # made every create and PATCH answer 500 after committing).
+        # A write logs at INFO with extras (a reserved LogRecord key in them would make every
+        # create and PATCH answer 500 after committing).
         headers = {"Authorization": f"Bearer {token}"}
         job: dict[str, Any] = {"name": "hook", "schedule": "@hourly", "handler": "http"}
         job["payload"] = {"url": "https://93.184.215.14/"}

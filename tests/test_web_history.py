@@ -1,4 +1,4 @@
-"""Run history as people read it (issue 20, item 5), against a real PostgreSQL: every attempt of
+"""Run history as people read it, against a real PostgreSQL: every attempt of
 a run through each write that ends one (a retry, a lease the sweeper reaped, a hand-back, the
 success), lag from the FIRST attempt, output in lists, and the search, filters and pages of the
 jobs and runs, in the API, the dashboard (in process) and the terminal (a real subprocess)."""

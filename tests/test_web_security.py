@@ -152,7 +152,7 @@ async def test_a_tenant_cannot_overwrite_a_shell_job_through_create(
     store: Store, allow_shell_jobs: bool
 ) -> None:
     """Create is an upsert: POSTing the name of an admin's shell job is a change of it, and
-    refused like the PATCH (issue 15, item 2: it answered 200 and made it an http job)."""
+    refused like the PATCH (not answered 200 with the job made an http job)."""
     admin, tenant = await make_token(store, admin=True), await make_token(store, "acme")
     async with api_client(store, admin, WebSettings(allow_shell_jobs=True)) as root:
         made = await root.post("/api/v1/jobs", json={**SHELL, "tenant": "acme"})

@@ -1,15 +1,15 @@
 """Alert rules: their names, thresholds and the checks a rule passes before it is written (pure:
 no I/O, no clock reads; the instants come from the caller).
 
-A rule is (job or cluster-wide default, kind, threshold, notifiers). The kinds (issue 20,
-docs/alerts.md "Rules"):
+A rule is (job or cluster-wide default, kind, threshold, notifiers). The kinds
+(docs/alerts.md, "Rules"):
 
 * per job — ``failures`` N consecutive failed runs (a count, default 1), ``late`` S seconds,
   ``skipped``, ``missed`` S seconds, ``silence`` W seconds (the dead-man's switch), ``recovered``;
   and ``checkin``, which fires nothing: the job's attempts ping its ``checkin`` notifiers;
 * cluster — ``node_died``, ``leader_changed``, ``lag`` S seconds, ``no_live_node`` S seconds;
-  and ``split_brain`` and ``db_clock``, which the nodes raise from what they observe (issue 37:
-  :mod:`pgpulse.node.split_brain`, :mod:`pgpulse.node.db_clock`).
+  and ``split_brain`` and ``db_clock``, which the nodes raise from what they observe
+  (:mod:`pgpulse.node.split_brain`, :mod:`pgpulse.node.db_clock`).
 
 A job's own rule of a kind replaces the cluster-wide default of that kind.
 """

@@ -15,7 +15,7 @@ fields every job of the file inherits::
     handler = "shell"
     payload = { command = "rollup --hour" }
     catch_up = "backfill"
-    spread = 300                       # run control (issue 19): seconds of spread,
+    spread = 300                       # run control: seconds of spread,
     not_after = 2027-01-01T00:00:00    # an active window (no offset: in the job's zone),
     calendars = ["holidays"]           # exclusion calendars, max_runs, auto_pause_after
 

@@ -141,8 +141,8 @@ def tabulate(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     spaces between columns, a rule of dashes under each header (two wider than it), a column
     whose every value is a number right-aligned, ``None`` empty, cells and lines without
     surrounding spaces. The
-    layout of the tabulate library's "simple" format, which the CLI used before the light
-    install (issue 32) left that library out of a node's dependencies; in a column with a
+    layout of the tabulate library's "simple" format, kept without the library (a node
+    installs only what it runs, and tables are no reason to depend on it); in a column with a
     fraction, every number is written as Python's ``"g"`` format writes it (``270.000`` is
     ``270``), as that layout did."""
     text = [["" if value is None else str(value).strip() for value in row] for row in rows]

@@ -1,4 +1,4 @@
-"""Who may write which job definitions: the one rule every write path applies (design.md,
+"""Who may write which job definitions: the one rule every write path applies (docs/design.md,
 invariant 10).
 
 Every path that creates or changes a job definition — create-as-upsert and ``PATCH`` in the API,

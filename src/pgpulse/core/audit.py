@@ -1,9 +1,9 @@
 """Who changes a job, and what changed: the audit trail's values (pure: no I/O, no clock).
 
 Every write of a job — create, update, pause, resume, trigger, backfill, delete — is recorded in
-``pgpulse_job_history`` in the transaction that makes it (issue 18, item 6), with the
-:class:`Actor` that made it and the fields that changed (:func:`definition_diff`). The same diff
-is the plan of ``pgpulse apply`` and ``crontab import --sync`` (:mod:`pgpulse.core.plan`).
+``pgpulse_job_history`` in the transaction that makes it (one commits only with the other),
+with the :class:`Actor` that made it and the fields that changed (:func:`definition_diff`). The
+same diff is the plan of ``pgpulse apply`` and ``crontab import --sync`` (:mod:`pgpulse.core.plan`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ schedules map to Pulse's:
   parsed it (a set of numbers) is written as a cron field: a list of numbers and ranges,
   ``first-last/step`` for an arithmetic run, and every value as ``*`` — but as ``0-59`` and
   ``0-23`` in minute and hour. Beat reads a crontab in wall-clock time, each local time once:
-  in a repeated hour, on its first pass, which is Pulse's fixed-time rule (design.md,
+  in a repeated hour, on its first pass, which is Pulse's fixed-time rule (docs/design.md,
   invariant 7), and a field starting with ``*`` would make Pulse follow elapsed time instead.
   One difference stays: a local time inside a skipped hour (02:30 when clocks go from 02:00
   to 03:00) fires at 03:30 under beat (shifted by the gap) and at 03:00, the first instant

@@ -1,6 +1,6 @@
 """Cron arithmetic: a cron expression's matching wall times, and its occurrences in a time zone
 — the first after an instant, the last at or before one, how many lie between two — under
-Debian cron's daylight-saving rules (pure, no I/O, no clock; design.md, invariant 7).
+Debian cron's daylight-saving rules (pure, no I/O, no clock; docs/design.md, invariant 7).
 
 * An elapsed-time job (minute or hour field starting with ``*``) fires at every instant whose
   wall time matches: never inside a skipped hour, in both passes of a repeated hour.

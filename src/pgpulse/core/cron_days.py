@@ -10,7 +10,7 @@ weekday nearest that day). Day-of-week terms: plain weekdays (``1-5``, ``fri``),
 (``CronExpression``: ``W`` moves Saturday to Friday and Sunday to Monday, except that the 1st
 on a Saturday moves to Monday the 3rd and a last day on a Sunday to Friday, two days before).
 
-The two fields are combined by Vixie cron's rule as Debian ships it (design.md, invariant 7),
+The two fields are combined by Vixie cron's rule as Debian ships it (docs/design.md, invariant 7),
 applied to the sets of days each field matches in the month, extensions included: when either
 field starts with ``*`` or ``?`` (a "star" field) a day must be in both sets, otherwise in
 either. So ``0 0 ? * 5#2`` is the second Friday of every month and ``0 0 15W * 5`` is the weekday

@@ -2,7 +2,8 @@
 
 Every error that bad input can cause is a :class:`PulseError` subclass that carries the
 offending ``field`` and ``value``, so a CLI, an API or a test can say exactly what was refused.
-Raising one of these at the boundary guarantees that nothing was written (design.md, invariant 8).
+Raising one of these at the boundary guarantees that nothing was written (docs/design.md,
+invariant 11).
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class InvalidNotifierConfig(InvalidInput):
 
 
 class NodeIdTaken(PulseError):
-    """A node's ``--node-id`` is held by another live process (issue 18: one node id, one
+    """A node's ``--node-id`` is held by another live process (one node id, one
     process). Carries the id (``value``) and the holder's host and pid."""
 
     def __init__(self, node_id: str, *, hostname: str, pid: int, silent: float) -> None:

@@ -2,7 +2,7 @@
 
 A :class:`JobSpec` is pure data. Building one through :meth:`JobSpec.create` validates every field
 (a built-in handler's payload too) and raises an :class:`~pgpulse.core.errors.InvalidInput` subclass
-naming the field and value, so the store never sees a bad definition (design.md, invariant 11).
+naming the field and value, so the store never sees a bad definition (docs/design.md, invariant 11).
 Whether a handler is known needs the database (the handlers nodes registered): the store reads
 them and refuses with :func:`check_handlers`.
 """
@@ -273,7 +273,7 @@ def _check_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
 
 def _check_overlap(overlap: object, max_concurrency: object) -> None:
     """Refuse an unknown overlap policy, ``max_concurrency`` without ``allow``, and ``allow``
-    without a bound (design.md, Policies: ``allow`` is "up to a bound")."""
+    without a bound (docs/design.md, Policies: ``allow`` is "up to a bound")."""
     if overlap not in OVERLAP_POLICIES:
         raise InvalidInput(
             f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {overlap!r}",
@@ -346,7 +346,7 @@ class JobSpec:
         timezone: IANA zone name the cron fields are read in (default ``UTC``).
         handler: name of the registered handler that runs the job (``shell``, ``http``...).
         payload: JSON object handed to the handler.
-        catch_up: ``skip``, ``backfill`` or ``coalesce`` (design.md, Policies).
+        catch_up: ``skip``, ``backfill`` or ``coalesce`` (docs/design.md, Policies).
         backfill_limit: with ``backfill``, keep only the newest N missed occurrences; ``None``
             keeps all.
         misfire_grace: seconds an occurrence may be late and still run under ``skip`` (at
@@ -360,7 +360,7 @@ class JobSpec:
         meta: free-form facts kept with the job (crontab user, ``MAILTO``...), a JSON object.
         overlap: ``forbid`` (an occurrence waits for the running one), ``replace`` (a new
             occurrence cancels the running one) or ``allow`` (up to ``max_concurrency`` at
-            once); design.md, Policies; docs/states.md, "Extra occurrences".
+            once); docs/design.md, Policies; docs/states.md, "Extra occurrences".
         max_concurrency: with ``allow`` (and only then, where it is required), how many
             occurrences of the job may run at once (1-1000).
         spread: seconds; each occurrence fires at ``scheduled_for`` plus the job's stable

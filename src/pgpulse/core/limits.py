@@ -1,7 +1,7 @@
 """A job's limits: its active window, ``max_runs``, exclusion calendars, auto-pause, and how a
 resume treats the occurrences inside a pause (pure: no I/O, no clock).
 
-The rules (issue 19; README, "Run control"):
+The rules (README, "Run control"):
 
 * **Window.** No occurrence before ``not_before`` or after ``not_after``. A job holds the first
   occurrence at or after ``not_before``; when the next occurrence would be after ``not_after``

@@ -28,13 +28,13 @@ RunOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced"]
 #: moves on (``fork_occurrence``; docs/states.md, "Extra occurrences"). Never written as such.
 StepOutcome = Literal["succeeded", "retrying", "failed", "skipped", "fenced", "forked"]
 
-#: A job's overlap policy (design.md, "Policies").
+#: A job's overlap policy (docs/design.md, "Policies").
 OverlapPolicy = Literal["forbid", "replace", "allow"]
 
 
 class ClaimKey(NamedTuple):
     """What identifies one claim: the row holding its lease and the fencing token the claim
-    got. Every write about a claimed run names both (design.md, invariant 3), and a node may
+    got. Every write about a claimed run names both (docs/design.md, invariant 3), and a node may
     hold two claims of one job at once (a stale one whose outcome is still on its way, and the
     newer one; or several extra occurrences).
 
@@ -119,8 +119,8 @@ class ClaimedJob(NamedTuple):
     @property
     def failed_attempts(self) -> int:
         """The run's earlier attempts whose handler failed (or timed out): its attempts before
-        this one less its :attr:`interruptions`. ``max_attempts`` bounds these (issue 37: a
-        deploy during a run never uses up an attempt)."""
+        this one less its :attr:`interruptions`. ``max_attempts`` bounds these (so a deploy
+        during a run never uses up an attempt)."""
         return max(self.attempt - 1 - self.interruptions, 0)
 
     @property
@@ -129,7 +129,7 @@ class ClaimedJob(NamedTuple):
         (:func:`pgpulse.core.spread.spread_offset`; zero without a spread). Computed by the node,
         once per (job, spread) in a process: the claim returning the database's
         ``pgpulse_spread_offset`` cost a SQL-function call per claimed row, 1.14-1.31x the
-        database CPU per firing (issue 22; docs/benchmarks.md, lever "spread offset computed by
+        database CPU per firing (docs/benchmarks.md, lever "spread offset computed by
         the claim's SQL")."""
         return _offset(self.id, self.spread) if self.spread else _NO_OFFSET
 

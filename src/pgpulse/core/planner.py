@@ -1,7 +1,7 @@
 """Fire planning: which occurrence a job runs next, what is skipped, and when a retry comes.
 
 Pure functions of (schedule, policy, instants) with no I/O and no clock reads — the engine passes
-the database's clock in (design.md, invariant 1). The rules are design.md's "Policies":
+the database's clock in (docs/design.md, invariant 1). The rules are docs/design.md's "Policies":
 
 * ``skip``: occurrences older than ``misfire_grace`` are recorded as skipped; the job moves on to
   the first occurrence that is not (a late one within the grace still runs).
@@ -12,7 +12,7 @@ the database's clock in (design.md, invariant 1). The rules are design.md's "Pol
 
 Interval schedules are planned with exact ``timedelta`` arithmetic (integer microseconds) on
 the grid ``anchor + k * interval``, so a sub-second anchor is kept through any downtime (a 60 s
-job anchored at :50.357 is still at :50.357 after it; design.md, invariant 7) and the counts of
+job anchored at :50.357 is still at :50.357 after it; docs/design.md, invariant 7) and the counts of
 missed occurrences are exact whatever the anchor's microseconds.
 
 Retries use exponential backoff with jitter ("full jitter" halved: the delay is uniform in
@@ -96,7 +96,7 @@ def advance(
     Returns:
         An :class:`Advance`. The next occurrence is computed from ``after``, never from when a
         run finished, so schedules do not drift and an interval job keeps its exact anchor
-        (design.md, invariant 7).
+        (docs/design.md, invariant 7).
 
         A one-off schedule has none after its instant: the advance holds ``after``,
         ``complete``.
@@ -123,7 +123,7 @@ def hold(
 
     The due occurrences are ``first`` and the schedule's occurrences in (first, now]. They are
     counted, never listed, and only the few that matter are found (the newest, or the
-    ``backfill_limit``-th newest), so the cost does not grow with the span missed (design.md,
+    ``backfill_limit``-th newest), so the cost does not grow with the span missed (docs/design.md,
     invariant 8). The count (:meth:`Schedule.count_between`) is calendar arithmetic, and in a
     zone with daylight saving a difference of two running sums over the zone's offset changes
     (tables made once per schedule and zone), not a step per change in the span. The search for
@@ -202,7 +202,7 @@ ClaimAction = Literal["run", "skip", "exhausted", "interrupted"]
 #: How many attempts of one run may end without an outcome (interruptions: handed back by a
 #: stopping node, or reaped after its node lost the lease) before the run ends ``fenced`` and the
 #: job moves on. Interruptions are not the handler's failures, which ``max_attempts`` bounds
-#: (issue 37: a deploy during a long run must not use up its attempts); this bound is there so
+#: (a deploy during a long run must not use up its attempts); this bound is there so
 #: that a job whose handler kills its node still stops. One value for every job (README, "Retries
 #: and interruptions").
 MAX_INTERRUPTIONS = 10

@@ -6,8 +6,8 @@ fails a job for lacking one; a job whose handler no live node has waits, due, un
 has it joins (its catch-up policy then decides what runs). Shard ownership is computed per
 handler, over the live nodes that have that handler: with one set of handlers everywhere this
 is the plain placement of :func:`pgpulse.core.sharding.shards_for`, and a handler only some nodes
-have is spread over those, so a job is never stranded in a shard whose owner cannot run it (issue
-18). Each node computes the same placement from the same heartbeat, so every (handler, shard) pair
+have is spread over those, so a job is never stranded in a shard whose owner cannot run it.
+Each node computes the same placement from the same heartbeat, so every (handler, shard) pair
 has one claimer among the live nodes in steady state; two claimers for a moment (a heartbeat
 apart) are kept apart by SKIP LOCKED and fencing, as for shards.
 """

@@ -7,7 +7,7 @@ Cron occurrences fall on whole seconds, as in Vixie cron. Interval occurrences a
 and Python's datetime both hold microseconds): keeping the exact anchor spreads jobs created at
 different instants over the second instead of aligning them all on whole seconds.
 
-The cron rules are those of Vixie cron as Debian ships it (design.md, invariant 7):
+The cron rules are those of Vixie cron as Debian ships it (docs/design.md, invariant 7):
 
 * Day-of-month and day-of-week: if either field starts with ``*`` (or ``?``, read as ``*``) a
   day must match both, otherwise either (Debian cron, ``DOM_STAR``/``DOW_STAR`` in ``entry.c``).

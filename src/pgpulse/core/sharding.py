@@ -16,7 +16,7 @@ shards), and an unchanged set costs a cache lookup (:func:`placement`).
 
 Ownership is an optimisation, never a correctness condition: two nodes that briefly poll one
 shard are kept apart by SKIP LOCKED and fencing, and a shard that no node polls for a heartbeat
-only waits (design.md, "Cluster behaviour").
+only waits (docs/design.md, "Cluster behaviour").
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ names which. :class:`ClaimStore` is the part of the store a node's own sessions 
 loop's (:data:`CLAIM_SESSION_SETTINGS`) and the heartbeat's — and
 :class:`~pgpulse.db.store.Store`, the whole store, inherits it. Every method runs the statements of
 ``sql/queries.sql`` and ``sql/occurrences.sql`` it names and says what they lock and fence
-(design.md, invariants 2 and 3). Instants are aware datetimes; durations are seconds. ``now``
+(docs/design.md, invariants 2 and 3). Instants are aware datetimes; durations are seconds. ``now``
 parameters exist for tests only: production callers leave them ``None`` so the database's clock
-decides (design.md, invariant 1).
+decides (docs/design.md, invariant 1).
 """
 
 from __future__ import annotations
@@ -225,8 +225,7 @@ class ClaimStore(NodeRegistry):
         claim up to ``limit`` due jobs along ``routes`` (as :meth:`claim_due`: the jobs of each
         handler of ``routes`` in that handler's shards, oldest due first over all of them;
         nothing is claimed when ``limit`` is 0 or ``routes`` is empty). A job whose handler has
-        no route is never read: the claim costs the same however many of those are due (issue
-        18).
+        no route is never read: the claim costs the same however many of those are due.
 
         The claim sees the database as it was before the outcomes: a job whose next occurrence
         is already due is claimed at the next step (its outcome's ``next_run_at`` says when).
@@ -435,7 +434,7 @@ class ClaimStore(NodeRegistry):
 
         Fenced: a claim whose token is stale, whose row no longer runs (reaped, handed back,
         replaced, deleted with its job) or whose lease has already expired is not renewed —
-        its holder must stop the run (design.md, invariant 3). Each kind goes in id order, as
+        its holder must stop the run (docs/design.md, invariant 3). Each kind goes in id order, as
         every statement over running rows (no lock-order deadlock).
         """
         if not held:
@@ -563,7 +562,7 @@ class ClaimStore(NodeRegistry):
         claim_error: str | None = None,
         now: datetime | None = None,
     ) -> Heartbeat:
-        """Record this node's heartbeat, take part in leadership, and sweep (design.md,
+        """Record this node's heartbeat, take part in leadership, and sweep (docs/design.md,
         "Cluster behaviour"): the ``heartbeat`` statement, then, for a node that leads or backs
         the leader up, the sweep (:data:`SWEEP`: expired leases of job rows and of extra
         occurrences, pauses that reached their end) — one pipeline, so one round trip and one

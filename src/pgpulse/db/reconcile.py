@@ -5,9 +5,9 @@
 one after the other and the second plans against what the first wrote), its jobs and the jobs
 its definitions name are locked, a planner (:mod:`pgpulse.core.plan`,
 :mod:`pgpulse.core.crontab_sync`) computes each source's :class:`~pgpulse.core.plan.Plan`, every
-definition is checked against who may write it (:mod:`pgpulse.core.access`, design.md invariant 10),
-and then the plan is written — every step recorded in the audit trail — or, for a dry run, nothing
-is.
+definition is checked against who may write it (:mod:`pgpulse.core.access`, docs/design.md
+invariant 10), and then the plan is written — every step recorded in the audit trail — or, for a
+dry run, nothing is.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def _check_writes(
     plans: Sequence[Plan], by_id: Mapping[int, Mapping[str, Any]], writer: Writer
 ) -> None:
     """Refuse the plans unless ``writer`` may write each created or updated definition over
-    the job it replaces (design.md, invariant 10)."""
+    the job it replaces (docs/design.md, invariant 10)."""
     for plan in plans:
         for step in plan.steps:
             if step.spec is not None and step.action in ("create", "update"):

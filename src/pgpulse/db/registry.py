@@ -2,13 +2,13 @@
 
 A node registers with what it can run — its handler names, and how it treats ``shell`` jobs —
 so that every node routes claims by capability (:mod:`pgpulse.core.routing`) and ``status`` shows
-which jobs no live node can run. One node id is one process (issue 18): registering refuses an
+which jobs no live node can run. One node id is one process: registering refuses an
 id whose row is held by another live process, and a stale, stopped or abandoned row (its
 holder's heartbeat session gone) is taken over. A
 process knows its row by (host, pid): its heartbeats and its stop touch only that row, never
 one another process took over. :class:`NodeRegistry` is the base of
 :class:`~pgpulse.db.claims.ClaimStore` (and so of :class:`~pgpulse.db.store.Store`); ``now``
-parameters exist for tests only (design.md, invariant 1).
+parameters exist for tests only (docs/design.md, invariant 1).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ online and resumable, and keeps every invariant:
 
 While nodes switch (at most a heartbeat interval), a node of the old count and one of the new
 may both poll a job, or neither may for that long: SKIP LOCKED and fencing keep the claim
-correct, and an unpolled job only waits, due, for the next heartbeat (design.md, "Cluster
+correct, and an unpolled job only waits, due, for the next heartbeat (docs/design.md, "Cluster
 behaviour": ownership is never what makes a claim correct). Running the command again after a
 failure, or after the wait timed out, resumes where it stopped: every step is idempotent.
 """

@@ -5,7 +5,7 @@ trigger, delete), the history and the cluster as people read them, and — inher
 :class:`~pgpulse.db.claims.ClaimStore` — what nodes claim, finish, renew and hand back. Each method
 runs statements from ``sql/queries.sql`` and says in its docstring what it locks and what it
 fences. Instants are aware datetimes; durations are seconds. ``now`` parameters exist for tests
-only — production callers leave them ``None`` so the database's clock decides (design.md,
+only — production callers leave them ``None`` so the database's clock decides (docs/design.md,
 invariant 1).
 """
 
@@ -155,7 +155,7 @@ class Store(CalendarStore):
         built from (a read-modify-write, such as the API's partial update): if the stored job
         has another revision (or is gone) when its row is locked, nothing is written.
 
-        Authorisation (design.md, invariant 10): every path that writes a definition comes
+        Authorisation (docs/design.md, invariant 10): every path that writes a definition comes
         here, and here each spec is checked by :func:`pgpulse.core.access.check_write` against the
         job it replaces, whose row is read and locked in the writing transaction (so a
         concurrent change of that job cannot slip between the check and the write). The

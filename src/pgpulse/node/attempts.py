@@ -12,7 +12,7 @@ worker slot and its lease is renewed by every heartbeat, and:
   outcome (:func:`~pgpulse.node.dispatch.plan_finish`) → hand it to the recorder → end;
 * one watchdog timer per node, armed for the earliest deadline of all, cancels an attempt whose
   lease was not renewed in time — ``lease - safety margin`` after the last renewal that landed
-  was *sent*, so before the lease can expire (self-fencing, design.md invariant 3): nothing is
+  was *sent*, so before the lease can expire (self-fencing, docs/design.md invariant 3): nothing is
   recorded — and an attempt past its job's timeout, which ends as a failed attempt
   (``timed out after Ns``). A renewal the database refuses (stale token) cancels at once;
 * its decided outcome waits for the claim loop, which writes it with its next claim
@@ -119,7 +119,7 @@ class Attempts:
 
     Args:
         handlers: the node's handlers (what :func:`~pgpulse.node.dispatch.decide` may run, and how).
-        slots: worker slots: the most attempts in flight (design.md, invariant 6).
+        slots: worker slots: the most attempts in flight (docs/design.md, invariant 6).
         lease: seconds of lease a claim or a renewal grants.
         margin: seconds before the lease ends at which an unrenewed attempt is cancelled.
         wake: set when an attempt decided its outcome or ended without one: the claim loop has
@@ -172,7 +172,7 @@ class Attempts:
         return self.slots - len(self._table) + len(batch)
 
     def start(self, job: ClaimedJob, claimed_mono: float, started_mono: float) -> Attempt:
-        """Start an attempt of ``job`` at once (design.md, invariant 6).
+        """Start an attempt of ``job`` at once (docs/design.md, invariant 6).
 
         Args:
             job: the claimed job.

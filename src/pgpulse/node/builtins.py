@@ -10,7 +10,7 @@ behind: the shell handler kills and reaps the command's whole process group, and
 closes its client.
 
 Payloads are checked by :func:`validate_shell_payload` and :func:`validate_http_payload`, which
-job creation calls up front (design.md, invariant 8: refuse bad input at the boundary). The
+job creation calls up front (docs/design.md, invariant 11: refuse bad input at the boundary). The
 handlers call them again, because a payload may have been stored by an older version.
 """
 

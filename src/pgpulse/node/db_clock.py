@@ -1,6 +1,6 @@
-"""The database's clock, watched against the leader's monotonic clock (issue 37).
+"""The database's clock, watched against the leader's monotonic clock.
 
-Every due and lease decision uses the database's ``now()`` (design.md, invariant 1), so a step
+Every due and lease decision uses the database's ``now()`` (docs/design.md, invariant 1), so a step
 of the database host's clock moves every schedule with it: stepped **back**, due jobs wait until
 the clock passes their instant again (a 5-minute step stalls them 5 minutes); stepped
 **forward**, the occurrences in the skipped span fire at once, early by up to the step. Pulse

@@ -204,7 +204,7 @@ def fenced_reason(job: ClaimedJob) -> str:
 
 
 #: A claimed occurrence at least this far behind the claim is decided in a worker thread: its
-#: cost does not grow with the span (design.md, invariant 8), but the first such decision for a
+#: cost does not grow with the span (docs/design.md, invariant 8), but the first such decision for a
 #: schedule and zone makes their tables of offset changes (milliseconds: pgpulse.core.cron's
 #: count_between), which a node's event loop must not spend inline (:mod:`pgpulse.node.attempts`).
 DECIDE_IN_THREAD_BEHIND = timedelta(days=30)
@@ -283,10 +283,10 @@ def plan_finish(
     catch-up policy applied at ``now`` (an extra occurrence, ``job.occurrence``, has none: its
     final outcome ends it; docs/states.md, "Extra occurrences"). A failure with attempts left
     (:attr:`~pgpulse.core.model.ClaimedJob.failed_attempts` below ``max_attempts``: interrupted
-    attempts do not count, issue 37) retries the same occurrence after an exponential backoff
-    with jitter, its delay by the failure's number; the last failure ends
-    the run ``failed`` and moves on (design.md, retry policy: a recurring job never dies of one
-    failure).
+    attempts do not count, so a deploy never uses one up) retries the same occurrence after an
+    exponential backoff with jitter, its delay by the failure's number; the last failure ends
+    the run ``failed`` and moves on (docs/design.md, retry policy: a recurring job never dies of
+    one failure).
 
     Args:
         job: the claimed job.

@@ -8,7 +8,7 @@ slots — one transaction and one round trip
 (:meth:`~pgpulse.db.claims.ClaimStore.finish_and_claim`), so a busy node pays one round trip per
 batch of runs ended and started, and an idle node writes each outcome at once (a decided outcome
 wakes the claim loop; there is no timer). Every element stays
-fenced by its own token, so batching changes no guarantee (design.md, invariant 3).
+fenced by its own token, so batching changes no guarantee (docs/design.md, invariant 3).
 
 One error policy for every outcome write, while the node runs and while it drains
 (:meth:`Recorder.flush`): a write that failed for the connection's sake committed nothing, and

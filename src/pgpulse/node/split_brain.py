@@ -1,4 +1,4 @@
-"""Split brain: more than one host of a node's multi-host DSN accepts writes (issue 37).
+"""Split brain: more than one host of a node's multi-host DSN accepts writes.
 
 Pulse cannot prevent a split brain its HA layer allowed (an old primary left running beside the
 promoted one: both take writes, and nodes on each side run the same occurrences), but a node

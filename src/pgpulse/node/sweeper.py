@@ -13,7 +13,7 @@ keeps the lock. Reaping twice is harmless (SKIP LOCKED, fenced).
 :class:`Sweeper` keeps this node's side of it: whether it leads (forgotten, with a warning, when
 the heartbeat session reconnects: the lock died with the old connection), the reaping log, and
 the leader's housekeeping — pruning old history every ``prune_every`` seconds, a rare statement
-of its own over the node's pool (design.md, "Cluster behaviour").
+of its own over the node's pool (docs/design.md, "Cluster behaviour").
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def occurrence_task_id(ctx: RunContext) -> str:
     """The task id of ``ctx``'s occurrence: the same for every attempt of it, on any node.
 
     It is ``uuid5(TASK_ID_NAMESPACE, "<job id>/<scheduled_for, ISO-8601 UTC>")`` for a
-    scheduled occurrence (design.md: an occurrence is (job id, scheduled_for)). A triggered or
+    scheduled occurrence (docs/design.md: an occurrence is (job id, scheduled_for)). A triggered or
     backfilled run adds its run id, so a deliberate re-run of an occurrence is a new task
     rather than a repeat a worker would drop.
 

@@ -1,11 +1,11 @@
 -- Every statement Pulse sends, as named blocks ("-- name: NAME"), loaded once by pgpulse.sql.
--- Clock rule (design.md, invariant 1): instants come from the database's now(). Tests may pass
+-- Clock rule (docs/design.md, invariant 1): instants come from the database's now(). Tests may pass
 -- a fixed instant as %(now)s; production code always passes NULL. {shard_of_job} and
 -- {shard_of_occurrence} mark where a claim names a row's shard (pgpulse.sql.at_shard_count).
 
 -- A node's claim step is these statements, sent in one pipeline (one round trip, one
 -- transaction: claims.ClaimStore.finish_and_claim): record_skips_and_auto_pauses when an
--- outcome needs it, finish_jobs, claim_jobs and next_job_due. Epochs (design.md, invariant 9):
+-- outcome needs it, finish_jobs, claim_jobs and next_job_due. Epochs (docs/design.md, invariant 9):
 -- a failover with asynchronous replication can lose the last commits, and the new primary runs
 -- on a new timeline (the first 8 hex digits of the WAL file it writes), so tokens and run ids
 -- carry it: clock.epoch is (timeline - 1) * 2^48; a token is greatest(token, epoch) + 1 and a
@@ -220,7 +220,7 @@ FROM clock;
 -- name: renew
 -- The heartbeat of running work: extend by %(lease)s seconds the lease of each claim this node
 -- still holds, of job rows (%(job_ids)s, %(job_tokens)s) and of extra occurrences
--- (%(occurrence_ids)s, %(occurrence_tokens)s). Fenced (design.md, invariant 3): a claim whose
+-- (%(occurrence_ids)s, %(occurrence_tokens)s). Fenced (docs/design.md, invariant 3): a claim whose
 -- token is stale or whose lease is gone (reaped, handed back, replaced, its row deleted) is not
 -- renewed, and its holder cancels the attempt. Locks the rows it renews; the caller sends each
 -- array in id order, as every statement over running rows does (no lock-order deadlock). An
@@ -298,7 +298,7 @@ SELECT job.id, job.started FROM job;
 -- name: register_node
 -- A node's start (started_at is now, also when a restarted node reuses its id) or, with
 -- %(rejoin)s, a running node registering again after its row went missing (started_at kept).
--- One node id, one process (issue 18): an existing row is taken over only if it is this process's
+-- One node id, one process: an existing row is taken over only if it is this process's
 -- own (same host and pid), stopped, stale (no heartbeat within its time-to-live; %(ttl)s, or
 -- NodeConfig's default of 10 s, for a row that recorded none), or its holder's heartbeat session
 -- ('pgpulse:<id>:beat', the one this statement is sent on excepted) is gone from the server: a
@@ -1165,7 +1165,7 @@ ORDER BY n.node_id;
 -- name: cluster_counts
 -- Jobs by state, of one tenant or all, and how late the most overdue idle job is (seconds);
 -- `unroutable`: the idle jobs whose handler no live node advertises, by handler, as
--- [{"handler": h, "jobs": n, "due": d}] (they wait for a node that has it: issue 18).
+-- [{"handler": h, "jobs": n, "due": d}] (they wait, due, for a node that has it).
 -- failed: jobs that cannot be scheduled; failing: jobs whose last run failed or was fenced;
 -- pausing: jobs whose pause waits for the end of their run (pause_job).
 -- running_on_lost: running jobs whose node is not alive (killed, partitioned); their leases run

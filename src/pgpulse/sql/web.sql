@@ -44,7 +44,7 @@ ORDER BY id;
 -- A page of jobs in (tenant, name) order after the keyset cursor, with how late the job is now
 -- (due_lag, seconds; NULL unless idle and due) and the lag (from the spread instant to its first
 -- attempt) and duration of its latest started run, and whether it is unroutable: idle, and no
--- live node advertises its handler (it waits for one: issue 18; a node row that recorded no
+-- live node advertises its handler (it waits, due, until one joins; a node row that recorded no
 -- time-to-live is judged by NodeConfig's default, 10 s). %(id)s selects one job (show); the other
 -- filters are optional: %(q)s finds the text in the name or the handler, case-insensitively.
 -- calendar_defs holds the rows of the job's exclusion calendars (as JSON objects, as the claim reads them),

@@ -2,7 +2,7 @@
 be, in size and type: :mod:`pgpulse.web.bodies`).
 
 Every refusal has the body ``{"error": {"code", "message", "field", "value"}}`` naming the
-refused field and value (design.md, invariant 8), and writes nothing:
+refused field and value (docs/design.md, invariant 11), and writes nothing:
 
 =====  =====================================================================================
 400    the body is not JSON (truncated, malformed), or is empty where the route needs one

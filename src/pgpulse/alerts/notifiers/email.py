@@ -267,8 +267,8 @@ def header_text(text: str) -> str:
     """``text`` made fit to be an unstructured header's value (``Subject``, ``X-Pulse-Rule``):
     every run of whitespace, line breaks (CR, LF, U+2028...) and other control characters one
     space, and each ``=?`` written with an invisible word joiner in between, so that no part of
-    it is an RFC 2047 encoded word a parser would decode (a decoded word may hold CR LF: the
-    header injection of issue 30)."""
+    it is an RFC 2047 encoded word a parser would decode (a decoded word may hold CR LF, which
+    would start a header of the sender's choosing)."""
     printable = "".join(ch if ch.isprintable() else " " for ch in text)
     return " ".join(printable.split()).replace(
         _ENCODED_WORD_START, _ENCODED_WORD_START[0] + _WORD_JOINER + _ENCODED_WORD_START[1]

@@ -1,5 +1,5 @@
 """Checks shared by the notifier configs: each refusal names the field (``config.<key>``) and its
-value, and never quotes a secret (design.md, invariant 11; docs/alerts.md, "Secrets").
+value, and never quotes a secret (docs/design.md, invariant 11; docs/alerts.md, "Secrets").
 
 Pure except :func:`check_url_target`, which resolves a URL's host to apply the address policy of
 ``http`` jobs (:mod:`pgpulse.core.policy`): loopback, link-local, private, shared, reserved,

@@ -1,4 +1,4 @@
--- Capability routing (issue 18, items 1 and 2): a node claims only the jobs it can run.
+-- Capability routing: a node claims only the jobs it can run.
 --
 -- pgpulse_nodes.shell says how the node treats `shell` jobs: 'off' (not allowed: 'shell' is not
 -- in its handlers), 'run' (--allow-shell-jobs) or 'dry-run' (--shell-dry-run: the command is

@@ -1,5 +1,4 @@
--- Pulse schema: where each job's definition comes from, its revision, and an audit trail
--- (issue 18, items 3-6).
+-- Pulse schema: where each job's definition comes from, its revision, and an audit trail.
 --
 -- pgpulse_jobs.source already names the origin of a definition; from now on it is one of
 -- `cli`, `api`, `code:<app>`, `crontab:<path>` or `apply:<name>`, the unit that `pgpulse

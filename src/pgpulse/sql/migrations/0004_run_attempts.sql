@@ -1,4 +1,4 @@
--- Every attempt of a run, not only its latest (issue 20, item 5: the run page).
+-- Every attempt of a run, not only its latest, so the run page can show each one.
 --
 -- A run row holds its latest attempt in its own columns (node_id, fencing_token, started_at,
 -- finished_at, error, outcome). Each write that ends a later attempt over the same row (a retry,

@@ -1,4 +1,4 @@
--- Schedules and run control (issue 19): one-off @at jobs, active windows and max_runs, spread,
+-- Schedules and run control: one-off @at jobs, active windows and max_runs, spread,
 -- exclusion calendars, pause with intent and auto-pause.
 
 -- A job that will never have another occurrence (an @at job after its run, a window's or

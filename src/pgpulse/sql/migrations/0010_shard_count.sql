@@ -1,4 +1,4 @@
--- The shard count becomes a setting of the database (issue 23), so more than 64 nodes per
+-- The shard count becomes a setting of the database, so more than 64 nodes per
 -- handler can own work. A job's shard is id % shard_count. This migration changes no row and
 -- builds no index: it takes its locks for a catalog change only, whatever the table holds.
 --

@@ -1,7 +1,7 @@
 -- A notifier belongs to a tenant (tenant set) or to the cluster (tenant NULL: the admin's, such
 -- as the organisation's e-mail or Slack). A tenant's job rules may name the tenant's own
--- notifiers and those an admin shared with it (shared_with); a tenant token that named any
--- notifier routed its alerts to the organisation's channels (issue 30).
+-- notifiers and those an admin shared with it (shared_with), so a tenant's alerts never reach
+-- the organisation's channels unless an admin shared them.
 ALTER TABLE pgpulse_notifiers
     ADD COLUMN tenant text,
     ADD COLUMN shared_with text[] DEFAULT '{}'::text[] NOT NULL;

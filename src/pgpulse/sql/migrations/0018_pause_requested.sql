@@ -1,4 +1,4 @@
--- Pause a running job after its run (issue 33): `job pause` on a running job sets
+-- Pause a running job after its run: `job pause` on a running job sets
 -- pause_requested (with paused_until and pause_reason, as a pause of an idle job does), and the
 -- node's write of the run's end makes the job paused instead of idle (finish_and_claim,
 -- fork_occurrence); a retry of the run still happens, as it is part of the run. While the flag

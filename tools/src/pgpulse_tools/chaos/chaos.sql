@@ -1,7 +1,7 @@
 -- Statements of the fault-injection harness (pgpulse chaos), as named blocks.
 -- The harness creates its tables itself in the fresh database of a run (they are evidence, not
 -- part of Pulse's schema, so no migration). Instants are the database's clock_timestamp(): the
--- one clock every node shares (design.md, invariant 1).
+-- one clock every node shares (docs/design.md, invariant 1).
 
 -- name: create_history
 -- chaos_history: one row per handler execution, written by the handler itself (start, then end).

@@ -1,6 +1,6 @@
 """The history checker: a pure function from a recorded :class:`History` to a :class:`Verdict`.
 
-Figures (design.md, invariants 2–5; "must be 0" figures decide the exit code):
+Figures (docs/design.md, invariants 2–5; "must be 0" figures decide the exit code):
 
 * **duplicates**, **re-executed**, **occurrences repeated**, **overlaps** — see
   :mod:`pgpulse_tools.chaos.effects`; **allow at once** (information): the most executions of

@@ -18,7 +18,7 @@ may share an instant. Its effect is keyed so too (workload.py); two effects of o
   lacks; or a run of the batch at an instant it did not select (and, from
   :func:`~pgpulse_tools.chaos.checker.unaccounted`, a payload-less trigger's instant with no
   run). Must be 0 — unless replication is asynchronous and a failover's kill came after the
-  request was made: such a failover may lose acknowledged commits (design.md), so the request
+  request was made: such a failover may lose acknowledged commits (docs/design.md), so the request
   is counted in **extras lost by a failover** (information) instead. A request's commit comes
   after the harness's instant of it, so a failover killed before that cannot explain it.
 * **backfill beyond bound** — an instant at which more executions of one backfill request's

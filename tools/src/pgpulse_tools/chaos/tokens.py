@@ -1,4 +1,4 @@
-"""Fencing tokens and run ids handed out twice (design.md, invariant 9), from the executions
+"""Fencing tokens and run ids handed out twice (docs/design.md, invariant 9), from the executions
 (pure; the database's rows and the nodes' journals, so a failover that lost the database's record
 of a claim still shows it).
 
