@@ -22,15 +22,15 @@ import pytest
 
 from pgpulse.core.egress import HttpAllowList
 from pgpulse.core.errors import InvalidInput, InvalidPayload
-from pgpulse.node import builtins
-from pgpulse.node.builtins import (
-    BUILTIN_HANDLERS,
+from pgpulse.core.payloads import (
     PAYLOAD_VALIDATORS,
-    http_handler,
-    shell_handler,
+    validate_celery_payload,
     validate_http_payload,
+    validate_rq_payload,
     validate_shell_payload,
 )
+from pgpulse.node import builtins
+from pgpulse.node.builtins import BUILTIN_HANDLERS, http_handler, shell_handler
 from pgpulse.node.handlers import MAX_OUTPUT_CHARS, HandlerFailed, RunContext, truncate_output
 
 LOOPBACK = HttpAllowList.parse(["127.0.0.1"])
@@ -79,8 +79,8 @@ def is_alive(pid: int) -> bool:
 
 
 def test_registries_name_every_builtin() -> None:
-    from pgpulse.node.celery_handler import celery_handler, validate_celery_payload
-    from pgpulse.node.rq_handler import rq_handler, validate_rq_payload
+    from pgpulse.node.celery_handler import celery_handler
+    from pgpulse.node.rq_handler import rq_handler
 
     assert dict(BUILTIN_HANDLERS) == {
         "shell": shell_handler,

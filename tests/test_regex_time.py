@@ -49,7 +49,7 @@ PATTERNS: dict[tuple[str, str], str] = {
     ("pgpulse.alerts.notifiers.redaction", "_WORD_SEGMENT"): "match",
     ("pgpulse.core.jobs", "_HANDLER_RE"): "match",
     ("pgpulse.core.jobs", "_NUL_ESCAPE"): "search",
-    ("pgpulse.node.builtins", "_HEADER_NAME_RE"): "match",
+    ("pgpulse.core.payloads", "_HEADER_NAME_RE"): "match",
     ("pgpulse.core.cron_syntax", "_LAST_RE"): "fullmatch",
     ("pgpulse.core.cron_syntax", "_NEAREST_RE"): "fullmatch",
     ("pgpulse.core.cron_syntax", "_NTH_RE"): "fullmatch",

@@ -22,10 +22,10 @@ from zoneinfo import ZoneInfo
 from pgpulse.core.errors import InvalidInput, InvalidPayload, UnknownHandler
 from pgpulse.core.json_limits import check_shape, loads_json
 from pgpulse.core.limits import check_auto_pause, check_calendars, check_max_runs, check_window
+from pgpulse.core.payloads import BUILTIN_HANDLER_NAMES, PAYLOAD_VALIDATORS
 from pgpulse.core.schedule import Schedule, parse_schedule
 from pgpulse.core.spread import check_spread
 from pgpulse.core.wording import did_you_mean, given, json_given
-from pgpulse.node.builtins import BUILTIN_HANDLERS, PAYLOAD_VALIDATORS
 
 CatchUp = Literal["skip", "backfill", "coalesce"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("skip", "backfill", "coalesce")
@@ -435,7 +435,7 @@ class JobSpec:
             UnknownTimeZone: ``timezone`` is not an IANA zone.
             InvalidPayload: ``payload`` is not a JSON object (or JSON text of one), or a
                 built-in handler's payload lacks, mistypes or misspells a field
-                (:data:`~pgpulse.node.builtins.PAYLOAD_VALIDATORS`).
+                (:data:`~pgpulse.core.payloads.PAYLOAD_VALIDATORS`).
             InvalidInput: any other field is out of range (``schedule`` or ``timezone`` not
                 text, ``source`` not 1-500 printable characters); ``field`` names it.
         """
@@ -522,7 +522,7 @@ class JobSpec:
 
 def unknown_handlers(specs: Iterable[JobSpec], known: Collection[str]) -> set[str]:
     """The handlers of ``specs`` that are neither built in nor in ``known`` (pure)."""
-    return {spec.handler for spec in specs} - set(BUILTIN_HANDLERS) - set(known)
+    return {spec.handler for spec in specs} - set(BUILTIN_HANDLER_NAMES) - set(known)
 
 
 def check_handlers(specs: Iterable[JobSpec], known: Collection[str]) -> None:
@@ -537,7 +537,7 @@ def check_handlers(specs: Iterable[JobSpec], known: Collection[str]) -> None:
         UnknownHandler: ``field`` is ``"handler"``, ``value`` the name; the message lists the
             known handlers.
     """
-    names = set(BUILTIN_HANDLERS) | set(known)
+    names = set(BUILTIN_HANDLER_NAMES) | set(known)
     for spec in specs:
         if spec.handler not in names:
             raise UnknownHandler(

@@ -30,11 +30,11 @@ from pgpulse.core.backfill import (
 )
 from pgpulse.core.errors import InvalidInput, JobNotFound
 from pgpulse.core.jobs import LIMITS, check_key, parse_payload
+from pgpulse.core.payloads import PAYLOAD_VALIDATORS
 from pgpulse.core.schedule import parse_schedule
 from pgpulse.core.wording import given
 from pgpulse.core.zones import utc_if_naive
 from pgpulse.db.database import ConnectionSource
-from pgpulse.node.builtins import PAYLOAD_VALIDATORS
 from pgpulse.sql import QUERIES
 
 

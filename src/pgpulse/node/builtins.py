@@ -9,9 +9,9 @@ on a lost lease or at shutdown). Both handlers are written so that a cancellatio
 behind: the shell handler kills and reaps the command's whole process group, and the HTTP handler
 closes its client.
 
-Payloads are checked by :func:`validate_shell_payload` and :func:`validate_http_payload`, which
-job creation calls up front (docs/design.md, invariant 11: refuse bad input at the boundary). The
-handlers call them again, because a payload may have been stored by an older version.
+Payloads are checked by :data:`pgpulse.core.payloads.PAYLOAD_VALIDATORS`, which job creation calls
+up front (docs/design.md, invariant 11: refuse bad input at the boundary). The handlers call them
+again, because a payload may have been stored by an older version.
 """
 
 from __future__ import annotations
@@ -22,23 +22,24 @@ import contextlib
 import logging
 import os
 import pwd
-import re
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from pgpulse.core.egress import HttpAllowList
 from pgpulse.core.errors import InvalidInput, InvalidPayload
 from pgpulse.core.masking import mask_url, scrub, url_credentials
-from pgpulse.core.wording import json_given, seconds_text
+from pgpulse.core.payloads import (
+    validate_http_payload,
+    validate_shell_payload,
+)
+from pgpulse.core.wording import seconds_text
 from pgpulse.node import shell_guard, tracing
-from pgpulse.node.celery_handler import celery_handler, validate_celery_payload
+from pgpulse.node.celery_handler import celery_handler
 from pgpulse.node.handlers import MAX_OUTPUT_CHARS, Handler, HandlerFailed, RunContext
-from pgpulse.node.rq_handler import rq_handler, validate_rq_payload
-from pgpulse.node.task_queues import check_keys
+from pgpulse.node.rq_handler import rq_handler
 
 if TYPE_CHECKING:  # httpx loads with the first http request, not with ``import pgpulse``
     import httpx
@@ -57,154 +58,8 @@ _READ_CHUNK_BYTES = 64 * 1024
 _GUARD = (sys.executable, "-I", "-S", shell_guard.__file__)
 
 #: Methods the ``http`` handler accepts (compared case-insensitively, sent upper-case).
-HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 #: Default and ceiling of the ``http`` handler's request timeout, in seconds.
 DEFAULT_HTTP_TIMEOUT = 30.0
-_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 "token"
-
-
-# --- payload validation -------------------------------------------------------------------
-
-
-def _refuse(field: str, value: Any, why: str) -> InvalidPayload:
-    return InvalidPayload(f"{field} {why}, got {json_given(value)}", field=field, value=value)
-
-
-SHELL_FIELDS = frozenset({"command", "stdin", "env", "user", "cwd", "shell"})
-HTTP_FIELDS = frozenset(
-    {"url", "method", "headers", "json", "body", "timeout", "expect_status", "follow_redirects"}
-)
-
-
-def _check_text(payload: Mapping[str, Any], key: str, *, required: bool = False) -> None:
-    field = f"payload.{key}"
-    if key not in payload:
-        if required:
-            raise InvalidPayload(
-                f'{field} is required (e.g. {{"{key}": ...}})', field=field, value=None
-            )
-        return
-    value = payload[key]
-    if not isinstance(value, str):
-        raise _refuse(field, value, "must be a string")
-    if required and not value.strip():
-        raise _refuse(field, value, "must not be empty")
-    if "\x00" in value:
-        raise _refuse(field, value, "must not contain NUL characters")
-
-
-def _check_str_map(
-    payload: Mapping[str, Any],
-    key: str,
-    name_ok: Callable[[str], bool],
-    value_ok: Callable[[str], bool],
-    value_rule: str,
-) -> None:
-    field = f"payload.{key}"
-    value = payload.get(key)
-    if value is None:
-        return
-    if not isinstance(value, Mapping):
-        raise _refuse(field, value, "must be an object of string to string")
-    for name, item in value.items():
-        if not isinstance(name, str) or not name_ok(name):
-            raise _refuse(f"{field}", name, "has an invalid name")
-        if not isinstance(item, str) or not value_ok(item):
-            raise _refuse(f"{field}.{name}", item, f"must be a string {value_rule}")
-
-
-def validate_shell_payload(payload: Mapping[str, Any]) -> None:
-    """Check a ``shell`` job's payload without running anything.
-
-    Args:
-        payload: ``{"command": str, "stdin"?: str, "env"?: {str: str}, "user"?: str,
-            "cwd"?: str, "shell"?: str}``. Any other key is refused (it would be a typo).
-
-    Raises:
-        InvalidPayload: a field is missing, of the wrong type, empty (``command``, ``user``,
-            ``cwd``) or holds a NUL character; an env name is empty or holds ``=``. ``field`` is
-            ``"payload.<key>"`` and ``value`` the refused value. Whether ``user`` exists and
-            ``cwd`` is a directory is checked when the command runs, on the node that runs it.
-    """
-    if not isinstance(payload, Mapping):
-        raise _refuse("payload", payload, "must be a JSON object")
-    check_keys(payload, SHELL_FIELDS, '{"command": "backup.sh --full"}')
-    _check_text(payload, "command", required=True)
-    _check_text(payload, "stdin")
-    for key in ("user", "cwd", "shell"):
-        if key in payload:
-            _check_text(payload, key, required=True)
-    _check_str_map(
-        payload,
-        "env",
-        name_ok=lambda name: bool(name) and "=" not in name and "\x00" not in name,
-        value_ok=lambda value: "\x00" not in value,
-        value_rule="without NUL characters",
-    )
-
-
-def validate_http_payload(payload: Mapping[str, Any]) -> None:
-    """Check an ``http`` job's payload without sending anything.
-
-    Args:
-        payload: ``{"url": str, "method"?: str, "headers"?: {str: str}, "json"?: any,
-            "body"?: str, "timeout"?: seconds, "expect_status"?: [int],
-            "follow_redirects"?: bool}``. Any other key is refused.
-
-    Raises:
-        InvalidPayload: ``url`` is not an ``http``/``https`` URL with a host; ``method`` is not
-            one of :data:`HTTP_METHODS`; a header name is not an RFC 9110 token or a value holds
-            CR, LF or NUL; both ``json`` and ``body`` are given; ``body`` is not a string;
-            ``timeout`` is not a positive number; ``expect_status`` is not a non-empty list of
-            status codes (100-599); ``follow_redirects`` is not a boolean. ``field`` is
-            ``"payload.<key>"`` and ``value`` the refused value.
-    """
-    if not isinstance(payload, Mapping):
-        raise _refuse("payload", payload, "must be a JSON object")
-    check_keys(payload, HTTP_FIELDS, '{"url": "https://example.com/hook", "method": "POST"}')
-    _check_text(payload, "url", required=True)
-    url = payload["url"]
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname
-    except ValueError:
-        host = None
-    if host is None or parts.scheme.lower() not in ("http", "https"):
-        # Quoted masked: a stored payload's refusal becomes a run error, which alerts quote.
-        shown = mask_url(url)
-        raise _refuse("payload.url", shown, "must be an http:// or https:// URL with a host")
-    method = payload.get("method", "GET")
-    if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
-        raise _refuse("payload.method", method, f"must be one of {', '.join(sorted(HTTP_METHODS))}")
-    _check_str_map(
-        payload,
-        "headers",
-        name_ok=lambda name: bool(_HEADER_NAME_RE.match(name)),
-        value_ok=lambda value: not any(c in value for c in "\r\n\x00"),
-        value_rule="without CR, LF or NUL characters",
-    )
-    if "json" in payload and "body" in payload:
-        raise _refuse("payload.body", payload["body"], "cannot be given together with payload.json")
-    _check_text(payload, "body")
-    timeout = payload.get("timeout")
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-    ):
-        raise _refuse("payload.timeout", timeout, "must be a positive number of seconds")
-    expect = payload.get("expect_status")
-    if expect is not None and (
-        not isinstance(expect, list)
-        or not expect
-        or not all(type(code) is int and 100 <= code <= 599 for code in expect)
-    ):
-        raise _refuse(
-            "payload.expect_status",
-            expect,
-            "must be a non-empty list of HTTP status codes (100-599)",
-        )
-    follow = payload.get("follow_redirects", False)
-    if not isinstance(follow, bool):
-        raise _refuse("payload.follow_redirects", follow, "must be true or false")
 
 
 def _validated(validate: Callable[[Mapping[str, Any]], None], payload: Mapping[str, Any]) -> None:
@@ -698,12 +553,4 @@ BUILTIN_HANDLERS: dict[str, Handler] = {
     "http": http_handler,
     "celery": celery_handler,
     "rq": rq_handler,
-}
-
-#: Payload checks job creation runs for the built-in handlers, by handler name.
-PAYLOAD_VALIDATORS: dict[str, Callable[[Mapping[str, Any]], None]] = {
-    "shell": validate_shell_payload,
-    "http": validate_http_payload,
-    "celery": validate_celery_payload,
-    "rq": validate_rq_payload,
 }

@@ -26,13 +26,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pgpulse.core.errors import InvalidInput, InvalidPayload
-from pgpulse.core.wording import json_given
+from pgpulse.core.payloads import CELERY_FIELDS, validate_celery_payload
 from pgpulse.node.handlers import HandlerFailed, RunContext
 from pgpulse.node.task_queues import (
-    check_call_fields,
-    check_keys,
-    check_name_field,
-    check_seconds,
     check_url,
     occurrence_task_id,
     pulse_headers,
@@ -43,39 +39,10 @@ from pgpulse.node.task_queues import (
 
 __all__ = ["CELERY_FIELDS", "CelerySender", "celery_handler", "validate_celery_payload"]
 
-CELERY_FIELDS = frozenset({"task", "args", "kwargs", "queue", "headers", "expires"})
 #: A node's own Celery app (``--celery-broker``) gives up on a broker that is down within
 #: seconds: one connection attempt of at most this many seconds, two publish retries.
 CONNECT_TIMEOUT = 5.0
 _INSTALL = "the celery extra is not installed: pip install 'pgpulse[celery]'"
-
-
-def validate_celery_payload(payload: Mapping[str, Any]) -> None:
-    """Check a ``celery`` job's payload without sending anything.
-
-    Args:
-        payload: ``{"task": str, "args"?: list, "kwargs"?: object, "queue"?: str,
-            "headers"?: object, "expires"?: seconds}``. Any other key is refused (a broker
-            is the node's setting, never a payload's).
-
-    Raises:
-        InvalidPayload: a key is unknown, ``task`` is missing or not a non-empty string,
-            ``args`` is not a list, ``kwargs`` or ``headers`` not an object, ``queue`` not a
-            non-empty string, ``expires`` not a positive number. ``field`` is
-            ``"payload.<key>"`` and ``value`` the refused value.
-    """
-    check_keys(payload, CELERY_FIELDS, '{"task": "proj.tasks.add", "args": [2, 3]}')
-    check_name_field(payload, "task", required=True)
-    check_name_field(payload, "queue", required=False)
-    check_call_fields(payload)
-    headers = payload.get("headers")
-    if headers is not None and not isinstance(headers, Mapping):
-        raise InvalidPayload(
-            f"payload.headers must be a JSON object, got {json_given(headers)}",
-            field="payload.headers",
-            value=headers,
-        )
-    check_seconds(payload, "expires")
 
 
 def load_celery_app(ref: str) -> Any:

@@ -17,12 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pgpulse.core.errors import InvalidPayload
+from pgpulse.core.payloads import RQ_FIELDS, validate_rq_payload
 from pgpulse.node.handlers import HandlerFailed, RunContext
 from pgpulse.node.task_queues import (
-    check_call_fields,
-    check_keys,
-    check_name_field,
-    check_seconds,
     check_url,
     occurrence_task_id,
     pulse_headers,
@@ -33,28 +30,10 @@ from pgpulse.node.task_queues import (
 
 __all__ = ["RQ_FIELDS", "RqSender", "rq_handler", "validate_rq_payload"]
 
-RQ_FIELDS = frozenset({"func", "args", "kwargs", "queue", "timeout"})
 #: Connect and read timeout of the node's Redis connection, seconds: a Redis that is down
 #: fails the attempt within seconds.
 CONNECT_TIMEOUT = 5.0
 _SCHEMES = frozenset({"redis", "rediss", "unix"})
-
-
-def validate_rq_payload(payload: Mapping[str, Any]) -> None:
-    """Check an ``rq`` job's payload without enqueueing anything.
-
-    Args:
-        payload: ``{"func": str, "args"?: list, "kwargs"?: object, "queue"?: str,
-            "timeout"?: seconds}``. Any other key is refused.
-
-    Raises:
-        InvalidPayload: ``field`` is ``"payload.<key>"`` and ``value`` the refused value.
-    """
-    check_keys(payload, RQ_FIELDS, '{"func": "proj.jobs.report", "args": [1]}')
-    check_name_field(payload, "func", required=True)
-    check_name_field(payload, "queue", required=False)
-    check_call_fields(payload)
-    check_seconds(payload, "timeout")
 
 
 class RqSender:

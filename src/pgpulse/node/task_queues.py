@@ -1,5 +1,5 @@
-"""What the task-queue built-ins (``celery``, ``rq``) share: the occurrence's stable task id, the
-checks of the payload fields they have in common, and how a node's broker setting is shown.
+"""What the task-queue built-ins (``celery``, ``rq``) share: the occurrence's stable task id and
+how a node's broker setting is shown (their payload checks are :mod:`pgpulse.core.payloads`').
 
 Pulse hands an occurrence to a queue the team already runs; it never executes the task. The
 send is at least once per occurrence (a node may die after the broker took the message and
@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from pgpulse.core.errors import InvalidInput, InvalidPayload
+from pgpulse.core.errors import InvalidInput
 from pgpulse.core.masking import mask_url, scrub, url_credentials
-from pgpulse.core.wording import did_you_mean, json_given, seconds_text
+from pgpulse.core.wording import seconds_text
 from pgpulse.node.handlers import HandlerFailed, RunContext
 
 __all__ = [
-    "check_call_fields",
     "occurrence_task_id",
     "pulse_headers",
     "redacted_url",
@@ -66,78 +65,6 @@ def pulse_headers(ctx: RunContext) -> dict[str, Any]:
         "pulse_attempt": ctx.attempt,
         "pulse_run_id": ctx.run_id,
     }
-
-
-def _refuse(field: str, value: Any, why: str) -> InvalidPayload:
-    return InvalidPayload(f"{field} {why}, got {json_given(value)}", field=field, value=value)
-
-
-def check_keys(payload: Mapping[str, Any], known: frozenset[str], example: str) -> None:
-    """Refuse a payload that is not an object or holds a key outside ``known`` (a typo such
-    as ``taks`` must not pass silently), naming the first such key.
-
-    Raises:
-        InvalidPayload: ``field`` is ``payload`` or ``payload.<key>``.
-    """
-    if not isinstance(payload, Mapping):
-        raise _refuse("payload", payload, "must be a JSON object")
-    unknown = sorted(set(payload) - known)
-    if unknown:
-        raise InvalidPayload(
-            f"payload.{unknown[0]} is not a field of this handler"
-            f"{did_you_mean(unknown[0], known)} (fields: {', '.join(sorted(known))}; "
-            f"e.g. {example})",
-            field=f"payload.{unknown[0]}",
-            value=payload[unknown[0]],
-        )
-
-
-def check_name_field(payload: Mapping[str, Any], key: str, *, required: bool) -> None:
-    """``payload[key]``, when given (or ``required``), is a non-empty string without NUL or
-    blanks at either end (a task, function or queue name).
-
-    Raises:
-        InvalidPayload: ``field`` is ``payload.<key>``.
-    """
-    field = f"payload.{key}"
-    if key not in payload:
-        if required:
-            raise InvalidPayload(
-                f'{field} is required (e.g. {{"{key}": ...}})', field=field, value=None
-            )
-        return
-    value = payload[key]
-    if not isinstance(value, str):
-        raise _refuse(field, value, "must be a string")
-    if not value or value != value.strip() or "\x00" in value:
-        raise _refuse(field, value, "must be a non-empty name without NUL or surrounding blanks")
-
-
-def check_call_fields(payload: Mapping[str, Any]) -> None:
-    """``args`` is a list and ``kwargs`` an object, when given: what the task is called with.
-
-    Raises:
-        InvalidPayload: ``field`` is ``payload.args`` or ``payload.kwargs``.
-    """
-    args = payload.get("args")
-    if args is not None and not isinstance(args, list):
-        raise _refuse("payload.args", args, "must be a JSON array")
-    kwargs = payload.get("kwargs")
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise _refuse("payload.kwargs", kwargs, "must be a JSON object")
-
-
-def check_seconds(payload: Mapping[str, Any], key: str) -> None:
-    """``payload[key]``, when given, is a positive number of seconds.
-
-    Raises:
-        InvalidPayload: ``field`` is ``payload.<key>``.
-    """
-    value = payload.get(key)
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-    ):
-        raise _refuse(f"payload.{key}", value, "must be a positive number of seconds")
 
 
 def redacted_url(url: str) -> str:
