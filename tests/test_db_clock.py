@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from helpers import apgpulse
+from pgpulse.alerts import services as alert_services
 from pgpulse.alerts.store import AlertStore
 from pgpulse.db.store import Store
 from pgpulse.node.db_clock import ClockReading, ClockWatch, clock_step
@@ -96,6 +97,7 @@ async def test_the_leader_logs_and_alerts_a_database_clock_step_from_real_heartb
     await alerts.set_rule("db_clock", ["ops"])
     config = NodeConfig(node_id="node-a", heartbeat_interval=0.2, lease=2.0, node_ttl=1.0)
     node = Node(store, dsn, {"noop": noop}, config)
+    alert_services.register(node)  # as App.run_node does
     clock = ShiftedClock()
     node.db_clock = ClockWatch("node-a", threshold=config.clock_step, monotonic=clock)
     try:

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from helpers import add, spec
+from pgpulse.alerts import services as alert_services
 from pgpulse.core.model import Step, pause_after
 from pgpulse.core.sharding import DEFAULT_SHARD_COUNT
 from pgpulse.db.store import Store
@@ -39,6 +40,7 @@ _made: list[Node] = []
 
 def node(store: Store, dsn: str, handlers: Mapping[str, Handler], **config: Any) -> Node:
     made = Node(store, dsn, handlers, NodeConfig(**{**FAST, **config}))
+    alert_services.register(made)  # as App.run_node does
     _made.append(made)
     return made
 

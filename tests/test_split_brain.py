@@ -15,6 +15,7 @@ import pytest
 
 from helpers import add, apgpulse, spec
 from notify_servers import HttpReceiver, run_http_receiver
+from pgpulse.alerts import services as alert_services
 from pgpulse.alerts.store import AlertStore
 from pgpulse.core.egress import HttpAllowList
 from pgpulse.node.app import connect
@@ -94,6 +95,7 @@ async def test_a_node_on_a_split_brain_claims_on_the_newest_primary_only_and_say
         )
         async with connect(dsn, max_size=4, migrate=False) as store:
             node = Node(store, dsn, {"noop": noop}, config)
+            alert_services.register(node)  # as App.run_node does
             task = asyncio.create_task(node.run())
             try:
                 async with asyncio.timeout(20):
@@ -189,6 +191,7 @@ async def test_a_running_node_leaves_the_old_primary_when_a_standby_is_promoted_
         )
         async with connect(dsn, max_size=4, migrate=False) as store:
             node = Node(store, dsn, {"noop": noop}, config)
+            alert_services.register(node)  # as App.run_node does
             task = asyncio.create_task(node.run())
             try:
 

@@ -11,6 +11,7 @@ import httpx
 from prometheus_client import REGISTRY
 
 from helpers import add, spec, utc
+from pgpulse.alerts import services as alert_services
 from pgpulse.core.model import ClaimedJob
 from pgpulse.core.planner import Advance
 from pgpulse.db.store import Store
@@ -145,6 +146,7 @@ async def test_a_running_node_feeds_the_metrics(store: Store, dsn: str) -> None:
     lags = sample("pgpulse_run_lag_seconds_count")
     await add(store, spec("tick", "@every 1s", "tick"))
     node = Node(store, dsn, {"tick": tick}, node_config(node_id="metrics-node"))
+    alert_services.register(node)  # as App.run_node does
     task = asyncio.create_task(node.run())
     try:
         async with asyncio.timeout(20):

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from pgpulse.alerts import services as alert_services
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.database import open_pool
 from pgpulse.db.store import Store
@@ -101,6 +102,7 @@ class LiveServer:
                 node = None
                 if self.handlers is not None:
                     node = Node(store, self.dsn, self.handlers, self.node_config)
+                    alert_services.register(node)  # as App.run_node does
                     task = asyncio.create_task(node.run())
                     async with asyncio.timeout(20):
                         await node.started.wait()

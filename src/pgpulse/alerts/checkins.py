@@ -2,12 +2,12 @@
 ``checkin`` notifiers when it starts and when it ends (success or failure), off the attempt's
 path (docs/alerts.md, "Check-ins").
 
-* **Never on the attempt's path.** :class:`~pgpulse.node.attempts.Attempts` calls
-  :meth:`CheckinPinger.started` just before the handler runs and :meth:`CheckinPinger.ended`
-  once the attempt's outcome is committed (a fenced write, whose attempt lost its lease, pings
-  nothing). Both only put an event in a bounded queue, never wait and never raise: a full queue
-  drops the event, logged (``checkin_dropped``) and counted
-  (``pgpulse_checkin_pings_total{result="dropped"}``).
+* **Never on the attempt's path.** The node's alert observer
+  (:class:`~pgpulse.alerts.services.AlertObserver`) calls :meth:`CheckinPinger.started` just before
+  the handler runs and :meth:`CheckinPinger.ended` once the attempt's outcome is committed (a
+  fenced write, whose attempt lost its lease, pings nothing). Both only put an event in a bounded
+  queue, never wait and never raise: a full queue drops the event, logged (``checkin_dropped``) and
+  counted (``pgpulse_checkin_pings_total{result="dropped"}``).
 * **Who pings what.** The ``checkin`` rules and their notifiers are read in one statement
   (:meth:`~pgpulse.alerts.store.AlertStore.checkin_targets`), at most once per ``refresh``
   seconds and only while attempts run: a node whose jobs run nothing reads nothing, and an
@@ -75,6 +75,7 @@ class CheckinPinger:
         max_in_flight: int = 8,
         refresh: float = 10.0,
     ) -> None:
+        self.name = "checkins"
         self.store = store
         self.allow = allow or HttpAllowList()
         self.refresh = refresh

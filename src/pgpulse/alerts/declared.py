@@ -25,7 +25,7 @@ from pgpulse.core.errors import InvalidInput
 from pgpulse.core.plan import Key, Plan, Step
 from pgpulse.core.schedule import parse_schedule
 
-__all__ = ["RuleRefused", "plan_rules", "rules_document", "write_rules"]
+__all__ = ["DeclaredRules", "RuleRefused", "plan_rules", "rules_document", "write_rules"]
 
 
 class RuleRefused(InvalidInput):
@@ -158,3 +158,26 @@ async def write_rules(
                     "notifiers": await notifier_ids(conn, spec),
                 },
             )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeclaredRules:
+    """The alert rules declared with jobs' definitions, by (tenant, name), as
+    :func:`pgpulse.db.reconcile.reconcile` plans and writes them in its transaction (its
+    ``rules``: :class:`~pgpulse.db.reconcile.Declared`).
+
+    Attributes:
+        rules: each declaring job's rules.
+    """
+
+    rules: Mapping[Key, Sequence[RuleSpec]]
+
+    async def plan(
+        self, conn: Any, plans: Sequence[Plan], *, clock: datetime, writer: Writer = OPERATOR
+    ) -> list[Plan]:
+        """:func:`plan_rules` (RuleRefused, Forbidden: nothing is written)."""
+        return await plan_rules(conn, plans, self.rules, clock=clock, writer=writer)
+
+    async def write(self, conn: Any, job_ids: Mapping[Key, int]) -> None:
+        """:func:`write_rules`."""
+        await write_rules(conn, self.rules, job_ids)

@@ -4,12 +4,12 @@ outcome — off every attempt's path (docs/alerts.md, "How alerts are delivered"
 * **No live node**: a starting node reads, before it registers, the last heartbeat of a
   cluster that has no live node (:meth:`AlertLoop.before_register`); its first evaluation fires
   ``no_live_node`` when that gap is longer than the rule's threshold.
-* **Evaluation** is one statement (:meth:`~pgpulse.alerts.store.AlertStore.evaluate`). The
-  leader sends it every ``interval`` seconds (late, missed, silence and cluster rules need a
-  clock, not an event); any node sends it at once after it recorded a failed or skipped run
-  (:meth:`AlertLoop.kick`, called by the recorder once the outcome is committed), so a failure
-  is noticed within one round trip. An idle cluster pays one statement per ``interval`` on the
-  leader only. Several nodes evaluating at once produce one event per key.
+* **Evaluation** is one statement (:meth:`~pgpulse.alerts.store.AlertStore.evaluate`). The leader
+  sends it every ``interval`` seconds (late, missed, silence and cluster rules need a clock, not an
+  event); any node sends it at once after it recorded a failed or skipped run
+  (:meth:`AlertLoop.kick`, called by the node's alert observer once the outcome is committed), so a
+  failure is noticed within one round trip. An idle cluster pays one statement per ``interval`` on
+  the leader only. Several nodes evaluating at once produce one event per key.
 * **Delivery** is claimed like a job: a lease (the notifier's timeout plus ``margin``), a fencing
   token, an attempt count (:meth:`~pgpulse.alerts.store.AlertStore.claim_deliveries`). Each send
   runs in a task of its own, bounded by the notifier's timeout, so a slow or unreachable notifier
@@ -84,7 +84,8 @@ def alert_event(row: dict[str, Any], dashboard_url: str | None = None) -> AlertE
 
 
 class AlertLoop:
-    """One node's evaluation and delivery of alerts.
+    """One node's evaluation and delivery of alerts: its ``alerts`` service
+    (:class:`~pgpulse.node.services.Service`, :func:`pgpulse.alerts.services.register`).
 
     Args:
         store: the alerts' store over the node's pool.
@@ -110,6 +111,7 @@ class AlertLoop:
         dashboard_url: str | None = None,
         max_in_flight: int = 16,
     ) -> None:
+        self.name = "alerts"
         self.store = store
         self.node_id = node_id
         self.leading = leading
@@ -171,6 +173,9 @@ class AlertLoop:
                     self._retry_at = loop.time() + min(self.interval, 0.5)
         finally:
             await self.aclose()
+
+    async def drain(self, within: float) -> None:
+        """Nothing to finish: :meth:`run` cancelled the sends in flight as it ended."""
 
     async def aclose(self) -> None:
         """Cancel the sends in flight (their leases expire and another claim sends them again)

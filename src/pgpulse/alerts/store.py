@@ -430,10 +430,6 @@ class AlertStore:
         """Silences in force now or later, soonest to end first."""
         return await self._rows("list_silences", {"now": now})
 
-    async def forget_job(self, job_id: int) -> None:
-        """Remove a deleted job's rules and silences (its alert history stays)."""
-        await self._rows("forget_job_alerts", {"job_id": job_id})
-
     # -- evaluation and delivery (nodes) ---------------------------------------------------
 
     async def evaluate(

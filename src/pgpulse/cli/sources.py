@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from pgpulse.alerts.declared import RuleRefused
+from pgpulse.alerts.declared import DeclaredRules, RuleRefused
 from pgpulse.cli.applyfile import ApplyFile, ApplyFileError, parse_apply_file
 from pgpulse.cli.report import CELL_MAX, emit, print_records, to_json
 from pgpulse.cli.types import read_input
@@ -149,7 +149,7 @@ async def apply_files(
             partial(plan_source, prune=prune),
             dry_run=dry_run,
             actor=cli_actor(),
-            rules=rules,
+            rules=DeclaredRules(rules) if rules else None,
         )
     except RuleRefused as exc:  # said at the file and line that declares the rule
         parsed = next(f for f in files if exc.job in f.rules)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pgpulse.core.access import OPERATOR, Writer, check_write
 from pgpulse.core.audit import PYTHON_ACTOR, Actor
@@ -34,13 +34,31 @@ from pgpulse.db.writes import (
 from pgpulse.sql import QUERIES
 
 if TYPE_CHECKING:
-    from pgpulse.alerts.rules import RuleSpec
     from pgpulse.db.store import Store
 
-__all__ = ["Planner", "reconcile"]
+__all__ = ["Declared", "Planner", "reconcile"]
 
 #: Plans one source: (source, its specs, the locked rows by (tenant, name)) -> plan.
 Planner = Callable[[str, Sequence[JobSpec], Mapping[Key, Mapping[str, Any]]], Plan]
+
+
+class Declared(Protocol):
+    """What a layer above declares with the jobs' definitions, planned and written in
+    :func:`reconcile`'s transaction like their other fields (the alert rules:
+    :class:`pgpulse.alerts.declared.DeclaredRules`)."""
+
+    async def plan(
+        self, conn: Any, plans: Sequence[Plan], *, clock: datetime, writer: Writer
+    ) -> list[Plan]:
+        """Check what is declared against the database (the rows are locked) and put its
+        changes in the plans' steps; refuse (a :class:`~pgpulse.core.errors.PulseError`)
+        before anything is written."""
+        ...
+
+    async def write(self, conn: Any, job_ids: Mapping[Key, int]) -> None:
+        """Write it, after the definitions (``job_ids``: the kept jobs' ids, created ones
+        too)."""
+        ...
 
 
 @contextmanager
@@ -80,7 +98,7 @@ async def reconcile(
     writer: Writer = OPERATOR,
     actor: Actor = PYTHON_ACTOR,
     extra_handlers: Collection[str] = (),
-    rules: Mapping[Key, Sequence[RuleSpec]] | None = None,
+    rules: Declared | None = None,
     now: datetime | None = None,
 ) -> list[Plan]:
     """Plan each source of ``batches`` and, unless ``dry_run``, write every plan, all in one
@@ -99,9 +117,9 @@ async def reconcile(
         writer: who writes (:mod:`pgpulse.core.access`); the operator by default.
         actor: recorded in the audit trail with each change.
         extra_handlers: handler names known besides the built-in and registered ones.
-        rules: the alert rules declared with jobs' definitions, by (tenant, name): each such
-            job's own rules become exactly these (:mod:`pgpulse.alerts.declared`), and their
-            changes are in its step's ``changes`` (``alerts``).
+        rules: the alert rules declared with jobs' definitions
+            (:class:`pgpulse.alerts.declared.DeclaredRules`): each such job's own rules become
+            exactly these, and their changes are in its step's ``changes`` (``alerts``).
         now: the audit rows' instant, from tests only.
 
     Returns:
@@ -133,10 +151,8 @@ async def reconcile(
         clock = now or (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
         stored = await lock_definitions(conn, [(s.tenant, s.name) for s in every], sources)
         plans = [planner(source, specs, stored) for source, specs in batches]
-        if rules:
-            from pgpulse.alerts.declared import plan_rules
-
-            plans = await plan_rules(conn, plans, rules, clock=clock, writer=writer)
+        if rules is not None:
+            plans = await rules.plan(conn, plans, clock=clock, writer=writer)
         by_id = {row["id"]: row for row in stored.values()}
         _check_writes(plans, by_id, writer)
         for plan in plans:  # calendars exist, a one-off is not past: before any write
@@ -149,10 +165,8 @@ async def reconcile(
                         )
         if not dry_run:
             ids = await _write(conn, plans, by_id, clock=clock, actor=actor, now=now)
-            if rules:
-                from pgpulse.alerts.declared import write_rules
-
-                await write_rules(conn, rules, ids)
+            if rules is not None:
+                await rules.write(conn, ids)
             plans = [_with_created_ids(plan, ids) for plan in plans]
     return plans
 

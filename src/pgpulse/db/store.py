@@ -475,9 +475,6 @@ class Store(CalendarStore):
             if current:  # kept by the rule: a shell job, and no shell rights
                 check_delete(writer, tenant=tenant, name=name, handler="shell")
             raise JobNotFound(tenant, name)
-        from pgpulse.alerts.store import AlertStore
-
-        await AlertStore(self.pool).forget_job(rows[0]["id"])
 
     async def job_history(
         self, tenant: str, name: str, *, limit: int = 100

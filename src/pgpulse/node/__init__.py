@@ -3,5 +3,8 @@ the listener, and the services a node runs; :class:`~pgpulse.node.app.App` decla
 node's jobs.
 
 May import :mod:`pgpulse.db` and :mod:`pgpulse.core`; never the alerts, the web or the
-CLI (import-linter contracts in pyproject.toml).
+CLI (import-linter contracts in pyproject.toml), but for the one exception named there:
+:class:`~pgpulse.node.app.App`, which wires the alerts into the node it builds. A node's side
+loops are services (:mod:`pgpulse.node.services`); it tells the layers above what it did
+through one observer (:mod:`pgpulse.node.observer`).
 """

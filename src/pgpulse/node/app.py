@@ -243,7 +243,7 @@ class App:
             RuleRefused: a declared rule is refused (named with its job and this app);
                 nothing is written.
         """
-        from pgpulse.alerts.declared import RuleRefused
+        from pgpulse.alerts.declared import DeclaredRules, RuleRefused
 
         rules: dict[tuple[str, str], list[RuleSpec]] = {}
         for job, rule in self.alert_rules:
@@ -255,7 +255,9 @@ class App:
                 writer=code_writer(self.tenant, f"the code of node {node_id}"),
                 actor=Actor(self.source, f"{self.source}@{node_id}"),
                 extra_handlers=list(self.handlers),
-                rules={key: tuple(specs) for key, specs in rules.items()} or None,
+                rules=DeclaredRules({k: tuple(specs) for k, specs in rules.items()})
+                if rules
+                else None,
             )
         except RuleRefused as exc:  # say whose rule: the app may declare many jobs
             exc.message = f"job {exc.job[1]!r} of app {self.source}: alerts: {exc.message}"
@@ -493,9 +495,11 @@ class App:
         """One try of :meth:`_started`; a registered node whose declarations fail is
         deregistered (its id free again at once) when the database still answers."""
         await store.migrate()
+        from pgpulse.alerts import services as alert_services
         from pgpulse.node.engine import Node
 
         node = Node(store, dsn, self.handlers, config, pool_apart=pool_dsn is not None)
+        alert_services.register(node)
         await node.open_claim_session()  # refused behind a pooler in transaction mode
         await node.register()  # a node id held by a live process: refused, nothing written
         try:

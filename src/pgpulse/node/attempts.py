@@ -19,8 +19,8 @@ worker slot and its lease is renewed by every heartbeat, and:
   (:meth:`Attempts.take`); once an outcome is decided the attempt is never cancelled: the fenced
   write decides whether it counts.
 
-An :class:`AttemptObserver` (the node's check-in pinger) is told when a handler starts and when
-an outcome's write took effect; it only queues, so it never holds an attempt up.
+The node's :class:`~pgpulse.node.observer.NodeObserver` is told when a handler starts and when an
+outcome's write took effect; it only queues or sets a flag, so it never holds an attempt up.
 
 The claim loop calls :meth:`~Attempts.free`, :meth:`~Attempts.start`, :meth:`~Attempts.take`,
 :meth:`~Attempts.written`, :meth:`~Attempts.unwritten` and :meth:`~Attempts.refused`; the
@@ -39,7 +39,7 @@ import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Literal
 
 from pgpulse.core.model import AttemptResult, ClaimedJob, ClaimKey, Outcome
 from pgpulse.core.wording import seconds_text
@@ -52,6 +52,7 @@ from pgpulse.node.dispatch import (
     replaced_on_loss,
 )
 from pgpulse.node.handlers import NodeHandlers
+from pgpulse.node.observer import NodeObserver
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +62,6 @@ MAX_BATCH = 500
 #: Why an attempt was cancelled: its job's timeout passed, its lease could not be renewed in
 #: time (or was refused), or its node stopped it.
 StopReason = Literal["timeout", "lease_lost", "stop"]
-
-
-class AttemptObserver(Protocol):
-    """Told when an attempt's handler starts and when its outcome is committed (the node's
-    check-in pings, :class:`~pgpulse.alerts.checkins.CheckinPinger`). Called on the event
-    loop, on the attempt's path: each call must return at once and never raise."""
-
-    def started(self, job: ClaimedJob) -> None:
-        """The handler of an attempt of ``job`` is about to be called."""
-
-    def ended(self, outcome: Outcome) -> None:
-        """``outcome`` was written and took effect (not refused by fencing)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -135,7 +124,7 @@ class Attempts:
         lease: float,
         margin: float,
         wake: asyncio.Event,
-        observer: AttemptObserver | None = None,
+        observer: NodeObserver | None = None,
     ) -> None:
         self.handlers = handlers
         self.observer = observer
@@ -219,7 +208,7 @@ class Attempts:
         for outcome in batch:
             took = outcome.job.key in written
             if took and self.observer is not None:
-                self.observer.ended(outcome)
+                self.observer.attempt_ended(outcome)
             self._end(outcome.job.key)
 
     def refused(self, outcome: Outcome) -> None:
@@ -289,7 +278,7 @@ class Attempts:
             if outcome is None:
                 attempt.started = True
                 if self.observer is not None:
-                    self.observer.started(job)
+                    self.observer.attempt_started(job)
                 result = await self._perform(attempt)
                 outcome = plan_finish(job, result, attempt.db_now())
             attempt.outcome = outcome  # from here on no cancel: the fenced write settles it

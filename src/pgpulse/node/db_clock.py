@@ -7,7 +7,9 @@ the clock passes their instant again (a 5-minute step stalls them 5 minutes); st
 cannot undo a step, but the leader notices it: each heartbeat returns the database's ``now()``,
 and between two heartbeats that clock should move as the node's :func:`time.monotonic` did. A
 difference beyond ``threshold`` seconds (default 5), after allowing for the round trips, is a
-step: the leader logs it (action ``db_clock_step``) and fires the cluster alert ``db_clock``.
+step: the leader logs it (action ``db_clock_step``) and tells its observers
+(:meth:`NodeObserver.clock_stepped <pgpulse.node.observer.NodeObserver.clock_stepped>`: the
+alerts fire the cluster alert ``db_clock``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from pgpulse.alerts.store import AlertStore
 from pgpulse.core.wording import seconds_text
+from pgpulse.node.observer import ClockStep
 
 log = logging.getLogger(__name__)
 
@@ -113,22 +115,8 @@ class ClockWatch:
         )
         return step
 
-    async def alert(self, store: AlertStore, step: float) -> int | None:
-        """Fire the ``db_clock`` alert for the step just observed (once per step: keyed by
-        this node and the reading's instant). Returns the event's id, or ``None`` when no
-        ``db_clock`` rule is set.
-
-        Raises:
-            psycopg.Error, DatabaseUnavailable: it could not be written.
-        """
+    def step_of(self, seconds: float) -> ClockStep:
+        """The step of ``seconds`` just observed (:meth:`observe`'s result), as observers are
+        told of it (keyed by this node and the last reading's instant)."""
         assert self._last is not None
-        at = self._last.db_now
-        key = f"cluster/db_clock/{self.node_id}/{at.timestamp():.6f}"
-        details = {
-            "step_seconds": round(step, 3),
-            "direction": "back" if step < 0 else "forward",
-            "node": self.node_id,
-            "db_now": at.isoformat(),
-            "threshold_seconds": self.threshold,
-        }
-        return await store.raise_cluster("db_clock", key, details)
+        return ClockStep(self.node_id, seconds, self._last.db_now, self.threshold)

@@ -1,7 +1,8 @@
-"""The engine: one scheduler node's loops.
+"""The engine: one scheduler node's core and its services.
 
 A :class:`Node` runs its named tasks in one ``asyncio.TaskGroup`` (if one dies, the node stops
-loudly):
+loudly). Its core is three of them, and one :class:`~pgpulse.node.services.Membership` value
+(:attr:`Node.membership`: routes, shard count, leadership) the others read:
 
 * ``claim``: the claim loop, :meth:`Recorder.run <pgpulse.node.recorder.Recorder.run>`: in one
   transaction and one round trip per step, write the outcomes of the attempts that ended (group
@@ -14,20 +15,25 @@ loudly):
   (see :mod:`pgpulse.node.sweeper`); recompute shard ownership and the claim routes (for each
   handler this node has, its shards among the live nodes that have it: :mod:`pgpulse.core.routing`)
   from the live nodes it returns;
-* ``prune``: the leader deletes old history once an hour; other nodes send nothing;
 * ``listen``: LISTEN for ``pgpulse_wakeup`` so new, triggered or reaped work is claimed at once
-  (:class:`~pgpulse.node.listener.Listener`);
-* ``alerts``: evaluate the alert rules and send their deliveries
-  (:class:`~pgpulse.alerts.delivery.AlertLoop`): the leader every ``alert_interval`` seconds,
-  any node at once after it recorded a failed or skipped run; never on an attempt's path;
-* ``checkins``: send the check-in pings the attempts queued at their start and end
-  (:class:`~pgpulse.alerts.checkins.CheckinPinger`; never waited for by an attempt);
+  (:class:`~pgpulse.node.listener.Listener`).
+
+Everything else is a :class:`~pgpulse.node.services.Service` in :attr:`Node.services`, a task of
+its own. The node registers two:
+
+* ``prune`` (leader only): delete old history once an hour
+  (:meth:`Sweeper.prune_once <pgpulse.node.sweeper.Sweeper.prune_once>`);
 * ``split_brain`` (a DSN of several hosts only): every ``split_brain_every`` heartbeats, ask
   each host whether it takes writes, and on a split brain claim on the newest one only
   (:class:`~pgpulse.node.split_brain.SplitBrainWatch`).
 
-Each heartbeat also feeds :class:`~pgpulse.node.db_clock.ClockWatch`: the leader reports a step of
-the database's clock.
+The edge that builds a node registers the others before it runs (:meth:`Node.add_service`):
+the alerts' evaluation and delivery, and their check-in pings
+(:func:`pgpulse.alerts.services.register`). The node tells what it did — an attempt started or
+ended, it is about to register, the database's clock stepped (each heartbeat feeds
+:class:`~pgpulse.node.db_clock.ClockWatch`), a split brain — to its observers
+(:class:`~pgpulse.node.observer.NodeObserver`, :meth:`Node.add_observer`); it imports nothing
+of the alerts.
 
 The running attempts themselves — their leases' deadlines, their timeouts, self-fencing and
 their outcomes — belong to :class:`~pgpulse.node.attempts.Attempts` (:attr:`Node.attempts`); these
@@ -46,17 +52,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from pgpulse.alerts.checkins import CheckinPinger
-from pgpulse.alerts.delivery import AlertLoop
-from pgpulse.alerts.store import AlertStore
-from pgpulse.core.errors import DatabaseUnavailable, NodeIdTaken, describe
+from pgpulse.core.errors import NodeIdTaken
 from pgpulse.core.jobs import check_name
 from pgpulse.core.routing import NEEDS_OPTION, Routes, routes_for, watched_shards
 from pgpulse.core.sharding import shards_for
@@ -71,7 +73,9 @@ from pgpulse.node.builtins import check_shell_env
 from pgpulse.node.db_clock import DEFAULT_STEP_THRESHOLD, ClockReading, ClockWatch
 from pgpulse.node.handlers import Handler, NodeHandlers
 from pgpulse.node.listener import Listener
+from pgpulse.node.observer import NodeObserver, Observers
 from pgpulse.node.recorder import Recorder
+from pgpulse.node.services import Membership, Periodic, Service, quiet_db_errors, run_every
 from pgpulse.node.split_brain import DEFAULT_EVERY, SplitBrainWatch, several_hosts
 from pgpulse.node.sweeper import Sweeper
 
@@ -212,22 +216,8 @@ class Node:
         self.sweeper = Sweeper(
             store, self._beat_session, self.node_id, keep_runs=self.config.keep_runs
         )
-        self.alerts: AlertLoop | None = None
-        if self.config.alert_interval > 0:
-            self.alerts = AlertLoop(
-                AlertStore(store.pool),
-                self.node_id,
-                leading=lambda: self.sweeper.is_leader,
-                interval=self.config.alert_interval,
-                margin=self.config.lease,
-                allow=self.config.handler_options.get("http_allow"),
-                dashboard_url=self.config.dashboard_url,
-            )
-        self.checkins: CheckinPinger | None = None
-        if self.alerts is not None:
-            self.checkins = CheckinPinger(
-                self.alerts.store, allow=self.config.handler_options.get("http_allow")
-            )
+        #: What the node tells of what it did (:meth:`add_observer`).
+        self.observers = Observers()
         # Sync handlers run in threads of the node's own: one per slot, so a claimed job never
         # waits for a thread, and a node hosted in an application's event loop leaves that
         # loop's default executor to the application.
@@ -238,7 +228,7 @@ class Node:
             lease=self.config.lease,
             margin=self.config.safety_margin,
             wake=self._wake,
-            observer=self.checkins,
+            observer=self.observers,
         )
         self.listener = Listener(
             dsn,
@@ -258,7 +248,6 @@ class Node:
             retry_cap=self.config.heartbeat_interval,
             wake=self._wake,
             stopping=self._stopping,
-            on_alertable=self.alerts.kick if self.alerts is not None else None,
         )
         #: The database clock, as the heartbeats read it (the leader reports its steps).
         self.db_clock = ClockWatch(self.node_id, threshold=self.config.clock_step)
@@ -274,9 +263,43 @@ class Node:
                     else None
                 ),
                 listener=self.listener,
-                alerts=store.pool if self.alerts is not None else None,
-                kick=self.alerts.kick if self.alerts is not None else None,
+                observer=self.observers,
+                every=self.config.split_brain_every * self.config.heartbeat_interval,
             )
+        #: The node's services, each a named task beside the core's (:meth:`add_service`).
+        self.services: list[Service] = []
+        self.add_service(
+            Periodic(
+                "prune",
+                self.sweeper.prune_once,
+                interval=self.config.heartbeat_interval,
+                membership=lambda: self.membership,
+                leader_only=True,
+            )
+        )
+        if self.split_brain is not None:
+            self.add_service(self.split_brain)
+
+    def add_service(self, service: Service) -> None:
+        """Run ``service`` as a task of the node, named by it (before :meth:`run`).
+
+        Raises:
+            ValueError: the node has a task of that name already.
+        """
+        taken = {"claim", "heartbeat", "listen", *(s.name for s in self.services)}
+        if service.name in taken:
+            raise ValueError(f"node {self.node_id} has a task named {service.name!r} already")
+        self.services.append(service)
+
+    def add_observer(self, observer: NodeObserver) -> None:
+        """Tell ``observer`` what the node does from now on (before :meth:`run`)."""
+        self.observers.observers.append(observer)
+
+    @property
+    def membership(self) -> Membership:
+        """This node's place in the cluster now: its claim routes, the shard count, its shards
+        and whether it leads (what services read)."""
+        return Membership(self.routes, self.shard_count, self.shards, self.sweeper.is_leader)
 
     @property
     def routes(self) -> Routes:
@@ -299,9 +322,9 @@ class Node:
         # A start registers through the pool (the node's own sessions open with its loops); a
         # rejoin through the heartbeat session, which register_node does not count as a holder's.
         registry = self.beat if rejoin else self.store
-        if self.alerts is not None and not rejoin:
+        if not rejoin:
             with _quiet_db_errors("outage_check"):  # before: registering hides the last beat
-                await self.alerts.before_register()
+                await self.observers.node_registering()
         await registry.register_node(
             self.node_id,
             hostname=self._hostname,
@@ -405,22 +428,19 @@ class Node:
             # A heartbeat may take as long as a renewal is still useful: a slow link (or a
             # session reconnecting through one) can still keep the leases.
             group.create_task(
-                self._every(
+                run_every(
                     self.heartbeat_once,
                     "heartbeat",
-                    self.config.lease - self.config.safety_margin,
+                    self.config.heartbeat_interval,
+                    self._stopping,
+                    limit=self.config.lease - self.config.safety_margin,
+                    logger=log,
                 ),
                 name="heartbeat",
             )
-            group.create_task(self._every(self.sweeper.prune_once, "prune"), name="prune")
             group.create_task(self.listener.run(), name="listen")
-            if self.alerts is not None:
-                group.create_task(self.alerts.run(self._stopping), name="alerts")
-            if self.checkins is not None:
-                group.create_task(self.checkins.run(self._stopping), name="checkins")
-            if self.split_brain is not None:
-                every = self.config.split_brain_every * self.config.heartbeat_interval
-                group.create_task(self.split_brain.run(self._stopping, every), name="split_brain")
+            for service in self.services:
+                group.create_task(service.run(self._stopping), name=service.name)
 
     def stop(self) -> None:
         """Ask the node to stop claiming and drain (safe to call from a signal handler)."""
@@ -477,13 +497,14 @@ class Node:
 
     async def _hand_back_stopped(self, stopped: Sequence[Attempt]) -> None:
         """Wait for the cancelled attempts, write what they decided, hand back their claims and
-        send the last check-ins (the hand-back step of :meth:`_drain`)."""
+        let the services finish what those writes queued (the last check-ins: the hand-back step
+        of :meth:`_drain`)."""
         if stopped:
             await asyncio.wait([attempt.task for attempt in stopped], timeout=STOP_STEP_TIMEOUT)
         await self.recorder.flush(STOP_STEP_TIMEOUT)  # outcomes decided before the cancel
         await self._hand_back([attempt for attempt in stopped if attempt.outcome is None])
-        if self.checkins is not None:  # the ends the last writes committed
-            await self.checkins.drain(2.0)
+        if self.services:  # what the last writes queued (the ends they committed)
+            await asyncio.gather(*(service.drain(2.0) for service in self.services))
 
     async def _deregister_quietly(self) -> None:
         with _quiet_db_errors("stop_node"):
@@ -586,13 +607,13 @@ class Node:
 
     async def _watch_clock(self, reading: ClockReading) -> None:
         """The leader reports a step of the database clock (:mod:`pgpulse.node.db_clock`): logged
-        by the watch, alerted here (a failed alert write is logged, never fails the beat)."""
+        by the watch, told to the observers here (their failed write is logged, never fails the
+        beat)."""
         step = self.db_clock.observe(reading, leading=self.sweeper.is_leader)
-        if step is None or self.alerts is None:
+        if step is None:
             return
         with _quiet_db_errors("db_clock_alert"):
-            if await self.db_clock.alert(self.alerts.store, step) is not None:
-                self.alerts.kick()
+            await self.observers.clock_stepped(self.db_clock.step_of(step))
 
     def _apply(
         self, routes: dict[str, tuple[int, ...]], shards: tuple[int, ...], count: int
@@ -630,16 +651,6 @@ class Node:
         renewed = await self.beat.renew(held, lease=self.config.lease)
         self.attempts.renewed(held, renewed, sent)
 
-    async def _every(self, step: Any, name: str, limit: float | None = None) -> None:
-        """Run ``step`` every heartbeat interval until stopping, each run bounded by ``limit``
-        seconds (default two intervals); DB errors and timeouts are logged."""
-        interval = self.config.heartbeat_interval
-        while not self._stopping.is_set():
-            with _quiet_db_errors(name):
-                async with asyncio.timeout(limit or interval * 2):
-                    await step()
-            await _wait(self._stopping, interval)
-
 
 def _place(
     node: str, handlers: Sequence[str], live: Mapping[str, Sequence[str]], count: int
@@ -669,19 +680,6 @@ async def _within(seconds: float, step: Coroutine[Any, Any, None]) -> bool:
     return False
 
 
-async def _wait(event: asyncio.Event, seconds: float) -> None:
-    """Wait for ``event`` at most ``seconds``."""
-    try:
-        async with asyncio.timeout(seconds):
-            await event.wait()
-    except TimeoutError:
-        pass
-
-
-@contextlib.contextmanager
-def _quiet_db_errors(what: str) -> Iterator[None]:
-    """Log database errors and timeouts of a side loop instead of letting them kill the node."""
-    try:
-        yield
-    except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
-        log.warning("%s failed: %s", what, describe(exc), extra={"action": f"{what}_failed"})
+def _quiet_db_errors(what: str) -> contextlib.AbstractContextManager[None]:
+    """:func:`~pgpulse.node.services.quiet_db_errors`, logged as the engine's."""
+    return quiet_db_errors(what, log)

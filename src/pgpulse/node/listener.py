@@ -28,6 +28,7 @@ from pgpulse.db.database import (
     connect,
     session_is_read_only,
 )
+from pgpulse.node.services import wait
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class Listener:
                             break
             except (psycopg.Error, OSError, DatabaseUnavailable) as exc:
                 log.warning("listen session lost: %s", exc, extra={"action": "listen_lost"})
-                await _wait(self.stopping, self.interval)
+                await wait(self.stopping, self.interval)
 
     async def _hear(self, conn: AsyncConn) -> None:
         """Take notifications for one interval (or until stopping), waking the node for each
@@ -126,10 +127,3 @@ class Listener:
                         await pending
             with contextlib.suppress(Exception):
                 await gen.aclose()
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> None:
-    """Wait for ``event`` at most ``seconds``."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await event.wait()

@@ -56,6 +56,7 @@ from pgpulse.db.claims import ClaimStore
 from pgpulse.node import metrics, tracing
 from pgpulse.node.attempts import Attempts
 from pgpulse.node.outcomes import report
+from pgpulse.node.services import wait
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,6 @@ class Recorder:
         wake: set to wake the claim loop: an attempt decided its outcome or ended, a
             notification, a shard change, a stop.
         stopping: set when the node stops: the loop ends (the drain writes the rest, :meth:`flush`).
-        on_alertable: called (no arguments, must not block) after a write that recorded a
-            failed run or skipped occurrences, so alert rules are evaluated at once (the alert
-            loop's :meth:`~pgpulse.alerts.delivery.AlertLoop.kick`); never on an attempt's path.
     """
 
     def __init__(
@@ -90,14 +88,12 @@ class Recorder:
         retry_cap: float = 2.0,
         wake: asyncio.Event | None = None,
         stopping: asyncio.Event | None = None,
-        on_alertable: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.attempts = attempts
         self.node_id = node_id
         self.lease = lease
         self.poll = poll
-        self.on_alertable = on_alertable
         self.retry_cap = retry_cap
         self.wake = wake or asyncio.Event()
         self.stopping = stopping or asyncio.Event()
@@ -131,7 +127,7 @@ class Recorder:
             except (psycopg.Error, OSError, TimeoutError, DatabaseUnavailable) as exc:
                 log.warning("claim failed: %s", describe(exc), extra={"action": "claim_failed"})
                 self.claim_error = describe(exc)[:1000]
-                await _wait(self.stopping, retry_in)
+                await wait(self.stopping, retry_in)
                 retry_in = min(retry_in * 2, self.retry_cap)
                 continue
             retry_in = 0.1
@@ -143,7 +139,7 @@ class Recorder:
             if pause is None:
                 await self.wake.wait()
             elif pause > 0:
-                await _wait(self.wake, pause)
+                await wait(self.wake, pause)
 
     async def run_once(self) -> Step:
         """One step of the claim loop: :meth:`step` along :attr:`routes`, or along none once the
@@ -284,8 +280,6 @@ class Recorder:
             self.attempts.unwritten([*batch, *requeue])
             raise
         self._settled(batch, step.written)
-        if self.on_alertable is not None and any(_alertable(o) for o in batch):
-            self.on_alertable()
         return step
 
     async def flush(self, within: float) -> None:
@@ -331,8 +325,6 @@ class Recorder:
                 raise
             else:
                 self._settled([outcome], written)
-                if self.on_alertable is not None and _alertable(outcome):
-                    self.on_alertable()
 
     def _settled(self, batch: Sequence[Outcome], written: Collection[ClaimKey]) -> None:
         """The write of ``batch`` committed: count and log each outcome as it took effect (its
@@ -347,15 +339,6 @@ class Recorder:
         return await self.store.finish_runs([outcome], node=self.node_id)
 
 
-async def _wait(event: asyncio.Event, seconds: float) -> None:
-    """Wait for ``event`` at most ``seconds``."""
-    try:
-        async with asyncio.timeout(seconds):
-            await event.wait()
-    except TimeoutError:
-        pass
-
-
 def _frees(outcome: Outcome) -> bool:
     """Whether writing ``outcome`` ends an occurrence forked by overlap ``allow`` (its job row
     counts it against max_concurrency until then); a retry keeps it."""
@@ -363,11 +346,4 @@ def _frees(outcome: Outcome) -> bool:
         outcome.job.overlap == "allow"
         and outcome.job.kind == "scheduled"
         and outcome.outcome != "retrying"
-    )
-
-
-def _alertable(outcome: Outcome) -> bool:
-    """Whether writing ``outcome`` may fire an alert rule at once (a failed run, a skip)."""
-    return outcome.outcome == "failed" or bool(
-        outcome.advance is not None and outcome.advance.skipped_count
     )

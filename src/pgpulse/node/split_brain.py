@@ -10,9 +10,11 @@ beyond CONNECT is needed. When more than one host accepts writes (:func:`judge`)
 * the node moves every writing session — heartbeat, claims, LISTEN, its pool — to the host on
   the highest timeline (every promotion starts a new one, so that is the newest primary; on a
   tie, the first of them in the DSN, as libpq would pick): it stops claiming on the older hosts;
-* it logs ``split_brain`` (a warning, once per split brain) and fires the cluster alert
-  ``split_brain`` on the newest host, once while it lasts (its dedupe key names the writable
-  hosts and their timelines), closed when the split brain ends;
+* it logs ``split_brain`` (a warning, once per split brain) and tells its observer at each check
+  while it lasts, and once when it ends (:meth:`NodeObserver.split_brain
+  <pgpulse.node.observer.NodeObserver.split_brain>`: the alerts fire the cluster alert
+  ``split_brain`` on the newest host, once per split brain — its dedupe key names the writable
+  hosts and their timelines — and close it when it ends);
 * ``pgpulse status`` probes the hosts the same way and says so in a line.
 
 When one writable host is left, the sessions go back to the DSN as given.
@@ -24,16 +26,17 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
 from psycopg import conninfo
 
-from pgpulse.alerts.store import AlertStore
 from pgpulse.core.errors import DatabaseUnavailable
-from pgpulse.db.database import ConnectionSource, Session, connect
+from pgpulse.db.database import Session, connect
+from pgpulse.node.observer import NodeObserver
 from pgpulse.sql import QUERIES
 
 log = logging.getLogger(__name__)
@@ -217,9 +220,10 @@ class SplitBrainWatch:
         pool: the node's pool (moved too: its DSN, and its idle connections closed), or
             ``None``.
         listener: the LISTEN loop, whose next connection follows, or ``None``.
-        alerts: where the alert is written (the node's pool, once moved), or ``None``: no alert.
-        kick: called after the alert fired, so its delivery goes out at once.
+        observer: told of each split brain found and of its end (the node's observers), or
+            ``None``.
         timeout: seconds each host may take to answer a probe.
+        every: seconds between two checks of :meth:`run_once`.
     """
 
     def __init__(
@@ -230,22 +234,23 @@ class SplitBrainWatch:
         sessions: Sequence[Session],
         pool: Pool | None = None,
         listener: Movable | None = None,
-        alerts: ConnectionSource | None = None,
-        kick: Callable[[], None] | None = None,
+        observer: NodeObserver | None = None,
         timeout: int = PROBE_TIMEOUT,
+        every: float = 20.0,
     ) -> None:
         self.dsn = dsn
         self.node_id = node_id
         self.sessions = tuple(sessions)
         self.pool = pool
         self.listener = listener
-        self.alerts = AlertStore(alerts) if alerts is not None else None
-        self.kick = kick
+        self.observer = observer
         self.timeout = timeout
+        self.every = every
+        self.name = "split_brain"
         self._pool_dsn = pool.conninfo if pool is not None else None
         #: The split brain the last check found, or ``None``.
         self.current: SplitBrain | None = None
-        self._alerted: str | None = None
+        self._checked_at = -float("inf")  # monotonic: the last check's start
 
     async def check_once(self) -> SplitBrain | None:
         """Probe every host; on a split brain, move the sessions to the newest host, log and
@@ -256,6 +261,7 @@ class SplitBrainWatch:
             psycopg.Error, DatabaseUnavailable: the alert could not be written (the sessions
                 were moved already; the next check writes it).
         """
+        self._checked_at = time.monotonic()
         roles = await probe(
             self.dsn,
             application_name=f"pgpulse:{self.node_id}:probe",
@@ -275,35 +281,47 @@ class SplitBrainWatch:
                         "newest": found.newest.place,
                     },
                 )
-            await self._alert(found)
+            if self.observer is not None:
+                await self.observer.split_brain(found)
         elif before is not None:
             await self._move(None)
             log.warning(
                 "split brain over: one host accepts writes",
                 extra={"action": "split_brain_over"},
             )
-            if self.alerts is not None:
-                self._alerted = None
-                await self.alerts.resolve_cluster("split_brain")
+            if self.observer is not None:
+                await self.observer.split_brain(None)
         return found
 
-    async def run(self, stopping: asyncio.Event, interval: float) -> None:
-        """Check every ``interval`` seconds until ``stopping`` is set; a failed check is logged
-        and tried again at the next."""
+    async def run_once(self) -> SplitBrain | None:
+        """Check (:meth:`check_once`) if the last check is ``every`` seconds old (the one at
+        start counts); return what it found, or :attr:`current` without a check."""
+        if time.monotonic() - self._checked_at < self.every:
+            return self.current
+        return await self.check_once()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """The ``split_brain`` service: a check every ``every`` seconds until ``stopping`` is
+        set; a failed check is logged and tried again at the next."""
         while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):
+                async with asyncio.timeout(
+                    max(self._checked_at + self.every - time.monotonic(), 0)
+                ):
                     await stopping.wait()
             if stopping.is_set():
                 return
             try:
-                await self.check_once()
+                await self.run_once()
             except (psycopg.Error, OSError, DatabaseUnavailable) as exc:
                 log.warning(
                     "split brain check failed: %s",
                     exc,
                     extra={"action": "split_brain_check_failed"},
                 )
+
+    async def drain(self, within: float) -> None:
+        """Nothing to finish."""
 
     async def _move(self, newest: HostRole | None) -> None:
         """Point the sessions, the pool and the listener at ``newest`` only (``None``: back
@@ -320,14 +338,6 @@ class SplitBrainWatch:
         if self.pool is not None:
             self.pool.conninfo = self._pool_dsn if newest is None else dsn
             await self.pool.drain()
-
-    async def _alert(self, found: SplitBrain) -> None:
-        if self.alerts is None or self._alerted == found.key:
-            return
-        fired = await self.alerts.raise_cluster("split_brain", found.key, found.details())
-        self._alerted = found.key
-        if fired is not None and self.kick is not None:
-            self.kick()
 
 
 async def status_line(dsn: str, *, connect_timeout: int = PROBE_TIMEOUT) -> str | None:

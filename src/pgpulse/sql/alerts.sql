@@ -765,13 +765,6 @@ RETURNING s.id, s.job_id, s.starts_at, s.ends_at, s.reason,
           (SELECT j.tenant FROM pgpulse_jobs j WHERE j.id = s.job_id) AS tenant,
           (SELECT j.name FROM pgpulse_jobs j WHERE j.id = s.job_id) AS job;
 
--- name: forget_job_alerts
--- A deleted job's rules and silences (its events stay, as history).
-WITH rules AS (
-    DELETE FROM pgpulse_alert_rules WHERE job_id = %(job_id)s RETURNING id
-)
-DELETE FROM pgpulse_alert_silences WHERE job_id = %(job_id)s;
-
 -- name: cluster_outage
 -- Sent by a starting node before it registers (registering overwrites its own row's last
 -- heartbeat): when no node is live now (a node is live until it stops, or its heartbeat is older

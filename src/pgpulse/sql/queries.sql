@@ -1055,7 +1055,9 @@ WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant
 -- Delete job %(id)s, or the job named (%(tenant)s, %(name)s) when %(id)s is null, and record it
 -- in the audit trail (which outlives the job) in the same statement; %(now)s only from tests.
 -- A shell job is deleted only when %(shell_allowed)s (pgpulse.access: removing a shell job's
--- definition is a write of it), decided on the row the statement deletes.
+-- definition is a write of it), decided on the row the statement deletes. The job's alert rules
+-- and silences go with it (its alert events stay, as history): the cascade a foreign key would
+-- do, which the alert tables leave out (0005_alerts.sql: no key checks on every job update).
 WITH removed AS (
 DELETE FROM pgpulse_jobs j
 WHERE j.id = coalesce(%(id)s::bigint,
@@ -1068,6 +1070,10 @@ INSERT INTO pgpulse_job_history (job_id, tenant, name, at, action, source, actor
 SELECT r.id, r.tenant, r.name, coalesce(%(now)s::timestamptz, now()), 'delete', %(source)s,
        %(actor)s, r.revision
 FROM removed r
+), rules AS (
+DELETE FROM pgpulse_alert_rules a USING removed r WHERE a.job_id = r.id
+), silences AS (
+DELETE FROM pgpulse_alert_silences s USING removed r WHERE s.job_id = r.id
 )
 SELECT r.id, r.tenant, r.name FROM removed r;
 
