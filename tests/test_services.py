@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from helpers import add, spec
 from pgpulse.alerts import services as alert_services
+from pgpulse.alerts.store import AlertStore
 from pgpulse.core.errors import DatabaseUnavailable
 from pgpulse.db.store import Store
 from pgpulse.node.engine import Node, NodeConfig
@@ -97,3 +99,25 @@ async def test_a_node_runs_its_own_services_and_those_the_alerts_register(
 
 async def _nothing() -> Any:
     return None
+
+
+async def test_deleting_a_job_removes_its_rules_and_silences_in_the_same_statement(
+    store: Store, db: Any
+) -> None:
+    """The store's delete takes the job's alert rules and silences with it (no call into the
+    alerts), and leaves another job's and the cluster-wide ones alone."""
+    alerts = AlertStore(store.pool)
+    await alerts.add_notifier("ops", "webhook", {"url": "https://93.184.215.14/hook"})
+    await add(store, spec("gone"), spec("kept"))
+    for job in ("gone", "kept"):
+        await alerts.set_rule("failures", ["ops"], job=("default", job))
+        await alerts.silence(3600, job=("default", job))
+    await alerts.set_rule("failures", ["ops"])  # the default of every job
+    await store.delete_job("default", "gone")
+    rules = db.execute("SELECT job_id FROM pgpulse_alert_rules ORDER BY job_id").fetchall()
+    silences = db.execute("SELECT job_id FROM pgpulse_alert_silences").fetchall()
+    kept = db.execute("SELECT job_id FROM pgpulse_job_names WHERE name = 'kept'").fetchone()[
+        "job_id"
+    ]
+    assert [r["job_id"] for r in rules] == [kept, None]
+    assert [s["job_id"] for s in silences] == [kept]
