@@ -10,11 +10,11 @@ import asyncio
 import pytest
 
 from helpers import add, spec
+from pgpulse.app import App
 from pgpulse.core.access import OPERATOR, Writer, check_write, code_writer, token_writer
 from pgpulse.core.errors import Forbidden
 from pgpulse.core.jobs import JobSpec
 from pgpulse.db.store import Store
-from pgpulse.node.app import App
 from pgpulse.node.engine import NodeConfig
 from pgpulse.node.handlers import RunContext
 

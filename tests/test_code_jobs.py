@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from helpers import pgpulse, spec
+from pgpulse.app import App
 from pgpulse.core.jobs import JobSpec
 from pgpulse.db.store import Store
-from pgpulse.node.app import App
 from pgpulse.node.handlers import RunContext
 
 
@@ -54,7 +54,7 @@ async def test_jobs_the_code_no_longer_declares_are_listed_then_pruned(
     assert await store.stale_code_jobs() == []
     db.execute("DELETE FROM pgpulse_nodes WHERE node_id = 'node-1'")
 
-    with caplog.at_level(logging.WARNING, logger="pgpulse.node.app"):
+    with caplog.at_level(logging.WARNING, logger="pgpulse.app"):
         plan = await app_with("rollup", prune=True).declare(store, "node-3")
     assert [(s.name, s.action) for s in plan.steps] == [
         ("rollup", "unchanged"),

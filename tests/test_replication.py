@@ -32,10 +32,10 @@ from psycopg import conninfo
 from psycopg.rows import dict_row
 
 from helpers import ALL_SHARDS, add, cluster_pg_bin, pgpulse, spec
+from pgpulse.app import connect
 from pgpulse.core.errors import DatabaseUnavailable
 from pgpulse.db.database import primary_dsn
 from pgpulse.db.run_control import RunControl
-from pgpulse.node.app import connect
 from pgpulse_tools.chaos.replication import ReplicatedServer, Replication, initdb_template
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.server_programs]

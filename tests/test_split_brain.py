@@ -17,8 +17,8 @@ from helpers import add, apgpulse, spec
 from notify_servers import HttpReceiver, run_http_receiver
 from pgpulse.alerts import services as alert_services
 from pgpulse.alerts.store import AlertStore
+from pgpulse.app import connect
 from pgpulse.core.egress import HttpAllowList
-from pgpulse.node.app import connect
 from pgpulse.node.engine import Node, NodeConfig
 from pgpulse.node.handlers import RunContext
 from pgpulse.node.split_brain import HostRole, host_dsn, hosts_of, judge

@@ -17,10 +17,10 @@ from datetime import timedelta
 
 import psycopg
 
+from pgpulse.app import connect
 from pgpulse.core.jobs import JobSpec
 from pgpulse.db.database import resolve_dsn
 from pgpulse.db.store import Store
-from pgpulse.node.app import connect
 from pgpulse.node.engine import Node, NodeConfig
 from pgpulse.node.handlers import RunContext
 

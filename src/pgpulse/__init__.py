@@ -33,9 +33,9 @@ from pgpulse.core.schedule import Schedule, parse_schedule
 from pgpulse.node.handlers import HandlerFailed, RunContext
 
 if TYPE_CHECKING:
+    from pgpulse.app import App
     from pgpulse.client import Client, connect
     from pgpulse.db.store import Store
-    from pgpulse.node.app import App
     from pgpulse.node.engine import Node, NodeConfig
 
 __all__ = [
@@ -65,7 +65,7 @@ __version__ = "0.3.0.dev0"  # the release after 0.2.0 (CHANGELOG: Unreleased)
 #: The names that load their module on first use (PEP 562), with that module: each needs the
 #: database driver (the node's engine too, for ``Node`` and ``NodeConfig``).
 _LAZY = {
-    "App": "pgpulse.node.app",
+    "App": "pgpulse.app",
     "Client": "pgpulse.client",
     "connect": "pgpulse.client",
     "Node": "pgpulse.node.engine",

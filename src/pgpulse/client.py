@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
+from pgpulse.app import connect as open_store
 from pgpulse.core.audit import definition_of_row
 from pgpulse.core.calendars import ExclusionCalendar, from_definitions
 from pgpulse.core.errors import InvalidInput, JobNotFound
@@ -36,7 +37,6 @@ from pgpulse.core.wording import given
 from pgpulse.db.pausing import Paused
 from pgpulse.db.run_control import BackfillPlan, RunControl, Triggered
 from pgpulse.db.store import Store
-from pgpulse.node.app import connect as open_store
 
 __all__ = ["Client", "Job", "Run", "connect"]
 

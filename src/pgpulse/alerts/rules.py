@@ -154,7 +154,7 @@ def parse_rule(rule: object, threshold: object, notifiers: object, *, cluster: b
 
 
 def declared_rule(kind: str, given: object) -> RuleSpec:
-    """A job's rule as code (:meth:`App.job <pgpulse.node.app.App.job>`'s ``alerts``) and apply
+    """A job's rule as code (:meth:`App.job <pgpulse.app.App.job>`'s ``alerts``) and apply
     files (``[jobs.NAME.alerts]``) declare it: ``{"notify": [names], "threshold": n}`` under
     its kind, validated by :func:`parse_rule` (``notify`` may be one name).
 

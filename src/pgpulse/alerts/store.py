@@ -1,7 +1,7 @@
 """The alerts' reads and writes, as intent-named methods over a connection source (the node's
 pool, or the CLI's). Statements live in ``sql/alerts.sql``.
 
-Every write path (CLI, HTTP API, :class:`~pgpulse.node.app.App`) comes through here, so the checks
+Every write path (CLI, HTTP API, :class:`~pgpulse.app.App`) comes through here, so the checks
 are the same on each: a notifier's config is validated by :mod:`pgpulse.alerts.notifiers` (webhook
 and check-in URLs against the ``http`` jobs' address policy unless the operator's allow-list names
 them), a rule by :func:`~pgpulse.alerts.rules.parse_rule` and, for ``silence``, against its

@@ -17,6 +17,7 @@ import click
 
 from pgpulse.alerts.rules import ALL_RULES, CLUSTER_RULES
 from pgpulse.alerts.store import AlertStore
+from pgpulse.app import connect
 from pgpulse.cli.report import one_line, print_records, run_command, to_json
 from pgpulse.cli.types import read_input, valid_name
 from pgpulse.cli.types import tenant_option as cli_tenant_option
@@ -26,7 +27,6 @@ from pgpulse.core.jobs import check_name
 from pgpulse.core.json_limits import loads_json
 from pgpulse.core.limits import parse_duration
 from pgpulse.core.wording import plural
-from pgpulse.node.app import connect
 
 T = TypeVar("T")
 

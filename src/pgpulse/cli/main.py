@@ -57,8 +57,8 @@ from pgpulse.web.options import web_options, web_settings
 
 if TYPE_CHECKING:  # the engine loads with `node run` only: other commands start without it;
     # the database driver with the commands that use the database (`schedule next` does not)
+    from pgpulse.app import App
     from pgpulse.db.store import Store
-    from pgpulse.node.app import App
     from pgpulse.node.engine import Node
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def with_store(
             ctx = click.get_current_context()
 
             async def main() -> Any:
-                from pgpulse.node.app import connect
+                from pgpulse.app import connect
 
                 try:
                     async with connect(
@@ -193,7 +193,7 @@ def migrate(obj: dict[str, Any]) -> None:
     """Apply pending schema migrations (nodes also do this at start)."""
 
     async def apply() -> list[int]:
-        from pgpulse.node.app import connect
+        from pgpulse.app import connect
 
         async with connect(obj["database_url"], data_dir=obj["data_dir"], migrate=False) as store:
             return await store.migrate()
@@ -219,7 +219,7 @@ def load_app(spec: str | None, app_dir: Path | None = None) -> App:
     import path, as uvicorn, gunicorn and celery do. Raises :class:`click.BadParameter`
     naming the value. A module alone (``--app myapp``) means its attribute ``app``
     (``myapp:app``), as celery's ``-A`` finds an ``app``; uvicorn requires the name."""
-    from pgpulse.node.app import App
+    from pgpulse.app import App
 
     if not spec:
         return App()
@@ -1423,9 +1423,9 @@ def status(
     (--all lists it); the leader forgets it after a day, unless a lease still names it."""
 
     async def read() -> tuple[str, list[dict[str, Any]], dict[str, Any]] | tuple[str, str]:
+        from pgpulse.app import connect
         from pgpulse.db.database import describe
         from pgpulse.db.registry import DEFAULT_NODE_TTL
-        from pgpulse.node.app import connect
 
         async with connect(
             obj["database_url"],

@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 
 import click
 
+from pgpulse.app import App, connect
 from pgpulse.cli.report import emit, print_records, run_command, to_json
 from pgpulse.cli.types import HostPort, valid_name
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.tokens import TokenStore
-from pgpulse.node.app import App, connect
 from pgpulse.node.engine import Node, NodeConfig
 from pgpulse.web.options import web_options, web_settings
 
@@ -71,7 +71,7 @@ def run_node_with_web(
 
     The servers bind before the node starts (a busy address exits 2 at once) and stop after
     the node has drained. ``on_started``, ``pool_database_url``: as
-    :meth:`pgpulse.node.app.App.run_node`'s (the servers' own pool stays on ``--database-url``).
+    :meth:`pgpulse.app.App.run_node`'s (the servers' own pool stays on ``--database-url``).
     """
     from pgpulse.web.server import web_sidecar  # the web stack: only for the servers
 

@@ -3,7 +3,7 @@ invariant 10).
 
 Every path that creates or changes a job definition — create-as-upsert and ``PATCH`` in the API,
 ``pgpulse job create``, ``pgpulse crontab import``, :meth:`Store.upsert_jobs` in the Python API,
-and the jobs an :class:`~pgpulse.node.app.App` declares in code when its node starts — ends in
+and the jobs an :class:`~pgpulse.app.App` declares in code when its node starts — ends in
 :meth:`Store.upsert_jobs`, which calls :func:`check_write` for each definition against the job it
 replaces, read and locked in the same transaction. The rule (pure):
 
@@ -86,7 +86,7 @@ def token_writer(token_id: int, tenant: str | None, *, admin: bool, shell_allowe
 
 
 def code_writer(tenant: str, where: str) -> Writer:
-    """The writer of the jobs an :class:`~pgpulse.node.app.App` declares in code (their handlers are
+    """The writer of the jobs an :class:`~pgpulse.app.App` declares in code (their handlers are
     the app's functions): its own tenant, and no shell rights — a declaration never replaces a
     ``shell`` job of the same name.
 

@@ -94,7 +94,7 @@ def truncate_output(text: str | None, limit: int = MAX_OUTPUT_CHARS) -> str | No
 
 
 class HandlerRegistry(Mapping[str, Handler]):
-    """Name -> handler map of one node (or one :class:`~pgpulse.node.app.App`).
+    """Name -> handler map of one node (or one :class:`~pgpulse.app.App`).
 
     Raises:
         InvalidInput: on :meth:`register` with a name already taken, or a non-callable.

@@ -20,10 +20,10 @@ from typing import Any
 
 import uvicorn
 
+from pgpulse.app import connect
 from pgpulse.core.errors import InvalidInput
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.store import Store
-from pgpulse.node.app import connect
 from pgpulse.web.app import create_app, create_metrics_app
 from pgpulse.web.options import parse_address
 

@@ -22,9 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from pgpulse.alerts.store import AlertStore
+from pgpulse.app import connect
 from pgpulse.core.egress import HttpAllowList
 from pgpulse.core.jobs import JobSpec
-from pgpulse.node.app import connect
 from pgpulse_tools.bench.common import Result, admin, drop_db, fresh_db
 from pgpulse_tools.bench.nodes import NodeCluster
 

@@ -31,11 +31,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from pgpulse.app import connect
 from pgpulse.cli.report import tune_collector
 from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.db.database import Session
 from pgpulse.db.store import Store
-from pgpulse.node.app import connect
 from pgpulse.sql import QUERIES
 from pgpulse_tools.bench import floor
 from pgpulse_tools.bench.claim_probe import HANDLER, time_claims

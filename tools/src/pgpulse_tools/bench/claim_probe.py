@@ -22,11 +22,11 @@ import time
 from typing import Any
 
 import pgpulse
+from pgpulse.app import connect
 from pgpulse.cli.report import run_command, tune_collector
 from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.db.database import Session
 from pgpulse.db.store import Store
-from pgpulse.node.app import connect
 from pgpulse.sql import load_queries
 
 #: The handler of scenario 1's jobs, the one the claiming node has.

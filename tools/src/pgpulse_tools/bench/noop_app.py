@@ -16,7 +16,7 @@ import time
 from array import array
 from pathlib import Path
 
-from pgpulse.node.app import App
+from pgpulse.app import App
 from pgpulse.node.handlers import RunContext
 
 #: Environment variable naming the file that receives (start, scheduled_for) pairs at exit.

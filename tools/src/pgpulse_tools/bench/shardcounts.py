@@ -33,12 +33,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from pgpulse.app import connect
 from pgpulse.core.sharding import shards_for
 from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.db.database import Session
 from pgpulse.db.resharding import set_shard_count
 from pgpulse.db.store import Store
-from pgpulse.node.app import connect
 from pgpulse.sql import at_shard_count
 from pgpulse_tools.bench.common import (
     BENCH_SQL,

@@ -32,11 +32,11 @@ from typing import Any, Final
 import psycopg
 from psycopg.rows import dict_row
 
+from pgpulse.app import connect
 from pgpulse.cli.report import tune_collector
 from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.db.database import Session
 from pgpulse.db.store import Store
-from pgpulse.node.app import connect
 from pgpulse_tools.bench.claim import ALL_SHARDS, BATCHES
 from pgpulse_tools.bench.claim_probe import time_claims
 from pgpulse_tools.bench.common import (

@@ -42,9 +42,9 @@ from datetime import datetime
 
 import psycopg
 
+from pgpulse.app import connect
 from pgpulse.core.errors import DatabaseUnavailable
 from pgpulse.db.resharding import set_shard_count
-from pgpulse.node.app import connect
 from pgpulse.sql import load_queries
 from pgpulse_tools.chaos.cluster import Cluster
 from pgpulse_tools.chaos.history import Fault

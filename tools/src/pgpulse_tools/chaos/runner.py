@@ -28,10 +28,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow, dict_row
 
+from pgpulse.app import connect
 from pgpulse.core.errors import DatabaseUnavailable, InvalidInput, PulseError
 from pgpulse.db.claims import LEADER_LOCK_KEY
 from pgpulse.db.run_control import RunControl
-from pgpulse.node.app import connect
 from pgpulse.sql import load_queries
 from pgpulse_tools.chaos.checker import Verdict, check
 from pgpulse_tools.chaos.cluster import Cluster, NodeSettings

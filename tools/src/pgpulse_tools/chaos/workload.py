@@ -53,8 +53,8 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
+from pgpulse.app import App
 from pgpulse.core.jobs import JobSpec
-from pgpulse.node.app import App
 from pgpulse.node.handlers import HandlerFailed, RunContext
 from pgpulse.sql import load_queries
 from pgpulse_tools.chaos.effects import OVERLAP_N

@@ -41,6 +41,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from tabulate import tabulate
 
+from pgpulse.app import App
 from pgpulse.core.crontab import entry_to_spec, is_system_crontab, parse_crontab
 from pgpulse.core.jobs import JobSpec
 from pgpulse.core.schedule import parse_schedule
@@ -48,7 +49,6 @@ from pgpulse.core.sharding import shards_for
 from pgpulse.core.wording import plural
 from pgpulse.db.database import open_pool, redact, resolve_dsn
 from pgpulse.db.store import Store
-from pgpulse.node.app import App
 from pgpulse.node.builtins import shell_handler
 from pgpulse.node.handlers import RunContext
 from pgpulse.sql import load_queries
