@@ -521,7 +521,7 @@ class JobSpec:
         nullable=True,
         minimum=0.001,
         maximum=30 * 86400.0,
-        doc="Per-attempt time limit (at most 30 days); null: none.",
+        doc="Per-attempt time limit (at most 30 days).",
         flag="--timeout",
         interval=True,
         claimed=True,

@@ -86,7 +86,7 @@ def _value_type(entry: DefinitionField, *, strict: bool = True) -> Any:
 
 def _description(entry: DefinitionField) -> str:
     unit = f" Unit: {entry.unit}." if entry.unit else ""
-    null = " Null: no limit." if entry.nullable and entry.kind != "seconds" else ""
+    null = " Null: no limit." if entry.nullable else ""
     return f"{entry.doc}{unit}{null}"
 
 
