@@ -30,6 +30,7 @@ from typing import Any, overload
 from pgpulse.app import connect as open_store
 from pgpulse.core.audit import definition_of_row
 from pgpulse.core.calendars import ExclusionCalendar, from_definitions
+from pgpulse.core.definition import job_fields
 from pgpulse.core.errors import InvalidInput, JobNotFound
 from pgpulse.core.jobs import JobSpec, check_name
 from pgpulse.core.limits import pause_until
@@ -314,12 +315,12 @@ class Client:
             InvalidInput: ``field="name"``: no job can have that name.
         """
         row = await self._store.get_job(self.tenant, name)
-        fields = definition_of_row(row)  # durations in seconds; instants and calendars below
-        fields.update(
-            not_before=row["not_before"],
-            not_after=row["not_after"],
-            calendars=tuple(row["calendars"] or ()),
-        )
+        fields = definition_of_row(row)  # durations in seconds; instants and names below
+        for entry in job_fields(JobSpec):  # the model's: as the row holds them, not as text
+            if entry.kind == "instant":
+                fields[entry.name] = row[entry.name]
+            elif entry.kind == "names":
+                fields[entry.name] = tuple(row[entry.name] or ())
         return JobSpec(tenant=row["tenant"], name=row["name"], **fields)
 
     async def add_job(

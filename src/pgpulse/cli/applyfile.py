@@ -40,7 +40,7 @@ from pathlib import PurePath
 from typing import Any
 
 from pgpulse.alerts.rules import RuleSpec, declared_rule
-from pgpulse.core.audit import SETTABLE_FIELDS
+from pgpulse.core.definition import job_fields
 from pgpulse.core.errors import InvalidInput, PulseError
 from pgpulse.core.jobs import JobSpec
 from pgpulse.core.json_limits import MAX_DEPTH, MAX_INT_DIGITS
@@ -48,12 +48,15 @@ from pgpulse.core.wording import did_you_mean
 
 __all__ = ["JOB_FIELDS", "ApplyFile", "ApplyFileError", "parse_apply_file"]
 
-#: The keys of a job's table (and of ``[defaults]``): ``pgpulse job create``'s options.
-JOB_FIELDS: tuple[str, ...] = ("tenant", *SETTABLE_FIELDS, "allow_private_target")
+#: The model's entries a job's table may set (:mod:`pgpulse.core.definition`).
+_ENTRIES = tuple(entry for entry in job_fields(JobSpec) if entry.settable)
+#: The keys of a job's table (and of ``[defaults]``): ``pgpulse job create``'s options, the
+#: model's settable fields.
+JOB_FIELDS: tuple[str, ...] = (*(entry.name for entry in _ENTRIES), "allow_private_target")
 #: What a table may hold besides the job's fields: its alert rules.
 TABLE_KEYS: tuple[str, ...] = (*JOB_FIELDS, "alerts")
-_TEXT_FIELDS = ("schedule", "handler", "tenant", "timezone", "catch_up", "overlap")
-_INSTANT_FIELDS = ("not_before", "not_after")
+_TEXT_FIELDS = tuple(entry.name for entry in _ENTRIES if entry.kind in ("text", "choice"))
+_INSTANT_FIELDS = tuple(entry.name for entry in _ENTRIES if entry.kind == "instant")
 _TOP_KEYS = ("source", "defaults", "jobs")
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _KEY = r"""(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([A-Za-z0-9_-]+))"""

@@ -45,8 +45,10 @@ from pgpulse.cli.report import (
 from pgpulse.cli.types import HostPort, IsoDateTime, Seconds, valid_name
 from pgpulse.cli.types import tenant_option as cli_tenant_option
 from pgpulse.core.audit import cli_actor
+from pgpulse.core.definition import Field as DefinitionField
+from pgpulse.core.definition import job_fields
 from pgpulse.core.errors import InvalidInput, JobNotFound, PulseError, SchemaMissing
-from pgpulse.core.jobs import CATCH_UP_POLICIES, OVERLAP_POLICIES, CatchUp, JobSpec
+from pgpulse.core.jobs import CATCH_UP_POLICIES, CatchUp, JobSpec
 from pgpulse.core.limits import RESUME_MODES, pause_until, resumed_run
 from pgpulse.core.schedule import SCHEDULE_HELP, Schedule, parse_schedule
 from pgpulse.core.wording import pending_pause, plural, unchanged_note, withdrawn_note
@@ -63,6 +65,7 @@ if TYPE_CHECKING:  # the engine loads with `node run` only: other commands start
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def with_store(
@@ -651,93 +654,42 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 JOB_CREATE_ALLOW = "this command's --allow-private-target"
 
 
+def _option(entry: DefinitionField) -> Callable[[F], F]:
+    """``pgpulse job create``'s option for a field of the job definition model: its flag, its
+    help, its default, and a type by its kind (the values are checked by
+    :meth:`JobSpec.create`, as every path's)."""
+    kwargs: dict[str, Any] = {"help": entry.doc}
+    if entry.required:
+        kwargs["required"] = True
+    elif entry.kind == "json":
+        kwargs["default"] = json.dumps(entry.default)
+    elif entry.kind == "names":
+        kwargs["multiple"] = True
+        kwargs["help"] = f"{entry.doc} Repeat for several."
+    else:
+        kwargs["default"] = entry.default
+    if entry.kind == "choice":
+        kwargs["type"] = click.Choice(entry.choices)
+    elif entry.kind == "int":
+        kwargs["type"] = int
+    elif entry.kind == "seconds":
+        kwargs["type"] = Seconds()
+    assert entry.flag is not None
+    return click.option(entry.flag, entry.name, **kwargs)
+
+
+def definition_options(command: F) -> F:
+    """The options of the job definition model's fields that have a flag
+    (:mod:`pgpulse.core.definition`), in the model's order."""
+    for entry in reversed([e for e in job_fields(JobSpec) if e.flag is not None]):
+        command = _option(entry)(command)
+    return command
+
+
 @job.command("create")
 @click.argument("name", callback=valid_name("name"))
-@click.option(
-    "--schedule",
-    required=True,
-    help="Cron expression, @macro, @every duration or @at instant (a one-off).",
-)
-@click.option("--handler", required=True, help="Handler name (shell, http, or your own).")
 @tenant_option
-@click.option("--tz", "timezone", default="UTC", help="IANA time zone of the schedule.")
-@click.option("--payload", default="{}", help="JSON object handed to the handler.")
-@click.option(
-    "--catch-up",
-    type=click.Choice(CATCH_UP_POLICIES),
-    default="skip",
-    help="Missed occurrences: skip (record as skipped; run the newest if within "
-    "--misfire-grace), backfill (run each, oldest first), coalesce (run once).",
-)
-@click.option(
-    "--backfill-limit",
-    type=int,
-    default=None,
-    help="With backfill: run only the newest N missed occurrences.",
-)
-@click.option(
-    "--misfire-grace",
-    type=Seconds(),
-    default=60.0,
-    help="How late an occurrence still runs (at least 1 s).",
-)
-@click.option(
-    "--max-attempts",
-    type=int,
-    default=3,
-    help="Attempts per occurrence; after the last failure the run is failed.",
-)
-@click.option("--retry-backoff", type=Seconds(), default=1.0, help="Base retry delay.")
-@click.option("--timeout", type=Seconds(), default=3600.0, help="Per-attempt time limit.")
-@click.option(
-    "--overlap",
-    type=click.Choice(OVERLAP_POLICIES),
-    default="forbid",
-    help="An occurrence due while one runs: forbid (wait for it), replace (cancel it and "
-    "start), allow (run beside it, up to --max-concurrency at once).",
-)
-@click.option(
-    "--max-concurrency",
-    type=int,
-    default=None,
-    help="With --overlap allow (required there): most occurrences running at once.",
-)
-@click.option(
-    "--spread",
-    type=Seconds(),
-    default=0.0,
-    help="Fire each occurrence at its instant plus this job's stable offset in "
-    "[0, SPREAD) (jobs sharing a schedule then do not all fire at once).",
-)
-@click.option(
-    "--not-before",
-    default=None,
-    help="No occurrence before this instant (ISO 8601; without an offset, in --tz).",
-)
-@click.option(
-    "--not-after",
-    default=None,
-    help="No occurrence after this instant; after the last one the job is completed.",
-)
-@click.option(
-    "--max-runs",
-    type=int,
-    default=None,
-    help="Completed after this many runs (skips do not count).",
-)
-@click.option(
-    "--calendar",
-    "calendars",
-    multiple=True,
-    help="Exclusion calendar (pgpulse calendar set): occurrences on its dates are skipped. "
-    "Repeat for several.",
-)
-@click.option(
-    "--auto-pause-after",
-    type=int,
-    default=None,
-    help="Pause the job after this many consecutive failed runs.",
-)
+@definition_options
 @click.option(
     "--allow-private-target",
     is_flag=True,

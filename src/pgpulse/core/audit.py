@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pgpulse.core.definition import job_fields
 from pgpulse.core.jobs import JobSpec
 
 __all__ = [
@@ -26,37 +27,28 @@ __all__ = [
     "definition_of_spec",
 ]
 
-#: The fields of a job's definition, in the order plans and histories show them. A change of
-#: any of them is an update (and a new revision); ``tenant`` and ``name`` identify the job.
-DEFINITION_FIELDS: tuple[str, ...] = (
-    "schedule",
-    "timezone",
-    "handler",
-    "payload",
-    "catch_up",
-    "backfill_limit",
-    "misfire_grace",
-    "max_attempts",
-    "retry_backoff",
-    "timeout",
-    "source",
-    "meta",
-    "overlap",
-    "max_concurrency",
-    "spread",
-    "not_before",
-    "not_after",
-    "max_runs",
-    "calendars",
-    "auto_pause_after",
+#: The fields of a job's definition, in the order plans and histories show them: the model's
+#: (:mod:`pgpulse.core.definition`) but ``tenant`` and ``name``, which identify the job. A change
+#: of any of them is an update (and a new revision).
+DEFINITION_FIELDS: tuple[str, ...] = tuple(
+    entry.name for entry in job_fields(JobSpec) if not entry.identity
 )
 
 
 #: The definition fields a writer sets (the CLI's ``job create`` options, the API's job
 #: document, an apply file's job table): :data:`DEFINITION_FIELDS` but the ones the path itself
-#: decides (``source``) or that only code declares (``meta``).
+#: decides (``source``) or that only code declares (``meta``); the model's ``settable``.
 SETTABLE_FIELDS: tuple[str, ...] = tuple(
-    key for key in DEFINITION_FIELDS if key not in ("source", "meta")
+    entry.name for entry in job_fields(JobSpec) if entry.settable and not entry.identity
+)
+
+#: The fields stored as intervals: a row holds them in seconds as ``<name>_s``.
+_DURATIONS = tuple(entry.name for entry in job_fields(JobSpec) if entry.interval)
+#: The fields that hold lists of names (a spec's tuple, a row's list).
+_NAMES = tuple(entry.name for entry in job_fields(JobSpec) if entry.kind == "names")
+#: The fields in seconds that cannot be null (a float, whichever number was stored).
+_SECONDS = tuple(
+    entry.name for entry in job_fields(JobSpec) if entry.kind == "seconds" and not entry.nullable
 )
 
 
@@ -76,8 +68,6 @@ class Actor:
     name: str
 
 
-_DURATIONS = ("misfire_grace", "retry_backoff", "timeout")
-
 #: The Python API's actor when the caller names none.
 PYTHON_ACTOR = Actor("python", f"python:{os.getpid()}")
 
@@ -94,12 +84,12 @@ def cli_actor() -> Actor:
 
 def _comparable(key: str, value: Any) -> Any:
     """A field's value as diffs compare and the audit trail stores it (JSON): instants as UTC
-    ISO 8601 text, calendar names as a list, the spread as float seconds."""
+    ISO 8601 text, names (calendars) as a list, seconds that cannot be null as a float."""
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat()
-    if key == "calendars":
+    if key in _NAMES:
         return list(value or ())
-    if key == "spread":
+    if key in _SECONDS:
         return float(value or 0.0)
     return value
 

@@ -9,22 +9,24 @@ them and refuses with :func:`check_handlers`.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
-import math
 import re
 import unicodedata
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo
 
+from pgpulse.core.definition import Field, check_field, define, job_fields
 from pgpulse.core.errors import InvalidInput, InvalidPayload, UnknownHandler
 from pgpulse.core.json_limits import check_shape, loads_json
-from pgpulse.core.limits import check_auto_pause, check_calendars, check_max_runs, check_window
+from pgpulse.core.limits import AUTO_PAUSE_LIMIT, MAX_RUNS_LIMIT, check_calendars, check_window
 from pgpulse.core.payloads import BUILTIN_HANDLER_NAMES, PAYLOAD_VALIDATORS
 from pgpulse.core.schedule import Schedule, parse_schedule
-from pgpulse.core.spread import check_spread
+from pgpulse.core.spread import MAX_SPREAD, check_spread
 from pgpulse.core.wording import did_you_mean, given, json_given
 
 CatchUp = Literal["skip", "backfill", "coalesce"]
@@ -75,7 +77,7 @@ def unprintable(value: str) -> str | None:
 MAX_SOURCE_CHARS = 500
 
 
-def _check_source(source: object) -> None:
+def _check_source(source: object) -> str:
     """Refuse a ``source`` that is not 1-500 printable characters (it is shown and filtered on)."""
     if not isinstance(source, str):
         raise InvalidInput(f"source must be text, got {given(source)}", field="source", value=None)
@@ -86,6 +88,7 @@ def _check_source(source: object) -> None:
         problem = f"is shown wherever the job is: {why}"
     if problem is not None:
         raise InvalidInput(f"source {source!r} {problem}", field="source", value=source)
+    return source
 
 
 def check_key(tenant: object, name: object) -> None:
@@ -134,47 +137,12 @@ def _check_name(field_name: str, value: object, pattern: re.Pattern[str] | None 
     )
 
 
-#: Upper bounds of the numeric fields: beyond them a value is a mistake, and some would overflow
-#: PostgreSQL's integer or interval types. Durations in seconds.
-LIMITS = {
-    "backfill_limit": 1_000_000,
-    "misfire_grace": 366 * 86400.0,
-    "max_attempts": 1000,
-    "retry_backoff": 86400.0,
-    "timeout": 30 * 86400.0,
-    "max_concurrency": 1000,
-}
-
-
-def _check_number(
-    field_name: str, value: object, *, minimum: float, integer: bool = False
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(
-            f"{field_name} must be a number, got {given(value)}", field=field_name, value=value
-        )
-    maximum = LIMITS[field_name]
-    if not math.isfinite(value) or not minimum <= value <= maximum:
-        raise InvalidInput(
-            f"{field_name} must be a number from {minimum:g} to {maximum:.0f}, got {given(value)}",
-            field=field_name,
-            value=value,
-        )
-    if integer and int(value) != value:
-        raise InvalidInput(
-            f"{field_name} must be a whole number, got {given(value)}",
-            field=field_name,
-            value=value,
-        )
-    return float(value)
-
-
 #: The least ``misfire_grace``, seconds. A claim always comes some milliseconds after its
 #: occurrence is due, so with less nothing would ever run on time (every occurrence skipped).
 MIN_MISFIRE_GRACE = 1.0
 
 
-def _check_misfire_grace(value: object) -> None:
+def _check_misfire_grace(value: object) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1:
         raise InvalidInput(
             f"misfire_grace must be at least {MIN_MISFIRE_GRACE:g} second, got {given(value)}: a "
@@ -183,7 +151,9 @@ def _check_misfire_grace(value: object) -> None:
             field="misfire_grace",
             value=value,
         )
-    _check_number("misfire_grace", value, minimum=MIN_MISFIRE_GRACE)
+    return cast(
+        float, check_field(dataclasses.replace(_model()["misfire_grace"], check=None), value)
+    )
 
 
 #: The largest payload (and ``meta``) of a job: its JSON text, encoded as UTF-8, in bytes. One
@@ -272,14 +242,8 @@ def _check_meta(meta: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _check_overlap(overlap: object, max_concurrency: object) -> None:
-    """Refuse an unknown overlap policy, ``max_concurrency`` without ``allow``, and ``allow``
-    without a bound (docs/design.md, Policies: ``allow`` is "up to a bound")."""
-    if overlap not in OVERLAP_POLICIES:
-        raise InvalidInput(
-            f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {overlap!r}",
-            field="overlap",
-            value=overlap,
-        )
+    """Refuse ``max_concurrency`` without ``allow``, and ``allow`` without a bound
+    (docs/design.md, Policies: ``allow`` is "up to a bound")."""
     if max_concurrency is None:
         if overlap == "allow":
             raise InvalidInput(
@@ -288,7 +252,6 @@ def _check_overlap(overlap: object, max_concurrency: object) -> None:
                 value=None,
             )
         return
-    _check_number("max_concurrency", max_concurrency, minimum=1, integer=True)
     if overlap != "allow":
         raise InvalidInput(
             f"max_concurrency applies to overlap allow only (overlap is {overlap!r})",
@@ -335,9 +298,72 @@ def _check_forked_limits(
         )
 
 
-@dataclass(frozen=True, slots=True)
+def _check_timezone(timezone: object) -> str:
+    """A zone's name (a ``ZoneInfo`` of the IANA database: its key); whether it is a zone is
+    the schedule's check."""
+    if isinstance(timezone, ZoneInfo) and timezone.key:
+        timezone = timezone.key
+    if not isinstance(timezone, str):
+        raise InvalidInput(
+            f"timezone must be an IANA zone's name, got {given(timezone)}",
+            field="timezone",
+            value=repr(timezone),
+        )
+    return timezone
+
+
+def _with_schedule(value: object) -> object:
+    """A field checked with the schedule (:func:`_check_rules`): as given, for now."""
+    return value
+
+
+def _default(entry: Field) -> Any:
+    """The value of a field left out (a fresh one of a mutable default)."""
+    return copy.copy(entry.default) if isinstance(entry.default, dict) else entry.default
+
+
+def _check_rules(values: dict[str, Any]) -> None:
+    """The rules between fields, on the fields each checked (:meth:`JobSpec.create`): the
+    schedule in its zone, the spread and window against it, the policies' companions, the
+    limits forked occurrences cannot keep, a built-in handler's payload. Normalises
+    ``values`` in place (the schedule stripped, the spread a float, the window's instants UTC).
+    """
+    schedule, timezone = values["schedule"], values["timezone"]
+    parsed = parse_schedule(schedule, timezone)  # raises InvalidSchedule, UnknownTimeZone
+    values["schedule"] = schedule.strip()
+    values["spread"] = check_spread(values["spread"], parsed.kind, parsed.interval, schedule=parsed)
+    values["not_before"], values["not_after"] = check_window(
+        values["not_before"], values["not_after"], timezone
+    )
+    catch_up, backfill_limit = values["catch_up"], values["backfill_limit"]
+    if backfill_limit is not None and catch_up != "backfill":
+        raise InvalidInput(
+            f"backfill_limit applies to catch_up backfill only (catch_up is {catch_up!r})",
+            field="backfill_limit",
+            value=backfill_limit,
+        )
+    _check_overlap(values["overlap"], values["max_concurrency"])
+    _check_forked_limits(
+        values["overlap"],
+        parsed.kind,
+        max_runs=values["max_runs"],
+        not_after=values["not_after"],
+        auto_pause_after=values["auto_pause_after"],
+    )
+    validator = PAYLOAD_VALIDATORS.get(values["handler"])
+    if validator is not None:
+        validator(values["payload"])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
-    """A validated job definition, unique by (tenant, name).
+    """A validated job definition, unique by (tenant, name): the job definition model.
+
+    Each field is declared once, with its model entry (:func:`~pgpulse.core.definition.define`:
+    kind, unit, bounds, default, CLI flag and help, whether a writer sets it, its column), from
+    which the edges derive their checks, bodies, options and column lists
+    (:mod:`pgpulse.core.definition`). A new field is one entry here, a migration and the SQL
+    that writes and reads it.
 
     Attributes:
         tenant: owner of the job; jobs of different tenants never clash by name.
@@ -373,28 +399,231 @@ class JobSpec:
             never).
     """
 
-    tenant: str
-    name: str
-    schedule: str
-    handler: str
-    timezone: str = "UTC"
-    payload: dict[str, Any] = field(default_factory=dict)
-    catch_up: CatchUp = "skip"
-    backfill_limit: int | None = None
-    misfire_grace: float = 60.0
-    max_attempts: int = 3
-    retry_backoff: float = 1.0
-    timeout: float | None = 3600.0
-    source: str = "python"
-    meta: dict[str, Any] = field(default_factory=dict)
-    overlap: Overlap = "forbid"
-    max_concurrency: int | None = None
-    spread: float = 0.0
-    not_before: datetime | None = None
-    not_after: datetime | None = None
-    max_runs: int | None = None
-    calendars: tuple[str, ...] = ()
-    auto_pause_after: int | None = None
+    tenant: str = define(
+        "default",
+        kind="text",
+        doc="Owner of the job; jobs of different tenants never clash by name.",
+        identity=True,
+        maximum=MAX_NAME_CHARS,
+        listed=True,
+        claimed=True,
+        check=lambda value: _check_name("tenant", value),
+    )
+    name: str = define(
+        kind="text",
+        doc="The job's name within its tenant.",
+        identity=True,
+        settable=False,
+        maximum=MAX_NAME_CHARS,
+        listed=True,
+        claimed=True,
+        check=lambda value: _check_name("name", value),
+        example="nightly-report",
+    )
+    schedule: str = define(
+        kind="text",
+        doc="Cron expression, @macro, @every duration or @at instant (a one-off).",
+        flag="--schedule",
+        minimum=1,
+        maximum=200,
+        listed=True,
+        claimed=True,
+        example="0 3 * * *",
+    )
+    timezone: str = define(
+        "UTC",
+        kind="text",
+        doc="IANA time zone the schedule is read in.",
+        flag="--tz",
+        minimum=1,
+        maximum=100,
+        listed=True,
+        claimed=True,
+        check=_check_timezone,
+        example="Europe/Paris",
+    )
+    handler: str = define(
+        kind="text",
+        doc="Handler name (shell, http, or your own).",
+        flag="--handler",
+        minimum=1,
+        maximum=200,
+        listed=True,
+        claimed=True,
+        check=lambda value: _check_name("handler", value, _HANDLER_RE),
+        example="http",
+    )
+    payload: dict[str, Any] = define(
+        factory=dict,
+        kind="json",
+        doc="JSON object handed to the handler.",
+        flag="--payload",
+        claimed=True,
+        check=lambda value: parse_payload({} if value is None else value),
+    )
+    catch_up: CatchUp = define(
+        "skip",
+        kind="choice",
+        choices=CATCH_UP_POLICIES,
+        doc="Missed occurrences: skip (record as skipped; run the newest if within "
+        "--misfire-grace), backfill (run each, oldest first), coalesce (run once).",
+        flag="--catch-up",
+        listed=True,
+        claimed=True,
+    )
+    backfill_limit: int | None = define(
+        None,
+        kind="int",
+        nullable=True,
+        minimum=1,
+        maximum=1_000_000,
+        unit="occurrences",
+        doc="With backfill: run only the newest N missed occurrences.",
+        flag="--backfill-limit",
+        claimed=True,
+    )
+    misfire_grace: float = define(
+        60.0,
+        kind="seconds",
+        unit="seconds",
+        minimum=MIN_MISFIRE_GRACE,
+        maximum=366 * 86400.0,
+        doc="How late an occurrence still runs (at least 1 s).",
+        flag="--misfire-grace",
+        interval=True,
+        claimed=True,
+        check=_check_misfire_grace,
+    )
+    max_attempts: int = define(
+        3,
+        kind="int",
+        minimum=1,
+        maximum=1000,
+        doc="Attempts per occurrence; after the last failure the run is failed.",
+        flag="--max-attempts",
+        claimed=True,
+    )
+    retry_backoff: float = define(
+        1.0,
+        kind="seconds",
+        unit="seconds",
+        minimum=0.001,
+        maximum=86400.0,
+        doc="Base retry delay (it doubles with each attempt).",
+        flag="--retry-backoff",
+        interval=True,
+        claimed=True,
+    )
+    timeout: float | None = define(
+        3600.0,
+        kind="seconds",
+        unit="seconds",
+        nullable=True,
+        minimum=0.001,
+        maximum=30 * 86400.0,
+        doc="Per-attempt time limit (at most 30 days).",
+        flag="--timeout",
+        interval=True,
+        claimed=True,
+    )
+    source: str = define(
+        "python",
+        kind="text",
+        doc="Where the definition came from (cli, api, python, code:APP, crontab:PATH, "
+        "apply:NAME).",
+        settable=False,
+        check=_check_source,
+    )
+    meta: dict[str, Any] = define(
+        factory=dict,
+        kind="json",
+        doc="Free-form facts kept with the job (crontab user, MAILTO...).",
+        settable=False,
+        check=_check_meta,
+    )
+    overlap: Overlap = define(
+        "forbid",
+        kind="choice",
+        choices=OVERLAP_POLICIES,
+        doc="An occurrence due while one runs: forbid (wait for it), replace (cancel it and "
+        "start), allow (run beside it, up to --max-concurrency at once).",
+        flag="--overlap",
+        claimed=True,
+    )
+    max_concurrency: int | None = define(
+        None,
+        kind="int",
+        nullable=True,
+        minimum=1,
+        maximum=1000,
+        doc="With --overlap allow (required there): most occurrences running at once.",
+        flag="--max-concurrency",
+        claimed=True,
+    )
+    spread: float = define(
+        0.0,
+        kind="seconds",
+        unit="seconds",
+        minimum=0.0,
+        maximum=MAX_SPREAD,
+        doc="Fire each occurrence at its instant plus this job's stable offset in "
+        "[0, SPREAD) (jobs sharing a schedule then do not all fire at once). Not with @at.",
+        flag="--spread",
+        listed=True,
+        claimed=True,
+        check=_with_schedule,
+    )
+    not_before: datetime | None = define(
+        None,
+        kind="instant",
+        nullable=True,
+        doc="No occurrence before this instant (ISO 8601; without an offset, in the job's zone).",
+        flag="--not-before",
+        listed=True,
+        check=_with_schedule,
+    )
+    not_after: datetime | None = define(
+        None,
+        kind="instant",
+        nullable=True,
+        doc="No occurrence after this instant; after the last one the job is completed.",
+        flag="--not-after",
+        listed=True,
+        claimed=True,
+        check=_with_schedule,
+    )
+    max_runs: int | None = define(
+        None,
+        kind="int",
+        nullable=True,
+        minimum=1,
+        maximum=MAX_RUNS_LIMIT,
+        unit="runs",
+        doc="Completed after this many runs (skips do not count).",
+        flag="--max-runs",
+        listed=True,
+    )
+    calendars: tuple[str, ...] = define(
+        (),
+        kind="names",
+        doc="Exclusion calendars (pgpulse calendar set): occurrences on their dates are skipped.",
+        flag="--calendar",
+        listed=True,
+        claimed=True,
+        check=lambda value: check_calendars(() if value is None else value),
+    )
+    auto_pause_after: int | None = define(
+        None,
+        kind="int",
+        nullable=True,
+        minimum=1,
+        maximum=AUTO_PAUSE_LIMIT,
+        unit="runs",
+        doc="Pause the job after this many consecutive failed runs.",
+        flag="--auto-pause-after",
+        listed=True,
+        claimed=True,
+    )
 
     @classmethod
     def create(
@@ -404,33 +633,20 @@ class JobSpec:
         schedule: str,
         handler: str,
         tenant: str = "default",
-        timezone: str | ZoneInfo = "UTC",
-        payload: object = None,
-        catch_up: str = "skip",
-        backfill_limit: int | None = None,
-        misfire_grace: float = 60.0,
-        max_attempts: int = 3,
-        retry_backoff: float = 1.0,
-        timeout: float | None = 3600.0,
-        source: str = "python",
-        meta: dict[str, Any] | None = None,
-        overlap: str = "forbid",
-        max_concurrency: int | None = None,
-        spread: float = 0.0,
-        not_before: datetime | str | None = None,
-        not_after: datetime | str | None = None,
-        max_runs: int | None = None,
-        calendars: Iterable[str] | None = (),
-        auto_pause_after: int | None = None,
+        **options: Any,
     ) -> JobSpec:
         """Validate every field and build a :class:`JobSpec`.
 
-        Units: ``misfire_grace``, ``retry_backoff``, ``timeout`` and ``spread`` are seconds;
-        ``not_before`` and ``not_after`` are aware instants or ISO 8601 text (without an offset,
-        read in ``timezone``). Whether a one-off ``@at`` instant is already past, and whether
-        the calendars exist, need the database's clock and tables: the store decides.
+        Each field is checked by its model entry (:func:`~pgpulse.core.definition.check_field`),
+        then the rules between fields. ``options`` are the other fields (their defaults where
+        left out). Units: ``misfire_grace``, ``retry_backoff``, ``timeout`` and ``spread`` are
+        seconds; ``not_before`` and ``not_after`` are aware instants or ISO 8601 text (without an
+        offset, read in ``timezone``); ``timezone`` a zone's name or a ``ZoneInfo``. Whether a
+        one-off ``@at`` instant is already past, and whether the calendars exist, need the
+        database's clock and tables: the store decides.
 
         Raises:
+            TypeError: an option that is no field of a job.
             InvalidSchedule: the schedule is malformed or can never fire.
             UnknownTimeZone: ``timezone`` is not an IANA zone.
             InvalidPayload: ``payload`` is not a JSON object (or JSON text of one), or a
@@ -439,81 +655,23 @@ class JobSpec:
             InvalidInput: any other field is out of range (``schedule`` or ``timezone`` not
                 text, ``source`` not 1-500 printable characters); ``field`` names it.
         """
-        _check_name("tenant", tenant)
-        _check_name("name", name)
-        _check_name("handler", handler, _HANDLER_RE)
-        if isinstance(timezone, ZoneInfo) and timezone.key:
-            timezone = timezone.key  # a zone object of the IANA database: its name
-        if not isinstance(schedule, str):
-            raise InvalidInput(
-                f"schedule must be text, got {given(schedule)}", field="schedule", value=schedule
+        given_values: dict[str, Any] = {
+            "tenant": tenant,
+            "name": name,
+            "schedule": schedule,
+            "handler": handler,
+            **options,
+        }
+        values: dict[str, Any] = {}
+        for entry in job_fields(cls):
+            value = given_values.pop(entry.name, _default(entry))
+            values[entry.name] = check_field(entry, value)
+        if given_values:
+            raise TypeError(
+                f"JobSpec.create() got an unexpected keyword argument {next(iter(given_values))!r}"
             )
-        if not isinstance(timezone, str):
-            raise InvalidInput(
-                f"timezone must be an IANA zone's name, got {given(timezone)}",
-                field="timezone",
-                value=repr(timezone),
-            )
-        _check_source(source)
-        calendars = () if calendars is None else calendars
-        parsed = parse_schedule(schedule, timezone)  # raises InvalidSchedule, UnknownTimeZone
-        checked_spread = check_spread(spread, parsed.kind, parsed.interval, schedule=parsed)
-        window = check_window(not_before, not_after, timezone)
-        if catch_up not in CATCH_UP_POLICIES:
-            raise InvalidInput(
-                f"catch_up must be one of {', '.join(CATCH_UP_POLICIES)}, got {catch_up!r}",
-                field="catch_up",
-                value=catch_up,
-            )
-        if backfill_limit is not None:
-            _check_number("backfill_limit", backfill_limit, minimum=1, integer=True)
-            if catch_up != "backfill":
-                raise InvalidInput(
-                    f"backfill_limit applies to catch_up backfill only (catch_up is {catch_up!r})",
-                    field="backfill_limit",
-                    value=backfill_limit,
-                )
-        _check_overlap(overlap, max_concurrency)
-        _check_forked_limits(
-            overlap,
-            parsed.kind,
-            max_runs=max_runs,
-            not_after=window[1],
-            auto_pause_after=auto_pause_after,
-        )
-        _check_misfire_grace(misfire_grace)
-        _check_number("max_attempts", max_attempts, minimum=1, integer=True)
-        _check_number("retry_backoff", retry_backoff, minimum=0.001)
-        if timeout is not None:
-            _check_number("timeout", timeout, minimum=0.001)
-        checked_payload = parse_payload({} if payload is None else payload)
-        validator = PAYLOAD_VALIDATORS.get(handler)
-        if validator is not None:
-            validator(checked_payload)
-        return cls(
-            tenant=tenant,
-            name=name,
-            schedule=schedule.strip(),
-            handler=handler,
-            timezone=timezone,
-            payload=checked_payload,
-            catch_up=catch_up,
-            backfill_limit=None if backfill_limit is None else int(backfill_limit),
-            misfire_grace=float(misfire_grace),
-            max_attempts=int(max_attempts),
-            retry_backoff=float(retry_backoff),
-            timeout=None if timeout is None else float(timeout),
-            source=source,
-            meta=_check_meta(meta),
-            overlap=cast(Overlap, overlap),
-            max_concurrency=None if max_concurrency is None else int(max_concurrency),
-            spread=checked_spread,
-            not_before=window[0],
-            not_after=window[1],
-            max_runs=check_max_runs(max_runs),
-            calendars=check_calendars(calendars),
-            auto_pause_after=check_auto_pause(auto_pause_after),
-        )
+        _check_rules(values)
+        return cls(**values)
 
     def parsed_schedule(self) -> Schedule:
         """Return the parsed :class:`~pgpulse.core.schedule.Schedule` of this job (pure, no I/O)."""
@@ -547,3 +705,17 @@ def check_handlers(specs: Iterable[JobSpec], known: Collection[str]) -> None:
                 field="handler",
                 value=spec.handler,
             )
+
+
+def _model() -> dict[str, Field]:
+    """The model's entries by name."""
+    return {entry.name: entry for entry in job_fields(JobSpec)}
+
+
+#: Upper bounds of the numeric fields (the model's): beyond them a value is a mistake, and some
+#: would overflow PostgreSQL's integer or interval types. Durations in seconds.
+LIMITS: dict[str, float] = {
+    entry.name: entry.maximum
+    for entry in job_fields(JobSpec)
+    if entry.kind in ("int", "seconds") and entry.maximum is not None
+}

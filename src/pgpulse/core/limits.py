@@ -30,7 +30,6 @@ from pgpulse.core.calendars import ExclusionCalendar, is_calendar_name
 from pgpulse.core.errors import InvalidInput
 from pgpulse.core.planner import Advance, CatchUpPolicy, hold
 from pgpulse.core.schedule import Schedule
-from pgpulse.core.wording import given
 from pgpulse.core.zones import check_instant_range, load_zone
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?")
@@ -142,28 +141,6 @@ def check_window(
             value=end.isoformat(),
         )
     return start, end
-
-
-def _check_count(field_name: str, value: object, maximum: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise InvalidInput(
-            f"{field_name} must be a whole number from 1 to {maximum:,}, got {given(value)}",
-            field=field_name,
-            value=value,
-        )
-    return value
-
-
-def check_max_runs(value: object) -> int | None:
-    """``max_runs``: ``None`` or 1 to :data:`MAX_RUNS_LIMIT`. Raises InvalidInput."""
-    return _check_count("max_runs", value, MAX_RUNS_LIMIT)
-
-
-def check_auto_pause(value: object) -> int | None:
-    """``auto_pause_after``: ``None`` or 1 to :data:`AUTO_PAUSE_LIMIT`. Raises InvalidInput."""
-    return _check_count("auto_pause_after", value, AUTO_PAUSE_LIMIT)
 
 
 def check_calendars(names: Iterable[str]) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgpulse.core.audit import Actor, definition_diff, definition_of_row, definition_of_spec
+from pgpulse.core.definition import job_fields
 from pgpulse.core.errors import InvalidInput
 from pgpulse.core.jobs import JobSpec
 from pgpulse.core.limits import first_in_window
@@ -212,29 +213,8 @@ async def write_definition(
     cur = await conn.execute(
         QUERIES["upsert_job"],
         {
-            "tenant": spec.tenant,
-            "name": spec.name,
-            "schedule": spec.schedule,
+            **definition_params(spec),
             "schedule_kind": schedule.kind,
-            "timezone": spec.timezone,
-            "handler": spec.handler,
-            "payload": Jsonb(spec.payload),
-            "catch_up": spec.catch_up,
-            "backfill_limit": spec.backfill_limit,
-            "misfire_grace": spec.misfire_grace,
-            "max_attempts": spec.max_attempts,
-            "retry_backoff": spec.retry_backoff,
-            "timeout": spec.timeout,
-            "source": spec.source,
-            "meta": Jsonb(spec.meta),
-            "overlap": spec.overlap,
-            "max_concurrency": spec.max_concurrency,
-            "spread": spec.spread,
-            "not_before": spec.not_before,
-            "not_after": spec.not_after,
-            "max_runs": spec.max_runs,
-            "calendars": list(spec.calendars),
-            "auto_pause_after": spec.auto_pause_after,
             "status": status,
             "anchor_at": anchor,
             "scheduled_for": first,
@@ -302,3 +282,20 @@ async def delete_job_by_id(
         },
     )
     return await cur.fetchone() is not None
+
+
+def definition_params(spec: JobSpec) -> dict[str, Any]:
+    """The parameters of ``upsert_job`` that hold ``spec``'s stored fields, one per column of
+    the model (:func:`pgpulse.core.definition.job_fields`): JSON objects as ``jsonb``, names
+    as a list."""
+    params: dict[str, Any] = {}
+    for entry in job_fields(JobSpec):
+        if entry.column is None:
+            continue
+        value = getattr(spec, entry.name)
+        if entry.kind == "json":
+            value = Jsonb(value)
+        elif entry.kind == "names":
+            value = list(value)
+        params[entry.name] = value
+    return params

@@ -8,7 +8,7 @@ stores); :meth:`pgpulse.core.jobs.JobSpec.create` still validates every definiti
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -17,14 +17,14 @@ from pydantic import (
     Field,
     Strict,
     StrictBool,
+    create_model,
     field_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from pgpulse.core.jobs import LIMITS
-
-#: Longest accepted duration field, seconds (a year): keeps intervals storable.
-MAX_SECONDS = 366 * 86400.0
+from pgpulse.core.definition import Field as DefinitionField
+from pgpulse.core.definition import job_fields
+from pgpulse.core.jobs import JobSpec
 
 #: A request's number field (seconds, a threshold): a JSON number, integer or fraction, and
 #: nothing pydantic would coerce into one: ``true`` is not 1 and ``"2"`` is not 2 (strict
@@ -61,157 +61,147 @@ Outcome = Literal["running", "retrying", "succeeded", "failed", "skipped", "fenc
 Status = Literal["idle", "running", "paused", "failed", "completed"]
 ResumeMode = Literal["skip", "once", "backfill"]
 CalendarName = Annotated[str, Field(min_length=1, max_length=64, examples=["us-holidays"])]
-CatchUp = Literal["skip", "backfill", "coalesce"]
-Overlap = Literal["forbid", "replace", "allow"]
 RunKind = Literal["scheduled", "trigger", "backfill"]
 #: A field that may be left out of a PATCH but not set to null (absent from the schema).
 Unset = SkipJsonSchema[None]
 
 
-class JobDefinition(BaseModel):
-    """Fields of a job definition shared by create and update."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    timezone: str = Field(
-        "UTC",
-        min_length=1,
-        max_length=100,
-        examples=["Europe/Paris"],
-        description="IANA time zone the cron fields are read in.",
-    )
-    payload: dict[str, Any] = Field(
-        default_factory=dict, description="JSON object handed to the handler."
-    )
-    catch_up: CatchUp = "skip"
-    backfill_limit: Integer | None = Field(None, ge=1, le=1_000_000)
-    misfire_grace: Number = Field(60.0, ge=1, le=MAX_SECONDS, description="Seconds, at least 1.")
-    max_attempts: Integer = Field(3, ge=1, le=1000)
-    retry_backoff: Number = Field(1.0, ge=0.001, le=86400, description="Seconds.")
-    timeout: Number | None = Field(
-        3600.0,
-        ge=0.001,
-        le=LIMITS["timeout"],
-        description="Per-attempt limit, seconds (at most 30 days); null: none.",
-    )
-    overlap: Overlap = Field(
-        "forbid",
-        description="An occurrence due while one runs: forbid (waits), replace (cancels the "
-        "running one), allow (runs beside it, up to max_concurrency).",
-    )
-    max_concurrency: Integer | None = Field(
-        None, ge=1, le=1000, description="With overlap allow (required there): most at once."
-    )
-    spread: Number = Field(
-        0.0,
-        ge=0,
-        le=86400,
-        description="Seconds: each occurrence fires at scheduled_for plus the job's stable "
-        "offset in [0, spread). Not with @at.",
-    )
-    not_before: Instant | None = Field(
-        None, description="No occurrence before this instant (without an offset: the job's zone)."
-    )
-    not_after: Instant | None = Field(
-        None, description="No occurrence after this instant; then the job is completed."
-    )
-    max_runs: Integer | None = Field(
-        None, ge=1, le=1_000_000_000, description="Completed after N runs."
-    )
-    calendars: list[CalendarName] = Field(
-        default_factory=list, description="Exclusion calendars of the job's tenant."
-    )
-    auto_pause_after: Integer | None = Field(
-        None, ge=1, le=1_000_000, description="Pause after N consecutive failed runs."
-    )
+def _value_type(entry: DefinitionField, *, strict: bool = True) -> Any:
+    """The pydantic type of a model entry's value (:data:`pgpulse.core.definition.Kind`): a
+    request's strict one, or a response's (``strict=False``)."""
+    if entry.kind == "choice":
+        return Literal.__getitem__(entry.choices)
+    if entry.kind == "json":
+        return dict[str, Any]
+    if entry.kind == "names":
+        return list[CalendarName] if strict else list[str]
+    if entry.kind == "instant":
+        return Instant if strict else datetime
+    if entry.kind == "int":
+        return Integer if strict else int
+    if entry.kind == "seconds":
+        return Number if strict else float
+    return str
 
 
-class JobCreate(JobDefinition):
-    """Create or update (upsert by tenant and name) a job."""
+def _description(entry: DefinitionField) -> str:
+    unit = f" Unit: {entry.unit}." if entry.unit else ""
+    null = " Null: no limit." if entry.nullable else ""
+    return f"{entry.doc}{unit}{null}"
 
-    name: Name
-    tenant: str | None = Field(
-        None,
-        min_length=1,
-        max_length=200,
-        description="Default: the token's tenant (admin: 'default').",
+
+def _constraints(entry: DefinitionField) -> dict[str, Any]:
+    """The entry's bounds as pydantic's: a number's ``ge``/``le``, a text's lengths."""
+    out: dict[str, Any] = {"description": _description(entry)}
+    if entry.example is not None:
+        out["examples"] = [entry.example]
+    if entry.kind in ("int", "seconds"):
+        out.update(ge=entry.minimum, le=entry.maximum)
+    elif entry.kind == "text":
+        out.update(min_length=entry.minimum, max_length=entry.maximum)
+    return out
+
+
+def _settable() -> list[DefinitionField]:
+    """The model's entries a request sets (:data:`pgpulse.core.audit.SETTABLE_FIELDS`)."""
+    return [e for e in job_fields(JobSpec) if e.settable and not e.identity]
+
+
+def _create_fields() -> dict[str, Any]:
+    """``JobCreate``'s fields: the job's name, its tenant (the token's by default), then every
+    settable field of the model, required where the model has no default."""
+    fields: dict[str, Any] = {
+        "name": (Name, ...),
+        "tenant": (
+            str | None,
+            Field(
+                None,
+                min_length=1,
+                max_length=200,
+                description="Default: the token's tenant (admin: 'default').",
+            ),
+        ),
+    }
+    for entry in _settable():
+        kind = _value_type(entry)
+        annotation = kind | None if entry.nullable else kind
+        extra = _constraints(entry)
+        if entry.required:
+            fields[entry.name] = (annotation, Field(**extra))
+        elif entry.kind in ("json", "names"):
+            factory = dict if entry.kind == "json" else list
+            fields[entry.name] = (annotation, Field(default_factory=factory, **extra))
+        else:
+            fields[entry.name] = (annotation, Field(entry.default, **extra))
+    return fields
+
+
+def _patch_fields() -> dict[str, Any]:
+    """``JobPatch``'s fields: every settable field, optional; only the model's nullable ones
+    may be null (no limit), the others may only be left out."""
+    fields: dict[str, Any] = {}
+    for entry in _settable():
+        kind = _value_type(entry)
+        annotation = kind | None if entry.nullable else kind | Unset
+        fields[entry.name] = (annotation, Field(None, **_constraints(entry)))
+    return fields
+
+
+def _not_null(cls: Any, value: Any) -> Any:
+    if value is None:
+        raise ValueError("may not be null (leave the field out to keep its value)")
+    return value
+
+
+def _job_bodies() -> tuple[type[BaseModel], type[BaseModel]]:
+    """The API's job create and update bodies, built from the job definition model
+    (:mod:`pgpulse.core.definition`): its kinds, bounds, defaults and descriptions."""
+    forbid = ConfigDict(extra="forbid")
+    create = create_model(
+        "JobCreate",
+        __config__=forbid,
+        __doc__="Create or update (upsert by tenant and name) a job.",
+        **_create_fields(),
     )
-    schedule: str = Field(
-        min_length=1,
-        max_length=200,
-        examples=["0 3 * * *"],
-        description="Cron (5 or 6 fields), @macro or @every interval.",
+    not_null = [e.name for e in _settable() if not e.nullable]
+    nullable = ", ".join(f"``{e.name}``" for e in _settable() if e.nullable)
+    patch = create_model(
+        "JobPatch",
+        __config__=forbid,
+        __doc__="Change some fields of a job; the others keep their values. Only "
+        f"{nullable} may be set to null (no limit).",
+        __validators__={
+            "_not_null": cast(Any, field_validator(*not_null, mode="before"))(_not_null)
+        },
+        **_patch_fields(),
     )
-    handler: str = Field(min_length=1, max_length=200, examples=["http"])
+    return create, patch
 
 
-class JobPatch(BaseModel):
-    """Change some fields of a job; the others keep their values. Only ``backfill_limit``,
-    ``timeout``, ``not_before``, ``not_after``, ``max_runs`` and ``auto_pause_after`` may be
-    set to null (no limit)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schedule: str | Unset = Field(None, min_length=1, max_length=200)
-    handler: str | Unset = Field(None, min_length=1, max_length=200)
-    timezone: str | Unset = Field(None, min_length=1, max_length=100)
-    payload: dict[str, Any] | Unset = None
-    catch_up: CatchUp | Unset = None
-    backfill_limit: Integer | None = Field(None, ge=1, le=1_000_000)
-    misfire_grace: Number | Unset = Field(None, ge=1, le=MAX_SECONDS)
-    max_attempts: Integer | Unset = Field(None, ge=1, le=1000)
-    retry_backoff: Number | Unset = Field(None, ge=0.001, le=86400)
-    timeout: Number | None = Field(None, ge=0.001, le=LIMITS["timeout"])
-    overlap: Overlap | Unset = None
-    max_concurrency: Integer | None = Field(None, ge=1, le=1000)
-    spread: Number | Unset = Field(None, ge=0, le=86400)
-    not_before: Instant | None = None
-    not_after: Instant | None = None
-    max_runs: Integer | None = Field(None, ge=1, le=1_000_000_000)
-    calendars: list[CalendarName] | Unset = None
-    auto_pause_after: Integer | None = Field(None, ge=1, le=1_000_000)
-
-    @field_validator(
-        "schedule",
-        "handler",
-        "timezone",
-        "payload",
-        "catch_up",
-        "misfire_grace",
-        "max_attempts",
-        "retry_backoff",
-        "overlap",
-        "spread",
-        "calendars",
-        mode="before",
-    )
-    @classmethod
-    def _not_null(cls, value: Any) -> Any:
-        if value is None:
-            raise ValueError("may not be null (leave the field out to keep its value)")
-        return value
+def _job_view() -> dict[str, Any]:
+    """The definition fields of a job as the API shows it (``Job``): the model's, but
+    ``meta``."""
+    fields: dict[str, Any] = {}
+    for entry in job_fields(JobSpec):
+        if entry.name == "meta":
+            continue
+        kind = _value_type(entry, strict=False)
+        fields[entry.name] = (kind | None if entry.nullable else kind, ...)
+    return fields
 
 
-class Job(BaseModel):
-    """A job: its definition, its current state and its next occurrences."""
+if TYPE_CHECKING:  # built at import (below); to the type checker, models
+    JobCreate = BaseModel
+    JobPatch = BaseModel
+else:
+    JobCreate, JobPatch = _job_bodies()
+
+
+class _JobState(BaseModel):
+    """A job's state and next occurrences (``Job`` adds its definition, from the model)."""
 
     id: int
-    tenant: str
-    name: str
-    schedule: str
     schedule_description: str = Field(description="The schedule in words.")
-    timezone: str
-    handler: str
-    payload: dict[str, Any]
-    catch_up: CatchUp
-    backfill_limit: int | None
-    misfire_grace: float
-    max_attempts: int
-    retry_backoff: float
-    timeout: float | None
-    overlap: Overlap
-    max_concurrency: int | None
-    source: str
     revision: int = Field(1, description="The definition's revision (1 when created).")
     status: Status
     paused_until: datetime | None = Field(description="A pause's end (the leader resumes it).")
@@ -221,13 +211,7 @@ class Job(BaseModel):
         description="Paused while it ran: it pauses when its run ends (with paused_until and "
         "pause_reason); no new occurrence of it starts meanwhile. A resume withdraws it.",
     )
-    spread: float
-    not_before: datetime | None
-    not_after: datetime | None
-    max_runs: int | None
     runs_done: int = Field(description="Runs that count towards max_runs.")
-    calendars: list[str]
-    auto_pause_after: int | None
     failures: int = Field(description="Consecutive failed runs.")
     scheduled_for: datetime = Field(description="The current occurrence (logical time), UTC.")
     next_run_at: datetime = Field(description="When it may be claimed (later on retry), UTC.")
@@ -254,6 +238,17 @@ class Job(BaseModel):
         "job's spread offset)."
     )
     last_duration: float | None = Field(description="Seconds the latest finished run took.")
+
+
+if TYPE_CHECKING:
+    Job = BaseModel
+else:
+    Job = create_model(
+        "Job",
+        __base__=_JobState,
+        __doc__="A job: its definition, its current state and its next occurrences.",
+        **_job_view(),
+    )
 
 
 class JobPage(BaseModel):
