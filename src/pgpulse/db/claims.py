@@ -220,27 +220,28 @@ class ClaimStore(NodeRegistry):
         lease: float,
         now: datetime | None = None,
     ) -> Step:
-        """One step of a node's claim loop, in one statement (one round trip, one commit):
-        write the fenced ``outcomes`` of claims ``node`` made (as :meth:`finish_runs`), then
-        claim up to ``limit`` due jobs along ``routes`` (as :meth:`claim_due`: the jobs of each
-        handler of ``routes`` in that handler's shards, oldest due first over all of them;
-        nothing is claimed when ``limit`` is 0 or ``routes`` is empty). A job whose handler has
+        """One step of a node's claim loop, named statements in one pipeline (one round trip,
+        one transaction: :meth:`_step`): write the fenced ``outcomes`` of claims ``node`` made
+        (``finish_jobs``, as :meth:`finish_runs`), then claim up to ``limit`` due jobs along
+        ``routes`` (as :meth:`claim_due`: the jobs of each handler of ``routes`` in that
+        handler's shards, oldest due first over all of them; nothing is claimed when ``limit``
+        is 0 or ``routes`` is empty). A job whose handler has
         no route is never read: the claim costs the same however many of those are due.
 
-        The claim sees the database as it was before the outcomes: a job whose next occurrence
-        is already due is claimed at the next step (its outcome's ``next_run_at`` says when).
-        If the statement fails, nothing of it is committed and the caller may send the same
-        outcomes again (fenced writes are idempotent). The outcomes go out as one JSON array, in
-        job id order (as renew writes: two statements over the same running rows never
-        wait on each other in a cycle, i.e. never deadlock); their text is made storable
-        (:func:`_storable`) and their instants are written by orjson as RFC 3339 with offset.
+        The claim (``claim_jobs``) sees the outcomes just written: a job whose next occurrence
+        is already due is claimed in the same step. If a statement fails, nothing of the step
+        is committed and the caller may send the same outcomes again (fenced writes are
+        idempotent). The outcomes go out as one JSON array, in job id order (as renew writes:
+        two statements over the same running rows never wait on each other in a cycle, i.e.
+        never deadlock); their text is made storable (:func:`_storable`) and their instants are
+        written by orjson as RFC 3339 with offset.
         Each carries its claim's run id, occurrence and attempt (the :class:`ClaimedJob`'s) and
         ``node``: the run row takes them from the outcome, not from a second read of the job
         row, and the fence (job id, token, lease held) makes them the job row's own, since
         nothing changes them while a claim holds its token.
 
         Raises:
-            psycopg.Error: the statement failed (nothing was written or claimed).
+            psycopg.Error: a statement failed (nothing was written or claimed).
             DatabaseUnavailable: the store's session could not connect.
         """
         batch = [
@@ -345,8 +346,9 @@ class ClaimStore(NodeRegistry):
     ) -> Step:
         """Write the fenced outcomes of extra occurrences, then claim up to ``limit`` due ones
         along ``routes`` (handler → shards, as :meth:`finish_and_claim`: an occurrence of a job
-        whose handler has no route is never claimed) within their batches' bounds — one
-        statement (``finish_and_claim_occurrences``, occurrences.sql).
+        whose handler has no route is never claimed) within their batches' bounds: the
+        statements ``finish_occurrences``, ``claim_occurrences`` and ``next_occurrence_due``
+        (occurrences.sql) in one pipeline, as :meth:`finish_and_claim`.
 
         Concurrency: an outcome is written only if its occurrence still runs under its token; a
         final one deletes the occurrence, ``retrying`` makes it pending after ``retry_in``.
