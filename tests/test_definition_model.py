@@ -4,6 +4,7 @@ exactly the model's fields (pgpulse.core.definition; JobSpec's entries)."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 
@@ -15,10 +16,11 @@ from pgpulse.core.errors import InvalidInput
 from pgpulse.core.jobs import JobSpec
 from pgpulse.core.model import ClaimedJob
 from pgpulse.sql import RAW_QUERIES, load_statements
+from pgpulse.web.reads import shown_job
 
 MODEL = job_fields(JobSpec)
 STORED = set(stored_columns(JobSpec))
-INTERVALS = {entry.column for entry in MODEL if entry.interval}
+INTERVALS = {entry.name for entry in MODEL if entry.interval and entry.column}
 #: Columns of pgpulse_jobs that are the job's state, not its definition: what upsert_job sets
 #: beside the model's columns.
 STATE = {
@@ -47,16 +49,38 @@ def _read_columns(sql: str) -> set[str]:
     return set(re.findall(r"\bj\.(\w+)", sql)) | set(re.findall(r"\bAS (\w+)", sql))
 
 
+def _columns(text: str) -> list[str]:
+    return [column.strip() for column in text.split(",")]
+
+
 def test_upsert_job_sets_every_stored_column() -> None:
-    sql = RAW_QUERIES["upsert_job"]
-    update = _between(" ".join(sql.split()), "UPDATE pgpulse_jobs j SET", "FROM found")
+    """upsert_job reads the definition as one row (``d``: the model's columns but the
+    identity, in the model's order, from the JSON parameter ``definition``), sets them all in
+    that order on an update and inserts them first, before the identity and the state."""
+    sql = " ".join(RAW_QUERIES["upsert_job"].split())
+    definition = [c for c in stored_columns(JobSpec) if c not in ("tenant", "name")]
+    read = _between(sql, "WITH d AS ( SELECT", " FROM jsonb_populate_record(NULL::pgpulse_jobs,")
+    assert _columns(read) == definition
+    assert "%(definition)s)" in sql
+    assert _columns(_between(sql, "UPDATE pgpulse_jobs j SET (", ") = (SELECT * FROM d)")) == (
+        definition
+    )
+    update = _between(sql, "= (SELECT * FROM d),", "FROM found, d")
     assigned = set(re.findall(r"(?:^|,) ?(\w+) = ", update.strip()))
-    assert assigned - STATE == STORED - {"tenant", "name"}
-    insert = _between(sql, "INSERT INTO pgpulse_jobs (", ")")
-    inserted = {column.strip() for column in insert.split(",")}
-    assert inserted - STATE == STORED
-    params = set(re.findall(r"%\((\w+)\)s", sql))
-    assert params >= STORED
+    assert assigned <= STATE
+    inserted = _columns(_between(sql, "INSERT INTO pgpulse_jobs (", ")"))
+    assert inserted[: len(definition)] == definition
+    assert set(inserted[len(definition) :]) - STATE == {"tenant", "name"}
+    assert "SELECT d.*, new_id.id, %(tenant)s::text, %(name)s::text," in sql
+    assert set(re.findall(r"%\((\w+)\)s", sql)) == {
+        "definition",
+        "tenant",
+        "name",
+        "schedule_kind",
+        "status",
+        "anchor_at",
+        "scheduled_for",
+    }
 
 
 @pytest.mark.parametrize("name", ["lock_definitions", "lock_definitions_and_sources"])
@@ -87,10 +111,19 @@ def test_claim_returns_what_the_node_reads() -> None:
     assert claimed <= set(ClaimedJob._fields)
 
 
-def test_api_job_read_names_the_shown_fields() -> None:
-    """The API's job (web.sql ``jobs``) shows every stored field but ``meta``."""
-    read = _read_columns(load_statements("web.sql")["jobs"])
-    assert STORED - {"meta"} <= read
+def test_api_job_read_shows_the_model_columns() -> None:
+    """The API's job (web.sql ``jobs``) reads the job's row (``j.*``) and shows every stored
+    field but ``meta``, durations in seconds (shown_job): a new definition column needs no edit
+    of the statement."""
+    assert load_statements("web.sql")["jobs"].startswith("SELECT j.*,")
+    row: dict[str, object] = {column: f"<{column}>" for column in STORED}
+    row |= {column: timedelta(minutes=1.5) for column in INTERVALS}
+    row |= {"timeout": None, "shard_id": 1, "fencing_token": 2, "interruptions": 0}
+    shown = shown_job(row)
+    assert set(shown) == STORED - {"meta"}
+    assert {column: shown[column] for column in INTERVALS} == {
+        column: None if column == "timeout" else 90.0 for column in INTERVALS
+    }
 
 
 def test_edges_take_the_settable_fields() -> None:

@@ -11,11 +11,15 @@ node reads it. Every edge derives what it needs from :func:`job_fields`:
 * the apply file's keys and their types (:mod:`pgpulse.cli.applyfile`);
 * ``pgpulse job create``'s options (:func:`pgpulse.cli.main.definition_options`);
 * the audit trail's field list (:data:`pgpulse.core.audit.DEFINITION_FIELDS`);
-* the parameters of ``upsert_job`` (:mod:`pgpulse.db.writes`), whose column lists in
-  ``queries.sql`` a test holds to :func:`stored_columns` (tests/test_definition_model.py).
+* the parameter of ``upsert_job`` (:mod:`pgpulse.db.writes`: the definition as one JSON
+  object, read as a row of ``pgpulse_jobs``), whose column lists in ``queries.sql`` a test
+  holds to :func:`stored_columns` (tests/test_definition_model.py);
+* what the API and the dashboard show of a job (:func:`pgpulse.web.reads.shown_job`, over
+  ``web.sql``'s ``j.*``).
 
 Adding a field to a job is its entry in ``JobSpec``, a migration adding its column, and the
-SQL that writes and reads it (``queries.sql``).
+SQL that writes and reads it (``queries.sql``: ``upsert_job``'s three column lists, the
+definition reads).
 """
 
 from __future__ import annotations

@@ -285,17 +285,21 @@ async def delete_job_by_id(
 
 
 def definition_params(spec: JobSpec) -> dict[str, Any]:
-    """The parameters of ``upsert_job`` that hold ``spec``'s stored fields, one per column of
-    the model (:func:`pgpulse.core.definition.job_fields`): JSON objects as ``jsonb``, names
+    """The parameters of ``upsert_job`` that hold ``spec``'s stored fields: ``tenant`` and
+    ``name``, and ``definition``, the other columns of the model
+    (:func:`pgpulse.core.definition.job_fields`) as one JSON object by column, which the
+    statement reads as a row of ``pgpulse_jobs`` (``jsonb_populate_record``: each value
+    converted by its column's type, so a new column does not lengthen the statement). Values
+    as the columns' input reads them: durations as seconds, instants as ISO 8601 text, names
     as a list."""
-    params: dict[str, Any] = {}
+    definition: dict[str, Any] = {}
     for entry in job_fields(JobSpec):
-        if entry.column is None:
+        if entry.column is None or entry.identity:
             continue
         value = getattr(spec, entry.name)
-        if entry.kind == "json":
-            value = Jsonb(value)
+        if isinstance(value, datetime):
+            value = value.isoformat()
         elif entry.kind == "names":
             value = list(value)
-        params[entry.name] = value
-    return params
+        definition[entry.column] = value
+    return {"tenant": spec.tenant, "name": spec.name, "definition": Jsonb(definition)}

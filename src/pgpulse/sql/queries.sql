@@ -590,81 +590,73 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 -- and fails with unique_violation (pgpulse_job_names_pkey), rolling its statement back; so does
 -- a job deleted between the lookup and the update (no row returned). The caller retries: the
 -- next try finds the name (Store.upsert_jobs).
-WITH found AS (
+-- The definition is one JSON object, %(definition)s (writes.definition_params), read as a row
+-- of pgpulse_jobs (d: each value converted by its column's type, domains checked), so a new
+-- column is a name in d, the SET and the INSERT, not a parameter and a cast.
+WITH d AS (
+    SELECT schedule, timezone, handler, payload, catch_up, backfill_limit, misfire_grace,
+           max_attempts, retry_backoff, timeout, source, meta, overlap, max_concurrency,
+           spread, not_before, not_after, max_runs, calendars, auto_pause_after
+    FROM jsonb_populate_record(NULL::pgpulse_jobs, %(definition)s)
+), found AS (
     SELECT n.job_id,
-           (j.schedule, j.timezone) = (%(schedule)s, %(timezone)s) AS same_schedule,
+           (j.schedule, j.timezone) = (d.schedule, d.timezone) AS same_schedule,
            (j.schedule, j.timezone, j.not_before, j.not_after)
-               IS NOT DISTINCT FROM (%(schedule)s::text, %(timezone)s::text,
-                                     %(not_before)s::timestamptz, %(not_after)s::timestamptz)
+               IS NOT DISTINCT FROM (d.schedule, d.timezone, d.not_before, d.not_after)
                OR j.status = 'running' AS keep,
            j.status = 'completed' AND j.schedule_kind <> 'once'
                AND j.max_runs IS NOT NULL AND j.runs_done >= j.max_runs
                AND (j.not_after IS NULL OR j.scheduled_for <= j.not_after)
-               AND (%(max_runs)s::integer IS NULL OR j.runs_done < %(max_runs)s::integer)
+               AND (d.max_runs IS NULL OR j.runs_done < d.max_runs)
                AND %(status)s::text = 'idle' AS revive
-    FROM pgpulse_job_names n
+    FROM d, pgpulse_job_names n
     JOIN pgpulse_jobs j ON j.id = n.job_id
     WHERE n.tenant = %(tenant)s AND n.name = %(name)s
 ), updated AS (
     UPDATE pgpulse_jobs j
-    SET schedule = %(schedule)s, schedule_kind = %(schedule_kind)s, timezone = %(timezone)s,
-        handler = %(handler)s, payload = %(payload)s, catch_up = %(catch_up)s,
-        backfill_limit = %(backfill_limit)s,
-        misfire_grace = make_interval(secs => %(misfire_grace)s),
-        max_attempts = %(max_attempts)s,
-        retry_backoff = make_interval(secs => %(retry_backoff)s),
-        timeout = make_interval(secs => %(timeout)s), source = %(source)s, meta = %(meta)s,
-        overlap = %(overlap)s, max_concurrency = %(max_concurrency)s,
-        revision = j.revision + 1,
-        spread = %(spread)s, not_before = %(not_before)s, not_after = %(not_after)s,
-        max_runs = %(max_runs)s, calendars = %(calendars)s::text[],
-        auto_pause_after = %(auto_pause_after)s,
+    SET (schedule, timezone, handler, payload, catch_up, backfill_limit, misfire_grace,
+         max_attempts, retry_backoff, timeout, source, meta, overlap, max_concurrency,
+         spread, not_before, not_after, max_runs, calendars, auto_pause_after)
+            = (SELECT * FROM d),
+        schedule_kind = %(schedule_kind)s, revision = j.revision + 1,
         status = CASE WHEN j.status IN ('running', 'paused', 'failed') THEN j.status
                       -- a run between attempts, with a pause requested, ends here: paused
                       WHEN NOT found.keep AND j.pause_requested AND %(status)s = 'idle'
                       THEN 'paused'
                       WHEN NOT found.keep THEN %(status)s
-                      WHEN j.runs_done >= %(max_runs)s THEN 'completed'
+                      WHEN j.runs_done >= d.max_runs THEN 'completed'
                       WHEN found.revive THEN 'idle'
                       ELSE j.status END,
         anchor_at = CASE WHEN found.same_schedule THEN j.anchor_at ELSE %(anchor_at)s END,
         scheduled_for = CASE WHEN found.keep AND NOT found.revive THEN j.scheduled_for
                              ELSE %(scheduled_for)s END,
         next_run_at = CASE WHEN NOT found.keep OR found.revive
-                           THEN %(scheduled_for)s + pgpulse_spread_offset(j.id, %(spread)s)
-                           WHEN j.spread <> %(spread)s AND j.status = 'idle' AND j.attempt = 0
-                           THEN j.scheduled_for + pgpulse_spread_offset(j.id, %(spread)s)
+                           THEN %(scheduled_for)s + pgpulse_spread_offset(j.id, d.spread)
+                           WHEN j.spread <> d.spread AND j.status = 'idle' AND j.attempt = 0
+                           THEN j.scheduled_for + pgpulse_spread_offset(j.id, d.spread)
                            ELSE j.next_run_at END,
         attempt = CASE WHEN found.keep AND NOT found.revive THEN j.attempt ELSE 0 END,
         interruptions = CASE WHEN found.keep AND NOT found.revive THEN j.interruptions ELSE 0 END,
         run_id = CASE WHEN found.keep AND NOT found.revive THEN j.run_id END,
         pause_requested = j.pause_requested AND found.keep,
         updated_at = now()
-    FROM found
+    FROM found, d
     WHERE j.id = found.job_id
     RETURNING j.id, j.shard_id, j.revision, false AS created
 ), new_id AS (
     SELECT nextval('pgpulse_jobs_id_seq') AS id
     WHERE NOT EXISTS (SELECT 1 FROM found)
 ), inserted AS (
-    INSERT INTO pgpulse_jobs (id, tenant, name, schedule, schedule_kind, timezone, handler,
-                              payload, catch_up, backfill_limit, misfire_grace, max_attempts,
-                              retry_backoff, timeout, source, meta, overlap, max_concurrency,
-                              spread, not_before, not_after, max_runs, calendars,
-                              auto_pause_after, status, anchor_at, scheduled_for, next_run_at)
+    INSERT INTO pgpulse_jobs (schedule, timezone, handler, payload, catch_up, backfill_limit,
+                              misfire_grace, max_attempts, retry_backoff, timeout, source, meta,
+                              overlap, max_concurrency, spread, not_before, not_after, max_runs,
+                              calendars, auto_pause_after, id, tenant, name, schedule_kind,
+                              status, anchor_at, scheduled_for, next_run_at)
     OVERRIDING SYSTEM VALUE
-    SELECT new_id.id, %(tenant)s::text, %(name)s::text, %(schedule)s::text,
-           %(schedule_kind)s::text, %(timezone)s::text, %(handler)s::text, %(payload)s::jsonb,
-           %(catch_up)s::text, %(backfill_limit)s::integer,
-           make_interval(secs => %(misfire_grace)s), %(max_attempts)s::integer,
-           make_interval(secs => %(retry_backoff)s), make_interval(secs => %(timeout)s),
-           %(source)s::text, %(meta)s::jsonb, %(overlap)s::text, %(max_concurrency)s::integer,
-           %(spread)s::float8, %(not_before)s::timestamptz,
-           %(not_after)s::timestamptz, %(max_runs)s::integer, %(calendars)s::text[],
-           %(auto_pause_after)s::integer, %(status)s::text, %(anchor_at)s::timestamptz,
-           %(scheduled_for)s::timestamptz,
-           %(scheduled_for)s::timestamptz + pgpulse_spread_offset(new_id.id, %(spread)s)
-    FROM new_id
+    SELECT d.*, new_id.id, %(tenant)s::text, %(name)s::text, %(schedule_kind)s::text,
+           %(status)s::text, %(anchor_at)s::timestamptz, %(scheduled_for)s::timestamptz,
+           %(scheduled_for)s::timestamptz + pgpulse_spread_offset(new_id.id, d.spread)
+    FROM new_id, d
     RETURNING id, shard_id, revision, true AS created
 )
 SELECT w.id, w.shard_id, w.revision, w.created, pg_notify('pgpulse_wakeup', w.id::text)

@@ -50,15 +50,9 @@ ORDER BY id;
 -- calendar_defs holds the rows of the job's exclusion calendars (as JSON objects, as the claim reads them),
 -- so the upcoming occurrences shown skip what the claims will skip.
 -- Pages are read in the order of pgpulse_job_names' primary key.
-SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
-       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
-       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
-       extract(epoch FROM j.timeout)::float8 AS timeout, j.overlap, j.max_concurrency,
-       j.source, j.revision, j.status, j.anchor_at,
-       j.scheduled_for, j.next_run_at, j.attempt, j.locked_by, j.lease_expires_at,
-       j.last_outcome, j.last_error, j.last_finished_at, j.created_at, j.updated_at,
-       j.spread, j.not_before, j.not_after, j.max_runs, j.runs_done, j.calendars,
-       j.auto_pause_after, j.failures, j.paused_until, j.pause_reason, j.pause_requested,
+-- The job's row is j.*: the reader keeps the definition model's columns (durations in seconds)
+-- and the state it shows (web/reads.py, shown_job), so a new definition column needs no edit here.
+SELECT j.*,
        now() AS db_now,
        (SELECT jsonb_agg(to_jsonb(c)) FROM pgpulse_calendars AS c
         WHERE c.tenant = j.tenant AND c.name = ANY(j.calendars)) AS calendar_defs,

@@ -15,12 +15,64 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pgpulse.core.definition import job_fields
 from pgpulse.core.errors import InvalidInput
+from pgpulse.core.jobs import JobSpec
 from pgpulse.db.database import ConnectionSource
 from pgpulse.db.store import attempt_log
 from pgpulse.sql import load_statements
 
 QUERIES = load_statements("web.sql")
+
+#: The definition columns a job read shows: the model's stored fields but ``meta``.
+_SHOWN_DEFINITION = tuple(
+    entry.column for entry in job_fields(JobSpec) if entry.column not in (None, "meta")
+)
+#: The model's columns stored as intervals, shown in seconds.
+_INTERVALS = frozenset(entry.column for entry in job_fields(JobSpec) if entry.interval)
+#: What a job read shows beside its definition: its state (columns of ``pgpulse_jobs``) and
+#: what ``web.sql``'s ``jobs`` computes.
+_SHOWN_STATE = (
+    "id",
+    "revision",
+    "status",
+    "anchor_at",
+    "scheduled_for",
+    "next_run_at",
+    "attempt",
+    "locked_by",
+    "lease_expires_at",
+    "last_outcome",
+    "last_error",
+    "last_finished_at",
+    "created_at",
+    "updated_at",
+    "runs_done",
+    "failures",
+    "paused_until",
+    "pause_reason",
+    "pause_requested",
+    "db_now",
+    "calendar_defs",
+    "due_lag",
+    "last_lag",
+    "last_duration",
+    "unroutable",
+)
+_SHOWN = frozenset(_SHOWN_DEFINITION + _SHOWN_STATE)
+
+
+def shown_job(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of ``web.sql``'s ``jobs`` (the job's row, ``j.*``, and what the statement
+    computes) as a job read gives it: the definition model's columns but ``meta``, durations in
+    seconds (``None``: no limit), and the state shown; not the row's other columns (``meta``,
+    the claim's bookkeeping). The model names the definition's columns, so a new one needs no
+    edit of the statement (issue 32)."""
+    return {
+        key: value.total_seconds() if key in _INTERVALS and value is not None else value
+        for key, value in row.items()
+        if key in _SHOWN
+    }
 
 
 def encode_job_cursor(tenant: str, name: str) -> str:
@@ -84,6 +136,10 @@ class Reads:
             cur = await conn.execute(QUERIES[name], params)
             return list(await cur.fetchall())
 
+    async def _jobs(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The jobs of ``web.sql``'s ``jobs`` as shown (:func:`shown_job`)."""
+        return [shown_job(row) for row in await self._rows("jobs", params)]
+
     async def jobs(
         self,
         *,
@@ -107,8 +163,7 @@ class Reads:
         the job is overdue now, ``None`` unless idle and due), and ``last_lag`` (from the first
         attempt) / ``last_duration`` of its latest started run.
         """
-        return await self._rows(
-            "jobs",
+        return await self._jobs(
             {
                 "tenant": tenant,
                 "id": None,
@@ -126,8 +181,7 @@ class Reads:
 
     async def job(self, job_id: int, *, tenant: str | None) -> dict[str, Any] | None:
         """One job as :meth:`jobs` gives it, or ``None`` if missing or of another tenant."""
-        rows = await self._rows(
-            "jobs",
+        rows = await self._jobs(
             {
                 "tenant": tenant,
                 "id": job_id,
