@@ -20,12 +20,13 @@ are UTC); durations are seconds. Writes are recorded in the audit trail as sourc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from pgpulse.app import connect as open_store
 from pgpulse.core.audit import definition_of_row
@@ -85,22 +86,11 @@ class Job:
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> Job:
-        """The job of a store's row (``list_jobs``, ``get_job``)."""
-        return cls(
-            id=row["id"],
-            tenant=row["tenant"],
-            name=row["name"],
-            schedule=row["schedule"],
-            timezone=row["timezone"],
-            handler=row["handler"],
-            status=row["status"],
-            scheduled_for=row["scheduled_for"],
-            paused_until=row["paused_until"],
-            pause_reason=row["pause_reason"],
+        """The job of a store's row (``list_jobs``, ``get_job``), its fields by column name."""
+        return _of_row(
+            cls,
+            row,
             pause_requested=bool(row["pause_requested"]),
-            last_outcome=row["last_outcome"],
-            last_error=row["last_error"],
-            last_finished_at=row["last_finished_at"],
             runs_done=row["runs_done"] or 0,
             failures=row["failures"] or 0,
             calendars=tuple(row["calendars"] or ()),
@@ -151,27 +141,28 @@ class Run:
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> Run:
-        """The run of a row of :meth:`Store.list_runs <pgpulse.db.store.Store.list_runs>`."""
-        return cls(
-            id=row["id"],
-            tenant=row["tenant"],
-            name=row["name"],
-            kind=row["kind"],
-            scheduled_for=row["scheduled_for"],
-            last_scheduled_for=row["last_scheduled_for"],
+        """The run of a row of :meth:`Store.list_runs <pgpulse.db.store.Store.list_runs>`, its
+        fields by column name."""
+        return _of_row(
+            cls,
+            row,
             occurrences=row["occurrences"] or 1,
-            outcome=row["outcome"],
-            attempts=row["attempts"],
-            node_id=row["node_id"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
-            duration=row["duration"],
-            lag=row["lag"],
-            error=row["error"],
-            output=row["output"],
-            revision=row["revision"],
             attempt_log=tuple(row["attempt_log"]),
         )
+
+
+#: The row types :func:`_of_row` builds.
+_Row = TypeVar("_Row", "Job", "Run")
+
+
+def _of_row(cls: type[_Row], row: Mapping[str, Any], **normalised: Any) -> _Row:
+    """A ``cls`` of ``row``: each field the column of its name, unless ``normalised`` gives it.
+
+    Raises:
+        KeyError: the row lacks a field's column (the statement and the type disagree).
+    """
+    values = {field.name: row[field.name] for field in dataclasses.fields(cls)}
+    return cls(**{**values, **normalised})
 
 
 def connect(

@@ -63,18 +63,11 @@ def check_name_field(payload: Mapping[str, Any], key: str, *, required: bool) ->
     Raises:
         InvalidPayload: ``field`` is ``payload.<key>``.
     """
-    field = f"payload.{key}"
-    if key not in payload:
-        if required:
-            raise InvalidPayload(
-                f'{field} is required (e.g. {{"{key}": ...}})', field=field, value=None
-            )
-        return
-    value = payload[key]
-    if not isinstance(value, str):
-        raise _refuse(field, value, "must be a string")
-    if not value or value != value.strip() or "\x00" in value:
-        raise _refuse(field, value, "must be a non-empty name without NUL or surrounding blanks")
+    value = _given_string(payload, key, required=required)
+    if value is not None and (not value or value != value.strip() or "\x00" in value):
+        raise _refuse(
+            f"payload.{key}", value, "must be a non-empty name without NUL or surrounding blanks"
+        )
 
 
 def check_call_fields(payload: Mapping[str, Any]) -> None:
@@ -107,21 +100,33 @@ def check_seconds(payload: Mapping[str, Any], key: str) -> None:
 # --- one validator per built-in handler --------------------------------------------------
 
 
-def _check_text(payload: Mapping[str, Any], key: str, *, required: bool = False) -> None:
+def _given_string(payload: Mapping[str, Any], key: str, *, required: bool) -> str | None:
+    """``payload[key]``, a string, or ``None`` when it is absent and not ``required``.
+
+    Raises:
+        InvalidPayload: absent but required, or not a string (``field`` is ``payload.<key>``).
+    """
     field = f"payload.{key}"
     if key not in payload:
         if required:
             raise InvalidPayload(
                 f'{field} is required (e.g. {{"{key}": ...}})', field=field, value=None
             )
-        return
+        return None
     value = payload[key]
     if not isinstance(value, str):
         raise _refuse(field, value, "must be a string")
+    return value
+
+
+def _check_text(payload: Mapping[str, Any], key: str, *, required: bool = False) -> None:
+    value = _given_string(payload, key, required=required)
+    if value is None:
+        return
     if required and not value.strip():
-        raise _refuse(field, value, "must not be empty")
+        raise _refuse(f"payload.{key}", value, "must not be empty")
     if "\x00" in value:
-        raise _refuse(field, value, "must not contain NUL characters")
+        raise _refuse(f"payload.{key}", value, "must not contain NUL characters")
 
 
 def _check_str_map(
