@@ -4,9 +4,12 @@ side runs when, medians, ratio, noise, verdict, the table and the report's secti
 from __future__ import annotations
 
 import math
+import sys
+
+import pytest
 
 from pgpulse_tools.bench import levers
-from pgpulse_tools.bench.compare import lever_metrics
+from pgpulse_tools.bench.compare import describe, lever_metrics, runtime
 from pgpulse_tools.bench.report import render
 from pgpulse_tools.bench.report_compare import (
     AFTER,
@@ -118,3 +121,21 @@ def test_the_report_has_the_comparison_only_when_one_was_run() -> None:
     del payload["compare"]
     assert "## Before and after" not in render(payload, {})
     assert section(None) == []
+
+
+@pytest.mark.parametrize(
+    ("python", "says"),
+    [
+        ("/nonexistent/python", "'/nonexistent/python' cannot be run: No such file or directory"),
+        ("/bin/true", "'/bin/true' is not a Python that describes its Pulse"),
+        (sys.executable + "-not-there", "cannot be run: No such file or directory"),
+    ],
+)
+def test_an_interpreter_that_cannot_run_the_before_side_is_refused_in_one_line(
+    python: str, says: str
+) -> None:
+    """``--compare-with`` is checked by running it before any database is made: what cannot
+    run is one line, never a traceback (the command prints it and exits 2)."""
+    with pytest.raises(RuntimeError) as refused:
+        describe(runtime(python, "before"))
+    assert says in str(refused.value) and "\n" not in str(refused.value)

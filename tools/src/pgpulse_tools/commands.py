@@ -301,6 +301,7 @@ BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastina
 @click.option(
     "--compare-with",
     metavar="PYTHON",
+    type=click.Path(exists=True, dir_okay=False, executable=True),
     default=None,
     show_envvar=True,
     help="The interpreter of another installation of Pulse (the before): scenarios 1, 2, 4 "
@@ -346,6 +347,14 @@ def bench(
     if report_only:
         click.echo(f"wrote {rewrite_report(out)}")
         return
+    if compare_with is not None:
+        from pgpulse_tools.bench.compare import describe, runtime
+
+        try:  # before any database is made: a wrong interpreter is a refusal, not a traceback
+            describe(runtime(compare_with, "before"))
+        except RuntimeError as exc:
+            click.echo(f"error: invalid value for --compare-with: {exc}", err=True)
+            sys.exit(2)
 
     async def bench_main() -> None:
         dsn = resolve_dsn(obj["database_url"], obj["data_dir"])

@@ -109,19 +109,24 @@ def describe(side: Runtime) -> dict[str, Any]:
     Raises:
         RuntimeError: the interpreter cannot import Pulse or the benchmark's node app.
     """
-    done = subprocess.run(
-        [side.python, "-c", _DESCRIBE],
-        capture_output=True,
-        text=True,
-        env=side.environ(os.environ),
-        cwd="/",
-        check=False,
-    )
-    if done.returncode:
-        raise RuntimeError(
-            f"{side.python} cannot run Pulse's benchmark nodes: {done.stderr.strip()[-800:]}"
+    try:
+        done = subprocess.run(
+            [side.python, "-c", _DESCRIBE],
+            capture_output=True,
+            text=True,
+            env=side.environ(os.environ),
+            cwd="/",
+            check=False,
         )
-    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    except OSError as exc:
+        raise RuntimeError(f"{side.python!r} cannot be run: {exc.strerror}") from exc
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["it exited with an error"])[-1]
+        raise RuntimeError(f"{side.python!r} cannot run Pulse's benchmark nodes: {last}")
+    try:
+        found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError) as exc:
+        raise RuntimeError(f"{side.python!r} is not a Python that describes its Pulse") from exc
     where = Path(found["pgpulse"]).parent
     try:
         rev = subprocess.run(
