@@ -331,6 +331,8 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         "/api/v1/jobs/{job_id}/pause",
         "/api/v1/jobs/{job_id}/resume",
         "/api/v1/jobs/{job_id}/trigger",
+        "/api/v1/jobs/{job_id}/skip",
+        "/api/v1/jobs/{job_id}/unskip",
         "/api/v1/jobs/{job_id}/backfill",
         "/api/v1/jobs/{job_id}/runs",
         "/api/v1/jobs/{job_id}/history",

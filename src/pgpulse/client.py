@@ -35,6 +35,7 @@ from pgpulse.core.definition import job_fields
 from pgpulse.core.errors import InvalidInput, JobNotFound
 from pgpulse.core.jobs import JobSpec, check_name
 from pgpulse.core.limits import pause_until
+from pgpulse.core.skips import Skip
 from pgpulse.core.wording import given
 from pgpulse.db.pausing import Paused
 from pgpulse.db.run_control import BackfillPlan, RunControl, Triggered
@@ -555,6 +556,50 @@ class Client:
             max_concurrency=max_concurrency,
             newest_first=newest_first,
         )
+
+    async def skip(
+        self,
+        name: str,
+        *,
+        next: int | None = None,
+        at: datetime | str | None = None,
+        reason: str | None = None,
+    ) -> list[Skip]:
+        """Skip the next ``next`` occurrences of job ``name`` (1 when neither is given), or the
+        one ``at``, without pausing it (``pgpulse job skip``): each is recorded ``skipped``,
+        with who and why, when its time comes.
+
+        Args:
+            next: how many occurrences from the next one (1-100).
+            at: one occurrence: an aware instant, or ISO 8601 text (the job's zone without an
+                offset).
+            reason: why (at most 500 characters).
+
+        Returns:
+            The occurrences listed to skip (:class:`~pgpulse.core.skips.Skip`), oldest first.
+
+        Raises:
+            JobNotFound: no such job in the tenant.
+            InvalidInput: ``next`` out of range or given with ``at`` (``field="next"``), ``at``
+                not an occurrence of the schedule or behind the next one (``field="at"``), a
+                completed job (``field="status"``); nothing is written.
+        """
+        return await RunControl(self._store.pool).skip(
+            self.tenant, name, count=next, at=at, reason=reason
+        )
+
+    async def unskip(self, name: str, *, at: datetime | str | None = None) -> list[Skip]:
+        """Undo :meth:`skip` (``pgpulse job unskip``): the occurrence ``at`` (``None``: every
+        listed one) runs as scheduled.
+
+        Returns:
+            The occurrences still listed to skip.
+
+        Raises:
+            JobNotFound: no such job in the tenant.
+            InvalidInput: ``at`` is not listed (``field="at"``).
+        """
+        return await RunControl(self._store.pool).unskip(self.tenant, name, at=at)
 
     # -- reading -----------------------------------------------------------------------------
 

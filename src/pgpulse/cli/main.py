@@ -1181,7 +1181,8 @@ def schedule_next(
             err=True,
         )
         sys.exit(2)
-    ended = len(found) < count  # a one-off schedule: nothing after its instant
+    # a one-off schedule: nothing after its instant; an @after one: the rest follow the runs
+    ended = len(found) < count and parsed.delay is None
     if as_json:
         occurrences = [{"utc": to_json(t), "local": _local(t, timezone)} for t in found]
         emit(
@@ -1196,18 +1197,23 @@ def schedule_next(
         )
     elif ended:
         click.echo(f"no occurrence after {cursor.isoformat()}: the schedule has ended")
+    elif parsed.delay is not None:
+        click.echo(
+            "the first for a job created then; each later one follows the previous run's end"
+        )
 
 
 def _occurrences(parsed: Schedule, after: datetime, count: int) -> Iterator[datetime]:
     """The first ``count`` occurrences of ``parsed`` after ``after`` (UTC instants), fewer when
-    the schedule ends; an ``@every`` grid anchored at ``after``.
+    the schedule ends; an ``@every`` grid anchored at ``after``; an ``@after`` schedule's first
+    only (the others follow the runs' ends).
 
     Raises:
         PulseError: no occurrence before the year 10000.
         OverflowError: an occurrence's local time is past 9999-12-31.
     """
     cursor = after
-    for _ in range(count):
+    for _ in range(1 if parsed.delay is not None else count):
         following = parsed.next_after_or_none(cursor, anchor=after)
         if following is None:
             return

@@ -1,5 +1,6 @@
-"""``pgpulse job trigger`` and ``pgpulse job backfill``: run now (with a payload), and backfill
-on request (thin: parse, call :class:`~pgpulse.db.run_control.RunControl` or the store, print).
+"""``pgpulse job trigger``, ``job backfill``, ``job skip`` and ``job unskip``: run now (with a
+payload), backfill on request, skip chosen occurrences (thin: parse, call
+:class:`~pgpulse.db.run_control.RunControl` or the store, print).
 
 Imported by :mod:`pgpulse.cli.main`, whose ``job`` group these commands join.
 """
@@ -20,6 +21,7 @@ from pgpulse.core.backfill import ONLY_CHOICES
 from pgpulse.core.wording import plural
 
 if TYPE_CHECKING:  # the driver loads when one of these commands runs (not with `pgpulse`)
+    from pgpulse.core.skips import Skip
     from pgpulse.db.run_control import BackfillPlan
     from pgpulse.db.store import Store
 
@@ -164,6 +166,80 @@ async def job_backfill(
         actor=cli_actor(),
     )
     _print_plan(name, plan, dry_run=dry_run, as_json=as_json)
+
+
+@job.command("skip")
+@click.argument("name", callback=valid_name("name"))
+@tenant_option
+@click.option(
+    "--next",
+    "count",
+    type=click.IntRange(1, 100),
+    default=None,
+    help="Skip this many occurrences from the next one (1 when neither --next nor --at).",
+)
+@click.option(
+    "--at",
+    default=None,
+    help="Skip the one occurrence at this instant (ISO 8601; without an offset, in the job's "
+    "zone).",
+)
+@click.option("--reason", default=None, help="Why: recorded in each skipped run's reason.")
+@json_option
+@with_store()
+async def job_skip(
+    store: Store,
+    name: str,
+    tenant: str,
+    count: int | None,
+    at: str | None,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    """Skip the next occurrences of job NAME, or the one --at, without pausing it: each is
+    recorded as skipped (by you, with the reason) when its time comes, and the job runs on
+    after it. A run in progress is not stopped: the skip reaches the occurrences after it.
+    Undo with `pgpulse job unskip`."""
+    from pgpulse.db.run_control import RunControl
+
+    skips = await RunControl(store.pool).skip(
+        tenant,
+        name,
+        count=count,
+        at=at,
+        reason=reason,
+        actor=cli_actor(),
+    )
+    _print_skips(name, tenant, skips, as_json=as_json)
+
+
+@job.command("unskip")
+@click.argument("name", callback=valid_name("name"))
+@tenant_option
+@click.option(
+    "--at",
+    default=None,
+    help="Run the occurrence at this instant after all (ISO 8601; without an offset, in the "
+    "job's zone). Without it, every occurrence listed to skip runs.",
+)
+@json_option
+@with_store()
+async def job_unskip(store: Store, name: str, tenant: str, at: str | None, as_json: bool) -> None:
+    """Undo `pgpulse job skip` for job NAME: the occurrence --at (or every listed one) runs
+    as scheduled."""
+    from pgpulse.db.run_control import RunControl
+
+    skips = await RunControl(store.pool).unskip(tenant, name, at=at, actor=cli_actor())
+    _print_skips(name, tenant, skips, as_json=as_json)
+
+
+def _print_skips(name: str, tenant: str, skips: list[Skip], *, as_json: bool) -> None:
+    result = {"tenant": tenant, "name": name, "skips": [s.as_json() for s in skips]}
+    if not skips:
+        emit(as_json, result, f"{name}: no occurrence is listed to skip")
+        return
+    lines = [f"  {s.at.isoformat()} by {s.by}{f' ({s.reason})' if s.reason else ''}" for s in skips]
+    emit(as_json, result, f"{name}: {plural(len(skips), 'occurrence')} listed to skip:", *lines)
 
 
 def _print_plan(name: str, plan: BackfillPlan, *, dry_run: bool, as_json: bool) -> None:

@@ -73,6 +73,35 @@ def unprintable(value: str) -> str | None:
     return f"it holds U+{ord(bad):04X} ({f'{name}, ' if name else ''}{kind})"
 
 
+#: The longest reason of a pause or a skip (it is shown wherever the job's status is).
+MAX_REASON_CHARS = 500
+
+
+def check_reason(reason: object) -> None:
+    """Refuse the reason of a pause or a skip that is not text of at most
+    :data:`MAX_REASON_CHARS` printable characters (:func:`unprintable`); ``None`` is none.
+
+    Raises:
+        InvalidInput: ``field="reason"``.
+    """
+    if reason is None:
+        return
+    if not isinstance(reason, str):
+        raise InvalidInput(f"reason must be text, got {given(reason)}", field="reason", value=None)
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidInput(
+            f"reason has {len(reason)} characters; at most {MAX_REASON_CHARS}",
+            field="reason",
+            value=reason,
+        )
+    if (problem := unprintable(reason)) is not None:
+        raise InvalidInput(
+            f"reason {reason!r} is shown wherever the status is: {problem}",
+            field="reason",
+            value=reason,
+        )
+
+
 #: The longest source label (``crontab:PATH``, ``apply:PATH``, ``code:APP``).
 MAX_SOURCE_CHARS = 500
 
@@ -271,7 +300,8 @@ def _check_forked_limits(
     """Refuse a limit the job row cannot keep once its occurrences are forked off it
     (``overlap`` ``replace``/``allow``): ``max_runs``, ``not_after``, ``auto_pause_after`` and a
     one-off ``@at`` schedule count or end on the job row's own runs, which a forked job no
-    longer has (docs/states.md, "Extra occurrences and run control").
+    longer has, and an ``@after`` schedule waits for the end of the job row's own run
+    (docs/states.md, "Extra occurrences and run control").
 
     Raises:
         InvalidInput: ``field`` names the limit, its value given.
@@ -293,6 +323,13 @@ def _check_forked_limits(
     if kind == "once":
         raise InvalidInput(
             f"a one-off @at schedule applies to overlap forbid only (overlap is {overlap!r})",
+            field="overlap",
+            value=overlap,
+        )
+    if kind == "delay":  # a fork moves the job on at its start: there is no end to wait for
+        raise InvalidInput(
+            f"an @after schedule applies to overlap forbid only (overlap is {overlap!r}): its "
+            "next occurrence waits for the run's end",
             field="overlap",
             value=overlap,
         )

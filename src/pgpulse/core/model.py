@@ -73,7 +73,8 @@ class ClaimedJob(NamedTuple):
     with a lost lease): not failures (:attr:`failed_attempts`). A claim of an extra
     occurrence (``pgpulse_occurrences``) has its id in ``occurrence`` (also its ``run_id``) and
     its kind (``trigger``, ``backfill``, ``scheduled``) in ``kind``; ``scheduled_for``,
-    ``attempt``, ``fencing_token`` and ``payload`` are the occurrence's own.
+    ``attempt``, ``fencing_token`` and ``payload`` are the occurrence's own. ``skips`` lists
+    the occurrences of a job row to skip by hand (:mod:`pgpulse.core.skips`; ``None``: none).
     """
 
     id: int
@@ -108,6 +109,7 @@ class ClaimedJob(NamedTuple):
     interruptions: int = 0
     occurrence: int | None = None
     kind: Literal["scheduled", "trigger", "backfill"] = "scheduled"
+    skips: list[dict[str, Any]] | None = None
 
     @property
     def key(self) -> ClaimKey:

@@ -96,7 +96,8 @@ def advance(
     Returns:
         An :class:`Advance`. The next occurrence is computed from ``after``, never from when a
         run finished, so schedules do not drift and an interval job keeps its exact anchor
-        (docs/design.md, invariant 7).
+        (docs/design.md, invariant 7) — but for an ``@after`` schedule, whose next occurrence
+        is by definition ``now`` (the run's end) plus its delay.
 
         A one-off schedule has none after its instant: the advance holds ``after``,
         ``complete``.
@@ -105,6 +106,8 @@ def advance(
         InvalidSchedule: a recurring schedule has no occurrence after ``after`` (see
             :meth:`Schedule.next_after`).
     """
+    if schedule.delay is not None:  # @after: from the end of this occurrence's run, now
+        return Advance(now + schedule.delay)
     following = schedule.next_after_or_none(after, anchor=anchor)
     if following is None:
         return Advance(after, complete=True)
@@ -148,6 +151,13 @@ def hold(
     """
     if first > now or (policy.mode == "backfill" and policy.backfill_limit is None):
         return Advance(first)
+    if schedule.delay is not None:
+        # @after holds one occurrence at a time: late, it runs (backfill, coalesce: there is no
+        # other to run), or under skip past its grace it is missed and the next one is the
+        # delay from now, as a run that ended now would place it
+        if policy.mode != "skip" or first >= now - timedelta(0, policy.misfire_grace):
+            return Advance(first)
+        return Advance(now + schedule.delay, 1, first, first)
     anchor = first if anchor is None else anchor
     # Almost always only `first` is due: its successor (cached, and asked again when the run
     # ends) settles that without counting.

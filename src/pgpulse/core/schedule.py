@@ -62,6 +62,7 @@ Schedules follow Vixie/Debian cron and are read in the job's time zone.
             day-of-week also: 5#2 (second Friday), 5L (last Friday), ?.
   macros    @yearly @annually @monthly @weekly @daily @midnight @hourly
   interval  @every 30s, @every 15m, @every 1h30m, @every 2d (units d h m s, at least 1s)
+  delay     @after 10m: the previous run's end plus 10 minutes (units as @every)
   one-off   @at 2026-12-24T18:00:00 (in the job's zone), @at 2026-12-24T18:00:00+01:00"""
 
 _SECOND = timedelta(seconds=1)
@@ -96,19 +97,26 @@ class Schedule:
     Attributes:
         expr: the expression as given, stripped.
         timezone: the IANA time zone name the cron fields are read in.
-        kind: ``"cron"`` (cron expression or macro), ``"interval"`` (``@every``) or ``"once"``
-            (``@at``).
+        kind: ``"cron"`` (cron expression or macro), ``"interval"`` (``@every``), ``"once"``
+            (``@at``) or ``"delay"`` (``@after``).
         interval: the period of an ``@every`` schedule, else None.
         at: the one occurrence of an ``@at`` schedule (aware UTC), else None.
+        delay: an ``@after`` schedule's delay, else None. Its occurrences are not fixed: each
+            is the previous run's end plus the delay (db-scheduler's FixedDelay, systemd's
+            ``OnUnitInactiveSec``), which the planner places when a run ends
+            (:mod:`pgpulse.core.planner`); :meth:`next_after` is ``after`` plus the delay (the
+            first occurrence, from the job's creation), and it has no occurrence in the past to
+            count, list or backfill.
     """
 
     expr: str
     timezone: str
-    kind: Literal["cron", "interval", "once"]
+    kind: Literal["cron", "interval", "once", "delay"]
     interval: timedelta | None = None
     _zone: ZoneInfo = field(default=ZoneInfo("UTC"), repr=False, compare=False)
     _cron: Cron | None = field(default=None, repr=False, compare=False)
     at: datetime | None = None
+    delay: timedelta | None = None
 
     @property
     def final(self) -> datetime | None:
@@ -183,6 +191,8 @@ class Schedule:
                 field="schedule",
                 value=self.expr,
             )
+        if self.delay is not None:
+            return start + self.delay
         found: datetime | None
         try:
             if self.interval is not None:
@@ -218,6 +228,8 @@ class Schedule:
         end = _utc(moment, "moment")
         if self.at is not None:
             return self.at if self.at <= end else None
+        if self.delay is not None:  # no fixed occurrence to look back on
+            return None
         try:
             if self.interval is not None:
                 grid = end if anchor is None else _utc(anchor, "anchor")
@@ -251,6 +263,8 @@ class Schedule:
             return 0
         if self.at is not None:
             return int(low < self.at <= high)
+        if self.delay is not None:
+            return 0
         if self.interval is not None:
             grid = low if anchor is None else _utc(anchor, "anchor")
             return (high - grid) // self.interval - (low - grid) // self.interval
@@ -315,13 +329,15 @@ class Schedule:
 
         Returns:
             Aware UTC datetimes, each what repeated :meth:`next_after` calls would give (a
-            one-off schedule's list ends at its instant).
+            one-off schedule's list ends at its instant; an ``@after`` schedule has none).
 
         Raises:
             ValueError: a naive instant or a negative ``limit``.
         """
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
+        if self.delay is not None:  # none is fixed ahead of the runs (the class docstring)
+            return []
         last = _utc(end, "end")
         grid = start if anchor is None else anchor
         found: list[datetime] = []
@@ -344,6 +360,8 @@ class Schedule:
         """
         if self.interval is not None:
             return self.interval if self.interval <= timedelta(days=1) else None
+        if self.delay is not None:  # at least the delay: a run's end comes after its start
+            return self.delay if self.delay <= timedelta(days=1) else None
         if self.at is not None:
             return None
         return cron_gaps.shortest_gap(self._cron_fields, self._zone)
@@ -394,6 +412,8 @@ class Schedule:
         offset: unambiguous in a repeated hour)."""
         if self.interval is not None:
             return "every " + _describe_interval(self.interval)
+        if self.delay is not None:
+            return _describe_interval(self.delay, count_one=True) + " after each run ends"
         if self.at is not None:
             try:
                 local = self.at.astimezone(self._zone).isoformat(sep=" ")
@@ -436,6 +456,9 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     if head == "@every":
         interval = _parse_every(expr, words[1:])
         return Schedule(text, timezone, "interval", interval, load_zone(timezone))
+    if head == "@after":
+        delay = _parse_every(expr, words[1:], head="@after")
+        return Schedule(text, timezone, "delay", None, load_zone(timezone), delay=delay)
     if head == "@at":
         zone = load_zone(timezone)
         return Schedule(text, timezone, "once", None, zone, at=_parse_at(expr, words[1:], zone))
@@ -451,7 +474,7 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     if head.startswith("@"):
         if head not in _MACROS or len(words) > 1:
             known = ", ".join(_MACROS)
-            raise invalid(expr, f"unknown macro {text!r} (known: {known}, @every, @at)")
+            raise invalid(expr, f"unknown macro {text!r} (known: {known}, @every, @at, @after)")
         words = _MACROS[head].split()
     cron = parse_cron(expr, words)
     return Schedule(text, timezone, "cron", None, load_zone(timezone), cron)
@@ -476,22 +499,23 @@ def _parse_at(expr: str, args: list[str], zone: ZoneInfo) -> datetime:
     return instant
 
 
-def _parse_every(expr: str, args: list[str]) -> timedelta:
+def _parse_every(expr: str, args: list[str], *, head: str = "@every") -> timedelta:
+    """The duration of ``@every`` or ``@after`` (``head``): 1 s to 3650 days."""
     duration = args[0] if len(args) == 1 else " ".join(args)
     match = _EVERY_RE.fullmatch(duration)
     if not duration or match is None:
         raise invalid(
             expr,
-            f"@every duration {duration!r} is not valid: use whole numbers "
+            f"{head} duration {duration!r} is not valid: use whole numbers "
             "with units d, h, m, s in that order (30s, 15m, 1h30m, 2d)",
         )
     days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
     try:
         interval = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     except OverflowError:
-        raise invalid(expr, f"@every duration {duration!r} is too long") from None
+        raise invalid(expr, f"{head} duration {duration!r} is too long") from None
     if not _SECOND <= interval <= _MAX_INTERVAL:
-        raise invalid(expr, f"@every duration {duration!r} must be from 1s to 3650d")
+        raise invalid(expr, f"{head} duration {duration!r} must be from 1s to 3650d")
     return interval
 
 
@@ -504,13 +528,15 @@ def _utc(moment: datetime, name: str) -> datetime:
     return moment.astimezone(UTC)
 
 
-def _describe_interval(interval: timedelta) -> str:
+def _describe_interval(interval: timedelta, *, count_one: bool = False) -> str:
+    """``1 hour 30 minutes``; one unit of one is its unit alone (``every hour``) unless
+    ``count_one`` (``1 hour after each run ends``)."""
     rest = int(interval.total_seconds())
     parts: list[str] = []
     for unit, size in _EVERY_UNITS:
         count, rest = divmod(rest, size)
         if count:
             parts.append(f"{count} {unit}{'s' if count > 1 else ''}")
-    if len(parts) == 1 and parts[0].startswith("1 "):
+    if len(parts) == 1 and parts[0].startswith("1 ") and not count_one:
         return parts[0][2:]  # "every hour", not "every 1 hour"
     return " ".join(parts)

@@ -121,6 +121,13 @@ def check_spread(
             field="spread",
             value=spread,
         )
+    if kind == "delay" and spread:
+        raise InvalidInput(
+            "spread does not apply to an @after schedule: each occurrence follows a run's end, "
+            "so its jobs do not fall due together",
+            field="spread",
+            value=spread,
+        )
     if kind == "cron" and schedule is not None and spread:
         gap = shortest_gap(schedule, below=float(spread))
         if gap is not None:

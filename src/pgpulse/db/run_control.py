@@ -1,4 +1,5 @@
-"""Run now with a payload, and backfill on request: the writes that make extra occurrences.
+"""Run now with a payload, backfill on request, skip chosen occurrences: the writes that add
+or take away occurrences of a job beside its schedule.
 
 :class:`RunControl` is what the CLI (``job trigger NAME --payload``, ``job backfill``), the HTTP
 API (``POST /jobs/{id}/trigger`` with a payload, ``POST /jobs/{id}/backfill``) and the Python API
@@ -29,9 +30,11 @@ from pgpulse.core.backfill import (
     select,
 )
 from pgpulse.core.errors import InvalidInput, JobNotFound
-from pgpulse.core.jobs import LIMITS, check_key, parse_payload
+from pgpulse.core.jobs import LIMITS, check_key, check_reason, parse_payload
+from pgpulse.core.limits import parse_instant
 from pgpulse.core.payloads import PAYLOAD_VALIDATORS
-from pgpulse.core.schedule import parse_schedule
+from pgpulse.core.schedule import Schedule, parse_schedule
+from pgpulse.core.skips import Skip, add_skips, pending_occurrence, remove_skips, stored
 from pgpulse.core.wording import given
 from pgpulse.core.zones import utc_if_naive
 from pgpulse.db.database import ConnectionSource
@@ -182,10 +185,12 @@ class RunControl:
 
         Raises:
             JobNotFound: no such job.
-            InvalidInput: a range that ends before it starts or reaches into the future
-                (``field="to"``), more than :data:`~pgpulse.core.backfill.MAX_BACKFILL` occurrences
-                (``field="from"``), an unknown ``only``, a ``max_concurrency`` outside 1-1000;
-                nothing is written; the job is ``completed`` (``field="status"``).
+            InvalidInput: an ``@after`` job, which has no fixed occurrences
+                (``field="schedule"``), a range that ends before it starts or reaches into the
+                future (``field="to"``), more than :data:`~pgpulse.core.backfill.MAX_BACKFILL`
+                occurrences (``field="from"``), an unknown ``only``, a ``max_concurrency``
+                outside 1-1000; nothing is written; the job is ``completed``
+                (``field="status"``).
         """
         chosen = check_only(only)
         if (
@@ -208,9 +213,16 @@ class RunControl:
                 field="status",
                 value="completed",
             )
+        schedule = parse_schedule(job["schedule"], job["timezone"])
+        if schedule.delay is not None:
+            raise InvalidInput(
+                f"job {name!r} runs {schedule.describe()} (@after): it has no fixed occurrences "
+                "to backfill; run it once now with `pgpulse job trigger`",
+                field="schedule",
+                value=job["schedule"],
+            )
         db_now = now or (await self._rows("now", {}))[0]["db_now"]
         check_range(start, end, db_now)
-        schedule = parse_schedule(job["schedule"], job["timezone"])
         instants = schedule.occurrences_between(
             start - timedelta(microseconds=1), end, anchor=job["anchor_at"], limit=MAX_BACKFILL + 1
         )
@@ -257,3 +269,131 @@ class RunControl:
         if not rows:  # deleted in between
             raise JobNotFound(tenant, name)
         return BackfillPlan(job["id"], plan, rows[0]["id"])
+
+    async def skip(
+        self,
+        tenant: str,
+        name: str,
+        *,
+        count: int | None = None,
+        at: datetime | str | None = None,
+        reason: str | None = None,
+        actor: Actor = PYTHON_ACTOR,
+    ) -> list[Skip]:
+        """Skip the next ``count`` occurrences of the job's schedule (1 when neither ``count`` nor
+        ``at`` is given), or the one ``at``, without pausing it: each is recorded ``skipped``
+        (its reason names ``actor`` and ``reason``) when its time comes, and the job goes on
+        after it (:mod:`pgpulse.core.skips`). The change is recorded in the job's audit trail
+        (action ``skip``). Idempotent: an occurrence listed already keeps its first actor and
+        reason.
+
+        Args:
+            count: how many occurrences from the next one a skip can reach (its held occurrence
+                while no attempt of it started, else the one after).
+            at: one occurrence: an aware instant, or ISO 8601 text (in the job's zone without
+                an offset).
+            reason: why (at most 500 characters), or ``None``.
+
+        Returns:
+            The job's skips after the change, oldest first.
+
+        Raises:
+            JobNotFound: no such job.
+            InvalidInput: as :func:`~pgpulse.core.skips.add_skips`, or ``reason`` too long
+                (``field="reason"``); nothing is written.
+        """
+        check_reason(reason)
+        if count is None and at is None:
+            count = 1
+
+        def change(job: dict[str, Any], schedule: Schedule, pending: datetime | None) -> list[Skip]:
+            instant = None if at is None else parse_instant("at", at, job["timezone"])
+            return add_skips(
+                stored(job["skips"]),
+                schedule,
+                pending=pending,
+                anchor=job["anchor_at"],
+                count=count,
+                at=instant,
+                by=actor.name,
+                reason=reason,
+            )
+
+        return await self._set_skips(tenant, name, "skip", change, actor=actor, reason=reason)
+
+    async def unskip(
+        self,
+        tenant: str,
+        name: str,
+        *,
+        at: datetime | str | None = None,
+        actor: Actor = PYTHON_ACTOR,
+    ) -> list[Skip]:
+        """Undo :meth:`skip`: the occurrence ``at`` runs after all (``None``: every listed one
+        does). Recorded in the audit trail (action ``unskip``).
+
+        Returns:
+            The job's skips after the change, oldest first.
+
+        Raises:
+            JobNotFound: no such job.
+            InvalidInput: ``at`` is not an instant or not listed (``field="at"``).
+        """
+
+        def change(job: dict[str, Any], schedule: Schedule, pending: datetime | None) -> list[Skip]:
+            instant = None if at is None else parse_instant("at", at, job["timezone"])
+            return remove_skips(stored(job["skips"]), pending=pending, at=instant)
+
+        return await self._set_skips(tenant, name, "unskip", change, actor=actor, reason=None)
+
+    async def _set_skips(
+        self,
+        tenant: str,
+        name: str,
+        action: str,
+        change: Callable[[dict[str, Any], Schedule, datetime | None], list[Skip]],
+        *,
+        actor: Actor,
+        reason: str | None,
+    ) -> list[Skip]:
+        """Read the job, compute its new skips with ``change`` and write them unless the job
+        changed meanwhile (``set_skips``), then again from a fresh read: a concurrent skip, an
+        edit of the schedule or a claim moving the job between the read and the write never
+        loses an entry or lists an instant that is not an occurrence."""
+        for _ in range(_SKIP_WRITE_TRIES):
+            job = await self._job(tenant, name)
+            schedule = parse_schedule(job["schedule"], job["timezone"])
+            pending = pending_occurrence(
+                schedule,
+                status=job["status"],
+                scheduled_for=job["scheduled_for"],
+                attempt=job["attempt"],
+                anchor=job["anchor_at"],
+            )
+            skips = change(job, schedule, pending)
+            rows = await self._rows(
+                "set_skips",
+                {
+                    "job_id": job["id"],
+                    "old": None if job["skips"] is None else Jsonb(job["skips"]),
+                    "skips": Jsonb([s.as_json() for s in skips]) if skips else None,
+                    "schedule": job["schedule"],
+                    "timezone": job["timezone"],
+                    "anchor_at": job["anchor_at"],
+                    "action": action,
+                    "source": actor.source,
+                    "actor": actor.name,
+                    "reason": reason,
+                },
+            )
+            if rows and rows[0]["found"]:
+                return skips
+        raise InvalidInput(
+            f"job {name!r} kept changing while its skips were written; try again",
+            field="name",
+            value=name,
+        )
+
+
+#: How often a skip is computed again when the job changed between its read and its write.
+_SKIP_WRITE_TRIES = 5

@@ -20,7 +20,13 @@ import psycopg
 from pgpulse.core.access import OPERATOR, Writer, check_delete, check_write
 from pgpulse.core.audit import PYTHON_ACTOR, Actor
 from pgpulse.core.errors import DefinitionChanged, InvalidInput, JobNotFound
-from pgpulse.core.jobs import JobSpec, check_handlers, check_key, unknown_handlers, unprintable
+from pgpulse.core.jobs import (
+    JobSpec,
+    check_handlers,
+    check_key,
+    check_reason,
+    unknown_handlers,
+)
 from pgpulse.core.limits import RESUME_MODES
 from pgpulse.core.plan import Plan
 from pgpulse.core.routing import waiting_reason
@@ -319,16 +325,7 @@ class Store(CalendarStore):
                 shown (``field="reason"``); nothing changes.
         """
         check_key(tenant, name)
-        if reason is not None and len(reason) > 500:
-            raise InvalidInput(
-                f"reason has {len(reason)} characters; at most 500", field="reason", value=reason
-            )
-        if reason is not None and (problem := unprintable(reason)) is not None:
-            raise InvalidInput(
-                f"reason {reason!r} is shown wherever the status is: {problem}",
-                field="reason",
-                value=reason,
-            )
+        check_reason(reason)
         if until is not None:
             if not isinstance(until, datetime):
                 raise InvalidInput(

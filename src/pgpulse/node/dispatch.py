@@ -36,6 +36,7 @@ from pgpulse.core.planner import (
     plan_claim,
     retry_delay,
 )
+from pgpulse.core.skips import skip_of, skip_reason
 from pgpulse.core.wording import plural, seconds_text
 
 #: Why a claim's handler runs or not (:class:`Decision`): ``run``; ``fork`` (overlap
@@ -45,9 +46,17 @@ from pgpulse.core.wording import plural, seconds_text
 #: ``calendar`` (an excluded date); ``interrupted`` (earlier attempts interrupted
 #: :data:`~pgpulse.core.planner.MAX_INTERRUPTIONS` times) or ``exhausted`` (failed attempts
 #: already at ``max_attempts``), both ended ``fenced``; ``no_handler`` (this node lacks the
-#: handler).
+#: handler); ``skipped`` (listed to skip by hand, ``job skip``).
 Verdict = Literal[
-    "run", "fork", "catch_up", "window", "calendar", "interrupted", "exhausted", "no_handler"
+    "run",
+    "fork",
+    "catch_up",
+    "window",
+    "calendar",
+    "interrupted",
+    "exhausted",
+    "no_handler",
+    "skipped",
 ]
 
 
@@ -73,8 +82,9 @@ def decide(job: ClaimedJob, now: datetime, *, node: str, handlers: Collection[st
     """Decide what the claim of ``job`` at ``now`` does (pure: the one claim-time decision).
 
     In order: an extra occurrence is never a misfire (:func:`_decide_occurrence`); a job row's
-    first attempt is skipped after ``not_after`` (the window changed while it was held) or on a
-    date one of its calendars excludes; then the catch-up policy (or a resume's mode) judges
+    first attempt is skipped when listed to skip by hand (:mod:`pgpulse.core.skips`), after
+    ``not_after`` (the window changed while it was held) or on a date one of its calendars
+    excludes; then the catch-up policy (or a resume's mode) judges
     the occurrence at ``now`` less its spread offset, and a run whose earlier attempts were
     interrupted :data:`~pgpulse.core.planner.MAX_INTERRUPTIONS` times, or failed ``max_attempts``
     times, ends ``fenced`` (:func:`fenced_reason`); an occurrence that is to run under overlap
@@ -93,6 +103,18 @@ def decide(job: ClaimedJob, now: datetime, *, node: str, handlers: Collection[st
     """
     if job.occurrence is not None:
         return _decide_occurrence(job, node, handlers)
+    if job.attempt == 1 and job.skips and (chosen := skip_of(job.skips, job.scheduled_for)):
+        # the listed occurrence is the one skipped (its own row); the job holds the next one,
+        # which the next claim judges by the catch-up policy as any other
+        at = job.scheduled_for
+        following = _following(job, now)
+        nxt = Advance(at if following is None else following, 1, at, at, following is None)
+        reason = skip_reason(chosen)
+        status = _final_status(job, nxt, ran=False)
+        outcome = Outcome(
+            job, "skipped", advance=nxt, status=status, error=reason, skip_reason=reason
+        )
+        return Decision("skipped", outcome)
     if job.attempt == 1 and job.not_after is not None and job.scheduled_for > job.not_after:
         at = job.scheduled_for
         end = Advance(at, 1, at, at, complete=True)
@@ -257,12 +279,22 @@ def next_advance(job: ClaimedJob, now: datetime) -> Advance:
     occurrence with its catch-up policy applied (:func:`_judged`), or ``complete`` when the
     schedule has none (a one-off)."""
     schedule = job.parsed_schedule
-    following = schedule.next_after_or_none(job.scheduled_for, anchor=job.anchor_at)
+    following = _following(job, now)
     if following is None:
         return Advance(job.scheduled_for, complete=True)
     policy, judged_at = _judged(job, following, now)
     held = hold(schedule, policy, following, now=judged_at, anchor=job.anchor_at)
     return within_window(held, schedule, job.not_after, anchor=job.anchor_at)
+
+
+def _following(job: ClaimedJob, now: datetime) -> datetime | None:
+    """The occurrence after ``job``'s, before any catch-up: the schedule's next one, or for an
+    ``@after`` schedule ``now`` (the end of this occurrence's run, or of its skip) plus the
+    delay; ``None`` when a one-off has none."""
+    schedule = job.parsed_schedule
+    if schedule.delay is not None:
+        return now + schedule.delay
+    return schedule.next_after_or_none(job.scheduled_for, anchor=job.anchor_at)
 
 
 def _final_status(job: ClaimedJob, advance: Advance, ran: bool) -> Literal["idle", "completed"]:

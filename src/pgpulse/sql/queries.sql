@@ -179,7 +179,7 @@ RETURNING j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, 
               WHERE c.tenant = j.tenant AND c.name = ANY(j.calendars)
           ) END AS calendars,
           j.resume_mode, j.resumed_at, j.auto_pause_after, j.failures, j.overlap,
-          j.max_concurrency, j.interruptions;
+          j.max_concurrency, j.interruptions, j.skips;
 
 -- name: next_job_due
 -- The clock; the earliest future due instant of an idle job along the routes of
@@ -774,6 +774,39 @@ FROM pgpulse_job_names
 WHERE name = %(name)s
 ORDER BY tenant
 LIMIT 5;
+
+-- name: set_skips
+-- Write job %(job_id)s's list of occurrences to skip (core.skips) as %(skips)s (NULL: none),
+-- unless the job changed since the caller read it: its skips are no longer %(old)s, or its
+-- schedule, zone or anchor moved (the list was computed from them). Records the change in the
+-- audit trail (%(action)s 'skip' or 'unskip', by %(source)s / %(actor)s, with %(reason)s) in
+-- the same statement. Returns whether the job was found unchanged and whether it was written
+-- (the same list is not written again).
+WITH target AS (
+    SELECT j.id, j.tenant, j.name, j.revision, j.skips
+    FROM pgpulse_jobs AS j
+    WHERE j.id = %(job_id)s AND j.skips IS NOT DISTINCT FROM %(old)s::jsonb
+      AND j.schedule = %(schedule)s AND j.timezone = %(timezone)s
+      AND j.anchor_at = %(anchor_at)s
+    FOR NO KEY UPDATE
+), written AS (
+    UPDATE pgpulse_jobs AS j
+    SET skips = %(skips)s::jsonb, updated_at = now()
+    FROM target AS t
+    WHERE j.id = t.id AND t.skips IS DISTINCT FROM %(skips)s::jsonb
+    RETURNING j.id
+), audit AS (
+    INSERT INTO pgpulse_job_history (job_id, tenant, name, action, source, actor, revision,
+                                     changes)
+    SELECT t.id, t.tenant, t.name, %(action)s, %(source)s, %(actor)s, t.revision,
+           jsonb_strip_nulls(jsonb_build_object(
+               'skips', jsonb_build_array(t.skips, %(skips)s::jsonb),
+               'reason', CASE WHEN %(reason)s::text IS NOT NULL
+                              THEN jsonb_build_array(NULL, %(reason)s::text) END))
+    FROM target AS t JOIN written AS w ON w.id = t.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM target) AS found, (SELECT count(*) FROM written) AS written;
 
 -- name: pause_job
 -- Pause job (%(tenant)s, %(name)s). An idle, failed or paused job is paused at once (a paused one

@@ -18,7 +18,7 @@ CREATE DOMAIN public.pgpulse_positive_count AS integer
 	CONSTRAINT pgpulse_positive_count_at_least_one CHECK ((VALUE >= 1));
 
 CREATE DOMAIN public.pgpulse_schedule_kind AS text
-	CONSTRAINT pgpulse_schedule_kind_known CHECK ((VALUE = ANY (ARRAY['cron'::text, 'interval'::text, 'once'::text])));
+	CONSTRAINT pgpulse_schedule_kind_known CHECK ((VALUE = ANY (ARRAY['cron'::text, 'interval'::text, 'once'::text, 'delay'::text])));
 
 CREATE DOMAIN public.pgpulse_spread AS double precision
 	CONSTRAINT pgpulse_spread_within_a_day CHECK (((VALUE >= (0)::double precision) AND (VALUE <= (86400)::double precision)));
@@ -253,7 +253,7 @@ CREATE TABLE public.pgpulse_job_history (
     actor text NOT NULL,
     revision integer NOT NULL,
     changes jsonb DEFAULT '{}'::jsonb NOT NULL,
-    CONSTRAINT pgpulse_job_history_action_check CHECK ((action = ANY (ARRAY['create'::text, 'update'::text, 'pause'::text, 'resume'::text, 'trigger'::text, 'backfill'::text, 'delete'::text]))),
+    CONSTRAINT pgpulse_job_history_action_check CHECK ((action = ANY (ARRAY['create'::text, 'update'::text, 'pause'::text, 'resume'::text, 'trigger'::text, 'backfill'::text, 'delete'::text, 'skip'::text, 'unskip'::text]))),
     CONSTRAINT pgpulse_job_history_changes_check CHECK ((jsonb_typeof(changes) = 'object'::text))
 );
 
@@ -322,6 +322,7 @@ CREATE TABLE public.pgpulse_jobs (
     max_concurrency integer,
     interruptions integer DEFAULT 0 NOT NULL,
     pause_requested boolean DEFAULT false NOT NULL,
+    skips jsonb,
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = ((overlap)::text = 'allow'::text)) AND (max_concurrency >= 1))),
     CONSTRAINT pgpulse_jobs_resume_mode_check CHECK ((resume_mode = ANY (ARRAY['skip'::text, 'once'::text, 'backfill'::text]))),

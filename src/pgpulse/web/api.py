@@ -44,9 +44,12 @@ from pgpulse.web.schemas import (
     ResumeRequest,
     Run,
     RunPage,
+    SkipRequest,
+    Skips,
     Status,
     Triggered,
     TriggerRequest,
+    UnskipRequest,
 )
 from pgpulse.web.service import present_job
 
@@ -304,6 +307,38 @@ async def backfill_job(job_id: JobId, body: BackfillRequest, who: Who, ctx: Ctx)
             for p in plan.plan
         ],
     }
+
+
+@router.post(
+    "/jobs/{job_id}/skip",
+    response_model=Skips,
+    responses={404: _ERR, 422: _ERR},
+    summary="Skip occurrences",
+)
+async def skip_job(
+    job_id: JobId, who: Who, ctx: Ctx, body: SkipRequest | None = None
+) -> dict[str, Any]:
+    """Skip the next ``next`` occurrences (1 when neither is given) or the one ``at``, without
+    pausing the job: each is recorded ``skipped`` (by the token, with the reason) when its time
+    comes. A run in progress is not stopped. The answer lists every occurrence now listed."""
+    request = {} if body is None else {"count": body.next, "at": body.at, "reason": body.reason}
+    skips = await ctx.service.skip(who, job_id, request)
+    return {"job_id": job_id, "skips": [s.as_json() for s in skips]}
+
+
+@router.post(
+    "/jobs/{job_id}/unskip",
+    response_model=Skips,
+    responses={404: _ERR, 422: _ERR},
+    summary="Undo a skip",
+)
+async def unskip_job(
+    job_id: JobId, who: Who, ctx: Ctx, body: UnskipRequest | None = None
+) -> dict[str, Any]:
+    """The listed occurrence ``at`` (none: every listed one) runs as scheduled after all."""
+    at = None if body is None else body.at
+    skips = await ctx.service.unskip(who, job_id, at)
+    return {"job_id": job_id, "skips": [s.as_json() for s in skips]}
 
 
 async def _runs(

@@ -517,6 +517,42 @@ class PauseRequest(BaseModel):
     )
 
 
+class SkipRequest(BaseModel):
+    """Which occurrences to skip: the next ``next`` (1 when neither is given) or the one
+    ``at``, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    next: int | None = Field(None, ge=1, le=100, description="How many from the next one.")
+    at: Instant | None = Field(
+        None, description="One occurrence (without an offset: in the job's zone)."
+    )
+    reason: str | None = Field(None, max_length=500)
+
+
+class UnskipRequest(BaseModel):
+    """Which listed occurrence runs after all (none: every listed one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: Instant | None = None
+
+
+class ListedSkip(BaseModel):
+    """An occurrence listed to skip."""
+
+    at: datetime
+    by: str = Field(description="Who listed it.")
+    reason: str | None
+
+
+class Skips(BaseModel):
+    """A job's occurrences listed to skip, oldest first."""
+
+    job_id: int
+    skips: list[ListedSkip]
+
+
 class CancelledRun(BaseModel):
     """A run a pause cancelled."""
 

@@ -28,6 +28,7 @@ from pgpulse.core.policy import WebSettings, check_http_target, check_text
 from pgpulse.core.routing import waiting_reason
 from pgpulse.core.schedule import Schedule, parse_schedule
 from pgpulse.core.sharding import DEFAULT_SHARD_COUNT
+from pgpulse.core.skips import Skip
 from pgpulse.core.zones import load_zone
 from pgpulse.db.pausing import Paused
 from pgpulse.db.run_control import BackfillPlan, RunControl, Triggered
@@ -396,6 +397,44 @@ class JobService:
         if plan.batch_id is not None:
             self._log_action(who, row, "backfill", batch_id=plan.batch_id)
         return plan
+
+    async def skip(self, who: Principal, job_id: int, request: dict[str, Any]) -> list[Skip]:
+        """Skip occurrences of job ``job_id`` (:meth:`~pgpulse.db.run_control.RunControl.skip`;
+        ``request`` holds ``count``, ``at`` and ``reason``), as the token's actor. A run-control
+        write, as a pause: the token needs the job's tenant only.
+
+        Raises:
+            NoSuchJob, InvalidInput: as :meth:`job` and the skip's refusals.
+        """
+        row = await self.reads.job(job_id, tenant=who.scope)
+        if row is None:
+            raise NoSuchJob(job_id)
+        try:
+            skips = await RunControl(self.store.pool).skip(
+                row["tenant"], row["name"], **request, actor=who.actor
+            )
+        except JobNotFound:
+            raise NoSuchJob(job_id) from None
+        self._log_action(who, row, "skip")
+        return skips
+
+    async def unskip(self, who: Principal, job_id: int, at: datetime | None) -> list[Skip]:
+        """Undo a skip of job ``job_id`` (:meth:`~pgpulse.db.run_control.RunControl.unskip`).
+
+        Raises:
+            NoSuchJob, InvalidInput: as :meth:`job` and the refusal of an ``at`` not listed.
+        """
+        row = await self.reads.job(job_id, tenant=who.scope)
+        if row is None:
+            raise NoSuchJob(job_id)
+        try:
+            skips = await RunControl(self.store.pool).unskip(
+                row["tenant"], row["name"], at=at, actor=who.actor
+            )
+        except JobNotFound:
+            raise NoSuchJob(job_id) from None
+        self._log_action(who, row, "unskip")
+        return skips
 
     def _log_action(
         self,
