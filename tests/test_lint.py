@@ -129,8 +129,10 @@ def of(findings: list[Finding], code: str, job: str) -> Finding:
     return found
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def test_a_fixed_time_job_in_a_new_york_gap_runs_just_after_it(crafted: list[Finding]) -> None:

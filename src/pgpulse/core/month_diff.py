@@ -153,9 +153,12 @@ def month_diff(
     known = calendars or {}
     stored_anchor = pending.anchor if pending is not None else None
     ended = pending is not None and pending.status == "completed"
-    before = [] if old is None or ended else _listed(old, now, now + span, stored_anchor, known)
     anchor = stored_anchor if _same_grid(old, new) else _fresh_anchor(new, now)
-    after = [] if new is None else _listed(new, now, now + span, anchor, known)
+    if old is not None and new is not None and not ended and _same_occurrences(old, new):
+        before = after = []  # a change of payload, policy or spread: the same occurrences
+    else:
+        before = [] if old is None or ended else _listed(old, now, now + span, stored_anchor, known)
+        after = [] if new is None else _listed(new, now, now + span, anchor, known)
     end = now + span
     for side in (before, after):
         if len(side) > LIMIT:
@@ -188,6 +191,12 @@ def _same_grid(old: JobSpec | None, new: JobSpec | None) -> bool:
         and new is not None
         and (old.schedule, old.timezone) == (new.schedule, new.timezone)
     )
+
+
+def _same_occurrences(old: JobSpec, new: JobSpec) -> bool:
+    """Whether two definitions have the same occurrences (what they are read from is the
+    same): most updates, listed for nothing otherwise."""
+    return all(getattr(old, f) == getattr(new, f) for f in (*_RESTART, "calendars"))
 
 
 def _fresh_anchor(spec: JobSpec | None, now: datetime) -> datetime:
