@@ -7,13 +7,18 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, date, datetime, time, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
 
 from helpers import pgpulse
+from pgpulse.cli.applyfile import parse_apply_file
 from pgpulse.cli.main import main
+from pgpulse.core.lint import Observed
+from pgpulse.core.plan import plan_source
+from pgpulse.db.store import Store
 from test_lint import CLEAN, CRAFTED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,3 +259,31 @@ def test_crontab_sync_dry_run_shows_the_next_thirty_days(dsn: str, db: Any, tmp_
     )
     assert heads[0].startswith("~ ") and heads[0].endswith(f": +0 -{weekends}")
     assert heads[1].startswith("- ") and heads[1].endswith(": +0 -1440")  # every 30 min
+
+
+async def test_observed_percentiles_read_the_last_runs_only(
+    store: Store, db: Any, tmp_path: Path
+) -> None:
+    from pgpulse.db.lint_reads import lint_facts, stored_specs
+
+    live_node(db, ["http"], shell="dry-run")
+    path = tmp_path / "stored.toml"
+    path.write_text(
+        '[jobs.poll]\nschedule = "*/10 * * * *"\nhandler = "shell"\npayload = { command = "p" }\n'
+    )
+    await store.reconcile(
+        [("apply:stored", parse_apply_file(path.read_text(), path=str(path)).specs)],
+        partial(plan_source, prune=False),
+    )
+    poll = job_id(db, "poll", tenant="default")
+    runs(db, poll, lag=1000, duration=900, count=100)  # the older ones (ids first)
+    db.execute("UPDATE pgpulse_runs SET scheduled_for = scheduled_for - interval '30 days'")
+    runs(db, poll, lag=2, duration=3, count=200)
+    specs, notes = await stored_specs(store, "default")
+    assert notes == [] and [s.name for s in specs] == ["poll"]
+    facts = await lint_facts(store, specs, ttl=10)
+    # the last 200 runs only: the 100 older, slower ones are not read
+    assert facts.observed == {("default", "poll"): Observed(200, 2.0, 3.0)}
+    assert facts.live_handlers == {"http", "shell"}  # a dry-run shell node counts
+    assert facts.calendars == {"default": ()}
+    assert facts.now.tzinfo is not None

@@ -73,7 +73,8 @@ def lint_jobs(specs: Sequence[JobSpec], facts: Facts, *, herd: int = DEFAULT_HER
         ValueError: ``herd`` below 1, or a naive ``facts.now``.
 
     Cost: per job a year of its zone's offset changes (cached), a search per excluded date of
-    its tenant's calendars; the herd check lists at most :data:`HERD_OCCURRENCES` occurrences
+    its tenant's calendars; the herd check lists at most
+    :data:`~pgpulse.core.lint_schedules.HERD_OCCURRENCES` occurrences
     per distinct schedule.
     """
     if herd < 1:
