@@ -20,9 +20,11 @@ ORDER BY n.tenant, n.name;
 -- %(last)s runs (pgpulse_runs_recent, job_id and id descending: at most %(last)s index rows per
 -- job, whatever its history), the 99th percentile of the lag of scheduled runs (from the
 -- spread instant to the first attempt's start, as list_runs measures it) and the 95th of the
--- finished runs' duration (the last attempt's), in seconds.
+-- finished runs' duration (the last attempt's), in seconds. The job's spread offset is the same
+-- for each of its runs, so it is taken off the percentile once, not off each run.
 SELECT j.tenant, j.name, count(*)::int AS runs,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY r.lag) AS lag_p99,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY r.lag)
+           - extract(epoch FROM pgpulse_spread_offset(j.id, j.spread))::float8 AS lag_p99,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY r.duration) AS duration_p95
 FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
 JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
@@ -32,7 +34,7 @@ CROSS JOIN LATERAL (
                 THEN extract(epoch FROM
                          coalesce(((x.earlier_attempts -> 0) ->> 'started_at')::timestamptz,
                                   x.started_at)
-                         - x.scheduled_for - pgpulse_spread_offset(j.id, j.spread))::float8
+                         - x.scheduled_for)::float8
            END AS lag,
            extract(epoch FROM x.finished_at - x.started_at)::float8 AS duration
     FROM pgpulse_runs x
@@ -40,7 +42,7 @@ CROSS JOIN LATERAL (
     ORDER BY x.id DESC
     LIMIT %(last)s
 ) AS r
-GROUP BY j.tenant, j.name;
+GROUP BY j.id, j.tenant, j.name, j.spread;
 
 -- name: live_handlers
 -- The handlers some live node has (alive, heartbeat within its time-to-live, else %(ttl)s
