@@ -287,3 +287,28 @@ async def test_observed_percentiles_read_the_last_runs_only(
     assert facts.live_handlers == {"http", "shell"}  # a dry-run shell node counts
     assert facts.calendars == {"default": ()}
     assert facts.now.tzinfo is not None
+
+
+def test_lint_of_a_crontab_reads_its_zone(dsn: str, db: Any, tmp_path: Path) -> None:
+    live_node(db, ["shell"])
+    path = tmp_path / "backup.crontab"
+    path.write_text("CRON_TZ=Europe/Berlin\n30 2 * * * backup\n0 4 * * * report\n")
+    result = ok(cli(dsn, "lint", str(path), "--tenant", "ops", "--json"))
+    document = json.loads(result.output)
+    assert document["tenant"] == "ops" and document["jobs"] == 2
+    assert [(f["code"], f["tenant"]) for f in document["findings"]] == [
+        ("dst-gap", "ops"),
+        ("dst-fold", "ops"),
+    ]
+    gap, fold = document["findings"]
+    assert gap["job"] == fold["job"] and gap["job"].startswith("backup")
+    assert "Europe/Berlin skips 02:00-03:00: its 02:30 does not exist" in gap["message"]
+    assert gap["dates"][0].endswith("T01:00:00+00:00")  # the last Sunday of March, 03:00 CEST
+    assert fold["dates"][0].endswith("T00:30:00+00:00")  # 02:30 CEST, the first pass
+    refused = cli(dsn, "lint", str(tmp_path / "missing.crontab"))
+    assert refused.exit_code == 2
+    bad = tmp_path / "bad.crontab"
+    bad.write_text("61 * * * * x\n")
+    refused = cli(dsn, "lint", str(bad))
+    assert refused.exit_code == 2
+    assert "bad.crontab:1" in refused.output
