@@ -36,8 +36,12 @@ QUERIES = load_statements("lint.sql")
 LAST_RUNS = 200
 
 
-async def _rows(store: Store, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    async with store.reads.connection() as conn:
+async def _rows(
+    store: Store, name: str, params: dict[str, Any], *, primary: bool = False
+) -> list[dict[str, Any]]:
+    """Statement ``name``'s rows, read where people's reads go (a replica, when configured),
+    or on the primary (what a plan just computed there is compared with)."""
+    async with (store.pool if primary else store.reads).connection() as conn:
         cur = await conn.execute(QUERIES[name], params)
         return list(await cur.fetchall())
 
@@ -107,12 +111,13 @@ async def stored_jobs(
     store: Store, ids: Sequence[int]
 ) -> tuple[datetime, dict[int, tuple[JobSpec | None, Pending]]]:
     """The database's now, and for each of the jobs ``ids`` its stored definition (``None``
-    when this version refuses it) and where it stands."""
+    when this version refuses it) and where it stands, read on the primary, where the dry
+    run's plan was made."""
     now = await store.db_now()
     out: dict[int, tuple[JobSpec | None, Pending]] = {}
     if not ids:
         return now, out
-    for row in await _rows(store, "dry_run_jobs", {"ids": list(ids)}):
+    for row in await _rows(store, "dry_run_jobs", {"ids": list(ids)}, primary=True):
         try:
             spec: JobSpec | None = spec_of_row(row)
         except PulseError:

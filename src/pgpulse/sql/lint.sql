@@ -57,14 +57,14 @@ WHERE p.state = 'alive'
 ORDER BY h.handler;
 
 -- name: dry_run_jobs
--- Where each job %(ids)s stands, with its definition (as lint_definitions), and the database's
--- now: what a dry run's 30-day diff compares. By primary key.
+-- Where each job %(ids)s stands (held occurrence, anchor, status), with its definition (as
+-- lint_definitions): what a dry run's 30-day diff compares. By primary key.
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
        j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
        j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after, j.anchor_at, j.scheduled_for, now() AS db_now
+       j.calendars, j.auto_pause_after, j.anchor_at, j.scheduled_for
 FROM pgpulse_jobs j
 WHERE j.id = ANY(%(ids)s::bigint[])
 ORDER BY j.id;
