@@ -1519,3 +1519,6 @@ def db_stop(obj: dict[str, Any]) -> None:
     """Stop the embedded server now."""
     stopped = stop_embedded(obj["data_dir"])
     click.echo("stopped" if stopped else "not running")
+
+
+from pgpulse.cli import lint as cli_lint  # noqa: E402, F401 - registers pgpulse lint

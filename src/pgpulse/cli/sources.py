@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import sys
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,15 +27,28 @@ from pgpulse.core.crontab import entry_to_spec, is_system_crontab, parse_crontab
 from pgpulse.core.crontab_sync import plan_crontab_sync
 from pgpulse.core.errors import InvalidInput, JobNotFound, PulseError
 from pgpulse.core.jobs import CatchUp
-from pgpulse.core.plan import Plan, format_plan, plan_source
+from pgpulse.core.month_diff import MonthDiff, format_month_diff, month_diff, month_document
+from pgpulse.core.plan import WRITES, Plan, format_plan, plan_source
 from pgpulse.core.wording import plural
 from pgpulse.db.registry import DEFAULT_NODE_TTL
 from pgpulse.db.store import Store
 
-__all__ = ["apply_files", "import_crontab", "print_history", "print_plans"]
+__all__ = [
+    "apply_files",
+    "import_crontab",
+    "month_diffs",
+    "print_history",
+    "print_plans",
+    "read_text",
+]
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
+    """The UTF-8 text of input file ``path`` (:func:`~pgpulse.cli.types.read_input`'s limit).
+
+    Raises:
+        InvalidInput: ``field="file"``: not UTF-8 (the line and byte said), or too long.
+    """
     data = read_input(str(path))
     try:
         return data.decode("utf-8")
@@ -67,9 +81,19 @@ async def _check_targets(files: list[ApplyFile]) -> None:
                     raise parsed.refusal(spec.name, exc) from None
 
 
-def print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run: bool) -> None:
+def print_plans(
+    plans: list[Plan],
+    labels: list[str],
+    *,
+    as_json: bool,
+    dry_run: bool,
+    diffs: Mapping[tuple[str, str], MonthDiff] | None = None,
+) -> None:
     """Print ``plans`` (one per source, ``labels`` naming where each came from) as ``apply``
-    does: the steps and a closing ``applied``/``dry run`` line, or one JSON document."""
+    does: the steps and a closing ``applied``/``dry run`` line, or one JSON document. ``diffs``
+    (a dry run's, by tenant and name): each changed job's next 30 days, after those lines (in
+    JSON, a step's ``next_30_days``)."""
+    diffs = diffs or {}
     if as_json:
         document = [
             {
@@ -84,6 +108,11 @@ def print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run:
                         "job_id": step.job_id,
                         "changes": step.changes,
                         "renamed_from": step.rename_from,
+                        **(
+                            {"next_30_days": month_document(diffs[(step.tenant, step.name)])}
+                            if (step.tenant, step.name) in diffs
+                            else {}
+                        ),
                     }
                     for step in plan.steps
                 ],
@@ -108,6 +137,44 @@ def print_plans(plans: list[Plan], labels: list[str], *, as_json: bool, dry_run:
         click.echo("dry run: nothing written" if changed else "dry run: nothing to change")
     else:
         click.echo("applied" if changed else "nothing to change")
+    if diffs:
+        start = next(iter(diffs.values())).start
+        click.echo(f"next 30 days, from {start:%Y-%m-%d %H:%M:%S}Z (occurrences added, removed):")
+        for diff in diffs.values():
+            for line in format_month_diff(diff):
+                click.echo(line)
+
+
+async def month_diffs(store: Store, plans: list[Plan]) -> dict[tuple[str, str], MonthDiff]:
+    """Each created, updated or deleted job's next 30 days (:func:`month_diff`), by tenant and
+    name, in the plans' order: the stored definitions and where the jobs stand are read, the
+    schedules evaluated off the event loop."""
+    from pgpulse.db.lint_reads import stored_jobs, tenant_calendars
+
+    steps = [step for plan in plans for step in plan.steps if step.action in WRITES]
+    if not steps:
+        return {}
+    now, stored = await stored_jobs(store, [s.job_id for s in steps if s.job_id is not None])
+    named = {s.tenant for s in steps if s.spec is not None and s.spec.calendars}
+    named |= {old.tenant for old, _ in stored.values() if old is not None and old.calendars}
+    calendars = {
+        (tenant, calendar.name): calendar
+        for tenant, found in (await tenant_calendars(store, named)).items()
+        for calendar in found
+    }
+
+    def compute() -> dict[tuple[str, str], MonthDiff]:
+        out: dict[tuple[str, str], MonthDiff] = {}
+        for step in steps:
+            old, pending = stored.get(step.job_id, (None, None)) if step.job_id else (None, None)
+            if old is None and step.spec is None:
+                continue  # a deleted job whose definition this version refuses: unknown
+            out[(step.tenant, step.name)] = month_diff(
+                step.action, old, step.spec, now=now, pending=pending, calendars=calendars
+            )
+        return out
+
+    return await asyncio.to_thread(compute)
 
 
 async def apply_files(
@@ -124,7 +191,7 @@ async def apply_files(
     ``exit_code``, exit 1 when the plans change anything."""
     try:
         files = [
-            parse_apply_file(await asyncio.to_thread(_read_text, p), path=str(p)) for p in paths
+            parse_apply_file(await asyncio.to_thread(read_text, p), path=str(p)) for p in paths
         ]
     except ApplyFileError as exc:  # every refused job of the file, one line each
         for other in [exc, *exc.others][:-1]:
@@ -161,7 +228,8 @@ async def apply_files(
         if holder is None or exc.job is None:
             raise
         raise holder.refusal(exc.job[1], exc) from None
-    print_plans(plans, [str(p) for p in paths], as_json=as_json, dry_run=dry_run)
+    diffs = await month_diffs(store, plans) if dry_run else None
+    print_plans(plans, [str(p) for p in paths], as_json=as_json, dry_run=dry_run, diffs=diffs)
     if exit_code and any(plan.changes_anything for plan in plans):
         sys.exit(1)
 
@@ -215,7 +283,8 @@ async def import_crontab(
             dry_run=dry_run,
             actor=cli_actor(),
         )
-        print_plans([plan], [str(path)], as_json=as_json, dry_run=dry_run)
+        diffs = await month_diffs(store, [plan]) if dry_run else None
+        print_plans([plan], [str(path)], as_json=as_json, dry_run=dry_run, diffs=diffs)
         written = 0 if dry_run else plan.count("create") + plan.count("update")
         note = await shell_wait_note(store, written)
         if note is not None:

@@ -375,6 +375,12 @@ class Schedule:
         return cron_gaps.longest_gap_at_changes(self._cron, self._zone, _utc(since, "since"))
 
     @property
+    def cron(self) -> Cron | None:
+        """A cron schedule's parsed fields (macros expanded), else ``None``: what a check of
+        its wall times reads (:mod:`pgpulse.core.lint`)."""
+        return self._cron
+
+    @property
     def _cron_fields(self) -> Cron:
         assert self._cron is not None  # parse_schedule sets one of interval, _cron and at
         return self._cron
