@@ -166,11 +166,11 @@ def _occurrence_on(schedule: Schedule, timezone: str, day: date, now: datetime) 
 def herds(specs: Sequence[JobSpec], now: datetime, limit: int) -> list[Finding]:
     """Instants within :data:`HERD_SPAN` at which more than ``limit`` jobs of one tenant without
     spread fall due, one finding per tenant. Jobs are counted by group (tenant, schedule, zone),
-    so the cost is the distinct schedules', not the jobs'. Interval jobs are left out: their
-    grid starts when each is created."""
+    so the cost is the distinct schedules', not the jobs'. Interval jobs are left out (their
+    grid starts when each is created), and ``@after`` ones (each follows its own runs)."""
     groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)
     for spec in specs:
-        if spec.spread == 0 and spec.parsed_schedule().kind != "interval":
+        if spec.spread == 0 and spec.parsed_schedule().kind not in ("interval", "delay"):
             groups[(spec.tenant, spec.schedule, spec.timezone)].append(spec.name)
     if all(len(names) <= limit for names in _per_tenant(groups).values()):
         return []
