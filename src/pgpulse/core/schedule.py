@@ -111,6 +111,12 @@ class Schedule:
     at: datetime | None = None
 
     @property
+    def cron(self) -> Cron | None:
+        """The parsed fields of a cron schedule (its hours, minutes, seconds and whether it
+        follows elapsed time across daylight saving), or None for ``@every`` and ``@at``."""
+        return self._cron
+
+    @property
     def final(self) -> datetime | None:
         """The last occurrence of a finite schedule (an ``@at`` schedule's instant, aware UTC),
         or None for a recurring one (cron, macro, ``@every``), which never ends by design.
