@@ -6,7 +6,9 @@ what happened; the daylight-saving notes; the command and the API route."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,7 +25,7 @@ from pgpulse.db.why import why
 from pgpulse.node.handlers import NodeHandlers, RunContext
 from run_control_helpers import drain, job_row
 from test_engine import node, running, wait_until
-from web_helpers import api_client, make_token
+from web_helpers import OWN_PAGE, api_client, make_token
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
 ALICE = Actor("cli", "os:alice")
@@ -121,6 +123,24 @@ async def test_a_fenced_zombies_late_write_changes_nothing_and_the_trace_says_so
     assert first["error"] == "lease of node zombie expired"
     assert second["lag"] == 32.0
     assert "any write with token" in trace.lines()[3]
+
+
+async def test_a_run_moved_by_daylight_saving_and_spread_says_both(store: Store) -> None:
+    await add(
+        store,
+        spec("dawn", "30 2 * * *", timezone="America/New_York", spread=600, misfire_grace=900),
+        now=utc(2026, 3, 7, 12),
+    )
+    await drain(store, utc(2026, 3, 8, 7, 10, 1))  # after 03:00 EDT plus any offset under 600 s
+    trace = await why(store, tenant="default", name="dawn", at=utc(2026, 3, 8, 7, 1))
+    assert trace.fate == "succeeded" and trace.occurrence == utc(2026, 3, 8, 7)
+    scheduled = trace.facts["scheduled"]
+    assert scheduled["local"] == "2026-03-08 03:00:00 EDT"
+    assert scheduled["daylight_saving"].startswith("clocks went forward 3,600 s (1 h)")
+    offset = trace.facts["spread_offset"]
+    assert 0 <= offset < 600
+    assert scheduled["due_at"] == utc(2026, 3, 8, 7) + timedelta(seconds=offset)
+    assert trace.facts["claim"]["lag"] == pytest.approx(601 - offset)
 
 
 # -- skipped ----------------------------------------------------------------------------------
@@ -323,6 +343,37 @@ async def test_the_api_answers_the_trace_to_the_jobs_tenant_only(store: Store) -
         assert bad.status_code == 422 and bad.json()["error"]["field"] == "at"
     async with api_client(store, await make_token(store, "other")) as client:
         assert (await client.get(path, params=at)).status_code == 404
+
+
+async def test_the_dashboard_links_occurrences_and_runs_to_their_trace(store: Store) -> None:
+    await add(store, spec("hourly", schedule="0 * * * *"), now=T0)
+    await drain(store, utc(2026, 1, 1, 3, 30))
+    [skipped] = [r for r in await store.list_runs(name="hourly") if r["outcome"] == "skipped"]
+    [waiting] = await add(store, spec("export", schedule="* * * * * *", handler="exporter"))
+    await asyncio.sleep(2.2)  # due occurrences without a run: no node is up
+    async with api_client(store) as client:
+        login = await client.post(
+            "/ui/login", data={"token": await make_token(store, "default")}, headers=OWN_PAGE
+        )
+        assert login.status_code == 303
+        run_page = (await client.get(f"/ui/runs/{skipped['id']}")).text
+        link = re.search(r'href="(/ui/jobs/\d+/why\?at=[^"]+)" data-testid="run-why"', run_page)
+        assert link is not None
+        trace = await client.get(html.unescape(link.group(1)))
+        assert trace.status_code == 200
+        assert 'data-testid="why-fate">missed<' in trace.text
+        job_page = (await client.get(f"/ui/jobs/{waiting}")).text
+        cell = re.search(rf'href="(/ui/jobs/{waiting}/why\?at=[^"]+)"', job_page)
+        assert cell is not None
+        trace = await client.get(html.unescape(cell.group(1)))
+        assert 'data-testid="why-fate">no_handler<' in trace.text
+        bad = await client.get(f"/ui/jobs/{waiting}/why", params={"at": "soon"})
+        assert bad.status_code == 422
+    async with api_client(store) as other:
+        await other.post(
+            "/ui/login", data={"token": await make_token(store, "other")}, headers=OWN_PAGE
+        )
+        assert (await other.get(f"/ui/jobs/{waiting}/why")).status_code == 404
 
 
 def test_trace_json_has_instants_as_text() -> None:

@@ -289,7 +289,10 @@ class _Tracer:
     def _attempt(self, a: Mapping[str, Any]) -> dict[str, Any]:
         due = self.occurrence + self.offset if self.occurrence else None
         started = a["started_at"]
+        # a swept lease, or a run cancelled under it (overlap replace, pause --cancel): its
+        # holder's token no longer names a lease, so whatever it writes later is refused
         lost = (a["error"] or "").startswith(_LEASE_LOST)
+        taken = lost or (a["outcome"] == "cancelled" and a["node_id"] is not None)
         return {
             "attempt": a["attempt"],
             "token": a["fencing_token"],
@@ -299,7 +302,7 @@ class _Tracer:
             "lag": (started - due).total_seconds() if started and due else None,
             "outcome": "lease lost" if lost else a["outcome"],
             "error": a["error"],
-            "fenced": lost,
+            "fenced": taken,
         }
 
     def _ran_summary(
@@ -404,6 +407,13 @@ class _Tracer:
             t.summary = f"the job cannot be scheduled: {job['last_error'] or 'status failed'}"
         elif status == "running":
             self._overlap(occurrence)
+        elif job["max_concurrency"] is not None and job["forks"] >= job["max_concurrency"]:
+            t.fate = "overlap"
+            t.summary = (
+                f"waiting: overlap allow, and {job['forks']} of its occurrences run "
+                f"(max_concurrency {job['max_concurrency']})"
+            )
+            t.facts["waiting_for"] = {"running": job["forks"], "max": job["max_concurrency"]}
         elif job["handler"] not in self.facts.live_handlers and job["next_run_at"] <= now:
             t.fate, t.summary = "no_handler", waiting_reason(job["handler"])
             t.facts["waiting_for"] = {"handler": job["handler"], "since": job["next_run_at"]}
@@ -664,9 +674,9 @@ def _fact_lines(facts: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 
 def _attempt_words(a: Mapping[str, Any]) -> str:
     ended = f", ended {_iso(a['ended_at'])}" if a["ended_at"] else ""
-    error = f": {a['error']}" if a["error"] and not a["fenced"] else ""
+    error = f": {a['error']}" if a["error"] and a["outcome"] != "lease lost" else ""
     fenced = (
-        "; fenced: its lease was swept, so any write with token "
+        "; fenced: its lease was taken back, so any write with token "
         f"{a['token']} was refused (docs/design.md, invariant 3)"
         if a["fenced"]
         else ""

@@ -4,14 +4,18 @@
 
 -- name: why_job
 -- The database's instant, and the job %(id)s (or the job named (%(tenant)s, %(name)s) when
--- %(id)s is null) of tenant %(scope)s (null: any), its columns NULL when there is none.
+-- %(id)s is null) of tenant %(scope)s (null: any), its columns NULL when there is none, with
+-- how many forked occurrences it runs (overlap allow: the claim waits at max_concurrency).
 SELECT coalesce(%(now)s::timestamptz, now()) AS now,
        j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.status, j.spread,
        j.catch_up, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace, j.overlap,
        j.not_before, j.not_after, j.max_runs, j.runs_done, j.calendars, j.anchor_at,
        j.scheduled_for, j.next_run_at, j.attempt, j.fencing_token, j.run_id, j.locked_by,
        j.lease_expires_at, j.claimed_at, j.last_error, j.last_finished_at, j.created_at,
-       j.paused_until, j.pause_reason
+       j.paused_until, j.pause_reason, j.max_concurrency,
+       -- under overlap allow, its forked occurrences (at most max_concurrency: by index)
+       (SELECT count(*) FROM pgpulse_occurrences AS o
+        WHERE o.job_id = j.id AND o.kind = 'scheduled') AS forks
 FROM (SELECT 1) AS one
 LEFT JOIN pgpulse_jobs AS j
        ON j.id = coalesce(%(id)s::bigint,
