@@ -325,6 +325,9 @@ async def test_the_command_prints_the_trace_and_json_and_refuses_bad_input(
     bad = await apgpulse("why", "hourly", "--at", "yesterday", dsn=dsn)
     assert bad.returncode == 2 and bad.stdout == ""
     assert len(bad.stderr.strip().splitlines()) == 1 and "'yesterday'" in bad.stderr
+    elsewhere = await apgpulse("why", "hourly", "--tenant", "acme", dsn=dsn)
+    assert elsewhere.returncode == 2
+    assert "no job named 'hourly' in tenant 'acme' (tenant 'default' has one" in elsewhere.stderr
     missing = await apgpulse("why", "nosuch", dsn=dsn)
     assert missing.returncode == 2 and "no job named 'nosuch'" in missing.stderr
 

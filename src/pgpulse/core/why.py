@@ -42,6 +42,7 @@ FATES: dict[str, str] = {
     "coalesced": "skipped: coalesced into a later occurrence",
     "backfill_limit": "skipped: older than the newest backfill_limit occurrences",
     "calendar": "skipped: a calendar excludes its local date",
+    "skipped": "skipped, for the reason its row records",
     "window": "outside the job's window (not_before / not_after)",
     "paused": "the job was paused",
     "overlap": "waiting: the job's previous run still holds it (overlap forbid)",
@@ -325,7 +326,7 @@ class _Tracer:
     def _skipped(self, row: Mapping[str, Any], occurrence: datetime) -> None:
         t = self.trace_
         reason: str = row["error"] or "skipped"
-        kind = next((f for prefix, f in _SKIP_PREFIXES if reason.startswith(prefix)), "missed")
+        kind = next((f for prefix, f in _SKIP_PREFIXES if reason.startswith(prefix)), "skipped")
         t.fate = kind
         skip: dict[str, Any] = {
             "reason": reason,
