@@ -17,7 +17,7 @@ import pytest
 from helpers import ALL_SHARDS, add, apgpulse, run_claim, spec, utc
 from pgpulse.core.audit import Actor
 from pgpulse.core.calendars import ExclusionCalendar
-from pgpulse.core.errors import JobNotFound
+from pgpulse.core.errors import InvalidInput, JobNotFound
 from pgpulse.core.schedule import parse_schedule
 from pgpulse.core.why import Trace, dst_note
 from pgpulse.db.store import Store
@@ -280,6 +280,8 @@ async def test_a_deleted_job_says_when_and_by_whom(store: Store) -> None:
     assert trace.facts["deleted"]["by"] == "os:alice"
     with pytest.raises(JobNotFound):
         await why(store, tenant="default", name="never", at=None)
+    with pytest.raises(InvalidInput, match="at 0001-01-01T00:00:00"):
+        await why(store, tenant="default", name="gone", at=datetime(1, 1, 1))
 
 
 # -- daylight saving (pure) --------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pgpulse.core.calendars import from_definitions
 from pgpulse.core.errors import JobNotFound
 from pgpulse.core.jobs import check_key
 from pgpulse.core.why import Trace, WhyFacts, build_trace
+from pgpulse.core.zones import check_instant_range, utc_if_naive
 from pgpulse.db.registry import DEFAULT_NODE_TTL
 from pgpulse.db.store import attempt_log
 from pgpulse.sql import load_statements
@@ -48,19 +49,21 @@ async def why(
         store: the store (read on its primary pool: a trace right after an event must see it).
         tenant, name: the job by name (with ``job_id`` ``None``).
         job_id: the job by id (the API's address), of tenant ``scope`` unless that is ``None``.
-        at: the instant asked about (aware); ``None``: the database's now.
+        at: the instant asked about (naive: UTC); ``None``: the database's now.
         scope: only a job of this tenant (a tenant token's); ``None``: any.
         ttl: seconds of silence after which a node that registered none is not live.
         now: tests only: the instant the database's clock is taken to be.
 
     Raises:
-        InvalidInput: a malformed tenant or name.
+        InvalidInput: a malformed tenant or name, or ``at`` outside the instants Pulse stores.
         JobNotFound: no such job now and no audit trail of one (by name), or a job id not
             visible to ``scope``.
     """
     if job_id is None:
         assert tenant is not None and name is not None
         check_key(tenant, name)
+    if at is not None:  # naive: UTC, as every instant that names stored history
+        at = check_instant_range("at", utc_if_naive(at))
     async with store.pool.connection() as conn, conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         facts = await read_facts(
