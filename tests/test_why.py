@@ -19,7 +19,8 @@ from pgpulse.core.audit import Actor
 from pgpulse.core.calendars import ExclusionCalendar
 from pgpulse.core.errors import InvalidInput, JobNotFound
 from pgpulse.core.schedule import parse_schedule
-from pgpulse.core.why import Trace, dst_note
+from pgpulse.core.why import Trace
+from pgpulse.core.why_text import dst_note
 from pgpulse.db.store import Store
 from pgpulse.db.why import why
 from pgpulse.node.handlers import NodeHandlers, RunContext

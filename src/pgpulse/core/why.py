@@ -6,6 +6,8 @@ handlers of live nodes, its calendars, all read by :mod:`pgpulse.db.why`) and sa
 of the occurrence at or nearest that instant: its fate (:data:`FATES`), the facts behind it, a few
 lines a person reads in ten seconds, and what Pulse cannot know. It reads no clock and does no
 I/O: the database's instant comes in with the facts (docs/design.md, invariant 1).
+Its wording (the labelled lines, instants, the daylight-saving note) is
+:mod:`pgpulse.core.why_text`.
 
 The rules it explains are the ones that decided: catch-up and its reasons
 (:mod:`pgpulse.node.dispatch`), daylight saving (docs/design.md, invariant 7), spread
@@ -15,19 +17,20 @@ The rules it explains are the ones that decided: catch-up and its reasons
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pgpulse.core.calendars import ExclusionCalendar
 from pgpulse.core.errors import PulseError
 from pgpulse.core.routing import waiting_reason
-from pgpulse.core.schedule import Schedule, parse_schedule
+from pgpulse.core.schedule import parse_schedule
 from pgpulse.core.spread import spread_offset
+from pgpulse.core.why_text import dst_note, fact_lines, iso, jsonable, pause_words
 from pgpulse.core.wording import plural, seconds_text
-from pgpulse.core.zones import is_utc, load_zone, offsets
+from pgpulse.core.zones import load_zone
 
 #: Every fate a trace names, and what it means (docs/why.md has the same table).
 FATES: dict[str, str] = {
@@ -132,7 +135,7 @@ class Trace:
 
     def as_json(self) -> dict[str, Any]:
         """The trace as one JSON object (instants as ISO 8601 text), with ``lines``."""
-        found: dict[str, Any] = _jsonable(
+        found: dict[str, Any] = jsonable(
             {
                 "tenant": self.tenant,
                 "name": self.name,
@@ -150,9 +153,9 @@ class Trace:
 
     def lines(self) -> list[str]:
         """The trace as a person reads it: a headline, then one labelled line per fact."""
-        when = _iso(self.occurrence) if self.occurrence else "no occurrence"
+        when = iso(self.occurrence) if self.occurrence else "no occurrence"
         out = [f"{self.name} ({self.tenant}) {when}: {self.fate} — {self.summary}"]
-        out.extend(f"  {label:<12} {text}" for label, text in _fact_lines(self.facts))
+        out.extend(f"  {label:<12} {text}" for label, text in fact_lines(self.facts))
         out.extend(f"  {'cannot know':<12} {text}" for text in self.unknown)
         return out
 
@@ -314,7 +317,7 @@ class _Tracer:
             last = attempts[-1]
             return (
                 f"attempt {last['attempt']} runs on {last['node']} (token {last['token']}), "
-                f"lease until {_iso(self.job['lease_expires_at'])}"
+                f"lease until {iso(self.job['lease_expires_at'])}"
             )
         if outcome == "succeeded":
             return f"ran on {attempts[-1]['node'] if attempts else '?'}, {count}"
@@ -342,7 +345,7 @@ class _Tracer:
             skip["superseded_by"] = self._superseder(skip["last"])
             by = skip["superseded_by"]
             if by is not None:
-                t.summary += f"; it gave way to {_iso(by['scheduled_for'])} ({by['outcome']})"
+                t.summary += f"; it gave way to {iso(by['scheduled_for'])} ({by['outcome']})"
         elif kind == "missed":
             self._late(skip, occurrence)
         elif kind == "calendar":
@@ -398,7 +401,7 @@ class _Tracer:
         status, held = job["status"], job["scheduled_for"]
         not_after = job["not_after"]
         if not_after is not None and occurrence > not_after:
-            t.fate, t.summary = "window", f"after the job's window (not_after {_iso(not_after)})"
+            t.fate, t.summary = "window", f"after the job's window (not_after {iso(not_after)})"
         elif status == "completed":
             self._completed()
         elif status == "paused":
@@ -420,22 +423,22 @@ class _Tracer:
             t.facts["waiting_for"] = {"handler": job["handler"], "since": job["next_run_at"]}
         elif occurrence > held:
             t.fate = "pending"
-            t.summary = f"the job holds {_iso(held)} first; this one comes after it"
+            t.summary = f"the job holds {iso(held)} first; this one comes after it"
         elif job["next_run_at"] > now:
             t.fate = "pending"
             retry = " (a retry)" if job["attempt"] else ""
-            t.summary = f"due at {_iso(job['next_run_at'])}{retry}"
+            t.summary = f"due at {iso(job['next_run_at'])}{retry}"
         else:
             t.fate = "due"
             late = (now - job["next_run_at"]).total_seconds()
             t.summary = (
-                f"due since {_iso(job['next_run_at'])} ({seconds_text(late)}), not claimed yet"
+                f"due since {iso(job['next_run_at'])} ({seconds_text(late)}), not claimed yet"
             )
 
     def _overlap(self, occurrence: datetime) -> None:
         t, job = self.trace_, self.job
         if occurrence + self.offset > self.facts.now:
-            t.fate, t.summary = "pending", f"due at {_iso(occurrence + self.offset)}"
+            t.fate, t.summary = "pending", f"due at {iso(occurrence + self.offset)}"
             return
         t.fate = "overlap"
         holder = {
@@ -446,8 +449,8 @@ class _Tracer:
         }
         t.facts["waiting_for"] = holder
         t.summary = (
-            f"waiting for the run of {_iso(job['scheduled_for'])} (run {job['run_id']} on "
-            f"{job['locked_by']} since {_iso(job['claimed_at'])}): overlap {job['overlap']}; "
+            f"waiting for the run of {iso(job['scheduled_for'])} (run {job['run_id']} on "
+            f"{job['locked_by']} since {iso(job['claimed_at'])}): overlap {job['overlap']}; "
             "when it ends, catch-up decides whether this one runs late or is skipped"
         )
 
@@ -458,8 +461,8 @@ class _Tracer:
         if job["max_runs"] is not None and job["runs_done"] >= job["max_runs"]:
             why = f"it ran max_runs ({job['max_runs']}) times"
         elif job["not_after"] is not None:
-            why = f"its window ended (not_after {_iso(job['not_after'])})"
-        t.summary = f"the job completed at {_iso(job['last_finished_at'])}: {why}"
+            why = f"its window ended (not_after {iso(job['not_after'])})"
+        t.summary = f"the job completed at {iso(job['last_finished_at'])}: {why}"
         t.facts["completed"] = {"at": job["last_finished_at"], "why": why}
 
     def _paused_now(self) -> None:
@@ -472,8 +475,8 @@ class _Tracer:
             "reason": job["pause_reason"],
             "until": job["paused_until"],
         }
-        t.summary = _pause_words(t.facts["pause"]) + (
-            f" until {_iso(job['paused_until'])}" if job["paused_until"] else ", until resumed"
+        t.summary = pause_words(t.facts["pause"]) + (
+            f" until {iso(job['paused_until'])}" if job["paused_until"] else ", until resumed"
         )
         if pause is None:
             t.unknown.append(self._history_limit())
@@ -484,10 +487,10 @@ class _Tracer:
         t, job = self.trace_, self.job
         if occurrence < job["created_at"]:
             t.fate = "before_job"
-            t.summary = f"the job was created at {_iso(job['created_at'])}, after it"
+            t.summary = f"the job was created at {iso(job['created_at'])}, after it"
         elif job["not_before"] is not None and occurrence < job["not_before"]:
             t.fate = "window"
-            t.summary = f"before the job's window (not_before {_iso(job['not_before'])})"
+            t.summary = f"before the job's window (not_before {iso(job['not_before'])})"
         elif self._pause_around(occurrence):
             t.summary += "; the resume skipped the occurrences inside the pause, unrecorded"
         else:
@@ -525,8 +528,8 @@ class _Tracer:
             facts["resume_mode"] = mode
         self.trace_.fate = "paused"
         self.trace_.facts["pause"] = facts
-        self.trace_.summary = _pause_words(facts) + (
-            f"; resumed {_iso(facts['resumed_at'])} by {facts['resumed_by']} "
+        self.trace_.summary = pause_words(facts) + (
+            f"; resumed {iso(facts['resumed_at'])} by {facts['resumed_by']} "
             f"(mode {facts['resume_mode']})"
             if resume is not None
             else ""
@@ -543,7 +546,7 @@ class _Tracer:
         oldest = self.facts.history[-1]["at"] if self.facts.history else None
         return (
             "pauses before "
-            + (_iso(oldest) if oldest else "the first change read")
+            + (iso(oldest) if oldest else "the first change read")
             + ": only the job's newest audit rows are read (pgpulse job history has them all)"
         )
 
@@ -557,7 +560,7 @@ class _Tracer:
         ]
         if changed:
             self.trace_.unknown.append(
-                f"the schedule as it was: it changed at {_iso(changed[-1]['at'])}, and the "
+                f"the schedule as it was: it changed at {iso(changed[-1]['at'])}, and the "
                 "occurrence is computed from the current one"
             )
 
@@ -570,159 +573,7 @@ def _missing_job(facts: WhyFacts) -> Trace:
         return t
     t.job_id = deleted["job_id"]
     t.fate = "deleted"
-    t.summary = f"the job was deleted at {_iso(deleted['at'])} by {deleted['actor']}"
+    t.summary = f"the job was deleted at {iso(deleted['at'])} by {deleted['actor']}"
     t.facts["deleted"] = {"at": deleted["at"], "by": deleted["actor"], "source": deleted["source"]}
     t.unknown.append("what became of its occurrences: a job's runs are deleted with it")
     return t
-
-
-def dst_note(schedule: Schedule, occurrence: datetime) -> str | None:
-    """How daylight saving placed ``occurrence`` of a cron ``schedule`` (docs/design.md,
-    invariant 7), or ``None`` when it did not: a fixed-time job whose wall time a jump forward
-    skipped fires at the first instant after the gap; a wall time repeated when clocks go back
-    fires once (fixed-time, first pass) or in both passes (elapsed-time).
-
-    Args:
-        schedule: the job's schedule (only cron schedules in a zone other than UTC move).
-        occurrence: an occurrence of it (aware).
-    """
-    cron = schedule.cron
-    if cron is None or is_utc(schedule.timezone):
-        return None
-    zone = load_zone(schedule.timezone)
-    local = occurrence.astimezone(zone)
-    wall = local.replace(tzinfo=None)
-    on_the_fields = (
-        wall.hour in cron.hours and wall.minute in cron.minutes and wall.second in cron.seconds
-    )
-    if not on_the_fields:
-        before = (occurrence - timedelta(seconds=1)).astimezone(zone)
-        jump = (local.utcoffset() or timedelta()) - (before.utcoffset() or timedelta())
-        if jump > timedelta():
-            return (
-                f"clocks went forward {seconds_text(jump.total_seconds())} at {wall:%H:%M} "
-                f"{local.tzname()}: its wall time did not exist that day, so this fixed-time "
-                "job fired at the first instant after the gap"
-            )
-        return None
-    first, second = offsets(zone, wall)
-    if first <= second:
-        return None
-    if cron.elapsed:
-        which = "second" if local.fold else "first"
-        return (
-            f"{wall:%H:%M} happened twice that day (clocks went back); an elapsed-time job "
-            f"fires in both passes, and this is the {which} ({local.tzname()})"
-        )
-    return (
-        f"{wall:%H:%M} happened twice that day (clocks went back); a fixed-time job fires on "
-        f"the first pass only ({local.tzname()})"
-    )
-
-
-def _pause_words(pause: Mapping[str, Any]) -> str:
-    by = f" by {pause['by']}" if pause.get("by") else ""
-    at = f" at {_iso(pause['at'])}" if pause.get("at") else ""
-    reason = f" ({pause['reason']})" if pause.get("reason") else ""
-    return f"paused{at}{by}{reason}"
-
-
-def _iso(value: datetime | None) -> str:
-    """An instant in UTC, to the second (to the millisecond when it has a fraction)."""
-    if value is None:
-        return "-"
-    spec = "milliseconds" if value.microsecond else "seconds"
-    return value.astimezone(UTC).isoformat(timespec=spec).replace("+00:00", "Z")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return _iso(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "isoformat"):  # a date
-        return value.isoformat()
-    return value
-
-
-def _fact_lines(facts: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
-    """The labelled lines of a trace's facts, in reading order."""
-    scheduled = facts.get("scheduled")
-    if scheduled:
-        local = scheduled["local"]
-        yield (
-            "scheduled",
-            _iso(scheduled["utc"])
-            + ("" if local.endswith(" UTC") else f" = {local} ({scheduled['timezone']})"),
-        )
-        if scheduled["daylight_saving"]:
-            yield "dst", scheduled["daylight_saving"]
-    if "spread_offset" in facts and scheduled:
-        yield (
-            "spread",
-            (f"+{seconds_text(facts['spread_offset'])}: due at {_iso(scheduled['due_at'])}"),
-        )
-    claim = facts.get("claim")
-    if claim:
-        lag = "" if claim["lag"] is None else f", lag {claim['lag']:.3f} s"
-        yield "claimed", f"by {claim['node']} at {_iso(claim['at'])}{lag}"
-    for a in facts.get("attempts", ()):
-        yield f"attempt {a['attempt']}", _attempt_words(a)
-    yield from _other_lines(facts)
-
-
-def _attempt_words(a: Mapping[str, Any]) -> str:
-    ended = f", ended {_iso(a['ended_at'])}" if a["ended_at"] else ""
-    error = f": {a['error']}" if a["error"] and a["outcome"] != "lease lost" else ""
-    fenced = (
-        "; fenced: its lease was taken back, so any write with token "
-        f"{a['token']} was refused (docs/design.md, invariant 3)"
-        if a["fenced"]
-        else ""
-    )
-    return (
-        f"token {a['token']} on {a['node']}, started {_iso(a['started_at'])}{ended}: "
-        f"{a['outcome']}{error}{fenced}"
-    )
-
-
-def _other_lines(facts: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
-    skip = facts.get("skip")
-    if skip:
-        many = skip["occurrences"]
-        span = (
-            f"one row for {plural(many, 'occurrence')}, {_iso(skip['first'])} to "
-            f"{_iso(skip['last'])}"
-            if many > 1
-            else "its own row"
-        )
-        yield "skipped", f"recorded {_iso(skip['recorded_at'])} (run {skip['run_id']}, {span})"
-        by = skip.get("superseded_by")
-        if by:
-            yield (
-                "gave way to",
-                f"{_iso(by['scheduled_for'])}: {by['outcome']} (run {by['run_id']})",
-            )
-    pause = facts.get("pause")
-    if pause:
-        yield "paused", _pause_words(pause)
-        if pause.get("resumed_at"):
-            yield (
-                "resumed",
-                (
-                    f"{_iso(pause['resumed_at'])} by {pause['resumed_by']} "
-                    f"(mode {pause['resume_mode']})"
-                ),
-            )
-    waiting = facts.get("waiting_for")
-    if waiting:
-        yield "waiting for", ", ".join(f"{k} {_text(v)}" for k, v in waiting.items())
-    for key in ("completed", "deleted"):
-        if key in facts:
-            yield key, ", ".join(f"{k} {_text(v)}" for k, v in facts[key].items())
-
-
-def _text(value: object) -> str:
-    return _iso(value) if isinstance(value, datetime) else str(value)
