@@ -253,6 +253,9 @@ async def test_an_occurrence_waiting_behind_a_long_run_names_that_run(
         trace = await why(
             store, tenant="default", name="long", at=held["scheduled_for"] + timedelta(seconds=1)
         )
+        holder = await why(store, tenant="default", name="long", at=held["scheduled_for"])
+    assert holder.fate == "running"
+    assert _attempts(holder) == [(1, "node-a", held["fencing_token"], "running", False)]
     assert trace.fate == "overlap"
     assert trace.facts["waiting_for"] == {
         "scheduled_for": held["scheduled_for"],
