@@ -336,6 +336,7 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         "/api/v1/jobs/{job_id}/backfill",
         "/api/v1/jobs/{job_id}/runs",
         "/api/v1/jobs/{job_id}/history",
+        "/api/v1/jobs/{job_id}/why",
         "/api/v1/runs",
         "/api/v1/runs/{run_id}",
         "/api/v1/cluster",

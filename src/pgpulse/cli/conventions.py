@@ -54,6 +54,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "token": ("pgpulse.cli.serve:token", "Create, list and revoke API tokens."),
     "notifier": ("pgpulse.cli.alerts:notifier", "Add, list and remove alert notifiers."),
     "alert": ("pgpulse.cli.alerts:alert", "Alert rules, alerts, silences, acknowledgements."),
+    "why": ("pgpulse.cli.why:why", "Why an occurrence of a job ran, or did not: its trace."),
     "demo": ("pgpulse_tools.commands:demo", "Three nodes share a crontab; one is killed midway."),
     "chaos": ("pgpulse_tools.commands:chaos", "Inject faults into a live cluster; check history."),
     "bench": ("pgpulse_tools.commands:bench", "Benchmark Pulse against the floor and its peers."),

@@ -119,6 +119,14 @@ class Schedule:
     delay: timedelta | None = None
 
     @property
+    def cron(self) -> Cron | None:
+        """The parsed fields of a cron schedule, macros expanded (its hours, minutes, seconds and
+        whether it follows elapsed time across daylight saving), or None for ``@every``,
+        ``@at`` and ``@after``: what a check of its wall times reads (:mod:`pgpulse.core.lint`,
+        :mod:`pgpulse.core.why`)."""
+        return self._cron
+
+    @property
     def final(self) -> datetime | None:
         """The last occurrence of a finite schedule (an ``@at`` schedule's instant, aware UTC),
         or None for a recurring one (cron, macro, ``@every``), which never ends by design.
@@ -373,12 +381,6 @@ class Schedule:
         if self._cron is None:
             return None
         return cron_gaps.longest_gap_at_changes(self._cron, self._zone, _utc(since, "since"))
-
-    @property
-    def cron(self) -> Cron | None:
-        """A cron schedule's parsed fields (macros expanded), else ``None``: what a check of
-        its wall times reads (:mod:`pgpulse.core.lint`)."""
-        return self._cron
 
     @property
     def _cron_fields(self) -> Cron:

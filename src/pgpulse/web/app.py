@@ -28,7 +28,7 @@ from pgpulse.core.errors import PulseError
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.store import Store
 from pgpulse.node import metrics
-from pgpulse.web import alerts_api, api, dashboard, pages
+from pgpulse.web import alerts_api, api, dashboard, pages, why
 from pgpulse.web.bodies import BodyLimit, JsonBodies
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import (
@@ -97,6 +97,8 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
     app.include_router(alerts_api.router, responses=too_large)
     app.include_router(dashboard.router)
     app.include_router(pages.router)
+    app.include_router(why.api_router, responses=too_large)
+    app.include_router(why.ui_router)
     app.mount("/ui/static", StaticFiles(directory=dashboard.WEB_DIR / "static"), name="static")
 
     async def on_pulse_error(request: Request, exc: Exception) -> Response:
