@@ -3,9 +3,9 @@
 * One environment variable per option, named by one rule from what the user types
   (:func:`envvar_for`), shown in ``--help``; no other name reaches an option.
 * ``--help`` is click's: each option's text ends ``[env var: PGPULSE_X; default: 30; x>=1]``.
-* A refused value names the option as typed and the value, in click's words:
-  ``invalid value for --lease: 0 is not in the range x>=1.`` (the variable is named only when
-  the value came from it).
+* A refused value names the option as typed and the value, in click's words: ``invalid
+  value for --count: 0 is not in the range 1<=x<=1000.`` (the variable is named only when the
+  value came from it).
 * A value an option's type refuses is one line on stderr and exit 2 (:class:`Refused`), like
   every refusal of input; a malformed command line keeps click's usage hint.
 * The web edge's and the tools' commands (:data:`LAZY_COMMANDS`) are imported only when

@@ -409,7 +409,6 @@ def _shell_env_names(
     "--alert-interval",
     type=Seconds(0),
     default=10,
-    show_default=True,
     help="Time between the leader's evaluations of alert rules (late, silence, cluster); "
     "0 turns alerting off on this node.",
 )
@@ -423,7 +422,6 @@ def _shell_env_names(
     "--split-brain-every",
     type=click.IntRange(0, 1_000_000),
     default=10,
-    show_default=True,
     metavar="HEARTBEATS",
     help="With a DSN of several hosts: heartbeats between two checks for more than one host "
     "accepting writes (a split brain: the node then claims on the newest timeline's host only "
@@ -433,7 +431,6 @@ def _shell_env_names(
     "--clock-step",
     type=Seconds(1),
     default=5,
-    show_default=True,
     help="How far the database's clock may move apart from the leader's monotonic clock "
     "between two heartbeats before the leader reports a step (log db_clock_step, alert "
     "db_clock).",

@@ -22,7 +22,6 @@ ttl_option = click.option(
     "ttl",
     type=Seconds(0, min_open=True),
     default=10,
-    show_default=True,
     help="A node silent this long is not counted (the nodes' --node-ttl).",
 )
 
@@ -65,7 +64,6 @@ async def shards_show(store: Store, ttl: float, as_json: bool) -> None:
     "--wait",
     type=Seconds(0),
     default=60,
-    show_default=True,
     help="How long to wait for every live node to claim by the new count before the old "
     "count's indexes are dropped.",
 )

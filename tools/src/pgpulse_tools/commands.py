@@ -96,7 +96,6 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     "--replication",
     type=click.Choice(["sync", "async"]),
     default="sync",
-    show_default=True,
     help="With --cluster: synchronous replication (nothing committed is lost) or asynchronous "
     "(a failover loses the last commits).",
 )
