@@ -141,6 +141,7 @@ def test_version() -> None:
 
 
 def test_a_refused_option_value_is_one_line_exit_2() -> None:
+    """click's words for the value, the option as typed, one line, no usage block."""
     refused = subprocess.run(
         [PGPULSE, "schedule", "next", "* * * * *", "--count", "0"],
         capture_output=True,
@@ -149,7 +150,7 @@ def test_a_refused_option_value_is_one_line_exit_2() -> None:
     )
     assert refused.returncode == 2
     assert refused.stdout == ""
-    assert refused.stderr == "error: invalid value for --count: must be between 1 and 1000, got 0\n"
+    assert refused.stderr == "error: invalid value for --count: 0 is not in the range 1<=x<=1000.\n"
     from_env = subprocess.run(
         [PGPULSE, "node", "run"],
         capture_output=True,
@@ -159,56 +160,59 @@ def test_a_refused_option_value_is_one_line_exit_2() -> None:
     )
     assert (from_env.returncode, from_env.stderr) == (
         2,
-        "error: invalid value for --lease: 'abc' is not a number of seconds "
+        "error: invalid value for --lease: 'abc' is not a valid float. "
         "(from the environment variable PGPULSE_NODE_RUN_LEASE)\n",
     )
 
 
-def test_help_ends_each_option_with_one_bracket_in_words() -> None:
-    """ "[env: X; default: 30; at least 1 second]": not click's "env var", "x>=1", "30.0",
-    nor a second, hand-written "[default: ...]" in the text."""
+def test_help_ends_each_option_with_clicks_bracket() -> None:
+    """click's own "[env var: X; default: 30; x>=1]", the variable by the rule, whole-number
+    defaults without ".0", and no second, hand-written "[default: ...]" in the text."""
     for path, command, ctx in tree():
         for option in options(command):
             record = option.get_help_record(ctx)
             assert record is not None, (path, option.opts)
             text = record[1]
-            assert text.count("[env: ") == 1 and text.endswith("]"), (path, text)
+            assert text.count("[env var: ") == 1 and text.endswith("]"), (path, text)
             assert "[default" not in text, (path, text)
-            assert f"[env: {expected_envvar(path, option)}" in text, (path, text)
-            assert not re.search(r"env var|x[<>]=?|[<>]=?x|\d\.0\b[;\]]|default: \(", text), text
+            assert f"[env var: {expected_envvar(path, option)}" in text, (path, text)
+            assert not re.search(r"\b\d+\.0\b", text[text.rindex("[env var: ") :]), text
     shown = subprocess.run(
         [PGPULSE, "node", "run", "--help"], capture_output=True, text=True, timeout=60
     )
     help_text = " ".join(shown.stdout.split())
     assert (
-        "--lease SECONDS Lease granted per claim and renewal. [env: PGPULSE_NODE_RUN_LEASE; "
-        "default: 30; at least 1 second]" in help_text
+        "--lease SECONDS Lease granted per claim and renewal. [env var: PGPULSE_NODE_RUN_LEASE; "
+        "default: 30; x>=1]" in help_text
     )
-    assert "[env: PGPULSE_NODE_RUN_HEARTBEAT; default: 2; at least 0.1 seconds]" in help_text
-    assert "[env: PGPULSE_NODE_RUN_SLOTS; default: 10; between 1 and 1000]" in help_text
+    assert "[env var: PGPULSE_NODE_RUN_HEARTBEAT; default: 2; x>=0.1]" in help_text
+    assert "[env var: PGPULSE_NODE_RUN_SLOTS; default: 10; 1<=x<=1000]" in help_text
 
 
 def test_every_duration_option_is_in_seconds() -> None:
-    """A number option is a duration (SECONDS in --help, bounds in seconds) unless it is a
-    plain ratio; the shards commands' --wait and --node-ttl as node run's (t16 ROUGH)."""
+    """A number option is a duration (SECONDS in --help) unless it is a plain ratio, and every
+    one refuses nan and the infinities (click's float types take them); the shards commands'
+    --wait and --node-ttl as node run's (t16 ROUGH)."""
     plain = {(("bench",), "--scale")}
     for path, command, _ in tree():
-        for option in options(command):
-            if isinstance(option.type, Number) and (path, option.opts[0]) not in plain:
-                assert isinstance(option.type, Seconds), (path, option.opts)
+        for param in command.params:
+            if isinstance(param.type, click.FloatRange | click.types.FloatParamType):
+                assert isinstance(param.type, Number), (path, param.opts)
+                if (path, param.opts[0]) not in plain:
+                    assert isinstance(param.type, Seconds), (path, param.opts)
     shown = subprocess.run(
         [PGPULSE, "shards", "set", "--help"], capture_output=True, text=True, timeout=60
     )
     help_text = " ".join(shown.stdout.split())
     assert "--wait SECONDS" in help_text and "--node-ttl SECONDS" in help_text
-    assert "default: 60; at least 0 seconds]" in help_text
-    assert "default: 10; more than 0 seconds]" in help_text
+    assert "default: 60; x>=0]" in help_text
+    assert "default: 10; x>0]" in help_text
     refused = subprocess.run(
         [PGPULSE, "shards", "show", "--node-ttl", "0"], capture_output=True, text=True, timeout=60
     )
     assert (refused.returncode, refused.stderr) == (
         2,
-        "error: invalid value for --node-ttl: must be more than 0 seconds, got 0\n",
+        "error: invalid value for --node-ttl: 0.0 is not in the range x>0.\n",
     )
 
 

@@ -157,5 +157,5 @@ def test_a_number_option_refuses_nan_and_infinity() -> None:
         refused = pgpulse("status", "--max-lag", value)
         assert (refused.returncode, refused.stdout) == (2, ""), refused
         assert refused.stderr == (
-            f"error: invalid value for --max-lag: must be a finite number, got {value}\n"
+            f"error: invalid value for --max-lag: {value!r} is not a finite number.\n"
         )

@@ -118,14 +118,12 @@ def _read_config(text: str) -> object:
 @click.option(
     "--http-allow",
     multiple=True,
-    show_envvar=True,
     help="Hosts, *.domains or CIDR networks a webhook or checkin URL may target although "
     "loopback or private (repeatable).",
 )
 @click.option(
     "--tenant",
     default=None,
-    show_envvar=True,
     callback=valid_name("tenant"),
     help="The tenant it belongs to (its jobs' rules may name it). Default: the cluster's, "
     "which a tenant's rules may name once shared with it (pgpulse notifier share); the global "

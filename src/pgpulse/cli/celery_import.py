@@ -64,7 +64,6 @@ def celery() -> None:
     "--app",
     "app",
     required=True,
-    show_envvar=True,
     metavar="MODULE:ATTR",
     callback=_app,
     help="The Celery app whose beat_schedule is imported (proj.celery:app), imported from the "

@@ -2,10 +2,10 @@
 
 * One environment variable per option, named by one rule from what the user types
   (:func:`envvar_for`), shown in ``--help``; no other name reaches an option.
-* ``--help`` ends each option's text with one bracket, ``[env: PGPULSE_X; default: 30; at
-  least 1 second]``, and numbers' bounds are words (:mod:`pgpulse.cli.types`) there and in
-  refusals: ``invalid value for --lease: must be at least 1
-  second, got 0`` (the variable is named only when the value came from it).
+* ``--help`` is click's: each option's text ends ``[env var: PGPULSE_X; default: 30; x>=1]``.
+* A refused value names the option as typed and the value, in click's words: ``invalid
+  value for --count: 0 is not in the range 1<=x<=1000.`` (the variable is named only when the
+  value came from it).
 * A value an option's type refuses is one line on stderr and exit 2 (:class:`Refused`), like
   every refusal of input; a malformed command line keeps click's usage hint.
 * The web edge's and the tools' commands (:data:`LAZY_COMMANDS`) are imported only when
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,7 +26,6 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import click
 
 from pgpulse.cli.report import one_line, refusal_line
-from pgpulse.cli.types import worded
 from pgpulse.core.errors import DatabaseUnavailable, InvalidInput, PulseError
 from pgpulse.core.extras import MissingExtra, extra_for
 from pgpulse.db.embedded import start_embedded
@@ -103,50 +101,15 @@ def envvar_for(path: Sequence[str], option: click.Option) -> str:
     return "_".join(words).upper().replace("-", "_")
 
 
-class PulseOption(click.Option):
-    """click's option with the tree's wording: one bracket ending its help (``[env: X;
-    default: 30; at least 1 second]``: "env", a float default without ``.0``, a default
-    described in words as it is, not in parentheses), and an error hint that is the option's
-    name alone (click adds the variable even when the value came from the command line;
-    :func:`_one_line_refusals` names it when it did not)."""
-
-    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        record = super().get_help_record(ctx)
-        if record is None:
-            return None
-        spec, text = record
-        head, sep, extra = text.rpartition("  [") if text.endswith("]") else (text, "", "")
-        if not sep and text.startswith("["):
-            head, sep, extra = "", "[", text[1:]
-        if sep:
-            extra = extra.replace("env var: ", "env: ", 1)
-            extra = re.sub(r"default: (-?\d+)\.0(?=[;\]])", r"default: \1", extra)
-            if isinstance(self.show_default, str):
-                extra = extra.replace(
-                    f"default: ({self.show_default})", f"default: {self.show_default}"
-                )
-            text = f"{head}  [{extra}" if head else f"[{extra}"
-        return spec, text
-
-    def get_error_hint(self, ctx: click.Context | None) -> str:
-        return " / ".join(self.opts)
-
-
 def apply_envvar_rule(command: click.Command, path: Sequence[str]) -> None:
-    """Give every option of ``command`` its :func:`envvar_for` variable, shown in ``--help``, and
-    no other: click's own fallback from the parameter name (``..._AS_JSON``) is switched off.
-    Eager options that hold no value (``--version``) are actions, not settings: they get none.
-    Every option (and argument) gets the tree's wording too: :class:`PulseOption`, and number
-    types whose bounds are words (:func:`~pgpulse.cli.types.worded`), including the options of
-    plain click commands. The subcommands of a plain click group (a lazy one, ``token``) get
-    theirs here too."""
+    """Give every option of ``command`` its :func:`envvar_for` variable (click's ``envvar``),
+    shown in ``--help`` (``show_envvar``), and no other: click's automatic variable, named from
+    the Python parameter (``..._AS_JSON``, ``..._TIMEZONE``), is switched off. Eager options
+    that hold no value (``--version``) are actions, not settings: they get none. The
+    subcommands of a plain click group (a lazy one, ``token``) get theirs here too."""
     for param in command.params:
-        param.type = worded(param.type)
         if not isinstance(param, click.Option) or (param.is_eager and not param.expose_value):
             continue
-        if type(param) is click.Option:
-            # The same object, worded as the tree's options are: PulseOption adds no state.
-            param.__class__ = PulseOption
         param.envvar = envvar_for(path, param)
         param.show_envvar = True
         param.allow_from_autoenv = False
@@ -242,16 +205,22 @@ class Refused(click.ClickException):
 
 @contextmanager
 def _one_line_refusals() -> Iterator[None]:
+    """A value click refuses, as one line naming the option as typed (click's own hint quotes
+    it, and names the option's variable even when the value came from the command line), and
+    the variable only when the value came from it. A malformed command line (a missing
+    parameter, an unknown option) keeps click's usage hint."""
     try:
         yield
     except click.MissingParameter:
         raise
     except click.BadParameter as exc:
-        message = exc.format_message()
         param, ctx = exc.param, exc.ctx
+        if not isinstance(param, click.Option):
+            raise Refused(exc.format_message()) from None
+        hint = exc.param_hint if isinstance(exc.param_hint, str) else " / ".join(param.opts)
+        message = f"invalid value for {hint}: {exc.message}"
         if (
-            isinstance(param, click.Option)
-            and ctx is not None
+            ctx is not None
             and param.name
             and ctx.get_parameter_source(param.name) is click.core.ParameterSource.ENVIRONMENT
         ):

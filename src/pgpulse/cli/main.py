@@ -317,7 +317,6 @@ def _shell_env_names(
 @node.command("run")
 @click.option(
     "--app",
-    show_envvar=True,
     help="module:attribute of your pgpulse.App (module alone: its attribute app).",
 )
 @click.option(
@@ -329,7 +328,6 @@ def _shell_env_names(
 )
 @click.option(
     "--pool-database-url",
-    show_envvar=True,
     metavar="DSN",
     callback=_pool_dsn,
     help="A DSN for the node's connection pool only, through PgBouncer in transaction mode; "
@@ -338,7 +336,6 @@ def _shell_env_names(
 )
 @click.option(
     "--node-id",
-    show_envvar=True,
     show_default="host-pid-random",
     callback=valid_name("node_id"),  # as a job's name: status, logs and alerts show it
     help="Unique node id; one held by a live node is refused.",
@@ -347,47 +344,40 @@ def _shell_env_names(
     "--slots",
     type=click.IntRange(1, 1000),
     default=10,
-    show_envvar=True,
     help="Worker slots: attempts run at once.",
 )
 @click.option(
     "--lease",
     type=Seconds(1),
-    default=30.0,
-    show_envvar=True,
+    default=30,
     help="Lease granted per claim and renewal.",
 )
 @click.option(
     "--heartbeat",
     type=Seconds(0.1),
-    default=2.0,
-    show_envvar=True,
+    default=2,
     help="Time between heartbeats / lease renewals.",
 )
 @click.option(
     "--poll",
     type=Seconds(0.05),
-    default=5.0,
-    show_envvar=True,
+    default=5,
     help="Longest sleep between claims when nothing is known to be due.",
 )
 @click.option(
     "--drain-timeout",
     type=Seconds(0),
-    default=10.0,
-    show_envvar=True,
+    default=10,
     help="On SIGTERM, how long running attempts may take to finish.",
 )
 @click.option(
     "--shell-dry-run",
     is_flag=True,
-    show_envvar=True,
     help="shell jobs record their command instead of running it (implies --allow-shell-jobs).",
 )
 @click.option(
     "--shell-env",
     multiple=True,
-    show_envvar=True,
     metavar="NAME",
     callback=_shell_env_names,
     help="A variable of this node's environment that shell commands also get (repeatable; "
@@ -397,7 +387,6 @@ def _shell_env_names(
 @click.option(
     "--prune-code-jobs",
     is_flag=True,
-    show_envvar=True,
     help="At start, delete the jobs of the --app's source (code:<app name>) that its code no "
     "longer declares, logging each; without it they are shown as declared by code no longer "
     "running.",
@@ -406,7 +395,6 @@ def _shell_env_names(
     "--metrics",
     "metrics_addr",
     type=HostPort(),
-    show_envvar=True,
     metavar="HOST:PORT",
     help="Serve /metrics and /healthz here.",
 )
@@ -414,23 +402,19 @@ def _shell_env_names(
     "--http",
     "http_addr",
     type=HostPort(),
-    show_envvar=True,
     metavar="HOST:PORT",
     help="Also serve the API and dashboard here.",
 )
 @click.option(
     "--alert-interval",
     type=Seconds(0),
-    default=10.0,
-    show_envvar=True,
-    show_default=True,
+    default=10,
     help="Time between the leader's evaluations of alert rules (late, silence, cluster); "
     "0 turns alerting off on this node.",
 )
 @click.option(
     "--dashboard-url",
     default=None,
-    show_envvar=True,
     callback=_web_address,
     help="The dashboard's address (https://pulse.example.com), for the links alerts carry.",
 )
@@ -438,8 +422,6 @@ def _shell_env_names(
     "--split-brain-every",
     type=click.IntRange(0, 1_000_000),
     default=10,
-    show_envvar=True,
-    show_default=True,
     metavar="HEARTBEATS",
     help="With a DSN of several hosts: heartbeats between two checks for more than one host "
     "accepting writes (a split brain: the node then claims on the newest timeline's host only "
@@ -448,9 +430,7 @@ def _shell_env_names(
 @click.option(
     "--clock-step",
     type=Seconds(1),
-    default=5.0,
-    show_envvar=True,
-    show_default=True,
+    default=5,
     help="How far the database's clock may move apart from the leader's monotonic clock "
     "between two heartbeats before the leader reports a step (log db_clock_step, alert "
     "db_clock).",
@@ -458,14 +438,12 @@ def _shell_env_names(
 @click.option(
     "--otel",
     is_flag=True,
-    show_envvar=True,
     help="OpenTelemetry spans per claim and attempt, with OpenTelemetry's global tracer "
     "provider (needs the otel extra: pip install 'pgpulse[otel]').",
 )
 @click.option(
     "--celery-broker",
     default=None,
-    show_envvar=True,
     metavar="URL",
     help="The broker celery jobs are sent to (redis://..., amqp://user:pass@host//); with it "
     "this node runs celery jobs. Kept on the node: never stored in a job or shown in a run "
@@ -474,7 +452,6 @@ def _shell_env_names(
 @click.option(
     "--celery-app",
     default=None,
-    show_envvar=True,
     metavar="MODULE:ATTR",
     help="Instead of --celery-broker, the team's Celery app (proj.celery:app), imported at "
     "start: celery jobs are sent with its broker, routes, serializer and transport options.",
@@ -482,7 +459,6 @@ def _shell_env_names(
 @click.option(
     "--rq-redis",
     default=None,
-    show_envvar=True,
     metavar="URL",
     help="The Redis rq jobs are enqueued into (redis://host:6379/0); with it this node runs "
     "rq jobs (needs the rq extra: pip install 'pgpulse[rq]').",
@@ -674,6 +650,8 @@ def _option(entry: DefinitionField) -> Callable[[F], F]:
         kwargs["type"] = int
     elif entry.kind == "seconds":
         kwargs["type"] = Seconds()
+        if isinstance(entry.default, float) and entry.default.is_integer():
+            kwargs["default"] = int(entry.default)  # --help: "default: 60"; the type makes 60.0
     assert entry.flag is not None
     return click.option(entry.flag, entry.name, **kwargs)
 

@@ -130,7 +130,6 @@ async def job_trigger(
     "--max-concurrency",
     type=int,
     default=1,
-    show_default=True,
     help="Most occurrences of this backfill running at once.",
 )
 @click.option("--newest-first", is_flag=True, help="Run the newest occurrence first.")

@@ -31,7 +31,6 @@ T = TypeVar("T")
     "--listen",
     default="127.0.0.1:8080",
     type=HostPort(),
-    show_envvar=True,
     metavar="HOST:PORT",
     help="Address of the API, dashboard (/ui) and metrics (/metrics).",
 )
@@ -125,7 +124,6 @@ def _tokens(
 @click.option(
     "--tenant",
     default=None,
-    show_envvar=True,
     callback=valid_name("tenant"),
     help="The tenant the token sees (required unless --admin).",
 )

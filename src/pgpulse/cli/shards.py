@@ -21,9 +21,7 @@ ttl_option = click.option(
     "--node-ttl",
     "ttl",
     type=Seconds(0, min_open=True),
-    default=10.0,
-    show_default=True,
-    show_envvar=True,
+    default=10,
     help="A node silent this long is not counted (the nodes' --node-ttl).",
 )
 
@@ -65,8 +63,7 @@ async def shards_show(store: Store, ttl: float, as_json: bool) -> None:
 @click.option(
     "--wait",
     type=Seconds(0),
-    default=60.0,
-    show_default=True,
+    default=60,
     help="How long to wait for every live node to claim by the new count before the old "
     "count's indexes are dropped.",
 )

@@ -1,9 +1,7 @@
 """The value types of the ``pgpulse`` command line, worded for people.
 
-* :class:`Integer`, :class:`Number` and :class:`Seconds`: click's number ranges whose bounds
-  are words, in ``--help`` (``[... between 1 and 1000]``, ``at least 0.1 seconds``) and in
-  refusals (``must be at least 1 second, got 0``; ``'abc' is not a number of seconds``);
-  :func:`worded` gives click's own number types the same wording.
+* :class:`Number` and :class:`Seconds`: click's float ranges, finite (``SECONDS`` in
+  ``--help`` for a duration); whole numbers are click's own ``IntRange``.
 * :class:`IsoDateTime`: ISO 8601 as Python reads it.
 * :class:`HostPort`: a server's address, checked as the option is read.
 """
@@ -18,113 +16,33 @@ from typing import Any, BinaryIO, TypeVar
 import click
 
 from pgpulse.core.errors import InvalidInput
-from pgpulse.core.wording import plural
 from pgpulse.web.options import parse_address
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _bound(value: float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _words(kind: click.IntRange | click.FloatRange, unit: str) -> str:
-    """The bounds of ``kind`` in words, ``unit`` (``"second"``) in the number's plural:
-    ``between 1 and 1000``, ``at least 0.1 seconds``, ``more than 0``; empty if unbounded."""
-    low, high = kind.min, kind.max
-
-    def with_unit(text: str, last: float) -> str:
-        return f"{text} {plural(last, unit).split(' ', 1)[1]}" if unit else text
-
-    if low is not None and high is not None:
-        return with_unit(f"between {_bound(low)} and {_bound(high)}", high)
-    if low is not None:
-        return with_unit(f"{'more than' if kind.min_open else 'at least'} {_bound(low)}", low)
-    if high is not None:
-        return with_unit(f"{'less than' if kind.max_open else 'at most'} {_bound(high)}", high)
-    return ""
-
-
-def _in_words(
-    kind: click.IntRange | click.FloatRange,
-    convert: Callable[[], Any],
-    value: Any,
-    param: click.Parameter | None,
-    ctx: click.Context | None,
-) -> Any:
-    """``convert()`` (click's conversion of ``value`` by ``kind``), its refusals said in words:
-    ``'abc' is not a number of seconds``, ``must be at least 1 second, got 0``."""
-    what = "an integer" if isinstance(kind, click.IntRange) else getattr(kind, "what", "a number")
-    try:
-        (int if isinstance(kind, click.IntRange) else float)(value)
-    except (TypeError, ValueError):
-        kind.fail(f"{value!r} is not {what}", param, ctx)
-    try:
-        return convert()
-    except click.BadParameter:
-        kind.fail(f"must be {kind._describe_range()}, got {value}", param, ctx)
-
-
-class Integer(click.IntRange):
-    """An integer, optionally bounded (``Integer(1, 1000)``): bounds in words in ``--help``
-    (``between 1 and 1000``) and in refusals."""
-
-    name = "integer"
-
-    def _describe_range(self) -> str:
-        return _words(self, "")
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        return _in_words(
-            self, lambda: super(Integer, self).convert(value, param, ctx), value, param, ctx
-        )
-
-
 class Number(click.FloatRange):
-    """A number (a float), optionally bounded (``Number(0)``): bounds in words."""
+    """click's :class:`~click.FloatRange` (``Number(0)``) that also refuses ``nan`` and the
+    infinities, which pass its bounds (``nan`` compares false with each) and no field holds."""
 
-    name = "number"
-    #: The unit of the value, singular (:class:`Seconds`: ``"second"``), or ``""``.
-    unit = ""
-    #: What a value that is not a number should have been.
-    what = "a number"
-
-    def _describe_range(self) -> str:
-        return _words(self, self.unit)
+    name = "float"  # click's word in a refusal: "'abc' is not a valid float."
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = _in_words(
-            self, lambda: super(Number, self).convert(value, param, ctx), value, param, ctx
-        )
-        if isinstance(number, float) and not math.isfinite(number):  # nan, inf, 1e400
-            self.fail(f"must be a finite number, got {value}", param, ctx)
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+
+    def _describe_range(self) -> str:
+        # unbounded (a job field, bounded by the definition model's own check): no "x<=None"
+        return "" if self.min is None and self.max is None else super()._describe_range()
 
 
 class Seconds(Number):
-    """A duration in seconds (a float), optionally bounded: ``--lease SECONDS  [... at least 1
-    second]``."""
+    """A duration in seconds (a float), optionally bounded: ``--lease SECONDS  [... x>=1]``."""
 
-    name = "seconds"
-    unit = "second"
-    what = "a number of seconds"
-
-
-def worded(kind: click.ParamType[Any]) -> click.ParamType[Any]:
-    """``kind`` with Pulse's wording (every parameter of the command tree gets it,
-    :func:`pgpulse.cli.conventions.apply_envvar_rule`): click's own number types become
-    :class:`Integer` or :class:`Number` with the same bounds; any other type is kept."""
-    if isinstance(kind, Integer | Number):
-        return kind
-    if isinstance(kind, click.IntRange):
-        return Integer(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
-    if isinstance(kind, click.FloatRange):
-        return Number(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
-    if isinstance(kind, click.types.IntParamType):
-        return Integer()
-    if isinstance(kind, click.types.FloatParamType):
-        return Number()
-    return kind
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "SECONDS"
 
 
 class IsoDateTime(click.ParamType[datetime]):

@@ -23,7 +23,6 @@ def web_options(func: F) -> F:
         click.option(
             "--allow-shell-jobs",
             is_flag=True,
-            show_envvar=True,
             help="Explicit opt-in to shell jobs (they run commands on the nodes): a "
             "node runs them only with it, and the API lets admin tokens create "
             "or change them only with it.",
@@ -31,7 +30,6 @@ def web_options(func: F) -> F:
         click.option(
             "--http-allow",
             multiple=True,
-            show_envvar=True,
             metavar="HOST|*.DOMAIN|CIDR",
             help="Extra targets http jobs may call besides public addresses "
             "(loopback, link-local and private ones are refused unless listed). "
@@ -41,13 +39,11 @@ def web_options(func: F) -> F:
             "--max-body",
             type=click.IntRange(1024, 16 * 1024 * 1024),
             default=DEFAULT_MAX_BODY_BYTES,
-            show_envvar=True,
             help="Largest request body in bytes; larger ones get 413.",
         ),
         click.option(
             "--secure-cookies",
             is_flag=True,
-            show_envvar=True,
             help="Mark the dashboard's sign-in cookie Secure (serving behind HTTPS).",
         ),
     ]

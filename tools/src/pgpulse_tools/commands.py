@@ -17,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from pgpulse.cli.report import run_command
-from pgpulse.cli.types import Seconds
+from pgpulse.cli.types import Number, Seconds
 
 if TYPE_CHECKING:
     from pgpulse_tools.chaos.replication import Replication
@@ -25,9 +25,7 @@ if TYPE_CHECKING:
 
 @click.command(context_settings={"ignore_unknown_options": False})
 @click.argument("crontabs", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--duration", type=Seconds(20, 170), default=75.0, help="How long the three nodes run."
-)
+@click.option("--duration", type=Seconds(20, 170), default=75, help="How long the three nodes run.")
 @click.option(
     "--system",
     is_flag=True,
@@ -50,37 +48,31 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
 @click.option(
     "--duration",
     type=Seconds(5),
-    default=60.0,
-    show_envvar=True,
+    default=60,
     help="How long faults are injected.",
 )
 @click.option(
     "--nodes",
     type=click.IntRange(2, 16),
     default=4,
-    show_envvar=True,
     help="Scheduler nodes (one more joins and leaves).",
 )
 @click.option(
     "--seed",
     type=int,
     default=None,
-    show_envvar=True,
     show_default="random, printed",
     help="Seed of the fault plan and workload.",
 )
-@click.option(
-    "--jobs", type=click.IntRange(7), default=300, show_envvar=True, help="Jobs in the workload."
-)
+@click.option("--jobs", type=click.IntRange(7), default=300, help="Jobs in the workload.")
 @click.option(
     "--guard",
     type=click.Choice(["token", "lease"]),
     default="lease",
-    show_envvar=True,
     help="Effect guard: lease (the token must hold a live lease: exactly once) or "
     "token (newest token wins: orders writes, but a zombie can still write).",
 )
-@click.option("--lease", type=Seconds(2), default=4.0, help="Every node's --lease.")
+@click.option("--lease", type=Seconds(2), default=4, help="Every node's --lease.")
 @click.option(
     "--heartbeat",
     type=Seconds(0.1),
@@ -91,7 +83,7 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
 @click.option(
     "--drain-timeout",
     type=Seconds(0),
-    default=3.0,
+    default=3,
     help="Every node's --drain-timeout.",
 )
 @click.option(
@@ -104,8 +96,6 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     "--replication",
     type=click.Choice(["sync", "async"]),
     default="sync",
-    show_default=True,
-    show_envvar=True,
     help="With --cluster: synchronous replication (nothing committed is lost) or asynchronous "
     "(a failover loses the last commits).",
 )
@@ -113,7 +103,6 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
     "--pg-bin",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
-    show_envvar=True,
     show_default="the embedded server's",
     help="With --cluster: the PostgreSQL programs' folder, e.g. /usr/lib/postgresql/15/bin.",
 )
@@ -126,7 +115,6 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
 @click.option(
     "--faults",
     default=None,
-    show_envvar=True,
     show_default="all",
     help="Fault kinds, comma-separated (kill, pause, partition, delay, pg_restart, join_leave; "
     "with --cluster failover, switchover instead of pg_restart). "
@@ -141,7 +129,6 @@ def demo(obj: dict[str, Any], crontabs: tuple[Path, ...], duration: float, syste
 @click.option(
     "--soak",
     is_flag=True,
-    show_envvar=True,
     help="A soak: a long run (--duration over 600 s; 1200 s unless given), then a run with "
     "resharding during failovers on a replicated cluster of its own (--replication, async "
     "unless given with --cluster) for a quarter of it; exit 1 if either fails.",
@@ -264,16 +251,14 @@ BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastina
 @click.command("bench")
 @click.option(
     "--scale",
-    type=click.FloatRange(0.001, 10.0),
+    type=Number(0.001, 10),
     default=0.1,
-    show_envvar=True,
     help="Fraction of the full sizes (1 = 1,000,000 jobs stored; 0.1 for a quick run; "
     "scenario 8 stores up to 10 M at 10).",
 )
 @click.option(
     "--only",
     default="1,2,3,4,5,6,7,8,9,11",
-    show_envvar=True,
     help="Scenarios, comma-separated: 1 claim latency, 2 drain, 3 raw SQL ceiling, "
     "4 steady state, 5 thundering herd, 6 idle cost, 7 peers, 8 latency against jobs stored, "
     "9 alert latency, 10 scale-out (1 to 32 nodes), 11 the history partitioned by day "
@@ -283,14 +268,12 @@ BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastina
     "--slots",
     type=click.IntRange(1, 1000),
     default=50,
-    show_envvar=True,
     help="--slots of every benchmark node (and the ceiling's claim batch).",
 )
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("docs"),
-    show_envvar=True,
     help="Docs folder for benchmarks.md, plots and results.json.",
 )
 @click.option(
@@ -303,7 +286,6 @@ BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastina
     metavar="PYTHON",
     type=click.Path(exists=True, dir_okay=False, executable=True),
     default=None,
-    show_envvar=True,
     help="The interpreter of another installation of Pulse (the before): scenarios 1, 2, 4 "
     "and 5 of --only run on both, rounds interleaved, instead of as usual, and scenario 3 "
     "adds its levers' before and after; writes the section 'Before and after, one run'.",
@@ -312,7 +294,6 @@ BENCH_MODULES = ("matplotlib", "psutil", "apscheduler", "pgqueuer", "procrastina
     "--compare-rounds",
     type=click.IntRange(3, 20),
     default=3,
-    show_envvar=True,
     help="Rounds per side of each unit --compare-with measures.",
 )
 @click.pass_obj
