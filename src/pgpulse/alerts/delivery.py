@@ -38,6 +38,7 @@ import psycopg
 from pgpulse.alerts.notifiers import AlertEvent, JobRef, build_notifier, parse_notifier_config
 from pgpulse.alerts.notifiers.email import EmailNotifier
 from pgpulse.alerts.notifiers.webhook import WebhookNotifier
+from pgpulse.alerts.rules import RULE_KINDS
 from pgpulse.alerts.store import AlertStore
 from pgpulse.core.egress import HttpAllowList
 from pgpulse.core.errors import DatabaseUnavailable, describe
@@ -49,9 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Rules whose event is not about one occurrence (the webhook's ``occurrence`` is ``null``).
-WINDOW_RULES = frozenset(
-    {"silence", "recovered", "node_died", "leader_changed", "lag", "split_brain", "db_clock"}
-)
+WINDOW_RULES = frozenset(kind.name for kind in RULE_KINDS.values() if not kind.occurrence)
 
 
 def alert_event(row: dict[str, Any], dashboard_url: str | None = None) -> AlertEvent:

@@ -1,9 +1,9 @@
 -- Alerts' statements (pgpulse.alerts; docs/alerts.md): evaluation, delivery claims and their
 -- fenced outcomes, and the reads and writes of notifiers, rules, events and silences.
 --
--- An evaluation (AlertStore.evaluate) is one transaction: one statement per rule kind, from
--- alert_recovered to alert_no_live_node in the order of this file (the cluster rules on the
--- leader only), and alert_next_due; then alert_queue_deliveries for the events they inserted.
+-- An evaluation (AlertStore.evaluate) is one transaction: each rule kind's statements, in the
+-- order of pgpulse.alerts.store.JOB_RULE_STATEMENTS and LEADER_RULE_STATEMENTS (alert_recovered
+-- first; the cluster rules on the leader only; alert_no_live_node last), and alert_next_due; then alert_queue_deliveries for the events they inserted.
 -- Any node may evaluate at any time. A rule kind's statement inserts its new events in key
 -- order, after a look-up that skips the keys already fired, with the unique dedupe_key as the
 -- arbiter: evaluations racing on a key produce one event, and as every evaluation inserts in
