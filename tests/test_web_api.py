@@ -519,6 +519,7 @@ NUMBER_FIELDS = [
             "spread",
             "max_runs",
             "auto_pause_after",
+            "deadline",
         )
     ],
     (

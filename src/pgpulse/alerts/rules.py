@@ -6,7 +6,8 @@ A rule is (job or cluster-wide default, kind, threshold, notifiers). The kinds
 
 * per job — ``failures`` N consecutive failed runs (a count, default 1), ``late`` S seconds,
   ``skipped``, ``missed`` S seconds, ``silence`` W seconds (the dead-man's switch), ``recovered``;
-  and ``checkin``, which fires nothing: the job's attempts ping its ``checkin`` notifiers;
+  ``checkin``, which fires nothing: the job's attempts ping its ``checkin`` notifiers; and
+  ``deadline``, an occurrence not succeeded by the job's own ``deadline`` field;
 * cluster — ``node_died``, ``leader_changed``, ``lag`` S seconds, ``no_live_node`` S seconds;
   and ``split_brain`` and ``db_clock``, which the nodes raise from what they observe
   (:mod:`pgpulse.node.split_brain`, :mod:`pgpulse.node.db_clock`).
@@ -153,6 +154,16 @@ RULE_KINDS: dict[str, RuleKind] = {
             scope="job",
             doc="fires nothing: the job's attempts ping its checkin notifiers",
             takes="checkins",
+        ),
+        RuleKind(
+            name="deadline",
+            title="Deadline passed",
+            occurrence=True,
+            scope="job",
+            doc="an occurrence not succeeded by its job's deadline (running, retrying, waiting "
+            "or not started); the run goes on",
+            statements=("alert_deadline", "alert_deadline_ended"),
+            leader=True,
         ),
         RuleKind(
             name="node_died",

@@ -444,6 +444,7 @@ class AlertStore:
         node: str,
         leader: bool,
         lookback: float = 600.0,
+        recent: float = 60.0,
         limit: int = 1000,
         outage: tuple[datetime, datetime] | None = None,
         now: datetime | None = None,
@@ -457,7 +458,11 @@ class AlertStore:
             node: the evaluating node (named by a ``leader_changed`` event).
             leader: whether it leads.
             lookback: seconds of ended runs examined for ``failures`` and ``skipped``.
-            limit: most overdue jobs examined for ``late`` and ``missed``.
+            recent: seconds of ended runs examined for a ``deadline`` passed while they ran
+                (runs that ended between two evaluations; the leader evaluates every
+                ``alert_interval``).
+            limit: most overdue jobs examined for ``late`` and ``missed``, most occurrences
+                fired for ``deadline``.
             outage: (since, until), UTC instants: the cluster had no live node from the last
                 heartbeat before this node started until its start (:meth:`cluster_outage`);
                 ``no_live_node`` fires when that is longer than its threshold.
@@ -469,6 +474,7 @@ class AlertStore:
         params = {
             "node": node,
             "lookback": lookback,
+            "recent": recent,
             "limit": limit,
             "outage_since": outage[0] if outage else None,
             "outage_until": outage[1] if outage else None,
