@@ -13,6 +13,7 @@ from helpers import pgpulse
 from pgpulse.core.audit import DEFINITION_FIELDS
 from pgpulse.core.crontab import entry_to_spec, is_system_crontab, parse_crontab
 from pgpulse.core.crontab_sync import plan_crontab_sync
+from pgpulse.core.definition import job_fields
 from pgpulse.core.jobs import JobSpec
 
 LINES = [
@@ -159,8 +160,9 @@ def test_user_format_and_system_flags(dsn: str, db: Any, tmp_path: Path) -> None
 def _row(job: JobSpec, job_id: int) -> dict[str, Any]:
     """A stored row of ``job`` as lock_definitions reads it."""
     row: dict[str, Any] = {key: getattr(job, key) for key in DEFINITION_FIELDS}
-    for key in ("misfire_grace", "retry_backoff", "timeout"):
-        row[f"{key}_s"] = row.pop(key)
+    for entry in job_fields(JobSpec):  # the durations, read back in seconds as <name>_s
+        if entry.interval:
+            row[f"{entry.name}_s"] = row.pop(entry.name)
     return {**row, "id": job_id, "tenant": job.tenant, "name": job.name}
 
 

@@ -522,6 +522,7 @@ NUMBER_FIELDS = [
             "spread",
             "max_runs",
             "auto_pause_after",
+            "deadline",
         )
     ],
     (

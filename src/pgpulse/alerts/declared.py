@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pgpulse.alerts.rules import RuleSpec, check_silence_window
+from pgpulse.alerts.rules import RULE_KINDS, RuleSpec, check_silence_window
 from pgpulse.alerts.store import ALERT_QUERIES, notifier_ids
 from pgpulse.core.access import OPERATOR, Writer, check_alert_write
 from pgpulse.core.errors import InvalidInput
@@ -128,7 +128,7 @@ async def _check(conn: Any, spec: RuleSpec, step: Step, clock: datetime, writer:
     assert step.spec is not None
     try:
         await notifier_ids(conn, spec, tenant=step.tenant, writer=writer)
-        if spec.rule == "silence" and spec.threshold is not None:
+        if RULE_KINDS[spec.rule].window and spec.threshold is not None:
             schedule = parse_schedule(step.spec.schedule, step.spec.timezone)
             check_silence_window(spec.threshold, schedule, now=clock, anchor=None)
     except InvalidInput as exc:

@@ -38,6 +38,7 @@ import psycopg
 from pgpulse.alerts.notifiers import AlertEvent, JobRef, build_notifier, parse_notifier_config
 from pgpulse.alerts.notifiers.email import EmailNotifier
 from pgpulse.alerts.notifiers.webhook import WebhookNotifier
+from pgpulse.alerts.rules import RULE_KINDS
 from pgpulse.alerts.store import AlertStore
 from pgpulse.core.egress import HttpAllowList
 from pgpulse.core.errors import DatabaseUnavailable, describe
@@ -49,9 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Rules whose event is not about one occurrence (the webhook's ``occurrence`` is ``null``).
-WINDOW_RULES = frozenset(
-    {"silence", "recovered", "node_died", "leader_changed", "lag", "split_brain", "db_clock"}
-)
+WINDOW_RULES = frozenset(kind.name for kind in RULE_KINDS.values() if not kind.occurrence)
 
 
 def alert_event(row: dict[str, Any], dashboard_url: str | None = None) -> AlertEvent:
@@ -97,6 +96,8 @@ class AlertLoop:
             when it is made (the guarded transport of ``http`` jobs).
         dashboard_url: the dashboard's base address for links, or ``None``.
         max_in_flight: most deliveries this node sends at once.
+        now: the instant an evaluation and a claim of deliveries take as now (tests pin it:
+            docs/design.md, invariant 1); ``None``, always in production, is the database's.
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class AlertLoop:
         allow: HttpAllowList | None = None,
         dashboard_url: str | None = None,
         max_in_flight: int = 16,
+        now: Callable[[], datetime | None] = lambda: None,
     ) -> None:
         self.name = "alerts"
         self.store = store
@@ -120,6 +122,7 @@ class AlertLoop:
         self.allow = allow or HttpAllowList()
         self.dashboard_url = dashboard_url
         self.max_in_flight = max_in_flight
+        self._now = now
         self._kick = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None
@@ -193,7 +196,12 @@ class AlertLoop:
         for). Returns how many deliveries it started."""
         loop = asyncio.get_running_loop()
         result = await self.store.evaluate(
-            node=self.node_id, leader=self.leading(), outage=self.outage
+            node=self.node_id,
+            leader=self.leading(),
+            outage=self.outage,
+            # a run that ended past its deadline since the last evaluations (deadline)
+            recent=max(60.0, 3 * self.interval),
+            now=self._now(),
         )
         self.outage = None
         if result["fired"]:
@@ -217,7 +225,9 @@ class AlertLoop:
         room = self.max_in_flight - len(self._in_flight)
         if room <= 0:
             return 0
-        rows = await self.store.claim_deliveries(node=self.node_id, limit=room, margin=self.margin)
+        rows = await self.store.claim_deliveries(
+            node=self.node_id, limit=room, margin=self.margin, now=self._now()
+        )
         for row in rows:
             task = asyncio.create_task(self._deliver(row), name=f"alert-delivery-{row['id']}")
             self._in_flight.add(task)

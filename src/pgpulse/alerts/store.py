@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 from pgpulse.alerts.notifiers import parse_notifier_config
 from pgpulse.alerts.rules import (
     CLUSTER_RULES,
+    RULE_KINDS,
     RuleSpec,
     check_notifier_kinds,
     check_silence_window,
@@ -41,19 +42,24 @@ from pgpulse.db.database import ConnectionSource
 from pgpulse.sql import load_queries
 
 ALERT_QUERIES = load_queries("alerts.sql")
-#: An evaluation's statements of the rules about jobs, one per kind, in the order it sends them
-#: (``sql/alerts.sql``): ``recovered`` first, so that it closes only events fired before.
-JOB_RULE_STATEMENTS = (
-    "alert_recovered",
-    "alert_failures",
-    "alert_skipped",
-    "alert_late",
-    "alert_missed",
-    "alert_silence",
+#: An evaluation's statements of the rules about jobs (:data:`~pgpulse.alerts.rules.RULE_KINDS`;
+#: ``sql/alerts.sql``), in the order any node sends them: ``recovered`` first, so that it
+#: closes only events fired before.
+JOB_RULE_STATEMENTS = tuple(
+    statement
+    for kind in sorted(RULE_KINDS.values(), key=lambda kind: not kind.first)
+    if kind.scope == "job" and not kind.leader
+    for statement in kind.statements
 )
-#: Its statements of the cluster rules, sent by the leader only, after those
-#: (``alert_no_live_node`` follows them, sent by a node that found an outage as it started).
-CLUSTER_RULE_STATEMENTS = ("alert_node_died", "alert_leader_changed", "alert_lag")
+#: Its statements sent by the leader only, after those: the cluster rules' and the job rules'
+#: that only the leader evaluates (``alert_no_live_node`` follows them, sent by a node that
+#: found an outage as it started).
+LEADER_RULE_STATEMENTS = tuple(
+    statement
+    for kind in RULE_KINDS.values()
+    if kind.scope == "cluster" or kind.leader
+    for statement in kind.statements
+)
 #: Longest silence, seconds (a year).
 MAX_SILENCE = 366 * 86400.0
 #: Notifier names: like job handler names, short and printable.
@@ -264,7 +270,7 @@ class AlertStore:
                     raise JobNotFound(*job)
                 check_alert_write(writer, row["tenant"])
                 job_id, job_tenant = row["id"], row["tenant"]
-                if spec.rule == "silence" and spec.threshold is not None:
+                if RULE_KINDS[spec.rule].window and spec.threshold is not None:
                     clock = now
                     if clock is None:
                         found = await (await conn.execute("SELECT now() AS n")).fetchone()
@@ -438,20 +444,25 @@ class AlertStore:
         node: str,
         leader: bool,
         lookback: float = 600.0,
+        recent: float = 60.0,
         limit: int = 1000,
         outage: tuple[datetime, datetime] | None = None,
         now: datetime | None = None,
     ) -> dict[str, Any]:
-        """Evaluate every rule once, in one transaction: one statement per rule kind (the
-        cluster rules only when ``leader``, ``no_live_node`` only with an ``outage``), then one
-        that queues the new events' deliveries (``sql/alerts.sql``). Safe to run on several
-        nodes at once: one event per key.
+        """Evaluate every rule once, in one transaction: each rule kind's statements
+        (:data:`LEADER_RULE_STATEMENTS` only when ``leader``, ``no_live_node`` only with an
+        ``outage``), then one that queues the new events' deliveries (``sql/alerts.sql``). Safe
+        to run on several nodes at once: one event per key.
 
         Args:
             node: the evaluating node (named by a ``leader_changed`` event).
             leader: whether it leads.
             lookback: seconds of ended runs examined for ``failures`` and ``skipped``.
-            limit: most overdue jobs examined for ``late`` and ``missed``.
+            recent: seconds of ended runs examined for a ``deadline`` passed while they ran
+                (runs that ended between two evaluations; the leader evaluates every
+                ``alert_interval``).
+            limit: most overdue jobs examined for ``late`` and ``missed``, most occurrences
+                fired for ``deadline``.
             outage: (since, until), UTC instants: the cluster had no live node from the last
                 heartbeat before this node started until its start (:meth:`cluster_outage`);
                 ``no_live_node`` fires when that is longer than its threshold.
@@ -463,12 +474,13 @@ class AlertStore:
         params = {
             "node": node,
             "lookback": lookback,
+            "recent": recent,
             "limit": limit,
             "outage_since": outage[0] if outage else None,
             "outage_until": outage[1] if outage else None,
             "now": now,
         }
-        kinds = [*JOB_RULE_STATEMENTS, *(CLUSTER_RULE_STATEMENTS if leader else ())]
+        kinds = [*JOB_RULE_STATEMENTS, *(LEADER_RULE_STATEMENTS if leader else ())]
         if outage is not None:
             kinds.append("alert_no_live_node")
         # Round trips: BEGIN; the rule kinds' statements (sent together, the pipeline's first

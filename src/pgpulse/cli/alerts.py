@@ -15,7 +15,8 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from pgpulse.alerts.rules import ALL_RULES, CLUSTER_RULES
+from pgpulse.alerts.notifiers import NOTIFIER_KINDS
+from pgpulse.alerts.rules import ALL_RULES, CLUSTER_RULES, RULE_KINDS
 from pgpulse.alerts.store import AlertStore
 from pgpulse.app import connect
 from pgpulse.cli.report import one_line, print_records, run_command, to_json
@@ -106,9 +107,7 @@ def _read_config(text: str) -> object:
 
 @notifier.command("add")
 @click.argument("name")
-@click.option(
-    "--kind", required=True, type=click.Choice(["webhook", "email", "checkin"]), help="Its kind."
-)
+@click.option("--kind", required=True, type=click.Choice(list(NOTIFIER_KINDS)), help="Its kind.")
 @click.option(
     "--config",
     "config_text",
@@ -240,7 +239,25 @@ def _job(job: str | None, tenant: str) -> tuple[str, str] | None:
     return (tenant, job) if job is not None else None
 
 
-@rule.command("set")
+def _rules_help() -> str:
+    """``rule set``'s help, from the rule kinds' table."""
+    job = ", ".join(k.name for k in RULE_KINDS.values() if k.scope == "job")
+    cluster = ", ".join(k.name for k in RULE_KINDS.values() if k.scope == "cluster")
+    return (
+        f"Create or replace rule RULE: {job} (of --job, or the default of every job), "
+        f"{cluster} (the cluster's). checkin pings its checkin notifiers at each attempt's "
+        "start and end."
+    )
+
+
+def _threshold_help() -> str:
+    """``--threshold``'s help, from the rule kinds' table."""
+    counts = ", ".join(k.name for k in RULE_KINDS.values() if k.unit == "runs")
+    durations = ", ".join(k.name for k in RULE_KINDS.values() if k.unit == "seconds")
+    return f"{counts}: a count; {durations}: a duration (90s, 10m, 2h, 1d)."
+
+
+@rule.command("set", help=_rules_help())
 @click.argument("kind", metavar="RULE")
 @click.option(
     "--job",
@@ -252,8 +269,7 @@ def _job(job: str | None, tenant: str) -> tuple[str, str] | None:
 @click.option(
     "--threshold",
     default=None,
-    help="failures: a count; late, missed, silence, lag, no_live_node: a duration (90s, 10m, "
-    "2h, 1d).",
+    help=_threshold_help(),
 )
 @click.option(
     "--notify",
@@ -271,10 +287,7 @@ def rule_set(
     threshold: str | None,
     notifiers: tuple[str, ...],
 ) -> None:
-    """Create or replace rule RULE: failures, late, skipped, missed, silence, recovered,
-    checkin (of --job, or the default of every job), node_died, leader_changed, lag,
-    no_live_node, split_brain, db_clock (the cluster's). checkin pings its checkin notifiers
-    at each attempt's start and end."""
+    """Create or replace rule RULE (its help: :func:`_rules_help`)."""
     value: float | None = None
     if threshold is not None:
         try:

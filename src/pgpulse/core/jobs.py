@@ -166,6 +166,9 @@ def _check_name(field_name: str, value: object, pattern: re.Pattern[str] | None 
     )
 
 
+#: The longest ``deadline``, seconds (a year): an occurrence's completion deadline after its
+#: ``scheduled_for`` (docs/alerts.md, "Deadlines").
+DEADLINE_LIMIT = 366 * 86400.0
 #: The least ``misfire_grace``, seconds. A claim always comes some milliseconds after its
 #: occurrence is due, so with less nothing would ever run on time (every occurrence skipped).
 MIN_MISFIRE_GRACE = 1.0
@@ -434,6 +437,10 @@ class JobSpec:
         calendars: names of the tenant's exclusion calendars (:mod:`pgpulse.core.calendars`).
         auto_pause_after: pause the job after this many consecutive failed runs (``None``:
             never).
+        deadline: seconds after ``scheduled_for`` (for a backfilled occurrence, after it was
+            queued) by which each occurrence must have succeeded, or ``None``; past it the
+            ``deadline`` alert rule fires once per occurrence and the run goes on
+            (docs/alerts.md, "Deadlines").
     """
 
     tenant: str = define(
@@ -660,6 +667,18 @@ class JobSpec:
         flag="--auto-pause-after",
         listed=True,
         claimed=True,
+    )
+    deadline: float | None = define(
+        None,
+        kind="seconds",
+        unit="seconds",
+        nullable=True,
+        minimum=1.0,
+        maximum=DEADLINE_LIMIT,
+        doc="Seconds after scheduled_for by which each occurrence must have succeeded; past "
+        "it the deadline alert fires once, and the run goes on.",
+        flag="--deadline",
+        interval=True,
     )
 
     @classmethod

@@ -1,9 +1,9 @@
 -- Alerts' statements (pgpulse.alerts; docs/alerts.md): evaluation, delivery claims and their
 -- fenced outcomes, and the reads and writes of notifiers, rules, events and silences.
 --
--- An evaluation (AlertStore.evaluate) is one transaction: one statement per rule kind, from
--- alert_recovered to alert_no_live_node in the order of this file (the cluster rules on the
--- leader only), and alert_next_due; then alert_queue_deliveries for the events they inserted.
+-- An evaluation (AlertStore.evaluate) is one transaction: each rule kind's statements, in the
+-- order of pgpulse.alerts.store.JOB_RULE_STATEMENTS and LEADER_RULE_STATEMENTS (alert_recovered
+-- first; the cluster rules on the leader only; alert_no_live_node last), and alert_next_due; then alert_queue_deliveries for the events they inserted.
 -- Any node may evaluate at any time. A rule kind's statement inserts its new events in key
 -- order, after a look-up that skips the keys already fired, with the unique dedupe_key as the
 -- arbiter: evaluations racing on a key produce one event, and as every evaluation inserts in
@@ -298,6 +298,133 @@ WITH clock AS (
            c.notifiers
     FROM candidates c, clock
     WHERE NOT EXISTS (SELECT 1 FROM pgpulse_alert_events o WHERE o.dedupe_key = c.key)
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, 0 AS closed;
+
+-- name: alert_deadline
+-- deadline, sent by the leader only: an occurrence of a job with a deadline D (pgpulse_jobs.
+-- deadline) not succeeded D after its scheduled_for (a backfilled one: after it was queued),
+-- whatever holds it: running, retrying, waiting for its turn or not started; the run goes on.
+-- The job's own occurrence is read through pgpulse_jobs_deadline (jobs with a deadline whose
+-- occurrence is due or running), its extra occurrences (triggers, backfills, forks) from
+-- pgpulse_occurrences (pending work only); none of history. The %(limit)s past their deadline
+-- longest ago that have not fired. Locks nothing else. Key: job/<job>/deadline/<scheduled_for>
+-- for a scheduled occurrence (the job row's, or its fork), job/<job>/deadline/run/<run id> for
+-- a triggered or backfilled one: once per occurrence. Closes when the job succeeds
+-- (alert_recovered).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), held AS (
+    SELECT j.id AS job_id, 'scheduled' AS kind, j.scheduled_for, j.run_id, j.deadline,
+           j.scheduled_for AS since,
+           CASE WHEN j.status = 'running' THEN 'running'
+                WHEN j.attempt > 0 THEN 'retrying' ELSE 'not_started' END AS state
+    FROM pgpulse_jobs j, clock
+    WHERE j.deadline IS NOT NULL
+      AND j.scheduled_for <= clock.now - interval '1 second'
+      AND j.status IN ('idle', 'running')
+    UNION ALL
+    SELECT o.job_id, o.kind, o.scheduled_for, o.id, j.deadline,
+           CASE WHEN o.kind = 'backfill' THEN greatest(o.scheduled_for, o.created_at)
+                ELSE o.scheduled_for END,
+           CASE WHEN o.lease_expires_at IS NOT NULL THEN 'running'
+                WHEN o.attempt > 0 THEN 'retrying' ELSE 'waiting' END
+    FROM pgpulse_occurrences o
+    CROSS JOIN LATERAL (  -- LIMIT: each occurrence's job by its key, never a scan of jobs
+        SELECT j.deadline FROM pgpulse_jobs j
+        WHERE j.id = o.job_id AND j.deadline IS NOT NULL
+        LIMIT 1
+    ) j
+), passed AS (
+    SELECT h.*, h.since + h.deadline AS due_by,
+           'job/' || h.job_id || '/deadline/'
+           || CASE WHEN h.kind = 'scheduled' THEN extract(epoch FROM h.scheduled_for)::text
+                   ELSE 'run/' || h.run_id END AS key
+    FROM held h, clock
+    WHERE EXISTS (SELECT 1 FROM pgpulse_alert_rules r WHERE r.rule = 'deadline')
+      AND h.since + h.deadline <= clock.now
+), candidates AS (
+    SELECT p.job_id, p.scheduled_for, p.run_id, p.key, eff.notifiers,
+           jsonb_build_object('deadline_seconds', extract(epoch FROM p.deadline)::float8,
+                              'state', p.state, 'kind', p.kind,
+                              'over_by_seconds',
+                              extract(epoch FROM clock.now - p.due_by)::float8) AS details
+    FROM passed p
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT r.notifiers
+        FROM pgpulse_alert_rules r
+        WHERE r.rule = 'deadline'
+          AND (r.job_id = p.job_id OR r.job_id IS NULL)
+        ORDER BY r.job_id NULLS LAST
+        LIMIT 1
+    ) eff
+    -- a look-up by the unique key per candidate (LIMIT: never a join over every event)
+    WHERE (SELECT o.id FROM pgpulse_alert_events o WHERE o.dedupe_key = p.key LIMIT 1) IS NULL
+    ORDER BY p.due_by
+    LIMIT %(limit)s
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, run_id,
+                                           fired_at, details, notifiers)
+    SELECT c.key, c.job_id, 'deadline', c.scheduled_for, c.run_id, clock.now, c.details,
+           c.notifiers
+    FROM candidates c, clock
+    ORDER BY c.key
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING e.id
+)
+SELECT ARRAY(SELECT f.id FROM fresh f) AS fired, 0 AS closed;
+
+-- name: alert_deadline_ended
+-- deadline, sent by the leader only after alert_deadline: a scheduled or triggered run of a job
+-- with a deadline that ended (whatever its outcome but skipped) within the last %(recent)s
+-- seconds, after its deadline: it was held past it, and ended before an evaluation saw it
+-- pending. Runs read through pgpulse_runs_finished (BRIN on finished_at): only those that ended
+-- in the window. A backfilled run is left out: when it was queued went with its occurrence row.
+-- Locks nothing else. Key: alert_deadline's, so an occurrence fires once, seen pending or ended.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), passed AS (
+    SELECT r.job_id, r.kind, r.scheduled_for, r.id AS run_id, j.deadline, r.outcome,
+           r.finished_at,
+           'job/' || r.job_id || '/deadline/'
+           || CASE WHEN r.kind = 'scheduled' THEN extract(epoch FROM r.scheduled_for)::text
+                   ELSE 'run/' || r.id END AS key
+    FROM pgpulse_runs r
+    JOIN pgpulse_jobs j ON j.id = r.job_id
+    CROSS JOIN clock
+    WHERE EXISTS (SELECT 1 FROM pgpulse_alert_rules a WHERE a.rule = 'deadline')
+      AND r.finished_at >= clock.now - make_interval(secs => %(recent)s)
+      AND r.kind IN ('scheduled', 'trigger')
+      AND r.outcome <> 'skipped'
+      AND j.deadline IS NOT NULL
+      AND r.finished_at > r.scheduled_for + j.deadline
+), candidates AS (
+    SELECT p.job_id, p.scheduled_for, p.run_id, p.key, eff.notifiers,
+           jsonb_build_object('deadline_seconds', extract(epoch FROM p.deadline)::float8,
+                              'state', 'ended_' || p.outcome, 'kind', p.kind,
+                              'over_by_seconds',
+                              extract(epoch FROM p.finished_at - p.scheduled_for
+                                                 - p.deadline)::float8) AS details
+    FROM passed p
+    CROSS JOIN LATERAL (
+        SELECT r.notifiers
+        FROM pgpulse_alert_rules r
+        WHERE r.rule = 'deadline'
+          AND (r.job_id = p.job_id OR r.job_id IS NULL)
+        ORDER BY r.job_id NULLS LAST
+        LIMIT 1
+    ) eff
+    WHERE (SELECT o.id FROM pgpulse_alert_events o WHERE o.dedupe_key = p.key LIMIT 1) IS NULL
+), fresh AS (
+    INSERT INTO pgpulse_alert_events AS e (dedupe_key, job_id, rule, scheduled_for, run_id,
+                                           fired_at, details, notifiers)
+    SELECT c.key, c.job_id, 'deadline', c.scheduled_for, c.run_id, clock.now, c.details,
+           c.notifiers
+    FROM candidates c, clock
     ORDER BY c.key
     ON CONFLICT (dedupe_key) DO NOTHING
     RETURNING e.id

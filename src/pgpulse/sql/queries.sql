@@ -596,7 +596,8 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 WITH d AS (
     SELECT schedule, timezone, handler, payload, catch_up, backfill_limit, misfire_grace,
            max_attempts, retry_backoff, timeout, source, meta, overlap, max_concurrency,
-           spread, not_before, not_after, max_runs, calendars, auto_pause_after
+           spread, not_before, not_after, max_runs, calendars, auto_pause_after,
+           deadline
     FROM jsonb_populate_record(NULL::pgpulse_jobs, %(definition)s)
 ), found AS (
     SELECT n.job_id,
@@ -616,7 +617,8 @@ WITH d AS (
     UPDATE pgpulse_jobs j
     SET (schedule, timezone, handler, payload, catch_up, backfill_limit, misfire_grace,
          max_attempts, retry_backoff, timeout, source, meta, overlap, max_concurrency,
-         spread, not_before, not_after, max_runs, calendars, auto_pause_after)
+         spread, not_before, not_after, max_runs, calendars, auto_pause_after,
+         deadline)
             = (SELECT * FROM d),
         schedule_kind = %(schedule_kind)s, revision = j.revision + 1,
         status = CASE WHEN j.status IN ('running', 'paused', 'failed') THEN j.status
@@ -650,8 +652,8 @@ WITH d AS (
     INSERT INTO pgpulse_jobs (schedule, timezone, handler, payload, catch_up, backfill_limit,
                               misfire_grace, max_attempts, retry_backoff, timeout, source, meta,
                               overlap, max_concurrency, spread, not_before, not_after, max_runs,
-                              calendars, auto_pause_after, id, tenant, name, schedule_kind,
-                              status, anchor_at, scheduled_for, next_run_at)
+                              calendars, auto_pause_after, deadline, id, tenant, name,
+                              schedule_kind, status, anchor_at, scheduled_for, next_run_at)
     OVERRIDING SYSTEM VALUE
     SELECT d.*, new_id.id, %(tenant)s::text, %(name)s::text, %(schedule_kind)s::text,
            %(status)s::text, %(anchor_at)s::timestamptz, %(scheduled_for)s::timestamptz,
@@ -684,7 +686,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
        j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after, j.anchor_at
+       j.calendars, j.auto_pause_after, j.anchor_at,
+       extract(epoch FROM j.deadline)::float8 AS deadline_s
 FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
 JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
 JOIN pgpulse_jobs j ON j.id = n.job_id
@@ -699,7 +702,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
        j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after, j.anchor_at
+       j.calendars, j.auto_pause_after, j.anchor_at,
+       extract(epoch FROM j.deadline)::float8 AS deadline_s
 FROM pgpulse_jobs j
 WHERE j.id IN (SELECT n.job_id
                FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
@@ -752,7 +756,8 @@ SELECT NOT pg_is_in_recovery()
 -- name: get_job
 SELECT j.*, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
        extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
-       extract(epoch FROM j.timeout)::float8 AS timeout_s
+       extract(epoch FROM j.timeout)::float8 AS timeout_s,
+       extract(epoch FROM j.deadline)::float8 AS deadline_s
 FROM pgpulse_jobs j
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
 

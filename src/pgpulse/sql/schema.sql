@@ -130,7 +130,7 @@ CREATE TABLE public.pgpulse_alert_rules (
     threshold double precision,
     notifiers bigint[] DEFAULT '{}'::bigint[] NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT pgpulse_alert_rules_rule_check CHECK ((rule = ANY (ARRAY['failures'::text, 'late'::text, 'skipped'::text, 'missed'::text, 'silence'::text, 'recovered'::text, 'checkin'::text, 'node_died'::text, 'leader_changed'::text, 'lag'::text, 'no_live_node'::text, 'split_brain'::text, 'db_clock'::text]))),
+    CONSTRAINT pgpulse_alert_rules_rule_check CHECK ((rule = ANY (ARRAY['failures'::text, 'late'::text, 'skipped'::text, 'missed'::text, 'silence'::text, 'recovered'::text, 'checkin'::text, 'deadline'::text, 'node_died'::text, 'leader_changed'::text, 'lag'::text, 'no_live_node'::text, 'split_brain'::text, 'db_clock'::text]))),
     CONSTRAINT pgpulse_alert_rules_threshold_check CHECK ((threshold > (0)::double precision))
 );
 
@@ -323,7 +323,9 @@ CREATE TABLE public.pgpulse_jobs (
     interruptions integer DEFAULT 0 NOT NULL,
     pause_requested boolean DEFAULT false NOT NULL,
     skips jsonb,
+    deadline interval,
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
+    CONSTRAINT pgpulse_jobs_deadline_check CHECK ((deadline >= '00:00:01'::interval)),
     CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = ((overlap)::text = 'allow'::text)) AND (max_concurrency >= 1))),
     CONSTRAINT pgpulse_jobs_resume_mode_check CHECK ((resume_mode = ANY (ARRAY['skip'::text, 'once'::text, 'backfill'::text]))),
     CONSTRAINT pgpulse_jobs_status_check CHECK ((status = ANY (ARRAY['idle'::text, 'running'::text, 'paused'::text, 'failed'::text, 'completed'::text]))),
@@ -593,6 +595,8 @@ CREATE INDEX pgpulse_job_history_at ON public.pgpulse_job_history USING btree (a
 CREATE INDEX pgpulse_job_history_job ON public.pgpulse_job_history USING btree (job_id, id DESC);
 
 CREATE INDEX pgpulse_job_history_name ON public.pgpulse_job_history USING btree (tenant, name, id DESC);
+
+CREATE INDEX pgpulse_jobs_deadline ON public.pgpulse_jobs USING btree (scheduled_for) WHERE (deadline IS NOT NULL);
 
 CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (handler, next_run_at, shard_id) WHERE (status = 'idle'::text);
 

@@ -10,12 +10,13 @@ rules and silences and acknowledges their alerts. Notifier configs are returned 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from fastapi import APIRouter, Path, Query, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
 
-from pgpulse.alerts.rules import ALL_RULES
+from pgpulse.alerts.notifiers import NOTIFIER_KINDS, NotifierKind
+from pgpulse.alerts.rules import ALL_RULES, RULE_KINDS
 from pgpulse.alerts.store import AlertNotFound, AlertStore
 from pgpulse.core.access import Writer, check_alert_write, token_writer
 from pgpulse.core.jobs import check_name
@@ -35,7 +36,16 @@ router = APIRouter(
 )
 
 Name = Annotated[str, Path(min_length=1, max_length=100, description="The notifier's name.")]
-RuleName = Annotated[str, Path(min_length=1, max_length=40, description="The rule's kind.")]
+RuleName = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=40,
+        description="The rule's kind: "
+        + "; ".join(f"{k.name} ({k.scope}): {k.doc}" for k in RULE_KINDS.values()),
+        examples=list(RULE_KINDS),
+    ),
+]
 AlertId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The alert event's id.")]
 SilenceId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The silence's id.")]
 
@@ -44,14 +54,55 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class NotifierIn(_Body):
-    """A notifier's kind and its JSON config (docs/alerts.md); the tenant it belongs to (null:
-    the cluster's), and the tenants it is shared with (omitted: kept as they are)."""
+def _config_schema(kind: NotifierKind) -> dict[str, Any]:
+    """The JSON schema of a ``kind`` notifier's ``config``, from its keys' table (checked by
+    the config class itself: its refusals name ``config.<key>``, as the CLI's do)."""
+    return {
+        "type": "object",
+        "title": f"{kind.name} config",
+        "description": f"{kind.doc}; docs/alerts.md, {kind.name!r}",
+        "properties": {
+            key.name: {
+                "type": key.json_type.split("|") if "|" in key.json_type else key.json_type,
+                "description": key.doc + (" (secret: shown as ***)" if key.secret else ""),
+            }
+            for key in kind.keys
+        },
+        "required": [key.name for key in kind.keys if key.required],
+        "additionalProperties": False,
+    }
 
-    kind: str = Field(examples=["webhook"])
-    config: dict[str, Any] = Field(examples=[{"url": "https://hooks.example.com/pulse"}])
+
+class _NotifierBody(_Body):
+    """What every member of :data:`NotifierIn` holds."""
+
+    kind: str
+    config: dict[str, Any]
     tenant: str | None = Field(default=None, examples=["acme"])
     shared_with: list[str] | None = Field(default=None, max_length=1000, examples=[["acme"]])
+
+
+def _notifier_body(kind: NotifierKind) -> type[_NotifierBody]:
+    """The body of a ``kind`` notifier: one member of :data:`NotifierIn`'s union on ``kind``."""
+    return create_model(
+        f"{kind.name.capitalize()}NotifierIn",
+        __base__=_NotifierBody,
+        __doc__=f"A {kind.name} notifier ({kind.doc}), its tenant (null: the cluster's) and "
+        "the tenants it is shared with (omitted: kept as they are).",
+        kind=(Literal[kind.name], Field(examples=[kind.name])),  # type: ignore[arg-type]
+        config=(dict[str, Any], Field(json_schema_extra=_config_schema(kind))),
+    )
+
+
+if TYPE_CHECKING:
+    NotifierIn = _NotifierBody
+else:
+    #: A notifier's body (docs/alerts.md): a union tagged by ``kind``, one member per notifier
+    #: kind (:data:`~pgpulse.alerts.notifiers.NOTIFIER_KINDS`).
+    NotifierIn = Annotated[
+        Union[tuple(_notifier_body(kind) for kind in NOTIFIER_KINDS.values())],  # noqa: UP007
+        Field(discriminator="kind"),
+    ]
 
 
 class Notifier(BaseModel):
@@ -68,10 +119,19 @@ class Notifier(BaseModel):
     updated_at: AwareDatetime
 
 
+def _rule_in_doc() -> str:
+    """:class:`RuleIn`'s description, from the rule kinds' table."""
+    counts = ", ".join(f"``{k.name}``" for k in RULE_KINDS.values() if k.unit == "runs")
+    seconds = ", ".join(f"``{k.name}``" for k in RULE_KINDS.values() if k.unit == "seconds")
+    return (
+        f"A rule's threshold (a count for {counts}; seconds for {seconds}; none for the "
+        "others) and the notifiers it goes to (``checkin`` notifiers for a ``checkin`` rule, "
+        "and for no other)."
+    )
+
+
 class RuleIn(_Body):
-    """A rule's threshold (a count for ``failures``; seconds for ``late``, ``missed``,
-    ``silence``, ``lag``, ``no_live_node``; none for the others) and the notifiers it goes to
-    (``checkin`` notifiers for a ``checkin`` rule, and for no other)."""
+    __doc__ = _rule_in_doc()
 
     threshold: Number | None = None
     notifiers: list[str] = Field(min_length=1, max_length=20, examples=[["ops"]])

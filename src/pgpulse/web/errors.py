@@ -245,6 +245,34 @@ def _known_fields(request: Request | None, loc: tuple[Any, ...]) -> list[str]:
     return [info.alias or name for name, info in model.model_fields.items()]
 
 
+def _untagged(request: Request | None, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``loc`` without the member's tag a body that is a union tagged by a field (a notifier's
+    ``kind``) puts after ``body``: ``("body", "webhook", "tenant")`` names field ``tenant``."""
+    route = request.scope.get("route") if request is not None else None
+    field_info = getattr(getattr(route, "body_field", None), "field_info", None)
+    if getattr(field_info, "discriminator", None) is None or len(loc) < 3 or loc[0] != "body":
+        return loc
+    return (loc[0], *loc[2:])
+
+
+def _tag_refusal(error: dict[str, Any]) -> dict[str, Any] | None:
+    """A body's tag (``kind``) missing or not one of its union's, worded as the CLI words it
+    (``kind must be one of webhook, email, checkin, got 'pager'``); ``None`` for another
+    error."""
+    kind = error.get("type")
+    if kind not in ("union_tag_invalid", "union_tag_not_found"):
+        return None
+    context = dict(error.get("ctx") or {})
+    parts = [str(p) for p in tuple(error.get("loc", ()))[1:]]
+    field = ".".join([*parts, str(context.get("discriminator", "kind")).strip("'")])
+    if kind == "union_tag_not_found":
+        return error_body("invalid_input", f"{field} is required", field, None)
+    tag = context.get("tag")
+    expected = str(context.get("expected_tags", "")).replace("'", "")
+    message = f"{field} must be one of {expected}, got {tag!r}"
+    return error_body("invalid_input", message, field, tag)
+
+
 def validation_error(
     exc: RequestValidationError, request: Request | None = None
 ) -> tuple[int, dict[str, Any]]:
@@ -255,6 +283,10 @@ def validation_error(
     first: dict[str, Any] = (
         dict(exc.errors()[0]) if exc.errors() else {"loc": ("body",), "msg": "invalid"}
     )
+    first["loc"] = _untagged(request, tuple(first.get("loc", ())))
+    tagged = _tag_refusal(first)
+    if tagged is not None:
+        return 422, tagged
     field = _validation_field(tuple(first.get("loc", ())))
     if first.get("type") == "json_invalid":
         # loc is ("body", character offset), ctx the decoder's own words

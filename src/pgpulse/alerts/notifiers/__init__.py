@@ -15,24 +15,64 @@ reads the database, and neither ``httpx`` nor ``aiosmtplib`` is imported until s
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from pgpulse.alerts.notifiers.checkin import CheckinConfig, CheckinNotifier
 from pgpulse.alerts.notifiers.email import EmailConfig, EmailNotifier
 from pgpulse.alerts.notifiers.events import AlertEvent, CheckinEvent, DeliveryResult, JobRef
+from pgpulse.alerts.notifiers.fields import ConfigKey
 from pgpulse.alerts.notifiers.retry import RetryPolicy
 from pgpulse.alerts.notifiers.webhook import WebhookConfig, WebhookNotifier
+from pgpulse.alerts.rules import Takes
 from pgpulse.core.errors import InvalidNotifierConfig
 
 if TYPE_CHECKING:
     import httpx
 
 NotifierConfig = WebhookConfig | EmailConfig | CheckinConfig
-#: The config class of each notifier kind.
-NOTIFIER_KINDS: dict[str, type[NotifierConfig]] = {
-    "webhook": WebhookConfig,
-    "email": EmailConfig,
-    "checkin": CheckinConfig,
+
+
+@dataclass(frozen=True, slots=True)
+class NotifierKind:
+    """One kind of notifier, the tagged union's member named by ``kind``: its config class
+    (whose ``keys`` are its config's fields, whose ``from_json`` validates and ``to_json`` is
+    the stored form), what it takes, and what it sends. :func:`parse_notifier_config`, the CLI's
+    ``--kind`` choices, the API's per-kind schema of ``config``
+    (:mod:`pgpulse.web.alerts_api`) and which rules may name it
+    (:func:`pgpulse.alerts.rules.check_notifier_kinds`) derive from :data:`NOTIFIER_KINDS`.
+    Adding a kind is its module (config and sender), its entry here and its sender in
+    :func:`build_notifier`.
+
+    Attributes:
+        name: the kind.
+        config: its config class.
+        takes: what it takes (:data:`~pgpulse.alerts.rules.Takes`): alert documents, or the
+            check-in pings of a job's attempts; a rule's notifiers take what the rule sends.
+        doc: what it sends, in a sentence.
+    """
+
+    name: str
+    config: type[NotifierConfig]
+    takes: Takes
+    doc: str
+
+    @property
+    def keys(self) -> tuple[ConfigKey, ...]:
+        """Its config's keys."""
+        return self.config.keys
+
+
+#: Every notifier kind, in the order messages list them.
+NOTIFIER_KINDS: dict[str, NotifierKind] = {
+    kind.name: kind
+    for kind in (
+        NotifierKind("webhook", WebhookConfig, "alerts", "a signed JSON POST per alert event"),
+        NotifierKind("email", EmailConfig, "alerts", "a plain-text message per alert event"),
+        NotifierKind(
+            "checkin", CheckinConfig, "checkins", "a ping to a monitor per phase of an attempt"
+        ),
+    )
 }
 
 
@@ -62,7 +102,7 @@ def parse_notifier_config(kind: str, config: object) -> NotifierConfig:
             field="kind",
             value=kind,
         )
-    return known.from_json(config)
+    return known.config.from_json(config)
 
 
 def build_notifier(
@@ -90,12 +130,15 @@ __all__ = [
     "CheckinConfig",
     "CheckinEvent",
     "CheckinNotifier",
+    "ConfigKey",
     "DeliveryResult",
     "EmailConfig",
     "EmailNotifier",
     "JobRef",
     "NotifierConfig",
+    "NotifierKind",
     "RetryPolicy",
+    "Takes",
     "WebhookConfig",
     "WebhookNotifier",
     "build_notifier",

@@ -48,19 +48,17 @@ if TYPE_CHECKING:
 
     from pgpulse.core.policy import HttpAllowList
 
-CHECKIN_FIELDS = frozenset(
-    {
-        "url",
-        "start_url",
-        "success_url",
-        "failure_url",
-        "events",
-        "method",
-        "timeout",
-        "max_attempts",
-        "retry_backoff",
-    }
+#: The keys of a checkin notifier's config.
+CHECKIN_KEYS = (
+    fields.ConfigKey("url", "Healthchecks-style base URL of every phase's ping", secret=True),
+    fields.ConfigKey("start_url", "the start ping's URL", secret=True),
+    fields.ConfigKey("success_url", "the success ping's URL", secret=True),
+    fields.ConfigKey("failure_url", "the failure ping's URL", secret=True),
+    fields.ConfigKey("events", "the phases pinged (start, success, failure)", "array"),
+    fields.ConfigKey("method", "POST (with a text body, default) or GET"),
+    *fields.DELIVERY_KEYS,
 )
+CHECKIN_FIELDS = fields.key_names(CHECKIN_KEYS)
 CHECKIN_METHODS = ("POST", "GET")
 PLACEHOLDERS = frozenset(
     {
@@ -129,6 +127,8 @@ class CheckinConfig:
     """
 
     kind: ClassVar[str] = "checkin"
+    keys: ClassVar[tuple[fields.ConfigKey, ...]] = CHECKIN_KEYS
+    example: ClassVar[str] = '{"url": "https://hc-ping.com/<uuid>"}'
 
     urls: tuple[tuple[CheckinPhase, Secret], ...]
     given: tuple[tuple[str, Secret], ...]
@@ -147,9 +147,7 @@ class CheckinConfig:
                 placeholder, a pinged phase has no URL, ``events`` is not a non-empty list of
                 phases; ``field`` is ``"config.<key>"``, and no URL is quoted unmasked.
         """
-        obj = fields.check_object(
-            config, cls.kind, CHECKIN_FIELDS, '{"url": "https://hc-ping.com/<uuid>"}'
-        )
+        obj = fields.check_object(config, cls.kind, CHECKIN_FIELDS, cls.example)
         given: list[tuple[str, Secret]] = []
         for key in ("url", "start_url", "success_url", "failure_url"):
             template = fields.http_url(obj, key, required=False)

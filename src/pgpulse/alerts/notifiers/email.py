@@ -50,22 +50,20 @@ if TYPE_CHECKING:
 
 SECURITY_MODES = ("starttls", "tls", "plain")
 DEFAULT_PORTS = {"starttls": 587, "tls": 465, "plain": 25}
-EMAIL_FIELDS = frozenset(
-    {
-        "host",
-        "port",
-        "security",
-        "username",
-        "password",
-        "from",
-        "to",
-        "subject_prefix",
-        "tls_ca",
-        "timeout",
-        "max_attempts",
-        "retry_backoff",
-    }
+#: The keys of an e-mail notifier's config.
+EMAIL_KEYS = (
+    fields.ConfigKey("host", "the SMTP server's host name or address", required=True),
+    fields.ConfigKey("port", "its port (default 587, 465 or 25 by security)", "integer"),
+    fields.ConfigKey("security", "starttls (default), tls or plain"),
+    fields.ConfigKey("username", "login name (with password)"),
+    fields.ConfigKey("password", "login password (with username)", secret=True),
+    fields.ConfigKey("from", "the From address", required=True),
+    fields.ConfigKey("to", "one address or a list of 1 to 50", "string|array", required=True),
+    fields.ConfigKey("subject_prefix", "put before each subject (default [Pulse])"),
+    fields.ConfigKey("tls_ca", "PEM text of the CA certificates to trust"),
+    *fields.DELIVERY_KEYS,
 )
+EMAIL_FIELDS = fields.key_names(EMAIL_KEYS)
 #: Most recipients of one notifier.
 MAX_RECIPIENTS = 50
 
@@ -118,6 +116,10 @@ class EmailConfig:
     """
 
     kind: ClassVar[str] = "email"
+    keys: ClassVar[tuple[fields.ConfigKey, ...]] = EMAIL_KEYS
+    example: ClassVar[str] = (
+        '{"host": "smtp.example.com", "from": "pulse@example.com", "to": ["ops@example.com"]}'
+    )
 
     host: str
     sender: str
@@ -141,10 +143,7 @@ class EmailConfig:
                 that is not one RFC 5322 address, a login with ``security: plain``...);
                 ``field`` is ``"config.<key>"``, and the password is never quoted.
         """
-        example = (
-            '{"host": "smtp.example.com", "from": "pulse@example.com", "to": ["ops@example.com"]}'
-        )
-        obj = fields.check_object(config, cls.kind, EMAIL_FIELDS, example)
+        obj = fields.check_object(config, cls.kind, EMAIL_FIELDS, cls.example)
         host = fields.text(obj, "host", required=True, max_chars=253)
         assert host is not None
         fields.host_name("host", host)

@@ -18,23 +18,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from pgpulse.alerts.rules import RULE_KINDS
 from pgpulse.core.wording import plural
 
-#: The rules' titles, as people read them (a rule not listed is shown by its name).
-RULE_TITLES = {
-    "failures": "Job failed",
-    "late": "Job is late",
-    "skipped": "Occurrence skipped",
-    "missed": "Occurrence missed",
-    "silence": "Job is silent",
-    "recovered": "Job recovered",
-    "no_live_node": "No live node",
-    "node_died": "Node died holding leases",
-    "leader_changed": "Leader changed",
-    "lag": "Lag over threshold",
-    "split_brain": "Split brain: several hosts accept writes",
-    "db_clock": "Database clock stepped",
-}
+#: The rules' titles, as people read them (:attr:`RuleKind.title
+#: <pgpulse.alerts.rules.RuleKind.title>`; a rule not listed is shown by its name).
+RULE_TITLES = {kind.name: kind.title for kind in RULE_KINDS.values() if kind.title}
 #: Rules whose event closes an alert rather than opening one (``state: "resolved"``): the one
 #: rule whose event is resolved when it fires (``alert_recovered`` in ``sql/alerts.sql``), so the
 #: webhook's ``state`` and ``pgpulse alert list``'s agree.

@@ -12,6 +12,7 @@ import ipaddress
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from email.headerregistry import Address, HeaderRegistry
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -32,6 +33,41 @@ MAX_URL_CHARS = 2048
 
 
 _NOTHING: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One key of a notifier kind's JSON config, declared in its config class's ``FIELDS``:
+    the keys a config may hold (:func:`check_object`), which of them are secret, and the API's
+    per-kind schema of ``config`` (:mod:`pgpulse.web.alerts_api`) derive from the table.
+
+    Attributes:
+        name: the JSON key.
+        doc: what it holds, in a sentence (units and bounds included).
+        json_type: its JSON schema type (``string``, ``number``, ``integer``, ``object``,
+            ``array``; several joined by ``|``).
+        required: a config must give it.
+        secret: its value is never shown back.
+    """
+
+    name: str
+    doc: str
+    json_type: str = "string"
+    required: bool = False
+    secret: bool = False
+
+
+#: The delivery keys every notifier kind takes (:func:`delivery_fields`).
+DELIVERY_KEYS = (
+    ConfigKey("timeout", "seconds for one send, in (0, 300]", "number"),
+    ConfigKey("max_attempts", "attempts per delivery, a whole number in [1, 100]", "integer"),
+    ConfigKey("retry_backoff", "base of the backoff between attempts, seconds", "number"),
+)
+
+
+def key_names(keys: tuple[ConfigKey, ...]) -> frozenset[str]:
+    """The names of ``keys``: what :func:`check_object` lets a config hold."""
+    return frozenset(key.name for key in keys)
 
 
 def refuse(

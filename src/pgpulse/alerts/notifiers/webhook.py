@@ -39,9 +39,15 @@ TIMESTAMP_HEADER = "X-Pulse-Timestamp"
 #: Receivers should refuse a signature older (or newer) than this, seconds.
 SIGNATURE_TOLERANCE = 300.0
 WEBHOOK_FORMATS = ("pulse", "slack")
-WEBHOOK_FIELDS = frozenset(
-    {"url", "secret", "headers", "timeout", "format", "max_attempts", "retry_backoff"}
+#: The keys of a webhook's config.
+WEBHOOK_KEYS = (
+    fields.ConfigKey("url", "the http:// or https:// URL to POST to", required=True, secret=True),
+    fields.ConfigKey("secret", "HMAC-SHA256 key of X-Pulse-Signature, 16+ characters", secret=True),
+    fields.ConfigKey("headers", "extra request headers, name to value", "object", secret=True),
+    fields.ConfigKey("format", "pulse (the whole document) or slack ({text} only)"),
+    *fields.DELIVERY_KEYS,
 )
+WEBHOOK_FIELDS = fields.key_names(WEBHOOK_KEYS)
 #: Header names Pulse sets itself (besides every ``X-Pulse-*``).
 RESERVED_HEADERS = frozenset(
     {"content-type", "content-length", "host", "transfer-encoding", "user-agent", "idempotency-key"}
@@ -67,6 +73,8 @@ class WebhookConfig:
     """
 
     kind: ClassVar[str] = "webhook"
+    keys: ClassVar[tuple[fields.ConfigKey, ...]] = WEBHOOK_KEYS
+    example: ClassVar[str] = '{"url": "https://hooks.example.com/pulse"}'
 
     url: Secret
     secret: Secret | None = None
@@ -84,9 +92,7 @@ class WebhookConfig:
             InvalidNotifierConfig: a key is unknown, a field is missing or refused; ``field``
                 is ``"config.<key>"``, and no secret is quoted.
         """
-        obj = fields.check_object(
-            config, cls.kind, WEBHOOK_FIELDS, '{"url": "https://hooks.example.com/pulse"}'
-        )
+        obj = fields.check_object(config, cls.kind, WEBHOOK_FIELDS, cls.example)
         url = fields.http_url(obj, "url", required=True)
         assert url is not None
         timeout, max_attempts, backoff = fields.delivery_fields(
