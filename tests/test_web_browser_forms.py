@@ -56,7 +56,9 @@ def test_create_edit_and_backfill_a_job_in_a_real_browser(
     acme = sync_token(dsn, "acme")
     settings = WebSettings(refresh_seconds=0.5)
     with (
-        LiveServer(dsn, settings, handlers={"demo.work": work}, node_config=node_config()) as server,
+        LiveServer(
+            dsn, settings, handlers={"demo.work": work}, node_config=node_config()
+        ) as server,
         sync_api.sync_playwright() as playwright,
     ):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)

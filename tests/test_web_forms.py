@@ -356,3 +356,44 @@ async def test_schedule_preview_in_utc_and_the_zone_with_words(store: Store) -> 
             "/api/v1/schedule/next?schedule=x", headers={"Authorization": "Bearer nope"}
         )
         assert anonymous.status_code == 401
+
+
+async def test_pause_with_a_reason_and_an_end_from_the_dashboard(store: Store, db: Any) -> None:
+    """The job page's pause form (reason, until) and the API route the forms use refuse as the
+    API does: a reason too long or an end in the past is 422 naming the field, another
+    tenant's job 404, and nothing changes."""
+    acme, globex = await make_token(store, "acme"), await make_token(store, "globex")
+    async with signed_in(store, acme) as browser:
+        job = (await browser.post("/ui/api/v1/jobs", json=http_job("payroll"))).json()
+        form = {"csrf": csrf_token(acme), "reason": "x" * 501, "until": "2h"}
+        long = await browser.post(
+            f"/ui/jobs/{job['id']}/pause", data=form, headers={"Accept": "application/json"}
+        )
+        assert long.status_code == 422 and "at most 500" in long.json()["notice"]
+        past = await browser.post(
+            f"/ui/api/v1/jobs/{job['id']}/pause",
+            json={"reason": "ledger migration", "until": "2020-01-01T00:00:00Z"},
+        )
+        assert refusal(past) == (422, "until")
+        before = snapshot(db)
+    async with signed_in(store, globex) as intruder:
+        theirs = await intruder.post(
+            f"/ui/jobs/{job['id']}/pause",
+            data={"csrf": csrf_token(globex), "reason": "mine"},
+            headers={"Accept": "application/json"},
+        )
+        assert theirs.status_code == 404
+    assert snapshot(db) == before
+    async with signed_in(store, acme) as browser:
+        done = await browser.post(
+            f"/ui/jobs/{job['id']}/pause",
+            data={"csrf": csrf_token(acme), "reason": "ledger migration", "until": "2h"},
+            headers={"Accept": "application/json"},
+        )
+        assert done.status_code == 200
+        assert done.json()["notice"].startswith("paused payroll until ")
+        assert done.json()["notice"].endswith(": ledger migration")
+    row = db.execute("SELECT status, pause_reason, paused_until - now() AS left FROM pgpulse_jobs")
+    paused = row.fetchone()
+    assert (paused["status"], paused["pause_reason"]) == ("paused", "ledger migration")
+    assert 7100 < paused["left"].total_seconds() <= 7200

@@ -256,7 +256,8 @@ def _plan(step: Step) -> dict[str, Any]:
         "name": step.name,
         "job_id": step.job_id,
         "changes": step.changes,
-        "lines": format_plan(Plan("api", [step])),
+        # the step's own lines; the summary line counts the one step
+        "lines": format_plan(Plan("api", [step]))[:-1],
     }
 
 

@@ -42,11 +42,11 @@ _INPUTS: dict[str, dict[str, str]] = {
     "instant": {"type": "text"},
     "names": {"type": "text"},
 }
-#: What a blank field means when it is not nullable, for the help line.
+#: How a kind of field is written in its input, for its help line (the model's doc says the
+#: rest: an instant's zone without an offset, say).
 _HINTS = {
-    "instant": "ISO 8601, e.g. 2026-12-24T08:00:00Z (no offset: UTC)",
+    "instant": "ISO 8601, e.g. 2026-12-24T08:00:00Z",
     "names": "names, separated by commas",
-    "json": "a JSON object",
 }
 
 
@@ -73,15 +73,31 @@ def _bounds(entry: Field) -> tuple[dict[str, str], list[str]]:
     bounds: list[str] = []
     if entry.kind in ("int", "seconds"):
         if entry.minimum is not None:
-            attrs["min"] = f"{entry.minimum:g}"
-            bounds.append(f"at least {entry.minimum:g}")
+            attrs["min"] = _plain(entry.minimum)
+            bounds.append(f"at least {_words(entry.minimum)}")
         if entry.maximum is not None:
-            attrs["max"] = f"{entry.maximum:g}"
-            bounds.append(f"at most {entry.maximum:g}")
+            attrs["max"] = _plain(entry.maximum)
+            bounds.append(f"at most {_words(entry.maximum)}")
     elif entry.kind == "text" and entry.maximum is not None:
-        attrs["maxlength"] = f"{entry.maximum:g}"
-        bounds.append(f"at most {entry.maximum:g} characters")
+        attrs["maxlength"] = _plain(entry.maximum)
+        bounds.append(f"at most {_words(entry.maximum)} characters")
     return attrs, bounds
+
+
+def _plain(value: float) -> str:
+    """A bound as an input's attribute: ``86400``, ``0.001``."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def _words(value: float) -> str:
+    """A bound as people read it (as the model's refusals write it): ``1,000``, ``0.001``."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def _sentence(text: str) -> str:
+    """``text`` as a sentence: its first letter a capital (the rest as written), a full stop."""
+    text = text.strip().rstrip(".")
+    return text[:1].upper() + text[1:] + "."
 
 
 def form_fields(job: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -105,13 +121,13 @@ def form_fields(job: dict[str, Any] | None) -> list[dict[str, Any]]:
             value = None
         else:
             value = entry.default
-        help_parts = [entry.doc.rstrip(".") + "."]
+        help_parts = [_sentence(entry.doc)]
         if entry.unit:
             help_parts.append(f"Unit: {entry.unit}.")
         if bounds:
-            help_parts.append(", ".join(bounds).capitalize() + ".")
+            help_parts.append(_sentence(", ".join(bounds)))
         if entry.kind in _HINTS:
-            help_parts.append(_HINTS[entry.kind].capitalize() + ".")
+            help_parts.append(_sentence(_HINTS[entry.kind]))
         if entry.nullable:
             help_parts.append("Blank: no limit.")
         out.append(
