@@ -547,6 +547,9 @@ def schedule_preview(expression: str, timezone: str, count: int, after: datetime
             cursor = following
     except OverflowError:  # an occurrence whose local time is past 9999-12-31: the list ends
         pass
+    except PulseError:  # none before the year 10000: the list ends, unless it is empty
+        if not found:
+            raise
     return {
         "schedule": expression,
         "timezone": timezone,
