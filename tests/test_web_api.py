@@ -328,7 +328,7 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         "/api/v1/me",
         "/api/v1/jobs",
         "/api/v1/jobs/{job_id}",
-        "/api/v1/jobs/plan",
+        "/api/v1/plan",
         "/api/v1/jobs/{job_id}/plan",
         "/api/v1/schedule/next",
         "/api/v1/jobs/{job_id}/pause",

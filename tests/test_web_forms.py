@@ -95,7 +95,7 @@ async def test_plan_then_save_then_edit_then_backfill(store: Store, db: Any) -> 
     acme = await make_token(store, "acme")
     body = {**http_job("payroll"), "timezone": "Europe/Paris", "max_attempts": 2}
     async with signed_in(store, acme) as browser:
-        plan = await browser.post("/ui/api/v1/jobs/plan", json=body)
+        plan = await browser.post("/ui/api/v1/plan", json=body)
         assert plan.status_code == 200
         assert plan.json()["action"] == "create" and plan.json()["job_id"] is None
         assert plan.json()["lines"][0] == "+ acme/payroll: create"
@@ -103,7 +103,7 @@ async def test_plan_then_save_then_edit_then_backfill(store: Store, db: Any) -> 
         created = await browser.post("/ui/api/v1/jobs", json=body)
         assert created.status_code == 201 and created.json()["tenant"] == "acme"
         job_id = created.json()["id"]
-        again = (await browser.post("/ui/api/v1/jobs/plan", json=body)).json()
+        again = (await browser.post("/ui/api/v1/plan", json=body)).json()
         assert (again["action"], again["job_id"]) == ("unchanged", job_id)
         change = {"schedule": "30 6 * * 1-5", "max_attempts": 4, "timeout": None}
         planned = (await browser.post(f"/ui/api/v1/jobs/{job_id}/plan", json=change)).json()
@@ -209,7 +209,7 @@ async def test_tenant_isolation_on_the_dashboards_write_path(store: Store, db: A
             theirs = await intruder.request(method, path.format(job["id"]), json=body)
             assert refusal(theirs) == (404, "job_id"), (method, path)
             assert theirs.json()["error"]["message"] == f"no job with id {job['id']}"
-        for path in ("/ui/api/v1/jobs", "/ui/api/v1/jobs/plan"):
+        for path in ("/ui/api/v1/jobs", "/ui/api/v1/plan"):
             hijack = await intruder.post(path, json={**http_job("payroll"), "tenant": "acme"})
             assert refusal(hijack) == (403, "tenant"), path
             assert hijack.json()["error"]["value"] == "acme"
@@ -219,13 +219,13 @@ async def test_tenant_isolation_on_the_dashboards_write_path(store: Store, db: A
 async def test_shell_rights_on_the_dashboards_write_path(store: Store, db: Any) -> None:
     admin, acme = await make_token(store, admin=True), await make_token(store, "acme")
     async with signed_in(store, admin) as root:  # the server did not opt in
-        for path in ("/ui/api/v1/jobs/plan", "/ui/api/v1/jobs"):
+        for path in ("/ui/api/v1/plan", "/ui/api/v1/jobs"):
             closed = await root.post(path, json=SHELL)
             assert refusal(closed) == (403, "handler")
             assert "--allow-shell-jobs" in closed.json()["error"]["message"]
     opted_in = WebSettings(allow_shell_jobs=True)
     async with signed_in(store, acme, opted_in) as browser:
-        for path in ("/ui/api/v1/jobs/plan", "/ui/api/v1/jobs"):
+        for path in ("/ui/api/v1/plan", "/ui/api/v1/jobs"):
             refused = await browser.post(path, json=SHELL)
             assert (
                 refusal(refused) == (403, "handler")
@@ -253,7 +253,7 @@ async def test_http_targets_are_checked_on_the_dashboards_write_path(
 ) -> None:
     acme = await make_token(store, "acme")
     async with signed_in(store, acme) as browser:
-        for path in ("/ui/api/v1/jobs/plan", "/ui/api/v1/jobs"):
+        for path in ("/ui/api/v1/plan", "/ui/api/v1/jobs"):
             answer = await browser.post(path, json=http_job("hook", url))
             assert refusal(answer) == (422, "payload.url"), path
         job = (await browser.post("/ui/api/v1/jobs", json=http_job("hook"))).json()
@@ -288,7 +288,7 @@ async def test_bad_input_is_422_naming_the_field(
         job = (await browser.post("/ui/api/v1/jobs", json=http_job("payroll"))).json()
         before = snapshot(db)
         for method, path, body in [
-            ("POST", "/ui/api/v1/jobs/plan", {**http_job("other"), **change}),
+            ("POST", "/ui/api/v1/plan", {**http_job("other"), **change}),
             ("POST", "/ui/api/v1/jobs", {**http_job("other"), **change}),
             ("POST", f"/ui/api/v1/jobs/{job['id']}/plan", change),
             ("PATCH", f"/ui/api/v1/jobs/{job['id']}", change),

@@ -262,7 +262,7 @@ def _plan(step: Step) -> dict[str, Any]:
 
 
 @router.post(
-    "/jobs/plan",
+    "/plan",
     response_model=PlanStep,
     summary="Plan a create or update, writing nothing",
     responses={403: _ERR, 413: _ERR},
