@@ -190,6 +190,13 @@ async def test_no_cookie_or_a_revoked_token_is_401(store: Store, db: Any) -> Non
             401,
             "authorization",
         )
+    acme = await make_token(store, "acme")
+    async with signed_in(store, acme, csrf=None) as browser:
+        # any Authorization header is the API's way in, never the cookie's (no CSRF check)
+        other = await browser.post(
+            "/ui/api/v1/jobs", json=http_job("x"), headers={"Authorization": "Basic eDp5"}
+        )
+        assert refusal(other) == (401, "authorization")
     assert snapshot(db) == []
 
 

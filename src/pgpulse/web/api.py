@@ -1,10 +1,12 @@
 """The JSON API (``/api/v1``): jobs, runs, cluster. Its OpenAPI document is
 ``/api/v1/openapi.json``.
 
-Every route needs ``Authorization: Bearer <token>`` (:mod:`pgpulse.db.tokens`). Jobs and runs are
-addressed by id; a job or run of another tenant answers 404 exactly as a missing one. Writes go
-through :class:`~pgpulse.web.service.JobService` (the store's methods); refusals follow
-:mod:`pgpulse.web.errors`.
+Every route needs ``Authorization: Bearer <token>`` (:mod:`pgpulse.db.tokens`). The
+dashboard's pages reach the same routes under ``/ui/api/v1`` (:data:`DASHBOARD_API`), signed in
+by the browser's cookie, every write with the page's CSRF value (:class:`DashboardCsrf`). Jobs
+and runs are addressed by id; a job or run of another tenant answers 404 exactly as a missing
+one. Writes go through :class:`~pgpulse.web.service.JobService` (the store's methods); refusals
+follow :mod:`pgpulse.web.errors`.
 """
 
 from __future__ import annotations
@@ -105,13 +107,15 @@ async def principal(
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
     """Who the request acts for, from its bearer token (checked on every request); under
-    :data:`DASHBOARD_API`, without one, from the dashboard's cookie
+    :data:`DASHBOARD_API`, with no ``Authorization`` header, from the dashboard's cookie
     (:func:`_dashboard_principal`).
 
     Raises:
         Unauthorized: no bearer token, or an unknown, malformed or revoked one.
     """
-    if creds is None and request.url.path.startswith(DASHBOARD_API):
+    # only a request with no Authorization header at all: DashboardCsrf skips exactly those
+    # that have one, so a cookie is never used without the CSRF check
+    if "authorization" not in request.headers and request.url.path.startswith(DASHBOARD_API):
         return await _dashboard_principal(request)
     if creds is None:
         raise Unauthorized(
