@@ -83,10 +83,16 @@ def test_upsert_job_sets_every_stored_column() -> None:
     }
 
 
-@pytest.mark.parametrize("name", ["lock_definitions", "lock_definitions_and_sources"])
+DEFINITION_READS = {**RAW_QUERIES, **load_statements("lint.sql")}
+
+
+@pytest.mark.parametrize(
+    "name", ["lock_definitions", "lock_definitions_and_sources", "lint_definitions", "dry_run_jobs"]
+)
 def test_definition_reads_name_every_stored_column(name: str) -> None:
-    """What the audit diff reads (definition_of_row): intervals in seconds as ``<name>_s``."""
-    read = _read_columns(RAW_QUERIES[name])
+    """What the audit diff and the dry runs read (definition_of_row, the ``definition_columns``
+    fragment): intervals in seconds as ``<name>_s``."""
+    read = _read_columns(DEFINITION_READS[name])
     assert read >= STORED - INTERVALS
     assert {f"{column}_s" for column in INTERVALS} <= read
 

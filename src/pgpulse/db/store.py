@@ -28,7 +28,7 @@ from pgpulse.core.jobs import (
     unknown_handlers,
 )
 from pgpulse.core.limits import RESUME_MODES
-from pgpulse.core.plan import Plan
+from pgpulse.core.plan import Plan, Step, plan_source
 from pgpulse.core.routing import waiting_reason
 from pgpulse.core.schedule import parse_schedule
 from pgpulse.core.zones import check_instant_range
@@ -272,6 +272,30 @@ class Store(CalendarStore):
         except psycopg.errors.DeadlockDetected as exc:  # two batches creating names crosswise
             raise _UpsertRaced from exc
         return results
+
+    async def plan_job(self, spec: JobSpec, *, writer: Writer = OPERATOR) -> Step:
+        """What :meth:`upsert_jobs` would do with ``spec`` as ``writer``, writing nothing: the
+        same refusals (handler, authorisation, calendars, a past one-off), then the plan's step
+        (:func:`pgpulse.core.plan.plan_source`): ``create``, ``update`` with the fields that
+        change (old and new) or ``unchanged``. The dashboard shows it before a save.
+
+        The row is read in a transaction that is rolled back; a write between this plan and the
+        save is caught there (the save's ``expect_revision``, or the plan shown again).
+
+        Raises:
+            UnknownHandler, InvalidInput, Forbidden: as :meth:`upsert_jobs`; nothing is written.
+        """
+        known: set[str] = set()
+        if unknown_handlers([spec], known):
+            known |= await self.registered_handlers()
+        check_handlers([spec], known)
+        async with self.pool.connection() as conn, conn.transaction(force_rollback=True):
+            clock = (await (await conn.execute(QUERIES["now"])).fetchone())["db_now"]  # type: ignore[index]
+            current = await lock_definitions(conn, [(spec.tenant, spec.name)])
+            row = current.get((spec.tenant, spec.name))
+            check_write(writer, spec, None if row is None else row["handler"])
+            await check_definition(conn, spec, row, clock)
+        return plan_source(spec.source, [spec], current, prune=False).steps[0]
 
     async def get_job(self, tenant: str, name: str) -> dict[str, Any]:
         """Return one job row. Raises :class:`JobNotFound`."""

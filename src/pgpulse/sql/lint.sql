@@ -4,12 +4,7 @@
 -- name: lint_definitions
 -- The definition (durations in seconds) of every job of %(tenant)s (NULL: every tenant), as
 -- lock_definitions reads it, without locking: lint only reads. Ordered by tenant and name.
-SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
-       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
-       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
-       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
-       j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after, j.anchor_at
+SELECT {definition_columns}
 FROM pgpulse_job_names n
 JOIN pgpulse_jobs j ON j.id = n.job_id
 WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
@@ -59,12 +54,7 @@ ORDER BY h.handler;
 -- name: dry_run_jobs
 -- Where each job %(ids)s stands (held occurrence, anchor, status), with its definition (as
 -- lint_definitions): what a dry run's 30-day diff compares. By primary key.
-SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
-       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
-       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
-       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
-       j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after, j.anchor_at, j.scheduled_for
+SELECT {definition_columns}, j.scheduled_for
 FROM pgpulse_jobs j
 WHERE j.id = ANY(%(ids)s::bigint[])
 ORDER BY j.id;

@@ -681,13 +681,7 @@ FOR SHARE;
 -- diffs it (pgpulse.audit), and nothing changes that job in between. Found through
 -- pgpulse_job_names' primary key; rows are locked in id order, as every statement over
 -- several job rows takes them.
-SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
-       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
-       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
-       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
-       j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after, j.anchor_at,
-       extract(epoch FROM j.deadline)::float8 AS deadline_s
+SELECT {definition_columns}
 FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
 JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
 JOIN pgpulse_jobs j ON j.id = n.job_id
@@ -697,13 +691,7 @@ FOR UPDATE OF j;
 -- name: lock_definitions_and_sources
 -- As lock_definitions, and also every job whose source is in %(sources)s (apply, crontab sync,
 -- a node's start: a scan of pgpulse_jobs, which has no index on source; see migration 0003).
-SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
-       j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
-       j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
-       extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
-       j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after, j.anchor_at,
-       extract(epoch FROM j.deadline)::float8 AS deadline_s
+SELECT {definition_columns}
 FROM pgpulse_jobs j
 WHERE j.id IN (SELECT n.job_id
                FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)

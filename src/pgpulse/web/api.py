@@ -1,29 +1,36 @@
 """The JSON API (``/api/v1``): jobs, runs, cluster. Its OpenAPI document is
 ``/api/v1/openapi.json``.
 
-Every route needs ``Authorization: Bearer <token>`` (:mod:`pgpulse.db.tokens`). Jobs and runs are
-addressed by id; a job or run of another tenant answers 404 exactly as a missing one. Writes go
-through :class:`~pgpulse.web.service.JobService` (the store's methods); refusals follow
-:mod:`pgpulse.web.errors`.
+Every route needs ``Authorization: Bearer <token>`` (:mod:`pgpulse.db.tokens`). The
+dashboard's pages reach the same routes under ``/ui/api/v1`` (:data:`DASHBOARD_API`), signed in
+by the browser's cookie, every write with the page's CSRF value (:class:`DashboardCsrf`). Jobs
+and runs are addressed by id; a job or run of another tenant answers 404 exactly as a missing
+one. Writes go through :class:`~pgpulse.web.service.JobService` (the store's methods); refusals
+follow :mod:`pgpulse.web.errors`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BeforeValidator
 
+from pgpulse.core.constant_time import same_secret
 from pgpulse.core.errors import InvalidInput
+from pgpulse.core.plan import Plan, Step, format_plan
+from pgpulse.core.policy import check_text
 from pgpulse.core.zones import utc_if_naive
 from pgpulse.db.pausing import pause_message
-from pgpulse.db.tokens import Principal
-from pgpulse.web.bodies import JsonRoute
+from pgpulse.db.tokens import Principal, csrf_token
+from pgpulse.web.bodies import ASGIApp, JsonRoute, Receive, Scope, Send, send_refusal
 from pgpulse.web.context import WebContext
-from pgpulse.web.errors import Unauthorized
+from pgpulse.web.dashboard import COOKIE
+from pgpulse.web.errors import Unauthorized, error_body
 from pgpulse.web.reads import decode_job_cursor, encode_job_cursor
 from pgpulse.web.schemas import (
     Backfill,
@@ -41,9 +48,11 @@ from pgpulse.web.schemas import (
     Outcome,
     PauseRequest,
     PauseResult,
+    PlanStep,
     ResumeRequest,
     Run,
     RunPage,
+    SchedulePreview,
     SkipRequest,
     Skips,
     Status,
@@ -51,7 +60,7 @@ from pgpulse.web.schemas import (
     TriggerRequest,
     UnskipRequest,
 )
-from pgpulse.web.service import present_job
+from pgpulse.web.service import PREVIEW_MAX, present_job, schedule_preview
 
 bearer = HTTPBearer(auto_error=False, description="An API token: pgpulse token create.")
 
@@ -81,6 +90,15 @@ Cursor = Annotated[
 ]
 
 
+#: Where the dashboard's pages reach this API: the same routes, signed in by the browser's
+#: cookie (scoped to ``/ui``) instead of a bearer token (:func:`principal`).
+DASHBOARD_API = "/ui/api/"
+#: The header a dashboard page's write carries its CSRF value in.
+CSRF_HEADER = "X-CSRF-Token"
+#: Methods that change nothing: no CSRF value needed.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 def context(request: Request) -> WebContext:
     """The app's :class:`WebContext`."""
     ctx: WebContext = request.app.state.pulse
@@ -91,11 +109,17 @@ async def principal(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
-    """Who the request acts for, from its bearer token (checked on every request).
+    """Who the request acts for, from its bearer token (checked on every request); under
+    :data:`DASHBOARD_API`, with no ``Authorization`` header, from the dashboard's cookie
+    (:func:`_dashboard_principal`).
 
     Raises:
         Unauthorized: no bearer token, or an unknown, malformed or revoked one.
     """
+    # only a request with no Authorization header at all: DashboardCsrf skips exactly those
+    # that have one, so a cookie is never used without the CSRF check
+    if "authorization" not in request.headers and request.url.path.startswith(DASHBOARD_API):
+        return await _dashboard_principal(request)
     if creds is None:
         raise Unauthorized(
             "a bearer token is required (Authorization: Bearer <token>)",
@@ -110,6 +134,62 @@ async def principal(
             value=creds.credentials[:12] + "…",
         )
     return who
+
+
+async def _dashboard_principal(request: Request) -> Principal:
+    """Who a dashboard page's request acts for: the signed-in browser's token cookie, checked
+    as a bearer token is (a write's CSRF value is checked before, by :class:`DashboardCsrf`).
+
+    Raises:
+        Unauthorized: no cookie, or an unknown or revoked token.
+    """
+    token = request.cookies.get(COOKIE)
+    who = await context(request).tokens.authenticate(token) if token else None
+    if who is None or token is None:
+        raise Unauthorized("not signed in: sign in at /ui/login", field="authorization", value=None)
+    return who
+
+
+class DashboardCsrf:
+    """ASGI middleware: a write under :data:`DASHBOARD_API` signed in by the dashboard's
+    cookie (no ``Authorization`` header) must carry the page's CSRF value
+    (:func:`~pgpulse.db.tokens.csrf_token` of the cookie's token) in :data:`CSRF_HEADER`, else
+    403 naming ``csrf`` — checked before the body is read, so a forged request gets no other
+    answer. A cross-site page can neither send the cookie (``SameSite=Strict``) nor compute
+    the value, nor set a header on a plain form post.
+
+    Args:
+        app: the wrapped ASGI app.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"].startswith(DASHBOARD_API)
+            and scope["method"] not in SAFE_METHODS
+        ):
+            request = Request(scope)
+            token = request.cookies.get(COOKIE)
+            if (
+                "authorization" not in request.headers
+                and token is not None
+                and not same_secret(request.headers.get(CSRF_HEADER, ""), csrf_token(token))
+            ):
+                await send_refusal(
+                    send,
+                    403,
+                    error_body(
+                        "forbidden",
+                        f"the request has no valid {CSRF_HEADER} header: reload the page and retry",
+                        "csrf",
+                        None,
+                    ),
+                )
+                return
+        await self.app(scope, receive, send)
 
 
 Who = Annotated[Principal, Depends(principal)]
@@ -176,6 +256,31 @@ async def create_job(body: JobCreate, who: Who, ctx: Ctx, response: Response) ->
     return job
 
 
+def _plan(step: Step) -> dict[str, Any]:
+    return {
+        "action": step.action,
+        "tenant": step.tenant,
+        "name": step.name,
+        "job_id": step.job_id,
+        "changes": step.changes,
+        # the step's own lines; the summary line counts the one step
+        "lines": format_plan(Plan("api", [step]))[:-1],
+    }
+
+
+@router.post(
+    "/plan",
+    response_model=PlanStep,
+    summary="Plan a create or update, writing nothing",
+    responses={403: _ERR, 413: _ERR},
+)
+async def plan_job(body: JobCreate, who: Who, ctx: Ctx) -> dict[str, Any]:
+    """What ``POST /jobs`` with this body would do, with the same checks and refusals (403,
+    422), writing nothing: ``create``, ``update`` with each changed field's old and new value,
+    or ``unchanged``."""
+    return _plan(await ctx.service.plan(who, body.model_dump()))
+
+
 @router.get("/jobs/{job_id}", response_model=Job, responses={404: _ERR}, summary="Show a job")
 async def get_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
     """One job with its next occurrences in its own time zone."""
@@ -191,6 +296,19 @@ async def get_job(job_id: JobId, who: Who, ctx: Ctx) -> dict[str, Any]:
 async def update_job(job_id: JobId, body: JobPatch, who: Who, ctx: Ctx) -> dict[str, Any]:
     """Change the given fields; a new schedule or zone takes effect from the next occurrence."""
     return await ctx.service.update(who, job_id, body.model_dump(exclude_unset=True))
+
+
+@router.post(
+    "/jobs/{job_id}/plan",
+    response_model=PlanStep,
+    summary="Plan a change, writing nothing",
+    responses={403: _ERR, 404: _ERR, 413: _ERR},
+)
+async def plan_update(job_id: JobId, body: JobPatch, who: Who, ctx: Ctx) -> dict[str, Any]:
+    """What ``PATCH /jobs/{job_id}`` with this body would do, with the same checks and
+    refusals, writing nothing."""
+    changes = body.model_dump(exclude_unset=True)
+    return _plan(await ctx.service.plan_update(who, job_id, changes))
 
 
 @router.delete(
@@ -540,3 +658,30 @@ async def delete_calendar(
         tenant or who.tenant or "default", name, writer=ctx.service.writer(who)
     )
     return Response(status_code=204)
+
+
+@router.get("/schedule/next", response_model=SchedulePreview, summary="Preview a schedule")
+async def schedule_next(
+    who: Who,
+    schedule: Annotated[
+        str,
+        Query(min_length=1, max_length=200, description="A schedule (cron, @every, @at...)."),
+    ],
+    timezone: Annotated[
+        str, Query(min_length=1, max_length=64, description="IANA time zone.")
+    ] = "UTC",
+    count: Annotated[int, Query(ge=1, le=PREVIEW_MAX, description="How many.")] = 5,
+    after: Annotated[
+        datetime | None,
+        BeforeValidator(_iso_only),
+        AfterValidator(_utc),
+        Query(description="Start instant (ISO-8601; without an offset: UTC)."),
+    ] = None,
+) -> dict[str, Any]:
+    """The next occurrences of a schedule in UTC and in its zone, and the schedule in words, as
+    ``pgpulse schedule next --json`` gives them (``after``: default now, to the second; an
+    ``@every`` grid is anchored there). Any token may ask: it reads nothing stored."""
+    start = after or datetime.now(UTC).replace(microsecond=0)
+    check_text("schedule", schedule)
+    check_text("timezone", timezone)
+    return await asyncio.to_thread(schedule_preview, schedule, timezone, count, start)

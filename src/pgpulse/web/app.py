@@ -4,6 +4,7 @@
 ``/api/v1/...``               the JSON API (:mod:`pgpulse.web.api`), bearer token
 ``/api/v1/openapi.json``      its OpenAPI document (no token needed)
 ``/ui/...``                   the dashboard (:mod:`pgpulse.web.dashboard`), signed in
+``/ui/api/v1/...``            the same API for the dashboard's pages: cookie and CSRF value
 ``/metrics``                  Prometheus metrics (:mod:`pgpulse.node.metrics`), no token
 ``/healthz``                  200 when the database answers, else 503, no token
 ============================  ==========================================================
@@ -28,7 +29,7 @@ from pgpulse.core.errors import PulseError
 from pgpulse.core.policy import WebSettings
 from pgpulse.db.store import Store
 from pgpulse.node import metrics
-from pgpulse.web import alerts_api, api, dashboard, pages, why
+from pgpulse.web import alerts_api, api, dashboard, forms, pages, why
 from pgpulse.web.bodies import BodyLimit, JsonBodies
 from pgpulse.web.context import WebContext
 from pgpulse.web.errors import (
@@ -66,6 +67,13 @@ async def _health(store: Store) -> JSONResponse:
     return JSONResponse({"ok": True, "db_now": now.isoformat()})
 
 
+def _is_page(request: Request) -> bool:
+    """Whether a refusal answers a dashboard page (HTML), not the API (JSON): the dashboard's
+    own API routes (:data:`pgpulse.web.api.DASHBOARD_API`) answer as the API does."""
+    path = request.url.path
+    return path.startswith("/ui/") and not path.startswith(api.DASHBOARD_API)
+
+
 def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
     """Build the web app over an open ``store``.
 
@@ -95,6 +103,10 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
     too_large: dict[int | str, dict[str, Any]] = {413: {"model": Error}, 415: {"model": Error}}
     app.include_router(api.router, responses=too_large)
     app.include_router(alerts_api.router, responses=too_large)
+    # The dashboard's forms write through the API's own routes (one write path, one
+    # authorisation), signed in by the browser's cookie, which is scoped to /ui.
+    app.include_router(api.router, prefix="/ui", include_in_schema=False)
+    app.include_router(forms.router)  # first: /ui/jobs/new is not the page of job "new"
     app.include_router(dashboard.router)
     app.include_router(pages.router)
     app.include_router(why.api_router, responses=too_large)
@@ -103,7 +115,7 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
 
     async def on_pulse_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, PulseError)
-        if not request.url.path.startswith("/ui/"):
+        if not _is_page(request):
             return pulse_error_response(exc)
         status = status_of(exc)[0]
         # a refused filter: the same page without its filters is the way back
@@ -123,7 +135,7 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         status, answer = validation_error(exc, request)
-        if not request.url.path.startswith("/ui/"):
+        if not _is_page(request):
             return JSONResponse(answer, status)
         # a dashboard address FastAPI refused (/ui/jobs/abc): the error page, as for the others
         return dashboard.templates.TemplateResponse(
@@ -159,6 +171,8 @@ def create_app(store: Store, settings: WebSettings | None = None) -> FastAPI:
         return await _health(store)
 
     app.add_middleware(JsonBodies)
+    app.add_middleware(JsonBodies, prefix=api.DASHBOARD_API)
+    app.add_middleware(api.DashboardCsrf)  # before the bodies are read
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)  # added last: outermost
     return app
 

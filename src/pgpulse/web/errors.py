@@ -134,8 +134,12 @@ def pulse_error_response(exc: PulseError) -> JSONResponse:
 
 
 #: A step of a pydantic error's location that names a member of a union type (``float`` in
-#: ``timeout.float`` for ``float | None``), not a field: left out of the refused field's name.
-_UNION_MEMBER = re.compile(r"(none|int|float|bool|str|datetime|date|[a-z]+(-[a-z]+)+)(\[.*\])?")
+#: ``timeout.float`` for ``float | None``; ``dict[str,any]`` and ``literal['forbid',...]`` in
+#: a ``PATCH`` body's ``payload`` and ``overlap``), not a field: left out of the refused
+#: field's name.
+_UNION_MEMBER = re.compile(
+    r"(none|int|float|bool|str|datetime|date|dict|list|literal|[a-z]+(-[a-z]+)+)(\[.*\])?"
+)
 
 
 def _validation_field(loc: tuple[Any, ...]) -> str:

@@ -614,3 +614,38 @@ class Calendar(CalendarIn):
     tenant: str
     name: str
     jobs: list[str]
+
+
+class PlanStep(BaseModel):
+    """What a create or change would do, written nothing (``pgpulse apply --dry-run``'s plan
+    of one job)."""
+
+    action: Literal["create", "update", "unchanged"] = Field(
+        description="create: no such job yet; update: the fields in changes change; "
+        "unchanged: saving writes nothing."
+    )
+    tenant: str
+    name: str
+    job_id: int | None = Field(description="The stored job's id (null for create).")
+    changes: dict[str, list[Any]] = Field(
+        description='An update\'s changed fields, {"field": [old, new]} (durations in '
+        "seconds, instants as UTC ISO 8601)."
+    )
+    lines: list[str] = Field(description="The plan as pgpulse apply --dry-run prints it.")
+
+
+class Occurrence(BaseModel):
+    """One occurrence of a schedule."""
+
+    utc: datetime = Field(description="The instant, UTC.")
+    local: datetime = Field(description="The same instant in the schedule's time zone.")
+
+
+class SchedulePreview(BaseModel):
+    """The next occurrences of a schedule (``pgpulse schedule next --json``)."""
+
+    schedule: str
+    timezone: str
+    description: str = Field(description="The schedule in words.")
+    occurrences: list[Occurrence]
+    ended: bool = Field(description="Fewer than asked: the schedule has no more.")

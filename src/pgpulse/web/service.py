@@ -24,6 +24,7 @@ from pgpulse.core.calendars import ExclusionCalendar, from_definitions
 from pgpulse.core.errors import DefinitionChanged, JobNotFound, PulseError
 from pgpulse.core.jobs import JobSpec
 from pgpulse.core.limits import first_to_run, parse_instant, pause_until
+from pgpulse.core.plan import Step
 from pgpulse.core.policy import WebSettings, check_http_target, check_text
 from pgpulse.core.routing import waiting_reason
 from pgpulse.core.schedule import Schedule, parse_schedule
@@ -203,23 +204,8 @@ class JobService:
                 limits); nothing is written.
             DefinitionChanged: the job's revision is not ``expect_revision``; nothing is written.
         """
-        for key, value in fields.items():
-            check_text(key, value)
-        tenant = fields.get("tenant") or who.tenant or "default"
-        options = {key: fields[key] for key in DEFINITION_FIELDS if key in fields}
-        # In a worker thread: checking a schedule's spread walks its occurrences (90 ms for an
-        # hourly job in a DST zone), and a node's heartbeats share this event loop.
-        spec = await asyncio.to_thread(
-            partial(
-                JobSpec.create,
-                name=fields.get("name"),  # type: ignore[arg-type]
-                tenant=tenant,
-                source="api",
-                **options,
-            )
-        )
-        if spec.handler == "http":
-            await check_http_target(spec.payload, self.settings)
+        spec = await self._spec(who, fields)
+        tenant = spec.tenant
         expect = None if expect_revision is None else {(tenant, spec.name): expect_revision}
         [(job_id, created)] = await self.store.upsert_jobs(
             [spec], writer=self.writer(who), actor=who.actor, expect_revisions=expect
@@ -239,6 +225,61 @@ class JobService:
             },
         )
         return await self.job(who, job_id), created
+
+    async def _spec(self, who: Principal, fields: dict[str, Any]) -> JobSpec:
+        """The definition ``fields`` make for ``who`` (:meth:`save`'s): every field checked,
+        an ``http`` job's target too.
+
+        Raises:
+            InvalidInput: any refused field; TargetNotAllowed: an ``http`` target the server
+                does not allow.
+        """
+        for key, value in fields.items():
+            check_text(key, value)
+        tenant = fields.get("tenant") or who.tenant or "default"
+        options = {key: fields[key] for key in DEFINITION_FIELDS if key in fields}
+        # In a worker thread: checking a schedule's spread walks its occurrences (90 ms for an
+        # hourly job in a DST zone), and a node's heartbeats share this event loop.
+        spec = await asyncio.to_thread(
+            partial(
+                JobSpec.create,
+                name=fields.get("name"),  # type: ignore[arg-type]
+                tenant=tenant,
+                source="api",
+                **options,
+            )
+        )
+        if spec.handler == "http":
+            await check_http_target(spec.payload, self.settings)
+        return spec
+
+    async def plan(self, who: Principal, fields: dict[str, Any]) -> Step:
+        """What :meth:`save` would do with ``fields``, writing nothing: the same checks and
+        refusals (:meth:`Store.plan_job <pgpulse.db.store.Store.plan_job>`), then ``create``,
+        ``update`` (the fields that change, old and new) or ``unchanged``.
+
+        Raises:
+            Forbidden, InvalidInput: as :meth:`save`.
+        """
+        spec = await self._spec(who, fields)
+        return await self.store.plan_job(spec, writer=self.writer(who))
+
+    async def plan_update(self, who: Principal, job_id: int, changes: dict[str, Any]) -> Step:
+        """What :meth:`update` would do with ``changes``, writing nothing (:meth:`plan` of the
+        job's stored definition with ``changes`` merged in).
+
+        Raises:
+            NoSuchJob, Forbidden, InvalidInput: as :meth:`update`.
+        """
+        current = await self.reads.job(job_id, tenant=who.scope)
+        if current is None:
+            raise NoSuchJob(job_id)
+        fields = {key: current[key] for key in DEFINITION_FIELDS}
+        fields.update(changes, name=current["name"], tenant=current["tenant"])
+        if all(key in current and current[key] == value for key, value in changes.items()):
+            # as update: a change to the values it has writes nothing (not even a takeover)
+            return Step("unchanged", current["tenant"], current["name"], job_id=job_id)
+        return await self.plan(who, fields)
 
     async def update(self, who: Principal, job_id: int, changes: dict[str, Any]) -> dict[str, Any]:
         """Change some definition fields of job ``job_id`` (the rest keep their values). A
@@ -515,3 +556,43 @@ class JobService:
             },
             "jobs": await self.store.cluster_counts(tenant=who.scope),
         }
+
+
+#: The most occurrences a schedule preview lists (``pgpulse schedule next --count``'s bound).
+PREVIEW_MAX = 50
+
+
+def schedule_preview(expression: str, timezone: str, count: int, after: datetime) -> dict[str, Any]:
+    """The next ``count`` occurrences of ``expression`` in ``timezone`` after ``after`` (an
+    aware instant; an ``@every`` grid is anchored there), as ``pgpulse schedule next --json``
+    gives them: each in UTC and in the zone, the schedule in words, and whether it ends sooner.
+    The dashboard's job form shows it as the schedule is typed. Pure but for the zone
+    database; walking a rare schedule can take a while, so callers run it in a worker thread.
+
+    Raises:
+        InvalidInput: the schedule or the zone is refused (``field`` ``schedule`` or
+            ``timezone``), or no occurrence comes before the year 10000.
+    """
+    parsed = parse_schedule(expression, timezone)
+    zone = load_zone(timezone)
+    found: list[dict[str, datetime]] = []
+    cursor = after
+    try:
+        while len(found) < count:
+            following = parsed.next_after_or_none(cursor, anchor=after)
+            if following is None:
+                break
+            found.append({"utc": following, "local": following.astimezone(zone)})
+            cursor = following
+    except OverflowError:  # an occurrence whose local time is past 9999-12-31: the list ends
+        pass
+    except PulseError:  # none before the year 10000: the list ends, unless it is empty
+        if not found:
+            raise
+    return {
+        "schedule": expression,
+        "timezone": timezone,
+        "description": parsed.describe(),
+        "occurrences": found,
+        "ended": len(found) < count,
+    }
