@@ -47,9 +47,30 @@ def load_queries(filename: str, package: str | None = None) -> dict[str, str]:
 
 
 def _fragments() -> dict[str, str]:
-    """The shared expressions of ``fragments.sql`` by name (``-- fragment: NAME`` blocks)."""
+    """The shared expressions of ``fragments.sql`` by name (``-- fragment: NAME`` blocks), and
+    the one written from the job definition model (:func:`definition_columns`)."""
     text = resources.files(__package__).joinpath("fragments.sql").read_text("utf-8")
-    return split_named_blocks(text, _FRAGMENT)
+    return split_named_blocks(text, _FRAGMENT) | {"definition_columns": definition_columns()}
+
+
+def definition_columns() -> str:
+    """The fragment ``{definition_columns}``: a job's definition (alias ``j``) as a write
+    checks and diffs it and a dry run compares it — every stored column of the definition model
+    (:func:`pgpulse.core.definition.job_fields`), intervals in seconds as ``<name>_s``
+    (:func:`pgpulse.core.audit.definition_of_row`), then the row's id, revision, status and
+    anchor. Written from the model, so a field added to it is read without editing a
+    statement."""
+    from pgpulse.core.definition import job_fields  # the model, not the driver: no I/O
+    from pgpulse.core.jobs import JobSpec
+
+    read = [
+        f"extract(epoch FROM j.{f.column})::float8 AS {f.column}_s"
+        if f.interval
+        else f"j.{f.column}"
+        for f in job_fields(JobSpec)
+        if f.column is not None
+    ]
+    return ", ".join(["j.id", *read, "j.revision", "j.status", "j.anchor_at"])
 
 
 def fill_fragments(name: str, statement: str, fragments: dict[str, str]) -> str:

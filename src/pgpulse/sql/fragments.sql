@@ -1,6 +1,8 @@
 -- Expressions that several statements share, each written once here and placed where a
 -- statement names it by its marker ({epoch}, {run_page_columns}, ...); sql/__init__.py fills
--- the markers when it loads the statements, so what is prepared is the whole statement.
+-- the markers when it loads the statements, so what is prepared is the whole statement. One
+-- more, {definition_columns} (a job's definition as the writes read it), is written there from
+-- the job definition model.
 
 -- fragment: epoch
 -- The database timeline's epoch, (timeline - 1) * 2^48 (invariant 9): a run id is the
@@ -49,16 +51,3 @@ coalesce((SELECT h.revision FROM pgpulse_job_history h
             AND h.at <= coalesce(p.started_at, p.finished_at, p.scheduled_for)
           ORDER BY h.id DESC
           LIMIT 1), 1) AS revision
-
--- fragment: definition_columns
--- A job's definition (alias j) as a write checks and diffs it and a dry run compares it: every
--- stored column of the definition model (pgpulse.core.definition), its intervals in seconds as
--- <name>_s (pgpulse.core.audit.definition_of_row), and the row's id, revision, status and
--- anchor. A field added to the model is added here once (tests/test_definition_model.py).
-j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
-j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
-j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
-extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
-j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-j.calendars, j.auto_pause_after, j.anchor_at,
-extract(epoch FROM j.deadline)::float8 AS deadline_s
