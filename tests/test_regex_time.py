@@ -83,15 +83,14 @@ PATTERNS: dict[tuple[str, str], str] = {
     ("pgpulse.sql", "_FRAGMENT"): "split",
     ("pgpulse.sql", "_MARKER"): "findall",
 }
-#: Patterns written inline in a call: (file, pattern, method). ``sql/__init__.py`` and
-#: ``cli_conventions.py`` apply theirs to Pulse's own SQL files and help texts.
+#: Patterns written inline in a call: (file, pattern, method). ``sql/__init__.py`` applies its
+#: own to Pulse's SQL files.
 INLINE: list[tuple[str, str, str]] = [
     ("db/database.py", r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", "sub"),
     ("cli/applyfile.py", "[0-9_]+", "findall"),
     # One per secret, escaped: timed with a secret of the shapes' own characters.
     ("core/masking.py", r"(?<![^\W_])a0 \\(?![^\W_])", "sub"),
     ("core/calendars.py", r"[0-9]{4}-[0-9]{2}-[0-9]{2}", "fullmatch"),
-    ("cli/conventions.py", r"default: (-?\d+)\.0(?=[;\]])", "sub"),
 ]
 #: Checks written without a regular expression where one backtracked.
 FUNCTIONS: dict[str, Callable[[str], object]] = {
