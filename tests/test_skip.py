@@ -181,6 +181,8 @@ def test_the_commands_as_a_user_types_them(dsn: str, db: Any) -> None:
         f"  {first.isoformat()} by {user} (freeze)",
         f"  {(first + timedelta(days=1)).isoformat()} by {user} (freeze)",
     ]
+    shown = pgpulse("job", "show", "nightly", dsn=dsn)
+    assert f"  skips           {first.isoformat()} (by {user}) and 1 more" in shown.stdout
     done = pgpulse("job", "unskip", "nightly", "--at", first.isoformat(), "--json", dsn=dsn)
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)

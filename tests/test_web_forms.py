@@ -404,3 +404,56 @@ async def test_pause_with_a_reason_and_an_end_from_the_dashboard(store: Store, d
     paused = row.fetchone()
     assert (paused["status"], paused["pause_reason"]) == ("paused", "ledger migration")
     assert 7100 < paused["left"].total_seconds() <= 7200
+
+
+async def test_skip_from_the_dashboard(store: Store, db: Any) -> None:
+    """The job page's skip button (how many, why) and the API route the forms use: CSRF
+    checked, a bad count refused naming ``next``, another tenant's job 404, and the listed
+    occurrences shown on the job's page and in the API's job."""
+    acme, globex = await make_token(store, "acme"), await make_token(store, "globex")
+    async with signed_in(store, acme) as browser:
+        job = (await browser.post("/ui/api/v1/jobs", json=http_job("payroll"))).json()
+        forged = await browser.post(
+            f"/ui/jobs/{job['id']}/skip",
+            data={"csrf": "0" * 64, "count": "1"},
+            headers={"Accept": "application/json"},
+        )
+        assert forged.status_code == 403
+        for count in ("x", "0", "101"):
+            bad = await browser.post(
+                f"/ui/jobs/{job['id']}/skip",
+                data={"csrf": csrf_token(acme), "count": count},
+                headers={"Accept": "application/json"},
+            )
+            assert bad.status_code == 422 and "next" in bad.json()["notice"], count
+        wrong = await browser.post(
+            f"/ui/api/v1/jobs/{job['id']}/skip",
+            json={"next": 1},
+            headers={"X-CSRF-Token": "0" * 64},
+        )
+        assert wrong.status_code == 403  # the forms' API route checks the CSRF header too
+        before = snapshot(db)
+    async with signed_in(store, globex) as intruder:
+        theirs = await intruder.post(
+            f"/ui/jobs/{job['id']}/skip",
+            data={"csrf": csrf_token(globex), "count": "1"},
+            headers={"Accept": "application/json"},
+        )
+        assert theirs.status_code == 404
+    assert snapshot(db) == before
+    async with signed_in(store, acme) as browser:
+        done = await browser.post(
+            f"/ui/jobs/{job['id']}/skip",
+            data={"csrf": csrf_token(acme), "count": "2", "reason": "quarter close"},
+            headers={"Accept": "application/json"},
+        )
+        assert done.status_code == 200, done.text
+        first = job["scheduled_for"]
+        assert done.json()["notice"].startswith("payroll: 2 occurrences listed to skip, the first")
+        shown = (await browser.get(f"/ui/api/v1/jobs/{job['id']}")).json()
+        assert [s["reason"] for s in shown["skips"]] == ["quarter close", "quarter close"]
+        assert shown["skips"][0]["at"] == first
+        page = await browser.get(f"/ui/jobs/{job['id']}")
+        assert 'data-testid="job-skips"' in page.text and "quarter close" in page.text
+    row = db.execute("SELECT status, jsonb_array_length(skips) AS n FROM pgpulse_jobs").fetchone()
+    assert (row["status"], row["n"]) == ("idle", 2)

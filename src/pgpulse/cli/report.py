@@ -15,6 +15,7 @@ import click
 
 from pgpulse.core.errors import DatabaseUnavailable, PulseError
 from pgpulse.core.sharding import DEFAULT_SHARD_COUNT
+from pgpulse.core.skips import describe, stored
 from pgpulse.core.wording import pending_pause, plural, seconds_text
 
 T = TypeVar("T")
@@ -365,6 +366,7 @@ def print_job(
             [
                 ("status", _status(job)),
                 *([("waiting", job["waiting"])] if job.get("waiting") else []),
+                *([("skips", describe(stored(job["skips"])))] if job.get("skips") else []),
                 ("last outcome", job["last_outcome"] or "-"),
                 ("last finished", _instant(job["last_finished_at"])),
                 ("last error", job["last_error"] or "-"),

@@ -31,6 +31,7 @@ __all__ = [
     "remove_skips",
     "skip_of",
     "skip_reason",
+    "skipped_note",
     "stored",
 ]
 
@@ -62,7 +63,8 @@ class Skip:
 
 
 def stored(value: object) -> list[Skip]:
-    """The skips of a job row's ``skips`` column (``None`` or a JSON array), oldest first.
+    """The skips of a job row's ``skips`` column (``None`` or a JSON array), or of a job as
+    the API shows it (instants as datetimes), oldest first.
 
     Raises:
         ValueError: an element is not as :meth:`Skip.as_json` writes it.
@@ -70,10 +72,15 @@ def stored(value: object) -> list[Skip]:
     if not value:
         return []
     assert isinstance(value, list)
-    return sorted(
-        (Skip(datetime.fromisoformat(e["at"]), e["by"], e.get("reason")) for e in value),
-        key=lambda s: s.at,
-    )
+    return sorted((Skip(_instant(e["at"]), e["by"], e.get("reason")) for e in value), key=_at)
+
+
+def _instant(value: str | datetime) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def _at(skip: Skip) -> datetime:
+    return skip.at
 
 
 def pending_occurrence(
@@ -232,6 +239,15 @@ def _occurrence_at(
             value=at.isoformat(),
         )
     return found
+
+
+def skipped_note(skips: Sequence[Skip]) -> str:
+    """What a skip left listed, in a line: ``2 occurrences listed to skip, the first at ...``."""
+    if not skips:
+        return "no occurrence is listed to skip"
+    return (
+        f"{plural(len(skips), 'occurrence')} listed to skip, the first at {skips[0].at.isoformat()}"
+    )
 
 
 def describe(skips: Sequence[Skip]) -> str:

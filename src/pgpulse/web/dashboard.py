@@ -30,7 +30,8 @@ from fastapi.templating import Jinja2Templates
 
 from pgpulse.alerts.store import AlertStore
 from pgpulse.core.constant_time import same_secret
-from pgpulse.core.errors import PulseError
+from pgpulse.core.errors import InvalidInput, PulseError
+from pgpulse.core.skips import skipped_note
 from pgpulse.core.wording import unchanged_note, withdrawn_note
 from pgpulse.db.pausing import pause_note
 from pgpulse.db.tokens import Principal, csrf_token, notice_signature, with_notice
@@ -384,7 +385,7 @@ async def job_action(request: Request, job_id: JobId, verb: str, session: Sessio
     who, token = session
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     wants_json = "application/json" in request.headers.get("accept", "")
-    if verb not in ("pause", "resume", "trigger") or not same_secret(
+    if verb not in ("pause", "resume", "trigger", "skip") or not same_secret(
         (form.get("csrf") or [""])[0], csrf_token(token)
     ):
         body = error_body(
@@ -397,6 +398,11 @@ async def job_action(request: Request, job_id: JobId, verb: str, session: Sessio
     try:
         before = await ctx.service.job(who, job_id)
         done = None
+        if verb == "skip":
+            listed = await ctx.service.skip(who, job_id, _skip_options(form))
+            return _answer(
+                form, job_id, token, wants_json, f"{before['name']}: {skipped_note(listed)}", 200
+            )
         if verb == "pause":
             after, done = await ctx.service.pause(who, job_id, _pause_options(form))
         else:
@@ -417,9 +423,31 @@ async def job_action(request: Request, job_id: JobId, verb: str, session: Sessio
         status = 200
     except PulseError as exc:
         notice, status = exc.message, status_of(exc)[0]
+    return _answer(form, job_id, token, wants_json, notice, status)
+
+
+def _answer(
+    form: dict[str, list[str]], job_id: int, token: str, wants_json: bool, notice: str, status: int
+) -> Response:
+    """A button's answer: JSON to the page's script, else a redirect back with the notice."""
     if wants_json:
         return JSONResponse({"notice": notice}, status)
     # The page's forms say where they were; a post without it goes back to the job's page.
     back = (form.get("next") or [f"/ui/jobs/{job_id}"])[0]
     back = back if back.startswith("/ui/") and "//" not in back else "/ui/"
     return RedirectResponse(with_notice(back.split("?")[0], token, notice), status_code=303)
+
+
+def _skip_options(form: dict[str, list[str]]) -> dict[str, Any]:
+    """The skip button's ``count`` (a whole number; the store bounds it) and ``reason``.
+
+    Raises:
+        InvalidInput: ``count`` is not a whole number (``field="next"``).
+    """
+    count = (form.get("count") or ["1"])[0].strip() or "1"
+    if not count.isdecimal():
+        raise InvalidInput(
+            f"next {count!r} is not a count from 1 to 100", field="next", value=count
+        )
+    reason = (form.get("reason") or [""])[0].strip()
+    return {"count": int(count), "at": None, "reason": reason or None}

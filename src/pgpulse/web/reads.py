@@ -18,6 +18,7 @@ from typing import Any
 from pgpulse.core.definition import job_fields
 from pgpulse.core.errors import InvalidInput
 from pgpulse.core.jobs import JobSpec
+from pgpulse.core.skips import stored
 from pgpulse.db.database import ConnectionSource
 from pgpulse.db.store import attempt_log
 from pgpulse.sql import load_statements
@@ -52,6 +53,7 @@ _SHOWN_STATE = (
     "paused_until",
     "pause_reason",
     "pause_requested",
+    "skips",
     "db_now",
     "calendar_defs",
     "due_lag",
@@ -67,12 +69,21 @@ def shown_job(row: dict[str, Any]) -> dict[str, Any]:
     computes) as a job read gives it: the definition model's columns but ``meta``, durations in
     seconds (``None``: no limit), and the state shown; not the row's other columns (``meta``,
     the claim's bookkeeping). The model names the definition's columns, so a new one needs no
-    edit of the statement (issue 32)."""
-    return {
+    edit of the statement. ``skips``: the occurrences listed to skip (``job skip``) from the
+    current one on."""
+    shown = {
         key: value.total_seconds() if key in _INTERVALS and value is not None else value
         for key, value in row.items()
         if key in _SHOWN
     }
+    if "skips" in shown:  # the ones still ahead: a passed one leaves the list at its next write
+        held = row.get("scheduled_for")
+        shown["skips"] = [
+            {"at": s.at, "by": s.by, "reason": s.reason}
+            for s in stored(shown["skips"])
+            if held is None or s.at >= held
+        ]
+    return shown
 
 
 def encode_job_cursor(tenant: str, name: str) -> str:

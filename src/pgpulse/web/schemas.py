@@ -197,6 +197,14 @@ else:
     JobCreate, JobPatch = _job_bodies()
 
 
+class ListedSkip(BaseModel):
+    """An occurrence listed to skip."""
+
+    at: datetime
+    by: str = Field(description="Who listed it.")
+    reason: str | None
+
+
 class _JobState(BaseModel):
     """A job's state and next occurrences (``Job`` adds its definition, from the model)."""
 
@@ -210,6 +218,11 @@ class _JobState(BaseModel):
         False,
         description="Paused while it ran: it pauses when its run ends (with paused_until and "
         "pause_reason); no new occurrence of it starts meanwhile. A resume withdraws it.",
+    )
+    skips: list[ListedSkip] = Field(
+        default_factory=list,
+        description="Occurrences listed to skip (job skip), from the current one on, oldest "
+        "first: each is recorded skipped when its time comes.",
     )
     runs_done: int = Field(description="Runs that count towards max_runs.")
     failures: int = Field(description="Consecutive failed runs.")
@@ -536,14 +549,6 @@ class UnskipRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     at: Instant | None = None
-
-
-class ListedSkip(BaseModel):
-    """An occurrence listed to skip."""
-
-    at: datetime
-    by: str = Field(description="Who listed it.")
-    reason: str | None
 
 
 class Skips(BaseModel):
