@@ -99,12 +99,14 @@ async def test_an_upsert_whose_job_is_deleted_under_it_creates_the_job_again(
 async def test_a_firing_writes_no_name_index(db: Any) -> None:
     """The job row is updated twice per firing and never HOT; each index on it is written both
     times. Its indexes are the primary key and the claim's and the sweeper's partial indexes,
-    and the leader's index of pauses that end (partial on paused rows: a firing, idle to running
-    to idle, never matches its predicate, so never writes an entry in it)."""
+    the leader's index of pauses that end (partial on paused rows: a firing, idle to running
+    to idle, never matches its predicate, so never writes an entry in it), and the deadline
+    alerts' (partial on the jobs with a deadline: a job without one writes no entry in it)."""
     rows = db.execute(
         "SELECT indexname FROM pg_indexes WHERE tablename = 'pgpulse_jobs' ORDER BY indexname"
     ).fetchall()
     assert [r["indexname"] for r in rows] == [
+        "pgpulse_jobs_deadline",
         "pgpulse_jobs_due",
         "pgpulse_jobs_leases",
         "pgpulse_jobs_pause_ends",

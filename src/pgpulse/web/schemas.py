@@ -395,7 +395,9 @@ class Change(BaseModel):
     tenant: str
     name: str = Field(description="The job's name when the change was made.")
     at: datetime = Field(description="When, by the database's clock (UTC).")
-    action: Literal["create", "update", "pause", "resume", "trigger", "backfill", "delete"]
+    action: Literal[
+        "create", "update", "pause", "resume", "trigger", "backfill", "delete", "skip", "unskip"
+    ]
     source: str = Field(description="cli, api, code:<app>, crontab:<path> or apply:<name>.")
     actor: str = Field(description="os:<user>, token:<id> (<label>), code:<app>@<node>...")
     revision: int = Field(description="The definition's revision after the change.")
