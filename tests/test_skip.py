@@ -228,7 +228,7 @@ async def test_the_http_api_skips_within_the_tokens_tenant(store: Store, db: Any
         assert [s["at"] for s in again.json()["skips"]] == [first]
         trail = await api.get(f"/api/v1/jobs/{job_id}/history")
         assert trail.status_code == 200, trail.text
-        assert [e["action"] for e in trail.json()][:3] == ["skip", "unskip", "skip"]
+        assert [e["action"] for e in trail.json()["items"]][:3] == ["skip", "unskip", "skip"]
     async with api_client(store, other) as api:
         hidden = await api.post(f"/api/v1/jobs/{job_id}/skip", json={"next": 1})
         assert hidden.status_code == 404

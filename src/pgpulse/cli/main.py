@@ -880,8 +880,8 @@ async def job_show(
 @with_store()
 async def job_history(store: Store, name: str, tenant: str, limit: int, as_json: bool) -> None:
     """The audit trail of job NAME, newest first: when (the database's clock), what (create,
-    update, pause, resume, trigger, backfill, skip, unskip, delete), the revision, source, actor and changed
-    fields. A deleted job's trail is kept until pruned with the runs' retention."""
+    update, pause, resume, trigger, backfill, skip, unskip, delete), the revision, source, actor
+    and changed fields. A deleted job's trail is kept until pruned with the runs' retention."""
     from pgpulse.cli.sources import print_history
 
     await print_history(store, name, tenant=tenant, limit=limit, as_json=as_json)
