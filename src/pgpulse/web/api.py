@@ -599,7 +599,8 @@ async def list_job_runs(
 )
 async def job_history(job_id: JobId, who: Who, ctx: Ctx, limit: Limit = 100) -> dict[str, Any]:
     """Every create, update, pause, resume, trigger, backfill, skip of the job, newest first:
-    when (the database's clock), source, actor, revision and the changed fields (404 if not visible)."""
+    when (the database's clock), source, actor, revision and the changed fields (404 if not
+    visible)."""
     return {"items": await ctx.service.history(who, job_id, limit)}
 
 
