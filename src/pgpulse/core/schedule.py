@@ -394,6 +394,8 @@ class Schedule:
         offset: unambiguous in a repeated hour)."""
         if self.interval is not None:
             return "every " + _describe_interval(self.interval)
+        if self.at == NEVER:
+            return "only after its upstreams (after)"
         if self.at is not None:
             try:
                 local = self.at.astimezone(self._zone).isoformat(sep=" ")
@@ -409,6 +411,13 @@ REBOOT_ADVICE = (
     "Pulse has no reboot event: start the command from your service manager at boot, or run "
     "a job once now with `pgpulse job trigger`"
 )
+
+
+#: The schedule of a job with no clock of its own: it runs only after its upstreams
+#: (docs/chains.md). A one-off at the last instant Pulse takes, so it never comes due.
+AFTER_SCHEDULE = "@after"
+#: The instant of ``@after``: the last day of :data:`~pgpulse.core.zones.INSTANT_RANGE`.
+NEVER = datetime(9999, 12, 30, tzinfo=UTC)
 
 
 @lru_cache(maxsize=4096)
@@ -439,6 +448,8 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     if head == "@at":
         zone = load_zone(timezone)
         return Schedule(text, timezone, "once", None, zone, at=_parse_at(expr, words[1:], zone))
+    if head == AFTER_SCHEDULE and len(words) == 1:
+        return Schedule(text, timezone, "once", None, load_zone(timezone), at=NEVER)
     if head == "@reboot":
         raise invalid(expr, REBOOT_ADVICE)
     if head == "@pulse6":  # a crontab line's marker (pgpulse.core.crontab), not a schedule's
@@ -451,7 +462,7 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     if head.startswith("@"):
         if head not in _MACROS or len(words) > 1:
             known = ", ".join(_MACROS)
-            raise invalid(expr, f"unknown macro {text!r} (known: {known}, @every, @at)")
+            raise invalid(expr, f"unknown macro {text!r} (known: {known}, @every, @at, @after)")
         words = _MACROS[head].split()
     cron = parse_cron(expr, words)
     return Schedule(text, timezone, "cron", None, load_zone(timezone), cron)

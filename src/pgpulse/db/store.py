@@ -32,7 +32,12 @@ from pgpulse.db.database import ConnectionSource
 from pgpulse.db.migrations import migrate, require_schema
 from pgpulse.db.pausing import Paused, pause
 from pgpulse.db.reconcile import Planner, reconcile
-from pgpulse.db.writes import check_definition, lock_definitions, write_definition
+from pgpulse.db.writes import (
+    check_chains,
+    check_definition,
+    lock_definitions,
+    write_definition,
+)
 from pgpulse.sql import QUERIES
 
 #: Tries of :meth:`Store.upsert_jobs` when another session creates or deletes one of its jobs at
@@ -259,6 +264,7 @@ class Store(CalendarStore):
                     if written is None:  # deleted between the name lookup and the update
                         raise _UpsertRaced
                     results.append((written.job_id, written.created))
+                await check_chains(conn, specs)
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "pgpulse_job_names_pkey":
                 raise

@@ -95,7 +95,7 @@ SHARD_MARKERS: Final[dict[str, tuple[str, str]]] = {
 
 #: Every statement of ``queries.sql`` and ``occurrences.sql`` by name, as written (a claim's
 #: shard markers unfilled: :func:`at_shard_count`).
-RAW_QUERIES: Final[dict[str, str]] = load_statements("queries.sql", "occurrences.sql")
+RAW_QUERIES: Final[dict[str, str]] = load_statements("queries.sql", "occurrences.sql", "chains.sql")
 
 
 def migration_files() -> list[tuple[int, str, str]]:

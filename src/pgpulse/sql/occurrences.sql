@@ -112,7 +112,8 @@ WITH clock AS (
     FROM clock
     WHERE o.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.payload, o.batch_id, o.attempt,
-              o.fencing_token, o.interruptions, clock.now AS db_now
+              o.fencing_token, o.interruptions, clock.now AS db_now, o.upstream_runs,
+              o.data_interval_start
 ), counted AS (
     UPDATE pgpulse_batches AS b
     SET running = b.running + d.n
@@ -129,7 +130,9 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler,
        extract(epoch FROM j.timeout)::float8 AS timeout, j.anchor_at, c.scheduled_for,
        c.attempt, c.fencing_token, c.id AS run_id, c.db_now,
        CASE WHEN c.kind = 'scheduled' THEN j.spread ELSE 0 END AS spread,
-       j.overlap, j.max_concurrency, c.interruptions, c.id AS occurrence, c.kind
+       j.overlap, j.max_concurrency, c.interruptions, c.id AS occurrence, c.kind,
+       j.has_downstreams AS downstreams, c.upstream_runs, c.data_interval_start,
+       j.last_success_at, j.last_success_scheduled_for
 FROM claimed AS c
 JOIN pgpulse_jobs AS j ON j.id = c.job_id
 ORDER BY c.scheduled_for;
