@@ -18,6 +18,7 @@ from pgpulse.core.model import ClaimedJob, Outcome
 from pgpulse.core.planner import Advance
 from pgpulse.db.run_control import RunControl
 from pgpulse.db.store import Store
+from pgpulse.db.tokens import TokenStore
 from test_cli import cli
 from web_helpers import api_client, make_token
 
@@ -291,3 +292,26 @@ async def test_the_api_refuses_a_cycle_with_422_naming_after(store: Store, db: A
     assert (error["field"], error["message"]) == ("after", "after would make a cycle: a → b → a")
     assert shown.json()["after"] == ["a"]
     assert db.execute("SELECT after FROM pgpulse_jobs WHERE name = 'a'").fetchone()["after"] == []
+
+
+async def test_the_dashboards_job_page_shows_upstreams_and_downstreams(store: Store) -> None:
+    secret, _ = await TokenStore(store.pool).create(tenant=None, admin=True, label="ops")
+    await add(
+        store,
+        spec("orders", schedule="0 3 * * *", handler="work"),
+        spec("users", schedule="0 3 * * *", handler="work"),
+        spec("report", schedule="@after", handler="work", after=["orders", "users"]),
+    )
+    ids = {name: (await store.get_job("default", name))["id"] for name in ("orders", "report")}
+    async with api_client(store) as client:
+        client.cookies.set("pgpulse_token", secret, path="/ui")
+        upstream = await client.get(f"/ui/jobs/{ids['orders']}")
+        downstream = await client.get(f"/ui/jobs/{ids['report']}")
+    assert (
+        '<dd data-testid="job-downstreams">report run after each of its succeeded runs</dd>'
+        in upstream.text
+    )
+    assert (
+        '<dd data-testid="job-upstreams">runs after each succeeded run of orders, users '
+        "(all of them, within 1 h of the first)</dd>" in downstream.text
+    ), downstream.text
