@@ -25,6 +25,7 @@ from pgpulse.core.errors import InvalidInput, InvalidPayload, UnknownHandler
 from pgpulse.core.json_limits import check_shape, loads_json
 from pgpulse.core.limits import AUTO_PAUSE_LIMIT, MAX_RUNS_LIMIT, check_calendars, check_window
 from pgpulse.core.payloads import BUILTIN_HANDLER_NAMES, PAYLOAD_VALIDATORS
+from pgpulse.core.placeholders import check_placeholders
 from pgpulse.core.schedule import AFTER_SCHEDULE, Schedule, parse_schedule
 from pgpulse.core.spread import MAX_SPREAD, check_spread
 from pgpulse.core.wording import did_you_mean, given, json_given
@@ -354,6 +355,8 @@ def _check_rules(values: dict[str, Any]) -> None:
     validator = PAYLOAD_VALIDATORS.get(values["handler"])
     if validator is not None:
         validator(values["payload"])
+    if values["handler"] == "http":  # at write time only: a stored payload runs as it did
+        check_placeholders(values["payload"])
 
 
 def check_after(names: Iterable[str]) -> tuple[str, ...]:
