@@ -18,7 +18,7 @@ from pgpulse.db.store import Store
 from pgpulse.node.builtins import http_handler, shell_handler
 from pgpulse.node.handlers import RunContext
 from test_builtins import LoopbackServer, make_ctx
-from test_builtins import server as server  # noqa: PLC0414 - the loopback receiver fixture
+from test_builtins import server as server  # the loopback receiver: a fixture
 from test_cli import cli
 from test_engine import node, running, wait_until
 
