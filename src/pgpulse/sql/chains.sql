@@ -177,13 +177,3 @@ SELECT (SELECT array_agg(n.name ORDER BY n.name)
                           WHERE k.tenant = %(tenant)s AND k.name = n.name)) AS unknown,
        (SELECT trail FROM walk) AS cycle,
        (SELECT count(*) FROM marked) AS marked;
-
--- name: job_links
--- The jobs job (%(tenant)s, %(name)s) follows (its `after`, each with whether it exists) and the
--- jobs that follow it (by the GIN index of `after`), for `job show` and the dashboard.
-SELECT coalesce((SELECT j.after FROM pgpulse_jobs AS j
-                 WHERE j.tenant = %(tenant)s AND j.name = %(name)s), '{}') AS upstreams,
-       coalesce((SELECT array_agg(d.name ORDER BY d.name)
-                 FROM pgpulse_jobs AS d
-                 WHERE d.after @> ARRAY[%(name)s::text] AND d.after <> '{}'
-                   AND d.tenant = %(tenant)s), '{}') AS downstreams;
