@@ -5,6 +5,7 @@ unknown upstreams refused at write time, naming the field."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -315,3 +316,34 @@ async def test_the_dashboards_job_page_shows_upstreams_and_downstreams(store: St
         '<dd data-testid="job-upstreams">runs after each succeeded run of orders, users '
         "(all of them, within 1 h of the first)</dd>" in downstream.text
     ), downstream.text
+
+
+async def test_two_upstreams_ending_at_once_make_one_occurrence(store: Store, db: Any) -> None:
+    """Two nodes write the two upstreams' outcomes at the same time (two sessions): the join's
+    upsert makes the second wait for the first and see its name, so exactly one of them
+    releases the occurrence, whichever commits first. A downstream with a clock of its own
+    keeps it."""
+    await chain(
+        store,
+        spec("orders", schedule="0 3 * * *", handler="work"),
+        spec("users", schedule="0 3 * * *", handler="work"),
+        spec("report", schedule="0 5 * * *", handler="work", after=["orders", "users"]),
+    )
+    for _ in range(5):
+        jobs = sorted(await claim(store, now=db_now(db)), key=lambda j: j.name)
+        orders, users = [j for j in jobs if j.name in ("orders", "users")]
+        await asyncio.gather(
+            store.finish_runs([ended(orders)], node="node-a", now=LATER),
+            store.finish_runs([ended(users)], node="node-b", now=LATER),
+        )
+    made = pending(db, "report")
+    assert [kind for kind, _, _ in made] == ["after"] * 5
+    assert len({at for _, at, _ in made}) == 5
+    row = db.execute("SELECT scheduled_for FROM pgpulse_jobs WHERE name = 'report'").fetchone()
+    assert row["scheduled_for"] == utc(2026, 1, 1, 5)  # its own clock, as before
+
+
+def db_now(db: Any) -> Any:
+    """The instant at which both upstreams' next occurrence is due."""
+    row = db.execute("SELECT max(next_run_at) AS at FROM pgpulse_jobs WHERE name <> 'report'")
+    return row.fetchone()["at"]
