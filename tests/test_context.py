@@ -58,6 +58,10 @@ async def test_a_chain_s_handlers_get_the_data_interval_last_success_and_upstrea
     assert (first.last_success_at, first.last_success_scheduled_for) == (None, None)
     assert second.last_success_scheduled_for == first.scheduled_for
     assert second.last_success_at is not None and second.last_success_at > first.scheduled_for
+    first_load, second_load = [c for c in seen if c.job_name == "load"][:2]
+    assert first_load.last_success_scheduled_for is None
+    # a run of kind after: its job's after batch keeps its last success
+    assert second_load.last_success_scheduled_for == first_load.scheduled_for
     by_instant = {c.scheduled_for: c for c in extracts}
     for load in (c for c in seen if c.job_name == "load"):
         upstream = by_instant[load.scheduled_for]

@@ -56,8 +56,9 @@ class RunContext:
         previous_scheduled_for: the occurrence before this one by the job's schedule (aware,
             UTC), so ``[previous_scheduled_for, scheduled_for)`` is the data interval; in a chain,
             the upstream's; ``None`` when there is none (a one-off).
-        last_success_at: when the job's scheduled occurrence last succeeded (before this
-            attempt; the database's clock), or ``None``.
+        last_success_at: when the job's scheduled occurrence (for an ``after`` run, also its
+            earlier ``after`` runs) last succeeded, before this attempt, by the database's
+            clock; or ``None``.
         last_success_scheduled_for: that occurrence's ``scheduled_for``, or ``None``.
         upstream_run_ids: for an ``after`` run, the run ids of the upstream runs it follows.
     """

@@ -218,6 +218,8 @@ CREATE TABLE public.pgpulse_batches (
     max_concurrency integer,
     running integer DEFAULT 0 NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_success_at timestamp with time zone,
+    last_success_scheduled_for timestamp with time zone,
     CONSTRAINT pgpulse_batches_kind_check CHECK ((kind = ANY (ARRAY['trigger'::text, 'backfill'::text, 'overlap'::text, 'after'::text]))),
     CONSTRAINT pgpulse_batches_max_concurrency_check CHECK ((max_concurrency >= 1)),
     CONSTRAINT pgpulse_batches_running_check CHECK ((running >= 0))

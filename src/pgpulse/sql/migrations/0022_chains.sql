@@ -38,6 +38,12 @@ ALTER TABLE pgpulse_batches
         CHECK (kind IN ('trigger', 'backfill', 'overlap', 'after'));
 -- one batch per downstream job holds its 'after' occurrences, as one overlap batch per job
 CREATE UNIQUE INDEX pgpulse_batches_after ON pgpulse_batches (job_id) WHERE kind = 'after';
+-- the last success of a batch's occurrences, written by finish_occurrences with the batch's
+-- count of leases (the row it locks already; never the job row, which a fork locks first):
+-- a downstream job's last success is its 'after' batch's, or its job row's if later
+ALTER TABLE pgpulse_batches
+    ADD COLUMN last_success_at timestamptz,
+    ADD COLUMN last_success_scheduled_for timestamptz;
 
 -- The join of a downstream occurrence (job_id, scheduled_for): which upstreams succeeded (by
 -- name) with their runs, and its state: 'waiting' until all `needs` of them did ('ready'), one
