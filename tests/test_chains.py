@@ -347,3 +347,19 @@ def db_now(db: Any) -> Any:
     """The instant at which both upstreams' next occurrence is due."""
     row = db.execute("SELECT max(next_run_at) AS at FROM pgpulse_jobs WHERE name <> 'report'")
     return row.fetchone()["at"]
+
+
+async def test_an_upstream_deleted_and_created_again_still_flows_down(
+    store: Store, db: Any
+) -> None:
+    await chain(
+        store,
+        spec("extract", schedule="0 3 * * *", handler="work"),
+        spec("load", schedule="@after", handler="work", after=["extract"]),
+    )
+    await store.delete_job("default", "extract")
+    await chain(store, spec("extract", schedule="0 3 * * *", handler="work"))
+    [up] = await claim(store)
+    assert up.downstreams
+    await store.finish_runs([ended(up)], node="node-a", now=LATER)
+    assert pending(db, "load") == [("after", T0, [up.run_id])]

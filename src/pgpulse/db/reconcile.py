@@ -166,8 +166,12 @@ async def reconcile(
                         )
         if not dry_run:
             ids = await _write(conn, plans, by_id, clock=clock, actor=actor, now=now)
-            written = [s.spec for p in plans for s in p.steps if s.spec is not None]
-            await check_chains(conn, [s for s in written if s.after])
+            steps = [s for p in plans for s in p.steps if s.spec is not None]
+            await check_chains(
+                conn,
+                [s.spec for s in steps if s.spec is not None and s.spec.after],
+                [s.spec for s in steps if s.spec is not None and s.action == "create"],
+            )
             if rules is not None:
                 await rules.write(conn, ids)
             plans = [_with_created_ids(plan, ids) for plan in plans]

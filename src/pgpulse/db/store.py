@@ -264,7 +264,8 @@ class Store(CalendarStore):
                     if written is None:  # deleted between the name lookup and the update
                         raise _UpsertRaced
                     results.append((written.job_id, written.created))
-                await check_chains(conn, specs)
+                created = [s for s, (_, new) in zip(specs, results, strict=True) if new]
+                await check_chains(conn, specs, created)
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "pgpulse_job_names_pkey":
                 raise

@@ -159,14 +159,17 @@ async def check_definition(
         start_of(spec, current, clock)
 
 
-async def check_chains(conn: Conn, specs: Sequence[JobSpec]) -> None:
+async def check_chains(
+    conn: Conn, specs: Sequence[JobSpec], created: Sequence[JobSpec] = ()
+) -> None:
     """Refuse the chains the written ``specs`` make, in their writing transaction and after
     their writes (an upstream written in the same batch counts): an ``after`` naming a job
     its tenant does not have, or a cycle of ``after`` edges through one of them
     (docs/chains.md). Per tenant it first takes the tenant's chain lock (``lock_chains``,
     held to the end of the transaction), so two writers adding the two edges of a cycle at once
-    are judged one after the other. Marks the upstreams as followed (``has_downstreams``).
-    Specs without ``after`` cost nothing.
+    are judged one after the other. Marks the upstreams as followed (``has_downstreams``), and
+    the ``created`` jobs that others already follow (one deleted and created again). A write
+    that creates no job and whose specs have no ``after`` costs nothing.
 
     Raises:
         InvalidInput: ``field="after"``, naming the unknown job or the cycle (the caller's
@@ -176,8 +179,16 @@ async def check_chains(conn: Conn, specs: Sequence[JobSpec]) -> None:
     for spec in specs:
         if spec.after:
             by_tenant.setdefault(spec.tenant, []).append(spec.name)
-    for tenant, names in sorted(by_tenant.items()):
+    born: dict[str, list[str]] = {}
+    for spec in created:
+        born.setdefault(spec.tenant, []).append(spec.name)
+    for tenant in sorted(by_tenant.keys() | born.keys()):
         await conn.execute(QUERIES["lock_chains"], {"tenant": tenant})
+        if tenant in born:
+            await conn.execute(QUERIES["mark_followed"], {"tenant": tenant, "names": born[tenant]})
+        names = by_tenant.get(tenant)
+        if not names:
+            continue
         cur = await conn.execute(QUERIES["check_chains"], {"tenant": tenant, "names": names})
         row = await cur.fetchone()
         assert row is not None

@@ -139,6 +139,18 @@ SELECT count(*) AS expired FROM expired;
 -- one edge of a cycle are so judged one after the other, and the second is refused.
 SELECT pg_advisory_xact_lock(hashtextextended('pgpulse_after:' || %(tenant)s, 0));
 
+-- name: mark_followed
+-- At the creation of jobs %(names)s of tenant %(tenant)s (after lock_chains, in the writing
+-- transaction): each that a job of the tenant already follows (a job deleted and created
+-- again under its name) is marked followed (has_downstreams), so its runs flow down.
+UPDATE pgpulse_jobs AS u
+SET has_downstreams = true
+WHERE u.tenant = %(tenant)s
+  AND u.name = ANY(%(names)s::text[])
+  AND NOT u.has_downstreams
+  AND EXISTS (SELECT 1 FROM pgpulse_jobs AS d
+              WHERE d.after @> ARRAY[u.name] AND d.after <> '{}' AND d.tenant = u.tenant);
+
 -- name: check_chains
 -- At the write of jobs that follow others (Store.upsert_jobs, reconcile; in the writing
 -- transaction, after the writes and lock_chains), for tenant %(tenant)s: the jobs named in the
