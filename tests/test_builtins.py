@@ -145,6 +145,11 @@ async def test_shell_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env.pop("PGPULSE_ATTEMPT") == "2"
     assert env.pop("PGPULSE_RUN_ID") == "1001"
     assert env.pop("PGPULSE_FENCING_TOKEN") == "17"
+    # the occurrence's context: none known to this hand-made one but its interval's end
+    assert env.pop("PGPULSE_DATA_INTERVAL_START") == ""
+    assert env.pop("PGPULSE_DATA_INTERVAL_END") == SCHEDULED_ISO
+    assert env.pop("PGPULSE_LAST_SUCCESS_AT") == ""
+    assert env.pop("PGPULSE_LAST_SUCCESS_SCHEDULED_FOR") == ""
     assert env.pop("PATH") == os.environ["PATH"]
     assert env.pop("HOME") == os.environ["HOME"]
     assert env.pop("LANG") == "C.UTF-8"

@@ -89,7 +89,9 @@ async def test_a_shell_command_never_sees_the_database_url_or_libpq_variables(
     assert not {n for n in env if n.startswith("PG") and not n.startswith("PGPULSE_")}
     assert {n for n in env if n.startswith("PGPULSE_")} == {
         "PGPULSE_JOB", "PGPULSE_TENANT", "PGPULSE_SCHEDULED_FOR", "PGPULSE_ATTEMPT",
-        "PGPULSE_RUN_ID", "PGPULSE_FENCING_TOKEN",
+        "PGPULSE_RUN_ID", "PGPULSE_FENCING_TOKEN", "PGPULSE_DATA_INTERVAL_START",
+        "PGPULSE_DATA_INTERVAL_END", "PGPULSE_LAST_SUCCESS_AT",
+        "PGPULSE_LAST_SUCCESS_SCHEDULED_FOR",
     }  # fmt: skip
 
 

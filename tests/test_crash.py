@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from crash_app import app
@@ -238,3 +239,48 @@ async def test_deleting_a_running_job_says_its_node_cancels_the_attempt(
         "deleted billing while it ran on node node-a: that node cancels the attempt (its "
         "writes change nothing)\n",
     )
+
+
+@pytest.mark.slow
+async def test_an_upstream_node_killed_before_its_outcome_commits_flows_down_once(
+    store: Store, dsn: str, db: Any
+) -> None:
+    """The downstream's occurrence is written in the transaction of the upstream's fenced
+    outcome (docs/chains.md): a node killed with that transaction open (its flow_down held up by
+    a lock this test takes) writes neither; the takeover's attempt succeeds and flows down
+    once."""
+    await add(
+        store,
+        spec("extract", schedule="0 0 1 1 *", handler="extract"),
+        spec("load", schedule="@after", handler="load", after=["extract"]),
+    )
+    holder = await psycopg.AsyncConnection.connect(dsn)
+    await holder.execute("LOCK TABLE pgpulse_flows IN ACCESS EXCLUSIVE MODE")
+    occurrence = await store.trigger_job("default", "extract")
+    proc = _node_process(dsn, "node-a")
+    try:
+        await wait_until(
+            lambda: db.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%%pgpulse_flows%%'"
+            ).fetchone()["n"],
+            within=30,
+        )
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE '%%pgpulse_flows%%'"
+    )
+    await holder.rollback()
+    await holder.close()
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_runs").fetchone()["n"] == 0
+    rows = await _finished_by_node_b(store, dsn, db, ended="kind = 'after'")
+    by_kind = sorted((r["output"], r["scheduled_for"], r["attempts"]) for r in rows)
+    assert by_kind == [
+        ("extracted at attempt 2", occurrence, 2),
+        (f"loaded {occurrence:%H:%M}", occurrence, 1),
+    ]
+    flows = db.execute("SELECT count(*) AS n FROM pgpulse_flows").fetchone()["n"]
+    assert flows == 1

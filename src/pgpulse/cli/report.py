@@ -321,6 +321,18 @@ def _no_upcoming(job: dict[str, Any]) -> str:
     return "none"
 
 
+def _links(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A job's chain (docs/chains.md): the jobs it follows (with its after_timeout when it
+    joins several) and the jobs that follow it; nothing for a job in no chain."""
+    lines: list[tuple[str, Any]] = []
+    if upstreams := job.get("after"):
+        joined = f" (after_timeout {_seconds(job['after_timeout'])})" if len(upstreams) > 1 else ""
+        lines.append(("upstreams", ", ".join(upstreams) + joined))
+    if downstreams := job.get("downstreams"):
+        lines.append(("downstreams", ", ".join(downstreams)))
+    return lines
+
+
 def print_job(
     job: dict[str, Any], runs: Sequence[dict[str, Any]], *, attempts: bool = False
 ) -> None:
@@ -357,6 +369,7 @@ def print_job(
                 ("timeout", _seconds(job["timeout"])),
                 *_limits(job),
                 *([("overlap", _overlap(job))] if job.get("overlap", "forbid") != "forbid" else []),
+                *_links(job),
                 ("source", job["source"]),
                 ("revision", job.get("revision", 1)),
             ],

@@ -25,7 +25,8 @@ from pgpulse.core.errors import InvalidInput, InvalidPayload, UnknownHandler
 from pgpulse.core.json_limits import check_shape, loads_json
 from pgpulse.core.limits import AUTO_PAUSE_LIMIT, MAX_RUNS_LIMIT, check_calendars, check_window
 from pgpulse.core.payloads import BUILTIN_HANDLER_NAMES, PAYLOAD_VALIDATORS
-from pgpulse.core.schedule import Schedule, parse_schedule
+from pgpulse.core.placeholders import check_placeholders
+from pgpulse.core.schedule import AFTER_SCHEDULE, Schedule, parse_schedule
 from pgpulse.core.spread import MAX_SPREAD, check_spread
 from pgpulse.core.wording import did_you_mean, given, json_given
 
@@ -390,9 +391,46 @@ def _check_rules(values: dict[str, Any]) -> None:
         not_after=values["not_after"],
         auto_pause_after=values["auto_pause_after"],
     )
+    _check_after_schedule(values["after"], parsed, values["name"])
     validator = PAYLOAD_VALIDATORS.get(values["handler"])
     if validator is not None:
         validator(values["payload"])
+    if values["handler"] == "http":  # at write time only: a stored payload runs as it did
+        check_placeholders(values["payload"])
+
+
+def check_after(names: Iterable[str]) -> tuple[str, ...]:
+    """Upstream job names as a job lists them (its ``after``): each a valid job name
+    (:func:`check_name`), duplicates dropped, in the order given. Whether each exists, and
+    whether they make a cycle, are the store's checks (they need the table).
+
+    Raises:
+        InvalidInput: ``field="after"``: a name that is not valid, or a bare string (which
+            would be read as its letters).
+    """
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise InvalidInput(
+            f"after must be a list of job names, got {given(names)}", field="after", value=names
+        )
+    checked: dict[str, None] = {}
+    for name in names:
+        checked[_check_name("after", name)] = None
+    return tuple(checked)
+
+
+def _check_after_schedule(after: tuple[str, ...], parsed: Schedule, name: str) -> None:
+    """Refuse ``@after`` (no clock of its own) without upstreams, and a job that follows
+    itself (docs/chains.md)."""
+    if parsed.expr.lower() == AFTER_SCHEDULE and not after:
+        raise InvalidInput(
+            "schedule @after runs a job only after its upstreams: give after = [names]",
+            field="after",
+            value=[],
+        )
+    if name in after:
+        raise InvalidInput(
+            f"after names the job itself: cycle {name} → {name}", field="after", value=name
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -441,6 +479,12 @@ class JobSpec:
             queued) by which each occurrence must have succeeded, or ``None``; past it the
             ``deadline`` alert rule fires once per occurrence and the run goes on
             (docs/alerts.md, "Deadlines").
+        after: names of upstream jobs of the tenant (docs/chains.md): each run of one that
+            ends succeeded gives this job an occurrence at its ``scheduled_for``; with several,
+            once all of them succeeded for it. With the schedule ``@after`` the job has no
+            clock of its own; with any other it keeps that one too.
+        after_timeout: seconds, with several upstreams: how long after the first succeeded
+            the others may take before the occurrence is recorded skipped.
     """
 
     tenant: str = define(
@@ -678,6 +722,28 @@ class JobSpec:
         doc="Seconds after scheduled_for by which each occurrence must have succeeded; past "
         "it the deadline alert fires once, and the run goes on.",
         flag="--deadline",
+        interval=True,
+    )
+
+    after: tuple[str, ...] = define(
+        (),
+        kind="names",
+        doc="Upstream jobs of the tenant: each succeeded run of one gives this job a run at "
+        "its scheduled_for (with several, once all succeeded for it). Schedule @after: no "
+        "clock of its own.",
+        flag="--after",
+        listed=True,
+        check=lambda value: check_after(() if value is None else value),
+    )
+    after_timeout: float = define(
+        3600.0,
+        kind="seconds",
+        unit="seconds",
+        minimum=1.0,
+        maximum=30 * 86400.0,
+        doc="With several upstreams: how long after the first succeeded the others may take; "
+        "past it the occurrence is recorded skipped.",
+        flag="--after-timeout",
         interval=True,
     )
 

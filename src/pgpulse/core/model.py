@@ -72,9 +72,14 @@ class ClaimedJob(NamedTuple):
     the run's earlier attempts that ended without an outcome (handed back at a stop, or reaped
     with a lost lease): not failures (:attr:`failed_attempts`). A claim of an extra
     occurrence (``pgpulse_occurrences``) has its id in ``occurrence`` (also its ``run_id``) and
-    its kind (``trigger``, ``backfill``, ``scheduled``) in ``kind``; ``scheduled_for``,
-    ``attempt``, ``fencing_token`` and ``payload`` are the occurrence's own. ``skips`` lists
-    the occurrences of a job row to skip by hand (:mod:`pgpulse.core.skips`; ``None``: none).
+    its kind (``trigger``, ``backfill``, ``scheduled``, ``after``) in ``kind``;
+    ``scheduled_for``, ``attempt``, ``fencing_token`` and ``payload`` are the occurrence's own.
+    ``downstreams``: other jobs follow this one (docs/chains.md), so its final outcome is sent
+    with ``flow_down``. A downstream occurrence (kind ``after``) carries its ``upstream_runs``
+    and ``data_interval_start`` (its upstream's previous occurrence). ``last_success_at`` and
+    ``last_success_scheduled_for``: the job's last succeeded run, as the claim read them.
+    ``skips`` lists the occurrences of a job row to skip by hand (:mod:`pgpulse.core.skips`;
+    ``None``: none).
     """
 
     id: int
@@ -108,7 +113,12 @@ class ClaimedJob(NamedTuple):
     max_concurrency: int | None = None
     interruptions: int = 0
     occurrence: int | None = None
-    kind: Literal["scheduled", "trigger", "backfill"] = "scheduled"
+    kind: Literal["scheduled", "trigger", "backfill", "after"] = "scheduled"
+    downstreams: bool = False
+    upstream_runs: list[int] | None = None
+    data_interval_start: datetime | None = None
+    last_success_at: datetime | None = None
+    last_success_scheduled_for: datetime | None = None
     skips: list[dict[str, Any]] | None = None
 
     @property

@@ -63,6 +63,7 @@ Schedules follow Vixie/Debian cron and are read in the job's time zone.
   macros    @yearly @annually @monthly @weekly @daily @midnight @hourly
   interval  @every 30s, @every 15m, @every 1h30m, @every 2d (units d h m s, at least 1s)
   delay     @after 10m: the previous run's end plus 10 minutes (units as @every)
+  chained   @after alone: no clock, only the runs of its upstreams (the job's `after`)
   one-off   @at 2026-12-24T18:00:00 (in the job's zone), @at 2026-12-24T18:00:00+01:00"""
 
 _SECOND = timedelta(seconds=1)
@@ -422,6 +423,8 @@ class Schedule:
             return "every " + _describe_interval(self.interval)
         if self.delay is not None:
             return _describe_interval(self.delay, count_one=True) + " after each run ends"
+        if self.at == NEVER:
+            return "only after its upstreams (after)"
         if self.at is not None:
             try:
                 local = self.at.astimezone(self._zone).isoformat(sep=" ")
@@ -437,6 +440,14 @@ REBOOT_ADVICE = (
     "Pulse has no reboot event: start the command from your service manager at boot, or run "
     "a job once now with `pgpulse job trigger`"
 )
+
+
+#: The schedule of a job with no clock of its own: it runs only after its upstreams
+#: (docs/chains.md). A one-off at the last instant Pulse takes, so it never comes due. With a
+#: duration (``@after 10m``) it is a delay after each run's end instead (``kind="delay"``).
+AFTER_SCHEDULE = "@after"
+#: The instant of ``@after``: the last day of :data:`~pgpulse.core.zones.INSTANT_RANGE`.
+NEVER = datetime(9999, 12, 30, tzinfo=UTC)
 
 
 @lru_cache(maxsize=4096)
@@ -464,7 +475,9 @@ def parse_schedule(expr: str, timezone: str = "UTC") -> Schedule:
     if head == "@every":
         interval = _parse_every(expr, words[1:])
         return Schedule(text, timezone, "interval", interval, load_zone(timezone))
-    if head == "@after":
+    if head == AFTER_SCHEDULE and len(words) == 1:  # no clock: only after its upstreams
+        return Schedule(text, timezone, "once", None, load_zone(timezone), at=NEVER)
+    if head == AFTER_SCHEDULE:  # a delay after each run's end
         delay = _parse_every(expr, words[1:], head="@after")
         return Schedule(text, timezone, "delay", None, load_zone(timezone), delay=delay)
     if head == "@at":

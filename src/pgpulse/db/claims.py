@@ -26,6 +26,7 @@ from psycopg.abc import Buffer
 from psycopg.rows import tuple_row
 from psycopg.types.json import JsonbBinaryLoader
 
+from pgpulse.core.chains import previous_scheduled_for
 from pgpulse.core.model import ClaimedJob, ClaimKey, Heartbeat, Outcome, Step
 from pgpulse.core.planner import Advance
 from pgpulse.core.routing import Routes
@@ -41,9 +42,10 @@ LEADER_LOCK_KEY = 0x50756C73
 #: first hour (:data:`pgpulse.cli.report.RECENT_NODES`).
 NODE_RETENTION = 86400.0
 #: The sweep (queries.sql), in the order sent: expired leases of job rows, then of extra
-#: occurrences (each of these two returns ``reaped``), then pauses that reached their end. The
+#: occurrences (each of these two returns ``reaped``), then pauses that reached their end, then
+#: joins of downstream occurrences past their after_timeout (docs/chains.md). The
 #: leader sends it after each heartbeat statement; a node that does not lead, as the backup.
-SWEEP = ("reap_job_leases", "reap_occurrence_leases", "end_pauses")
+SWEEP = ("reap_job_leases", "reap_occurrence_leases", "end_pauses", "expire_after_waits")
 
 #: Settings of the session a node claims through (:meth:`ClaimStore.finish_and_claim`). The claim
 #: and the batch completion are planned once per session, as a generic plan: the plan does not
@@ -89,14 +91,17 @@ def step_params(
     routes: Routes,
     limit: int,
     lease: float,
+    flows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The parameters of a claim step (:meth:`ClaimStore.finish_and_claim` and
     :meth:`ClaimStore.finish_and_claim_occurrences`, queries.sql / occurrences.sql): the outcome
     ``batch`` as JSON, the node's ``routes`` as one handler array and one shard-array literal
     per handler, ``limit`` rows at most (none without a route), a lease of ``lease`` seconds;
-    ``now`` a UTC instant only in tests (``None``: the database's clock)."""
+    ``now`` a UTC instant only in tests (``None``: the database's clock); ``flows`` the ended
+    runs of followed jobs (:func:`_flows`), sent with ``flow_down``."""
     return {
         "outcomes": orjson.dumps(batch).decode(),
+        "flows": orjson.dumps(flows or []).decode(),
         "now": now,
         "node": node,
         "route_handlers": list(routes),
@@ -122,6 +127,26 @@ def _storable(text: str | None) -> str | None:
 
 
 _NO_SKIPS: dict[str, Any] = {"skips": 0, "skip_from": None, "skip_to": None}
+
+#: The outcomes that end an upstream's run for its downstreams (docs/chains.md): a success
+#: gives them an occurrence, a failure a skipped run naming it.
+_FLOWING = frozenset({"succeeded", "failed", "fenced"})
+
+
+def _flows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+    """The elements of ``flow_down`` for ``outcomes``: each final outcome of a job that others
+    follow (its claim's ``downstreams``), with its run id, token and data interval's start
+    (:func:`~pgpulse.core.chains.previous_scheduled_for`). Empty for a batch of jobs nobody
+    follows, so they never send the statement."""
+    return [
+        {
+            "run_id": o.job.run_id,
+            "token": o.job.fencing_token,
+            "interval_start": previous_scheduled_for(o.job),
+        }
+        for o in outcomes
+        if o.job.downstreams and o.outcome in _FLOWING
+    ]
 
 
 #: A statement's result in a claim step: its column names and its rows.
@@ -268,7 +293,15 @@ class ClaimStore(NodeRegistry):
             }
             for o in sorted(outcomes, key=lambda o: o.job.id)
         ]
-        params = step_params(batch, now=now, node=node, routes=routes, limit=limit, lease=lease)
+        params = step_params(
+            batch,
+            now=now,
+            node=node,
+            routes=routes,
+            limit=limit,
+            lease=lease,
+            flows=_flows(outcomes),
+        )
         # a skip summary or an auto-pause's audit row: only for a batch that has one
         rare = any(element["skips"] or element["status"] == "paused" for element in batch)
         # next_job_due runs after the finish: it counts the jobs just moved on
@@ -288,6 +321,8 @@ class ClaimStore(NodeRegistry):
         names = ["record_skips_and_auto_pauses"] if rare else []
         if finishing := params["outcomes"] != "[]":
             names.append(f"finish_{kind}")
+        if params["flows"] != "[]":  # after the finish, in its transaction (docs/chains.md)
+            names.append("flow_down")
         claiming = params["limit"] > 0
         # A full batch's next due instant is never read (its node has no free slot to sleep
         # for), so after a full batch the step leaves it out and asks it alone if this batch
@@ -375,7 +410,15 @@ class ClaimStore(NodeRegistry):
             }
             for o in sorted(outcomes, key=lambda o: o.job.occurrence or 0)
         ]
-        params = step_params(batch, now=now, node=node, routes=routes, limit=limit, lease=lease)
+        params = step_params(
+            batch,
+            now=now,
+            node=node,
+            routes=routes,
+            limit=limit,
+            lease=lease,
+            flows=_flows(outcomes),
+        )
         return await self._step("occurrence", params)
 
     async def fork(self, outcome: Outcome, *, now: datetime | None = None) -> bool:

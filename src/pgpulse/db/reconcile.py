@@ -24,6 +24,7 @@ from pgpulse.core.errors import InvalidInput, PulseError
 from pgpulse.core.jobs import JobSpec, check_handlers, unknown_handlers
 from pgpulse.core.plan import Key, Plan
 from pgpulse.db.writes import (
+    check_chains,
     check_definition,
     delete_job_by_id,
     lock_definitions,
@@ -165,6 +166,12 @@ async def reconcile(
                         )
         if not dry_run:
             ids = await _write(conn, plans, by_id, clock=clock, actor=actor, now=now)
+            steps = [s for p in plans for s in p.steps if s.spec is not None]
+            await check_chains(
+                conn,
+                [s.spec for s in steps if s.spec is not None and s.spec.after],
+                [s.spec for s in steps if s.spec is not None and s.action == "create"],
+            )
             if rules is not None:
                 await rules.write(conn, ids)
             plans = [_with_created_ids(plan, ids) for plan in plans]

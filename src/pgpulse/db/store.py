@@ -38,7 +38,12 @@ from pgpulse.db.database import ConnectionSource
 from pgpulse.db.migrations import migrate, require_schema
 from pgpulse.db.pausing import Paused, pause
 from pgpulse.db.reconcile import Planner, reconcile
-from pgpulse.db.writes import check_definition, lock_definitions, write_definition
+from pgpulse.db.writes import (
+    check_chains,
+    check_definition,
+    lock_definitions,
+    write_definition,
+)
 from pgpulse.sql import QUERIES
 
 #: Tries of :meth:`Store.upsert_jobs` when another session creates or deletes one of its jobs at
@@ -265,6 +270,8 @@ class Store(CalendarStore):
                     if written is None:  # deleted between the name lookup and the update
                         raise _UpsertRaced
                     results.append((written.job_id, written.created))
+                created = [s for s, (_, new) in zip(specs, results, strict=True) if new]
+                await check_chains(conn, specs, created)
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "pgpulse_job_names_pkey":
                 raise

@@ -28,6 +28,7 @@ from pgpulse.sql import QUERIES
 
 __all__ = [
     "Written",
+    "check_chains",
     "check_definition",
     "delete_job_by_id",
     "lock_definitions",
@@ -156,6 +157,55 @@ async def check_definition(
             )
     if current is None or definition_diff(definition_of_row(current), definition_of_spec(spec)):
         start_of(spec, current, clock)
+
+
+async def check_chains(
+    conn: Conn, specs: Sequence[JobSpec], created: Sequence[JobSpec] = ()
+) -> None:
+    """Refuse the chains the written ``specs`` make, in their writing transaction and after
+    their writes (an upstream written in the same batch counts): an ``after`` naming a job
+    its tenant does not have, or a cycle of ``after`` edges through one of them
+    (docs/chains.md). Per tenant it first takes the tenant's chain lock (``lock_chains``,
+    held to the end of the transaction), so two writers adding the two edges of a cycle at once
+    are judged one after the other. Marks the upstreams as followed (``has_downstreams``), and
+    the ``created`` jobs that others already follow (one deleted and created again). A write
+    that creates no job and whose specs have no ``after`` costs nothing.
+
+    Raises:
+        InvalidInput: ``field="after"``, naming the unknown job or the cycle (the caller's
+            transaction rolls back: nothing is written).
+    """
+    by_tenant: dict[str, list[str]] = {}
+    for spec in specs:
+        if spec.after:
+            by_tenant.setdefault(spec.tenant, []).append(spec.name)
+    born: dict[str, list[str]] = {}
+    for spec in created:
+        born.setdefault(spec.tenant, []).append(spec.name)
+    for tenant in sorted(by_tenant.keys() | born.keys()):
+        await conn.execute(QUERIES["lock_chains"], {"tenant": tenant})
+        if tenant in born:
+            await conn.execute(QUERIES["mark_followed"], {"tenant": tenant, "names": born[tenant]})
+        names = by_tenant.get(tenant)
+        if not names:
+            continue
+        cur = await conn.execute(QUERIES["check_chains"], {"tenant": tenant, "names": names})
+        row = await cur.fetchone()
+        assert row is not None
+        if row["unknown"]:
+            follower = next(s.name for s in specs if set(s.after) & set(row["unknown"]))
+            raise InvalidInput(
+                f"after names job {row['unknown'][0]!r}, which tenant {tenant!r} does not have "
+                f"(job {follower!r})",
+                field="after",
+                value=row["unknown"][0],
+            )
+        if row["cycle"]:
+            # the path runs from a job to one it follows: print it upstream first
+            cycle = " → ".join(reversed(row["cycle"]))
+            raise InvalidInput(
+                f"after would make a cycle: {cycle}", field="after", value=row["cycle"][0]
+            )
 
 
 @dataclass(frozen=True, slots=True)

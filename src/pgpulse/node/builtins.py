@@ -35,6 +35,7 @@ from pgpulse.core.payloads import (
     validate_http_payload,
     validate_shell_payload,
 )
+from pgpulse.core.placeholders import fill_payload
 from pgpulse.core.wording import seconds_text
 from pgpulse.node import shell_guard, tracing
 from pgpulse.node.celery_handler import celery_handler
@@ -187,6 +188,39 @@ def child_env(allowed: Iterable[str] = ()) -> dict[str, str]:
     }
 
 
+def context_values(ctx: RunContext) -> dict[str, str]:
+    """The occurrence's context as text (docs/chains.md): the data interval, the last success
+    and, for a run that follows others, its upstream runs; an instant ISO 8601 in UTC, empty
+    when there is none. The shell handler's ``PGPULSE_<NAME>`` variables, and (with the run's
+    identity) the ``http`` handler's placeholders."""
+    values = {
+        "data_interval_start": _iso_or_empty(ctx.previous_scheduled_for),
+        "data_interval_end": _iso_utc(ctx.scheduled_for),
+        "last_success_at": _iso_or_empty(ctx.last_success_at),
+        "last_success_scheduled_for": _iso_or_empty(ctx.last_success_scheduled_for),
+    }
+    if ctx.upstream_run_ids:
+        values["upstream_run_ids"] = ",".join(map(str, ctx.upstream_run_ids))
+    return values
+
+
+def _iso_or_empty(instant: datetime | None) -> str:
+    return "" if instant is None else _iso_utc(instant)
+
+
+def _placeholder_values(ctx: RunContext) -> dict[str, str]:
+    """What the placeholders of an ``http`` payload stand for
+    (:data:`~pgpulse.core.placeholders.PLACEHOLDERS`)."""
+    return {
+        **context_values(ctx),
+        "scheduled_for": _iso_utc(ctx.scheduled_for),
+        "run_id": str(ctx.run_id),
+        "attempt": str(ctx.attempt),
+        "job": ctx.job_name,
+        "tenant": ctx.tenant,
+    }
+
+
 def _shell_env(ctx: RunContext, extra: Mapping[str, str]) -> dict[str, str]:
     env = child_env(ctx.options.get("shell_env") or ())
     env.update(extra)
@@ -200,6 +234,7 @@ def _shell_env(ctx: RunContext, extra: Mapping[str, str]) -> dict[str, str]:
             "PGPULSE_ATTEMPT": str(ctx.attempt),
             "PGPULSE_RUN_ID": str(ctx.run_id),
             "PGPULSE_FENCING_TOKEN": str(ctx.fencing_token),
+            **{f"PGPULSE_{name.upper()}": value for name, value in context_values(ctx).items()},
         }
     )
     traceparent = tracing.current_traceparent()  # None unless tracing is on
@@ -359,8 +394,11 @@ async def shell_handler(ctx: RunContext) -> str | None:
     the operator names in ``ctx.options["shell_env"]`` (``node run --shell-env``; never a
     ``PGPULSE_*`` or libpq ``PG*`` one, :func:`child_env`), overlaid with ``payload.env``, plus
     ``PGPULSE_JOB``, ``PGPULSE_TENANT``, ``PGPULSE_SCHEDULED_FOR`` (ISO-8601, UTC),
-    ``PGPULSE_ATTEMPT``, ``PGPULSE_RUN_ID`` and ``PGPULSE_FENCING_TOKEN`` (these cannot be
-    overridden by the payload); with tracing on (``node run --otel``), ``TRACEPARENT``: the
+    ``PGPULSE_ATTEMPT``, ``PGPULSE_RUN_ID``, ``PGPULSE_FENCING_TOKEN`` and the occurrence's
+    context (:func:`context_values`: ``PGPULSE_DATA_INTERVAL_START``, ``..._END``,
+    ``PGPULSE_LAST_SUCCESS_AT``, ``PGPULSE_LAST_SUCCESS_SCHEDULED_FOR``, and for a run that
+    follows others ``PGPULSE_UPSTREAM_RUN_IDS``) (these cannot be overridden by the payload);
+    with tracing on (``node run --otel``), ``TRACEPARENT``: the
     attempt span's W3C traceparent.
 
     User: the crontab's user is recorded; commands run as the current user unless Pulse runs as
@@ -471,8 +509,11 @@ async def http_handler(ctx: RunContext) -> str | None:
     tracing on (``node run --otel``), the attempt span's W3C ``traceparent``.
 
     The body is ``payload.json`` (sent as JSON) or ``payload.body`` (sent as UTF-8 text), if
-    either. Redirects are followed only with ``payload.follow_redirects: true``. The whole
-    request is bounded by ``payload.timeout`` seconds, by default ``min(ctx.timeout or 30, 30)``;
+    either. Placeholders in the URL (percent-encoded), the header values and the body
+    (``{scheduled_for}``, ``{data_interval_start}``...:
+    :data:`~pgpulse.core.placeholders.PLACEHOLDERS`) are filled from the attempt's context.
+    Redirects are followed only with ``payload.follow_redirects: true``. The whole request is
+    bounded by ``payload.timeout`` seconds, by default ``min(ctx.timeout or 30, 30)``;
     the job's own timeout is enforced by the engine cancelling the task, which closes the
     connection.
 
@@ -501,8 +542,8 @@ async def http_handler(ctx: RunContext) -> str | None:
 
     from pgpulse.node.egress_transport import GuardedTransport
 
-    payload = ctx.payload
-    _validated(validate_http_payload, payload)
+    _validated(validate_http_payload, ctx.payload)
+    payload = fill_payload(ctx.payload, _placeholder_values(ctx))
     url: str = payload["url"]
     method = str(payload.get("method", "GET")).upper()
     timeout = float(

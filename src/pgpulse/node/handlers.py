@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeAlias, cast
 
+from pgpulse.core.chains import previous_scheduled_for
 from pgpulse.core.errors import InvalidInput, UnknownHandler
 from pgpulse.core.model import AttemptResult, ClaimedJob
 from pgpulse.node import tracing
@@ -50,7 +51,16 @@ class RunContext:
         node_id: the node running the attempt.
         options: node-level settings for handlers (e.g. ``{"shell_dry_run": True}``).
         kind: ``scheduled`` (an occurrence of the schedule), ``trigger`` (run now, maybe with a
-            payload of its own) or ``backfill`` (a backfill on request re-runs this occurrence).
+            payload of its own), ``backfill`` (a backfill on request re-runs this occurrence) or
+            ``after`` (it follows a succeeded run of its upstream: docs/chains.md).
+        previous_scheduled_for: the occurrence before this one by the job's schedule (aware,
+            UTC), so ``[previous_scheduled_for, scheduled_for)`` is the data interval; in a chain,
+            the upstream's; ``None`` when there is none (a one-off).
+        last_success_at: when the job's scheduled occurrence (for an ``after`` run, also its
+            earlier ``after`` runs) last succeeded, before this attempt, by the database's
+            clock; or ``None``.
+        last_success_scheduled_for: that occurrence's ``scheduled_for``, or ``None``.
+        upstream_run_ids: for an ``after`` run, the run ids of the upstream runs it follows.
     """
 
     job_id: int
@@ -65,6 +75,10 @@ class RunContext:
     node_id: str
     options: Mapping[str, Any] = field(default_factory=dict)
     kind: str = "scheduled"
+    previous_scheduled_for: datetime | None = None
+    last_success_at: datetime | None = None
+    last_success_scheduled_for: datetime | None = None
+    upstream_run_ids: tuple[int, ...] = ()
 
 
 HandlerResult: TypeAlias = str | None
@@ -254,6 +268,10 @@ class NodeHandlers:
             node_id=self.node_id,
             options=self.options,
             kind=job.kind,
+            previous_scheduled_for=previous_scheduled_for(job),
+            last_success_at=job.last_success_at,
+            last_success_scheduled_for=job.last_success_scheduled_for,
+            upstream_run_ids=tuple(job.upstream_runs or ()),
         )
         if not tracing.is_enabled():
             return await run_attempt(handler, ctx, self._is_async.get(job.handler), self.executor)

@@ -50,27 +50,33 @@ def _fragments() -> dict[str, str]:
     """The shared expressions of ``fragments.sql`` by name (``-- fragment: NAME`` blocks), and
     the one written from the job definition model (:func:`definition_columns`)."""
     text = resources.files(__package__).joinpath("fragments.sql").read_text("utf-8")
-    return split_named_blocks(text, _FRAGMENT) | {"definition_columns": definition_columns()}
+    return split_named_blocks(text, _FRAGMENT) | _definition_fragments()
 
 
-def definition_columns() -> str:
-    """The fragment ``{definition_columns}``: a job's definition (alias ``j``) as a write
-    checks and diffs it and a dry run compares it — every stored column of the definition model
-    (:func:`pgpulse.core.definition.job_fields`), intervals in seconds as ``<name>_s``
-    (:func:`pgpulse.core.audit.definition_of_row`), then the row's id, revision, status and
-    anchor. Written from the model, so a field added to it is read without editing a
-    statement."""
+def _definition_fragments() -> dict[str, str]:
+    """The fragments written from the job definition model
+    (:func:`pgpulse.core.definition.job_fields`), so that a field added to the model is read
+    and written without editing a statement: ``{definition_columns}``, a job's definition
+    (alias ``j``) as a write checks and diffs it and a dry run compares it — every stored
+    column, intervals in seconds as ``<name>_s`` (:func:`pgpulse.core.audit.definition_of_row`),
+    then the row's id, revision, status and anchor; ``{definition_intervals}``, the intervals
+    alone, in seconds; ``{definition_written}``, the columns a write of a definition sets (all
+    but the tenant and name that identify the job), in model order (``upsert_job``)."""
     from pgpulse.core.definition import job_fields  # the model, not the driver: no I/O
     from pgpulse.core.jobs import JobSpec
 
-    read = [
-        f"extract(epoch FROM j.{f.column})::float8 AS {f.column}_s"
+    stored = [f for f in job_fields(JobSpec) if f.column is not None]
+    seconds = {
+        f.column: f"extract(epoch FROM j.{f.column})::float8 AS {f.column}_s"
+        for f in stored
         if f.interval
-        else f"j.{f.column}"
-        for f in job_fields(JobSpec)
-        if f.column is not None
-    ]
-    return ", ".join(["j.id", *read, "j.revision", "j.status", "j.anchor_at"])
+    }
+    read = [seconds.get(f.column, f"j.{f.column}") for f in stored]
+    return {
+        "definition_columns": ", ".join(["j.id", *read, "j.revision", "j.status", "j.anchor_at"]),
+        "definition_intervals": ", ".join(seconds.values()),
+        "definition_written": ", ".join(str(f.column) for f in stored if not f.identity),
+    }
 
 
 def fill_fragments(name: str, statement: str, fragments: dict[str, str]) -> str:
@@ -116,7 +122,7 @@ SHARD_MARKERS: Final[dict[str, tuple[str, str]]] = {
 
 #: Every statement of ``queries.sql`` and ``occurrences.sql`` by name, as written (a claim's
 #: shard markers unfilled: :func:`at_shard_count`).
-RAW_QUERIES: Final[dict[str, str]] = load_statements("queries.sql", "occurrences.sql")
+RAW_QUERIES: Final[dict[str, str]] = load_statements("queries.sql", "occurrences.sql", "chains.sql")
 
 
 def migration_files() -> list[tuple[int, str, str]]:

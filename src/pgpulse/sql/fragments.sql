@@ -40,7 +40,7 @@ SET earlier_attempts = CASE WHEN excluded.attempts > r.attempts AND r.started_at
 p.*,
 coalesce(p.last_scheduled_for, p.scheduled_for) AS last_scheduled_for,
 extract(epoch FROM p.finished_at - p.started_at)::float8 AS duration,
-CASE WHEN p.kind <> 'backfill'
+CASE WHEN p.kind NOT IN ('backfill', 'after')
      THEN extract(epoch FROM p.first_started_at - p.scheduled_for
                              - CASE WHEN p.kind = 'scheduled'
                                     THEN pgpulse_spread_offset(p.job_id, p.spread)

@@ -54,9 +54,14 @@ WITH clock AS (
     {attempt_written_over}
     RETURNING 1
 ), counted AS (
+    -- and the batch's last success (a downstream's context: docs/chains.md)
     UPDATE pgpulse_batches AS b
-    SET running = b.running - d.n
-    FROM (SELECT batch_id, count(*)::int AS n FROM released GROUP BY batch_id) AS d
+    SET running = b.running - d.n,
+        last_success_at = CASE WHEN d.ok IS NULL THEN b.last_success_at ELSE clock.now END,
+        last_success_scheduled_for = coalesce(d.ok, b.last_success_scheduled_for)
+    FROM (SELECT batch_id, count(*)::int AS n,
+                 max(scheduled_for) FILTER (WHERE outcome = 'succeeded') AS ok
+          FROM released GROUP BY batch_id) AS d, clock
     WHERE b.id = d.batch_id
     RETURNING 1
 )
@@ -93,7 +98,7 @@ WITH clock AS (
     LIMIT %(limit)s
     FOR UPDATE OF o SKIP LOCKED
 ), batch AS (
-    SELECT b.id, b.max_concurrency, b.running
+    SELECT b.id, b.max_concurrency, b.running, b.last_success_at, b.last_success_scheduled_for
     FROM pgpulse_batches AS b
     WHERE b.id = ANY(ARRAY(SELECT batch_id FROM cand))
     FOR UPDATE OF b SKIP LOCKED
@@ -112,7 +117,8 @@ WITH clock AS (
     FROM clock
     WHERE o.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING o.id, o.job_id, o.kind, o.scheduled_for, o.payload, o.batch_id, o.attempt,
-              o.fencing_token, o.interruptions, clock.now AS db_now
+              o.fencing_token, o.interruptions, clock.now AS db_now, o.upstream_runs,
+              o.data_interval_start
 ), counted AS (
     UPDATE pgpulse_batches AS b
     SET running = b.running + d.n
@@ -129,9 +135,17 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler,
        extract(epoch FROM j.timeout)::float8 AS timeout, j.anchor_at, c.scheduled_for,
        c.attempt, c.fencing_token, c.id AS run_id, c.db_now,
        CASE WHEN c.kind = 'scheduled' THEN j.spread ELSE 0 END AS spread,
-       j.overlap, j.max_concurrency, c.interruptions, c.id AS occurrence, c.kind
+       j.overlap, j.max_concurrency, c.interruptions, c.id AS occurrence, c.kind,
+       j.has_downstreams AS downstreams, c.upstream_runs, c.data_interval_start,
+       -- a downstream's last success: its after batch's, or its job row's if later
+       CASE WHEN c.kind = 'after' AND b.last_success_at > coalesce(j.last_success_at, '-infinity')
+            THEN b.last_success_at ELSE j.last_success_at END AS last_success_at,
+       CASE WHEN c.kind = 'after' AND b.last_success_at > coalesce(j.last_success_at, '-infinity')
+            THEN b.last_success_scheduled_for
+            ELSE j.last_success_scheduled_for END AS last_success_scheduled_for
 FROM claimed AS c
 JOIN pgpulse_jobs AS j ON j.id = c.job_id
+JOIN batch AS b ON b.id = c.batch_id
 ORDER BY c.scheduled_for;
 
 -- name: next_occurrence_due

@@ -92,6 +92,10 @@ WITH clock AS (
         run_id = CASE WHEN i.reset_attempt THEN NULL ELSE j.run_id END,
         locked_by = NULL, lease_expires_at = NULL, last_outcome = i.outcome,
         last_error = i.error, last_finished_at = clock.now,
+        last_success_at = CASE WHEN i.outcome = 'succeeded' THEN clock.now
+                               ELSE j.last_success_at END,
+        last_success_scheduled_for = CASE WHEN i.outcome = 'succeeded' THEN i.run_scheduled_for
+                                          ELSE j.last_success_scheduled_for END,
         runs_done = j.runs_done + CASE WHEN i.counts_run THEN 1 ELSE 0 END,
         failures = coalesce(i.failures, j.failures),
         pause_reason = CASE WHEN i.status = 'paused' THEN i.pause_reason ELSE j.pause_reason END,
@@ -179,7 +183,8 @@ RETURNING j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, 
               WHERE c.tenant = j.tenant AND c.name = ANY(j.calendars)
           ) END AS calendars,
           j.resume_mode, j.resumed_at, j.auto_pause_after, j.failures, j.overlap,
-          j.max_concurrency, j.interruptions, j.skips;
+          j.max_concurrency, j.interruptions, j.skips, j.has_downstreams AS downstreams,
+          j.last_success_at, j.last_success_scheduled_for;
 
 -- name: next_job_due
 -- The clock; the earliest future due instant of an idle job along the routes of
@@ -533,8 +538,9 @@ WHERE n.node_id = %(node)s
 -- (a day: NODE_RETENTION in pgpulse.claims) unless a lease still names them (a running job or
 -- an occurrence they hold: reaping it clears that first, so the row that says who holds a
 -- lease is never the one missing),
--- and trigger and backfill batches as old whose occurrences have all run (a job's overlap batch
--- stays with it).
+-- and trigger and backfill batches as old whose occurrences have all run (a job's overlap and
+-- after batches stay with it), and as old flows of upstream runs and decided joins
+-- (docs/chains.md).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), runs AS (
@@ -545,7 +551,7 @@ WITH clock AS (
 ), batches AS (
     DELETE FROM pgpulse_batches b
     USING clock
-    WHERE b.kind <> 'overlap'
+    WHERE b.kind NOT IN ('overlap', 'after')
       AND b.created_at < clock.now - make_interval(secs => %(keep)s)
       AND NOT EXISTS (SELECT 1 FROM pgpulse_occurrences o WHERE o.batch_id = b.id)
     RETURNING 1
@@ -561,6 +567,16 @@ WITH clock AS (
                       FROM pgpulse_occurrences o
                       WHERE o.lease_expires_at IS NOT NULL
                         AND o.locked_by = n.node_id)
+    RETURNING 1
+), flows AS (
+    DELETE FROM pgpulse_flows f
+    USING clock
+    WHERE f.created_at < clock.now - make_interval(secs => %(keep)s)
+    RETURNING 1
+), joins AS (
+    DELETE FROM pgpulse_after_waits w
+    USING clock
+    WHERE w.state <> 'waiting' AND w.updated_at < clock.now - make_interval(secs => %(keep)s)
     RETURNING 1
 ), history AS (
     DELETE FROM pgpulse_job_history h
@@ -594,10 +610,7 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 -- of pgpulse_jobs (d: each value converted by its column's type, domains checked), so a new
 -- column is a name in d, the SET and the INSERT, not a parameter and a cast.
 WITH d AS (
-    SELECT schedule, timezone, handler, payload, catch_up, backfill_limit, misfire_grace,
-           max_attempts, retry_backoff, timeout, source, meta, overlap, max_concurrency,
-           spread, not_before, not_after, max_runs, calendars, auto_pause_after,
-           deadline
+    SELECT {definition_written}
     FROM jsonb_populate_record(NULL::pgpulse_jobs, %(definition)s)
 ), found AS (
     SELECT n.job_id,
@@ -615,10 +628,7 @@ WITH d AS (
     WHERE n.tenant = %(tenant)s AND n.name = %(name)s
 ), updated AS (
     UPDATE pgpulse_jobs j
-    SET (schedule, timezone, handler, payload, catch_up, backfill_limit, misfire_grace,
-         max_attempts, retry_backoff, timeout, source, meta, overlap, max_concurrency,
-         spread, not_before, not_after, max_runs, calendars, auto_pause_after,
-         deadline)
+    SET ({definition_written})
             = (SELECT * FROM d),
         schedule_kind = %(schedule_kind)s, revision = j.revision + 1,
         status = CASE WHEN j.status IN ('running', 'paused', 'failed') THEN j.status
@@ -649,11 +659,8 @@ WITH d AS (
     SELECT nextval('pgpulse_jobs_id_seq') AS id
     WHERE NOT EXISTS (SELECT 1 FROM found)
 ), inserted AS (
-    INSERT INTO pgpulse_jobs (schedule, timezone, handler, payload, catch_up, backfill_limit,
-                              misfire_grace, max_attempts, retry_backoff, timeout, source, meta,
-                              overlap, max_concurrency, spread, not_before, not_after, max_runs,
-                              calendars, auto_pause_after, deadline, id, tenant, name,
-                              schedule_kind, status, anchor_at, scheduled_for, next_run_at)
+    INSERT INTO pgpulse_jobs ({definition_written}, id, tenant, name, schedule_kind, status,
+                              anchor_at, scheduled_for, next_run_at)
     OVERRIDING SYSTEM VALUE
     SELECT d.*, new_id.id, %(tenant)s::text, %(name)s::text, %(schedule_kind)s::text,
            %(status)s::text, %(anchor_at)s::timestamptz, %(scheduled_for)s::timestamptz,
@@ -742,10 +749,7 @@ SELECT NOT pg_is_in_recovery()
        END AS timeline;
 
 -- name: get_job
-SELECT j.*, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace_s,
-       extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
-       extract(epoch FROM j.timeout)::float8 AS timeout_s,
-       extract(epoch FROM j.deadline)::float8 AS deadline_s
+SELECT j.*, {definition_intervals}
 FROM pgpulse_jobs j
 WHERE j.id = (SELECT n.job_id FROM pgpulse_job_names n WHERE n.tenant = %(tenant)s AND n.name = %(name)s);
 
@@ -754,7 +758,7 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.
        j.paused_until, j.pause_reason, j.pause_requested, j.scheduled_for, j.next_run_at,
        j.attempt, j.locked_by,
        j.last_outcome, j.last_error, j.last_finished_at, j.spread, j.not_before, j.not_after,
-       j.max_runs, j.runs_done, j.calendars, j.auto_pause_after, j.failures
+       j.max_runs, j.runs_done, j.calendars, j.auto_pause_after, j.failures, j.after
 FROM pgpulse_job_names n JOIN pgpulse_jobs j ON j.id = n.job_id
 WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
 ORDER BY n.tenant, n.name;

@@ -23,6 +23,10 @@ CREATE DOMAIN public.pgpulse_schedule_kind AS text
 CREATE DOMAIN public.pgpulse_spread AS double precision
 	CONSTRAINT pgpulse_spread_within_a_day CHECK (((VALUE >= (0)::double precision) AND (VALUE <= (86400)::double precision)));
 
+CREATE FUNCTION public.pgpulse_after_state(succeeded text[], failed text, needs integer) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN (failed IS NOT NULL) THEN 'failed'::text WHEN ((SELECT count(DISTINCT s.s) AS count FROM unnest(pgpulse_after_state.succeeded) s(s)) >= needs) THEN 'ready'::text ELSE 'waiting'::text END;
+
 CREATE FUNCTION public.pgpulse_job_names_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -70,6 +74,21 @@ FROM (SELECT ('x' || encode(substring(sha256(convert_to('pgpulse-spread:' || job
                                                         'UTF8')) FROM 1 FOR 8), 'hex'))
              ::bit(64)::bigint AS h) AS hashed
 $$;
+
+CREATE TABLE public.pgpulse_after_waits (
+    job_id bigint NOT NULL,
+    scheduled_for timestamp with time zone NOT NULL,
+    needs integer NOT NULL,
+    succeeded text[] DEFAULT '{}'::text[] NOT NULL,
+    runs bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    failed text,
+    interval_start timestamp with time zone,
+    deadline timestamp with time zone NOT NULL,
+    state text NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_after_waits_needs_check CHECK ((needs >= 1)),
+    CONSTRAINT pgpulse_after_waits_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'ready'::text, 'failed'::text, 'expired'::text])))
+);
 
 CREATE TABLE public.pgpulse_alert_deliveries (
     id bigint NOT NULL,
@@ -199,7 +218,9 @@ CREATE TABLE public.pgpulse_batches (
     max_concurrency integer,
     running integer DEFAULT 0 NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT pgpulse_batches_kind_check CHECK ((kind = ANY (ARRAY['trigger'::text, 'backfill'::text, 'overlap'::text]))),
+    last_success_at timestamp with time zone,
+    last_success_scheduled_for timestamp with time zone,
+    CONSTRAINT pgpulse_batches_kind_check CHECK ((kind = ANY (ARRAY['trigger'::text, 'backfill'::text, 'overlap'::text, 'after'::text]))),
     CONSTRAINT pgpulse_batches_max_concurrency_check CHECK ((max_concurrency >= 1)),
     CONSTRAINT pgpulse_batches_running_check CHECK ((running >= 0))
 );
@@ -240,6 +261,12 @@ CREATE TABLE public.pgpulse_code_declarations (
     node_id text NOT NULL,
     declared_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT pgpulse_code_declarations_source_check CHECK ((source ~~ 'code:%'::text))
+);
+
+CREATE TABLE public.pgpulse_flows (
+    upstream_run_id bigint NOT NULL,
+    job_id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
 CREATE TABLE public.pgpulse_job_history (
@@ -324,6 +351,11 @@ CREATE TABLE public.pgpulse_jobs (
     pause_requested boolean DEFAULT false NOT NULL,
     skips jsonb,
     deadline interval,
+    after text[] DEFAULT '{}'::text[] NOT NULL,
+    after_timeout interval DEFAULT '01:00:00'::interval NOT NULL,
+    has_downstreams boolean DEFAULT false NOT NULL,
+    last_success_at timestamp with time zone,
+    last_success_scheduled_for timestamp with time zone,
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_deadline_check CHECK ((deadline >= '00:00:01'::interval)),
     CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = ((overlap)::text = 'allow'::text)) AND (max_concurrency >= 1))),
@@ -402,7 +434,9 @@ CREATE TABLE public.pgpulse_occurrences (
     claimed_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     interruptions integer DEFAULT 0 NOT NULL,
-    CONSTRAINT pgpulse_occurrences_kind_check CHECK ((kind = ANY (ARRAY['trigger'::text, 'backfill'::text, 'scheduled'::text]))),
+    upstream_runs bigint[],
+    data_interval_start timestamp with time zone,
+    CONSTRAINT pgpulse_occurrences_kind_check CHECK ((kind = ANY (ARRAY['trigger'::text, 'backfill'::text, 'scheduled'::text, 'after'::text]))),
     CONSTRAINT pgpulse_occurrences_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text))
 );
 
@@ -424,7 +458,7 @@ CREATE TABLE public.pgpulse_runs (
     attempt_ended_at timestamp with time zone,
     kind text DEFAULT 'scheduled'::text NOT NULL,
     batch_id bigint,
-    CONSTRAINT pgpulse_runs_kind_check CHECK ((kind = ANY (ARRAY['scheduled'::text, 'trigger'::text, 'backfill'::text]))),
+    CONSTRAINT pgpulse_runs_kind_check CHECK ((kind = ANY (ARRAY['scheduled'::text, 'trigger'::text, 'backfill'::text, 'after'::text]))),
     CONSTRAINT pgpulse_runs_occurrences CHECK (((occurrences >= 1) AND ((occurrences = 1) = (last_scheduled_for IS NULL)) AND (last_scheduled_for >= scheduled_for))),
     CONSTRAINT pgpulse_runs_outcome_check CHECK ((outcome = ANY (ARRAY['running'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'fenced'::text, 'cancelled'::text])))
 );
@@ -510,6 +544,9 @@ UNION ALL
          LIMIT 1) prior ON (true))
   WHERE (o.lease_expires_at IS NOT NULL);
 
+ALTER TABLE ONLY public.pgpulse_after_waits
+    ADD CONSTRAINT pgpulse_after_waits_pkey PRIMARY KEY (job_id, scheduled_for);
+
 ALTER TABLE ONLY public.pgpulse_alert_deliveries
     ADD CONSTRAINT pgpulse_alert_deliveries_event_id_notifier_id_key UNIQUE (event_id, notifier_id);
 
@@ -549,6 +586,9 @@ ALTER TABLE ONLY public.pgpulse_cluster
 ALTER TABLE ONLY public.pgpulse_code_declarations
     ADD CONSTRAINT pgpulse_code_declarations_pkey PRIMARY KEY (source);
 
+ALTER TABLE ONLY public.pgpulse_flows
+    ADD CONSTRAINT pgpulse_flows_pkey PRIMARY KEY (upstream_run_id, job_id);
+
 ALTER TABLE ONLY public.pgpulse_job_history
     ADD CONSTRAINT pgpulse_job_history_pkey PRIMARY KEY (id);
 
@@ -576,6 +616,8 @@ ALTER TABLE ONLY public.pgpulse_occurrences
 ALTER TABLE ONLY public.pgpulse_runs
     ADD CONSTRAINT pgpulse_runs_pkey PRIMARY KEY (id);
 
+CREATE INDEX pgpulse_after_waits_deadline ON public.pgpulse_after_waits USING btree (deadline) WHERE (state = 'waiting'::text);
+
 CREATE INDEX pgpulse_alert_deliveries_due ON public.pgpulse_alert_deliveries USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 
 CREATE INDEX pgpulse_alert_events_open ON public.pgpulse_alert_events USING btree (job_id) WHERE (resolved_at IS NULL);
@@ -586,15 +628,21 @@ CREATE UNIQUE INDEX pgpulse_alert_rules_key ON public.pgpulse_alert_rules USING 
 
 CREATE INDEX pgpulse_alert_silences_ends ON public.pgpulse_alert_silences USING btree (ends_at);
 
+CREATE UNIQUE INDEX pgpulse_batches_after ON public.pgpulse_batches USING btree (job_id) WHERE (kind = 'after'::text);
+
 CREATE INDEX pgpulse_batches_job ON public.pgpulse_batches USING btree (job_id);
 
 CREATE UNIQUE INDEX pgpulse_batches_overlap ON public.pgpulse_batches USING btree (job_id) WHERE (kind = 'overlap'::text);
+
+CREATE INDEX pgpulse_flows_created ON public.pgpulse_flows USING brin (created_at);
 
 CREATE INDEX pgpulse_job_history_at ON public.pgpulse_job_history USING btree (at);
 
 CREATE INDEX pgpulse_job_history_job ON public.pgpulse_job_history USING btree (job_id, id DESC);
 
 CREATE INDEX pgpulse_job_history_name ON public.pgpulse_job_history USING btree (tenant, name, id DESC);
+
+CREATE INDEX pgpulse_jobs_after ON public.pgpulse_jobs USING gin (after) WHERE (after <> '{}'::text[]);
 
 CREATE INDEX pgpulse_jobs_deadline ON public.pgpulse_jobs USING btree (scheduled_for) WHERE (deadline IS NOT NULL);
 
@@ -632,6 +680,9 @@ CREATE TRIGGER pgpulse_runs_delete AFTER DELETE ON public.pgpulse_jobs REFERENCI
 
 CREATE TRIGGER pgpulse_runs_truncate AFTER TRUNCATE ON public.pgpulse_jobs FOR EACH STATEMENT EXECUTE FUNCTION public.pgpulse_runs_truncate();
 
+ALTER TABLE ONLY public.pgpulse_after_waits
+    ADD CONSTRAINT pgpulse_after_waits_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.pgpulse_jobs(id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY public.pgpulse_alert_deliveries
     ADD CONSTRAINT pgpulse_alert_deliveries_event_id_fkey FOREIGN KEY (event_id) REFERENCES public.pgpulse_alert_events(id) ON DELETE CASCADE;
 
@@ -640,6 +691,9 @@ ALTER TABLE ONLY public.pgpulse_alert_deliveries
 
 ALTER TABLE ONLY public.pgpulse_batches
     ADD CONSTRAINT pgpulse_batches_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.pgpulse_jobs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.pgpulse_flows
+    ADD CONSTRAINT pgpulse_flows_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.pgpulse_jobs(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.pgpulse_job_names
     ADD CONSTRAINT pgpulse_job_names_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.pgpulse_jobs(id) ON DELETE CASCADE;

@@ -56,6 +56,10 @@ SELECT j.*,
        now() AS db_now,
        (SELECT jsonb_agg(to_jsonb(c)) FROM pgpulse_calendars AS c
         WHERE c.tenant = j.tenant AND c.name = ANY(j.calendars)) AS calendar_defs,
+       -- the jobs that follow it (docs/chains.md), by the GIN index of after
+       coalesce((SELECT array_agg(d.name ORDER BY d.name) FROM pgpulse_jobs AS d
+                 WHERE d.after @> ARRAY[j.name] AND d.after <> '{}'
+                   AND d.tenant = j.tenant), '{}') AS downstreams,
        CASE WHEN j.status = 'idle' AND j.next_run_at <= now()
             THEN extract(epoch FROM now() - j.next_run_at)::float8 END AS due_lag,
        last.lag AS last_lag, last.duration AS last_duration,

@@ -60,6 +60,9 @@ _SHOWN_STATE = (
     "last_lag",
     "last_duration",
     "unroutable",
+    "downstreams",
+    "last_success_at",
+    "last_success_scheduled_for",
 )
 _SHOWN = frozenset(_SHOWN_DEFINITION + _SHOWN_STATE)
 

@@ -251,6 +251,16 @@ class _JobState(BaseModel):
         "job's spread offset)."
     )
     last_duration: float | None = Field(description="Seconds the latest finished run took.")
+    downstreams: list[str] = Field(
+        default_factory=list,
+        description="The jobs of the tenant that follow this one (their after names it).",
+    )
+    last_success_at: datetime | None = Field(
+        default=None, description="When the job's scheduled occurrence last succeeded."
+    )
+    last_success_scheduled_for: datetime | None = Field(
+        default=None, description="That occurrence's scheduled_for."
+    )
 
 
 if TYPE_CHECKING:

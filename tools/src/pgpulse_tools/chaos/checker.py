@@ -65,6 +65,7 @@ from tabulate import tabulate
 
 from pgpulse.core.schedule import parse_schedule
 from pgpulse.core.wording import plural
+from pgpulse_tools.chaos.chains import chain_flows, chain_summary
 from pgpulse_tools.chaos.effects import (
     OVERLAP_N,
     duplicates,
@@ -402,6 +403,8 @@ def check(history: History) -> Verdict:
             _count("extras lost", extras.lost),
             _count("extras unrecorded", extras.unrecorded + moved_missing),
             _count("backfill beyond bound", extras.beyond),
+            _count("chain flows", chain_flows(history)),
+            Figure("chains", chain_summary(history)),
             _count("stuck", stuck(history)),
             _count("node crashes", crashes),
             Figure(

@@ -82,7 +82,10 @@ def _describe(run: Run) -> str:
 
 def account(history: History) -> ExtraAccounting:
     """Judge every extra occurrence and every acknowledged request (see the module)."""
-    extras = {r.id: r for r in history.runs if r.kind != "scheduled" and r.id is not None}
+    # a chain's runs (kind after) are judged by chains.py
+    extras = {
+        r.id: r for r in history.runs if r.kind in ("trigger", "backfill") and r.id is not None
+    }
     applied: dict[int, list[Execution]] = defaultdict(list)
     for e in history.executions:
         if e.extra and e.run_id is not None and e.result == "applied":

@@ -33,6 +33,7 @@ from pgpulse.core.errors import DatabaseUnavailable, InvalidInput, PulseError
 from pgpulse.db.claims import LEADER_LOCK_KEY
 from pgpulse.db.run_control import RunControl
 from pgpulse.sql import load_queries
+from pgpulse_tools.chaos.chains import chain_jobs
 from pgpulse_tools.chaos.checker import Verdict, check
 from pgpulse_tools.chaos.cluster import Cluster, NodeSettings
 from pgpulse_tools.chaos.faults import (
@@ -87,7 +88,16 @@ REQUEST_EVERY = (1.0, 3.0)
 REQUEST_TIMEOUT = 10.0
 #: Handler kinds whose jobs a backfill is requested of: short handlers, so that a backfill's
 #: backlog drains within the settle period.
-BACKFILL_KINDS = ("quick", "steady", "cron", "flaky", "overlap", "replace", "blocking")
+BACKFILL_KINDS = (
+    "quick",
+    "steady",
+    "cron",
+    "flaky",
+    "overlap",
+    "replace",
+    "blocking",
+    "chain",  # chain: its head
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +334,7 @@ async def _run(run: _Run) -> Verdict:
             await conn.execute(Q["create_history"])
         assert config.seed is not None
         specs = build_jobs(config.jobs, lease=config.node.lease, seed=config.seed)
+        specs += chain_jobs(config.seed)
         await store.upsert_jobs(specs, extra_handlers=list(workload_app.handlers))
     for index in range(config.nodes + 1):
         proxy = ProxyGroup(Cluster.node_id(index), run.server.endpoints)

@@ -57,6 +57,7 @@ from pgpulse.app import App
 from pgpulse.core.jobs import JobSpec
 from pgpulse.node.handlers import HandlerFailed, RunContext
 from pgpulse.sql import load_queries
+from pgpulse_tools.chaos.chains import CHAIN_HANDLER
 from pgpulse_tools.chaos.effects import OVERLAP_N
 from pgpulse_tools.chaos.journal import Journal
 
@@ -410,3 +411,4 @@ def run_blocking(ctx: RunContext) -> str:
 
 for _kind in kinds(lease=1.0):
     app.handlers.register(f"chaos.{_kind.name}", run_blocking if _kind.blocking else run_async)
+app.handlers.register(CHAIN_HANDLER, run_async)  # the chains' jobs: chains.py
