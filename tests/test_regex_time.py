@@ -59,6 +59,7 @@ PATTERNS: dict[tuple[str, str], str] = {
     ("pgpulse.db.tokens", "_TOKEN_RE"): "match",
     ("pgpulse.web.api", "_ISO_DATE"): "match",
     ("pgpulse.web.why", "_ISO"): "match",
+    ("pgpulse.core.placeholders", "_PLACEHOLDER"): "finditer",
     ("pgpulse.core.schedule", "_EVERY_RE"): "fullmatch",
     ("pgpulse.core.schedule", "_AT_RE"): "fullmatch",
     ("pgpulse.core.crontab", "_SHELL_OPERATOR"): "match",

@@ -55,6 +55,8 @@ def every_row(db: Any, columns: dict[str, list[str]] | None = None) -> dict[str,
     with ``columns``, only those of each table."""
     found = {}
     for table in tables(db):
+        if columns is not None and table not in columns:  # added since: compared elsewhere
+            continue
         rows = []
         for r in db.execute(
             sql.SQL("SELECT to_jsonb(t) AS row FROM {} t").format(sql.Identifier(table))
@@ -97,6 +99,9 @@ async def carry_to(db: Any, dsn: str, version: int) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         assert await migrate(conn, target=version) == list(range(1, version + 1))
     columns = stored_columns(db)
+    # a table added since holds nothing here: no feature added since is used
+    assert {t: v for t, v in rows.items() if t not in columns and v} == {}
+    rows = {t: v for t, v in rows.items() if t in columns}
     db.execute("SET session_replication_role = replica")  # as a restore: no trigger, no check
     for table in rows:  # the rows a migration writes (the cluster's own) come with the rest
         db.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(table)))
