@@ -26,6 +26,7 @@ from pgpulse.core.json_limits import check_shape, loads_json
 from pgpulse.core.limits import AUTO_PAUSE_LIMIT, MAX_RUNS_LIMIT, check_calendars, check_window
 from pgpulse.core.payloads import BUILTIN_HANDLER_NAMES, PAYLOAD_VALIDATORS
 from pgpulse.core.schedule import Schedule, parse_schedule
+from pgpulse.core.retention import check_keep_runs
 from pgpulse.core.spread import MAX_SPREAD, check_spread
 from pgpulse.core.wording import did_you_mean, given, json_given
 
@@ -397,6 +398,9 @@ class JobSpec:
         calendars: names of the tenant's exclusion calendars (:mod:`pgpulse.core.calendars`).
         auto_pause_after: pause the job after this many consecutive failed runs (``None``:
             never).
+        keep_runs: the job's own history retention, narrower than the global one: ``"30d"``
+            (runs finished in the last 30 days) or ``"1000"`` (its newest 1,000 runs); ``None``:
+            the global one only (:mod:`pgpulse.core.retention`).
     """
 
     tenant: str = define(
@@ -623,6 +627,16 @@ class JobSpec:
         flag="--auto-pause-after",
         listed=True,
         claimed=True,
+    )
+    keep_runs: str | None = define(
+        None,
+        kind="text",
+        nullable=True,
+        doc="Keep less history for this job than the global retention: 30d (its runs finished "
+        "in the last 30 days) or 1000 (its newest 1,000 runs).",
+        flag="--keep-runs",
+        check=check_keep_runs,
+        example="30d",
     )
 
     @classmethod

@@ -475,7 +475,7 @@ WITH clock AS (
            e.claimed_at, 'lease of node ' || coalesce(e.locked_by, '?') || ' expired', e.kind,
            e.batch_id, clock.now
     FROM occurrence e CROSS JOIN clock
-    ON CONFLICT (id) DO UPDATE
+    ON CONFLICT (id, scheduled_for) DO UPDATE
     {attempt_written_over}
     RETURNING 1
 ), counted AS (
@@ -528,20 +528,15 @@ WHERE n.node_id = %(node)s
   AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int));
 
 -- name: prune
--- Housekeeping (leader only): forget finished runs and audit-trail rows older than %(keep)s
--- seconds (one retention for both), nodes that have been silent for %(node_retention)s seconds
--- (a day: NODE_RETENTION in pgpulse.claims) unless a lease still names them (a running job or
--- an occurrence they hold: reaping it clears that first, so the row that says who holds a
--- lease is never the one missing),
+-- Housekeeping (leader only), beside the history's (pgpulse.db.history: runs_* and prune_*
+-- below): forget audit-trail rows older than %(keep)s seconds (the runs' retention), nodes that
+-- have been silent for %(node_retention)s seconds (a day: NODE_RETENTION in pgpulse.claims)
+-- unless a lease still names them (a running job or an occurrence they hold: reaping it clears
+-- that first, so the row that says who holds a lease is never the one missing),
 -- and trigger and backfill batches as old whose occurrences have all run (a job's overlap batch
 -- stays with it).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), runs AS (
-    DELETE FROM pgpulse_runs r
-    USING clock
-    WHERE r.finished_at < clock.now - make_interval(secs => %(keep)s)
-    RETURNING 1
 ), batches AS (
     DELETE FROM pgpulse_batches b
     USING clock
@@ -568,8 +563,125 @@ WITH clock AS (
     WHERE h.at < clock.now - make_interval(secs => %(keep)s)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS nodes,
-       (SELECT count(*) FROM history) AS history;
+SELECT (SELECT count(*) FROM nodes) AS nodes, (SELECT count(*) FROM history) AS history;
+
+-- name: runs_partitions
+-- The partitions of pgpulse_runs (migration 0020) and their bounds, as PostgreSQL prints them
+-- (FROM (lower) TO (upper), read back as instants): lower is NULL for MINVALUE (the partition
+-- made of the history from before 0020), both are NULL for the default partition. With the
+-- database's clock (or %(now)s) on every row: there is always the default partition.
+SELECT c.relname AS name,
+       b.bound = 'DEFAULT' AS is_default,
+       substring(b.bound FROM 'FROM \(''([^'']+)''\)')::timestamptz AS lower,
+       substring(b.bound FROM 'TO \(''([^'']+)''\)')::timestamptz AS upper,
+       coalesce(%(now)s::timestamptz, now()) AS now
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
+WHERE i.inhparent = 'pgpulse_runs'::regclass
+ORDER BY 4 NULLS FIRST, 1;
+
+-- name: runs_partition_add
+-- The statements that add the partition of pgpulse_runs for the UTC day from %(day)s, sent in
+-- one transaction (pgpulse.db.history): a table made like pgpulse_runs; the rows the default
+-- partition holds for that day moved into it (none, unless the day's partition comes late);
+-- then attached: SHARE UPDATE EXCLUSIVE on pgpulse_runs, so reads and writes go on, and a read
+-- of the default partition to check it holds no row of that day.
+SELECT format('CREATE TABLE %%I (LIKE pgpulse_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
+              d.name) AS create_table,
+       format('WITH moved AS (DELETE FROM pgpulse_runs_default WHERE scheduled_for >= %%L'
+              ' AND scheduled_for < %%L RETURNING *) INSERT INTO %%I SELECT * FROM moved',
+              d.lower, d.upper, d.name) AS move_rows,
+       format('ALTER TABLE pgpulse_runs ATTACH PARTITION %%I FOR VALUES FROM (%%L) TO (%%L)',
+              d.name, d.lower, d.upper) AS attach
+FROM (SELECT 'pgpulse_runs_' || to_char(%(day)s::timestamptz AT TIME ZONE 'UTC', 'YYYYMMDD')
+                 AS name,
+             %(day)s::timestamptz AS lower,
+             %(day)s::timestamptz + interval '1 day' AS upper) d;
+
+-- name: runs_partition_drop
+-- The statements that drop partition %(name)s of pgpulse_runs, sent in one transaction
+-- (pgpulse.db.history): a SHARE lock on it (no row can arrive while runs_partition_rows counts
+-- what it holds), then, if the retention keeps none of its rows, detached and dropped (an
+-- ACCESS EXCLUSIVE lock on pgpulse_runs for the time of the catalogue change: milliseconds).
+SELECT format('LOCK TABLE %%I IN SHARE MODE', %(name)s::text) AS lock,
+       format('ALTER TABLE pgpulse_runs DETACH PARTITION %%I', %(name)s::text) AS detach,
+       format('DROP TABLE %%I', %(name)s::text) AS drop_table;
+
+-- name: runs_partition_rows
+-- The runs of one partition, by its bounds [%(lower)s, %(upper)s) (NULL lower: MINVALUE; the
+-- plan reads that partition only), and how many of them the retention keeps: not finished, or
+-- finished less than %(keep)s seconds before the database's clock (or %(now)s).
+SELECT count(*) AS rows,
+       count(*) FILTER (WHERE r.finished_at IS NULL
+                           OR r.finished_at >= coalesce(%(now)s::timestamptz, now())
+                                               - make_interval(secs => %(keep)s)) AS kept
+FROM pgpulse_runs r
+WHERE r.scheduled_for >= coalesce(%(lower)s::timestamptz, '-infinity')
+  AND r.scheduled_for < %(upper)s::timestamptz;
+
+-- name: prune_runs
+-- At most %(batch)s runs forgotten that finished more than %(keep)s seconds before the
+-- database's clock (or %(now)s), the global retention, row by row: what the partitions dropped
+-- whole leave (a day's partition that held a run finishing later, the partition from before
+-- migration 0020, the default one). A run finishes after its occurrence's instant, so only the
+-- partitions older than the retention are read (the condition on scheduled_for prunes the rest
+-- from the plan; a row against that rule would only be kept longer, until its day is dropped).
+WITH doomed AS (
+    SELECT r.id, r.scheduled_for
+    FROM pgpulse_runs r
+    WHERE r.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
+      AND r.scheduled_for < coalesce(%(now)s::timestamptz, now())
+                            - make_interval(secs => %(keep)s)
+    LIMIT %(batch)s
+), gone AS (
+    DELETE FROM pgpulse_runs r
+    USING doomed d
+    WHERE r.id = d.id AND r.scheduled_for = d.scheduled_for
+    RETURNING 1
+)
+SELECT count(*) AS runs FROM gone;
+
+-- name: prune_job_runs
+-- At most %(batch)s finished runs forgotten by their job's own retention, keep_runs: 'Nd', those
+-- finished more than N days before the database's clock (or %(now)s); 'N', those older (by id)
+-- than the job's newest N runs. A running or retrying run stays. Per job, the oldest first,
+-- through pgpulse_runs_recent; a job's N-th newest run is found once, through the same index.
+WITH keeping AS (
+    SELECT j.id,
+           substring(j.keep_runs FROM '^([0-9]+)d$')::int AS days,
+           substring(j.keep_runs FROM '^([0-9]+)$')::int AS newest
+    FROM pgpulse_jobs j
+    WHERE j.keep_runs IS NOT NULL
+), doomed AS (
+    SELECT p.id, p.scheduled_for
+    FROM keeping k
+    LEFT JOIN LATERAL (SELECT q.id
+                       FROM pgpulse_runs q
+                       WHERE q.job_id = k.id
+                       ORDER BY q.id DESC
+                       OFFSET k.newest LIMIT 1) last ON k.newest IS NOT NULL
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.scheduled_for
+        FROM pgpulse_runs r
+        WHERE r.job_id = k.id
+          AND r.finished_at IS NOT NULL
+          AND CASE WHEN k.days IS NOT NULL
+                   THEN r.finished_at < coalesce(%(now)s::timestamptz, now())
+                                        - make_interval(days => k.days)
+                        AND r.scheduled_for < coalesce(%(now)s::timestamptz, now())
+                                              - make_interval(days => k.days)
+                   ELSE r.id <= last.id END
+        ORDER BY r.id
+        LIMIT %(batch)s) p
+    LIMIT %(batch)s
+), gone AS (
+    DELETE FROM pgpulse_runs r
+    USING doomed d
+    WHERE r.id = d.id AND r.scheduled_for = d.scheduled_for
+    RETURNING 1
+)
+SELECT count(*) AS runs FROM gone;
 
 -- name: upsert_job
 -- Create or update job (tenant, name); Store.upsert_jobs sends it only for a definition that
@@ -596,7 +708,7 @@ SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS node
 WITH d AS (
     SELECT schedule, timezone, handler, payload, catch_up, backfill_limit, misfire_grace,
            max_attempts, retry_backoff, timeout, source, meta, overlap, max_concurrency,
-           spread, not_before, not_after, max_runs, calendars, auto_pause_after
+           spread, not_before, not_after, max_runs, calendars, auto_pause_after, keep_runs
     FROM jsonb_populate_record(NULL::pgpulse_jobs, %(definition)s)
 ), found AS (
     SELECT n.job_id,
@@ -616,7 +728,7 @@ WITH d AS (
     UPDATE pgpulse_jobs j
     SET (schedule, timezone, handler, payload, catch_up, backfill_limit, misfire_grace,
          max_attempts, retry_backoff, timeout, source, meta, overlap, max_concurrency,
-         spread, not_before, not_after, max_runs, calendars, auto_pause_after)
+         spread, not_before, not_after, max_runs, calendars, auto_pause_after, keep_runs)
             = (SELECT * FROM d),
         schedule_kind = %(schedule_kind)s, revision = j.revision + 1,
         status = CASE WHEN j.status IN ('running', 'paused', 'failed') THEN j.status
@@ -650,7 +762,8 @@ WITH d AS (
     INSERT INTO pgpulse_jobs (schedule, timezone, handler, payload, catch_up, backfill_limit,
                               misfire_grace, max_attempts, retry_backoff, timeout, source, meta,
                               overlap, max_concurrency, spread, not_before, not_after, max_runs,
-                              calendars, auto_pause_after, id, tenant, name, schedule_kind,
+                              calendars, auto_pause_after, keep_runs, id, tenant, name,
+                              schedule_kind,
                               status, anchor_at, scheduled_for, next_run_at)
     OVERRIDING SYSTEM VALUE
     SELECT d.*, new_id.id, %(tenant)s::text, %(name)s::text, %(schedule_kind)s::text,
@@ -684,7 +797,7 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
        j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after, j.anchor_at
+       j.calendars, j.auto_pause_after, j.keep_runs, j.anchor_at
 FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
 JOIN pgpulse_job_names n ON n.tenant = w.tenant AND n.name = w.name
 JOIN pgpulse_jobs j ON j.id = n.job_id
@@ -699,7 +812,7 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.c
        j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff_s,
        extract(epoch FROM j.timeout)::float8 AS timeout_s, j.source, j.meta, j.overlap,
        j.max_concurrency, j.revision, j.status, j.spread, j.not_before, j.not_after, j.max_runs,
-       j.calendars, j.auto_pause_after, j.anchor_at
+       j.calendars, j.auto_pause_after, j.keep_runs, j.anchor_at
 FROM pgpulse_jobs j
 WHERE j.id IN (SELECT n.job_id
                FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w(tenant, name)
