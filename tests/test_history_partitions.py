@@ -168,10 +168,15 @@ async def test_a_jobs_keep_runs_forgets_its_runs_sooner(store: Store, dsn: str) 
         insert_runs(
             db,
             [
-                {"job": job, "at": DAY0 + d * DAY, "kind": "scheduled",
-                 "finished": None if (job, d) == (by_count, 0) else DAY0 + d * DAY}
-                for job in (by_count, by_days, plain) for d in range(6)
-            ],  # fmt: skip
+                {
+                    "job": job,
+                    "at": DAY0 + d * DAY,
+                    "kind": "scheduled",
+                    "finished": None if (job, d) == (by_count, 0) else DAY0 + d * DAY,
+                }
+                for job in (by_count, by_days, plain)
+                for d in range(6)
+            ],
         )
         assert await store.prune(keep_runs=30 * 86400.0, now=now) == (2 + 4, 0)
         kept = db.execute(
@@ -192,7 +197,9 @@ async def test_a_jobs_keep_runs_forgets_its_runs_sooner(store: Store, dsn: str) 
     [("30d", "30d"), (" 1000 ", "1000"), (1000, "1000"), ("3650d", "3650d"), (None, None)],
 )
 def test_keep_runs_is_days_or_a_count(given: object, kept: str | None) -> None:
-    assert JobSpec.create(name="j", schedule="@daily", handler="h", keep_runs=given).keep_runs == kept
+    assert (
+        JobSpec.create(name="j", schedule="@daily", handler="h", keep_runs=given).keep_runs == kept
+    )
 
 
 @pytest.mark.parametrize("given", ["30x", "0", "0d", "3651d", "1000001", "-5", "", "d", 2.5, True])

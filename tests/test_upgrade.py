@@ -6,12 +6,14 @@ still renews on the new schema, and a node of this release takes over: it waits 
 reaps it once expired and runs the lost attempt again, then runs the triggers and the rest of
 the backfill, each once.
 
-The state is written through the Store's own statements at schema 0018 (the claim and trigger
-statements are the previous release's: the migrations since add a column of the runner's own
-table only), as node ``old-1`` of that release would."""
+The state is written through the Store's own statements at schema 0018 as node ``old-1`` of that
+release would, each as the previous release sent it (:func:`previous_release`: this release's
+statements but for what migration 0020 changed, the history's key and ``keep_runs``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +28,7 @@ from pgpulse.db.run_control import RunControl
 from pgpulse.db.store import Store
 from pgpulse.node.dispatch import plan_finish
 from pgpulse.node.handlers import RunContext
-from pgpulse.sql import migration_files
+from pgpulse.sql import QUERIES, RAW_QUERIES, at_shard_count, migration_files
 from test_engine import TRIGGERED_ONLY, running, wait_until
 from test_occurrences import node
 
@@ -36,23 +38,58 @@ PREVIOUS = 18
 SHARDS = tuple(range(64))
 
 
-def every_row(db: Any) -> dict[str, list[str]]:
-    """Every row of every Pulse table but the runner's own, by value (as JSON text, sorted)."""
-    tables = [
-        r["tablename"]
-        for r in db.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
-            " AND tablename <> 'pgpulse_migrations' ORDER BY 1"
-        )
-    ]
+@contextmanager
+def previous_release() -> Iterator[None]:
+    """While in the ``with``, the Store sends the statements of the previous release: those of
+    this one written over the history's primary key (id) instead of (id, scheduled_for), and
+    without the job column keep_runs (migration 0020 added both)."""
+    saved = (dict(RAW_QUERIES), dict(QUERIES))
+
+    def before_0020(text: str) -> str:
+        text = text.replace("ON CONFLICT (id, scheduled_for)", "ON CONFLICT (id)")
+        return text.replace(", keep_runs", "").replace("j.keep_runs, ", "")
+
+    RAW_QUERIES.update({name: before_0020(text) for name, text in saved[0].items()})
+    QUERIES.update({name: before_0020(text) for name, text in saved[1].items()})
+    at_shard_count.cache_clear()
+    try:
+        yield
+    finally:
+        RAW_QUERIES.update(saved[0])
+        QUERIES.update(saved[1])
+        at_shard_count.cache_clear()
+
+
+def columns_of(db: Any) -> dict[str, list[str]]:
+    """The columns of every Pulse table but the runner's own, by table (a partitioned table's,
+    not its partitions': its rows are read through it)."""
+    rows = db.execute(
+        "SELECT c.relname AS table, a.attname AS column FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'"
+        " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+        " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"
+        " AND c.relname <> 'pgpulse_migrations' ORDER BY 1, a.attnum"
+    )
+    columns: dict[str, list[str]] = {}
+    for row in rows:
+        columns.setdefault(row["table"], []).append(row["column"])
+    return columns
+
+
+def every_row(db: Any, columns: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+    """Every row of every Pulse table but the runner's own, by value (as JSON text, sorted);
+    of ``columns`` only (by table: those a table had before a migration added others)."""
+    shape = columns_of(db) if columns is None else columns
     return {
         table: sorted(
             r["row"]
             for r in db.execute(
-                sql.SQL("SELECT to_jsonb(t)::text AS row FROM {} t").format(sql.Identifier(table))
+                sql.SQL("SELECT to_jsonb(t)::text AS row FROM (SELECT {} FROM {}) t").format(
+                    sql.SQL(", ").join(map(sql.Identifier, names)), sql.Identifier(table)
+                )
             )
         )
-        for table in tables
+        for table, names in shape.items()
     }
 
 
@@ -72,78 +109,84 @@ async def test_an_upgrade_mid_operation_loses_nothing_and_a_new_node_takes_over(
 
 async def upgrade_mid_operation(store: Store, dsn: str, db: Any) -> None:
     # -- the previous release at work, at schema 0018 -------------------------------------
-    minutely_id, report_id, hourly_id = await add(
-        store,
-        spec("minutely", schedule="* * * * *", handler="work"),
-        spec("report", schedule=TRIGGERED_ONLY, handler="report"),
-        spec("hourly", schedule="* * * * *", handler="work"),
-    )
-    now = db.execute("SELECT now() AS t").fetchone()["t"]
-    minute = now.replace(second=0, microsecond=0)
-    # history: two earlier runs of minutely (one failed after 3 attempts)
-    db.execute(
-        "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, node_id,"
-        " fencing_token, started_at, finished_at, error) VALUES"
-        " (%(j)s, %(a)s, 1, 'succeeded', 'old-1', 1, %(a)s, %(a)s, NULL),"
-        " (%(j)s, %(b)s, 3, 'failed', 'old-1', 4, %(b)s, %(b)s, 'boom')",
-        {
-            "j": minutely_id,
-            "a": minute - timedelta(minutes=20),
-            "b": minute - timedelta(minutes=19),
-        },
-    )
-    # minutely due now, hourly's live schedule out of the way (only its backfill runs)
-    db.execute(
-        "UPDATE pgpulse_jobs SET scheduled_for = now() - interval '1 s', next_run_at = now() -"
-        " interval '1 s', fencing_token = 4 WHERE id = %s",
-        (minutely_id,),
-    )
-    db.execute("UPDATE pgpulse_jobs SET next_run_at = '2100-01-01Z' WHERE id = %s", (hourly_id,))
-    control = RunControl(store.pool)
-    triggers = [await control.trigger("default", "report", {"n": n}) for n in (1, 2)]
-    backfill = await control.backfill(
-        "default",
-        "hourly",
-        start=minute - timedelta(minutes=5),
-        end=minute - timedelta(minutes=3),
-    )
-    assert len(backfill.selected) == 3 and backfill.batch_id is not None
-    work = {"work": SHARDS}
-    [first] = (await store.finish_and_claim_occurrences([], "old-1", work, 5, lease=5)).jobs
-    done = plan_finish(first, AttemptResult(True), first.db_now)
-    step = await store.finish_and_claim_occurrences([done], "old-1", work, 5, lease=5)
-    assert step.written == {first.key}
-    held_occurrence = (
-        step.jobs or (await store.finish_and_claim_occurrences([], "old-1", work, 5, lease=5)).jobs
-    )
-    [second] = held_occurrence  # the batch runs one at a time: the third waits
-    [held] = (await store.finish_and_claim([], "old-1", work, 5, lease=5)).jobs
-    assert held.id == minutely_id and held.fencing_token == 5
-    job_row = db.execute(
-        "SELECT status, locked_by, lease_expires_at > now() AS leased, fencing_token, run_id"
-        " FROM pgpulse_jobs WHERE id = %s",
-        (minutely_id,),
-    ).fetchone()
-    assert job_row == {
-        "status": "running", "locked_by": "old-1", "leased": True, "fencing_token": 5,
-        "run_id": held.run_id,
-    }  # fmt: skip
-    pending = db.execute(
-        "SELECT kind, locked_by FROM pgpulse_occurrences ORDER BY kind, id"
-    ).fetchall()
-    assert [(r["kind"], r["locked_by"]) for r in pending] == [
-        ("backfill", "old-1"), ("backfill", None), ("trigger", None), ("trigger", None),
-    ]  # fmt: skip
-    before = every_row(db)
-    migrations_before = db.execute("SELECT version, name, applied_at FROM pgpulse_migrations")
-    migrations_before = migrations_before.fetchall()
+    with previous_release():
+        minutely_id, report_id, hourly_id = await add(
+            store,
+            spec("minutely", schedule="* * * * *", handler="work"),
+            spec("report", schedule=TRIGGERED_ONLY, handler="report"),
+            spec("hourly", schedule="* * * * *", handler="work"),
+        )
+        now = db.execute("SELECT now() AS t").fetchone()["t"]
+        minute = now.replace(second=0, microsecond=0)
+        # history: two earlier runs of minutely (one failed after 3 attempts)
+        db.execute(
+            "INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, node_id,"
+            " fencing_token, started_at, finished_at, error) VALUES"
+            " (%(j)s, %(a)s, 1, 'succeeded', 'old-1', 1, %(a)s, %(a)s, NULL),"
+            " (%(j)s, %(b)s, 3, 'failed', 'old-1', 4, %(b)s, %(b)s, 'boom')",
+            {
+                "j": minutely_id,
+                "a": minute - timedelta(minutes=20),
+                "b": minute - timedelta(minutes=19),
+            },
+        )
+        # minutely due now, hourly's live schedule out of the way (only its backfill runs)
+        db.execute(
+            "UPDATE pgpulse_jobs SET scheduled_for = now() - interval '1 s', next_run_at = now() -"
+            " interval '1 s', fencing_token = 4 WHERE id = %s",
+            (minutely_id,),
+        )
+        db.execute(
+            "UPDATE pgpulse_jobs SET next_run_at = '2100-01-01Z' WHERE id = %s", (hourly_id,)
+        )
+        control = RunControl(store.pool)
+        triggers = [await control.trigger("default", "report", {"n": n}) for n in (1, 2)]
+        backfill = await control.backfill(
+            "default",
+            "hourly",
+            start=minute - timedelta(minutes=5),
+            end=minute - timedelta(minutes=3),
+        )
+        assert len(backfill.selected) == 3 and backfill.batch_id is not None
+        work = {"work": SHARDS}
+        [first] = (await store.finish_and_claim_occurrences([], "old-1", work, 5, lease=5)).jobs
+        done = plan_finish(first, AttemptResult(True), first.db_now)
+        step = await store.finish_and_claim_occurrences([done], "old-1", work, 5, lease=5)
+        assert step.written == {first.key}
+        held_occurrence = (
+            step.jobs
+            or (await store.finish_and_claim_occurrences([], "old-1", work, 5, lease=5)).jobs
+        )
+        [second] = held_occurrence  # the batch runs one at a time: the third waits
+        [held] = (await store.finish_and_claim([], "old-1", work, 5, lease=5)).jobs
+        assert held.id == minutely_id and held.fencing_token == 5
+        job_row = db.execute(
+            "SELECT status, locked_by, lease_expires_at > now() AS leased, fencing_token, run_id"
+            " FROM pgpulse_jobs WHERE id = %s",
+            (minutely_id,),
+        ).fetchone()
+        assert job_row == {
+            "status": "running", "locked_by": "old-1", "leased": True, "fencing_token": 5,
+            "run_id": held.run_id,
+        }  # fmt: skip
+        pending = db.execute(
+            "SELECT kind, locked_by FROM pgpulse_occurrences ORDER BY kind, id"
+        ).fetchall()
+        assert [(r["kind"], r["locked_by"]) for r in pending] == [
+            ("backfill", "old-1"), ("backfill", None), ("trigger", None), ("trigger", None),
+        ]  # fmt: skip
+        shape = columns_of(db)
+        before = every_row(db, shape)
+        migrations_before = db.execute("SELECT version, name, applied_at FROM pgpulse_migrations")
+        migrations_before = migrations_before.fetchall()
 
     # -- the first node of this release migrates ------------------------------------------
     latest = migration_files()[-1][0]
     async with store.pool.connection() as conn:
         assert await store.migrate() == list(range(PREVIOUS + 1, latest + 1))
         assert await schema_version(conn) == latest
-    assert every_row(db) == before  # every job, lease, occurrence, batch and run, by value
+    # every job, lease, occurrence, batch and run, by value (of the columns it had)
+    assert every_row(db, shape) == before
     kept = db.execute(
         "SELECT version, name, applied_at FROM pgpulse_migrations WHERE version <= %s",
         (PREVIOUS,),

@@ -25,8 +25,8 @@ from pgpulse.core.errors import InvalidInput, InvalidPayload, UnknownHandler
 from pgpulse.core.json_limits import check_shape, loads_json
 from pgpulse.core.limits import AUTO_PAUSE_LIMIT, MAX_RUNS_LIMIT, check_calendars, check_window
 from pgpulse.core.payloads import BUILTIN_HANDLER_NAMES, PAYLOAD_VALIDATORS
-from pgpulse.core.schedule import Schedule, parse_schedule
 from pgpulse.core.retention import check_keep_runs
+from pgpulse.core.schedule import Schedule, parse_schedule
 from pgpulse.core.spread import MAX_SPREAD, check_spread
 from pgpulse.core.wording import did_you_mean, given, json_given
 

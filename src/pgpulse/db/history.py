@@ -130,9 +130,7 @@ async def _delete_batches(pool: ConnectionSource, name: str, params: dict[str, A
     return total
 
 
-async def prune_history(
-    pool: ConnectionSource, *, keep: float, now: datetime | None = None
-) -> int:
+async def prune_history(pool: ConnectionSource, *, keep: float, now: datetime | None = None) -> int:
     """Keep ``pgpulse_runs`` partitioned ahead and forget the runs the retentions let go (see
     the module's docstring for the three steps).
 
