@@ -225,7 +225,7 @@ async def run(server_dsn: str, scale: float) -> Result:
         f"{parted['prune_s'] / plain['prune_s']:.3f}×, prune WAL "
         f"{parted['prune_wal'] / max(plain['prune_wal'], 1):.4f}×",
         f"the plain prune: DELETE {plain['delete_s']:.2f} s + VACUUM {plain['vacuum_s']:.2f} s "
-        f"for {rows // DAYS:,} rows; the leader's prune of the partitioned table: "
+        f"for {rows - plain['rows_left']:,.0f} rows; the leader's prune of the partitioned table: "
         f"{parted['pruned']:,.0f} runs by dropping a day, nothing to vacuum",
         f"rows left: {plain['rows_left']:,.0f} (0019) and {parted['rows_left']:,.0f} (0020)",
         "both are the real table, made by the migrations; the databases take turns batch by "
