@@ -270,14 +270,17 @@ WHERE datname = current_database() AND pid <> pg_backend_pid();
 
 -- name: scaleout_sizes
 -- Scenario 9: bytes on disk of pgpulse_jobs and pgpulse_runs and of each of their indexes (main
--- fork), with the rows of their table now.
-SELECT c.relname AS relation, t.relname AS of_table, pg_relation_size(c.oid) AS bytes,
+-- fork), with the rows of their table now. The partitioned history and its indexes count their
+-- partitions' (pg_partition_tree: none for a table that is not partitioned).
+SELECT c.relname AS relation, t.relname AS of_table,
+       coalesce((SELECT sum(pg_relation_size(p.relid))::bigint FROM pg_partition_tree(c.oid) p),
+                pg_relation_size(c.oid)) AS bytes,
        CASE t.relname WHEN 'pgpulse_jobs' THEN (SELECT count(*) FROM pgpulse_jobs)
                       ELSE (SELECT count(*) FROM pgpulse_runs) END AS table_rows
 FROM pg_class AS c
 LEFT JOIN pg_index AS i ON i.indexrelid = c.oid
 JOIN pg_class AS t ON t.oid = coalesce(i.indrelid, c.oid)
-WHERE t.relname IN ('pgpulse_jobs', 'pgpulse_runs') AND c.relkind IN ('r', 'i')
+WHERE t.relname IN ('pgpulse_jobs', 'pgpulse_runs') AND c.relkind IN ('r', 'i', 'p', 'I')
 ORDER BY t.relname, c.relkind DESC, c.relname;
 
 -- name: history_insert
