@@ -95,8 +95,9 @@ async def _add_partition(pool: ConnectionSource, day: datetime) -> bool:
 async def _drop_partition(
     pool: ConnectionSource, part: dict[str, Any], *, keep: float, now: datetime | None
 ) -> int | None:
-    """Drop partition ``part`` if the retention keeps none of its rows: the rows dropped, or
-    ``None`` if it stays (a run in it must stay, or its locks were not had in time)."""
+    """Drop partition ``part`` if the retention keeps none of its rows: the rows dropped (the
+    statistics' estimate for a partition of 100,000 or more), or ``None`` if it stays (a run in
+    it must stay, or its locks were not had in time)."""
     async with pool.connection() as conn:
         try:
             async with conn.transaction():
@@ -106,7 +107,13 @@ async def _drop_partition(
                 counts = await _one(
                     conn,
                     "runs_partition_rows",
-                    {"lower": part["lower"], "upper": part["upper"], "keep": keep, "now": now},
+                    {
+                        "name": part["name"],
+                        "lower": part["lower"],
+                        "upper": part["upper"],
+                        "keep": keep,
+                        "now": now,
+                    },
                 )
                 if counts["kept"]:
                     return None
@@ -141,7 +148,8 @@ async def prune_history(pool: ConnectionSource, *, keep: float, now: datetime | 
         now: the instant to prune at (tests); ``None``: the database's clock.
 
     Returns:
-        The runs forgotten (a dropped partition's rows included).
+        The runs forgotten (a dropped partition's rows included: estimated from the
+        statistics when it held 100,000 or more, counted otherwise).
 
     Raises:
         psycopg.Error: the database failed (the next prune starts over; each step leaves the
