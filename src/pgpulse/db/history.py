@@ -20,10 +20,11 @@ an hour) calls :func:`prune_history`, which, with the database's clock:
 
 A run is forgotten exactly when it was before 0020: once it finished ``keep`` seconds ago (a run
 finishes after its occurrence's instant, so a day older than the retention holds only such runs
-unless one finished late, which step 2 checks for). The DDL statements come from ``queries.sql``
-(``runs_partition_add``, ``runs_partition_drop``), which quote the names. Each of steps 1 and 2
-waits at most :data:`LOCK_TIMEOUT` for its locks and otherwise gives up until the next prune:
-the history's readers and writers never queue behind it for long.
+unless one finished late, which step 2 checks for). The DDL scripts come from ``queries.sql``
+(``runs_partition_add``, ``runs_partition_drop``), which quote the names; each is sent as one
+message, one transaction that commits on the server without a round trip back. Each of steps 1
+and 2 waits at most :data:`LOCK_TIMEOUT` for its locks and otherwise gives up until the next
+prune: the history's readers and writers never queue behind it for long.
 """
 
 from __future__ import annotations
@@ -79,14 +80,16 @@ async def _one(conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, 
 
 async def _add_partition(pool: ConnectionSource, day: datetime) -> bool:
     """Make and attach the partition of the UTC day from ``day``; False if its locks were not
-    had within :data:`LOCK_TIMEOUT` (nothing changed)."""
+    had within :data:`LOCK_TIMEOUT` (nothing changed).
+
+    The script is one message (simple query protocol: one implicit transaction): it commits
+    on the server, so no lock it takes waits on this process's event loop."""
     async with pool.connection() as conn:
+        script = (
+            await _one(conn, "runs_partition_add", {"day": day, "lock_timeout": LOCK_TIMEOUT})
+        )["script"]
         try:
-            async with conn.transaction():
-                await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-                ddl = await _one(conn, "runs_partition_add", {"day": day})
-                for key in ("create_table", "move_rows", "attach"):
-                    await conn.execute(ddl[key])
+            await conn.execute(script)
         except psycopg.errors.LockNotAvailable:
             return False
     return True
@@ -97,31 +100,22 @@ async def _drop_partition(
 ) -> int | None:
     """Drop partition ``part`` if the retention keeps none of its rows: the rows dropped (the
     statistics' estimate for a partition of 100,000 or more), or ``None`` if it stays (a run in
-    it must stay, or its locks were not had in time)."""
+    it must stay, or its locks were not had in time). As :func:`_add_partition`, one message."""
+    bounds = {"name": part["name"], "lower": part["lower"], "upper": part["upper"]}
     async with pool.connection() as conn:
+        rows = int((await _one(conn, "runs_partition_rows", bounds))["rows"])
+        script = (
+            await _one(
+                conn,
+                "runs_partition_drop",
+                {**bounds, "keep": keep, "now": now, "lock_timeout": LOCK_TIMEOUT},
+            )
+        )["script"]
         try:
-            async with conn.transaction():
-                await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-                ddl = await _one(conn, "runs_partition_drop", {"name": part["name"]})
-                await conn.execute(ddl["lock"])
-                counts = await _one(
-                    conn,
-                    "runs_partition_rows",
-                    {
-                        "name": part["name"],
-                        "lower": part["lower"],
-                        "upper": part["upper"],
-                        "keep": keep,
-                        "now": now,
-                    },
-                )
-                if counts["kept"]:
-                    return None
-                await conn.execute(ddl["detach"])
-                await conn.execute(ddl["drop_table"])
-        except psycopg.errors.LockNotAvailable:
+            await conn.execute(script)
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.ObjectInUse):
             return None
-    return int(counts["rows"])
+    return rows
 
 
 async def _delete_batches(pool: ConnectionSource, name: str, params: dict[str, Any]) -> int:

@@ -582,47 +582,49 @@ WHERE i.inhparent = 'pgpulse_runs'::regclass
 ORDER BY 4 NULLS FIRST, 1;
 
 -- name: runs_partition_add
--- The statements that add the partition of pgpulse_runs for the UTC day from %(day)s, sent in
--- one transaction (pgpulse.db.history): a table made like pgpulse_runs; the rows the default
+-- The script that adds the partition of pgpulse_runs for the UTC day from %(day)s, sent as one
+-- message, so one transaction that commits without waiting on the client (pgpulse.db.history):
+-- its locks wait at most %(lock_timeout)s; a table made like pgpulse_runs; the rows the default
 -- partition holds for that day moved into it (none, unless the day's partition comes late);
 -- then attached: SHARE UPDATE EXCLUSIVE on pgpulse_runs, so reads and writes go on, and a read
 -- of the default partition to check it holds no row of that day.
-SELECT format('CREATE TABLE %%I (LIKE pgpulse_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
-              d.name) AS create_table,
-       format('WITH moved AS (DELETE FROM pgpulse_runs_default WHERE scheduled_for >= %%L'
-              ' AND scheduled_for < %%L RETURNING *) INSERT INTO %%I SELECT * FROM moved',
-              d.lower, d.upper, d.name) AS move_rows,
-       format('ALTER TABLE pgpulse_runs ATTACH PARTITION %%I FOR VALUES FROM (%%L) TO (%%L)',
-              d.name, d.lower, d.upper) AS attach
+SELECT format('SET LOCAL lock_timeout = %%L; '
+              'CREATE TABLE %%I (LIKE pgpulse_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS); '
+              'WITH moved AS (DELETE FROM pgpulse_runs_default WHERE scheduled_for >= %%L'
+              ' AND scheduled_for < %%L RETURNING *) INSERT INTO %%I SELECT * FROM moved; '
+              'ALTER TABLE pgpulse_runs ATTACH PARTITION %%I FOR VALUES FROM (%%L) TO (%%L)',
+              %(lock_timeout)s::text, d.name, d.lower, d.upper, d.name, d.name, d.lower,
+              d.upper) AS script
 FROM (SELECT 'pgpulse_runs_' || to_char(%(day)s::timestamptz AT TIME ZONE 'UTC', 'YYYYMMDD')
                  AS name,
              %(day)s::timestamptz AS lower,
              %(day)s::timestamptz + interval '1 day' AS upper) d;
 
 -- name: runs_partition_drop
--- The statements that drop partition %(name)s of pgpulse_runs, sent in one transaction
--- (pgpulse.db.history): a SHARE lock on it (no row can arrive while runs_partition_rows counts
--- what it holds), then, if the retention keeps none of its rows, detached and dropped (an
--- ACCESS EXCLUSIVE lock on pgpulse_runs for the time of the catalogue change: milliseconds).
-SELECT format('LOCK TABLE %%I IN SHARE MODE', %(name)s::text) AS lock,
-       format('ALTER TABLE pgpulse_runs DETACH PARTITION %%I', %(name)s::text) AS detach,
-       format('DROP TABLE %%I', %(name)s::text) AS drop_table;
+-- The script that drops partition %(name)s of pgpulse_runs, [%(lower)s, %(upper)s) (NULL
+-- lower: MINVALUE), sent as one message, so one transaction that commits without waiting on
+-- the client (pgpulse.db.history): its locks wait at most %(lock_timeout)s; a SHARE lock on the
+-- partition, so no row arrives while it is checked; the check: a run the retention keeps (not
+-- finished, or finished less than %(keep)s seconds before the database's clock or %(now)s;
+-- through the BRIN index on finished_at) ends the script with object_in_use, nothing dropped;
+-- then detached and dropped (ACCESS EXCLUSIVE on pgpulse_runs for the catalogue change).
+SELECT format('SET LOCAL lock_timeout = %%L; LOCK TABLE %%I IN SHARE MODE; '
+              'DO $kept$ BEGIN IF EXISTS (SELECT 1 FROM pgpulse_runs r'
+              ' WHERE r.scheduled_for >= %%L AND r.scheduled_for < %%L'
+              ' AND (r.finished_at IS NULL OR r.finished_at >= %%L))'
+              ' THEN RAISE EXCEPTION %%L USING ERRCODE = %%L; END IF; END $kept$; '
+              'ALTER TABLE pgpulse_runs DETACH PARTITION %%I; DROP TABLE %%I',
+              %(lock_timeout)s::text, %(name)s::text,
+              coalesce(%(lower)s::timestamptz, '-infinity'), %(upper)s::timestamptz,
+              coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s),
+              'a run of ' || %(name)s || ' is kept', 'object_in_use',
+              %(name)s::text, %(name)s::text) AS script;
 
 -- name: runs_partition_rows
--- Partition %(name)s of pgpulse_runs, by its bounds [%(lower)s, %(upper)s) (NULL lower:
--- MINVALUE; the plan reads that partition only): whether the retention keeps a run of it (not
--- finished, or finished less than %(keep)s seconds before the database's clock or %(now)s;
--- through the BRIN index on finished_at, without reading a day's rows), and its runs: counted
--- when the statistics say it holds fewer than 100,000, their estimate otherwise (a count
--- would read a whole day to report it).
-SELECT EXISTS (SELECT 1
-               FROM pgpulse_runs r
-               WHERE r.scheduled_for >= coalesce(%(lower)s::timestamptz, '-infinity')
-                 AND r.scheduled_for < %(upper)s::timestamptz
-                 AND (r.finished_at IS NULL
-                      OR r.finished_at >= coalesce(%(now)s::timestamptz, now())
-                                          - make_interval(secs => %(keep)s))) AS kept,
-       CASE WHEN c.reltuples >= 100000 THEN c.reltuples::bigint
+-- The runs of partition %(name)s of pgpulse_runs, [%(lower)s, %(upper)s) (NULL lower: MINVALUE;
+-- the plan reads that partition only): counted when the statistics say it holds fewer than
+-- 100,000, their estimate otherwise (a count would read a whole day to report it).
+SELECT CASE WHEN c.reltuples >= 100000 THEN c.reltuples::bigint
             ELSE (SELECT count(*)
                   FROM pgpulse_runs r
                   WHERE r.scheduled_for >= coalesce(%(lower)s::timestamptz, '-infinity')
