@@ -1,5 +1,6 @@
 """The history's upkeep: ``pgpulse_runs`` partitioned by day, its partitions made ahead of the
-rows and dropped whole once the retention is past them (migration 0020; docs/history.md).
+rows and dropped whole once the retention is past them (migration 0020; docs/scaling.md,
+"History growth and retention").
 
 ``pgpulse_runs`` is partitioned by range of ``scheduled_for``, one partition a UTC day, named
 ``pgpulse_runs_YYYYMMDD``; ``pgpulse_runs_default`` takes the rows of any day that has none, so
@@ -49,8 +50,11 @@ DAYS_AHEAD: Final[int] = 3
 BATCH: Final[int] = 5000
 #: Statements of each kind of step 3 per prune, at most (the rest waits for the next prune).
 MAX_BATCHES: Final[int] = 200
-#: How long making or dropping a partition waits for its locks (a PostgreSQL duration).
-LOCK_TIMEOUT: Final[str] = "2s"
+#: How long making or dropping a partition waits for its locks (a PostgreSQL duration). While
+#: it waits, the statements that come after it on the history queue behind its request (the
+#: claim step among them, whose own limit is half a lease): it gives up soon, and tries again
+#: at the next prune.
+LOCK_TIMEOUT: Final[str] = "100ms"
 
 _DAY = timedelta(days=1)
 
