@@ -6,9 +6,8 @@ each measured unit — scenario 1's claims, scenario 2's drain with 2 nodes and 
 4's steady state, scenario 5's herd — runs ``rounds`` times on each side, the two sides
 interleaved and each round's pair in the other order than the round before (after before,
 before after, ...; the first unit of a run starts with after, the next with before), on the
-same server, each on a freshly populated database. Scenarios 1 and 2 populate each side's
-database at the newest migration that side knows (a newer one may stop its nodes: 0020 does);
-scenarios 4 and 5 run both sides on the schema the after-code migrates. Scenario 1 times
+same server, each on a freshly populated database, at the newest migration that side knows
+(a newer one may stop its nodes: 0020 does). Scenario 1 times
 claims through :mod:`pgpulse_tools.bench.claim_probe`, run by each side's interpreter; the
 other scenarios start node processes of each side's interpreter
 (:class:`~pgpulse_tools.bench.nodes.Runtime`). Scenario 3's before and after come from its

@@ -169,14 +169,11 @@ def side_line(side: str, about: dict[str, Any]) -> str:
 
 def _schemas(payload: dict[str, Any]) -> str:
     """Which schema each side ran on: the after-code's, unless the before knows fewer
-    migrations (then scenarios 1 and 2 populate its databases at its own newest)."""
+    migrations (then its databases are populated at its own newest)."""
     ours = payload.get(AFTER, {}).get("schema")
     theirs = payload.get(BEFORE, {}).get("schema")
     if isinstance(ours, int) and isinstance(theirs, int) and theirs < ours:
-        return (
-            f"scenarios 1 and 2 on each side's own newest migration ({ours} after, {theirs} "
-            "before), the others on the after-code's"
-        )
+        return f"each side on its own newest migration ({ours} after, {theirs} before)"
     return "both sides on the schema the after-code migrated"
 
 
