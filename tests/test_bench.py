@@ -798,13 +798,16 @@ def test_bench_refuses_an_unknown_scenario_naming_the_twelve(dsn: str) -> None:
     assert "'13': scenarios are 1,2,3,4,5,6,7,8,9,10,11,12" in done.stderr
 
 
-def test_the_history_cell_prunes_one_day_from_both_tables(dsn: str) -> None:
-    """Scenario 11 on 1,600 rows over 8 days: both tables got every row, and each prune (DELETE
-    + VACUUM; DETACH + DROP of a partition) left exactly the seven newer days."""
-    figures = history.measure(dsn, 1_600)
+async def test_the_history_cell_prunes_one_day_from_both_tables(server_dsn: str) -> None:
+    """Scenario 11 on 1,600 rows over 8 days: both tables (0019's, and 0023's partitioned one)
+    got every row, and each prune (DELETE + VACUUM; the leader's prune, dropping the first day's
+    partition) left exactly the seven newer days."""
+    figures = await history.measure_all(server_dsn, 1_600)
     for table in history.TABLES:
         assert figures[table]["rows_left"] == 1_400, (table, figures[table])
         assert figures[table]["insert_wal"] > 0 and figures[table]["read_p50_ms"] > 0
+    assert figures["parted"]["pruned"] == 200
+    assert figures["parted"]["partitions"] == 8 + 4 + 1  # the days, 4 ahead of the prune, default
 
 
 def test_bench_without_its_extra_is_one_line_and_writes_nothing(tmp_path: Path) -> None:

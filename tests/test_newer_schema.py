@@ -39,14 +39,16 @@ def test_the_marker_is_read_from_a_migrations_header_only() -> None:
         breaks_older_nodes("-- pgpulse: nodes before this must stop\nSELECT 1;", "0020_x.sql")
 
 
-def test_no_migration_of_this_release_breaks_older_nodes_and_none_before_0019_can() -> None:
-    assert marked_versions() == set()
+def test_only_0023_of_this_release_breaks_older_nodes_and_none_before_0019_can() -> None:
+    """0023 partitions the history: an older node's run writes name a key it no longer has."""
+    assert marked_versions() == {23}
     files = migration_files()
     early = [(18, "drop", f"{BREAKS_OLDER_NODES}\nSELECT 1;")]
     with pytest.raises(ValueError, match=r"0018_drop\.sql cannot break older nodes"):
         marked_versions(early)
     assert marked_versions([*files, (LATEST + 1, "drop", f"{BREAKS_OLDER_NODES}\nSELECT 1;")]) == {
-        LATEST + 1
+        23,
+        LATEST + 1,
     }
 
 
@@ -65,7 +67,7 @@ async def test_the_runner_records_which_applied_migrations_break_older_nodes(
         cur = await conn.execute(
             "SELECT version FROM pgpulse_migrations WHERE breaks_older_nodes ORDER BY version"
         )
-        assert await cur.fetchall() == [(LATEST + 1,)]
+        assert await cur.fetchall() == [(20,), (LATEST + 1,)]
 
 
 def newer(db: Any, *rows: tuple[int, bool]) -> None:

@@ -26,6 +26,7 @@ from pgpulse.core.json_limits import check_shape, loads_json
 from pgpulse.core.limits import AUTO_PAUSE_LIMIT, MAX_RUNS_LIMIT, check_calendars, check_window
 from pgpulse.core.payloads import BUILTIN_HANDLER_NAMES, PAYLOAD_VALIDATORS
 from pgpulse.core.placeholders import check_placeholders
+from pgpulse.core.retention import check_keep_runs
 from pgpulse.core.schedule import AFTER_SCHEDULE, Schedule, parse_schedule
 from pgpulse.core.spread import MAX_SPREAD, check_spread
 from pgpulse.core.wording import did_you_mean, given, json_given
@@ -485,6 +486,9 @@ class JobSpec:
             clock of its own; with any other it keeps that one too.
         after_timeout: seconds, with several upstreams: how long after the first succeeded
             the others may take before the occurrence is recorded skipped.
+        keep_runs: the job's own history retention, narrower than the global one: ``"30d"``
+            (runs finished in the last 30 days) or ``"1000"`` (its newest 1,000 runs); ``None``:
+            the global one only (:mod:`pgpulse.core.retention`).
     """
 
     tenant: str = define(
@@ -745,6 +749,16 @@ class JobSpec:
         "past it the occurrence is recorded skipped.",
         flag="--after-timeout",
         interval=True,
+    )
+    keep_runs: str | None = define(
+        None,
+        kind="text",
+        nullable=True,
+        doc="Keep less history for this job than the global retention: 30d (its runs finished "
+        "in the last 30 days) or 1000 (its newest 1,000 runs).",
+        flag="--keep-runs",
+        check=check_keep_runs,
+        example="30d",
     )
 
     @classmethod

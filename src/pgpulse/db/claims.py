@@ -32,6 +32,7 @@ from pgpulse.core.planner import Advance
 from pgpulse.core.routing import Routes
 from pgpulse.core.sharding import DEFAULT_SHARD_COUNT
 from pgpulse.db.database import ConnectionSource
+from pgpulse.db.history import prune_history
 from pgpulse.db.registry import NodeRegistry
 from pgpulse.sql import QUERIES, at_shard_count
 
@@ -705,13 +706,21 @@ class ClaimStore(NodeRegistry):
         )
 
     async def prune(self, *, keep_runs: float, now: datetime | None = None) -> tuple[int, int]:
-        """Delete finished runs older than ``keep_runs`` seconds and nodes silent for
-        :data:`NODE_RETENTION` seconds (a day) that no lease names: a running job or an
-        occurrence with a lease held by the node keeps its row (reaping the lease first).
-        Returns (runs deleted, nodes deleted)."""
+        """Forget finished runs older than ``keep_runs`` seconds, or than their job's own
+        ``keep_runs`` allows, making the history's coming partitions on the way
+        (:func:`pgpulse.db.history.prune_history`: whole days dropped, the rest in bounded
+        batches); then nodes silent for :data:`NODE_RETENTION` seconds (a day) that no lease
+        names (a running job or an occurrence with a lease held by the node keeps its row,
+        reaping the lease first), the audit trail and the finished batches as old as the runs.
+        Returns (runs forgotten, nodes deleted).
+
+        Raises:
+            psycopg.Error: the database failed; what was pruned before stays pruned.
+        """
+        runs = await prune_history(self.pool, keep=keep_runs, now=now)
         row = (
             await self._rows(
                 "prune", {"keep": keep_runs, "now": now, "node_retention": NODE_RETENTION}
             )
         )[0]
-        return row["runs"], row["nodes"]
+        return runs, row["nodes"]

@@ -50,7 +50,7 @@ WITH clock AS (
            e.error, e.output, e.kind, e.batch_id,
            CASE WHEN e.outcome = 'retrying' THEN clock.now END
     FROM released AS e CROSS JOIN clock
-    ON CONFLICT (id) DO UPDATE
+    ON CONFLICT (id, scheduled_for) DO UPDATE
     {attempt_written_over}
     RETURNING 1
 ), counted AS (
@@ -207,7 +207,7 @@ run AS (
     FROM back AS b
     CROSS JOIN clock
     WHERE b.started
-    ON CONFLICT (id) DO UPDATE
+    ON CONFLICT (id, scheduled_for) DO UPDATE
     {attempt_written_over}
     RETURNING 1
 ),
@@ -260,7 +260,7 @@ cancelled_run AS (
                                       'YYYY-MM-DD"T"HH24:MI:SS.US'), '0'), '.') || 'Z',
            c.kind, c.batch_id
     FROM cancelled AS c, old, clock
-    ON CONFLICT (id) DO UPDATE
+    ON CONFLICT (id, scheduled_for) DO UPDATE
     {attempt_written_over}
     RETURNING 1
 ), counted AS (
@@ -374,7 +374,7 @@ run AS (
            c.fencing_token, c.claimed_at, clock.now, %(error)s, c.kind, c.batch_id
     FROM cancelled AS c
     CROSS JOIN clock
-    ON CONFLICT (id) DO UPDATE
+    ON CONFLICT (id, scheduled_for) DO UPDATE
     {attempt_written_over}
     RETURNING 1
 ),

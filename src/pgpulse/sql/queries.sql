@@ -480,7 +480,7 @@ WITH clock AS (
            e.claimed_at, 'lease of node ' || coalesce(e.locked_by, '?') || ' expired', e.kind,
            e.batch_id, clock.now
     FROM occurrence e CROSS JOIN clock
-    ON CONFLICT (id) DO UPDATE
+    ON CONFLICT (id, scheduled_for) DO UPDATE
     {attempt_written_over}
     RETURNING 1
 ), counted AS (
@@ -533,21 +533,16 @@ WHERE n.node_id = %(node)s
   AND (%(pid)s::int IS NULL OR (n.hostname, n.pid) = (%(hostname)s::text, %(pid)s::int));
 
 -- name: prune
--- Housekeeping (leader only): forget finished runs and audit-trail rows older than %(keep)s
--- seconds (one retention for both), nodes that have been silent for %(node_retention)s seconds
--- (a day: NODE_RETENTION in pgpulse.claims) unless a lease still names them (a running job or
--- an occurrence they hold: reaping it clears that first, so the row that says who holds a
--- lease is never the one missing),
+-- Housekeeping (leader only), beside the history's (pgpulse.db.history: runs_* and prune_*
+-- below): forget audit-trail rows older than %(keep)s seconds (the runs' retention), nodes that
+-- have been silent for %(node_retention)s seconds (a day: NODE_RETENTION in pgpulse.claims)
+-- unless a lease still names them (a running job or an occurrence they hold: reaping it clears
+-- that first, so the row that says who holds a lease is never the one missing),
 -- and trigger and backfill batches as old whose occurrences have all run (a job's overlap and
 -- after batches stay with it), and as old flows of upstream runs and decided joins
 -- (docs/chains.md).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), runs AS (
-    DELETE FROM pgpulse_runs r
-    USING clock
-    WHERE r.finished_at < clock.now - make_interval(secs => %(keep)s)
-    RETURNING 1
 ), batches AS (
     DELETE FROM pgpulse_batches b
     USING clock
@@ -584,8 +579,137 @@ WITH clock AS (
     WHERE h.at < clock.now - make_interval(secs => %(keep)s)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM nodes) AS nodes,
-       (SELECT count(*) FROM history) AS history;
+SELECT (SELECT count(*) FROM nodes) AS nodes, (SELECT count(*) FROM history) AS history;
+
+-- name: runs_partitions
+-- The partitions of pgpulse_runs (migration 0023) and their bounds, as PostgreSQL prints them
+-- (FROM (lower) TO (upper), read back as instants): lower is NULL for MINVALUE (the partition
+-- made of the history from before 0023), both are NULL for the default partition. With the
+-- database's clock (or %(now)s) on every row: there is always the default partition.
+SELECT c.relname AS name,
+       b.bound = 'DEFAULT' AS is_default,
+       substring(b.bound FROM 'FROM \(''([^'']+)''\)')::timestamptz AS lower,
+       substring(b.bound FROM 'TO \(''([^'']+)''\)')::timestamptz AS upper,
+       coalesce(%(now)s::timestamptz, now()) AS now
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
+WHERE i.inhparent = 'pgpulse_runs'::regclass
+ORDER BY 4 NULLS FIRST, 1;
+
+-- name: runs_partition_add
+-- The script that adds the partition of pgpulse_runs for the UTC day from %(day)s, sent as one
+-- message, so one transaction that commits without waiting on the client (pgpulse.db.history):
+-- its locks wait at most %(lock_timeout)s; a table made like pgpulse_runs; the rows the default
+-- partition holds for that day moved into it (none, unless the day's partition comes late);
+-- then attached: SHARE UPDATE EXCLUSIVE on pgpulse_runs, so reads and writes go on, and a read
+-- of the default partition to check it holds no row of that day.
+SELECT format('SET LOCAL lock_timeout = %%L; '
+              'CREATE TABLE %%I (LIKE pgpulse_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS); '
+              'WITH moved AS (DELETE FROM pgpulse_runs_default WHERE scheduled_for >= %%L'
+              ' AND scheduled_for < %%L RETURNING *) INSERT INTO %%I SELECT * FROM moved; '
+              'ALTER TABLE pgpulse_runs ATTACH PARTITION %%I FOR VALUES FROM (%%L) TO (%%L)',
+              %(lock_timeout)s::text, d.name, d.lower, d.upper, d.name, d.name, d.lower,
+              d.upper) AS script
+FROM (SELECT 'pgpulse_runs_' || to_char(%(day)s::timestamptz AT TIME ZONE 'UTC', 'YYYYMMDD')
+                 AS name,
+             %(day)s::timestamptz AS lower,
+             %(day)s::timestamptz + interval '1 day' AS upper) d;
+
+-- name: runs_partition_drop
+-- The script that drops partition %(name)s of pgpulse_runs, [%(lower)s, %(upper)s) (NULL
+-- lower: MINVALUE), sent as one message, so one transaction that commits without waiting on
+-- the client (pgpulse.db.history): its locks wait at most %(lock_timeout)s; a SHARE lock on the
+-- partition, so no row arrives while it is checked; the check: a run the retention keeps (not
+-- finished, or finished less than %(keep)s seconds before the database's clock or %(now)s;
+-- through the BRIN index on finished_at) ends the script with object_in_use, nothing dropped;
+-- then detached and dropped (ACCESS EXCLUSIVE on pgpulse_runs for the catalogue change).
+SELECT format('SET LOCAL lock_timeout = %%L; LOCK TABLE %%I IN SHARE MODE; '
+              'DO $kept$ BEGIN IF EXISTS (SELECT 1 FROM pgpulse_runs r'
+              ' WHERE r.scheduled_for >= %%L AND r.scheduled_for < %%L'
+              ' AND (r.finished_at IS NULL OR r.finished_at >= %%L))'
+              ' THEN RAISE EXCEPTION %%L USING ERRCODE = %%L; END IF; END $kept$; '
+              'ALTER TABLE pgpulse_runs DETACH PARTITION %%I; DROP TABLE %%I',
+              %(lock_timeout)s::text, %(name)s::text,
+              coalesce(%(lower)s::timestamptz, '-infinity'), %(upper)s::timestamptz,
+              coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s),
+              'a run of ' || %(name)s || ' is kept', 'object_in_use',
+              %(name)s::text, %(name)s::text) AS script;
+
+-- name: runs_partition_rows
+-- The runs of partition %(name)s of pgpulse_runs, [%(lower)s, %(upper)s) (NULL lower: MINVALUE;
+-- the plan reads that partition only): counted when the statistics say it holds fewer than
+-- 100,000, their estimate otherwise (a count would read a whole day to report it).
+SELECT CASE WHEN c.reltuples >= 100000 THEN c.reltuples::bigint
+            ELSE (SELECT count(*)
+                  FROM pgpulse_runs r
+                  WHERE r.scheduled_for >= coalesce(%(lower)s::timestamptz, '-infinity')
+                    AND r.scheduled_for < %(upper)s::timestamptz) END AS rows
+FROM pg_class c
+WHERE c.oid = format('%%I', %(name)s::text)::regclass;
+
+-- name: prune_runs
+-- At most %(batch)s runs forgotten that finished more than %(keep)s seconds before the
+-- database's clock (or %(now)s), the global retention, row by row: what the partitions dropped
+-- whole leave (a day's partition that held a run finishing later, the partition from before
+-- migration 0023, the default one). A run finishes after its occurrence's instant, so only the
+-- partitions older than the retention are read (the condition on scheduled_for prunes the rest
+-- from the plan; a row against that rule would only be kept longer, until its day is dropped).
+WITH doomed AS (
+    SELECT r.id, r.scheduled_for
+    FROM pgpulse_runs r
+    WHERE r.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
+      AND r.scheduled_for < coalesce(%(now)s::timestamptz, now())
+                            - make_interval(secs => %(keep)s)
+    LIMIT %(batch)s
+), gone AS (
+    DELETE FROM pgpulse_runs r
+    USING doomed d
+    WHERE r.id = d.id AND r.scheduled_for = d.scheduled_for
+    RETURNING 1
+)
+SELECT count(*) AS runs FROM gone;
+
+-- name: prune_job_runs
+-- At most %(batch)s finished runs forgotten by their job's own retention, keep_runs: 'Nd', those
+-- finished more than N days before the database's clock (or %(now)s); 'N', those older (by id)
+-- than the job's newest N runs. A running or retrying run stays. Per job, the oldest first,
+-- through pgpulse_runs_recent; a job's N-th newest run is found once, through the same index.
+WITH keeping AS (
+    SELECT j.id,
+           substring(j.keep_runs FROM '^([0-9]+)d$')::int AS days,
+           substring(j.keep_runs FROM '^([0-9]+)$')::int AS newest
+    FROM pgpulse_jobs j
+    WHERE j.keep_runs IS NOT NULL
+), doomed AS (
+    SELECT p.id, p.scheduled_for
+    FROM keeping k
+    LEFT JOIN LATERAL (SELECT q.id
+                       FROM pgpulse_runs q
+                       WHERE q.job_id = k.id
+                       ORDER BY q.id DESC
+                       OFFSET k.newest LIMIT 1) last ON k.newest IS NOT NULL
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.scheduled_for
+        FROM pgpulse_runs r
+        WHERE r.job_id = k.id
+          AND r.finished_at IS NOT NULL
+          AND CASE WHEN k.days IS NOT NULL
+                   THEN r.finished_at < coalesce(%(now)s::timestamptz, now())
+                                        - make_interval(days => k.days)
+                        AND r.scheduled_for < coalesce(%(now)s::timestamptz, now())
+                                              - make_interval(days => k.days)
+                   ELSE r.id <= last.id END
+        ORDER BY r.id
+        LIMIT %(batch)s) p
+    LIMIT %(batch)s
+), gone AS (
+    DELETE FROM pgpulse_runs r
+    USING doomed d
+    WHERE r.id = d.id AND r.scheduled_for = d.scheduled_for
+    RETURNING 1
+)
+SELECT count(*) AS runs FROM gone;
 
 -- name: upsert_job
 -- Create or update job (tenant, name); Store.upsert_jobs sends it only for a definition that

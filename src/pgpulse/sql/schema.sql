@@ -5,6 +5,9 @@
 CREATE DOMAIN public.pgpulse_catch_up AS text
 	CONSTRAINT pgpulse_catch_up_known CHECK ((VALUE = ANY (ARRAY['skip'::text, 'backfill'::text, 'coalesce'::text])));
 
+CREATE DOMAIN public.pgpulse_keep_runs AS text
+	CONSTRAINT pgpulse_keep_runs_days_or_count CHECK ((((VALUE ~ '^[1-9][0-9]{0,3}d$'::text) AND ((rtrim(VALUE, 'd'::text))::integer <= 3650)) OR ((VALUE ~ '^[1-9][0-9]{0,6}$'::text) AND ((VALUE)::integer <= 1000000))));
+
 CREATE DOMAIN public.pgpulse_misfire_grace AS interval
 	CONSTRAINT pgpulse_misfire_grace_at_least_1s CHECK ((VALUE >= '00:00:01'::interval));
 
@@ -356,6 +359,7 @@ CREATE TABLE public.pgpulse_jobs (
     has_downstreams boolean DEFAULT false NOT NULL,
     last_success_at timestamp with time zone,
     last_success_scheduled_for timestamp with time zone,
+    keep_runs public.pgpulse_keep_runs,
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_deadline_check CHECK ((deadline >= '00:00:01'::interval)),
     CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = ((overlap)::text = 'allow'::text)) AND (max_concurrency >= 1))),
@@ -461,6 +465,30 @@ CREATE TABLE public.pgpulse_runs (
     CONSTRAINT pgpulse_runs_kind_check CHECK ((kind = ANY (ARRAY['scheduled'::text, 'trigger'::text, 'backfill'::text, 'after'::text]))),
     CONSTRAINT pgpulse_runs_occurrences CHECK (((occurrences >= 1) AND ((occurrences = 1) = (last_scheduled_for IS NULL)) AND (last_scheduled_for >= scheduled_for))),
     CONSTRAINT pgpulse_runs_outcome_check CHECK ((outcome = ANY (ARRAY['running'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'fenced'::text, 'cancelled'::text])))
+)
+PARTITION BY RANGE (scheduled_for);
+
+CREATE TABLE public.pgpulse_runs_default (
+    id bigint NOT NULL,
+    job_id bigint NOT NULL,
+    scheduled_for timestamp with time zone NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    outcome text NOT NULL,
+    node_id text,
+    fencing_token bigint,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    error text,
+    output text,
+    occurrences bigint DEFAULT 1 NOT NULL,
+    last_scheduled_for timestamp with time zone,
+    earlier_attempts jsonb,
+    attempt_ended_at timestamp with time zone,
+    kind text DEFAULT 'scheduled'::text NOT NULL,
+    batch_id bigint,
+    CONSTRAINT pgpulse_runs_kind_check CHECK ((kind = ANY (ARRAY['scheduled'::text, 'trigger'::text, 'backfill'::text, 'after'::text]))),
+    CONSTRAINT pgpulse_runs_occurrences CHECK (((occurrences >= 1) AND ((occurrences = 1) = (last_scheduled_for IS NULL)) AND (last_scheduled_for >= scheduled_for))),
+    CONSTRAINT pgpulse_runs_outcome_check CHECK ((outcome = ANY (ARRAY['running'::text, 'retrying'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'fenced'::text, 'cancelled'::text])))
 );
 
 ALTER TABLE public.pgpulse_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -544,6 +572,8 @@ UNION ALL
          LIMIT 1) prior ON (true))
   WHERE (o.lease_expires_at IS NOT NULL);
 
+ALTER TABLE ONLY public.pgpulse_runs ATTACH PARTITION public.pgpulse_runs_default DEFAULT;
+
 ALTER TABLE ONLY public.pgpulse_after_waits
     ADD CONSTRAINT pgpulse_after_waits_pkey PRIMARY KEY (job_id, scheduled_for);
 
@@ -614,7 +644,10 @@ ALTER TABLE ONLY public.pgpulse_occurrences
     ADD CONSTRAINT pgpulse_occurrences_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.pgpulse_runs
-    ADD CONSTRAINT pgpulse_runs_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT pgpulse_runs_pkey PRIMARY KEY (id, scheduled_for);
+
+ALTER TABLE ONLY public.pgpulse_runs_default
+    ADD CONSTRAINT pgpulse_runs_default_pkey PRIMARY KEY (id, scheduled_for);
 
 CREATE INDEX pgpulse_after_waits_deadline ON public.pgpulse_after_waits USING btree (deadline) WHERE (state = 'waiting'::text);
 
@@ -660,17 +693,43 @@ CREATE INDEX pgpulse_occurrences_job ON public.pgpulse_occurrences USING btree (
 
 CREATE INDEX pgpulse_occurrences_leases ON public.pgpulse_occurrences USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL);
 
-CREATE INDEX pgpulse_runs_backfill ON public.pgpulse_runs USING btree (job_id, scheduled_for) WHERE (kind = 'backfill'::text);
+CREATE INDEX pgpulse_runs_backfill ON ONLY public.pgpulse_runs USING btree (job_id, scheduled_for) WHERE (kind = 'backfill'::text);
 
-CREATE INDEX pgpulse_runs_batch ON public.pgpulse_runs USING btree (batch_id) WHERE (batch_id IS NOT NULL);
+CREATE INDEX pgpulse_runs_batch ON ONLY public.pgpulse_runs USING btree (batch_id) WHERE (batch_id IS NOT NULL);
 
-CREATE INDEX pgpulse_runs_finished ON public.pgpulse_runs USING brin (finished_at);
+CREATE INDEX pgpulse_runs_default_batch_id_idx ON public.pgpulse_runs_default USING btree (batch_id) WHERE (batch_id IS NOT NULL);
 
-CREATE UNIQUE INDEX pgpulse_runs_occurrence ON public.pgpulse_runs USING btree (job_id, scheduled_for) WHERE (kind = 'scheduled'::text);
+CREATE INDEX pgpulse_runs_finished ON ONLY public.pgpulse_runs USING brin (finished_at);
 
-CREATE INDEX pgpulse_runs_recent ON public.pgpulse_runs USING btree (job_id, id DESC);
+CREATE INDEX pgpulse_runs_default_finished_at_idx ON public.pgpulse_runs_default USING brin (finished_at);
 
-CREATE INDEX pgpulse_runs_unhappy ON public.pgpulse_runs USING btree (finished_at) WHERE (outcome = ANY (ARRAY['failed'::text, 'skipped'::text]));
+CREATE INDEX pgpulse_runs_unhappy ON ONLY public.pgpulse_runs USING btree (finished_at) WHERE (outcome = ANY (ARRAY['failed'::text, 'skipped'::text]));
+
+CREATE INDEX pgpulse_runs_default_finished_at_idx1 ON public.pgpulse_runs_default USING btree (finished_at) WHERE (outcome = ANY (ARRAY['failed'::text, 'skipped'::text]));
+
+CREATE INDEX pgpulse_runs_recent ON ONLY public.pgpulse_runs USING btree (job_id, id DESC);
+
+CREATE INDEX pgpulse_runs_default_job_id_id_idx ON public.pgpulse_runs_default USING btree (job_id, id DESC);
+
+CREATE UNIQUE INDEX pgpulse_runs_occurrence ON ONLY public.pgpulse_runs USING btree (job_id, scheduled_for) WHERE (kind = 'scheduled'::text);
+
+CREATE UNIQUE INDEX pgpulse_runs_default_job_id_scheduled_for_idx ON public.pgpulse_runs_default USING btree (job_id, scheduled_for) WHERE (kind = 'scheduled'::text);
+
+CREATE INDEX pgpulse_runs_default_job_id_scheduled_for_idx1 ON public.pgpulse_runs_default USING btree (job_id, scheduled_for) WHERE (kind = 'backfill'::text);
+
+ALTER INDEX public.pgpulse_runs_batch ATTACH PARTITION public.pgpulse_runs_default_batch_id_idx;
+
+ALTER INDEX public.pgpulse_runs_finished ATTACH PARTITION public.pgpulse_runs_default_finished_at_idx;
+
+ALTER INDEX public.pgpulse_runs_unhappy ATTACH PARTITION public.pgpulse_runs_default_finished_at_idx1;
+
+ALTER INDEX public.pgpulse_runs_recent ATTACH PARTITION public.pgpulse_runs_default_job_id_id_idx;
+
+ALTER INDEX public.pgpulse_runs_occurrence ATTACH PARTITION public.pgpulse_runs_default_job_id_scheduled_for_idx;
+
+ALTER INDEX public.pgpulse_runs_backfill ATTACH PARTITION public.pgpulse_runs_default_job_id_scheduled_for_idx1;
+
+ALTER INDEX public.pgpulse_runs_pkey ATTACH PARTITION public.pgpulse_runs_default_pkey;
 
 CREATE TRIGGER pgpulse_job_names_insert AFTER INSERT ON public.pgpulse_jobs REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION public.pgpulse_job_names_insert();
 

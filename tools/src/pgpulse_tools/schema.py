@@ -7,8 +7,9 @@ table, index, view and trigger in one place, and ``tests/test_migrations.py`` ch
 migrations still produce exactly it.
 
 The dump is normalised so it does not depend on the machine: ``pg_dump``'s header, its ``SET``
-lines, its ``\\restrict`` guard (a random key per run), column attribute options and blank
-runs are left out, and the migration runner's own bookkeeping table is excluded.
+lines, its ``\\restrict`` guard (a random key per run), column attribute options, the names
+PostgreSQL 18 prints for a partition's inherited ``NOT NULL`` constraints (15 keeps none) and
+blank runs are left out, and the migration runner's own bookkeeping table is excluded.
 """
 
 from __future__ import annotations
@@ -40,11 +41,21 @@ _DROP = re.compile(
 )
 
 
+#: A ``NOT NULL`` constraint's name, which PostgreSQL 18 records (and prints for a partition,
+#: whose inherited constraints keep the parent's names) and 15 does not.
+_NOT_NULL_NAME = re.compile(r" CONSTRAINT \w+_not_null NOT NULL")
+
+
 def normalise(dump: str) -> str:
     """``pg_dump --schema-only`` output without what varies between runs and machines: its
     comment lines, ``SET`` lines, the ``\\restrict`` guard, column attribute options (Pulse
-    sets none; some servers add their own to every column) and runs of blank lines."""
-    lines = [line.rstrip() for line in dump.splitlines() if not _DROP.match(line)]
+    sets none; some servers add their own to every column), ``NOT NULL`` constraints' names
+    and runs of blank lines."""
+    lines = [
+        _NOT_NULL_NAME.sub(" NOT NULL", line.rstrip())
+        for line in dump.splitlines()
+        if not _DROP.match(line)
+    ]
     text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
     return text + "\n"
 

@@ -270,63 +270,25 @@ WHERE datname = current_database() AND pid <> pg_backend_pid();
 
 -- name: scaleout_sizes
 -- Scenario 9: bytes on disk of pgpulse_jobs and pgpulse_runs and of each of their indexes (main
--- fork), with the rows of their table now.
-SELECT c.relname AS relation, t.relname AS of_table, pg_relation_size(c.oid) AS bytes,
+-- fork), with the rows of their table now. The partitioned history and its indexes count their
+-- partitions' (pg_partition_tree: none for a table that is not partitioned).
+SELECT c.relname AS relation, t.relname AS of_table,
+       coalesce((SELECT sum(pg_relation_size(p.relid))::bigint FROM pg_partition_tree(c.oid) p),
+                pg_relation_size(c.oid)) AS bytes,
        CASE t.relname WHEN 'pgpulse_jobs' THEN (SELECT count(*) FROM pgpulse_jobs)
                       ELSE (SELECT count(*) FROM pgpulse_runs) END AS table_rows
 FROM pg_class AS c
 LEFT JOIN pg_index AS i ON i.indexrelid = c.oid
 JOIN pg_class AS t ON t.oid = coalesce(i.indrelid, c.oid)
-WHERE t.relname IN ('pgpulse_jobs', 'pgpulse_runs') AND c.relkind IN ('r', 'i')
+WHERE t.relname IN ('pgpulse_jobs', 'pgpulse_runs') AND c.relkind IN ('r', 'i', 'p', 'I')
 ORDER BY t.relname, c.relkind DESC, c.relname;
 
--- name: history_tables
--- Scenario 11: two copies of pgpulse_runs' shape and hot indexes in schema bench_history, one
--- plain (pruned by DELETE, as the leader prunes today), one partitioned by day on
--- scheduled_for (pruned by dropping a partition). The unique key of a partitioned table must
--- hold its partition column: (job_id, scheduled_for) does.
-DROP SCHEMA IF EXISTS bench_history CASCADE;
-CREATE SCHEMA bench_history;
-CREATE TABLE bench_history.plain (
-    id            bigint GENERATED ALWAYS AS IDENTITY,
-    job_id        bigint NOT NULL,
-    scheduled_for timestamptz NOT NULL,
-    attempts      integer NOT NULL DEFAULT 0,
-    outcome       text NOT NULL,
-    node_id       text,
-    fencing_token bigint,
-    started_at    timestamptz,
-    finished_at   timestamptz,
-    output        text,
-    kind          text NOT NULL DEFAULT 'scheduled',
-    PRIMARY KEY (id)
-);
-CREATE UNIQUE INDEX ON bench_history.plain (job_id, scheduled_for) WHERE kind = 'scheduled';
-CREATE INDEX ON bench_history.plain (finished_at) WHERE finished_at IS NOT NULL;
-CREATE INDEX ON bench_history.plain (job_id, id DESC);
-CREATE TABLE bench_history.parted (LIKE bench_history.plain INCLUDING DEFAULTS)
-    PARTITION BY RANGE (scheduled_for);
-ALTER TABLE bench_history.parted ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY;
-CREATE UNIQUE INDEX ON bench_history.parted (job_id, scheduled_for) WHERE kind = 'scheduled';
-CREATE INDEX ON bench_history.parted (finished_at) WHERE finished_at IS NOT NULL;
-CREATE INDEX ON bench_history.parted (job_id, id DESC);
-
--- name: history_partition
--- One day's partition of bench_history.parted: day %(day)s after %(base)s.
-SELECT format(
-    'CREATE TABLE bench_history.parted_%%s PARTITION OF bench_history.parted '
-    'FOR VALUES FROM (%%L) TO (%%L)',
-    %(day)s::int,
-    %(base)s::timestamptz + make_interval(days => %(day)s::int),
-    %(base)s::timestamptz + make_interval(days => %(day)s::int + 1)
-) AS ddl;
-
 -- name: history_insert
--- A batch of history rows %(first)s..%(last)s as the recorder writes them (one row per
--- firing, succeeded), into %(table)s; row i's occurrence is i × %(step)s seconds after
+-- Scenario 11: a batch of history rows %(first)s..%(last)s as the recorder writes them (one row
+-- per firing, succeeded) into pgpulse_runs; row i's occurrence is i × %(step)s seconds after
 -- %(base)s, so the rows arrive in time order, as a real history does.
-INSERT INTO bench_history.{table} (job_id, scheduled_for, attempts, outcome, node_id,
-                                   fencing_token, started_at, finished_at, kind)
+INSERT INTO pgpulse_runs (job_id, scheduled_for, attempts, outcome, node_id, fencing_token,
+                          started_at, finished_at, kind)
 SELECT mod(i, 10000) + 1, t.at, 1, 'succeeded', 'node-1', i, t.at, t.at + interval '5 ms',
        'scheduled'
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i,
@@ -335,24 +297,22 @@ FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i,
 
 -- name: history_recent
 -- The newest 20 runs of one job (the job page's history; the (job_id, id DESC) index).
-SELECT id FROM bench_history.{table} WHERE job_id = %(job)s ORDER BY id DESC LIMIT 20;
+SELECT id FROM pgpulse_runs WHERE job_id = %(job)s ORDER BY id DESC LIMIT 20;
 
--- name: history_delete_day
--- Prune the oldest day of the plain table as the leader prunes: one DELETE.
-DELETE FROM bench_history.plain WHERE scheduled_for < %(base)s::timestamptz + interval '1 day';
+-- name: history_delete_before
+-- Prune the history of schema 0019 (one table) as its leader pruned it: one DELETE of the runs
+-- finished before %(cutoff)s.
+DELETE FROM pgpulse_runs r WHERE r.finished_at < %(cutoff)s;
 
 -- name: history_vacuum
 -- What the DELETE leaves to do: the dead rows' space back, their index entries gone.
-VACUUM bench_history.plain;
+VACUUM pgpulse_runs;
 
--- name: history_drop_day
--- Prune the oldest day of the partitioned table: detach (without blocking readers and writers)
--- and drop its partition.
-ALTER TABLE bench_history.parted DETACH PARTITION bench_history.parted_0 CONCURRENTLY;
+-- name: history_count
+SELECT count(*) AS n FROM pgpulse_runs;
 
--- name: history_drop_table
-DROP TABLE bench_history.parted_0;
-
+-- name: history_partition_count
+SELECT count(*) AS n FROM pg_inherits WHERE inhparent = 'pgpulse_runs'::regclass;
 
 -- name: celery_handler
 -- Scenario 12: the backlog's jobs send through the celery handler instead of running a no-op.

@@ -116,9 +116,12 @@ def drop_db(server_dsn: str, name: str) -> None:
         )
 
 
-async def fresh_db(server_dsn: str, name: str, template: str | None = None) -> str:
-    """(Re)create database ``name`` — empty and migrated, or a copy of ``template`` — and
-    return its DSN. ``FILE_COPY`` makes a 1,000,000-job template copy in seconds."""
+async def fresh_db(
+    server_dsn: str, name: str, template: str | None = None, *, schema: int | None = None
+) -> str:
+    """(Re)create database ``name`` — empty and migrated (up to migration ``schema``; ``None``:
+    every one), or a copy of ``template`` — and return its DSN. ``FILE_COPY`` makes a
+    1,000,000-job template copy in seconds."""
     drop_db(server_dsn, name)
     with admin(server_dsn) as conn:
         if template is None:
@@ -133,7 +136,7 @@ async def fresh_db(server_dsn: str, name: str, template: str | None = None) -> s
     if template is None:
         aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, row_factory=dict_row)
         async with aconn:
-            await migrate(aconn)
+            await migrate(aconn, target=schema)
     return dsn
 
 
@@ -306,21 +309,21 @@ def database_exists(server_dsn: str, name: str) -> bool:
 
 
 #: Backlog templates made by this process: (server DSN, jobs) -> database name.
-_BACKLOGS: dict[tuple[str, int], str] = {}
+_BACKLOGS: dict[tuple[str, int, int | None], str] = {}
 
 
-async def backlog_template(server_dsn: str, jobs: int) -> str:
+async def backlog_template(server_dsn: str, jobs: int, *, schema: int | None = None) -> str:
     """The name of a template database holding ``jobs`` idle jobs, all due now (created once
-    per process and size; scenarios 2, 3 and 7 copy it for each run; :func:`drop_backlogs`
-    drops them).
+    per process, size and ``schema``, the newest migration applied, ``None`` for all;
+    scenarios 2, 3 and 7 copy it for each run; :func:`drop_backlogs` drops them).
 
     The jobs are ``@every 1h`` no-op jobs whose current occurrence lies in the last 30 minutes,
     so each fires once and then waits an hour: draining a copy is ``jobs`` firings.
     """
-    key = (server_dsn, jobs)
+    key = (server_dsn, jobs, schema)
     if key not in _BACKLOGS:
-        name = f"pgpulse_bench_backlog_{jobs}"
-        dsn = await fresh_db(server_dsn, name)
+        name = f"pgpulse_bench_backlog_{jobs}" + (f"_at_{schema}" if schema else "")
+        dsn = await fresh_db(server_dsn, name, schema=schema)
         with admin(dsn) as conn:
             now = db_now(conn)
         load_jobs(
@@ -339,10 +342,10 @@ async def backlog_template(server_dsn: str, jobs: int) -> str:
 
 def drop_backlogs(server_dsn: str) -> None:
     """Drop every backlog template :func:`backlog_template` made on ``server_dsn``."""
-    for (server, jobs), name in list(_BACKLOGS.items()):
-        if server == server_dsn:
+    for key, name in list(_BACKLOGS.items()):
+        if key[0] == server_dsn:
             drop_db(server_dsn, name)
-            del _BACKLOGS[(server, jobs)]
+            del _BACKLOGS[key]
 
 
 def lag_summary(lags_ms: Sequence[float]) -> dict[str, float]:

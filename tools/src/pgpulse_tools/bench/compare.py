@@ -6,10 +6,10 @@ each measured unit — scenario 1's claims, scenario 2's drain with 2 nodes and 
 4's steady state, scenario 5's herd — runs ``rounds`` times on each side, the two sides
 interleaved and each round's pair in the other order than the round before (after before,
 before after, ...; the first unit of a run starts with after, the next with before), on the
-same server, each on a freshly populated database. Both sides run on the schema the after-code
-migrates (a newer migration only adds columns with defaults: the before-code's nodes run on
-it). Scenario 1 times claims through :mod:`pgpulse_tools.bench.claim_probe`, run by each
-side's interpreter; the other scenarios start node processes of each side's interpreter
+same server, each on a freshly populated database, at the newest migration that side knows
+(a newer one may stop its nodes: 0023 does). Scenario 1 times
+claims through :mod:`pgpulse_tools.bench.claim_probe`, run by each side's interpreter; the
+other scenarios start node processes of each side's interpreter
 (:class:`~pgpulse_tools.bench.nodes.Runtime`). Scenario 3's before and after come from its
 levers (the frozen pre-issue-31 step against the unchanged step, same run:
 :func:`lever_metrics`).
@@ -21,6 +21,7 @@ the noise when it lies further from 1 than the larger of the two sides' noise.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -91,9 +92,11 @@ def lever_metrics(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 _DESCRIBE = (
     "import importlib.metadata, json, sys, pgpulse, pgpulse_tools.bench.noop_app as app, "
-    "pgpulse_tools.bench.claim_probe; print(json.dumps({'pgpulse': pgpulse.__file__, "
+    "pgpulse_tools.bench.claim_probe; from pgpulse.sql import migration_files; "
+    "print(json.dumps({'pgpulse': pgpulse.__file__, "
     "'app': app.__file__, 'python': sys.executable, "
-    "'version': importlib.metadata.version('pgpulse')}))"
+    "'version': importlib.metadata.version('pgpulse'), "
+    "'schema': migration_files()[-1][0]}))"
 )
 
 
@@ -161,7 +164,7 @@ async def claim_round(
         The p99 (ms) of each cell: ``empty`` and each batch.
     """
     stored = max(int(1_000_000 * scale), 1000)
-    dsn = await fresh_db(server_dsn, CLAIM_DB)
+    dsn = await fresh_db(server_dsn, CLAIM_DB, schema=side.schema)
     try:
         with admin(dsn) as conn:
             now = db_now(conn)
@@ -255,6 +258,12 @@ class Comparison:
         for name, side in self.sides.items():
             self.about[name] = describe(side)
             self.echo(f"compare: {side_line(name, self.about[name])}")
+        ours, theirs = self.about[AFTER].get("schema"), self.about[BEFORE].get("schema")
+        if (
+            isinstance(ours, int) and isinstance(theirs, int) and theirs < ours
+        ):  # the before's nodes may refuse the newer schema: theirs only
+            self.sides[BEFORE] = dataclasses.replace(self.sides[BEFORE], schema=theirs)
+            self.echo(f"compare: the before's databases are migrated to {theirs}, not {ours}")
         if self.about[AFTER]["pgpulse"] == self.about[BEFORE]["pgpulse"]:
             self.echo("compare: both sides import the same Pulse (an A/A run: noise only)")
 

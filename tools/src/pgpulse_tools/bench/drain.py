@@ -101,7 +101,7 @@ async def drain_once(
     """Drain a fresh copy of a ``jobs`` backlog with ``count`` node processes of ``runtime``;
     return :func:`measure`'s figures plus ``nodes``, ``jobs``, ``settle`` (seconds until the
     nodes split the shards) and ``duplicates``."""
-    template = await backlog_template(server_dsn, jobs)
+    template = await backlog_template(server_dsn, jobs, schema=runtime.schema)
     dsn = await fresh_db(server_dsn, DB_NAME, template=template)
     with NodeCluster(dsn, count, slots=slots, runtime=runtime) as cluster:
         settle = await asyncio.to_thread(cluster.wait_settled)

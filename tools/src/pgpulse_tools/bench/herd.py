@@ -98,7 +98,7 @@ async def _one_pass(
     runtime: Runtime,
 ) -> dict[str, Any]:
     """One herd of ``jobs`` with ``spread`` seconds of spread; its figures."""
-    dsn = await fresh_db(server_dsn, DB_NAME)
+    dsn = await fresh_db(server_dsn, DB_NAME, schema=runtime.schema)
     with admin(dsn) as conn:
         far = db_now(conn) + timedelta(days=1)
     load_jobs(dsn, jobs, schedule="@every 1h", kind="interval", base=far, modulo=3600, step=1.0)

@@ -1,33 +1,55 @@
-"""Scenario 11: the history table partitioned by day against one table pruned by ``DELETE``.
+"""Scenario 11: the history as Pulse builds it (``pgpulse_runs`` partitioned by day, pruned by
+dropping whole days) against the one table of schema 0019, pruned by ``DELETE``.
 
-Issue 23 asks what a team does when the history's pruning becomes the limit: partition
-``pgpulse_runs`` by time and prune by dropping partitions. Before building it, this measures it,
-in one run on one server, on two copies of the history's shape and hot indexes
-(``bench.sql``, ``history_tables``): ``plain`` (as today) and ``parted`` (one partition a day
-on ``scheduled_for``, :data:`DAYS` days).
+Both are the real table, made by the real migrations, in two databases of one server, in one
+run: ``plain`` is a database migrated to 0019 (the last schema with one table), ``parted`` one
+migrated to this release (migration 0023); its day partitions are made by the leader's own prune
+(:func:`pgpulse.db.history.prune_history`), as a node makes them ahead of the rows.
 
 * **insert**: :func:`rows_for` rows in batches of :data:`BATCH` (the recorder writes one row per
-  firing, a batch per claim), the two tables taking turns batch by batch so that the machine's
-  noise falls on both; time and WAL bytes (``pg_current_wal_lsn()`` differences) per row;
+  firing, a batch per claim), spread over :data:`DAYS` days, the two databases taking turns batch
+  by batch so that the machine's noise falls on both; time and WAL bytes (the server's
+  ``pg_current_wal_lsn()`` differences) per row;
 * **read**: the newest 20 runs of a job (the job page), p50 over :data:`READS` jobs each;
-* **prune one day**: ``DELETE`` of the oldest day then the ``VACUUM`` it needs, against
-  ``DETACH PARTITION ... CONCURRENTLY`` then ``DROP TABLE``: time and WAL bytes.
+* **prune one day**: on ``plain``, the 0019 leader's ``DELETE`` of the runs finished before the
+  cutoff, then the ``VACUUM`` it needs; on ``parted``, the leader's prune itself
+  (``prune_history`` with a retention that leaves the oldest day behind: its partition locked,
+  checked, detached and dropped, then the row-by-row passes that find nothing left). Time and
+  WAL bytes; both leave the same rows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgpulse_tools.bench.common import BENCH_SQL, Result, drop_db, fresh_db, pct, q
+from pgpulse.db.database import open_pool
+from pgpulse.db.history import prune_history
+from pgpulse.db.migrations import migrate
+from pgpulse_tools.bench.common import (
+    BENCH_SQL,
+    Result,
+    admin,
+    drop_db,
+    fresh_db,
+    pct,
+    q,
+    with_db,
+)
 
-DB_NAME: Final[str] = "pgpulse_bench_history"
-#: Days of history kept in both tables (the partitioned one has a partition each).
+DB_NAMES: Final[dict[str, str]] = {
+    "plain": "pgpulse_bench_history_plain",
+    "parted": "pgpulse_bench_history_parted",
+}
+#: The last schema whose history is one table.
+PLAIN_SCHEMA: Final[int] = 19
+#: Days of history inserted in both tables (the partitioned one has a partition each).
 DAYS: Final[int] = 8
 #: Rows per insert statement.
 BATCH: Final[int] = 100
@@ -35,6 +57,11 @@ BATCH: Final[int] = 100
 READS: Final[int] = 300
 BASE: Final[datetime] = datetime(2026, 1, 1, tzinfo=UTC)
 TABLES: Final[tuple[str, str]] = ("plain", "parted")
+#: The prune's instant: the cutoff of a retention of DAYS - 1 days falls 1 ms after the first
+#: day, so the first day's runs (each finished 5 ms after its occurrence) are all past it, and
+#: none of the second's.
+PRUNE_AT: Final[datetime] = BASE + timedelta(days=DAYS, milliseconds=1)
+KEEP: Final[float] = (DAYS - 1) * 86400.0
 
 
 def rows_for(scale: float) -> int:
@@ -54,34 +81,46 @@ def _wal_since(conn: psycopg.Connection[dict[str, Any]], lsn: str) -> float:
 def _timed(
     conn: psycopg.Connection[dict[str, Any]], name: str, **params: Any
 ) -> tuple[float, float]:
-    """Run bench statement ``name`` (``{table}`` filled from ``params``); (seconds, WAL bytes)."""
-    table = params.pop("table", None)
-    text = BENCH_SQL[name].replace("{table}", table) if table else BENCH_SQL[name]
+    """Run bench statement ``name``; (seconds, WAL bytes)."""
     lsn = _wal(conn)
     start = time.perf_counter()
-    if params:
-        conn.execute(text, params)
-    else:
-        conn.execute(text)
+    conn.execute(BENCH_SQL[name], params or None)
     took = time.perf_counter() - start
     return took, _wal_since(conn, lsn)
 
 
-def measure(dsn: str, rows: int) -> dict[str, dict[str, float]]:
-    """The figures of both tables (see the module docstring), by table and figure."""
+async def _databases(server_dsn: str) -> dict[str, str]:
+    """The two databases, fresh: ``plain`` migrated to :data:`PLAIN_SCHEMA`, ``parted`` to
+    this release, its partitions of the :data:`DAYS` days (and the days after) made by the
+    leader's prune as it makes them ahead of the rows."""
+    drop_db(server_dsn, DB_NAMES["plain"])
+    with admin(server_dsn) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB_NAMES["plain"])))
+    plain = with_db(server_dsn, DB_NAMES["plain"])
+    async with await psycopg.AsyncConnection.connect(plain, autocommit=True) as aconn:
+        await migrate(aconn, target=PLAIN_SCHEMA)
+    parted = await fresh_db(server_dsn, DB_NAMES["parted"])
+    pool = await open_pool(parted, application_name="pgpulse-bench", max_size=2)
+    try:
+        for day in range(0, DAYS, 4):  # today and the next 3, as at each day's prunes
+            await prune_history(pool, keep=KEEP, now=BASE + timedelta(days=day))
+        await prune_history(pool, keep=100 * 86400.0, now=PRUNE_AT)  # the days ahead of it
+    finally:
+        await pool.close()
+    return {"plain": plain, "parted": parted}
+
+
+def measure(dsns: dict[str, str], rows: int) -> dict[str, dict[str, float]]:
+    """The insert and read figures of both tables (see the module docstring), by table."""
     step = DAYS * 86_400 / rows  # seconds between consecutive rows' occurrences
     figures: dict[str, dict[str, float]] = {t: {"insert_s": 0.0, "insert_wal": 0.0} for t in TABLES}
-    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
-        conn.execute(BENCH_SQL["history_tables"])
-        for day in range(DAYS):
-            ddl = q(conn, "history_partition", {"day": day, "base": BASE})[0]["ddl"]
-            conn.execute(ddl)
+    conns = {t: psycopg.connect(dsns[t], autocommit=True, row_factory=dict_row) for t in TABLES}
+    try:
         for first in range(0, rows, BATCH):
             for table in TABLES:
                 took, wal = _timed(
-                    conn,
+                    conns[table],
                     "history_insert",
-                    table=table,
                     first=first,
                     last=first + BATCH - 1,
                     step=step,
@@ -89,28 +128,62 @@ def measure(dsn: str, rows: int) -> dict[str, dict[str, float]]:
                 )
                 figures[table]["insert_s"] += took
                 figures[table]["insert_wal"] += wal
-        conn.execute("ANALYZE bench_history.plain")
-        conn.execute("ANALYZE bench_history.parted")
         for table in TABLES:
+            conns[table].execute("ANALYZE pgpulse_runs")
             reads = []
             for job in range(1, READS + 1):
                 start = time.perf_counter()
-                conn.execute(
-                    BENCH_SQL["history_recent"].replace("{table}", table),
-                    {"job": job * 31 % 10_000 + 1},
+                conns[table].execute(
+                    BENCH_SQL["history_recent"], {"job": job * 31 % 10_000 + 1}
                 ).fetchall()
                 reads.append(time.perf_counter() - start)
             figures[table]["read_p50_ms"] = pct(reads, 50) * 1000
-        delete = _timed(conn, "history_delete_day", base=BASE)
-        vacuum = _timed(conn, "history_vacuum")
-        detach = _timed(conn, "history_drop_day")
-        drop = _timed(conn, "history_drop_table")
-        for table in TABLES:  # what each prune left: the same seven days in both
-            left = conn.execute(f"SELECT count(*) AS n FROM bench_history.{table}").fetchone()
-            figures[table]["rows_left"] = float(left["n"] if left else -1)
-    figures["plain"].update(prune_s=delete[0] + vacuum[0], prune_wal=delete[1] + vacuum[1])
-    figures["plain"].update(delete_s=delete[0], vacuum_s=vacuum[0])
-    figures["parted"].update(prune_s=detach[0] + drop[0], prune_wal=detach[1] + drop[1])
+        delete = _timed(
+            conns["plain"], "history_delete_before", cutoff=PRUNE_AT - timedelta(seconds=KEEP)
+        )
+        vacuum = _timed(conns["plain"], "history_vacuum")
+        figures["plain"].update(prune_s=delete[0] + vacuum[0], prune_wal=delete[1] + vacuum[1])
+        figures["plain"].update(delete_s=delete[0], vacuum_s=vacuum[0])
+        figures["parted"]["partitions"] = float(
+            q(conns["parted"], "history_partition_count")[0]["n"]
+        )
+    finally:
+        for conn in conns.values():
+            conn.close()
+    return figures
+
+
+async def _prune_parted(dsn: str, figures: dict[str, float]) -> None:
+    """The leader's prune of the partitioned history, timed, with its WAL."""
+    pool = await open_pool(dsn, application_name="pgpulse-bench", max_size=2)
+    try:
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+            lsn = _wal(conn)
+            start = time.perf_counter()
+            pruned = await prune_history(pool, keep=KEEP, now=PRUNE_AT)
+            took = time.perf_counter() - start
+            figures.update(prune_s=took, prune_wal=_wal_since(conn, lsn), pruned=float(pruned))
+    finally:
+        await pool.close()
+
+
+def _left(dsns: dict[str, str], figures: dict[str, dict[str, float]]) -> None:
+    for table in TABLES:  # what each prune left: the same seven days in both
+        with psycopg.connect(dsns[table], autocommit=True, row_factory=dict_row) as conn:
+            figures[table]["rows_left"] = float(q(conn, "history_count")[0]["n"])
+
+
+async def measure_all(server_dsn: str, rows: int) -> dict[str, dict[str, float]]:
+    """Both databases made, ``rows`` rows inserted into each, read and pruned (see the module
+    docstring), then dropped: the figures by table (``rows_left`` the rows each prune left)."""
+    dsns = await _databases(server_dsn)
+    try:
+        figures = await asyncio.to_thread(measure, dsns, rows)
+        await _prune_parted(dsns["parted"], figures["parted"])
+        await asyncio.to_thread(_left, dsns, figures)
+    finally:
+        for name in DB_NAMES.values():
+            drop_db(server_dsn, name)
     return figures
 
 
@@ -124,8 +197,8 @@ async def run(server_dsn: str, scale: float) -> Result:
     rows = rows_for(scale)
     result = Result(
         "11",
-        f"history: one table pruned by DELETE against daily partitions, {rows:,} rows each, "
-        f"{DAYS} days",
+        f"history: pgpulse_runs as built (0023, by day) against 0019's one table, "
+        f"{rows:,} rows each, {DAYS} days",
         [
             "table",
             "insert µs/row",
@@ -135,12 +208,11 @@ async def run(server_dsn: str, scale: float) -> Result:
             "prune WAL MB",
         ],
     )
-    dsn = await fresh_db(server_dsn, DB_NAME)
-    try:
-        figures = await asyncio.to_thread(measure, dsn, rows)
-    finally:
-        drop_db(server_dsn, DB_NAME)
-    for table, label in (("plain", "plain: DELETE + VACUUM"), ("parted", "by day: DETACH + DROP")):
+    figures = await measure_all(server_dsn, rows)
+    for table, label in (
+        ("plain", "0019, one table: DELETE + VACUUM"),
+        ("parted", "0023, by day: the leader's prune"),
+    ):
         f = figures[table]
         result.rows.append(
             [
@@ -161,8 +233,11 @@ async def run(server_dsn: str, scale: float) -> Result:
         f"{parted['prune_s'] / plain['prune_s']:.3f}×, prune WAL "
         f"{parted['prune_wal'] / max(plain['prune_wal'], 1):.4f}×",
         f"the plain prune: DELETE {plain['delete_s']:.2f} s + VACUUM {plain['vacuum_s']:.2f} s "
-        f"for {rows // DAYS:,} rows; the partition's: no dead row left, nothing to vacuum",
-        "the tables take turns batch by batch, so the machine's noise falls on both",
+        f"for {rows - plain['rows_left']:,.0f} rows; the leader's prune of the partitioned table: "
+        f"{parted['pruned']:,.0f} runs by dropping a day, nothing to vacuum",
+        f"rows left: {plain['rows_left']:,.0f} (0019) and {parted['rows_left']:,.0f} (0023)",
+        "both are the real table, made by the migrations; the databases take turns batch by "
+        "batch, so the machine's noise falls on both",
     ]
     result.data = {"rows": rows, "days": DAYS, "batch": BATCH, "figures": figures}
     return result

@@ -39,11 +39,15 @@ class Runtime:
         python: the interpreter (this process's by default: the Pulse being benchmarked).
         env: variables set for the node process (``PYTHONPATH`` is put before any inherited).
         label: how the report names this installation.
+        schema: the newest migration this installation knows, when it is older than the
+            benchmark's: its databases are migrated only that far (a newer migration may stop
+            its nodes); ``None``: as far as the benchmark's.
     """
 
     python: str = sys.executable
     env: Mapping[str, str] = field(default_factory=dict)
     label: str = "this"
+    schema: int | None = None
 
     def environ(self, base: Mapping[str, str]) -> dict[str, str]:
         """``base`` with :attr:`env` set (its ``PYTHONPATH`` first, then ``base``'s)."""

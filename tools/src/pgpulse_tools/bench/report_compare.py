@@ -167,6 +167,16 @@ def side_line(side: str, about: dict[str, Any]) -> str:
     )
 
 
+def _schemas(payload: dict[str, Any]) -> str:
+    """Which schema each side ran on: the after-code's, unless the before knows fewer
+    migrations (then its databases are populated at its own newest)."""
+    ours = payload.get(AFTER, {}).get("schema")
+    theirs = payload.get(BEFORE, {}).get("schema")
+    if isinstance(ours, int) and isinstance(theirs, int) and theirs < ours:
+        return f"each side on its own newest migration ({ours} after, {theirs} before)"
+    return "both sides on the schema the after-code migrated"
+
+
 def notes(payload: dict[str, Any]) -> list[str]:
     """The lines under the comparison table."""
     scenarios = payload.get("scenarios", [])
@@ -177,8 +187,8 @@ def notes(payload: dict[str, Any]) -> list[str]:
         f"{payload.get('rounds')} rounds per side for scenarios "
         f"{by_nodes}, interleaved, each round's pair in the other "
         "order than the one before (after before, before after, ...; successive units start "
-        "with alternate sides), each on a freshly populated database of the same server; both "
-        "sides on the schema the after-code migrated",
+        "with alternate sides), each on a freshly populated database of the same server; "
+        + _schemas(payload),
         "noise = a side's largest round over its smallest; a verdict of better or worse means "
         "after ÷ before lies further from 1 than the larger of the two noises",
     ] + (

@@ -94,7 +94,7 @@ async def run(
     """
     jobs = jobs_for(scale)
     duration = duration_for(scale)
-    dsn = await fresh_db(server_dsn, DB_NAME)
+    dsn = await fresh_db(server_dsn, DB_NAME, schema=runtime.schema)
     with admin(dsn) as conn:
         now = db_now(conn)
     # base itself is a whole second (only for readable logs); the anchors are spread from it
