@@ -1116,6 +1116,7 @@ _state_command(
 )
 
 from pgpulse.cli import run_control as cli_run_control  # noqa: E402, F401 - registers job trigger and job backfill
+from pgpulse.cli import limits as cli_limits  # noqa: E402, F401 - registers pgpulse limit
 
 # -- schedules and crontabs ------------------------------------------------------------------
 

@@ -49,3 +49,58 @@ coalesce((SELECT h.revision FROM pgpulse_job_history h
             AND h.at <= coalesce(p.started_at, p.finished_at, p.scheduled_for)
           ORDER BY h.id DESC
           LIMIT 1), 1) AS revision
+
+-- fragment: key_open
+-- Whether candidate job j (a claim's scan) may run as far as its concurrency key goes, as the
+-- statement's snapshot sees it: no key, or no limit on it, or fewer leases than the limit
+-- (pgpulse_key_full; a job without a key calls nothing). A
+-- filter only, so that a key at its limit does not fill the scan's LIMIT with rows that cannot
+-- run; {key_room} is what makes the bound exact.
+(j.concurrency_key IS NULL OR NOT pgpulse_key_full(j.tenant, j.concurrency_key))
+
+-- fragment: key_room
+-- The room left under each limit of a key among the candidates (CTE cand: tenant,
+-- concurrency_key), exactly, across every node (docs/policies.md, "Concurrency keys"): the limit
+-- row is locked SKIP LOCKED (a key another claimer holds waits for the next step), and its
+-- newest version (the one a lock returns under READ COMMITTED, join rechecked) must be the
+-- version this statement's snapshot reads: every claim of a key bumps its row's claims, so an
+-- equal version means every claim of the key committed so far is in the snapshot, and the
+-- count of leases (pgpulse_key_running) misses none. key_seen: the limits as the snapshot reads
+-- them (a key without a limit row is not limited).
+key_seen AS (
+    SELECT l.tenant, l.key, l.claims
+    FROM pgpulse_limits AS l
+    WHERE (l.tenant, l.key) IN (SELECT c.tenant, c.concurrency_key FROM cand AS c)
+), key_room AS (
+    SELECT l.tenant, l.key, l.max_running - pgpulse_key_running(l.tenant, l.key) AS free
+    FROM key_seen AS s
+    JOIN pgpulse_limits AS l ON l.tenant = s.tenant AND l.key = s.key AND l.claims = s.claims
+    FOR UPDATE OF l SKIP LOCKED
+)
+
+-- fragment: key_allows
+-- The candidates c (the n-th of its key in claim order) that fit their key's room: no key, no
+-- limit on it, or within the room key_room found (none: a key another claimer holds).
+LEFT JOIN key_seen AS s ON s.tenant = c.tenant AND s.key = c.concurrency_key
+LEFT JOIN key_room AS k ON k.tenant = s.tenant AND k.key = s.key
+WHERE (s.key IS NULL OR c.n <= k.free)
+
+-- fragment: key_bump
+-- Every claim of a keyed job bumps its limit row's version (key_room), for the keys of the
+-- claimed rows (CTE picked: tenant, concurrency_key) that key_room locked.
+key_bumped AS (
+    UPDATE pgpulse_limits AS l
+    SET claims = l.claims + 1
+    FROM key_room AS k
+    WHERE l.tenant = k.tenant AND l.key = k.key
+      AND (k.tenant, k.key) IN (SELECT p.tenant, p.concurrency_key FROM picked AS p)
+)
+
+-- fragment: job_open
+-- Whether idle job j may be claimed now as far as its limits go: under overlap allow, fewer
+-- forked occurrences than max_concurrency; and its concurrency key not at its limit
+-- ({key_open}'s filter).
+(j.max_concurrency IS NULL
+ OR (SELECT count(*) FROM pgpulse_occurrences AS o
+     WHERE o.job_id = j.id AND o.kind = 'scheduled') < j.max_concurrency)
+AND {key_open}

@@ -58,6 +58,8 @@ _SHOWN_STATE = (
     "last_lag",
     "last_duration",
     "unroutable",
+    "key_limit",
+    "key_running",
 )
 _SHOWN = frozenset(_SHOWN_DEFINITION + _SHOWN_STATE)
 
