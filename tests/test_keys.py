@@ -127,8 +127,10 @@ async def test_jobs_without_a_limit_and_other_tenants_keys_are_not_held_back(
     claimed = await store.claim_due("n", ALL_SHARDS, 20, lease=30, now=LATER)
     tenants = sorted((job.tenant, job.name[0]) for job in claimed)
     assert tenants == [("a", "a")] + [("b", "b")] * 3 + [("default", "c")] * 3
-    assert [(r["tenant"], r["key"], r["running"], r["jobs"], r["waiting"])
-            for r in await store.list_limits()] == [("a", "k", 1, 3, 2)]
+    assert [
+        (r["tenant"], r["key"], r["running"], r["jobs"], r["waiting"])
+        for r in await store.list_limits()
+    ] == [("a", "k", 1, 3, 2)]
 
 
 async def test_priority_goes_first_when_slots_are_short(store: Store, db: Any) -> None:
@@ -185,9 +187,11 @@ async def test_a_job_held_back_by_its_key_says_what_it_waits_for(store: Store, d
     ids = await add(store, *(spec(f"w{i}", concurrency_key="warehouse") for i in range(3)))
     await store.claim_due("n", ALL_SHARDS, 5, lease=300, now=utc(2030, 1, 1))
     await store.register_node("n", hostname="h", pid=1, slots=4, handlers=["noop"], ttl=60)
-    db.execute("UPDATE pgpulse_jobs SET next_run_at = now() - interval '1 minute'"
-               " WHERE status = 'idle'")  # due by the database's own clock, as web.sql reads it
-    shown = [present_job(await Reads(store.reads).job(i, tenant="default")) for i in ids]
+    db.execute(
+        "UPDATE pgpulse_jobs SET next_run_at = now() - interval '1 minute' WHERE status = 'idle'"
+    )  # due by the database's own clock, as web.sql reads it
+    rows = [await Reads(store.reads).job(i, tenant="default") for i in ids]
+    shown = [present_job(row) for row in rows if row is not None]
     waiting = [job["waiting"] for job in shown if job["status"] == "idle"]
     assert waiting == [waiting_for("warehouse", 2, 2)] == ["for warehouse (2 of 2 running)"]
 
@@ -213,10 +217,38 @@ def test_limit_set_list_and_delete_on_the_command_line(dsn: str) -> None:
         (["limit", "set", "warehouse", "0"], "invalid value for N"),
         (["limit", "set", "warehouse", "100001"], "invalid value for N"),
         (["limit", "set", "bad key", "2"], "key"),
-        (["job", "create", "j", "--schedule", "@hourly", "--handler", "shell",
-          "--payload", '{"command": "true"}', "--priority", "1001"], "priority"),
-        (["job", "create", "j", "--schedule", "@hourly", "--handler", "shell",
-          "--payload", '{"command": "true"}', "--concurrency-key", "a b"], "--concurrency-key"),
+        (
+            [
+                "job",
+                "create",
+                "j",
+                "--schedule",
+                "@hourly",
+                "--handler",
+                "shell",
+                "--payload",
+                '{"command": "true"}',
+                "--priority",
+                "1001",
+            ],
+            "priority",
+        ),
+        (
+            [
+                "job",
+                "create",
+                "j",
+                "--schedule",
+                "@hourly",
+                "--handler",
+                "shell",
+                "--payload",
+                '{"command": "true"}',
+                "--concurrency-key",
+                "a b",
+            ],
+            "--concurrency-key",
+        ),
     ],
 )
 def test_bad_input_on_the_command_line_is_one_line_exit_2_and_writes_nothing(
@@ -254,7 +286,11 @@ async def test_the_api_sets_lists_and_deletes_limits_of_its_tenant_only(
         again = await client.delete("/api/v1/limits/warehouse")
     assert made.status_code == 200, made.text
     assert made.json() == {
-        "tenant": "a", "key": "warehouse", "max_running": 2, "running": 0, "jobs": 0,
+        "tenant": "a",
+        "key": "warehouse",
+        "max_running": 2,
+        "running": 0,
+        "jobs": 0,
         "waiting": 0,
     }
     assert other.status_code == 403

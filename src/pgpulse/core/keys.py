@@ -18,7 +18,6 @@ and priority", is the reference.
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 from pgpulse.core.errors import InvalidInput
@@ -70,11 +69,7 @@ def check_limit(value: object) -> int:
     Raises:
         InvalidInput: ``field`` is ``max_running``.
     """
-    if (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and 1 <= value <= MAX_LIMIT
-    ):
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_LIMIT:
         return value
     raise InvalidInput(
         f"max_running must be a whole number from 1 to {MAX_LIMIT:,}, got {given(value)}",

@@ -3,9 +3,9 @@
 priority"). The claims enforce them (``claim_jobs``, ``claim_occurrences``); these methods only
 write and read them.
 
-Validation is :func:`~pgpulse.core.keys.check_concurrency_key` and :func:`~pgpulse.core.keys.check_limit`,
-before anything is sent; authorisation is :func:`pgpulse.core.access.check_limit_write`, on every
-path (CLI, Python API, HTTP).
+Validation is :func:`~pgpulse.core.keys.check_concurrency_key` and
+:func:`~pgpulse.core.keys.check_limit`, before anything is sent; authorisation is
+:func:`pgpulse.core.access.check_limit_write`, on every path (CLI, Python API, HTTP).
 """
 
 from __future__ import annotations

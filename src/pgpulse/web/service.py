@@ -23,9 +23,9 @@ from pgpulse.core.audit import SETTABLE_FIELDS
 from pgpulse.core.calendars import ExclusionCalendar, from_definitions
 from pgpulse.core.errors import DefinitionChanged, JobNotFound, PulseError
 from pgpulse.core.jobs import JobSpec
+from pgpulse.core.keys import key_holds_back, waiting_for
 from pgpulse.core.limits import first_to_run, parse_instant, pause_until
 from pgpulse.core.policy import WebSettings, check_http_target, check_text
-from pgpulse.core.keys import key_holds_back, waiting_for
 from pgpulse.core.routing import waiting_reason
 from pgpulse.core.schedule import Schedule, parse_schedule
 from pgpulse.core.sharding import DEFAULT_SHARD_COUNT
