@@ -54,8 +54,10 @@ CREATE FUNCTION public.pgpulse_key_running(tenant text, key text) RETURNS bigint
     AS $_$
 SELECT (SELECT count(*) FROM pgpulse_jobs AS j
         WHERE j.tenant = $1 AND j.concurrency_key = $2 AND j.lease_expires_at IS NOT NULL)
-     + (SELECT count(*) FROM pgpulse_jobs AS j JOIN pgpulse_occurrences AS o ON o.job_id = j.id
-        WHERE j.tenant = $1 AND j.concurrency_key = $2 AND o.lease_expires_at IS NOT NULL)
+     + (SELECT count(*) FROM pgpulse_occurrences AS o
+        WHERE o.lease_expires_at IS NOT NULL
+          AND (SELECT j.concurrency_key FROM pgpulse_jobs AS j
+               WHERE j.id = o.job_id AND j.tenant = $1) = $2)
 $_$;
 
 CREATE FUNCTION public.pgpulse_runs_delete() RETURNS trigger
@@ -631,6 +633,8 @@ CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (handler, next_
 CREATE INDEX pgpulse_jobs_due_priority ON public.pgpulse_jobs USING btree (handler, priority DESC, next_run_at, shard_id) WHERE ((status = 'idle'::text) AND (priority > 0));
 
 CREATE INDEX pgpulse_jobs_key ON public.pgpulse_jobs USING btree (tenant, concurrency_key) WHERE (concurrency_key IS NOT NULL);
+
+CREATE INDEX pgpulse_jobs_key_running ON public.pgpulse_jobs USING btree (tenant, concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (lease_expires_at IS NOT NULL));
 
 CREATE INDEX pgpulse_jobs_leases ON public.pgpulse_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 

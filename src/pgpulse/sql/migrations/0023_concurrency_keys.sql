@@ -22,10 +22,14 @@ ALTER TABLE pgpulse_jobs
     ADD COLUMN concurrency_key text,
     ADD COLUMN priority integer NOT NULL DEFAULT 0 CHECK (priority BETWEEN 0 AND 1000);
 
--- The key's jobs, to count its leases: only keyed rows are in it, so a job without a key never
--- writes an entry.
+-- The jobs of a key (limit list counts them). Only keyed rows are in it, so a job without a
+-- key never writes an entry.
 CREATE INDEX pgpulse_jobs_key ON pgpulse_jobs (tenant, concurrency_key)
     WHERE concurrency_key IS NOT NULL;
+
+-- The keyed job rows holding a lease: counting a key's running job rows reads only those.
+CREATE INDEX pgpulse_jobs_key_running ON pgpulse_jobs (tenant, concurrency_key)
+    WHERE concurrency_key IS NOT NULL AND lease_expires_at IS NOT NULL;
 
 -- The idle jobs with a priority, highest first: the claim's second probe per route. Jobs of the
 -- default priority 0 are not in it.
@@ -34,18 +38,21 @@ CREATE INDEX pgpulse_jobs_due_priority ON pgpulse_jobs (handler, priority DESC, 
 
 -- How many leases the jobs of key (tenant, key) hold now: job rows claimed and extra
 -- occurrences claimed, each counted once (a claimed job row that forks releases its lease as the
--- pending occurrence appears). Two index lookups (pgpulse_jobs_key, then
--- pgpulse_occurrences_job): its cost grows with the number of jobs of the key, never with
--- history. STABLE: it reads the calling statement's snapshot, which the claims keep exact by
--- checking the limit row's version (claim_jobs). A function so that the two claim statements,
--- the status reads and the dashboard count one way.
+-- pending occurrence appears). The job rows through pgpulse_jobs_key_running (the key's running
+-- rows only); the extra occurrences from the leased ones (pgpulse_occurrences_leases: at most as
+-- many as the cluster's slots), each job looked up by its id. Its cost grows with what runs,
+-- never with the key's jobs or with history. STABLE: it reads the calling statement's snapshot,
+-- which the claims keep exact by checking the limit row's version (fragment key_room). A
+-- function so that the claims, the status reads and the dashboard count one way.
 CREATE FUNCTION pgpulse_key_running(tenant text, key text) RETURNS bigint
     LANGUAGE sql STABLE STRICT PARALLEL SAFE
     AS $$
 SELECT (SELECT count(*) FROM pgpulse_jobs AS j
         WHERE j.tenant = $1 AND j.concurrency_key = $2 AND j.lease_expires_at IS NOT NULL)
-     + (SELECT count(*) FROM pgpulse_jobs AS j JOIN pgpulse_occurrences AS o ON o.job_id = j.id
-        WHERE j.tenant = $1 AND j.concurrency_key = $2 AND o.lease_expires_at IS NOT NULL)
+     + (SELECT count(*) FROM pgpulse_occurrences AS o
+        WHERE o.lease_expires_at IS NOT NULL
+          AND (SELECT j.concurrency_key FROM pgpulse_jobs AS j
+               WHERE j.id = o.job_id AND j.tenant = $1) = $2)
 $$;
 
 -- Whether key (tenant, key) has a limit and its jobs hold that many leases or more, as the
