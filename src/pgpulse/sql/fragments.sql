@@ -62,28 +62,37 @@ coalesce((SELECT h.revision FROM pgpulse_job_history h
 -- The room left under each limit of a key among the candidates (CTE cand: tenant,
 -- concurrency_key), exactly, across every node (docs/policies.md, "Concurrency keys"): the limit
 -- row is locked SKIP LOCKED (a key another claimer holds waits for the next step), and its
--- newest version (the one a lock returns under READ COMMITTED, join rechecked) must be the
--- version this statement's snapshot reads: every claim of a key bumps its row's claims, so an
--- equal version means every claim of the key committed so far is in the snapshot, and the
+-- newest version (the one a lock returns under READ COMMITTED, its condition rechecked) must be
+-- the version this statement's snapshot reads: every claim of a key bumps its row's claims, so
+-- an equal version means every claim of the key committed so far is in the snapshot, and the
 -- count of leases (pgpulse_key_running) misses none. key_seen: the limits as the snapshot reads
--- them (a key without a limit row is not limited).
+-- them (a key without a limit row is not limited). Each key is looked up by its primary key
+-- (LATERAL): nothing reads the limits of other keys, and candidates without a key read none.
 key_seen AS (
-    SELECT l.tenant, l.key, l.claims
-    FROM pgpulse_limits AS l
-    WHERE (l.tenant, l.key) IN (SELECT c.tenant, c.concurrency_key FROM cand AS c)
+    SELECT l.*
+    FROM (SELECT DISTINCT c.tenant, c.concurrency_key FROM cand c
+          WHERE c.concurrency_key IS NOT NULL) AS d
+    CROSS JOIN LATERAL (SELECT l.tenant, l.key, l.claims FROM pgpulse_limits l
+                        WHERE l.tenant = d.tenant AND l.key = d.concurrency_key) AS l
 ), key_room AS (
     SELECT l.tenant, l.key, l.max_running - pgpulse_key_running(l.tenant, l.key) AS free
-    FROM key_seen AS s
-    JOIN pgpulse_limits AS l ON l.tenant = s.tenant AND l.key = s.key AND l.claims = s.claims
-    FOR UPDATE OF l SKIP LOCKED
+    FROM key_seen s
+    CROSS JOIN LATERAL (SELECT l.* FROM pgpulse_limits l
+                        WHERE l.tenant = s.tenant AND l.key = s.key AND l.claims = s.claims
+                        FOR UPDATE OF l SKIP LOCKED) AS l
 )
 
 -- fragment: key_allows
--- The candidates c (the n-th of its key in claim order) that fit their key's room: no key, no
--- limit on it, or within the room key_room found (none: a key another claimer holds).
-LEFT JOIN key_seen AS s ON s.tenant = c.tenant AND s.key = c.concurrency_key
-LEFT JOIN key_room AS k ON k.tenant = s.tenant AND k.key = s.key
-WHERE (s.key IS NULL OR c.n <= k.free)
+-- Whether candidate c fits its key's room: no key, no limit on it, or fewer candidates of its
+-- key ahead of it in claim order (rank, then due) than the room key_room found (none: a key
+-- another claimer holds). Evaluated for keyed candidates only.
+(c.concurrency_key IS NULL
+ OR NOT EXISTS (SELECT 1 FROM key_seen s
+                WHERE s.tenant = c.tenant AND s.key = c.concurrency_key)
+ OR (SELECT count(*) FROM cand a
+     WHERE a.tenant = c.tenant AND a.concurrency_key = c.concurrency_key
+       AND (-a.rank, a.next_run_at, a.id) < (-c.rank, c.next_run_at, c.id))
+    < (SELECT k.free FROM key_room k WHERE k.tenant = c.tenant AND k.key = c.concurrency_key))
 
 -- fragment: key_bump
 -- Every claim of a keyed job bumps its limit row's version (key_room), for the keys of the
@@ -91,16 +100,13 @@ WHERE (s.key IS NULL OR c.n <= k.free)
 key_bumped AS (
     UPDATE pgpulse_limits AS l
     SET claims = l.claims + 1
-    FROM key_room AS k
-    WHERE l.tenant = k.tenant AND l.key = k.key
-      AND (k.tenant, k.key) IN (SELECT p.tenant, p.concurrency_key FROM picked AS p)
+    WHERE (l.tenant, l.key) IN (SELECT k.tenant, k.key FROM key_room k
+                                JOIN picked p ON (p.tenant, p.concurrency_key) = (k.tenant, k.key))
 )
 
 -- fragment: job_open
--- Whether idle job j may be claimed now as far as its limits go: under overlap allow, fewer
--- forked occurrences than max_concurrency; and its concurrency key not at its limit
--- ({key_open}'s filter).
-(j.max_concurrency IS NULL
- OR (SELECT count(*) FROM pgpulse_occurrences AS o
-     WHERE o.job_id = j.id AND o.kind = 'scheduled') < j.max_concurrency)
-AND {key_open}
+-- Whether idle job j may be claimed now as far as its limits go (pgpulse_job_open: under overlap
+-- allow, fewer forked occurrences than max_concurrency; its concurrency key not at its limit). A
+-- job with neither calls nothing.
+((j.max_concurrency IS NULL AND j.concurrency_key IS NULL)
+ OR pgpulse_job_open(j.id, j.max_concurrency, j.tenant, j.concurrency_key))

@@ -82,7 +82,7 @@ WITH clock AS (
     SELECT r.handler, r.shards::smallint[] AS shards
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
 ), cand AS (
-    SELECT o.id, o.batch_id, o.next_run_at, o.position, j.tenant, j.concurrency_key
+    SELECT o.id, o.batch_id, o.next_run_at, o.position, j.tenant, j.concurrency_key, 0 AS rank
     FROM pgpulse_occurrences AS o
     JOIN pgpulse_jobs AS j ON j.id = o.job_id
     WHERE o.lease_expires_at IS NULL
@@ -104,13 +104,11 @@ WITH clock AS (
 ), {key_room}, picked AS (
     SELECT c.id, c.batch_id, c.tenant, c.concurrency_key
     FROM (SELECT cand.*,
-                 row_number() OVER (PARTITION BY batch_id ORDER BY next_run_at, position) AS bn,
-                 row_number() OVER (PARTITION BY tenant, concurrency_key
-                                    ORDER BY next_run_at, position) AS n
+                 row_number() OVER (PARTITION BY batch_id ORDER BY next_run_at, position) AS bn
           FROM cand) AS c
     JOIN batch AS b ON b.id = c.batch_id
-    {key_allows}
-      AND (b.max_concurrency IS NULL OR c.bn <= b.max_concurrency - b.running)
+    WHERE (b.max_concurrency IS NULL OR c.bn <= b.max_concurrency - b.running)
+      AND {key_allows}
 ), {key_bump}, claimed AS (
     UPDATE pgpulse_occurrences AS o
     SET attempt = o.attempt + 1, fencing_token = greatest(o.fencing_token, clock.epoch) + 1,

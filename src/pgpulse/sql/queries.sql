@@ -161,10 +161,10 @@ WITH clock AS (
     ) AS c
 ), ahead AS (
     SELECT c.*
-    FROM route AS r
+    FROM route r
     CROSS JOIN LATERAL (
         SELECT j.id, j.tenant, j.concurrency_key, j.priority, j.next_run_at
-        FROM pgpulse_jobs AS j
+        FROM pgpulse_jobs j
         WHERE j.status = 'idle' AND j.priority > 0 AND j.handler = r.handler
           AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
           AND {shard_of_job} = ANY(r.shards) AND {job_open}
@@ -174,16 +174,15 @@ WITH clock AS (
     ) AS c
 ), cand AS (
     -- rank: the priority, or above every priority (1000 at most) once starved
-    SELECT DISTINCT ON (u.id) u.*,
-           CASE WHEN u.next_run_at <= clock.now - interval '60 seconds'
-                THEN 1001 ELSE u.priority END AS rank
-    FROM (SELECT * FROM due UNION ALL SELECT * FROM ahead) AS u, clock
+    SELECT u.*, CASE WHEN u.next_run_at <= clock.now - interval '60 seconds'
+                     THEN 1001 ELSE u.priority END AS rank
+    FROM (SELECT * FROM due
+          UNION ALL
+          SELECT * FROM ahead WHERE ahead.id <> ALL(ARRAY(SELECT id FROM due))) AS u, clock
 ), {key_room}, picked AS (
     SELECT c.id, c.tenant, c.concurrency_key
-    FROM (SELECT cand.*, row_number() OVER (PARTITION BY tenant, concurrency_key
-                                            ORDER BY rank DESC, next_run_at) AS n
-          FROM cand) AS c
-    {key_allows}
+    FROM cand AS c
+    WHERE {key_allows}
     ORDER BY c.rank DESC, c.next_run_at
     LIMIT %(limit)s
 ), {key_bump}

@@ -41,6 +41,15 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pgpulse_job_open(id bigint, max_concurrency integer, tenant text, key text) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $_$
+SELECT ($2 IS NULL
+        OR (SELECT count(*) FROM pgpulse_occurrences AS o
+            WHERE o.job_id = $1 AND o.kind = 'scheduled') < $2)
+   AND ($4 IS NULL OR NOT pgpulse_key_full($3, $4))
+$_$;
+
 CREATE FUNCTION public.pgpulse_key_full(tenant text, key text) RETURNS boolean
     LANGUAGE sql STABLE STRICT PARALLEL SAFE
     AS $_$

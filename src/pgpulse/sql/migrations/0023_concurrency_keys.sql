@@ -1,12 +1,12 @@
--- pgpulse: nodes before this migration must stop
 -- Limits shared across jobs, and priority (docs/policies.md, "Concurrency keys and priority").
 -- A job may name a concurrency key; a limit (tenant, key, max_running) bounds how many
 -- occurrences of all the tenant's jobs with that key hold a lease at once, across every node.
 -- The claim locks the limit row (SKIP LOCKED) and counts the key's leases from the job and
 -- occurrence rows themselves, so there is no counter to drift; `claims` is a version number the
 -- claim bumps, by which a claimer whose snapshot predates another's claim of the key sees that it
--- does (claim_jobs, claim_occurrences). Nodes of older releases would claim keyed jobs without
--- the limit, hence the marker above.
+-- does (claim_jobs, claim_occurrences). Nodes of the previous release keep working beside it
+-- during a rolling deploy, but claim keyed jobs without their limit: set limits once every node
+-- runs this release (docs/upgrading.md).
 CREATE TABLE pgpulse_limits (
     tenant      text NOT NULL,
     key         text NOT NULL,
@@ -63,4 +63,18 @@ CREATE FUNCTION pgpulse_key_full(tenant text, key text) RETURNS boolean
 SELECT EXISTS (SELECT 1 FROM pgpulse_limits AS l
                WHERE l.tenant = $1 AND l.key = $2
                  AND pgpulse_key_running($1, $2) >= l.max_running)
+$$;
+
+-- Whether idle job (id, max_concurrency, tenant, key) may be claimed as far as its limits go, as
+-- the calling statement's snapshot sees them: under overlap allow, fewer forked occurrences than
+-- max_concurrency; and its concurrency key not at its limit. The claim's filter (fragment
+-- job_open), called only for a job that has one of the two: a job with neither calls nothing.
+CREATE FUNCTION pgpulse_job_open(id bigint, max_concurrency integer, tenant text, key text)
+    RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT ($2 IS NULL
+        OR (SELECT count(*) FROM pgpulse_occurrences AS o
+            WHERE o.job_id = $1 AND o.kind = 'scheduled') < $2)
+   AND ($4 IS NULL OR NOT pgpulse_key_full($3, $4))
 $$;
