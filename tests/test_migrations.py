@@ -27,7 +27,16 @@ def test_every_named_query_is_loaded() -> None:
 
 
 @pytest.mark.parametrize(
-    "filename", ["queries.sql", "occurrences.sql", "alerts.sql", "web.sql", "shards.sql", "why.sql"]
+    "filename",
+    [
+        "queries.sql",
+        "occurrences.sql",
+        "limits.sql",
+        "alerts.sql",
+        "web.sql",
+        "shards.sql",
+        "why.sql",
+    ],
 )
 def test_every_statement_is_at_most_80_lines_and_fits_the_drivers_cache(filename: str) -> None:
     """A reviewer reads a statement in a sitting: at most 80 lines of SQL (comments aside).

@@ -354,6 +354,8 @@ async def test_openapi_document_and_metrics_need_no_token(store: Store) -> None:
         "/api/v1/silences/{silence_id}",
         "/api/v1/calendars",
         "/api/v1/calendars/{name}",
+        "/api/v1/limits",
+        "/api/v1/limits/{key}",
     }
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert metrics.status_code == 200

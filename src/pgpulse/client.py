@@ -692,6 +692,33 @@ class Client:
         """
         await self._store.delete_calendar(self.tenant, name)
 
+    # -- limits of concurrency keys ----------------------------------------------------------
+
+    async def limits(self) -> list[dict[str, Any]]:
+        """The tenant's limits of concurrency keys by key (``pgpulse limit list``): ``key``,
+        ``max_running``, ``running`` (now), ``jobs`` (naming the key), ``waiting`` (due)."""
+        return await self._store.list_limits(self.tenant)
+
+    async def set_limit(self, key: str, max_running: int) -> bool:
+        """At most ``max_running`` occurrences of the tenant's jobs with concurrency key
+        ``key`` run at once, across every node (``pgpulse limit set``; 1 is a mutex).
+
+        Returns:
+            ``True`` if created, ``False`` if it changed the limit.
+
+        Raises:
+            InvalidInput: ``field`` ``key`` or ``max_running``; nothing written.
+        """
+        return await self._store.set_limit(self.tenant, key, max_running)
+
+    async def delete_limit(self, key: str) -> None:
+        """Delete the limit of ``key``: its jobs are no longer limited.
+
+        Raises:
+            LimitNotFound: no such limit (``field="key"``).
+        """
+        await self._store.delete_limit(self.tenant, key)
+
 
 def _count(field: str, value: int, *, most: int = 10_000) -> int:
     """``value`` if it is a whole number from 1 to ``most``; else InvalidInput naming ``field``."""

@@ -1093,6 +1093,7 @@ _state_command(
     "delete", "Delete job NAME and its run history (its audit trail stays: job history)."
 )
 
+from pgpulse.cli import limits as cli_limits  # noqa: E402, F401 - registers pgpulse limit
 from pgpulse.cli import run_control as cli_run_control  # noqa: E402, F401 - registers job trigger and job backfill
 
 # -- schedules and crontabs ------------------------------------------------------------------

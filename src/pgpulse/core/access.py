@@ -32,6 +32,7 @@ __all__ = [
     "check_alert_write",
     "check_calendar_write",
     "check_delete",
+    "check_limit_write",
     "check_run_payload",
     "check_write",
     "code_writer",
@@ -252,6 +253,21 @@ def check_calendar_write(writer: Writer, tenant: str) -> None:
     if writer.tenants is not None and tenant not in writer.tenants:
         raise Forbidden(
             f"{writer.name} may not manage calendars of tenant {tenant!r}",
+            field="tenant",
+            value=tenant,
+        )
+
+
+def check_limit_write(writer: Writer, tenant: str) -> None:
+    """Refuse unless ``writer`` may set or delete limits of concurrency keys of ``tenant``: the
+    same tenant rule as for jobs (a limit changes how many of the tenant's jobs run at once).
+
+    Raises:
+        Forbidden: ``field="tenant"``.
+    """
+    if writer.tenants is not None and tenant not in writer.tenants:
+        raise Forbidden(
+            f"{writer.name} may not manage limits of tenant {tenant!r}",
             field="tenant",
             value=tenant,
         )

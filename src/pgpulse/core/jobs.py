@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 from pgpulse.core.definition import Field, check_field, define, job_fields
 from pgpulse.core.errors import InvalidInput, InvalidPayload, UnknownHandler
 from pgpulse.core.json_limits import check_shape, loads_json
+from pgpulse.core.keys import MAX_PRIORITY, check_concurrency_key
 from pgpulse.core.limits import AUTO_PAUSE_LIMIT, MAX_RUNS_LIMIT, check_calendars, check_window
 from pgpulse.core.payloads import BUILTIN_HANDLER_NAMES, PAYLOAD_VALIDATORS
 from pgpulse.core.placeholders import check_placeholders
@@ -489,6 +490,10 @@ class JobSpec:
         keep_runs: the job's own history retention, narrower than the global one: ``"30d"``
             (runs finished in the last 30 days) or ``"1000"`` (its newest 1,000 runs); ``None``:
             the global one only (:mod:`pgpulse.core.retention`).
+        concurrency_key: a key whose limit (per tenant) bounds how many occurrences of its
+            jobs run at once across every node (:mod:`pgpulse.core.keys`); ``None``: none.
+        priority: 0 (the default) to 1000; higher runs first when slots are short, within the
+            starvation bound (:data:`pgpulse.core.keys.STARVATION_BOUND`).
     """
 
     tenant: str = define(
@@ -759,6 +764,28 @@ class JobSpec:
         flag="--keep-runs",
         check=check_keep_runs,
         example="30d",
+    )
+    concurrency_key: str | None = define(
+        None,
+        kind="text",
+        nullable=True,
+        maximum=200,
+        doc="Concurrency key: with a limit on it (pgpulse limit set KEY N), at most N "
+        "occurrences of the tenant's jobs with this key run at once, across every node.",
+        flag="--concurrency-key",
+        listed=True,
+        check=check_concurrency_key,
+        example="warehouse",
+    )
+    priority: int = define(
+        0,
+        kind="int",
+        minimum=0,
+        maximum=MAX_PRIORITY,
+        doc="When a node has fewer free slots than due occurrences, higher priority runs "
+        "first (then the oldest due); none waits more than 60 s behind later ones.",
+        flag="--priority",
+        listed=True,
     )
 
     @classmethod

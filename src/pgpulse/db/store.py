@@ -35,6 +35,7 @@ from pgpulse.core.zones import check_instant_range
 from pgpulse.db.calendar_store import CalendarStore
 from pgpulse.db.claims import LEADER_LOCK_KEY
 from pgpulse.db.database import ConnectionSource
+from pgpulse.db.limit_store import LimitStore
 from pgpulse.db.migrations import migrate, require_schema
 from pgpulse.db.pausing import Paused, pause
 from pgpulse.db.reconcile import Planner, reconcile
@@ -100,7 +101,7 @@ def attempt_log(run: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-class Store(CalendarStore):
+class Store(CalendarStore, LimitStore):
     """Intent-named access to Pulse's tables.
 
     Args:

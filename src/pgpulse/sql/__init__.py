@@ -80,18 +80,24 @@ def _definition_fragments() -> dict[str, str]:
 
 
 def fill_fragments(name: str, statement: str, fragments: dict[str, str]) -> str:
-    """``statement`` with each fragment marker (``{epoch}``) replaced by its fragment.
+    """``statement`` with each fragment marker (``{epoch}``) replaced by its fragment, and the
+    markers the fragments name in turn.
 
     Raises:
         ValueError: the statement names a marker that is neither a fragment nor a shard marker
             (a typo would otherwise reach the server as SQL).
     """
-    for marker in _MARKER.findall(statement):
-        if marker in fragments:
-            statement = statement.replace(f"{{{marker}}}", fragments[marker])
-        elif f"{{{marker}}}" not in SHARD_MARKERS:
-            raise ValueError(f"statement {name!r} names an unknown marker {{{marker}}}")
-    return statement
+    # a fragment may name another fragment: fill until no fragment marker is left
+    while True:
+        found = False
+        for marker in _MARKER.findall(statement):
+            if marker in fragments:
+                statement = statement.replace(f"{{{marker}}}", fragments[marker])
+                found = True
+            elif f"{{{marker}}}" not in SHARD_MARKERS:
+                raise ValueError(f"statement {name!r} names an unknown marker {{{marker}}}")
+        if not found:
+            return statement
 
 
 def load_statements(*filenames: str) -> dict[str, str]:
@@ -122,7 +128,9 @@ SHARD_MARKERS: Final[dict[str, tuple[str, str]]] = {
 
 #: Every statement of ``queries.sql`` and ``occurrences.sql`` by name, as written (a claim's
 #: shard markers unfilled: :func:`at_shard_count`).
-RAW_QUERIES: Final[dict[str, str]] = load_statements("queries.sql", "occurrences.sql", "chains.sql")
+RAW_QUERIES: Final[dict[str, str]] = load_statements(
+    "queries.sql", "occurrences.sql", "chains.sql", "limits.sql"
+)
 
 
 def migration_files() -> list[tuple[int, str, str]]:

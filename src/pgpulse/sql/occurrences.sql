@@ -75,8 +75,10 @@ SELECT id, fencing_token FROM released;
 -- now, are locked SKIP LOCKED, then their batch rows SKIP LOCKED (READ COMMITTED locks the
 -- newest version: the newest count of leases, which a finish earlier in the same transaction
 -- has already lowered); of each batch at most max_concurrency - running are claimed, in its
--- order. Each gets attempt + 1, a lease and a new token (greatest(token, epoch) + 1: never one
--- an older timeline handed out, invariant 9); its batch's count goes up. Returns one row per
+-- order; and no more of a concurrency key than its limit has room for, exactly across nodes, as
+-- claim_jobs bounds them ({key_open}, {key_room}, {key_allows}; in due order: priority orders job
+-- rows only). Each gets attempt + 1, a lease and a new token (greatest(token, epoch) + 1: never
+-- one an older timeline handed out, invariant 9); its batch's count goes up. Returns one row per
 -- claimed occurrence with its job's definition (ClaimedJob's fields, by name).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
@@ -85,15 +87,17 @@ WITH clock AS (
     SELECT r.handler, r.shards::smallint[] AS shards
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
 ), cand AS (
-    SELECT o.id, o.batch_id, o.next_run_at, o.position
+    SELECT o.id, o.batch_id, o.next_run_at, o.position, j.tenant, j.concurrency_key, 0 AS rank
     FROM pgpulse_occurrences AS o
+    JOIN pgpulse_jobs AS j ON j.id = o.job_id
     WHERE o.lease_expires_at IS NULL
       AND o.next_run_at <= coalesce(%(now)s::timestamptz, now())
-      AND EXISTS (SELECT 1 FROM pgpulse_jobs AS j JOIN route AS r ON r.handler = j.handler
-                  WHERE j.id = o.job_id AND j.status IN ('idle', 'running')
-                    AND NOT j.pause_requested AND {shard_of_occurrence} = ANY(r.shards))
+      AND j.status IN ('idle', 'running') AND NOT j.pause_requested
+      AND EXISTS (SELECT 1 FROM route AS r
+                  WHERE r.handler = j.handler AND {shard_of_occurrence} = ANY(r.shards))
       AND NOT EXISTS (SELECT 1 FROM pgpulse_batches AS b
                       WHERE b.id = o.batch_id AND b.running >= b.max_concurrency)
+      AND {key_open}
     ORDER BY o.next_run_at, o.position
     LIMIT %(limit)s
     FOR UPDATE OF o SKIP LOCKED
@@ -102,14 +106,15 @@ WITH clock AS (
     FROM pgpulse_batches AS b
     WHERE b.id = ANY(ARRAY(SELECT batch_id FROM cand))
     FOR UPDATE OF b SKIP LOCKED
-), picked AS (
-    SELECT c.id, c.batch_id
-    FROM (SELECT cand.*, row_number() OVER (PARTITION BY cand.batch_id
-                                            ORDER BY cand.next_run_at, cand.position) AS n
+), {key_room}, picked AS (
+    SELECT c.id, c.batch_id, c.tenant, c.concurrency_key
+    FROM (SELECT cand.*,
+                 row_number() OVER (PARTITION BY batch_id ORDER BY next_run_at, position) AS bn
           FROM cand) AS c
     JOIN batch AS b ON b.id = c.batch_id
-    WHERE b.max_concurrency IS NULL OR c.n <= b.max_concurrency - b.running
-), claimed AS (
+    WHERE (b.max_concurrency IS NULL OR c.bn <= b.max_concurrency - b.running)
+      AND {key_allows}
+), {key_bump}, claimed AS (
     UPDATE pgpulse_occurrences AS o
     SET attempt = o.attempt + 1, fencing_token = greatest(o.fencing_token, clock.epoch) + 1,
         locked_by = %(node)s, lease_expires_at = clock.now + make_interval(secs => %(lease)s),

@@ -129,13 +129,21 @@ SELECT id, fencing_token FROM job;
 -- (sharding.routes_for). Each route is one scan of pgpulse_jobs_due (handler, next_run_at,
 -- shard), stopping at its first row not yet due, LIMIT %(limit)s, rows locked SKIP LOCKED as it
 -- reads them (pollers never wait on each other; a job whose handler is on no route is never
--- read); the oldest %(limit)s of all routes are claimed (rows a route locked beyond them stay
--- locked, unclaimed, until the commit: the price of one scan-and-lock step). A job under overlap
--- allow is not claimed while it has max_concurrency forked occurrences (its backlog stays on the
--- job row, docs/states.md). Each claimed job runs with attempt + 1, a lease of %(lease)s
--- seconds and a new fencing token, and keeps (a retry, a re-claim) or draws its run id. Returns
--- one row per claimed job (ClaimedJob's fields by name), oldest occurrence first; the node
--- computes the spread offset (a SQL function per row cost 1.14-1.31x the DB CPU per firing).
+-- read), and one of pgpulse_jobs_due_priority (the jobs with a priority above 0, highest first:
+-- empty when no job has one); of those, %(limit)s are claimed in claim order: highest priority
+-- first, then oldest due, except that an occurrence due for more than 60 seconds (keys.py's
+-- STARVATION_BOUND)
+-- goes before every one that is not, oldest first (the starvation bound, docs/policies.md). The
+-- two scans hold the true first %(limit)s in that order: the priority scan holds every one with
+-- a priority, the due scan the oldest of the rest and every starved one. Rows locked beyond
+-- them stay locked, unclaimed, until the commit: the price of one scan-and-lock step. A job
+-- under overlap allow is not claimed while it has max_concurrency forked occurrences (its
+-- backlog stays on the job row, docs/states.md), nor one whose concurrency key is at its limit
+-- ({key_open}, {key_room}, {key_allows}: exact across nodes). Each claimed job runs with
+-- attempt + 1, a lease of %(lease)s seconds and a new fencing token, and keeps (a retry, a
+-- re-claim) or draws its run id. Returns one row per claimed job (ClaimedJob's fields by name),
+-- oldest occurrence first; the node computes the spread offset (a SQL function per row cost
+-- 1.14-1.31x the DB CPU per firing).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
            {epoch} AS epoch
@@ -143,24 +151,45 @@ WITH clock AS (
     SELECT r.handler, r.shards::smallint[] AS shards
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
 ), due AS (
-    SELECT c.id
+    SELECT c.*
     FROM route AS r
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at
+        SELECT j.id, j.tenant, j.concurrency_key, j.priority, j.next_run_at
         FROM pgpulse_jobs AS j
         WHERE j.status = 'idle' AND j.handler = r.handler
           AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
-          AND {shard_of_job} = ANY(r.shards)
-          AND (j.max_concurrency IS NULL
-               OR (SELECT count(*) FROM pgpulse_occurrences AS o
-                   WHERE o.job_id = j.id AND o.kind = 'scheduled') < j.max_concurrency)
+          AND {shard_of_job} = ANY(r.shards) AND {job_open}
         ORDER BY j.next_run_at
         LIMIT %(limit)s
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
-    ORDER BY c.next_run_at
+), ahead AS (
+    SELECT c.*
+    FROM route r
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.tenant, j.concurrency_key, j.priority, j.next_run_at
+        FROM pgpulse_jobs j
+        WHERE j.status = 'idle' AND j.priority > 0 AND j.handler = r.handler
+          AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
+          AND {shard_of_job} = ANY(r.shards) AND {job_open}
+        ORDER BY j.priority DESC, j.next_run_at
+        LIMIT %(limit)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+), cand AS (
+    -- rank: the priority, or above every priority (1000 at most) once starved
+    SELECT u.*, CASE WHEN u.next_run_at <= clock.now - interval '60 seconds'
+                     THEN 1001 ELSE u.priority END AS rank
+    FROM (SELECT * FROM due
+          UNION ALL
+          SELECT * FROM ahead WHERE ahead.id <> ALL(ARRAY(SELECT id FROM due))) AS u, clock
+), {key_room}, picked AS (
+    SELECT c.id, c.tenant, c.concurrency_key
+    FROM cand AS c
+    WHERE {key_allows}
+    ORDER BY c.rank DESC, c.next_run_at
     LIMIT %(limit)s
-)
+), {key_bump}
 UPDATE pgpulse_jobs AS j
 SET status = 'running', attempt = j.attempt + 1,
     fencing_token = greatest(j.fencing_token, clock.epoch) + 1, locked_by = %(node)s,
@@ -168,7 +197,7 @@ SET status = 'running', attempt = j.attempt + 1,
     run_id = coalesce(j.run_id, nextval('pgpulse_runs_id_seq') + clock.epoch),
     claimed_at = clock.now, updated_at = clock.now
 FROM clock
-WHERE j.id = ANY(ARRAY(SELECT id FROM due))
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
           j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
           j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
@@ -882,7 +911,8 @@ SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.catch_up, j.
        j.paused_until, j.pause_reason, j.pause_requested, j.scheduled_for, j.next_run_at,
        j.attempt, j.locked_by,
        j.last_outcome, j.last_error, j.last_finished_at, j.spread, j.not_before, j.not_after,
-       j.max_runs, j.runs_done, j.calendars, j.auto_pause_after, j.failures, j.after
+       j.max_runs, j.runs_done, j.calendars, j.auto_pause_after, j.failures, j.after,
+       j.concurrency_key, j.priority
 FROM pgpulse_job_names n JOIN pgpulse_jobs j ON j.id = n.job_id
 WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
 ORDER BY n.tenant, n.name;

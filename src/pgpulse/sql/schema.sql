@@ -48,6 +48,34 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pgpulse_job_open(id bigint, max_concurrency integer, tenant text, key text) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $_$
+SELECT ($2 IS NULL
+        OR (SELECT count(*) FROM pgpulse_occurrences AS o
+            WHERE o.job_id = $1 AND o.kind = 'scheduled') < $2)
+   AND ($4 IS NULL OR NOT pgpulse_key_full($3, $4))
+$_$;
+
+CREATE FUNCTION public.pgpulse_key_full(tenant text, key text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    AS $_$
+SELECT EXISTS (SELECT 1 FROM pgpulse_limits AS l
+               WHERE l.tenant = $1 AND l.key = $2
+                 AND pgpulse_key_running($1, $2) >= l.max_running)
+$_$;
+
+CREATE FUNCTION public.pgpulse_key_running(tenant text, key text) RETURNS bigint
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    AS $_$
+SELECT (SELECT count(*) FROM pgpulse_jobs AS j
+        WHERE j.tenant = $1 AND j.concurrency_key = $2 AND j.lease_expires_at IS NOT NULL)
+     + (SELECT count(*) FROM pgpulse_occurrences AS o
+        WHERE o.lease_expires_at IS NOT NULL
+          AND (SELECT j.concurrency_key FROM pgpulse_jobs AS j
+               WHERE j.id = o.job_id AND j.tenant = $1) = $2)
+$_$;
+
 CREATE FUNCTION public.pgpulse_runs_delete() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -360,9 +388,12 @@ CREATE TABLE public.pgpulse_jobs (
     last_success_at timestamp with time zone,
     last_success_scheduled_for timestamp with time zone,
     keep_runs public.pgpulse_keep_runs,
+    concurrency_key text,
+    priority integer DEFAULT 0 NOT NULL,
     CONSTRAINT pgpulse_jobs_check CHECK (((status = 'running'::text) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT pgpulse_jobs_deadline_check CHECK ((deadline >= '00:00:01'::interval)),
     CONSTRAINT pgpulse_jobs_max_concurrency_check CHECK ((((max_concurrency IS NOT NULL) = ((overlap)::text = 'allow'::text)) AND (max_concurrency >= 1))),
+    CONSTRAINT pgpulse_jobs_priority_check CHECK (((priority >= 0) AND (priority <= 1000))),
     CONSTRAINT pgpulse_jobs_resume_mode_check CHECK ((resume_mode = ANY (ARRAY['skip'::text, 'once'::text, 'backfill'::text]))),
     CONSTRAINT pgpulse_jobs_status_check CHECK ((status = ANY (ARRAY['idle'::text, 'running'::text, 'paused'::text, 'failed'::text, 'completed'::text]))),
     CONSTRAINT pgpulse_jobs_window_check CHECK ((not_after >= not_before))
@@ -376,6 +407,16 @@ ALTER TABLE public.pgpulse_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE public.pgpulse_limits (
+    tenant text NOT NULL,
+    key text NOT NULL,
+    max_running integer NOT NULL,
+    claims bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pgpulse_limits_max_running_check CHECK (((max_running >= 1) AND (max_running <= 100000)))
 );
 
 CREATE TABLE public.pgpulse_nodes (
@@ -631,6 +672,9 @@ ALTER TABLE ONLY public.pgpulse_job_names
 ALTER TABLE ONLY public.pgpulse_jobs
     ADD CONSTRAINT pgpulse_jobs_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.pgpulse_limits
+    ADD CONSTRAINT pgpulse_limits_pkey PRIMARY KEY (tenant, key);
+
 ALTER TABLE ONLY public.pgpulse_nodes
     ADD CONSTRAINT pgpulse_nodes_pkey PRIMARY KEY (node_id);
 
@@ -680,6 +724,12 @@ CREATE INDEX pgpulse_jobs_after ON public.pgpulse_jobs USING gin (after) WHERE (
 CREATE INDEX pgpulse_jobs_deadline ON public.pgpulse_jobs USING btree (scheduled_for) WHERE (deadline IS NOT NULL);
 
 CREATE INDEX pgpulse_jobs_due ON public.pgpulse_jobs USING btree (handler, next_run_at, shard_id) WHERE (status = 'idle'::text);
+
+CREATE INDEX pgpulse_jobs_due_priority ON public.pgpulse_jobs USING btree (handler, priority DESC, next_run_at, shard_id) WHERE ((status = 'idle'::text) AND (priority > 0));
+
+CREATE INDEX pgpulse_jobs_key ON public.pgpulse_jobs USING btree (tenant, concurrency_key) WHERE (concurrency_key IS NOT NULL);
+
+CREATE INDEX pgpulse_jobs_key_running ON public.pgpulse_jobs USING btree (tenant, concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (lease_expires_at IS NOT NULL));
 
 CREATE INDEX pgpulse_jobs_leases ON public.pgpulse_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 

@@ -47,6 +47,8 @@ ORDER BY id;
 -- live node advertises its handler (it waits, due, until one joins; a node row that recorded no
 -- time-to-live is judged by NodeConfig's default, 10 s). %(id)s selects one job (show); the other
 -- filters are optional: %(q)s finds the text in the name or the handler, case-insensitively.
+-- key_limit, key_running: the limit on the job's concurrency key and the leases its jobs hold
+-- (NULL without a limit), for "waiting for KEY (2 of 2 running)".
 -- calendar_defs holds the rows of the job's exclusion calendars (as JSON objects, as the claim reads them),
 -- so the upcoming occurrences shown skip what the claims will skip.
 -- Pages are read in the order of pgpulse_job_names' primary key.
@@ -69,7 +71,10 @@ SELECT j.*,
            WHERE j.handler = ANY(p.handlers)
              AND p.state = 'alive'
              AND p.last_heartbeat > now() - make_interval(secs => coalesce(p.ttl, 10))
-       ) AS unroutable
+       ) AS unroutable,
+       key.max_running AS key_limit,
+       CASE WHEN key.max_running IS NOT NULL
+            THEN pgpulse_key_running(j.tenant, j.concurrency_key) END AS key_running
 FROM pgpulse_job_names n
 JOIN pgpulse_jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
@@ -82,6 +87,7 @@ LEFT JOIN LATERAL (
     ORDER BY r.id DESC
     LIMIT 1
 ) last ON true
+LEFT JOIN pgpulse_limits AS key ON key.tenant = j.tenant AND key.key = j.concurrency_key
 WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
   AND (%(id)s::bigint IS NULL OR n.job_id = %(id)s)
   AND (%(status)s::text IS NULL OR j.status = %(status)s)

@@ -44,6 +44,8 @@ from pgpulse.web.schemas import (
     JobCreate,
     JobPage,
     JobPatch,
+    KeyLimit,
+    KeyLimitIn,
     Me,
     Outcome,
     PauseRequest,
@@ -686,3 +688,49 @@ async def schedule_next(
     check_text("schedule", schedule)
     check_text("timezone", timezone)
     return await asyncio.to_thread(schedule_preview, schedule, timezone, count, start)
+@router.get("/limits", response_model=list[KeyLimit], summary="List limits of concurrency keys")
+async def list_limits(who: Who, ctx: Ctx) -> list[dict[str, Any]]:
+    """The limits of the token's tenant (admin: all), each with the occurrences its key's jobs
+    run now, how many jobs name the key and how many of them wait, due."""
+    return await ctx.service.store.list_limits(who.scope)
+
+
+@router.put(
+    "/limits/{key}",
+    response_model=KeyLimit,
+    responses={403: _ERR},
+    summary="Set the limit of a concurrency key",
+)
+async def put_limit(
+    key: Annotated[str, Path(min_length=1, max_length=200)],
+    body: KeyLimitIn,
+    who: Who,
+    ctx: Ctx,
+    tenant: Text = None,
+) -> dict[str, Any]:
+    """At most ``max_running`` occurrences of the tenant's jobs whose ``concurrency_key`` is
+    ``key`` run at once, across every node; the others wait, due (docs/policies.md)."""
+    where = tenant or who.tenant or "default"
+    store = ctx.service.store
+    await store.set_limit(where, key, body.max_running, writer=ctx.service.writer(who))
+    return next(row for row in await store.list_limits(where) if row["key"] == key)
+
+
+@router.delete(
+    "/limits/{key}",
+    status_code=204,
+    response_class=Response,
+    responses={403: _ERR, 404: _ERR},
+    summary="Delete the limit of a concurrency key",
+)
+async def delete_limit(
+    key: Annotated[str, Path(min_length=1, max_length=200)],
+    who: Who,
+    ctx: Ctx,
+    tenant: Text = None,
+) -> Response:
+    """Delete the limit: the key's jobs are no longer limited (they keep the key)."""
+    await ctx.service.store.delete_limit(
+        tenant or who.tenant or "default", key, writer=ctx.service.writer(who)
+    )
+    return Response(status_code=204)

@@ -63,6 +63,8 @@ _SHOWN_STATE = (
     "downstreams",
     "last_success_at",
     "last_success_scheduled_for",
+    "key_limit",
+    "key_running",
 )
 _SHOWN = frozenset(_SHOWN_DEFINITION + _SHOWN_STATE)
 

@@ -623,6 +623,32 @@ class CalendarIn(BaseModel):
         return value
 
 
+class KeyLimitIn(BaseModel):
+    """The limit of a concurrency key: how many occurrences of its jobs run at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_running: int = Field(
+        ge=1,
+        le=100_000,
+        description="Most occurrences of the tenant's jobs with this key running at once, "
+        "across every node (1: a mutex).",
+        examples=[2],
+    )
+
+
+class KeyLimit(KeyLimitIn):
+    """A stored limit, with what its key's jobs do now."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    tenant: str
+    key: str
+    running: int = Field(description="Occurrences of the key's jobs running now.")
+    jobs: int = Field(description="Jobs that name the key.")
+    waiting: int = Field(description="Of those, idle and due: waiting for a free slot.")
+
+
 class Calendar(CalendarIn):
     """A stored calendar and the jobs that name it."""
 

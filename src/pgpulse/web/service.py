@@ -23,6 +23,7 @@ from pgpulse.core.audit import SETTABLE_FIELDS
 from pgpulse.core.calendars import ExclusionCalendar, from_definitions
 from pgpulse.core.errors import DefinitionChanged, JobNotFound, PulseError
 from pgpulse.core.jobs import JobSpec
+from pgpulse.core.keys import key_holds_back, waiting_for
 from pgpulse.core.limits import first_to_run, parse_instant, pause_until
 from pgpulse.core.plan import Step
 from pgpulse.core.policy import WebSettings, check_http_target, check_text
@@ -135,13 +136,16 @@ def _first_to_come(row: dict[str, Any], schedule: Schedule) -> datetime | None:
 
 def present_job(row: dict[str, Any]) -> dict[str, Any]:
     """A job row as the API shows it: instants in UTC, the schedule in words, the next
-    occurrences in the job's own zone, and why it waits if no live node can run it."""
+    occurrences in the job's own zone, and why it waits if no live node can run it or its
+    concurrency key is at its limit."""
     job = {
         key: value.astimezone(UTC) if isinstance(value, datetime) else value
         for key, value in row.items()
-        if key not in ("unroutable", "calendar_defs")
+        if key not in ("unroutable", "calendar_defs", "key_limit", "key_running")
     }
     job["waiting"] = waiting_reason(row["handler"]) if row.get("unroutable") else None
+    if job["waiting"] is None and key_holds_back(row):
+        job["waiting"] = waiting_for(row["concurrency_key"], row["key_running"], row["key_limit"])
     try:
         job["schedule_description"] = parse_schedule(row["schedule"], row["timezone"]).describe()
         job["upcoming"] = upcoming(row)

@@ -251,6 +251,21 @@ DROP INDEX pgpulse_runs_recent;
 -- no batch.
 ALTER TABLE pgpulse_occurrences ALTER COLUMN batch_id DROP NOT NULL;
 
+-- name: lever_keyed
+-- Lever: every job shares one concurrency key, limited far above a batch (so every claim
+-- checks, locks and bumps the key's limit row, and counts its leases, and none waits): what a
+-- key costs per claim (docs/policies.md, "Concurrency keys and priority").
+INSERT INTO pgpulse_limits (tenant, key, max_running)
+SELECT DISTINCT tenant, 'bench', 100000 FROM pgpulse_jobs;
+UPDATE pgpulse_jobs SET concurrency_key = 'bench';
+VACUUM ANALYZE pgpulse_jobs;
+
+-- name: lever_priority
+-- Lever: every job has priority 5 (all in the priority index, so the claim's second scan
+-- reads as many rows as its first): what a priority costs per claim.
+UPDATE pgpulse_jobs SET priority = 5;
+VACUUM ANALYZE pgpulse_jobs;
+
 -- name: scaleout_backlog
 -- Scenario 9: make jobs 1..%(backlog)s due now (a backlog for the drain), keeping their schedule.
 UPDATE pgpulse_jobs SET scheduled_for = now(), next_run_at = now()

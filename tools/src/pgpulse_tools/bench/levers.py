@@ -59,6 +59,8 @@ LEVERS: Final[dict[str, str | None]] = {
     NEXT_DUE_IN_EVERY_STEP: None,
     RARE_IN_EVERY_STEP: None,
     ONE_TABLE: "lever_one_table",
+    "every job keyed: one concurrency key, limit 100,000": "lever_keyed",
+    "every job of priority 5": "lever_priority",
     "as is (again)": None,
 }
 

@@ -133,9 +133,46 @@ def prototype_lines(results: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+#: The levers (levers.py) that price a concurrency key and a priority per claim.
+_KEY_LEVERS: Final[tuple[tuple[str, str], ...]] = (
+    ("every job keyed: one concurrency key, limit 100,000", "a concurrency key with a limit"),
+    ("every job of priority 5", "a priority"),
+)
+
+
+def keys_lines(results: dict[str, dict[str, Any]]) -> list[str]:
+    """The section on what a concurrency key and a priority cost per claim (scenario 3's
+    levers, each over the mean of the unchanged runs); none when they were not measured."""
+    levers = results.get("3", {}).get("data", {}).get("levers") or {}
+    if not any(name in levers for name, _ in _KEY_LEVERS):
+        return []
+    base = [c["db_cpu_ms"] for k, c in levers.items() if k.startswith("as is") and trusted(c)]
+    mean = {"db_cpu_ms": sum(base) / len(base), "problems": []} if base else None
+    lines = ["## Concurrency keys and priority", ""]
+    for name, what in _KEY_LEVERS:
+        cell = levers.get(name)
+        ratio = _ratio(cell, mean) or "n/a (not measured, or a cell failed its checks)"
+        cpu = f"{cell['db_cpu_ms']:.4f} ms" if cell else "n/a"
+        lines.append(f"* {what} on every job: {cpu} of DB CPU per firing, {ratio} as is")
+    lines += [
+        "",
+        "Scenario 3's levers, serial blocks of Pulse's step (finish and claim, batch as the "
+        "best cell's): every job keyed (one key, limit far above the batch, so the claim locks, "
+        "bumps and counts its limit row and none waits) and every job of priority 5 (the claim's "
+        "second scan reads as many rows as its first), each against the schema as is, where no "
+        "job has either. A job without a key and of priority 0 pays neither; what it pays "
+        "for the features existing is the before/after of the unchanged step "
+        "(`--compare-with`).",
+        "",
+    ]
+    return lines
+
+
 def section(results: dict[str, dict[str, Any]] | None = None) -> list[str]:
-    """The page's lines on the narrower hot row, with scenario 3's prototype figures."""
+    """The page's lines on the narrower hot row, with scenario 3's prototype figures, and on
+    what a concurrency key and a priority cost (:func:`keys_lines`)."""
     measured = prototype_lines(results or {})
+    keys = keys_lines(results or {})
     head = [
         "## Index entries per firing",
         "",
@@ -147,5 +184,12 @@ def section(results: dict[str, dict[str, Any]] | None = None) -> list[str]:
         "",
     ]
     if not measured:
-        return head
-    return [*head, "Measured in scenario 3 (same run, each over its baseline):", "", *measured, ""]
+        return [*head, *keys]
+    return [
+        *head,
+        "Measured in scenario 3 (same run, each over its baseline):",
+        "",
+        *measured,
+        "",
+        *keys,
+    ]

@@ -5,6 +5,8 @@ Figures (docs/design.md, invariants 2–5; "must be 0" figures decide the exit c
 * **duplicates**, **re-executed**, **occurrences repeated**, **overlaps** — see
   :mod:`pgpulse_tools.chaos.effects`; **allow at once** (information): the most executions of
   one ``overlap``-kind job (overlap ``allow``, N = 3) that ran at once, which overlaps bounds.
+* **key beyond limit**, **key at once** (information) — a concurrency key's limit across nodes:
+  see :mod:`pgpulse_tools.chaos.keys`.
 * **double token holders**, **tokens reissued**, **run ids reissued** — see
   :mod:`pgpulse_tools.chaos.tokens` (invariant 9: must be 0 with any replication).
 * **double claims** — from the engine's own ``pgpulse_runs`` writes: a claim of a job while the
@@ -65,6 +67,7 @@ from tabulate import tabulate
 
 from pgpulse.core.schedule import parse_schedule
 from pgpulse.core.wording import plural
+from pgpulse_tools.chaos import keys
 from pgpulse_tools.chaos.chains import chain_flows, chain_summary
 from pgpulse_tools.chaos.effects import (
     OVERLAP_N,
@@ -393,6 +396,8 @@ def check(history: History) -> Verdict:
             ),
             _count("overlaps", overlaps(history, OVERLAP_N)),
             Figure("allow at once", f"{most_at_once(history)} (overlap allow, N = {OVERLAP_N})"),
+            _count("key beyond limit", keys.beyond_limit(history)),
+            Figure("key at once", keys.most_at_once(history)),
             _count("double claims", double_claims(history.run_events)),
             _count("double token holders", doubles),
             _count("tokens reissued", tokens_again),

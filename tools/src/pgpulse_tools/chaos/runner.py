@@ -33,6 +33,7 @@ from pgpulse.core.errors import DatabaseUnavailable, InvalidInput, PulseError
 from pgpulse.db.claims import LEADER_LOCK_KEY
 from pgpulse.db.run_control import RunControl
 from pgpulse.sql import load_queries
+from pgpulse_tools.chaos import keys
 from pgpulse_tools.chaos.chains import chain_jobs
 from pgpulse_tools.chaos.checker import Verdict, check
 from pgpulse_tools.chaos.cluster import Cluster, NodeSettings
@@ -335,7 +336,10 @@ async def _run(run: _Run) -> Verdict:
         assert config.seed is not None
         specs = build_jobs(config.jobs, lease=config.node.lease, seed=config.seed)
         specs += chain_jobs(config.seed)
-        await store.upsert_jobs(specs, extra_handlers=list(workload_app.handlers))
+        await store.upsert_jobs(
+            specs + keys.keyed_jobs(), extra_handlers=list(workload_app.handlers)
+        )
+        await keys.set_limit(store)
     for index in range(config.nodes + 1):
         proxy = ProxyGroup(Cluster.node_id(index), run.server.endpoints)
         await proxy.start()
