@@ -688,6 +688,8 @@ async def schedule_next(
     check_text("schedule", schedule)
     check_text("timezone", timezone)
     return await asyncio.to_thread(schedule_preview, schedule, timezone, count, start)
+
+
 @router.get("/limits", response_model=list[KeyLimit], summary="List limits of concurrency keys")
 async def list_limits(who: Who, ctx: Ctx) -> list[dict[str, Any]]:
     """The limits of the token's tenant (admin: all), each with the occurrences its key's jobs
