@@ -129,7 +129,7 @@ def test_no_hot_statement_assigns_a_domain_typed_column(db: Any) -> None:
     }
     assert typed == {
         "schedule_kind", "payload", "catch_up", "overlap", "backfill_limit", "max_attempts",
-        "max_runs", "auto_pause_after", "misfire_grace", "spread",
+        "max_runs", "auto_pause_after", "misfire_grace", "spread", "keep_runs",
     }  # fmt: skip
     assigned: set[str] = set()
     for name in HOT:

@@ -101,8 +101,8 @@ async def test_a_firing_writes_no_name_index(db: Any) -> None:
     times. Its indexes are the primary key and the claim's and the sweeper's partial indexes,
     the leader's index of pauses that end (partial on paused rows: a firing, idle to running
     to idle, never matches its predicate, so never writes an entry in it), and the deadline
-    alerts' and the chains' (partial on the jobs with a deadline, with upstreams: a job without
-    writes no entry in them)."""
+    alerts', the chains', the concurrency keys' and the priorities' (partial on the jobs with a
+    deadline, upstreams, a key, a priority: a job without writes no entry in them)."""
     rows = db.execute(
         "SELECT indexname FROM pg_indexes WHERE tablename = 'pgpulse_jobs' ORDER BY indexname"
     ).fetchall()
@@ -110,6 +110,9 @@ async def test_a_firing_writes_no_name_index(db: Any) -> None:
         "pgpulse_jobs_after",
         "pgpulse_jobs_deadline",
         "pgpulse_jobs_due",
+        "pgpulse_jobs_due_priority",
+        "pgpulse_jobs_key",
+        "pgpulse_jobs_key_running",
         "pgpulse_jobs_leases",
         "pgpulse_jobs_pause_ends",
         "pgpulse_jobs_pkey",

@@ -67,7 +67,7 @@ async def test_the_runner_records_which_applied_migrations_break_older_nodes(
         cur = await conn.execute(
             "SELECT version FROM pgpulse_migrations WHERE breaks_older_nodes ORDER BY version"
         )
-        assert await cur.fetchall() == [(20,), (LATEST + 1,)]
+        assert await cur.fetchall() == [(23,), (LATEST + 1,)]
 
 
 def newer(db: Any, *rows: tuple[int, bool]) -> None:

@@ -60,6 +60,8 @@ PATTERNS: dict[tuple[str, str], str] = {
     ("pgpulse.web.api", "_ISO_DATE"): "match",
     ("pgpulse.web.why", "_ISO"): "match",
     ("pgpulse.core.placeholders", "_PLACEHOLDER"): "finditer",
+    ("pgpulse.core.retention", "_KEEP_RE"): "fullmatch",
+    ("pgpulse.core.keys", "_KEY_RE"): "match",
     ("pgpulse.core.schedule", "_EVERY_RE"): "fullmatch",
     ("pgpulse.core.schedule", "_AT_RE"): "fullmatch",
     ("pgpulse.core.crontab", "_SHELL_OPERATOR"): "match",

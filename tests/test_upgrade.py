@@ -41,11 +41,12 @@ SHARDS = tuple(range(64))
 
 def tables(db: Any) -> list[str]:
     """Pulse's tables but the migration runner's own."""
-    return [
-        r["tablename"]
+    return [  # a partitioned table's rows are read through it, not through its partitions
+        r["relname"]
         for r in db.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
-            " AND tablename <> 'pgpulse_migrations' ORDER BY 1"
+            "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+            " AND relkind IN ('r', 'p') AND NOT relispartition"
+            " AND relname <> 'pgpulse_migrations' ORDER BY 1"
         )
     ]
 

@@ -7,12 +7,16 @@ one line naming the field and exit 2, nothing written.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from pgpulse.cli.main import json_option, main, with_store
 from pgpulse.cli.report import emit, print_records
 from pgpulse.cli.types import tenant_option as cli_tenant_option
-from pgpulse.db.store import Store
+
+if TYPE_CHECKING:  # the driver loads when one of these commands runs (not with `pgpulse`)
+    from pgpulse.db.store import Store
 
 tenant_option = cli_tenant_option("The key's tenant.")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import orjson
@@ -160,8 +160,30 @@ def _claimed(result: _Result) -> list[ClaimedJob]:
     occurrence first."""
     names, rows = result
     fields = [(name, i) for i, name in enumerate(names) if name in ClaimedJob._fields]
-    jobs = [ClaimedJob(**{name: row[i] for name, i in fields}) for row in rows]
+    jobs = [ClaimedJob(**{name: _seconds(row[i]) for name, i in fields}) for row in rows]
+    if "batch_success_at" in names:  # claim_occurrences: a downstream's later success
+        at, of = names.index("batch_success_at"), names.index("batch_success_for")
+        jobs = [_later_success(job, row[at], row[of]) for job, row in zip(jobs, rows, strict=True)]
     return sorted(jobs, key=lambda job: job.scheduled_for)
+
+
+def _seconds(value: Any) -> Any:
+    """A claimed row's value, its durations (``interval`` columns: misfire_grace, retry_backoff,
+    timeout) in seconds as :class:`ClaimedJob` holds them. Converted here, not by the claim
+    statements: ``extract(epoch ...)`` thrice made them too long for the driver's cache of
+    converted statements (tests/test_migrations.py)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def _later_success(job: ClaimedJob, at: datetime | None, of: datetime | None) -> ClaimedJob:
+    """A downstream occurrence's last success (kind ``after``): its after batch's (``at``,
+    the occurrence ``of``), written by finish_occurrences, when later than its job row's (the
+    job row is not written from an occurrence's finish: a fork locks it first)."""
+    if job.kind != "after" or at is None:
+        return job
+    if job.last_success_at is not None and job.last_success_at >= at:
+        return job
+    return job._replace(last_success_at=at, last_success_scheduled_for=of)
 
 
 def _one(result: _Result) -> dict[str, Any]:

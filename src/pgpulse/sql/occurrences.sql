@@ -88,14 +88,14 @@ WITH clock AS (
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
 ), cand AS (
     SELECT o.id, o.batch_id, o.next_run_at, o.position, j.tenant, j.concurrency_key, 0 AS rank
-    FROM pgpulse_occurrences AS o
-    JOIN pgpulse_jobs AS j ON j.id = o.job_id
+    FROM pgpulse_occurrences o
+    JOIN pgpulse_jobs j ON j.id = o.job_id
     WHERE o.lease_expires_at IS NULL
       AND o.next_run_at <= coalesce(%(now)s::timestamptz, now())
       AND j.status IN ('idle', 'running') AND NOT j.pause_requested
-      AND EXISTS (SELECT 1 FROM route AS r
+      AND EXISTS (SELECT 1 FROM route r
                   WHERE r.handler = j.handler AND {shard_of_occurrence} = ANY(r.shards))
-      AND NOT EXISTS (SELECT 1 FROM pgpulse_batches AS b
+      AND NOT EXISTS (SELECT 1 FROM pgpulse_batches b
                       WHERE b.id = o.batch_id AND b.running >= b.max_concurrency)
       AND {key_open}
     ORDER BY o.next_run_at, o.position
@@ -103,19 +103,19 @@ WITH clock AS (
     FOR UPDATE OF o SKIP LOCKED
 ), batch AS (
     SELECT b.id, b.max_concurrency, b.running, b.last_success_at, b.last_success_scheduled_for
-    FROM pgpulse_batches AS b
+    FROM pgpulse_batches b
     WHERE b.id = ANY(ARRAY(SELECT batch_id FROM cand))
     FOR UPDATE OF b SKIP LOCKED
 ), {key_room}, picked AS (
     SELECT c.id, c.batch_id, c.tenant, c.concurrency_key
     FROM (SELECT cand.*,
                  row_number() OVER (PARTITION BY batch_id ORDER BY next_run_at, position) AS bn
-          FROM cand) AS c
-    JOIN batch AS b ON b.id = c.batch_id
+          FROM cand) c
+    JOIN batch b ON b.id = c.batch_id
     WHERE (b.max_concurrency IS NULL OR c.bn <= b.max_concurrency - b.running)
       AND {key_allows}
 ), {key_bump}, claimed AS (
-    UPDATE pgpulse_occurrences AS o
+    UPDATE pgpulse_occurrences o
     SET attempt = o.attempt + 1, fencing_token = greatest(o.fencing_token, clock.epoch) + 1,
         locked_by = %(node)s, lease_expires_at = clock.now + make_interval(secs => %(lease)s),
         claimed_at = clock.now
@@ -125,9 +125,9 @@ WITH clock AS (
               o.fencing_token, o.interruptions, clock.now AS db_now, o.upstream_runs,
               o.data_interval_start
 ), counted AS (
-    UPDATE pgpulse_batches AS b
+    UPDATE pgpulse_batches b
     SET running = b.running + d.n
-    FROM (SELECT batch_id, count(*)::int AS n FROM claimed GROUP BY batch_id) AS d
+    FROM (SELECT batch_id, count(*)::int AS n FROM claimed GROUP BY batch_id) d
     WHERE b.id = d.batch_id
     RETURNING 1
 )
@@ -135,22 +135,18 @@ WITH clock AS (
 -- occurrence has none of its own (docs/states.md, "Extra occurrences and run control")
 SELECT j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler,
        coalesce(c.payload, j.payload) AS payload, j.catch_up, j.backfill_limit,
-       extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace, j.max_attempts,
-       extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
-       extract(epoch FROM j.timeout)::float8 AS timeout, j.anchor_at, c.scheduled_for,
+       j.misfire_grace, j.max_attempts, j.retry_backoff, j.timeout, j.anchor_at, c.scheduled_for,
        c.attempt, c.fencing_token, c.id AS run_id, c.db_now,
        CASE WHEN c.kind = 'scheduled' THEN j.spread ELSE 0 END AS spread,
        j.overlap, j.max_concurrency, c.interruptions, c.id AS occurrence, c.kind,
        j.has_downstreams AS downstreams, c.upstream_runs, c.data_interval_start,
-       -- a downstream's last success: its after batch's, or its job row's if later
-       CASE WHEN c.kind = 'after' AND b.last_success_at > coalesce(j.last_success_at, '-infinity')
-            THEN b.last_success_at ELSE j.last_success_at END AS last_success_at,
-       CASE WHEN c.kind = 'after' AND b.last_success_at > coalesce(j.last_success_at, '-infinity')
-            THEN b.last_success_scheduled_for
-            ELSE j.last_success_scheduled_for END AS last_success_scheduled_for
-FROM claimed AS c
-JOIN pgpulse_jobs AS j ON j.id = c.job_id
-JOIN batch AS b ON b.id = c.batch_id
+       j.last_success_at, j.last_success_scheduled_for,
+       -- a downstream's last success: its after batch's, or its job row's if later (the
+       -- store picks: pgpulse.db.claims._claimed)
+       b.last_success_at AS batch_success_at, b.last_success_scheduled_for AS batch_success_for
+FROM claimed c
+JOIN pgpulse_jobs j ON j.id = c.job_id
+JOIN batch b ON b.id = c.batch_id
 ORDER BY c.scheduled_for;
 
 -- name: next_occurrence_due

@@ -152,17 +152,17 @@ WITH clock AS (
     FROM unnest(%(route_handlers)s::text[], %(route_shards)s::text[]) AS r (handler, shards)
 ), due AS (
     SELECT c.*
-    FROM route AS r
+    FROM route r
     CROSS JOIN LATERAL (
         SELECT j.id, j.tenant, j.concurrency_key, j.priority, j.next_run_at
-        FROM pgpulse_jobs AS j
+        FROM pgpulse_jobs j
         WHERE j.status = 'idle' AND j.handler = r.handler
           AND j.next_run_at <= coalesce(%(now)s::timestamptz, now())
           AND {shard_of_job} = ANY(r.shards) AND {job_open}
         ORDER BY j.next_run_at
         LIMIT %(limit)s
         FOR UPDATE OF j SKIP LOCKED
-    ) AS c
+    ) c
 ), ahead AS (
     SELECT c.*
     FROM route r
@@ -175,22 +175,22 @@ WITH clock AS (
         ORDER BY j.priority DESC, j.next_run_at
         LIMIT %(limit)s
         FOR UPDATE OF j SKIP LOCKED
-    ) AS c
+    ) c
 ), cand AS (
     -- rank: the priority, or above every priority (1000 at most) once starved
     SELECT u.*, CASE WHEN u.next_run_at <= clock.now - interval '60 seconds'
                      THEN 1001 ELSE u.priority END AS rank
     FROM (SELECT * FROM due
           UNION ALL
-          SELECT * FROM ahead WHERE ahead.id <> ALL(ARRAY(SELECT id FROM due))) AS u, clock
+          SELECT * FROM ahead WHERE ahead.id <> ALL(ARRAY(SELECT id FROM due))) u, clock
 ), {key_room}, picked AS (
     SELECT c.id, c.tenant, c.concurrency_key
-    FROM cand AS c
+    FROM cand c
     WHERE {key_allows}
     ORDER BY c.rank DESC, c.next_run_at
     LIMIT %(limit)s
 ), {key_bump}
-UPDATE pgpulse_jobs AS j
+UPDATE pgpulse_jobs j
 SET status = 'running', attempt = j.attempt + 1,
     fencing_token = greatest(j.fencing_token, clock.epoch) + 1, locked_by = %(node)s,
     lease_expires_at = clock.now + make_interval(secs => %(lease)s),
@@ -199,16 +199,15 @@ SET status = 'running', attempt = j.attempt + 1,
 FROM clock
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.tenant, j.name, j.schedule, j.timezone, j.handler, j.payload, j.catch_up,
-          j.backfill_limit, extract(epoch FROM j.misfire_grace)::float8 AS misfire_grace,
-          j.max_attempts, extract(epoch FROM j.retry_backoff)::float8 AS retry_backoff,
-          extract(epoch FROM j.timeout)::float8 AS timeout, j.anchor_at, j.scheduled_for,
+          j.backfill_limit, j.misfire_grace, j.max_attempts, j.retry_backoff, j.timeout,
+          j.anchor_at, j.scheduled_for,
           j.attempt, j.fencing_token, j.run_id, clock.now AS db_now, j.spread, j.not_after,
           j.max_runs - j.runs_done AS runs_left,
           CASE WHEN cardinality(j.calendars) > 0 THEN (
               SELECT jsonb_agg(jsonb_build_object('name', c.name, 'dates', c.dates,
                                                   'country', c.country,
                                                   'subdivision', c.subdivision))
-              FROM pgpulse_calendars AS c
+              FROM pgpulse_calendars c
               WHERE c.tenant = j.tenant AND c.name = ANY(j.calendars)
           ) END AS calendars,
           j.resume_mode, j.resumed_at, j.auto_pause_after, j.failures, j.overlap,
