@@ -107,9 +107,18 @@ def _ddl(name: str, count: int) -> str:
     return SHARDS_SQL[name].replace("{count}", str(check_shard_count(count)))
 
 
-def index_names(count: int) -> tuple[str, str]:
-    """The names of the indexes the claim reads at ``count`` shards (none of its own at 64)."""
-    return f"pgpulse_jobs_due_{count}", f"pgpulse_occurrences_due_{count}"
+#: The kinds of index the claim reads at a shard count: (name's stem, statement's stem).
+_INDEXES = (
+    ("pgpulse_jobs_due", "jobs_due"),
+    ("pgpulse_jobs_due_priority", "jobs_due_priority"),
+    ("pgpulse_occurrences_due", "occurrences_due"),
+)
+
+
+def index_names(count: int) -> tuple[str, ...]:
+    """The names of the indexes the claim reads at ``count`` shards (none of its own at 64):
+    the due jobs, the due jobs with a priority, the due extra occurrences."""
+    return tuple(f"{stem}_{count}" for stem, _ in _INDEXES)
 
 
 async def shard_state(pool: ConnectionSource, *, ttl: float = 10.0) -> ShardState:
@@ -138,8 +147,8 @@ async def build_indexes(pool: ConnectionSource, count: int) -> list[str]:
     built = []
     for name, build, drop in zip(
         index_names(count),
-        ("build_jobs_due_index", "build_occurrences_due_index"),
-        ("drop_jobs_due_index", "drop_occurrences_due_index"),
+        (f"build_{kind}_index" for _, kind in _INDEXES),
+        (f"drop_{kind}_index" for _, kind in _INDEXES),
         strict=True,
     ):
         if existing.get(name) is True:
@@ -158,12 +167,13 @@ async def drop_other_indexes(pool: ConnectionSource, keep: int) -> list[str]:
     their names. Call only once every live node claims by ``keep``."""
     dropped = []
     for name in sorted((await shard_state(pool)).indexes):
-        count = int(name.rsplit("_", 1)[1])
+        stem, _, number = name.rpartition("_")
+        count = int(number)
         if count == keep:
             continue
-        table = "jobs" if name.startswith("pgpulse_jobs_") else "occurrences"
+        kind = dict(_INDEXES)[stem]
         async with pool.connection() as conn:
-            await conn.execute(_ddl(f"drop_{table}_due_index", count))
+            await conn.execute(_ddl(f"drop_{kind}_index", count))
         dropped.append(name)
     return dropped
 

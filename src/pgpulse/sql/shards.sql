@@ -9,6 +9,14 @@ CREATE INDEX CONCURRENTLY pgpulse_jobs_due_{count}
     ON pgpulse_jobs (handler, next_run_at, ((id % {count})::smallint))
     WHERE status = 'idle';
 
+-- name: build_jobs_due_priority_index
+-- The claim's second probe at {count} shards (pgpulse_jobs_due_priority's columns, the shard as
+-- above): without it the priority scan would read every due row of a handler through
+-- pgpulse_jobs_due_{count} and sort them.
+CREATE INDEX CONCURRENTLY pgpulse_jobs_due_priority_{count}
+    ON pgpulse_jobs (handler, priority DESC, next_run_at, ((id % {count})::smallint))
+    WHERE status = 'idle' AND priority > 0;
+
 -- name: build_occurrences_due_index
 -- The same for the extra occurrences (pgpulse_occurrences_due at {count} shards).
 CREATE INDEX CONCURRENTLY pgpulse_occurrences_due_{count}
@@ -25,6 +33,9 @@ ANALYZE pgpulse_jobs, pgpulse_occurrences;
 -- name: drop_jobs_due_index
 DROP INDEX CONCURRENTLY IF EXISTS pgpulse_jobs_due_{count};
 
+-- name: drop_jobs_due_priority_index
+DROP INDEX CONCURRENTLY IF EXISTS pgpulse_jobs_due_priority_{count};
+
 -- name: drop_occurrences_due_index
 DROP INDEX CONCURRENTLY IF EXISTS pgpulse_occurrences_due_{count};
 
@@ -34,7 +45,7 @@ DROP INDEX CONCURRENTLY IF EXISTS pgpulse_occurrences_due_{count};
 SELECT c.relname AS name, i.indisvalid AS valid
 FROM pg_index AS i
 JOIN pg_class AS c ON c.oid = i.indexrelid
-WHERE c.relname ~ '^pgpulse_(jobs|occurrences)_due_[0-9]+$'
+WHERE c.relname ~ '^pgpulse_(jobs_due|jobs_due_priority|occurrences_due)_[0-9]+$'
   AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'pgpulse_jobs'::regclass);
 
 -- name: shard_state
