@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from helpers import ALL_SHARDS, add, spec, utc
+from helpers import ALL_SHARDS, add, pgpulse, spec, utc
 from pgpulse.cli.main import main
 from pgpulse.core.errors import InvalidInput
 from pgpulse.core.keys import MAX_PRIORITY, STARVATION_BOUND, check_concurrency_key, waiting_for
@@ -209,6 +209,28 @@ def test_limit_set_list_and_delete_on_the_command_line(dsn: str) -> None:
     assert cli("limit", "delete", "warehouse").output == "deleted limit warehouse\n"
     missing = cli("limit", "delete", "warehouse")
     assert missing.exit_code != 0 and "no limit on key 'warehouse'" in missing.output
+
+
+def test_limit_as_a_user_types_it(dsn: str, db: Any) -> None:
+    """`pgpulse limit` as a real subprocess: set, list, delete, and a refused limit (one line,
+    exit 2, nothing written)."""
+    done = pgpulse("limit", "set", "warehouse", "2", dsn=dsn)
+    assert (done.returncode, done.stdout) == (
+        0,
+        "created limit warehouse: at most 2 running at once\n",
+    ), done.stderr
+    listed = pgpulse("limit", "list", "--json", dsn=dsn)
+    assert listed.returncode == 0, listed.stderr
+    assert '"max_running": 2' in listed.stdout
+    refused = pgpulse("limit", "set", "warehouse", "0", dsn=dsn)
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "invalid value for N" in refused.stderr
+    row = db.execute("SELECT max_running FROM pgpulse_limits WHERE key = 'warehouse'").fetchone()
+    assert row["max_running"] == 2  # the refusal wrote nothing
+    gone = pgpulse("limit", "delete", "warehouse", dsn=dsn)
+    assert (gone.returncode, gone.stdout) == (0, "deleted limit warehouse\n"), gone.stderr
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_limits").fetchone()["n"] == 0
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ decides (docs/design.md, invariant 1).
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -160,19 +160,29 @@ def _claimed(result: _Result) -> list[ClaimedJob]:
     occurrence first."""
     names, rows = result
     fields = [(name, i) for i, name in enumerate(names) if name in ClaimedJob._fields]
-    jobs = [ClaimedJob(**{name: _seconds(row[i]) for name, i in fields}) for row in rows]
+    convert: dict[str, Callable[[Any], Any]] = {
+        name: _seconds if name in _DURATIONS else _kept for name, _ in fields
+    }
+    jobs = [ClaimedJob(**{name: convert[name](row[i]) for name, i in fields}) for row in rows]
     if "batch_success_at" in names:  # claim_occurrences: a downstream's later success
         at, of = names.index("batch_success_at"), names.index("batch_success_for")
         jobs = [_later_success(job, row[at], row[of]) for job, row in zip(jobs, rows, strict=True)]
     return sorted(jobs, key=lambda job: job.scheduled_for)
 
 
-def _seconds(value: Any) -> Any:
-    """A claimed row's value, its durations (``interval`` columns: misfire_grace, retry_backoff,
-    timeout) in seconds as :class:`ClaimedJob` holds them. Converted here, not by the claim
-    statements: ``extract(epoch ...)`` thrice made them too long for the driver's cache of
-    converted statements (tests/test_migrations.py)."""
-    return value.total_seconds() if isinstance(value, timedelta) else value
+#: The claim's ``interval`` columns, which :class:`ClaimedJob` holds in seconds. Converted here,
+#: not by the claim statements: ``extract(epoch ...)`` thrice made them too long for the
+#: driver's cache of converted statements (tests/test_migrations.py).
+_DURATIONS = frozenset({"misfire_grace", "retry_backoff", "timeout"})
+
+
+def _kept(value: Any) -> Any:
+    return value
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    """An ``interval`` as seconds (``None``: none, a job without a timeout)."""
+    return None if value is None else value.total_seconds()
 
 
 def _later_success(job: ClaimedJob, at: datetime | None, of: datetime | None) -> ClaimedJob:
