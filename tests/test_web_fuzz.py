@@ -19,7 +19,7 @@ from web_helpers import LiveServer, sync_token
 
 HOOKS = Path(__file__).with_name("fuzz_hooks.py")
 #: Cases per operation and phase (the examples and coverage phases add their own boundary cases
-#: whatever this is); the suite's run takes about a minute on two cores. A longer fuzz:
+#: whatever this is); the suite's run takes about half a minute on two cores. A longer fuzz:
 #: ``PGPULSE_FUZZ_EXAMPLES=100 ./scripts/test tests/test_web_fuzz.py``.
 MAX_EXAMPLES = os.environ.get("PGPULSE_FUZZ_EXAMPLES", "6")
 SEED = os.environ.get("PGPULSE_FUZZ_SEED", "20261129")

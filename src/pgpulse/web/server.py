@@ -44,7 +44,10 @@ def bind(text: str, *, field: str = "listen") -> socket.socket:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:
         family = socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY on the connections of a socket whose
+    # protocol is TCP by name only; without it a keep-alive client waits out the delayed ACK
+    # (40 ms) on every response sent in two writes (headers, then body), on asyncio's loop.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
