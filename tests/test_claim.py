@@ -313,6 +313,20 @@ async def test_reaper_ignores_live_leases(store: Store) -> None:
     assert await store.reap_expired_leases(now=LATER + timedelta(seconds=31)) == 2
 
 
+def load_hourly(dsn: str, count: int) -> None:
+    """``count`` jobs ``@every 1h``, loaded in bulk as the benchmark loads them (then ANALYZE):
+    one falls due each second from T0 + 1 h on, an hour's worth at a time."""
+    load_jobs(
+        dsn,
+        count,
+        schedule="@every 1h",
+        kind="interval",
+        base=T0 + timedelta(hours=1),
+        modulo=3600,
+        step=1.0,
+    )
+
+
 def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     nodes = [plan]
     for child in plan.get("Plans", []):
@@ -549,15 +563,7 @@ async def test_the_generic_claim_plan_reads_only_what_it_claims(store: Store, ds
     """The plan a node's claim session uses is index-driven whatever the backlog: nothing due
     reads no row; a claim of 5 among 100,000 due reads no more than 5 rows at any step (a
     generic plan once merge-joined the whole primary key: 60 ms for 50 rows at 300,000 due)."""
-    load_jobs(
-        dsn,
-        100_000,
-        schedule="@every 1h",
-        kind="interval",
-        base=T0 + timedelta(hours=1),
-        modulo=3600,
-        step=1.0,
-    )  # bulk, as the benchmark loads them; then ANALYZE
+    load_hourly(dsn, 100_000)
     idle = await _explain_generic_claim(dsn, 100, T0)
     due = [
         n
@@ -584,15 +590,7 @@ async def test_the_claim_never_reads_the_due_jobs_of_handlers_it_has_no_route_fo
     claiming node lacks; a claim of 5 along the node's route (noop) still reads no more than 5
     rows at any step, and claims only noop jobs: its cost does not depend on how many due jobs
     it cannot run (they would all stand before its first one in due order)."""
-    load_jobs(
-        dsn,
-        20_000,
-        schedule="@every 1h",
-        kind="interval",
-        base=T0 + timedelta(hours=1),
-        modulo=3600,
-        step=1.0,
-    )
+    load_hourly(dsn, 20_000)
     db.execute(
         "UPDATE pgpulse_jobs SET handler = 'elsewhere', next_run_at = next_run_at - interval "
         "'1 hour', scheduled_for = scheduled_for - interval '1 hour' WHERE mod(id, 2) = 0"
