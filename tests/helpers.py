@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
+import threading
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,24 +61,13 @@ async def run_claim(job: ClaimedJob, handlers: NodeHandlers, now: datetime) -> O
 #: The ``pgpulse`` command of this environment, as a user types it.
 PGPULSE = str(Path(sys.executable).with_name("pgpulse"))
 
+#: The commands :func:`pgpulse` always runs as real processes: they take the process over
+#: (signal handlers, garbage collection settings, servers they start) or run until stopped.
+PROCESS_COMMANDS = frozenset({"node", "serve", "demo", "chaos", "bench", "db"})
 
-async def apgpulse(
-    *args: str, dsn: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """:func:`pgpulse` for async tests: the process runs while the event loop goes on (for at
-    most a minute)."""
-    environ = {**os.environ, **(env or {})}
-    if dsn is not None:
-        environ["PGPULSE_DATABASE_URL"] = dsn
-    proc = await asyncio.create_subprocess_exec(
-        PGPULSE, *args, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    async with asyncio.timeout(60):
-        out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return subprocess.CompletedProcess(
-        [PGPULSE, *args], proc.returncode, out.decode(), err.decode()
-    )
+#: One command in this process at a time: click's runner swaps the process's standard streams and
+#: environment while a command runs.
+_IN_PROCESS = threading.Lock()
 
 
 def pgpulse(
@@ -84,15 +76,84 @@ def pgpulse(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     timeout: float = 60,
+    process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``pgpulse ARGS...`` as a real process (on ``dsn``'s database when given, through
-    ``PGPULSE_DATABASE_URL``) and return its exit code, stdout and stderr."""
-    environ = {**os.environ, **(env or {})}
+    """Run ``pgpulse ARGS...`` (on ``dsn``'s database when given, through
+    ``PGPULSE_DATABASE_URL``) and return its exit code, stdout and stderr.
+
+    As a real process with ``process=True``, a ``cwd``, or one of :data:`PROCESS_COMMANDS`; else
+    in this process through click's runner, on a thread of its own (the command runs its own
+    event loop, as the real one does, while a test's loop goes on): the same command, options,
+    environment and refusals, without the half second of CPU a new interpreter spends
+    importing Pulse (the suite types about a thousand commands). README's commands run as real
+    processes in tests/test_readme.py and tests/test_demo.py.
+
+    Raises:
+        subprocess.TimeoutExpired: the command ran longer than ``timeout`` seconds.
+    """
+    environ = {**(env or {})}
     if dsn is not None:
         environ["PGPULSE_DATABASE_URL"] = dsn
-    return subprocess.run(
-        [PGPULSE, *args], env=environ, cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
+    if process or cwd is not None or _command(args) in PROCESS_COMMANDS:
+        return subprocess.run(
+            [PGPULSE, *args],
+            env={**os.environ, **environ},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    return _in_process(args, environ, timeout)
+
+
+def _command(args: tuple[str, ...]) -> str | None:
+    """The top-level command ``args`` name (the first that is one), or ``None``."""
+    from pgpulse.cli.main import main
+
+    return next((a for a in args if a in main.commands), None)
+
+
+def _in_process(
+    args: tuple[str, ...], environ: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``pgpulse ARGS`` through click's runner on a new thread, as :func:`pgpulse` describes. An
+    exception the command let out is printed on stderr as the interpreter would, exit 1."""
+    from click.testing import CliRunner, Result
+
+    from pgpulse.cli.main import main
+
+    box: list[Result] = []
+
+    def invoke() -> None:
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level  # the command configures logging
+        try:
+            box.append(CliRunner().invoke(main, list(args), env=environ, prog_name="pgpulse"))
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
+
+    with _IN_PROCESS:
+        thread = threading.Thread(target=invoke, name=f"pgpulse {' '.join(args[:2])}")
+        thread.start()
+        thread.join(timeout)
+    if thread.is_alive():
+        raise subprocess.TimeoutExpired([PGPULSE, *args], timeout)
+    [result] = box
+    code, stderr = result.exit_code, result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        assert result.exc_info is not None
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+        code = 1
+    return subprocess.CompletedProcess([PGPULSE, *args], code, result.stdout, stderr)
+
+
+async def apgpulse(
+    *args: str, dsn: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """:func:`pgpulse` for async tests: the command runs while the event loop goes on (for at
+    most a minute)."""
+    return await asyncio.to_thread(pgpulse, *args, dsn=dsn, env=env)
 
 
 async def until_waiting_on_a_lock(db: Any, what: str = "the statement under test") -> None:
