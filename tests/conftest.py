@@ -32,20 +32,23 @@ def _with_db(dsn: str, dbname: str) -> str:
 #: measured with ``--durations``), longest first: collected first, so that ``--dist loadscope``
 #: starts them first and no worker is left with one of them at the end while the other idles.
 LONG_MODULES = (
-    "test_light_install.py",
-    "test_web_fuzz.py",
-    "test_bench_pgcron.py",
-    "test_chaos_run.py",
     "test_bench.py",
+    "test_web_fuzz.py",
+    "test_web_forms.py",
+    "test_chaos_run.py",
+    "test_light_install.py",
+    "test_cli_refusals.py",
     "test_chaos_cluster.py",
-    "test_replication.py",
-    "test_demo.py",
+    "test_bench_pgcron.py",
+    "test_regex_time.py",
+    "test_web_api.py",
+    "test_claim.py",
     "test_readme.py",
-    "test_status.py",
+    "test_demo.py",
+    "test_crash.py",
+    "test_engine.py",
+    "test_replication.py",
     "test_patroni.py",
-    "test_cli_output.py",
-    "test_alert_cli.py",
-    "test_routing.py",
 )
 
 
