@@ -4,6 +4,7 @@ hazard, and a clean one none, against facts and a ``now`` given by the test."""
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
+from typing import Any
 
 import pytest
 
@@ -229,6 +230,35 @@ def test_shell_jobs_need_a_node_that_allows_them() -> None:
     found = [f for f in lint_jobs(specs(CLEAN), facts) if f.code == "handler"]
     assert {f.job for f in found} == {"nightly", "rollup"}
     assert "no live node allows shell jobs" in found[0].message
+
+
+def test_an_upstream_the_tenant_does_not_have() -> None:
+    """``after`` names jobs by name: one deleted or renamed since leaves its follower waiting.
+    A job exists when it is stored (the facts) or among the definitions linted."""
+    http: dict[str, Any] = {"handler": "http", "payload": {"url": "https://93.184.215.14/x"}}
+    load = JobSpec.create(name="load", schedule="@after", after=["extract", "gone"], **http)
+    both = JobSpec.create(name="both", schedule="@after", after=["x", "y"], **http)
+    extract = JobSpec.create(name="extract", schedule="0 3 * * *", **http)
+    facts = Facts(now=NOW, live_handlers=frozenset({"http"}), stored=frozenset({("default", "x")}))
+    found = [f for f in lint_jobs([load, both], facts) if f.code == "upstream"]
+    assert [(f.job, f.severity, f.message) for f in found] == [
+        (
+            "load",
+            "error",
+            "after names 'extract', 'gone', jobs tenant 'default' does not have (deleted or "
+            "renamed since?): it waits for them and never runs",
+        ),
+        (
+            "both",
+            "error",
+            "after names 'y', a job tenant 'default' does not have (deleted or renamed since?): "
+            "it waits for it and never runs",
+        ),
+    ]
+    found = [f for f in lint_jobs([load, extract], facts) if f.code == "upstream"]
+    assert [f.message.split(",")[0] for f in found] == ["after names 'gone'"]
+    stored = Facts(now=NOW, stored=frozenset({("default", "gone"), ("default", "extract")}))
+    assert [f for f in lint_jobs([load], stored) if f.code == "upstream"] == []
 
 
 def test_backfill_without_a_limit(crafted: list[Finding]) -> None:

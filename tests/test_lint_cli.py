@@ -156,6 +156,40 @@ def test_lint_of_the_stored_jobs(dsn: str, db: Any, tmp_path: Path) -> None:
     )
 
 
+def test_a_deleted_upstream_is_named_by_the_delete_and_by_lint(dsn: str, tmp_path: Path) -> None:
+    path = tmp_path / "chain.toml"
+    path.write_text(
+        '[defaults]\nhandler = "http"\n'
+        + "".join(
+            f'[jobs.{name}]\n{when}\npayload = {{ url = "https://93.184.215.14/x" }}\n'
+            for name, when in (
+                ("extract", 'schedule = "0 3 * * *"'),
+                ("load", 'schedule = "@after"\nafter = ["extract"]'),
+                ("report", 'schedule = "@after"\nafter = ["extract"]'),
+            )
+        )
+    )
+    ok(cli(dsn, "apply", str(path)))
+    assert "upstream" not in ok(cli(dsn, "lint")).output
+    deleted = ok(cli(dsn, "job", "delete", "extract"))
+    assert deleted.output.splitlines() == [
+        "deleted extract",
+        "note: load, report follow extract (after) and wait for its runs from now on (pgpulse "
+        "lint reports it as an upstream error)",
+    ]
+    assert [
+        line
+        for line in ok(cli(dsn, "lint", "--exit-code"), 1).output.splitlines()
+        if "upstream" in line
+    ] == [
+        f"error: upstream: {name}: after names 'extract', a job tenant 'default' does not have "
+        "(deleted or renamed since?): it waits for it and never runs"
+        for name in ("load", "report")
+    ]
+    gone = json.loads(ok(cli(dsn, "job", "delete", "load", "--json")).output)
+    assert gone["followers"] == []
+
+
 def test_lint_of_the_example_crontab_as_a_process(dsn: str) -> None:
     done = pgpulse("lint", str(ROOT / "examples" / "relay.crontab"), "--exit-code", dsn=dsn)
     assert done.returncode == 1, done.stderr

@@ -93,6 +93,7 @@ async def lint(
     \b
     Findings, by code:
       handler         no live node has the job's handler (shell: none allows shell jobs)
+      upstream        after names a job the tenant does not have: the job never runs
       timeout         timeout shorter than the p95 duration of its last 200 runs
       misfire-grace   catch_up skip with misfire_grace below the p99 lag of its last runs
       dst-gap         a wall time daylight saving skips within a year (dates, what happens)

@@ -905,6 +905,8 @@ def _state_command(verb: str, doc: str) -> None:
             row = await store.get_job(tenant, name)
             await store.delete_job(tenant, name, actor=actor)
             ran = row["locked_by"] if row["status"] == "running" else None
+            # after names jobs by name: a follower is not changed with its upstream
+            followers = await store.followers(tenant, name)
             emit(
                 as_json,
                 {
@@ -913,6 +915,7 @@ def _state_command(verb: str, doc: str) -> None:
                     "name": name,
                     "action": "deleted",
                     "cancelled_on_node": ran,
+                    "followers": followers,
                 },
                 f"deleted {name}"
                 + (
@@ -920,6 +923,16 @@ def _state_command(verb: str, doc: str) -> None:
                     "(its writes change nothing)"
                     if ran
                     else ""
+                ),
+                *(
+                    [
+                        f"note: {', '.join(followers)} "
+                        f"{'follows' if len(followers) == 1 else 'follow'} {name} (after) and "
+                        f"{'waits' if len(followers) == 1 else 'wait'} for its runs from now on "
+                        "(pgpulse lint reports it as an upstream error)"
+                    ]
+                    if followers
+                    else []
                 ),
             )
         else:

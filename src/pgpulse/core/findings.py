@@ -27,6 +27,7 @@ Severity = Literal["error", "warning"]
 #: Every finding's code, in the order a report lists them.
 CODES: tuple[str, ...] = (
     "handler",
+    "upstream",
     "timeout",
     "misfire-grace",
     "dst-gap",
@@ -65,12 +66,15 @@ class Facts:
             jobs).
         calendars: each tenant's calendars.
         observed: by (tenant, name), for the jobs that have runs.
+        stored: by (tenant, name), the stored jobs among those the definitions' ``after``
+            lists name (the definitions linted count as existing too).
     """
 
     now: datetime
     live_handlers: frozenset[str] = frozenset()
     calendars: Mapping[str, Sequence[ExclusionCalendar]] = field(default_factory=dict)
     observed: Mapping[tuple[str, str], Observed] = field(default_factory=dict)
+    stored: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

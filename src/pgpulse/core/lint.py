@@ -21,6 +21,8 @@ The checks, by code:
 * ``timeout``: a ``timeout`` below the job's observed p95 duration: one attempt in twenty would
   be cut off.
 * ``handler``: a handler no live node has (shell: no live node allows shell jobs): its runs wait.
+* ``upstream``: an ``after`` that names a job its tenant does not have (deleted or renamed since
+  the job was written: ``after`` names jobs by name, docs/chains.md): the job waits for it.
 * ``backfill-limit``: ``catch_up backfill`` without ``backfill_limit``: every occurrence missed
   in an outage runs, however many.
 """
@@ -82,18 +84,21 @@ def lint_jobs(specs: Sequence[JobSpec], facts: Facts, *, herd: int = DEFAULT_HER
     if facts.now.tzinfo is None:
         raise ValueError("facts.now must be timezone-aware")
     found: list[Finding] = []
+    known = facts.stored | {(spec.tenant, spec.name) for spec in specs}
     for spec in specs:
-        found.extend(_job_findings(spec, facts))
+        found.extend(_job_findings(spec, facts, known))
     found.extend(herds(specs, facts.now, herd))
     return found
 
 
-def _job_findings(spec: JobSpec, facts: Facts) -> list[Finding]:
-    """The findings of one job, in :data:`CODES` order."""
+def _job_findings(spec: JobSpec, facts: Facts, known: frozenset[tuple[str, str]]) -> list[Finding]:
+    """The findings of one job (``known``: the jobs that exist, by tenant and name), in
+    :data:`CODES` order."""
     schedule = spec.parsed_schedule()
     seen = facts.observed.get((spec.tenant, spec.name))
     found = [
         *_handler(spec, facts.live_handlers),
+        *_upstream(spec, known),
         *_timeout(spec, seen),
         *_misfire_grace(spec, seen),
         *dst_findings(spec, schedule, facts.now),
@@ -112,6 +117,24 @@ def _handler(spec: JobSpec, live: frozenset[str]) -> list[Finding]:
         else f"no live node has handler {spec.handler!r}"
     )
     return [job_finding(spec, "handler", "error", f"{why}: its runs wait for one")]
+
+
+def _upstream(spec: JobSpec, known: frozenset[tuple[str, str]]) -> list[Finding]:
+    missing = [name for name in spec.after if (spec.tenant, name) not in known]
+    if not missing:
+        return []
+    one = len(missing) == 1
+    names = ", ".join(repr(name) for name in missing)
+    return [
+        job_finding(
+            spec,
+            "upstream",
+            "error",
+            f"after names {names}, {'a job' if one else 'jobs'} tenant {spec.tenant!r} does not "
+            f"have (deleted or renamed since?): it waits for {'it' if one else 'them'} and "
+            "never runs",
+        )
+    ]
 
 
 def _timeout(spec: JobSpec, seen: Observed | None) -> list[Finding]:

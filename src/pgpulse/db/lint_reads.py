@@ -85,7 +85,8 @@ async def lint_facts(
     """What the database knows about ``specs``' jobs (by tenant and name: a file's jobs match
     the stored ones they would update): their runs' percentiles over the last ``last`` runs,
     the handlers of nodes live by ``ttl`` seconds (for a node row without its own), their
-    tenants' calendars, and the database's now."""
+    tenants' calendars, which of the jobs their ``after`` lists name exist, and the database's
+    now."""
     observed = await _rows(
         store,
         "lint_observed",
@@ -96,6 +97,12 @@ async def lint_facts(
         },
     )
     handlers = await _rows(store, "live_handlers", {"ttl": ttl})
+    upstreams = [(s.tenant, name) for s in specs for name in s.after]
+    stored = await _rows(
+        store,
+        "lint_stored",
+        {"tenants": [t for t, _ in upstreams], "names": [n for _, n in upstreams]},
+    )
     return Facts(
         now=await store.db_now(),
         live_handlers=frozenset(row["handler"] for row in handlers),
@@ -104,6 +111,7 @@ async def lint_facts(
             (row["tenant"], row["name"]): Observed(row["runs"], row["lag_p99"], row["duration_p95"])
             for row in observed
         },
+        stored=frozenset((row["tenant"], row["name"]) for row in stored),
     )
 
 

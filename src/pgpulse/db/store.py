@@ -313,6 +313,13 @@ class Store(CalendarStore, LimitStore):
             raise JobNotFound(tenant, name)
         return rows[0]
 
+    async def followers(self, tenant: str, name: str) -> list[str]:
+        """The names of ``tenant``'s jobs whose ``after`` names job ``name``, in order: they
+        wait for its runs (docs/chains.md)."""
+        check_key(tenant, name)
+        rows = await self._rows("job_followers", {"tenant": tenant, "name": name})
+        return [row["name"] for row in rows]
+
     async def list_jobs(self, tenant: str | None = None) -> list[dict[str, Any]]:
         """Return every job (of ``tenant``, or all tenants), ordered by tenant and name."""
         return await self._read_rows("list_jobs", {"tenant": tenant})

@@ -189,3 +189,11 @@ SELECT (SELECT array_agg(n.name ORDER BY n.name)
                           WHERE k.tenant = %(tenant)s AND k.name = n.name)) AS unknown,
        (SELECT trail FROM walk) AS cycle,
        (SELECT count(*) FROM marked) AS marked;
+
+-- name: job_followers
+-- The names of the jobs of tenant %(tenant)s whose after names job %(name)s, in order (by the GIN
+-- index of after): what a delete of it leaves waiting (docs/chains.md).
+SELECT d.name
+FROM pgpulse_jobs AS d
+WHERE d.after @> ARRAY[%(name)s::text] AND d.after <> '{}' AND d.tenant = %(tenant)s
+ORDER BY d.name;

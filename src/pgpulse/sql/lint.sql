@@ -10,6 +10,13 @@ JOIN pgpulse_jobs j ON j.id = n.job_id
 WHERE (%(tenant)s::text IS NULL OR n.tenant = %(tenant)s)
 ORDER BY n.tenant, n.name;
 
+-- name: lint_stored
+-- Which of the jobs (%(tenants)s[i], %(names)s[i]) exist: the upstreams lint's definitions name
+-- (by the unique index of pgpulse_job_names).
+SELECT n.tenant, n.name
+FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS w (tenant, name)
+JOIN pgpulse_job_names AS n ON n.tenant = w.tenant AND n.name = w.name;
+
 -- name: lint_observed
 -- For each job among the names (%(tenants)s[i], %(names)s[i]) that has runs: over its last
 -- %(last)s runs (pgpulse_runs_recent, job_id and id descending: at most %(last)s index rows per
