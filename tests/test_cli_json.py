@@ -58,7 +58,7 @@ def test_job_commands_that_write_print_json(dsn: str, db: Any) -> None:
     deleted = _json("job", "delete", "backup", dsn=dsn)
     assert deleted == {
         "id": job_id, "tenant": "default", "name": "backup", "action": "deleted",
-        "cancelled_on_node": None,
+        "cancelled_on_node": None, "followers": [],
     }  # fmt: skip
     assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
 
