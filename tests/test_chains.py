@@ -258,11 +258,13 @@ def test_an_apply_file_with_a_cycle_writes_nothing(dsn: str, db: Any, tmp_path: 
         '[jobs.b]\nschedule = "@after"\nafter = ["a"]\nhandler = "shell"\n'
         'payload = { command = "true" }\n'
     )
-    result = cli(dsn, "apply", str(jobs))
-    assert result.exit_code == 2, result.output
-    assert "after would make a cycle: " in result.output
-    assert result.output.count("\n") == 1
-    assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
+    for dry_run in (["--dry-run"], []):  # a dry run refuses what the real one refuses
+        result = cli(dsn, "apply", *dry_run, str(jobs))
+        assert result.exit_code == 2, result.output
+        assert "after would make a cycle: " in result.output
+        assert result.output.count("\n") == 1
+        assert db.execute("SELECT count(*) AS n FROM pgpulse_jobs").fetchone()["n"] == 0
+    assert db.execute("SELECT count(*) AS n FROM pgpulse_job_history").fetchone()["n"] == 0
     good = tmp_path / "good.toml"
     good.write_text(
         '[jobs.a]\nschedule = "0 3 * * *"\nhandler = "shell"\npayload = { command = "true" }\n'

@@ -114,7 +114,8 @@ async def reconcile(
         store: the store whose pool is used.
         batches: ``(source, specs)`` per source; the specs' own ``source`` should be it.
         planner: computes a source's plan from its specs and the locked rows.
-        dry_run: compute and return the plans, write nothing.
+        dry_run: compute and return the plans, write nothing (the writes are made and rolled
+            back, so the refusals are the real run's).
         writer: who writes (:mod:`pgpulse.core.access`); the operator by default.
         actor: recorded in the audit trail with each change.
         extra_handlers: handler names known besides the built-in and registered ones.
@@ -164,7 +165,10 @@ async def reconcile(
                         await check_definition(
                             conn, step.spec, None if row is None else dict(row), clock
                         )
-        if not dry_run:
+        # A dry run writes too, and rolls its writes back: the chains are judged on the
+        # written rows (an upstream the plan deletes, a cycle through two of its jobs), so a
+        # dry run refuses what the real one would.
+        async with conn.transaction(force_rollback=dry_run):
             ids = await _write(conn, plans, by_id, clock=clock, actor=actor, now=now)
             steps = [s for p in plans for s in p.steps if s.spec is not None]
             await check_chains(
@@ -172,9 +176,11 @@ async def reconcile(
                 [s.spec for s in steps if s.spec is not None and s.spec.after],
                 [s.spec for s in steps if s.spec is not None and s.action == "create"],
             )
+            if dry_run:
+                return plans
             if rules is not None:
                 await rules.write(conn, ids)
-            plans = [_with_created_ids(plan, ids) for plan in plans]
+        plans = [_with_created_ids(plan, ids) for plan in plans]
     return plans
 
 
