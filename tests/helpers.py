@@ -85,8 +85,8 @@ def pgpulse(
     in this process through click's runner, on a thread of its own (the command runs its own
     event loop, as the real one does, while a test's loop goes on): the same command, options,
     environment and refusals, without the half second of CPU a new interpreter spends
-    importing Pulse (the suite types about a thousand commands). README's commands run as real
-    processes in tests/test_readme.py and tests/test_demo.py.
+    importing Pulse (the suite types about 500 commands through here). README's commands run as
+    real processes in tests/test_readme.py and tests/test_demo.py.
 
     Raises:
         subprocess.TimeoutExpired: the command ran longer than ``timeout`` seconds.
