@@ -69,14 +69,19 @@ async def chain(store: Store, *specs: Any) -> None:
     await add(store, *specs, now=T0 - timedelta(seconds=1))
 
 
+async def extract_then_load(store: Store, **upstream: Any) -> None:
+    """The chain extract (03:00 daily, with ``upstream``'s fields) → load (after it only)."""
+    await chain(
+        store,
+        spec("extract", schedule="0 3 * * *", handler="work", **upstream),
+        spec("load", schedule="@after", handler="work", after=["extract"]),
+    )
+
+
 async def test_each_succeeded_upstream_run_gives_one_downstream_occurrence_even_sent_twice(
     store: Store, db: Any
 ) -> None:
-    await chain(
-        store,
-        spec("extract", schedule="0 3 * * *", handler="work"),
-        spec("load", schedule="@after", handler="work", after=["extract"]),
-    )
+    await extract_then_load(store)
     [up] = await claim(store)
     assert up.downstreams
     done = ended(up)
@@ -112,11 +117,7 @@ async def test_a_chain_of_three_shares_the_upstreams_scheduled_for(store: Store,
 
 
 async def test_a_failed_upstream_gives_a_skipped_row_naming_it(store: Store, db: Any) -> None:
-    await chain(
-        store,
-        spec("extract", schedule="0 3 * * *", handler="work", max_attempts=1),
-        spec("load", schedule="@after", handler="work", after=["extract"]),
-    )
+    await extract_then_load(store, max_attempts=1)
     [up] = await claim(store)
     await store.finish_runs([ended(up, "failed")], node="node-a", now=LATER)
     assert pending(db, "load") == []
@@ -169,11 +170,7 @@ async def test_a_join_past_its_after_timeout_is_recorded_skipped(store: Store, d
 
 
 async def test_a_backfill_of_the_upstream_flows_down(store: Store, db: Any) -> None:
-    await chain(
-        store,
-        spec("extract", schedule="0 3 * * *", handler="work"),
-        spec("load", schedule="@after", handler="work", after=["extract"]),
-    )
+    await extract_then_load(store)
     earlier = [utc(2025, 12, 30, 3), utc(2025, 12, 31, 3)]
     await RunControl(store.pool).backfill(
         "default",
@@ -354,11 +351,7 @@ def db_now(db: Any) -> Any:
 async def test_an_upstream_deleted_and_created_again_still_flows_down(
     store: Store, db: Any
 ) -> None:
-    await chain(
-        store,
-        spec("extract", schedule="0 3 * * *", handler="work"),
-        spec("load", schedule="@after", handler="work", after=["extract"]),
-    )
+    await extract_then_load(store)
     await store.delete_job("default", "extract")
     await chain(store, spec("extract", schedule="0 3 * * *", handler="work"))
     [up] = await claim(store)

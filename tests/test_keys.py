@@ -233,6 +233,13 @@ def test_limit_as_a_user_types_it(dsn: str, db: Any) -> None:
     assert db.execute("SELECT count(*) AS n FROM pgpulse_limits").fetchone()["n"] == 0
 
 
+#: ``job create j`` of an hourly shell job, as typed (the refusals below add one bad option).
+SHELL_JOB = (
+    *("job", "create", "j", "--schedule", "@hourly"),
+    *("--handler", "shell", "--payload", '{"command": "true"}'),
+)
+
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [
@@ -241,15 +248,7 @@ def test_limit_as_a_user_types_it(dsn: str, db: Any) -> None:
         (["limit", "set", "bad key", "2"], "key"),
         (
             [
-                "job",
-                "create",
-                "j",
-                "--schedule",
-                "@hourly",
-                "--handler",
-                "shell",
-                "--payload",
-                '{"command": "true"}',
+                *SHELL_JOB,
                 "--priority",
                 "1001",
             ],
@@ -257,15 +256,7 @@ def test_limit_as_a_user_types_it(dsn: str, db: Any) -> None:
         ),
         (
             [
-                "job",
-                "create",
-                "j",
-                "--schedule",
-                "@hourly",
-                "--handler",
-                "shell",
-                "--payload",
-                '{"command": "true"}',
+                *SHELL_JOB,
                 "--concurrency-key",
                 "a b",
             ],

@@ -250,12 +250,7 @@ def check_calendar_write(writer: Writer, tenant: str) -> None:
     Raises:
         Forbidden: ``field="tenant"``.
     """
-    if writer.tenants is not None and tenant not in writer.tenants:
-        raise Forbidden(
-            f"{writer.name} may not manage calendars of tenant {tenant!r}",
-            field="tenant",
-            value=tenant,
-        )
+    _check_tenant_manage(writer, tenant, "calendars")
 
 
 def check_limit_write(writer: Writer, tenant: str) -> None:
@@ -265,9 +260,15 @@ def check_limit_write(writer: Writer, tenant: str) -> None:
     Raises:
         Forbidden: ``field="tenant"``.
     """
+    _check_tenant_manage(writer, tenant, "limits")
+
+
+def _check_tenant_manage(writer: Writer, tenant: str, what: str) -> None:
+    """The tenant rule of jobs, for the tenant-wide settings ``what`` (calendars, limits):
+    ``writer`` is scoped to tenants that do not include ``tenant``: Forbidden."""
     if writer.tenants is not None and tenant not in writer.tenants:
         raise Forbidden(
-            f"{writer.name} may not manage limits of tenant {tenant!r}",
+            f"{writer.name} may not manage {what} of tenant {tenant!r}",
             field="tenant",
             value=tenant,
         )

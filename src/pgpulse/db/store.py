@@ -315,7 +315,11 @@ class Store(CalendarStore, LimitStore):
 
     async def followers(self, tenant: str, name: str) -> list[str]:
         """The names of ``tenant``'s jobs whose ``after`` names job ``name``, in order: they
-        wait for its runs (docs/chains.md)."""
+        wait for its runs (docs/chains.md). Read by the GIN index of ``after``.
+
+        Raises:
+            InvalidInput: ``tenant`` or ``name`` is not one a job can have (its field named).
+        """
         check_key(tenant, name)
         rows = await self._rows("job_followers", {"tenant": tenant, "name": name})
         return [row["name"] for row in rows]

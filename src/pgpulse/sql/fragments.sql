@@ -112,3 +112,15 @@ key_bumped AS (
 -- job with neither calls nothing.
 ((j.max_concurrency IS NULL AND j.concurrency_key IS NULL)
  OR pgpulse_job_open(j.id, j.max_concurrency, j.tenant, j.concurrency_key))
+
+-- fragment: delete_doomed_runs
+-- The end of a prune of runs (prune_runs, prune_job_runs): delete the runs of CTE doomed (id,
+-- scheduled_for: the partitioned history's key, so each is found in its day's partition) and
+-- say how many went.
+gone AS (
+    DELETE FROM pgpulse_runs r
+    USING doomed d
+    WHERE r.id = d.id AND r.scheduled_for = d.scheduled_for
+    RETURNING 1
+)
+SELECT count(*) AS runs FROM gone

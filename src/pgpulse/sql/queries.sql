@@ -690,13 +690,7 @@ WITH doomed AS (
       AND r.scheduled_for < coalesce(%(now)s::timestamptz, now())
                             - make_interval(secs => %(keep)s)
     LIMIT %(batch)s
-), gone AS (
-    DELETE FROM pgpulse_runs r
-    USING doomed d
-    WHERE r.id = d.id AND r.scheduled_for = d.scheduled_for
-    RETURNING 1
-)
-SELECT count(*) AS runs FROM gone;
+), {delete_doomed_runs};
 
 -- name: prune_job_runs
 -- At most %(batch)s finished runs forgotten by their job's own retention, keep_runs: 'Nd', those
@@ -731,13 +725,7 @@ WITH keeping AS (
         ORDER BY r.id
         LIMIT %(batch)s) p
     LIMIT %(batch)s
-), gone AS (
-    DELETE FROM pgpulse_runs r
-    USING doomed d
-    WHERE r.id = d.id AND r.scheduled_for = d.scheduled_for
-    RETURNING 1
-)
-SELECT count(*) AS runs FROM gone;
+), {delete_doomed_runs};
 
 -- name: upsert_job
 -- Create or update job (tenant, name); Store.upsert_jobs sends it only for a definition that
