@@ -529,7 +529,6 @@ async def _explain_generic_claim(
     ``meanwhile`` runs, then the explained execute: a session keeps its generic plan however the
     tables change."""
     shards = "ARRAY['{" + ",".join(map(str, ALL_SHARDS)) + "}']"
-    text, names = _dollar(QUERIES[name].replace("%(route_shards)s", shards))
     values = {
         "outcomes": outcomes,
         "node": "n",
@@ -538,6 +537,27 @@ async def _explain_generic_claim(
         "lease": 30,
         "now": now,
     }
+    warm = None if meanwhile is None else ({"outcomes": "[]", "limit": 0}, meanwhile)
+    nodes, _ = await explain_in_claim_session(
+        dsn, QUERIES[name].replace("%(route_shards)s", shards), values, warm=warm
+    )
+    return nodes
+
+
+async def explain_in_claim_session(
+    dsn: str,
+    statement: str,
+    values: dict[str, Any],
+    *,
+    warm: tuple[dict[str, Any], Callable[[], None]] | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """The plan nodes of ``statement`` (``%(name)s`` placeholders) executed with ``values`` as
+    a node's claim session runs it (prepared, generic: claims.CLAIM_SESSION_SETTINGS), in a
+    transaction rolled back; and the server's version number. With ``warm`` (overrides of
+    ``values``, a callable), the plan is made first by an execute with the overrides, then the
+    callable runs, then the explained execute: a session keeps its generic plan however the
+    tables change."""
+    text, names = _dollar(statement)
 
     def args(**override: Any) -> sql.Composed:
         return sql.SQL(", ").join(sql.Literal({**values, **override}[name]) for name in names)
@@ -546,8 +566,9 @@ async def _explain_generic_claim(
         for setting, value in CLAIM_SESSION_SETTINGS.items():
             await conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
         await conn.execute(f"PREPARE claim AS {text}")
-        if meanwhile is not None:
-            await conn.execute(sql.SQL("EXECUTE claim({})").format(args(outcomes="[]", limit=0)))
+        if warm is not None:
+            overrides, meanwhile = warm
+            await conn.execute(sql.SQL("EXECUTE claim({})").format(args(**overrides)))
             meanwhile()
         await conn.execute("BEGIN")
         cur = await conn.execute(
@@ -555,8 +576,9 @@ async def _explain_generic_claim(
         )
         row = await cur.fetchone()
         await conn.execute("ROLLBACK")
+        version = conn.info.server_version
     assert row is not None
-    return _plan_nodes(row[0][0]["Plan"])
+    return _plan_nodes(row[0][0]["Plan"]), version
 
 
 async def test_the_generic_claim_plan_reads_only_what_it_claims(store: Store, dsn: str) -> None:

@@ -7,19 +7,16 @@ import json
 from datetime import timedelta
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from helpers import add, pgpulse, spec, utc
 from pgpulse.core.errors import InvalidInput
 from pgpulse.core.routing import routes_for
 from pgpulse.core.sharding import balance_bound, placement, shards_for
-from pgpulse.db.claims import CLAIM_SESSION_SETTINGS
 from pgpulse.db.resharding import set_shard_count, shard_state
 from pgpulse.db.store import Store
 from pgpulse.sql import at_shard_count
-from test_claim import _dollar, _plan_nodes, load_hourly
+from test_claim import explain_in_claim_session, load_hourly
 from test_engine import node, running, wait_until
 
 T0 = utc(2026, 1, 1, 0, 0, 30)
@@ -108,7 +105,6 @@ async def _generic_due_scans(
     with a priority) of ``claim_jobs`` at ``count``
     shards as a node's claim session runs it (prepared, generic), for a node owning ``shards``
     of handler noop, claiming up to ``limit`` at ``now``; and the server's version number."""
-    text, names = _dollar(at_shard_count("claim_jobs", count))
     values = {
         "node": "n",
         "route_handlers": ["noop"],
@@ -117,20 +113,9 @@ async def _generic_due_scans(
         "lease": 30,
         "now": now,
     }
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        for name, value in CLAIM_SESSION_SETTINGS.items():
-            await conn.execute("SELECT set_config(%s, %s, false)", (name, value))
-        await conn.execute(f"PREPARE claim AS {text}")
-        args = sql.SQL(", ").join(sql.Literal(values[name]) for name in names)
-        await conn.execute("BEGIN")
-        cur = await conn.execute(
-            sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({})").format(args)
-        )
-        row = await cur.fetchone()
-        await conn.execute("ROLLBACK")
-        server_version = conn.info.server_version
-    assert row is not None
-    nodes = _plan_nodes(row[0][0]["Plan"])
+    nodes, server_version = await explain_in_claim_session(
+        dsn, at_shard_count("claim_jobs", count), values
+    )
     # The due read (next_run_at <=); PostgreSQL 15 also answers the next-wake probe (the
     # earliest future next_run_at, one row) from this index, without a shard condition.
     due = [
