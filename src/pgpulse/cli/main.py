@@ -893,6 +893,17 @@ def _local(instant: datetime, timezone: str) -> str:
     return instant.astimezone(load_zone(timezone)).isoformat()
 
 
+def _followers_note(name: str, followers: list[str]) -> str:
+    """What ``job delete`` says of the jobs whose ``after`` named the deleted job ``name``: they
+    are not changed with it (docs/chains.md), so they wait for its runs from now on."""
+    one = len(followers) == 1
+    return (
+        f"note: {', '.join(followers)} {'follows' if one else 'follow'} {name} (after) and "
+        f"{'waits' if one else 'wait'} for its runs from now on (pgpulse lint reports it as an "
+        "upstream error)"
+    )
+
+
 def _state_command(verb: str, doc: str) -> None:
     @job.command(verb, help=doc)
     @click.argument("name", callback=valid_name("name"))
@@ -924,16 +935,7 @@ def _state_command(verb: str, doc: str) -> None:
                     if ran
                     else ""
                 ),
-                *(
-                    [
-                        f"note: {', '.join(followers)} "
-                        f"{'follows' if len(followers) == 1 else 'follow'} {name} (after) and "
-                        f"{'waits' if len(followers) == 1 else 'wait'} for its runs from now on "
-                        "(pgpulse lint reports it as an upstream error)"
-                    ]
-                    if followers
-                    else []
-                ),
+                *([_followers_note(name, followers)] if followers else []),
             )
         else:
             raise AssertionError(verb)  # pragma: no cover

@@ -98,10 +98,14 @@ async def lint_facts(
     )
     handlers = await _rows(store, "live_handlers", {"ttl": ttl})
     upstreams = [(s.tenant, name) for s in specs for name in s.after]
-    stored = await _rows(
-        store,
-        "lint_stored",
-        {"tenants": [t for t, _ in upstreams], "names": [n for _, n in upstreams]},
+    stored = (
+        await _rows(
+            store,
+            "lint_stored",
+            {"tenants": [t for t, _ in upstreams], "names": [n for _, n in upstreams]},
+        )
+        if upstreams
+        else []
     )
     return Facts(
         now=await store.db_now(),

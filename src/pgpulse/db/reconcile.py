@@ -165,9 +165,9 @@ async def reconcile(
                         await check_definition(
                             conn, step.spec, None if row is None else dict(row), clock
                         )
-        # A dry run writes too, and rolls its writes back: the chains are judged on the
-        # written rows (an upstream the plan deletes, a cycle through two of its jobs), so a
-        # dry run refuses what the real one would.
+        # A dry run writes too, and rolls its writes back: the chains of the written followers
+        # are judged on the written rows (a cycle through jobs of the plan, an upstream it
+        # deletes), so a dry run refuses what the real one would.
         async with conn.transaction(force_rollback=dry_run):
             ids = await _write(conn, plans, by_id, clock=clock, actor=actor, now=now)
             steps = [s for p in plans for s in p.steps if s.spec is not None]
