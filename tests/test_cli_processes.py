@@ -41,3 +41,10 @@ def test_every_command_runs_as_a_real_process(dsn: str, tmp_path: Path) -> None:
     crontab.write_text("0 4 * * * /usr/bin/true\n")
     assert "1 to create" in run("crontab", "import", "--dry-run", str(crontab))
     assert run("celery", "--help").startswith("Usage: pgpulse celery")
+    follows = ("--schedule", "@after", "--after", "hello", *shell)
+    assert "created job load" in run("job", "create", "load", *follows)
+    assert run("job", "delete", "hello").splitlines() == [
+        "deleted hello",
+        "note: load follows hello (after) and waits for its runs from now on (pgpulse lint "
+        "reports it as an upstream error)",
+    ]
